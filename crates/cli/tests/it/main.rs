@@ -1,0 +1,4 @@
+//! Integration tests of the `switchboard` binary.
+
+mod decode;
+mod tidy;

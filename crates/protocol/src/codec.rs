@@ -1,0 +1,337 @@
+//! The sans-IO NDJSON codec: bytes in, lines out.
+//!
+//! Feed it whatever arrives (a pipe read, a WebSocket frame: many lines in one chunk or one
+//! line over many chunks) with [`LineSplitter::push`], then take lines with
+//! [`LineSplitter::next_line`] until it says "need more" (`None`). A line longer than the limit
+//! becomes one error item naming its position and a preview, and the stream goes on with the
+//! next line; so does a malformed line in [`Decoder`].
+//!
+//! This is a plain iterator-style API rather than a `tokio_util` codec so that one bad line
+//! cannot end the stream (a `FramedRead` stops at the first `Err`); the transport wraps it.
+
+use std::fmt;
+
+use crate::message::{DecodeError, Message};
+
+/// The longest line accepted, in bytes.
+///
+/// The largest real lines are about 5.3 MB: a 5 MB file written by the Write tool reaches the
+/// wire four times over (input_json_delta, assistant, can_use_tool, tool result;
+/// `q_large_tool_results`). 64 MiB leaves room for tool output ten times that size while still
+/// bounding what one peer can make us buffer.
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How much of a bad line an error shows.
+pub const PREVIEW_CHARS: usize = 80;
+
+/// Where a line sits in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based line number, counting blank lines.
+    pub line: u64,
+    /// Byte offset of the line's first byte from the start of the stream.
+    pub offset: u64,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {} (byte {})", self.line, self.offset)
+    }
+}
+
+/// One complete line, without its `\n` (or `\r\n`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawLine {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Where it was.
+    pub position: Position,
+}
+
+/// A line that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{position}: {kind}; starts {preview:?}")]
+pub struct LineError {
+    /// Where it was.
+    pub position: Position,
+    /// The first [`PREVIEW_CHARS`] characters, lossily decoded.
+    pub preview: String,
+    /// What was wrong.
+    pub kind: LineErrorKind,
+}
+
+/// What was wrong with a line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineErrorKind {
+    /// Longer than the limit; the rest of it was skipped.
+    #[error("line exceeds the {limit}-byte limit")]
+    Oversize {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// Not a protocol message (not JSON, not an object, not UTF-8, or a known type whose
+    /// fields do not fit).
+    #[error("{0}")]
+    Malformed(String),
+}
+
+/// Splits a byte stream into lines.
+#[derive(Debug)]
+pub struct LineSplitter {
+    /// Bytes received and not yet returned; `buf[start..]` is live.
+    buf: Vec<u8>,
+    /// Where the next line begins in `buf`.
+    start: usize,
+    /// How far past `start` we already looked for `\n` (so a long line is scanned once).
+    scanned: usize,
+    /// The limit in force.
+    max_line_bytes: usize,
+    /// Position of `buf[start]`.
+    next: Position,
+    /// Set while skipping the rest of an oversize line.
+    discarding: bool,
+}
+
+impl Default for LineSplitter {
+    fn default() -> Self {
+        Self::new(MAX_LINE_BYTES)
+    }
+}
+
+impl LineSplitter {
+    /// A splitter with the given line limit.
+    pub fn new(max_line_bytes: usize) -> Self {
+        LineSplitter {
+            buf: Vec::new(),
+            start: 0,
+            scanned: 0,
+            max_line_bytes,
+            next: Position { line: 1, offset: 0 },
+            discarding: false,
+        }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        if self.discarding {
+            // Only the end of the oversize line matters: keep from the first newline on.
+            match memchr::memchr(b'\n', bytes) {
+                Some(newline) => {
+                    self.next.offset += newline as u64 + 1;
+                    self.next.line += 1;
+                    self.discarding = false;
+                    self.buf.extend_from_slice(&bytes[newline + 1..]);
+                }
+                None => self.next.offset += bytes.len() as u64,
+            }
+            return;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes held for a line not yet complete.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next complete line, an error item, or `None` when more bytes are needed.
+    pub fn next_line(&mut self) -> Option<Result<RawLine, LineError>> {
+        loop {
+            if self.discarding {
+                return None;
+            }
+            let live = &self.buf[self.start..];
+            match memchr::memchr(b'\n', &live[self.scanned..]) {
+                Some(found) => {
+                    let end = self.scanned + found;
+                    let position = self.next;
+                    let mut line = &live[..end];
+                    if line.last() == Some(&b'\r') {
+                        line = &line[..line.len() - 1];
+                    }
+                    let blank = line.iter().all(u8::is_ascii_whitespace);
+                    let result = if blank {
+                        None
+                    } else if line.len() > self.max_line_bytes {
+                        Some(Err(oversize(position, line, self.max_line_bytes)))
+                    } else {
+                        Some(Ok(RawLine { bytes: line.to_vec(), position }))
+                    };
+                    self.start += end + 1;
+                    self.scanned = 0;
+                    self.next = Position {
+                        line: position.line + 1,
+                        offset: position.offset + end as u64 + 1,
+                    };
+                    match result {
+                        Some(item) => return Some(item),
+                        None => continue,
+                    }
+                }
+                None => {
+                    self.scanned = live.len();
+                    if live.len() > self.max_line_bytes {
+                        let error = oversize(self.next, live, self.max_line_bytes);
+                        self.next.offset += live.len() as u64;
+                        self.buf.clear();
+                        self.start = 0;
+                        self.scanned = 0;
+                        self.discarding = true;
+                        return Some(Err(error));
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// At the end of the stream: the last line if it had no newline.
+    pub fn finish(&mut self) -> Option<Result<RawLine, LineError>> {
+        if let Some(item) = self.next_line() {
+            return Some(item);
+        }
+        if self.discarding {
+            self.discarding = false;
+            return None;
+        }
+        let live = &self.buf[self.start..];
+        let mut line = live;
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            self.buf.clear();
+            self.start = 0;
+            self.scanned = 0;
+            return None;
+        }
+        let item = RawLine { bytes: line.to_vec(), position: self.next };
+        self.next.offset += live.len() as u64;
+        self.next.line += 1;
+        self.buf.clear();
+        self.start = 0;
+        self.scanned = 0;
+        Some(Ok(item))
+    }
+}
+
+fn oversize(position: Position, line: &[u8], limit: usize) -> LineError {
+    LineError { position, preview: preview(line), kind: LineErrorKind::Oversize { limit } }
+}
+
+/// The first [`PREVIEW_CHARS`] characters of `bytes`, lossily decoded.
+pub fn preview(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(PREVIEW_CHARS * 4)];
+    let text = String::from_utf8_lossy(head);
+    let mut preview: String = text.chars().take(PREVIEW_CHARS).collect();
+    if preview.len() < bytes.len() {
+        preview.push('…');
+    }
+    preview
+}
+
+/// One decoded line: its exact bytes and its typed view.
+///
+/// [`Received::encode`] gives back exactly the bytes that came in (plus the newline), so a
+/// relay forwards lines it did not change byte-for-byte, unknown fields and key order included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Received {
+    /// The line as received, without its newline.
+    pub raw: String,
+    /// The typed view.
+    pub message: Message,
+}
+
+impl Received {
+    /// Decodes one line (without its newline).
+    pub fn decode(line: Vec<u8>) -> Result<Received, DecodeError> {
+        let raw =
+            String::from_utf8(line).map_err(|error| DecodeError::NotUtf8(error.utf8_error()))?;
+        let message = Message::decode_str(&raw)?;
+        Ok(Received { raw, message })
+    }
+
+    /// The line exactly as received, with a trailing `\n`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.raw.len() + 1);
+        bytes.extend_from_slice(self.raw.as_bytes());
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+/// Bytes in, decoded messages out: a [`LineSplitter`] followed by [`Received::decode`].
+#[derive(Debug, Default)]
+pub struct Decoder {
+    lines: LineSplitter,
+}
+
+/// What [`Decoder`] yields for each non-blank line.
+pub type DecodedItem = Result<Received, LineError>;
+
+impl Decoder {
+    /// A decoder with the given line limit.
+    pub fn new(max_line_bytes: usize) -> Self {
+        Decoder { lines: LineSplitter::new(max_line_bytes) }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.lines.push(bytes);
+    }
+
+    /// The next decoded line, an error item, or `None` when more bytes are needed.
+    pub fn next_item(&mut self) -> Option<DecodedItem> {
+        self.lines.next_line().map(decode_line)
+    }
+
+    /// At the end of the stream: the last line if it had no newline.
+    pub fn finish(&mut self) -> Option<DecodedItem> {
+        self.lines.finish().map(decode_line)
+    }
+
+    /// Bytes held for a line not yet complete.
+    pub fn buffered(&self) -> usize {
+        self.lines.buffered()
+    }
+}
+
+fn decode_line(line: Result<RawLine, LineError>) -> DecodedItem {
+    let line = line?;
+    let position = line.position;
+    // The preview is built only on the error path: the hot path allocates nothing extra.
+    let malformed = |bytes: &[u8], error: DecodeError| LineError {
+        position,
+        preview: preview(bytes),
+        kind: LineErrorKind::Malformed(error.to_string()),
+    };
+    let raw = match String::from_utf8(line.bytes) {
+        Ok(raw) => raw,
+        Err(error) => {
+            let reason = DecodeError::NotUtf8(error.utf8_error());
+            return Err(malformed(error.as_bytes(), reason));
+        }
+    };
+    match Message::decode_str(&raw) {
+        Ok(message) => Ok(Received { raw, message }),
+        Err(error) => Err(malformed(raw.as_bytes(), error)),
+    }
+}
+
+/// Writes a message as one NDJSON line: compact JSON and a trailing `\n`.
+///
+/// The strict writer: serde_json escapes every control character, so the text never contains
+/// a raw newline, and every line ends with exactly one `\n` (2.1.37 glues an unterminated
+/// WebSocket frame to the next one and dies).
+pub fn encode_line(message: &Message) -> Vec<u8> {
+    let mut bytes = message.encode().into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! Tests for the line splitter and the decoder.
+
+use super::*;
+
+fn drain(splitter: &mut LineSplitter) -> Vec<Result<RawLine, LineError>> {
+    std::iter::from_fn(|| splitter.next_line()).collect()
+}
+
+#[test]
+fn many_lines_in_one_chunk_and_one_line_over_many_chunks() {
+    let mut splitter = LineSplitter::default();
+    splitter.push(b"{\"a\":1}\n{\"b\":2}\n{\"c\"");
+    let lines: Vec<Vec<u8>> = drain(&mut splitter).into_iter().map(|l| l.unwrap().bytes).collect();
+    assert_eq!(lines, [b"{\"a\":1}".to_vec(), b"{\"b\":2}".to_vec()]);
+    splitter.push(b":");
+    assert!(splitter.next_line().is_none(), "need more");
+    splitter.push(b"3}\n");
+    let line = splitter.next_line().unwrap().unwrap();
+    assert_eq!(line.bytes, b"{\"c\":3}");
+    assert_eq!(line.position, Position { line: 3, offset: 16 });
+}
+
+#[test]
+fn crlf_is_tolerated_and_blank_lines_are_skipped_but_counted() {
+    let mut splitter = LineSplitter::default();
+    splitter.push(b"\n  \r\n{\"a\":1}\r\n\n{\"b\":2}\n");
+    let lines: Vec<RawLine> = drain(&mut splitter).into_iter().map(Result::unwrap).collect();
+    assert_eq!(lines[0].bytes, b"{\"a\":1}");
+    assert_eq!(lines[0].position.line, 3);
+    assert_eq!(lines[1].bytes, b"{\"b\":2}");
+    assert_eq!(lines[1].position, Position { line: 5, offset: 15 });
+}
+
+#[test]
+fn an_oversize_line_is_one_error_and_the_stream_goes_on() {
+    let mut splitter = LineSplitter::new(16);
+    splitter.push(b"{\"ok\":1}\n{\"big\":\"0123456789");
+    assert_eq!(splitter.next_line().unwrap().unwrap().bytes, b"{\"ok\":1}");
+    let error = splitter.next_line().unwrap().unwrap_err();
+    assert_eq!(error.kind, LineErrorKind::Oversize { limit: 16 });
+    assert_eq!(error.position, Position { line: 2, offset: 9 });
+    assert!(error.preview.starts_with("{\"big\""));
+    // The rest of the big line, in pieces, is skipped without buffering.
+    splitter.push(b"0123456789");
+    assert!(splitter.next_line().is_none());
+    assert_eq!(splitter.buffered(), 0);
+    splitter.push(b"\"}\n{\"next\":2}\n");
+    let next = splitter.next_line().unwrap().unwrap();
+    assert_eq!(next.bytes, b"{\"next\":2}");
+    assert_eq!(next.position.line, 3);
+    assert_eq!(next.position.offset, 9 + 18 + 10 + 3);
+}
+
+#[test]
+fn an_oversize_line_that_arrives_whole_is_reported_too() {
+    let mut splitter = LineSplitter::new(4);
+    splitter.push(b"{\"abc\":1}\n{}\n");
+    assert!(matches!(
+        splitter.next_line(),
+        Some(Err(LineError { kind: LineErrorKind::Oversize { .. }, .. }))
+    ));
+    assert_eq!(splitter.next_line().unwrap().unwrap().bytes, b"{}");
+}
+
+#[test]
+fn finish_returns_a_trailing_line_without_newline() {
+    let mut splitter = LineSplitter::default();
+    splitter.push(b"{\"a\":1}\n{\"b\":2}");
+    assert_eq!(splitter.next_line().unwrap().unwrap().bytes, b"{\"a\":1}");
+    assert!(splitter.next_line().is_none());
+    assert_eq!(splitter.finish().unwrap().unwrap().bytes, b"{\"b\":2}");
+    assert!(splitter.finish().is_none());
+}
+
+#[test]
+fn malformed_lines_become_error_items_and_decoding_goes_on() {
+    let mut decoder = Decoder::default();
+    decoder.push(
+        b"this is not json {\n[1,2]\n{\"type\":\"keep_alive\"}\n\xff\xfe\n{\"type\":\"user\"}\n",
+    );
+    let items: Vec<DecodedItem> = std::iter::from_fn(|| decoder.next_item()).collect();
+    assert_eq!(items.len(), 5);
+    let error = items[0].as_ref().unwrap_err();
+    assert_eq!(error.position.line, 1);
+    assert_eq!(error.preview, "this is not json {");
+    assert!(error.to_string().contains("line 1 (byte 0)"), "{error}");
+    assert!(items[1].as_ref().unwrap_err().to_string().contains("must be a JSON object"));
+    assert!(matches!(items[2].as_ref().unwrap().message, Message::KeepAlive(_)));
+    assert!(items[3].as_ref().unwrap_err().to_string().contains("not UTF-8"));
+    // A user line without `message` is a schema error naming the type.
+    let error = items[4].as_ref().unwrap_err();
+    assert!(error.to_string().contains("user does not fit its schema"), "{error}");
+}
+
+#[test]
+fn preview_is_short_and_marks_truncation() {
+    let long = "x".repeat(500);
+    let preview = preview(long.as_bytes());
+    assert_eq!(preview.chars().count(), PREVIEW_CHARS + 1);
+    assert!(preview.ends_with('…'));
+    assert_eq!(super::preview(b"short"), "short");
+}
+
+#[test]
+fn encode_line_ends_with_exactly_one_newline_and_has_no_raw_newline_inside() {
+    let message = crate::UserMessage::prompt("two\nlines").into();
+    let bytes = encode_line(&message);
+    assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert_eq!(bytes.last(), Some(&b'\n'));
+}

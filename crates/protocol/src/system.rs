@@ -1,0 +1,263 @@
+//! `type:"system"` messages, chosen by `subtype`.
+
+use serde_json::{Number, Value};
+
+use crate::permission::PermissionMode;
+use crate::wire::{wire_enum, wire_struct};
+
+wire_enum! {
+    /// A `system` line.
+    pub enum SystemMessage by "subtype" {
+        /// Opens **every** turn (not just the first), with tools, model, mode and session id.
+        Init(SystemInit) = "init",
+        /// `status:"requesting"` before API calls (2.1.330), `"compacting"`, or `null` with a new
+        /// `permissionMode`.
+        Status(SystemStatus) = "status",
+        /// The conversation was compacted.
+        CompactBoundary(CompactBoundary) = "compact_boundary",
+        /// 2.1.330: an API call failed and will be retried.
+        ApiRetry(ApiRetry) = "api_retry",
+        /// 2.1.330: an estimate of thinking tokens so far.
+        ThinkingTokens(ThinkingTokens) = "thinking_tokens",
+        /// 2.1.330: a subagent or background task started.
+        TaskStarted(TaskEvent) = "task_started",
+        /// 2.1.330: a task made progress.
+        TaskProgress(TaskEvent) = "task_progress",
+        /// 2.1.330: a task's state changed (`patch`).
+        TaskUpdated(TaskEvent) = "task_updated",
+        /// A task finished.
+        TaskNotification(TaskEvent) = "task_notification",
+        /// 2.1.330: the set of background tasks changed.
+        BackgroundTasksChanged(BackgroundTasksChanged) = "background_tasks_changed",
+        /// 2.1.330: a tool call was denied without asking (the mode or a rule said no).
+        PermissionDenied(PermissionDenied) = "permission_denied",
+        /// A hook started.
+        HookStarted(HookEvent) = "hook_started",
+        /// A hook printed something.
+        HookProgress(HookEvent) = "hook_progress",
+        /// A hook finished.
+        HookResponse(HookEvent) = "hook_response",
+        /// Files were uploaded.
+        FilesPersisted(FilesPersisted) = "files_persisted",
+    }
+}
+
+impl SystemMessage {
+    /// `session_id`, for every subtype.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            SystemMessage::Init(m) => Some(m.session_id.as_str()),
+            SystemMessage::Status(m) => m.session_id.as_deref(),
+            SystemMessage::CompactBoundary(m) => m.session_id.as_deref(),
+            SystemMessage::ApiRetry(m) => m.session_id.as_deref(),
+            SystemMessage::ThinkingTokens(m) => m.session_id.as_deref(),
+            SystemMessage::TaskStarted(m)
+            | SystemMessage::TaskProgress(m)
+            | SystemMessage::TaskUpdated(m)
+            | SystemMessage::TaskNotification(m) => m.session_id.as_deref(),
+            SystemMessage::BackgroundTasksChanged(m) => m.session_id.as_deref(),
+            SystemMessage::PermissionDenied(m) => m.session_id.as_deref(),
+            SystemMessage::HookStarted(m)
+            | SystemMessage::HookProgress(m)
+            | SystemMessage::HookResponse(m) => m.session_id.as_deref(),
+            SystemMessage::FilesPersisted(m) => m.session_id.as_deref(),
+            SystemMessage::Unknown(value) => value.get("session_id").and_then(Value::as_str),
+        }
+    }
+}
+
+wire_struct! {
+    /// `system/init`
+    pub struct SystemInit tags { "type" = "system", "subtype" = "init" } {
+        /// The working directory.
+        opt cwd: String = "cwd",
+        /// The CLI's session id (first known from here).
+        req session_id: String = "session_id",
+        /// Tool names.
+        opt tools: Vec<String> = "tools",
+        /// MCP servers: `{name, status}`.
+        opt mcp_servers: Vec<Value> = "mcp_servers",
+        /// The model in use.
+        opt model: String = "model",
+        /// The permission mode in force.
+        opt permission_mode: PermissionMode = "permissionMode",
+        /// Slash command names.
+        opt slash_commands: Vec<String> = "slash_commands",
+        /// Where the API key came from.
+        opt api_key_source: String = "apiKeySource",
+        /// The CLI's version.
+        opt claude_code_version: String = "claude_code_version",
+        /// The output style.
+        opt output_style: String = "output_style",
+        /// Agent names.
+        opt agents: Vec<String> = "agents",
+        /// Skill names.
+        opt skills: Vec<String> = "skills",
+        /// Plugins: `{name, path, source?}`.
+        opt plugins: Vec<Value> = "plugins",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/status`
+    pub struct SystemStatus tags { "type" = "system", "subtype" = "status" } {
+        /// `requesting`, `compacting`, or `null`.
+        opt status: Option<String> = "status",
+        /// The new mode, when it changed.
+        opt permission_mode: PermissionMode = "permissionMode",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/compact_boundary`
+    pub struct CompactBoundary tags { "type" = "system", "subtype" = "compact_boundary" } {
+        /// `{trigger: manual|auto, pre_tokens}`.
+        opt compact_metadata: Value = "compact_metadata",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/api_retry` (2.1.330)
+    pub struct ApiRetry tags { "type" = "system", "subtype" = "api_retry" } {
+        /// Which retry this is (1-based).
+        opt attempt: u64 = "attempt",
+        /// The limit (10 by default; `CLAUDE_CODE_MAX_RETRIES`).
+        opt max_retries: u64 = "max_retries",
+        /// The wait before the retry.
+        opt retry_delay_ms: u64 = "retry_delay_ms",
+        /// The HTTP status that failed.
+        opt error_status: Option<u64> = "error_status",
+        /// `rate_limit`, `server_error`, `overloaded`, ...
+        opt error: String = "error",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/thinking_tokens` (2.1.330)
+    pub struct ThinkingTokens tags { "type" = "system", "subtype" = "thinking_tokens" } {
+        /// Estimated thinking tokens so far.
+        opt estimated_tokens: Number = "estimated_tokens",
+        /// The increase since the last estimate.
+        opt estimated_tokens_delta: Number = "estimated_tokens_delta",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/task_started`, `task_progress`, `task_updated`, `task_notification`.
+    pub struct TaskEvent {
+        /// Always `system`.
+        req kind: String = "type",
+        /// Which of the four.
+        req subtype: String = "subtype",
+        /// The task.
+        opt task_id: String = "task_id",
+        /// The Task/Agent tool call that started it.
+        opt tool_use_id: String = "tool_use_id",
+        /// What it does.
+        opt description: String = "description",
+        /// `completed`, `failed`, `stopped` (task_notification).
+        opt status: String = "status",
+        /// The final summary (task_notification).
+        opt summary: String = "summary",
+        /// Where its output went (task_notification).
+        opt output_file: String = "output_file",
+        /// The change (task_updated).
+        opt patch: Value = "patch",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/background_tasks_changed` (2.1.330)
+    pub struct BackgroundTasksChanged tags { "type" = "system", "subtype" = "background_tasks_changed" } {
+        /// The tasks now running in the background.
+        opt tasks: Vec<Value> = "tasks",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/permission_denied` (2.1.330)
+    pub struct PermissionDenied tags { "type" = "system", "subtype" = "permission_denied" } {
+        /// The tool.
+        opt tool_name: String = "tool_name",
+        /// The call.
+        opt tool_use_id: String = "tool_use_id",
+        /// Why.
+        opt message: String = "message",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/hook_started`, `hook_progress`, `hook_response`.
+    pub struct HookEvent {
+        /// Always `system`.
+        req kind: String = "type",
+        /// Which of the three.
+        req subtype: String = "subtype",
+        /// The hook run.
+        opt hook_id: String = "hook_id",
+        /// The hook's name.
+        opt hook_name: String = "hook_name",
+        /// The event (`PreToolUse`, ...).
+        opt hook_event: String = "hook_event",
+        /// Its stdout.
+        opt stdout: String = "stdout",
+        /// Its stderr.
+        opt stderr: String = "stderr",
+        /// Its output.
+        opt output: String = "output",
+        /// Its exit code (hook_response).
+        opt exit_code: i64 = "exit_code",
+        /// `success`, `error`, `cancelled` (hook_response).
+        opt outcome: String = "outcome",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/files_persisted`
+    pub struct FilesPersisted tags { "type" = "system", "subtype" = "files_persisted" } {
+        /// `{filename, file_id}`.
+        opt files: Vec<Value> = "files",
+        /// `{filename, error}`.
+        opt failed: Vec<Value> = "failed",
+        /// When.
+        opt processed_at: String = "processed_at",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}

@@ -1,0 +1,628 @@
+//! The machinery behind every typed message: structs that keep unknown fields, enums that keep
+//! unknown variants, and a cheap way to read a tag without parsing the whole object.
+//!
+//! serde's `#[serde(flatten)]` and internally tagged enums buffer the whole object into an
+//! intermediate tree before building the struct, which costs more than parsing into a
+//! `serde_json::Value`. The macros here generate visitors that read each field once and send
+//! only unknown fields to a [`serde_json::Map`], and tagged enums that peek at the tag in the raw
+//! text before parsing the variant directly. See `docs/benchmarks.md` for what that buys.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::Deserializer;
+
+/// Fields a typed struct does not know, in the order they arrived.
+///
+/// Kept so that a message read from the CLI and written again loses nothing, and so that
+/// callers can reach fields that newer CLIs add before this crate names them.
+pub type Extra = serde_json::Map<String, serde_json::Value>;
+
+/// Reads the string value of the top-level key `key` from the JSON object text `raw`.
+///
+/// Fast path: walks the leading `"key":"string"` pairs directly, which covers every tagged
+/// object the CLI writes (`{"type":"system","subtype":"init",...}`). When a value before the
+/// wanted key is not a plain string, or a string has escapes, it falls back to a full
+/// allocation-free serde pass. Returns `None` when the key is absent or not a string.
+pub(crate) fn peek_tag<'a>(raw: &'a str, key: &str) -> Option<Cow<'a, str>> {
+    match peek_tag_fast(raw.as_bytes(), key.as_bytes()) {
+        Peek::Found(start, end) => Some(Cow::Borrowed(&raw[start..end])),
+        Peek::Absent => None,
+        Peek::Unsure => peek_tag_slow(raw, key),
+    }
+}
+
+enum Peek {
+    Found(usize, usize),
+    Absent,
+    Unsure,
+}
+
+fn peek_tag_fast(bytes: &[u8], key: &[u8]) -> Peek {
+    let mut pos = 0;
+    let skip_ws = |pos: &mut usize| {
+        while *pos < bytes.len() && matches!(bytes[*pos], b' ' | b'\t' | b'\n' | b'\r') {
+            *pos += 1;
+        }
+    };
+    // Reads a string with no escapes starting at `pos` (which must hold `"`).
+    let plain_string = |pos: &mut usize| -> Option<(usize, usize)> {
+        if bytes.get(*pos) != Some(&b'"') {
+            return None;
+        }
+        let start = *pos + 1;
+        let len = memchr::memchr2(b'"', b'\\', &bytes[start..])?;
+        if bytes[start + len] != b'"' {
+            return None;
+        }
+        *pos = start + len + 1;
+        Some((start, start + len))
+    };
+    skip_ws(&mut pos);
+    if bytes.get(pos) != Some(&b'{') {
+        return Peek::Unsure;
+    }
+    pos += 1;
+    loop {
+        skip_ws(&mut pos);
+        if bytes.get(pos) == Some(&b'}') {
+            return Peek::Absent;
+        }
+        let Some((key_start, key_end)) = plain_string(&mut pos) else { return Peek::Unsure };
+        skip_ws(&mut pos);
+        if bytes.get(pos) != Some(&b':') {
+            return Peek::Unsure;
+        }
+        pos += 1;
+        skip_ws(&mut pos);
+        let this_key = &bytes[key_start..key_end];
+        let Some((value_start, value_end)) = plain_string(&mut pos) else { return Peek::Unsure };
+        if this_key == key {
+            return Peek::Found(value_start, value_end);
+        }
+        skip_ws(&mut pos);
+        match bytes.get(pos) {
+            Some(b',') => pos += 1,
+            Some(b'}') => return Peek::Absent,
+            _ => return Peek::Unsure,
+        }
+    }
+}
+
+fn peek_tag_slow<'a>(raw: &'a str, key: &str) -> Option<Cow<'a, str>> {
+    struct Probe<'k>(&'k str);
+    impl<'de> Visitor<'de> for Probe<'_> {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<KeyStr<'de>>()? {
+                if found.is_none() && key.0 == self.0 {
+                    found = map.next_value::<StrOrOther<'de>>()?.0;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(raw);
+    de.deserialize_map(Probe(key)).ok().flatten()
+}
+
+/// A map key, borrowed from the input when it has no escapes.
+pub(crate) struct KeyStr<'de>(pub(crate) Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for KeyStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(CowStrVisitor).map(KeyStr)
+    }
+}
+
+/// A string, borrowed when possible; any other JSON value reads as `None`.
+pub(crate) struct StrOrOther<'de>(pub(crate) Option<Cow<'de, str>>);
+
+impl<'de> de::Deserialize<'de> for StrOrOther<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StrOrOther<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(StrOrOther(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StrOrOther(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(StrOrOther(None))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(StrOrOther(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(StrOrOther(None))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+struct CowStrVisitor;
+
+impl<'de> Visitor<'de> for CowStrVisitor {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// The type of a struct field as a wire mode declares it.
+macro_rules! wire_field_type {
+    (req $ty:ty) => { $ty };
+    (opt $ty:ty) => { ::core::option::Option<$ty> };
+    (nul $ty:ty) => { ::core::option::Option<$ty> };
+}
+pub(crate) use wire_field_type;
+
+/// Serializes one field according to its mode.
+macro_rules! wire_field_ser {
+    ($map:ident, req, $key:literal, $value:expr) => {
+        ::serde::ser::SerializeMap::serialize_entry(&mut $map, $key, $value)?;
+    };
+    ($map:ident, opt, $key:literal, $value:expr) => {
+        if let ::core::option::Option::Some(value) = $value {
+            ::serde::ser::SerializeMap::serialize_entry(&mut $map, $key, value)?;
+        }
+    };
+    ($map:ident, nul, $key:literal, $value:expr) => {
+        ::serde::ser::SerializeMap::serialize_entry(&mut $map, $key, $value)?;
+    };
+}
+pub(crate) use wire_field_ser;
+
+/// Reads one field's value according to its mode into the visitor's slot.
+macro_rules! wire_field_de {
+    ($map:ident, req, $slot:ident, $ty:ty) => {
+        $slot = ::core::option::Option::Some(::serde::de::MapAccess::next_value::<$ty>(&mut $map)?);
+    };
+    ($map:ident, opt, $slot:ident, $ty:ty) => {
+        $slot = ::core::option::Option::Some(::serde::de::MapAccess::next_value::<$ty>(&mut $map)?);
+    };
+    ($map:ident, nul, $slot:ident, $ty:ty) => {
+        $slot = ::core::option::Option::Some(::serde::de::MapAccess::next_value::<
+            ::core::option::Option<$ty>,
+        >(&mut $map)?);
+    };
+}
+pub(crate) use wire_field_de;
+
+/// Turns the visitor's slot into the field value, or reports a missing required field.
+macro_rules! wire_field_finish {
+    (req, $slot:ident, $key:literal) => {
+        match $slot {
+            ::core::option::Option::Some(value) => value,
+            ::core::option::Option::None => {
+                return ::core::result::Result::Err(::serde::de::Error::missing_field($key))
+            }
+        }
+    };
+    (opt, $slot:ident, $key:literal) => {
+        $slot
+    };
+    (nul, $slot:ident, $key:literal) => {
+        $slot.flatten()
+    };
+}
+pub(crate) use wire_field_finish;
+
+/// The slot type the visitor fills for one field.
+macro_rules! wire_field_slot {
+    (req $ty:ty) => { ::core::option::Option<$ty> };
+    (opt $ty:ty) => { ::core::option::Option<$ty> };
+    (nul $ty:ty) => { ::core::option::Option<::core::option::Option<$ty>> };
+}
+pub(crate) use wire_field_slot;
+
+/// Declares a wire struct: named fields mapped to JSON keys, every unknown key kept in `extra`.
+///
+/// Field modes:
+/// - `req`: always present; a missing key is a decode error.
+/// - `opt`: `Option<T>`; absent reads as `None` and `None` is not written. A present `null`
+///   needs `T` itself to accept null (write `opt x: Option<String>` for "absent, null or a
+///   string").
+/// - `nul`: `Option<T>` that is always written, `null` for `None` (fields the CLI always sends,
+///   such as `parent_tool_use_id`).
+///
+/// `tags { "type" = "user" }` names constant keys written first and skipped when reading
+/// (the enum that dispatched here has already checked them).
+macro_rules! wire_struct {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident $( tags { $($tag_key:literal = $tag_value:literal),+ $(,)? } )? {
+            $(
+                $(#[$field_meta:meta])*
+                $mode:ident $field:ident : $ty:ty = $key:literal
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Default)]
+        $vis struct $name {
+            $(
+                $(#[$field_meta])*
+                pub $field: $crate::wire::wire_field_type!($mode $ty),
+            )*
+            /// Fields this crate does not name, kept in arrival order.
+            pub extra: $crate::wire::Extra,
+        }
+
+        impl $name {
+            /// The constant tag keys and values this struct writes first.
+            #[allow(dead_code)]
+            pub const TAGS: &'static [(&'static str, &'static str)] = &[$($(($tag_key, $tag_value)),+)?];
+        }
+
+        const _: () = {
+            use ::serde::de::{MapAccess, Visitor};
+
+            #[allow(non_camel_case_types, dead_code)]
+            enum WireField {
+                $($field,)*
+                WireTag,
+                WireOther(::std::string::String),
+            }
+
+            struct WireFieldVisitor;
+
+            impl<'de> Visitor<'de> for WireFieldVisitor {
+                type Value = WireField;
+                fn expecting(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                    f.write_str("a field name")
+                }
+                fn visit_str<E: ::serde::de::Error>(self, v: &str) -> ::core::result::Result<WireField, E> {
+                    ::core::result::Result::Ok(match v {
+                        $($key => WireField::$field,)*
+                        $($($tag_key)|+ => WireField::WireTag,)?
+                        other => WireField::WireOther(other.to_owned()),
+                    })
+                }
+            }
+
+            impl<'de> ::serde::Deserialize<'de> for WireField {
+                fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::core::result::Result<Self, D::Error> {
+                    d.deserialize_identifier(WireFieldVisitor)
+                }
+            }
+
+            struct WireVisitor;
+
+            impl<'de> Visitor<'de> for WireVisitor {
+                type Value = $name;
+                fn expecting(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                    f.write_str(concat!("a ", stringify!($name), " object"))
+                }
+                #[allow(unused_mut)]
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> ::core::result::Result<$name, A::Error> {
+                    $(let mut $field: $crate::wire::wire_field_slot!($mode $ty) = ::core::option::Option::None;)*
+                    let mut extra = $crate::wire::Extra::new();
+                    while let ::core::option::Option::Some(key) = map.next_key::<WireField>()? {
+                        match key {
+                            $(WireField::$field => {
+                                if $field.is_some() {
+                                    return ::core::result::Result::Err(::serde::de::Error::duplicate_field($key));
+                                }
+                                $crate::wire::wire_field_de!(map, $mode, $field, $ty);
+                            })*
+                            WireField::WireTag => {
+                                map.next_value::<::serde::de::IgnoredAny>()?;
+                            }
+                            WireField::WireOther(name) => {
+                                let value = map.next_value::<::serde_json::Value>()?;
+                                extra.insert(name, value);
+                            }
+                        }
+                    }
+                    ::core::result::Result::Ok($name {
+                        $($field: $crate::wire::wire_field_finish!($mode, $field, $key),)*
+                        extra,
+                    })
+                }
+            }
+
+            impl<'de> ::serde::Deserialize<'de> for $name {
+                fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::core::result::Result<Self, D::Error> {
+                    d.deserialize_map(WireVisitor)
+                }
+            }
+
+            impl ::serde::Serialize for $name {
+                fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
+                    let mut map = s.serialize_map(::core::option::Option::None)?;
+                    $($(::serde::ser::SerializeMap::serialize_entry(&mut map, $tag_key, $tag_value)?;)+)?
+                    $($crate::wire::wire_field_ser!(map, $mode, $key, &self.$field);)*
+                    for (key, value) in &self.extra {
+                        ::serde::ser::SerializeMap::serialize_entry(&mut map, key, value)?;
+                    }
+                    ::serde::ser::SerializeMap::end(map)
+                }
+            }
+        };
+    };
+}
+pub(crate) use wire_struct;
+
+/// Declares an enum of wire structs chosen by the string value of one key, plus an `Unknown`
+/// variant that keeps any other object whole.
+///
+/// Reading peeks at the tag in the raw text (see [`peek_tag`]) and parses the chosen variant
+/// directly; a known tag whose body does not fit its struct is a decode error naming the tag.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident by $tag_key:literal {
+            $(
+                $(#[$variant_meta:meta])*
+                $variant:ident($inner:ty) = $tag_value:literal
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq)]
+        $vis enum $name {
+            $(
+                $(#[$variant_meta])*
+                $variant($inner),
+            )*
+            /// A value whose tag this crate does not know (or that has none), kept whole.
+            Unknown(::serde_json::Value),
+        }
+
+        impl $name {
+            /// The key whose value picks the variant.
+            #[allow(dead_code)]
+            pub const TAG_KEY: &'static str = $tag_key;
+
+            /// The tag value of this variant; for `Unknown`, the tag it carried, if any.
+            pub fn tag(&self) -> ::core::option::Option<&str> {
+                match self {
+                    $(Self::$variant(_) => ::core::option::Option::Some($tag_value),)*
+                    Self::Unknown(value) => value.get($tag_key).and_then(|tag| tag.as_str()),
+                }
+            }
+
+            /// Decodes one JSON object given as text.
+            pub fn from_json_str(raw: &str) -> ::core::result::Result<Self, ::serde_json::Error> {
+                let tag = $crate::wire::peek_tag(raw, $tag_key);
+                match tag.as_deref() {
+                    $(::core::option::Option::Some($tag_value) => {
+                        ::serde_json::from_str::<$inner>(raw).map(Self::$variant).map_err(|error| {
+                            <::serde_json::Error as ::serde::de::Error>::custom(format_args!(
+                                concat!($tag_key, " {:?}: {}"), $tag_value, error
+                            ))
+                        })
+                    })*
+                    _ => ::serde_json::from_str(raw).map(Self::Unknown),
+                }
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::core::result::Result<Self, D::Error> {
+                let raw = <::std::boxed::Box<::serde_json::value::RawValue>>::deserialize(d)?;
+                Self::from_json_str(raw.get()).map_err(::serde::de::Error::custom)
+            }
+        }
+
+        impl ::core::default::Default for $name {
+            /// `Unknown(null)`: a placeholder to overwrite, not a message to send.
+            fn default() -> Self {
+                Self::Unknown(::serde_json::Value::Null)
+            }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
+                match self {
+                    $(Self::$variant(inner) => inner.serialize(s),)*
+                    Self::Unknown(value) => value.serialize(s),
+                }
+            }
+        }
+    };
+}
+pub(crate) use wire_enum;
+
+/// `From<Inner>` for the variants of a wire enum whose inner type is unique to them.
+macro_rules! wire_from {
+    ($name:ident { $($variant:ident($inner:ty)),* $(,)? }) => {$(
+        impl ::core::convert::From<$inner> for $name {
+            fn from(inner: $inner) -> Self {
+                $name::$variant(inner)
+            }
+        }
+    )*};
+}
+pub(crate) use wire_from;
+
+/// Declares a string enum with an `Other` variant for values this crate does not know.
+/// Mark one variant `#[default]`.
+macro_rules! wire_str_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $(
+                $(#[$variant_meta:meta])*
+                $variant:ident = $value:literal
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+        $vis enum $name {
+            $(
+                $(#[$variant_meta])*
+                $variant,
+            )*
+            /// A value this crate does not know, kept as sent.
+            Other(::std::string::String),
+        }
+
+        impl $name {
+            /// The value as it appears on the wire.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$variant => $value,)*
+                    Self::Other(other) => other,
+                }
+            }
+
+            /// Every value this crate knows, in declaration order.
+            #[allow(dead_code)]
+            pub const KNOWN: &'static [&'static str] = &[$($value),*];
+        }
+
+        impl ::core::str::FromStr for $name {
+            type Err = ::core::convert::Infallible;
+            fn from_str(value: &str) -> ::core::result::Result<Self, Self::Err> {
+                ::core::result::Result::Ok(match value {
+                    $($value => Self::$variant,)*
+                    other => Self::Other(other.to_owned()),
+                })
+            }
+        }
+
+        impl ::core::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::core::result::Result<Self, D::Error> {
+                let value = $crate::wire::KeyStr::deserialize(d)?;
+                ::core::result::Result::Ok(match value.0.as_ref() {
+                    $($value => Self::$variant,)*
+                    other => Self::Other(other.to_owned()),
+                })
+            }
+        }
+    };
+}
+pub(crate) use wire_str_enum;
+
+/// A JSON value kept as its exact text, parsed only when asked (`RawJson::get` gives the text).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(pub Box<serde_json::value::RawValue>);
+
+impl RawJson {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Serializes `value` into raw JSON.
+    pub fn from_serialize<T: serde::Serialize>(value: &T) -> Result<Self, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(RawJson)
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+/// A JSON value that is either a string or an array of something else (`content` fields).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextOr<T> {
+    /// The plain-string form.
+    Text(String),
+    /// The structured form.
+    Items(Vec<T>),
+}
+
+impl<T> Default for TextOr<T> {
+    fn default() -> Self {
+        TextOr::Text(String::new())
+    }
+}
+
+impl<T: serde::Serialize> serde::Serialize for TextOr<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TextOr::Text(text) => s.serialize_str(text),
+            TextOr::Items(items) => items.serialize(s),
+        }
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for TextOr<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = TextOr<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(v))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(TextOr::Items(items))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests;
