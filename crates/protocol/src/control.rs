@@ -4,6 +4,7 @@
 //! id answers it (2.1.37 answers `set_permission_mode` twice and never answers an unknown
 //! subtype: see `docs/protocol.md`).
 
+use indexmap::IndexMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -73,8 +74,8 @@ wire_struct! {
     /// accepts it later (2.1.37 answers "Already initialized"). Sent again, it returns the
     /// pending permission requests in the response envelope.
     pub struct InitializeRequest tags { "subtype" = "initialize" } {
-        /// Hook event name → matchers with callback ids.
-        opt hooks: Map<String, Value> = "hooks",
+        /// Hook event name (`PreToolUse`, `PostToolUse`, `Stop`, ...) → matchers with callback ids.
+        opt hooks: IndexMap<String, Vec<HookMatcher>> = "hooks",
         /// Names of SDK-hosted MCP servers.
         opt sdk_mcp_servers: Vec<String> = "sdkMcpServers",
         /// JSON schema for structured output.
@@ -103,13 +104,11 @@ wire_struct! {
 impl InitializeRequest {
     /// Registers callback ids for one hook event (`PreToolUse`, `Stop`, ...).
     pub fn with_hook(mut self, event: &str, matchers: Vec<HookMatcher>) -> Self {
-        let hooks = self.hooks.get_or_insert_with(Map::new);
-        let entry = hooks.entry(event.to_owned()).or_insert_with(|| Value::Array(Vec::new()));
-        if let Value::Array(list) = entry {
-            list.extend(
-                matchers.iter().map(|matcher| serde_json::to_value(matcher).unwrap_or(Value::Null)),
-            );
-        }
+        self.hooks
+            .get_or_insert_with(IndexMap::new)
+            .entry(event.to_owned())
+            .or_default()
+            .extend(matchers);
         self
     }
 }

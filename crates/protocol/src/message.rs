@@ -1,5 +1,6 @@
 //! The top-level messages of the stream-json protocol, one per NDJSON line, in both directions.
 
+use indexmap::IndexMap;
 use serde_json::{Map, Number, Value};
 
 use crate::content::{AssistantBody, ContentBlock, ModelUsage, Usage, UserBody};
@@ -168,8 +169,8 @@ wire_struct! {
         opt total_cost_usd: Number = "total_cost_usd",
         /// Token totals.
         opt usage: Usage = "usage",
-        /// Per-model totals.
-        opt model_usage: Map<String, Value> = "modelUsage",
+        /// Per-model totals, in the order the CLI wrote them.
+        opt model_usage: IndexMap<String, ModelUsage> = "modelUsage",
         /// Tool calls denied during the turn.
         opt permission_denials: Vec<PermissionDenial> = "permission_denials",
         /// Error texts, on error subtypes.
@@ -186,18 +187,6 @@ wire_struct! {
 }
 
 impl ResultMessage {
-    /// `modelUsage` read into typed entries (entries that do not fit are skipped).
-    pub fn model_usage_typed(&self) -> Vec<(String, ModelUsage)> {
-        self.model_usage
-            .iter()
-            .flatten()
-            .filter_map(|(model, usage)| {
-                let text = serde_json::to_string(usage).ok()?;
-                Some((model.clone(), serde_json::from_str(&text).ok()?))
-            })
-            .collect()
-    }
-
     /// `total_cost_usd` as a float.
     pub fn cost_usd(&self) -> Option<f64> {
         self.total_cost_usd.as_ref().and_then(Number::as_f64)

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use switchboard_protocol::control::{
-    session_grants, ControlRequest, HookOutput, InterruptRequest, McpStatusRequest,
+    session_grants, ControlRequest, HookMatcher, HookOutput, InterruptRequest, McpStatusRequest,
     SetMaxThinkingTokensRequest, SetModelRequest, SetPermissionModeRequest,
 };
 use switchboard_protocol::permission::ask_user_question_input;
@@ -67,6 +67,19 @@ fn host_control_requests_match_the_captures() {
         )
         .into(),
     );
+}
+
+#[test]
+fn initialize_with_hooks_matches_the_captures() {
+    let matcher = |id: &str| HookMatcher {
+        matcher: Some("Bash".into()),
+        hook_callback_ids: vec![id.into()],
+        ..HookMatcher::default()
+    };
+    let initialize = InitializeRequest::default()
+        .with_hook("PreToolUse", vec![matcher("pre_bash")])
+        .with_hook("PostToolUse", vec![matcher("post_bash")]);
+    assert_sent(ControlRequest::new("init-1", initialize).into());
 }
 
 #[test]
