@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The real Claude Code CLIs the integration tests run (cached outside the repo).
+./scripts/install-clis.sh
+
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --lib --bins --tests --no-fail-fast
 else

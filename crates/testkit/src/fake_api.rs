@@ -1,0 +1,573 @@
+//! A scripted fake of the Anthropic Messages API that the real Claude Code CLI accepts.
+//!
+//! `POST /v1/messages` (streaming SSE and not), `POST /v1/messages/count_tokens`, and `200 {}`
+//! for anything else. Every request is recorded so tests can assert what the CLI sent. Binds
+//! 127.0.0.1 on port 0.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use crate::scenario::{Block, Reply, Scenario, When};
+
+/// One request the CLI made.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// 1-based arrival order.
+    pub index: usize,
+    /// The path with query.
+    pub path: String,
+    /// The JSON body (`Null` when not JSON).
+    pub body: Value,
+    /// What the fake took it for.
+    pub kind: RequestKind,
+}
+
+/// What the fake took a request for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Part of the conversation: answered from the scenario.
+    Conversation,
+    /// 2.1.37 asks a small model for a Bash command's prefix before asking permission.
+    BashPrefix,
+    /// 2.1.37 asks which files a Bash command touched.
+    OutputFilePaths,
+    /// 2.1.330 pings a new model after `set_model` (`max_tokens: 1`).
+    ModelValidation,
+    /// `count_tokens`.
+    CountTokens,
+    /// Any other path.
+    Other,
+}
+
+impl RecordedRequest {
+    /// The requested model.
+    pub fn model(&self) -> &str {
+        self.body.get("model").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// The text of the latest user message (text blocks joined).
+    pub fn last_user_text(&self) -> String {
+        last_user_message(&self.body)
+            .map(|message| text_of(message.get("content")))
+            .unwrap_or_default()
+    }
+
+    /// The tool results in the latest user message: `(tool_use_id, text, is_error)`.
+    pub fn tool_results(&self) -> Vec<(String, String, bool)> {
+        tool_results(&self.body)
+    }
+}
+
+struct Shared {
+    /// Replies not yet used up, with their remaining count.
+    replies: Vec<(Reply, u32)>,
+    fallback_text: Option<String>,
+    requests: Vec<RecordedRequest>,
+    next_id: u64,
+}
+
+/// The running fake. Dropping it stops the server.
+pub struct FakeApi {
+    addr: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+    /// Counts requests, so tests can wait for one without polling.
+    request_count: watch::Receiver<usize>,
+    /// Opens held streams (`Reply::hold_after`).
+    release: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct AppState {
+    shared: Arc<Mutex<Shared>>,
+    request_count: Arc<watch::Sender<usize>>,
+    release: watch::Receiver<bool>,
+}
+
+impl FakeApi {
+    /// Starts a fake serving `scenario` on 127.0.0.1, port 0.
+    pub async fn start(scenario: Scenario) -> anyhow::Result<FakeApi> {
+        let shared = Arc::new(Mutex::new(Shared {
+            replies: scenario
+                .replies
+                .into_iter()
+                .map(|reply| {
+                    let times = reply.times.max(1);
+                    (reply, times)
+                })
+                .collect(),
+            fallback_text: scenario.fallback_text,
+            requests: Vec::new(),
+            next_id: 0,
+        }));
+        let (count_tx, request_count) = watch::channel(0);
+        let (release, release_rx) = watch::channel(false);
+        let state = AppState {
+            shared: shared.clone(),
+            request_count: Arc::new(count_tx),
+            release: release_rx,
+        };
+        let app = Router::new().fallback(any(handle)).with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(FakeApi { addr, shared, request_count, release, server })
+    }
+
+    /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().map(|shared| shared.requests.clone()).unwrap_or_default()
+    }
+
+    /// The conversation requests so far.
+    pub fn conversation_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|request| request.kind == RequestKind::Conversation)
+            .collect()
+    }
+
+    /// Waits until a recorded request satisfies `predicate`.
+    pub async fn wait_for(&self, predicate: impl Fn(&RecordedRequest) -> bool) -> RecordedRequest {
+        let mut count = self.request_count.clone();
+        loop {
+            if let Some(found) = self.requests().into_iter().find(|request| predicate(request)) {
+                return found;
+            }
+            if count.changed().await.is_err() {
+                panic!("the fake API stopped before the expected request arrived");
+            }
+        }
+    }
+
+    /// Lets held streams continue.
+    pub fn release(&self) {
+        let _ = self.release.send(true);
+    }
+
+    /// Replies not used up yet (to check a scenario ran to its end).
+    pub fn unused_replies(&self) -> usize {
+        self.shared.lock().map(|shared| shared.replies.len()).unwrap_or(0)
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn handle(
+    State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
+    _headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.to_string();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let kind = classify(&path, &body);
+    let (reply, id_base) = {
+        let Ok(mut shared) = state.shared.lock() else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "fake state poisoned").into_response();
+        };
+        let index = shared.requests.len() + 1;
+        shared.requests.push(RecordedRequest {
+            index,
+            path: path.clone(),
+            body: body.clone(),
+            kind: kind.clone(),
+        });
+        shared.next_id += 1;
+        let id_base = shared.next_id;
+        let reply =
+            if kind == RequestKind::Conversation { take_reply(&mut shared, &body) } else { None };
+        (reply, id_base)
+    };
+    state.request_count.send_modify(|count| *count += 1);
+
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("claude-fake").to_owned();
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let reply = match kind {
+        RequestKind::CountTokens => return json_response(StatusCode::OK, json!({"input_tokens": 100})),
+        RequestKind::Other => return json_response(StatusCode::OK, json!({})),
+        RequestKind::ModelValidation => Reply::text("Hi"),
+        RequestKind::BashPrefix => Reply::text(bash_prefix(&last_user_text(&body))),
+        RequestKind::OutputFilePaths => {
+            Reply::text("<is_displaying_contents>\nfalse\n</is_displaying_contents>\n\n<filepaths>\n</filepaths>")
+        }
+        RequestKind::Conversation => match reply {
+            Some(reply) => reply,
+            None => {
+                let message = format!(
+                    "fake API: no scripted reply matches this request (latest user text: {:?})",
+                    truncate(&last_user_text(&body), 200)
+                );
+                return json_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+                );
+            }
+        },
+    };
+    if let Some(error) = &reply.error {
+        let status =
+            StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = json_response(
+            status,
+            json!({"type": "error", "error": {"type": error.error_type, "message": error.message}}),
+        );
+        response.headers_mut().insert("retry-after", "0".parse().expect("static header"));
+        return response;
+    }
+    let message = Rendered::new(&reply, &model, id_base);
+    if stream {
+        sse_response(message, reply, state.release.clone())
+    } else {
+        json_response(StatusCode::OK, message.full_message())
+    }
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response {
+    (status, [("content-type", "application/json")], body.to_string()).into_response()
+}
+
+fn classify(path: &str, body: &Value) -> RequestKind {
+    if path.starts_with("/v1/messages/count_tokens") {
+        return RequestKind::CountTokens;
+    }
+    if !path.starts_with("/v1/messages") {
+        return RequestKind::Other;
+    }
+    if body.get("max_tokens").and_then(Value::as_u64) == Some(1) {
+        return RequestKind::ModelValidation;
+    }
+    if last_user_text(body).contains("<policy_spec>") {
+        return RequestKind::BashPrefix;
+    }
+    if system_text(body).contains("Extract any file paths that this command reads or modifies") {
+        return RequestKind::OutputFilePaths;
+    }
+    RequestKind::Conversation
+}
+
+fn take_reply(shared: &mut Shared, body: &Value) -> Option<Reply> {
+    match shared.replies.iter().position(|(reply, _)| matches(reply.when.as_ref(), body)) {
+        Some(position) => {
+            let (reply, remaining) = &mut shared.replies[position];
+            let taken = reply.clone();
+            *remaining -= 1;
+            if *remaining == 0 {
+                shared.replies.remove(position);
+            }
+            Some(taken)
+        }
+        None => shared.fallback_text.clone().map(Reply::text),
+    }
+}
+
+fn matches(when: Option<&When>, body: &Value) -> bool {
+    match when {
+        None => true,
+        Some(When::PromptContains(text)) => {
+            tool_results(body).is_empty() && last_user_text(body).contains(text.as_str())
+        }
+        Some(When::ToolResult) => !tool_results(body).is_empty(),
+        Some(When::ToolResultContains(text)) => {
+            tool_results(body).iter().any(|(_, content, _)| content.contains(text.as_str()))
+        }
+        Some(When::ModelContains(text)) => body
+            .get("model")
+            .and_then(Value::as_str)
+            .is_some_and(|model| model.contains(text.as_str())),
+    }
+}
+
+fn last_user_message(body: &Value) -> Option<&Value> {
+    body.get("messages")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|message| message.get("role") == Some(&json!("user")))
+}
+
+fn last_user_text(body: &Value) -> String {
+    last_user_message(body).map(|message| text_of(message.get("content"))).unwrap_or_default()
+}
+
+fn system_text(body: &Value) -> String {
+    text_of(body.get("system"))
+}
+
+/// Text of a `content` value: a string, or the text blocks of an array joined by newlines.
+fn text_of(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|block| match block.get("type").and_then(Value::as_str) {
+                Some("text") => block.get("text").and_then(Value::as_str).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn tool_results(body: &Value) -> Vec<(String, String, bool)> {
+    let Some(Value::Array(blocks)) =
+        last_user_message(body).and_then(|message| message.get("content"))
+    else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .filter(|block| block.get("type") == Some(&json!("tool_result")))
+        .map(|block| {
+            let id = block.get("tool_use_id").and_then(Value::as_str).unwrap_or("").to_owned();
+            let is_error = block.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            (id, text_of(block.get("content")), is_error)
+        })
+        .collect()
+}
+
+/// The answer 2.1.37's prefix detection expects: the first word, or `none` for anything with
+/// shell operators (which makes the CLI offer no prefix rule).
+fn bash_prefix(prompt: &str) -> String {
+    let command = prompt.rsplit("Command:").next().unwrap_or("").trim();
+    if command.is_empty()
+        || ["$", "`", ";", "&&", "||", "|", ">", "<"].iter().any(|op| command.contains(op))
+    {
+        return "none".to_owned();
+    }
+    command.split_whitespace().next().unwrap_or("none").to_owned()
+}
+
+fn truncate(text: &str, chars: usize) -> String {
+    text.chars().take(chars).collect()
+}
+
+/// A reply turned into Anthropic content with ids.
+struct Rendered {
+    id: String,
+    model: String,
+    blocks: Vec<(Block, String)>,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+impl Rendered {
+    fn new(reply: &Reply, model: &str, id_base: u64) -> Self {
+        let blocks = reply
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(index, block)| {
+                let id = match block {
+                    Block::ToolUse(tool) => {
+                        tool.id.clone().unwrap_or_else(|| format!("toolu_fake_{id_base}_{index}"))
+                    }
+                    _ => String::new(),
+                };
+                (block.clone(), id)
+            })
+            .collect();
+        Rendered {
+            id: format!("msg_fake_{id_base}"),
+            model: model.to_owned(),
+            blocks,
+            input_tokens: reply.input_tokens.unwrap_or(10),
+            output_tokens: reply.output_tokens.unwrap_or(5),
+        }
+    }
+
+    fn stop_reason(&self) -> &'static str {
+        if self.blocks.iter().any(|(block, _)| matches!(block, Block::ToolUse(_))) {
+            "tool_use"
+        } else {
+            "end_turn"
+        }
+    }
+
+    fn usage(&self, output_tokens: u64) -> Value {
+        json!({
+            "input_tokens": self.input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        })
+    }
+
+    fn block_json(block: &Block, id: &str) -> Value {
+        match block {
+            Block::Text(text) => json!({"type": "text", "text": text}),
+            Block::Thinking(text) => {
+                json!({"type": "thinking", "thinking": text, "signature": "fake-signature"})
+            }
+            Block::ToolUse(tool) => {
+                json!({"type": "tool_use", "id": id, "name": tool.name, "input": tool.input})
+            }
+        }
+    }
+
+    fn full_message(&self) -> Value {
+        json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self.blocks.iter().map(|(block, id)| Self::block_json(block, id)).collect::<Vec<_>>(),
+            "stop_reason": self.stop_reason(),
+            "stop_sequence": null,
+            "usage": self.usage(self.output_tokens),
+        })
+    }
+
+    /// The SSE events, each tagged with whether it is a content delta (holds and injected
+    /// errors count deltas).
+    fn events(&self) -> Vec<(bool, Value)> {
+        let mut events = vec![(
+            false,
+            json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+                "content": [], "stop_reason": null, "stop_sequence": null, "usage": self.usage(1),
+            }}),
+        )];
+        for (index, (block, id)) in self.blocks.iter().enumerate() {
+            let start = match block {
+                Block::Text(_) => json!({"type": "text", "text": ""}),
+                Block::Thinking(_) => json!({"type": "thinking", "thinking": ""}),
+                Block::ToolUse(tool) => {
+                    json!({"type": "tool_use", "id": id, "name": tool.name, "input": {}})
+                }
+            };
+            events.push((
+                false,
+                json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ));
+            match block {
+                Block::Text(text) => {
+                    for piece in words(text) {
+                        events.push((true, json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}})));
+                    }
+                }
+                Block::Thinking(text) => {
+                    for piece in words(text) {
+                        events.push((true, json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}})));
+                    }
+                    events.push((false, json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": "fake-signature"}})));
+                }
+                Block::ToolUse(tool) => {
+                    events.push((true, json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": tool.input.to_string()}})));
+                }
+            }
+            events.push((false, json!({"type": "content_block_stop", "index": index})));
+        }
+        events.push((
+            false,
+            json!({"type": "message_delta", "delta": {"stop_reason": self.stop_reason(), "stop_sequence": null}, "usage": {"output_tokens": self.output_tokens}}),
+        ));
+        events.push((false, json!({"type": "message_stop"})));
+        events
+    }
+}
+
+/// Splits text into word-sized deltas that concatenate back to it.
+fn words(text: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut current = String::new();
+    for ch in text.chars() {
+        current.push(ch);
+        if ch == ' ' {
+            pieces.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() || pieces.is_empty() {
+        pieces.push(current);
+    }
+    pieces
+}
+
+fn sse_response(message: Rendered, reply: Reply, mut release: watch::Receiver<bool>) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    tokio::spawn(async move {
+        let mut deltas = 0usize;
+        for (is_delta, event) in message.events() {
+            if is_delta {
+                if reply.stream_error_after == Some(deltas) {
+                    let error = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded (injected mid-stream)"}});
+                    let _ = tx.send(Ok(sse("error", &error))).await;
+                    return;
+                }
+                if reply.hold_after == Some(deltas) {
+                    // Wait for the test, or for the client to hang up.
+                    tokio::select! {
+                        _ = release.wait_for(|released| *released) => {}
+                        _ = tx.closed() => return,
+                    }
+                }
+                deltas += 1;
+            }
+            if reply.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(reply.delay_ms)).await;
+            }
+            let name = event.get("type").and_then(Value::as_str).unwrap_or("message").to_owned();
+            if tx.send(Ok(sse(&name, &event))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream_from(rx));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn sse(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+fn tokio_stream_from(
+    mut rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_concatenate_back() {
+        assert_eq!(words("a bc d").concat(), "a bc d");
+        assert_eq!(words("a bc d"), ["a ", "bc ", "d"]);
+        assert_eq!(words(""), [""]);
+    }
+
+    #[test]
+    fn bash_prefix_answers_like_the_small_model() {
+        assert_eq!(bash_prefix("<policy_spec>...</policy_spec>\nCommand: touch x.txt"), "touch");
+        assert_eq!(bash_prefix("Command: touch x && ls"), "none");
+        assert_eq!(bash_prefix("Command: echo $HOME"), "none");
+    }
+}

@@ -1,0 +1,121 @@
+//! Where the CLIs are, and a scratch environment to run one in.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+/// The pinned real CLI versions the tests run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CliVersion {
+    /// 2.1.330: the current native CLI.
+    V2_1_330,
+    /// 2.1.37: Node CLI; the last line that accepts a non-Anthropic `--sdk-url`.
+    V2_1_37,
+}
+
+impl CliVersion {
+    /// Both, newest first.
+    pub const ALL: [CliVersion; 2] = [CliVersion::V2_1_330, CliVersion::V2_1_37];
+
+    /// `2.1.330`, `2.1.37`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CliVersion::V2_1_330 => "2.1.330",
+            CliVersion::V2_1_37 => "2.1.37",
+        }
+    }
+}
+
+/// The cache `scripts/install-clis.sh` installs into.
+pub fn cli_cache() -> PathBuf {
+    match std::env::var_os("SWITCHBOARD_CLI_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            home.join(".cache/switchboard/claude-code")
+        }
+    }
+}
+
+/// The installed real CLI of `version`.
+///
+/// # Panics
+/// When it is not installed, with the command that installs it: a test that needs the real
+/// CLI fails rather than passing without it.
+pub fn real_cli(version: CliVersion) -> PathBuf {
+    let path = cli_cache().join(version.as_str()).join("node_modules/.bin/claude");
+    assert!(
+        path.exists(),
+        "claude {} is not installed at {}: run scripts/install-clis.sh (scripts/test.sh does)",
+        version.as_str(),
+        path.display()
+    );
+    path
+}
+
+/// The `fake-claude` binary built next to the test binaries.
+pub fn fake_cli() -> PathBuf {
+    // Test binaries live in target/<profile>/deps; binaries in target/<profile>.
+    let exe = std::env::current_exe().expect("current exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join("fake-claude");
+    assert!(
+        path.exists(),
+        "fake-claude is not built at {}: run `cargo build -p switchboard-testkit`",
+        path.display()
+    );
+    path
+}
+
+/// A scratch HOME and working directory, removed on drop, and the environment that points the
+/// CLI at a fake API.
+pub struct CliSandbox {
+    root: TempDir,
+}
+
+impl CliSandbox {
+    /// A new sandbox.
+    pub fn new() -> std::io::Result<CliSandbox> {
+        let root = tempfile::Builder::new().prefix("switchboard-test-").tempdir()?;
+        std::fs::create_dir_all(root.path().join("home"))?;
+        std::fs::create_dir_all(root.path().join("work"))?;
+        std::fs::create_dir_all(root.path().join("tmp"))?;
+        Ok(CliSandbox { root })
+    }
+
+    /// The scratch HOME.
+    pub fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+
+    /// The working directory.
+    pub fn workdir(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    /// A path inside the working directory.
+    pub fn file(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.workdir().join(name)
+    }
+
+    /// The environment for a CLI talking to `api_base_url`: `ANTHROPIC_BASE_URL`, a dummy key,
+    /// non-essential traffic off, the scratch HOME and TMPDIR, two API retries (so error tests
+    /// end quickly).
+    pub fn env(&self, api_base_url: &str) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        env.insert("ANTHROPIC_BASE_URL".into(), api_base_url.to_owned());
+        env.insert("ANTHROPIC_API_KEY".into(), "sk-ant-test-not-a-real-key".into());
+        env.insert("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into());
+        env.insert("DISABLE_AUTOUPDATER".into(), "1".into());
+        env.insert("CLAUDE_CODE_MAX_RETRIES".into(), "2".into());
+        env.insert("HOME".into(), self.home().display().to_string());
+        env.insert("TMPDIR".into(), self.root.path().join("tmp").display().to_string());
+        env
+    }
+}
