@@ -1,0 +1,11 @@
+//! Transports to the Claude Code CLI. Each owns a pipe or a socket and turns it into decoded
+//! lines in and encoded lines out; nothing above a transport knows which kind it talks to.
+//!
+//! - [`stdio`]: spawn `claude` and speak over its stdin/stdout (every current CLI).
+
+pub mod stdio;
+
+pub use stdio::{
+    cli_command, spawn, CliLink, CliOptions, CliProcess, ExitInfo, LineWriter, TransportError,
+    TransportEvent,
+};

@@ -1,0 +1,575 @@
+//! The stdio transport: spawn `claude` and speak NDJSON over its stdin and stdout.
+//!
+//! [`cli_command`] is the only place in Switchboard that builds a command for `claude`
+//! (`clippy.toml` forbids `Command::new` elsewhere). [`spawn`] starts it in its own process
+//! group and returns a [`CliLink`]: a bounded stream of [`TransportEvent`]s (decoded lines,
+//! bad lines, stderr, exit) and a [`CliProcess`] to write lines and shut it down.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use switchboard_protocol::codec::{Decoder, LineError};
+use switchboard_protocol::{PermissionMode, Received};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Events queued from the CLI before the reader waits for the consumer (the pipe then fills and
+/// the CLI blocks: backpressure, not unbounded memory).
+pub const EVENT_QUEUE: usize = 256;
+
+/// Lines queued for the CLI's stdin before `send` waits.
+pub const WRITE_QUEUE: usize = 256;
+
+/// How much of stderr is kept for error messages (the tail), in bytes.
+pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
+
+/// How much one stdout read takes.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Environment variables the CLI sets for its own children. A `claude` started from inside a
+/// Claude Code session (a daemon launched from a Bash tool, say) must not inherit them: the
+/// child would believe it is nested.
+pub const NESTED_SESSION_VARIABLES: &[&str] = &[
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_CODE_SSE_PORT",
+    "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
+    "CLAUDE_AGENT_SDK_VERSION",
+];
+
+/// How to launch the CLI: the flags users need, cwd and environment.
+///
+/// Every value is passed as a single `--flag=value` argument, so no value can be read as a
+/// flag of its own, whatever it starts with.
+#[derive(Debug, Clone, Default)]
+pub struct CliOptions {
+    /// The CLI binary; `claude` on `PATH` when `None`.
+    pub program: Option<PathBuf>,
+    /// Working directory of the session (required).
+    pub cwd: PathBuf,
+    /// Extra environment, applied after the inherited one.
+    pub env: BTreeMap<String, String>,
+    /// Start from an empty environment (plus `PATH`) instead of inheriting this process's.
+    pub clear_env: bool,
+    /// `--resume ID`.
+    pub resume: Option<String>,
+    /// `--continue`.
+    pub continue_last: bool,
+    /// `--fork-session` (with `resume`).
+    pub fork_session: bool,
+    /// `--resume-session-at UUID`.
+    pub resume_session_at: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--fallback-model`.
+    pub fallback_model: Option<String>,
+    /// `--permission-mode`.
+    pub permission_mode: Option<PermissionMode>,
+    /// `--allowedTools`, one rule each.
+    pub allowed_tools: Vec<String>,
+    /// `--disallowedTools`, one rule each.
+    pub disallowed_tools: Vec<String>,
+    /// `--max-turns`.
+    pub max_turns: Option<u32>,
+    /// `--system-prompt`.
+    pub system_prompt: Option<String>,
+    /// `--append-system-prompt`.
+    pub append_system_prompt: Option<String>,
+    /// `--mcp-config`, one file or JSON string each.
+    pub mcp_config: Vec<String>,
+    /// `--add-dir`, one directory each.
+    pub add_dirs: Vec<PathBuf>,
+    /// `--settings` (a file or JSON string).
+    pub settings: Option<String>,
+    /// `--include-partial-messages` (token streaming); on by default in [`CliOptions::new`].
+    pub include_partial_messages: bool,
+    /// `--replay-user-messages`.
+    pub replay_user_messages: bool,
+    /// `--allow-dangerously-skip-permissions` (needed by 2.1.330 to switch to
+    /// `bypassPermissions` later).
+    pub allow_dangerously_skip_permissions: bool,
+    /// Arguments appended as they are, after everything else. The caller vouches for them.
+    pub extra_args: Vec<String>,
+}
+
+impl CliOptions {
+    /// Options for a session in `cwd`, streaming partial messages.
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        CliOptions { cwd: cwd.into(), include_partial_messages: true, ..CliOptions::default() }
+    }
+
+    /// The argument list (without the program).
+    pub fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = [
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--input-format",
+            "stream-json",
+            "--verbose",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let mut flag =
+            |name: &str, value: &str| args.push(OsString::from(format!("--{name}={value}")));
+        if let Some(id) = &self.resume {
+            flag("resume", id);
+        }
+        if let Some(uuid) = &self.resume_session_at {
+            flag("resume-session-at", uuid);
+        }
+        if let Some(model) = &self.model {
+            flag("model", model);
+        }
+        if let Some(model) = &self.fallback_model {
+            flag("fallback-model", model);
+        }
+        if let Some(mode) = &self.permission_mode {
+            flag("permission-mode", mode.as_str());
+        }
+        for rule in &self.allowed_tools {
+            flag("allowedTools", rule);
+        }
+        for rule in &self.disallowed_tools {
+            flag("disallowedTools", rule);
+        }
+        if let Some(turns) = self.max_turns {
+            flag("max-turns", &turns.to_string());
+        }
+        if let Some(prompt) = &self.system_prompt {
+            flag("system-prompt", prompt);
+        }
+        if let Some(prompt) = &self.append_system_prompt {
+            flag("append-system-prompt", prompt);
+        }
+        for config in &self.mcp_config {
+            flag("mcp-config", config);
+        }
+        for dir in &self.add_dirs {
+            flag("add-dir", &dir.display().to_string());
+        }
+        if let Some(settings) = &self.settings {
+            flag("settings", settings);
+        }
+        let mut switches = Vec::new();
+        if self.continue_last {
+            switches.push("--continue");
+        }
+        if self.fork_session {
+            switches.push("--fork-session");
+        }
+        if self.include_partial_messages {
+            switches.push("--include-partial-messages");
+        }
+        if self.replay_user_messages {
+            switches.push("--replay-user-messages");
+        }
+        if self.allow_dangerously_skip_permissions {
+            switches.push("--allow-dangerously-skip-permissions");
+        }
+        args.extend(switches.into_iter().map(OsString::from));
+        args.extend(self.extra_args.iter().map(OsString::from));
+        args
+    }
+
+    /// The program to run.
+    pub fn program(&self) -> PathBuf {
+        self.program.clone().unwrap_or_else(|| PathBuf::from("claude"))
+    }
+}
+
+/// Builds the command that starts the CLI. **The only place that creates a command for
+/// `claude`.**
+///
+/// The child gets its own process group (so shutdown reaches the tools it starts), piped
+/// stdio, the session's cwd, and the environment: inherited (or only `PATH` with
+/// `clear_env`), minus [`NESTED_SESSION_VARIABLES`], plus `options.env`.
+#[allow(clippy::disallowed_methods)] // this is the one spawn function
+pub fn cli_command(options: &CliOptions) -> Command {
+    let mut command = Command::new(options.program());
+    command.args(options.args()).current_dir(&options.cwd);
+    if options.clear_env {
+        command.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
+    }
+    for variable in NESTED_SESSION_VARIABLES {
+        command.env_remove(variable);
+    }
+    command.envs(&options.env);
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
+/// Why the CLI could not be started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The program does not exist.
+    #[error("the Claude Code CLI was not found at {program:?}; install it (npm install -g @anthropic-ai/claude-code) or point --claude / SWITCHBOARD_CLAUDE at it")]
+    NotFound {
+        /// What we tried to run.
+        program: PathBuf,
+    },
+    /// The working directory does not exist.
+    #[error("working directory {0:?} does not exist")]
+    NoSuchCwd(PathBuf),
+    /// Spawning failed for another reason.
+    #[error("cannot start {program:?}: {source}")]
+    Spawn {
+        /// What we tried to run.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The CLI's stdin is closed (it exited, or we closed it).
+    #[error("the CLI's input is closed")]
+    Closed,
+}
+
+/// What comes out of the CLI, in order. `Exited` is always last, after every stdout line.
+#[derive(Debug)]
+pub enum TransportEvent {
+    /// A decoded line.
+    Line(Received),
+    /// A line that could not be decoded (oversize, malformed); the stream goes on.
+    BadLine(LineError),
+    /// A line the CLI wrote to stderr, ANSI codes stripped.
+    Stderr(String),
+    /// The CLI exited.
+    Exited(ExitInfo),
+}
+
+/// How the CLI ended.
+#[derive(Debug, Clone)]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// The signal that killed it.
+    pub signal: Option<i32>,
+    /// The last [`STDERR_TAIL_BYTES`] of stderr.
+    pub stderr_tail: String,
+    /// Whether it wrote anything to stdout before ending.
+    pub wrote_output: bool,
+}
+
+impl ExitInfo {
+    fn from_status(status: Option<ExitStatus>, stderr_tail: String, wrote_output: bool) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        ExitInfo {
+            code: status.and_then(|status| status.code()),
+            signal: status.and_then(|status| status.signal()),
+            stderr_tail,
+            wrote_output,
+        }
+    }
+
+    /// Whether it exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// A one-line description with the stderr tail's last line, and a hint for known causes.
+    pub fn describe(&self) -> String {
+        let how = match (self.code, self.signal) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => format!("was killed by signal {signal}"),
+            (None, None) => "ended".to_owned(),
+        };
+        let last = self
+            .stderr_tail
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .unwrap_or("")
+            .trim();
+        let hint = hint_for(&self.stderr_tail);
+        match (last.is_empty(), hint) {
+            (true, None) => format!("the CLI {how}"),
+            (true, Some(hint)) => format!("the CLI {how} ({hint})"),
+            (false, None) => format!("the CLI {how}: {last}"),
+            (false, Some(hint)) => format!("the CLI {how}: {last} ({hint})"),
+        }
+    }
+}
+
+fn hint_for(stderr: &str) -> Option<&'static str> {
+    let lower = stderr.to_lowercase();
+    if lower.contains("invalid api key")
+        || lower.contains("/login")
+        || lower.contains("not logged in")
+    {
+        Some("not logged in: run `claude` once to log in, or set ANTHROPIC_API_KEY")
+    } else if lower.contains("unknown option") || lower.contains("error: option") {
+        Some(
+            "this CLI version does not support a flag Switchboard passed; check `claude --version`",
+        )
+    } else if lower.contains("requires --verbose") {
+        Some("this CLI needs --verbose with stream-json")
+    } else {
+        None
+    }
+}
+
+/// The running CLI: write lines, close its input, shut it down. Dropping it kills the whole
+/// process group.
+#[derive(Debug)]
+pub struct CliProcess {
+    pid: Option<u32>,
+    writer: Option<mpsc::Sender<WriterCommand>>,
+    exited: watch::Receiver<bool>,
+}
+
+#[derive(Debug)]
+enum WriterCommand {
+    Line(Bytes, oneshot::Sender<Result<(), TransportError>>),
+}
+
+/// A started CLI: its events and its handle.
+#[derive(Debug)]
+pub struct CliLink {
+    /// Events from the CLI; ends after `Exited`.
+    pub events: mpsc::Receiver<TransportEvent>,
+    /// The process.
+    pub process: CliProcess,
+}
+
+/// Starts the CLI.
+pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
+    if !options.cwd.is_dir() {
+        return Err(TransportError::NoSuchCwd(options.cwd.clone()));
+    }
+    let program = options.program();
+    let mut child = cli_command(options).spawn().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            TransportError::NotFound { program: program.clone() }
+        } else {
+            TransportError::Spawn { program: program.clone(), source }
+        }
+    })?;
+    let pid = child.id();
+    tracing::debug!(pid, program = %program.display(), "spawned claude");
+    let stdin = child.stdin.take().expect("stdin is piped");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+    let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
+    let (exited_tx, exited) = watch::channel(false);
+    tokio::spawn(write_loop(stdin, writer_rx));
+    tokio::spawn(supervise(child, stdout, stderr, events_tx, exited_tx));
+    Ok(CliLink { events, process: CliProcess { pid, writer: Some(writer_tx), exited } })
+}
+
+async fn write_loop(mut stdin: ChildStdin, mut commands: mpsc::Receiver<WriterCommand>) {
+    while let Some(WriterCommand::Line(bytes, done)) = commands.recv().await {
+        let result = async {
+            stdin.write_all(&bytes).await?;
+            stdin.flush().await
+        }
+        .await
+        .map_err(|_| TransportError::Closed);
+        let failed = result.is_err();
+        let _ = done.send(result);
+        if failed {
+            break;
+        }
+    }
+    // Every sender dropped (or the pipe broke): closing stdin tells the CLI input has ended.
+    let _ = stdin.shutdown().await;
+}
+
+async fn supervise(
+    mut child: Child,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    events: mpsc::Sender<TransportEvent>,
+    exited: watch::Sender<bool>,
+) {
+    let pid = child.id();
+    let stderr_task = tokio::spawn(read_stderr(stderr, events.clone()));
+    let stdout_events = events.clone();
+    let stdout_task = tokio::spawn(async move { read_stdout(stdout, &stdout_events).await });
+    let status = child.wait().await.ok();
+    // The CLI is gone; tools it started may not be (and may hold our pipes open). Take the
+    // group down with it, then drain what the CLI wrote before it exited.
+    if let Some(pid) = pid {
+        kill_group(pid, Signal::SIGKILL);
+    }
+    let wrote_output = stdout_task.await.unwrap_or(false);
+    let stderr_tail = stderr_task.await.unwrap_or_default();
+    let _ = exited.send(true);
+    let _ = events
+        .send(TransportEvent::Exited(ExitInfo::from_status(status, stderr_tail, wrote_output)))
+        .await;
+}
+
+async fn read_stdout(mut stdout: ChildStdout, events: &mpsc::Sender<TransportEvent>) -> bool {
+    let mut decoder = Decoder::default();
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut wrote_output = false;
+    loop {
+        let read = match stdout.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        wrote_output = true;
+        decoder.push(&chunk[..read]);
+        while let Some(item) = decoder.next_item() {
+            if events.send(to_event(item)).await.is_err() {
+                return wrote_output;
+            }
+        }
+    }
+    while let Some(item) = decoder.finish() {
+        if events.send(to_event(item)).await.is_err() {
+            break;
+        }
+    }
+    wrote_output
+}
+
+fn to_event(item: Result<Received, LineError>) -> TransportEvent {
+    match item {
+        Ok(received) => TransportEvent::Line(received),
+        Err(error) => TransportEvent::BadLine(error),
+    }
+}
+
+async fn read_stderr(stderr: ChildStderr, events: mpsc::Sender<TransportEvent>) -> String {
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut tail_bytes = 0;
+    let mut lines = BufReader::new(stderr).split(b'\n');
+    while let Ok(Some(line)) = lines.next_segment().await {
+        let clean =
+            String::from_utf8_lossy(&strip_ansi_escapes::strip(&line)).trim_end().to_owned();
+        tail_bytes += clean.len() + 1;
+        tail.push_back(clean.clone());
+        while tail_bytes > STDERR_TAIL_BYTES {
+            match tail.pop_front() {
+                Some(old) => tail_bytes -= old.len() + 1,
+                None => break,
+            }
+        }
+        // Informational: never let a full queue stall the stderr pipe (and so the CLI).
+        let _ = events.try_send(TransportEvent::Stderr(clean));
+    }
+    tail.into_iter().collect::<Vec<_>>().join("\n")
+}
+
+fn kill_group(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = killpg(Pid::from_raw(pid), signal);
+    }
+}
+
+impl CliProcess {
+    /// The CLI's process id (also its process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Writes one line (the bytes must end with `\n`) and waits until it is flushed.
+    pub async fn send(&self, line: Bytes) -> Result<(), TransportError> {
+        let writer = self.writer.as_ref().ok_or(TransportError::Closed)?;
+        let (done, result) = oneshot::channel();
+        writer.send(WriterCommand::Line(line, done)).await.map_err(|_| TransportError::Closed)?;
+        result.await.map_err(|_| TransportError::Closed)?
+    }
+
+    /// A cheap handle that writes lines, for tasks other than the owner.
+    pub fn writer(&self) -> Option<LineWriter> {
+        self.writer.clone().map(LineWriter)
+    }
+
+    /// Closes the CLI's stdin: the normal way to end a session (the CLI finishes its turn, then
+    /// exits). Writers obtained with [`CliProcess::writer`] keep it open until they drop.
+    pub fn close_input(&mut self) {
+        self.writer = None;
+    }
+
+    /// Whether the process has exited.
+    pub fn has_exited(&self) -> bool {
+        *self.exited.borrow()
+    }
+
+    /// Waits until the process has exited.
+    pub async fn wait_exit(&mut self) {
+        let _ = self.exited.wait_for(|exited| *exited).await;
+    }
+
+    /// Ends the CLI: close stdin and wait `grace`; then SIGTERM the group and wait `grace`;
+    /// then SIGKILL the group. Returns which step ended it.
+    pub async fn shutdown(&mut self, grace: Duration) -> ShutdownStep {
+        self.close_input();
+        if tokio::time::timeout(grace, self.wait_exit()).await.is_ok() {
+            return ShutdownStep::InputClosed;
+        }
+        if let Some(pid) = self.pid {
+            tracing::debug!(pid, "claude did not exit after stdin closed; SIGTERM");
+            kill_group(pid, Signal::SIGTERM);
+        }
+        if tokio::time::timeout(grace, self.wait_exit()).await.is_ok() {
+            return ShutdownStep::Terminated;
+        }
+        if let Some(pid) = self.pid {
+            tracing::warn!(pid, "claude ignored SIGTERM; SIGKILL");
+            kill_group(pid, Signal::SIGKILL);
+        }
+        self.wait_exit().await;
+        ShutdownStep::Killed
+    }
+
+    /// Kills the whole process group now.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid {
+            kill_group(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for CliProcess {
+    fn drop(&mut self) {
+        if !self.has_exited() {
+            self.kill();
+        }
+    }
+}
+
+/// Which step of [`CliProcess::shutdown`] ended the CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownStep {
+    /// It exited after its input closed.
+    InputClosed,
+    /// It exited on SIGTERM.
+    Terminated,
+    /// It had to be killed.
+    Killed,
+}
+
+/// Writes lines to the CLI's stdin from any task.
+#[derive(Debug, Clone)]
+pub struct LineWriter(mpsc::Sender<WriterCommand>);
+
+impl LineWriter {
+    /// Writes one line (the bytes must end with `\n`) and waits until it is flushed.
+    pub async fn send(&self, line: Bytes) -> Result<(), TransportError> {
+        let (done, result) = oneshot::channel();
+        self.0.send(WriterCommand::Line(line, done)).await.map_err(|_| TransportError::Closed)?;
+        result.await.map_err(|_| TransportError::Closed)?
+    }
+}

@@ -1,0 +1,185 @@
+//! The stdio transport against `fake-claude` (failure paths) and the real CLI.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use switchboard_protocol::{encode_line, Message, UserMessage};
+use switchboard_testkit::fake_cli;
+use switchboard_transport::stdio::{CliOptions, ShutdownStep, TransportError, TransportEvent};
+use switchboard_transport::{spawn, CliLink};
+use tempfile::TempDir;
+
+/// Starts fake-claude with `script` (JSON steps) in a scratch directory.
+fn start_fake(script: serde_json::Value) -> (CliLink, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let mut options = CliOptions::new(dir.path());
+    options.program = Some(fake_cli());
+    if script != json!(null) {
+        options.env.insert("FAKE_CLAUDE_SCRIPT".into(), script_path.display().to_string());
+    }
+    (spawn(&options).unwrap(), dir)
+}
+
+async fn next(link: &mut CliLink) -> TransportEvent {
+    tokio::time::timeout(Duration::from_secs(30), link.events.recv())
+        .await
+        .expect("no event within 30 s")
+        .expect("event stream ended")
+}
+
+/// Collects events until `Exited`.
+async fn until_exit(link: &mut CliLink) -> Vec<TransportEvent> {
+    let mut events = Vec::new();
+    loop {
+        let event = next(link).await;
+        let done = matches!(event, TransportEvent::Exited(_));
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
+}
+
+fn line(message: impl Into<Message>) -> Bytes {
+    Bytes::from(encode_line(&message.into()))
+}
+
+#[tokio::test]
+async fn a_turn_round_trips_and_closing_input_ends_the_cli() {
+    let (mut link, _dir) = start_fake(json!(null));
+    link.process.send(line(UserMessage::prompt("ping"))).await.unwrap();
+    let mut kinds = Vec::new();
+    loop {
+        match next(&mut link).await {
+            TransportEvent::Line(received) => {
+                let done = matches!(received.message, Message::Result(_));
+                kinds.push(received.message.type_name().unwrap().to_owned());
+                if let Message::Result(result) = &received.message {
+                    assert_eq!(result.result.as_deref(), Some("echo: ping"));
+                }
+                if done {
+                    break;
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(kinds, ["system", "assistant", "result"]);
+    link.process.close_input();
+    let events = until_exit(&mut link).await;
+    let TransportEvent::Exited(exit) = events.last().unwrap() else { panic!() };
+    assert!(exit.success(), "{exit:?}");
+    assert!(matches!(
+        link.process.send(line(UserMessage::prompt("late"))).await,
+        Err(TransportError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn a_missing_cli_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = CliOptions::new(dir.path());
+    options.program = Some("/nonexistent/claude".into());
+    let error = spawn(&options).unwrap_err();
+    assert!(matches!(error, TransportError::NotFound { .. }));
+    assert!(error.to_string().contains("/nonexistent/claude"), "{error}");
+    options.cwd = dir.path().join("missing");
+    assert!(spawn(&options).unwrap_err().to_string().contains("does not exist"));
+}
+
+#[tokio::test]
+async fn garbage_and_huge_lines_do_not_end_the_stream() {
+    let (mut link, _dir) = start_fake(json!([
+        {"emit_raw": "garbage that is not json\n"},
+        {"emit_big": 12_000_000},
+        {"turn": "still here"},
+    ]));
+    let events = until_exit(&mut link).await;
+    assert!(
+        matches!(&events[0], TransportEvent::BadLine(error) if error.preview.starts_with("garbage"))
+    );
+    let TransportEvent::Line(big) = &events[1] else { panic!("{:?}", events[1]) };
+    assert!(big.raw.len() > 12_000_000);
+    assert!(events.iter().any(
+        |event| matches!(event, TransportEvent::Line(r) if matches!(r.message, Message::Result(_)))
+    ));
+}
+
+#[tokio::test]
+async fn a_crash_mid_turn_reports_the_signal_and_stderr() {
+    let (mut link, _dir) = start_fake(json!([
+        {"emit": {"type": "system", "subtype": "init", "session_id": "$SESSION"}},
+        {"stderr": "\u{1b}[31mfatal: something broke\u{1b}[0m\n"},
+        {"crash": true},
+    ]));
+    let events = until_exit(&mut link).await;
+    let stderr: Vec<&String> = events
+        .iter()
+        .filter_map(|e| if let TransportEvent::Stderr(s) = e { Some(s) } else { None })
+        .collect();
+    assert_eq!(stderr, ["fatal: something broke"], "ANSI codes stripped");
+    let TransportEvent::Exited(exit) = events.last().unwrap() else { panic!() };
+    assert_eq!(exit.signal, Some(6), "{exit:?}");
+    assert!(
+        exit.describe().contains("killed by signal 6: fatal: something broke"),
+        "{}",
+        exit.describe()
+    );
+}
+
+#[tokio::test]
+async fn a_cli_that_ignores_sigterm_is_killed_with_its_whole_group() {
+    let (mut link, _dir) = start_fake(json!([{"hang_ignoring_term": true}]));
+    let pid = link.process.pid().unwrap();
+    let step = link.process.shutdown(Duration::from_millis(300)).await;
+    assert_eq!(step, ShutdownStep::Killed);
+    // Nothing of the group is left (the shell's `sleep` children included).
+    let gone = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), None);
+    assert_eq!(gone, Err(nix::errno::Errno::ESRCH));
+}
+
+#[tokio::test]
+async fn early_exit_with_usage_error_is_described_with_a_hint() {
+    let (mut link, _dir) = start_fake(json!([
+        {"stderr": "error: unknown option '--bogus'\n"},
+        {"exit": 1},
+    ]));
+    let events = until_exit(&mut link).await;
+    let TransportEvent::Exited(exit) = events.last().unwrap() else { panic!() };
+    assert!(!exit.wrote_output);
+    let description = exit.describe();
+    assert!(
+        description.contains("exited with status 1: error: unknown option '--bogus'"),
+        "{description}"
+    );
+    assert!(description.contains("does not support a flag"), "{description}");
+}
+
+#[test]
+fn values_cannot_become_flags_and_nested_session_variables_are_removed() {
+    let mut options = CliOptions::new(Path::new("/tmp"));
+    options.model = Some("--dangerously-skip-permissions".into());
+    options.allowed_tools = vec!["Bash(git status:*)".into(), "Read".into()];
+    options.resume = Some("abc".into());
+    options.fork_session = true;
+    let args: Vec<String> = options.args().into_iter().map(|a| a.into_string().unwrap()).collect();
+    assert!(args.contains(&"--model=--dangerously-skip-permissions".to_owned()));
+    assert!(!args.contains(&"--dangerously-skip-permissions".to_owned()));
+    assert!(args.contains(&"--allowedTools=Bash(git status:*)".to_owned()));
+    assert!(args.contains(&"--allowedTools=Read".to_owned()));
+    assert!(args.contains(&"--resume=abc".to_owned()));
+    assert!(args.contains(&"--fork-session".to_owned()));
+    assert!(args.contains(&"--include-partial-messages".to_owned()));
+    let command = switchboard_transport::cli_command(&options);
+    let removed: Vec<String> = command
+        .as_std()
+        .get_envs()
+        .filter(|(_, value)| value.is_none())
+        .map(|(key, _)| key.to_string_lossy().into_owned())
+        .collect();
+    assert!(removed.contains(&"CLAUDECODE".to_owned()), "{removed:?}");
+}
