@@ -1,0 +1,639 @@
+//! The permission engine's pure core: policy files, Claude Code rule matching, decisions.
+//!
+//! A policy uses Claude Code's own rule syntax, so users already know it:
+//!
+//! ```toml
+//! [permissions]
+//! allow = ["Read", "Grep", "Bash(git status:*)", "Edit(src/**)"]
+//! deny  = ["Bash(rm:*)", "WebFetch"]
+//! ask   = ["Bash"]
+//! default = "ask"          # allow | deny | ask, when no rule matches
+//! ask_timeout_secs = 600
+//! on_timeout = "deny"
+//! ```
+//!
+//! Deny beats ask beats allow. A Bash command is split into its subcommands (`&&`, `||`, `;`,
+//! `|`, `&`, newlines, outside quotes): one denied subcommand denies the whole, one asked
+//! subcommand asks, and it is allowed only when every subcommand is. Nothing here does I/O.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use globset::{Glob, GlobMatcher};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What the engine decides for one tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Behavior {
+    /// Run it.
+    Allow,
+    /// Refuse it.
+    Deny,
+    /// Ask a person.
+    Ask,
+}
+
+impl Behavior {
+    /// `allow`, `deny`, `ask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Behavior::Allow => "allow",
+            Behavior::Deny => "deny",
+            Behavior::Ask => "ask",
+        }
+    }
+}
+
+/// A decision and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// What to do.
+    pub behavior: Behavior,
+    /// The rule that decided (`Bash(rm:*)`), or `None` when the default did.
+    pub rule: Option<String>,
+    /// A sentence for logs and for the model (on deny).
+    pub reason: String,
+}
+
+/// How long a person has to answer, and what happens when nobody does.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A parsed policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    allow: Vec<Rule>,
+    deny: Vec<Rule>,
+    ask: Vec<Rule>,
+    /// What happens when no rule matches.
+    pub default: Behavior,
+    /// How long an `ask` waits for a person.
+    pub ask_timeout: Duration,
+    /// What an unanswered `ask` becomes (`allow` is refused: timeouts fail closed).
+    pub on_timeout: Behavior,
+}
+
+impl Default for Policy {
+    /// No rules; everything asks; unanswered asks are denied after ten minutes.
+    fn default() -> Self {
+        Policy {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            ask: Vec::new(),
+            default: Behavior::Ask,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+            on_timeout: Behavior::Deny,
+        }
+    }
+}
+
+/// A policy file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// Not valid TOML, or unknown keys.
+    #[error("policy is not valid: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A rule that does not parse.
+    #[error("rule {rule:?} is not valid: {reason}")]
+    Rule {
+        /// The rule as written.
+        rule: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `on_timeout = "allow"` would let silence approve a tool call.
+    #[error(
+        "on_timeout must be \"deny\" (or \"ask\", which also denies): permissions fail closed"
+    )]
+    TimeoutAllows,
+    /// The file could not be read.
+    #[error("cannot read policy file {path:?}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    permissions: PermissionsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionsSection {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
+    #[serde(default)]
+    ask: Vec<String>,
+    default: Option<Behavior>,
+    ask_timeout_secs: Option<u64>,
+    on_timeout: Option<Behavior>,
+}
+
+impl Policy {
+    /// Parses a policy from TOML text.
+    pub fn from_toml(text: &str) -> Result<Policy, PolicyError> {
+        let file: PolicyFile = toml::from_str(text)?;
+        let section = file.permissions;
+        let parse = |rules: &[String]| {
+            rules.iter().map(|rule| Rule::parse(rule)).collect::<Result<Vec<_>, _>>()
+        };
+        let on_timeout = section.on_timeout.unwrap_or(Behavior::Deny);
+        if on_timeout == Behavior::Allow {
+            return Err(PolicyError::TimeoutAllows);
+        }
+        Ok(Policy {
+            allow: parse(&section.allow)?,
+            deny: parse(&section.deny)?,
+            ask: parse(&section.ask)?,
+            default: section.default.unwrap_or(Behavior::Ask),
+            ask_timeout: section
+                .ask_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_ASK_TIMEOUT),
+            on_timeout,
+        })
+    }
+
+    /// Reads a policy file.
+    pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PolicyError::Read { path: path.to_owned(), source })?;
+        Policy::from_toml(&text)
+    }
+
+    /// A policy that allows everything (seed 003's relay "auto-approve").
+    pub fn allow_all() -> Policy {
+        Policy { default: Behavior::Allow, ..Policy::default() }
+    }
+
+    /// Adds an allow rule (a person's "always allow" for this session).
+    pub fn add_allow(&mut self, rule: &str) -> Result<(), PolicyError> {
+        let rule = Rule::parse(rule)?;
+        if !self.allow.iter().any(|existing| existing.text == rule.text) {
+            self.allow.push(rule);
+        }
+        Ok(())
+    }
+
+    /// The allow rules, as written.
+    pub fn allow_rules(&self) -> impl Iterator<Item = &str> {
+        self.allow.iter().map(|rule| rule.text.as_str())
+    }
+
+    /// Decides one tool call.
+    pub fn decide(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
+        if tool_name == "AskUserQuestion" {
+            // Only a person can answer questions; a rule cannot.
+            return Decision {
+                behavior: Behavior::Ask,
+                rule: None,
+                reason: "AskUserQuestion needs a person's answers".to_owned(),
+            };
+        }
+        let call = ToolCall::new(tool_name, input, context);
+        if let Some(rule) = self.deny.iter().find(|rule| rule.matches_any_part(&call)) {
+            return Decision {
+                behavior: Behavior::Deny,
+                rule: Some(rule.text.clone()),
+                reason: format!("denied by policy rule {}", rule.text),
+            };
+        }
+        if let Some(rule) = self.ask.iter().find(|rule| rule.matches_any_part(&call)) {
+            return Decision {
+                behavior: Behavior::Ask,
+                rule: Some(rule.text.clone()),
+                reason: format!("policy rule {} asks a person", rule.text),
+            };
+        }
+        if let Some(rules) = self.allowed_by(&call) {
+            return Decision {
+                behavior: Behavior::Allow,
+                rule: Some(rules.join(", ")),
+                reason: format!("allowed by policy rule {}", rules.join(", ")),
+            };
+        }
+        Decision {
+            behavior: self.default,
+            rule: None,
+            reason: match self.default {
+                Behavior::Allow => "allowed by the policy default".to_owned(),
+                Behavior::Deny => format!("no policy rule allows {tool_name}; the default is deny"),
+                Behavior::Ask => format!("no policy rule decides {tool_name}; asking a person"),
+            },
+        }
+    }
+
+    /// The allow rules that together cover every part of the call, if they do.
+    fn allowed_by(&self, call: &ToolCall<'_>) -> Option<Vec<String>> {
+        match &call.bash {
+            Some(bash) => {
+                if bash.needs_whole_match {
+                    // Substitutions hide commands: only a rule for the whole tool or the exact
+                    // text allows it, never a prefix.
+                    return self
+                        .allow
+                        .iter()
+                        .filter(|rule| matches!(rule.content, None | Some(Content::Exact(_))))
+                        .find(|rule| rule.matches_command(&call.tool_name, &bash.whole))
+                        .map(|rule| vec![rule.text.clone()]);
+                }
+                let mut used = Vec::new();
+                for part in &bash.parts {
+                    let rule = self
+                        .allow
+                        .iter()
+                        .find(|rule| rule.matches_command(&call.tool_name, part))?;
+                    if !used.contains(&rule.text) {
+                        used.push(rule.text.clone());
+                    }
+                }
+                Some(used)
+            }
+            None => self
+                .allow
+                .iter()
+                .find(|rule| rule.matches(call))
+                .map(|rule| vec![rule.text.clone()]),
+        }
+    }
+}
+
+/// What paths in rules are relative to.
+#[derive(Debug, Clone, Default)]
+pub struct MatchContext {
+    /// The session's working directory (`Edit(src/**)` is under it).
+    pub cwd: PathBuf,
+    /// The user's home (`Read(~/.zshrc)`).
+    pub home: Option<PathBuf>,
+}
+
+/// A rule: `Tool` or `Tool(content)`.
+#[derive(Debug, Clone)]
+struct Rule {
+    text: String,
+    tool: String,
+    content: Option<Content>,
+}
+
+#[derive(Debug, Clone)]
+enum Content {
+    /// `Bash(git status:*)`: the command, or the command followed by a space and more.
+    Prefix(String),
+    /// `Bash(npm run *)`: a pattern over the whole command.
+    CommandGlob(GlobMatcher),
+    /// `Bash(npm run build)`: the exact command.
+    Exact(String),
+    /// `Edit(src/**)`: a path pattern, kept as written and resolved per call.
+    Path(String),
+    /// `WebFetch(domain:example.com)`.
+    Domain(String),
+}
+
+const FILE_EDIT_TOOLS: &[&str] = &["Edit", "MultiEdit", "Write", "NotebookEdit"];
+const FILE_READ_TOOLS: &[&str] = &["Read", "Glob", "Grep", "LS", "NotebookRead"];
+
+impl Rule {
+    fn parse(text: &str) -> Result<Rule, PolicyError> {
+        let error =
+            |reason: &str| PolicyError::Rule { rule: text.to_owned(), reason: reason.to_owned() };
+        let trimmed = text.trim();
+        let (tool, content) = match trimmed.find('(') {
+            None => (trimmed, None),
+            Some(open) => {
+                let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
+                    return Err(error("a rule with '(' must end with ')'"));
+                };
+                (&trimmed[..open], Some(inner))
+            }
+        };
+        if tool.is_empty()
+            || !tool.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '*')
+        {
+            return Err(error("the tool name must be letters, digits, '_' or '-'"));
+        }
+        let content = match content {
+            None => None,
+            Some("") => return Err(error("empty parentheses; write the tool name alone")),
+            Some(inner) => Some(Rule::parse_content(tool, inner).map_err(|reason| error(&reason))?),
+        };
+        Ok(Rule { text: trimmed.to_owned(), tool: tool.to_owned(), content })
+    }
+
+    fn parse_content(tool: &str, inner: &str) -> Result<Content, String> {
+        if tool == "Bash" {
+            if let Some(prefix) = inner.strip_suffix(":*") {
+                return Ok(Content::Prefix(prefix.trim().to_owned()));
+            }
+            if inner.contains('*') {
+                let glob = Glob::new(inner).map_err(|e| e.to_string())?;
+                return Ok(Content::CommandGlob(glob.compile_matcher()));
+            }
+            return Ok(Content::Exact(inner.trim().to_owned()));
+        }
+        if tool == "WebFetch" {
+            return match inner.strip_prefix("domain:") {
+                Some(domain) => Ok(Content::Domain(domain.trim().to_lowercase())),
+                None => Err("WebFetch rules are WebFetch(domain:example.com)".to_owned()),
+            };
+        }
+        if FILE_EDIT_TOOLS.contains(&tool) || FILE_READ_TOOLS.contains(&tool) {
+            Glob::new(inner).map_err(|e| e.to_string())?;
+            return Ok(Content::Path(inner.to_owned()));
+        }
+        Err(format!("{tool} rules take no parentheses (only Bash, WebFetch and file tools do)"))
+    }
+
+    fn tool_matches(&self, tool_name: &str) -> bool {
+        if self.tool == tool_name {
+            return true;
+        }
+        // `mcp__server` covers every tool of that server; `mcp__server__*` too.
+        if let Some(prefix) = self.tool.strip_suffix("__*") {
+            return tool_name.starts_with(&format!("{prefix}__"));
+        }
+        if self.tool.starts_with("mcp__") && self.tool.matches("__").count() == 1 {
+            return tool_name.starts_with(&format!("{}__", self.tool));
+        }
+        // `Edit(...)` rules cover every editing tool, `Read(...)` every reading tool.
+        if self.content.is_some() {
+            return (self.tool == "Edit" && FILE_EDIT_TOOLS.contains(&tool_name))
+                || (self.tool == "Read" && FILE_READ_TOOLS.contains(&tool_name));
+        }
+        false
+    }
+
+    fn matches_command(&self, tool_name: &str, command: &str) -> bool {
+        if !self.tool_matches(tool_name) {
+            return false;
+        }
+        match &self.content {
+            None => true,
+            Some(Content::Prefix(prefix)) => {
+                command == prefix
+                    || command
+                        .strip_prefix(prefix.as_str())
+                        .is_some_and(|rest| rest.starts_with(' '))
+            }
+            Some(Content::CommandGlob(glob)) => glob.is_match(command),
+            Some(Content::Exact(exact)) => command == exact,
+            _ => false,
+        }
+    }
+
+    /// Deny and ask rules: does the rule hit any part of the call?
+    fn matches_any_part(&self, call: &ToolCall<'_>) -> bool {
+        match &call.bash {
+            Some(bash) => {
+                self.matches_command(&call.tool_name, &bash.whole)
+                    || bash
+                        .parts
+                        .iter()
+                        .chain(&bash.hidden)
+                        .any(|part| self.matches_command(&call.tool_name, part))
+            }
+            None => self.matches(call),
+        }
+    }
+
+    fn matches(&self, call: &ToolCall<'_>) -> bool {
+        if !self.tool_matches(&call.tool_name) {
+            return false;
+        }
+        match &self.content {
+            None => true,
+            Some(Content::Path(pattern)) => {
+                let Some(path) = &call.path else { return false };
+                let Some(glob) = resolve_pattern(pattern, call.context) else { return false };
+                glob.is_match(path)
+            }
+            Some(Content::Domain(domain)) => call
+                .host
+                .as_deref()
+                .is_some_and(|host| host == domain || host.ends_with(&format!(".{domain}"))),
+            Some(_) => false,
+        }
+    }
+}
+
+/// Turns a rule's path pattern into an absolute glob: `//abs` is absolute, `~/x` is under the
+/// home, `/x` and `x` are under the session's cwd.
+fn resolve_pattern(pattern: &str, context: &MatchContext) -> Option<GlobMatcher> {
+    let absolute = if let Some(rest) = pattern.strip_prefix("//") {
+        format!("/{rest}")
+    } else if let Some(rest) = pattern.strip_prefix("~/") {
+        format!("{}/{rest}", context.home.as_ref()?.display())
+    } else {
+        format!(
+            "{}/{}",
+            context.cwd.display().to_string().trim_end_matches('/'),
+            pattern.trim_start_matches('/')
+        )
+    };
+    let glob = globset::GlobBuilder::new(&absolute).literal_separator(true).build().ok()?;
+    Some(glob.compile_matcher())
+}
+
+/// A tool call, prepared for matching.
+struct ToolCall<'a> {
+    tool_name: String,
+    context: &'a MatchContext,
+    /// File tools: the absolute path.
+    path: Option<PathBuf>,
+    /// WebFetch: the URL's host.
+    host: Option<String>,
+    /// Bash: the command and its parts.
+    bash: Option<BashCommand>,
+}
+
+impl<'a> ToolCall<'a> {
+    fn new(tool_name: &str, input: &Value, context: &'a MatchContext) -> ToolCall<'a> {
+        let string = |key: &str| input.get(key).and_then(Value::as_str);
+        let path =
+            ["file_path", "notebook_path", "path"].iter().find_map(|key| string(key)).map(|path| {
+                let path = Path::new(path);
+                if path.is_absolute() {
+                    normalize(path)
+                } else {
+                    normalize(&context.cwd.join(path))
+                }
+            });
+        let host = string("url").and_then(host_of);
+        let bash =
+            (tool_name == "Bash").then(|| BashCommand::parse(string("command").unwrap_or("")));
+        ToolCall { tool_name: tool_name.to_owned(), context, path, host, bash }
+    }
+}
+
+/// Removes `.` and `..` without touching the file system (so `src/../secret` is not `src/**`).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit('@').next()?.split(':').next()?;
+    (!host.is_empty()).then(|| host.to_lowercase())
+}
+
+/// A Bash command split into its simple commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BashCommand {
+    /// The whole command, trimmed.
+    pub whole: String,
+    /// Each simple command, trimmed, without leading `VAR=value` assignments.
+    pub parts: Vec<String>,
+    /// It has `$(...)`, backticks or `<(...)`: parts cannot be trusted to be all it runs.
+    pub needs_whole_match: bool,
+    /// The simple commands inside substitutions (checked against deny and ask rules).
+    pub hidden: Vec<String>,
+}
+
+impl BashCommand {
+    /// Splits on `&&`, `||`, `;`, `|`, `&` and newlines outside quotes.
+    pub fn parse(command: &str) -> BashCommand {
+        let mut parts = Vec::new();
+        let mut current = String::new();
+        let mut chars = command.chars().peekable();
+        let mut single = false;
+        let mut double = false;
+        let mut needs_whole_match = false;
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if !single => {
+                    current.push(c);
+                    if let Some(next) = chars.next() {
+                        current.push(next);
+                    }
+                }
+                '\'' if !double => {
+                    single = !single;
+                    current.push(c);
+                }
+                '"' if !single => {
+                    double = !double;
+                    current.push(c);
+                }
+                '`' if !single => {
+                    needs_whole_match = true;
+                    current.push(c);
+                }
+                '$' if !single && chars.peek() == Some(&'(') => {
+                    needs_whole_match = true;
+                    current.push(c);
+                }
+                '<' | '>' if !single && !double && chars.peek() == Some(&'(') => {
+                    needs_whole_match = true;
+                    current.push(c);
+                }
+                ';' | '\n' | '&' | '|' if !single && !double => {
+                    // `&>` and `>&` are redirections, not separators.
+                    if c == '&' && (chars.peek() == Some(&'>') || current.ends_with('>')) {
+                        current.push(c);
+                        continue;
+                    }
+                    if (c == '&' || c == '|') && chars.peek() == Some(&c) {
+                        chars.next();
+                    }
+                    push_part(&mut parts, &mut current);
+                }
+                _ => current.push(c),
+            }
+        }
+        push_part(&mut parts, &mut current);
+        let hidden = if needs_whole_match {
+            substitutions(command)
+                .iter()
+                .flat_map(|inner| {
+                    let inner = BashCommand::parse(inner);
+                    inner.parts.into_iter().chain(inner.hidden)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        BashCommand { whole: command.trim().to_owned(), parts, needs_whole_match, hidden }
+    }
+}
+
+/// The texts inside `$(...)`, `<(...)`, `>(...)` and backticks (outermost only; the parse of
+/// each finds the ones nested in it).
+fn substitutions(command: &str) -> Vec<String> {
+    let chars: Vec<char> = command.chars().collect();
+    let mut found = Vec::new();
+    let mut index = 0;
+    while index < chars.len() {
+        let opens_paren =
+            matches!(chars[index], '$' | '<' | '>') && chars.get(index + 1) == Some(&'(');
+        if opens_paren {
+            let start = index + 2;
+            let mut depth = 1;
+            let mut end = start;
+            while end < chars.len() && depth > 0 {
+                match chars[end] {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                end += 1;
+            }
+            found.push(chars[start..end.saturating_sub(1).max(start)].iter().collect());
+            index = end;
+        } else if chars[index] == '`' {
+            let start = index + 1;
+            let end = chars[start..]
+                .iter()
+                .position(|c| *c == '`')
+                .map_or(chars.len(), |offset| start + offset);
+            found.push(chars[start..end].iter().collect());
+            index = end + 1;
+        } else {
+            index += 1;
+        }
+    }
+    found
+}
+
+fn push_part(parts: &mut Vec<String>, current: &mut String) {
+    let part = strip_assignments(current.trim());
+    if !part.is_empty() {
+        parts.push(part.to_owned());
+    }
+    current.clear();
+}
+
+/// `FOO=1 BAR=2 cmd args` → `cmd args`.
+fn strip_assignments(mut command: &str) -> &str {
+    loop {
+        let Some((word, rest)) = command.split_once(' ') else { return command };
+        let is_assignment = word.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if !is_assignment || word.contains(['\'', '"']) {
+            return command;
+        }
+        command = rest.trim_start();
+    }
+}
+
+#[cfg(test)]
+mod tests;
