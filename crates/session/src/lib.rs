@@ -1,5 +1,17 @@
-//! Claude Code sessions: the permission engine, and (next) the session actor and its handle.
+//! Claude Code sessions.
+//!
+//! - [`spawn_session`] starts the CLI and the session actor; [`SessionHandle`] steers it (send
+//!   messages, interrupt, switch model or mode, answer permissions and hooks, shut down) and
+//!   the returned event stream reports everything, in order.
+//! - [`core::SessionCore`] is the sans-IO state machine behind it.
+//! - [`policy::Policy`] is the permission engine's pure core.
 
+pub mod actor;
+pub mod core;
+pub mod event;
 pub mod policy;
 
+pub use actor::{spawn_session, SessionConfig, SessionError, SessionHandle};
+pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
+pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 pub use policy::{Behavior, Decision, MatchContext, Policy, PolicyError};

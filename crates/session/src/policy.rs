@@ -236,15 +236,17 @@ impl Policy {
     fn allowed_by(&self, call: &ToolCall<'_>) -> Option<Vec<String>> {
         match &call.bash {
             Some(bash) => {
-                if bash.needs_whole_match {
-                    // Substitutions hide commands: only a rule for the whole tool or the exact
-                    // text allows it, never a prefix.
-                    return self
-                        .allow
-                        .iter()
-                        .filter(|rule| matches!(rule.content, None | Some(Content::Exact(_))))
-                        .find(|rule| rule.matches_command(&call.tool_name, &bash.whole))
-                        .map(|rule| vec![rule.text.clone()]);
+                // A rule for the whole tool or for this exact text allows it as a whole (a
+                // person's "always allow" of a compound command is such a rule).
+                let whole = self
+                    .allow
+                    .iter()
+                    .filter(|rule| matches!(rule.content, None | Some(Content::Exact(_))))
+                    .find(|rule| rule.matches_command(&call.tool_name, &bash.whole))
+                    .map(|rule| vec![rule.text.clone()]);
+                if whole.is_some() || bash.needs_whole_match {
+                    // Substitutions hide commands: never allowed part by part (by a prefix).
+                    return whole;
                 }
                 let mut used = Vec::new();
                 for part in &bash.parts {

@@ -491,6 +491,14 @@ impl CliProcess {
         result.await.map_err(|_| TransportError::Closed)?
     }
 
+    /// Queues one line (ending with `\n`) without waiting for it to be flushed; lines keep
+    /// their order. Waits only while [`WRITE_QUEUE`] lines are already queued.
+    pub async fn enqueue(&self, line: Bytes) -> Result<(), TransportError> {
+        let writer = self.writer.as_ref().ok_or(TransportError::Closed)?;
+        let (done, _ignored) = oneshot::channel();
+        writer.send(WriterCommand::Line(line, done)).await.map_err(|_| TransportError::Closed)
+    }
+
     /// A cheap handle that writes lines, for tasks other than the owner.
     pub fn writer(&self) -> Option<LineWriter> {
         self.writer.clone().map(LineWriter)

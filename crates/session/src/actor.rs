@@ -1,0 +1,487 @@
+//! The session actor: one task owns a session's [`SessionCore`] and its transport; everyone
+//! else holds a cheap, cloneable [`SessionHandle`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+use switchboard_protocol::control::{
+    ControlSuccess, HookOutput, InterruptRequest, McpMessageRequest, McpReconnectRequest,
+    McpSetServersRequest, McpStatusRequest, McpToggleRequest, RewindFilesRequest,
+    SetMaxThinkingTokensRequest, SetModelRequest, SetPermissionModeRequest,
+};
+use switchboard_protocol::{
+    ContentBlock, ControlRequestPayload, InitializeRequest, InitializeResponse, PermissionMode,
+    UserMessage,
+};
+use switchboard_transport::stdio::{self, CliOptions, ShutdownStep, TransportEvent};
+use switchboard_transport::TransportError;
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::core::{
+    AnswerError, ControlFailure, Effect, PermissionAnswer, SessionCore, SessionSnapshot, Timer,
+};
+use crate::event::SessionEvent;
+use crate::policy::{MatchContext, Policy};
+
+/// Events queued for the session's owner before the actor waits (and, behind it, the CLI).
+pub const EVENT_QUEUE: usize = 1024;
+
+/// Commands queued for the actor.
+pub const COMMAND_QUEUE: usize = 64;
+
+/// Events kept for [`SessionHandle::subscribe`] observers that fall behind (they are told they
+/// lagged; the owner's stream is lossless).
+pub const OBSERVER_BUFFER: usize = 4096;
+
+/// How long each shutdown step waits by default.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How to start a session.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// How to launch the CLI.
+    pub cli: CliOptions,
+    /// The permission policy.
+    pub policy: Policy,
+    /// `initialize` to send before anything else (hooks, agents, prompts). `None` sends a bare
+    /// one, which also makes the CLI report its commands and models.
+    pub initialize: Option<InitializeRequest>,
+    /// How long our control requests wait for the CLI.
+    pub control_timeout: Duration,
+}
+
+impl SessionConfig {
+    /// A session in `cwd` with `policy`.
+    pub fn new(cwd: impl Into<PathBuf>, policy: Policy) -> Self {
+        SessionConfig {
+            cli: CliOptions::new(cwd),
+            policy,
+            initialize: None,
+            control_timeout: crate::core::CONTROL_TIMEOUT,
+        }
+    }
+}
+
+/// Why a session call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The CLI could not be started.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The session has ended.
+    #[error("the session has ended")]
+    Ended,
+    /// A control request failed.
+    #[error(transparent)]
+    Control(#[from] ControlFailure),
+    /// An answer was not taken.
+    #[error(transparent)]
+    Answer(#[from] AnswerError),
+    /// A response payload did not have the expected shape.
+    #[error("unexpected response payload: {0}")]
+    Payload(String),
+}
+
+enum Command {
+    SendUser(UserMessage),
+    Control(ControlRequestPayload, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
+    AnswerPermission(String, PermissionAnswer, String, oneshot::Sender<Result<(), AnswerError>>),
+    AnswerHook(String, Value, String, oneshot::Sender<Result<(), AnswerError>>),
+    Shutdown(Duration, oneshot::Sender<ShutdownStep>),
+    Timer(Timer),
+}
+
+/// A cheap handle to a running session. Clone it freely; every clone can steer the session and
+/// answer its permission requests (the first answer wins).
+#[derive(Clone)]
+pub struct SessionHandle {
+    commands: mpsc::Sender<Command>,
+    snapshot: watch::Receiver<SessionSnapshot>,
+    observers: broadcast::Sender<SessionEvent>,
+}
+
+/// Starts a session: spawns the CLI and the actor. Returns the handle and the session's event
+/// stream (every event, in order, lossless; the actor waits when it is full).
+pub fn spawn_session(
+    config: SessionConfig,
+) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), SessionError> {
+    let link = stdio::spawn(&config.cli)?;
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut core =
+        SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
+    core.set_control_timeout(config.control_timeout);
+    let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
+    let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (snapshot_tx, snapshot_rx) = watch::channel(core.snapshot());
+    let (observers, _) = broadcast::channel(OBSERVER_BUFFER);
+    let actor = Actor {
+        core,
+        link,
+        commands: commands_rx,
+        self_commands: commands_tx.downgrade(),
+        events: events_tx,
+        observers: observers.clone(),
+        snapshot: snapshot_tx,
+        control_replies: HashMap::new(),
+    };
+    let initialize = ControlRequestPayload::Initialize(config.initialize.unwrap_or_default());
+    tokio::spawn(actor.run(initialize));
+    Ok((SessionHandle { commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx))
+}
+
+struct Actor {
+    core: SessionCore,
+    link: stdio::CliLink,
+    commands: mpsc::Receiver<Command>,
+    self_commands: mpsc::WeakSender<Command>,
+    events: mpsc::Sender<SessionEvent>,
+    observers: broadcast::Sender<SessionEvent>,
+    snapshot: watch::Sender<SessionSnapshot>,
+    control_replies: HashMap<String, oneshot::Sender<Result<ControlSuccess, ControlFailure>>>,
+}
+
+impl Actor {
+    async fn run(mut self, initialize: ControlRequestPayload) {
+        let effects = self.core.on_started(Some(initialize));
+        self.apply(effects).await;
+        let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
+        let mut commands_open = true;
+        loop {
+            tokio::select! {
+                event = self.link.events.recv() => {
+                    let Some(event) = event else { break };
+                    let effects = match event {
+                        TransportEvent::Line(received) => self.core.on_line(received),
+                        TransportEvent::BadLine(error) => self.core.on_bad_line(error),
+                        TransportEvent::Stderr(line) => self.core.on_stderr(line),
+                        TransportEvent::Exited(exit) => {
+                            let description = exit.describe();
+                            let effects = self.core.on_exit(exit.code, exit.signal, description);
+                            self.apply(effects).await;
+                            break;
+                        }
+                    };
+                    self.apply(effects).await;
+                }
+                command = self.commands.recv(), if commands_open => {
+                    let Some(command) = command else {
+                        // Every handle is gone: end the CLI, and keep reading until it exits.
+                        commands_open = false;
+                        self.begin_shutdown(SHUTDOWN_GRACE).await;
+                        continue;
+                    };
+                    match command {
+                        Command::SendUser(message) => {
+                            let effects = self.core.send_user(message);
+                            self.apply(effects).await;
+                        }
+                        Command::Control(payload, reply) => {
+                            let (request_id, effects) = self.core.control(payload);
+                            self.control_replies.insert(request_id, reply);
+                            self.apply(effects).await;
+                        }
+                        Command::AnswerPermission(request_id, answer, who, reply) => {
+                            let result = self.core.answer_permission(&request_id, answer, &who);
+                            let (effects, result) = split(result);
+                            self.apply(effects).await;
+                            let _ = reply.send(result);
+                        }
+                        Command::AnswerHook(request_id, output, who, reply) => {
+                            let result = self.core.answer_hook(&request_id, output, &who);
+                            let (effects, result) = split(result);
+                            self.apply(effects).await;
+                            let _ = reply.send(result);
+                        }
+                        Command::Shutdown(grace, reply) => {
+                            shutdown_waiters.push(reply);
+                            self.begin_shutdown(grace).await;
+                        }
+                        Command::Timer(timer) => {
+                            let effects = self.core.on_timer(timer);
+                            self.apply(effects).await;
+                        }
+                    }
+                }
+            }
+        }
+        let step = ShutdownStep::InputClosed;
+        for waiter in shutdown_waiters {
+            let _ = waiter.send(step);
+        }
+        let _ = self.snapshot.send(self.core.snapshot());
+    }
+
+    /// Interrupts a running turn, closes the CLI's input, and starts the SIGTERM / SIGKILL
+    /// escalation in its own task; the loop keeps reading the CLI's last lines meanwhile.
+    async fn begin_shutdown(&mut self, grace: Duration) {
+        if self.core.state().is_final() {
+            return;
+        }
+        self.core.on_shutdown_requested();
+        if matches!(
+            self.core.state(),
+            crate::SessionState::Working | crate::SessionState::AwaitingPermission
+        ) {
+            let (_, effects) =
+                self.core.control(ControlRequestPayload::Interrupt(InterruptRequest::new()));
+            self.apply(effects).await;
+        }
+        self.link.process.close_input();
+        tokio::spawn(escalate(self.link.process.pid(), grace));
+    }
+
+    async fn apply(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(line) => {
+                    // Queue without waiting for the flush: the actor must keep reading the
+                    // CLI's output while the pipe drains. (After shutdown began the input is
+                    // closed and the line goes nowhere.)
+                    let _ = self.link.process.enqueue(Bytes::from(line.as_bytes().to_vec())).await;
+                }
+                Effect::Emit(event) => {
+                    let _ = self.observers.send(event.clone());
+                    let _ = self.events.send(event).await;
+                }
+                Effect::StartTimer(timer, after) => {
+                    let commands = self.self_commands.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(after).await;
+                        if let Some(commands) = commands.upgrade() {
+                            let _ = commands.send(Command::Timer(timer)).await;
+                        }
+                    });
+                }
+                Effect::ControlDone(request_id, result) => {
+                    if let Some(reply) = self.control_replies.remove(&request_id) {
+                        let _ = reply.send(result);
+                    }
+                }
+            }
+        }
+        let _ = self.snapshot.send(self.core.snapshot());
+    }
+}
+
+fn split(result: Result<Vec<Effect>, AnswerError>) -> (Vec<Effect>, Result<(), AnswerError>) {
+    match result {
+        Ok(effects) => (effects, Ok(())),
+        Err(error) => (Vec::new(), Err(error)),
+    }
+}
+
+/// SIGTERM then SIGKILL the CLI's group if it has not exited after `grace` each.
+async fn escalate(pid: Option<u32>, grace: Duration) {
+    use nix::sys::signal::{killpg, Signal};
+    let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) else { return };
+    let group = nix::unistd::Pid::from_raw(pid);
+    tokio::time::sleep(grace).await;
+    if killpg(group, None).is_err() {
+        return;
+    }
+    let _ = killpg(group, Signal::SIGTERM);
+    tokio::time::sleep(grace).await;
+    if killpg(group, None).is_ok() {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+}
+
+impl SessionHandle {
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, SessionError> {
+        let (reply, result) = oneshot::channel();
+        self.commands.send(make(reply)).await.map_err(|_| SessionError::Ended)?;
+        result.await.map_err(|_| SessionError::Ended)
+    }
+
+    /// Sends a text prompt.
+    pub async fn send_text(&self, text: impl Into<String>) -> Result<(), SessionError> {
+        self.send_message(UserMessage::prompt(text)).await
+    }
+
+    /// Sends a prompt made of blocks (text, images).
+    pub async fn send_blocks(&self, blocks: Vec<ContentBlock>) -> Result<(), SessionError> {
+        self.send_message(UserMessage::blocks(blocks)).await
+    }
+
+    /// Sends a user message. While a turn runs the CLI queues it and runs it as its own turn.
+    pub async fn send_message(&self, message: UserMessage) -> Result<(), SessionError> {
+        self.commands.send(Command::SendUser(message)).await.map_err(|_| SessionError::Ended)
+    }
+
+    /// Sends any control request and waits for the CLI's answer.
+    pub async fn control(
+        &self,
+        payload: ControlRequestPayload,
+    ) -> Result<ControlSuccess, SessionError> {
+        Ok(self.call(|reply| Command::Control(payload, reply)).await??)
+    }
+
+    /// Re-sends `initialize` (2.1.330 accepts it any time; 2.1.37 answers "Already
+    /// initialized" with the pending permission requests, which this returns as an error).
+    pub async fn initialize(
+        &self,
+        request: InitializeRequest,
+    ) -> Result<InitializeResponse, SessionError> {
+        let success = self.control(ControlRequestPayload::Initialize(request)).await?;
+        decode_payload(&success)
+    }
+
+    /// Interrupts the current turn. A pending permission request is withdrawn by the CLI.
+    pub async fn interrupt(&self) -> Result<(), SessionError> {
+        self.control(ControlRequestPayload::Interrupt(InterruptRequest::new())).await.map(drop)
+    }
+
+    /// Switches the model (from the next turn).
+    pub async fn set_model(&self, model: impl Into<String>) -> Result<(), SessionError> {
+        let request = SetModelRequest { model: Some(model.into()), ..SetModelRequest::default() };
+        self.control(ControlRequestPayload::SetModel(request)).await.map(drop)
+    }
+
+    /// Switches the permission mode.
+    pub async fn set_permission_mode(&self, mode: PermissionMode) -> Result<(), SessionError> {
+        let request = SetPermissionModeRequest { mode, ..SetPermissionModeRequest::default() };
+        self.control(ControlRequestPayload::SetPermissionMode(request)).await.map(drop)
+    }
+
+    /// Sets the thinking budget (`None` removes the override).
+    pub async fn set_max_thinking_tokens(&self, tokens: Option<u64>) -> Result<(), SessionError> {
+        let request =
+            SetMaxThinkingTokensRequest { max_thinking_tokens: tokens, ..Default::default() };
+        self.control(ControlRequestPayload::SetMaxThinkingTokens(request)).await.map(drop)
+    }
+
+    /// Lists MCP servers.
+    pub async fn mcp_status(&self) -> Result<Value, SessionError> {
+        let success =
+            self.control(ControlRequestPayload::McpStatus(McpStatusRequest::new())).await?;
+        decode_payload(&success)
+    }
+
+    /// Reconnects an MCP server.
+    pub async fn mcp_reconnect(
+        &self,
+        server_name: impl Into<String>,
+    ) -> Result<ControlSuccess, SessionError> {
+        let request = McpReconnectRequest { server_name: server_name.into(), ..Default::default() };
+        self.control(ControlRequestPayload::McpReconnect(request)).await
+    }
+
+    /// Enables or disables an MCP server.
+    pub async fn mcp_toggle(
+        &self,
+        server_name: impl Into<String>,
+        enabled: bool,
+    ) -> Result<ControlSuccess, SessionError> {
+        let request =
+            McpToggleRequest { server_name: server_name.into(), enabled, ..Default::default() };
+        self.control(ControlRequestPayload::McpToggle(request)).await
+    }
+
+    /// Replaces the MCP server set.
+    pub async fn mcp_set_servers(
+        &self,
+        servers: serde_json::Map<String, Value>,
+    ) -> Result<ControlSuccess, SessionError> {
+        let request = McpSetServersRequest { servers, ..Default::default() };
+        self.control(ControlRequestPayload::McpSetServers(request)).await
+    }
+
+    /// Sends a JSON-RPC message to an SDK MCP server.
+    pub async fn mcp_message(
+        &self,
+        server_name: impl Into<String>,
+        message: Value,
+    ) -> Result<ControlSuccess, SessionError> {
+        let request =
+            McpMessageRequest { server_name: server_name.into(), message, ..Default::default() };
+        self.control(ControlRequestPayload::McpMessage(request)).await
+    }
+
+    /// Restores files to the checkpoint of a user message.
+    pub async fn rewind_files(
+        &self,
+        user_message_id: impl Into<String>,
+        dry_run: bool,
+    ) -> Result<ControlSuccess, SessionError> {
+        let request = RewindFilesRequest {
+            user_message_id: user_message_id.into(),
+            dry_run: Some(dry_run),
+            ..Default::default()
+        };
+        self.control(ControlRequestPayload::RewindFiles(request)).await
+    }
+
+    /// Answers a pending permission request. `who` is recorded with the decision.
+    pub async fn respond_permission(
+        &self,
+        request_id: &str,
+        answer: PermissionAnswer,
+        who: &str,
+    ) -> Result<(), SessionError> {
+        Ok(self
+            .call(|reply| {
+                Command::AnswerPermission(request_id.to_owned(), answer, who.to_owned(), reply)
+            })
+            .await??)
+    }
+
+    /// Answers a pending hook callback.
+    pub async fn respond_hook(
+        &self,
+        request_id: &str,
+        output: &HookOutput,
+        who: &str,
+    ) -> Result<(), SessionError> {
+        let output = serde_json::to_value(output)
+            .map_err(|error| SessionError::Payload(error.to_string()))?;
+        Ok(self
+            .call(|reply| Command::AnswerHook(request_id.to_owned(), output, who.to_owned(), reply))
+            .await??)
+    }
+
+    /// What the session looks like now.
+    pub fn snapshot(&self) -> SessionSnapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    /// A receiver of snapshot changes.
+    pub fn watch(&self) -> watch::Receiver<SessionSnapshot> {
+        self.snapshot.clone()
+    }
+
+    /// Another stream of the session's events, from now on. An observer that falls more than
+    /// [`OBSERVER_BUFFER`] events behind is told it lagged.
+    pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
+        self.observers.subscribe()
+    }
+
+    /// Ends the session: interrupt a running turn, close the CLI's input, then SIGTERM and
+    /// SIGKILL its process group after `grace` each. Returns when the CLI has exited.
+    pub async fn shutdown(&self, grace: Duration) -> Result<(), SessionError> {
+        match self.call(|reply| Command::Shutdown(grace, reply)).await {
+            Ok(_) | Err(SessionError::Ended) => {}
+            Err(error) => return Err(error),
+        }
+        let mut snapshot = self.snapshot.clone();
+        let _ = snapshot.wait_for(|snapshot| snapshot.state.is_final()).await;
+        Ok(())
+    }
+}
+
+fn decode_payload<T: serde::de::DeserializeOwned>(
+    success: &ControlSuccess,
+) -> Result<T, SessionError> {
+    match success.payload::<T>() {
+        Some(Ok(value)) => Ok(value),
+        Some(Err(error)) => Err(SessionError::Payload(error.to_string())),
+        None => {
+            serde_json::from_str("{}").map_err(|error| SessionError::Payload(error.to_string()))
+        }
+    }
+}

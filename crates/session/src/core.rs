@@ -1,0 +1,1053 @@
+//! The sans-IO heart of a session: state machine, control-request correlation, permission
+//! decisions, usage and the subagent tree. Inputs in, [`Effect`]s out; no runtime, no process.
+//!
+//! Every control request in either direction ends exactly once: ours by a response, a timeout
+//! or the link closing; the CLI's by our answer, a `control_cancel_request`, a timeout or the
+//! link closing. Nothing here waits for a person: a pending approval is an entry in a table.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use switchboard_protocol::content::ContentBlock;
+use switchboard_protocol::control::{
+    session_grants, CanUseToolRequest, ControlError, ControlSuccess, HookCallbackRequest,
+    InitializeResponse,
+};
+use switchboard_protocol::permission::{ask_user_question_input, PermissionUpdate, RuleValue};
+use switchboard_protocol::{
+    ControlRequest, ControlRequestPayload, ControlResponse, ControlResponseBody, Message,
+    PermissionResult, Received, SystemMessage, UserMessage,
+};
+
+use crate::event::{
+    DecidedBy, LineDirection, PendingHook, PendingPermission, SessionEvent, SessionState, WireLine,
+};
+use crate::policy::{Behavior, MatchContext, Policy};
+
+/// How long we wait for the CLI to answer one of our control requests. 2.1.37 never answers
+/// an unknown subtype, so this is what ends such a request.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a hook callback waits for an answer before the session answers `{}` (no opinion,
+/// the CLI goes on as if no hook ran).
+pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Request ids answered recently, kept to tell "already answered" from "unknown".
+pub const ANSWERED_MEMORY: usize = 1024;
+
+/// Something the shell must do.
+#[derive(Debug)]
+pub enum Effect {
+    /// Write this line (already encoded, with its newline) to the CLI.
+    Send(Arc<str>),
+    /// Report this event.
+    Emit(SessionEvent),
+    /// Call [`SessionCore::on_timer`] with this timer after the duration.
+    StartTimer(Timer, Duration),
+    /// Our control request `request_id` ended.
+    ControlDone(String, Result<ControlSuccess, ControlFailure>),
+}
+
+/// A timer the core asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// Our control request has waited long enough.
+    Control(String),
+    /// A permission request has waited long enough for a person.
+    Permission(String),
+    /// A hook callback has waited long enough.
+    Hook(String),
+}
+
+/// Why one of our control requests failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ControlFailure {
+    /// The CLI answered with an error.
+    #[error("the CLI refused {subtype}: {error}")]
+    Refused {
+        /// The request's subtype.
+        subtype: String,
+        /// The CLI's message.
+        error: String,
+        /// 2.1.330's `error_code`.
+        error_code: Option<String>,
+        /// Pending permission requests, when the request was `initialize` (2.1.37 puts them
+        /// in the "Already initialized" error).
+        pending: Vec<ControlRequest>,
+    },
+    /// No answer in time.
+    #[error("the CLI did not answer {subtype} within {seconds} s")]
+    TimedOut {
+        /// The request's subtype.
+        subtype: String,
+        /// The timeout.
+        seconds: u64,
+    },
+    /// The CLI went away.
+    #[error("the CLI exited before answering {subtype}")]
+    LinkClosed {
+        /// The request's subtype.
+        subtype: String,
+    },
+}
+
+/// A person's (or program's) answer to a permission request.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct PermissionAnswer {
+    /// Allow or deny.
+    pub behavior: AnswerBehavior,
+    /// Run this input instead of the model's.
+    #[serde(default)]
+    pub updated_input: Option<Value>,
+    /// What the model is told on deny.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Allow this again without asking for the rest of the session.
+    #[serde(default)]
+    pub remember: bool,
+    /// Specific rule changes to send (instead of the ones `remember` derives).
+    #[serde(default)]
+    pub updated_permissions: Option<Vec<PermissionUpdate>>,
+    /// AskUserQuestion: question text → chosen label.
+    #[serde(default)]
+    pub answers: Option<BTreeMap<String, String>>,
+    /// Deny and end the turn.
+    #[serde(default)]
+    pub interrupt: bool,
+}
+
+/// Allow or deny.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerBehavior {
+    /// Run it.
+    Allow,
+    /// Refuse it (the default: an empty answer fails closed).
+    #[default]
+    Deny,
+}
+
+impl PermissionAnswer {
+    /// Allow as asked.
+    pub fn allow() -> Self {
+        PermissionAnswer { behavior: AnswerBehavior::Allow, ..Self::default() }
+    }
+
+    /// Deny with a message.
+    pub fn deny(message: impl Into<String>) -> Self {
+        PermissionAnswer {
+            behavior: AnswerBehavior::Deny,
+            message: Some(message.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// Somebody else answered first (or it timed out, or the CLI withdrew it).
+    #[error("permission request {0} was already answered")]
+    AlreadyAnswered(String),
+    /// No such request.
+    #[error("no pending request {0}")]
+    Unknown(String),
+}
+
+/// A Task/Agent subagent seen in the stream.
+#[derive(Debug, Clone, Serialize)]
+pub struct Subagent {
+    /// The Task/Agent tool call that started it; its messages carry this as
+    /// `parent_tool_use_id`.
+    pub tool_use_id: String,
+    /// The subagent that started this one, if nested.
+    pub parent_tool_use_id: Option<String>,
+    /// The task description.
+    pub description: Option<String>,
+    /// `general-purpose`, `Explore`, ...
+    pub subagent_type: Option<String>,
+    /// Messages seen from it.
+    pub messages: u64,
+    /// Whether its tool result came back.
+    pub finished: bool,
+}
+
+/// Token and cost totals of one model.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ModelTotals {
+    /// Uncached input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cache reads.
+    pub cache_read_input_tokens: u64,
+    /// Cache writes.
+    pub cache_creation_input_tokens: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+}
+
+/// What a session looks like now.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionSnapshot {
+    /// The state.
+    pub state: SessionState,
+    /// The CLI's session id, once known.
+    pub claude_session_id: Option<String>,
+    /// The model of the last turn.
+    pub model: Option<String>,
+    /// The permission mode in force, as last reported.
+    pub permission_mode: Option<String>,
+    /// The CLI's version (from `system/init`).
+    pub cli_version: Option<String>,
+    /// Results received.
+    pub turns: u64,
+    /// User messages sent whose turn has not ended.
+    pub queued_turns: u64,
+    /// Total cost in US dollars, as the CLI reports it (cumulative per process; 2.1.330 also
+    /// counts earlier runs of a resumed session).
+    pub cost_usd: f64,
+    /// Per-model totals (cumulative, from the last result's `modelUsage`).
+    pub models: BTreeMap<String, ModelTotals>,
+    /// Permission requests waiting for a person.
+    pub pending_permissions: Vec<PendingPermission>,
+    /// Hook callbacks waiting for an answer.
+    pub pending_hooks: Vec<PendingHook>,
+    /// Subagents, in the order they started.
+    pub subagents: Vec<Subagent>,
+    /// Slash commands (from `initialize` or `system/init`).
+    pub slash_commands: Vec<String>,
+    /// Models offered by `initialize`.
+    pub available_models: Vec<String>,
+    /// The last result's text.
+    pub last_result: Option<String>,
+    /// Whether the last result was an error.
+    pub last_result_is_error: bool,
+}
+
+struct OutgoingControl {
+    subtype: String,
+}
+
+struct AskedPermission {
+    pending: PendingPermission,
+    request: CanUseToolRequest,
+}
+
+/// The session's state machine.
+pub struct SessionCore {
+    state: SessionState,
+    policy: Policy,
+    match_context: MatchContext,
+    next_request: u64,
+    control_timeout: Duration,
+    /// Our requests awaiting the CLI's response.
+    outgoing: HashMap<String, OutgoingControl>,
+    /// The CLI's permission requests awaiting a person.
+    asked: indexmap::IndexMap<String, AskedPermission>,
+    /// The CLI's hook callbacks awaiting an answer.
+    hooks: indexmap::IndexMap<String, PendingHook>,
+    /// Ids answered recently (for "already answered").
+    answered: VecDeque<String>,
+    answered_set: HashSet<String>,
+    /// User messages held until `initialize` is answered (2.1.37 refuses `initialize` after
+    /// the first user message, so it must go first).
+    held: Vec<Arc<str>>,
+    awaiting_initialize: Option<String>,
+    /// Set when we asked the CLI to end.
+    shutdown_requested: bool,
+    snapshot: SessionSnapshot,
+    subagent_index: HashMap<String, usize>,
+}
+
+impl SessionCore {
+    /// A core deciding permissions with `policy`, for a session in `match_context.cwd`.
+    pub fn new(policy: Policy, match_context: MatchContext) -> Self {
+        SessionCore {
+            state: SessionState::Starting,
+            policy,
+            match_context,
+            next_request: 0,
+            control_timeout: CONTROL_TIMEOUT,
+            outgoing: HashMap::new(),
+            asked: indexmap::IndexMap::new(),
+            hooks: indexmap::IndexMap::new(),
+            answered: VecDeque::new(),
+            answered_set: HashSet::new(),
+            held: Vec::new(),
+            awaiting_initialize: None,
+            shutdown_requested: false,
+            snapshot: SessionSnapshot {
+                state: SessionState::Starting,
+                claude_session_id: None,
+                model: None,
+                permission_mode: None,
+                cli_version: None,
+                turns: 0,
+                queued_turns: 0,
+                cost_usd: 0.0,
+                models: BTreeMap::new(),
+                pending_permissions: Vec::new(),
+                pending_hooks: Vec::new(),
+                subagents: Vec::new(),
+                slash_commands: Vec::new(),
+                available_models: Vec::new(),
+                last_result: None,
+                last_result_is_error: false,
+            },
+            subagent_index: HashMap::new(),
+        }
+    }
+
+    /// Sets how long our control requests wait.
+    pub fn set_control_timeout(&mut self, timeout: Duration) {
+        self.control_timeout = timeout;
+    }
+
+    /// The state.
+    pub fn state(&self) -> SessionState {
+        self.state
+    }
+
+    /// A copy of what the session looks like.
+    pub fn snapshot(&self) -> SessionSnapshot {
+        let mut snapshot = self.snapshot.clone();
+        snapshot.state = self.state;
+        snapshot.pending_permissions =
+            self.asked.values().map(|asked| asked.pending.clone()).collect();
+        snapshot.pending_hooks = self.hooks.values().cloned().collect();
+        snapshot
+    }
+
+    /// The policy (session rules included).
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    // ----- commands -----------------------------------------------------------------------
+
+    /// The CLI process is up. With `initialize`, user messages wait for its answer.
+    pub fn on_started(&mut self, initialize: Option<ControlRequestPayload>) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        match initialize {
+            Some(payload) => {
+                let (request_id, mut sent) = self.control(payload);
+                self.awaiting_initialize = Some(request_id);
+                effects.append(&mut sent);
+            }
+            None => self.set_state(SessionState::Idle, &mut effects),
+        }
+        effects
+    }
+
+    /// Sends a user message (queued behind `initialize` if that is still unanswered; the CLI
+    /// itself queues messages sent during a turn and runs each as its own turn).
+    pub fn send_user(&mut self, message: UserMessage) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let raw = self.write(Message::User(message), &mut effects);
+        self.snapshot.queued_turns += 1;
+        if self.awaiting_initialize.is_some() {
+            // Hold the line itself; its `Line` event was emitted, the write waits.
+            effects.retain(|effect| !matches!(effect, Effect::Send(_)));
+            self.held.push(raw);
+        } else if matches!(self.state, SessionState::Idle) {
+            self.set_state(SessionState::Working, &mut effects);
+        }
+        effects
+    }
+
+    /// Sends one of our control requests; returns its request id. The answer comes as
+    /// [`Effect::ControlDone`].
+    pub fn control(&mut self, payload: ControlRequestPayload) -> (String, Vec<Effect>) {
+        self.next_request += 1;
+        let request_id = format!("sb-{}", self.next_request);
+        let subtype = payload.tag().unwrap_or("unknown").to_owned();
+        let mut effects = Vec::new();
+        if self.state.is_final() {
+            effects.push(Effect::ControlDone(
+                request_id.clone(),
+                Err(ControlFailure::LinkClosed { subtype }),
+            ));
+            return (request_id, effects);
+        }
+        self.outgoing.insert(request_id.clone(), OutgoingControl { subtype });
+        self.write(
+            Message::ControlRequest(ControlRequest::new(request_id.clone(), payload)),
+            &mut effects,
+        );
+        effects.push(Effect::StartTimer(Timer::Control(request_id.clone()), self.control_timeout));
+        (request_id, effects)
+    }
+
+    /// Notes that we are ending the CLI (so its exit is not a crash).
+    pub fn on_shutdown_requested(&mut self) {
+        self.shutdown_requested = true;
+    }
+
+    /// Answers a permission request. The first answer wins; later ones get
+    /// [`AnswerError::AlreadyAnswered`].
+    pub fn answer_permission(
+        &mut self,
+        request_id: &str,
+        answer: PermissionAnswer,
+        who: &str,
+    ) -> Result<Vec<Effect>, AnswerError> {
+        let Some(asked) = self.asked.shift_remove(request_id) else {
+            return Err(if self.answered_set.contains(request_id) {
+                AnswerError::AlreadyAnswered(request_id.to_owned())
+            } else {
+                AnswerError::Unknown(request_id.to_owned())
+            });
+        };
+        let mut effects = Vec::new();
+        let request = &asked.request;
+        let by = DecidedBy::Person { who: who.to_owned() };
+        match answer.behavior {
+            AnswerBehavior::Allow => {
+                let mut input =
+                    answer.updated_input.clone().unwrap_or_else(|| request.input.clone());
+                if let Some(answers) = &answer.answers {
+                    input = ask_user_question_input(&input, answers.clone());
+                }
+                let updates = match (&answer.updated_permissions, answer.remember) {
+                    (Some(updates), _) => {
+                        updates.iter().cloned().map(PermissionUpdate::into_session_scoped).collect()
+                    }
+                    (None, true) => self.remember(request),
+                    (None, false) => Vec::new(),
+                };
+                if answer.remember {
+                    self.remember_locally(request);
+                }
+                let input_changed = input != request.input;
+                let result = PermissionResult::allow_with_updates(input, updates.clone());
+                self.respond_permission(request_id, &result, &mut effects);
+                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                    request_id: request_id.to_owned(),
+                    tool_name: request.tool_name.clone(),
+                    behavior: Behavior::Allow,
+                    by,
+                    message: format!("allowed by {who}"),
+                    input_changed,
+                    updated_permissions: updates,
+                }));
+            }
+            AnswerBehavior::Deny => {
+                let message = answer
+                    .message
+                    .clone()
+                    .unwrap_or_else(|| format!("{who} denied this tool call"));
+                let result = if answer.interrupt {
+                    PermissionResult::deny_and_interrupt(message.clone())
+                } else {
+                    PermissionResult::deny(message.clone())
+                };
+                self.respond_permission(request_id, &result, &mut effects);
+                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                    request_id: request_id.to_owned(),
+                    tool_name: request.tool_name.clone(),
+                    behavior: Behavior::Deny,
+                    by,
+                    message,
+                    input_changed: false,
+                    updated_permissions: Vec::new(),
+                }));
+            }
+        }
+        self.after_permission_resolved(request_id, &mut effects);
+        Ok(effects)
+    }
+
+    /// Answers a hook callback.
+    pub fn answer_hook(
+        &mut self,
+        request_id: &str,
+        output: Value,
+        who: &str,
+    ) -> Result<Vec<Effect>, AnswerError> {
+        if self.hooks.shift_remove(request_id).is_none() {
+            return Err(if self.answered_set.contains(request_id) {
+                AnswerError::AlreadyAnswered(request_id.to_owned())
+            } else {
+                AnswerError::Unknown(request_id.to_owned())
+            });
+        }
+        let mut effects = Vec::new();
+        let response = ControlResponse::success(request_id, &output);
+        self.write(Message::ControlResponse(response), &mut effects);
+        effects.push(Effect::Emit(SessionEvent::HookAnswered {
+            request_id: request_id.to_owned(),
+            by: who.to_owned(),
+            output,
+        }));
+        self.mark_answered(request_id);
+        Ok(effects)
+    }
+
+    // ----- inputs from the CLI ------------------------------------------------------------
+
+    /// A line from the CLI.
+    pub fn on_line(&mut self, received: Received) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let message = Arc::new(received.message);
+        effects.push(Effect::Emit(SessionEvent::Line(WireLine {
+            direction: LineDirection::FromCli,
+            raw: Arc::from(received.raw),
+            message: message.clone(),
+        })));
+        if let Some(session_id) = message.session_id() {
+            if self.snapshot.claude_session_id.as_deref() != Some(session_id) {
+                self.snapshot.claude_session_id = Some(session_id.to_owned());
+                effects.push(Effect::Emit(SessionEvent::ClaudeSessionId(session_id.to_owned())));
+            }
+        }
+        match message.as_ref() {
+            Message::System(system) => self.on_system(system, &mut effects),
+            Message::Assistant(assistant) => {
+                self.track_subagents(
+                    assistant.parent_tool_use_id.as_deref(),
+                    &assistant.message.content,
+                );
+                if assistant.message.model.as_deref().is_some_and(|model| model != "<synthetic>") {
+                    self.snapshot.model = assistant.message.model.clone();
+                }
+                self.resume_working(&mut effects);
+            }
+            Message::User(user) => {
+                if let Some(parent) = &user.parent_tool_use_id {
+                    self.count_subagent_message(parent);
+                }
+                for result in user.tool_results() {
+                    if let Some(&index) = self.subagent_index.get(&result.tool_use_id) {
+                        self.snapshot.subagents[index].finished = true;
+                    }
+                }
+            }
+            Message::StreamEvent(_) => self.resume_working(&mut effects),
+            Message::Result(result) => {
+                self.snapshot.turns += 1;
+                self.snapshot.queued_turns = self.snapshot.queued_turns.saturating_sub(1);
+                self.snapshot.last_result = result.result.clone();
+                self.snapshot.last_result_is_error = result.is_error;
+                if let Some(cost) = result.cost_usd() {
+                    self.snapshot.cost_usd = cost;
+                }
+                if let Some(models) = &result.model_usage {
+                    for (model, usage) in models {
+                        self.snapshot.models.insert(
+                            model.clone(),
+                            ModelTotals {
+                                input_tokens: usage.input_tokens.unwrap_or(0),
+                                output_tokens: usage.output_tokens.unwrap_or(0),
+                                cache_read_input_tokens: usage.cache_read_input_tokens.unwrap_or(0),
+                                cache_creation_input_tokens: usage
+                                    .cache_creation_input_tokens
+                                    .unwrap_or(0),
+                                cost_usd: usage
+                                    .cost_usd
+                                    .as_ref()
+                                    .and_then(|n| n.as_f64())
+                                    .unwrap_or(0.0),
+                            },
+                        );
+                    }
+                }
+                if self.snapshot.queued_turns == 0
+                    && self.asked.is_empty()
+                    && !self.state.is_final()
+                {
+                    self.set_state(SessionState::Idle, &mut effects);
+                }
+            }
+            Message::ControlRequest(request) => self.on_control_request(request, &mut effects),
+            Message::ControlResponse(response) => self.on_control_response(response, &mut effects),
+            Message::ControlCancelRequest(cancel) => {
+                self.on_cancel(&cancel.request_id, &mut effects)
+            }
+            _ => {}
+        }
+        effects
+    }
+
+    /// A line that could not be decoded.
+    pub fn on_bad_line(&mut self, error: switchboard_protocol::LineError) -> Vec<Effect> {
+        vec![Effect::Emit(SessionEvent::BadLine(error))]
+    }
+
+    /// A stderr line.
+    pub fn on_stderr(&mut self, line: String) -> Vec<Effect> {
+        vec![Effect::Emit(SessionEvent::Stderr(line))]
+    }
+
+    /// The CLI exited. Everything pending ends now.
+    pub fn on_exit(
+        &mut self,
+        code: Option<i32>,
+        signal: Option<i32>,
+        description: String,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for (request_id, outgoing) in std::mem::take(&mut self.outgoing) {
+            effects.push(Effect::ControlDone(
+                request_id,
+                Err(ControlFailure::LinkClosed { subtype: outgoing.subtype }),
+            ));
+        }
+        for (request_id, asked) in std::mem::take(&mut self.asked) {
+            effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                request_id: request_id.clone(),
+                tool_name: asked.request.tool_name.clone(),
+                behavior: Behavior::Deny,
+                by: DecidedBy::LinkClosed,
+                message: "the CLI exited before the request was answered".to_owned(),
+                input_changed: false,
+                updated_permissions: Vec::new(),
+            }));
+            self.mark_answered(&request_id);
+        }
+        for request_id in std::mem::take(&mut self.hooks).into_keys() {
+            self.mark_answered(&request_id);
+        }
+        self.held.clear();
+        let requested = self.shutdown_requested;
+        let clean = code == Some(0) || requested;
+        effects.push(Effect::Emit(SessionEvent::Exited { code, signal, requested, description }));
+        self.set_state(
+            if clean { SessionState::Exited } else { SessionState::Crashed },
+            &mut effects,
+        );
+        effects
+    }
+
+    /// A timer fired.
+    pub fn on_timer(&mut self, timer: Timer) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        match timer {
+            Timer::Control(request_id) => {
+                if let Some(outgoing) = self.outgoing.remove(&request_id) {
+                    effects.push(Effect::Emit(SessionEvent::ControlTimedOut {
+                        request_id: request_id.clone(),
+                        subtype: outgoing.subtype.clone(),
+                    }));
+                    effects.push(Effect::ControlDone(
+                        request_id.clone(),
+                        Err(ControlFailure::TimedOut {
+                            subtype: outgoing.subtype,
+                            seconds: self.control_timeout.as_secs(),
+                        }),
+                    ));
+                    if self.awaiting_initialize.as_deref() == Some(request_id.as_str()) {
+                        self.initialize_settled(&mut effects);
+                    }
+                }
+            }
+            Timer::Permission(request_id) => {
+                if let Some(asked) = self.asked.shift_remove(&request_id) {
+                    let seconds = self.policy.ask_timeout.as_secs();
+                    let message = format!(
+                        "No one answered this permission request within {seconds} s, so it was denied (Switchboard permissions fail closed)."
+                    );
+                    self.respond_permission(
+                        &request_id,
+                        &PermissionResult::deny(message.clone()),
+                        &mut effects,
+                    );
+                    effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                        request_id: request_id.clone(),
+                        tool_name: asked.request.tool_name.clone(),
+                        behavior: Behavior::Deny,
+                        by: DecidedBy::Timeout,
+                        message,
+                        input_changed: false,
+                        updated_permissions: Vec::new(),
+                    }));
+                    self.after_permission_resolved(&request_id, &mut effects);
+                }
+            }
+            Timer::Hook(request_id) => {
+                if self.hooks.contains_key(&request_id) {
+                    if let Ok(mut answered) =
+                        self.answer_hook(&request_id, serde_json::json!({}), "timeout")
+                    {
+                        effects.append(&mut answered);
+                    }
+                }
+            }
+        }
+        effects
+    }
+
+    // ----- internals ----------------------------------------------------------------------
+
+    fn write(&mut self, message: Message, effects: &mut Vec<Effect>) -> Arc<str> {
+        let mut raw = message.encode();
+        let line: Arc<str> = Arc::from(raw.as_str());
+        raw.push('\n');
+        effects.push(Effect::Send(Arc::from(raw)));
+        effects.push(Effect::Emit(SessionEvent::Line(WireLine {
+            direction: LineDirection::ToCli,
+            raw: line.clone(),
+            message: Arc::new(message),
+        })));
+        line
+    }
+
+    fn set_state(&mut self, to: SessionState, effects: &mut Vec<Effect>) {
+        if self.state != to && !self.state.is_final() {
+            let from = self.state;
+            self.state = to;
+            effects.push(Effect::Emit(SessionEvent::State { from, to }));
+        }
+    }
+
+    fn resume_working(&mut self, effects: &mut Vec<Effect>) {
+        if matches!(self.state, SessionState::Idle | SessionState::Starting)
+            && self.awaiting_initialize.is_none()
+        {
+            self.set_state(SessionState::Working, effects);
+        }
+    }
+
+    fn on_system(&mut self, system: &SystemMessage, effects: &mut Vec<Effect>) {
+        match system {
+            SystemMessage::Init(init) => {
+                self.snapshot.model = init.model.clone().or(self.snapshot.model.take());
+                self.snapshot.cli_version = init.claude_code_version.clone();
+                if let Some(mode) = &init.permission_mode {
+                    self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+                }
+                if let Some(commands) = &init.slash_commands {
+                    self.snapshot.slash_commands = commands.clone();
+                }
+                self.resume_working(effects);
+            }
+            SystemMessage::Status(status) => {
+                if let Some(mode) = &status.permission_mode {
+                    self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+                }
+                match status.status.as_ref().and_then(|s| s.as_deref()) {
+                    Some("compacting") => self.set_state(SessionState::Compacting, effects),
+                    _ if self.state == SessionState::Compacting => {
+                        let next = if self.asked.is_empty() {
+                            SessionState::Working
+                        } else {
+                            SessionState::AwaitingPermission
+                        };
+                        self.set_state(next, effects);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_control_request(&mut self, request: &ControlRequest, effects: &mut Vec<Effect>) {
+        let request_id = request.request_id.clone();
+        match &request.request {
+            ControlRequestPayload::CanUseTool(can_use_tool) => {
+                self.on_can_use_tool(&request_id, can_use_tool, effects)
+            }
+            ControlRequestPayload::HookCallback(hook) => {
+                self.on_hook_callback(&request_id, hook, effects)
+            }
+            other => {
+                let subtype = other.tag().unwrap_or("unknown").to_owned();
+                let response = ControlResponse::error(
+                    request_id.clone(),
+                    format!("Switchboard does not serve control requests of subtype {subtype}"),
+                );
+                self.write(Message::ControlResponse(response), effects);
+                effects.push(Effect::Emit(SessionEvent::UnsupportedControlRequest {
+                    request_id,
+                    subtype,
+                }));
+            }
+        }
+    }
+
+    fn on_can_use_tool(
+        &mut self,
+        request_id: &str,
+        request: &CanUseToolRequest,
+        effects: &mut Vec<Effect>,
+    ) {
+        let decision = self.policy.decide(&request.tool_name, &request.input, &self.match_context);
+        match decision.behavior {
+            Behavior::Allow => {
+                self.respond_permission(
+                    request_id,
+                    &PermissionResult::allow(request.input.clone()),
+                    effects,
+                );
+                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                    request_id: request_id.to_owned(),
+                    tool_name: request.tool_name.clone(),
+                    behavior: Behavior::Allow,
+                    by: DecidedBy::Policy { rule: decision.rule },
+                    message: decision.reason,
+                    input_changed: false,
+                    updated_permissions: Vec::new(),
+                }));
+                self.mark_answered(request_id);
+            }
+            Behavior::Deny => {
+                self.respond_permission(
+                    request_id,
+                    &PermissionResult::deny(decision.reason.clone()),
+                    effects,
+                );
+                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                    request_id: request_id.to_owned(),
+                    tool_name: request.tool_name.clone(),
+                    behavior: Behavior::Deny,
+                    by: DecidedBy::Policy { rule: decision.rule },
+                    message: decision.reason,
+                    input_changed: false,
+                    updated_permissions: Vec::new(),
+                }));
+                self.mark_answered(request_id);
+            }
+            Behavior::Ask => {
+                let pending = PendingPermission {
+                    request_id: request_id.to_owned(),
+                    tool_name: request.tool_name.clone(),
+                    input: request.input.clone(),
+                    tool_use_id: request.tool_use_id.clone(),
+                    suggestions: request.permission_suggestions.clone().unwrap_or_default(),
+                    reason: request.decision_reason.clone().unwrap_or(decision.reason),
+                    agent_id: request.agent_id.clone(),
+                    timeout_secs: self.policy.ask_timeout.as_secs(),
+                };
+                self.asked.insert(
+                    request_id.to_owned(),
+                    AskedPermission { pending: pending.clone(), request: request.clone() },
+                );
+                effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));
+                effects.push(Effect::StartTimer(
+                    Timer::Permission(request_id.to_owned()),
+                    self.policy.ask_timeout,
+                ));
+                self.set_state(SessionState::AwaitingPermission, effects);
+            }
+        }
+    }
+
+    fn on_hook_callback(
+        &mut self,
+        request_id: &str,
+        hook: &HookCallbackRequest,
+        effects: &mut Vec<Effect>,
+    ) {
+        let pending = PendingHook {
+            request_id: request_id.to_owned(),
+            callback_id: hook.callback_id.clone(),
+            hook_event_name: hook.hook_event_name().map(str::to_owned),
+            input: hook.input.clone(),
+        };
+        self.hooks.insert(request_id.to_owned(), pending.clone());
+        effects.push(Effect::Emit(SessionEvent::HookRequested(pending)));
+        effects.push(Effect::StartTimer(Timer::Hook(request_id.to_owned()), HOOK_TIMEOUT));
+    }
+
+    fn on_control_response(&mut self, response: &ControlResponse, effects: &mut Vec<Effect>) {
+        let Some(request_id) = response.request_id() else { return };
+        // 2.1.37 answers set_permission_mode twice: the second finds nothing and is dropped.
+        let Some(outgoing) = self.outgoing.remove(request_id) else { return };
+        let result = match &response.response {
+            ControlResponseBody::Success(success) => {
+                if outgoing.subtype == "initialize" {
+                    self.take_initialize_response(success);
+                }
+                if outgoing.subtype == "set_permission_mode" {
+                    if let Some(Ok(mode)) = success.payload::<Value>() {
+                        if let Some(mode) = mode.get("mode").and_then(Value::as_str) {
+                            self.snapshot.permission_mode = Some(mode.to_owned());
+                        }
+                    }
+                }
+                Ok(success.clone())
+            }
+            ControlResponseBody::Error(ControlError {
+                error,
+                error_code,
+                pending_permission_requests,
+                ..
+            }) => Err(ControlFailure::Refused {
+                subtype: outgoing.subtype.clone(),
+                error: error.clone(),
+                error_code: error_code.clone(),
+                pending: pending_permission_requests.clone().unwrap_or_default(),
+            }),
+            ControlResponseBody::Unknown(value) => Err(ControlFailure::Refused {
+                subtype: outgoing.subtype.clone(),
+                error: format!("unrecognised response {value}"),
+                error_code: None,
+                pending: Vec::new(),
+            }),
+        };
+        effects.push(Effect::ControlDone(request_id.to_owned(), result));
+        if self.awaiting_initialize.as_deref() == Some(request_id) {
+            self.initialize_settled(effects);
+        }
+    }
+
+    fn take_initialize_response(&mut self, success: &ControlSuccess) {
+        if let Some(Ok(response)) = success.payload::<InitializeResponse>() {
+            if let Some(commands) = response.commands {
+                self.snapshot.slash_commands =
+                    commands.into_iter().map(|command| command.name).collect();
+            }
+            if let Some(models) = response.models {
+                self.snapshot.available_models =
+                    models.into_iter().map(|model| model.value).collect();
+            }
+            if let Some(version) = response.claude_code_version {
+                self.snapshot.cli_version = Some(version);
+            }
+            if let Some(mode) = response.current_permission_mode {
+                self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+            }
+        }
+    }
+
+    /// `initialize` was answered (or timed out): release held user messages.
+    fn initialize_settled(&mut self, effects: &mut Vec<Effect>) {
+        self.awaiting_initialize = None;
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            if self.state == SessionState::Starting {
+                self.set_state(SessionState::Idle, effects);
+            }
+            return;
+        }
+        for raw in held {
+            let mut line = raw.to_string();
+            line.push('\n');
+            effects.push(Effect::Send(Arc::from(line)));
+        }
+        self.set_state(SessionState::Working, effects);
+    }
+
+    fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
+        if let Some(asked) = self.asked.shift_remove(request_id) {
+            effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+                request_id: request_id.to_owned(),
+                tool_name: asked.request.tool_name.clone(),
+                behavior: Behavior::Deny,
+                by: DecidedBy::Cancelled,
+                message: "the CLI withdrew the request".to_owned(),
+                input_changed: false,
+                updated_permissions: Vec::new(),
+            }));
+            self.after_permission_resolved(request_id, effects);
+        } else if self.hooks.shift_remove(request_id).is_some() {
+            self.mark_answered(request_id);
+        }
+    }
+
+    fn respond_permission(
+        &mut self,
+        request_id: &str,
+        result: &PermissionResult,
+        effects: &mut Vec<Effect>,
+    ) {
+        self.write(
+            Message::ControlResponse(ControlResponse::permission(request_id, result)),
+            effects,
+        );
+    }
+
+    fn after_permission_resolved(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
+        self.mark_answered(request_id);
+        if self.asked.is_empty() && self.state == SessionState::AwaitingPermission {
+            self.set_state(SessionState::Working, effects);
+        }
+    }
+
+    fn mark_answered(&mut self, request_id: &str) {
+        if self.answered_set.insert(request_id.to_owned()) {
+            self.answered.push_back(request_id.to_owned());
+            if self.answered.len() > ANSWERED_MEMORY {
+                if let Some(old) = self.answered.pop_front() {
+                    self.answered_set.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// The `updatedPermissions` for "always allow": the CLI's own suggestions scoped to the
+    /// session (mode switches dropped), or a rule for this exact call when it offered none.
+    fn remember(&self, request: &CanUseToolRequest) -> Vec<PermissionUpdate> {
+        let suggestions = request.permission_suggestions.as_deref().unwrap_or(&[]);
+        let mut grants = session_grants(suggestions);
+        let has_rule = grants.iter().any(|grant| matches!(grant, PermissionUpdate::AddRules(_)));
+        if !has_rule {
+            let rule_content = match request.tool_name.as_str() {
+                "Bash" => request.input.get("command").and_then(Value::as_str).map(str::to_owned),
+                _ => None,
+            };
+            grants.insert(
+                0,
+                PermissionUpdate::allow_for_session(vec![RuleValue {
+                    tool_name: request.tool_name.clone(),
+                    rule_content,
+                    ..RuleValue::default()
+                }]),
+            );
+        }
+        grants
+    }
+
+    /// Our own session rule, so the CLI asking again (it does, for compound commands) is
+    /// answered without a person.
+    fn remember_locally(&mut self, request: &CanUseToolRequest) {
+        let rule = match (
+            request.tool_name.as_str(),
+            request.input.get("command").and_then(Value::as_str),
+        ) {
+            ("Bash", Some(command)) => format!("Bash({command})"),
+            (tool, _) => tool.to_owned(),
+        };
+        if let Err(error) = self.policy.add_allow(&rule) {
+            tracing::warn!(%rule, %error, "cannot remember the session rule");
+        }
+    }
+
+    fn track_subagents(&mut self, parent: Option<&str>, blocks: &[ContentBlock]) {
+        if let Some(parent) = parent {
+            self.count_subagent_message(parent);
+        }
+        for block in blocks {
+            if let ContentBlock::ToolUse(tool) = block {
+                if matches!(tool.name.as_str(), "Task" | "Agent")
+                    && !self.subagent_index.contains_key(&tool.id)
+                {
+                    let text =
+                        |key: &str| tool.input.get(key).and_then(Value::as_str).map(str::to_owned);
+                    self.subagent_index.insert(tool.id.clone(), self.snapshot.subagents.len());
+                    self.snapshot.subagents.push(Subagent {
+                        tool_use_id: tool.id.clone(),
+                        parent_tool_use_id: parent.map(str::to_owned),
+                        description: text("description"),
+                        subagent_type: text("subagent_type"),
+                        messages: 0,
+                        finished: false,
+                    });
+                }
+            }
+        }
+    }
+
+    fn count_subagent_message(&mut self, parent: &str) {
+        if let Some(&index) = self.subagent_index.get(parent) {
+            self.snapshot.subagents[index].messages += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+//! Unit tests of the session core: correlation, permissions, state, without a runtime.
+
+use serde_json::json;
+use switchboard_protocol::codec::Received;
+use switchboard_protocol::control::InterruptRequest;
+
+use super::*;
+
+fn core(policy: &str) -> SessionCore {
+    SessionCore::new(
+        Policy::from_toml(policy).unwrap(),
+        MatchContext { cwd: "/work".into(), home: None },
+    )
+}
+
+fn line(text: &str) -> Received {
+    Received::decode(text.as_bytes().to_vec()).unwrap()
+}
+
+fn sent(effects: &[Effect]) -> Vec<serde_json::Value> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send(line) => Some(serde_json::from_str(line.trim_end()).unwrap()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn events(effects: &[Effect]) -> Vec<&SessionEvent> {
+    effects
+        .iter()
+        .filter_map(|effect| if let Effect::Emit(event) = effect { Some(event) } else { None })
+        .collect()
+}
+
+fn done(effects: &[Effect]) -> Vec<(&String, &Result<ControlSuccess, ControlFailure>)> {
+    effects
+        .iter()
+        .filter_map(|effect| {
+            if let Effect::ControlDone(id, result) = effect {
+                Some((id, result))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn can_use_tool(request_id: &str, command: &str) -> Received {
+    line(&json!({"type":"control_request","request_id":request_id,"request":{"subtype":"can_use_tool","tool_name":"Bash",
+        "input":{"command":command},"tool_use_id":"toolu_1",
+        "permission_suggestions":[{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":command}],"behavior":"allow","destination":"localSettings"},
+                                  {"type":"setMode","mode":"acceptEdits","destination":"session"}]}}).to_string())
+}
+
+fn started(core: &mut SessionCore) {
+    let effects = core.on_started(None);
+    assert_eq!(core.state(), SessionState::Idle, "{effects:?}");
+}
+
+#[test]
+fn user_messages_wait_for_initialize_then_go_in_order() {
+    let mut core = core("");
+    let effects = core.on_started(Some(ControlRequestPayload::Initialize(Default::default())));
+    assert_eq!(sent(&effects)[0]["request"]["subtype"], "initialize");
+    let effects = core.send_user(UserMessage::prompt("first"));
+    assert!(sent(&effects).is_empty(), "held until initialize is answered");
+    let effects = core.on_line(line(r#"{"type":"control_response","response":{"subtype":"success","request_id":"sb-1","response":{"commands":[{"name":"compact"}],"models":[{"value":"opus"}]}}}"#));
+    let written = sent(&effects);
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0]["message"]["content"], "first");
+    assert_eq!(core.state(), SessionState::Working);
+    assert_eq!(core.snapshot().slash_commands, ["compact"]);
+    assert_eq!(core.snapshot().available_models, ["opus"]);
+}
+
+#[test]
+fn a_control_request_ends_exactly_once() {
+    let mut core = core("");
+    started(&mut core);
+    let (id, _) = core.control(ControlRequestPayload::Interrupt(InterruptRequest::new()));
+    let response = format!(
+        r#"{{"type":"control_response","response":{{"subtype":"success","request_id":"{id}"}}}}"#
+    );
+    let effects = core.on_line(line(&response));
+    assert_eq!(done(&effects).len(), 1);
+    // 2.1.37 answers set_permission_mode twice; the second answer (and the timer) find nothing.
+    assert!(done(&core.on_line(line(&response))).is_empty());
+    assert!(done(&core.on_timer(Timer::Control(id))).is_empty());
+}
+
+#[test]
+fn unanswered_control_requests_time_out_and_exit_closes_the_rest() {
+    let mut core = core("");
+    started(&mut core);
+    let (first, _) = core.control(ControlRequestPayload::Unknown(json!({"subtype":"frobnicate"})));
+    let (second, _) = core.control(ControlRequestPayload::Interrupt(InterruptRequest::new()));
+    let effects = core.on_timer(Timer::Control(first.clone()));
+    assert!(matches!(done(&effects)[0].1, Err(ControlFailure::TimedOut { .. })));
+    assert!(events(&effects).iter().any(|event| matches!(event, SessionEvent::ControlTimedOut { request_id, .. } if *request_id == first)));
+    let effects = core.on_exit(Some(0), None, "the CLI exited with status 0".into());
+    let closed = done(&effects);
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].0, &second);
+    assert!(matches!(closed[0].1, Err(ControlFailure::LinkClosed { .. })));
+    assert_eq!(core.state(), SessionState::Exited);
+}
+
+#[test]
+fn policy_decides_without_a_person() {
+    let mut core = core("[permissions]\nallow=[\"Bash(ls:*)\"]\ndeny=[\"Bash(rm:*)\"]");
+    started(&mut core);
+    let effects = core.on_line(can_use_tool("r1", "ls -la"));
+    assert_eq!(
+        sent(&effects)[0]["response"]["response"],
+        json!({"behavior":"allow","updatedInput":{"command":"ls -la"}})
+    );
+    let effects = core.on_line(can_use_tool("r2", "ls && rm -rf x"));
+    let answer = &sent(&effects)[0]["response"]["response"];
+    assert_eq!(answer["behavior"], "deny");
+    assert!(answer["message"].as_str().unwrap().contains("Bash(rm:*)"));
+    assert!(core.snapshot().pending_permissions.is_empty());
+}
+
+#[test]
+fn ask_waits_for_a_person_and_the_first_answer_wins() {
+    let mut core = core("");
+    started(&mut core);
+    let effects = core.on_line(can_use_tool("r1", "touch x && ls"));
+    assert!(sent(&effects).is_empty(), "nothing is sent while a person decides");
+    assert!(effects.iter().any(
+        |effect| matches!(effect, Effect::StartTimer(Timer::Permission(id), _) if id == "r1")
+    ));
+    assert_eq!(core.state(), SessionState::AwaitingPermission);
+    assert_eq!(core.snapshot().pending_permissions.len(), 1);
+
+    let mut answer = PermissionAnswer::allow();
+    answer.updated_input = Some(json!({"command": "touch y && ls"}));
+    let effects = core.answer_permission("r1", answer, "alice").unwrap();
+    assert_eq!(
+        sent(&effects)[0]["response"]["response"]["updatedInput"]["command"],
+        "touch y && ls"
+    );
+    assert!(events(&effects).iter().any(|event| matches!(event,
+        SessionEvent::PermissionDecided { by: DecidedBy::Person { who }, input_changed: true, .. } if who == "alice")));
+    assert_eq!(core.state(), SessionState::Working);
+    assert_eq!(
+        core.answer_permission("r1", PermissionAnswer::deny("no"), "bob").unwrap_err(),
+        AnswerError::AlreadyAnswered("r1".into())
+    );
+    assert_eq!(
+        core.answer_permission("nope", PermissionAnswer::allow(), "bob").unwrap_err(),
+        AnswerError::Unknown("nope".into())
+    );
+    assert!(
+        core.on_timer(Timer::Permission("r1".into())).is_empty(),
+        "the timer finds it answered"
+    );
+}
+
+#[test]
+fn an_unanswered_ask_times_out_to_deny() {
+    let mut core = core("[permissions]\nask_timeout_secs = 5");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch x"));
+    let effects = core.on_timer(Timer::Permission("r1".into()));
+    let answer = &sent(&effects)[0]["response"]["response"];
+    assert_eq!(answer["behavior"], "deny");
+    assert!(answer["message"].as_str().unwrap().contains("within 5 s"));
+    assert!(events(&effects).iter().any(|event| matches!(
+        event,
+        SessionEvent::PermissionDecided { by: DecidedBy::Timeout, .. }
+    )));
+    assert!(matches!(
+        core.answer_permission("r1", PermissionAnswer::allow(), "late"),
+        Err(AnswerError::AlreadyAnswered(_))
+    ));
+}
+
+#[test]
+fn remember_sends_session_scoped_grants_and_adds_a_local_rule() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch x && ls"));
+    let mut answer = PermissionAnswer::allow();
+    answer.remember = true;
+    let effects = core.answer_permission("r1", answer, "alice").unwrap();
+    let updates = &sent(&effects)[0]["response"]["response"]["updatedPermissions"];
+    // The CLI's localSettings rule is rewritten to session; its setMode is dropped.
+    assert_eq!(
+        updates,
+        &json!([{"type":"addRules","rules":[{"toolName":"Bash","ruleContent":"touch x && ls"}],"behavior":"allow","destination":"session"}])
+    );
+    // The CLI asks again for compound commands; our own rule answers it.
+    let effects = core.on_line(can_use_tool("r2", "touch x && ls"));
+    assert_eq!(sent(&effects)[0]["response"]["response"]["behavior"], "allow");
+}
+
+#[test]
+fn ask_user_question_answers_go_into_the_input() {
+    let mut core = core("[permissions]\ndefault = \"allow\"");
+    started(&mut core);
+    let request = json!({"type":"control_request","request_id":"q1","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion",
+        "input":{"questions":[{"question":"Color?","options":[{"label":"Red"},{"label":"Blue"}]}]},"tool_use_id":"t"}});
+    let effects = core.on_line(line(&request.to_string()));
+    assert!(sent(&effects).is_empty(), "questions always go to a person, even with default allow");
+    let mut answer = PermissionAnswer::allow();
+    answer.answers = Some([("Color?".to_owned(), "Blue".to_owned())].into());
+    let effects = core.answer_permission("q1", answer, "alice").unwrap();
+    assert_eq!(
+        sent(&effects)[0]["response"]["response"]["updatedInput"]["answers"],
+        json!({"Color?":"Blue"})
+    );
+}
+
+#[test]
+fn cancel_and_exit_end_pending_permissions() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch a"));
+    core.on_line(can_use_tool("r2", "touch b"));
+    let effects = core.on_line(line(r#"{"type":"control_cancel_request","request_id":"r1"}"#));
+    assert!(events(&effects).iter().any(|event| matches!(
+        event,
+        SessionEvent::PermissionDecided { by: DecidedBy::Cancelled, .. }
+    )));
+    assert!(sent(&effects).is_empty(), "nothing is sent for a withdrawn request");
+    let effects = core.on_exit(None, Some(9), "killed".into());
+    assert!(events(&effects).iter().any(|event| matches!(event, SessionEvent::PermissionDecided { by: DecidedBy::LinkClosed, request_id, .. } if request_id == "r2")));
+    assert_eq!(core.state(), SessionState::Crashed);
+}
+
+#[test]
+fn unknown_control_requests_from_the_cli_get_an_error_never_silence() {
+    let mut core = core("");
+    started(&mut core);
+    let effects = core.on_line(line(
+        r#"{"type":"control_request","request_id":"x1","request":{"subtype":"brand_new","a":1}}"#,
+    ));
+    let response = &sent(&effects)[0]["response"];
+    assert_eq!(response["subtype"], "error");
+    assert_eq!(response["request_id"], "x1");
+    assert!(response["error"].as_str().unwrap().contains("brand_new"));
+}
+
+#[test]
+fn hooks_wait_for_an_answer_or_time_out_to_no_opinion() {
+    let mut core = core("");
+    started(&mut core);
+    let hook = r#"{"type":"control_request","request_id":"h1","request":{"subtype":"hook_callback","callback_id":"pre","input":{"hook_event_name":"PreToolUse","tool_name":"Bash"}}}"#;
+    let effects = core.on_line(line(hook));
+    assert!(sent(&effects).is_empty());
+    assert_eq!(core.snapshot().pending_hooks[0].hook_event_name.as_deref(), Some("PreToolUse"));
+    let effects = core.on_timer(Timer::Hook("h1".into()));
+    assert_eq!(sent(&effects)[0]["response"]["response"], json!({}));
+    assert!(matches!(
+        core.answer_hook("h1", json!({}), "late"),
+        Err(AnswerError::AlreadyAnswered(_))
+    ));
+}
+
+#[test]
+fn results_track_turns_cost_models_and_go_idle() {
+    let mut core = core("");
+    started(&mut core);
+    core.send_user(UserMessage::prompt("a"));
+    core.send_user(UserMessage::prompt("b"));
+    assert_eq!(core.state(), SessionState::Working);
+    let result = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s1","total_cost_usd":0.25,"modelUsage":{"opus":{"inputTokens":10,"outputTokens":5,"costUSD":0.25}}}"#;
+    core.on_line(line(result));
+    assert_eq!(core.state(), SessionState::Working, "the queued message's turn is still to come");
+    let effects = core.on_line(line(result));
+    assert!(events(&effects)
+        .iter()
+        .any(|event| matches!(event, SessionEvent::State { to: SessionState::Idle, .. })));
+    let snapshot = core.snapshot();
+    assert_eq!(snapshot.turns, 2);
+    assert_eq!(snapshot.cost_usd, 0.25);
+    assert_eq!(snapshot.models["opus"].output_tokens, 5);
+    assert_eq!(snapshot.claude_session_id.as_deref(), Some("s1"));
+}
+
+#[test]
+fn subagents_nest_by_parent_tool_use_id() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_line(line(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"task1","name":"Task","input":{"description":"look","subagent_type":"Explore"}}]},"parent_tool_use_id":null,"session_id":"s"}"#));
+    core.on_line(line(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"inner","name":"Agent","input":{"description":"deeper"}}]},"parent_tool_use_id":"task1","session_id":"s"}"#));
+    core.on_line(line(r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"task1","content":"done"}]},"parent_tool_use_id":null,"session_id":"s"}"#));
+    let subagents = core.snapshot().subagents;
+    assert_eq!(subagents.len(), 2);
+    assert_eq!(subagents[0].description.as_deref(), Some("look"));
+    assert_eq!(subagents[0].messages, 1);
+    assert!(subagents[0].finished);
+    assert_eq!(subagents[1].parent_tool_use_id.as_deref(), Some("task1"));
+}

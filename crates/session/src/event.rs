@@ -1,0 +1,273 @@
+//! What a session reports: every line in both directions, and Switchboard's own events.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use switchboard_protocol::codec::LineError;
+use switchboard_protocol::{Message, PermissionUpdate};
+
+use crate::policy::Behavior;
+
+/// The state of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    /// The CLI is starting (or `initialize` has not been answered).
+    Starting,
+    /// Waiting for a prompt.
+    Idle,
+    /// A turn is running.
+    Working,
+    /// A turn waits for a person to answer a permission request.
+    AwaitingPermission,
+    /// The CLI is compacting the conversation.
+    Compacting,
+    /// The CLI exited normally (or because we ended it).
+    Exited,
+    /// The CLI died unexpectedly.
+    Crashed,
+}
+
+impl SessionState {
+    /// `starting`, `idle`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionState::Starting => "starting",
+            SessionState::Idle => "idle",
+            SessionState::Working => "working",
+            SessionState::AwaitingPermission => "awaiting_permission",
+            SessionState::Compacting => "compacting",
+            SessionState::Exited => "exited",
+            SessionState::Crashed => "crashed",
+        }
+    }
+
+    /// Whether the CLI is gone.
+    pub fn is_final(self) -> bool {
+        matches!(self, SessionState::Exited | SessionState::Crashed)
+    }
+}
+
+/// Which way a line went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineDirection {
+    /// Written by the CLI.
+    FromCli,
+    /// Written by Switchboard to the CLI.
+    ToCli,
+}
+
+/// One protocol line, with its exact bytes.
+#[derive(Debug, Clone)]
+pub struct WireLine {
+    /// Which way it went.
+    pub direction: LineDirection,
+    /// The line as sent or received, without the newline.
+    pub raw: Arc<str>,
+    /// Its typed view.
+    pub message: Arc<Message>,
+}
+
+/// Who or what decided a permission request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DecidedBy {
+    /// A policy rule, or the policy's default when `rule` is `None`.
+    Policy {
+        /// The rule.
+        rule: Option<String>,
+    },
+    /// A person (or program) through a session handle.
+    Person {
+        /// Who, as the caller named themselves.
+        who: String,
+    },
+    /// Nobody answered in time.
+    Timeout,
+    /// The CLI withdrew the request (`control_cancel_request`, after an interrupt).
+    Cancelled,
+    /// The CLI went away with the request pending.
+    LinkClosed,
+}
+
+/// A permission request waiting for a person.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingPermission {
+    /// The CLI's request id; answers name it.
+    pub request_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// The tool's input.
+    pub input: Value,
+    /// The tool call.
+    pub tool_use_id: Option<String>,
+    /// The CLI's "always allow" offers.
+    pub suggestions: Vec<PermissionUpdate>,
+    /// Why the CLI (or the policy) asks.
+    pub reason: String,
+    /// The subagent's Task/Agent call, when a subagent asks.
+    pub agent_id: Option<String>,
+    /// Seconds left before the timeout decides.
+    pub timeout_secs: u64,
+}
+
+/// A hook callback waiting for an answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingHook {
+    /// The CLI's request id; answers name it.
+    pub request_id: String,
+    /// The callback id registered in `initialize`.
+    pub callback_id: String,
+    /// `PreToolUse`, `PostToolUse`, `Stop`, ...
+    pub hook_event_name: Option<String>,
+    /// The hook input.
+    pub input: Value,
+}
+
+/// Everything a session reports, in order.
+#[derive(Debug, Clone)]
+pub enum SessionEvent {
+    /// A line in either direction.
+    Line(WireLine),
+    /// A line from the CLI that could not be decoded; the session goes on.
+    BadLine(LineError),
+    /// A line the CLI wrote to stderr.
+    Stderr(String),
+    /// The state changed.
+    State {
+        /// Before.
+        from: SessionState,
+        /// After.
+        to: SessionState,
+    },
+    /// The CLI's session id became known or changed (a fork gets a new one).
+    ClaudeSessionId(String),
+    /// A permission request now waits for a person.
+    PermissionRequested(PendingPermission),
+    /// A permission request was decided.
+    PermissionDecided {
+        /// The request.
+        request_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Allow or deny (an `ask` is never final).
+        behavior: Behavior,
+        /// Who decided.
+        by: DecidedBy,
+        /// The message the model sees on deny, or the reason on allow.
+        message: String,
+        /// Whether the input was changed.
+        input_changed: bool,
+        /// Rule changes sent with an allow.
+        updated_permissions: Vec<PermissionUpdate>,
+    },
+    /// A hook callback now waits for an answer.
+    HookRequested(PendingHook),
+    /// A hook callback was answered.
+    HookAnswered {
+        /// The request.
+        request_id: String,
+        /// Who answered (or `timeout`).
+        by: String,
+        /// The answer.
+        output: Value,
+    },
+    /// A control request we sent got no answer in time.
+    ControlTimedOut {
+        /// Our request id.
+        request_id: String,
+        /// Its subtype.
+        subtype: String,
+    },
+    /// A control request from the CLI that Switchboard does not serve; answered with an error.
+    UnsupportedControlRequest {
+        /// Its request id.
+        request_id: String,
+        /// Its subtype.
+        subtype: String,
+    },
+    /// The CLI ended.
+    Exited {
+        /// Exit code.
+        code: Option<i32>,
+        /// Signal.
+        signal: Option<i32>,
+        /// Whether Switchboard ended it (or it ended unasked).
+        requested: bool,
+        /// A readable description (with the stderr tail's last line).
+        description: String,
+    },
+}
+
+impl SessionEvent {
+    /// A short name for logs and JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionEvent::Line(_) => "line",
+            SessionEvent::BadLine(_) => "bad_line",
+            SessionEvent::Stderr(_) => "stderr",
+            SessionEvent::State { .. } => "state",
+            SessionEvent::ClaudeSessionId(_) => "claude_session_id",
+            SessionEvent::PermissionRequested(_) => "permission_requested",
+            SessionEvent::PermissionDecided { .. } => "permission_decided",
+            SessionEvent::HookRequested(_) => "hook_requested",
+            SessionEvent::HookAnswered { .. } => "hook_answered",
+            SessionEvent::ControlTimedOut { .. } => "control_timed_out",
+            SessionEvent::UnsupportedControlRequest { .. } => "unsupported_control_request",
+            SessionEvent::Exited { .. } => "exited",
+        }
+    }
+
+    /// The event as one JSON object: `{"event": kind, ...}`. Lines carry their direction and
+    /// the line itself as JSON.
+    pub fn to_json(&self) -> Value {
+        use serde_json::json;
+        let mut value = match self {
+            SessionEvent::Line(line) => json!({
+                "direction": line.direction,
+                "line": serde_json::from_str::<Value>(&line.raw).unwrap_or(Value::Null),
+            }),
+            SessionEvent::BadLine(error) => json!({
+                "line": error.position.line, "offset": error.position.offset,
+                "error": error.kind.to_string(), "preview": error.preview,
+            }),
+            SessionEvent::Stderr(text) => json!({ "text": text }),
+            SessionEvent::State { from, to } => json!({ "from": from, "to": to }),
+            SessionEvent::ClaudeSessionId(id) => json!({ "claude_session_id": id }),
+            SessionEvent::PermissionRequested(pending) => {
+                serde_json::to_value(pending).unwrap_or_default()
+            }
+            SessionEvent::PermissionDecided {
+                request_id,
+                tool_name,
+                behavior,
+                by,
+                message,
+                input_changed,
+                updated_permissions,
+            } => json!({
+                "request_id": request_id, "tool_name": tool_name, "behavior": behavior, "by": by,
+                "message": message, "input_changed": input_changed, "updated_permissions": updated_permissions,
+            }),
+            SessionEvent::HookRequested(pending) => {
+                serde_json::to_value(pending).unwrap_or_default()
+            }
+            SessionEvent::HookAnswered { request_id, by, output } => json!({
+                "request_id": request_id, "by": by, "output": output,
+            }),
+            SessionEvent::ControlTimedOut { request_id, subtype }
+            | SessionEvent::UnsupportedControlRequest { request_id, subtype } => json!({
+                "request_id": request_id, "subtype": subtype,
+            }),
+            SessionEvent::Exited { code, signal, requested, description } => json!({
+                "code": code, "signal": signal, "requested": requested, "description": description,
+            }),
+        };
+        if let Value::Object(map) = &mut value {
+            map.insert("event".to_owned(), Value::from(self.kind()));
+        }
+        value
+    }
+}
