@@ -234,6 +234,9 @@ impl Actor {
     }
 
     async fn apply(&mut self, effects: Vec<Effect>) {
+        // The core has already moved on: publish the snapshot first, so whoever receives one
+        // of these events sees a snapshot at least as new.
+        let _ = self.snapshot.send(self.core.snapshot());
         for effect in effects {
             match effect {
                 Effect::Send(line) => {
@@ -262,7 +265,6 @@ impl Actor {
                 }
             }
         }
-        let _ = self.snapshot.send(self.core.snapshot());
     }
 }
 
