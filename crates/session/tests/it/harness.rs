@@ -11,32 +11,37 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Scenario};
 use tokio::sync::mpsc;
 
 /// How long any one wait may take before the test fails (generous: CI has 2 cores).
-pub const WAIT: Duration = Duration::from_secs(90);
+pub(crate) const WAIT: Duration = Duration::from_secs(90);
 
-pub struct Harness {
-    pub api: FakeApi,
-    pub sandbox: CliSandbox,
-    pub handle: SessionHandle,
+pub(crate) struct Harness {
+    pub(crate) api: FakeApi,
+    pub(crate) sandbox: CliSandbox,
+    pub(crate) handle: SessionHandle,
     events: mpsc::Receiver<SessionEvent>,
     /// Every event seen so far.
-    pub log: Vec<SessionEvent>,
+    pub(crate) log: Vec<SessionEvent>,
     /// How far `until` has looked.
     cursor: usize,
 }
 
-pub struct Options {
-    pub policy: String,
-    pub configure: Box<dyn FnOnce(&mut SessionConfig, &CliSandbox)>,
+/// Changes the session's config before it starts.
+pub(crate) type Configure = Box<dyn FnOnce(&mut SessionConfig, &CliSandbox)>;
+
+pub(crate) struct Options {
+    pub(crate) policy: String,
+    pub(crate) configure: Configure,
+    /// Reuse a sandbox (its HOME holds earlier sessions' transcripts, for resume).
+    pub(crate) sandbox: Option<CliSandbox>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { policy: String::new(), configure: Box::new(|_, _| {}) }
+        Options { policy: String::new(), configure: Box::new(|_, _| {}), sandbox: None }
     }
 }
 
 impl Harness {
-    pub async fn start(version: CliVersion, scenario: Scenario, policy: &str) -> Harness {
+    pub(crate) async fn start(version: CliVersion, scenario: Scenario, policy: &str) -> Harness {
         Self::start_with(
             version,
             scenario,
@@ -45,9 +50,13 @@ impl Harness {
         .await
     }
 
-    pub async fn start_with(version: CliVersion, scenario: Scenario, options: Options) -> Harness {
+    pub(crate) async fn start_with(
+        version: CliVersion,
+        scenario: Scenario,
+        options: Options,
+    ) -> Harness {
         let api = FakeApi::start(scenario).await.unwrap();
-        let sandbox = CliSandbox::new().unwrap();
+        let sandbox = options.sandbox.unwrap_or_else(|| CliSandbox::new().unwrap());
         let mut config =
             SessionConfig::new(sandbox.workdir(), Policy::from_toml(&options.policy).unwrap());
         config.cli.program = Some(real_cli(version));
@@ -60,7 +69,7 @@ impl Harness {
     }
 
     /// Waits for the next event (after those already looked at) that satisfies `predicate`.
-    pub async fn until(
+    pub(crate) async fn until(
         &mut self,
         what: &str,
         predicate: impl Fn(&SessionEvent) -> bool,
@@ -85,7 +94,7 @@ impl Harness {
     }
 
     /// Waits for the next result.
-    pub async fn until_result(&mut self) -> ResultMessage {
+    pub(crate) async fn until_result(&mut self) -> ResultMessage {
         let event = self
             .until("a result", |event| matches!(from_cli(event), Some(Message::Result(_))))
             .await;
@@ -96,7 +105,7 @@ impl Harness {
     }
 
     /// Waits for the next permission request that needs a person.
-    pub async fn until_permission(&mut self) -> PendingPermission {
+    pub(crate) async fn until_permission(&mut self) -> PendingPermission {
         match self
             .until("a permission request", |event| {
                 matches!(event, SessionEvent::PermissionRequested(_))
@@ -109,7 +118,7 @@ impl Harness {
     }
 
     /// Shuts the session down and collects the remaining events.
-    pub async fn finish(&mut self) {
+    pub(crate) async fn finish(&mut self) {
         self.handle.shutdown(Duration::from_secs(5)).await.unwrap();
         while let Ok(Some(event)) = tokio::time::timeout(WAIT, self.events.recv()).await {
             self.log.push(event);
@@ -117,11 +126,11 @@ impl Harness {
     }
 
     /// How many events satisfy `predicate`.
-    pub fn count(&self, predicate: impl Fn(&SessionEvent) -> bool) -> usize {
+    pub(crate) fn count(&self, predicate: impl Fn(&SessionEvent) -> bool) -> usize {
         self.log.iter().filter(|event| predicate(event)).count()
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.log
             .iter()
             .map(|event| match event {
@@ -140,7 +149,7 @@ fn truncate(text: &str, chars: usize) -> String {
 }
 
 /// The message of a line event from the CLI.
-pub fn from_cli(event: &SessionEvent) -> Option<&Message> {
+pub(crate) fn from_cli(event: &SessionEvent) -> Option<&Message> {
     match event {
         SessionEvent::Line(line) if line.direction == LineDirection::FromCli => Some(&line.message),
         _ => None,

@@ -167,3 +167,186 @@ both!(remember_for_session_asks_once, |version: CliVersion| async move {
     assert!(!h.sandbox.file(".claude/settings.local.json").exists());
     h.finish().await;
 });
+
+both!(interrupt_while_streaming, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(Reply::text("one two three four five six seven").when_prompt("LONG").hold_after(2))
+        .reply(Reply::text("after the interrupt").when_prompt("NEXT"));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("LONG story please").await.unwrap();
+    for _ in 0..2 {
+        h.until("a text delta", |event| {
+            matches!(from_cli(event), Some(Message::StreamEvent(e)) if matches!(&e.event, StreamEvent::ContentBlockDelta(d) if matches!(d.delta, Delta::Text(_))))
+        })
+        .await;
+    }
+    h.handle.interrupt().await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.subtype, "error_during_execution", "{}", h.describe());
+    h.handle.send_text("NEXT").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("after the interrupt"));
+    h.finish().await;
+});
+
+both!(interrupt_while_a_permission_is_pending, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use("Bash", touch_and_ls("never.txt")).when_prompt("RUN"));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("RUN it").await.unwrap();
+    let pending = h.until_permission().await;
+    h.handle.interrupt().await.unwrap();
+    h.until("the request withdrawn", |event| {
+        matches!(event, SessionEvent::PermissionDecided { by: DecidedBy::Cancelled, .. })
+    })
+    .await;
+    h.until_result().await;
+    assert!(!h.sandbox.file("never.txt").exists());
+    let late =
+        h.handle.respond_permission(&pending.request_id, PermissionAnswer::allow(), "late").await;
+    assert!(late.is_err(), "a withdrawn request cannot be answered");
+    assert!(h.handle.snapshot().pending_permissions.is_empty());
+    h.finish().await;
+});
+
+both!(pre_tool_use_hook_allows_without_asking, |version: CliVersion| async move {
+    use switchboard_protocol::control::{HookMatcher, HookOutput};
+    use switchboard_protocol::InitializeRequest;
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use("Bash", touch_and_ls("hooked.txt")).when_prompt("RUN"))
+        .reply(Reply::text("Hooked.").when_tool_result());
+    let options = crate::harness::Options {
+        configure: Box::new(|config, _| {
+            let matcher = HookMatcher {
+                matcher: Some("Bash".into()),
+                hook_callback_ids: vec!["pre_bash".into()],
+                ..Default::default()
+            };
+            config.initialize =
+                Some(InitializeRequest::default().with_hook("PreToolUse", vec![matcher]));
+        }),
+        ..Default::default()
+    };
+    let mut h = Harness::start_with(version, scenario, options).await;
+    h.handle.send_text("RUN it").await.unwrap();
+    let hook = match h
+        .until("a hook callback", |event| matches!(event, SessionEvent::HookRequested(_)))
+        .await
+    {
+        SessionEvent::HookRequested(hook) => hook,
+        _ => unreachable!(),
+    };
+    assert_eq!(hook.callback_id, "pre_bash");
+    assert_eq!(hook.hook_event_name.as_deref(), Some("PreToolUse"));
+    h.handle
+        .respond_hook(&hook.request_id, &HookOutput::pre_tool_use("allow", "hook says yes"), "test")
+        .await
+        .unwrap();
+    h.until_result().await;
+    assert!(h.sandbox.file("hooked.txt").exists());
+    assert_eq!(
+        h.count(|event| matches!(event, SessionEvent::PermissionRequested(_))),
+        0,
+        "the hook's allow skips can_use_tool"
+    );
+    h.finish().await;
+});
+
+both!(set_model_and_permission_mode_mid_session, |version: CliVersion| async move {
+    use switchboard_protocol::PermissionMode;
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let target = sandbox.file("accept-edits.txt");
+    let scenario = Scenario::new()
+        .reply(Reply::text("first").when_prompt("ONE"))
+        .reply(Reply::text("second").when_prompt("TWO"))
+        .reply(
+            Reply::tool_use("Write", json!({"file_path": target.display().to_string(), "content": "written in acceptEdits\n"}))
+                .when_prompt("WRITE"),
+        )
+        .reply(Reply::text("written").when_tool_result());
+    let options = crate::harness::Options { sandbox: Some(sandbox), ..Default::default() };
+    let mut h = Harness::start_with(version, scenario, options).await;
+    h.handle.send_text("ONE").await.unwrap();
+    h.until_result().await;
+    h.handle.set_model("claude-haiku-4-5-20251001").await.unwrap();
+    h.handle.send_text("TWO").await.unwrap();
+    h.until_result().await;
+    let request = h.api.wait_for(|request| request.last_user_text().contains("TWO")).await;
+    assert_eq!(request.model(), "claude-haiku-4-5-20251001");
+    h.handle.set_permission_mode(PermissionMode::AcceptEdits).await.unwrap();
+    assert_eq!(h.handle.snapshot().permission_mode.as_deref(), Some("acceptEdits"));
+    h.handle.send_text("WRITE").await.unwrap();
+    h.until_result().await;
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "written in acceptEdits\n",
+        "{}",
+        h.describe()
+    );
+    assert_eq!(
+        h.count(|event| matches!(event, SessionEvent::PermissionRequested(_))),
+        0,
+        "acceptEdits writes without asking"
+    );
+    h.finish().await;
+});
+
+both!(multi_turn_with_a_message_queued_while_busy, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(Reply::text("first answer").when_prompt("FIRST").hold_after(1))
+        .reply(Reply::text("second answer").when_prompt("SECOND"));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("FIRST").await.unwrap();
+    h.until("a text delta", |event| matches!(from_cli(event), Some(Message::StreamEvent(_)))).await;
+    h.handle.send_text("SECOND").await.unwrap();
+    let mut watch = h.handle.watch();
+    let queued = tokio::time::timeout(
+        crate::harness::WAIT,
+        watch.wait_for(|snapshot| snapshot.queued_turns == 2),
+    )
+    .await
+    .map(|snapshot| snapshot.is_ok());
+    assert_eq!(queued, Ok(true), "both turns are queued");
+    h.api.release();
+    let first = h.until_result().await;
+    let second = h.until_result().await;
+    assert_eq!(first.result.as_deref(), Some("first answer"));
+    assert_eq!(second.result.as_deref(), Some("second answer"));
+    assert_eq!(h.handle.snapshot().state, SessionState::Idle);
+    assert_eq!(h.handle.snapshot().turns, 2);
+    h.finish().await;
+});
+
+both!(rate_limits_are_retried, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(Reply::http_error(429, "rate_limit_error", "slow down", 2))
+        .reply(Reply::text("made it"));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("hello").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("made it"));
+    if version == CliVersion::V2_1_330 {
+        let retries = h.count(|event| {
+            matches!(
+                from_cli(event),
+                Some(Message::System(switchboard_protocol::SystemMessage::ApiRetry(_)))
+            )
+        });
+        assert_eq!(retries, 2, "2.1.330 announces each retry");
+    }
+    h.finish().await;
+});
+
+both!(server_errors_end_the_turn_with_an_error_result, |version: CliVersion| async move {
+    let scenario =
+        Scenario::new().reply(Reply::http_error(500, "api_error", "Internal server error", 10));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("hello").await.unwrap();
+    let result = h.until_result().await;
+    assert!(result.is_error, "API failures are is_error results");
+    assert_eq!(h.api.conversation_requests().len(), 3, "CLAUDE_CODE_MAX_RETRIES=2: three tries");
+    let snapshot = h.handle.snapshot();
+    assert!(snapshot.last_result_is_error);
+    assert_eq!(snapshot.state, SessionState::Idle, "an API error is not a crash");
+    h.finish().await;
+});
