@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{OriginalUri, State};
+use axum::extract::{DefaultBodyLimit, OriginalUri, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -117,7 +117,12 @@ impl FakeApi {
             request_count: Arc::new(count_tx),
             release: release_rx,
         };
-        let app = Router::new().fallback(any(handle)).with_state(state);
+        // The CLI sends the whole conversation every time: megabytes once a big tool call is in
+        // it. No body limit (axum's default of 2 MB answers 413).
+        let app = Router::new()
+            .fallback(any(handle))
+            .layer(DefaultBodyLimit::disable())
+            .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {

@@ -350,3 +350,142 @@ both!(server_errors_end_the_turn_with_an_error_result, |version: CliVersion| asy
     assert_eq!(snapshot.state, SessionState::Idle, "an API error is not a crash");
     h.finish().await;
 });
+
+both!(subagent_messages_nest_under_their_task, |version: CliVersion| async move {
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    std::fs::write(sandbox.file("hello.txt"), "hello world\n").unwrap();
+    let hello = sandbox.file("hello.txt").display().to_string();
+    let (tool, input) = match version {
+        CliVersion::V2_1_37 => (
+            "Task",
+            json!({"description": "Read the fixture", "prompt": "SUBAGENT_PROMPT: read hello.txt", "subagent_type": "general-purpose"}),
+        ),
+        CliVersion::V2_1_330 => (
+            "Agent",
+            json!({"description": "Read the fixture", "prompt": "SUBAGENT_PROMPT: read hello.txt", "subagent_type": "general-purpose", "run_in_background": false}),
+        ),
+    };
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use(tool, input).when_prompt("DELEGATE"))
+        .reply(Reply::tool_use("Read", json!({"file_path": hello})).when_prompt("SUBAGENT_PROMPT"))
+        .reply(
+            Reply::text("SUBAGENT_DONE: the file says hello world.")
+                .when_tool_result_contains("hello world"),
+        )
+        .reply(Reply::text("Parent done.").when_tool_result_contains("SUBAGENT_DONE"));
+    let options = crate::harness::Options { sandbox: Some(sandbox), ..Default::default() };
+    let mut h = Harness::start_with(version, scenario, options).await;
+    h.handle.send_text("DELEGATE the reading").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("Parent done."), "{}", h.describe());
+    let subagents = h.handle.snapshot().subagents;
+    assert_eq!(subagents.len(), 1, "{subagents:?}");
+    assert_eq!(subagents[0].description.as_deref(), Some("Read the fixture"));
+    assert!(subagents[0].messages >= 2, "the subagent's prompt and its Read: {subagents:?}");
+    assert!(subagents[0].finished);
+    let nested = h.count(|event| match from_cli(event) {
+        Some(Message::Assistant(m)) => {
+            m.parent_tool_use_id.as_deref() == Some(subagents[0].tool_use_id.as_str())
+        }
+        _ => false,
+    });
+    assert!(nested >= 1, "the subagent's Read call arrives nested");
+    h.finish().await;
+});
+
+both!(ask_user_question_is_answered_by_a_person, |version: CliVersion| async move {
+    let questions = json!({"questions": [{"question": "Which color?", "header": "Color", "multiSelect": false,
+        "options": [{"label": "Red", "description": "warm"}, {"label": "Blue", "description": "cool"}]}]});
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use("AskUserQuestion", questions).when_prompt("ASK"))
+        .reply(Reply::text("Blue it is.").when_tool_result());
+    let mut h = Harness::start(version, scenario, "[permissions]\ndefault = \"allow\"").await;
+    h.handle.send_text("ASK me").await.unwrap();
+    let pending = h.until_permission().await;
+    assert_eq!(pending.tool_name, "AskUserQuestion");
+    let mut answer = PermissionAnswer::allow();
+    answer.answers = Some([("Which color?".to_owned(), "Blue".to_owned())].into());
+    h.handle.respond_permission(&pending.request_id, answer, "tester").await.unwrap();
+    h.until_result().await;
+    let request = h.api.wait_for(|request| !request.tool_results().is_empty()).await;
+    let (_, content, _) = &request.tool_results()[0];
+    assert!(content.contains("Blue"), "the model sees the answer: {content}");
+    h.finish().await;
+});
+
+both!(resume_keeps_the_session_and_fork_makes_a_new_one, |version: CliVersion| async move {
+    let scenario = || Scenario::new().reply(Reply::text("remembered").times(5));
+    let mut first = Harness::start(version, scenario(), "").await;
+    first.handle.send_text("remember the number 7").await.unwrap();
+    first.until_result().await;
+    let session_id = first.handle.snapshot().claude_session_id.unwrap();
+    first.finish().await;
+    let sandbox =
+        std::mem::replace(&mut first.sandbox, switchboard_testkit::CliSandbox::new().unwrap());
+
+    let resume_id = session_id.clone();
+    let options = crate::harness::Options {
+        sandbox: Some(sandbox),
+        configure: Box::new(move |config, _| config.cli.resume = Some(resume_id)),
+        ..Default::default()
+    };
+    let mut resumed = Harness::start_with(version, scenario(), options).await;
+    resumed.handle.send_text("what was the number?").await.unwrap();
+    resumed.until_result().await;
+    assert_eq!(resumed.handle.snapshot().claude_session_id.as_deref(), Some(session_id.as_str()));
+    let request = resumed
+        .api
+        .wait_for(|request| request.last_user_text().contains("what was the number"))
+        .await;
+    let history = request.body["messages"].as_array().unwrap().len();
+    assert!(history >= 3, "the earlier turn went to the API with the new one ({history} messages)");
+    resumed.finish().await;
+    let sandbox =
+        std::mem::replace(&mut resumed.sandbox, switchboard_testkit::CliSandbox::new().unwrap());
+
+    let fork_id = session_id.clone();
+    let options = crate::harness::Options {
+        sandbox: Some(sandbox),
+        configure: Box::new(move |config, _| {
+            config.cli.resume = Some(fork_id);
+            config.cli.fork_session = true;
+        }),
+        ..Default::default()
+    };
+    let mut forked = Harness::start_with(version, scenario(), options).await;
+    forked.handle.send_text("fork it").await.unwrap();
+    forked.until_result().await;
+    let forked_id = forked.handle.snapshot().claude_session_id.unwrap();
+    assert_ne!(forked_id, session_id, "a fork gets a new session id");
+    forked.finish().await;
+});
+
+both!(large_tool_inputs_and_results_pass_through, |version: CliVersion| async move {
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let target = sandbox.file("big.txt");
+    let content = "0123456789abcdef".repeat(128 * 1024); // 2 MiB
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_use(
+                "Write",
+                json!({"file_path": target.display().to_string(), "content": content}),
+            )
+            .when_prompt("BIG"),
+        )
+        .reply(Reply::text("Wrote it.").when_tool_result());
+    let options = crate::harness::Options {
+        sandbox: Some(sandbox),
+        policy: "[permissions]\nallow = [\"Write\"]".to_owned(),
+        ..Default::default()
+    };
+    let mut h = Harness::start_with(version, scenario, options).await;
+    h.handle.send_text("BIG file please").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("Wrote it."), "{}", h.describe());
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 2 * 1024 * 1024);
+    let big_lines = h.count(
+        |event| matches!(event, SessionEvent::Line(line) if line.raw.len() > 2 * 1024 * 1024),
+    );
+    assert!(big_lines >= 2, "the tool input reached us whole in several lines ({big_lines})");
+    h.finish().await;
+});
