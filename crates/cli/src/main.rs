@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod run;
 
 /// Run, watch, steer and audit Claude Code sessions.
 #[derive(Debug, Parser)]
@@ -30,11 +31,44 @@ enum Command {
     /// Exit status: 0 when the checks asked for pass; 1 when --strict finds an unknown or
     /// malformed line, or --roundtrip finds a mismatch; 2 when an input cannot be read.
     Decode(decode::DecodeArgs),
+    /// Run one Claude Code session from a prompt to its result.
+    ///
+    /// Text streams to stdout as it arrives; tool calls and permission decisions go to stderr.
+    /// A tool call the policy leaves to a person is asked at the terminal (allow / deny /
+    /// always); without a terminal it is denied, with the reason, because permissions fail
+    /// closed. With --json, every event is one JSON object per line on stdout.
+    ///
+    /// Exit status: 0 the session ended with a success result (even if some tool calls were
+    /// denied); 1 it ended with an error result (API error, max turns); 2 bad arguments or
+    /// policy file; 3 the CLI crashed or exited before the result; 4 the CLI could not be
+    /// started (not found: install it or use --claude / SWITCHBOARD_CLAUDE); 130 interrupted.
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        Command::Run(args) => {
+            init_logging();
+            match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime.block_on(run::run(args)),
+                Err(error) => {
+                    #[allow(clippy::print_stderr)]
+                    {
+                        eprintln!("switchboard: cannot start the async runtime: {error}");
+                    }
+                    ExitCode::from(1)
+                }
+            }
+        }
     }
+}
+
+/// Logs go to stderr, filtered by `RUST_LOG` (default: warnings only).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

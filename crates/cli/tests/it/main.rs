@@ -1,4 +1,5 @@
 //! Integration tests of the `switchboard` binary.
 
 mod decode;
+mod run;
 mod tidy;

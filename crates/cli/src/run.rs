@@ -1,0 +1,372 @@
+//! `switchboard run`: one session, from a prompt to its result, in the terminal.
+//!
+//! Text streams to stdout as it arrives; tool calls and permission decisions go to stderr. A
+//! request the policy leaves to a person becomes a prompt when stdin is a terminal, and a
+//! denial (with the reason) when it is not: permissions fail closed.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::Value;
+use switchboard_protocol::content::ContentBlock;
+use switchboard_protocol::stream::{Delta, StreamEvent};
+use switchboard_protocol::{Message, PermissionMode};
+use switchboard_session::{
+    spawn_session, Behavior, DecidedBy, LineDirection, PendingPermission, PermissionAnswer, Policy,
+    SessionConfig, SessionError, SessionEvent, SessionHandle,
+};
+
+/// Exit status: the session ended with a success result.
+pub(crate) const EXIT_OK: u8 = 0;
+/// Exit status: the session ended with an error result (API error, max turns, ...).
+pub(crate) const EXIT_ERROR_RESULT: u8 = 1;
+/// Exit status: bad arguments or policy file.
+pub(crate) const EXIT_USAGE: u8 = 2;
+/// Exit status: the CLI crashed or exited before the result.
+pub(crate) const EXIT_CRASHED: u8 = 3;
+/// Exit status: the CLI could not be started (not found, bad working directory).
+pub(crate) const EXIT_NOT_STARTED: u8 = 4;
+/// Exit status: interrupted (Ctrl-C), as shells report SIGINT.
+pub(crate) const EXIT_INTERRUPTED: u8 = 130;
+
+/// How long each step of ending the CLI may take.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Arguments of `switchboard run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Working directory of the session.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Model to use (an alias such as `sonnet`, or a full model id).
+    #[arg(long, value_name = "M")]
+    model: Option<String>,
+    /// Claude Code permission mode: default, acceptEdits, plan, bypassPermissions, dontAsk.
+    #[arg(long, value_name = "MODE")]
+    permission_mode: Option<String>,
+    /// Permission policy (TOML, Claude Code rule syntax). Without one, every request the CLI
+    /// sends is put to you (or denied when there is no terminal).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The Claude Code CLI to run (default: `claude` on PATH).
+    #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
+    claude: Option<PathBuf>,
+    /// Resume the Claude session with this id.
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
+    /// With --resume: continue in a new session (a fork) instead of the old one.
+    #[arg(long, requires = "resume")]
+    fork: bool,
+    /// Print every event as one JSON object per line on stdout, instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The prompt.
+    #[arg(required = true)]
+    prompt: String,
+}
+
+pub(crate) async fn run(args: RunArgs) -> ExitCode {
+    match run_session(args).await {
+        Ok(code) => ExitCode::from(code),
+        Err((code, message)) => {
+            eprintln!("switchboard run: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
+    let policy = match &args.policy {
+        Some(path) => Policy::from_file(path).map_err(|error| (EXIT_USAGE, error.to_string()))?,
+        None => Policy::default(),
+    };
+    let cwd = match &args.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir()
+            .map_err(|error| (EXIT_USAGE, format!("no working directory: {error}")))?,
+    };
+    let mut config = SessionConfig::new(cwd, policy);
+    config.cli.program = args.claude.clone();
+    config.cli.model = args.model.clone();
+    config.cli.resume = args.resume.clone();
+    config.cli.fork_session = args.fork;
+    if let Some(mode) = &args.permission_mode {
+        let mode: PermissionMode = mode.parse().unwrap_or(PermissionMode::Default);
+        if let PermissionMode::Other(other) = &mode {
+            let known = PermissionMode::KNOWN.join(", ");
+            return Err((
+                EXIT_USAGE,
+                format!("unknown permission mode {other:?} (one of: {known})"),
+            ));
+        }
+        config.cli.permission_mode = Some(mode);
+    }
+    let (handle, mut events) = spawn_session(config).map_err(|error| match error {
+        SessionError::Transport(error) => (EXIT_NOT_STARTED, error.to_string()),
+        other => (EXIT_CRASHED, other.to_string()),
+    })?;
+    handle
+        .send_text(args.prompt.clone())
+        .await
+        .map_err(|error| (EXIT_CRASHED, error.to_string()))?;
+
+    let interactive = std::io::stdin().is_terminal();
+    let mut printer = Printer::new(args.json);
+    let mut outcome: Option<u8> = None;
+    let mut interrupted = false;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            _ = &mut ctrl_c, if !interrupted => {
+                interrupted = true;
+                eprintln!("\nswitchboard run: interrupting (Ctrl-C again to kill)");
+                let handle = handle.clone();
+                tokio::spawn(async move {
+                    let _ = handle.interrupt().await;
+                    let _ = tokio::signal::ctrl_c().await;
+                    let _ = handle.shutdown(Duration::from_millis(100)).await;
+                });
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
+        printer.print(&event);
+        match &event {
+            SessionEvent::PermissionRequested(pending) => {
+                let handle = handle.clone();
+                let pending = pending.clone();
+                tokio::spawn(async move { decide_in_terminal(handle, pending, interactive).await });
+            }
+            SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
+                if let Message::Result(result) = line.message.as_ref() {
+                    if outcome.is_none() {
+                        outcome = Some(if interrupted {
+                            EXIT_INTERRUPTED
+                        } else if result.is_error {
+                            EXIT_ERROR_RESULT
+                        } else {
+                            EXIT_OK
+                        });
+                        let handle = handle.clone();
+                        tokio::spawn(async move { handle.shutdown(SHUTDOWN_GRACE).await });
+                    }
+                }
+            }
+            SessionEvent::Exited { description, .. } if outcome.is_none() => {
+                printer.finish_text();
+                eprintln!("switchboard run: {description} before the result");
+                outcome = Some(if interrupted { EXIT_INTERRUPTED } else { EXIT_CRASHED });
+            }
+            _ => {}
+        }
+    }
+    printer.finish_text();
+    Ok(outcome.unwrap_or(EXIT_CRASHED))
+}
+
+/// Puts a permission request to the person at the terminal, or denies it when there is none.
+async fn decide_in_terminal(handle: SessionHandle, pending: PendingPermission, interactive: bool) {
+    let answer = if interactive {
+        let prompt = pending.clone();
+        tokio::task::spawn_blocking(move || ask_on_terminal(&prompt)).await.unwrap_or_else(|_| {
+            PermissionAnswer::deny("the terminal prompt failed; denied (permissions fail closed)")
+        })
+    } else {
+        PermissionAnswer::deny(format!(
+            "{} needs approval and no one is at a terminal to give it; denied (give switchboard run a --policy that allows it, or run it from a terminal)",
+            pending.tool_name
+        ))
+    };
+    let who = if interactive { "terminal" } else { "no-terminal" };
+    if let Err(error) = handle.respond_permission(&pending.request_id, answer, who).await {
+        eprintln!("switchboard run: {error}");
+    }
+}
+
+fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
+    let mut stderr = std::io::stderr();
+    let read_line = || {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line.trim().to_owned()).unwrap_or_default()
+    };
+    if pending.tool_name == "AskUserQuestion" {
+        let mut answers = std::collections::BTreeMap::new();
+        for question in pending.input["questions"].as_array().into_iter().flatten() {
+            let text = question["question"].as_str().unwrap_or("?");
+            let _ = writeln!(stderr, "\n? {text}");
+            let options: Vec<&str> = question["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o["label"].as_str())
+                .collect();
+            for (index, label) in options.iter().enumerate() {
+                let _ = writeln!(stderr, "  {}. {label}", index + 1);
+            }
+            let _ = write!(stderr, "answer (number or text): ");
+            let _ = stderr.flush();
+            let reply = read_line();
+            let chosen = reply
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| options.get(n.wrapping_sub(1)).map(|label| (*label).to_owned()))
+                .unwrap_or(reply);
+            answers.insert(text.to_owned(), chosen);
+        }
+        return PermissionAnswer { answers: Some(answers), ..PermissionAnswer::allow() };
+    }
+    let _ = write!(
+        stderr,
+        "\n? allow {} {}\n  [y]es / [n]o / [a]lways for this session: ",
+        pending.tool_name,
+        summarize(&pending.tool_name, &pending.input)
+    );
+    let _ = stderr.flush();
+    match read_line().to_lowercase().as_str() {
+        "y" | "yes" => PermissionAnswer::allow(),
+        "a" | "always" => PermissionAnswer { remember: true, ..PermissionAnswer::allow() },
+        _ => PermissionAnswer::deny("the user denied this at the terminal"),
+    }
+}
+
+/// One line describing a tool call's input.
+fn summarize(tool: &str, input: &Value) -> String {
+    let field = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
+    let text = match tool {
+        "Bash" => field("command"),
+        "Read" | "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
+            field("file_path").or_else(|| field("notebook_path"))
+        }
+        "WebFetch" => field("url"),
+        "Grep" | "Glob" => field("pattern"),
+        "Task" | "Agent" => field("description"),
+        _ => None,
+    }
+    .unwrap_or_else(|| input.to_string());
+    let mut text: String = text.chars().take(200).collect();
+    if text.len() >= 200 {
+        text.push('…');
+    }
+    text
+}
+
+/// Writes events to the terminal.
+struct Printer {
+    json: bool,
+    /// Whether text was printed without a final newline.
+    mid_line: bool,
+    /// Whether the current message's text arrived as deltas (so its `assistant` line is not
+    /// printed again).
+    streamed: bool,
+}
+
+impl Printer {
+    fn new(json: bool) -> Self {
+        Printer { json, mid_line: false, streamed: false }
+    }
+
+    fn print(&mut self, event: &SessionEvent) {
+        if self.json {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{}", event.to_json());
+            let _ = stdout.flush();
+            return;
+        }
+        match event {
+            SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
+                self.print_message(&line.message)
+            }
+            SessionEvent::PermissionDecided { tool_name, behavior, by, message, .. } => {
+                let who = match by {
+                    DecidedBy::Policy { rule: Some(rule) } => format!("rule {rule}"),
+                    DecidedBy::Policy { rule: None } => "policy default".to_owned(),
+                    DecidedBy::Person { who } => who.clone(),
+                    DecidedBy::Timeout => "timeout".to_owned(),
+                    DecidedBy::Cancelled => "the CLI (withdrawn)".to_owned(),
+                    DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
+                };
+                match behavior {
+                    Behavior::Allow => self.note(&format!("✓ {tool_name} allowed by {who}")),
+                    _ => self.note(&format!("✗ {tool_name} denied by {who}: {message}")),
+                }
+            }
+            SessionEvent::BadLine(error) => {
+                self.note(&format!("! unreadable line from the CLI: {error}"))
+            }
+            SessionEvent::Stderr(text) => self.note(&format!("claude: {text}")),
+            _ => {}
+        }
+    }
+
+    fn print_message(&mut self, message: &Message) {
+        match message {
+            Message::StreamEvent(event) if event.parent_tool_use_id.is_none() => match &event.event
+            {
+                StreamEvent::ContentBlockDelta(delta) => {
+                    if let Delta::Text(text) = &delta.delta {
+                        self.text(&text.text);
+                        self.streamed = true;
+                    }
+                }
+                StreamEvent::MessageStart(_) => self.streamed = false,
+                _ => {}
+            },
+            Message::Assistant(assistant) if assistant.parent_tool_use_id.is_none() => {
+                for block in &assistant.message.content {
+                    match block {
+                        ContentBlock::Text(text) if !self.streamed => self.text(&text.text),
+                        ContentBlock::ToolUse(tool) => {
+                            self.note(&format!(
+                                "→ {} {}",
+                                tool.name,
+                                summarize(&tool.name, &tool.input)
+                            ));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Message::System(switchboard_protocol::SystemMessage::ApiRetry(retry)) => {
+                self.note(&format!(
+                    "… API error {}, retry {} of {}",
+                    retry.error.as_deref().unwrap_or("?"),
+                    retry.attempt.unwrap_or(0),
+                    retry.max_retries.unwrap_or(0)
+                ));
+            }
+            Message::Result(result) if result.is_error => {
+                let errors =
+                    result.errors.as_ref().map(|errors| errors.join("; ")).unwrap_or_default();
+                let text = result.result.clone().unwrap_or(errors);
+                self.note(&format!("✗ the turn failed ({}): {text}", result.subtype));
+            }
+            _ => {}
+        }
+    }
+
+    fn text(&mut self, text: &str) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        self.mid_line = !text.ends_with('\n');
+    }
+
+    fn note(&mut self, text: &str) {
+        self.finish_text();
+        eprintln!("{text}");
+    }
+
+    fn finish_text(&mut self) {
+        if self.mid_line && !self.json {
+            println!();
+            self.mid_line = false;
+        }
+    }
+}
