@@ -23,7 +23,8 @@ use switchboard_protocol::{
 };
 
 use crate::event::{
-    DecidedBy, LineDirection, PendingHook, PendingPermission, SessionEvent, SessionState, WireLine,
+    now_ms, DecidedBy, LineDirection, PendingHook, PendingPermission, SessionEvent, SessionState,
+    WireLine,
 };
 use crate::policy::{Behavior, MatchContext, Policy};
 
@@ -433,6 +434,7 @@ impl SessionCore {
                     message: format!("allowed by {who}"),
                     input_changed,
                     updated_permissions: updates,
+                    decided_at_ms: now_ms(),
                 }));
             }
             AnswerBehavior::Deny => {
@@ -454,6 +456,7 @@ impl SessionCore {
                     message,
                     input_changed: false,
                     updated_permissions: Vec::new(),
+                    decided_at_ms: now_ms(),
                 }));
             }
         }
@@ -605,6 +608,7 @@ impl SessionCore {
                 message: "the CLI exited before the request was answered".to_owned(),
                 input_changed: false,
                 updated_permissions: Vec::new(),
+                decided_at_ms: now_ms(),
             }));
             self.mark_answered(&request_id);
         }
@@ -663,6 +667,7 @@ impl SessionCore {
                         message,
                         input_changed: false,
                         updated_permissions: Vec::new(),
+                        decided_at_ms: now_ms(),
                     }));
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
@@ -791,6 +796,7 @@ impl SessionCore {
                     message: decision.reason,
                     input_changed: false,
                     updated_permissions: Vec::new(),
+                    decided_at_ms: now_ms(),
                 }));
                 self.mark_answered(request_id);
             }
@@ -808,6 +814,7 @@ impl SessionCore {
                     message: decision.reason,
                     input_changed: false,
                     updated_permissions: Vec::new(),
+                    decided_at_ms: now_ms(),
                 }));
                 self.mark_answered(request_id);
             }
@@ -821,6 +828,7 @@ impl SessionCore {
                     reason: request.decision_reason.clone().unwrap_or(decision.reason),
                     agent_id: request.agent_id.clone(),
                     timeout_secs: self.policy.ask_timeout.as_secs(),
+                    asked_at_ms: now_ms(),
                 };
                 self.asked.insert(
                     request_id.to_owned(),
@@ -942,6 +950,7 @@ impl SessionCore {
                 message: "the CLI withdrew the request".to_owned(),
                 input_changed: false,
                 updated_permissions: Vec::new(),
+                decided_at_ms: now_ms(),
             }));
             self.after_permission_resolved(request_id, effects);
         } else if self.hooks.shift_remove(request_id).is_some() {

@@ -109,8 +109,10 @@ pub struct PendingPermission {
     pub reason: String,
     /// The subagent's Task/Agent call, when a subagent asks.
     pub agent_id: Option<String>,
-    /// Seconds left before the timeout decides.
+    /// Seconds the person has before the timeout decides.
     pub timeout_secs: u64,
+    /// When it was asked (Unix milliseconds).
+    pub asked_at_ms: u64,
 }
 
 /// A hook callback waiting for an answer.
@@ -162,6 +164,8 @@ pub enum SessionEvent {
         input_changed: bool,
         /// Rule changes sent with an allow.
         updated_permissions: Vec<PermissionUpdate>,
+        /// When it was decided (Unix milliseconds).
+        decided_at_ms: u64,
     },
     /// A hook callback now waits for an answer.
     HookRequested(PendingHook),
@@ -247,9 +251,11 @@ impl SessionEvent {
                 message,
                 input_changed,
                 updated_permissions,
+                decided_at_ms,
             } => json!({
                 "request_id": request_id, "tool_name": tool_name, "behavior": behavior, "by": by,
                 "message": message, "input_changed": input_changed, "updated_permissions": updated_permissions,
+                "decided_at_ms": decided_at_ms,
             }),
             SessionEvent::HookRequested(pending) => {
                 serde_json::to_value(pending).unwrap_or_default()
@@ -270,4 +276,12 @@ impl SessionEvent {
         }
         value
     }
+}
+
+/// Now, in Unix milliseconds (for the "when" of decisions).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
 }

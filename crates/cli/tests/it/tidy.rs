@@ -48,3 +48,10 @@ fn every_rust_file_has_a_module_doc() {
         .collect();
     assert!(vague.is_empty(), "vague module names: {vague:?}");
 }
+
+#[test]
+fn the_example_policy_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/policy.toml");
+    let policy = switchboard_session::Policy::from_file(&path).unwrap();
+    assert_eq!(policy.default, switchboard_session::Behavior::Ask);
+}

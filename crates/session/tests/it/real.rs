@@ -489,3 +489,89 @@ both!(large_tool_inputs_and_results_pass_through, |version: CliVersion| async mo
     assert!(big_lines >= 2, "the tool input reached us whole in several lines ({big_lines})");
     h.finish().await;
 });
+
+both!(read_only_tools_are_auto_allowed_by_the_cli, |version: CliVersion| async move {
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    std::fs::write(sandbox.file("notes.txt"), "the secret word is marmalade\n").unwrap();
+    let path = sandbox.file("notes.txt").display().to_string();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use("Read", json!({"file_path": path})).when_prompt("READ"))
+        .reply(Reply::text("It says marmalade.").when_tool_result_contains("marmalade"));
+    let options = crate::harness::Options { sandbox: Some(sandbox), ..Default::default() };
+    let mut h = Harness::start_with(version, scenario, options).await;
+    h.handle.send_text("READ the notes").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("It says marmalade."), "{}", h.describe());
+    assert_eq!(
+        h.count(|event| matches!(
+            event,
+            SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. }
+        )),
+        0,
+        "Read needs no permission"
+    );
+    h.finish().await;
+});
+
+both!(thinking_streams_and_a_mid_stream_error_is_retried, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(
+            Reply::default()
+                .then_thinking("Let me think about this carefully.")
+                .then_text("Thought it through.")
+                .when_prompt("THINK"),
+        )
+        .reply(Reply::text("partial answer that breaks").when_prompt("BREAK").stream_error_after(2))
+        .reply(Reply::text("recovered without streaming").when_prompt("BREAK"));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.send_text("THINK").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("Thought it through."));
+    let thinking = h.count(|event| matches!(from_cli(event), Some(Message::Assistant(m)) if matches!(m.message.content.first(), Some(switchboard_protocol::ContentBlock::Thinking(_)))));
+    assert_eq!(thinking, 1, "the thinking block arrives as its own assistant line");
+    h.handle.send_text("BREAK").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("recovered without streaming"), "{}", h.describe());
+    let retry = h
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.last_user_text().contains("BREAK"))
+        .collect::<Vec<_>>();
+    // 2.1.330 sends `stream: false`, 2.1.37 leaves the field out.
+    assert_ne!(
+        retry.last().unwrap().body["stream"],
+        true,
+        "the retry after an SSE error does not stream"
+    );
+    h.finish().await;
+});
+
+both!(a_large_tool_result_arrives, |version: CliVersion| async move {
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_use("Bash", json!({"command": "seq 1 300000", "description": "count"}))
+                .when_prompt("COUNT"),
+        )
+        .reply(Reply::text("Counted.").when_tool_result());
+    let mut h = Harness::start(version, scenario, "[permissions]\nallow = [\"Bash(seq:*)\"]").await;
+    h.handle.send_text("COUNT").await.unwrap();
+    let result = h.until_result().await;
+    assert_eq!(result.result.as_deref(), Some("Counted."), "{}", h.describe());
+    let biggest = h
+        .log
+        .iter()
+        .filter_map(|event| match from_cli(event) {
+            Some(Message::User(user)) if user.tool_results().next().is_some() => match event {
+                SessionEvent::Line(line) => Some(line.raw.len()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .max()
+        .unwrap();
+    // 2.1.37 carries all ~2 MB of output in the line; 2.1.330 truncates to 30 000 characters
+    // and persists the rest.
+    assert!(biggest > 30_000, "tool result line of {biggest} bytes");
+    h.finish().await;
+});
