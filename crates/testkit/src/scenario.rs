@@ -230,3 +230,30 @@ impl Reply {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_file_format_reads() {
+        let text = r#"{"replies": [
+          {"when": {"prompt_contains": "RUNBASH"},
+           "blocks": [{"text": "Running it."},
+                      {"tool_use": {"name": "Bash", "input": {"command": "touch x && ls"}}}]},
+          {"when": "tool_result", "blocks": [{"text": "Done."}], "delay_ms": 5},
+          {"error": {"status": 429, "type": "rate_limit_error", "message": "slow down"}, "times": 2}
+        ], "fallback_text": "nothing scripted"}"#;
+        let scenario = Scenario::from_json(text).unwrap();
+        assert_eq!(scenario.replies.len(), 3);
+        assert_eq!(scenario.replies[0].when, Some(When::PromptContains("RUNBASH".into())));
+        assert!(
+            matches!(&scenario.replies[0].blocks[1], Block::ToolUse(tool) if tool.name == "Bash")
+        );
+        assert_eq!(scenario.replies[1].when, Some(When::ToolResult));
+        assert_eq!(scenario.replies[1].times, 1, "times defaults to one");
+        assert_eq!(scenario.replies[2].error.as_ref().map(|e| e.status), Some(429));
+        assert_eq!(scenario.replies[2].times, 2);
+        assert!(Scenario::from_json(r#"{"replies": [{"when": {"no_such": 1}}]}"#).is_err());
+    }
+}

@@ -575,3 +575,20 @@ both!(a_large_tool_result_arrives, |version: CliVersion| async move {
     assert!(biggest > 30_000, "tool result line of {biggest} bytes");
     h.finish().await;
 });
+
+both!(thinking_budget_and_mcp_status, |version: CliVersion| async move {
+    let scenario = Scenario::new().reply(Reply::text("ok").times(2));
+    let mut h = Harness::start(version, scenario, "").await;
+    h.handle.set_max_thinking_tokens(Some(2048)).await.unwrap();
+    let status = h.handle.mcp_status().await.unwrap();
+    assert_eq!(status["mcpServers"], json!([]), "no MCP servers configured");
+    h.handle.send_text("hello").await.unwrap();
+    h.until_result().await;
+    if version == CliVersion::V2_1_37 {
+        // 2.1.37 applies the budget to the next request (2.1.330's default model thinks
+        // adaptively and shows no change).
+        let request = h.api.wait_for(|request| request.last_user_text().contains("hello")).await;
+        assert_eq!(request.body["thinking"]["budget_tokens"], 2048, "{}", request.body["thinking"]);
+    }
+    h.finish().await;
+});
