@@ -600,16 +600,13 @@ impl SessionCore {
             ));
         }
         for (request_id, asked) in std::mem::take(&mut self.asked) {
-            effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                request_id: request_id.clone(),
-                tool_name: asked.request.tool_name.clone(),
-                behavior: Behavior::Deny,
-                by: DecidedBy::LinkClosed,
-                message: "the CLI exited before the request was answered".to_owned(),
-                input_changed: false,
-                updated_permissions: Vec::new(),
-                decided_at_ms: now_ms(),
-            }));
+            effects.push(Effect::Emit(SessionEvent::decided(
+                &request_id,
+                &asked.request.tool_name,
+                Behavior::Deny,
+                DecidedBy::LinkClosed,
+                "the CLI exited before the request was answered".to_owned(),
+            )));
             self.mark_answered(&request_id);
         }
         for request_id in std::mem::take(&mut self.hooks).into_keys() {
@@ -659,16 +656,13 @@ impl SessionCore {
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
-                    effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                        request_id: request_id.clone(),
-                        tool_name: asked.request.tool_name.clone(),
-                        behavior: Behavior::Deny,
-                        by: DecidedBy::Timeout,
+                    effects.push(Effect::Emit(SessionEvent::decided(
+                        &request_id,
+                        &asked.request.tool_name,
+                        Behavior::Deny,
+                        DecidedBy::Timeout,
                         message,
-                        input_changed: false,
-                        updated_permissions: Vec::new(),
-                        decided_at_ms: now_ms(),
-                    }));
+                    )));
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
             }
@@ -788,16 +782,13 @@ impl SessionCore {
                     &PermissionResult::allow(request.input.clone()),
                     effects,
                 );
-                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                    request_id: request_id.to_owned(),
-                    tool_name: request.tool_name.clone(),
-                    behavior: Behavior::Allow,
-                    by: DecidedBy::Policy { rule: decision.rule },
-                    message: decision.reason,
-                    input_changed: false,
-                    updated_permissions: Vec::new(),
-                    decided_at_ms: now_ms(),
-                }));
+                effects.push(Effect::Emit(SessionEvent::decided(
+                    request_id,
+                    &request.tool_name,
+                    Behavior::Allow,
+                    DecidedBy::Policy { rule: decision.rule },
+                    decision.reason,
+                )));
                 self.mark_answered(request_id);
             }
             Behavior::Deny => {
@@ -806,16 +797,13 @@ impl SessionCore {
                     &PermissionResult::deny(decision.reason.clone()),
                     effects,
                 );
-                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                    request_id: request_id.to_owned(),
-                    tool_name: request.tool_name.clone(),
-                    behavior: Behavior::Deny,
-                    by: DecidedBy::Policy { rule: decision.rule },
-                    message: decision.reason,
-                    input_changed: false,
-                    updated_permissions: Vec::new(),
-                    decided_at_ms: now_ms(),
-                }));
+                effects.push(Effect::Emit(SessionEvent::decided(
+                    request_id,
+                    &request.tool_name,
+                    Behavior::Deny,
+                    DecidedBy::Policy { rule: decision.rule },
+                    decision.reason,
+                )));
                 self.mark_answered(request_id);
             }
             Behavior::Ask => {
@@ -942,16 +930,13 @@ impl SessionCore {
 
     fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
         if let Some(asked) = self.asked.shift_remove(request_id) {
-            effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                request_id: request_id.to_owned(),
-                tool_name: asked.request.tool_name.clone(),
-                behavior: Behavior::Deny,
-                by: DecidedBy::Cancelled,
-                message: "the CLI withdrew the request".to_owned(),
-                input_changed: false,
-                updated_permissions: Vec::new(),
-                decided_at_ms: now_ms(),
-            }));
+            effects.push(Effect::Emit(SessionEvent::decided(
+                request_id,
+                &asked.request.tool_name,
+                Behavior::Deny,
+                DecidedBy::Cancelled,
+                "the CLI withdrew the request".to_owned(),
+            )));
             self.after_permission_resolved(request_id, effects);
         } else if self.hooks.shift_remove(request_id).is_some() {
             self.mark_answered(request_id);

@@ -206,6 +206,26 @@ pub enum SessionEvent {
 }
 
 impl SessionEvent {
+    /// A decision with the input unchanged and no rule changes, made now.
+    pub fn decided(
+        request_id: &str,
+        tool_name: &str,
+        behavior: Behavior,
+        by: DecidedBy,
+        message: String,
+    ) -> Self {
+        SessionEvent::PermissionDecided {
+            request_id: request_id.to_owned(),
+            tool_name: tool_name.to_owned(),
+            behavior,
+            by,
+            message,
+            input_changed: false,
+            updated_permissions: Vec::new(),
+            decided_at_ms: now_ms(),
+        }
+    }
+
     /// A short name for logs and JSON output.
     pub fn kind(&self) -> &'static str {
         match self {
