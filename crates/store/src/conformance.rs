@@ -1,0 +1,100 @@
+//! The behaviour every [`Store`] must have. Each implementation's tests call [`run`].
+
+use crate::{now_ms, EventRecord, SessionRecord, Store, StoreError};
+
+fn session(id: &str, updated_ms: u64) -> SessionRecord {
+    SessionRecord {
+        id: id.to_owned(),
+        claude_session_id: None,
+        cwd: "/work".to_owned(),
+        model: None,
+        permission_mode: None,
+        state: "starting".to_owned(),
+        title: Some(format!("session {id}")),
+        cost_usd: 0.0,
+        created_ms: updated_ms,
+        updated_ms,
+        config: serde_json::json!({"prompt": "hi"}),
+    }
+}
+
+fn event(session_id: &str, seq: u64, payload: &str) -> EventRecord {
+    EventRecord {
+        session_id: session_id.to_owned(),
+        seq,
+        ts_ms: now_ms(),
+        dir: "from_cli".to_owned(),
+        kind: "line".to_owned(),
+        payload: payload.to_owned(),
+    }
+}
+
+/// Runs every check against `store`, which must be empty. Panics on the first failure.
+pub async fn run(store: &dyn Store) {
+    sessions(store).await;
+    append_and_read(store).await;
+    sequence_is_enforced(store).await;
+    delete_removes_events(store).await;
+}
+
+async fn sessions(store: &dyn Store) {
+    store.create_session(&session("a", 10)).await.unwrap();
+    store.create_session(&session("b", 20)).await.unwrap();
+    assert!(store.create_session(&session("a", 30)).await.is_err(), "ids are unique");
+    let listed: Vec<String> =
+        store.list_sessions().await.unwrap().into_iter().map(|s| s.id).collect();
+    assert_eq!(listed, ["b", "a"], "most recently updated first");
+    let mut a = store.get_session("a").await.unwrap().unwrap();
+    assert_eq!(a, session("a", 10), "a record reads back as written");
+    a.state = "idle".into();
+    a.cost_usd = 0.125;
+    a.claude_session_id = Some("claude-1".into());
+    a.updated_ms = 40;
+    store.update_session(&a).await.unwrap();
+    assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
+    assert_eq!(store.list_sessions().await.unwrap()[0].id, "a");
+    assert!(matches!(
+        store.update_session(&session("nope", 1)).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(store.get_session("nope").await.unwrap(), None);
+}
+
+async fn append_and_read(store: &dyn Store) {
+    assert_eq!(store.last_seq("a").await.unwrap(), 0);
+    // Payloads are opaque: not even JSON is required, and bytes come back exactly.
+    let odd = "{\"x\":\"é\\n\u{1F600}\"} not json at all";
+    store.append(&[event("a", 1, "{}"), event("a", 2, odd), event("b", 1, "{}")]).await.unwrap();
+    store.append(&(3..=100).map(|seq| event("a", seq, "{}")).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(store.last_seq("a").await.unwrap(), 100);
+    assert_eq!(store.last_seq("b").await.unwrap(), 1);
+    let all = store.events_after("a", 0, 1000).await.unwrap();
+    assert_eq!(all.len(), 100);
+    assert!(all.windows(2).all(|pair| pair[1].seq == pair[0].seq + 1), "in order, no gaps");
+    assert_eq!(all[1].payload, odd);
+    let page = store.events_after("a", 50, 10).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), (51..=60).collect::<Vec<_>>());
+    assert!(store.events_after("a", 100, 10).await.unwrap().is_empty());
+    assert!(store.events_after("missing", 0, 10).await.unwrap().is_empty());
+    store.append(&[]).await.unwrap();
+}
+
+async fn sequence_is_enforced(store: &dyn Store) {
+    store.create_session(&session("c", 50)).await.unwrap();
+    let gap = store.append(&[event("c", 2, "{}")]).await.unwrap_err();
+    assert!(matches!(gap, StoreError::OutOfSequence { seq: 2, last: 0, .. }), "{gap}");
+    store.append(&[event("c", 1, "{}")]).await.unwrap();
+    let duplicate = store.append(&[event("c", 1, "{}")]).await.unwrap_err();
+    assert!(matches!(duplicate, StoreError::OutOfSequence { .. }));
+    // A bad batch writes nothing, not even its good first part.
+    assert!(store.append(&[event("c", 2, "{}"), event("c", 4, "{}")]).await.is_err());
+    assert_eq!(store.last_seq("c").await.unwrap(), 1);
+}
+
+async fn delete_removes_events(store: &dyn Store) {
+    store.delete_session("b").await.unwrap();
+    assert_eq!(store.get_session("b").await.unwrap(), None);
+    assert!(store.events_after("b", 0, 10).await.unwrap().is_empty());
+    assert_eq!(store.last_seq("b").await.unwrap(), 0);
+    assert!(store.get_session("a").await.unwrap().is_some(), "others stay");
+}

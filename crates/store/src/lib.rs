@@ -1,0 +1,128 @@
+//! The durable event log. Every event of every session gets a per-session sequence number and
+//! is appended here **before** anyone sees it; session records are projections of it.
+//!
+//! [`Store`] is the trait (a PostgreSQL store for several daemons is meant to be one more
+//! implementation); [`SqliteStore`] is the embedded default (WAL, migrations, batched writes on
+//! a dedicated writer thread); [`MemoryStore`] serves tests. Both pass [`conformance::run`].
+//!
+//! The store treats payloads as opaque text: it never parses them.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub mod conformance;
+mod memory;
+mod sqlite;
+
+pub use memory::MemoryStore;
+pub use sqlite::{SqliteStore, MAX_BATCH, READ_CONNECTIONS};
+
+/// One event as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// The Switchboard session.
+    pub session_id: String,
+    /// 1, 2, 3, ... per session, without gaps.
+    pub seq: u64,
+    /// When it was appended (Unix milliseconds).
+    pub ts_ms: u64,
+    /// `from_cli`, `to_cli`, or `switchboard` (our own events).
+    pub dir: String,
+    /// The event's kind (`line`, `state`, `permission_decided`, ...).
+    pub kind: String,
+    /// The event as JSON text, opaque to the store.
+    pub payload: String,
+}
+
+/// A session's record: what a list of sessions shows, and what resuming one needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Switchboard's id.
+    pub id: String,
+    /// The CLI's session id, once known (needed to `--resume`).
+    pub claude_session_id: Option<String>,
+    /// Working directory.
+    pub cwd: String,
+    /// Model in use.
+    pub model: Option<String>,
+    /// Permission mode in force.
+    pub permission_mode: Option<String>,
+    /// `starting`, `idle`, `working`, `awaiting_permission`, `compacting`, `exited`, `crashed`.
+    pub state: String,
+    /// A title (the first prompt, shortened).
+    pub title: Option<String>,
+    /// Cost so far, US dollars.
+    pub cost_usd: f64,
+    /// Created (Unix milliseconds).
+    pub created_ms: u64,
+    /// Last change (Unix milliseconds).
+    pub updated_ms: u64,
+    /// How the session was started (the create request), for resuming it.
+    pub config: serde_json::Value,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("database error: {0}")]
+    Database(String),
+    /// An append did not continue the session's sequence.
+    #[error("event {seq} of session {session_id} is out of sequence (last stored is {last})")]
+    OutOfSequence {
+        /// The session.
+        session_id: String,
+        /// The seq offered.
+        seq: u64,
+        /// The last stored.
+        last: u64,
+    },
+    /// No such session.
+    #[error("no session {0}")]
+    NotFound(String),
+    /// The store is shut down.
+    #[error("the store is closed")]
+    Closed,
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(error: rusqlite::Error) -> Self {
+        StoreError::Database(error.to_string())
+    }
+}
+
+/// The event log and session records.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// Creates a session record (its id must be new).
+    async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// Replaces a session record.
+    async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// One session.
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// All sessions, most recently updated first.
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError>;
+    /// Deletes a session and its events.
+    async fn delete_session(&self, id: &str) -> Result<(), StoreError>;
+    /// Appends events, atomically. Each session's events must continue its sequence
+    /// (`last_seq + 1`, `+2`, ...); otherwise nothing is written.
+    async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError>;
+    /// Events of a session with `seq > after`, in order, at most `limit`.
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError>;
+    /// The last seq of a session (0 when it has none).
+    async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError>;
+}
+
+/// Now, in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,126 @@
+//! The in-memory store, for tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use crate::{EventRecord, SessionRecord, Store, StoreError};
+
+/// Everything in a mutex. Lost when dropped.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sessions: HashMap<String, SessionRecord>,
+    events: HashMap<String, BTreeMap<u64, EventRecord>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, StoreError> {
+        self.inner
+            .lock()
+            .map_err(|_| StoreError::Database("the memory store's lock is poisoned".into()))
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        if inner.sessions.contains_key(&record.id) {
+            return Err(StoreError::Database(format!("session {} already exists", record.id)));
+        }
+        inner.sessions.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        match inner.sessions.get_mut(&record.id) {
+            Some(existing) => {
+                *existing = record.clone();
+                Ok(())
+            }
+            None => Err(StoreError::NotFound(record.id.clone())),
+        }
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.lock()?.sessions.get(id).cloned())
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        let mut sessions: Vec<SessionRecord> = self.lock()?.sessions.values().cloned().collect();
+        sessions.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then_with(|| a.id.cmp(&b.id)));
+        Ok(sessions)
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        inner.sessions.remove(id);
+        inner.events.remove(id);
+        Ok(())
+    }
+
+    async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        // Check the whole batch first: all or nothing.
+        let mut next: HashMap<&str, u64> = HashMap::new();
+        for event in events {
+            let last = match next.get(event.session_id.as_str()) {
+                Some(last) => *last,
+                None => inner
+                    .events
+                    .get(&event.session_id)
+                    .and_then(|log| log.keys().next_back().copied())
+                    .unwrap_or(0),
+            };
+            if event.seq != last + 1 {
+                return Err(StoreError::OutOfSequence {
+                    session_id: event.session_id.clone(),
+                    seq: event.seq,
+                    last,
+                });
+            }
+            next.insert(&event.session_id, event.seq);
+        }
+        for event in events {
+            inner
+                .events
+                .entry(event.session_id.clone())
+                .or_default()
+                .insert(event.seq, event.clone());
+        }
+        Ok(())
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let inner = self.lock()?;
+        Ok(inner
+            .events
+            .get(session_id)
+            .map(|log| log.range(after + 1..).take(limit).map(|(_, event)| event.clone()).collect())
+            .unwrap_or_default())
+    }
+
+    async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .lock()?
+            .events
+            .get(session_id)
+            .and_then(|log| log.keys().next_back().copied())
+            .unwrap_or(0))
+    }
+}

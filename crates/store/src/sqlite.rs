@@ -1,0 +1,399 @@
+//! The SQLite store: WAL journal, schema migrations, one writer thread that commits whatever
+//! is queued in one transaction, and a small pool of read connections.
+//!
+//! Durability: `synchronous = NORMAL` in WAL mode survives the process being killed at any
+//! point (a committed transaction is in the WAL before `COMMIT` returns); only an OS crash or
+//! power loss can take back the last commits. The database is never left corrupt.
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::oneshot;
+
+use crate::{EventRecord, SessionRecord, Store, StoreError};
+
+/// Read connections kept open.
+pub const READ_CONNECTIONS: usize = 4;
+
+/// Operations the writer thread commits in one transaction at most.
+pub const MAX_BATCH: usize = 512;
+
+/// How long a connection waits for a lock before failing.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The schema, one migration per entry; `PRAGMA user_version` counts those applied.
+const MIGRATIONS: &[&str] = &["CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        claude_session_id TEXT,
+        cwd TEXT NOT NULL,
+        model TEXT,
+        permission_mode TEXT,
+        state TEXT NOT NULL,
+        title TEXT,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        config TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE events (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        ts_ms INTEGER NOT NULL,
+        dir TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);"];
+
+enum WriteOp {
+    CreateSession(SessionRecord),
+    UpdateSession(SessionRecord),
+    DeleteSession(String),
+    Append(Vec<EventRecord>),
+}
+
+struct Write {
+    op: WriteOp,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The SQLite store.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Option<mpsc::Sender<Write>>>,
+    readers: Arc<Vec<Mutex<Connection>>>,
+    next_reader: std::sync::atomic::AtomicUsize,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish()
+    }
+}
+
+fn open(path: &Path) -> Result<Connection, StoreError> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(connection)
+}
+
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    let version: usize = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version > MIGRATIONS.len() {
+        return Err(StoreError::Database(format!(
+            "the database schema is version {version}, newer than this Switchboard knows ({}); upgrade Switchboard",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(version) {
+        let transaction = connection.transaction()?;
+        transaction.execute_batch(migration)?;
+        transaction.pragma_update(None, "user_version", index + 1)?;
+        transaction.commit()?;
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the database at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_owned();
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                StoreError::Database(format!("cannot create {}: {error}", parent.display()))
+            })?;
+        }
+        let mut writer_connection = open(&path)?;
+        migrate(&mut writer_connection)?;
+        let readers = (0..READ_CONNECTIONS)
+            .map(|_| open(&path).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (writer, queue) = mpsc::channel::<Write>();
+        let writer_thread = std::thread::Builder::new()
+            .name("switchboard-store-writer".into())
+            .spawn(move || write_loop(writer_connection, queue))
+            .map_err(|error| {
+                StoreError::Database(format!("cannot start the writer thread: {error}"))
+            })?;
+        Ok(SqliteStore {
+            path,
+            writer: Mutex::new(Some(writer)),
+            readers: Arc::new(readers),
+            next_reader: std::sync::atomic::AtomicUsize::new(0),
+            writer_thread: Mutex::new(Some(writer_thread)),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops the writer after it has committed everything queued.
+    pub fn close(&self) {
+        if let Ok(mut writer) = self.writer.lock() {
+            writer.take();
+        }
+        if let Some(thread) = self.writer_thread.lock().ok().and_then(|mut thread| thread.take()) {
+            let _ = thread.join();
+        }
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<(), StoreError> {
+        let (done, result) = oneshot::channel();
+        {
+            let writer = self.writer.lock().map_err(|_| StoreError::Closed)?;
+            writer
+                .as_ref()
+                .ok_or(StoreError::Closed)?
+                .send(Write { op, done })
+                .map_err(|_| StoreError::Closed)?;
+        }
+        result.await.map_err(|_| StoreError::Closed)?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.readers.clone();
+        let index =
+            self.next_reader.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % readers.len();
+        tokio::task::spawn_blocking(move || {
+            let connection = readers[index]
+                .lock()
+                .map_err(|_| StoreError::Database("a read connection's lock is poisoned".into()))?;
+            work(&connection)
+        })
+        .await
+        .map_err(|error| StoreError::Database(format!("read task failed: {error}")))?
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
+/// transaction, answer each operation.
+fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        // One transaction; an operation that fails rolls back to its savepoint and only it
+        // reports the error.
+        let results: Vec<Result<(), StoreError>> = match connection.transaction() {
+            Ok(mut transaction) => {
+                let results = batch
+                    .iter()
+                    .map(|write| {
+                        let mut savepoint = transaction.savepoint()?;
+                        match apply(&savepoint, &write.op) {
+                            Ok(()) => savepoint.commit().map_err(StoreError::from),
+                            Err(error) => {
+                                let _ = savepoint.rollback();
+                                Err(error)
+                            }
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                match transaction.commit() {
+                    Ok(()) => results,
+                    Err(error) => {
+                        batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect()
+                    }
+                }
+            }
+            Err(error) => {
+                batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect()
+            }
+        };
+        for (write, result) in batch.into_iter().zip(results) {
+            let _ = write.done.send(result);
+        }
+    }
+}
+
+fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
+    match op {
+        WriteOp::CreateSession(record) => {
+            connection.execute(
+                "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
+                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string()
+                ],
+            )?;
+        }
+        WriteOp::UpdateSession(record) => {
+            let changed = connection.execute(
+                "UPDATE sessions SET claude_session_id = ?2, cwd = ?3, model = ?4, permission_mode = ?5, state = ?6,
+                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11 WHERE id = ?1",
+                params![
+                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
+                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string()
+                ],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::NotFound(record.id.clone()));
+            }
+        }
+        WriteOp::DeleteSession(id) => {
+            connection.execute("DELETE FROM events WHERE session_id = ?1", params![id])?;
+            connection.execute("DELETE FROM sessions WHERE id = ?1", params![id])?;
+        }
+        WriteOp::Append(events) => {
+            let mut last_of = std::collections::HashMap::<&str, u64>::new();
+            let mut statement = connection.prepare_cached(
+                "INSERT INTO events (session_id, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for event in events {
+                let last = match last_of.get(event.session_id.as_str()) {
+                    Some(last) => *last,
+                    None => last_seq(connection, &event.session_id)?,
+                };
+                if event.seq != last + 1 {
+                    return Err(StoreError::OutOfSequence {
+                        session_id: event.session_id.clone(),
+                        seq: event.seq,
+                        last,
+                    });
+                }
+                statement.execute(params![
+                    event.session_id,
+                    event.seq as i64,
+                    event.ts_ms as i64,
+                    event.dir,
+                    event.kind,
+                    event.payload
+                ])?;
+                last_of.insert(&event.session_id, event.seq);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError> {
+    let seq: Option<i64> = connection
+        .query_row(
+            "SELECT MAX(seq) FROM events WHERE session_id = ?1",
+            params![session_id],
+            |row| row.get(0),
+        )
+        .optional()?
+        .flatten();
+    Ok(seq.unwrap_or(0) as u64)
+}
+
+fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
+    let config: String = row.get(10)?;
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        claude_session_id: row.get(1)?,
+        cwd: row.get(2)?,
+        model: row.get(3)?,
+        permission_mode: row.get(4)?,
+        state: row.get(5)?,
+        title: row.get(6)?,
+        cost_usd: row.get(7)?,
+        created_ms: row.get::<_, i64>(8)? as u64,
+        updated_ms: row.get::<_, i64>(9)? as u64,
+        config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
+    })
+}
+
+const SESSION_COLUMNS: &str =
+    "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config";
+
+#[async_trait::async_trait]
+impl Store for SqliteStore {
+    async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.write(WriteOp::CreateSession(record.clone())).await
+    }
+
+    async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.write(WriteOp::UpdateSession(record.clone())).await
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |connection| {
+            Ok(connection
+                .query_row(
+                    &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
+                    params![id],
+                    session_from_row,
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.read(|connection| {
+            let mut statement = connection.prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY updated_ms DESC, id"
+            ))?;
+            let rows = statement.query_map([], session_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        self.write(WriteOp::DeleteSession(id.to_owned())).await
+    }
+
+    async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write(WriteOp::Append(events.to_vec())).await
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let session_id = session_id.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT session_id, seq, ts_ms, dir, kind, payload FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = statement.query_map(params![session_id, after as i64, limit as i64], |row| {
+                Ok(EventRecord {
+                    session_id: row.get(0)?,
+                    seq: row.get::<_, i64>(1)? as u64,
+                    ts_ms: row.get::<_, i64>(2)? as u64,
+                    dir: row.get(3)?,
+                    kind: row.get(4)?,
+                    payload: row.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        let session_id = session_id.to_owned();
+        self.read(move |connection| last_seq(connection, &session_id)).await
+    }
+}
