@@ -1,0 +1,519 @@
+//! The HTTP + WebSocket API (`docs/api.md`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::{SinkExt, StreamExt};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use switchboard_protocol::{ContentBlock, PermissionMode, TextOr, UserMessage};
+use switchboard_session::{AnswerBehavior, PendingPermission, PermissionAnswer};
+use switchboard_store::{EventRecord, SessionRecord};
+
+use crate::auth::{require_auth, AuthConfig};
+use crate::daemon::{is_final_state, CreateSession, Daemon, Subscribed};
+use crate::error::ApiError;
+
+/// The largest request body accepted (prompts may carry base64 images).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest WebSocket message accepted from a client.
+pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most events one `GET .../events` returns.
+pub const MAX_EVENTS_PAGE: usize = 5000;
+
+/// Builds the router.
+pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
+    let api = Router::new()
+        .route("/api/health", get(health))
+        .route("/api/sessions", get(list_sessions).post(create_session))
+        .route("/api/sessions/{id}", get(get_session).delete(delete_session))
+        .route("/api/sessions/{id}/messages", post(send_message))
+        .route("/api/sessions/{id}/interrupt", post(interrupt))
+        .route("/api/sessions/{id}/model", post(set_model))
+        .route("/api/sessions/{id}/permission-mode", post(set_permission_mode))
+        .route("/api/sessions/{id}/resume", post(resume))
+        .route("/api/sessions/{id}/permissions", get(list_permissions))
+        .route("/api/sessions/{id}/permissions/{request_id}", post(answer_permission))
+        .route("/api/sessions/{id}/events", get(list_events))
+        .route("/api/sessions/{id}/subscribe", get(subscribe))
+        .route("/api/events", get(dashboard))
+        .fallback(not_found)
+        .with_state(daemon);
+    api.layer(axum::middleware::from_fn_with_state(auth, require_auth))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+/// JSON bodies whose rejections use the API's error format.
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::JsonDataError(error) => ApiError::invalid(error.body_text()),
+                JsonRejection::JsonSyntaxError(error) => ApiError::invalid(error.body_text()),
+                JsonRejection::MissingJsonContentType(_) => {
+                    ApiError::invalid("send the body as JSON with Content-Type: application/json")
+                }
+                JsonRejection::BytesRejection(error) => ApiError {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    code: "too_large",
+                    message: error.body_text(),
+                },
+                other => ApiError::invalid(other.body_text()),
+            }),
+        }
+    }
+}
+
+/// A session as the API shows it.
+#[derive(Debug, Serialize)]
+struct SessionView {
+    #[serde(flatten)]
+    record: SessionRecord,
+    /// Whether its CLI is running.
+    running: bool,
+    /// Permission requests waiting for a person.
+    pending_permissions: Vec<PendingPermission>,
+}
+
+fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
+    let pending_permissions = daemon.pending_permissions(&record.id);
+    let running = daemon.handle(&record.id).is_ok() && !is_final_state(&record.state);
+    SessionView { record, running, pending_permissions }
+}
+
+async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {
+    let sessions =
+        daemon.store().list_sessions().await.map_err(crate::daemon::DaemonError::from)?;
+    let running = sessions.iter().filter(|s| daemon.handle(&s.id).is_ok()).count();
+    Ok(Json(
+        json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "sessions": sessions.len(), "running": running}),
+    ))
+}
+
+async fn list_sessions(
+    State(daemon): State<Arc<Daemon>>,
+) -> Result<Json<Vec<SessionView>>, ApiError> {
+    let sessions =
+        daemon.store().list_sessions().await.map_err(crate::daemon::DaemonError::from)?;
+    let mut views = Vec::with_capacity(sessions.len());
+    for stored in sessions {
+        let record = daemon.record(&stored.id).await?.unwrap_or(stored);
+        views.push(view(&daemon, record));
+    }
+    Ok(Json(views))
+}
+
+async fn create_session(
+    State(daemon): State<Arc<Daemon>>,
+    Body(request): Body<CreateSession>,
+) -> Result<Response, ApiError> {
+    let record = daemon.create(request).await?;
+    Ok((StatusCode::CREATED, Json(view(&daemon, record))).into_response())
+}
+
+async fn get_session(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let record =
+        daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    Ok(Json(view(&daemon, record)))
+}
+
+#[derive(Debug, Deserialize)]
+struct DeleteQuery {
+    #[serde(default)]
+    purge: bool,
+}
+
+async fn delete_session(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Query(query): Query<DeleteQuery>,
+) -> Result<Response, ApiError> {
+    daemon.stop(&id, query.purge).await?;
+    if query.purge {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let record =
+        daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    Ok(Json(view(&daemon, record)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    /// A string, or content blocks (text, images).
+    content: Value,
+}
+
+fn user_message(content: Value) -> Result<UserMessage, ApiError> {
+    match content {
+        Value::String(text) if !text.is_empty() => Ok(UserMessage::prompt(text)),
+        Value::String(_) => Err(ApiError::invalid("content is empty")),
+        Value::Array(_) => {
+            let blocks: TextOr<ContentBlock> =
+                serde_json::from_str(&content.to_string()).map_err(|error| {
+                    ApiError::invalid(format!("content blocks are not valid: {error}"))
+                })?;
+            match blocks {
+                TextOr::Items(blocks) if !blocks.is_empty() => Ok(UserMessage::blocks(blocks)),
+                _ => Err(ApiError::invalid("content is empty")),
+            }
+        }
+        _ => Err(ApiError::invalid("content must be a string or an array of content blocks")),
+    }
+}
+
+async fn send_message(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<MessageBody>,
+) -> Result<Response, ApiError> {
+    let message = user_message(body.content)?;
+    let handle = daemon.handle(&id)?;
+    handle.send_message(message).await.map_err(crate::daemon::DaemonError::from)?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"queued": true}))).into_response())
+}
+
+async fn interrupt(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    daemon.handle(&id)?.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
+    Ok(Json(json!({"interrupted": true})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelBody {
+    model: String,
+}
+
+async fn set_model(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<ModelBody>,
+) -> Result<Json<Value>, ApiError> {
+    if body.model.trim().is_empty() {
+        return Err(ApiError::invalid("model is empty"));
+    }
+    daemon
+        .handle(&id)?
+        .set_model(body.model.clone())
+        .await
+        .map_err(crate::daemon::DaemonError::from)?;
+    Ok(Json(json!({"model": body.model})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModeBody {
+    mode: String,
+}
+
+async fn set_permission_mode(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<ModeBody>,
+) -> Result<Json<Value>, ApiError> {
+    let mode: PermissionMode = body.mode.parse().unwrap_or_default();
+    if let PermissionMode::Other(other) = &mode {
+        return Err(ApiError::invalid(format!(
+            "unknown mode {other:?} (one of: {})",
+            PermissionMode::KNOWN.join(", ")
+        )));
+    }
+    daemon
+        .handle(&id)?
+        .set_permission_mode(mode)
+        .await
+        .map_err(crate::daemon::DaemonError::from)?;
+    Ok(Json(json!({"mode": body.mode})))
+}
+
+async fn resume(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    let record = daemon.resume(&id).await?;
+    Ok(Json(view(&daemon, record)))
+}
+
+async fn list_permissions(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<PendingPermission>>, ApiError> {
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    Ok(Json(daemon.pending_permissions(&id)))
+}
+
+/// `{behavior, updated_input?, message?, remember?, answers?, interrupt?}`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionBody {
+    behavior: AnswerBehavior,
+    #[serde(default)]
+    updated_input: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    remember: bool,
+    #[serde(default)]
+    answers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    interrupt: bool,
+    /// Who answers (recorded with the decision).
+    #[serde(default)]
+    by: Option<String>,
+}
+
+impl PermissionBody {
+    fn into_answer(self) -> (PermissionAnswer, String) {
+        let who = self.by.unwrap_or_else(|| "api".to_owned());
+        (
+            PermissionAnswer {
+                behavior: self.behavior,
+                updated_input: self.updated_input,
+                message: self.message,
+                remember: self.remember,
+                updated_permissions: None,
+                answers: self.answers,
+                interrupt: self.interrupt,
+            },
+            who,
+        )
+    }
+}
+
+async fn answer_permission(
+    State(daemon): State<Arc<Daemon>>,
+    Path((id, request_id)): Path<(String, String)>,
+    Body(body): Body<PermissionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let (answer, who) = body.into_answer();
+    let behavior = answer.behavior;
+    daemon
+        .handle(&id)?
+        .respond_permission(&request_id, answer, &who)
+        .await
+        .map_err(crate::daemon::DaemonError::from)?;
+    Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// One event as the API shows it: `{seq, ts, dir, event}`.
+fn event_json(record: &EventRecord) -> Value {
+    let event: Value =
+        serde_json::from_str(&record.payload).unwrap_or(Value::String(record.payload.clone()));
+    json!({"seq": record.seq, "ts": record.ts_ms, "dir": record.dir, "event": event})
+}
+
+async fn list_events(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    let limit = query.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE);
+    let events = daemon
+        .store()
+        .events_after(&id, query.after, limit)
+        .await
+        .map_err(crate::daemon::DaemonError::from)?;
+    Ok(Json(events.iter().map(event_json).collect()))
+}
+
+#[derive(Debug, Deserialize)]
+struct SubscribeQuery {
+    #[serde(default)]
+    after: u64,
+}
+
+/// What a subscriber may send on the socket.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ClientFrame {
+    UserMessage {
+        content: Value,
+    },
+    PermissionResponse {
+        request_id: String,
+        #[serde(flatten)]
+        body: PermissionFrame,
+    },
+    Interrupt,
+}
+
+/// The permission fields of a `permission_response` frame.
+#[derive(Debug, Deserialize)]
+struct PermissionFrame {
+    behavior: AnswerBehavior,
+    #[serde(default)]
+    updated_input: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    remember: bool,
+    #[serde(default)]
+    answers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    interrupt: bool,
+    #[serde(default)]
+    by: Option<String>,
+}
+
+async fn subscribe(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Query(query): Query<SubscribeQuery>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    Ok(upgrade
+        .max_message_size(MAX_WS_MESSAGE_BYTES)
+        .on_upgrade(move |socket| serve_subscriber(daemon, id, query.after, socket)))
+}
+
+async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: WebSocket) {
+    let (mut sink, mut incoming) = socket.split();
+    let mut events = Box::pin(daemon.subscribe(&id, after));
+    loop {
+        tokio::select! {
+            item = events.next() => {
+                let frame = match item {
+                    Some(Ok(Subscribed::Event(record))) => event_json(&record),
+                    Some(Ok(Subscribed::Lagged)) => json!({"type": "lagged", "message": "you fell behind; catching up from the log"}),
+                    Some(Err(error)) => json!({"type": "error", "error": error.to_string()}),
+                    None => break,
+                };
+                if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                    break;
+                }
+            }
+            frame = incoming.next() => {
+                let Some(Ok(frame)) = frame else { break };
+                let text = match frame {
+                    WsMessage::Text(text) => text.to_string(),
+                    WsMessage::Close(_) => break,
+                    _ => continue,
+                };
+                let reply = handle_client_frame(&daemon, &id, &text).await;
+                if let Some(reply) = reply {
+                    if sink.send(WsMessage::Text(reply.to_string().into())).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Acts on a frame from a subscriber; errors go back on the socket (the socket stays open).
+async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Value> {
+    let frame: ClientFrame = match serde_json::from_str(text) {
+        Ok(frame) => frame,
+        Err(error) => {
+            return Some(json!({"type": "error", "error": format!("unreadable frame: {error}")}))
+        }
+    };
+    let result: Result<Value, ApiError> = async {
+        let handle = daemon.handle(id)?;
+        match frame {
+            ClientFrame::UserMessage { content } => {
+                handle
+                    .send_message(user_message(content)?)
+                    .await
+                    .map_err(crate::daemon::DaemonError::from)?;
+                Ok(json!({"type": "ack", "of": "user_message"}))
+            }
+            ClientFrame::PermissionResponse { request_id, body } => {
+                let who = body.by.clone().unwrap_or_else(|| "websocket".to_owned());
+                let answer = PermissionAnswer {
+                    behavior: body.behavior,
+                    updated_input: body.updated_input,
+                    message: body.message,
+                    remember: body.remember,
+                    updated_permissions: None,
+                    answers: body.answers,
+                    interrupt: body.interrupt,
+                };
+                handle
+                    .respond_permission(&request_id, answer, &who)
+                    .await
+                    .map_err(crate::daemon::DaemonError::from)?;
+                Ok(json!({"type": "ack", "of": "permission_response", "request_id": request_id}))
+            }
+            ClientFrame::Interrupt => {
+                handle.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
+                Ok(json!({"type": "ack", "of": "interrupt"}))
+            }
+        }
+    }
+    .await;
+    Some(match result {
+        Ok(ack) => ack,
+        Err(error) => {
+            json!({"type": "error", "error": {"code": error.code, "message": error.message}})
+        }
+    })
+}
+
+async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.max_message_size(64 * 1024).on_upgrade(move |socket| async move {
+        let (mut sink, mut incoming) = socket.split();
+        let mut changes = daemon.dashboard();
+        loop {
+            tokio::select! {
+                change = changes.recv() => {
+                    let frame = match change {
+                        Ok(change) => change,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                            json!({"type": "lagged", "missed": missed, "message": "reload GET /api/sessions"})
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    };
+                    if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                        break;
+                    }
+                }
+                frame = incoming.next() => {
+                    if !matches!(frame, Some(Ok(WsMessage::Text(_) | WsMessage::Ping(_) | WsMessage::Pong(_)))) {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}

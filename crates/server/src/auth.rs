@@ -1,0 +1,172 @@
+//! Bearer-token auth for every endpoint, and the Origin check for browser WebSocket upgrades.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use subtle::ConstantTimeEq;
+
+use crate::error::ApiError;
+
+/// The cookie a browser may carry the token in.
+pub const TOKEN_COOKIE: &str = "switchboard_token";
+
+/// Who may call the API.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The token every request must present; `None` with `--no-auth` (loopback only).
+    pub token: Option<Arc<str>>,
+    /// Origins allowed to open WebSockets besides the daemon's own.
+    pub allowed_origins: Vec<String>,
+}
+
+impl AuthConfig {
+    /// Whether `presented` is the token, compared in constant time.
+    pub fn accepts(&self, presented: &str) -> bool {
+        match &self.token {
+            None => true,
+            Some(token) => token.as_bytes().ct_eq(presented.as_bytes()).into(),
+        }
+    }
+}
+
+/// A new random token: 32 bytes, hex.
+pub fn generate_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// The token a request presents: `Authorization: Bearer`, then `?token=`, then the cookie.
+fn presented_token(request: &Request<Body>) -> Option<String> {
+    let headers = request.headers();
+    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok()) {
+        if let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
+        {
+            return Some(token.trim().to_owned());
+        }
+    }
+    if let Some(query) = request.uri().query() {
+        for pair in query.split('&') {
+            if let Some(token) = pair.strip_prefix("token=") {
+                return Some(percent_decode(token));
+            }
+        }
+    }
+    cookie(headers, TOKEN_COOKIE)
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get_all(header::COOKIE).iter().filter_map(|value| value.to_str().ok()).find_map(
+        |value| {
+            value.split(';').find_map(|pair| {
+                let (key, value) = pair.trim().split_once('=')?;
+                (key == name).then(|| value.to_owned())
+            })
+        },
+    )
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        match bytes[index] {
+            b'%' if index + 2 < bytes.len() => {
+                match u8::from_str_radix(&text[index + 1..index + 3], 16) {
+                    Ok(byte) => {
+                        out.push(byte);
+                        index += 3;
+                    }
+                    Err(_) => {
+                        out.push(b'%');
+                        index += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                index += 1;
+            }
+            byte => {
+                out.push(byte);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Middleware: refuse requests without the token (401), and WebSocket upgrades from a foreign
+/// `Origin` (403).
+pub async fn require_auth(
+    State(auth): State<AuthConfig>,
+    request: Request<Body>,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if auth.token.is_some() {
+        let ok = presented_token(&request).is_some_and(|token| auth.accepts(&token));
+        if !ok {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    if is_websocket_upgrade(request.headers()) {
+        check_origin(&auth, request.headers())?;
+    }
+    Ok(next.run(request).await)
+}
+
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.eq_ignore_ascii_case("websocket"))
+}
+
+/// A browser sends `Origin` on WebSocket upgrades; it must be the daemon itself or an allowed
+/// origin. Programs (no `Origin`) pass: they authenticate with the token.
+fn check_origin(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|value| value.to_str().ok()) else {
+        return Ok(());
+    };
+    let host = headers.get(header::HOST).and_then(|value| value.to_str().ok()).unwrap_or("");
+    let same = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|rest| rest == host);
+    if same || auth.allowed_origins.iter().any(|allowed| allowed == origin) {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "WebSocket connections from origin {origin} are not allowed"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_compared_exactly() {
+        let auth = AuthConfig { token: Some(Arc::from("secret")), allowed_origins: Vec::new() };
+        assert!(auth.accepts("secret"));
+        assert!(!auth.accepts("secret2"));
+        assert!(!auth.accepts("secre"));
+        assert!(!auth.accepts(""));
+        assert_eq!(generate_token().len(), 64);
+        assert_ne!(generate_token(), generate_token());
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b+c"), "a b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+    }
+}

@@ -1,0 +1,706 @@
+//! The daemon's sessions: starting and resuming them, pumping their events into the store and
+//! out to subscribers, and the session records as projections of those events.
+//!
+//! For each live session one pump task takes the session's events in order, gives each the
+//! next sequence number, appends them to the store in batches, and only then publishes them.
+//! [`Daemon::subscribe`] reads history from the store and then follows the live tail, so a
+//! subscriber sees every event exactly once, in order, however it joins or falls behind.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use switchboard_protocol::PermissionMode;
+use switchboard_session::{
+    spawn_session, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
+    SessionHandle,
+};
+use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
+use tokio::sync::{broadcast, mpsc, watch, Notify};
+
+/// Live events kept per session for subscribers that fall behind; past that they are told they
+/// lagged and catch up from the store.
+pub const LIVE_BUFFER: usize = 1024;
+
+/// Events appended to the store in one batch at most.
+pub const APPEND_BATCH: usize = 256;
+
+/// Events a subscriber reads from the store per query while catching up.
+pub const HISTORY_PAGE: usize = 1000;
+
+/// Session-level changes kept for `/api/events` dashboards that fall behind.
+pub const DASHBOARD_BUFFER: usize = 1024;
+
+/// How long a graceful stop waits per step.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How a daemon runs sessions.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonConfig {
+    /// The CLI binary when a request names none (`claude` on PATH when `None`).
+    pub claude: Option<PathBuf>,
+    /// The policy when a request gives none.
+    pub default_policy: Option<Policy>,
+    /// Environment for every CLI (tests point it at a fake API).
+    pub env: Vec<(String, String)>,
+    /// Start CLIs with only `PATH` and `env` (no inherited environment).
+    pub clear_env: bool,
+}
+
+/// What `POST /api/sessions` takes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// A first prompt.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Working directory (required).
+    pub cwd: PathBuf,
+    /// Model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Permission mode.
+    #[serde(default)]
+    pub permission_mode: Option<String>,
+    /// Policy: inline TOML, or a path to a policy file.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Resume this Claude session id.
+    #[serde(default)]
+    pub resume: Option<String>,
+    /// With `resume`: fork into a new session id.
+    #[serde(default)]
+    pub fork: bool,
+    /// `--allowedTools` rules.
+    #[serde(default)]
+    pub allowed_tools: Vec<String>,
+    /// `--disallowedTools` rules.
+    #[serde(default)]
+    pub disallowed_tools: Vec<String>,
+    /// Replace the system prompt.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// Append to the system prompt.
+    #[serde(default)]
+    pub append_system_prompt: Option<String>,
+    /// `--max-turns`.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    /// The CLI binary for this session.
+    #[serde(default)]
+    pub claude: Option<PathBuf>,
+    /// Extra environment for the CLI.
+    #[serde(default)]
+    pub env: HashMap<String, String>,
+}
+
+/// Why a daemon operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Bad input.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such session.
+    #[error("no session {0}")]
+    NotFound(String),
+    /// The session is not running (exited, crashed, or the daemon restarted).
+    #[error("session {0} is not running; resume it first")]
+    NotRunning(String),
+    /// The session is running (and cannot be resumed again).
+    #[error("session {0} is already running")]
+    AlreadyRunning(String),
+    /// The session refused.
+    #[error(transparent)]
+    Session(#[from] switchboard_session::SessionError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One item of a subscription.
+#[derive(Debug, Clone)]
+pub enum Subscribed {
+    /// The next event.
+    Event(Arc<EventRecord>),
+    /// The subscriber fell behind the live buffer; it continues from the store (the next
+    /// events follow without a gap).
+    Lagged,
+}
+
+/// A live session: its handle, its projection, and its live tail.
+struct LiveSession {
+    handle: Mutex<Option<SessionHandle>>,
+    record: Mutex<SessionRecord>,
+    tail: broadcast::Sender<Arc<EventRecord>>,
+    /// The last seq published (stored and sent to the tail).
+    published: AtomicU64,
+    /// Set by the pump when the session's CLI is gone and its last events are stored.
+    finished: watch::Sender<bool>,
+}
+
+/// The daemon: the store, the sessions, and the dashboard feed.
+pub struct Daemon {
+    store: Arc<dyn Store>,
+    config: DaemonConfig,
+    sessions: Mutex<HashMap<String, Arc<LiveSession>>>,
+    dashboard: broadcast::Sender<Value>,
+    /// Woken whenever a session (re)starts, for subscribers waiting on a stopped one.
+    started: Notify,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon").field("store", &self.store).finish()
+    }
+}
+
+impl Daemon {
+    /// A daemon over `store`. Sessions the store shows as running were cut off when the
+    /// daemon last stopped: they are marked exited (and can be resumed).
+    pub async fn open(
+        store: Arc<dyn Store>,
+        config: DaemonConfig,
+    ) -> Result<Arc<Daemon>, DaemonError> {
+        let (dashboard, _) = broadcast::channel(DASHBOARD_BUFFER);
+        let daemon = Arc::new(Daemon {
+            store,
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            dashboard,
+            started: Notify::new(),
+        });
+        for mut record in daemon.store.list_sessions().await? {
+            if matches!(record.state.as_str(), "exited" | "crashed") {
+                continue;
+            }
+            let last = daemon.store.last_seq(&record.id).await?;
+            let payload = json!({
+                "event": "exited", "code": null, "signal": null, "requested": false,
+                "description": "the daemon stopped while this session ran; resume it to continue",
+            });
+            daemon
+                .store
+                .append(&[event_record(
+                    &record.id,
+                    last + 1,
+                    "switchboard",
+                    "exited",
+                    payload.to_string(),
+                )])
+                .await?;
+            record.state = "exited".into();
+            record.updated_ms = now_ms();
+            daemon.store.update_session(&record).await?;
+        }
+        Ok(daemon)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Session-level changes across all sessions (created, state, cost, permission pending).
+    pub fn dashboard(&self) -> broadcast::Receiver<Value> {
+        self.dashboard.subscribe()
+    }
+
+    /// Starts a new session.
+    pub async fn create(
+        self: &Arc<Self>,
+        request: CreateSession,
+    ) -> Result<SessionRecord, DaemonError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let now = now_ms();
+        let record = SessionRecord {
+            id: id.clone(),
+            claude_session_id: request.resume.clone().filter(|_| !request.fork),
+            cwd: request.cwd.display().to_string(),
+            model: request.model.clone(),
+            permission_mode: request.permission_mode.clone(),
+            state: "starting".into(),
+            title: request.prompt.as_deref().map(title_of),
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            config: serde_json::to_value(&request).unwrap_or(Value::Null),
+        };
+        let config = self.session_config(&request, request.resume.clone(), request.fork)?;
+        self.store.create_session(&record).await?;
+        if let Err(error) = self.start(record.clone(), config, 0, request.prompt.clone()).await {
+            let _ = self.store.delete_session(&id).await;
+            return Err(error);
+        }
+        let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+        Ok(self.record(&id).await?.unwrap_or(record))
+    }
+
+    /// Restarts an exited session's CLI with `--resume` and its Claude session id; the event
+    /// log continues where it stopped.
+    pub async fn resume(self: &Arc<Self>, id: &str) -> Result<SessionRecord, DaemonError> {
+        if self
+            .live(id)
+            .is_some_and(|live| live.handle.lock().map(|h| h.is_some()).unwrap_or(false))
+        {
+            return Err(DaemonError::AlreadyRunning(id.to_owned()));
+        }
+        let mut record = self
+            .store
+            .get_session(id)
+            .await?
+            .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        let claude_session_id = record.claude_session_id.clone().ok_or_else(|| {
+            DaemonError::Invalid(format!(
+                "session {id} never reached the CLI's first turn, so there is nothing to resume"
+            ))
+        })?;
+        let mut request: CreateSession =
+            serde_json::from_value(record.config.clone()).map_err(|error| {
+                DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
+            })?;
+        request.fork = false;
+        let config = self.session_config(&request, Some(claude_session_id), false)?;
+        let last = self.store.last_seq(id).await?;
+        record.state = "starting".into();
+        record.updated_ms = now_ms();
+        self.store.update_session(&record).await?;
+        self.start(record, config, last, None).await?;
+        self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
+    }
+
+    fn session_config(
+        &self,
+        request: &CreateSession,
+        resume: Option<String>,
+        fork: bool,
+    ) -> Result<SessionConfig, DaemonError> {
+        if !request.cwd.is_absolute() {
+            return Err(DaemonError::Invalid(format!(
+                "cwd must be an absolute path, not {:?}",
+                request.cwd
+            )));
+        }
+        if !request.cwd.is_dir() {
+            return Err(DaemonError::Invalid(format!("cwd {:?} is not a directory", request.cwd)));
+        }
+        let policy = match &request.policy {
+            Some(text) => parse_policy(text)?,
+            None => self.config.default_policy.clone().unwrap_or_default(),
+        };
+        let mut config = SessionConfig::new(&request.cwd, policy);
+        config.cli.program = request.claude.clone().or_else(|| self.config.claude.clone());
+        config.cli.clear_env = self.config.clear_env;
+        config.cli.env.extend(self.config.env.iter().cloned());
+        config.cli.env.extend(request.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        config.cli.model = request.model.clone();
+        if let Some(mode) = &request.permission_mode {
+            let mode: PermissionMode = mode.parse().unwrap_or_default();
+            if let PermissionMode::Other(other) = &mode {
+                return Err(DaemonError::Invalid(format!(
+                    "unknown permission_mode {other:?} (one of: {})",
+                    PermissionMode::KNOWN.join(", ")
+                )));
+            }
+            config.cli.permission_mode = Some(mode);
+        }
+        config.cli.resume = resume;
+        config.cli.fork_session = fork;
+        config.cli.allowed_tools = request.allowed_tools.clone();
+        config.cli.disallowed_tools = request.disallowed_tools.clone();
+        config.cli.system_prompt = request.system_prompt.clone();
+        config.cli.append_system_prompt = request.append_system_prompt.clone();
+        config.cli.max_turns = request.max_turns;
+        Ok(config)
+    }
+
+    async fn start(
+        self: &Arc<Self>,
+        record: SessionRecord,
+        config: SessionConfig,
+        last_seq: u64,
+        prompt: Option<String>,
+    ) -> Result<(), DaemonError> {
+        let id = record.id.clone();
+        let (handle, events) = spawn_session(config)?;
+        let live = {
+            let mut sessions = self
+                .sessions
+                .lock()
+                .map_err(|_| DaemonError::Invalid("daemon state poisoned".into()))?;
+            let live = sessions
+                .entry(id.clone())
+                .or_insert_with(|| {
+                    Arc::new(LiveSession {
+                        handle: Mutex::new(None),
+                        record: Mutex::new(record.clone()),
+                        tail: broadcast::channel(LIVE_BUFFER).0,
+                        published: AtomicU64::new(last_seq),
+                        finished: watch::channel(false).0,
+                    })
+                })
+                .clone();
+            if let Ok(mut slot) = live.handle.lock() {
+                *slot = Some(handle.clone());
+            }
+            if let Ok(mut slot) = live.record.lock() {
+                *slot = record;
+            }
+            live.published.store(last_seq, Ordering::SeqCst);
+            live.finished.send_replace(false);
+            live
+        };
+        tokio::spawn(pump(self.clone(), id, live, events, last_seq));
+        self.started.notify_waiters();
+        if let Some(prompt) = prompt {
+            handle.send_text(prompt).await?;
+        }
+        Ok(())
+    }
+
+    /// The live tail and end signal of a running session (subscribed before the caller reads
+    /// history, so nothing published afterwards is missed).
+    fn attach(
+        &self,
+        id: &str,
+    ) -> Option<(broadcast::Receiver<Arc<EventRecord>>, watch::Receiver<bool>)> {
+        let live = self.live(id)?;
+        let finished = live.finished.subscribe();
+        if *finished.borrow() {
+            return None;
+        }
+        Some((live.tail.subscribe(), finished))
+    }
+
+    fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
+        self.sessions.lock().ok().and_then(|sessions| sessions.get(id).cloned())
+    }
+
+    /// The handle of a running session.
+    pub fn handle(&self, id: &str) -> Result<SessionHandle, DaemonError> {
+        self.live(id)
+            .and_then(|live| live.handle.lock().ok().and_then(|handle| handle.clone()))
+            .ok_or_else(|| DaemonError::NotRunning(id.to_owned()))
+    }
+
+    /// A session's record (the live projection when running).
+    pub async fn record(&self, id: &str) -> Result<Option<SessionRecord>, DaemonError> {
+        if let Some(live) = self.live(id) {
+            if let Ok(record) = live.record.lock() {
+                return Ok(Some(record.clone()));
+            }
+        }
+        Ok(self.store.get_session(id).await?)
+    }
+
+    /// Pending permission requests of a session (none when it is not running).
+    pub fn pending_permissions(&self, id: &str) -> Vec<PendingPermission> {
+        self.handle(id).map(|handle| handle.snapshot().pending_permissions).unwrap_or_default()
+    }
+
+    /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.
+    pub async fn stop(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
+        if self.store.get_session(id).await?.is_none() && self.live(id).is_none() {
+            return Err(DaemonError::NotFound(id.to_owned()));
+        }
+        if let Ok(handle) = self.handle(id) {
+            handle.shutdown(STOP_GRACE).await?;
+            // Wait until the pump has stored the session's last events.
+            if let Some(live) = self.live(id) {
+                ended(&mut live.finished.subscribe()).await;
+            }
+        }
+        if purge {
+            if let Ok(mut sessions) = self.sessions.lock() {
+                sessions.remove(id);
+            }
+            self.store.delete_session(id).await?;
+            let _ = self.dashboard.send(json!({"event": "session_deleted", "session_id": id}));
+        }
+        Ok(())
+    }
+
+    /// Every event of a session after `after`, then the live tail; ends when the session is
+    /// purged or the subscriber is dropped. No gap, no duplicate.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        id: &str,
+        after: u64,
+    ) -> impl Stream<Item = Result<Subscribed, DaemonError>> + Send + 'static {
+        let daemon = self.clone();
+        let id = id.to_owned();
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            if let Err(error) = follow(&daemon, &id, after, &tx).await {
+                let _ = tx.send(Err(error)).await;
+            }
+        });
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    }
+
+    /// Every live session's handle, for shutting the daemon down.
+    pub fn handles(&self) -> Vec<SessionHandle> {
+        self.sessions
+            .lock()
+            .map(|sessions| {
+                sessions
+                    .values()
+                    .filter_map(|live| live.handle.lock().ok().and_then(|h| h.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// History, then the tail: subscribe to the tail first so nothing published from then on is
+/// missed, read the store up to what was published, then forward the tail skipping what was
+/// already sent. On lag, catch up from the store again.
+async fn follow(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    after: u64,
+    tx: &mpsc::Sender<Result<Subscribed, DaemonError>>,
+) -> Result<(), DaemonError> {
+    let mut sent = after;
+    loop {
+        // Armed before looking, so a start between the look and the wait is not missed.
+        let started = daemon.started.notified();
+        tokio::pin!(started);
+        started.as_mut().enable();
+        let (mut tail, mut finished) = match daemon.attach(id) {
+            Some((tail, finished)) => (Some(tail), Some(finished)),
+            None => (None, None),
+        };
+        // History up to now (all of it is in the store: events are stored before publishing).
+        loop {
+            let page = daemon.store.events_after(id, sent, HISTORY_PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            for event in page {
+                sent = event.seq;
+                if tx.send(Ok(Subscribed::Event(Arc::new(event)))).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        let Some(tail) = tail.as_mut() else {
+            if daemon.store.get_session(id).await?.is_none() {
+                return Err(DaemonError::NotFound(id.to_owned()));
+            }
+            // Not running: wait for it to be resumed, or for the subscriber to go.
+            tokio::select! {
+                _ = tx.closed() => return Ok(()),
+                _ = &mut started => continue,
+            }
+        };
+        let Some(finished) = finished.as_mut() else { continue };
+        loop {
+            tokio::select! {
+                _ = tx.closed() => return Ok(()),
+                // The session ended: its last events are stored; read them, then wait for a resume.
+                () = ended(finished) => break,
+                received = tail.recv() => match received {
+                    Ok(event) => {
+                        if event.seq <= sent {
+                            continue;
+                        }
+                        if event.seq != sent + 1 {
+                            // Published before we subscribed but after our read: fetch the gap.
+                            break;
+                        }
+                        sent = event.seq;
+                        if tx.send(Ok(Subscribed::Event(event))).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if tx.send(Ok(Subscribed::Lagged)).await.is_err() {
+                            return Ok(());
+                        }
+                        break;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }
+    }
+}
+
+/// Moves a session's events into the store and out to subscribers, and keeps its record.
+async fn pump(
+    daemon: Arc<Daemon>,
+    id: String,
+    live: Arc<LiveSession>,
+    mut events: mpsc::Receiver<SessionEvent>,
+    mut seq: u64,
+) {
+    let mut batch = Vec::with_capacity(APPEND_BATCH);
+    while let Some(first) = events.recv().await {
+        batch.clear();
+        batch.push(first);
+        while batch.len() < APPEND_BATCH {
+            match events.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        let records: Vec<EventRecord> = batch
+            .iter()
+            .map(|event| {
+                seq += 1;
+                let dir = match event {
+                    SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
+                        "from_cli"
+                    }
+                    SessionEvent::Line(_) => "to_cli",
+                    _ => "switchboard",
+                };
+                event_record(&id, seq, dir, event.kind(), event.to_json().to_string())
+            })
+            .collect();
+        if let Err(error) = daemon.store.append(&records).await {
+            // Never publish what is not stored. The session goes on; the failure is logged
+            // and these events are reported to subscribers as lost.
+            tracing::error!(session = %id, %error, "cannot store events");
+            continue;
+        }
+        let changed = project(&live, &batch);
+        for record in records {
+            live.published.store(record.seq, Ordering::SeqCst);
+            let _ = live.tail.send(Arc::new(record));
+        }
+        if changed {
+            if let Some(record) = current_record(&live) {
+                if let Err(error) = daemon.store.update_session(&record).await {
+                    tracing::error!(session = %id, %error, "cannot update the session record");
+                }
+                let pending = daemon.pending_permissions(&id).len();
+                let _ = daemon.dashboard.send(json!({
+                    "event": "session_changed", "session_id": id, "state": record.state,
+                    "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
+                    "claude_session_id": record.claude_session_id,
+                }));
+            }
+        }
+    }
+    // The session is over: drop the handle (its record stays, exited or crashed).
+    if let Ok(mut handle) = live.handle.lock() {
+        *handle = None;
+    }
+    if let Some(record) = current_record(&live) {
+        let _ = daemon.store.update_session(&record).await;
+    }
+    live.finished.send_replace(true);
+}
+
+/// Waits until a session's pump has finished (or its sender is gone).
+async fn ended(finished: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped at once: it must not live across an await.
+    let _ = finished.wait_for(|finished| *finished).await.map(|_| ());
+}
+
+fn current_record(live: &LiveSession) -> Option<SessionRecord> {
+    live.record.lock().ok().map(|record| record.clone())
+}
+
+/// Updates the record from a batch of events; whether anything a dashboard shows changed.
+fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
+    let Ok(mut record) = live.record.lock() else { return false };
+    let mut changed = false;
+    for event in batch {
+        match event {
+            SessionEvent::State { to, .. } => {
+                record.state = to.as_str().to_owned();
+                changed = true;
+            }
+            SessionEvent::ClaudeSessionId(session_id) => {
+                record.claude_session_id = Some(session_id.clone());
+                changed = true;
+            }
+            SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. } => {
+                changed = true
+            }
+            SessionEvent::Line(line) => match line.message.as_ref() {
+                switchboard_protocol::Message::Result(result) => {
+                    if let Some(cost) = result.cost_usd() {
+                        record.cost_usd = cost;
+                    }
+                    changed = true;
+                }
+                switchboard_protocol::Message::System(
+                    switchboard_protocol::SystemMessage::Init(init),
+                ) => {
+                    record.model = init.model.clone().or(record.model.take());
+                    if let Some(mode) = &init.permission_mode {
+                        record.permission_mode = Some(mode.as_str().to_owned());
+                    }
+                    changed = true;
+                }
+                switchboard_protocol::Message::System(
+                    switchboard_protocol::SystemMessage::Status(status),
+                ) => {
+                    if let Some(mode) = &status.permission_mode {
+                        record.permission_mode = Some(mode.as_str().to_owned());
+                        changed = true;
+                    }
+                }
+                switchboard_protocol::Message::User(user)
+                    if line.direction == LineDirection::ToCli && record.title.is_none() =>
+                {
+                    if let switchboard_protocol::TextOr::Text(text) = &user.message.content {
+                        record.title = Some(title_of(text));
+                        changed = true;
+                    }
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    if changed {
+        record.updated_ms = now_ms();
+    }
+    changed
+}
+
+fn event_record(session_id: &str, seq: u64, dir: &str, kind: &str, payload: String) -> EventRecord {
+    EventRecord {
+        session_id: session_id.to_owned(),
+        seq,
+        ts_ms: now_ms(),
+        dir: dir.to_owned(),
+        kind: kind.to_owned(),
+        payload,
+    }
+}
+
+/// A title from a prompt: its first line, at most 80 characters.
+fn title_of(prompt: &str) -> String {
+    let line = prompt.lines().next().unwrap_or("").trim();
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    title
+}
+
+/// A policy given inline (TOML text) or as a path to a file.
+pub fn parse_policy(text: &str) -> Result<Policy, DaemonError> {
+    let looks_inline = text.contains('\n') || text.contains('=') || text.trim().is_empty();
+    let result = if looks_inline {
+        Policy::from_toml(text)
+    } else {
+        Policy::from_file(std::path::Path::new(text))
+    };
+    result.map_err(|error| DaemonError::Invalid(error.to_string()))
+}
+
+/// Whether a session state string is final.
+pub fn is_final_state(state: &str) -> bool {
+    matches!(state, "exited" | "crashed")
+}

@@ -1,0 +1,102 @@
+//! The API's one error type: `{"error": {"code", "message"}}` with the right status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::daemon::DaemonError;
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable machine-readable code (`not_found`, `invalid_request`, ...).
+    pub code: &'static str,
+    /// A sentence for people.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_request",
+            message: message.into(),
+        }
+    }
+
+    /// 401.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: "a valid token is required (Authorization: Bearer TOKEN, ?token=, or the switchboard_token cookie)".into(),
+        }
+    }
+
+    /// 403.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::FORBIDDEN, code: "forbidden", message: message.into() }
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into() }
+    }
+
+    /// 409.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::CONFLICT, code, message: message.into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}})))
+            .into_response()
+    }
+}
+
+impl From<DaemonError> for ApiError {
+    fn from(error: DaemonError) -> Self {
+        use switchboard_session::{AnswerError, SessionError};
+        match &error {
+            DaemonError::Invalid(_) => ApiError::invalid(error.to_string()),
+            DaemonError::NotFound(_) => ApiError::not_found(error.to_string()),
+            DaemonError::NotRunning(_) => ApiError::conflict("not_running", error.to_string()),
+            DaemonError::AlreadyRunning(_) => {
+                ApiError::conflict("already_running", error.to_string())
+            }
+            DaemonError::Session(SessionError::Answer(AnswerError::AlreadyAnswered(_))) => {
+                ApiError::conflict("already_answered", error.to_string())
+            }
+            DaemonError::Session(SessionError::Answer(AnswerError::Unknown(_))) => {
+                ApiError::not_found(error.to_string())
+            }
+            DaemonError::Session(SessionError::Transport(_)) => {
+                ApiError::invalid(error.to_string())
+            }
+            DaemonError::Session(SessionError::Ended) => {
+                ApiError::conflict("not_running", error.to_string())
+            }
+            DaemonError::Session(SessionError::Control(_)) => ApiError {
+                status: StatusCode::BAD_GATEWAY,
+                code: "cli_refused",
+                message: error.to_string(),
+            },
+            DaemonError::Session(SessionError::Payload(_)) => ApiError {
+                status: StatusCode::BAD_GATEWAY,
+                code: "cli_refused",
+                message: error.to_string(),
+            },
+            DaemonError::Store(_) => ApiError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "store_error",
+                message: error.to_string(),
+            },
+        }
+    }
+}

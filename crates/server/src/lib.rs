@@ -1,0 +1,16 @@
+//! The Switchboard daemon: many sessions at once, each a durable event log that any number of
+//! clients can watch and steer over HTTP and WebSocket.
+//!
+//! - [`daemon::Daemon`]: sessions, the pump that stores then publishes every event, gap-free
+//!   subscriptions, restart recovery.
+//! - [`api::router`]: the REST + WebSocket API behind [`auth::require_auth`].
+
+pub mod api;
+pub mod auth;
+pub mod daemon;
+pub mod error;
+
+pub use api::router;
+pub use auth::{generate_token, AuthConfig};
+pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed};
+pub use error::ApiError;

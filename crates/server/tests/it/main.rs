@@ -1,0 +1,415 @@
+//! The daemon over HTTP and WebSocket, running the real CLI against the fake API.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use switchboard_server::{router, AuthConfig, Daemon, DaemonConfig};
+use switchboard_store::{SqliteStore, Store};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+const TOKEN: &str = "test-token-0123456789";
+const WAIT: Duration = Duration::from_secs(90);
+
+struct Server {
+    base: String,
+    daemon: Arc<Daemon>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(store: Arc<dyn Store>, api: &FakeApi, sandbox: &CliSandbox) -> Server {
+        let config = DaemonConfig {
+            claude: Some(real_cli(CliVersion::V2_1_330)),
+            default_policy: None,
+            env: sandbox.env(&api.base_url()).into_iter().collect(),
+            clear_env: true,
+        };
+        let daemon = Daemon::open(store, config).await.unwrap();
+        let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+        let app = router(daemon.clone(), auth);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Server { base, daemon, task }
+    }
+
+    fn client(&self) -> reqwest::Client {
+        reqwest::Client::new()
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .client()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client()
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn ws(&self, path: &str) -> Ws {
+        let url = format!("{}{path}", self.base.replace("http://", "ws://"));
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        Ws { socket }
+    }
+
+    async fn stop(self) {
+        for handle in self.daemon.handles() {
+            let _ = handle.shutdown(Duration::from_secs(5)).await;
+        }
+        self.task.abort();
+    }
+}
+
+struct Ws {
+    socket: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl Ws {
+    async fn next(&mut self) -> Value {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.socket.next())
+                .await
+                .expect("no frame in time")
+                .unwrap()
+                .unwrap();
+            if let WsMessage::Text(text) = frame {
+                return serde_json::from_str(&text).unwrap();
+            }
+        }
+    }
+
+    /// Frames until one satisfies `predicate` (included).
+    async fn until(&mut self, predicate: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.next().await;
+            let done = predicate(&frame);
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+
+    async fn send(&mut self, frame: Value) {
+        self.socket.send(WsMessage::Text(frame.to_string().into())).await.unwrap();
+    }
+}
+
+fn is_result(frame: &Value) -> bool {
+    frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
+}
+
+fn seqs(frames: &[Value]) -> Vec<u64> {
+    frames.iter().filter_map(|frame| frame["seq"].as_u64()).collect()
+}
+
+fn touch_and_ls(file: &str) -> Value {
+    json!({"command": format!("touch {file} && ls"), "description": "create a file"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_streams_and_a_tool_is_approved_over_the_api() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("approved.txt")).when_prompt("RUN"))
+            .reply(Reply::text("All done.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let server = Server::start(store, &api, &sandbox).await;
+
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "RUN it"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    assert_eq!(session["title"], "RUN it");
+
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    let request_id = frames.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+    assert_eq!(seqs(&frames), (1..=frames.len() as u64).collect::<Vec<_>>(), "gap-free from 1");
+
+    let (_, view) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(view["state"], "awaiting_permission");
+    assert_eq!(view["pending_permissions"][0]["request_id"], request_id.as_str());
+    let (status, pending) = server.get(&format!("/api/sessions/{id}/permissions")).await;
+    assert_eq!(status, 200);
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+
+    let (status, answer) = server
+        .post(
+            &format!("/api/sessions/{id}/permissions/{request_id}"),
+            json!({"behavior": "allow", "by": "alice"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, again) = server
+        .post(&format!("/api/sessions/{id}/permissions/{request_id}"), json!({"behavior": "deny"}))
+        .await;
+    assert_eq!(status, 409, "{again}");
+    assert_eq!(again["error"]["code"], "already_answered");
+
+    let frames = ws.until(is_result).await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["event"]["event"] == "permission_decided"
+                && f["event"]["by"]["who"] == "alice")
+    );
+    assert!(sandbox.file("approved.txt").exists(), "the approved tool ran");
+
+    // The same history over REST.
+    let (_, events) = server.get(&format!("/api/sessions/{id}/events?after=0&limit=5000")).await;
+    let events = events.as_array().unwrap();
+    assert!(events.iter().any(is_result));
+    assert!(events.iter().all(|e| e["seq"].is_u64() && e["ts"].is_u64() && e["dir"].is_string()));
+
+    // Steering: a second message over the socket, then stop the session.
+    ws.send(json!({"type": "user_message", "content": "RUN again"})).await;
+    let ack = ws.until(|frame| frame["type"] == "ack" || frame["type"] == "error").await;
+    assert_eq!(ack.last().unwrap()["type"], "ack");
+    let response = server
+        .client()
+        .delete(format!("{}/api/sessions/{id}", server.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let (_, view) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(view["state"], "exited");
+    assert_eq!(view["running"], false);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_see_identical_gap_free_sequences_and_a_restart_keeps_everything() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("one two three four five six seven eight nine ten").times(3)),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
+    let server = Server::start(store.clone(), &api, &sandbox).await;
+
+    let (_, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "count"})).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut first = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    let mut second = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let a = first.until(is_result).await;
+    let b = second.until(is_result).await;
+    assert_eq!(seqs(&a), seqs(&b));
+    assert_eq!(seqs(&a), (1..=a.len() as u64).collect::<Vec<_>>());
+
+    // A subscriber that drops and reconnects from its last seq misses nothing and repeats
+    // nothing, even while a new turn streams.
+    let mut third = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let early = vec![third.next().await, third.next().await, third.next().await];
+    drop(third);
+    let (status, _) = server
+        .post(&format!("/api/sessions/{id}/messages"), json!({"content": "count again"}))
+        .await;
+    assert_eq!(status, 202);
+    let last = early.last().unwrap()["seq"].as_u64().unwrap();
+    let mut resumed = server.ws(&format!("/api/sessions/{id}/subscribe?after={last}")).await;
+    let mut rest = Vec::new();
+    // Until the second result.
+    let mut results = 0;
+    while results < 2 {
+        let frame = resumed.next().await;
+        if is_result(&frame) {
+            results += 1;
+        }
+        rest.push(frame);
+    }
+    let mut all = seqs(&early);
+    all.extend(seqs(&rest));
+    assert_eq!(
+        all,
+        (1..=all.len() as u64).collect::<Vec<_>>(),
+        "reconnected without gap or duplicate"
+    );
+    let total = all.len() as u64;
+
+    // Restart: the daemon goes away with the CLI running.
+    server.task.abort();
+    let daemon = server.daemon.clone();
+    for handle in daemon.handles() {
+        let _ = handle.shutdown(Duration::from_secs(5)).await;
+    }
+    drop(daemon);
+    drop(store);
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;
+    let events = events.as_array().unwrap();
+    assert!(events.len() as u64 >= total, "the whole history is still there");
+    assert_eq!(seqs(events), (1..=events.len() as u64).collect::<Vec<_>>());
+    let (_, view) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(view["state"], "exited", "{view}");
+    assert!(view["claude_session_id"].is_string());
+
+    // Resume continues the same log.
+    let (status, view) = server.post(&format!("/api/sessions/{id}/resume"), json!({})).await;
+    assert_eq!(status, 200, "{view}");
+    let (status, _) =
+        server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "and again"})).await;
+    assert_eq!(status, 202);
+    let after = events.len() as u64;
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after={after}")).await;
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames[0]["seq"].as_u64(), Some(after + 1), "the log continues where it stopped");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn requests_without_the_token_or_from_a_foreign_origin_are_refused() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let client = server.client();
+    let url = format!("{}/api/sessions", server.base);
+    assert_eq!(client.get(&url).send().await.unwrap().status().as_u16(), 401);
+    assert_eq!(client.get(&url).bearer_auth("wrong").send().await.unwrap().status().as_u16(), 401);
+    let body: Value =
+        client.get(&url).bearer_auth("wrong").send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized");
+    assert_eq!(
+        client.get(format!("{url}?token={TOKEN}")).send().await.unwrap().status().as_u16(),
+        200
+    );
+    let cookie = format!("switchboard_token={TOKEN}");
+    assert_eq!(
+        client.get(&url).header("cookie", cookie).send().await.unwrap().status().as_u16(),
+        200
+    );
+    assert_eq!(
+        client.get(format!("{}/api/health", server.base)).send().await.unwrap().status().as_u16(),
+        401,
+        "every endpoint"
+    );
+
+    // A browser WebSocket from another origin is refused even with the token.
+    let ws_url = format!("{}/api/events?token={TOKEN}", server.base.replace("http://", "ws://"));
+    let mut request = ws_url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("origin", "http://evil.example".parse().unwrap());
+    let error = tokio_tungstenite::connect_async(request).await.unwrap_err();
+    assert!(error.to_string().contains("403"), "{error}");
+    let mut request = ws_url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("origin", server.base.parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(request).await.is_ok(), "same origin is fine");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_input_gets_a_4xx_that_names_the_problem() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let post_raw = |body: &'static str| {
+        server
+            .client()
+            .post(format!("{}/api/sessions", server.base))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let response = post_raw("{not json").await.unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_request");
+    let response = post_raw(r#"{"cwd": "/tmp", "colour": "red"}"#).await.unwrap();
+    assert!(response.json::<Value>().await.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown field `colour`"));
+    let (status, body) = server.post("/api/sessions", json!({"prompt": "no cwd"})).await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("cwd"), "{body}");
+    let (status, body) = server.post("/api/sessions", json!({"cwd": "relative/dir"})).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "policy": "[permissions]\nallow = [\"Bash(\"]"}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("Bash("), "{body}");
+    let (status, body) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "permission_mode": "yolo"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("yolo"));
+    let (status, _) = server.get("/api/sessions/nope").await;
+    assert_eq!(status, 404);
+    let (status, body) = server.post("/api/sessions/nope/messages", json!({"content": "hi"})).await;
+    assert_eq!(status, 409, "{body}");
+    let (status, _) = server.get("/api/no/such/thing").await;
+    assert_eq!(status, 404);
+    let huge = "x".repeat(20 * 1024 * 1024);
+    let response = server
+        .client()
+        .post(format!("{}/api/sessions", server.base))
+        .bearer_auth(TOKEN)
+        .json(&json!({"cwd": huge}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_feed_reports_session_changes() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hi"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut feed = server.ws("/api/events").await;
+    let (_, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "hello"})).await;
+    let id = session["id"].as_str().unwrap();
+    let frames =
+        feed.until(|frame| frame["event"] == "session_changed" && frame["state"] == "idle").await;
+    assert!(frames.iter().any(|f| f["event"] == "session_created" && f["session"]["id"] == id));
+    assert!(frames.iter().all(|f| f["event"] != "session_changed" || f["session_id"] == id));
+    assert!(frames.last().unwrap()["cost_usd"].as_f64().unwrap() > 0.0);
+    server.stop().await;
+}
