@@ -7,8 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod client;
 mod decode;
 mod run;
+mod serve;
 
 /// Run, watch, steer and audit Claude Code sessions.
 #[derive(Debug, Parser)]
@@ -43,24 +45,44 @@ enum Command {
     /// policy file; 3 the CLI crashed or exited before the result; 4 the CLI could not be
     /// started (not found: install it or use --claude / SWITCHBOARD_CLAUDE); 130 interrupted.
     Run(run::RunArgs),
+    /// Run the daemon: sessions over a REST + WebSocket API, every event kept in SQLite.
+    ///
+    /// Listens on 127.0.0.1:7777 by default. Every endpoint needs the token, which is
+    /// generated on first start, kept (mode 0600) in the data directory and printed with the
+    /// URL; --token or SWITCHBOARD_TOKEN set it. Stops on Ctrl-C or SIGTERM, ending every
+    /// session's CLI first.
+    Serve(serve::ServeArgs),
+    /// List, show, follow or stop the daemon's sessions.
+    Sessions(client::SessionsArgs),
+    /// Allow a pending permission request.
+    Approve(client::AnswerArgs),
+    /// Deny a pending permission request.
+    Deny(client::AnswerArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
-        Command::Run(args) => {
-            init_logging();
-            match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime.block_on(run::run(args)),
-                Err(error) => {
-                    #[allow(clippy::print_stderr)]
-                    {
-                        eprintln!("switchboard: cannot start the async runtime: {error}");
-                    }
-                    ExitCode::from(1)
-                }
+        Command::Run(args) => block_on(run::run(args)),
+        Command::Serve(args) => block_on(serve::serve(args)),
+        Command::Sessions(args) => block_on(client::sessions(args)),
+        Command::Approve(args) => block_on(client::answer(args, true)),
+        Command::Deny(args) => block_on(client::answer(args, false)),
+    }
+}
+
+/// Runs an async command on a new runtime, with logging set up.
+fn block_on(command: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    init_logging();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(command),
+        Err(error) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("switchboard: cannot start the async runtime: {error}");
             }
+            ExitCode::from(1)
         }
     }
 }

@@ -2,4 +2,5 @@
 
 mod decode;
 mod run;
+mod serve;
 mod tidy;

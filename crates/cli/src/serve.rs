@@ -1,0 +1,217 @@
+//! `switchboard serve`: the daemon, and where it keeps its state (the data directory).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use switchboard_server::{generate_token, router, AuthConfig, Daemon, DaemonConfig};
+use switchboard_session::Policy;
+use switchboard_store::{SqliteStore, Store};
+
+/// Where the daemon listens unless told otherwise: loopback only.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
+
+/// How long each session gets to end when the daemon stops.
+const SESSION_GRACE: Duration = Duration::from_secs(5);
+
+/// Arguments of `switchboard serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on. Anything but loopback exposes the API to the network (the token
+    /// still guards it).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    #[command(flatten)]
+    data: DataDirArg,
+    /// The Claude Code CLI sessions run (default: `claude` on PATH).
+    #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
+    claude: Option<PathBuf>,
+    /// Permission policy for sessions that bring none (TOML, Claude Code rule syntax).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The API token (default: the one in the data directory, generated on first start).
+    #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Serve without a token. Refused unless listening on loopback.
+    #[arg(long)]
+    no_auth: bool,
+    /// A browser origin (besides the daemon's own) allowed to open WebSockets.
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+}
+
+/// `--data-dir`, shared by the daemon and the client commands.
+#[derive(Debug, Args)]
+pub(crate) struct DataDirArg {
+    /// Where the database, the token and daemon.json live (default:
+    /// $SWITCHBOARD_DATA_DIR, else $XDG_DATA_HOME/switchboard, else ~/.local/share/switchboard).
+    #[arg(long, value_name = "DIR", global = true)]
+    pub(crate) data_dir: Option<PathBuf>,
+}
+
+impl DataDirArg {
+    pub(crate) fn resolve(&self) -> PathBuf {
+        if let Some(dir) = &self.data_dir {
+            return dir.clone();
+        }
+        if let Some(dir) = std::env::var_os("SWITCHBOARD_DATA_DIR") {
+            return PathBuf::from(dir);
+        }
+        if let Some(dir) = std::env::var_os("XDG_DATA_HOME") {
+            return PathBuf::from(dir).join("switchboard");
+        }
+        let home =
+            std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        home.join(".local/share/switchboard")
+    }
+}
+
+/// What a running daemon writes so that client commands find it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct DaemonInfo {
+    /// `http://ADDR`.
+    pub(crate) url: String,
+    /// The daemon's process id.
+    pub(crate) pid: u32,
+}
+
+pub(crate) const DAEMON_FILE: &str = "daemon.json";
+pub(crate) const TOKEN_FILE: &str = "token";
+const DATABASE_FILE: &str = "switchboard.db";
+
+/// Writes `contents` to `path`, readable by the owner only.
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents.as_bytes())?;
+    // An older file may have had wider permissions.
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+}
+
+/// The token: given, or stored, or new (and stored).
+fn token(args: &ServeArgs, data_dir: &Path) -> Result<String, String> {
+    if let Some(token) = &args.token {
+        if token.len() < 16 {
+            return Err("--token must be at least 16 characters".into());
+        }
+        return Ok(token.clone());
+    }
+    let path = data_dir.join(TOKEN_FILE);
+    if let Ok(token) = std::fs::read_to_string(&path) {
+        let token = token.trim().to_owned();
+        if !token.is_empty() {
+            return Ok(token);
+        }
+    }
+    let token = generate_token();
+    write_private(&path, &token)
+        .map_err(|error| format!("cannot write the token to {}: {error}", path.display()))?;
+    Ok(token)
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> ExitCode {
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, message)) => {
+            eprintln!("switchboard serve: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
+    if args.no_auth && !args.listen.ip().is_loopback() {
+        return Err((
+            2,
+            format!("--no-auth is only allowed on a loopback address, not {}", args.listen),
+        ));
+    }
+    let data_dir = args.data.resolve();
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|error| (1, format!("cannot create {}: {error}", data_dir.display())))?;
+    let _ =
+        std::fs::set_permissions(&data_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let token = if args.no_auth {
+        None
+    } else {
+        Some(token(&args, &data_dir).map_err(|message| (1, message))?)
+    };
+    let default_policy = match &args.policy {
+        Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
+        None => None,
+    };
+    let sqlite = Arc::new(
+        SqliteStore::open(data_dir.join(DATABASE_FILE))
+            .map_err(|error| (1, format!("cannot open the database: {error}")))?,
+    );
+    let store: Arc<dyn Store> = sqlite.clone();
+    let config = DaemonConfig {
+        claude: args.claude.clone(),
+        default_policy,
+        env: Vec::new(),
+        clear_env: false,
+    };
+    let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
+    let auth = AuthConfig {
+        token: token.as_deref().map(Arc::from),
+        allowed_origins: args.allow_origin.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|error| (1, format!("cannot listen on {}: {error}", args.listen)))?;
+    let address = listener.local_addr().map_err(|error| (1, error.to_string()))?;
+    let url = format!("http://{address}");
+    let info = DaemonInfo { url: url.clone(), pid: std::process::id() };
+    let info_path = data_dir.join(DAEMON_FILE);
+    write_private(&info_path, &serde_json::to_string(&info).unwrap_or_default())
+        .map_err(|error| (1, format!("cannot write {}: {error}", info_path.display())))?;
+    tracing::info!(%address, data_dir = %data_dir.display(), "switchboard is listening");
+    // The token goes to the terminal that started the daemon, never to the logs.
+    match &token {
+        Some(token) => println!(
+            "Switchboard is listening on {url}\n  token: {token}\n  open:  {url}/?token={token}"
+        ),
+        None => println!("Switchboard is listening on {url} (no auth: loopback only)"),
+    }
+    let _ = std::io::stdout().flush();
+
+    let app = router(daemon.clone(), auth);
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    // Stop every session (interrupt, close stdin, SIGTERM, SIGKILL), so no CLI outlives us.
+    let stops = daemon
+        .handles()
+        .into_iter()
+        .map(|handle| async move { handle.shutdown(SESSION_GRACE).await });
+    futures::future::join_all(stops).await;
+    sqlite.close();
+    let _ = std::fs::remove_file(&info_path);
+    served.map_err(|error| (1, format!("the server failed: {error}")))
+}
+
+async fn shutdown_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,293 @@
+//! `switchboard serve` and the client commands, as separate processes, with the real CLI.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchboard_store::{SqliteStore, Store};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const TOKEN: &str = "serve-test-token-0123456789";
+
+struct Daemon {
+    child: tokio::process::Child,
+    url: String,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+/// Starts `switchboard serve` on port 0 and reads the URL it prints.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn start_daemon(
+    data_dir: &Path,
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    extra: &[&str],
+) -> Daemon {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .arg("--claude")
+        .arg(real_cli(CliVersion::V2_1_330))
+        .args(extra)
+        .envs(sandbox.env(&api.base_url()))
+        .env("RUST_LOG", "info")
+        .env_remove("SWITCHBOARD_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let url = first.rsplit(' ').next().unwrap().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{first}");
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let stderr = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
+    Daemon { child, url, stderr }
+}
+
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn client(data_dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+async fn http(
+    url: &str,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut request =
+        reqwest::Client::new().request(method, format!("{url}{path}")).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap().json().await.unwrap_or(Value::Null)
+}
+
+/// Polls the API until `predicate` holds for the session (bounded).
+async fn wait_session(
+    url: &str,
+    token: &str,
+    id: &str,
+    predicate: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let session =
+            http(url, token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+        if predicate(&session) {
+            return session;
+        }
+        assert!(std::time::Instant::now() < deadline, "session never reached the state: {session}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_approve_sigkill_and_recover() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch via-cli.txt && ls", "description": "x"}),
+                )
+                .when_prompt("FIRST"),
+            )
+            .reply(Reply::text("first done").when_tool_result())
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch never.txt && ls", "description": "x"}),
+                )
+                .when_prompt("SECOND"),
+            ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(data.path().join("token")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the token file is private");
+
+    let created = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        "/api/sessions",
+        Some(json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let session = wait_session(&daemon.url, &token, &id, |s| {
+        !s["pending_permissions"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let request_id = session["pending_permissions"][0]["request_id"].as_str().unwrap().to_owned();
+
+    let (code, out, err) = client(data.path(), &["sessions", "ls"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&id) && out.contains("waiting (1)") && out.contains("FIRST"), "{out}");
+    let (code, out, err) = client(data.path(), &["approve", &id, &request_id]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("approved"));
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    assert!(sandbox.file("via-cli.txt").exists());
+    let (code, out, _) = client(data.path(), &["sessions", "show", &id, "--json"]).await;
+    assert_eq!(code, Some(0));
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["state"], "idle");
+
+    // A second turn waits on a permission; then the daemon is SIGKILLed.
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "SECOND"})),
+    )
+    .await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "awaiting_permission").await;
+    let pid = daemon.child.id().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.child.wait().await.unwrap();
+    let logs = daemon.stderr.await.unwrap();
+    assert!(!logs.contains(&token), "the token never reaches the logs");
+    assert!(logs.contains("switchboard is listening"), "{logs}");
+
+    // The database is intact and every committed event is there, in sequence.
+    let db = data.path().join("switchboard.db");
+    {
+        let connection = rusqlite::Connection::open(&db).unwrap();
+        let check: String =
+            connection.query_row("PRAGMA integrity_check", [], |row| row.get(0)).unwrap();
+        assert_eq!(check, "ok");
+    }
+    let store = SqliteStore::open(&db).unwrap();
+    let events = store.events_after(&id, 0, 100_000).await.unwrap();
+    assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1), "contiguous from 1");
+    assert!(
+        events.iter().any(|e| e.kind == "permission_requested" && e.payload.contains("never.txt")),
+        "the pending request was committed"
+    );
+    let before_restart = events.len() as u64;
+    store.close();
+    drop(store);
+
+    // A new daemon shows the session exited, with the whole history, and can resume it.
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let session =
+        http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+    assert_eq!(session["state"], "exited", "{session}");
+    let events = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::GET,
+        &format!("/api/sessions/{id}/events"),
+        None,
+    )
+    .await;
+    let events = events.as_array().unwrap();
+    assert_eq!(
+        events.len() as u64,
+        before_restart + 1,
+        "history plus the note that the daemon stopped"
+    );
+    assert!(events.last().unwrap()["event"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("daemon stopped"));
+    let resumed = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    assert!(!sandbox.file("never.txt").exists(), "the unanswered tool never ran");
+    let (code, out, _) = client(data.path(), &["sessions", "rm", &id]).await;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("stopped"));
+}
+
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn no_auth_is_refused_off_loopback_and_clients_without_a_daemon_say_so() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args([
+            "serve",
+            "--no-auth",
+            "--listen",
+            "0.0.0.0:0",
+            "--data-dir",
+            "/tmp/switchboard-never",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("only allowed on a loopback address"));
+    let empty = tempfile::tempdir().unwrap();
+    let (code, _, err) = client(empty.path(), &["sessions"]).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no running daemon found"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--token", TOKEN]).await;
+    let ok = reqwest::Client::new()
+        .get(format!("{}/api/health", daemon.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    let wrong = reqwest::Client::new()
+        .get(format!("{}/api/health", daemon.url))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert!(!data.path().join("token").exists(), "an explicit token is not written down");
+}
