@@ -30,6 +30,25 @@ pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// The most events one `GET .../events` returns.
 pub const MAX_EVENTS_PAGE: usize = 5000;
 
+/// Every route, as `(method, path)`; `docs/api.md` documents each (a test checks).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/health"),
+    ("GET", "/api/sessions"),
+    ("POST", "/api/sessions"),
+    ("GET", "/api/sessions/{id}"),
+    ("DELETE", "/api/sessions/{id}"),
+    ("POST", "/api/sessions/{id}/messages"),
+    ("POST", "/api/sessions/{id}/interrupt"),
+    ("POST", "/api/sessions/{id}/model"),
+    ("POST", "/api/sessions/{id}/permission-mode"),
+    ("POST", "/api/sessions/{id}/resume"),
+    ("GET", "/api/sessions/{id}/permissions"),
+    ("POST", "/api/sessions/{id}/permissions/{request_id}"),
+    ("GET", "/api/sessions/{id}/events"),
+    ("GET", "/api/sessions/{id}/subscribe"),
+    ("GET", "/api/events"),
+];
+
 /// Builds the router.
 pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
     let api = Router::new()

@@ -413,3 +413,34 @@ async fn the_dashboard_feed_reports_session_changes() {
     assert!(frames.last().unwrap()["cost_usd"].as_f64().unwrap() > 0.0);
     server.stop().await;
 }
+
+/// Every route exists (answers something other than the fallback's 404 "no such endpoint")
+/// and is documented in docs/api.md.
+#[tokio::test]
+async fn every_route_is_served_and_documented() {
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md")).unwrap();
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    for (method, path) in switchboard_server::api::ROUTES {
+        assert!(
+            docs.contains(&format!("{method} {path}")),
+            "docs/api.md does not document `{method} {path}`"
+        );
+        let concrete = path.replace("{id}", "some-id").replace("{request_id}", "some-request");
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = server
+            .client()
+            .request(method.clone(), format!("{}{concrete}", server.base))
+            .bearer_auth(TOKEN)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_ne!(body["error"]["message"], "no such endpoint", "{method} {path} is not routed");
+    }
+    server.stop().await;
+}
