@@ -21,6 +21,9 @@ use crate::message::{DecodeError, Message};
 /// bounding what one peer can make us buffer.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Buffer capacity kept while idle; more is released once every line is taken.
+pub const RETAINED_BUFFER_BYTES: usize = 16 * 1024;
+
 /// How much of a bad line an error shows.
 pub const PREVIEW_CHARS: usize = 80;
 
@@ -173,6 +176,13 @@ impl LineSplitter {
                     }
                 }
                 None => {
+                    if live.is_empty() && self.buf.capacity() > RETAINED_BUFFER_BYTES {
+                        // Idle after a big line: give the memory back.
+                        self.buf = Vec::new();
+                        self.start = 0;
+                        self.scanned = 0;
+                        return None;
+                    }
                     self.scanned = live.len();
                     if live.len() > self.max_line_bytes {
                         let error = oversize(self.next, live, self.max_line_bytes);

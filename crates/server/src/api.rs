@@ -27,6 +27,10 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// The largest WebSocket message accepted from a client.
 pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// The WebSocket read buffer. Clients send little (tungstenite's default of 128 KiB is zeroed
+/// on every read, which costs more than the frames themselves).
+pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+
 /// The most events one `GET .../events` returns.
 pub const MAX_EVENTS_PAGE: usize = 5000;
 
@@ -348,18 +352,22 @@ struct EventsQuery {
     limit: Option<usize>,
 }
 
-/// One event as the API shows it: `{seq, ts, dir, event}`.
-fn event_json(record: &EventRecord) -> Value {
-    let event: Value =
-        serde_json::from_str(&record.payload).unwrap_or(Value::String(record.payload.clone()));
-    json!({"seq": record.seq, "ts": record.ts_ms, "dir": record.dir, "event": event})
+/// One event as the API shows it: `{seq, ts, dir, event}`, as text. The payload is the JSON
+/// text the daemon's pump wrote (`SessionEvent::to_json_text`); it is spliced in, not parsed
+/// and written again, because this runs once per event per subscriber.
+fn event_text(record: &EventRecord) -> String {
+    let dir = serde_json::to_string(&record.dir).unwrap_or_else(|_| "\"\"".to_owned());
+    format!(
+        "{{\"seq\":{},\"ts\":{},\"dir\":{dir},\"event\":{}}}",
+        record.seq, record.ts_ms, record.payload
+    )
 }
 
 async fn list_events(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
     Query(query): Query<EventsQuery>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Response, ApiError> {
     if daemon.record(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("no session {id}")));
     }
@@ -369,7 +377,8 @@ async fn list_events(
         .events_after(&id, query.after, limit)
         .await
         .map_err(crate::daemon::DaemonError::from)?;
-    Ok(Json(events.iter().map(event_json).collect()))
+    let body = format!("[{}]", events.iter().map(event_text).collect::<Vec<_>>().join(","));
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -432,12 +441,12 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
         tokio::select! {
             item = events.next() => {
                 let frame = match item {
-                    Some(Ok(Subscribed::Event(record))) => event_json(&record),
-                    Some(Ok(Subscribed::Lagged)) => json!({"type": "lagged", "message": "you fell behind; catching up from the log"}),
-                    Some(Err(error)) => json!({"type": "error", "error": error.to_string()}),
+                    Some(Ok(Subscribed::Event(record))) => event_text(&record),
+                    Some(Ok(Subscribed::Lagged)) => json!({"type": "lagged", "message": "you fell behind; catching up from the log"}).to_string(),
+                    Some(Err(error)) => json!({"type": "error", "error": error.to_string()}).to_string(),
                     None => break,
                 };
-                if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                if sink.send(WsMessage::Text(frame.into())).await.is_err() {
                     break;
                 }
             }
@@ -510,7 +519,7 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Va
 }
 
 async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.max_message_size(64 * 1024).on_upgrade(move |socket| async move {
+    upgrade.max_message_size(64 * 1024).read_buffer_size(WS_READ_BUFFER_BYTES).on_upgrade(move |socket| async move {
         let (mut sink, mut incoming) = socket.split();
         let mut changes = daemon.dashboard();
         loop {

@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they
 /// lagged and catch up from the store.
-pub const LIVE_BUFFER: usize = 1024;
+pub const LIVE_BUFFER: usize = 256;
 
 /// Events appended to the store in one batch at most.
 pub const APPEND_BATCH: usize = 256;
@@ -136,7 +136,8 @@ pub enum Subscribed {
 struct LiveSession {
     handle: Mutex<Option<SessionHandle>>,
     record: Mutex<SessionRecord>,
-    tail: broadcast::Sender<Arc<EventRecord>>,
+    /// The live tail, created by the first subscriber (an unwatched session pays nothing).
+    tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
     /// The last seq published (stored and sent to the tail).
     published: AtomicU64,
     /// Set by the pump when the session's CLI is gone and its last events are stored.
@@ -338,7 +339,7 @@ impl Daemon {
                     Arc::new(LiveSession {
                         handle: Mutex::new(None),
                         record: Mutex::new(record.clone()),
-                        tail: broadcast::channel(LIVE_BUFFER).0,
+                        tail: std::sync::OnceLock::new(),
                         published: AtomicU64::new(last_seq),
                         finished: watch::channel(false).0,
                     })
@@ -373,7 +374,7 @@ impl Daemon {
         if *finished.borrow() {
             return None;
         }
-        Some((live.tail.subscribe(), finished))
+        Some((live.tail.get_or_init(|| broadcast::channel(LIVE_BUFFER).0).subscribe(), finished))
     }
 
     fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
@@ -560,7 +561,7 @@ async fn pump(
                     SessionEvent::Line(_) => "to_cli",
                     _ => "switchboard",
                 };
-                event_record(&id, seq, dir, event.kind(), event.to_json().to_string())
+                event_record(&id, seq, dir, event.kind(), event.to_json_text())
             })
             .collect();
         if let Err(error) = daemon.store.append(&records).await {
@@ -570,9 +571,12 @@ async fn pump(
             continue;
         }
         let changed = project(&live, &batch);
+        let tail = live.tail.get();
         for record in records {
             live.published.store(record.seq, Ordering::SeqCst);
-            let _ = live.tail.send(Arc::new(record));
+            if let Some(tail) = tail {
+                let _ = tail.send(Arc::new(record));
+            }
         }
         if changed {
             if let Some(record) = current_record(&live) {

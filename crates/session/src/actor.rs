@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,7 +35,7 @@ pub const COMMAND_QUEUE: usize = 64;
 
 /// Events kept for [`SessionHandle::subscribe`] observers that fall behind (they are told they
 /// lagged; the owner's stream is lossless).
-pub const OBSERVER_BUFFER: usize = 4096;
+pub const OBSERVER_BUFFER: usize = 256;
 
 /// How long each shutdown step waits by default.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -100,8 +101,12 @@ enum Command {
 pub struct SessionHandle {
     commands: mpsc::Sender<Command>,
     snapshot: watch::Receiver<SessionSnapshot>,
-    observers: broadcast::Sender<SessionEvent>,
+    observers: Observers,
 }
+
+/// The broadcast for extra observers, created on the first `subscribe` (an idle session with
+/// no observer pays nothing for it).
+type Observers = Arc<OnceLock<broadcast::Sender<Arc<SessionEvent>>>>;
 
 /// Starts a session: spawns the CLI and the actor. Returns the handle and the session's event
 /// stream (every event, in order, lossless; the actor waits when it is full).
@@ -116,7 +121,7 @@ pub fn spawn_session(
     let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let (snapshot_tx, snapshot_rx) = watch::channel(core.snapshot());
-    let (observers, _) = broadcast::channel(OBSERVER_BUFFER);
+    let observers: Observers = Arc::new(OnceLock::new());
     let actor = Actor {
         core,
         link,
@@ -138,7 +143,7 @@ struct Actor {
     commands: mpsc::Receiver<Command>,
     self_commands: mpsc::WeakSender<Command>,
     events: mpsc::Sender<SessionEvent>,
-    observers: broadcast::Sender<SessionEvent>,
+    observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
     control_replies: HashMap<String, oneshot::Sender<Result<ControlSuccess, ControlFailure>>>,
 }
@@ -154,7 +159,7 @@ impl Actor {
                 event = self.link.events.recv() => {
                     let Some(event) = event else { break };
                     let effects = match event {
-                        TransportEvent::Line(received) => self.core.on_line(received),
+                        TransportEvent::Line(received) => self.core.on_line(*received),
                         TransportEvent::BadLine(error) => self.core.on_bad_line(error),
                         TransportEvent::Stderr(line) => self.core.on_stderr(line),
                         TransportEvent::Exited(exit) => {
@@ -236,7 +241,9 @@ impl Actor {
     async fn apply(&mut self, effects: Vec<Effect>) {
         // The core has already moved on: publish the snapshot first, so whoever receives one
         // of these events sees a snapshot at least as new.
-        let _ = self.snapshot.send(self.core.snapshot());
+        if self.core.take_changed() {
+            let _ = self.snapshot.send(self.core.snapshot());
+        }
         for effect in effects {
             match effect {
                 Effect::Send(line) => {
@@ -246,7 +253,9 @@ impl Actor {
                     let _ = self.link.process.enqueue(Bytes::from(line.as_bytes().to_vec())).await;
                 }
                 Effect::Emit(event) => {
-                    let _ = self.observers.send(event.clone());
+                    if let Some(observers) = self.observers.get() {
+                        let _ = observers.send(Arc::new(event.clone()));
+                    }
                     let _ = self.events.send(event).await;
                 }
                 Effect::StartTimer(timer, after) => {
@@ -459,8 +468,8 @@ impl SessionHandle {
 
     /// Another stream of the session's events, from now on. An observer that falls more than
     /// [`OBSERVER_BUFFER`] events behind is told it lagged.
-    pub fn subscribe(&self) -> broadcast::Receiver<SessionEvent> {
-        self.observers.subscribe()
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<SessionEvent>> {
+        self.observers.get_or_init(|| broadcast::channel(OBSERVER_BUFFER).0).subscribe()
     }
 
     /// Ends the session: interrupt a running turn, close the CLI's input, then SIGTERM and

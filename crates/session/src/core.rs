@@ -262,6 +262,8 @@ pub struct SessionCore {
     shutdown_requested: bool,
     snapshot: SessionSnapshot,
     subagent_index: HashMap<String, usize>,
+    /// Set when anything the snapshot shows may have changed; cleared by `take_changed`.
+    changed: bool,
 }
 
 impl SessionCore {
@@ -300,7 +302,14 @@ impl SessionCore {
                 last_result_is_error: false,
             },
             subagent_index: HashMap::new(),
+            changed: true,
         }
+    }
+
+    /// Whether the snapshot may have changed since the last call (so the shell publishes it
+    /// only then: most lines, stream events, change nothing it shows).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
     }
 
     /// Sets how long our control requests wait.
@@ -332,6 +341,7 @@ impl SessionCore {
 
     /// The CLI process is up. With `initialize`, user messages wait for its answer.
     pub fn on_started(&mut self, initialize: Option<ControlRequestPayload>) -> Vec<Effect> {
+        self.changed = true;
         let mut effects = Vec::new();
         match initialize {
             Some(payload) => {
@@ -347,6 +357,7 @@ impl SessionCore {
     /// Sends a user message (queued behind `initialize` if that is still unanswered; the CLI
     /// itself queues messages sent during a turn and runs each as its own turn).
     pub fn send_user(&mut self, message: UserMessage) -> Vec<Effect> {
+        self.changed = true;
         let mut effects = Vec::new();
         let raw = self.write(Message::User(message), &mut effects);
         self.snapshot.queued_turns += 1;
@@ -363,6 +374,7 @@ impl SessionCore {
     /// Sends one of our control requests; returns its request id. The answer comes as
     /// [`Effect::ControlDone`].
     pub fn control(&mut self, payload: ControlRequestPayload) -> (String, Vec<Effect>) {
+        self.changed = true;
         self.next_request += 1;
         let request_id = format!("sb-{}", self.next_request);
         let subtype = payload.tag().unwrap_or("unknown").to_owned();
@@ -396,6 +408,7 @@ impl SessionCore {
         answer: PermissionAnswer,
         who: &str,
     ) -> Result<Vec<Effect>, AnswerError> {
+        self.changed = true;
         let Some(asked) = self.asked.shift_remove(request_id) else {
             return Err(if self.answered_set.contains(request_id) {
                 AnswerError::AlreadyAnswered(request_id.to_owned())
@@ -471,6 +484,7 @@ impl SessionCore {
         output: Value,
         who: &str,
     ) -> Result<Vec<Effect>, AnswerError> {
+        self.changed = true;
         if self.hooks.shift_remove(request_id).is_none() {
             return Err(if self.answered_set.contains(request_id) {
                 AnswerError::AlreadyAnswered(request_id.to_owned())
@@ -504,8 +518,12 @@ impl SessionCore {
         if let Some(session_id) = message.session_id() {
             if self.snapshot.claude_session_id.as_deref() != Some(session_id) {
                 self.snapshot.claude_session_id = Some(session_id.to_owned());
+                self.changed = true;
                 effects.push(Effect::Emit(SessionEvent::ClaudeSessionId(session_id.to_owned())));
             }
+        }
+        if !matches!(message.as_ref(), Message::StreamEvent(_)) {
+            self.changed = true;
         }
         match message.as_ref() {
             Message::System(system) => self.on_system(system, &mut effects),
@@ -592,6 +610,7 @@ impl SessionCore {
         signal: Option<i32>,
         description: String,
     ) -> Vec<Effect> {
+        self.changed = true;
         let mut effects = Vec::new();
         for (request_id, outgoing) in std::mem::take(&mut self.outgoing) {
             effects.push(Effect::ControlDone(
@@ -625,6 +644,7 @@ impl SessionCore {
 
     /// A timer fired.
     pub fn on_timer(&mut self, timer: Timer) -> Vec<Effect> {
+        self.changed = true;
         let mut effects = Vec::new();
         match timer {
             Timer::Control(request_id) => {
@@ -696,6 +716,7 @@ impl SessionCore {
 
     fn set_state(&mut self, to: SessionState, effects: &mut Vec<Effect>) {
         if self.state != to && !self.state.is_final() {
+            self.changed = true;
             let from = self.state;
             self.state = to;
             effects.push(Effect::Emit(SessionEvent::State { from, to }));
@@ -822,12 +843,13 @@ impl SessionCore {
                     request_id.to_owned(),
                     AskedPermission { pending: pending.clone(), request: request.clone() },
                 );
+                // The state first: whoever sees the request also sees the session waiting.
+                self.set_state(SessionState::AwaitingPermission, effects);
                 effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));
                 effects.push(Effect::StartTimer(
                     Timer::Permission(request_id.to_owned()),
                     self.policy.ask_timeout,
                 ));
-                self.set_state(SessionState::AwaitingPermission, effects);
             }
         }
     }

@@ -244,6 +244,27 @@ impl SessionEvent {
         }
     }
 
+    /// [`SessionEvent::to_json`] as text. A line is spliced in as it came (it is valid JSON),
+    /// without parsing it again: this runs for every event a daemon stores.
+    pub fn to_json_text(&self) -> String {
+        match self {
+            SessionEvent::Line(line) => {
+                let direction = match line.direction {
+                    LineDirection::FromCli => "from_cli",
+                    LineDirection::ToCli => "to_cli",
+                };
+                let mut text = String::with_capacity(line.raw.len() + 48);
+                text.push_str("{\"direction\":\"");
+                text.push_str(direction);
+                text.push_str("\",\"line\":");
+                text.push_str(&line.raw);
+                text.push_str(",\"event\":\"line\"}");
+                text
+            }
+            other => other.to_json().to_string(),
+        }
+    }
+
     /// The event as one JSON object: `{"event": kind, ...}`. Lines carry their direction and
     /// the line itself as JSON.
     pub fn to_json(&self) -> Value {

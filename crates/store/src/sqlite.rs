@@ -5,6 +5,7 @@
 //! point (a committed transaction is in the WAL before `COMMIT` returns); only an OS crash or
 //! power loss can take back the last commits. The database is never left corrupt.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -185,7 +186,12 @@ impl Drop for SqliteStore {
 /// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
 /// transaction, answer each operation.
 fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
+    // The writer is the database's only writer, so it can remember each session's last seq
+    // instead of asking for it on every append. Entries are dropped on delete and rebuilt from
+    // the database whenever a transaction fails.
+    let mut last_seqs: HashMap<String, u64> = HashMap::new();
     while let Ok(first) = queue.recv() {
+        // Everything queued meanwhile shares the transaction (group commit without waiting).
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -193,27 +199,33 @@ fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        // One transaction; an operation that fails rolls back to its savepoint and only it
-        // reports the error.
+        // One transaction for the batch. Each operation either fails before it writes (a
+        // sequence check, a missing row) or is a single statement that SQLite rolls back on its
+        // own, so a failed operation reports its error and the rest still commit.
         let results: Vec<Result<(), StoreError>> = match connection.transaction() {
-            Ok(mut transaction) => {
-                let results = batch
-                    .iter()
-                    .map(|write| {
-                        let mut savepoint = transaction.savepoint()?;
-                        match apply(&savepoint, &write.op) {
-                            Ok(()) => savepoint.commit().map_err(StoreError::from),
-                            Err(error) => {
-                                let _ = savepoint.rollback();
-                                Err(error)
-                            }
+            Ok(transaction) => {
+                let mut results = Vec::with_capacity(batch.len());
+                let mut broken = None;
+                for write in &batch {
+                    match apply(&transaction, &write.op, &mut last_seqs) {
+                        Ok(()) => results.push(Ok(())),
+                        Err(Failure::Rejected(error)) => results.push(Err(error)),
+                        Err(Failure::Broken(error)) => {
+                            broken = Some(error.to_string());
+                            break;
                         }
-                    })
-                    .collect::<Vec<_>>();
-                match transaction.commit() {
+                    }
+                }
+                let outcome = match broken {
+                    // Dropping the transaction rolls it back.
+                    Some(error) => Err(error),
+                    None => transaction.commit().map_err(|error| error.to_string()),
+                };
+                match outcome {
                     Ok(()) => results,
                     Err(error) => {
-                        batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect()
+                        last_seqs.clear();
+                        batch.iter().map(|_| Err(StoreError::Database(error.clone()))).collect()
                     }
                 }
             }
@@ -227,7 +239,31 @@ fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
     }
 }
 
-fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
+/// How an operation failed.
+enum Failure {
+    /// Nothing was written; the other operations may commit.
+    Rejected(StoreError),
+    /// Something may have been written: the whole transaction must roll back.
+    Broken(StoreError),
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(error: rusqlite::Error) -> Self {
+        Failure::Rejected(StoreError::from(error))
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::Rejected(error)
+    }
+}
+
+fn apply(
+    connection: &Connection,
+    op: &WriteOp,
+    last_seqs: &mut HashMap<String, u64>,
+) -> Result<(), Failure> {
     match op {
         WriteOp::CreateSession(record) => {
             connection.execute(
@@ -249,39 +285,56 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 ],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound(record.id.clone()));
+                return Err(Failure::Rejected(StoreError::NotFound(record.id.clone())));
             }
         }
         WriteOp::DeleteSession(id) => {
+            last_seqs.remove(id);
             connection.execute("DELETE FROM events WHERE session_id = ?1", params![id])?;
-            connection.execute("DELETE FROM sessions WHERE id = ?1", params![id])?;
+            connection
+                .execute("DELETE FROM sessions WHERE id = ?1", params![id])
+                .map_err(|error| Failure::Broken(StoreError::from(error)))?;
         }
         WriteOp::Append(events) => {
-            let mut last_of = std::collections::HashMap::<&str, u64>::new();
+            // Check the whole batch against the known sequence before writing anything, so a
+            // bad batch writes nothing.
+            let mut next = HashMap::<&str, u64>::new();
+            for event in events {
+                let last = match next.get(event.session_id.as_str()) {
+                    Some(last) => *last,
+                    None => match last_seqs.get(&event.session_id) {
+                        Some(last) => *last,
+                        None => last_seq(connection, &event.session_id)?,
+                    },
+                };
+                if event.seq != last + 1 {
+                    let error = StoreError::OutOfSequence {
+                        session_id: event.session_id.clone(),
+                        seq: event.seq,
+                        last,
+                    };
+                    return Err(Failure::Rejected(error));
+                }
+                next.insert(&event.session_id, event.seq);
+            }
             let mut statement = connection.prepare_cached(
                 "INSERT INTO events (session_id, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
             for event in events {
-                let last = match last_of.get(event.session_id.as_str()) {
-                    Some(last) => *last,
-                    None => last_seq(connection, &event.session_id)?,
-                };
-                if event.seq != last + 1 {
-                    return Err(StoreError::OutOfSequence {
-                        session_id: event.session_id.clone(),
-                        seq: event.seq,
-                        last,
-                    });
-                }
-                statement.execute(params![
+                if let Err(error) = statement.execute(params![
                     event.session_id,
                     event.seq as i64,
                     event.ts_ms as i64,
                     event.dir,
                     event.kind,
                     event.payload
-                ])?;
-                last_of.insert(&event.session_id, event.seq);
+                ]) {
+                    // Part of the batch may be written: the transaction must not commit it.
+                    return Err(Failure::Broken(StoreError::from(error)));
+                }
+            }
+            for (session_id, seq) in next {
+                last_seqs.insert(session_id.to_owned(), seq);
             }
         }
     }

@@ -30,8 +30,12 @@ pub const WRITE_QUEUE: usize = 256;
 /// How much of stderr is kept for error messages (the tail), in bytes.
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 
-/// How much one stdout read takes.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// How much one stdout read takes. Small, because every idle session holds one; large lines
+/// just take more reads.
+const READ_CHUNK_BYTES: usize = 8 * 1024;
+
+/// The stderr reader's buffer (stderr is rare and short).
+const STDERR_BUFFER_BYTES: usize = 1024;
 
 /// Environment variables the CLI sets for its own children. A `claude` started from inside a
 /// Claude Code session (a daemon launched from a Bash tool, say) must not inherit them: the
@@ -245,8 +249,9 @@ pub enum TransportError {
 /// What comes out of the CLI, in order. `Exited` is always last, after every stdout line.
 #[derive(Debug)]
 pub enum TransportEvent {
-    /// A decoded line.
-    Line(Received),
+    /// A decoded line (boxed: a typed message is large, and every idle session's event queue
+    /// holds a block of these).
+    Line(Box<Received>),
     /// A line that could not be decoded (oversize, malformed); the stream goes on.
     BadLine(LineError),
     /// A line the CLI wrote to stderr, ANSI codes stripped.
@@ -445,7 +450,7 @@ async fn read_stdout(mut stdout: ChildStdout, events: &mpsc::Sender<TransportEve
 
 fn to_event(item: Result<Received, LineError>) -> TransportEvent {
     match item {
-        Ok(received) => TransportEvent::Line(received),
+        Ok(received) => TransportEvent::Line(Box::new(received)),
         Err(error) => TransportEvent::BadLine(error),
     }
 }
@@ -453,7 +458,7 @@ fn to_event(item: Result<Received, LineError>) -> TransportEvent {
 async fn read_stderr(stderr: ChildStderr, events: mpsc::Sender<TransportEvent>) -> String {
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut tail_bytes = 0;
-    let mut lines = BufReader::new(stderr).split(b'\n');
+    let mut lines = BufReader::with_capacity(STDERR_BUFFER_BYTES, stderr).split(b'\n');
     while let Ok(Some(line)) = lines.next_segment().await {
         let clean =
             String::from_utf8_lossy(&strip_ansi_escapes::strip(&line)).trim_end().to_owned();

@@ -13,6 +13,9 @@
 //! - `{"emit_big": N}`: write an assistant line whose text is N bytes.
 //! - `{"turn": "text"}`: a whole turn: system/init, assistant text, result.
 //! - `{"stderr": "text"}`: write to stderr.
+//! - `{"stream_lines": {"rate": R, "count": N}}`: N `stream_event` text deltas at R lines per
+//!   second, each text `t=<unix nanoseconds when written>` (for latency measurements).
+//! - `{"wait_eof": true}`: wait until stdin closes, then exit 0.
 //! - `{"sleep_ms": N}`, `{"exit": CODE}`, `{"crash": true}` (abort),
 //!   `{"hang_ignoring_term": true}` (become a shell that ignores SIGTERM and never exits).
 //!
@@ -185,6 +188,29 @@ impl Fake {
             self.write(&json!({"type": "assistant", "message": {"id": "msg_big", "type": "message", "role": "assistant",
                 "model": "fake-model", "content": [{"type": "text", "text": text}], "stop_reason": null},
                 "parent_tool_use_id": null, "session_id": self.session}));
+        } else if let Some(stream) = step.get("stream_lines") {
+            let rate = stream.get("rate").and_then(Value::as_f64).unwrap_or(50.0).max(0.001);
+            let count = stream.get("count").and_then(Value::as_u64).unwrap_or(100);
+            let interval = std::time::Duration::from_secs_f64(1.0 / rate);
+            let start = std::time::Instant::now();
+            for index in 0..count {
+                // Pace against the start, so a slow write does not slow the whole stream.
+                let due = start + interval.mul_f64(index as f64);
+                if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let sent = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|elapsed| elapsed.as_nanos())
+                    .unwrap_or(0);
+                self.write(&json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": format!("t={sent}")}},
+                    "session_id": self.session, "parent_tool_use_id": null,
+                    "uuid": uuid::Uuid::new_v4().to_string()}));
+            }
+        } else if step.get("wait_eof").is_some() {
+            while rx.recv().is_ok() {}
+            std::process::exit(0);
         } else if let Some(text) = step.get("turn").and_then(Value::as_str) {
             self.turn(text);
         } else if let Some(text) = step.get("stderr").and_then(Value::as_str) {

@@ -1,0 +1,516 @@
+//! Load benchmark: N simulated CLIs (`fake-claude`) stream `stream_event` lines at R lines/s
+//! each; M WebSocket subscribers each follow every session. Measured side by side with a
+//! minimal forwarder (tokio-tungstenite, broadcast, no persistence) in the same run, each in
+//! its own process: delivered messages/s, p50/p99 latency from the CLI writing a line to a
+//! subscriber reading it, loss, CPU-µs per delivered message, peak RSS. Then the daemon's
+//! memory per idle session. Prints Markdown tables.
+//!
+//! `cargo bench -p switchboard-server --bench load -- [--sessions N] [--rate R]
+//!  [--subscribers M] [--seconds S] [--idle K]`
+//! (build fake-claude first: `cargo build --release -p switchboard-testkit --bins`).
+
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    clippy::result_large_err,
+    missing_docs
+)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use switchboard_server::{router, AuthConfig, CreateSession, Daemon, DaemonConfig};
+use switchboard_store::{SqliteStore, Store};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+#[derive(Debug, Clone)]
+struct Params {
+    sessions: usize,
+    rate: f64,
+    subscribers: usize,
+    seconds: f64,
+    idle: usize,
+}
+
+impl Params {
+    fn lines_per_session(&self) -> u64 {
+        (self.rate * self.seconds).round() as u64
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--sessions".into(),
+            self.sessions.to_string(),
+            "--rate".into(),
+            self.rate.to_string(),
+            "--subscribers".into(),
+            self.subscribers.to_string(),
+            "--seconds".into(),
+            self.seconds.to_string(),
+            "--idle".into(),
+            self.idle.to_string(),
+        ]
+    }
+}
+
+fn parse_args() -> (Option<String>, Params) {
+    let mut params =
+        Params { sessions: 100, rate: 50.0, subscribers: 10, seconds: 10.0, idle: 1000 };
+    let mut child = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_default();
+        match arg.as_str() {
+            "--child" => child = Some(value()),
+            "--sessions" => params.sessions = value().parse().unwrap_or(params.sessions),
+            "--rate" => params.rate = value().parse().unwrap_or(params.rate),
+            "--subscribers" => params.subscribers = value().parse().unwrap_or(params.subscribers),
+            "--seconds" => params.seconds = value().parse().unwrap_or(params.seconds),
+            "--idle" => params.idle = value().parse().unwrap_or(params.idle),
+            _ => {} // `--bench` and friends from cargo
+        }
+    }
+    (child, params)
+}
+
+fn fake_claude() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let mut dir = exe.parent().unwrap().to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    for candidate in [
+        dir.join("fake-claude"),
+        dir.join("../release/fake-claude"),
+        dir.join("../debug/fake-claude"),
+    ] {
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("fake-claude is not built: run `cargo build --release -p switchboard-testkit --bins`");
+}
+
+fn script(dir: &std::path::Path, params: &Params) -> PathBuf {
+    let path = dir.join("stream.json");
+    let steps = json!([
+        {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+        {"expect": "user"},
+        {"stream_lines": {"rate": params.rate, "count": params.lines_per_session()}},
+        {"turn": "done"},
+        {"wait_eof": true},
+    ]);
+    std::fs::write(&path, steps.to_string()).unwrap();
+    path
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn cpu_micros() -> u64 {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
+    let user = usage.user_time();
+    let system = usage.system_time();
+    (user.tv_sec() as u64 + system.tv_sec() as u64) * 1_000_000
+        + user.tv_usec() as u64
+        + system.tv_usec() as u64
+}
+
+fn rss_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The `t=` timestamp of a streamed line inside a frame, if it is one.
+fn sent_at(text: &str) -> Option<u128> {
+    let start = text.find("\"t=")? + 3;
+    let end = text[start..].find('"')? + start;
+    text[start..end].parse().ok()
+}
+
+/// Subscribers: each connects to every URL and records latencies until it has `expected`
+/// streamed lines or the deadline passes. Returns the count, the latencies (µs), and when the
+/// last line arrived (so lines that never come do not stretch the throughput window).
+async fn run_subscribers(
+    urls: Vec<String>,
+    subscribers: usize,
+    expected_per_socket: u64,
+    deadline: Instant,
+) -> (u64, Vec<u64>, Instant) {
+    let delivered = Arc::new(AtomicU64::new(0));
+    let last_arrival = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut tasks = Vec::new();
+    for _ in 0..subscribers {
+        for url in &urls {
+            let url = url.clone();
+            let delivered = delivered.clone();
+            let last_arrival = last_arrival.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(expected_per_socket as usize);
+                // Small read buffers for the clients (tungstenite zeroes the whole buffer per read).
+                let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                    .read_buffer_size(8 * 1024);
+                let (mut socket, _) =
+                    tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
+                        .await
+                        .unwrap();
+                let mut seen = 0;
+                while seen < expected_per_socket {
+                    let frame = match tokio::time::timeout_at(deadline.into(), socket.next()).await
+                    {
+                        Ok(Some(Ok(frame))) => frame,
+                        _ => break,
+                    };
+                    if let WsMessage::Text(text) = frame {
+                        if let Some(sent) = sent_at(&text) {
+                            latencies.push(((now_ns().saturating_sub(sent)) / 1000) as u64);
+                            seen += 1;
+                            delivered.fetch_add(1, Ordering::Relaxed);
+                            if let Ok(mut last) = last_arrival.lock() {
+                                *last = (*last).max(Instant::now());
+                            }
+                        }
+                    }
+                }
+                let _ = socket.close(None).await;
+                latencies
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap_or_default());
+    }
+    let last = last_arrival.lock().map(|last| *last).unwrap_or_else(|_| Instant::now());
+    (delivered.load(Ordering::Relaxed), all, last)
+}
+
+fn report(
+    name: &str,
+    params: &Params,
+    delivered: u64,
+    mut latencies: Vec<u64>,
+    cpu: u64,
+    wall: f64,
+) -> Value {
+    latencies.sort_unstable();
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    let expected = params.lines_per_session() * params.sessions as u64 * params.subscribers as u64;
+    json!({
+        "name": name,
+        "delivered": delivered,
+        "expected": expected,
+        "lost": expected.saturating_sub(delivered),
+        "per_second": delivered as f64 / wall,
+        "p50_ms": percentile(0.50) as f64 / 1000.0,
+        "p99_ms": percentile(0.99) as f64 / 1000.0,
+        "cpu_us_per_message": cpu as f64 / delivered.max(1) as f64,
+        "peak_rss_mib": rss_kib("VmHWM:") as f64 / 1024.0,
+    })
+}
+
+/// The daemon: sessions started in-process, subscribers over its WebSocket API.
+async fn child_daemon(params: Params) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), &params);
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let config = DaemonConfig {
+        claude: Some(fake_claude()),
+        env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store, config).await.unwrap();
+    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut ids = Vec::new();
+    for _ in 0..params.sessions {
+        let record = daemon
+            .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
+            .await
+            .unwrap();
+        ids.push(record.id);
+    }
+    let urls: Vec<String> = ids
+        .iter()
+        .map(|id| format!("ws://{address}/api/sessions/{id}/subscribe?after=0"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+    let subscribers = tokio::spawn(run_subscribers(
+        urls,
+        params.subscribers,
+        params.lines_per_session(),
+        deadline,
+    ));
+    // Let every subscriber connect (they read history first, so nothing is missed either way).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu_start = cpu_micros();
+    let start = Instant::now();
+    for id in &ids {
+        daemon.handle(id).unwrap().send_text("go").await.unwrap();
+    }
+    let (delivered, latencies, last) = subscribers.await.unwrap();
+    let wall = last.saturating_duration_since(start).as_secs_f64().max(0.001);
+    let cpu = cpu_micros() - cpu_start;
+    let mut result = report(
+        "switchboard daemon (SQLite, every line stored)",
+        &params,
+        delivered,
+        latencies,
+        cpu,
+        wall,
+    );
+    // Every line persisted?
+    let mut stored = 0;
+    for id in &ids {
+        stored += daemon
+            .store()
+            .events_after(id, 0, 1_000_000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.payload.contains("\"t="))
+            .count();
+    }
+    result["stored_lines"] = json!(stored);
+    for handle in daemon.handles() {
+        let _ = handle.shutdown(Duration::from_secs(2)).await;
+    }
+    result
+}
+
+/// The minimal forwarder: read each CLI's stdout lines, broadcast them, serve them over
+/// tokio-tungstenite. No persistence, no parsing.
+async fn child_baseline(params: Params) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), &params);
+    let mut senders = Vec::new();
+    let mut stdins = Vec::new();
+    let mut children = Vec::new();
+    for _ in 0..params.sessions {
+        let mut child = tokio::process::Command::new(fake_claude())
+            .env("FAKE_CLAUDE_SCRIPT", &script)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let (tx, _) = broadcast::channel::<Arc<str>>(1024);
+        let stdout = child.stdout.take().unwrap();
+        let sender = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = sender.send(Arc::from(line));
+            }
+        });
+        senders.push(tx);
+        stdins.push(child.stdin.take().unwrap());
+        children.push(child);
+    }
+    let senders = Arc::new(senders);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accept_senders = senders.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let senders = accept_senders.clone();
+            tokio::spawn(async move {
+                let mut index = None;
+                let callback = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                                response: tokio_tungstenite::tungstenite::handshake::server::Response| {
+                    index = request.uri().path().trim_start_matches("/s/").parse::<usize>().ok();
+                    Ok(response)
+                };
+                let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                    .read_buffer_size(4 * 1024);
+                let Ok(mut socket) =
+                    tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config))
+                        .await
+                else {
+                    return;
+                };
+                let Some(mut rx) = index.and_then(|i| senders.get(i)).map(|tx| tx.subscribe())
+                else {
+                    return;
+                };
+                loop {
+                    let line = match rx.recv().await {
+                        Ok(line) => line,
+                        // A slow socket skips what it missed (that is the loss column).
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    };
+                    if socket.send(WsMessage::Text(line.to_string().into())).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let urls: Vec<String> = (0..params.sessions).map(|i| format!("ws://{address}/s/{i}")).collect();
+    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+    let subscribers = tokio::spawn(run_subscribers(
+        urls,
+        params.subscribers,
+        params.lines_per_session(),
+        deadline,
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu_start = cpu_micros();
+    let start = Instant::now();
+    use tokio::io::AsyncWriteExt;
+    for stdin in &mut stdins {
+        stdin.write_all(b"{\"type\":\"control_request\",\"request_id\":\"i\",\"request\":{\"subtype\":\"initialize\"}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"go\"},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n").await.unwrap();
+    }
+    let (delivered, latencies, last) = subscribers.await.unwrap();
+    let wall = last.saturating_duration_since(start).as_secs_f64().max(0.001);
+    let cpu = cpu_micros() - cpu_start;
+    drop(stdins);
+    let mut result =
+        report("minimal forwarder (no persistence)", &params, delivered, latencies, cpu, wall);
+    result["stored_lines"] = json!(0);
+    result
+}
+
+/// Memory per idle session: K sessions of fake-claude's echo mode, started and left idle.
+async fn child_idle(params: Params) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let config = DaemonConfig { claude: Some(fake_claude()), ..DaemonConfig::default() };
+    let daemon = Daemon::open(store, config).await.unwrap();
+    // Warm up allocator and runtime with one session first.
+    let warm = daemon
+        .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
+        .await
+        .unwrap();
+    wait_idle(&daemon, &warm.id).await;
+    let before = rss_kib("VmRSS:");
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for _ in 0..params.idle {
+        let record = daemon
+            .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
+            .await
+            .unwrap();
+        ids.push(record.id);
+    }
+    for id in &ids {
+        wait_idle(&daemon, id).await;
+    }
+    let after = rss_kib("VmRSS:");
+    let result = json!({
+        "idle_sessions": params.idle,
+        "start_seconds": started.elapsed().as_secs_f64(),
+        "rss_before_mib": before as f64 / 1024.0,
+        "rss_after_mib": after as f64 / 1024.0,
+        "kib_per_session": (after.saturating_sub(before)) as f64 / params.idle.max(1) as f64,
+    });
+    for handle in daemon.handles() {
+        let _ = handle.shutdown(Duration::from_secs(2)).await;
+    }
+    result
+}
+
+async fn wait_idle(daemon: &Daemon, id: &str) {
+    let handle = daemon.handle(id).unwrap();
+    let mut watch = handle.watch();
+    let _ = watch
+        .wait_for(|snapshot| snapshot.state == switchboard_session::SessionState::Idle)
+        .await
+        .map(|_| ());
+}
+
+fn run_child(mode: &str, params: &Params) -> Value {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--child")
+        .arg(mode)
+        .args(params.args())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .last()
+        .and_then(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| json!({"name": mode, "error": "no result"}))
+}
+
+fn main() {
+    let (child, params) = parse_args();
+    if let Some(mode) = child {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let result = runtime.block_on(async {
+            match mode.as_str() {
+                "daemon" => child_daemon(params).await,
+                "baseline" => child_baseline(params).await,
+                "idle" => child_idle(params).await,
+                other => json!({"error": format!("unknown mode {other}")}),
+            }
+        });
+        println!("{result}");
+        return;
+    }
+    eprintln!("load: {params:?}");
+    let baseline = run_child("baseline", &params);
+    let daemon = run_child("daemon", &params);
+    println!(
+        "{} sessions × {} lines/s for {} s, {} subscribers each following every session ({} WebSockets)\n",
+        params.sessions,
+        params.rate,
+        params.seconds,
+        params.subscribers,
+        params.sessions * params.subscribers
+    );
+    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut by_name = HashMap::new();
+    for result in [&baseline, &daemon] {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
+            result["name"].as_str().unwrap_or("?"),
+            result["per_second"].as_f64().unwrap_or(0.0),
+            result["p50_ms"].as_f64().unwrap_or(0.0),
+            result["p99_ms"].as_f64().unwrap_or(0.0),
+            result["lost"],
+            result["stored_lines"],
+            result["cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            result["peak_rss_mib"].as_f64().unwrap_or(0.0),
+        );
+        by_name.insert(result["name"].as_str().unwrap_or("?").to_owned(), result.clone());
+    }
+    let ratio = daemon["cpu_us_per_message"].as_f64().unwrap_or(0.0)
+        / baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001);
+    println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
+    if params.idle > 0 {
+        let idle = run_child("idle", &params);
+        println!(
+            "\n{} idle sessions: daemon RSS {:.1} → {:.1} MiB, {:.1} KiB per session (started in {:.1} s)",
+            idle["idle_sessions"],
+            idle["rss_before_mib"].as_f64().unwrap_or(0.0),
+            idle["rss_after_mib"].as_f64().unwrap_or(0.0),
+            idle["kib_per_session"].as_f64().unwrap_or(0.0),
+            idle["start_seconds"].as_f64().unwrap_or(0.0),
+        );
+    }
+}
