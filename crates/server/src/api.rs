@@ -31,6 +31,9 @@ pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// on every read, which costs more than the frames themselves).
 pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 
+/// Frames written to a subscriber per flush at most (a busy socket gets them in one write).
+pub const MAX_FRAMES_PER_FLUSH: usize = 64;
+
 /// The most events one `GET .../events` returns.
 pub const MAX_EVENTS_PAGE: usize = 5000;
 
@@ -436,36 +439,79 @@ async fn subscribe(
 
 async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: WebSocket) {
     let (mut sink, mut incoming) = socket.split();
-    let mut events = Box::pin(daemon.subscribe(&id, after));
-    loop {
-        tokio::select! {
-            item = events.next() => {
-                let frame = match item {
-                    Some(Ok(Subscribed::Event(record))) => event_text(&record),
-                    Some(Ok(Subscribed::Lagged)) => json!({"type": "lagged", "message": "you fell behind; catching up from the log"}).to_string(),
-                    Some(Err(error)) => json!({"type": "error", "error": error.to_string()}).to_string(),
-                    None => break,
-                };
-                if sink.send(WsMessage::Text(frame.into())).await.is_err() {
+    // Client frames are read by their own task: polling the socket for reads on every event
+    // sent would make the WebSocket library prepare a read buffer each time.
+    let (replies_tx, mut replies) = tokio::sync::mpsc::channel::<String>(16);
+    let reader_daemon = daemon.clone();
+    let reader_id = id.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(frame)) = incoming.next().await {
+            let text = match frame {
+                WsMessage::Text(text) => text.to_string(),
+                WsMessage::Close(_) => break,
+                _ => continue,
+            };
+            if let Some(reply) = handle_client_frame(&reader_daemon, &reader_id, &text).await {
+                if replies_tx.send(reply.to_string()).await.is_err() {
                     break;
                 }
             }
-            frame = incoming.next() => {
-                let Some(Ok(frame)) = frame else { break };
-                let text = match frame {
-                    WsMessage::Text(text) => text.to_string(),
-                    WsMessage::Close(_) => break,
-                    _ => continue,
-                };
-                let reply = handle_client_frame(&daemon, &id, &text).await;
-                if let Some(reply) = reply {
-                    if sink.send(WsMessage::Text(reply.to_string().into())).await.is_err() {
+        }
+    });
+    let mut events = Box::pin(daemon.subscribe(&id, after));
+    loop {
+        let frame = tokio::select! {
+            item = events.next() => match subscription_frame(item) {
+                Some(frame) => frame,
+                None => break,
+            },
+            reply = replies.recv() => match reply {
+                Some(reply) => reply,
+                // The client closed its side.
+                None => break,
+            },
+        };
+        // Queue whatever else is ready, then write it all with one flush.
+        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+            break;
+        }
+        let mut ended = false;
+        for _ in 0..MAX_FRAMES_PER_FLUSH {
+            match futures::FutureExt::now_or_never(events.next()) {
+                Some(item) => match subscription_frame(item) {
+                    Some(frame) => {
+                        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                            ended = true;
+                            break;
+                        }
+                    }
+                    None => {
+                        ended = true;
                         break;
                     }
-                }
+                },
+                None => break,
             }
         }
+        if sink.flush().await.is_err() || ended {
+            break;
+        }
     }
+    reader.abort();
+}
+
+/// A subscription item as a frame; `None` when the subscription ended.
+fn subscription_frame(
+    item: Option<Result<Subscribed, crate::daemon::DaemonError>>,
+) -> Option<String> {
+    Some(match item? {
+        Ok(Subscribed::Event(record)) => event_text(&record),
+        Ok(Subscribed::Lagged) => {
+            json!({"type": "lagged", "message": "you fell behind; catching up from the log"})
+                .to_string()
+        }
+        Err(error) => json!({"type": "error", "error": error.to_string()}).to_string(),
+    })
 }
 
 /// Acts on a frame from a subscriber; errors go back on the socket (the socket stays open).
@@ -521,27 +567,33 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Va
 async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade) -> Response {
     upgrade.max_message_size(64 * 1024).read_buffer_size(WS_READ_BUFFER_BYTES).on_upgrade(move |socket| async move {
         let (mut sink, mut incoming) = socket.split();
-        let mut changes = daemon.dashboard();
-        loop {
-            tokio::select! {
-                change = changes.recv() => {
-                    let frame = match change {
-                        Ok(change) => change,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                            json!({"type": "lagged", "missed": missed, "message": "reload GET /api/sessions"})
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                    };
-                    if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
-                        break;
-                    }
-                }
-                frame = incoming.next() => {
-                    if !matches!(frame, Some(Ok(WsMessage::Text(_) | WsMessage::Ping(_) | WsMessage::Pong(_)))) {
-                        break;
-                    }
+        // Reads on their own task (see `serve_subscriber`); the feed ends when the client goes.
+        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(frame)) = incoming.next().await {
+                if matches!(frame, WsMessage::Close(_)) {
+                    break;
                 }
             }
+            let _ = closed_tx.send(());
+        });
+        let mut changes = daemon.dashboard();
+        loop {
+            let change = tokio::select! {
+                change = changes.recv() => change,
+                _ = &mut closed => break,
+            };
+            let frame = match change {
+                Ok(change) => change,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                    json!({"type": "lagged", "missed": missed, "message": "reload GET /api/sessions"})
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            };
+            if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                break;
+            }
         }
+        reader.abort();
     })
 }

@@ -24,8 +24,11 @@ use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they
-/// lagged and catch up from the store.
-pub const LIVE_BUFFER: usize = 256;
+/// lagged and catch up from the store. Allocated when the first subscriber arrives.
+pub const LIVE_BUFFER: usize = 2048;
+
+/// Events handed from a subscription's reader to its socket writer before the reader waits.
+pub const SUBSCRIBER_QUEUE: usize = 256;
 
 /// Events appended to the store in one batch at most.
 pub const APPEND_BATCH: usize = 256;
@@ -434,7 +437,7 @@ impl Daemon {
     ) -> impl Stream<Item = Result<Subscribed, DaemonError>> + Send + 'static {
         let daemon = self.clone();
         let id = id.to_owned();
-        let (tx, rx) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
         tokio::spawn(async move {
             if let Err(error) = follow(&daemon, &id, after, &tx).await {
                 let _ = tx.send(Err(error)).await;
