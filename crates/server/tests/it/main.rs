@@ -444,3 +444,59 @@ async fn every_route_is_served_and_documented() {
     }
     server.stop().await;
 }
+
+/// A subscriber that stops reading while thousands of events go by is told it lagged and then
+/// gets every event from the log: nothing missing, nothing twice, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!([
+            {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+            {"expect": "user"},
+            {"stream_lines": {"rate": 1_000_000.0, "count": 3000}},
+            {"turn": "done"},
+            {"wait_eof": true},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let config = DaemonConfig {
+        claude: Some(switchboard_testkit::fake_cli()),
+        env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let record = daemon
+        .create(switchboard_server::CreateSession {
+            cwd: dir.path().to_owned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut subscription = Box::pin(daemon.subscribe(&record.id, 0));
+    // Take one event so the subscription is following the live tail, then stop reading.
+    let first = subscription.next().await.unwrap().unwrap();
+    assert!(matches!(first, switchboard_server::Subscribed::Event(ref e) if e.seq == 1));
+    let handle = daemon.handle(&record.id).unwrap();
+    handle.send_text("go").await.unwrap();
+    let mut watch = handle.watch();
+    let _ = tokio::time::timeout(WAIT, watch.wait_for(|s| s.turns == 1)).await.unwrap().map(|_| ());
+    daemon.stop(&record.id, false).await.unwrap();
+    let last = store.last_seq(&record.id).await.unwrap();
+    assert!(last > 3000, "{last}");
+
+    let mut seen = vec![1];
+    let mut lagged = 0;
+    while *seen.last().unwrap() < last {
+        match tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap() {
+            switchboard_server::Subscribed::Event(event) => seen.push(event.seq),
+            switchboard_server::Subscribed::Lagged => lagged += 1,
+        }
+    }
+    assert!(lagged >= 1, "the subscriber was told it lagged");
+    assert_eq!(seen, (1..=last).collect::<Vec<_>>(), "every event once, in order");
+}
