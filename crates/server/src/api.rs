@@ -315,8 +315,9 @@ struct PermissionBody {
 }
 
 impl PermissionBody {
-    fn into_answer(self) -> (PermissionAnswer, String) {
-        let who = self.by.unwrap_or_else(|| "api".to_owned());
+    /// The answer and who gave it (`default_who` when the body does not say).
+    fn into_answer(self, default_who: &str) -> (PermissionAnswer, String) {
+        let who = self.by.unwrap_or_else(|| default_who.to_owned());
         (
             PermissionAnswer {
                 behavior: self.behavior,
@@ -337,7 +338,7 @@ async fn answer_permission(
     Path((id, request_id)): Path<(String, String)>,
     Body(body): Body<PermissionBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let (answer, who) = body.into_answer();
+    let (answer, who) = body.into_answer("api");
     let behavior = answer.behavior;
     daemon
         .handle(&id)?
@@ -388,39 +389,6 @@ async fn list_events(
 struct SubscribeQuery {
     #[serde(default)]
     after: u64,
-}
-
-/// What a subscriber may send on the socket.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ClientFrame {
-    UserMessage {
-        content: Value,
-    },
-    PermissionResponse {
-        request_id: String,
-        #[serde(flatten)]
-        body: PermissionFrame,
-    },
-    Interrupt,
-}
-
-/// The permission fields of a `permission_response` frame.
-#[derive(Debug, Deserialize)]
-struct PermissionFrame {
-    behavior: AnswerBehavior,
-    #[serde(default)]
-    updated_input: Option<Value>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    remember: bool,
-    #[serde(default)]
-    answers: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    interrupt: bool,
-    #[serde(default)]
-    by: Option<String>,
 }
 
 async fn subscribe(
@@ -514,45 +482,50 @@ fn subscription_frame(
     })
 }
 
-/// Acts on a frame from a subscriber; errors go back on the socket (the socket stays open).
+/// Acts on a frame from a subscriber — `user_message`, `permission_response` (the fields of
+/// `POST …/permissions/{request_id}` plus `request_id`) or `interrupt` — and returns the ack or
+/// the error to send back (the socket stays open either way).
 async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Value> {
-    let frame: ClientFrame = match serde_json::from_str(text) {
-        Ok(frame) => frame,
-        Err(error) => {
-            return Some(json!({"type": "error", "error": format!("unreadable frame: {error}")}))
-        }
-    };
     let result: Result<Value, ApiError> = async {
+        let mut frame: serde_json::Map<String, Value> = serde_json::from_str(text)
+            .map_err(|error| ApiError::invalid(format!("unreadable frame: {error}")))?;
+        let kind = frame
+            .remove("type")
+            .and_then(|kind| kind.as_str().map(str::to_owned))
+            .unwrap_or_default();
         let handle = daemon.handle(id)?;
-        match frame {
-            ClientFrame::UserMessage { content } => {
+        match kind.as_str() {
+            "user_message" => {
+                let content = frame
+                    .remove("content")
+                    .ok_or_else(|| ApiError::invalid("user_message needs content"))?;
                 handle
                     .send_message(user_message(content)?)
                     .await
                     .map_err(crate::daemon::DaemonError::from)?;
                 Ok(json!({"type": "ack", "of": "user_message"}))
             }
-            ClientFrame::PermissionResponse { request_id, body } => {
-                let who = body.by.clone().unwrap_or_else(|| "websocket".to_owned());
-                let answer = PermissionAnswer {
-                    behavior: body.behavior,
-                    updated_input: body.updated_input,
-                    message: body.message,
-                    remember: body.remember,
-                    updated_permissions: None,
-                    answers: body.answers,
-                    interrupt: body.interrupt,
+            "permission_response" => {
+                let request_id = match frame.remove("request_id") {
+                    Some(Value::String(request_id)) => request_id,
+                    _ => return Err(ApiError::invalid("permission_response needs a request_id")),
                 };
+                let body: PermissionBody = serde_json::from_value(Value::Object(frame))
+                    .map_err(|error| ApiError::invalid(format!("permission_response: {error}")))?;
+                let (answer, who) = body.into_answer("websocket");
                 handle
                     .respond_permission(&request_id, answer, &who)
                     .await
                     .map_err(crate::daemon::DaemonError::from)?;
                 Ok(json!({"type": "ack", "of": "permission_response", "request_id": request_id}))
             }
-            ClientFrame::Interrupt => {
+            "interrupt" => {
                 handle.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
                 Ok(json!({"type": "ack", "of": "interrupt"}))
             }
+            other => Err(ApiError::invalid(format!(
+                "unknown frame type {other:?} (user_message, permission_response, interrupt)"
+            ))),
         }
     }
     .await;

@@ -196,6 +196,27 @@ async fn a_session_streams_and_a_tool_is_approved_over_the_api() {
     ws.send(json!({"type": "user_message", "content": "RUN again"})).await;
     let ack = ws.until(|frame| frame["type"] == "ack" || frame["type"] == "error").await;
     assert_eq!(ack.last().unwrap()["type"], "ack");
+    // Bad frames get an error frame naming the problem; the socket stays open.
+    ws.send(json!({"type": "bogus"})).await;
+    let error = ws.until(|frame| frame["type"] == "error").await;
+    assert!(error.last().unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("unknown frame type"));
+    ws.send(json!({"type": "permission_response", "request_id": request_id, "behavior": "allow", "colour": 1})).await;
+    let error = ws.until(|frame| frame["type"] == "error").await;
+    assert!(
+        error.last().unwrap()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `colour`"),
+        "{:?}",
+        error.last()
+    );
+    ws.send(json!({"type": "permission_response", "request_id": request_id, "behavior": "allow"}))
+        .await;
+    let error = ws.until(|frame| frame["type"] == "error").await;
+    assert_eq!(error.last().unwrap()["error"]["code"], "already_answered");
     let response = server
         .client()
         .delete(format!("{}/api/sessions/{id}", server.base))
