@@ -426,7 +426,7 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
             }
         }
     });
-    let mut events = Box::pin(daemon.subscribe(&id, after));
+    let mut events = daemon.subscribe(&id, after);
     loop {
         let frame = tokio::select! {
             item = events.next() => match subscription_frame(item) {

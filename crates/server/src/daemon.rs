@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
@@ -26,9 +25,6 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 /// Live events kept per session for subscribers that fall behind; past that they are told they
 /// lagged and catch up from the store. Allocated when the first subscriber arrives.
 pub const LIVE_BUFFER: usize = 2048;
-
-/// Events handed from a subscription's reader to its socket writer before the reader waits.
-pub const SUBSCRIBER_QUEUE: usize = 256;
 
 /// Events appended to the store in one batch at most.
 pub const APPEND_BATCH: usize = 256;
@@ -428,22 +424,18 @@ impl Daemon {
         Ok(())
     }
 
-    /// Every event of a session after `after`, then the live tail; ends when the session is
-    /// purged or the subscriber is dropped. No gap, no duplicate.
-    pub fn subscribe(
-        self: &Arc<Self>,
-        id: &str,
-        after: u64,
-    ) -> impl Stream<Item = Result<Subscribed, DaemonError>> + Send + 'static {
-        let daemon = self.clone();
-        let id = id.to_owned();
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        tokio::spawn(async move {
-            if let Err(error) = follow(&daemon, &id, after, &tx).await {
-                let _ = tx.send(Err(error)).await;
-            }
-        });
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })
+    /// Every event of a session after `after`, then the live tail, with no gap and no
+    /// duplicate. The subscription runs in the caller's task (no task or queue of its own).
+    pub fn subscribe(self: &Arc<Self>, id: &str, after: u64) -> Subscription {
+        Subscription {
+            daemon: self.clone(),
+            id: id.to_owned(),
+            sent: after,
+            tail: None,
+            backlog: std::collections::VecDeque::new(),
+            need_history: true,
+            done: false,
+        }
     }
 
     /// Every live session's handle, for shutting the daemon down.
@@ -460,76 +452,106 @@ impl Daemon {
     }
 }
 
-/// History, then the tail: subscribe to the tail first so nothing published from then on is
-/// missed, read the store up to what was published, then forward the tail skipping what was
-/// already sent. On lag, catch up from the store again.
-async fn follow(
-    daemon: &Arc<Daemon>,
-    id: &str,
-    after: u64,
-    tx: &mpsc::Sender<Result<Subscribed, DaemonError>>,
-) -> Result<(), DaemonError> {
-    let mut sent = after;
-    loop {
-        // Armed before looking, so a start between the look and the wait is not missed.
-        let started = daemon.started.notified();
-        tokio::pin!(started);
-        started.as_mut().enable();
-        let (mut tail, mut finished) = match daemon.attach(id) {
-            Some((tail, finished)) => (Some(tail), Some(finished)),
-            None => (None, None),
-        };
-        // History up to now (all of it is in the store: events are stored before publishing).
+/// A subscription to one session's events: history from the store, then the live tail.
+///
+/// It attaches to the tail before reading history, so nothing published from then on is
+/// missed, and skips on the tail what history already gave. A gap on the tail (an event
+/// published between attaching and reading) or a lag sends it back to the store. When the
+/// session ends it reads the last events from the store and waits for a resume.
+/// [`Subscription::next`] is cancel-safe: all progress lives in the struct.
+pub struct Subscription {
+    daemon: Arc<Daemon>,
+    id: String,
+    /// The last seq handed out.
+    sent: u64,
+    /// The live tail and the session's end signal, while it runs.
+    tail: Option<(broadcast::Receiver<Arc<EventRecord>>, watch::Receiver<bool>)>,
+    /// A page of history being handed out.
+    backlog: std::collections::VecDeque<EventRecord>,
+    /// Read the store before taking from the tail again.
+    need_history: bool,
+    /// The session was purged; nothing more will come.
+    done: bool,
+}
+
+impl Subscription {
+    /// The next item; `None` when the session no longer exists.
+    pub async fn next(&mut self) -> Option<Result<Subscribed, DaemonError>> {
         loop {
-            let page = daemon.store.events_after(id, sent, HISTORY_PAGE).await?;
-            if page.is_empty() {
-                break;
+            if self.done {
+                return None;
             }
-            for event in page {
-                sent = event.seq;
-                if tx.send(Ok(Subscribed::Event(Arc::new(event)))).await.is_err() {
-                    return Ok(());
+            if let Some(event) = self.backlog.pop_front() {
+                self.sent = event.seq;
+                return Some(Ok(Subscribed::Event(Arc::new(event))));
+            }
+            if self.need_history {
+                if self.tail.is_none() {
+                    self.tail = self.daemon.attach(&self.id);
                 }
+                // Fell a whole buffer behind the live tail while reading (or not reading):
+                // say so, and jump the tail to now; the store has everything in between.
+                if let Some((tail, _)) = self.tail.as_mut() {
+                    if tail.len() >= LIVE_BUFFER {
+                        *tail = tail.resubscribe();
+                        return Some(Ok(Subscribed::Lagged));
+                    }
+                }
+                let page =
+                    match self.daemon.store.events_after(&self.id, self.sent, HISTORY_PAGE).await {
+                        Ok(page) => page,
+                        Err(error) => return Some(Err(error.into())),
+                    };
+                if !page.is_empty() {
+                    self.backlog.extend(page);
+                    continue;
+                }
+                self.need_history = false;
             }
-        }
-        let Some(tail) = tail.as_mut() else {
-            if daemon.store.get_session(id).await?.is_none() {
-                return Err(DaemonError::NotFound(id.to_owned()));
-            }
-            // Not running: wait for it to be resumed, or for the subscriber to go.
+            let Some((tail, finished)) = self.tail.as_mut() else {
+                // Not running: wait for a resume (armed before looking, so none is missed).
+                let started = self.daemon.started.notified();
+                tokio::pin!(started);
+                started.as_mut().enable();
+                if let Some(attached) = self.daemon.attach(&self.id) {
+                    self.tail = Some(attached);
+                    self.need_history = true;
+                    continue;
+                }
+                match self.daemon.store.get_session(&self.id).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        self.done = true;
+                        return Some(Err(DaemonError::NotFound(self.id.clone())));
+                    }
+                    Err(error) => return Some(Err(error.into())),
+                }
+                started.await;
+                self.need_history = true;
+                continue;
+            };
             tokio::select! {
-                _ = tx.closed() => return Ok(()),
-                _ = &mut started => continue,
-            }
-        };
-        let Some(finished) = finished.as_mut() else { continue };
-        loop {
-            tokio::select! {
-                _ = tx.closed() => return Ok(()),
-                // The session ended: its last events are stored; read them, then wait for a resume.
-                () = ended(finished) => break,
+                // The session ended: its last events are stored; read them, then wait.
+                () = ended(finished) => {
+                    self.tail = None;
+                    self.need_history = true;
+                }
                 received = tail.recv() => match received {
+                    Ok(event) if event.seq <= self.sent => {}
+                    Ok(event) if event.seq != self.sent + 1 => self.need_history = true,
                     Ok(event) => {
-                        if event.seq <= sent {
-                            continue;
-                        }
-                        if event.seq != sent + 1 {
-                            // Published before we subscribed but after our read: fetch the gap.
-                            break;
-                        }
-                        sent = event.seq;
-                        if tx.send(Ok(Subscribed::Event(event))).await.is_err() {
-                            return Ok(());
-                        }
+                        self.sent = event.seq;
+                        return Some(Ok(Subscribed::Event(event)));
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if tx.send(Ok(Subscribed::Lagged)).await.is_err() {
-                            return Ok(());
-                        }
-                        break;
+                        self.need_history = true;
+                        return Some(Ok(Subscribed::Lagged));
                     }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        self.tail = None;
+                        self.need_history = true;
+                    }
+                },
             }
         }
     }

@@ -12,5 +12,5 @@ pub mod error;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};
-pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed};
+pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed, Subscription};
 pub use error::ApiError;

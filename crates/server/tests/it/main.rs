@@ -498,7 +498,7 @@ async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
         })
         .await
         .unwrap();
-    let mut subscription = Box::pin(daemon.subscribe(&record.id, 0));
+    let mut subscription = daemon.subscribe(&record.id, 0);
     // Take one event so the subscription is following the live tail, then stop reading.
     let first = subscription.next().await.unwrap().unwrap();
     assert!(matches!(first, switchboard_server::Subscribed::Event(ref e) if e.seq == 1));
