@@ -531,11 +531,8 @@ impl Subscription {
                 continue;
             };
             tokio::select! {
-                // The session ended: its last events are stored; read them, then wait.
-                () = ended(finished) => {
-                    self.tail = None;
-                    self.need_history = true;
-                }
+                // The tail first: what it holds (or its lag) is reported before the end.
+                biased;
                 received = tail.recv() => match received {
                     Ok(event) if event.seq <= self.sent => {}
                     Ok(event) if event.seq != self.sent + 1 => self.need_history = true,
@@ -552,6 +549,11 @@ impl Subscription {
                         self.need_history = true;
                     }
                 },
+                // The session ended: its last events are stored; read them, then wait.
+                () = ended(finished) => {
+                    self.tail = None;
+                    self.need_history = true;
+                }
             }
         }
     }
