@@ -8,7 +8,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -18,9 +17,6 @@ use switchboard_store::{SqliteStore, Store};
 
 /// Where the daemon listens unless told otherwise: loopback only.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
-
-/// How long each session gets to end when the daemon stops.
-const SESSION_GRACE: Duration = Duration::from_secs(5);
 
 /// Arguments of `switchboard serve`.
 #[derive(Debug, Args)]
@@ -189,12 +185,9 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
 
     let app = router(daemon.clone(), auth);
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
-    // Stop every session (interrupt, close stdin, SIGTERM, SIGKILL), so no CLI outlives us.
-    let stops = daemon
-        .handles()
-        .into_iter()
-        .map(|handle| async move { handle.shutdown(SESSION_GRACE).await });
-    futures::future::join_all(stops).await;
+    // Stop every session (interrupt, close stdin, SIGTERM, SIGKILL), so no CLI outlives us,
+    // and wait until their last events are stored before closing the database.
+    daemon.stop_all().await;
     sqlite.close();
     let _ = std::fs::remove_file(&info_path);
     served.map_err(|error| (1, format!("the server failed: {error}")))

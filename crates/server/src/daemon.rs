@@ -438,6 +438,22 @@ impl Daemon {
         }
     }
 
+    /// Stops every running session and waits until each one's last events are stored (for
+    /// shutting the daemon down).
+    pub async fn stop_all(&self) {
+        let ids: Vec<String> = self
+            .sessions
+            .lock()
+            .map(|sessions| sessions.keys().cloned().collect())
+            .unwrap_or_default();
+        let stops = ids.iter().map(|id| async move {
+            if let Err(error) = self.stop(id, false).await {
+                tracing::warn!(session = %id, %error, "stopping the session failed");
+            }
+        });
+        futures::future::join_all(stops).await;
+    }
+
     /// Every live session's handle, for shutting the daemon down.
     pub fn handles(&self) -> Vec<SessionHandle> {
         self.sessions

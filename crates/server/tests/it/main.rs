@@ -75,9 +75,7 @@ impl Server {
     }
 
     async fn stop(self) {
-        for handle in self.daemon.handles() {
-            let _ = handle.shutdown(Duration::from_secs(5)).await;
-        }
+        self.daemon.stop_all().await;
         self.task.abort();
     }
 }
@@ -285,13 +283,10 @@ async fn subscribers_see_identical_gap_free_sequences_and_a_restart_keeps_everyt
     );
     let total = all.len() as u64;
 
-    // Restart: the daemon goes away with the CLI running.
+    // Restart: the daemon stops (its sessions end and their last events are stored).
     server.task.abort();
-    let daemon = server.daemon.clone();
-    for handle in daemon.handles() {
-        let _ = handle.shutdown(Duration::from_secs(5)).await;
-    }
-    drop(daemon);
+    server.daemon.stop_all().await;
+    drop(server);
     drop(store);
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
     let server = Server::start(store, &api, &sandbox).await;
