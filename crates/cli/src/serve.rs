@@ -158,6 +158,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         default_policy,
         env: Vec::new(),
         clear_env: false,
+        transcripts: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

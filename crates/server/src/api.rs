@@ -54,6 +54,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/sessions/{id}/events"),
     ("GET", "/api/sessions/{id}/subscribe"),
     ("GET", "/api/events"),
+    ("GET", "/api/claude/sessions"),
+    ("GET", "/api/claude/sessions/{id}"),
+    ("GET", "/api/claude/sessions/{id}/subscribe"),
 ];
 
 /// Builds the router.
@@ -72,6 +75,9 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .route("/api/sessions/{id}/events", get(list_events))
         .route("/api/sessions/{id}/subscribe", get(subscribe))
         .route("/api/events", get(dashboard))
+        .route("/api/claude/sessions", get(crate::compat::list))
+        .route("/api/claude/sessions/{id}", get(crate::compat::get))
+        .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
         .fallback(not_found)
         .with_state(daemon);
     api.layer(axum::middleware::from_fn_with_state(auth, require_auth))

@@ -49,6 +49,8 @@ pub struct DaemonConfig {
     pub env: Vec<(String, String)>,
     /// Start CLIs with only `PATH` and `env` (no inherited environment).
     pub clear_env: bool,
+    /// Claude Code's own transcripts (`None`: `$CLAUDE_CONFIG_DIR` or `~/.claude`).
+    pub transcripts: Option<crate::transcripts::Transcripts>,
 }
 
 /// What `POST /api/sessions` takes.
@@ -151,6 +153,8 @@ pub struct Daemon {
     dashboard: broadcast::Sender<Value>,
     /// Woken whenever a session (re)starts, for subscribers waiting on a stopped one.
     started: Notify,
+    /// Claude Code's own transcripts.
+    transcripts: crate::transcripts::Transcripts,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -167,12 +171,15 @@ impl Daemon {
         config: DaemonConfig,
     ) -> Result<Arc<Daemon>, DaemonError> {
         let (dashboard, _) = broadcast::channel(DASHBOARD_BUFFER);
+        let transcripts =
+            config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
         let daemon = Arc::new(Daemon {
             store,
             config,
             sessions: Mutex::new(HashMap::new()),
             dashboard,
             started: Notify::new(),
+            transcripts,
         });
         for mut record in daemon.store.list_sessions().await? {
             if matches!(record.state.as_str(), "exited" | "crashed") {
@@ -203,6 +210,29 @@ impl Daemon {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Claude Code's own transcripts.
+    pub fn transcripts(&self) -> &crate::transcripts::Transcripts {
+        &self.transcripts
+    }
+
+    /// A running session of this daemon that continues the Claude session `claude_session_id`.
+    pub async fn running_for_claude_session(
+        &self,
+        claude_session_id: &str,
+    ) -> Option<SessionHandle> {
+        let live: Vec<Arc<LiveSession>> = self
+            .sessions
+            .lock()
+            .map(|sessions| sessions.values().cloned().collect())
+            .unwrap_or_default();
+        live.into_iter().find_map(|live| {
+            let same =
+                live.record.lock().ok()?.claude_session_id.as_deref() == Some(claude_session_id);
+            let handle = live.handle.lock().ok()?.clone()?;
+            same.then_some(handle)
+        })
     }
 
     /// Session-level changes across all sessions (created, state, cost, permission pending).

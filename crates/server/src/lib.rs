@@ -7,8 +7,10 @@
 
 pub mod api;
 pub mod auth;
+mod compat;
 pub mod daemon;
 pub mod error;
+pub mod transcripts;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};

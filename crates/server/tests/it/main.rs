@@ -27,6 +27,9 @@ impl Server {
             default_policy: None,
             env: sandbox.env(&api.base_url()).into_iter().collect(),
             clear_env: true,
+            transcripts: Some(switchboard_server::transcripts::Transcripts::new(
+                sandbox.home().join(".claude"),
+            )),
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
@@ -515,4 +518,96 @@ async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
     }
     assert!(lagged >= 1, "the subscriber was told it lagged");
     assert_eq!(seen, (1..=last).collect::<Vec<_>>(), "every event once, in order");
+}
+
+/// Seed 004's endpoints over Claude Code's own transcripts: list, get, replay on connect, push
+/// on append, replay from a uuid, and taking a session over by resuming it (real CLI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_transcripts_are_served_pushed_and_taken_over() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first answer").when_prompt("FIRST"))
+            .reply(Reply::text("taken over").when_prompt("SECOND")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+
+    // A session that ran (and ended) leaves a transcript in the CLI's HOME.
+    let (_, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    ws.until(is_result).await;
+    server.daemon.stop(&id, false).await.unwrap();
+    let (_, view) = server.get(&format!("/api/sessions/{id}")).await;
+    let claude_id = view["claude_session_id"].as_str().unwrap().to_owned();
+
+    let (status, list) = server.get("/api/claude/sessions").await;
+    assert_eq!(status, 200);
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == claude_id.as_str() && t["title"] == "FIRST"),
+        "{list}"
+    );
+    let (status, one) = server.get(&format!("/api/claude/sessions/{claude_id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(one["cwd"], sandbox.workdir().display().to_string());
+    let (status, _) = server.get("/api/claude/sessions/no-such-session").await;
+    assert_eq!(status, 404);
+
+    // Connect: every existing line first.
+    let path = std::path::PathBuf::from(one["path"].as_str().unwrap());
+    let existing: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut compat = server.ws(&format!("/api/claude/sessions/{claude_id}/subscribe")).await;
+    let mut replayed = Vec::new();
+    for _ in 0..existing.len() {
+        replayed.push(compat.next().await);
+    }
+    assert_eq!(replayed, existing);
+
+    // An append (by anyone) is pushed.
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(file, "{}", json!({"type": "note", "uuid": "appended-1"})).unwrap();
+    }
+    assert_eq!(compat.next().await["uuid"], "appended-1");
+
+    // Replay from a uuid sends what follows it.
+    let first_user =
+        existing.iter().find(|l| l["type"] == "user").unwrap()["uuid"].as_str().unwrap().to_owned();
+    compat.send(json!({"type": "subscribe", "fromUuid": first_user})).await;
+    let position = existing.iter().position(|l| l["uuid"] == first_user.as_str()).unwrap();
+    let expected_next = if position + 1 < existing.len() {
+        existing[position + 1].clone()
+    } else {
+        json!({"type": "note", "uuid": "appended-1"})
+    };
+    assert_eq!(compat.next().await, expected_next);
+
+    // A user message takes the session over: Switchboard resumes it and the CLI's new lines
+    // arrive on this socket.
+    compat.send(json!({"type": "user_message", "content": "SECOND"})).await;
+    let frames = compat
+        .until(|frame| {
+            frame["type"] == "assistant" && frame["message"]["content"][0]["text"] == "taken over"
+        })
+        .await;
+    assert!(
+        frames.iter().any(|f| f["type"] == "user" && f["message"]["content"] == "SECOND"),
+        "the prompt is in the transcript"
+    );
+    compat.send(json!({"type": "bogus"})).await;
+    let error = compat.until(|frame| frame["type"] == "error").await;
+    assert!(error.last().unwrap()["error"].as_str().unwrap().contains("unknown message type"));
+    server.stop().await;
 }

@@ -1,0 +1,249 @@
+//! Seed 004's web-UI backend over Claude Code's own transcripts, so frontends written for it
+//! work against Switchboard unchanged:
+//!
+//! - `GET /api/claude/sessions`: every transcript under `~/.claude/projects`;
+//! - `GET /api/claude/sessions/{id}`: one;
+//! - WebSocket `/api/claude/sessions/{id}/subscribe`: every existing transcript line on
+//!   connect, then new ones as the file grows (pushed on file notifications, not polled).
+//!   The client sends `{"type":"user_message","content":…}` (which takes the session over:
+//!   Switchboard resumes it, or writes to the session already resuming it) and optionally
+//!   `{"type":"subscribe","fromUuid":…}` (send again everything after that message); failures
+//!   come back as `{"type":"error","error":…}`.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::Json;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+
+use crate::daemon::{CreateSession, Daemon};
+use crate::error::ApiError;
+use crate::transcripts::{watch_file, TranscriptInfo, TranscriptTail};
+
+/// Transcript lines sent per read while replaying a file.
+const REPLAY_BATCH: usize = 500;
+
+pub(crate) async fn list(
+    State(daemon): State<Arc<Daemon>>,
+) -> Result<Json<Vec<TranscriptInfo>>, ApiError> {
+    let transcripts = daemon.transcripts().clone();
+    let list = tokio::task::spawn_blocking(move || transcripts.list())
+        .await
+        .map_err(|error| ApiError::invalid(error.to_string()))?
+        .map_err(|error| ApiError::invalid(format!("cannot read the transcripts: {error}")))?;
+    Ok(Json(list))
+}
+
+pub(crate) async fn get(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<TranscriptInfo>, ApiError> {
+    find(&daemon, &id).await.map(Json)
+}
+
+async fn find(daemon: &Daemon, id: &str) -> Result<TranscriptInfo, ApiError> {
+    let transcripts = daemon.transcripts().clone();
+    let id_owned = id.to_owned();
+    tokio::task::spawn_blocking(move || transcripts.find(&id_owned))
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| ApiError::not_found(format!("no Claude Code transcript for session {id}")))
+}
+
+pub(crate) async fn subscribe(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let info = find(&daemon, &id).await?;
+    Ok(upgrade
+        .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)
+        .read_buffer_size(crate::api::WS_READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| serve(daemon, info, socket)))
+}
+
+/// What the socket's reader hands to its writer.
+enum ClientRequest {
+    /// Replay from after this message uuid.
+    ReplayFrom(String),
+    /// Send this frame (an error).
+    Reply(String),
+}
+
+async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
+    let (mut sink, mut incoming) = socket.split();
+    // Watch before reading, so an append between the two is not missed.
+    let (watcher, mut changed) = match watch_file(&info.path) {
+        Ok(watch) => watch,
+        Err(error) => {
+            let frame =
+                json!({"type": "error", "error": format!("cannot watch the transcript: {error}")});
+            let _ = sink.send(WsMessage::Text(frame.to_string().into())).await;
+            return;
+        }
+    };
+    let (requests_tx, mut requests) = tokio::sync::mpsc::channel::<ClientRequest>(16);
+    let reader_daemon = daemon.clone();
+    let reader_info = info.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(frame)) = incoming.next().await {
+            let WsMessage::Text(text) = frame else {
+                if matches!(frame, WsMessage::Close(_)) {
+                    break;
+                }
+                continue;
+            };
+            let request = handle_frame(&reader_daemon, &reader_info, &text).await;
+            if let Some(request) = request {
+                if requests_tx.send(request).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut tail = TranscriptTail::new(&info.path);
+    'serve: loop {
+        // Send everything readable now, in batches.
+        loop {
+            let path = info.path.clone();
+            let mut moved = std::mem::replace(&mut tail, TranscriptTail::new(&path));
+            let (lines, back) = match tokio::task::spawn_blocking(move || {
+                let lines = moved.read_available(REPLAY_BATCH);
+                (lines, moved)
+            })
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => break 'serve,
+            };
+            tail = back;
+            if lines.is_empty() {
+                break;
+            }
+            for line in lines {
+                if sink.feed(WsMessage::Text(line.into())).await.is_err() {
+                    break 'serve;
+                }
+            }
+            if sink.flush().await.is_err() {
+                break 'serve;
+            }
+        }
+        tokio::select! {
+            change = changed.recv() => if change.is_none() { break },
+            request = requests.recv() => match request {
+                None => break,
+                Some(ClientRequest::Reply(frame)) => {
+                    if sink.send(WsMessage::Text(frame.into())).await.is_err() {
+                        break;
+                    }
+                }
+                Some(ClientRequest::ReplayFrom(uuid)) => {
+                    // Read from the start, skip through `uuid`, then carry on as usual.
+                    tail = TranscriptTail::new(&info.path);
+                    if !skip_through(&mut tail, &uuid).await {
+                        let frame = json!({"type": "error", "error": format!("no message {uuid} in this session")});
+                        if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            },
+        }
+    }
+    drop(watcher);
+    reader.abort();
+}
+
+/// Advances `tail` past the line whose `uuid` is `uuid`; false (and at the end) if none is.
+async fn skip_through(tail: &mut TranscriptTail, uuid: &str) -> bool {
+    let mut moved = std::mem::replace(tail, TranscriptTail::new(std::path::PathBuf::new()));
+    let uuid = uuid.to_owned();
+    let result = tokio::task::spawn_blocking(move || loop {
+        // One line at a time, so the tail stops right after the match; the lines after it
+        // stay buffered in the tail for the normal send loop.
+        let Some(line) = moved.read_available(1).pop() else { return (false, moved) };
+        let is_match = serde_json::from_str::<Value>(&line)
+            .ok()
+            .is_some_and(|value| value.get("uuid").and_then(Value::as_str) == Some(uuid.as_str()));
+        if is_match {
+            return (true, moved);
+        }
+    })
+    .await;
+    match result {
+        Ok((found, back)) => {
+            *tail = back;
+            found
+        }
+        Err(_) => false,
+    }
+}
+
+/// Acts on a client frame; returns what the writer must do.
+async fn handle_frame(
+    daemon: &Arc<Daemon>,
+    info: &TranscriptInfo,
+    text: &str,
+) -> Option<ClientRequest> {
+    let error = |message: String| {
+        Some(ClientRequest::Reply(json!({"type": "error", "error": message}).to_string()))
+    };
+    let frame: Value = match serde_json::from_str(text) {
+        Ok(frame) => frame,
+        Err(parse) => return error(format!("unreadable frame: {parse}")),
+    };
+    match frame.get("type").and_then(Value::as_str) {
+        Some("user_message") => {
+            let Some(content) =
+                frame.get("content").and_then(Value::as_str).filter(|c| !c.is_empty())
+            else {
+                return error("user_message needs a non-empty content string".into());
+            };
+            match take_over(daemon, info, content).await {
+                Ok(()) => None,
+                Err(message) => error(message),
+            }
+        }
+        Some("subscribe") => frame
+            .get("fromUuid")
+            .and_then(Value::as_str)
+            .map(|uuid| ClientRequest::ReplayFrom(uuid.to_owned())),
+        Some(other) => error(format!("unknown message type {other:?}")),
+        None => error("a message needs a type".into()),
+    }
+}
+
+/// Sends `content` to the session: through the daemon session already resuming it, or by
+/// resuming it now (the CLI appends to the same transcript, which the socket follows).
+async fn take_over(
+    daemon: &Arc<Daemon>,
+    info: &TranscriptInfo,
+    content: &str,
+) -> Result<(), String> {
+    if let Some(handle) = daemon.running_for_claude_session(&info.id).await {
+        return handle
+            .send_text(content.to_owned())
+            .await
+            .map_err(|error| format!("Failed to send message to session: {error}"));
+    }
+    let cwd = info
+        .cwd
+        .clone()
+        .ok_or_else(|| "the transcript does not say which directory it ran in".to_owned())?;
+    let request = CreateSession {
+        cwd: cwd.into(),
+        resume: Some(info.id.clone()),
+        prompt: Some(content.to_owned()),
+        ..CreateSession::default()
+    };
+    daemon
+        .create(request)
+        .await
+        .map(drop)
+        .map_err(|error| format!("Failed to resume the session: {error}"))
+}
