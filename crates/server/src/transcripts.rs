@@ -215,6 +215,11 @@ impl TranscriptTail {
     pub fn offset(&self) -> u64 {
         self.offset
     }
+
+    /// Bytes read and not yet handed out as lines (at most about one read chunk).
+    pub fn buffered(&self) -> usize {
+        self.lines.buffered()
+    }
 }
 
 /// Notifications that `path` changed. The watcher lives as long as the returned value.

@@ -611,3 +611,47 @@ async fn claude_transcripts_are_served_pushed_and_taken_over() {
     assert!(error.last().unwrap()["error"].as_str().unwrap().contains("unknown message type"));
     server.stop().await;
 }
+
+/// A 200 MB transcript is read incrementally with bounded memory, and lines appended while it
+/// is watched arrive through the file notification.
+#[tokio::test]
+async fn a_200_mb_transcript_is_read_incrementally_and_followed() {
+    use std::io::Write;
+    use switchboard_server::transcripts::{watch_file, TranscriptTail, READ_CHUNK_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.jsonl");
+    let filler = "x".repeat(1000);
+    let lines = 200_000;
+    {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        for index in 0..lines {
+            writeln!(file, r#"{{"type":"assistant","uuid":"u{index}","text":"{filler}"}}"#)
+                .unwrap();
+        }
+    }
+    assert!(std::fs::metadata(&path).unwrap().len() > 200_000_000);
+    let (_watcher, mut changed) = watch_file(&path).unwrap();
+    let mut tail = TranscriptTail::new(&path);
+    let mut count = 0usize;
+    let mut last = String::new();
+    loop {
+        let batch = tail.read_available(1000);
+        if batch.is_empty() {
+            break;
+        }
+        // Never more than one read chunk beyond the lines handed out.
+        assert!(tail.buffered() <= READ_CHUNK_BYTES, "{} bytes buffered", tail.buffered());
+        count += batch.len();
+        last = batch.last().unwrap().clone();
+    }
+    assert_eq!(count, lines);
+    assert!(last.contains("\"uuid\":\"u199999\""));
+    // Drain notifications from the initial write, then append while watched.
+    while changed.try_recv().is_ok() {}
+    {
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(file, r#"{{"type":"user","uuid":"appended"}}"#).unwrap();
+    }
+    tokio::time::timeout(WAIT, changed.recv()).await.expect("notified of the append").unwrap();
+    assert_eq!(tail.read_available(10), [r#"{"type":"user","uuid":"appended"}"#]);
+}
