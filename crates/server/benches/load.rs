@@ -199,6 +199,32 @@ async fn run_subscribers(
     (delivered.load(Ordering::Relaxed), all, last)
 }
 
+/// Connects the subscribers, lets them settle, starts the streams with `start`, and waits for
+/// every line (or the deadline). Returns deliveries, latencies (µs), CPU µs and the seconds
+/// from the start to the last delivery.
+async fn drive(
+    urls: Vec<String>,
+    params: &Params,
+    start: impl std::future::Future<Output = ()>,
+) -> (u64, Vec<u64>, u64, f64) {
+    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+    let subscribers = tokio::spawn(run_subscribers(
+        urls,
+        params.subscribers,
+        params.lines_per_session(),
+        deadline,
+    ));
+    // Let every subscriber connect (daemon subscribers read history first, so nothing is
+    // missed either way).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu_start = cpu_micros();
+    let started = Instant::now();
+    start.await;
+    let (delivered, latencies, last) = subscribers.await.unwrap();
+    let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
+    (delivered, latencies, cpu_micros() - cpu_start, wall)
+}
+
 fn report(
     name: &str,
     params: &Params,
@@ -255,23 +281,12 @@ async fn child_daemon(params: Params) -> Value {
         .iter()
         .map(|id| format!("ws://{address}/api/sessions/{id}/subscribe?after=0"))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
-    let subscribers = tokio::spawn(run_subscribers(
-        urls,
-        params.subscribers,
-        params.lines_per_session(),
-        deadline,
-    ));
-    // Let every subscriber connect (they read history first, so nothing is missed either way).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let cpu_start = cpu_micros();
-    let start = Instant::now();
-    for id in &ids {
-        daemon.handle(id).unwrap().send_text("go").await.unwrap();
-    }
-    let (delivered, latencies, last) = subscribers.await.unwrap();
-    let wall = last.saturating_duration_since(start).as_secs_f64().max(0.001);
-    let cpu = cpu_micros() - cpu_start;
+    let (delivered, latencies, cpu, wall) = drive(urls, &params, async {
+        for id in &ids {
+            daemon.handle(id).unwrap().send_text("go").await.unwrap();
+        }
+    })
+    .await;
     let mut result = report(
         "switchboard daemon (SQLite, every line stored)",
         &params,
@@ -369,23 +384,13 @@ async fn child_baseline(params: Params) -> Value {
         }
     });
     let urls: Vec<String> = (0..params.sessions).map(|i| format!("ws://{address}/s/{i}")).collect();
-    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
-    let subscribers = tokio::spawn(run_subscribers(
-        urls,
-        params.subscribers,
-        params.lines_per_session(),
-        deadline,
-    ));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let cpu_start = cpu_micros();
-    let start = Instant::now();
-    use tokio::io::AsyncWriteExt;
-    for stdin in &mut stdins {
-        stdin.write_all(b"{\"type\":\"control_request\",\"request_id\":\"i\",\"request\":{\"subtype\":\"initialize\"}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"go\"},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n").await.unwrap();
-    }
-    let (delivered, latencies, last) = subscribers.await.unwrap();
-    let wall = last.saturating_duration_since(start).as_secs_f64().max(0.001);
-    let cpu = cpu_micros() - cpu_start;
+    let (delivered, latencies, cpu, wall) = drive(urls, &params, async {
+        use tokio::io::AsyncWriteExt;
+        for stdin in &mut stdins {
+            stdin.write_all(b"{\"type\":\"control_request\",\"request_id\":\"i\",\"request\":{\"subtype\":\"initialize\"}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"go\"},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n").await.unwrap();
+        }
+    })
+    .await;
     drop(stdins);
     let mut result =
         report("minimal forwarder (no persistence)", &params, delivered, latencies, cpu, wall);
