@@ -152,6 +152,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         SqliteStore::open(data_dir.join(DATABASE_FILE))
             .map_err(|error| (1, format!("cannot open the database: {error}")))?,
     );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|error| (1, format!("cannot listen on {}: {error}", args.listen)))?;
+    let address = listener.local_addr().map_err(|error| (1, error.to_string()))?;
     let store: Arc<dyn Store> = sqlite.clone();
     let config = DaemonConfig {
         claude: args.claude.clone(),
@@ -159,16 +163,13 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         env: Vec::new(),
         clear_env: false,
         transcripts: None,
+        ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {
         token: token.as_deref().map(Arc::from),
         allowed_origins: args.allow_origin.clone(),
     };
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|error| (1, format!("cannot listen on {}: {error}", args.listen)))?;
-    let address = listener.local_addr().map_err(|error| (1, error.to_string()))?;
     let url = format!("http://{address}");
     let info = DaemonInfo { url: url.clone(), pid: std::process::id() };
     let info_path = data_dir.join(DAEMON_FILE);

@@ -79,9 +79,62 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .route("/api/claude/sessions/{id}", get(crate::compat::get))
         .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
         .fallback(not_found)
-        .with_state(daemon);
-    api.layer(axum::middleware::from_fn_with_state(auth, require_auth))
+        .with_state(daemon.clone());
+    // The CLI's own socket carries its per-session token, not the daemon's: the handler
+    // checks it, outside the API's auth.
+    let ingress = Router::new().route("/v1/sessions/ws/{slot}", get(ingress)).with_state(daemon);
+    ingress
+        .merge(api.layer(axum::middleware::from_fn_with_state(auth, require_auth)))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// `--sdk-url`: a CLI connects. Its bearer token must be its session's
+/// (`CLAUDE_CODE_SESSION_ACCESS_TOKEN`); lines flow both ways, one per text frame, each
+/// ending in `\n`.
+async fn ingress(
+    State(daemon): State<Arc<Daemon>>,
+    Path(slot_id): Path<String>,
+    headers: axum::http::HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let slot = daemon
+        .ingress_slot(&slot_id)
+        .ok_or_else(|| ApiError::not_found("no session waits for a CLI here"))?;
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !slot.accepts(presented) {
+        return Err(ApiError::unauthorized());
+    }
+    Ok(upgrade.max_message_size(switchboard_protocol::MAX_LINE_BYTES).on_upgrade(move |socket| async move {
+        let Some(mut connection) = slot.connect().await else { return };
+        let (mut sink, mut incoming) = socket.split();
+        loop {
+            tokio::select! {
+                frame = incoming.next() => match frame {
+                    Some(Ok(WsMessage::Text(text))) => connection.incoming(text.as_bytes()).await,
+                    Some(Ok(WsMessage::Binary(bytes))) => connection.incoming(&bytes).await,
+                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => {}
+                },
+                line = connection.next_outgoing() => match line {
+                    Some(line) => {
+                        let text = String::from_utf8_lossy(&line).into_owned();
+                        if sink.send(WsMessage::Text(text.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => {
+                        let _ = sink.send(WsMessage::Close(None)).await;
+                        break;
+                    }
+                },
+                () = slot.disconnect_requested() => break,
+            }
+        }
+    }))
 }
 
 async fn not_found() -> ApiError {

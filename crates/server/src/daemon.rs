@@ -51,6 +51,9 @@ pub struct DaemonConfig {
     pub clear_env: bool,
     /// Claude Code's own transcripts (`None`: `$CLAUDE_CONFIG_DIR` or `~/.claude`).
     pub transcripts: Option<crate::transcripts::Transcripts>,
+    /// Where `--sdk-url` CLIs connect: `ws://HOST:PORT/v1/sessions/ws/` (the daemon's own
+    /// address, known once it listens). Without it `transport: "sdk-url"` is refused.
+    pub ingress_base: Option<String>,
 }
 
 /// What `POST /api/sessions` takes.
@@ -95,6 +98,10 @@ pub struct CreateSession {
     /// The CLI binary for this session.
     #[serde(default)]
     pub claude: Option<PathBuf>,
+    /// `stdio` (the default) or `sdk-url` (the CLI connects to the daemon over WebSocket;
+    /// CLIs up to 2.1.120).
+    #[serde(default)]
+    pub transport: Option<String>,
     /// Extra environment for the CLI.
     #[serde(default)]
     pub env: HashMap<String, String>,
@@ -155,6 +162,8 @@ pub struct Daemon {
     started: Notify,
     /// Claude Code's own transcripts.
     transcripts: crate::transcripts::Transcripts,
+    /// Where `--sdk-url` CLIs connect, by slot id.
+    ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -180,6 +189,7 @@ impl Daemon {
             dashboard,
             started: Notify::new(),
             transcripts,
+            ingress: Arc::new(Mutex::new(HashMap::new())),
         });
         for mut record in daemon.store.list_sessions().await? {
             if matches!(record.state.as_str(), "exited" | "crashed") {
@@ -210,6 +220,24 @@ impl Daemon {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// The `--sdk-url` slot with this id, while its session accepts connections.
+    pub fn ingress_slot(
+        &self,
+        slot_id: &str,
+    ) -> Option<Arc<switchboard_transport::sdk_url::IngressSlot>> {
+        let mut slots = self.ingress.lock().ok()?;
+        slots.retain(|_, slot| !slot.is_closed());
+        slots.get(slot_id).cloned()
+    }
+
+    /// Every open `--sdk-url` slot (operators and tests).
+    pub fn ingress_slots(&self) -> Vec<Arc<switchboard_transport::sdk_url::IngressSlot>> {
+        self.ingress
+            .lock()
+            .map(|slots| slots.values().filter(|slot| !slot.is_closed()).cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Claude Code's own transcripts.
@@ -261,6 +289,7 @@ impl Daemon {
             config: serde_json::to_value(&request).unwrap_or(Value::Null),
         };
         let config = self.session_config(&request, request.resume.clone(), request.fork)?;
+        self.check_transport(&config).await?;
         self.store.create_session(&record).await?;
         if let Err(error) = self.start(record.clone(), config, 0, request.prompt.clone()).await {
             let _ = self.store.delete_session(&id).await;
@@ -295,6 +324,7 @@ impl Daemon {
             })?;
         request.fork = false;
         let config = self.session_config(&request, Some(claude_session_id), false)?;
+        self.check_transport(&config).await?;
         let last = self.store.last_seq(id).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
@@ -345,7 +375,47 @@ impl Daemon {
         config.cli.system_prompt = request.system_prompt.clone();
         config.cli.append_system_prompt = request.append_system_prompt.clone();
         config.cli.max_turns = request.max_turns;
+        match request.transport.as_deref() {
+            None | Some("stdio") => {}
+            Some("sdk-url") => {
+                let base = self.config.ingress_base.clone().ok_or_else(|| {
+                    DaemonError::Invalid(
+                        "this daemon has no address for --sdk-url CLIs to connect to".into(),
+                    )
+                })?;
+                let registry = self.ingress.clone();
+                config.sdk_url = Some(switchboard_session::SdkUrl {
+                    base,
+                    register: Arc::new(move |slot| {
+                        if let Ok(mut slots) = registry.lock() {
+                            slots.insert(slot.id.clone(), slot);
+                        }
+                    }),
+                });
+            }
+            Some(other) => {
+                return Err(DaemonError::Invalid(format!(
+                    "unknown transport {other:?} (stdio or sdk-url)"
+                )));
+            }
+        }
         Ok(config)
+    }
+
+    /// `--sdk-url` works with CLIs up to 2.1.120 only: refuse others with a clear message.
+    async fn check_transport(&self, config: &SessionConfig) -> Result<(), DaemonError> {
+        if config.sdk_url.is_none() {
+            return Ok(());
+        }
+        let version = switchboard_transport::stdio::cli_version(&config.cli.program())
+            .await
+            .map_err(|error| DaemonError::Invalid(error.to_string()))?;
+        if !switchboard_transport::sdk_url::supports_sdk_url(&version) {
+            return Err(DaemonError::Invalid(format!(
+                "claude {version} refuses --sdk-url to non-Anthropic hosts (CLIs from 2.1.121 on do); use transport \"stdio\", or a CLI up to 2.1.120"
+            )));
+        }
+        Ok(())
     }
 
     async fn start(

@@ -52,6 +52,23 @@ pub struct SessionConfig {
     pub initialize: Option<InitializeRequest>,
     /// How long our control requests wait for the CLI.
     pub control_timeout: Duration,
+    /// Run the CLI with `--sdk-url` (it connects to us) instead of over stdio.
+    pub sdk_url: Option<SdkUrl>,
+}
+
+/// Where a `--sdk-url` CLI connects, and who routes its socket to the session.
+#[derive(Clone)]
+pub struct SdkUrl {
+    /// `ws://HOST:PORT/v1/sessions/ws/` (the slot id is appended).
+    pub base: String,
+    /// Hands the slot to the server that accepts the CLI's WebSocket.
+    pub register: Arc<dyn Fn(Arc<switchboard_transport::sdk_url::IngressSlot>) + Send + Sync>,
+}
+
+impl std::fmt::Debug for SdkUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SdkUrl").field("base", &self.base).finish_non_exhaustive()
+    }
 }
 
 impl SessionConfig {
@@ -62,6 +79,7 @@ impl SessionConfig {
             policy,
             initialize: None,
             control_timeout: crate::core::CONTROL_TIMEOUT,
+            sdk_url: None,
         }
     }
 }
@@ -113,7 +131,16 @@ type Observers = Arc<OnceLock<broadcast::Sender<Arc<SessionEvent>>>>;
 pub fn spawn_session(
     config: SessionConfig,
 ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), SessionError> {
-    let link = stdio::spawn(&config.cli)?;
+    let link = match &config.sdk_url {
+        None => stdio::spawn(&config.cli)?,
+        Some(sdk_url) => {
+            let slot_id = format!("{:016x}{:016x}", rand_u64(), rand_u64());
+            let url = format!("{}{slot_id}", sdk_url.base);
+            let (link, slot) = switchboard_transport::sdk_url::spawn(&config.cli, &url, &slot_id)?;
+            (sdk_url.register)(slot);
+            link
+        }
+    };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut core =
         SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
@@ -162,6 +189,8 @@ impl Actor {
                         TransportEvent::Line(received) => self.core.on_line(*received),
                         TransportEvent::BadLine(error) => self.core.on_bad_line(error),
                         TransportEvent::Stderr(line) => self.core.on_stderr(line),
+                        TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
+                        TransportEvent::Disconnected => self.core.on_disconnected(),
                         TransportEvent::Exited(exit) => {
                             let description = exit.describe();
                             let effects = self.core.on_exit(exit.code, exit.signal, description);
@@ -282,6 +311,19 @@ fn split(result: Result<Vec<Effect>, AnswerError>) -> (Vec<Effect>, Result<(), A
         Ok(effects) => (effects, Ok(())),
         Err(error) => (Vec::new(), Err(error)),
     }
+}
+
+/// A random number for slot ids (unguessable is the token's job; this only needs to be unique).
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.finish()
 }
 
 /// SIGTERM then SIGKILL the CLI's group if it has not exited after `grace` each.

@@ -264,6 +264,9 @@ pub struct SessionCore {
     subagent_index: HashMap<String, usize>,
     /// Set when anything the snapshot shows may have changed; cleared by `take_changed`.
     changed: bool,
+    /// The `initialize` re-sent after a reconnect, whose answer lists what the CLI still waits
+    /// for.
+    resync: Option<String>,
 }
 
 impl SessionCore {
@@ -303,6 +306,7 @@ impl SessionCore {
             },
             subagent_index: HashMap::new(),
             changed: true,
+            resync: None,
         }
     }
 
@@ -593,6 +597,56 @@ impl SessionCore {
         effects
     }
 
+    /// `--sdk-url`: the CLI's socket is up. After a reconnect, `initialize` goes out again: its
+    /// answer (an error on 2.1.37, a success on 2.1.330) lists the permission requests the CLI
+    /// still waits for, which become the truth (the CLI replays nothing it sent meanwhile).
+    pub fn on_connected(&mut self, reconnect: bool) -> Vec<Effect> {
+        let mut effects = vec![Effect::Emit(SessionEvent::Connected { reconnect })];
+        if reconnect && !self.state.is_final() {
+            let (request_id, mut sent) =
+                self.control(ControlRequestPayload::Initialize(Default::default()));
+            self.resync = Some(request_id);
+            effects.append(&mut sent);
+        }
+        effects
+    }
+
+    /// `--sdk-url`: the CLI's socket went down.
+    pub fn on_disconnected(&mut self) -> Vec<Effect> {
+        vec![Effect::Emit(SessionEvent::Disconnected)]
+    }
+
+    /// Takes the CLI's list of pending permission requests as the truth: requests we did not
+    /// know (sent while the socket was down) are decided or asked now; requests we thought
+    /// pending that the CLI no longer lists are over.
+    fn reconcile(&mut self, pending: &[ControlRequest], effects: &mut Vec<Effect>) {
+        let listed: HashSet<&str> =
+            pending.iter().map(|request| request.request_id.as_str()).collect();
+        let forgotten: Vec<String> =
+            self.asked.keys().filter(|id| !listed.contains(id.as_str())).cloned().collect();
+        for request_id in forgotten {
+            if let Some(asked) = self.asked.shift_remove(&request_id) {
+                effects.push(Effect::Emit(SessionEvent::decided(
+                    &request_id,
+                    &asked.request.tool_name,
+                    Behavior::Deny,
+                    DecidedBy::LinkClosed,
+                    "the CLI no longer waits for this request".to_owned(),
+                )));
+                self.after_permission_resolved(&request_id, effects);
+            }
+        }
+        for request in pending {
+            if self.asked.contains_key(&request.request_id) {
+                continue;
+            }
+            if let ControlRequestPayload::CanUseTool(can_use_tool) = &request.request {
+                // Also for one we answered: the answer was lost with the socket.
+                self.on_can_use_tool(&request.request_id, can_use_tool, effects);
+            }
+        }
+    }
+
     /// A line that could not be decoded.
     pub fn on_bad_line(&mut self, error: switchboard_protocol::LineError) -> Vec<Effect> {
         vec![Effect::Emit(SessionEvent::BadLine(error))]
@@ -873,6 +927,11 @@ impl SessionCore {
 
     fn on_control_response(&mut self, response: &ControlResponse, effects: &mut Vec<Effect>) {
         let Some(request_id) = response.request_id() else { return };
+        if self.resync.as_deref() == Some(request_id) {
+            self.resync = None;
+            let pending = response.pending_permission_requests().to_vec();
+            self.reconcile(&pending, effects);
+        }
         // 2.1.37 answers set_permission_mode twice: the second finds nothing and is dropped.
         let Some(outgoing) = self.outgoing.remove(request_id) else { return };
         let result = match &response.response {

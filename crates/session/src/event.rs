@@ -192,6 +192,14 @@ pub enum SessionEvent {
         /// Its subtype.
         subtype: String,
     },
+    /// `--sdk-url`: the CLI's WebSocket is up.
+    Connected {
+        /// Not the first connection: Switchboard re-sends `initialize` to learn what the CLI
+        /// still waits for.
+        reconnect: bool,
+    },
+    /// `--sdk-url`: the CLI's WebSocket went down (what the CLI writes meanwhile is lost).
+    Disconnected,
     /// The CLI ended.
     Exited {
         /// Exit code.
@@ -240,6 +248,8 @@ impl SessionEvent {
             SessionEvent::HookAnswered { .. } => "hook_answered",
             SessionEvent::ControlTimedOut { .. } => "control_timed_out",
             SessionEvent::UnsupportedControlRequest { .. } => "unsupported_control_request",
+            SessionEvent::Connected { .. } => "connected",
+            SessionEvent::Disconnected => "disconnected",
             SessionEvent::Exited { .. } => "exited",
         }
     }
@@ -308,6 +318,8 @@ impl SessionEvent {
             | SessionEvent::UnsupportedControlRequest { request_id, subtype } => json!({
                 "request_id": request_id, "subtype": subtype,
             }),
+            SessionEvent::Connected { reconnect } => json!({ "reconnect": reconnect }),
+            SessionEvent::Disconnected => json!({}),
             SessionEvent::Exited { code, signal, requested, description } => json!({
                 "code": code, "signal": signal, "requested": requested, "description": description,
             }),

@@ -2,7 +2,10 @@
 //! lines in and encoded lines out; nothing above a transport knows which kind it talks to.
 //!
 //! - [`stdio`]: spawn `claude` and speak over its stdin/stdout (every current CLI).
+//! - [`sdk_url`]: spawn `claude --sdk-url` and speak over the WebSocket it opens to us
+//!   (CLIs up to 2.1.120).
 
+pub mod sdk_url;
 pub mod stdio;
 
 pub use stdio::{

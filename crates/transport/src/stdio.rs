@@ -101,6 +101,9 @@ pub struct CliOptions {
     pub allow_dangerously_skip_permissions: bool,
     /// Arguments appended as they are, after everything else. The caller vouches for them.
     pub extra_args: Vec<String>,
+    /// Leave out `--permission-prompt-tool stdio` (the `--sdk-url` transport: permission
+    /// requests come over the socket anyway, and the captures ran without it).
+    pub no_permission_prompt_tool: bool,
 }
 
 impl CliOptions {
@@ -111,19 +114,14 @@ impl CliOptions {
 
     /// The argument list (without the program).
     pub fn args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = [
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--input-format",
-            "stream-json",
-            "--verbose",
-            "--permission-prompt-tool",
-            "stdio",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
+        let mut args: Vec<OsString> =
+            ["-p", "--output-format", "stream-json", "--input-format", "stream-json", "--verbose"]
+                .iter()
+                .map(OsString::from)
+                .collect();
+        if !self.no_permission_prompt_tool {
+            args.extend(["--permission-prompt-tool", "stdio"].iter().map(OsString::from));
+        }
         let mut flag =
             |name: &str, value: &str| args.push(OsString::from(format!("--{name}={value}")));
         if let Some(id) = &self.resume {
@@ -256,6 +254,13 @@ pub enum TransportEvent {
     BadLine(LineError),
     /// A line the CLI wrote to stderr, ANSI codes stripped.
     Stderr(String),
+    /// `--sdk-url`: the CLI's WebSocket is up (`reconnect`: not for the first time).
+    Connected {
+        /// Whether an earlier connection of this CLI came before.
+        reconnect: bool,
+    },
+    /// `--sdk-url`: the CLI's WebSocket went down (it retries about twice, then gives up).
+    Disconnected,
     /// The CLI exited.
     Exited(ExitInfo),
 }
@@ -341,7 +346,7 @@ pub struct CliProcess {
 }
 
 #[derive(Debug)]
-enum WriterCommand {
+pub(crate) enum WriterCommand {
     Line(Bytes, oneshot::Sender<Result<(), TransportError>>),
 }
 
@@ -356,19 +361,8 @@ pub struct CliLink {
 
 /// Starts the CLI.
 pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
-    if !options.cwd.is_dir() {
-        return Err(TransportError::NoSuchCwd(options.cwd.clone()));
-    }
-    let program = options.program();
-    let mut child = cli_command(options).spawn().map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            TransportError::NotFound { program: program.clone() }
-        } else {
-            TransportError::Spawn { program: program.clone(), source }
-        }
-    })?;
+    let mut child = start(options)?;
     let pid = child.id();
-    tracing::debug!(pid, program = %program.display(), "spawned claude");
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
@@ -380,7 +374,44 @@ pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
     Ok(CliLink { events, process: CliProcess { pid, writer: Some(writer_tx), exited } })
 }
 
-async fn write_loop(mut stdin: ChildStdin, mut commands: mpsc::Receiver<WriterCommand>) {
+/// Checks the cwd and starts the CLI process.
+pub(crate) fn start(options: &CliOptions) -> Result<Child, TransportError> {
+    if !options.cwd.is_dir() {
+        return Err(TransportError::NoSuchCwd(options.cwd.clone()));
+    }
+    let program = options.program();
+    let child = cli_command(options).spawn().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            TransportError::NotFound { program: program.clone() }
+        } else {
+            TransportError::Spawn { program: program.clone(), source }
+        }
+    })?;
+    tracing::debug!(pid = child.id(), program = %program.display(), "spawned claude");
+    Ok(child)
+}
+
+/// The CLI's version: the first word `claude --version` prints (`2.1.37`).
+#[allow(clippy::disallowed_methods)] // this module is where `claude` is started
+pub async fn cli_version(program: &std::path::Path) -> Result<String, TransportError> {
+    let output = Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                TransportError::NotFound { program: program.to_owned() }
+            } else {
+                TransportError::Spawn { program: program.to_owned(), source }
+            }
+        })?;
+    Ok(String::from_utf8_lossy(&output.stdout).split_whitespace().next().unwrap_or("").to_owned())
+}
+
+pub(crate) async fn write_loop(mut stdin: ChildStdin, mut commands: mpsc::Receiver<WriterCommand>) {
     while let Some(WriterCommand::Line(bytes, done)) = commands.recv().await {
         let result = async {
             stdin.write_all(&bytes).await?;
@@ -398,7 +429,7 @@ async fn write_loop(mut stdin: ChildStdin, mut commands: mpsc::Receiver<WriterCo
     let _ = stdin.shutdown().await;
 }
 
-async fn supervise(
+pub(crate) async fn supervise(
     mut child: Child,
     stdout: ChildStdout,
     stderr: ChildStderr,
@@ -483,6 +514,14 @@ fn kill_group(pid: u32, signal: Signal) {
 }
 
 impl CliProcess {
+    pub(crate) fn new(
+        pid: Option<u32>,
+        writer: mpsc::Sender<WriterCommand>,
+        exited: watch::Receiver<bool>,
+    ) -> Self {
+        CliProcess { pid, writer: Some(writer), exited }
+    }
+
     /// The CLI's process id (also its process group id).
     pub fn pid(&self) -> Option<u32> {
         self.pid

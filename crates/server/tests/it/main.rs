@@ -22,6 +22,8 @@ struct Server {
 
 impl Server {
     async fn start(store: Arc<dyn Store>, api: &FakeApi, sandbox: &CliSandbox) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
         let config = DaemonConfig {
             claude: Some(real_cli(CliVersion::V2_1_330)),
             default_policy: None,
@@ -30,12 +32,12 @@ impl Server {
             transcripts: Some(switchboard_server::transcripts::Transcripts::new(
                 sandbox.home().join(".claude"),
             )),
+            ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
         let app = router(daemon.clone(), auth);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        let base = format!("http://{address}");
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
@@ -654,4 +656,68 @@ async fn a_200_mb_transcript_is_read_incrementally_and_followed() {
     }
     tokio::time::timeout(WAIT, changed.recv()).await.expect("notified of the append").unwrap();
     assert_eq!(tail.read_available(10), [r#"{"type":"user","uuid":"appended"}"#]);
+}
+
+/// `--sdk-url` with the real 2.1.37: a full turn with an approval over the WebSocket, a
+/// server-side drop while the permission is pending (the CLI reconnects, `initialize` resyncs,
+/// the old request id still answers), a wrong token refused, and 2.1.330 refused with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_url_sessions_connect_survive_a_drop_and_refuse_strangers() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("over-websocket.txt")).when_prompt("RUN"))
+            .reply(Reply::text("Done over the socket.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let claude = real_cli(CliVersion::V2_1_37);
+    let (status, session) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "transport": "sdk-url", "claude": claude}))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    assert!(frames
+        .iter()
+        .any(|f| f["event"]["event"] == "connected" && f["event"]["reconnect"] == false));
+    let request_id = frames.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+
+    // A stranger with the wrong token is refused.
+    let slot = server.daemon.ingress_slots().pop().unwrap();
+    let url = format!("{}/v1/sessions/ws/{}", server.base.replace("http://", "ws://"), slot.id);
+    let mut request = url.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", "Bearer wrong".parse().unwrap());
+    let error = tokio_tungstenite::connect_async(request).await.unwrap_err();
+    assert!(error.to_string().contains("401"), "{error}");
+
+    // Drop the CLI's socket while the permission is pending: it reconnects, and the re-sent
+    // initialize reports the request as still pending.
+    slot.disconnect();
+    ws.until(|frame| frame["event"]["event"] == "connected" && frame["event"]["reconnect"] == true)
+        .await;
+    let (status, answer) = server
+        .post(&format!("/api/sessions/{id}/permissions/{request_id}"), json!({"behavior": "allow"}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Done over the socket.");
+    assert!(sandbox.file("over-websocket.txt").exists(), "the tool ran once, after the reconnect");
+    let runs = api
+        .conversation_requests()
+        .iter()
+        .filter(|r| r.last_user_text().contains("RUN it"))
+        .count();
+    assert_eq!(runs, 1, "the prompt was never sent twice");
+
+    // A CLI that refuses --sdk-url for non-Anthropic hosts is refused up front.
+    let (status, body) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "transport": "sdk-url", "claude": real_cli(CliVersion::V2_1_330)}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("refuses --sdk-url"), "{body}");
+    server.stop().await;
 }

@@ -1,0 +1,247 @@
+//! The `--sdk-url` transport: the CLI is started with `--sdk-url ws://…/v1/sessions/ws/SLOT`
+//! and connects to us over WebSocket, carrying a per-session bearer token
+//! (`CLAUDE_CODE_SESSION_ACCESS_TOKEN`).
+//!
+//! [`spawn`] starts the CLI and returns the usual [`CliLink`] plus an [`IngressSlot`]: the
+//! server's WebSocket handler authenticates the CLI against the slot and moves bytes between
+//! the socket and the slot ([`IngressSlot::connect`]); the session above sees the same lines
+//! as over stdio, plus `Connected` / `Disconnected` events. What the CLI does
+//! (`shared/captures/PROTOCOL-FINDINGS.md` §1.2, §9): it retries about twice after a drop and
+//! replays nothing. Lines queued for it while it is away are sent once it is back, and a line is
+//! never sent twice. Only CLIs up to 2.1.120 accept a non-Anthropic `--sdk-url`
+//! ([`MAX_SDK_URL_VERSION`]).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use switchboard_protocol::codec::Decoder;
+use switchboard_protocol::Envelope;
+use tokio::sync::{mpsc, watch, OwnedMutexGuard};
+
+use crate::stdio::{
+    self, CliLink, CliOptions, CliProcess, TransportError, TransportEvent, WriterCommand,
+};
+
+/// The environment variable that carries the session's token to the CLI.
+pub const SESSION_TOKEN_ENV: &str = "CLAUDE_CODE_SESSION_ACCESS_TOKEN";
+
+/// The newest CLI that connects to a non-Anthropic `--sdk-url` (2.1.121 refuses).
+pub const MAX_SDK_URL_VERSION: (u32, u32, u32) = (2, 1, 120);
+
+/// Message uuids remembered to drop lines the CLI sends twice.
+pub const SEEN_UUIDS: usize = 4096;
+
+type Outgoing = Arc<tokio::sync::Mutex<mpsc::Receiver<WriterCommand>>>;
+
+/// Where one CLI connects.
+pub struct IngressSlot {
+    /// The slot's id (the last path segment of its URL).
+    pub id: String,
+    token: String,
+    /// Lines for the CLI, written by the session, taken by whichever connection is up.
+    outgoing: Outgoing,
+    events: mpsc::Sender<TransportEvent>,
+    /// Whether a connection came before (the next one is a reconnect).
+    connected_before: AtomicBool,
+    /// The session closed its input: refuse new connections.
+    closed: AtomicBool,
+    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    /// Tells the connection up now to drop its socket (operators and tests).
+    drop_connection: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for IngressSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IngressSlot").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl IngressSlot {
+    /// Whether `presented` is this slot's token (constant time).
+    pub fn accepts(&self, presented: &str) -> bool {
+        let (expected, given) = (self.token.as_bytes(), presented.as_bytes());
+        let mut difference = expected.len() ^ given.len();
+        for (index, byte) in expected.iter().enumerate() {
+            difference |= usize::from(byte ^ given.get(index).copied().unwrap_or(0));
+        }
+        difference == 0
+    }
+
+    /// Whether the session ended its input (no connection is accepted any more).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Takes the slot for a new WebSocket. An older connection still holding it is waited for
+    /// (it lets go when its socket fails).
+    pub async fn connect(self: &Arc<Self>) -> Option<IngressConnection> {
+        if self.is_closed() {
+            return None;
+        }
+        let outgoing = self.outgoing.clone().lock_owned().await;
+        let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
+        let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
+        Some(IngressConnection { slot: self.clone(), outgoing, decoder: Decoder::default() })
+    }
+
+    /// Makes the server drop the CLI's current socket (the CLI reconnects by itself).
+    pub fn disconnect(&self) {
+        self.drop_connection.notify_waiters();
+    }
+
+    /// Resolves when [`IngressSlot::disconnect`] is called.
+    pub async fn disconnect_requested(&self) {
+        self.drop_connection.notified().await;
+    }
+
+    /// Whether a line with this `uuid` is new (the CLI may send a line again after a
+    /// reconnect); lines without one always are.
+    fn first_time(&self, uuid: Option<&str>) -> bool {
+        let Some(uuid) = uuid else { return true };
+        let Ok(mut seen) = self.seen.lock() else { return true };
+        let (set, order) = &mut *seen;
+        if !set.insert(uuid.to_owned()) {
+            return false;
+        }
+        order.push_back(uuid.to_owned());
+        if order.len() > SEEN_UUIDS {
+            if let Some(old) = order.pop_front() {
+                set.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+/// One WebSocket from the CLI, while it lasts.
+pub struct IngressConnection {
+    slot: Arc<IngressSlot>,
+    outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
+    decoder: Decoder,
+}
+
+impl IngressConnection {
+    /// The slot this connection serves.
+    pub fn slot(&self) -> &Arc<IngressSlot> {
+        &self.slot
+    }
+
+    /// The next line for the CLI (with its newline: every frame must end in `\n`, or 2.1.37
+    /// glues it to the next and dies). `None` when the session closed its input: close the
+    /// socket then.
+    pub async fn next_outgoing(&mut self) -> Option<Bytes> {
+        match self.outgoing.recv().await {
+            Some(WriterCommand::Line(line, done)) => {
+                let _ = done.send(Ok(()));
+                Some(line)
+            }
+            None => {
+                self.slot.closed.store(true, Ordering::SeqCst);
+                None
+            }
+        }
+    }
+
+    /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
+    pub async fn incoming(&mut self, payload: &[u8]) {
+        self.decoder.push(payload);
+        while let Some(item) = self.decoder.next_item() {
+            let event = match item {
+                Ok(received) => {
+                    let uuid = Envelope::parse(received.raw.as_bytes())
+                        .ok()
+                        .and_then(|e| e.uuid.map(|u| u.into_owned()));
+                    if !self.slot.first_time(uuid.as_deref()) {
+                        continue;
+                    }
+                    TransportEvent::Line(Box::new(received))
+                }
+                Err(error) => TransportEvent::BadLine(error),
+            };
+            if self.slot.events.send(event).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for IngressConnection {
+    fn drop(&mut self) {
+        let _ = self.slot.events.try_send(TransportEvent::Disconnected);
+    }
+}
+
+/// Starts a CLI that connects to `url` (`ws://HOST:PORT/v1/sessions/ws/SLOT`, where SLOT is
+/// `slot_id`). The caller's server must route that URL's WebSocket to the returned slot.
+pub fn spawn(
+    options: &CliOptions,
+    url: &str,
+    slot_id: &str,
+) -> Result<(CliLink, Arc<IngressSlot>), TransportError> {
+    let token = format!("{}{}", uuid_like(), uuid_like());
+    let mut options = options.clone();
+    options.extra_args.insert(0, format!("--sdk-url={url}"));
+    options.no_permission_prompt_tool = true;
+    options.env.insert(SESSION_TOKEN_ENV.to_owned(), token.clone());
+    let mut child = stdio::start(&options)?;
+    let pid = child.id();
+    // The CLI reads from the socket, not stdin; stdin stays open (held by the child handle)
+    // so that it does not read an end of input.
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
+    let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+    let (exited_tx, exited) = watch::channel(false);
+    let slot = Arc::new(IngressSlot {
+        id: slot_id.to_owned(),
+        token,
+        outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
+        events: events_tx.clone(),
+        connected_before: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        seen: Mutex::new((HashSet::new(), VecDeque::new())),
+        drop_connection: tokio::sync::Notify::new(),
+    });
+    tokio::spawn(stdio::supervise(child, stdout, stderr, events_tx, exited_tx));
+    Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited) }, slot))
+}
+
+/// 32 hex characters from the OS's random source.
+fn uuid_like() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Whether a CLI version accepts a non-Anthropic `--sdk-url`.
+pub fn supports_sdk_url(version: &str) -> bool {
+    let parts: Vec<u32> = version.split('.').filter_map(|part| part.parse().ok()).collect();
+    match parts.as_slice() {
+        [major, minor, patch, ..] => (*major, *minor, *patch) <= MAX_SDK_URL_VERSION,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_that_accept_a_custom_sdk_url() {
+        assert!(supports_sdk_url("2.1.37"));
+        assert!(supports_sdk_url("2.1.120"));
+        assert!(!supports_sdk_url("2.1.121"));
+        assert!(!supports_sdk_url("2.1.330"));
+        assert!(!supports_sdk_url("garbage"));
+    }
+
+    #[test]
+    fn tokens_are_random_and_long() {
+        let (a, b) = (uuid_like(), uuid_like());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+    }
+}
