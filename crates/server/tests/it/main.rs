@@ -721,3 +721,86 @@ async fn sdk_url_sessions_connect_survive_a_drop_and_refuse_strangers() {
     assert!(body["error"]["message"].as_str().unwrap().contains("refuses --sdk-url"), "{body}");
     server.stop().await;
 }
+
+/// `--sdk-url` with the real 2.1.37: multi-turn, set model, an interrupt while streaming, and a
+/// drop while idle followed by another turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first").when_prompt("ONE"))
+            .reply(Reply::text("never finishes, interrupted").when_prompt("LONG").hold_after(1))
+            .reply(Reply::text("after the drop").when_prompt("THREE")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let claude = real_cli(CliVersion::V2_1_37);
+    let (status, session) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE", "transport": "sdk-url", "claude": claude}))
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    ws.until(is_result).await;
+
+    let (status, _) = server
+        .post(&format!("/api/sessions/{id}/model"), json!({"model": "claude-haiku-4-5-20251001"}))
+        .await;
+    assert_eq!(status, 200);
+    server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "LONG"})).await;
+    ws.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
+    let (status, _) = server.post(&format!("/api/sessions/{id}/interrupt"), json!({})).await;
+    assert_eq!(status, 200);
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["subtype"], "error_during_execution");
+    let long = api.wait_for(|request| request.last_user_text().contains("LONG")).await;
+    assert_eq!(long.model(), "claude-haiku-4-5-20251001", "the model switch took effect");
+
+    // Drop while idle; the CLI reconnects and the next turn works.
+    server.daemon.ingress_slots().pop().unwrap().disconnect();
+    ws.until(|frame| frame["event"]["event"] == "connected" && frame["event"]["reconnect"] == true)
+        .await;
+    server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "THREE"})).await;
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "after the drop");
+    server.stop().await;
+}
+
+/// `--sdk-url` with the real 2.1.37: the socket drops mid-turn; the CLI reconnects and the turn
+/// ends normally (what it wrote while away is lost, as the CLI replays nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_url_drop_mid_turn() {
+    let api = FakeApi::start(
+        Scenario::new().reply(Reply::text("one two three four").when_prompt("GO").hold_after(1)),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let claude = real_cli(CliVersion::V2_1_37);
+    let (_, session) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "GO", "transport": "sdk-url", "claude": claude}))
+        .await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    ws.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
+    server.daemon.ingress_slots().pop().unwrap().disconnect();
+    ws.until(|frame| frame["event"]["event"] == "connected" && frame["event"]["reconnect"] == true)
+        .await;
+    api.release();
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["subtype"], "success");
+    let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;
+    let events = events.as_array().unwrap();
+    assert_eq!(
+        seqs(events),
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "the log has no gap of its own"
+    );
+    assert!(events.iter().any(|e| e["event"]["event"] == "disconnected"), "the drop is recorded");
+    server.stop().await;
+}
