@@ -82,10 +82,54 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .with_state(daemon.clone());
     // The CLI's own socket carries its per-session token, not the daemon's: the handler
     // checks it, outside the API's auth.
-    let ingress = Router::new().route("/v1/sessions/ws/{slot}", get(ingress)).with_state(daemon);
+    let ingress = Router::new()
+        .route("/v1/sessions/ws/{slot}", get(ingress))
+        .route("/session/{slot}/events", post(ingress_events))
+        .with_state(daemon);
     ingress
         .merge(api.layer(axum::middleware::from_fn_with_state(auth, require_auth)))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// The slot `slot_id` if the request carries its token.
+fn ingress_slot(
+    daemon: &Daemon,
+    slot_id: &str,
+    headers: &axum::http::HeaderMap,
+) -> Result<Arc<switchboard_transport::sdk_url::IngressSlot>, ApiError> {
+    let slot = daemon
+        .ingress_slot(slot_id)
+        .ok_or_else(|| ApiError::not_found("no session waits for a CLI here"))?;
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if slot.accepts(presented) {
+        Ok(slot)
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// The hybrid transport's ingress: `{"events": [message, …]}` from the CLI, fed to the same
+/// session as its socket, with the same auth and de-duplication.
+async fn ingress_events(
+    State(daemon): State<Arc<Daemon>>,
+    Path(slot_id): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let slot = ingress_slot(&daemon, &slot_id, &headers)?;
+    #[derive(Deserialize)]
+    struct Events<'a> {
+        #[serde(borrow)]
+        events: Vec<&'a serde_json::value::RawValue>,
+    }
+    let events: Events<'_> = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::invalid(format!("expected {{\"events\": [...]}}: {error}")))?;
+    slot.post_events(&events.events).await;
+    Ok(Json(json!({"accepted": events.events.len()})))
 }
 
 /// `--sdk-url`: a CLI connects. Its bearer token must be its session's

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use switchboard_protocol::codec::Decoder;
-use switchboard_protocol::Envelope;
+use switchboard_protocol::codec::{Decoder, LineError, LineErrorKind, Position};
+use switchboard_protocol::{Envelope, Received};
 use tokio::sync::{mpsc, watch, OwnedMutexGuard};
 
 use crate::stdio::{
@@ -69,6 +69,11 @@ impl IngressSlot {
         difference == 0
     }
 
+    /// The slot's token: a secret, for launching the CLI by hand (`CLAUDE_CODE_SESSION_ACCESS_TOKEN`).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// Whether the session ended its input (no connection is accepted any more).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
@@ -94,6 +99,39 @@ impl IngressSlot {
     /// Resolves when [`IngressSlot::disconnect`] is called.
     pub async fn disconnect_requested(&self) {
         self.drop_connection.notified().await;
+    }
+
+    /// The hybrid transport's `POST …/events` body: each event is one message (a JSON value),
+    /// delivered like a line from the socket (with the same de-duplication).
+    pub async fn post_events(&self, events: &[&serde_json::value::RawValue]) {
+        for event in events {
+            let item =
+                Received::decode(event.get().as_bytes().to_vec()).map_err(|error| LineError {
+                    position: Position { line: 0, offset: 0 },
+                    preview: switchboard_protocol::codec::preview(event.get().as_bytes()),
+                    kind: LineErrorKind::Malformed(error.to_string()),
+                });
+            if !self.deliver(item).await {
+                return;
+            }
+        }
+    }
+
+    /// Hands one decoded line (or bad line) to the session; false when the session is gone.
+    async fn deliver(&self, item: Result<Received, LineError>) -> bool {
+        let event = match item {
+            Ok(received) => {
+                let uuid = Envelope::parse(received.raw.as_bytes())
+                    .ok()
+                    .and_then(|e| e.uuid.map(|u| u.into_owned()));
+                if !self.first_time(uuid.as_deref()) {
+                    return true;
+                }
+                TransportEvent::Line(Box::new(received))
+            }
+            Err(error) => TransportEvent::BadLine(error),
+        };
+        self.events.send(event).await.is_ok()
     }
 
     /// Whether a line with this `uuid` is new (the CLI may send a line again after a

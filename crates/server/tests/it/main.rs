@@ -804,3 +804,37 @@ async fn sdk_url_drop_mid_turn() {
     assert!(events.iter().any(|e| e["event"]["event"] == "disconnected"), "the drop is recorded");
     server.stop().await;
 }
+
+/// The hybrid transport's `POST /session/{slot}/events` feeds the same session as the socket,
+/// with the same auth and de-duplication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_post_ingress_feeds_the_session() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let claude = real_cli(CliVersion::V2_1_37);
+    let (_, session) = server
+        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "hi", "transport": "sdk-url", "claude": claude}))
+        .await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    ws.until(is_result).await;
+    let slot = server.daemon.ingress_slots().pop().unwrap();
+    let url = format!("{}/session/{}/events", server.base, slot.id);
+    let client = server.client();
+    let body = json!({"events": [{"type": "keep_alive", "uuid": "k-1"}, {"type": "keep_alive", "uuid": "k-1"}]});
+    let refused = client.post(&url).bearer_auth("wrong").json(&body).send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let accepted = client.post(&url).bearer_auth(slot.token()).json(&body).send().await.unwrap();
+    assert_eq!(accepted.status().as_u16(), 200);
+    let frames = ws.until(|frame| frame["event"]["line"]["uuid"] == "k-1").await;
+    assert_eq!(frames.last().unwrap()["dir"], "from_cli");
+    let bad = client.post(&url).bearer_auth(slot.token()).body("{not json").send().await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;
+    let copies =
+        events.as_array().unwrap().iter().filter(|e| e["event"]["line"]["uuid"] == "k-1").count();
+    assert_eq!(copies, 1, "a repeated uuid is dropped");
+    server.stop().await;
+}
