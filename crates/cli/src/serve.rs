@@ -39,6 +39,10 @@ pub(crate) struct ServeArgs {
     /// Serve without a token. Refused unless listening on loopback.
     #[arg(long)]
     no_auth: bool,
+    /// The token externally launched CLIs present at the relay endpoint `/` (as
+    /// `CLAUDE_CODE_SESSION_ACCESS_TOKEN`); default: the API token.
+    #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_INGRESS_TOKEN", hide_env_values = true)]
+    ingress_token: Option<String>,
     /// A browser origin (besides the daemon's own) allowed to open WebSockets.
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
@@ -164,6 +168,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         clear_env: false,
         transcripts: None,
         ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
+        ingress_token: args.ingress_token.clone().or_else(|| token.clone()),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

@@ -57,6 +57,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/claude/sessions"),
     ("GET", "/api/claude/sessions/{id}"),
     ("GET", "/api/claude/sessions/{id}/subscribe"),
+    ("GET", "/ws"),
 ];
 
 /// Builds the router.
@@ -78,6 +79,7 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .route("/api/claude/sessions", get(crate::compat::list))
         .route("/api/claude/sessions/{id}", get(crate::compat::get))
         .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
+        .route("/ws", get(crate::relay::frontend))
         .fallback(not_found)
         .with_state(daemon.clone());
     // The CLI's own socket carries its per-session token, not the daemon's: the handler
@@ -85,6 +87,7 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
     let ingress = Router::new()
         .route("/v1/sessions/ws/{slot}", get(ingress))
         .route("/session/{slot}/events", post(ingress_events))
+        .route("/", get(crate::relay::cli))
         .with_state(daemon);
     ingress
         .merge(api.layer(axum::middleware::from_fn_with_state(auth, require_auth)))
@@ -152,13 +155,28 @@ async fn ingress(
     if !slot.accepts(presented) {
         return Err(ApiError::unauthorized());
     }
-    Ok(upgrade.max_message_size(switchboard_protocol::MAX_LINE_BYTES).on_upgrade(move |socket| async move {
+    Ok(upgrade
+        .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
+        .on_upgrade(move |socket| pipe(socket, slot, |_| {})))
+}
+
+/// Moves frames between a CLI's socket and its slot until either side ends; `on_line` sees
+/// every frame the CLI sends (the relay shows them to its frontends).
+pub(crate) async fn pipe(
+    socket: axum::extract::ws::WebSocket,
+    slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
+    on_frame: impl Fn(&str),
+) {
+    {
         let Some(mut connection) = slot.connect().await else { return };
         let (mut sink, mut incoming) = socket.split();
         loop {
             tokio::select! {
                 frame = incoming.next() => match frame {
-                    Some(Ok(WsMessage::Text(text))) => connection.incoming(text.as_bytes()).await,
+                    Some(Ok(WsMessage::Text(text))) => {
+                        on_frame(text.as_str());
+                        connection.incoming(text.as_bytes()).await;
+                    }
                     Some(Ok(WsMessage::Binary(bytes))) => connection.incoming(&bytes).await,
                     Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
                     Some(Ok(_)) => {}
@@ -178,7 +196,7 @@ async fn ingress(
                 () = slot.disconnect_requested() => break,
             }
         }
-    }))
+    }
 }
 
 async fn not_found() -> ApiError {

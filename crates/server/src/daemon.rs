@@ -35,6 +35,10 @@ pub const HISTORY_PAGE: usize = 1000;
 /// Session-level changes kept for `/api/events` dashboards that fall behind.
 pub const DASHBOARD_BUFFER: usize = 1024;
 
+/// Relay lines kept for `/ws` frontends that fall behind (they skip what they missed, as a
+/// relay does).
+pub const RELAY_BUFFER: usize = 1024;
+
 /// How long a graceful stop waits per step.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -54,6 +58,9 @@ pub struct DaemonConfig {
     /// Where `--sdk-url` CLIs connect: `ws://HOST:PORT/v1/sessions/ws/` (the daemon's own
     /// address, known once it listens). Without it `transport: "sdk-url"` is refused.
     pub ingress_base: Option<String>,
+    /// The token an externally launched CLI must present at the relay endpoint `/` (`None`:
+    /// no token, only with `--no-auth` on loopback).
+    pub ingress_token: Option<String>,
 }
 
 /// What `POST /api/sessions` takes.
@@ -164,6 +171,10 @@ pub struct Daemon {
     transcripts: crate::transcripts::Transcripts,
     /// Where `--sdk-url` CLIs connect, by slot id.
     ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
+    /// Seed 003's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
+    relay: broadcast::Sender<Arc<str>>,
+    /// The relay session frontends' messages go to (the most recently connected CLI).
+    relay_current: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -190,6 +201,8 @@ impl Daemon {
             started: Notify::new(),
             transcripts,
             ingress: Arc::new(Mutex::new(HashMap::new())),
+            relay: broadcast::channel(RELAY_BUFFER).0,
+            relay_current: Mutex::new(None),
         });
         for mut record in daemon.store.list_sessions().await? {
             if matches!(record.state.as_str(), "exited" | "crashed") {
@@ -220,6 +233,67 @@ impl Daemon {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// A session for a CLI that connected on its own (seed 003's relay endpoint): no process is
+    /// started; the session ends when its socket closes. Returns its record and the slot the
+    /// connection must use.
+    pub async fn attach_external(
+        self: &Arc<Self>,
+    ) -> Result<(SessionRecord, Arc<switchboard_transport::sdk_url::IngressSlot>), DaemonError>
+    {
+        let id = uuid::Uuid::new_v4().to_string();
+        let now = now_ms();
+        let record = SessionRecord {
+            id: id.clone(),
+            claude_session_id: None,
+            cwd: String::new(),
+            model: None,
+            permission_mode: None,
+            state: "starting".into(),
+            title: Some("external CLI (relay)".into()),
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            config: json!({"transport": "relay"}),
+        };
+        let policy = self.config.default_policy.clone().unwrap_or_default();
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let config = SessionConfig::new(cwd, policy);
+        let (link, slot) = switchboard_transport::sdk_url::external(&id);
+        let (handle, events) = switchboard_session::spawn_session_on(config, link);
+        self.store.create_session(&record).await?;
+        self.run(record.clone(), handle, events, 0, None).await?;
+        let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+        Ok((record, slot))
+    }
+
+    /// The relay's token for externally launched CLIs (`None`: no auth).
+    pub fn ingress_token(&self) -> Option<&str> {
+        self.config.ingress_token.as_deref()
+    }
+
+    /// Sends a line to every relay frontend.
+    pub fn relay_publish(&self, line: &str) {
+        let _ = self.relay.send(Arc::from(line));
+    }
+
+    /// The relay feed for one frontend.
+    pub fn relay_subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.relay.subscribe()
+    }
+
+    /// Makes `id` the relay session frontends talk to (or none).
+    pub fn set_relay_current(&self, id: Option<String>) {
+        if let Ok(mut current) = self.relay_current.lock() {
+            *current = id;
+        }
+    }
+
+    /// The handle of the relay session frontends talk to.
+    pub fn relay_handle(&self) -> Option<SessionHandle> {
+        let id = self.relay_current.lock().ok()?.clone()?;
+        self.handle(&id).ok()
     }
 
     /// The `--sdk-url` slot with this id, while its session accepts connections.
@@ -425,8 +499,20 @@ impl Daemon {
         last_seq: u64,
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
-        let id = record.id.clone();
         let (handle, events) = spawn_session(config)?;
+        self.run(record, handle, events, last_seq, prompt).await
+    }
+
+    /// Registers a started session and its pump.
+    async fn run(
+        self: &Arc<Self>,
+        record: SessionRecord,
+        handle: SessionHandle,
+        events: mpsc::Receiver<SessionEvent>,
+        last_seq: u64,
+        prompt: Option<String>,
+    ) -> Result<(), DaemonError> {
+        let id = record.id.clone();
         let live = {
             let mut sessions = self
                 .sessions
@@ -783,6 +869,10 @@ fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
                     switchboard_protocol::SystemMessage::Init(init),
                 ) => {
                     record.model = init.model.clone().or(record.model.take());
+                    if record.cwd.is_empty() {
+                        // An external CLI says where it runs only here.
+                        record.cwd = init.cwd.clone().unwrap_or_default();
+                    }
                     if let Some(mode) = &init.permission_mode {
                         record.permission_mode = Some(mode.as_str().to_owned());
                     }
@@ -838,6 +928,10 @@ fn title_of(prompt: &str) -> String {
 
 /// A policy given inline (TOML text) or as a path to a file.
 pub fn parse_policy(text: &str) -> Result<Policy, DaemonError> {
+    if text.trim() == "auto-approve" {
+        // Seed 003's relays approve everything; a deliberate choice, never a default.
+        return Ok(Policy::allow_all());
+    }
     let looks_inline = text.contains('\n') || text.contains('=') || text.trim().is_empty();
     let result = if looks_inline {
         Policy::from_toml(text)

@@ -10,6 +10,7 @@ pub mod auth;
 mod compat;
 pub mod daemon;
 pub mod error;
+mod relay;
 pub mod transcripts;
 
 pub use api::router;

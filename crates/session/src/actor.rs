@@ -141,6 +141,16 @@ pub fn spawn_session(
             link
         }
     };
+    Ok(spawn_session_on(config, link))
+}
+
+/// Starts a session over a transport the caller already has (a CLI that connected on its own:
+/// [`switchboard_transport::sdk_url::external`]). `config.cli` only gives the cwd for rule
+/// matching; nothing is spawned.
+pub fn spawn_session_on(
+    config: SessionConfig,
+    link: stdio::CliLink,
+) -> (SessionHandle, mpsc::Receiver<SessionEvent>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut core =
         SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
@@ -161,7 +171,7 @@ pub fn spawn_session(
     };
     let initialize = ControlRequestPayload::Initialize(config.initialize.unwrap_or_default());
     tokio::spawn(actor.run(initialize));
-    Ok((SessionHandle { commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx))
+    (SessionHandle { commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
 }
 
 struct Actor {

@@ -50,6 +50,9 @@ pub struct IngressSlot {
     seen: Mutex<(HashSet<String>, VecDeque<String>)>,
     /// Tells the connection up now to drop its socket (operators and tests).
     drop_connection: tokio::sync::Notify,
+    /// For a CLI Switchboard did not start (it connected on its own): its socket closing is
+    /// its end, reported as an exit.
+    external_exit: Option<watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for IngressSlot {
@@ -208,7 +211,45 @@ impl IngressConnection {
 impl Drop for IngressConnection {
     fn drop(&mut self) {
         let _ = self.slot.events.try_send(TransportEvent::Disconnected);
+        if let Some(exited) = &self.slot.external_exit {
+            // A CLI that connected on its own has no process here: its socket was all of it.
+            self.slot.closed.store(true, Ordering::SeqCst);
+            exited.send_replace(true);
+            // Reported as a clean end: over a relay, a closed socket is how Claude Code says it
+            // is done (seed 003); the note says what was actually seen.
+            let exit = stdio::ExitInfo {
+                code: Some(0),
+                signal: None,
+                stderr_tail: "(an externally launched CLI: its WebSocket closed)".to_owned(),
+                wrote_output: true,
+            };
+            let events = self.slot.events.clone();
+            tokio::spawn(async move {
+                let _ = events.send(TransportEvent::Exited(exit)).await;
+            });
+        }
     }
+}
+
+/// A session for a CLI that connects on its own (seed 003's relay: the CLI was launched
+/// elsewhere with `--sdk-url` pointing at us). No process is started; the socket closing ends
+/// the session.
+pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
+    let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
+    let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+    let (exited_tx, exited) = watch::channel(false);
+    let slot = Arc::new(IngressSlot {
+        id: slot_id.to_owned(),
+        token: uuid_like(),
+        outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
+        events: events_tx,
+        connected_before: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        seen: Mutex::new((HashSet::new(), VecDeque::new())),
+        drop_connection: tokio::sync::Notify::new(),
+        external_exit: Some(exited_tx),
+    });
+    (CliLink { events, process: CliProcess::new(None, writer_tx, exited) }, slot)
 }
 
 /// Starts a CLI that connects to `url` (`ws://HOST:PORT/v1/sessions/ws/SLOT`, where SLOT is
@@ -241,6 +282,7 @@ pub fn spawn(
         closed: AtomicBool::new(false),
         seen: Mutex::new((HashSet::new(), VecDeque::new())),
         drop_connection: tokio::sync::Notify::new(),
+        external_exit: None,
     });
     tokio::spawn(stdio::supervise(child, stdout, stderr, events_tx, exited_tx));
     Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited) }, slot))

@@ -279,7 +279,11 @@ pub struct ExitInfo {
 }
 
 impl ExitInfo {
-    fn from_status(status: Option<ExitStatus>, stderr_tail: String, wrote_output: bool) -> Self {
+    pub(crate) fn from_status(
+        status: Option<ExitStatus>,
+        stderr_tail: String,
+        wrote_output: bool,
+    ) -> Self {
         use std::os::unix::process::ExitStatusExt;
         ExitInfo {
             code: status.and_then(|status| status.code()),

@@ -33,6 +33,7 @@ impl Server {
                 sandbox.home().join(".claude"),
             )),
             ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
+            ingress_token: Some(TOKEN.to_owned()),
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
@@ -836,5 +837,87 @@ async fn hybrid_post_ingress_feeds_the_session() {
     let copies =
         events.as_array().unwrap().iter().filter(|e| e["event"]["line"]["uuid"] == "k-1").count();
     assert_eq!(copies, 1, "a repeated uuid is dropped");
+    server.stop().await;
+}
+
+/// Seed 003's relay: an externally launched 2.1.37 connects at `/` with the token; a frontend
+/// at `/ws` sees the status lines and every raw line, and its user message reaches the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // the test launches the CLI itself, as a user would
+async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
+    let api =
+        FakeApi::start(Scenario::new().reply(Reply::text("relayed answer").when_prompt("RELAY")))
+            .await
+            .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+
+    // A stranger without the token is refused at `/`.
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let mut request = root.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", "Bearer wrong".parse().unwrap());
+    assert!(tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("401"));
+
+    let mut cli = tokio::process::Command::new(real_cli(CliVersion::V2_1_37))
+        .args([
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--input-format",
+            "stream-json",
+            "--verbose",
+        ])
+        .arg(format!("--sdk-url={root}"))
+        .current_dir(sandbox.workdir())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(sandbox.env(&api.base_url()))
+        .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    frontend
+        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
+        .await;
+    frontend
+        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY this"}, "parent_tool_use_id": null, "session_id": ""}))
+        .await;
+    let frames = frontend.until(|frame| frame["type"] == "result").await;
+    assert_eq!(frames.last().unwrap()["result"], "relayed answer");
+    assert!(
+        frames.iter().any(|f| f["type"] == "system" && f["subtype"] == "init"),
+        "raw lines reach the frontend"
+    );
+    frontend.send(json!({"type": "control_response", "response": {"subtype": "success", "request_id": "x"}})).await;
+    let refused = frontend.until(|frame| frame["type"] == "status").await;
+    assert!(refused.last().unwrap()["text"].as_str().unwrap().contains("decided by Switchboard"));
+
+    // The relay session is a Switchboard session like any other: stored and listed.
+    let (_, sessions) = server.get("/api/sessions").await;
+    let relay = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["config"]["transport"] == "relay")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        relay["cwd"],
+        sandbox.workdir().display().to_string(),
+        "the cwd comes from system/init"
+    );
+    cli.kill().await.unwrap();
+    frontend
+        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code disconnected")
+        .await;
     server.stop().await;
 }

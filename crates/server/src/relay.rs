@@ -1,0 +1,130 @@
+//! Seed 003's relay, so frontends written for it work unchanged: a Claude Code CLI launched
+//! elsewhere with `--sdk-url ws://DAEMON/` connects at `/` (with the ingress token); frontends
+//! connect at `/ws` and get every raw line the CLIs send plus
+//! `{"type":"status","text":"claude code connected"|"claude code disconnected"}`; what a
+//! frontend sends goes to the most recently connected CLI. Each connection is its own
+//! Switchboard session (stored, steerable, with permissions decided by the daemon's policy;
+//! `auto-approve` is one), so nothing about it is lost either.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message as WsMessage, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+use switchboard_protocol::{ControlRequestPayload, Message};
+
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+
+fn status(text: &str) -> String {
+    json!({"type": "status", "text": text}).to_string()
+}
+
+/// `GET /`: an externally launched CLI connects.
+pub(crate) async fn cli(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    if let Some(expected) = daemon.ingress_token() {
+        let presented = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let ok: bool =
+            subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), presented.as_bytes()).into();
+        if !ok {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    let (record, slot) = daemon.attach_external().await?;
+    Ok(upgrade.max_message_size(switchboard_protocol::MAX_LINE_BYTES).on_upgrade(
+        move |socket| async move {
+            daemon.set_relay_current(Some(record.id.clone()));
+            daemon.relay_publish(&status("claude code connected"));
+            let feed = daemon.clone();
+            crate::api::pipe(socket, slot, move |frame| {
+                for line in frame.split('\n').filter(|line| !line.trim().is_empty()) {
+                    feed.relay_publish(line);
+                }
+            })
+            .await;
+            daemon.relay_publish(&status("claude code disconnected"));
+        },
+    ))
+}
+
+/// `GET /ws`: a frontend.
+pub(crate) async fn frontend(
+    State(daemon): State<Arc<Daemon>>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    upgrade.max_message_size(crate::api::MAX_WS_MESSAGE_BYTES).on_upgrade(
+        move |socket| async move {
+            let (mut sink, mut incoming) = socket.split();
+            let mut feed = daemon.relay_subscribe();
+            if daemon.relay_handle().is_some() {
+                let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
+            }
+            loop {
+                tokio::select! {
+                    line = feed.recv() => match line {
+                        Ok(line) => {
+                            if sink.send(WsMessage::Text(line.to_string().into())).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    },
+                    frame = incoming.next() => {
+                        let text = match frame {
+                            Some(Ok(WsMessage::Text(text))) => text.to_string(),
+                            Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                            Some(Ok(_)) => continue,
+                        };
+                        if let Some(reply) = forward(&daemon, &text).await {
+                            if sink.send(WsMessage::Text(reply.into())).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// What a frontend sent, to the CLI: user messages and interrupts go through the session (so
+/// they are logged); anything else is refused with a status line.
+async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
+    let Some(handle) = daemon.relay_handle() else {
+        return Some(status("no claude code is connected"));
+    };
+    let mut replies = Vec::new();
+    for line in text.split('\n').filter(|line| !line.trim().is_empty()) {
+        let result = match Message::decode(line.as_bytes()) {
+            Ok(Message::User(user)) => {
+                handle.send_message(user).await.map_err(|error| error.to_string())
+            }
+            Ok(Message::ControlRequest(request))
+                if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
+            {
+                handle.interrupt().await.map_err(|error| error.to_string())
+            }
+            Ok(other) => Err(format!(
+                "the relay forwards user messages and interrupts; {} is decided by Switchboard",
+                other.type_name().unwrap_or("this message")
+            )),
+            Err(error) => Err(format!("unreadable line: {error}")),
+        };
+        if let Err(message) = result {
+            replies.push(status(&message));
+        }
+    }
+    (!replies.is_empty()).then(|| replies.join("\n"))
+}
