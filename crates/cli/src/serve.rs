@@ -169,6 +169,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         transcripts: None,
         ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
         ingress_token: args.ingress_token.clone().or_else(|| token.clone()),
+        ping_interval: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

@@ -157,7 +157,7 @@ async fn ingress(
     }
     Ok(upgrade
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
-        .on_upgrade(move |socket| pipe(socket, slot, |_| {})))
+        .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval(), |_| {})))
 }
 
 /// Moves frames between a CLI's socket and its slot until either side ends; `on_line` sees
@@ -165,14 +165,22 @@ async fn ingress(
 pub(crate) async fn pipe(
     socket: axum::extract::ws::WebSocket,
     slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
+    ping_every: std::time::Duration,
     on_frame: impl Fn(&str),
 ) {
-    {
-        let Some(mut connection) = slot.connect().await else { return };
-        let (mut sink, mut incoming) = socket.split();
-        loop {
-            tokio::select! {
-                frame = incoming.next() => match frame {
+    let Some(mut connection) = slot.connect().await else { return };
+    let (mut sink, mut incoming) = socket.split();
+    // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
+    // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
+    let mut ping = tokio::time::interval(ping_every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    let mut last_heard = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            frame = incoming.next() => {
+                last_heard = tokio::time::Instant::now();
+                match frame {
                     Some(Ok(WsMessage::Text(text))) => {
                         on_frame(text.as_str());
                         connection.incoming(text.as_bytes()).await;
@@ -180,21 +188,30 @@ pub(crate) async fn pipe(
                     Some(Ok(WsMessage::Binary(bytes))) => connection.incoming(&bytes).await,
                     Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
                     Some(Ok(_)) => {}
-                },
-                line = connection.next_outgoing() => match line {
-                    Some(line) => {
-                        let text = String::from_utf8_lossy(&line).into_owned();
-                        if sink.send(WsMessage::Text(text.into())).await.is_err() {
-                            break;
-                        }
-                    }
-                    None => {
-                        let _ = sink.send(WsMessage::Close(None)).await;
+                }
+            }
+            line = connection.next_outgoing() => match line {
+                Some(line) => {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    if sink.send(WsMessage::Text(text.into())).await.is_err() {
                         break;
                     }
-                },
-                () = slot.disconnect_requested() => break,
+                }
+                None => {
+                    let _ = sink.send(WsMessage::Close(None)).await;
+                    break;
+                }
+            },
+            _ = ping.tick() => {
+                if last_heard.elapsed() > ping_every * 2 {
+                    tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
+                    break;
+                }
+                if sink.send(WsMessage::Ping(Vec::new().into())).await.is_err() {
+                    break;
+                }
             }
+            () = slot.disconnect_requested() => break,
         }
     }
 }

@@ -39,6 +39,9 @@ pub const DASHBOARD_BUFFER: usize = 1024;
 /// relay does).
 pub const RELAY_BUFFER: usize = 1024;
 
+/// How often a CLI's WebSocket is pinged (the CLI pings every 10 s itself).
+pub const PING_INTERVAL: Duration = Duration::from_secs(15);
+
 /// How long a graceful stop waits per step.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -61,6 +64,9 @@ pub struct DaemonConfig {
     /// The token an externally launched CLI must present at the relay endpoint `/` (`None`:
     /// no token, only with `--no-auth` on loopback).
     pub ingress_token: Option<String>,
+    /// How often the daemon pings a CLI's socket (`None`: [`PING_INTERVAL`]); a socket silent
+    /// for two intervals is dropped.
+    pub ping_interval: Option<Duration>,
 }
 
 /// What `POST /api/sessions` takes.
@@ -266,6 +272,11 @@ impl Daemon {
         self.run(record.clone(), handle, events, 0, None).await?;
         let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
         Ok((record, slot))
+    }
+
+    /// How often CLI sockets are pinged.
+    pub fn ping_interval(&self) -> Duration {
+        self.config.ping_interval.unwrap_or(PING_INTERVAL)
     }
 
     /// The relay's token for externally launched CLIs (`None`: no auth).

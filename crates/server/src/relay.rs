@@ -47,7 +47,7 @@ pub(crate) async fn cli(
             daemon.set_relay_current(Some(record.id.clone()));
             daemon.relay_publish(&status("claude code connected"));
             let feed = daemon.clone();
-            crate::api::pipe(socket, slot, move |frame| {
+            crate::api::pipe(socket, slot, daemon.ping_interval(), move |frame| {
                 for line in frame.split('\n').filter(|line| !line.trim().is_empty()) {
                     feed.relay_publish(line);
                 }

@@ -34,6 +34,7 @@ impl Server {
             )),
             ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
             ingress_token: Some(TOKEN.to_owned()),
+            ping_interval: Some(Duration::from_millis(300)),
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
@@ -919,5 +920,25 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
     frontend
         .until(|frame| frame["type"] == "status" && frame["text"] == "claude code disconnected")
         .await;
+    server.stop().await;
+}
+
+/// A CLI socket that goes silent (it answers no ping) is dropped: the session records the
+/// disconnection. (The client here completes the handshake, then never reads again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cli_socket_is_dropped() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let mut request = root.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (silent, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    feed.until(|frame| frame["text"] == "claude code connected").await;
+    // Never read (so never answer a ping), but keep the TCP connection open.
+    feed.until(|frame| frame["text"] == "claude code disconnected").await;
+    drop(silent);
     server.stop().await;
 }
