@@ -398,6 +398,188 @@ async fn child_baseline(params: Params) -> Value {
     result
 }
 
+/// A simulated external CLI on a WebSocket: answers `initialize`, announces a session, then
+/// streams `stream_event` lines stamped with their send time.
+async fn simulated_cli(
+    url: String,
+    params: Params,
+    index: usize,
+    go: std::sync::Arc<tokio::sync::Barrier>,
+) {
+    let (socket, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
+    let (mut sink, mut incoming) = socket.split();
+    // Keep reading (answers pings, takes initialize) on its own task.
+    let (init_tx, mut init_rx) = tokio::sync::mpsc::channel::<String>(4);
+    tokio::spawn(async move {
+        while let Some(Ok(frame)) = incoming.next().await {
+            if let WsMessage::Text(text) = frame {
+                if text.contains("\"initialize\"") {
+                    let value: Value = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
+                    let _ =
+                        init_tx.send(value["request_id"].as_str().unwrap_or("").to_owned()).await;
+                }
+            }
+        }
+    });
+    let session = format!("sim-{index}");
+    if let Ok(Some(request_id)) = tokio::time::timeout(Duration::from_secs(5), init_rx.recv()).await
+    {
+        let reply = json!({"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": {}}});
+        sink.send(WsMessage::Text(format!("{reply}\n").into())).await.unwrap();
+    }
+    let init = json!({"type": "system", "subtype": "init", "session_id": session, "cwd": "/", "model": "sim"});
+    sink.send(WsMessage::Text(format!("{init}\n").into())).await.unwrap();
+    go.wait().await;
+    let interval = Duration::from_secs_f64(1.0 / params.rate);
+    let start = Instant::now();
+    for line in 0..params.lines_per_session() {
+        tokio::time::sleep_until((start + interval.mul_f64(line as f64)).into()).await;
+        let frame = json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": format!("t={}", now_ns())}},
+            "session_id": session, "parent_tool_use_id": null, "uuid": format!("{session}-{line}")});
+        if sink.send(WsMessage::Text(format!("{frame}\n").into())).await.is_err() {
+            return;
+        }
+    }
+    // Hold the connection until the frontends have everything.
+    tokio::time::sleep(Duration::from_secs_f64(params.seconds + 5.0)).await;
+}
+
+/// Frontends on `/ws`-like endpoints: each sees every CLI's lines.
+async fn run_frontends(
+    url: String,
+    params: &Params,
+    deadline: Instant,
+) -> (u64, Vec<u64>, Instant) {
+    let expected = params.lines_per_session() * params.sessions as u64;
+    run_subscribers(vec![url], params.subscribers, expected, deadline).await
+}
+
+async fn relay_run(
+    name: &str,
+    cli_url: String,
+    frontend_url: String,
+    params: Params,
+    stored: impl std::future::Future<Output = u64>,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+    let frontend_params = params.clone();
+    let frontends =
+        tokio::spawn(async move { run_frontends(frontend_url, &frontend_params, deadline).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let go = std::sync::Arc::new(tokio::sync::Barrier::new(params.sessions + 1));
+    for index in 0..params.sessions {
+        tokio::spawn(simulated_cli(cli_url.clone(), params.clone(), index, go.clone()));
+    }
+    go.wait().await;
+    let cpu_start = cpu_micros();
+    let started = Instant::now();
+    let (delivered, latencies, last) = frontends.await.unwrap();
+    let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
+    let cpu = cpu_micros() - cpu_start;
+    let mut result = report(name, &params, delivered, latencies, cpu, wall);
+    result["stored_lines"] = json!(stored.await);
+    result
+}
+
+/// The daemon's seed-003 relay: CLIs at `/`, frontends at `/ws`, every line stored.
+async fn child_relay(params: Params) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let daemon = Daemon::open(store.clone(), DaemonConfig::default()).await.unwrap();
+    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let stored = async move {
+        let mut count = 0;
+        for session in store.list_sessions().await.unwrap() {
+            count += store
+                .events_after(&session.id, 0, 10_000_000)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|e| e.payload.contains("\"t="))
+                .count() as u64;
+        }
+        count
+    };
+    relay_run(
+        "switchboard relay (/ and /ws, every line stored)",
+        format!("ws://{address}/"),
+        format!("ws://{address}/ws"),
+        params,
+        stored,
+    )
+    .await
+}
+
+/// The minimal relay: CLI frames broadcast to every frontend, nothing else.
+async fn child_relay_baseline(params: Params) -> Value {
+    let (tx, _) = broadcast::channel::<Arc<str>>(4096);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let accept_tx = tx.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = accept_tx.clone();
+            tokio::spawn(async move {
+                let mut path = String::new();
+                let callback = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                                response: tokio_tungstenite::tungstenite::handshake::server::Response| {
+                    path = request.uri().path().to_owned();
+                    Ok(response)
+                };
+                let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+                    .read_buffer_size(4 * 1024);
+                let Ok(socket) =
+                    tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config))
+                        .await
+                else {
+                    return;
+                };
+                let (mut sink, mut incoming) = socket.split();
+                if path == "/ws" {
+                    let mut rx = tx.subscribe();
+                    loop {
+                        match rx.recv().await {
+                            Ok(line) => {
+                                if sink
+                                    .send(WsMessage::Text(line.to_string().into()))
+                                    .await
+                                    .is_err()
+                                {
+                                    break;
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                } else {
+                    let init = json!({"type": "control_request", "request_id": "i", "request": {"subtype": "initialize"}});
+                    let _ = sink.send(WsMessage::Text(format!("{init}\n").into())).await;
+                    while let Some(Ok(frame)) = incoming.next().await {
+                        if let WsMessage::Text(text) = frame {
+                            for line in text.split('\n').filter(|line| !line.is_empty()) {
+                                let _ = tx.send(Arc::from(line));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    relay_run(
+        "minimal relay (no persistence)",
+        format!("ws://{address}/"),
+        format!("ws://{address}/ws"),
+        params,
+        async { 0 },
+    )
+    .await
+}
+
 /// Memory per idle session: K sessions of fake-claude's echo mode, started and left idle.
 async fn child_idle(params: Params) -> Value {
     let dir = tempfile::tempdir().unwrap();
@@ -470,6 +652,8 @@ fn main() {
                 "daemon" => child_daemon(params).await,
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
+                "relay" => child_relay(params).await,
+                "relay-baseline" => child_relay_baseline(params).await,
                 other => json!({"error": format!("unknown mode {other}")}),
             }
         });
@@ -507,6 +691,30 @@ fn main() {
     let ratio = daemon["cpu_us_per_message"].as_f64().unwrap_or(0.0)
         / baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001);
     println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
+    let relay_baseline = run_child("relay-baseline", &params);
+    let relay = run_child("relay", &params);
+    println!(
+        "\nRelay: {} external CLIs × {} lines/s for {} s into `/`, {} frontends on `/ws` each seeing every line\n",
+        params.sessions, params.rate, params.seconds, params.subscribers
+    );
+    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for result in [&relay_baseline, &relay] {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
+            result["name"].as_str().unwrap_or("?"),
+            result["per_second"].as_f64().unwrap_or(0.0),
+            result["p50_ms"].as_f64().unwrap_or(0.0),
+            result["p99_ms"].as_f64().unwrap_or(0.0),
+            result["lost"],
+            result["stored_lines"],
+            result["cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            result["peak_rss_mib"].as_f64().unwrap_or(0.0),
+        );
+    }
+    let ratio = relay["cpu_us_per_message"].as_f64().unwrap_or(0.0)
+        / relay_baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001);
+    println!("\nCPU per delivered message, relay / minimal relay: {ratio:.2}x");
     if params.idle > 0 {
         let idle = run_child("idle", &params);
         println!(
