@@ -17,7 +17,6 @@
     missing_docs
 )]
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -628,6 +627,27 @@ async fn wait_idle(daemon: &Daemon, id: &str) {
         .map(|_| ());
 }
 
+/// Prints the baseline and the measured run as a Markdown table; returns the CPU ratio.
+fn print_table(baseline: &Value, measured: &Value) -> f64 {
+    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for result in [baseline, measured] {
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
+            result["name"].as_str().unwrap_or("?"),
+            result["per_second"].as_f64().unwrap_or(0.0),
+            result["p50_ms"].as_f64().unwrap_or(0.0),
+            result["p99_ms"].as_f64().unwrap_or(0.0),
+            result["lost"],
+            result["stored_lines"],
+            result["cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            result["peak_rss_mib"].as_f64().unwrap_or(0.0),
+        );
+    }
+    measured["cpu_us_per_message"].as_f64().unwrap_or(0.0)
+        / baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001)
+}
+
 fn run_child(mode: &str, params: &Params) -> Value {
     let output = std::process::Command::new(std::env::current_exe().unwrap())
         .arg("--child")
@@ -671,25 +691,7 @@ fn main() {
         params.subscribers,
         params.sessions * params.subscribers
     );
-    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let mut by_name = HashMap::new();
-    for result in [&baseline, &daemon] {
-        println!(
-            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
-            result["name"].as_str().unwrap_or("?"),
-            result["per_second"].as_f64().unwrap_or(0.0),
-            result["p50_ms"].as_f64().unwrap_or(0.0),
-            result["p99_ms"].as_f64().unwrap_or(0.0),
-            result["lost"],
-            result["stored_lines"],
-            result["cpu_us_per_message"].as_f64().unwrap_or(0.0),
-            result["peak_rss_mib"].as_f64().unwrap_or(0.0),
-        );
-        by_name.insert(result["name"].as_str().unwrap_or("?").to_owned(), result.clone());
-    }
-    let ratio = daemon["cpu_us_per_message"].as_f64().unwrap_or(0.0)
-        / baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001);
+    let ratio = print_table(&baseline, &daemon);
     println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
     let relay_baseline = run_child("relay-baseline", &params);
     let relay = run_child("relay", &params);
@@ -697,23 +699,7 @@ fn main() {
         "\nRelay: {} external CLIs × {} lines/s for {} s into `/`, {} frontends on `/ws` each seeing every line\n",
         params.sessions, params.rate, params.seconds, params.subscribers
     );
-    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for result in [&relay_baseline, &relay] {
-        println!(
-            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
-            result["name"].as_str().unwrap_or("?"),
-            result["per_second"].as_f64().unwrap_or(0.0),
-            result["p50_ms"].as_f64().unwrap_or(0.0),
-            result["p99_ms"].as_f64().unwrap_or(0.0),
-            result["lost"],
-            result["stored_lines"],
-            result["cpu_us_per_message"].as_f64().unwrap_or(0.0),
-            result["peak_rss_mib"].as_f64().unwrap_or(0.0),
-        );
-    }
-    let ratio = relay["cpu_us_per_message"].as_f64().unwrap_or(0.0)
-        / relay_baseline["cpu_us_per_message"].as_f64().unwrap_or(1.0).max(0.001);
+    let ratio = print_table(&relay_baseline, &relay);
     println!("\nCPU per delivered message, relay / minimal relay: {ratio:.2}x");
     if params.idle > 0 {
         let idle = run_child("idle", &params);
