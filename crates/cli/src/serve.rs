@@ -30,8 +30,9 @@ pub(crate) struct ServeArgs {
     /// The Claude Code CLI sessions run (default: `claude` on PATH).
     #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
     claude: Option<PathBuf>,
-    /// Permission policy for sessions that bring none (TOML, Claude Code rule syntax).
-    #[arg(long, value_name = "FILE")]
+    /// Permission policy for sessions that bring none (a TOML file in Claude Code's rule
+    /// syntax), or `auto-approve` to allow everything (as seed 003's relays do).
+    #[arg(long, value_name = "FILE|auto-approve")]
     policy: Option<PathBuf>,
     /// The API token (default: the one in the data directory, generated on first start).
     #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_TOKEN", hide_env_values = true)]
@@ -149,6 +150,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         Some(token(&args, &data_dir).map_err(|message| (1, message))?)
     };
     let default_policy = match &args.policy {
+        Some(path) if path.as_os_str() == "auto-approve" => Some(Policy::allow_all()),
         Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
         None => None,
     };
