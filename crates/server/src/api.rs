@@ -103,12 +103,7 @@ fn ingress_slot(
     let slot = daemon
         .ingress_slot(slot_id)
         .ok_or_else(|| ApiError::not_found("no session waits for a CLI here"))?;
-    let presented = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if slot.accepts(presented) {
+    if slot.accepts(crate::auth::bearer(headers).unwrap_or("")) {
         Ok(slot)
     } else {
         Err(ApiError::unauthorized())
@@ -144,17 +139,7 @@ async fn ingress(
     headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
-    let slot = daemon
-        .ingress_slot(&slot_id)
-        .ok_or_else(|| ApiError::not_found("no session waits for a CLI here"))?;
-    let presented = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !slot.accepts(presented) {
-        return Err(ApiError::unauthorized());
-    }
+    let slot = ingress_slot(&daemon, &slot_id, &headers)?;
     Ok(upgrade
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
         .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval(), |_| {})))

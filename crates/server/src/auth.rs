@@ -28,7 +28,7 @@ impl AuthConfig {
     pub fn accepts(&self, presented: &str) -> bool {
         match &self.token {
             None => true,
-            Some(token) => token.as_bytes().ct_eq(presented.as_bytes()).into(),
+            Some(token) => tokens_match(token, presented),
         }
     }
 }
@@ -41,20 +41,29 @@ pub fn generate_token() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
+/// The `Authorization: Bearer` token of a request, if any.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?;
+    Some(token.trim())
+}
+
+/// Whether two tokens are equal, compared in constant time.
+pub(crate) fn tokens_match(expected: &str, presented: &str) -> bool {
+    expected.as_bytes().ct_eq(presented.as_bytes()).into()
+}
+
 /// The token a request presents: `Authorization: Bearer`, then `?token=`, then the cookie.
 fn presented_token(request: &Request<Body>) -> Option<String> {
     let headers = request.headers();
-    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok()) {
-        if let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
-        {
-            return Some(token.trim().to_owned());
-        }
+    if let Some(token) = bearer(headers) {
+        return Some(token.to_owned());
     }
     if let Some(query) = request.uri().query() {
-        for pair in query.split('&') {
-            if let Some(token) = pair.strip_prefix("token=") {
-                return Some(percent_decode(token));
-            }
+        if let Some((_, token)) =
+            form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == "token")
+        {
+            return Some(token.into_owned());
         }
     }
     cookie(headers, TOKEN_COOKIE)
@@ -69,37 +78,6 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
             })
         },
     )
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        match bytes[index] {
-            b'%' if index + 2 < bytes.len() => {
-                match u8::from_str_radix(&text[index + 1..index + 3], 16) {
-                    Ok(byte) => {
-                        out.push(byte);
-                        index += 3;
-                    }
-                    Err(_) => {
-                        out.push(b'%');
-                        index += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                index += 1;
-            }
-            byte => {
-                out.push(byte);
-                index += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Middleware: refuse requests without the token (401), and WebSocket upgrades from a foreign
@@ -153,6 +131,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_token_is_read_from_header_query_or_cookie() {
+        let request = |uri: &str, header: Option<(&str, &str)>| {
+            let mut builder = Request::builder().uri(uri);
+            if let Some((name, value)) = header {
+                builder = builder.header(name, value);
+            }
+            builder.body(Body::empty()).unwrap()
+        };
+        assert_eq!(
+            presented_token(&request("/x", Some(("authorization", "Bearer abc")))).as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            presented_token(&request("/x?a=1&token=ab%2Bc%20d", None)).as_deref(),
+            Some("ab+c d")
+        );
+        assert_eq!(
+            presented_token(&request("/x", Some(("cookie", "a=b; switchboard_token=xyz"))))
+                .as_deref(),
+            Some("xyz")
+        );
+        assert_eq!(presented_token(&request("/x?tokenx=1", None)), None);
+    }
+
+    #[test]
     fn tokens_are_compared_exactly() {
         let auth = AuthConfig { token: Some(Arc::from("secret")), allowed_origins: Vec::new() };
         assert!(auth.accepts("secret"));
@@ -161,12 +164,5 @@ mod tests {
         assert!(!auth.accepts(""));
         assert_eq!(generate_token().len(), 64);
         assert_ne!(generate_token(), generate_token());
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%20b+c"), "a b c");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz"), "%zz");
     }
 }

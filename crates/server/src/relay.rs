@@ -30,14 +30,7 @@ pub(crate) async fn cli(
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     if let Some(expected) = daemon.ingress_token() {
-        let presented = headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or("");
-        let ok: bool =
-            subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), presented.as_bytes()).into();
-        if !ok {
+        if !crate::auth::tokens_match(expected, crate::auth::bearer(&headers).unwrap_or("")) {
             return Err(ApiError::unauthorized());
         }
     }

@@ -64,12 +64,7 @@ impl std::fmt::Debug for IngressSlot {
 impl IngressSlot {
     /// Whether `presented` is this slot's token (constant time).
     pub fn accepts(&self, presented: &str) -> bool {
-        let (expected, given) = (self.token.as_bytes(), presented.as_bytes());
-        let mut difference = expected.len() ^ given.len();
-        for (index, byte) in expected.iter().enumerate() {
-            difference |= usize::from(byte ^ given.get(index).copied().unwrap_or(0));
-        }
-        difference == 0
+        subtle::ConstantTimeEq::ct_eq(self.token.as_bytes(), presented.as_bytes()).into()
     }
 
     /// The slot's token: a secret, for launching the CLI by hand (`CLAUDE_CODE_SESSION_ACCESS_TOKEN`).
