@@ -134,9 +134,7 @@ pub fn spawn_session(
     let link = match &config.sdk_url {
         None => stdio::spawn(&config.cli)?,
         Some(sdk_url) => {
-            let slot_id = format!("{:016x}{:016x}", rand_u64(), rand_u64());
-            let url = format!("{}{slot_id}", sdk_url.base);
-            let (link, slot) = switchboard_transport::sdk_url::spawn(&config.cli, &url, &slot_id)?;
+            let (link, slot) = switchboard_transport::sdk_url::spawn(&config.cli, &sdk_url.base)?;
             (sdk_url.register)(slot);
             link
         }
@@ -321,19 +319,6 @@ fn split(result: Result<Vec<Effect>, AnswerError>) -> (Vec<Effect>, Result<(), A
         Ok(effects) => (effects, Ok(())),
         Err(error) => (Vec::new(), Err(error)),
     }
-}
-
-/// A random number for slot ids (unguessable is the token's job; this only needs to be unique).
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    hasher.finish()
 }
 
 /// SIGTERM then SIGKILL the CLI's group if it has not exited after `grace` each.

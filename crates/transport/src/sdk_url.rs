@@ -247,13 +247,15 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
     (CliLink { events, process: CliProcess::new(None, writer_tx, exited) }, slot)
 }
 
-/// Starts a CLI that connects to `url` (`ws://HOST:PORT/v1/sessions/ws/SLOT`, where SLOT is
-/// `slot_id`). The caller's server must route that URL's WebSocket to the returned slot.
+/// Starts a CLI that connects to `base` + a new random slot id (`base` is
+/// `ws://HOST:PORT/v1/sessions/ws/`). The caller's server must route that URL's WebSocket to
+/// the returned slot ([`IngressSlot::id`]).
 pub fn spawn(
     options: &CliOptions,
-    url: &str,
-    slot_id: &str,
+    base: &str,
 ) -> Result<(CliLink, Arc<IngressSlot>), TransportError> {
+    let slot_id = uuid_like();
+    let url = format!("{base}{slot_id}");
     let token = format!("{}{}", uuid_like(), uuid_like());
     let mut options = options.clone();
     options.extra_args.insert(0, format!("--sdk-url={url}"));
@@ -269,7 +271,7 @@ pub fn spawn(
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     let slot = Arc::new(IngressSlot {
-        id: slot_id.to_owned(),
+        id: slot_id,
         token,
         outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
         events: events_tx.clone(),
