@@ -109,18 +109,8 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
     'serve: loop {
         // Send everything readable now, in batches.
         loop {
-            let path = info.path.clone();
-            let mut moved = std::mem::replace(&mut tail, TranscriptTail::new(&path));
-            let (lines, back) = match tokio::task::spawn_blocking(move || {
-                let lines = moved.read_available(REPLAY_BATCH);
-                (lines, moved)
-            })
-            .await
-            {
-                Ok(result) => result,
-                Err(_) => break 'serve,
-            };
-            tail = back;
+            let lines;
+            (tail, lines) = blocking(tail, |tail| tail.read_available(REPLAY_BATCH)).await;
             if lines.is_empty() {
                 break;
             }
@@ -144,8 +134,10 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
                 }
                 Some(ClientRequest::ReplayFrom(uuid)) => {
                     // Read from the start, skip through `uuid`, then carry on as usual.
-                    tail = TranscriptTail::new(&info.path);
-                    if !skip_through(&mut tail, &uuid).await {
+                    let found;
+                    let wanted = uuid.clone();
+                    (tail, found) = blocking(TranscriptTail::new(&info.path), move |tail| skip_through(tail, &wanted)).await;
+                    if !found {
                         let frame = json!({"type": "error", "error": format!("no message {uuid} in this session")});
                         if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
                             break;
@@ -159,29 +151,35 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
     reader.abort();
 }
 
+/// Runs `work` on the tail on a blocking thread (it reads the file), handing the tail back.
+async fn blocking<T: Send + 'static>(
+    mut tail: TranscriptTail,
+    work: impl FnOnce(&mut TranscriptTail) -> T + Send + 'static,
+) -> (TranscriptTail, T) {
+    match tokio::task::spawn_blocking(move || {
+        let result = work(&mut tail);
+        (tail, result)
+    })
+    .await
+    {
+        Ok(result) => result,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
 /// Advances `tail` past the line whose `uuid` is `uuid`; false (and at the end) if none is.
-async fn skip_through(tail: &mut TranscriptTail, uuid: &str) -> bool {
-    let mut moved = std::mem::replace(tail, TranscriptTail::new(std::path::PathBuf::new()));
-    let uuid = uuid.to_owned();
-    let result = tokio::task::spawn_blocking(move || loop {
-        // One line at a time, so the tail stops right after the match; the lines after it
-        // stay buffered in the tail for the normal send loop.
-        let Some(line) = moved.read_available(1).pop() else { return (false, moved) };
+/// One line at a time, so the tail stops right after the match and the lines after it stay
+/// buffered for the normal send loop.
+fn skip_through(tail: &mut TranscriptTail, uuid: &str) -> bool {
+    while let Some(line) = tail.read_available(1).pop() {
         let is_match = serde_json::from_str::<Value>(&line)
             .ok()
-            .is_some_and(|value| value.get("uuid").and_then(Value::as_str) == Some(uuid.as_str()));
+            .is_some_and(|value| value.get("uuid").and_then(Value::as_str) == Some(uuid));
         if is_match {
-            return (true, moved);
+            return true;
         }
-    })
-    .await;
-    match result {
-        Ok((found, back)) => {
-            *tail = back;
-            found
-        }
-        Err(_) => false,
     }
+    false
 }
 
 /// Acts on a client frame; returns what the writer must do.

@@ -235,7 +235,7 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
     let (exited_tx, exited) = watch::channel(false);
     let slot = Arc::new(IngressSlot {
         id: slot_id.to_owned(),
-        token: uuid_like(),
+        token: random_hex(),
         outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
         events: events_tx,
         connected_before: AtomicBool::new(false),
@@ -254,9 +254,9 @@ pub fn spawn(
     options: &CliOptions,
     base: &str,
 ) -> Result<(CliLink, Arc<IngressSlot>), TransportError> {
-    let slot_id = uuid_like();
+    let slot_id = random_hex();
     let url = format!("{base}{slot_id}");
-    let token = format!("{}{}", uuid_like(), uuid_like());
+    let token = format!("{}{}", random_hex(), random_hex());
     let mut options = options.clone();
     options.extra_args.insert(0, format!("--sdk-url={url}"));
     options.no_permission_prompt_tool = true;
@@ -286,7 +286,7 @@ pub fn spawn(
 }
 
 /// 32 hex characters from the OS's random source.
-fn uuid_like() -> String {
+fn random_hex() -> String {
     use rand::RngCore;
     let mut bytes = [0u8; 16];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
@@ -317,7 +317,7 @@ mod tests {
 
     #[test]
     fn tokens_are_random_and_long() {
-        let (a, b) = (uuid_like(), uuid_like());
+        let (a, b) = (random_hex(), random_hex());
         assert_eq!(a.len(), 32);
         assert_ne!(a, b);
     }
