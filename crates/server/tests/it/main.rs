@@ -660,28 +660,42 @@ async fn a_200_mb_transcript_is_read_incrementally_and_followed() {
     assert_eq!(tail.read_available(10), [r#"{"type":"user","uuid":"appended"}"#]);
 }
 
+/// A daemon over a memory store running an `--sdk-url` session of the real 2.1.37 started with
+/// `prompt`, and a subscription to its events.
+struct SdkUrlSession {
+    api: FakeApi,
+    sandbox: CliSandbox,
+    server: Server,
+    id: String,
+    ws: Ws,
+}
+
+async fn start_sdk_url_session(scenario: Scenario, prompt: &str) -> SdkUrlSession {
+    let api = FakeApi::start(scenario).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let claude = real_cli(CliVersion::V2_1_37);
+    let body = json!({"cwd": sandbox.workdir(), "prompt": prompt, "transport": "sdk-url", "claude": claude});
+    let (status, session) = server.post("/api/sessions", body).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    SdkUrlSession { api, sandbox, server, id, ws }
+}
+
 /// `--sdk-url` with the real 2.1.37: a full turn with an approval over the WebSocket, a
 /// server-side drop while the permission is pending (the CLI reconnects, `initialize` resyncs,
 /// the old request id still answers), a wrong token refused, and 2.1.330 refused with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_url_sessions_connect_survive_a_drop_and_refuse_strangers() {
-    let api = FakeApi::start(
+    let SdkUrlSession { api, sandbox, server, id, mut ws } = start_sdk_url_session(
         Scenario::new()
             .reply(Reply::tool_use("Bash", touch_and_ls("over-websocket.txt")).when_prompt("RUN"))
             .reply(Reply::text("Done over the socket.").when_tool_result()),
+        "RUN it",
     )
-    .await
-    .unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let claude = real_cli(CliVersion::V2_1_37);
-    let (status, session) = server
-        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "transport": "sdk-url", "claude": claude}))
-        .await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    .await;
     let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     assert!(frames
         .iter()
@@ -728,24 +742,14 @@ async fn sdk_url_sessions_connect_survive_a_drop_and_refuse_strangers() {
 /// drop while idle followed by another turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
-    let api = FakeApi::start(
+    let SdkUrlSession { api, sandbox: _sandbox, server, id, mut ws } = start_sdk_url_session(
         Scenario::new()
             .reply(Reply::text("first").when_prompt("ONE"))
             .reply(Reply::text("never finishes, interrupted").when_prompt("LONG").hold_after(1))
             .reply(Reply::text("after the drop").when_prompt("THREE")),
+        "ONE",
     )
-    .await
-    .unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let claude = real_cli(CliVersion::V2_1_37);
-    let (status, session) = server
-        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE", "transport": "sdk-url", "claude": claude}))
-        .await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    .await;
     ws.until(is_result).await;
 
     let (status, _) = server
@@ -775,20 +779,11 @@ async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
 /// ends normally (what it wrote while away is lost, as the CLI replays nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_url_drop_mid_turn() {
-    let api = FakeApi::start(
+    let SdkUrlSession { api, sandbox: _sandbox, server, id, mut ws } = start_sdk_url_session(
         Scenario::new().reply(Reply::text("one two three four").when_prompt("GO").hold_after(1)),
+        "GO",
     )
-    .await
-    .unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let claude = real_cli(CliVersion::V2_1_37);
-    let (_, session) = server
-        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "GO", "transport": "sdk-url", "claude": claude}))
-        .await;
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    .await;
     ws.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
     server.daemon.ingress_slots().pop().unwrap().disconnect();
     ws.until(|frame| frame["event"]["event"] == "connected" && frame["event"]["reconnect"] == true)
@@ -811,16 +806,8 @@ async fn sdk_url_drop_mid_turn() {
 /// with the same auth and de-duplication.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hybrid_post_ingress_feeds_the_session() {
-    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let claude = real_cli(CliVersion::V2_1_37);
-    let (_, session) = server
-        .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "hi", "transport": "sdk-url", "claude": claude}))
-        .await;
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    let SdkUrlSession { api: _api, sandbox: _sandbox, server, id, mut ws } =
+        start_sdk_url_session(Scenario::new().reply(Reply::text("hello")), "hi").await;
     ws.until(is_result).await;
     let slot = server.daemon.ingress_slots().pop().unwrap();
     let url = format!("{}/session/{}/events", server.base, slot.id);
