@@ -104,6 +104,29 @@ impl CliSandbox {
         self.workdir().join(name)
     }
 
+    /// A command that runs the CLI `program` by hand (below Switchboard's transport, as a user
+    /// would): `claude -p` in stream-json mode, in the working directory, with only `PATH` and
+    /// [`CliSandbox::env`] in its environment. Add the mode's own flags.
+    #[allow(clippy::disallowed_methods)] // tests launch the CLI themselves, on purpose
+    pub fn cli_command(&self, program: &Path, api_base_url: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args([
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--input-format",
+                "stream-json",
+                "--verbose",
+            ])
+            .current_dir(self.workdir())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(self.env(api_base_url))
+            .kill_on_drop(true);
+        command
+    }
+
     /// The environment for a CLI talking to `api_base_url`: `ANTHROPIC_BASE_URL`, a dummy key,
     /// non-essential traffic off, the scratch HOME and TMPDIR, two API retries (so error tests
     /// end quickly).

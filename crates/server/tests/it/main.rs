@@ -831,7 +831,6 @@ async fn hybrid_post_ingress_feeds_the_session() {
 /// Seed 003's relay: an externally launched 2.1.37 connects at `/` with the token; a frontend
 /// at `/ws` sees the status lines and every raw line, and its user message reaches the CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods)] // the test launches the CLI itself, as a user would
 async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
     let api =
         FakeApi::start(Scenario::new().reply(Reply::text("relayed answer").when_prompt("RELAY")))
@@ -852,25 +851,13 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         .to_string()
         .contains("401"));
 
-    let mut cli = tokio::process::Command::new(real_cli(CliVersion::V2_1_37))
-        .args([
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--input-format",
-            "stream-json",
-            "--verbose",
-        ])
+    let mut cli = sandbox
+        .cli_command(&real_cli(CliVersion::V2_1_37), &api.base_url())
         .arg(format!("--sdk-url={root}"))
-        .current_dir(sandbox.workdir())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(sandbox.env(&api.base_url()))
         .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     frontend

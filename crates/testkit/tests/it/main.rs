@@ -8,31 +8,18 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Runs one prompt through the real CLI directly (without Switchboard) and returns its stdout
 /// lines.
-#[allow(clippy::disallowed_methods)] // the test kit checks the CLI itself, below the transport
 async fn run_cli(
     version: CliVersion,
     api: &FakeApi,
     sandbox: &CliSandbox,
     prompt: &str,
 ) -> Vec<serde_json::Value> {
-    let mut child = tokio::process::Command::new(real_cli(version))
-        .args([
-            "-p",
-            "--output-format",
-            "stream-json",
-            "--input-format",
-            "stream-json",
-            "--verbose",
-        ])
+    let mut child = sandbox
+        .cli_command(&real_cli(version), &api.base_url())
         .args(["--permission-prompt-tool", "stdio", "--include-partial-messages"])
-        .current_dir(sandbox.workdir())
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(sandbox.env(&api.base_url()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
