@@ -307,9 +307,7 @@ async fn child_daemon(params: Params) -> Value {
             .count();
     }
     result["stored_lines"] = json!(stored);
-    for handle in daemon.handles() {
-        let _ = handle.shutdown(Duration::from_secs(2)).await;
-    }
+    daemon.stop_all().await;
     result
 }
 
@@ -612,9 +610,7 @@ async fn child_idle(params: Params) -> Value {
         "rss_after_mib": after as f64 / 1024.0,
         "kib_per_session": (after.saturating_sub(before)) as f64 / params.idle.max(1) as f64,
     });
-    for handle in daemon.handles() {
-        let _ = handle.shutdown(Duration::from_secs(2)).await;
-    }
+    daemon.stop_all().await;
     result
 }
 

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -159,8 +158,6 @@ struct LiveSession {
     record: Mutex<SessionRecord>,
     /// The live tail, created by the first subscriber (an unwatched session pays nothing).
     tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
-    /// The last seq published (stored and sent to the tail).
-    published: AtomicU64,
     /// Set by the pump when the session's CLI is gone and its last events are stored.
     finished: watch::Sender<bool>,
 }
@@ -536,7 +533,6 @@ impl Daemon {
                         handle: Mutex::new(None),
                         record: Mutex::new(record.clone()),
                         tail: std::sync::OnceLock::new(),
-                        published: AtomicU64::new(last_seq),
                         finished: watch::channel(false).0,
                     })
                 })
@@ -547,7 +543,6 @@ impl Daemon {
             if let Ok(mut slot) = live.record.lock() {
                 *slot = record;
             }
-            live.published.store(last_seq, Ordering::SeqCst);
             live.finished.send_replace(false);
             live
         };
@@ -649,19 +644,6 @@ impl Daemon {
             }
         });
         futures::future::join_all(stops).await;
-    }
-
-    /// Every live session's handle, for shutting the daemon down.
-    pub fn handles(&self) -> Vec<SessionHandle> {
-        self.sessions
-            .lock()
-            .map(|sessions| {
-                sessions
-                    .values()
-                    .filter_map(|live| live.handle.lock().ok().and_then(|h| h.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 }
 
@@ -813,7 +795,6 @@ async fn pump(
         let changed = project(&live, &batch);
         let tail = live.tail.get();
         for record in records {
-            live.published.store(record.seq, Ordering::SeqCst);
             if let Some(tail) = tail {
                 let _ = tail.send(Arc::new(record));
             }

@@ -9,6 +9,5 @@ pub mod sdk_url;
 pub mod stdio;
 
 pub use stdio::{
-    cli_command, spawn, CliLink, CliOptions, CliProcess, ExitInfo, LineWriter, TransportError,
-    TransportEvent,
+    cli_command, spawn, CliLink, CliOptions, CliProcess, ExitInfo, TransportError, TransportEvent,
 };

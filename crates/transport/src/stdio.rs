@@ -547,11 +547,6 @@ impl CliProcess {
         writer.send(WriterCommand::Line(line, done)).await.map_err(|_| TransportError::Closed)
     }
 
-    /// A cheap handle that writes lines, for tasks other than the owner.
-    pub fn writer(&self) -> Option<LineWriter> {
-        self.writer.clone().map(LineWriter)
-    }
-
     /// Closes the CLI's stdin: the normal way to end a session (the CLI finishes its turn, then
     /// exits). Writers obtained with [`CliProcess::writer`] keep it open until they drop.
     pub fn close_input(&mut self) {
@@ -615,17 +610,4 @@ pub enum ShutdownStep {
     Terminated,
     /// It had to be killed.
     Killed,
-}
-
-/// Writes lines to the CLI's stdin from any task.
-#[derive(Debug, Clone)]
-pub struct LineWriter(mpsc::Sender<WriterCommand>);
-
-impl LineWriter {
-    /// Writes one line (the bytes must end with `\n`) and waits until it is flushed.
-    pub async fn send(&self, line: Bytes) -> Result<(), TransportError> {
-        let (done, result) = oneshot::channel();
-        self.0.send(WriterCommand::Line(line, done)).await.map_err(|_| TransportError::Closed)?;
-        result.await.map_err(|_| TransportError::Closed)?
-    }
 }
