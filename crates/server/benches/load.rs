@@ -149,6 +149,8 @@ async fn run_subscribers(
     subscribers: usize,
     expected_per_socket: u64,
     deadline: Instant,
+    connected: Arc<tokio::sync::Barrier>,
+    first_frame: bool,
 ) -> (u64, Vec<u64>, Instant) {
     let delivered = Arc::new(AtomicU64::new(0));
     let last_arrival = Arc::new(std::sync::Mutex::new(Instant::now()));
@@ -158,6 +160,7 @@ async fn run_subscribers(
             let url = url.clone();
             let delivered = delivered.clone();
             let last_arrival = last_arrival.clone();
+            let connected = connected.clone();
             tasks.push(tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(expected_per_socket as usize);
                 // Small read buffers for the clients (tungstenite zeroes the whole buffer per read).
@@ -167,6 +170,13 @@ async fn run_subscribers(
                     tokio_tungstenite::connect_async_with_config(url.as_str(), Some(config), false)
                         .await
                         .unwrap();
+                // Measure only once every socket is up (and, where the server replays history
+                // first, has had its first frame): a late socket reads the first lines from
+                // history, and their age would count as latency of the live path.
+                if first_frame {
+                    let _ = socket.next().await;
+                }
+                connected.wait().await;
                 let mut seen = 0;
                 while seen < expected_per_socket {
                     let frame = match tokio::time::timeout_at(deadline.into(), socket.next()).await
@@ -198,24 +208,28 @@ async fn run_subscribers(
     (delivered.load(Ordering::Relaxed), all, last)
 }
 
-/// Connects the subscribers, lets them settle, starts the streams with `start`, and waits for
+/// Connects the subscribers (with `first_frame`, waits for each one's first frame: the daemon
+/// replays history before the live tail), starts the streams with `start`, and waits for
 /// every line (or the deadline). Returns deliveries, latencies (µs), CPU µs and the seconds
 /// from the start to the last delivery.
 async fn drive(
     urls: Vec<String>,
     params: &Params,
+    first_frame: bool,
     start: impl std::future::Future<Output = ()>,
 ) -> (u64, Vec<u64>, u64, f64) {
     let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+    let connected = Arc::new(tokio::sync::Barrier::new(urls.len() * params.subscribers + 1));
     let subscribers = tokio::spawn(run_subscribers(
         urls,
         params.subscribers,
         params.lines_per_session(),
         deadline,
+        connected.clone(),
+        first_frame,
     ));
-    // Let every subscriber connect (daemon subscribers read history first, so nothing is
-    // missed either way).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Start once every subscriber is connected.
+    connected.wait().await;
     let cpu_start = cpu_micros();
     let started = Instant::now();
     start.await;
@@ -253,11 +267,16 @@ fn report(
     })
 }
 
-/// The daemon: sessions started in-process, subscribers over its WebSocket API.
-async fn child_daemon(params: Params) -> Value {
+/// The daemon: sessions started in-process, subscribers over its WebSocket API. With
+/// `memory`, on the in-memory store (what persistence costs, by difference).
+async fn child_daemon(params: Params, memory: bool) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), &params);
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let store: Arc<dyn Store> = if memory {
+        Arc::new(switchboard_store::MemoryStore::default())
+    } else {
+        Arc::new(SqliteStore::open(dir.path().join("db")).unwrap())
+    };
     let config = DaemonConfig {
         claude: Some(fake_claude()),
         env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
@@ -280,20 +299,18 @@ async fn child_daemon(params: Params) -> Value {
         .iter()
         .map(|id| format!("ws://{address}/api/sessions/{id}/subscribe?after=0"))
         .collect();
-    let (delivered, latencies, cpu, wall) = drive(urls, &params, async {
+    let (delivered, latencies, cpu, wall) = drive(urls, &params, true, async {
         for id in &ids {
             daemon.handle(id).unwrap().send_text("go").await.unwrap();
         }
     })
     .await;
-    let mut result = report(
-        "switchboard daemon (SQLite, every line stored)",
-        &params,
-        delivered,
-        latencies,
-        cpu,
-        wall,
-    );
+    let name = if memory {
+        "switchboard daemon (memory store)"
+    } else {
+        "switchboard daemon (SQLite, every line stored)"
+    };
+    let mut result = report(name, &params, delivered, latencies, cpu, wall);
     // Every line persisted?
     let mut stored = 0;
     for id in &ids {
@@ -381,7 +398,7 @@ async fn child_baseline(params: Params) -> Value {
         }
     });
     let urls: Vec<String> = (0..params.sessions).map(|i| format!("ws://{address}/s/{i}")).collect();
-    let (delivered, latencies, cpu, wall) = drive(urls, &params, async {
+    let (delivered, latencies, cpu, wall) = drive(urls, &params, false, async {
         use tokio::io::AsyncWriteExt;
         for stdin in &mut stdins {
             stdin.write_all(b"{\"type\":\"control_request\",\"request_id\":\"i\",\"request\":{\"subtype\":\"initialize\"}}\n{\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":\"go\"},\"parent_tool_use_id\":null,\"session_id\":\"\"}\n").await.unwrap();
@@ -447,9 +464,10 @@ async fn run_frontends(
     url: String,
     params: &Params,
     deadline: Instant,
+    connected: Arc<tokio::sync::Barrier>,
 ) -> (u64, Vec<u64>, Instant) {
     let expected = params.lines_per_session() * params.sessions as u64;
-    run_subscribers(vec![url], params.subscribers, expected, deadline).await
+    run_subscribers(vec![url], params.subscribers, expected, deadline, connected, false).await
 }
 
 async fn relay_run(
@@ -461,9 +479,12 @@ async fn relay_run(
 ) -> Value {
     let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
     let frontend_params = params.clone();
-    let frontends =
-        tokio::spawn(async move { run_frontends(frontend_url, &frontend_params, deadline).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let connected = Arc::new(tokio::sync::Barrier::new(params.subscribers + 1));
+    let frontends_connected = connected.clone();
+    let frontends = tokio::spawn(async move {
+        run_frontends(frontend_url, &frontend_params, deadline, frontends_connected).await
+    });
+    connected.wait().await;
     let go = std::sync::Arc::new(tokio::sync::Barrier::new(params.sessions + 1));
     for index in 0..params.sessions {
         tokio::spawn(simulated_cli(cli_url.clone(), params.clone(), index, go.clone()));
@@ -624,10 +645,11 @@ async fn wait_idle(daemon: &Daemon, id: &str) {
 }
 
 /// Prints the baseline and the measured run as a Markdown table; returns the CPU ratio.
-fn print_table(baseline: &Value, measured: &Value) -> f64 {
+/// Prints the rows; returns the CPU per message of `measured` over `baseline`.
+fn print_table(baseline: &Value, measured: &Value, others: &[&Value]) -> f64 {
     println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for result in [baseline, measured] {
+    for result in [baseline, measured].into_iter().chain(others.iter().copied()) {
         println!(
             "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
             result["name"].as_str().unwrap_or("?"),
@@ -665,7 +687,8 @@ fn main() {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
         let result = runtime.block_on(async {
             match mode.as_str() {
-                "daemon" => child_daemon(params).await,
+                "daemon" => child_daemon(params, false).await,
+                "daemon-memory" => child_daemon(params, true).await,
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
                 "relay" => child_relay(params).await,
@@ -679,6 +702,7 @@ fn main() {
     eprintln!("load: {params:?}");
     let baseline = run_child("baseline", &params);
     let daemon = run_child("daemon", &params);
+    let daemon_memory = run_child("daemon-memory", &params);
     println!(
         "{} sessions × {} lines/s for {} s, {} subscribers each following every session ({} WebSockets)\n",
         params.sessions,
@@ -687,7 +711,7 @@ fn main() {
         params.subscribers,
         params.sessions * params.subscribers
     );
-    let ratio = print_table(&baseline, &daemon);
+    let ratio = print_table(&baseline, &daemon, &[&daemon_memory]);
     println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
     let relay_baseline = run_child("relay-baseline", &params);
     let relay = run_child("relay", &params);
@@ -695,7 +719,7 @@ fn main() {
         "\nRelay: {} external CLIs × {} lines/s for {} s into `/`, {} frontends on `/ws` each seeing every line\n",
         params.sessions, params.rate, params.seconds, params.subscribers
     );
-    let ratio = print_table(&relay_baseline, &relay);
+    let ratio = print_table(&relay_baseline, &relay, &[]);
     println!("\nCPU per delivered message, relay / minimal relay: {ratio:.2}x");
     if params.idle > 0 {
         let idle = run_child("idle", &params);
