@@ -35,8 +35,10 @@ pub(crate) async fn cli(
         }
     }
     let (record, slot) = daemon.attach_external().await?;
-    Ok(upgrade.max_message_size(switchboard_protocol::MAX_LINE_BYTES).on_upgrade(
-        move |socket| async move {
+    Ok(upgrade
+        .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
+        .read_buffer_size(crate::api::CLI_WS_READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| async move {
             daemon.set_relay_current(Some(record.id.clone()));
             daemon.relay_publish(&status("claude code connected"));
             let feed = daemon.clone();
@@ -47,8 +49,7 @@ pub(crate) async fn cli(
             })
             .await;
             daemon.relay_publish(&status("claude code disconnected"));
-        },
-    ))
+        }))
 }
 
 /// `GET /ws`: a frontend.
@@ -56,8 +57,10 @@ pub(crate) async fn frontend(
     State(daemon): State<Arc<Daemon>>,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    upgrade.max_message_size(crate::api::MAX_WS_MESSAGE_BYTES).on_upgrade(
-        move |socket| async move {
+    upgrade
+        .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)
+        .read_buffer_size(crate::api::WS_READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| async move {
             let (mut sink, mut incoming) = socket.split();
             let mut feed = daemon.relay_subscribe();
             if daemon.relay_handle().is_some() {
@@ -88,8 +91,7 @@ pub(crate) async fn frontend(
                     }
                 }
             }
-        },
-    )
+        })
 }
 
 /// What a frontend sent, to the CLI: user messages and interrupts go through the session (so
