@@ -291,3 +291,100 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
     assert_eq!(wrong.status().as_u16(), 401);
     assert!(!data.path().join("token").exists(), "an explicit token is not written down");
 }
+
+/// `sessions tail` follows a live session (gap-free, in order) while `deny` answers its
+/// permission request with a message the model gets back; `tail --after N --json` resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn tail_follows_a_session_that_deny_answers() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch denied.txt && ls", "description": "x"}),
+                )
+                .when_prompt("DENYME"),
+            )
+            .reply(Reply::text("understood, not touching it").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let created = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        "/api/sessions",
+        Some(json!({"cwd": sandbox.workdir(), "prompt": "DENYME"})),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let mut tail = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["sessions", "tail", &id, "--data-dir"])
+        .arg(data.path())
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
+
+    let session = wait_session(&daemon.url, &token, &id, |s| {
+        !s["pending_permissions"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let request_id = session["pending_permissions"][0]["request_id"].as_str().unwrap().to_owned();
+    let (code, out, err) =
+        client(data.path(), &["deny", &id, &request_id, "--message", "not on my watch"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("denied"), "{out}");
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    assert!(!sandbox.file("denied.txt").exists(), "the denied command never ran");
+    let tool_result = api.requests().into_iter().find_map(|request| {
+        let text = request.body.to_string();
+        text.contains("not on my watch").then_some(text)
+    });
+    assert!(tool_result.is_some(), "the model got the denial message back");
+
+    // The tail saw the request, the denial and the end of the turn, in order, with no gap.
+    let mut seqs = Vec::new();
+    let mut seen_request = false;
+    let mut seen_denial = false;
+    let mut seen_idle = false;
+    while !(seen_request && seen_denial && seen_idle) {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("tail went quiet before the turn ended")
+            .unwrap()
+            .expect("tail ended early");
+        let (seq, detail) = line.split_once('\t').unwrap();
+        seqs.push(seq.parse::<u64>().unwrap());
+        seen_request |= detail.starts_with("permission_requested Bash");
+        seen_denial |= detail.starts_with("permission_decided Bash deny");
+        seen_idle |= seen_denial && detail.ends_with("→ idle");
+    }
+    assert!(seqs.iter().enumerate().all(|(i, seq)| *seq == i as u64 + 1), "{seqs:?}");
+    tail.kill().await.unwrap();
+
+    // Resuming after a seq gives only what came later, as JSON frames.
+    let after = seqs[seqs.len() - 3];
+    let mut resumed = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["sessions", "tail", &id, "--after", &after.to_string(), "--json", "--data-dir"])
+        .arg(data.path())
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(resumed.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(first["seq"], after + 1, "{first}");
+    resumed.kill().await.unwrap();
+}
