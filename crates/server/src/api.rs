@@ -63,6 +63,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/claude/sessions/{id}"),
     ("GET", "/api/claude/sessions/{id}/subscribe"),
     ("GET", "/ws"),
+    ("GET", "/"),
+    ("GET", "/ui/{*path}"),
 ];
 
 /// Builds the router.
@@ -85,14 +87,17 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .route("/api/claude/sessions/{id}", get(crate::compat::get))
         .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
         .route("/ws", get(crate::relay::frontend))
+        .route("/ui/{*path}", get(crate::ui::asset))
         .fallback(not_found)
         .with_state(daemon.clone());
     // The CLI's own socket carries its per-session token, not the daemon's: the handler
-    // checks it, outside the API's auth.
+    // checks it, outside the API's auth. `/` is the relay's CLI socket or the web UI's page,
+    // which checks the token itself (a browser without one gets the login page).
     let ingress = Router::new()
         .route("/v1/sessions/ws/{slot}", get(ingress))
         .route("/session/{slot}/events", post(ingress_events))
-        .route("/", get(crate::relay::cli))
+        .route("/", get(crate::ui::root))
+        .layer(axum::Extension(auth.clone()))
         .with_state(daemon);
     ingress
         .merge(api.layer(axum::middleware::from_fn_with_state(auth, require_auth)))
@@ -480,7 +485,10 @@ async fn answer_permission(
 #[derive(Debug, Deserialize)]
 struct EventsQuery {
     #[serde(default)]
-    after: u64,
+    after: Option<u64>,
+    /// Page back: the last `limit` events before this seq.
+    #[serde(default)]
+    before: Option<u64>,
     #[serde(default)]
     limit: Option<usize>,
 }
@@ -505,11 +513,15 @@ async fn list_events(
         return Err(ApiError::not_found(format!("no session {id}")));
     }
     let limit = query.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE);
-    let events = daemon
-        .store()
-        .events_after(&id, query.after, limit)
-        .await
-        .map_err(crate::daemon::DaemonError::from)?;
+    let store = daemon.store();
+    let events = match (query.after, query.before) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give `after` or `before`, not both"));
+        }
+        (after, None) => store.events_after(&id, after.unwrap_or(0), limit).await,
+        (None, Some(before)) => store.events_before(&id, before, limit).await,
+    }
+    .map_err(crate::daemon::DaemonError::from)?;
     let body = format!("[{}]", events.iter().map(event_text).collect::<Vec<_>>().join(","));
     Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }

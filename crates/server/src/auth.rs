@@ -54,22 +54,29 @@ pub(crate) fn tokens_match(expected: &str, presented: &str) -> bool {
 }
 
 /// The token a request presents: `Authorization: Bearer`, then `?token=`, then the cookie.
+#[cfg(test)]
 fn presented_token(request: &Request<Body>) -> Option<String> {
+    presented(request).map(|(token, _)| token)
+}
+
+/// The token a request presents and whether it came in the cookie (which a browser attaches by
+/// itself, so the request may not be the page's own).
+fn presented(request: &Request<Body>) -> Option<(String, bool)> {
     let headers = request.headers();
     if let Some(token) = bearer(headers) {
-        return Some(token.to_owned());
+        return Some((token.to_owned(), false));
     }
     if let Some(query) = request.uri().query() {
         if let Some((_, token)) =
             form_urlencoded::parse(query.as_bytes()).find(|(key, _)| key == "token")
         {
-            return Some(token.into_owned());
+            return Some((token.into_owned(), false));
         }
     }
-    cookie(headers, TOKEN_COOKIE)
+    cookie(headers, TOKEN_COOKIE).map(|token| (token, true))
 }
 
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers.get_all(header::COOKIE).iter().filter_map(|value| value.to_str().ok()).find_map(
         |value| {
             value.split(';').find_map(|pair| {
@@ -80,20 +87,29 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     )
 }
 
-/// Middleware: refuse requests without the token (401), and WebSocket upgrades from a foreign
-/// `Origin` (403).
+/// Middleware: refuse requests without the token (401), WebSocket upgrades from a foreign
+/// `Origin` (403), and changes authenticated only by the cookie that do not come from the
+/// daemon's own page (403: cross-site request forgery, on top of the cookie's SameSite=Strict).
 pub async fn require_auth(
     State(auth): State<AuthConfig>,
     request: Request<Body>,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let mut by_cookie = false;
     if auth.token.is_some() {
-        let ok = presented_token(&request).is_some_and(|token| auth.accepts(&token));
-        if !ok {
-            return Err(ApiError::unauthorized());
+        match presented(&request) {
+            Some((token, cookie)) if auth.accepts(&token) => by_cookie = cookie,
+            _ => return Err(ApiError::unauthorized()),
         }
     }
     if is_websocket_upgrade(request.headers()) {
+        check_origin(&auth, request.headers())?;
+    } else if by_cookie && !request.method().is_safe() {
+        if request.headers().get(header::ORIGIN).is_none() {
+            return Err(ApiError::forbidden(
+                "a change authenticated by the cookie must carry the page's Origin",
+            ));
+        }
         check_origin(&auth, request.headers())?;
     }
     Ok(next.run(request).await)

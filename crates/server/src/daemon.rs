@@ -92,6 +92,10 @@ pub struct CreateSession {
     /// With `resume`: fork into a new session id.
     #[serde(default)]
     pub fork: bool,
+    /// With `resume`: start from this message (its `uuid`) instead of the end
+    /// (`--resume-session-at`); with `fork`, forks the conversation at that message.
+    #[serde(default)]
+    pub resume_at: Option<String>,
     /// `--allowedTools` rules.
     #[serde(default)]
     pub allowed_tools: Vec<String>,
@@ -405,6 +409,7 @@ impl Daemon {
                 DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
             })?;
         request.fork = false;
+        request.resume_at = None;
         let config = self.session_config(&request, Some(claude_session_id), false)?;
         self.check_transport(&config).await?;
         let last = self.store.last_seq(id).await?;
@@ -450,8 +455,14 @@ impl Daemon {
             }
             config.cli.permission_mode = Some(mode);
         }
+        if request.resume_at.is_some() && resume.is_none() {
+            return Err(DaemonError::Invalid(
+                "resume_at needs resume (the Claude session id)".into(),
+            ));
+        }
         config.cli.resume = resume;
         config.cli.fork_session = fork;
+        config.cli.resume_session_at = request.resume_at.clone();
         config.cli.allowed_tools = request.allowed_tools.clone();
         config.cli.disallowed_tools = request.disallowed_tools.clone();
         config.cli.system_prompt = request.system_prompt.clone();

@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod error;
 mod relay;
 pub mod transcripts;
+mod ui;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};

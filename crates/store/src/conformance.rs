@@ -76,6 +76,16 @@ async fn append_and_read(store: &dyn Store) {
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), (51..=60).collect::<Vec<_>>());
     assert!(store.events_after("a", 100, 10).await.unwrap().is_empty());
     assert!(store.events_after("missing", 0, 10).await.unwrap().is_empty());
+    // Paging back: the last `limit` before a seq, in order.
+    let seqs = |page: Vec<crate::EventRecord>| page.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.events_before("a", 51, 10).await.unwrap()),
+        (41..=50).collect::<Vec<_>>()
+    );
+    assert_eq!(seqs(store.events_before("a", 4, 10).await.unwrap()), vec![1, 2, 3]);
+    assert_eq!(seqs(store.events_before("a", u64::MAX, 2).await.unwrap()), vec![99, 100]);
+    assert!(store.events_before("a", 1, 10).await.unwrap().is_empty());
+    assert!(store.events_before("missing", 10, 10).await.unwrap().is_empty());
     store.append(&[]).await.unwrap();
 }
 

@@ -115,6 +115,13 @@ pub trait Store: Send + Sync + fmt::Debug {
         after: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError>;
+    /// The last `limit` events of a session with `seq < before`, in order (paging back).
+    async fn events_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError>;
     /// The last seq of a session (0 when it has none).
     async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError>;
 }

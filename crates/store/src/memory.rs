@@ -115,6 +115,20 @@ impl Store for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn events_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let inner = self.lock()?;
+        let Some(log) = inner.events.get(session_id) else { return Ok(Vec::new()) };
+        let mut page: Vec<EventRecord> =
+            log.range(..before).rev().take(limit).map(|(_, event)| event.clone()).collect();
+        page.reverse();
+        Ok(page)
+    }
+
     async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
         Ok(self
             .lock()?

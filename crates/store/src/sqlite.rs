@@ -391,6 +391,17 @@ fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError
     Ok(seq.unwrap_or(0) as u64)
 }
 
+fn event_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
+    Ok(EventRecord {
+        session_id: row.get(0)?,
+        seq: row.get::<_, i64>(1)? as u64,
+        ts_ms: row.get::<_, i64>(2)? as u64,
+        dir: row.get(3)?,
+        kind: row.get(4)?,
+        payload: row.get(5)?,
+    })
+}
+
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     let config: String = row.get(10)?;
     Ok(SessionRecord {
@@ -468,17 +479,30 @@ impl Store for SqliteStore {
             let mut statement = connection.prepare_cached(
                 "SELECT session_id, seq, ts_ms, dir, kind, payload FROM events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
             )?;
-            let rows = statement.query_map(params![session_id, after as i64, limit as i64], |row| {
-                Ok(EventRecord {
-                    session_id: row.get(0)?,
-                    seq: row.get::<_, i64>(1)? as u64,
-                    ts_ms: row.get::<_, i64>(2)? as u64,
-                    dir: row.get(3)?,
-                    kind: row.get(4)?,
-                    payload: row.get(5)?,
-                })
-            })?;
+            let rows = statement
+                .query_map(params![session_id, after as i64, limit as i64], event_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn events_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let session_id = session_id.to_owned();
+        // SQLite integers are signed: a `before` past i64::MAX means "the end".
+        let before = i64::try_from(before).unwrap_or(i64::MAX);
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT session_id, seq, ts_ms, dir, kind, payload FROM events WHERE session_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+            )?;
+            let rows = statement.query_map(params![session_id, before, limit as i64], event_from_row)?;
+            let mut page = rows.collect::<Result<Vec<_>, _>>()?;
+            page.reverse();
+            Ok(page)
         })
         .await
     }

@@ -83,7 +83,7 @@ pub struct FakeApi {
     /// Counts requests, so tests can wait for one without polling.
     request_count: watch::Receiver<usize>,
     /// Opens held streams (`Reply::hold_after`).
-    release: watch::Sender<bool>,
+    release: Arc<watch::Sender<u64>>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -91,7 +91,7 @@ pub struct FakeApi {
 struct AppState {
     shared: Arc<Mutex<Shared>>,
     request_count: Arc<watch::Sender<usize>>,
-    release: watch::Receiver<bool>,
+    release: Arc<watch::Sender<u64>>,
 }
 
 impl FakeApi {
@@ -111,15 +111,19 @@ impl FakeApi {
             next_id: 0,
         }));
         let (count_tx, request_count) = watch::channel(0);
-        let (release, release_rx) = watch::channel(false);
+        // Each release lets go of the streams whose requests had arrived by then; later holds
+        // wait for the next one.
+        let release = Arc::new(watch::channel(0u64).0);
         let state = AppState {
             shared: shared.clone(),
             request_count: Arc::new(count_tx),
-            release: release_rx,
+            release: release.clone(),
         };
         // The CLI sends the whole conversation every time: megabytes once a big tool call is in
         // it. No body limit (axum's default of 2 MB answers 413).
         let app = Router::new()
+            // For tests that drive the fake from another process (the browser tests).
+            .route("/_fake/release", axum::routing::post(release_held))
             .fallback(any(handle))
             .layer(DefaultBodyLimit::disable())
             .with_state(state);
@@ -162,9 +166,10 @@ impl FakeApi {
         }
     }
 
-    /// Lets held streams continue.
+    /// Lets the held streams (of requests that have arrived) continue. Also
+    /// `POST /_fake/release`.
     pub fn release(&self) {
-        let _ = self.release.send(true);
+        self.release.send_modify(|generation| *generation += 1);
     }
 
     /// Replies not used up yet (to check a scenario ran to its end).
@@ -177,6 +182,11 @@ impl Drop for FakeApi {
     fn drop(&mut self) {
         self.server.abort();
     }
+}
+
+async fn release_held(State(state): State<AppState>) -> StatusCode {
+    state.release.send_modify(|generation| *generation += 1);
+    StatusCode::NO_CONTENT
 }
 
 async fn handle(
@@ -243,7 +253,7 @@ async fn handle(
     }
     let message = Rendered::new(&reply, &model, id_base);
     if stream {
-        sse_response(message, reply, state.release.clone())
+        sse_response(message, reply, state.release.subscribe())
     } else {
         json_response(StatusCode::OK, message.full_message())
     }
@@ -510,7 +520,9 @@ fn words(text: &str) -> Vec<String> {
     pieces
 }
 
-fn sse_response(message: Rendered, reply: Reply, mut release: watch::Receiver<bool>) -> Response {
+fn sse_response(message: Rendered, reply: Reply, mut release: watch::Receiver<u64>) -> Response {
+    // Released by any release from now on.
+    let arrived = *release.borrow_and_update();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         let mut deltas = 0usize;
@@ -524,7 +536,7 @@ fn sse_response(message: Rendered, reply: Reply, mut release: watch::Receiver<bo
                 if reply.hold_after == Some(deltas) {
                     // Wait for the test, or for the client to hang up.
                     tokio::select! {
-                        _ = release.wait_for(|released| *released) => {}
+                        _ = release.wait_for(|generation| *generation > arrived) => {}
                         _ = tx.closed() => return,
                     }
                 }

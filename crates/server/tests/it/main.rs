@@ -11,6 +11,8 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scen
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+mod ui;
+
 const TOKEN: &str = "test-token-0123456789";
 const WAIT: Duration = Duration::from_secs(90);
 

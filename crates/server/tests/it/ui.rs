@@ -1,0 +1,314 @@
+//! The web UI: how it is served and signed into (plain HTTP), and the browser tests
+//! (`e2e/ui.test.mjs`, Playwright driving Debian's Chromium) against a daemon running the real
+//! CLI with the fake API.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchboard_store::{EventRecord, MemoryStore, SessionRecord, Store};
+use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::{Server, TOKEN};
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_needs_the_token_and_trades_it_for_a_cookie() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let server = Server::start(Arc::new(MemoryStore::new()), &api, &sandbox).await;
+    let client = no_redirects();
+    let base = &server.base;
+
+    // Without a token: the login page, and no UI files.
+    let response = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("<form") && !body.contains("app.js"), "{body}");
+    assert_eq!(client.get(format!("{base}/ui/app.js")).send().await.unwrap().status(), 401);
+
+    // A wrong token is refused; the right one becomes an HttpOnly, SameSite=Strict cookie and
+    // leaves the address bar.
+    let wrong = client.get(format!("{base}/?token=nope")).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+    let signed_in = client.get(format!("{base}/?token={TOKEN}")).send().await.unwrap();
+    assert_eq!(signed_in.status(), 303);
+    assert_eq!(signed_in.headers()["location"], "/");
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+
+    // With the cookie: the app, with a strict content security policy, and its files.
+    let page = client.get(format!("{base}/")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(page.text().await.unwrap().contains("/ui/app.js"));
+    let script =
+        client.get(format!("{base}/ui/app.js")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(script.status(), 200);
+    assert!(script.headers()["content-type"].to_str().unwrap().contains("javascript"));
+    let etag = script.headers()["etag"].clone();
+    let again = client
+        .get(format!("{base}/ui/app.js"))
+        .header("cookie", &cookie)
+        .header("if-none-match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    for vendored in ["vendor/marked.esm.js", "vendor/purify.es.mjs", "vendor/uPlot.esm.js"] {
+        let file = client
+            .get(format!("{base}/ui/{vendored}"))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(file.status(), 200, "{vendored}");
+    }
+
+    // A change carried only by the cookie must come from the page's own origin (CSRF).
+    let create = json!({"cwd": sandbox.workdir()});
+    let forged = client
+        .post(format!("{base}/api/sessions"))
+        .header("cookie", &cookie)
+        .json(&create)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    let foreign = client
+        .post(format!("{base}/api/sessions"))
+        .header("cookie", &cookie)
+        .header("origin", "http://evil.example")
+        .json(&create)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    let own = client
+        .post(format!("{base}/api/sessions"))
+        .header("cookie", &cookie)
+        .header("origin", base.as_str())
+        .json(&create)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 201);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_page_back_from_the_end() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long", 1000).await;
+    let server = Server::start(store, &api, &sandbox).await;
+    let seqs = |page: &Value| {
+        page.as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect::<Vec<_>>()
+    };
+    let (status, last) =
+        server.get("/api/sessions/long/events?before=9007199254740991&limit=3").await;
+    assert_eq!(status, 200);
+    let last = seqs(&last);
+    assert_eq!(last.len(), 3);
+    let (_, earlier) =
+        server.get(&format!("/api/sessions/long/events?before={}&limit=5", last[0])).await;
+    assert_eq!(seqs(&earlier), (last[0] - 5..last[0]).collect::<Vec<_>>());
+    let (status, both) = server.get("/api/sessions/long/events?before=5&after=1").await;
+    assert_eq!(status, 400, "{both}");
+    server.stop().await;
+}
+
+/// A finished session of `turns` turns (prompt, streamed answer, result): 10 events a turn.
+async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
+    let now = 1_795_000_000_000u64;
+    store
+        .create_session(&SessionRecord {
+            id: id.into(),
+            claude_session_id: Some(format!("claude-{id}")),
+            cwd: "/tmp/long-project".into(),
+            model: Some("claude-opus-5-5".into()),
+            permission_mode: Some("default".into()),
+            state: "exited".into(),
+            title: Some("A long session".into()),
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            config: json!({"cwd": "/tmp/long-project"}),
+        })
+        .await
+        .unwrap();
+    let mut seq = 0;
+    let mut events = Vec::new();
+    let mut push = |dir: &str, line: Value| {
+        seq += 1;
+        let direction = if dir == "to_cli" { "to_cli" } else { "from_cli" };
+        events.push(EventRecord {
+            session_id: id.into(),
+            seq,
+            ts_ms: now + seq,
+            dir: dir.into(),
+            kind: "line".into(),
+            payload: json!({"event": "line", "direction": direction, "line": line}).to_string(),
+        });
+    };
+    for turn in 1..=turns {
+        let message = format!("msg_{turn}");
+        push(
+            "to_cli",
+            json!({"type": "user", "message": {"role": "user", "content": format!("Question number {turn}")}, "parent_tool_use_id": null, "session_id": ""}),
+        );
+        push(
+            "from_cli",
+            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_start", "message": {"id": message, "usage": {"input_tokens": 100 + turn, "output_tokens": 1}}}}),
+        );
+        push(
+            "from_cli",
+            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}}),
+        );
+        for word in ["Answer ", "number ", &format!("{turn} ")] {
+            push(
+                "from_cli",
+                json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}}),
+            );
+        }
+        push(
+            "from_cli",
+            json!({"type": "assistant", "uuid": format!("uuid-{turn}"), "message": {"id": message, "role": "assistant", "content": [{"type": "text", "text": format!("Answer number **{turn}**, with `code`.")}], "usage": {"input_tokens": 100 + turn, "output_tokens": 10}}}),
+        );
+        push(
+            "from_cli",
+            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_stop", "index": 0}}),
+        );
+        push(
+            "from_cli",
+            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_stop"}}),
+        );
+        push(
+            "from_cli",
+            json!({"type": "result", "subtype": "success", "is_error": false, "duration_ms": 1200, "total_cost_usd": 0.001 * turn as f64, "usage": {"input_tokens": 100 + turn, "output_tokens": 10}, "modelUsage": {"claude-opus-5-5": {"inputTokens": 100 * turn, "outputTokens": 10 * turn, "costUSD": 0.001 * turn as f64, "contextWindow": 200000}}}),
+        );
+    }
+    for page in events.chunks(500) {
+        store.append(page).await.unwrap();
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The browser tests: Playwright (`e2e/node_modules`, from `scripts/install-browser.sh`)
+/// driving Debian's Chromium through `e2e/ui.test.mjs`, against this daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI) and shows its steps
+async fn browser() {
+    let root = repo_root();
+    let chromium =
+        std::env::var("SWITCHBOARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists() && root.join("e2e/node_modules/playwright-core").exists(),
+        "the browser tests need Chromium ({chromium}) and playwright-core in e2e/node_modules: \
+         run scripts/install-browser.sh"
+    );
+    let sandbox = CliSandbox::new().unwrap();
+    let notes = sandbox.file("notes.txt");
+    std::fs::write(&notes, "colour = 1\n").unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            // Streamed text, held after three words until the test releases it.
+            .reply(
+                Reply::text("Streaming **progressively** word by word until the very end.")
+                    .when_prompt("STREAM")
+                    .hold_after(3),
+            )
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch approved.txt && ls", "description": "make a file"}),
+                )
+                .when_prompt("RUNBASH"),
+            )
+            .reply(Reply::text("The file is there.").when_tool_result_contains("approved.txt"))
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch denied.txt && ls", "description": "another file"}),
+                )
+                .when_prompt("DENYBASH"),
+            )
+            .reply(Reply::text("Understood, I will not.").when_tool_result_contains("not today"))
+            .reply(
+                Reply::tool_use(
+                    "AskUserQuestion",
+                    json!({"questions": [{"question": "Which color?", "header": "Color",
+                        "multiSelect": false, "options": [
+                            {"label": "Blue", "description": "calm"},
+                            {"label": "Green", "description": "fresh"}]}]}),
+                )
+                .when_prompt("ASKME"),
+            )
+            .reply(Reply::text("Green it is.").when_tool_result_contains("Green"))
+            // Claude Code edits only files it has read.
+            .reply(Reply::tool_use("Read", json!({"file_path": notes})).when_prompt("EDITME"))
+            .reply(
+                Reply::tool_use(
+                    "Edit",
+                    json!({"file_path": notes, "old_string": "colour = 1",
+                        "new_string": "color = 2"}),
+                )
+                .when_tool_result_contains("colour"),
+            )
+            .reply(
+                Reply::text("This stream will be interrupted before it ends, surely.")
+                    .when_prompt("SLOW")
+                    .hold_after(2),
+            )
+            .reply(
+                Reply::text("Reloading keeps every word exactly once here.")
+                    .when_prompt("RELOAD")
+                    .hold_after(3),
+            )
+            .reply(Reply::text("Edited.").when_tool_result())
+            .fallback("OK."),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long-session", 1000).await;
+    let server = Server::start(store, &api, &sandbox).await;
+
+    let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target/screenshots"));
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let output = tokio::process::Command::new("node")
+        .arg(root.join("e2e/ui.test.mjs"))
+        .env("SWITCHBOARD_URL", &server.base)
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("FAKE_API_URL", api.base_url())
+        .env("WORKDIR", sandbox.workdir())
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOTS", &screenshots)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{log}");
+    server.stop().await;
+    assert!(output.status.success(), "the browser tests failed:\n{log}");
+    assert!(sandbox.file("approved.txt").exists(), "the approved command ran");
+    assert!(!sandbox.file("denied.txt").exists(), "the denied command never ran");
+    assert_eq!(std::fs::read_to_string(sandbox.file("notes.txt")).unwrap(), "color = 2\n");
+}

@@ -1,0 +1,883 @@
+// Switchboard's web UI. Plain ES modules, no build step; it uses only the daemon's public API
+// (docs/api.md) with the cookie the sign-in URL set.
+import { marked } from './vendor/marked.esm.js';
+import DOMPurify from './vendor/purify.es.mjs';
+import hljs from './vendor/highlight.min.js';
+import uPlot from './vendor/uPlot.esm.js';
+
+const PAGE = 300; // events per page when opening a session or paging back
+const $ = (selector, root = document) => root.querySelector(selector);
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === 'class') node.className = value;
+    else if (key === 'text') node.textContent = value;
+    else if (key.startsWith('on')) node.addEventListener(key.slice(2), value);
+    else if (key === 'dataset') Object.assign(node.dataset, value);
+    else node.setAttribute(key, value === true ? '' : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function markdown(text) {
+  const html = DOMPurify.sanitize(marked.parse(text ?? '', { gfm: true, breaks: false }));
+  const box = el('div', { class: 'md' });
+  box.innerHTML = html;
+  for (const code of box.querySelectorAll('pre code')) highlight(code);
+  return box;
+}
+
+function highlight(code, language) {
+  try {
+    if (language && hljs.getLanguage(language)) {
+      code.innerHTML = hljs.highlight(code.textContent, { language }).value;
+    } else {
+      hljs.highlightElement(code);
+    }
+  } catch (_) { /* plain text is fine */ }
+}
+
+function codeBlock(text, language) {
+  const code = el('code', {}, text ?? '');
+  const pre = el('pre', { class: 'code' }, code);
+  if (language) highlight(code, language);
+  return pre;
+}
+
+const EXTENSIONS = { rs: 'rust', js: 'javascript', mjs: 'javascript', ts: 'typescript', py: 'python',
+  sh: 'bash', md: 'markdown', json: 'json', toml: 'ini', yml: 'yaml', yaml: 'yaml', html: 'xml',
+  css: 'css', go: 'go', java: 'java', c: 'c', h: 'c', cpp: 'cpp', rb: 'ruby', sql: 'sql' };
+const languageOf = (path) => EXTENSIONS[(path ?? '').split('.').pop()?.toLowerCase()];
+
+const money = (usd) => `$${(usd ?? 0).toFixed(usd >= 1 ? 2 : 4)}`;
+const tokens = (count) => (count ?? 0).toLocaleString('en-US');
+
+function ago(ms) {
+  if (!ms) return '';
+  const seconds = Math.max(0, (Date.now() - ms) / 1000);
+  if (seconds < 60) return 'just now';
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)} h ago`;
+  return new Date(ms).toLocaleDateString();
+}
+
+function stateLabel(session) {
+  const pending = session.pending_permissions?.length ?? session.pending ?? 0;
+  if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
+  return [session.state, session.state];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API
+
+class ApiError extends Error {}
+
+async function api(method, path, body) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: 'same-origin',
+    });
+  } catch (error) {
+    connection.down('The daemon is unreachable.');
+    throw new ApiError('the daemon is unreachable');
+  }
+  connection.up();
+  if (response.status === 401) {
+    location.href = '/';
+    throw new ApiError('signed out');
+  }
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : null;
+  if (!response.ok) throw new ApiError(data?.error?.message ?? `${response.status}`);
+  return data;
+}
+
+function socketUrl(path) {
+  return `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}${path}`;
+}
+
+function toast(message, kind = 'error') {
+  const note = el('div', { class: `toast ${kind}`, role: 'status' }, message);
+  document.body.append(note);
+  setTimeout(() => note.remove(), 6000);
+}
+
+// The "daemon unreachable" banner.
+const connection = {
+  downSince: null,
+  down(message) {
+    if (this.downSince === null) this.downSince = Date.now();
+    const banner = $('#banner');
+    banner.textContent = `${message} Reconnecting…`;
+    banner.hidden = false;
+  },
+  up() {
+    this.downSince = null;
+    $('#banner').hidden = true;
+  },
+};
+
+// ---------------------------------------------------------------------------------------------
+// The session list, kept live by /api/events
+
+const sessions = new Map();
+
+async function loadSessions() {
+  const list = await api('GET', '/api/sessions');
+  sessions.clear();
+  for (const session of list) sessions.set(session.id, session);
+  renderList();
+}
+
+function renderList() {
+  const list = $('#session-list');
+  const current = view?.id;
+  const items = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
+  list.replaceChildren(...items.map((session) => {
+    const [state, label] = stateLabel(session);
+    const pending = session.pending_permissions?.length ?? 0;
+    return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}` },
+      el('a', { href: `#/s/${session.id}`, dataset: { id: session.id } },
+        el('span', { class: 'title' }, session.title || session.cwd?.split('/').pop() || session.id),
+        el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
+        el('span', { class: 'meta' },
+          el('span', { class: 'cwd', title: session.cwd }, session.cwd),
+          el('span', {}, session.model ?? ''),
+          el('span', {}, money(session.cost_usd)),
+          el('span', { class: 'ago' }, ago(session.updated_ms)))));
+  }));
+  const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting').length;
+  document.title = waiting > 0 ? `(${waiting}) waiting — Switchboard` : 'Switchboard';
+}
+
+function notifyWaiting(session) {
+  if (!document.hidden || !('Notification' in window) || Notification.permission !== 'granted') return;
+  const note = new Notification('Switchboard: approval needed', {
+    body: session.title || session.cwd || session.id, tag: `sb-${session.id}`,
+  });
+  note.onclick = () => { window.focus(); location.hash = `#/s/${session.id}`; };
+}
+
+function watchDashboard() {
+  let delay = 500;
+  const connect = () => {
+    const socket = new WebSocket(socketUrl('/api/events'));
+    socket.onopen = () => { delay = 500; connection.up(); loadSessions().catch(() => {}); };
+    socket.onmessage = (message) => {
+      const change = JSON.parse(message.data);
+      if (change.type === 'lagged') { loadSessions().catch(() => {}); return; }
+      if (change.event === 'session_created') {
+        sessions.set(change.session.id, change.session);
+      } else if (change.event === 'session_deleted') {
+        sessions.delete(change.session_id);
+      } else if (change.event === 'session_changed') {
+        const session = sessions.get(change.session_id) ?? { id: change.session_id };
+        const before = stateLabel(session)[0];
+        Object.assign(session, {
+          state: change.state, cost_usd: change.cost_usd, model: change.model,
+          claude_session_id: change.claude_session_id, updated_ms: Date.now(),
+          pending_permissions: new Array(change.pending_permissions).fill({}),
+        });
+        sessions.set(session.id, session);
+        if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') notifyWaiting(session);
+        if (view?.id === session.id) view.header();
+      }
+      renderList();
+    };
+    socket.onclose = () => {
+      connection.down('The daemon is unreachable.');
+      setTimeout(connect, delay);
+      delay = Math.min(delay * 2, 5000);
+    };
+  };
+  connect();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transcript: events in, DOM out.
+//
+// Assistant messages stream in as `stream_event` deltas and then arrive whole, one content block
+// per `assistant` line; a block is drawn from its deltas until its whole form arrives. Tool calls
+// are cards that collect their result, their permission request and (for Task/Agent) the
+// subagent's messages. Older pages are drawn into their own chunk above the others; a result or
+// decision seen before its card waits for it.
+
+class Transcript {
+  constructor(root, session) {
+    this.root = root;
+    this.session = session;
+    this.messages = new Map(); // message id -> {box, finals: [], live: Map(index -> block)}
+    this.tools = new Map(); // tool_use_id -> card
+    this.orphans = new Map(); // tool_use_id -> [fn(card)] waiting for the card
+    this.permissions = new Map(); // request_id -> {request, decided}
+    this.turns = []; // {cost, input, output, model, duration}
+    this.usage = null; // the last assistant usage (context)
+    this.modelUsage = {};
+    this.lastCost = 0;
+  }
+
+  /// Where a line goes: the subagent's nest inside its Task card, or the chunk.
+  container(line, chunk) {
+    const parent = line?.parent_tool_use_id;
+    if (parent && this.tools.has(parent)) return $('.nest', this.tools.get(parent)) ?? chunk;
+    return chunk;
+  }
+
+  apply(record, chunk) {
+    const event = record.event;
+    switch (event.event) {
+      case 'line': return this.line(event.line, event.direction, chunk, record);
+      case 'permission_requested': return this.permissionRequested(event, chunk);
+      case 'permission_decided': return this.permissionDecided(event);
+      case 'stderr': return this.notice(chunk, 'stderr', event.text);
+      case 'bad_line': return this.notice(chunk, 'error', `Unreadable line from the CLI: ${event.error}`);
+      case 'exited': return this.notice(chunk, event.requested ? 'info' : 'error', `The CLI ${event.description}`);
+      case 'control_timed_out': return this.notice(chunk, 'error', `The CLI did not answer ${event.subtype}`);
+      default: return undefined;
+    }
+  }
+
+  notice(chunk, kind, text) {
+    chunk.append(el('div', { class: `notice ${kind}` }, text));
+  }
+
+  line(line, direction, chunk, record) {
+    if (!line || typeof line !== 'object') return;
+    const into = this.container(line, chunk);
+    switch (line.type) {
+      case 'user':
+        if (direction === 'to_cli') return this.prompt(line, into, record);
+        return this.toolResults(line, into);
+      case 'stream_event': return this.streamEvent(line, into);
+      case 'assistant': return this.assistant(line, into);
+      case 'result': return this.result(line, into);
+      case 'system': return this.system(line, into);
+      default: return undefined;
+    }
+  }
+
+  prompt(line, into, record) {
+    const content = line.message?.content;
+    const parts = typeof content === 'string' ? [{ type: 'text', text: content }] : (content ?? []);
+    if (parts.every((part) => part.type === 'tool_result')) return;
+    const box = el('div', { class: 'msg user', dataset: { seq: record.seq } });
+    for (const part of parts) {
+      if (part.type === 'text') box.append(el('div', { class: 'text' }, part.text));
+      if (part.type === 'image') box.append(image(part));
+    }
+    into.append(box);
+  }
+
+  message(id, into) {
+    let message = this.messages.get(id);
+    if (!message) {
+      const box = el('div', { class: 'msg assistant', dataset: { id } });
+      into.append(box);
+      message = { box, finals: [], live: new Map() };
+      this.messages.set(id, message);
+    }
+    return message;
+  }
+
+  streamEvent(line, into) {
+    const event = line.event ?? {};
+    const id = line.api_message_id ?? event.message?.id;
+    if (!id) return;
+    const message = this.message(id, into);
+    if (event.type === 'message_start' && event.message?.usage) this.usage = event.message.usage;
+    if (event.type === 'content_block_start') {
+      const block = { type: event.content_block?.type, text: '', element: null };
+      message.live.set(event.index, block);
+      this.drawLive(message, event.index);
+    } else if (event.type === 'content_block_delta') {
+      const block = message.live.get(event.index);
+      if (!block) return;
+      const delta = event.delta ?? {};
+      block.text += delta.text ?? delta.thinking ?? delta.partial_json ?? '';
+      this.drawLive(message, event.index);
+    }
+  }
+
+  drawLive(message, index) {
+    const block = message.live.get(index);
+    if (!block || index < message.finals.length) return;
+    let node;
+    if (block.type === 'text') node = el('div', { class: 'block text streaming' }, block.text);
+    else if (block.type === 'thinking') {
+      node = el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), el('div', {}, block.text));
+    } else if (block.type === 'tool_use') {
+      node = el('div', { class: 'block tool pending-input' }, 'Preparing a tool call…');
+    } else return;
+    if (block.element) block.element.replaceWith(node); else message.box.append(node);
+    block.element = node;
+  }
+
+  assistant(line, into) {
+    const id = line.message?.id ?? line.uuid;
+    const message = this.message(id, into);
+    if (line.message?.usage) this.usage = line.message.usage;
+    for (const part of line.message?.content ?? []) {
+      const index = message.finals.length;
+      message.finals.push(part);
+      const node = this.block(part, line);
+      const live = message.live.get(index);
+      if (live?.element) { live.element.replaceWith(node); live.element = null; } else {
+        // Keep blocks in order: before any live block still streaming.
+        const next = [...message.live.entries()].filter(([i, b]) => i > index && b.element)[0];
+        if (next) next[1].element.before(node); else message.box.append(node);
+      }
+      if (line.uuid) message.box.dataset.uuid = line.uuid;
+    }
+  }
+
+  block(part, line) {
+    if (part.type === 'text') return el('div', { class: 'block text' }, markdown(part.text));
+    if (part.type === 'thinking' || part.type === 'redacted_thinking') {
+      return el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
+        el('div', { class: 'thinking-text' }, part.thinking ?? '(redacted)'));
+    }
+    if (part.type === 'tool_use') return this.toolCard(part, line);
+    return el('div', { class: 'block' }, codeBlock(JSON.stringify(part, null, 2), 'json'));
+  }
+
+  toolCard(part, line) {
+    const card = el('div', { class: `block tool tool-${part.name?.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: part.id, tool: part.name } });
+    const input = part.input ?? {};
+    const head = el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, part.name));
+    const body = el('div', { class: 'tool-body' });
+    card.append(head, body);
+    switch (part.name) {
+      case 'Bash':
+        head.append(el('span', { class: 'tool-summary' }, input.description ?? ''));
+        body.append(codeBlock(`$ ${input.command ?? ''}`, 'bash'));
+        break;
+      case 'Edit':
+        head.append(el('span', { class: 'tool-summary' }, input.file_path));
+        body.append(diffView(input.old_string, input.new_string, input.file_path));
+        break;
+      case 'MultiEdit':
+        head.append(el('span', { class: 'tool-summary' }, input.file_path));
+        for (const edit of input.edits ?? []) body.append(diffView(edit.old_string, edit.new_string, input.file_path));
+        break;
+      case 'Write':
+        head.append(el('span', { class: 'tool-summary' }, input.file_path));
+        body.append(codeBlock(input.content, languageOf(input.file_path)));
+        break;
+      case 'Read': {
+        const range = input.offset || input.limit
+          ? ` lines ${input.offset ?? 1}–${(input.offset ?? 1) + (input.limit ?? 0) - 1}` : '';
+        head.append(el('span', { class: 'tool-summary' }, `${input.file_path ?? ''}${range}`));
+        break;
+      }
+      case 'Task':
+      case 'Agent':
+        head.append(el('span', { class: 'tool-summary' }, input.description ?? input.subagent_type ?? ''));
+        body.append(el('details', { class: 'agent-prompt' }, el('summary', {}, 'Prompt'), markdown(input.prompt ?? '')));
+        body.append(el('div', { class: 'nest' }));
+        break;
+      case 'AskUserQuestion':
+        for (const question of input.questions ?? []) {
+          body.append(el('div', { class: 'question' }, el('strong', {}, question.question),
+            el('ul', {}, (question.options ?? []).map((option) => el('li', {}, option.label,
+              option.description ? el('span', { class: 'muted' }, ` — ${option.description}`) : null)))));
+        }
+        break;
+      default:
+        if (part.name?.startsWith('mcp__')) {
+          const [, server, tool] = part.name.split('__');
+          head.querySelector('.tool-name').textContent = `${server} · ${tool}`;
+          head.append(el('span', { class: 'tool-summary muted' }, 'MCP tool'));
+        }
+        body.append(codeBlock(JSON.stringify(input, null, 2), 'json'));
+    }
+    card.append(el('div', { class: 'tool-permission' }), el('div', { class: 'tool-result' }));
+    this.tools.set(part.id, card);
+    for (const waiting of this.orphans.get(part.id) ?? []) waiting(card);
+    this.orphans.delete(part.id);
+    return card;
+  }
+
+  /// Runs `fn(card)` now, or when the card for `toolUseId` is drawn.
+  withCard(toolUseId, fn) {
+    const card = this.tools.get(toolUseId);
+    if (card) return fn(card);
+    if (!this.orphans.has(toolUseId)) this.orphans.set(toolUseId, []);
+    this.orphans.get(toolUseId).push(fn);
+    return undefined;
+  }
+
+  toolResults(line, into) {
+    const content = line.message?.content;
+    if (!Array.isArray(content)) return;
+    for (const part of content) {
+      if (part.type !== 'tool_result') continue;
+      const draw = (card) => {
+        const slot = $('.tool-result', card);
+        slot.replaceChildren(resultView(part, line.tool_use_result, card.dataset.tool));
+        card.classList.toggle('errored', Boolean(part.is_error));
+        card.classList.add('done');
+      };
+      if (this.tools.has(part.tool_use_id)) draw(this.tools.get(part.tool_use_id));
+      else this.withCard(part.tool_use_id, draw);
+    }
+    void into;
+  }
+
+  result(line, into) {
+    const cost = line.total_cost_usd ?? this.lastCost;
+    const turnCost = Math.max(0, cost - this.lastCost);
+    this.lastCost = cost;
+    const usage = line.usage ?? {};
+    const input = (usage.input_tokens ?? 0) + (usage.cache_read_input_tokens ?? 0) + (usage.cache_creation_input_tokens ?? 0);
+    this.turns.push({ cost: turnCost, input, output: usage.output_tokens ?? 0 });
+    if (line.modelUsage) this.modelUsage = line.modelUsage;
+    const parts = [`${((line.duration_ms ?? 0) / 1000).toFixed(1)} s`, `${tokens(input)} in`, `${tokens(usage.output_tokens)} out`, money(turnCost)];
+    const failed = line.is_error || (line.subtype && line.subtype !== 'success');
+    into.append(el('div', { class: `turn-end${failed ? ' error' : ''}` },
+      failed ? `Turn ended: ${line.subtype}${line.result ? ` — ${line.result}` : ''}${(line.errors ?? []).map((e) => ` — ${e}`).join('')} · ` : 'Turn done · ',
+      parts.join(' · ')));
+  }
+
+  system(line, into) {
+    if (line.subtype === 'api_retry') {
+      into.append(el('div', { class: 'notice warn' },
+        `API error ${line.error_status ?? ''} (${line.error ?? 'error'}): retry ${line.attempt}/${line.max_retries} in ${Math.round((line.retry_delay_ms ?? 0) / 1000)} s`));
+    } else if (line.subtype === 'compact_boundary') {
+      into.append(el('div', { class: 'notice info' }, 'The conversation was compacted.'));
+    } else if (line.subtype === 'init' && !this.initSeen) {
+      this.initSeen = true;
+      into.append(el('div', { class: 'notice info' }, `Claude Code started in ${line.cwd} with ${line.model} (${line.permissionMode})`));
+    }
+  }
+
+  permissionRequested(request, chunk) {
+    const known = this.permissions.get(request.request_id);
+    if (known) return;
+    const entry = { request, decided: null, box: null };
+    this.permissions.set(request.request_id, entry);
+    const draw = (slot) => {
+      entry.box = permissionBox(this.session, request);
+      slot.replaceChildren(entry.box);
+      if (entry.decided) showDecision(entry.box, entry.decided);
+    };
+    if (request.tool_use_id && this.tools.has(request.tool_use_id)) {
+      draw($('.tool-permission', this.tools.get(request.tool_use_id)));
+    } else {
+      const slot = el('div', { class: 'block tool standalone' }, el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, request.tool_name)), codeBlock(JSON.stringify(request.input, null, 2), 'json'));
+      const inner = el('div', { class: 'tool-permission' });
+      slot.append(inner);
+      chunk.append(slot);
+      draw(inner);
+    }
+  }
+
+  permissionDecided(decision) {
+    const entry = this.permissions.get(decision.request_id);
+    if (!entry) { this.permissions.set(decision.request_id, { request: null, decided: decision, box: null }); return; }
+    entry.decided = decision;
+    if (entry.box) showDecision(entry.box, decision);
+  }
+
+  pending() {
+    return [...this.permissions.values()].filter((entry) => entry.request && !entry.decided);
+  }
+}
+
+function image(part) {
+  const source = part.source ?? {};
+  if (source.type === 'base64') return el('img', { class: 'image', src: `data:${source.media_type};base64,${source.data}`, alt: 'image' });
+  if (source.type === 'url') return el('img', { class: 'image', src: source.url, alt: 'image' });
+  return el('span', { class: 'muted' }, '[image]');
+}
+
+function diffView(before, after, path) {
+  const table = el('div', { class: 'diff', role: 'table', 'aria-label': `Changes to ${path ?? 'the file'}` });
+  const changes = window.Diff ? window.Diff.diffLines(before ?? '', after ?? '') : [{ value: after ?? '' }];
+  for (const change of changes) {
+    const kind = change.added ? 'add' : change.removed ? 'del' : 'ctx';
+    const sign = change.added ? '+' : change.removed ? '-' : ' ';
+    for (const text of change.value.replace(/\n$/, '').split('\n')) {
+      table.append(el('div', { class: `diff-line ${kind}` }, el('span', { class: 'sign' }, sign), el('span', { class: 'diff-text' }, text)));
+    }
+  }
+  return table;
+}
+
+function resultView(part, structured, tool) {
+  const box = el('div', { class: `result${part.is_error ? ' error' : ''}` });
+  const content = part.content;
+  const texts = [];
+  const images = [];
+  if (typeof content === 'string') texts.push(content);
+  for (const item of Array.isArray(content) ? content : []) {
+    if (item.type === 'text') texts.push(item.text);
+    if (item.type === 'image') images.push(item);
+  }
+  let text = texts.join('\n');
+  if (tool === 'Bash' && structured && typeof structured === 'object' && 'stdout' in structured) {
+    text = [structured.stdout, structured.stderr].filter(Boolean).join('\n');
+    if (structured.interrupted) text += '\n[interrupted]';
+  }
+  if (text) {
+    const long = text.split('\n').length > 30;
+    const pre = el('pre', { class: 'output' }, text);
+    box.append(long ? el('details', {}, el('summary', {}, `Output (${text.split('\n').length} lines)`), pre) : pre);
+  } else if (!images.length) {
+    box.append(el('div', { class: 'muted' }, tool === 'Bash' ? '(no output)' : 'Done'));
+  }
+  for (const item of images) box.append(image(item));
+  return box;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Permissions: approve, deny, edit, always allow, answer questions
+
+function permissionBox(session, request) {
+  const box = el('div', { class: 'permission', dataset: { requestId: request.request_id } });
+  const answer = async (body) => {
+    for (const button of box.querySelectorAll('button')) button.disabled = true;
+    try {
+      await api('POST', `/api/sessions/${session}/permissions/${request.request_id}`, { by: 'browser', ...body });
+    } catch (error) {
+      toast(`Could not answer: ${error.message}`);
+      for (const button of box.querySelectorAll('button')) button.disabled = false;
+    }
+  };
+  box.append(el('div', { class: 'permission-title' }, `Allow ${request.tool_name}?`,
+    request.reason ? el('span', { class: 'muted' }, ` ${request.reason}`) : null));
+
+  if (request.tool_name === 'AskUserQuestion') {
+    const answers = {};
+    const questions = request.input?.questions ?? [];
+    for (const question of questions) {
+      const group = el('div', { class: 'choices', role: 'group', 'aria-label': question.question }, el('div', { class: 'choice-question' }, question.question));
+      for (const option of question.options ?? []) {
+        group.append(el('button', {
+          type: 'button', class: 'choice', title: option.description ?? '',
+          onclick: (event) => {
+            answers[question.question] = option.label;
+            for (const b of group.querySelectorAll('.choice')) b.classList.toggle('chosen', b === event.currentTarget);
+            if (questions.every((q) => answers[q.question])) answer({ behavior: 'allow', answers });
+          },
+        }, option.label));
+      }
+      box.append(group);
+    }
+    box.append(el('div', { class: 'actions' }, el('button', { type: 'button', class: 'deny', onclick: () => answer({ behavior: 'deny', message: 'The user declined to answer.' }) }, 'Decline')));
+    return box;
+  }
+
+  const message = el('input', { class: 'deny-message', placeholder: 'Why not? (told to Claude)', 'aria-label': 'Deny message' });
+  const editor = el('textarea', { class: 'edit-input', rows: 4, hidden: true, 'aria-label': 'Edited input' }, JSON.stringify(request.input ?? {}, null, 2));
+  const suggestion = (request.suggestions ?? []).find((s) => s.type === 'addRules');
+  const rule = suggestion?.rules?.map((r) => `${r.toolName}${r.ruleContent ? `(${r.ruleContent})` : ''}`).join(', ');
+  box.append(editor, el('div', { class: 'actions' },
+    el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
+      if (!editor.hidden) {
+        try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
+      } else answer({ behavior: 'allow' });
+    } }, 'Allow'),
+    el('button', { type: 'button', class: 'edit', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input'),
+    el('button', { type: 'button', class: 'always', title: rule ? `Always allow ${rule} in this session` : 'Always allow this in this session', onclick: () => answer({ behavior: 'allow', remember: true }) }, rule ? `Always allow ${rule}` : 'Always allow'),
+    message,
+    el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value || undefined }) }, 'Deny')));
+  return box;
+}
+
+function showDecision(box, decision) {
+  const by = decision.by?.kind === 'policy' ? `policy${decision.by.rule ? ` (${decision.by.rule})` : ''}`
+    : decision.by?.kind === 'person' ? decision.by.who : (decision.by?.kind ?? decision.by ?? '');
+  box.classList.add('decided', decision.behavior === 'allow' ? 'allowed' : 'denied');
+  box.replaceChildren(el('div', { class: 'decision' },
+    decision.behavior === 'allow' ? `Allowed by ${by}` : `Denied by ${by}`,
+    decision.message ? `: ${decision.message}` : ''));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The session view
+
+let view = null;
+
+class SessionView {
+  constructor(id) {
+    this.id = id;
+    this.firstSeq = null; // the oldest seq drawn
+    this.lastSeq = 0; // the newest seq drawn
+    this.seqs = []; // every seq drawn, in arrival order (the tests read it)
+    this.socket = null;
+    this.closed = false;
+    this.loadingOlder = false;
+    this.root = el('section', { class: 'session' });
+    this.headerBox = el('header', { class: 'session-head' });
+    this.scroller = el('div', { class: 'transcript', tabindex: '0' });
+    this.older = el('div', { class: 'older' });
+    this.live = el('div', { class: 'chunk' });
+    this.scroller.append(this.older, this.live);
+    this.stats = el('aside', { class: 'stats' });
+    this.composer = this.makeComposer();
+    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.composer);
+    this.transcript = new Transcript(this.live, id);
+    this.scroller.addEventListener('scroll', () => {
+      if (this.scroller.scrollTop < 200) this.loadOlder();
+    });
+    window.__switchboard = { view: this };
+  }
+
+  async open() {
+    $('#main').replaceChildren(this.root);
+    this.header();
+    const session = await api('GET', `/api/sessions/${this.id}`);
+    sessions.set(this.id, { ...sessions.get(this.id), ...session });
+    this.header();
+    const page = await api('GET', `/api/sessions/${this.id}/events?before=9007199254740991&limit=${PAGE}`);
+    this.draw(page, this.live);
+    this.firstSeq = page.length ? page[0].seq : null;
+    if (this.firstSeq === 1 || page.length === 0) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+    // Requests asked before the loaded page are still waiting: draw them too.
+    for (const request of session.pending_permissions ?? []) this.transcript.permissionRequested(request, this.live);
+    this.scrollToEnd();
+    this.subscribe();
+    this.charts();
+  }
+
+  close() {
+    this.closed = true;
+    this.socket?.close();
+  }
+
+  draw(records, chunk) {
+    for (const record of records) {
+      if (this.seqs.length && record.seq <= this.lastSeq && chunk === this.live) continue;
+      this.transcript.apply(record, chunk);
+      if (chunk === this.live) { this.lastSeq = record.seq; this.seqs.push(record.seq); }
+    }
+  }
+
+  subscribe() {
+    let delay = 300;
+    const connect = () => {
+      if (this.closed) return;
+      const socket = new WebSocket(socketUrl(`/api/sessions/${this.id}/subscribe?after=${this.lastSeq}`));
+      this.socket = socket;
+      socket.onopen = () => { delay = 300; connection.up(); };
+      socket.onmessage = (message) => {
+        const frame = JSON.parse(message.data);
+        if (frame.type === 'lagged') return; // the missed events follow from the log
+        if (frame.type === 'ack') return;
+        if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
+        if (typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
+        const atEnd = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;
+        this.draw([frame], this.live);
+        if (frame.event?.event === 'line' && frame.event.line?.type === 'result') this.charts();
+        if (atEnd) this.scrollToEnd();
+      };
+      socket.onclose = () => {
+        if (this.closed) return;
+        connection.down('The connection to the daemon dropped.');
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 5000);
+      };
+    };
+    connect();
+  }
+
+  async loadOlder() {
+    if (this.loadingOlder || this.firstSeq === null || this.firstSeq <= 1) return;
+    this.loadingOlder = true;
+    try {
+      const page = await api('GET', `/api/sessions/${this.id}/events?before=${this.firstSeq}&limit=${PAGE}`);
+      if (!page.length) return;
+      const chunk = el('div', { class: 'chunk' });
+      const height = this.scroller.scrollHeight;
+      this.draw(page, chunk);
+      this.older.after(chunk);
+      this.firstSeq = page[0].seq;
+      if (this.firstSeq <= 1) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+      this.scroller.scrollTop += this.scroller.scrollHeight - height;
+      this.charts();
+    } finally {
+      this.loadingOlder = false;
+    }
+  }
+
+  scrollToEnd() {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+  }
+
+  header() {
+    const session = sessions.get(this.id) ?? { id: this.id };
+    const [state, label] = stateLabel(session);
+    const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
+    const model = el('input', { class: 'model', list: 'models', value: session.model ?? '', 'aria-label': 'Model', placeholder: 'model' });
+    model.addEventListener('change', () => this.control('model', { model: model.value }));
+    const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
+      ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m, selected: (session.permission_mode ?? 'default') === m }, m)));
+    mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
+    this.headerBox.replaceChildren(
+      el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
+      el('div', { class: 'session-title' }, el('h1', {}, session.title || session.cwd || this.id), el('div', { class: 'muted cwd' }, session.cwd ?? '')),
+      el('span', { class: `badge state-${state}`, 'data-state': session.state ?? '' }, label),
+      el('span', { class: 'cost' }, money(session.cost_usd)),
+      model, mode,
+      running
+        ? el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', onclick: () => this.interrupt() }, 'Interrupt')
+        : el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
+      session.claude_session_id ? el('button', { type: 'button', class: 'fork', title: 'Fork this conversation into a new session', onclick: () => this.fork() }, 'Fork') : null,
+    );
+  }
+
+  async control(what, body) {
+    try { await api('POST', `/api/sessions/${this.id}/${what}`, body); toast(`${what === 'model' ? 'Model' : 'Permission mode'} set`, 'info'); } catch (error) { toast(error.message); }
+  }
+
+  async interrupt() {
+    try { await api('POST', `/api/sessions/${this.id}/interrupt`); } catch (error) { toast(error.message); }
+  }
+
+  async resume() {
+    try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
+  }
+
+  async fork(uuid) {
+    const session = sessions.get(this.id);
+    try {
+      const created = await api('POST', '/api/sessions', { cwd: session.cwd, resume: session.claude_session_id, fork: true, resume_at: uuid });
+      location.hash = `#/s/${created.id}`;
+    } catch (error) { toast(error.message); }
+  }
+
+  makeComposer() {
+    const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: 'Message Claude (Ctrl+Enter to send; queued while a turn runs)', 'aria-label': 'Message' });
+    const send = async () => {
+      const content = input.value.trim();
+      if (!content) return;
+      input.value = '';
+      try { await api('POST', `/api/sessions/${this.id}/messages`, { content }); } catch (error) { input.value = content; toast(error.message); }
+    };
+    input.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
+    });
+    this.input = input;
+    return el('form', { class: 'composer', onsubmit: (event) => { event.preventDefault(); send(); } }, input, el('button', { type: 'submit', class: 'primary send' }, 'Send'));
+  }
+
+  charts() {
+    const transcript = this.transcript;
+    const turns = transcript.turns;
+    const usage = transcript.usage;
+    const context = usage ? (usage.input_tokens ?? 0) + (usage.cache_read_input_tokens ?? 0) + (usage.cache_creation_input_tokens ?? 0) : 0;
+    const models = Object.entries(transcript.modelUsage);
+    const window_ = models.map(([, u]) => u.contextWindow).find(Boolean) ?? 200000;
+    const share = Math.min(1, context / window_);
+    const gauge = el('div', { class: 'gauge', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': window_, 'aria-valuenow': context, 'aria-label': 'Context window used' },
+      el('div', { class: 'gauge-fill', style: `width:${(share * 100).toFixed(1)}%` }));
+    const chart = el('div', { class: 'cost-chart' });
+    this.stats.replaceChildren(
+      el('h2', {}, 'Cost'),
+      turns.length ? chart : el('p', { class: 'muted' }, 'No finished turn yet.'),
+      el('h2', {}, 'Context'), gauge, el('div', { class: 'muted' }, `${tokens(context)} of ${tokens(window_)} tokens`),
+      el('h2', {}, 'By model'),
+      el('table', { class: 'models' }, el('tbody', {}, models.map(([name, u]) => el('tr', {},
+        el('td', {}, name), el('td', {}, `${tokens((u.inputTokens ?? 0) + (u.cacheReadInputTokens ?? 0))} in`), el('td', {}, `${tokens(u.outputTokens)} out`), el('td', {}, money(u.costUSD))))))
+    );
+    if (!turns.length) return;
+    const xs = turns.map((_, i) => i + 1);
+    const data = [xs, turns.map((t) => t.cost), turns.map((t) => t.input + t.output)];
+    const width = Math.max(220, this.stats.clientWidth - 16);
+    // uPlot draws onto a canvas: the chart follows the stats panel.
+    new uPlot({
+      width, height: 160, legend: { show: true },
+      scales: { x: { time: false }, tokens: {} },
+      axes: [{ label: 'turn' }, { scale: '$', values: (_, ticks) => ticks.map((t) => money(t)), size: 70 }, { scale: 'tokens', side: 1, grid: { show: false } }],
+      series: [{ label: 'turn' }, { label: 'cost', scale: '$', stroke: '#3366cc', fill: 'rgba(51,102,204,.15)', paths: uPlot.paths.bars?.({ size: [0.6] }), value: (_, v) => v == null ? '' : money(v) },
+        { label: 'tokens', scale: 'tokens', stroke: '#cc7a00', value: (_, v) => v == null ? '' : tokens(v) }],
+    }, data, chart);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The new-session form and the routes
+
+function newSessionForm(prefill = {}) {
+  const form = $('#new-session-form').content.firstElementChild.cloneNode(true);
+  for (const [key, value] of Object.entries(prefill)) if (form.elements[key]) form.elements[key].value = value;
+  const lastCwd = localStorage.getItem('switchboard.cwd');
+  if (lastCwd && !form.elements.cwd.value) form.elements.cwd.value = lastCwd;
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const body = { cwd: data.get('cwd').trim() };
+    for (const key of ['prompt', 'model', 'permission_mode', 'policy', 'resume', 'resume_at']) {
+      const value = (data.get(key) ?? '').trim();
+      if (value) body[key] = value;
+    }
+    if (data.get('fork')) body.fork = true;
+    const error = $('.form-error', form);
+    error.hidden = true;
+    try {
+      const session = await api('POST', '/api/sessions', body);
+      localStorage.setItem('switchboard.cwd', body.cwd);
+      sessions.set(session.id, session);
+      location.hash = `#/s/${session.id}`;
+    } catch (failure) {
+      error.textContent = failure.message;
+      error.hidden = false;
+    }
+  });
+  return form;
+}
+
+function route() {
+  view?.close();
+  view = null;
+  const hash = location.hash;
+  const match = hash.match(/^#\/s\/([^/]+)$/);
+  document.body.classList.toggle('in-session', Boolean(match));
+  if (match) {
+    view = new SessionView(match[1]);
+    view.open().catch((error) => toast(error.message));
+  } else if (hash === '#/new') {
+    $('#main').replaceChildren(newSessionForm());
+    $('#main [name=cwd]').focus();
+  } else {
+    $('#main').replaceChildren(el('div', { class: 'empty' }, el('h1', {}, 'Sessions'),
+      el('p', {}, sessions.size ? 'Pick a session on the left, or start a new one.' : 'No sessions yet.'),
+      el('a', { href: '#/new', class: 'button primary' }, 'New session')));
+  }
+  renderList();
+}
+
+// Keyboard: Ctrl+Enter sends (in the composer), Esc interrupts, a / d approve / deny the oldest
+// pending request, n opens the new-session form.
+document.addEventListener('keydown', (event) => {
+  const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement?.tagName);
+  if (event.key === 'Escape' && view && !typing) { event.preventDefault(); view.interrupt(); return; }
+  if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (event.key === 'n') { location.hash = '#/new'; event.preventDefault(); }
+  const box = $('.permission:not(.decided)', view?.root ?? document.createElement('div'));
+  if (!box) return;
+  if (event.key === 'a') $('.allow', box)?.click();
+  if (event.key === 'd') $('.deny', box)?.click();
+});
+
+document.addEventListener('click', () => {
+  if ('Notification' in window && Notification.permission === 'default') Notification.requestPermission().catch(() => {});
+}, { once: true });
+
+window.addEventListener('hashchange', route);
+setInterval(renderList, 30000); // "3 min ago" moves on
+loadSessions().catch(() => {}).finally(route);
+watchDashboard();

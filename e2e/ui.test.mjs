@@ -1,0 +1,195 @@
+// Browser tests of the web UI. Started by `cargo test` (crates/server/tests/it/ui.rs, test
+// `browser`), which runs the daemon with the real Claude Code CLI against the scripted fake API
+// and passes: SWITCHBOARD_URL, SWITCHBOARD_TOKEN, FAKE_API_URL (POST /_fake/release lets held
+// streams go on), WORKDIR, CHROMIUM, SCREENSHOTS.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, FAKE_API_URL: fake, WORKDIR: workdir,
+  CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
+const TIMEOUT = 60_000;
+
+const browser = await chromium.launch({
+  executablePath,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+const page = await context.newPage();
+page.setDefaultTimeout(TIMEOUT);
+const problems = [];
+page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+page.on('response', (response) => { if (response.status() >= 400) problems.push(`${response.status()} ${response.url()}`); });
+page.on('console', (message) => { if (message.type() === 'error') problems.push(`console: ${message.text()}`); });
+
+let failed = false;
+async function step(name, run) {
+  const started = Date.now();
+  try {
+    await run();
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (error) {
+    failed = true;
+    console.log(`FAIL ${name}: ${error.stack ?? error}`);
+    await page.screenshot({ path: path.join(screenshots, `failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
+    throw error;
+  }
+}
+
+const release = () => fetch(`${fake}/_fake/release`, { method: 'POST' });
+const shot = (name, target = page) => target.screenshot({ path: path.join(screenshots, name) });
+const transcript = () => page.locator('.transcript');
+const badge = () => page.locator('.session-head .badge');
+
+async function send(text) {
+  const input = page.locator('.composer-input');
+  await input.fill(text);
+  await input.press('Control+Enter');
+  await page.locator('.msg.user', { hasText: text }).waitFor();
+}
+
+/// The seqs the page drew live are contiguous: no gap, no duplicate.
+async function assertContiguous() {
+  const seqs = await page.evaluate(() => window.__switchboard.view.seqs);
+  assert.ok(seqs.length > 0);
+  for (let i = 1; i < seqs.length; i += 1) assert.equal(seqs[i], seqs[i - 1] + 1, `seq ${seqs[i]} after ${seqs[i - 1]}`);
+}
+
+try {
+  await step('the printed URL signs the browser in', async () => {
+    await page.goto(`${base}/?token=${token}`);
+    assert.equal(page.url(), `${base}/`, 'the token left the address bar');
+    await page.locator('.session-item', { hasText: 'A long session' }).waitFor();
+  });
+
+  await step('start a session from the form; text streams in progressively', async () => {
+    await page.locator('#new-session').click();
+    await page.locator('form.new-session [name=cwd]').fill(workdir);
+    await page.locator('form.new-session [name=prompt]').fill('STREAM please');
+    await page.locator('form.new-session button[type=submit]').click();
+    await page.waitForURL(/#\/s\//);
+    // Held after three words: what streamed so far is on the page while the turn runs.
+    const partial = transcript().locator('.block.text.streaming', { hasText: 'Streaming' });
+    await partial.waitFor();
+    assert.ok(!(await partial.textContent()).includes('very end'), 'only part of the text so far');
+    assert.equal(await badge().textContent(), 'working');
+    await release();
+    const done = transcript().locator('.block.text .md', { hasText: 'until the very end' });
+    await done.waitFor();
+    assert.equal(await done.locator('strong').textContent(), 'progressively', 'markdown rendered');
+    await page.locator('.session-head .badge.state-idle').waitFor();
+  });
+
+  await step('approve a Bash call from its card and see its output', async () => {
+    await send('RUNBASH now');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch approved.txt' });
+    await card.locator('.permission .allow').waitFor();
+    await page.waitForFunction(() => document.title.startsWith('(1) waiting'));
+    await page.locator('.session-item.state-waiting').waitFor();
+    await shot('live-session-pending-approval.png');
+    await card.locator('.permission .allow').click();
+    await card.locator('.decision', { hasText: 'Allowed by browser' }).waitFor();
+    await card.locator('.result', { hasText: 'approved.txt' }).waitFor();
+    await transcript().getByText('The file is there.').waitFor();
+  });
+
+  await step('deny one with a message and see the denial', async () => {
+    await send('DENYBASH please');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch denied.txt' });
+    await card.locator('.permission .deny').waitFor();
+    await card.locator('.deny-message').fill('not today');
+    await card.locator('.permission .deny').click();
+    await card.locator('.decision', { hasText: 'Denied by browser: not today' }).waitFor();
+    await transcript().getByText('Understood, I will not.').waitFor();
+  });
+
+  await step('answer an AskUserQuestion with one of its options', async () => {
+    await send('ASKME something');
+    const choice = transcript().locator('.permission .choice', { hasText: 'Green' });
+    await choice.waitFor();
+    await choice.click();
+    await transcript().getByText('Green it is.').waitFor();
+  });
+
+  await step('an Edit shows as a diff, approved from its card', async () => {
+    await send('EDITME');
+    const card = transcript().locator('.tool-Edit');
+    await card.locator('.permission .allow').waitFor();
+    await card.locator('.diff-line.del', { hasText: 'colour = 1' }).waitFor();
+    await card.locator('.diff-line.add', { hasText: 'color = 2' }).waitFor();
+    await shot('diff-card.png', card);
+    await card.locator('.permission .allow').click();
+    await transcript().getByText('Edited.').waitFor();
+  });
+
+  await step('interrupt a slow stream', async () => {
+    await send('SLOW stream');
+    await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();
+    await page.locator('.session-head .interrupt').click();
+    await page.locator('.session-head .badge.state-idle').waitFor();
+    await release();
+    assert.equal(await transcript().getByText('before it ends, surely').count(), 0, 'the rest never came');
+  });
+
+  await step('reload mid-stream: no duplicate, no gap', async () => {
+    await send('RELOAD midway');
+    await transcript().locator('.block.text.streaming', { hasText: 'Reloading keeps' }).waitFor();
+    await page.reload();
+    await transcript().locator('.msg.assistant', { hasText: 'Reloading keeps' }).waitFor();
+    await release();
+    await transcript().locator('.block.text .md', { hasText: 'exactly once here.' }).waitFor();
+    await page.locator('.session-head .badge.state-idle').waitFor();
+    assert.equal(await transcript().locator('.msg.assistant', { hasText: 'Reloading keeps' }).count(), 1);
+    assert.equal(await transcript().locator('.msg.user', { hasText: 'RELOAD midway' }).count(), 1);
+    await assertContiguous();
+  });
+
+  await step('the cost chart, context gauge and per-model totals', async () => {
+    await page.locator('.stats .cost-chart canvas').waitFor();
+    await page.locator('.stats .gauge').waitFor();
+    await page.locator('.stats table.models tr').first().waitFor();
+    await shot('cost-chart.png', page.locator('.stats'));
+  });
+
+  await step('the session list', async () => {
+    await page.goto(`${base}/#/`);
+    await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();
+    await shot('session-list.png');
+  });
+
+  await step('a 10,000-event session opens, then pages back to its start', async () => {
+    const started = Date.now();
+    await page.goto(`${base}/#/s/long-session`);
+    await transcript().locator('.md strong', { hasText: /^1000$/ }).waitFor();
+    console.log(`     opened a 10,000-event session in ${Date.now() - started} ms (recent part first)`);
+    const start = transcript().locator('.start');
+    for (let round = 0; round < 100 && !(await start.count()); round += 1) {
+      const before = await page.evaluate(() => window.__switchboard.view.firstSeq);
+      await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
+      await page.waitForFunction((seq) => window.__switchboard.view.firstSeq < seq || document.querySelector('.transcript .start'), before);
+    }
+    await start.waitFor();
+    await transcript().locator('.msg.user', { hasText: /^Question number 1$/ }).waitFor();
+    assert.equal(await transcript().locator('.msg.user').count(), 1000, 'every prompt once');
+  });
+
+  await step('on a phone-sized screen the list and the session take the whole width', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.goto(`${base}/#/`);
+    await page.locator('.session-item').first().waitFor();
+    await page.locator('.session-item a', { hasText: 'STREAM please' }).click();
+    await page.locator('.composer-input').waitFor();
+    assert.equal(await page.locator('#sidebar').isVisible(), false);
+    await shot('phone-session.png');
+  });
+
+  await step('no errors in the page', async () => {
+    assert.deepEqual(problems, []);
+  });
+} catch (error) {
+  failed = true;
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
