@@ -16,6 +16,25 @@ const browser = await chromium.launch({
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+// The page's WebSockets go through Playwright, so the test can cut them ("offline" below:
+// going offline in the browser alone keeps open sockets open).
+let offline = false;
+const sockets = new Set();
+await context.routeWebSocket(/\/api\//, (socket) => {
+  if (offline) { socket.close({ code: 1011, reason: 'offline (test)' }); return; }
+  socket.connectToServer();
+  sockets.add(socket);
+  socket.onClose(() => sockets.delete(socket));
+});
+async function goOffline() {
+  offline = true;
+  await context.setOffline(true);
+  for (const socket of sockets) await socket.close({ code: 1011, reason: 'offline (test)' });
+}
+async function goOnline() {
+  offline = false;
+  await context.setOffline(false);
+}
 const page = await context.newPage();
 page.setDefaultTimeout(TIMEOUT);
 const problems = [];
@@ -123,6 +142,75 @@ try {
     await transcript().getByText('Edited.').waitFor();
   });
 
+  await step('allow with an edited input', async () => {
+    await send('EDITINPUT');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch original.txt' });
+    await card.locator('.permission .edit').click();
+    const editor = card.locator('.permission .edit-input');
+    await editor.fill((await editor.inputValue()).replace('original.txt', 'edited.txt'));
+    await card.locator('.permission .allow').click();
+    await card.locator('.result', { hasText: 'edited.txt' }).waitFor();
+    await transcript().getByText('Ran the edited command.').waitFor();
+  });
+
+  await step('"always allow" from the CLI\'s suggestion: the same call is not asked again', async () => {
+    await send('ALWAYS');
+    const first = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' }).first();
+    const always = first.locator('.permission .always');
+    await always.waitFor();
+    assert.match(await always.textContent(), /Always allow Bash\(touch always\.txt && ls\)/);
+    await always.click();
+    await transcript().getByText('Twice, asked once.').waitFor();
+    const cards = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' });
+    assert.equal(await cards.count(), 2);
+    assert.equal(await cards.nth(1).locator('.permission:not(.decided)').count(), 0, 'not asked again');
+    await cards.nth(1).locator('.result', { hasText: 'always.txt' }).waitFor();
+  });
+
+  await step('keyboard: a approves the pending request', async () => {
+    await send('KEYS');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch keyed.txt' });
+    await card.locator('.permission .allow').waitFor();
+    await transcript().click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press('a');
+    await card.locator('.decision', { hasText: 'Allowed by browser' }).waitFor();
+    await transcript().getByText('Keyed in.').waitFor();
+  });
+
+  await step('a subagent nests under the card that started it', async () => {
+    await send('SUBAGENT');
+    const card = transcript().locator('.tool-Agent');
+    await card.locator('.nest .tool-Read').waitFor();
+    await transcript().getByText('Main agent done.').waitFor();
+    await card.locator('.tool-result', { hasText: 'The sub file says hello.' }).waitFor();
+  });
+
+  await step('an image from a tool result is shown', async () => {
+    await send('READIMG');
+    const image = transcript().locator('.tool-Read .result img');
+    await image.waitFor();
+    assert.ok(await image.evaluate((node) => node.complete && node.naturalWidth === 8), 'the picture decoded');
+  });
+
+  await step('API errors and retries are visible', async () => {
+    await send('RETRYME');
+    await transcript().locator('.notice.warn', { hasText: 'API error 429' }).first().waitFor();
+    await transcript().getByText('Recovered after retries.').waitFor();
+  });
+
+  await step('switch the model and the permission mode mid-session', async () => {
+    const model = page.locator('.session-head .model');
+    await model.fill('claude-haiku-4-5');
+    await model.press('Enter');
+    await model.blur();
+    await page.locator('.toast', { hasText: 'Model set to claude-haiku-4-5' }).waitFor();
+    await page.locator('.session-head .mode').selectOption('acceptEdits');
+    await page.locator('.toast', { hasText: 'Permission mode set to acceptEdits' }).waitFor();
+    await page.waitForFunction(() => document.querySelector('.session-head .mode').value === 'acceptEdits');
+    await page.locator('.session-head .mode').selectOption('default');
+    await page.locator('.toast', { hasText: 'Permission mode set to default' }).waitFor();
+  });
+
   await step('interrupt a slow stream', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();
@@ -142,6 +230,26 @@ try {
     await page.locator('.session-head .badge.state-idle').waitFor();
     assert.equal(await transcript().locator('.msg.assistant', { hasText: 'Reloading keeps' }).count(), 1);
     assert.equal(await transcript().locator('.msg.user', { hasText: 'RELOAD midway' }).count(), 1);
+    await assertContiguous();
+  });
+
+  await step('the daemon unreachable: said so, then caught up with no gap', async () => {
+    const id = page.url().split('#/s/')[1];
+    await send('OFFLINE');
+    await transcript().locator('.block.text.streaming', { hasText: 'Offline and' }).waitFor();
+    await goOffline();
+    await page.locator('#banner').waitFor();
+    await release();
+    // The turn ends while the page cannot see it.
+    for (let i = 0; i < 600; i += 1) {
+      const session = await (await fetch(`${base}/api/sessions/${id}`, { headers: { authorization: `Bearer ${process.env.API_TOKEN}` } })).json();
+      if (session.state === 'idle') break;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await goOnline();
+    await page.locator('#banner').waitFor({ state: 'hidden' });
+    await transcript().locator('.block.text .md', { hasText: 'without losing a word.' }).waitFor();
+    assert.equal(await transcript().locator('.msg.assistant', { hasText: 'Offline and back' }).count(), 1);
     await assertContiguous();
   });
 

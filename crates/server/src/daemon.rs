@@ -820,6 +820,7 @@ async fn pump(
                     "event": "session_changed", "session_id": id, "state": record.state,
                     "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
                     "claude_session_id": record.claude_session_id,
+                    "permission_mode": record.permission_mode, "title": record.title,
                 }));
             }
         }

@@ -189,6 +189,8 @@ function watchDashboard() {
         Object.assign(session, {
           state: change.state, cost_usd: change.cost_usd, model: change.model,
           claude_session_id: change.claude_session_id, updated_ms: Date.now(),
+          permission_mode: change.permission_mode, title: change.title ?? session.title,
+          running: !['exited', 'crashed'].includes(change.state),
           pending_permissions: new Array(change.pending_permissions).fill({}),
         });
         sessions.set(session.id, session);
@@ -341,6 +343,10 @@ class Transcript {
       }
       if (line.uuid) message.box.dataset.uuid = line.uuid;
     }
+    if (line.uuid && !line.parent_tool_use_id && !$('.fork-here', message.box)) {
+      message.box.append(el('button', { type: 'button', class: 'fork-here', title: 'Start a new session from this point of the conversation',
+        onclick: () => view?.fork(message.box.dataset.uuid) }, 'Fork from here'));
+    } else if ($('.fork-here', message.box)) message.box.append($('.fork-here', message.box));
   }
 
   block(part, line) {
@@ -717,30 +723,50 @@ class SessionView {
     this.scroller.scrollTop = this.scroller.scrollHeight;
   }
 
+  /// The header: built once, then updated in place (a half-typed model name survives).
   header() {
     const session = sessions.get(this.id) ?? { id: this.id };
     const [state, label] = stateLabel(session);
     const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
-    const model = el('input', { class: 'model', list: 'models', value: session.model ?? '', 'aria-label': 'Model', placeholder: 'model' });
-    model.addEventListener('change', () => this.control('model', { model: model.value }));
-    const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
-      ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m, selected: (session.permission_mode ?? 'default') === m }, m)));
-    mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
-    this.headerBox.replaceChildren(
-      el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
-      el('div', { class: 'session-title' }, el('h1', {}, session.title || session.cwd || this.id), el('div', { class: 'muted cwd' }, session.cwd ?? '')),
-      el('span', { class: `badge state-${state}`, 'data-state': session.state ?? '' }, label),
-      el('span', { class: 'cost' }, money(session.cost_usd)),
-      model, mode,
-      running
-        ? el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', onclick: () => this.interrupt() }, 'Interrupt')
-        : el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
-      session.claude_session_id ? el('button', { type: 'button', class: 'fork', title: 'Fork this conversation into a new session', onclick: () => this.fork() }, 'Fork') : null,
-    );
+    if (!this.head) {
+      const model = el('input', { class: 'model', list: 'models', 'aria-label': 'Model', placeholder: 'model' });
+      model.addEventListener('change', () => this.control('model', { model: model.value }));
+      const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
+        ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m }, m)));
+      mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
+      this.head = {
+        title: el('h1'), cwd: el('div', { class: 'muted cwd' }), badge: el('span', { class: 'badge' }),
+        cost: el('span', { class: 'cost' }), model, mode,
+        interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', onclick: () => this.interrupt() }, 'Interrupt'),
+        resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
+        fork: el('button', { type: 'button', class: 'fork', title: 'Fork this conversation into a new session', onclick: () => this.fork() }, 'Fork'),
+      };
+      const h = this.head;
+      this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
+        el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.model, h.mode, h.interrupt, h.resume, h.fork);
+    }
+    const h = this.head;
+    h.title.textContent = session.title || session.cwd || this.id;
+    h.cwd.textContent = session.cwd ?? '';
+    h.badge.className = `badge state-${state}`;
+    h.badge.dataset.state = session.state ?? '';
+    h.badge.textContent = label;
+    h.cost.textContent = money(session.cost_usd);
+    if (document.activeElement !== h.model) h.model.value = session.model ?? '';
+    if (document.activeElement !== h.mode) h.mode.value = session.permission_mode ?? 'default';
+    h.interrupt.hidden = !running;
+    h.resume.hidden = running;
+    h.fork.hidden = !session.claude_session_id;
   }
 
   async control(what, body) {
-    try { await api('POST', `/api/sessions/${this.id}/${what}`, body); toast(`${what === 'model' ? 'Model' : 'Permission mode'} set`, 'info'); } catch (error) { toast(error.message); }
+    try {
+      await api('POST', `/api/sessions/${this.id}/${what}`, body);
+      const session = sessions.get(this.id);
+      if (session && what === 'model') session.model = body.model;
+      if (session && what === 'permission-mode') session.permission_mode = body.mode;
+      toast(`${what === 'model' ? 'Model' : 'Permission mode'} set to ${body.model ?? body.mode}`, 'info');
+    } catch (error) { toast(error.message); }
   }
 
   async interrupt() {

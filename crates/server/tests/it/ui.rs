@@ -220,6 +220,10 @@ async fn browser() {
     let sandbox = CliSandbox::new().unwrap();
     let notes = sandbox.file("notes.txt");
     std::fs::write(&notes, "colour = 1\n").unwrap();
+    let sub = sandbox.file("sub.txt");
+    std::fs::write(&sub, "SUBFILE_CONTENT\n").unwrap();
+    let picture = sandbox.file("picture.png");
+    std::fs::write(&picture, RED_PNG).unwrap();
     let api = FakeApi::start(
         Scenario::new()
             // Streamed text, held after three words until the test releases it.
@@ -275,6 +279,63 @@ async fn browser() {
                     .when_prompt("RELOAD")
                     .hold_after(3),
             )
+            // Allowed with an edited input.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch original.txt && ls", "description": "edit me"}),
+                )
+                .when_prompt("EDITINPUT"),
+            )
+            .reply(Reply::text("Ran the edited command.").when_tool_result_contains("edited.txt"))
+            // "Always allow": the same command a second time is not asked about.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch always.txt && ls", "description": "first"}),
+                )
+                .when_prompt("ALWAYS"),
+            )
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch always.txt && ls", "description": "second"}),
+                )
+                .when_tool_result_contains("always.txt"),
+            )
+            .reply(Reply::text("Twice, asked once.").when_tool_result_contains("always.txt"))
+            // Approved with the keyboard.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch keyed.txt && ls", "description": "keys"}),
+                )
+                .when_prompt("KEYS"),
+            )
+            .reply(Reply::text("Keyed in.").when_tool_result_contains("keyed.txt"))
+            // A subagent whose messages nest under its card.
+            .reply(
+                Reply::tool_use(
+                    "Agent",
+                    json!({"description": "Read the sub file", "subagent_type": "general-purpose",
+                        "prompt": "SUBAGENT_PROMPT: read the sub file", "run_in_background": false}),
+                )
+                .when_prompt("SUBAGENT"),
+            )
+            .reply(Reply::tool_use("Read", json!({"file_path": sub})).when_prompt("SUBAGENT_PROMPT"))
+            .reply(Reply::text("The sub file says hello.").when_tool_result_contains("SUBFILE_CONTENT"))
+            .reply(Reply::text("Main agent done.").when_tool_result_contains("sub file says"))
+            // An image from a tool result.
+            .reply(Reply::tool_use("Read", json!({"file_path": picture})).when_prompt("READIMG"))
+            // API errors are retried, visibly.
+            .reply(Reply::http_error(429, "rate_limit_error", "slow down", 2).when_prompt("RETRYME"))
+            .reply(Reply::text("Recovered after retries.").when_prompt("RETRYME"))
+            // Held while the browser goes offline.
+            .reply(
+                Reply::text("Offline and back without losing a word.")
+                    .when_prompt("OFFLINE")
+                    .hold_after(2),
+            )
             .reply(Reply::text("Edited.").when_tool_result())
             .fallback("OK."),
     )
@@ -294,6 +355,7 @@ async fn browser() {
         .env("SWITCHBOARD_TOKEN", TOKEN)
         .env("FAKE_API_URL", api.base_url())
         .env("WORKDIR", sandbox.workdir())
+        .env("API_TOKEN", TOKEN)
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOTS", &screenshots)
         .kill_on_drop(true)
@@ -311,4 +373,13 @@ async fn browser() {
     assert!(sandbox.file("approved.txt").exists(), "the approved command ran");
     assert!(!sandbox.file("denied.txt").exists(), "the denied command never ran");
     assert_eq!(std::fs::read_to_string(sandbox.file("notes.txt")).unwrap(), "color = 2\n");
+    assert!(sandbox.file("edited.txt").exists() && !sandbox.file("original.txt").exists());
+    assert!(sandbox.file("keyed.txt").exists());
 }
+
+/// An 8×8 red PNG.
+const RED_PNG: &[u8] = &[
+    137, 80, 78, 71, 13, 10, 26, 10, 0, 0, 0, 13, 73, 72, 68, 82, 0, 0, 0, 8, 0, 0, 0, 8, 8, 2, 0,
+    0, 0, 75, 109, 41, 220, 0, 0, 0, 17, 73, 68, 65, 84, 120, 156, 99, 56, 97, 99, 131, 21, 49, 12,
+    45, 9, 0, 101, 153, 80, 1, 82, 15, 175, 83, 0, 0, 0, 0, 73, 69, 78, 68, 174, 66, 96, 130,
+];
