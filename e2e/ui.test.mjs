@@ -260,6 +260,23 @@ try {
     await shot('cost-chart.png', page.locator('.stats'));
   });
 
+  await step('fork the conversation from one of its messages', async () => {
+    const first = transcript().locator('.msg.assistant', { hasText: 'Streaming progressively' });
+    // The page holds the recent part: page back until the first answer is there.
+    for (let round = 0; round < 50 && !(await first.count()); round += 1) {
+      const before = await page.evaluate(() => window.__switchboard.view.firstSeq);
+      await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
+      await page.waitForFunction((seq) => window.__switchboard.view.firstSeq < seq || document.querySelector('.transcript .start'), before);
+    }
+    const from = page.url();
+    await first.hover();
+    await first.locator('.fork-here').click();
+    await page.waitForURL((url) => url.href !== from && /#\/s\//.test(url.href));
+    await page.locator('.composer-input').waitFor();
+    await send('AFTER FORK');
+    await transcript().getByText('OK.').waitFor();
+  });
+
   await step('the session list', async () => {
     await page.goto(`${base}/#/`);
     await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();

@@ -70,6 +70,12 @@ function ago(ms) {
   return new Date(ms).toLocaleDateString();
 }
 
+/// The end of a path, which is what tells projects apart.
+function shortPath(path) {
+  const parts = (path ?? '').split('/').filter(Boolean);
+  return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : path ?? '';
+}
+
 function stateLabel(session) {
   const pending = session.pending_permissions?.length ?? session.pending ?? 0;
   if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
@@ -154,11 +160,12 @@ function renderList() {
         el('span', { class: 'title' }, session.title || session.cwd?.split('/').pop() || session.id),
         el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
         el('span', { class: 'meta' },
-          el('span', { class: 'cwd', title: session.cwd }, session.cwd),
+          el('span', { class: 'cwd', title: session.cwd }, shortPath(session.cwd)),
           el('span', {}, session.model ?? ''),
           el('span', {}, money(session.cost_usd)),
           el('span', { class: 'ago' }, ago(session.updated_ms)))));
   }));
+  renderOverview();
   const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting').length;
   document.title = waiting > 0 ? `(${waiting}) waiting — Switchboard` : 'Switchboard';
 }
@@ -879,11 +886,33 @@ function route() {
     $('#main').replaceChildren(newSessionForm());
     $('#main [name=cwd]').focus();
   } else {
-    $('#main').replaceChildren(el('div', { class: 'empty' }, el('h1', {}, 'Sessions'),
-      el('p', {}, sessions.size ? 'Pick a session on the left, or start a new one.' : 'No sessions yet.'),
-      el('a', { href: '#/new', class: 'button primary' }, 'New session')));
+    renderOverview();
   }
   renderList();
+}
+
+/// The home page: every session at a glance, the ones waiting for a person first.
+function renderOverview() {
+  if (view || !['', '#', '#/'].includes(location.hash)) return;
+  const rank = (s) => ({ waiting: 0, working: 1, starting: 1, compacting: 1, idle: 2 }[stateLabel(s)[0]] ?? 3);
+  const items = [...sessions.values()].sort((a, b) => rank(a) - rank(b) || (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
+  const total = items.reduce((sum, s) => sum + (s.cost_usd ?? 0), 0);
+  const waiting = items.filter((s) => rank(s) === 0).length;
+  const running = items.filter((s) => rank(s) <= 1).length;
+  $('#main').replaceChildren(el('div', { class: 'overview' },
+    el('div', { class: 'overview-head' }, el('h1', {}, 'Sessions'), el('a', { href: '#/new', class: 'button primary' }, 'New session')),
+    el('p', { class: 'muted' }, `${items.length} sessions · ${running} active · ${waiting} waiting for you · ${money(total)} in all`),
+    items.length ? el('table', { class: 'overview-table' },
+      el('thead', {}, el('tr', {}, ['Session', 'State', 'Directory', 'Model', 'Cost', 'Last activity'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, items.map((session) => {
+        const [state, label] = stateLabel(session);
+        const pending = session.pending_permissions?.length ?? 0;
+        return el('tr', { class: `state-${state}` },
+          el('td', {}, el('a', { href: `#/s/${session.id}` }, session.title || shortPath(session.cwd) || session.id)),
+          el('td', {}, el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label)),
+          el('td', { class: 'muted', title: session.cwd }, shortPath(session.cwd)),
+          el('td', {}, session.model ?? ''), el('td', {}, money(session.cost_usd)), el('td', { class: 'muted' }, ago(session.updated_ms)));
+      }))) : el('p', {}, 'No sessions yet. Start one to run Claude Code here.')));
 }
 
 // Keyboard: Ctrl+Enter sends (in the composer), Esc interrupts, a / d approve / deny the oldest

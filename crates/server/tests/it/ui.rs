@@ -375,6 +375,15 @@ async fn browser() {
     assert_eq!(std::fs::read_to_string(sandbox.file("notes.txt")).unwrap(), "color = 2\n");
     assert!(sandbox.file("edited.txt").exists() && !sandbox.file("original.txt").exists());
     assert!(sandbox.file("keyed.txt").exists());
+    // The fork went on from the first answer: the model saw the conversation up to there only.
+    let forked = api
+        .conversation_requests()
+        .into_iter()
+        .map(|request| request.body.to_string())
+        .find(|body| body.contains("AFTER FORK"))
+        .expect("the forked session asked the model");
+    assert!(forked.contains("STREAM please") && forked.contains("Streaming"), "{forked}");
+    assert!(!forked.contains("RUNBASH"), "the fork does not see what came after: {forked}");
 }
 
 /// An 8×8 red PNG.
