@@ -211,6 +211,35 @@ try {
     await page.locator('.toast', { hasText: 'Permission mode set to default' }).waitFor();
   });
 
+  await step('thinking folds', async () => {
+    await send('THINK');
+    await transcript().getByText('Thought it through.').waitFor();
+    const thinking = transcript().locator('details.thinking', { hasText: 'Weighing the options' });
+    assert.equal(await thinking.evaluate((node) => node.open), false, 'folded');
+    await thinking.locator('summary').click();
+    assert.equal(await thinking.evaluate((node) => node.open), true, 'unfolds');
+  });
+
+  await step('a Write shows its content, highlighted', async () => {
+    await send('WRITEME');
+    const card = transcript().locator('.tool-Write', { hasText: 'new.rs' });
+    await card.locator('.permission .allow').waitFor();
+    await card.locator('pre.code .hljs-keyword', { hasText: 'fn' }).first().waitFor();
+    await card.locator('.permission .allow').click();
+    await transcript().getByText('Wrote it.').waitFor();
+  });
+
+  await step('a message sent while a turn runs is queued, then runs', async () => {
+    await send('QUEUE1');
+    await transcript().locator('.block.text.streaming', { hasText: 'First in' }).waitFor();
+    await send('QUEUE2');
+    await transcript().locator('.msg.user.queued', { hasText: 'QUEUE2' }).waitFor();
+    await release();
+    await transcript().getByText('Second in line.').waitFor();
+    assert.equal(await transcript().locator('.msg.user.queued').count(), 0);
+    assert.equal(await transcript().locator('.msg.user', { hasText: 'QUEUE2' }).count(), 1);
+  });
+
   await step('interrupt a slow stream', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();

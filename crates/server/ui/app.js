@@ -236,6 +236,8 @@ class Transcript {
     this.usage = null; // the last assistant usage (context)
     this.modelUsage = {};
     this.lastCost = 0;
+    this.openTurns = 0; // prompts sent and not finished (live part only)
+    this.queued = []; // their bubbles, after the first
   }
 
   /// Where a line goes: the subagent's nest inside its Task card, or the chunk.
@@ -288,6 +290,15 @@ class Transcript {
       if (part.type === 'image') box.append(image(part));
     }
     into.append(box);
+    // A prompt sent while a turn runs waits for it: marked until the turn before it ends.
+    if (into === this.root) {
+      if (this.openTurns > 0) {
+        box.classList.add('queued');
+        box.append(el('span', { class: 'queued-label' }, 'queued'));
+        this.queued.push(box);
+      }
+      this.openTurns += 1;
+    }
   }
 
   message(id, into) {
@@ -450,6 +461,11 @@ class Transcript {
   }
 
   result(line, into) {
+    if (into === this.root && this.openTurns > 0) {
+      this.openTurns -= 1;
+      const next = this.queued.shift();
+      if (next) { next.classList.remove('queued'); $('.queued-label', next)?.remove(); }
+    }
     const cost = line.total_cost_usd ?? this.lastCost;
     const turnCost = Math.max(0, cost - this.lastCost);
     this.lastCost = cost;

@@ -336,6 +336,18 @@ async fn browser() {
                     .when_prompt("OFFLINE")
                     .hold_after(2),
             )
+            .reply(thinking_then("Weighing the options carefully.", "Thought it through.").when_prompt("THINK"))
+            .reply(
+                Reply::tool_use(
+                    "Write",
+                    json!({"file_path": sandbox.file("new.rs"), "content": "fn main() {\n    println!(\"hi\");\n}\n"}),
+                )
+                .when_prompt("WRITEME"),
+            )
+            .reply(Reply::text("Wrote it.").when_tool_result_contains("new.rs"))
+            // A second prompt while the first still runs: queued, then answered.
+            .reply(Reply::text("First in line, finishing now.").when_prompt("QUEUE1").hold_after(2))
+            .reply(Reply::text("Second in line.").when_prompt("QUEUE2"))
             .reply(Reply::text("Edited.").when_tool_result())
             .fallback("OK."),
     )
@@ -375,6 +387,7 @@ async fn browser() {
     assert_eq!(std::fs::read_to_string(sandbox.file("notes.txt")).unwrap(), "color = 2\n");
     assert!(sandbox.file("edited.txt").exists() && !sandbox.file("original.txt").exists());
     assert!(sandbox.file("keyed.txt").exists());
+    assert!(std::fs::read_to_string(sandbox.file("new.rs")).unwrap().contains("println!"));
     // The fork went on from the first answer: the model saw the conversation up to there only.
     let forked = api
         .conversation_requests()
@@ -384,6 +397,13 @@ async fn browser() {
         .expect("the forked session asked the model");
     assert!(forked.contains("STREAM please") && forked.contains("Streaming"), "{forked}");
     assert!(!forked.contains("RUNBASH"), "the fork does not see what came after: {forked}");
+}
+
+/// A reply that thinks before it answers.
+fn thinking_then(thinking: &str, text: &str) -> Reply {
+    let mut reply = Reply::text(text);
+    reply.blocks.insert(0, switchboard_testkit::Block::Thinking(thinking.into()));
+    reply
 }
 
 /// An 8×8 red PNG.
