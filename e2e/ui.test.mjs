@@ -101,11 +101,20 @@ try {
   });
 
   await step('approve a Bash call from its card and see its output', async () => {
+    // While the page is hidden, a request waiting for a person raises a notification.
+    await page.evaluate(() => {
+      window.__notes = [];
+      Object.defineProperty(document, 'hidden', { configurable: true, get: () => true });
+      window.Notification = class { constructor(title, options) { window.__notes.push([title, options.body]); } static permission = 'granted'; };
+    });
     await send('RUNBASH now');
     const card = transcript().locator('.tool-Bash', { hasText: 'touch approved.txt' });
     await card.locator('.permission .allow').waitFor();
     await page.waitForFunction(() => document.title.startsWith('(1) waiting'));
     await page.locator('.session-item.state-waiting').waitFor();
+    await page.waitForFunction(() => window.__notes.length === 1);
+    assert.equal((await page.evaluate(() => window.__notes))[0][0], 'Switchboard: approval needed');
+    await page.evaluate(() => Object.defineProperty(document, 'hidden', { configurable: true, get: () => false }));
     await shot('live-session-pending-approval.png');
     await card.locator('.permission .allow').click();
     await card.locator('.decision', { hasText: 'Allowed by browser' }).waitFor();
