@@ -254,6 +254,7 @@ try {
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();
     await page.locator('.session-head .interrupt').click();
     await page.locator('.session-head .badge.state-idle').waitFor();
+    await transcript().locator('.turn-end.interrupted').waitFor();
     await release();
     assert.equal(await transcript().getByText('before it ends, surely').count(), 0, 'the rest never came');
   });

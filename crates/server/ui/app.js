@@ -276,6 +276,9 @@ class Transcript {
       case 'assistant': return this.assistant(line, into);
       case 'result': return this.result(line, into);
       case 'system': return this.system(line, into);
+      case 'control_request':
+        if (direction === 'to_cli' && line.request?.subtype === 'interrupt') this.interrupting = true;
+        return undefined;
       default: return undefined;
     }
   }
@@ -474,10 +477,14 @@ class Transcript {
     this.turns.push({ cost: turnCost, input, output: usage.output_tokens ?? 0 });
     if (line.modelUsage) this.modelUsage = line.modelUsage;
     const parts = [`${((line.duration_ms ?? 0) / 1000).toFixed(1)} s`, `${tokens(input)} in`, `${tokens(usage.output_tokens)} out`, money(turnCost)];
-    const failed = line.is_error || (line.subtype && line.subtype !== 'success');
-    into.append(el('div', { class: `turn-end${failed ? ' error' : ''}` },
-      failed ? `Turn ended: ${line.subtype}${line.result ? ` — ${line.result}` : ''}${(line.errors ?? []).map((e) => ` — ${e}`).join('')} · ` : 'Turn done · ',
-      parts.join(' · ')));
+    // An interrupted turn ends as `error_during_execution`: say what happened instead.
+    const interrupted = this.interrupting && line.subtype === 'error_during_execution';
+    if (into === this.root || interrupted) this.interrupting = false;
+    const failed = !interrupted && (line.is_error || (line.subtype && line.subtype !== 'success'));
+    const label = interrupted ? 'Interrupted · '
+      : failed ? `Turn ended: ${line.subtype}${line.result ? ` — ${line.result}` : ''}${(line.errors ?? []).map((e) => ` — ${e}`).join('')} · `
+        : 'Turn done · ';
+    into.append(el('div', { class: `turn-end${failed ? ' error' : ''}${interrupted ? ' interrupted' : ''}` }, label, parts.join(' · ')));
   }
 
   system(line, into) {
