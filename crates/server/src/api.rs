@@ -190,6 +190,8 @@ pub(crate) async fn pipe(
                 Some(line) => {
                     let text = String::from_utf8_lossy(&line).into_owned();
                     if sink.send(WsMessage::Text(text.into())).await.is_err() {
+                        // Taken from the queue and maybe not delivered: say so, never resend.
+                        connection.undelivered(line).await;
                         break;
                     }
                 }

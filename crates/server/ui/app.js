@@ -257,6 +257,8 @@ class Transcript {
       case 'bad_line': return this.notice(chunk, 'error', `Unreadable line from the CLI: ${event.error}`);
       case 'exited': return this.notice(chunk, event.requested ? 'info' : 'error', `The CLI ${event.description}`);
       case 'control_timed_out': return this.notice(chunk, 'error', `The CLI did not answer ${event.subtype}`);
+      case 'disconnected': return this.notice(chunk, 'warn', 'The CLI\'s connection dropped; it reconnects by itself (what it says meanwhile is lost).');
+      case 'undelivered': return this.notice(chunk, 'error', `A ${event.line_type} line for the CLI was lost with its connection and may not have arrived${event.line_type === 'user' ? ': send the message again if Claude does not answer it' : ''}.`);
       default: return undefined;
     }
   }

@@ -199,6 +199,7 @@ impl Actor {
                         TransportEvent::Stderr(line) => self.core.on_stderr(line),
                         TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
                         TransportEvent::Disconnected => self.core.on_disconnected(),
+                        TransportEvent::Undelivered(line) => self.core.on_undelivered(&line),
                         TransportEvent::Exited(exit) => {
                             let description = exit.describe();
                             let effects = self.core.on_exit(exit.code, exit.signal, description);

@@ -616,6 +616,24 @@ impl SessionCore {
         vec![Effect::Emit(SessionEvent::Disconnected)]
     }
 
+    /// `--sdk-url`: a line for the CLI went down with its socket. Recorded, never re-sent: a
+    /// prompt that did arrive would run twice. (A lost permission answer heals itself: the
+    /// reconnect's `initialize` lists the request as still pending.)
+    pub fn on_undelivered(&mut self, line: &[u8]) -> Vec<Effect> {
+        let envelope = switchboard_protocol::Envelope::parse(line).ok();
+        let mut line_type = envelope
+            .as_ref()
+            .and_then(|e| e.kind.as_deref().map(str::to_owned))
+            .unwrap_or_else(|| "unknown".to_owned());
+        if let Some(subtype) = envelope.as_ref().and_then(|e| e.subtype.as_deref()) {
+            line_type = format!("{line_type}/{subtype}");
+        }
+        let uuid = envelope.and_then(|e| e.uuid.map(|u| u.into_owned()));
+        let text = String::from_utf8_lossy(line);
+        let preview: String = text.trim_end().chars().take(200).collect();
+        vec![Effect::Emit(SessionEvent::Undelivered { line_type, uuid, preview })]
+    }
+
     /// Takes the CLI's list of pending permission requests as the truth: requests we did not
     /// know (sent while the socket was down) are decided or asked now; requests we thought
     /// pending that the CLI no longer lists are over.

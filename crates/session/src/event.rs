@@ -200,6 +200,16 @@ pub enum SessionEvent {
     },
     /// `--sdk-url`: the CLI's WebSocket went down (what the CLI writes meanwhile is lost).
     Disconnected,
+    /// `--sdk-url`: a line for the CLI was lost with its socket (it may not have arrived, and
+    /// is not sent again).
+    Undelivered {
+        /// Its `type` (and `/subtype` for control messages).
+        line_type: String,
+        /// Its `uuid`, if it had one.
+        uuid: Option<String>,
+        /// Its first 200 characters.
+        preview: String,
+    },
     /// The CLI ended.
     Exited {
         /// Exit code.
@@ -250,6 +260,7 @@ impl SessionEvent {
             SessionEvent::UnsupportedControlRequest { .. } => "unsupported_control_request",
             SessionEvent::Connected { .. } => "connected",
             SessionEvent::Disconnected => "disconnected",
+            SessionEvent::Undelivered { .. } => "undelivered",
             SessionEvent::Exited { .. } => "exited",
         }
     }
@@ -320,6 +331,9 @@ impl SessionEvent {
             }),
             SessionEvent::Connected { reconnect } => json!({ "reconnect": reconnect }),
             SessionEvent::Disconnected => json!({}),
+            SessionEvent::Undelivered { line_type, uuid, preview } => json!({
+                "line_type": line_type, "uuid": uuid, "preview": preview,
+            }),
             SessionEvent::Exited { code, signal, requested, description } => json!({
                 "code": code, "signal": signal, "requested": requested, "description": description,
             }),

@@ -180,6 +180,12 @@ impl IngressConnection {
         }
     }
 
+    /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]): the
+    /// session records that it may not have arrived.
+    pub async fn undelivered(&mut self, line: Bytes) {
+        let _ = self.slot.events.send(TransportEvent::Undelivered(line)).await;
+    }
+
     /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
     pub async fn incoming(&mut self, payload: &[u8]) {
         self.decoder.push(payload);

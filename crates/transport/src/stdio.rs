@@ -261,6 +261,9 @@ pub enum TransportEvent {
     },
     /// `--sdk-url`: the CLI's WebSocket went down (it retries about twice, then gives up).
     Disconnected,
+    /// `--sdk-url`: a line for the CLI whose socket send failed. It may or may not have arrived;
+    /// it is not sent again (a prompt sent twice runs twice).
+    Undelivered(bytes::Bytes),
     /// The CLI exited.
     Exited(ExitInfo),
 }

@@ -295,3 +295,25 @@ fn subagents_nest_by_parent_tool_use_id() {
     assert!(subagents[0].finished);
     assert_eq!(subagents[1].parent_tool_use_id.as_deref(), Some("task1"));
 }
+
+#[test]
+fn a_line_lost_with_its_socket_is_recorded_not_resent() {
+    let mut core = core("");
+    started(&mut core);
+    let effects = core.on_undelivered(
+        b"{\"type\":\"user\",\"uuid\":\"u-1\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n",
+    );
+    assert!(sent(&effects).is_empty(), "nothing is sent again");
+    match events(&effects).as_slice() {
+        [SessionEvent::Undelivered { line_type, uuid, preview }] => {
+            assert_eq!(line_type, "user");
+            assert_eq!(uuid.as_deref(), Some("u-1"));
+            assert!(preview.starts_with("{\"type\":\"user\"") && !preview.ends_with('\n'));
+        }
+        other => panic!("{other:?}"),
+    }
+    let event =
+        SessionEvent::Undelivered { line_type: "user".into(), uuid: None, preview: "x".into() };
+    assert_eq!(event.to_json()["event"], "undelivered");
+    assert_eq!(event.to_json_text(), event.to_json().to_string());
+}
