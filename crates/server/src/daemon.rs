@@ -565,6 +565,122 @@ impl Daemon {
         Ok(())
     }
 
+    /// Stores a session's changed record and tells the dashboards.
+    async fn record_changed(&self, id: &str, live: &LiveSession) {
+        let Some(record) = current_record(live) else { return };
+        if let Err(error) = self.store.update_session(&record).await {
+            tracing::error!(session = %id, %error, "cannot update the session record");
+        }
+        let pending = self.pending_permissions(id).len();
+        let _ = self.dashboard.send(json!({
+            "event": "session_changed", "session_id": id, "state": record.state,
+            "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
+            "claude_session_id": record.claude_session_id,
+            "permission_mode": record.permission_mode, "title": record.title,
+        }));
+    }
+
+    /// Seed 003's rotation: the relay session `id` (whose last seq is `seq`) ends with a
+    /// `rotated` event, and its CLI's handle moves to the session for `claude_session_id` —
+    /// the one this connection had for it (`seen`) or a new one. Returns that session and its
+    /// last seq.
+    async fn rotate(
+        self: &Arc<Self>,
+        id: &str,
+        live: &Arc<LiveSession>,
+        seq: u64,
+        claude_session_id: &str,
+        seen: &mut HashMap<String, String>,
+    ) -> Result<(String, Arc<LiveSession>, u64), DaemonError> {
+        let poisoned = || DaemonError::Invalid("daemon state poisoned".into());
+        let handle = live.handle.lock().map_err(|_| poisoned())?.take();
+        let mut old = current_record(live).ok_or_else(poisoned)?;
+        if let Some(previous) = &old.claude_session_id {
+            seen.insert(previous.clone(), id.to_owned());
+        }
+        let (next_id, existing) = match seen.get(claude_session_id) {
+            Some(next_id) => (next_id.clone(), true),
+            None => (uuid::Uuid::new_v4().to_string(), false),
+        };
+        // The old session ends, saying where its CLI went.
+        let payload = json!({
+            "event": "rotated", "claude_session_id": claude_session_id, "to": next_id,
+        });
+        let rotated = event_record(id, seq + 1, "switchboard", "rotated", payload.to_string());
+        self.store.append(std::slice::from_ref(&rotated)).await?;
+        if let Some(tail) = live.tail.get() {
+            let _ = tail.send(Arc::new(rotated));
+        }
+        let state = std::mem::replace(&mut old.state, "exited".into());
+        old.updated_ms = now_ms();
+        if let Ok(mut record) = live.record.lock() {
+            *record = old.clone();
+        }
+        live.finished.send_replace(true);
+        self.record_changed(id, live).await;
+
+        // The new one carries on.
+        let now = now_ms();
+        let (record, last) = if existing {
+            let mut record = self
+                .store
+                .get_session(&next_id)
+                .await?
+                .ok_or_else(|| DaemonError::NotFound(next_id.clone()))?;
+            record.state = state;
+            record.updated_ms = now;
+            self.store.update_session(&record).await?;
+            let last = self.store.last_seq(&next_id).await?;
+            (record, last)
+        } else {
+            let record = SessionRecord {
+                id: next_id.clone(),
+                claude_session_id: Some(claude_session_id.to_owned()),
+                state,
+                cost_usd: 0.0,
+                created_ms: now,
+                updated_ms: now,
+                ..old
+            };
+            self.store.create_session(&record).await?;
+            (record, 0)
+        };
+        let next = {
+            let mut sessions = self.sessions.lock().map_err(|_| poisoned())?;
+            let next = sessions
+                .entry(next_id.clone())
+                .or_insert_with(|| {
+                    Arc::new(LiveSession {
+                        handle: Mutex::new(None),
+                        record: Mutex::new(record.clone()),
+                        tail: std::sync::OnceLock::new(),
+                        finished: watch::channel(false).0,
+                    })
+                })
+                .clone();
+            if let Ok(mut slot) = next.handle.lock() {
+                *slot = handle;
+            }
+            if let Ok(mut slot) = next.record.lock() {
+                *slot = record.clone();
+            }
+            next.finished.send_replace(false);
+            next
+        };
+        if let Ok(mut current) = self.relay_current.lock() {
+            if current.as_deref() == Some(id) {
+                *current = Some(next_id.clone());
+            }
+        }
+        if existing {
+            self.record_changed(&next_id, &next).await;
+        } else {
+            let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+        }
+        self.started.notify_waiters();
+        Ok((next_id, next, last))
+    }
+
     /// The live tail and end signal of a running session (subscribed before the caller reads
     /// history, so nothing published afterwards is missed).
     fn attach(
@@ -766,13 +882,22 @@ impl Subscription {
 }
 
 /// Moves a session's events into the store and out to subscribers, and keeps its record.
+///
+/// A relay session (an external CLI at `/`) follows seed 003's rotation rule: each distinct
+/// Claude session id on the connection is its own Switchboard session. When the CLI moves to
+/// another Claude session, the current one ends with a `rotated` event and the pump goes on
+/// with the session of the new id (a new one, or the one this connection had for it before).
 async fn pump(
     daemon: Arc<Daemon>,
-    id: String,
-    live: Arc<LiveSession>,
+    mut id: String,
+    mut live: Arc<LiveSession>,
     mut events: mpsc::Receiver<SessionEvent>,
     mut seq: u64,
 ) {
+    let relay =
+        live.record.lock().map(|record| record.config["transport"] == "relay").unwrap_or(false);
+    // This connection's Claude session ids and their Switchboard sessions.
+    let mut seen: HashMap<String, String> = HashMap::new();
     let mut batch = Vec::with_capacity(APPEND_BATCH);
     while let Some(first) = events.recv().await {
         batch.clear();
@@ -783,46 +908,29 @@ async fn pump(
                 Err(_) => break,
             }
         }
-        let records: Vec<EventRecord> = batch
-            .iter()
-            .map(|event| {
-                seq += 1;
-                let dir = match event {
-                    SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
-                        "from_cli"
+        let mut rest: &[SessionEvent] = &batch;
+        while !rest.is_empty() {
+            let rotation = if relay { rotation_point(&live, rest) } else { None };
+            let (now, later) = match &rotation {
+                Some((at, _)) => rest.split_at(*at),
+                None => (rest, &[][..]),
+            };
+            publish(&daemon, &id, &live, now, &mut seq).await;
+            if let Some((_, claude_session_id)) = rotation {
+                match daemon.rotate(&id, &live, seq, &claude_session_id, &mut seen).await {
+                    Ok((next_id, next_live, next_seq)) => {
+                        (id, live, seq) = (next_id, next_live, next_seq);
                     }
-                    SessionEvent::Line(_) => "to_cli",
-                    _ => "switchboard",
-                };
-                event_record(&id, seq, dir, event.kind(), event.to_json_text())
-            })
-            .collect();
-        if let Err(error) = daemon.store.append(&records).await {
-            // Never publish what is not stored. The session goes on; the failure is logged
-            // and these events are reported to subscribers as lost.
-            tracing::error!(session = %id, %error, "cannot store events");
-            continue;
-        }
-        let changed = project(&live, &batch);
-        let tail = live.tail.get();
-        for record in records {
-            if let Some(tail) = tail {
-                let _ = tail.send(Arc::new(record));
-            }
-        }
-        if changed {
-            if let Some(record) = current_record(&live) {
-                if let Err(error) = daemon.store.update_session(&record).await {
-                    tracing::error!(session = %id, %error, "cannot update the session record");
+                    Err(error) => {
+                        tracing::error!(session = %id, %error, "cannot rotate the relay session");
+                        // Go on in the same session rather than lose lines.
+                        if let Ok(mut record) = live.record.lock() {
+                            record.claude_session_id = Some(claude_session_id);
+                        }
+                    }
                 }
-                let pending = daemon.pending_permissions(&id).len();
-                let _ = daemon.dashboard.send(json!({
-                    "event": "session_changed", "session_id": id, "state": record.state,
-                    "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
-                    "claude_session_id": record.claude_session_id,
-                    "permission_mode": record.permission_mode, "title": record.title,
-                }));
             }
+            rest = later;
         }
     }
     // The session is over: drop the handle (its record stays, exited or crashed).
@@ -833,6 +941,71 @@ async fn pump(
         let _ = daemon.store.update_session(&record).await;
     }
     live.finished.send_replace(true);
+}
+
+/// Where a relay CLI moves to another Claude session in `events`: the index of the line that
+/// says so (it belongs to the new session) and the new id.
+fn rotation_point(live: &LiveSession, events: &[SessionEvent]) -> Option<(usize, String)> {
+    // The first id a connection announces is its session's own, even within this batch.
+    let mut current = live.record.lock().ok()?.claude_session_id.clone();
+    let (index, new) = events.iter().enumerate().find_map(|(index, event)| match event {
+        SessionEvent::ClaudeSessionId(new) => match &current {
+            Some(current) if current != new => Some((index, new.clone())),
+            Some(_) => None,
+            None => {
+                current = Some(new.clone());
+                None
+            }
+        },
+        _ => None,
+    })?;
+    // The core emits the id right after the line that carried it.
+    let at = events[..index]
+        .iter()
+        .rposition(|event| matches!(event, SessionEvent::Line(_)))
+        .unwrap_or(index);
+    Some((at, new))
+}
+
+/// Stores events, then publishes them and updates the session's record.
+async fn publish(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    live: &Arc<LiveSession>,
+    batch: &[SessionEvent],
+    seq: &mut u64,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let records: Vec<EventRecord> = batch
+        .iter()
+        .map(|event| {
+            *seq += 1;
+            let dir = match event {
+                SessionEvent::Line(line) if line.direction == LineDirection::FromCli => "from_cli",
+                SessionEvent::Line(_) => "to_cli",
+                _ => "switchboard",
+            };
+            event_record(id, *seq, dir, event.kind(), event.to_json_text())
+        })
+        .collect();
+    if let Err(error) = daemon.store.append(&records).await {
+        // Never publish what is not stored. The session goes on; the failure is logged
+        // and these events are reported to subscribers as lost.
+        tracing::error!(session = %id, %error, "cannot store events");
+        return;
+    }
+    let changed = project(live, batch);
+    let tail = live.tail.get();
+    for record in records {
+        if let Some(tail) = tail {
+            let _ = tail.send(Arc::new(record));
+        }
+    }
+    if changed {
+        daemon.record_changed(id, live).await;
+    }
 }
 
 /// Waits until a session's pump has finished (or its sender is gone).

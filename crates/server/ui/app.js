@@ -258,6 +258,7 @@ class Transcript {
       case 'exited': return this.notice(chunk, event.requested ? 'info' : 'error', `The CLI ${event.description}`);
       case 'control_timed_out': return this.notice(chunk, 'error', `The CLI did not answer ${event.subtype}`);
       case 'disconnected': return this.notice(chunk, 'warn', 'The CLI\'s connection dropped; it reconnects by itself (what it says meanwhile is lost).');
+      case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${event.to}` }, 'continue there'), '.'));
       case 'undelivered': return this.notice(chunk, 'error', `A ${event.line_type} line for the CLI was lost with its connection and may not have arrived${event.line_type === 'user' ? ': send the message again if Claude does not answer it' : ''}.`);
       default: return undefined;
     }

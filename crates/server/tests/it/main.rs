@@ -918,3 +918,113 @@ async fn a_silent_cli_socket_is_dropped() {
     drop(silent);
     server.stop().await;
 }
+
+/// Seed 003's rotation: a relay CLI that moves to another Claude session on the same socket
+/// gets a Switchboard session per Claude session id; moving back continues the first one.
+/// (A scripted CLI: the real one changes its session id only on commands like `/clear`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_cli_gets_a_session_per_claude_session_id() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let mut request = root.as_str().into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut cli, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    // Answer `initialize` like a CLI.
+    let initialize = loop {
+        if let Some(Ok(WsMessage::Text(text))) = cli.next().await {
+            let frame: Value = serde_json::from_str(text.trim()).unwrap();
+            if frame["request"]["subtype"] == "initialize" {
+                break frame;
+            }
+        }
+    };
+    let say = |value: Value| WsMessage::Text(format!("{value}\n").into());
+    cli.send(say(json!({"type": "control_response", "response": {"subtype": "success",
+        "request_id": initialize["request_id"], "response": {}}})))
+        .await
+        .unwrap();
+    // Keep reading, as a CLI does (tungstenite answers the daemon's pings while reading).
+    let (mut cli, mut incoming) = cli.split();
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = incoming.next().await {} });
+    let init = |session: &str| {
+        json!({"type": "system", "subtype": "init", "session_id": session, "cwd": "/tmp/relayed",
+            "model": "claude-opus-5-5", "permissionMode": "default", "tools": [], "uuid": format!("init-{session}")})
+    };
+    let text = |session: &str, words: &str| {
+        json!({"type": "assistant", "session_id": session, "parent_tool_use_id": null,
+            "uuid": format!("{session}-{words}"), "message": {"id": format!("m-{session}-{words}"),
+            "role": "assistant", "content": [{"type": "text", "text": words}]}})
+    };
+    for line in [
+        init("claude-A"),
+        text("claude-A", "first in A"),
+        init("claude-B"),
+        text("claude-B", "only in B"),
+        text("claude-A", "back in A"),
+    ] {
+        cli.send(say(line)).await.unwrap();
+    }
+    // Every raw line still reaches the frontends (as it arrives, before it is stored).
+    frontend.until(|frame| frame["uuid"] == "claude-A-back in A").await;
+    // The dashboard says when the session of A is back (its record changes as the line lands).
+    let relay_sessions = || async {
+        let (_, sessions) = server.get("/api/sessions").await;
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["config"]["transport"] == "relay")
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let relays = loop {
+        let relays = relay_sessions().await;
+        let a_back =
+            relays.iter().any(|s| s["claude_session_id"] == "claude-A" && s["running"] == true);
+        if relays.len() == 2 && a_back {
+            break relays;
+        }
+        assert!(std::time::Instant::now() < deadline, "never rotated back: {relays:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let by_claude = |claude: &str| {
+        relays.iter().find(|s| s["claude_session_id"] == claude).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (a, b) = (by_claude("claude-A"), by_claude("claude-B"));
+    let texts = |events: &Value| -> Vec<String> {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["event"]["line"]["message"]["content"][0]["text"].as_str())
+            .map(str::to_owned)
+            .collect()
+    };
+    let (_, a_events) = server.get(&format!("/api/sessions/{a}/events")).await;
+    let (_, b_events) = server.get(&format!("/api/sessions/{b}/events")).await;
+    assert_eq!(texts(&a_events), ["first in A", "back in A"]);
+    assert_eq!(texts(&b_events), ["only in B"]);
+    let rotated: Vec<&Value> =
+        a_events.as_array().unwrap().iter().filter(|e| e["event"]["event"] == "rotated").collect();
+    assert_eq!(rotated.len(), 1);
+    assert_eq!(rotated[0]["event"]["to"], b.as_str());
+    let seqs: Vec<u64> =
+        a_events.as_array().unwrap().iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|pair| pair[1] == pair[0] + 1), "{seqs:?}");
+    // A is the live one again; B ended when its CLI went back to A.
+    let (_, a_session) = server.get(&format!("/api/sessions/{a}")).await;
+    let (_, b_session) = server.get(&format!("/api/sessions/{b}")).await;
+    assert_eq!(a_session["running"], true, "{a_session}");
+    assert_eq!(b_session["state"], "exited", "{b_session}");
+    drop(cli);
+    reader.abort();
+    server.stop().await;
+}
