@@ -915,7 +915,7 @@ async fn pump(
                 Some((at, _)) => rest.split_at(*at),
                 None => (rest, &[][..]),
             };
-            publish(&daemon, &id, &live, now, &mut seq).await;
+            publish(&daemon, &id, &live, now, &mut seq, relay).await;
             if let Some((_, claude_session_id)) = rotation {
                 match daemon.rotate(&id, &live, seq, &claude_session_id, &mut seen).await {
                     Ok((next_id, next_live, next_seq)) => {
@@ -941,6 +941,9 @@ async fn pump(
         let _ = daemon.store.update_session(&record).await;
     }
     live.finished.send_replace(true);
+    if relay {
+        daemon.relay_publish(&crate::relay::status("claude code disconnected"));
+    }
 }
 
 /// Where a relay CLI moves to another Claude session in `events`: the index of the line that
@@ -967,13 +970,15 @@ fn rotation_point(live: &LiveSession, events: &[SessionEvent]) -> Option<(usize,
     Some((at, new))
 }
 
-/// Stores events, then publishes them and updates the session's record.
+/// Stores events, then publishes them (for a relay session, the CLI's raw lines to the relay's
+/// frontends too) and updates the session's record.
 async fn publish(
     daemon: &Arc<Daemon>,
     id: &str,
     live: &Arc<LiveSession>,
     batch: &[SessionEvent],
     seq: &mut u64,
+    relay: bool,
 ) {
     if batch.is_empty() {
         return;
@@ -997,6 +1002,15 @@ async fn publish(
         return;
     }
     let changed = project(live, batch);
+    if relay {
+        for event in batch {
+            if let SessionEvent::Line(line) = event {
+                if line.direction == LineDirection::FromCli {
+                    daemon.relay_publish(&line.raw);
+                }
+            }
+        }
+    }
     let tail = live.tail.get();
     for record in records {
         if let Some(tail) = tail {

@@ -19,7 +19,7 @@ use switchboard_protocol::{ControlRequestPayload, Message};
 use crate::daemon::Daemon;
 use crate::error::ApiError;
 
-fn status(text: &str) -> String {
+pub(crate) fn status(text: &str) -> String {
     json!({"type": "status", "text": text}).to_string()
 }
 
@@ -41,14 +41,9 @@ pub(crate) async fn cli(
         .on_upgrade(move |socket| async move {
             daemon.set_relay_current(Some(record.id.clone()));
             daemon.relay_publish(&status("claude code connected"));
-            let feed = daemon.clone();
-            crate::api::pipe(socket, slot, daemon.ping_interval(), move |frame| {
-                for line in frame.split('\n').filter(|line| !line.trim().is_empty()) {
-                    feed.relay_publish(line);
-                }
-            })
-            .await;
-            daemon.relay_publish(&status("claude code disconnected"));
+            // The CLI's lines reach the frontends from the session's pump, once stored (and
+            // de-duplicated); so does "disconnected", after the last of them.
+            crate::api::pipe(socket, slot, daemon.ping_interval(), |_| {}).await;
         }))
 }
 

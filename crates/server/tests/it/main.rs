@@ -968,7 +968,7 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
     ] {
         cli.send(say(line)).await.unwrap();
     }
-    // Every raw line still reaches the frontends (as it arrives, before it is stored).
+    // Every raw line still reaches the frontends (once stored).
     frontend.until(|frame| frame["uuid"] == "claude-A-back in A").await;
     // The dashboard says when the session of A is back (its record changes as the line lands).
     let relay_sessions = || async {
