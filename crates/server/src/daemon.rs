@@ -532,37 +532,45 @@ impl Daemon {
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
-        let live = {
-            let mut sessions = self
-                .sessions
-                .lock()
-                .map_err(|_| DaemonError::Invalid("daemon state poisoned".into()))?;
-            let live = sessions
-                .entry(id.clone())
-                .or_insert_with(|| {
-                    Arc::new(LiveSession {
-                        handle: Mutex::new(None),
-                        record: Mutex::new(record.clone()),
-                        tail: std::sync::OnceLock::new(),
-                        finished: watch::channel(false).0,
-                    })
-                })
-                .clone();
-            if let Ok(mut slot) = live.handle.lock() {
-                *slot = Some(handle.clone());
-            }
-            if let Ok(mut slot) = live.record.lock() {
-                *slot = record;
-            }
-            live.finished.send_replace(false);
-            live
-        };
+        let live = self.go_live(record, Some(handle.clone()))?;
         tokio::spawn(pump(self.clone(), id, live, events, last_seq));
         self.started.notify_waiters();
         if let Some(prompt) = prompt {
             handle.send_text(prompt).await?;
         }
         Ok(())
+    }
+
+    /// Makes `record`'s session live with `handle` (its entry is kept across restarts, so its
+    /// live tail's subscribers stay attached).
+    fn go_live(
+        &self,
+        record: SessionRecord,
+        handle: Option<SessionHandle>,
+    ) -> Result<Arc<LiveSession>, DaemonError> {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .map_err(|_| DaemonError::Invalid("daemon state poisoned".into()))?;
+        let live = sessions
+            .entry(record.id.clone())
+            .or_insert_with(|| {
+                Arc::new(LiveSession {
+                    handle: Mutex::new(None),
+                    record: Mutex::new(record.clone()),
+                    tail: std::sync::OnceLock::new(),
+                    finished: watch::channel(false).0,
+                })
+            })
+            .clone();
+        if let Ok(mut slot) = live.handle.lock() {
+            *slot = handle;
+        }
+        if let Ok(mut slot) = live.record.lock() {
+            *slot = record;
+        }
+        live.finished.send_replace(false);
+        Ok(live)
     }
 
     /// Stores a session's changed record and tells the dashboards.
@@ -645,28 +653,7 @@ impl Daemon {
             self.store.create_session(&record).await?;
             (record, 0)
         };
-        let next = {
-            let mut sessions = self.sessions.lock().map_err(|_| poisoned())?;
-            let next = sessions
-                .entry(next_id.clone())
-                .or_insert_with(|| {
-                    Arc::new(LiveSession {
-                        handle: Mutex::new(None),
-                        record: Mutex::new(record.clone()),
-                        tail: std::sync::OnceLock::new(),
-                        finished: watch::channel(false).0,
-                    })
-                })
-                .clone();
-            if let Ok(mut slot) = next.handle.lock() {
-                *slot = handle;
-            }
-            if let Ok(mut slot) = next.record.lock() {
-                *slot = record.clone();
-            }
-            next.finished.send_replace(false);
-            next
-        };
+        let next = self.go_live(record.clone(), handle)?;
         if let Ok(mut current) = self.relay_current.lock() {
             if current.as_deref() == Some(id) {
                 *current = Some(next_id.clone());

@@ -75,6 +75,34 @@ async fn client(data_dir: &Path, args: &[&str]) -> (Option<i32>, String, String)
     )
 }
 
+/// A client command left running (`sessions tail`), its stdout piped.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+fn spawn_client(data_dir: &Path, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Starts a session in the sandbox with `prompt`; its id.
+async fn create_session(url: &str, token: &str, sandbox: &CliSandbox, prompt: &str) -> String {
+    let created = http(
+        url,
+        token,
+        reqwest::Method::POST,
+        "/api/sessions",
+        Some(json!({"cwd": sandbox.workdir(), "prompt": prompt})),
+    )
+    .await;
+    created["id"].as_str().unwrap().to_owned()
+}
+
 async fn http(
     url: &str,
     token: &str,
@@ -140,15 +168,7 @@ async fn serve_approve_sigkill_and_recover() {
     );
     assert_eq!(mode & 0o777, 0o600, "the token file is private");
 
-    let created = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        "/api/sessions",
-        Some(json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})),
-    )
-    .await;
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = create_session(&daemon.url, &token, &sandbox, "FIRST").await;
     let session = wait_session(&daemon.url, &token, &id, |s| {
         !s["pending_permissions"].as_array().unwrap().is_empty()
     })
@@ -295,7 +315,6 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
 /// `sessions tail` follows a live session (gap-free, in order) while `deny` answers its
 /// permission request with a message the model gets back; `tail --after N --json` resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn tail_follows_a_session_that_deny_answers() {
     let api = FakeApi::start(
         Scenario::new()
@@ -314,25 +333,9 @@ async fn tail_follows_a_session_that_deny_answers() {
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
     let token = std::fs::read_to_string(data.path().join("token")).unwrap();
-    let created = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        "/api/sessions",
-        Some(json!({"cwd": sandbox.workdir(), "prompt": "DENYME"})),
-    )
-    .await;
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = create_session(&daemon.url, &token, &sandbox, "DENYME").await;
 
-    let mut tail = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["sessions", "tail", &id, "--data-dir"])
-        .arg(data.path())
-        .env_remove("SWITCHBOARD_TOKEN")
-        .env_remove("SWITCHBOARD_URL")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut tail = spawn_client(data.path(), &["sessions", "tail", &id]);
     let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
 
     let session = wait_session(&daemon.url, &token, &id, |s| {
@@ -374,15 +377,9 @@ async fn tail_follows_a_session_that_deny_answers() {
 
     // Resuming after a seq gives only what came later, as JSON frames.
     let after = seqs[seqs.len() - 3];
-    let mut resumed = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["sessions", "tail", &id, "--after", &after.to_string(), "--json", "--data-dir"])
-        .arg(data.path())
-        .env_remove("SWITCHBOARD_TOKEN")
-        .env_remove("SWITCHBOARD_URL")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let after_text = after.to_string();
+    let mut resumed =
+        spawn_client(data.path(), &["sessions", "tail", &id, "--after", &after_text, "--json"]);
     let mut lines = BufReader::new(resumed.stdout.take().unwrap()).lines();
     let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
     assert_eq!(first["seq"], after + 1, "{first}");

@@ -83,6 +83,17 @@ impl Server {
         Ws { socket }
     }
 
+    /// A raw WebSocket client at the relay's CLI endpoint `/`, with the token.
+    async fn relay_cli(
+        &self,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let root = format!("{}/", self.base.replace("http://", "ws://"));
+        let mut request = root.as_str().into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        tokio_tungstenite::connect_async(request).await.unwrap().0
+    }
+
     async fn stop(self) {
         self.daemon.stop_all().await;
         self.task.abort();
@@ -908,10 +919,7 @@ async fn a_silent_cli_socket_is_dropped() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
     let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let root = format!("{}/", server.base.replace("http://", "ws://"));
-    let mut request = root.as_str().into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (silent, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let silent = server.relay_cli().await;
     feed.until(|frame| frame["text"] == "claude code connected").await;
     // Never read (so never answer a ping), but keep the TCP connection open.
     feed.until(|frame| frame["text"] == "claude code disconnected").await;
@@ -929,10 +937,7 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
     let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let root = format!("{}/", server.base.replace("http://", "ws://"));
-    let mut request = root.as_str().into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (mut cli, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut cli = server.relay_cli().await;
     // Answer `initialize` like a CLI.
     let initialize = loop {
         if let Some(Ok(WsMessage::Text(text))) = cli.next().await {
