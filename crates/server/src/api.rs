@@ -87,7 +87,11 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .route("/api/claude/sessions/{id}", get(crate::compat::get))
         .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
         .route("/ws", get(crate::relay::frontend))
-        .route("/ui/{*path}", get(crate::ui::asset))
+        // The UI's files go out gzipped to browsers that take it (a third of the bytes).
+        .route(
+            "/ui/{*path}",
+            get(crate::ui::asset).layer(tower_http::compression::CompressionLayer::new()),
+        )
         .fallback(not_found)
         .with_state(daemon.clone());
     // The CLI's own socket carries its per-session token, not the daemon's: the handler

@@ -70,6 +70,16 @@ async fn the_page_needs_the_token_and_trades_it_for_a_cookie() {
             .unwrap();
         assert_eq!(file.status(), 200, "{vendored}");
     }
+    let gzipped = client
+        .get(format!("{base}/ui/vendor/highlight.min.js"))
+        .header("cookie", &cookie)
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gzipped.headers()["content-encoding"], "gzip");
+    let compressed = gzipped.bytes().await.unwrap().len();
+    assert!(compressed < 60_000, "{compressed} bytes");
 
     // A change carried only by the cookie must come from the page's own origin (CSRF).
     let create = json!({"cwd": sandbox.workdir()});
