@@ -274,7 +274,7 @@ class Transcript {
     switch (line.type) {
       case 'user':
         if (direction === 'to_cli') return this.prompt(line, into, record);
-        return this.toolResults(line, into);
+        return this.toolResults(line);
       case 'stream_event': return this.streamEvent(line, into);
       case 'assistant': return this.assistant(line, into);
       case 'result': return this.result(line, into);
@@ -449,7 +449,8 @@ class Transcript {
     return undefined;
   }
 
-  toolResults(line, into) {
+  /// Results go to their cards, wherever those are (or wait for them).
+  toolResults(line) {
     const content = line.message?.content;
     if (!Array.isArray(content)) return;
     for (const part of content) {
@@ -460,10 +461,8 @@ class Transcript {
         card.classList.toggle('errored', Boolean(part.is_error));
         card.classList.add('done');
       };
-      if (this.tools.has(part.tool_use_id)) draw(this.tools.get(part.tool_use_id));
-      else this.withCard(part.tool_use_id, draw);
+      this.withCard(part.tool_use_id, draw);
     }
-    void into;
   }
 
   result(line, into) {
