@@ -316,6 +316,22 @@ try {
     await transcript().getByText('OK.').waitFor();
   });
 
+  await step('an MCP tool, configured from the form, shows as a card with its input', async () => {
+    const server = JSON.stringify({ mcpServers: { probe: { command: process.execPath, args: [new URL('./mcp-echo.mjs', import.meta.url).pathname] } } });
+    await page.goto(`${base}/#/new`);
+    await page.locator('form.new-session [name=cwd]').fill(workdir);
+    await page.locator('form.new-session [name=prompt]').fill('MCPCALL');
+    await page.locator('form.new-session [name=mcp_config]').fill(server);
+    await page.locator('form.new-session button[type=submit]').click();
+    await page.waitForURL(/#\/s\//);
+    const card = transcript().locator('.tool', { hasText: 'probe · echo' });
+    await card.locator('.permission .allow').waitFor();
+    await card.locator('pre.code', { hasText: 'hello mcp' }).waitFor();
+    await card.locator('.permission .allow').click();
+    await card.locator('.result', { hasText: 'echo: hello mcp' }).waitFor();
+    await transcript().getByText('MCP answered.').waitFor();
+  });
+
   await step('the session list', async () => {
     await page.goto(`${base}/#/`);
     await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();

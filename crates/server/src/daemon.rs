@@ -111,6 +111,10 @@ pub struct CreateSession {
     /// `--max-turns`.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// MCP servers (`--mcp-config`): each a JSON config (`{"mcpServers": {...}}`) or a path
+    /// to one.
+    #[serde(default)]
+    pub mcp_config: Vec<String>,
     /// The CLI binary for this session.
     #[serde(default)]
     pub claude: Option<PathBuf>,
@@ -468,6 +472,7 @@ impl Daemon {
         config.cli.system_prompt = request.system_prompt.clone();
         config.cli.append_system_prompt = request.append_system_prompt.clone();
         config.cli.max_turns = request.max_turns;
+        config.cli.mcp_config = request.mcp_config.clone();
         match request.transport.as_deref() {
             None | Some("stdio") => {}
             Some("sdk-url") => {

@@ -883,6 +883,8 @@ function newSessionForm(prefill = {}) {
       if (value) body[key] = value;
     }
     if (data.get('fork')) body.fork = true;
+    const mcp = (data.get('mcp_config') ?? '').trim();
+    if (mcp) body.mcp_config = [mcp];
     const error = $('.form-error', form);
     error.hidden = true;
     try {

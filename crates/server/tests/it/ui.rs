@@ -358,6 +358,12 @@ async fn browser() {
             // A second prompt while the first still runs: queued, then answered.
             .reply(Reply::text("First in line, finishing now.").when_prompt("QUEUE1").hold_after(2))
             .reply(Reply::text("Second in line.").when_prompt("QUEUE2"))
+            // An MCP tool (e2e/mcp-echo.mjs, configured from the form).
+            .reply(
+                Reply::tool_use("mcp__probe__echo", json!({"text": "hello mcp"}))
+                    .when_prompt("MCPCALL"),
+            )
+            .reply(Reply::text("MCP answered.").when_tool_result_contains("echo: hello mcp"))
             .reply(Reply::text("Edited.").when_tool_result())
             .fallback("OK."),
     )
