@@ -101,18 +101,35 @@ pub async fn require_auth(
             Some((token, cookie)) if auth.accepts(&token) => by_cookie = cookie,
             _ => return Err(ApiError::unauthorized()),
         }
+    } else if !loopback_host(request.headers()) {
+        // --no-auth (loopback only): a page on another site that rebinds its name to
+        // 127.0.0.1 reaches the daemon with its own Host; only loopback names get in.
+        return Err(ApiError::forbidden("without auth, only loopback host names are served"));
     }
-    if is_websocket_upgrade(request.headers()) {
+    let browser_change =
+        !request.method().is_safe() && request.headers().get(header::ORIGIN).is_some();
+    if is_websocket_upgrade(request.headers()) || browser_change {
+        // A browser says where the request comes from: it must be the daemon's own page.
         check_origin(&auth, request.headers())?;
     } else if by_cookie && !request.method().is_safe() {
-        if request.headers().get(header::ORIGIN).is_none() {
-            return Err(ApiError::forbidden(
-                "a change authenticated by the cookie must carry the page's Origin",
-            ));
-        }
-        check_origin(&auth, request.headers())?;
+        return Err(ApiError::forbidden(
+            "a change authenticated by the cookie must carry the page's Origin",
+        ));
     }
     Ok(next.run(request).await)
+}
+
+/// Whether the `Host` a request names is a loopback one (`localhost`, `127.x`, `[::1]`).
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|value| value.to_str().ok()) else {
+        return true; // HTTP/1.0 clients and tests without a Host: not a browser
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
@@ -169,6 +186,21 @@ mod tests {
             Some("xyz")
         );
         assert_eq!(presented_token(&request("/x?tokenx=1", None)), None);
+    }
+
+    #[test]
+    fn only_loopback_host_names_count_as_loopback() {
+        let host = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, value.parse().unwrap());
+            loopback_host(&headers)
+        };
+        for ok in ["127.0.0.1:7777", "localhost:7777", "LOCALHOST", "[::1]:7777", "127.1.2.3"] {
+            assert!(host(ok), "{ok}");
+        }
+        for bad in ["evil.example:7777", "evil.example", "192.168.1.2:7777", "[fe80::1]:7777"] {
+            assert!(!host(bad), "{bad}");
+        }
     }
 
     #[test]

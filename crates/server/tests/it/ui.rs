@@ -428,3 +428,42 @@ const RED_PNG: &[u8] = &[
     0, 0, 75, 109, 41, 220, 0, 0, 0, 17, 73, 68, 65, 84, 120, 156, 99, 56, 97, 99, 131, 21, 49, 12,
     45, 9, 0, 101, 153, 80, 1, 82, 15, 175, 83, 0, 0, 0, 0, 73, 69, 78, 68, 174, 66, 96, 130,
 ];
+
+/// `--no-auth` (loopback only): browsers on other sites get nothing — neither through a
+/// rebound host name nor with a cross-site request that changes something.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auth_only_loopback_pages_get_in() {
+    let daemon = switchboard_server::Daemon::open(
+        Arc::new(MemoryStore::new()),
+        switchboard_server::DaemonConfig::default(),
+    )
+    .await
+    .unwrap();
+    let app = switchboard_server::router(
+        daemon,
+        switchboard_server::AuthConfig { token: None, allowed_origins: vec![] },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let client = no_redirects();
+    let status = |response: reqwest::Response| response.status().as_u16();
+
+    assert_eq!(status(client.get(format!("{base}/api/health")).send().await.unwrap()), 200);
+    let rebound = client
+        .get(format!("{base}/api/sessions"))
+        .header("host", "evil.example:7777")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status(rebound), 403);
+    let interrupt = format!("{base}/api/sessions/nope/interrupt");
+    let cross_site =
+        client.post(&interrupt).header("origin", "http://evil.example").send().await.unwrap();
+    assert_eq!(status(cross_site), 403);
+    // The daemon's own page and programs (no Origin) pass (and find no session running).
+    let own = client.post(&interrupt).header("origin", &base).send().await.unwrap();
+    assert_eq!(status(own), 409);
+    assert_eq!(status(client.post(&interrupt).send().await.unwrap()), 409);
+    server.abort();
+}
