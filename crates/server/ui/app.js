@@ -310,7 +310,8 @@ class Transcript {
   message(id, into) {
     let message = this.messages.get(id);
     if (!message) {
-      const box = el('div', { class: 'msg assistant', dataset: { id } });
+      // Focusable, so a tap (no hover on phones) shows its "Fork from here".
+      const box = el('div', { class: 'msg assistant', dataset: { id }, tabindex: '-1' });
       into.append(box);
       message = { box, finals: [], live: new Map() };
       this.messages.set(id, message);
