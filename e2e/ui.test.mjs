@@ -249,10 +249,11 @@ try {
     assert.equal(await transcript().locator('.msg.user', { hasText: 'QUEUE2' }).count(), 1);
   });
 
-  await step('interrupt a slow stream', async () => {
+  await step('interrupt a slow stream (Esc)', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();
-    await page.locator('.session-head .interrupt').click();
+    await transcript().click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press('Escape');
     await page.locator('.session-head .badge.state-idle').waitFor();
     await transcript().locator('.turn-end.interrupted').waitFor();
     await release();
