@@ -78,6 +78,9 @@ pub enum LineErrorKind {
     Malformed(String),
 }
 
+/// The most buffer capacity a [`LineSplitter`] keeps while it holds no bytes.
+pub const KEEP_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Splits a byte stream into lines.
 #[derive(Debug)]
 pub struct LineSplitter {
@@ -120,6 +123,11 @@ impl LineSplitter {
             self.buf.drain(..self.start);
             self.start = 0;
         }
+        // A huge line once must not cost its size for the rest of the session: with nothing
+        // held, a large buffer is given back.
+        if self.buf.is_empty() && self.buf.capacity() > KEEP_BUFFER_BYTES {
+            self.buf = Vec::new();
+        }
         if self.discarding {
             // Only the end of the oversize line matters: keep from the first newline on.
             match memchr::memchr(b'\n', bytes) {
@@ -139,6 +147,11 @@ impl LineSplitter {
     /// Bytes held for a line not yet complete.
     pub fn buffered(&self) -> usize {
         self.buf.len() - self.start
+    }
+
+    /// Memory held for buffering, in bytes (at least [`LineSplitter::buffered`]).
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// The next complete line, an error item, or `None` when more bytes are needed.

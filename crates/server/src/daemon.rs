@@ -890,7 +890,8 @@ async fn pump(
         live.record.lock().map(|record| record.config["transport"] == "relay").unwrap_or(false);
     // This connection's Claude session ids and their Switchboard sessions.
     let mut seen: HashMap<String, String> = HashMap::new();
-    let mut batch = Vec::with_capacity(APPEND_BATCH);
+    // Grows to what the session needs (an idle session holds no room for 256 events).
+    let mut batch = Vec::new();
     while let Some(first) = events.recv().await {
         batch.clear();
         batch.push(first);

@@ -20,16 +20,29 @@ pub const READ_CONNECTIONS: usize = 4;
 /// Operations the writer thread commits in one transaction at most.
 pub const MAX_BATCH: usize = 512;
 
-/// How often the checkpointer moves the WAL into the database. The writer never checkpoints
-/// itself (`wal_autocheckpoint = 0`): an automatic checkpoint runs inside a commit and stalls
-/// every append behind it, which showed as latency spikes under load.
+/// How often the checkpointer moves the WAL into the database.
+///
+/// A checkpoint has two parts. The checkpointer thread copies the WAL into the database
+/// without blocking anyone (`PASSIVE`): that is the bulk of the work. Then the writer copies
+/// the few frames committed meanwhile, between two of its transactions, so that the whole WAL
+/// is in the database and its next transaction starts the WAL again from the beginning.
+/// Without that second part a busy database never restarts its WAL: some commit always lands
+/// while the checkpointer copies, so the WAL is never completely copied, and it grew by
+/// hundreds of MB a minute under load (and every commit wrote to fresh file pages). The
+/// writer never checkpoints on its own (`wal_autocheckpoint = 0`): an automatic checkpoint
+/// copies the whole WAL inside a commit and stalls every append behind it.
 pub const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The WAL file is truncated to this size when it restarts after growing past it (a burst
+/// larger than a checkpoint interval's worth of writes leaves no huge file behind).
+const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
 
 /// How long a connection waits for a lock before failing.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The schema, one migration per entry; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &["CREATE TABLE sessions (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE sessions (
         id TEXT PRIMARY KEY,
         claude_session_id TEXT,
         cwd TEXT NOT NULL,
@@ -51,13 +64,37 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE sessions (
         payload TEXT NOT NULL,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
-    CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);"];
+    CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);",
+    // Events in the order they were appended, found by (session, seq) through an index. The
+    // first layout clustered them by session (the key was the table): every append went into
+    // its session's own B-tree leaf, in the middle of the table, so a commit with lines from n
+    // sessions rewrote n leaves of 300-byte rows and split them often, about six WAL pages per
+    // line under load, most of the writer's time. Appended in one order, lines share the
+    // table's last leaf, and only the small index entries go to each session's place.
+    "CREATE TABLE events_log (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        ts_ms INTEGER NOT NULL,
+        dir TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload TEXT NOT NULL
+    );
+    INSERT INTO events_log (session_id, seq, ts_ms, dir, kind, payload)
+        SELECT session_id, seq, ts_ms, dir, kind, payload FROM events ORDER BY session_id, seq;
+    DROP TABLE events;
+    ALTER TABLE events_log RENAME TO events;
+    CREATE UNIQUE INDEX events_by_session ON events (session_id, seq);",
+];
 
 enum WriteOp {
     CreateSession(SessionRecord),
     UpdateSession(SessionRecord),
     DeleteSession(String),
     Append(Vec<EventRecord>),
+    /// The second part of a checkpoint (see [`CHECKPOINT_INTERVAL`]); run between
+    /// transactions, never inside one.
+    FinishCheckpoint,
 }
 
 struct Write {
@@ -121,14 +158,8 @@ impl SqliteStore {
         let mut writer_connection = open(&path)?;
         migrate(&mut writer_connection)?;
         writer_connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        writer_connection.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
         let checkpoint_connection = open(&path)?;
-        let (checkpointer_stop, stop) = mpsc::channel::<()>();
-        let checkpointer_thread = std::thread::Builder::new()
-            .name("switchboard-store-checkpointer".into())
-            .spawn(move || checkpoint_loop(checkpoint_connection, stop))
-            .map_err(|error| {
-                StoreError::Database(format!("cannot start the checkpointer thread: {error}"))
-            })?;
         let readers = (0..READ_CONNECTIONS)
             .map(|_| open(&path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
@@ -138,6 +169,14 @@ impl SqliteStore {
             .spawn(move || write_loop(writer_connection, queue))
             .map_err(|error| {
                 StoreError::Database(format!("cannot start the writer thread: {error}"))
+            })?;
+        let (checkpointer_stop, stop) = mpsc::channel::<()>();
+        let checkpointer_writer = writer.clone();
+        let checkpointer_thread = std::thread::Builder::new()
+            .name("switchboard-store-checkpointer".into())
+            .spawn(move || checkpoint_loop(checkpoint_connection, checkpointer_writer, stop))
+            .map_err(|error| {
+                StoreError::Database(format!("cannot start the checkpointer thread: {error}"))
             })?;
         Ok(SqliteStore {
             path,
@@ -155,20 +194,22 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Stops the writer after it has committed everything queued.
+    /// Stops the writer after it has committed everything queued (and copied the WAL into the
+    /// database).
     pub fn close(&self) {
-        if let Ok(mut writer) = self.writer.lock() {
-            writer.take();
-        }
-        if let Some(thread) = self.writer_thread.lock().ok().and_then(|mut thread| thread.take()) {
-            let _ = thread.join();
-        }
+        // The checkpointer first: it holds a handle on the writer's queue.
         if let Ok(mut stop) = self.checkpointer_stop.lock() {
             stop.take();
         }
         if let Some(thread) =
             self.checkpointer_thread.lock().ok().and_then(|mut thread| thread.take())
         {
+            let _ = thread.join();
+        }
+        if let Ok(mut writer) = self.writer.lock() {
+            writer.take();
+        }
+        if let Some(thread) = self.writer_thread.lock().ok().and_then(|mut thread| thread.take()) {
             let _ = thread.join();
         }
     }
@@ -210,15 +251,42 @@ impl Drop for SqliteStore {
     }
 }
 
-/// Moves the WAL into the database every [`CHECKPOINT_INTERVAL`] without blocking the writer
-/// (PASSIVE), and once fully when the store closes.
-fn checkpoint_loop(connection: Connection, stop: mpsc::Receiver<()>) {
+/// Every [`CHECKPOINT_INTERVAL`], copies the WAL into the database without blocking the
+/// writer (`PASSIVE`), then has the writer copy what was committed meanwhile.
+fn checkpoint_loop(connection: Connection, writer: mpsc::Sender<Write>, stop: mpsc::Receiver<()>) {
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_INTERVAL) {
-        if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(%error, "WAL checkpoint failed");
+        match checkpoint(&connection) {
+            // An empty WAL: nothing for the writer to finish. (A WAL copied completely still
+            // needs it: the count is as of the checkpoint's start, and the writer may have
+            // committed since.)
+            Ok(progress) if progress.frames == 0 => continue,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "WAL checkpoint failed");
+                continue;
+            }
         }
+        let (done, finished) = oneshot::channel();
+        if writer.send(Write { op: WriteOp::FinishCheckpoint, done }).is_err() {
+            break;
+        }
+        // Waits, so that the two never checkpoint at the same time.
+        let _ = finished.blocking_recv();
     }
-    let _ = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+}
+
+/// What a checkpoint saw.
+#[derive(Debug, Clone, Copy)]
+struct CheckpointProgress {
+    /// Frames in the WAL when it started.
+    frames: i64,
+}
+
+/// A `PASSIVE` checkpoint: copies what it can without waiting for anyone.
+fn checkpoint(connection: &Connection) -> Result<CheckpointProgress, rusqlite::Error> {
+    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok(CheckpointProgress { frames: row.get(1)? })
+    })
 }
 
 /// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
@@ -228,52 +296,74 @@ fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
     // instead of asking for it on every append. Entries are dropped on delete and rebuilt from
     // the database whenever a transaction fails.
     let mut last_seqs: HashMap<String, u64> = HashMap::new();
+    let mut checkpoints = Vec::new();
     while let Ok(first) = queue.recv() {
         // Everything queued meanwhile shares the transaction (group commit without waiting).
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+        let mut batch = Vec::with_capacity(16);
+        for write in std::iter::once(first).chain(std::iter::from_fn(|| queue.try_recv().ok())) {
+            match write.op {
+                WriteOp::FinishCheckpoint => checkpoints.push(write.done),
+                _ => batch.push(write),
+            }
+            if batch.len() >= MAX_BATCH {
+                break;
             }
         }
-        // One transaction for the batch. Each operation either fails before it writes (a
-        // sequence check, a missing row) or is a single statement that SQLite rolls back on its
-        // own, so a failed operation reports its error and the rest still commit.
-        let results: Vec<Result<(), StoreError>> = match connection.transaction() {
-            Ok(transaction) => {
-                let mut results = Vec::with_capacity(batch.len());
-                let mut broken = None;
-                for write in &batch {
-                    match apply(&transaction, &write.op, &mut last_seqs) {
-                        Ok(()) => results.push(Ok(())),
-                        Err(Failure::Rejected(error)) => results.push(Err(error)),
-                        Err(Failure::Broken(error)) => {
-                            broken = Some(error.to_string());
-                            break;
-                        }
-                    }
-                }
-                let outcome = match broken {
-                    // Dropping the transaction rolls it back.
-                    Some(error) => Err(error),
-                    None => transaction.commit().map_err(|error| error.to_string()),
-                };
-                match outcome {
-                    Ok(()) => results,
-                    Err(error) => {
-                        last_seqs.clear();
-                        batch.iter().map(|_| Err(StoreError::Database(error.clone()))).collect()
-                    }
-                }
+        commit(&mut connection, batch, &mut last_seqs);
+        // After the batch's answers are out, so no append waits for it.
+        for done in checkpoints.drain(..) {
+            let result = checkpoint(&connection).map(|_| ()).map_err(StoreError::from);
+            if let Err(error) = &result {
+                tracing::warn!(%error, "finishing a WAL checkpoint failed");
             }
-            Err(error) => {
-                batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect()
-            }
-        };
-        for (write, result) in batch.into_iter().zip(results) {
-            let _ = write.done.send(result);
+            let _ = done.send(result);
         }
+    }
+    // Closing: everything into the database, and an empty WAL left behind.
+    if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+        tracing::warn!(%error, "the final WAL checkpoint failed");
+    }
+}
+
+/// Commits a batch in one transaction and answers each operation.
+fn commit(connection: &mut Connection, batch: Vec<Write>, last_seqs: &mut HashMap<String, u64>) {
+    if batch.is_empty() {
+        return;
+    }
+    // One transaction for the batch. Each operation either fails before it writes (a
+    // sequence check, a missing row) or is a single statement that SQLite rolls back on its
+    // own, so a failed operation reports its error and the rest still commit.
+    let results: Vec<Result<(), StoreError>> = match connection.transaction() {
+        Ok(transaction) => {
+            let mut results = Vec::with_capacity(batch.len());
+            let mut broken = None;
+            for write in &batch {
+                match apply(&transaction, &write.op, last_seqs) {
+                    Ok(()) => results.push(Ok(())),
+                    Err(Failure::Rejected(error)) => results.push(Err(error)),
+                    Err(Failure::Broken(error)) => {
+                        broken = Some(error.to_string());
+                        break;
+                    }
+                }
+            }
+            let outcome = match broken {
+                // Dropping the transaction rolls it back.
+                Some(error) => Err(error),
+                None => transaction.commit().map_err(|error| error.to_string()),
+            };
+            match outcome {
+                Ok(()) => results,
+                Err(error) => {
+                    last_seqs.clear();
+                    batch.iter().map(|_| Err(StoreError::Database(error.clone()))).collect()
+                }
+            }
+        }
+        Err(error) => batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect(),
+    };
+    for (write, result) in batch.into_iter().zip(results) {
+        let _ = write.done.send(result);
     }
 }
 
@@ -332,6 +422,12 @@ fn apply(
             connection
                 .execute("DELETE FROM sessions WHERE id = ?1", params![id])
                 .map_err(|error| Failure::Broken(StoreError::from(error)))?;
+        }
+        WriteOp::FinishCheckpoint => {
+            // Taken out of every batch by the writer before the transaction.
+            return Err(Failure::Rejected(StoreError::Database(
+                "a checkpoint cannot run inside a transaction".into(),
+            )));
         }
         WriteOp::Append(events) => {
             // Check the whole batch against the known sequence before writing anything, so a

@@ -30,9 +30,9 @@ pub const WRITE_QUEUE: usize = 256;
 /// How much of stderr is kept for error messages (the tail), in bytes.
 pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 
-/// How much one stdout read takes. Small, because every idle session holds one; large lines
-/// just take more reads.
-const READ_CHUNK_BYTES: usize = 8 * 1024;
+/// How much one stdout read takes. Small, because every idle session holds one (4 KiB of the
+/// 50 kB an idle session may cost); large lines just take more reads.
+const READ_CHUNK_BYTES: usize = 4 * 1024;
 
 /// The stderr reader's buffer (stderr is rare and short).
 const STDERR_BUFFER_BYTES: usize = 1024;

@@ -114,3 +114,22 @@ proptest! {
         let _ = decoder.finish();
     }
 }
+
+/// A huge line does not cost its size for the rest of the stream: once it is taken, the
+/// splitter gives the buffer back before holding the next bytes.
+#[test]
+fn a_huge_line_does_not_keep_its_buffer() {
+    let mut splitter = LineSplitter::default();
+    let mut huge = vec![b'x'; 4 * 1024 * 1024];
+    huge.push(b'\n');
+    splitter.push(&huge);
+    assert_eq!(splitter.next_line().unwrap().unwrap().bytes.len(), 4 * 1024 * 1024);
+    assert!(splitter.capacity() >= 4 * 1024 * 1024);
+    splitter.push(b"{\"type\":\"ok\"}\n");
+    assert!(
+        splitter.capacity() <= switchboard_protocol::codec::KEEP_BUFFER_BYTES,
+        "still holds {} bytes",
+        splitter.capacity()
+    );
+    assert_eq!(splitter.next_line().unwrap().unwrap().bytes, b"{\"type\":\"ok\"}");
+}

@@ -1,0 +1,126 @@
+//! The SQLite store's writer under a paced load like the daemon's: N sessions each appending
+//! one ~300-byte line R times a second, every append awaited as the daemon's pump awaits it.
+//! Prints the CPU the store's own threads (writer and checkpointer) spend per event, the append
+//! round trip (p50 / p99 / max) and the WAL left at the end, as a Markdown table.
+//!
+//! `cargo bench -p switchboard-store --bench append -- [--sessions N] [--rate R] [--seconds S]`
+
+#![allow(clippy::print_stdout, clippy::disallowed_methods, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use switchboard_store::{EventRecord, SessionRecord, SqliteStore, Store};
+
+/// CPU time (ns) of this process's threads whose name starts with `prefix` (Linux).
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with(prefix))
+        })
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            stat.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+fn arg(name: &str, default: f64) -> f64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|arg| arg == name)
+        .and_then(|index| args.get(index + 1))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let sessions = arg("--sessions", 100.0) as usize;
+    let rate = arg("--rate", 50.0);
+    let seconds = arg("--seconds", 10.0);
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async move {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let ids: Vec<String> =
+            (0..sessions).map(|index| format!("0198a3f2-7c1e-7d3a-9f00-{index:012}")).collect();
+        for id in &ids {
+            let record = SessionRecord {
+                id: id.clone(),
+                claude_session_id: None,
+                cwd: "/".into(),
+                model: None,
+                permission_mode: None,
+                state: "working".into(),
+                title: None,
+                cost_usd: 0.0,
+                created_ms: 0,
+                updated_ms: 0,
+                config: serde_json::json!({}),
+            };
+            store.create_session(&record).await.unwrap();
+        }
+        let count = (rate * seconds).round() as u64;
+        let interval = Duration::from_secs_f64(1.0 / rate);
+        let latencies = Arc::new(Mutex::new(Vec::with_capacity(sessions * count as usize)));
+        let cpu_before = threads_cpu_ns("switchboard-sto");
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for id in ids {
+            let store = store.clone();
+            let latencies = latencies.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(interval);
+                for seq in 1..=count {
+                    ticks.tick().await;
+                    let payload = format!(
+                        r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"t={}"}}}},"session_id":"{id}","parent_tool_use_id":null,"uuid":"0198a3f2-7c1e-7d3a-9f00-{seq:012}"}}"#,
+                        started.elapsed().as_nanos()
+                    );
+                    let record = EventRecord {
+                        session_id: id.clone(),
+                        seq,
+                        ts_ms: 0,
+                        dir: "from_cli".into(),
+                        kind: "line".into(),
+                        payload,
+                    };
+                    let sent = Instant::now();
+                    store.append(&[record]).await.unwrap();
+                    let took = sent.elapsed().as_micros() as u64;
+                    latencies.lock().unwrap().push(took);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let cpu = threads_cpu_ns("switchboard-sto") - cpu_before;
+        let mut latencies = latencies.lock().unwrap().clone();
+        latencies.sort_unstable();
+        let events = latencies.len().max(1);
+        let at = |p: f64| latencies[((events as f64 * p) as usize).min(events - 1)] as f64 / 1000.0;
+        let wal_mib = std::fs::metadata(dir.path().join("bench.db-wal"))
+            .map(|meta| meta.len() as f64 / 1048576.0)
+            .unwrap_or(0.0);
+        println!(
+            "{sessions} sessions × {rate} appends/s for {seconds} s ({} events/s), one event per append\n",
+            sessions as f64 * rate
+        );
+        println!("| events | store CPU µs/event | append p50 ms | p99 ms | max ms | WAL file MiB |");
+        println!("|---:|---:|---:|---:|---:|---:|");
+        println!(
+            "| {events} | {:.1} | {:.2} | {:.2} | {:.2} | {wal_mib:.0} |",
+            cpu as f64 / 1000.0 / events as f64,
+            at(0.5),
+            at(0.99),
+            at(1.0),
+        );
+        store.close();
+    });
+}
