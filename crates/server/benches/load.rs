@@ -501,9 +501,14 @@ async fn relay_run(
 }
 
 /// The daemon's seed-003 relay: CLIs at `/`, frontends at `/ws`, every line stored.
-async fn child_relay(params: Params) -> Value {
+/// With `memory`, on the in-memory store (what persistence costs, by difference).
+async fn child_relay(params: Params, memory: bool) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let store: Arc<dyn Store> = if memory {
+        Arc::new(switchboard_store::MemoryStore::default())
+    } else {
+        Arc::new(SqliteStore::open(dir.path().join("db")).unwrap())
+    };
     let daemon = Daemon::open(store.clone(), DaemonConfig::default()).await.unwrap();
     let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -522,14 +527,12 @@ async fn child_relay(params: Params) -> Value {
         }
         count
     };
-    relay_run(
-        "switchboard relay (/ and /ws, every line stored)",
-        format!("ws://{address}/"),
-        format!("ws://{address}/ws"),
-        params,
-        stored,
-    )
-    .await
+    let name = if memory {
+        "switchboard relay (memory store)"
+    } else {
+        "switchboard relay (/ and /ws, every line stored)"
+    };
+    relay_run(name, format!("ws://{address}/"), format!("ws://{address}/ws"), params, stored).await
 }
 
 /// The minimal relay: CLI frames broadcast to every frontend, nothing else.
@@ -691,7 +694,8 @@ fn main() {
                 "daemon-memory" => child_daemon(params, true).await,
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
-                "relay" => child_relay(params).await,
+                "relay" => child_relay(params, false).await,
+                "relay-memory" => child_relay(params, true).await,
                 "relay-baseline" => child_relay_baseline(params).await,
                 other => json!({"error": format!("unknown mode {other}")}),
             }
@@ -715,11 +719,12 @@ fn main() {
     println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
     let relay_baseline = run_child("relay-baseline", &params);
     let relay = run_child("relay", &params);
+    let relay_memory = run_child("relay-memory", &params);
     println!(
         "\nRelay: {} external CLIs × {} lines/s for {} s into `/`, {} frontends on `/ws` each seeing every line\n",
         params.sessions, params.rate, params.seconds, params.subscribers
     );
-    let ratio = print_table(&relay_baseline, &relay, &[]);
+    let ratio = print_table(&relay_baseline, &relay, &[&relay_memory]);
     println!("\nCPU per delivered message, relay / minimal relay: {ratio:.2}x");
     if params.idle > 0 {
         let idle = run_child("idle", &params);

@@ -183,7 +183,8 @@ pub struct Daemon {
     /// Where `--sdk-url` CLIs connect, by slot id.
     ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
     /// Seed 003's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
-    relay: broadcast::Sender<Arc<str>>,
+    /// Relay lines as WebSocket text, shared by every frontend (a clone is a reference count).
+    relay: broadcast::Sender<axum::extract::ws::Utf8Bytes>,
     /// The relay session frontends' messages go to (the most recently connected CLI).
     relay_current: Mutex<Option<String>>,
 }
@@ -291,11 +292,11 @@ impl Daemon {
 
     /// Sends a line to every relay frontend.
     pub fn relay_publish(&self, line: &str) {
-        let _ = self.relay.send(Arc::from(line));
+        let _ = self.relay.send(axum::extract::ws::Utf8Bytes::from(line));
     }
 
     /// The relay feed for one frontend.
-    pub fn relay_subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+    pub fn relay_subscribe(&self) -> broadcast::Receiver<axum::extract::ws::Utf8Bytes> {
         self.relay.subscribe()
     }
 

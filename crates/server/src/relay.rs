@@ -65,7 +65,22 @@ pub(crate) async fn frontend(
                 tokio::select! {
                     line = feed.recv() => match line {
                         Ok(line) => {
-                            if sink.send(WsMessage::Text(line.to_string().into())).await.is_err() {
+                            // Lines already waiting go out in the same write (one flush).
+                            let mut lines = vec![line];
+                            while lines.len() < crate::api::MAX_FRAMES_PER_FLUSH {
+                                match feed.try_recv() {
+                                    Ok(line) => lines.push(line),
+                                    Err(_) => break,
+                                }
+                            }
+                            let mut sent = true;
+                            for line in lines {
+                                if sink.feed(WsMessage::Text(line)).await.is_err() {
+                                    sent = false;
+                                    break;
+                                }
+                            }
+                            if !sent || sink.flush().await.is_err() {
                                 break;
                             }
                         }

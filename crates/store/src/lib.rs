@@ -16,7 +16,7 @@ mod memory;
 mod sqlite;
 
 pub use memory::MemoryStore;
-pub use sqlite::{SqliteStore, CHECKPOINT_INTERVAL, MAX_BATCH, READ_CONNECTIONS};
+pub use sqlite::{SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, MAX_BATCH, READ_CONNECTIONS};
 
 /// One event as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

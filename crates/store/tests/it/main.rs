@@ -141,10 +141,12 @@ fn event(session: &str, seq: u64) -> EventRecord {
 async fn the_wal_starts_over_under_continuous_appends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    // Frequent checkpoints, so the run sees many of them whatever the machine's speed.
+    let interval = std::time::Duration::from_millis(50);
+    let options = switchboard_store::SqliteOptions { checkpoint_interval: interval };
+    let store = Arc::new(SqliteStore::open_with(&path, options).unwrap());
     let payload = "x".repeat(2000);
-    // Long enough for several checkpoints, whatever the machine's speed.
-    let until = std::time::Instant::now() + switchboard_store::CHECKPOINT_INTERVAL * 6;
+    let until = std::time::Instant::now() + interval * 40;
     let mut tasks = Vec::new();
     for writer in 0..8 {
         let store = store.clone();
@@ -171,11 +173,19 @@ async fn the_wal_starts_over_under_continuous_appends() {
         counts.push(count);
     }
     // The frames in the WAL now (since it last started over), as a second connection sees it.
+    // (A checkpoint of the store's own may be running: then this one reports busy; ask again.)
     let connection = rusqlite::Connection::open(&path).unwrap();
-    let (frames, page_size): (i64, i64) = (
-        connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1)).unwrap(),
-        connection.pragma_query_value(None, "page_size", |row| row.get(0)).unwrap(),
-    );
+    let page_size: i64 =
+        connection.pragma_query_value(None, "page_size", |row| row.get(0)).unwrap();
+    let frames = loop {
+        let (busy, frames): (i64, i64) = connection
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap();
+        if busy == 0 && frames >= 0 {
+            break frames;
+        }
+        std::thread::yield_now();
+    };
     let wal = (frames * page_size) as u64;
     assert!(
         wal < written / 2,
