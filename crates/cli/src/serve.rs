@@ -194,7 +194,9 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     let _ = std::io::stdout().flush();
 
     let app = router(daemon.clone(), auth);
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await;
+    let served = axum::serve(switchboard_server::nodelay(listener), app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
     // Stop every session (interrupt, close stdin, SIGTERM, SIGKILL), so no CLI outlives us,
     // and wait until their last events are stored before closing the database.
     daemon.stop_all().await;

@@ -286,7 +286,9 @@ async fn child_daemon(params: Params, memory: bool) -> Value {
     let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(
+        async move { axum::serve(switchboard_server::nodelay(listener), app).await.unwrap() },
+    );
     let mut ids = Vec::new();
     for _ in 0..params.sessions {
         let record = daemon
@@ -513,7 +515,9 @@ async fn child_relay(params: Params, memory: bool) -> Value {
     let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(
+        async move { axum::serve(switchboard_server::nodelay(listener), app).await.unwrap() },
+    );
     let stored = async move {
         let mut count = 0;
         for session in store.list_sessions().await.unwrap() {

@@ -445,7 +445,9 @@ async fn without_auth_only_loopback_pages_get_in() {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = tokio::spawn(async move {
+        axum::serve(switchboard_server::nodelay(listener), app).await.unwrap()
+    });
     let client = no_redirects();
     let status = |response: reqwest::Response| response.status().as_u16();
 
