@@ -16,7 +16,9 @@ mod memory;
 mod sqlite;
 
 pub use memory::MemoryStore;
-pub use sqlite::{SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, MAX_BATCH, READ_CONNECTIONS};
+pub use sqlite::{
+    SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, MAX_BATCH, READ_CONNECTIONS, WAL_RESTART_BYTES,
+};
 
 /// One event as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,20 +22,24 @@ pub const MAX_BATCH: usize = 512;
 
 /// How often the checkpointer moves the WAL into the database.
 ///
-/// A checkpoint has two parts. The checkpointer thread copies the WAL into the database
-/// without blocking anyone (`PASSIVE`): that is the bulk of the work. Then the writer copies
-/// the few frames committed meanwhile, between two of its transactions, so that the whole WAL
-/// is in the database and its next transaction starts the WAL again from the beginning.
-/// Without that second part a busy database never restarts its WAL: some commit always lands
-/// while the checkpointer copies, so the WAL is never completely copied, and it grew by
-/// hundreds of MB a minute under load (and every commit wrote to fresh file pages). The
-/// writer never checkpoints on its own (`wal_autocheckpoint = 0`): an automatic checkpoint
-/// copies the whole WAL inside a commit and stalls every append behind it.
+/// A checkpoint has two parts. Every interval, the checkpointer thread copies the WAL into
+/// the database without blocking anyone (`PASSIVE`): that is the bulk of the work. Once the
+/// WAL holds [`WAL_RESTART_BYTES`], the writer then copies the few frames committed
+/// meanwhile, between two of its transactions, so that the whole WAL is in the database and
+/// its next transaction starts the WAL over from the beginning. Without that second part a
+/// busy database never restarts its WAL: some commit always lands while the checkpointer
+/// copies, so the WAL is never completely copied, and it grew by hundreds of MB a minute under
+/// load (and every commit wrote to fresh file pages). The second part stalls appends for a
+/// few milliseconds (it syncs the database file), so it runs only when the WAL is that large,
+/// not every interval. The writer never checkpoints on its own (`wal_autocheckpoint = 0`): an
+/// automatic checkpoint copies the whole WAL inside a commit and stalls every append behind
+/// it.
 pub const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The WAL file is truncated to this size when it restarts after growing past it (a burst
-/// larger than a checkpoint interval's worth of writes leaves no huge file behind).
-const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+/// When the WAL holds this much, the writer finishes a checkpoint so that the WAL starts over
+/// (see [`CHECKPOINT_INTERVAL`]); the WAL file is also truncated to this size when it starts
+/// over after growing past it.
+pub const WAL_RESTART_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How long a connection waits for a lock before failing.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -127,11 +131,16 @@ struct Write {
 pub struct SqliteOptions {
     /// How often the WAL is checkpointed ([`CHECKPOINT_INTERVAL`] by default).
     pub checkpoint_interval: std::time::Duration,
+    /// How large the WAL may grow before it starts over ([`WAL_RESTART_BYTES`] by default).
+    pub wal_restart_bytes: u64,
 }
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        SqliteOptions { checkpoint_interval: CHECKPOINT_INTERVAL }
+        SqliteOptions {
+            checkpoint_interval: CHECKPOINT_INTERVAL,
+            wal_restart_bytes: WAL_RESTART_BYTES,
+        }
     }
 }
 
@@ -199,7 +208,11 @@ impl SqliteStore {
         let mut writer_connection = open(&path)?;
         migrate(&mut writer_connection)?;
         writer_connection.pragma_update(None, "wal_autocheckpoint", 0)?;
-        writer_connection.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+        writer_connection.pragma_update(
+            None,
+            "journal_size_limit",
+            i64::try_from(options.wal_restart_bytes).unwrap_or(i64::MAX),
+        )?;
         let checkpoint_connection = open(&path)?;
         let readers = (0..READ_CONNECTIONS)
             .map(|_| open(&path).map(Mutex::new))
@@ -294,21 +307,31 @@ impl Drop for SqliteStore {
     }
 }
 
-/// Every checkpoint interval ([`CHECKPOINT_INTERVAL`] by default), copies the WAL into the database without blocking the
-/// writer (`PASSIVE`), then has the writer copy what was committed meanwhile.
+/// Every checkpoint interval ([`CHECKPOINT_INTERVAL`] by default), copies the WAL into the
+/// database without blocking the writer (`PASSIVE`); once the WAL is large, has the writer
+/// copy what was committed meanwhile, so that the WAL starts over.
 fn checkpoint_loop(
     connection: Connection,
     writer: mpsc::Sender<Write>,
     stop: mpsc::Receiver<()>,
     options: SqliteOptions,
 ) {
+    let page_size: u64 = connection
+        .pragma_query_value(None, "page_size", |row| row.get::<_, i64>(0))
+        .map(|size| size.max(512) as u64)
+        .unwrap_or(4096);
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(options.checkpoint_interval)
     {
         match checkpoint(&connection) {
-            // An empty WAL: nothing for the writer to finish. (A WAL copied completely still
-            // needs it: the count is as of the checkpoint's start, and the writer may have
-            // committed since.)
-            Ok(progress) if progress.frames == 0 => continue,
+            // Small enough to go on. (A WAL that this checkpoint copied completely may still
+            // need the writer: the count is as of the checkpoint's start, and the writer may
+            // have committed since.)
+            Ok(progress)
+                if (progress.frames.max(0) as u64).saturating_mul(page_size)
+                    < options.wal_restart_bytes =>
+            {
+                continue
+            }
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(%error, "WAL checkpoint failed");

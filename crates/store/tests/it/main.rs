@@ -134,62 +134,70 @@ fn event(session: &str, seq: u64) -> EventRecord {
     }
 }
 
-/// Under appends that never pause, checkpoints still let the WAL start over: it stays a
-/// fraction of what was written. (Before, some commit always landed while the checkpointer
-/// copied, the WAL was never completely copied, and it grew without end.)
+/// Under appends that never pause, checkpoints still let the WAL start over again and again.
+/// (Before, some commit always landed while the checkpointer copied, the WAL was never
+/// completely copied, and it grew without end.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_starts_over_under_continuous_appends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    // Frequent checkpoints, so the run sees many of them whatever the machine's speed.
-    let interval = std::time::Duration::from_millis(50);
-    let options = switchboard_store::SqliteOptions { checkpoint_interval: interval };
+    let wal_path = dir.path().join("db-wal");
+    // Frequent checkpoints and a WAL that starts over at 1 MB, so the run sees many of them.
+    let limit = 1u64 << 20;
+    let interval = std::time::Duration::from_millis(20);
+    let options = switchboard_store::SqliteOptions {
+        checkpoint_interval: interval,
+        wal_restart_bytes: limit,
+    };
     let store = Arc::new(SqliteStore::open_with(&path, options).unwrap());
+    // Bytes 12..16 of the WAL header count the times the WAL started over.
+    let restarts = |path: &std::path::Path| {
+        std::fs::read(path)
+            .ok()
+            .and_then(|bytes| {
+                bytes.get(12..16).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            })
+            .unwrap_or(0)
+    };
     let payload = "x".repeat(2000);
-    let until = std::time::Instant::now() + interval * 40;
+    let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for writer in 0..8 {
-        let store = store.clone();
-        let payload = payload.clone();
+        let (store, payload, written, stop) =
+            (store.clone(), payload.clone(), written.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let session = format!("s{writer}");
             let mut seq = 0u64;
-            let mut bytes = 0u64;
-            while std::time::Instant::now() < until {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 seq += 1;
                 let mut record = event(&session, seq);
                 record.payload = format!("{{\"text\":\"{payload}\"}}");
-                bytes += record.payload.len() as u64;
+                written
+                    .fetch_add(record.payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 store.append(&[record]).await.unwrap();
             }
-            (seq, bytes)
+            seq
         }));
     }
-    let mut written = 0;
+    // Write until the WAL has started over three times, or (on the old behaviour) until 100
+    // times the limit went by without it.
+    let mut ticks = tokio::time::interval(interval);
+    while restarts(&wal_path) < 3
+        && written.load(std::sync::atomic::Ordering::Relaxed) < 100 * limit
+    {
+        ticks.tick().await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut counts = Vec::new();
     for task in tasks {
-        let (count, bytes) = task.await.unwrap();
-        written += bytes;
-        counts.push(count);
+        counts.push(task.await.unwrap());
     }
-    // The frames in the WAL now (since it last started over), as a second connection sees it.
-    // (A checkpoint of the store's own may be running: then this one reports busy; ask again.)
-    let connection = rusqlite::Connection::open(&path).unwrap();
-    let page_size: i64 =
-        connection.pragma_query_value(None, "page_size", |row| row.get(0)).unwrap();
-    let frames = loop {
-        let (busy, frames): (i64, i64) = connection
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap();
-        if busy == 0 && frames >= 0 {
-            break frames;
-        }
-        std::thread::yield_now();
-    };
-    let wal = (frames * page_size) as u64;
+    let written = written.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
-        wal < written / 2,
-        "the WAL holds {wal} bytes after {written} bytes of events: it never started over"
+        restarts(&wal_path) >= 3,
+        "after {written} bytes of events the WAL started over {} times",
+        restarts(&wal_path)
     );
     // Nothing was lost on the way.
     for (writer, count) in counts.iter().enumerate() {
