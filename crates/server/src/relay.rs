@@ -66,19 +66,12 @@ pub(crate) async fn frontend(
                     line = feed.recv() => match line {
                         Ok(line) => {
                             // Lines already waiting go out in the same write (one flush).
-                            let mut lines = vec![line];
-                            while lines.len() < crate::api::MAX_FRAMES_PER_FLUSH {
-                                match feed.try_recv() {
-                                    Ok(line) => lines.push(line),
-                                    Err(_) => break,
-                                }
-                            }
-                            let mut sent = true;
-                            for line in lines {
-                                if sink.feed(WsMessage::Text(line)).await.is_err() {
-                                    sent = false;
-                                    break;
-                                }
+                            let mut sent = sink.feed(WsMessage::Text(line)).await.is_ok();
+                            let mut queued = 1;
+                            while sent && queued < crate::api::MAX_FRAMES_PER_FLUSH {
+                                let Ok(line) = feed.try_recv() else { break };
+                                sent = sink.feed(WsMessage::Text(line)).await.is_ok();
+                                queued += 1;
                             }
                             if !sent || sink.flush().await.is_err() {
                                 break;

@@ -116,14 +116,20 @@ enum WriteOp {
     UpdateSession(SessionRecord),
     DeleteSession(String),
     Append(Vec<EventRecord>),
-    /// The second part of a checkpoint (see [`CHECKPOINT_INTERVAL`]); run between
-    /// transactions, never inside one.
-    FinishCheckpoint,
 }
 
 struct Write {
     op: WriteOp,
     done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// What the writer thread is asked to do.
+enum Job {
+    /// An operation, committed with whatever else is queued.
+    Write(Write),
+    /// The second part of a checkpoint (see [`CHECKPOINT_INTERVAL`]), between transactions;
+    /// answered when done.
+    FinishCheckpoint(oneshot::Sender<()>),
 }
 
 /// How a [`SqliteStore`] runs.
@@ -147,7 +153,7 @@ impl Default for SqliteOptions {
 /// The SQLite store.
 pub struct SqliteStore {
     path: PathBuf,
-    writer: Mutex<Option<mpsc::Sender<Write>>>,
+    writer: Mutex<Option<mpsc::Sender<Job>>>,
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: std::sync::atomic::AtomicUsize,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -217,7 +223,7 @@ impl SqliteStore {
         let readers = (0..READ_CONNECTIONS)
             .map(|_| open(&path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let (writer, queue) = mpsc::channel::<Write>();
+        let (writer, queue) = mpsc::channel::<Job>();
         let writer_thread = std::thread::Builder::new()
             .name("switchboard-store-writer".into())
             .spawn(move || write_loop(writer_connection, queue))
@@ -277,7 +283,7 @@ impl SqliteStore {
             writer
                 .as_ref()
                 .ok_or(StoreError::Closed)?
-                .send(Write { op, done })
+                .send(Job::Write(Write { op, done }))
                 .map_err(|_| StoreError::Closed)?;
         }
         result.await.map_err(|_| StoreError::Closed)?
@@ -312,7 +318,7 @@ impl Drop for SqliteStore {
 /// copy what was committed meanwhile, so that the WAL starts over.
 fn checkpoint_loop(
     connection: Connection,
-    writer: mpsc::Sender<Write>,
+    writer: mpsc::Sender<Job>,
     stop: mpsc::Receiver<()>,
     options: SqliteOptions,
 ) {
@@ -326,9 +332,8 @@ fn checkpoint_loop(
             // Small enough to go on. (A WAL that this checkpoint copied completely may still
             // need the writer: the count is as of the checkpoint's start, and the writer may
             // have committed since.)
-            Ok(progress)
-                if (progress.frames.max(0) as u64).saturating_mul(page_size)
-                    < options.wal_restart_bytes =>
+            Ok(frames)
+                if (frames.max(0) as u64).saturating_mul(page_size) < options.wal_restart_bytes =>
             {
                 continue
             }
@@ -339,7 +344,7 @@ fn checkpoint_loop(
             }
         }
         let (done, finished) = oneshot::channel();
-        if writer.send(Write { op: WriteOp::FinishCheckpoint, done }).is_err() {
+        if writer.send(Job::FinishCheckpoint(done)).is_err() {
             break;
         }
         // Waits, so that the two never checkpoint at the same time.
@@ -347,33 +352,25 @@ fn checkpoint_loop(
     }
 }
 
-/// What a checkpoint saw.
-#[derive(Debug, Clone, Copy)]
-struct CheckpointProgress {
-    /// Frames in the WAL when it started.
-    frames: i64,
-}
-
-/// A `PASSIVE` checkpoint: copies what it can without waiting for anyone.
-fn checkpoint(connection: &Connection) -> Result<CheckpointProgress, rusqlite::Error> {
-    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-        Ok(CheckpointProgress { frames: row.get(1)? })
-    })
+/// A `PASSIVE` checkpoint: copies what it can without waiting for anyone. Returns the frames
+/// the WAL held when it started.
+fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
+    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
 }
 
 /// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
 /// transaction, answer each operation.
-fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
+fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Job>) {
     // Each session's key and last seq, instead of asking the database on every append.
     let mut known: HashMap<String, Known> = HashMap::new();
     let mut checkpoints = Vec::new();
     while let Ok(first) = queue.recv() {
         // Everything queued meanwhile shares the transaction (group commit without waiting).
         let mut batch = Vec::with_capacity(16);
-        for write in std::iter::once(first).chain(std::iter::from_fn(|| queue.try_recv().ok())) {
-            match write.op {
-                WriteOp::FinishCheckpoint => checkpoints.push(write.done),
-                _ => batch.push(write),
+        for job in std::iter::once(first).chain(std::iter::from_fn(|| queue.try_recv().ok())) {
+            match job {
+                Job::Write(write) => batch.push(write),
+                Job::FinishCheckpoint(done) => checkpoints.push(done),
             }
             if batch.len() >= MAX_BATCH {
                 break;
@@ -382,11 +379,10 @@ fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Write>) {
         commit(&mut connection, batch, &mut known);
         // After the batch's answers are out, so no append waits for it.
         for done in checkpoints.drain(..) {
-            let result = checkpoint(&connection).map(|_| ()).map_err(StoreError::from);
-            if let Err(error) = &result {
+            if let Err(error) = checkpoint(&connection) {
                 tracing::warn!(%error, "finishing a WAL checkpoint failed");
             }
-            let _ = done.send(result);
+            let _ = done.send(());
         }
     }
     // Closing: everything into the database, and an empty WAL left behind.
@@ -499,12 +495,6 @@ fn apply(
                     .execute(statement, params![id])
                     .map_err(|error| Failure::Broken(StoreError::from(error)))?;
             }
-        }
-        WriteOp::FinishCheckpoint => {
-            // Taken out of every batch by the writer before the transaction.
-            return Err(Failure::Rejected(StoreError::Database(
-                "a checkpoint cannot run inside a transaction".into(),
-            )));
         }
         WriteOp::Append(events) => {
             // Check the whole batch against the known sequence before writing anything, so a
