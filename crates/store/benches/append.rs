@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use switchboard_store::{EventRecord, SessionRecord, SqliteStore, Store};
+use switchboard_store::{EventRecord, MemoryStore, SessionRecord, SqliteStore, Store};
 
 /// CPU time (ns) of this process (Linux; user + system of every thread).
 fn process_cpu_ns() -> u64 {
@@ -34,6 +34,83 @@ fn arg(name: &str, default: f64) -> f64 {
         .unwrap_or(default)
 }
 
+/// One row: the appends' CPU and round trips on `store`.
+struct Row {
+    events: usize,
+    cpu_us_per_event: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) -> Row {
+    let ids: Vec<String> =
+        (0..sessions).map(|index| format!("0198a3f2-7c1e-7d3a-9f00-{index:012}")).collect();
+    for id in &ids {
+        let record = SessionRecord {
+            id: id.clone(),
+            claude_session_id: None,
+            cwd: "/".into(),
+            model: None,
+            permission_mode: None,
+            state: "working".into(),
+            title: None,
+            cost_usd: 0.0,
+            created_ms: 0,
+            updated_ms: 0,
+            config: serde_json::json!({}),
+        };
+        store.create_session(&record).await.unwrap();
+    }
+    let count = (rate * seconds).round() as u64;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(sessions * count as usize)));
+    let cpu_before = process_cpu_ns();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for id in ids {
+        let store = store.clone();
+        let latencies = latencies.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            for seq in 1..=count {
+                ticks.tick().await;
+                let payload = format!(
+                    r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"t={}"}}}},"session_id":"{id}","parent_tool_use_id":null,"uuid":"0198a3f2-7c1e-7d3a-9f00-{seq:012}"}}"#,
+                    started.elapsed().as_nanos()
+                );
+                let record = EventRecord {
+                    session_id: id.clone(),
+                    seq,
+                    ts_ms: 0,
+                    dir: "from_cli".into(),
+                    kind: "line".into(),
+                    payload,
+                };
+                let sent = Instant::now();
+                store.append(&[record]).await.unwrap();
+                let took = sent.elapsed().as_micros() as u64;
+                latencies.lock().unwrap().push(took);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let cpu = process_cpu_ns() - cpu_before;
+    let mut latencies = latencies.lock().unwrap().clone();
+    latencies.sort_unstable();
+    let events = latencies.len().max(1);
+    let at = |p: f64| latencies[((events as f64 * p) as usize).min(events - 1)] as f64 / 1000.0;
+    Row {
+        events,
+        cpu_us_per_event: cpu as f64 / 1000.0 / events as f64,
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+    }
+}
+
 fn main() {
     let sessions = arg("--sessions", 100.0) as usize;
     let rate = arg("--rate", 50.0);
@@ -41,83 +118,29 @@ fn main() {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     runtime.block_on(async move {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bench.db");
-        let store = Arc::new(SqliteStore::open(&path).unwrap());
-        let ids: Vec<String> =
-            (0..sessions).map(|index| format!("0198a3f2-7c1e-7d3a-9f00-{index:012}")).collect();
-        for id in &ids {
-            let record = SessionRecord {
-                id: id.clone(),
-                claude_session_id: None,
-                cwd: "/".into(),
-                model: None,
-                permission_mode: None,
-                state: "working".into(),
-                title: None,
-                cost_usd: 0.0,
-                created_ms: 0,
-                updated_ms: 0,
-                config: serde_json::json!({}),
-            };
-            store.create_session(&record).await.unwrap();
-        }
-        let count = (rate * seconds).round() as u64;
-        let interval = Duration::from_secs_f64(1.0 / rate);
-        let latencies = Arc::new(Mutex::new(Vec::with_capacity(sessions * count as usize)));
-        let cpu_before = process_cpu_ns();
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for id in ids {
-            let store = store.clone();
-            let latencies = latencies.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut ticks = tokio::time::interval(interval);
-                for seq in 1..=count {
-                    ticks.tick().await;
-                    let payload = format!(
-                        r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"t={}"}}}},"session_id":"{id}","parent_tool_use_id":null,"uuid":"0198a3f2-7c1e-7d3a-9f00-{seq:012}"}}"#,
-                        started.elapsed().as_nanos()
-                    );
-                    let record = EventRecord {
-                        session_id: id.clone(),
-                        seq,
-                        ts_ms: 0,
-                        dir: "from_cli".into(),
-                        kind: "line".into(),
-                        payload,
-                    };
-                    let sent = Instant::now();
-                    store.append(&[record]).await.unwrap();
-                    let took = sent.elapsed().as_micros() as u64;
-                    latencies.lock().unwrap().push(took);
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let cpu = process_cpu_ns() - cpu_before;
-        let mut latencies = latencies.lock().unwrap().clone();
-        latencies.sort_unstable();
-        let events = latencies.len().max(1);
-        let at = |p: f64| latencies[((events as f64 * p) as usize).min(events - 1)] as f64 / 1000.0;
-        let wal_mib = std::fs::metadata(dir.path().join("bench.db-wal"))
-            .map(|meta| meta.len() as f64 / 1048576.0)
-            .unwrap_or(0.0);
         println!(
             "{sessions} sessions × {rate} appends/s for {seconds} s ({} events/s), one event per append\n",
             sessions as f64 * rate
         );
-        println!("| events | CPU µs/event | append p50 ms | p99 ms | max ms | WAL file MiB |");
-        println!("|---:|---:|---:|---:|---:|---:|");
-        println!(
-            "| {events} | {:.1} | {:.2} | {:.2} | {:.2} | {wal_mib:.0} |",
-            cpu as f64 / 1000.0 / events as f64,
-            at(0.5),
-            at(0.99),
-            at(1.0),
-        );
+        println!("| store | events | CPU µs/event | append p50 ms | p99 ms | max ms | WAL file MiB |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        // The appending tasks' own cost (ticks, formatting, wake-ups), for comparison.
+        let memory = run(Arc::new(MemoryStore::new()), sessions, rate, seconds).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.db");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let sqlite = run(store.clone(), sessions, rate, seconds).await;
+        let wal_mib = std::fs::metadata(dir.path().join("bench.db-wal"))
+            .map(|meta| meta.len() as f64 / 1048576.0)
+            .unwrap_or(0.0);
+        for (name, row, wal) in
+            [("memory (the appending tasks alone)", memory, "-".to_owned()), ("SQLite", sqlite, format!("{wal_mib:.0}"))]
+        {
+            println!(
+                "| {name} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {wal} |",
+                row.events, row.cpu_us_per_event, row.p50_ms, row.p99_ms, row.max_ms,
+            );
+        }
         store.close();
     });
 }

@@ -12,12 +12,15 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod conformance;
+mod journal;
 mod memory;
 mod sqlite;
 
+pub use journal::{FOLD_EVENTS, MAX_UNFOLDED};
 pub use memory::MemoryStore;
 pub use sqlite::{
-    SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, MAX_BATCH, READ_CONNECTIONS, WAL_RESTART_BYTES,
+    SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
+    SEGMENT_BYTES, WAL_RESTART_BYTES,
 };
 
 /// One event as stored.

@@ -1,17 +1,22 @@
-//! The SQLite store: WAL journal, schema migrations, one writer thread that commits whatever
-//! is queued in one transaction, and a small pool of read connections.
+//! The SQLite store: schema migrations, a journal in front (see `journal.rs`), one writer
+//! thread that commits session records and folds the journal into the database, and a small
+//! pool of read connections.
 //!
-//! Durability: `synchronous = NORMAL` in WAL mode survives the process being killed at any
-//! point (a committed transaction is in the WAL before `COMMIT` returns); only an OS crash or
-//! power loss can take back the last commits. The database is never left corrupt.
+//! Durability: an append is in the journal before `append` returns, a session record is in
+//! SQLite's WAL (`synchronous = NORMAL`) before `create_session` or `update_session` returns.
+//! Both survive the process being killed at any point; only an OS crash or power loss can
+//! take back the last writes. Opening the store folds into the database whatever a killed
+//! process left in the journal. The database is never left corrupt.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
+use crate::journal::{self, Appended, Entry, Journal, MAX_UNFOLDED};
 use crate::{EventRecord, SessionRecord, Store, StoreError};
 
 /// Read connections kept open.
@@ -109,13 +114,27 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE events;
     ALTER TABLE events_keyed RENAME TO events;
     CREATE UNIQUE INDEX events_by_session ON events (session, seq);",
+    // How far into the journal (segment, byte offset) the events have been folded into the
+    // database; see `journal.rs`.
+    "CREATE TABLE journal (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        segment INTEGER NOT NULL,
+        offset INTEGER NOT NULL
+    );
+    INSERT INTO journal (id, segment, offset) VALUES (1, 0, 0);",
 ];
+
+/// How often the writer folds the journal into the database (a fold also starts early once
+/// [`journal::FOLD_EVENTS`] events wait). Longer folds are cheaper per event: each session's
+/// index leaf is written once per fold, whatever the number of its events in it.
+pub const FOLD_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A journal segment this large is closed at the next fold, and removed once folded.
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
 enum WriteOp {
     CreateSession(SessionRecord),
     UpdateSession(SessionRecord),
-    DeleteSession(String),
-    Append(Vec<EventRecord>),
 }
 
 struct Write {
@@ -127,6 +146,8 @@ struct Write {
 enum Job {
     /// An operation, committed with whatever else is queued.
     Write(Write),
+    /// Fold the journal now (answered when the fold is committed, if asked).
+    Fold(Option<oneshot::Sender<Result<(), StoreError>>>),
     /// The second part of a checkpoint (see [`CHECKPOINT_INTERVAL`]), between transactions;
     /// answered when done.
     FinishCheckpoint(oneshot::Sender<()>),
@@ -136,9 +157,14 @@ enum Job {
 #[derive(Debug, Clone, Copy)]
 pub struct SqliteOptions {
     /// How often the WAL is checkpointed ([`CHECKPOINT_INTERVAL`] by default).
-    pub checkpoint_interval: std::time::Duration,
+    pub checkpoint_interval: Duration,
     /// How large the WAL may grow before it starts over ([`WAL_RESTART_BYTES`] by default).
     pub wal_restart_bytes: u64,
+    /// How often the journal is folded into the database ([`FOLD_INTERVAL`] by default).
+    pub fold_interval: Duration,
+    /// How large a journal segment grows before the next one starts ([`SEGMENT_BYTES`] by
+    /// default).
+    pub segment_bytes: u64,
 }
 
 impl Default for SqliteOptions {
@@ -146,6 +172,8 @@ impl Default for SqliteOptions {
         SqliteOptions {
             checkpoint_interval: CHECKPOINT_INTERVAL,
             wal_restart_bytes: WAL_RESTART_BYTES,
+            fold_interval: FOLD_INTERVAL,
+            segment_bytes: SEGMENT_BYTES,
         }
     }
 }
@@ -153,6 +181,7 @@ impl Default for SqliteOptions {
 /// The SQLite store.
 pub struct SqliteStore {
     path: PathBuf,
+    journal: Arc<Journal>,
     writer: Mutex<Option<mpsc::Sender<Job>>>,
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: std::sync::atomic::AtomicUsize,
@@ -194,6 +223,54 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Folds into the database what the journal holds past the position the database records
+/// (what a stopped or killed process left), removes the segments, and returns the number of
+/// the segment to start.
+fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreError> {
+    let (segment, offset): (i64, i64) = connection.query_row(
+        "SELECT segment, offset FROM journal WHERE id = 1",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    let (segment, offset) = (segment.max(0) as u64, offset.max(0) as u64);
+    let found = journal::segments(database)?;
+    let transaction = connection.transaction()?;
+    let mut keys = HashMap::new();
+    let mut recovered = 0usize;
+    for &number in found.iter().filter(|number| **number >= segment) {
+        let from = if number == segment { offset } else { 0 };
+        journal::read_segment(&journal::segment_path(database, number), from, |entry| {
+            match entry {
+                Entry::Append(events) => {
+                    for event in &events {
+                        insert_event(&transaction, &mut keys, event)?;
+                    }
+                    recovered += events.len();
+                }
+                Entry::Delete(id) => {
+                    delete_session_rows(&transaction, &id)?;
+                    keys.remove(&id);
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let next = found.last().copied().unwrap_or(0).max(segment) + 1;
+    transaction
+        .execute("UPDATE journal SET segment = ?1, offset = 0 WHERE id = 1", params![next as i64])?;
+    transaction.commit()?;
+    for number in found {
+        let path = journal::segment_path(database, number);
+        if let Err(error) = std::fs::remove_file(&path) {
+            tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
+        }
+    }
+    if recovered > 0 {
+        tracing::info!(events = recovered, "folded into the database the journal a stopped Switchboard left");
+    }
+    Ok(next)
+}
+
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
@@ -206,11 +283,12 @@ impl SqliteStore {
         options: SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_owned();
-        if let Some(parent) = path.parent() {
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|error| {
                 StoreError::Database(format!("cannot create {}: {error}", parent.display()))
             })?;
         }
+        let lock = journal::lock(&path)?;
         let mut writer_connection = open(&path)?;
         migrate(&mut writer_connection)?;
         writer_connection.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -219,14 +297,17 @@ impl SqliteStore {
             "journal_size_limit",
             i64::try_from(options.wal_restart_bytes).unwrap_or(i64::MAX),
         )?;
+        let segment = recover(&mut writer_connection, &path)?;
+        let journal = Arc::new(Journal::create(&path, segment, lock)?);
         let checkpoint_connection = open(&path)?;
         let readers = (0..READ_CONNECTIONS)
             .map(|_| open(&path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         let (writer, queue) = mpsc::channel::<Job>();
+        let writer_journal = journal.clone();
         let writer_thread = std::thread::Builder::new()
             .name("switchboard-store-writer".into())
-            .spawn(move || write_loop(writer_connection, queue))
+            .spawn(move || write_loop(writer_connection, queue, &writer_journal, options))
             .map_err(|error| {
                 StoreError::Database(format!("cannot start the writer thread: {error}"))
             })?;
@@ -242,6 +323,7 @@ impl SqliteStore {
             })?;
         Ok(SqliteStore {
             path,
+            journal,
             writer: Mutex::new(Some(writer)),
             readers: Arc::new(readers),
             next_reader: std::sync::atomic::AtomicUsize::new(0),
@@ -256,8 +338,8 @@ impl SqliteStore {
         &self.path
     }
 
-    /// Stops the writer after it has committed everything queued (and copied the WAL into the
-    /// database).
+    /// Stops the writer after it has committed everything queued and folded the journal
+    /// (and copied the WAL into the database). Appends after this fail.
     pub fn close(&self) {
         // The checkpointer first: it holds a handle on the writer's queue.
         if let Ok(mut stop) = self.checkpointer_stop.lock() {
@@ -268,6 +350,7 @@ impl SqliteStore {
         {
             let _ = thread.join();
         }
+        self.journal.close();
         if let Ok(mut writer) = self.writer.lock() {
             writer.take();
         }
@@ -276,16 +359,21 @@ impl SqliteStore {
         }
     }
 
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        let writer = self.writer.lock().map_err(|_| StoreError::Closed)?;
+        writer.as_ref().ok_or(StoreError::Closed)?.send(job).map_err(|_| StoreError::Closed)
+    }
+
     async fn write(&self, op: WriteOp) -> Result<(), StoreError> {
         let (done, result) = oneshot::channel();
-        {
-            let writer = self.writer.lock().map_err(|_| StoreError::Closed)?;
-            writer
-                .as_ref()
-                .ok_or(StoreError::Closed)?
-                .send(Job::Write(Write { op, done }))
-                .map_err(|_| StoreError::Closed)?;
-        }
+        self.send(Job::Write(Write { op, done }))?;
+        result.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Folds the journal now; returns once that fold is committed.
+    async fn fold(&self) -> Result<(), StoreError> {
+        let (done, result) = oneshot::channel();
+        self.send(Job::Fold(Some(done)))?;
         result.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -359,24 +447,50 @@ fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
 }
 
 /// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
-/// transaction, answer each operation.
-fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Job>) {
-    // Each session's key and last seq, instead of asking the database on every append.
-    let mut known: HashMap<String, Known> = HashMap::new();
+/// transaction, answer each operation; fold the journal every fold interval, or when asked.
+fn write_loop(
+    mut connection: Connection,
+    queue: mpsc::Receiver<Job>,
+    journal: &Journal,
+    options: SqliteOptions,
+) {
+    // Each session's key, instead of asking the database on every fold.
+    let mut keys: HashMap<String, i64> = HashMap::new();
     let mut checkpoints = Vec::new();
-    while let Ok(first) = queue.recv() {
+    let mut folds = Vec::new();
+    let mut last_fold = Instant::now();
+    loop {
+        let first = match queue.recv_timeout(options.fold_interval.saturating_sub(last_fold.elapsed())) {
+            Ok(job) => Some(job),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let mut fold_now = false;
         // Everything queued meanwhile shares the transaction (group commit without waiting).
-        let mut batch = Vec::with_capacity(16);
-        for job in std::iter::once(first).chain(std::iter::from_fn(|| queue.try_recv().ok())) {
+        let mut batch = Vec::new();
+        for job in first.into_iter().chain(std::iter::from_fn(|| queue.try_recv().ok())) {
             match job {
                 Job::Write(write) => batch.push(write),
+                Job::Fold(done) => {
+                    fold_now = true;
+                    folds.extend(done);
+                }
                 Job::FinishCheckpoint(done) => checkpoints.push(done),
             }
             if batch.len() >= MAX_BATCH {
                 break;
             }
         }
-        commit(&mut connection, batch, &mut known);
+        commit(&mut connection, batch);
+        if fold_now || last_fold.elapsed() >= options.fold_interval {
+            let result = fold(&mut connection, journal, &mut keys, options.segment_bytes);
+            last_fold = Instant::now();
+            for done in folds.drain(..) {
+                let _ = done.send(result.as_ref().map(|_| ()).map_err(|error| {
+                    StoreError::Database(error.to_string())
+                }));
+            }
+        }
         // After the batch's answers are out, so no append waits for it.
         for done in checkpoints.drain(..) {
             if let Err(error) = checkpoint(&connection) {
@@ -385,44 +499,128 @@ fn write_loop(mut connection: Connection, queue: mpsc::Receiver<Job>) {
             let _ = done.send(());
         }
     }
-    // Closing: everything into the database, and an empty WAL left behind.
+    // Closing: the journal into the database, everything into the database file, and an
+    // empty WAL left behind.
+    if let Err(error) = fold(&mut connection, journal, &mut keys, u64::MAX) {
+        tracing::error!(%error, "the last fold of the journal failed; the next start folds it");
+    }
     if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
         tracing::warn!(%error, "the final WAL checkpoint failed");
     }
 }
 
-/// Commits a batch in one transaction and answers each operation.
-fn commit(connection: &mut Connection, batch: Vec<Write>, known: &mut HashMap<String, Known>) {
+/// Folds what waits in the journal into the database in one transaction, with the journal
+/// position it reached.
+fn fold(
+    connection: &mut Connection,
+    journal: &Journal,
+    keys: &mut HashMap<String, i64>,
+    segment_bytes: u64,
+) -> Result<(), StoreError> {
+    let Some(fold) = journal.take(segment_bytes)? else { return Ok(()) };
+    let result = (|| -> Result<(), rusqlite::Error> {
+        let transaction = connection.transaction()?;
+        for id in &fold.deletes {
+            delete_session_rows(&transaction, id)?;
+            keys.remove(id);
+        }
+        for event in &fold.events {
+            insert_event(&transaction, keys, event)?;
+        }
+        transaction.execute(
+            "UPDATE journal SET segment = ?1, offset = ?2 WHERE id = 1",
+            params![fold.position.0 as i64, fold.position.1 as i64],
+        )?;
+        transaction.commit()
+    })();
+    match result {
+        Ok(()) => {
+            journal.folded(&fold);
+            Ok(())
+        }
+        Err(error) => {
+            // Rolled back: keys it created are gone again.
+            keys.clear();
+            tracing::error!(%error, events = fold.events.len(), "folding the journal into the database failed; it is retried");
+            Err(StoreError::from(error))
+        }
+    }
+}
+
+/// A session's key, created on its first event.
+fn session_key(
+    connection: &Connection,
+    keys: &mut HashMap<String, i64>,
+    session_id: &str,
+) -> rusqlite::Result<i64> {
+    if let Some(key) = keys.get(session_id) {
+        return Ok(*key);
+    }
+    let key = match connection
+        .prepare_cached("SELECT key FROM session_keys WHERE id = ?1")?
+        .query_row(params![session_id], |row| row.get(0))
+        .optional()?
+    {
+        Some(key) => key,
+        None => {
+            connection
+                .prepare_cached("INSERT INTO session_keys (id) VALUES (?1)")?
+                .execute(params![session_id])?;
+            connection.last_insert_rowid()
+        }
+    };
+    keys.insert(session_id.to_owned(), key);
+    Ok(key)
+}
+
+/// Inserts an event (one the database already has, from a journal read twice, is skipped).
+fn insert_event(
+    connection: &Connection,
+    keys: &mut HashMap<String, i64>,
+    event: &EventRecord,
+) -> rusqlite::Result<()> {
+    let key = session_key(connection, keys, &event.session_id)?;
+    connection
+        .prepare_cached(
+            "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?
+        .execute(params![
+            key,
+            event.seq as i64,
+            event.ts_ms as i64,
+            event.dir,
+            event.kind,
+            event.payload
+        ])?;
+    Ok(())
+}
+
+/// Deletes a session's record, key and events.
+fn delete_session_rows(connection: &Connection, session_id: &str) -> rusqlite::Result<()> {
+    for statement in [
+        "DELETE FROM events WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
+        "DELETE FROM session_keys WHERE id = ?1",
+        "DELETE FROM sessions WHERE id = ?1",
+    ] {
+        connection.prepare_cached(statement)?.execute(params![session_id])?;
+    }
+    Ok(())
+}
+
+/// Commits a batch in one transaction and answers each operation. Each operation is a single
+/// statement that SQLite rolls back on its own when it fails, so a failed operation reports
+/// its error and the rest still commit.
+fn commit(connection: &mut Connection, batch: Vec<Write>) {
     if batch.is_empty() {
         return;
     }
-    // One transaction for the batch. Each operation either fails before it writes (a
-    // sequence check, a missing row) or is a single statement that SQLite rolls back on its
-    // own, so a failed operation reports its error and the rest still commit.
     let results: Vec<Result<(), StoreError>> = match connection.transaction() {
         Ok(transaction) => {
-            let mut results = Vec::with_capacity(batch.len());
-            let mut broken = None;
-            for write in &batch {
-                match apply(&transaction, &write.op, known) {
-                    Ok(()) => results.push(Ok(())),
-                    Err(Failure::Rejected(error)) => results.push(Err(error)),
-                    Err(Failure::Broken(error)) => {
-                        broken = Some(error.to_string());
-                        break;
-                    }
-                }
-            }
-            let outcome = match broken {
-                // Dropping the transaction rolls it back.
-                Some(error) => Err(error),
-                None => transaction.commit().map_err(|error| error.to_string()),
-            };
-            match outcome {
+            let results: Vec<_> = batch.iter().map(|write| apply(&transaction, &write.op)).collect();
+            match transaction.commit() {
                 Ok(()) => results,
                 Err(error) => {
-                    known.clear();
-                    batch.iter().map(|_| Err(StoreError::Database(error.clone()))).collect()
+                    batch.iter().map(|_| Err(StoreError::Database(error.to_string()))).collect()
                 }
             }
         }
@@ -433,31 +631,7 @@ fn commit(connection: &mut Connection, batch: Vec<Write>, known: &mut HashMap<St
     }
 }
 
-/// How an operation failed.
-enum Failure {
-    /// Nothing was written; the other operations may commit.
-    Rejected(StoreError),
-    /// Something may have been written: the whole transaction must roll back.
-    Broken(StoreError),
-}
-
-impl From<rusqlite::Error> for Failure {
-    fn from(error: rusqlite::Error) -> Self {
-        Failure::Rejected(StoreError::from(error))
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(error: StoreError) -> Self {
-        Failure::Rejected(error)
-    }
-}
-
-fn apply(
-    connection: &Connection,
-    op: &WriteOp,
-    known: &mut HashMap<String, Known>,
-) -> Result<(), Failure> {
+fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
     match op {
         WriteOp::CreateSession(record) => {
             connection.execute(
@@ -479,103 +653,11 @@ fn apply(
                 ],
             )?;
             if changed == 0 {
-                return Err(Failure::Rejected(StoreError::NotFound(record.id.clone())));
-            }
-        }
-        WriteOp::DeleteSession(id) => {
-            known.remove(id);
-            connection.execute(
-                "DELETE FROM events WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
-                params![id],
-            )?;
-            for statement in
-                ["DELETE FROM session_keys WHERE id = ?1", "DELETE FROM sessions WHERE id = ?1"]
-            {
-                connection
-                    .execute(statement, params![id])
-                    .map_err(|error| Failure::Broken(StoreError::from(error)))?;
-            }
-        }
-        WriteOp::Append(events) => {
-            // Check the whole batch against the known sequence before writing anything, so a
-            // bad batch writes nothing.
-            let mut next = HashMap::<&str, Known>::new();
-            for event in events {
-                let session = match next.get(event.session_id.as_str()) {
-                    Some(session) => *session,
-                    None => match known.get(&event.session_id) {
-                        Some(session) => *session,
-                        None => Known::read(connection, &event.session_id)?,
-                    },
-                };
-                if event.seq != session.last + 1 {
-                    let error = StoreError::OutOfSequence {
-                        session_id: event.session_id.clone(),
-                        seq: event.seq,
-                        last: session.last,
-                    };
-                    return Err(Failure::Rejected(error));
-                }
-                next.insert(&event.session_id, Known { last: event.seq, ..session });
-            }
-            // From here on something may be written: a failure rolls the transaction back.
-            let broken = |error: rusqlite::Error| Failure::Broken(StoreError::from(error));
-            for (session_id, session) in next.iter_mut() {
-                if session.key.is_none() {
-                    connection
-                        .prepare_cached("INSERT INTO session_keys (id) VALUES (?1)")
-                        .and_then(|mut statement| statement.execute(params![session_id]))
-                        .map_err(broken)?;
-                    session.key = Some(connection.last_insert_rowid());
-                }
-            }
-            let mut statement = connection
-                .prepare_cached(
-                    "INSERT INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )
-                .map_err(broken)?;
-            for event in events {
-                let key = next.get(event.session_id.as_str()).and_then(|session| session.key);
-                statement
-                    .execute(params![
-                        key,
-                        event.seq as i64,
-                        event.ts_ms as i64,
-                        event.dir,
-                        event.kind,
-                        event.payload
-                    ])
-                    .map_err(broken)?;
-            }
-            for (session_id, session) in next {
-                known.insert(session_id.to_owned(), session);
+                return Err(StoreError::NotFound(record.id.clone()));
             }
         }
     }
     Ok(())
-}
-
-/// What the writer knows about a session it appended to: its key (none before its first
-/// event) and its last seq. The writer is the only writer, so this stays true; entries are
-/// dropped on delete and rebuilt from the database whenever a transaction fails.
-#[derive(Debug, Clone, Copy)]
-struct Known {
-    key: Option<i64>,
-    last: u64,
-}
-
-impl Known {
-    fn read(connection: &Connection, session_id: &str) -> Result<Known, StoreError> {
-        let key: Option<i64> = connection
-            .prepare_cached("SELECT key FROM session_keys WHERE id = ?1")?
-            .query_row(params![session_id], |row| row.get(0))
-            .optional()?;
-        let last = match key {
-            Some(_) => last_seq(connection, session_id)?,
-            None => 0,
-        };
-        Ok(Known { key, last })
-    }
 }
 
 fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError> {
@@ -656,14 +738,36 @@ impl Store for SqliteStore {
     }
 
     async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
-        self.write(WriteOp::DeleteSession(id.to_owned())).await
+        // Journaled first (a restart finishes it), then deleted from the database by a fold.
+        self.journal.delete(id)?;
+        self.fold().await
     }
 
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
-        self.write(WriteOp::Append(events.to_vec())).await
+        loop {
+            // The database has fallen far behind: wait for a fold to make room.
+            while self.journal.unfolded() >= MAX_UNFOLDED {
+                self.fold().await?;
+            }
+            match self.journal.append(events)? {
+                Appended::Written { fold_now } => {
+                    if fold_now {
+                        self.send(Job::Fold(None))?;
+                    }
+                    return Ok(());
+                }
+                Appended::Unknown(sessions, generation) => {
+                    for session_id in sessions {
+                        let id = session_id.clone();
+                        let last = self.read(move |connection| last_seq(connection, &id)).await?;
+                        self.journal.learn(&session_id, last, generation)?;
+                    }
+                }
+            }
+        }
     }
 
     async fn events_after(
@@ -672,17 +776,35 @@ impl Store for SqliteStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        let session_id = session_id.to_owned();
-        self.read(move |connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
-                 WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
-            let rows = statement
-                .query_map(params![session_id, after as i64, limit as i64], event_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
+        // The journal first (see `journal.rs`): what is folded meanwhile is then in the
+        // database, so nothing falls between the two reads.
+        let pending = self.journal.pending_after(session_id, after, limit)?;
+        if pending.first().is_some_and(|event| event.seq == after + 1) {
+            return Ok(pending);
+        }
+        let id = session_id.to_owned();
+        let mut events = self
+            .read(move |connection| {
+                let mut statement = connection.prepare_cached(
+                    "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
+                     WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )?;
+                let rows =
+                    statement.query_map(params![id, after as i64, limit as i64], event_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        let mut next = events.last().map_or(after, |event| event.seq) + 1;
+        for event in pending {
+            if events.len() >= limit || event.seq > next {
+                break;
+            }
+            if event.seq == next {
+                events.push(event);
+                next += 1;
+            }
+        }
+        Ok(events)
     }
 
     async fn events_before(
@@ -691,23 +813,35 @@ impl Store for SqliteStore {
         before: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        let session_id = session_id.to_owned();
+        let pending = self.journal.pending_before(session_id, before, limit)?;
+        if pending.len() >= limit {
+            return Ok(pending);
+        }
+        // The rest is older than what the journal holds.
+        let id = session_id.to_owned();
+        let below = pending.first().map_or(before, |event| event.seq);
         // SQLite integers are signed: a `before` past i64::MAX means "the end".
-        let before = i64::try_from(before).unwrap_or(i64::MAX);
-        self.read(move |connection| {
-            let mut statement = connection.prepare_cached(
-                "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
-                 WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-            )?;
-            let rows = statement.query_map(params![session_id, before, limit as i64], event_from_row)?;
-            let mut page = rows.collect::<Result<Vec<_>, _>>()?;
-            page.reverse();
-            Ok(page)
-        })
-        .await
+        let below = i64::try_from(below).unwrap_or(i64::MAX);
+        let wanted = (limit - pending.len()) as i64;
+        let mut page = self
+            .read(move |connection| {
+                let mut statement = connection.prepare_cached(
+                    "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
+                     WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+                )?;
+                let rows = statement.query_map(params![id, below, wanted], event_from_row)?;
+                Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .await?;
+        page.reverse();
+        page.extend(pending);
+        Ok(page)
     }
 
     async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        if let Some(last) = self.journal.last(session_id)? {
+            return Ok(last);
+        }
         let session_id = session_id.to_owned();
         self.read(move |connection| last_seq(connection, &session_id)).await
     }

@@ -148,6 +148,8 @@ async fn the_wal_starts_over_under_continuous_appends() {
     let options = switchboard_store::SqliteOptions {
         checkpoint_interval: interval,
         wal_restart_bytes: limit,
+        fold_interval: interval,
+        ..Default::default()
     };
     let store = Arc::new(SqliteStore::open_with(&path, options).unwrap());
     // Bytes 12..16 of the WAL header count the times the WAL started over.

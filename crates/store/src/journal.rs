@@ -1,0 +1,592 @@
+//! The SQLite store's journal: the hot end of the event log.
+//!
+//! An append is checked (each session's events continue its sequence), written to the
+//! current journal segment with one `write` call, and kept in memory until the writer thread
+//! folds it into SQLite. `append` returns once the `write` has returned: from then on the
+//! events survive the process being killed at any point (the kernel holds them), which is the
+//! same promise SQLite's `synchronous = NORMAL` WAL commit makes; like it, only an OS crash or
+//! power loss can take back the last appends, and a torn record at the end is detected by its
+//! checksum and dropped whole (an append is one record, so it is all there or not at all).
+//!
+//! Why: committing every append to SQLite as it came cost a commit (several 4 KiB WAL pages,
+//! two thread switches) per handful of lines. Folding the journal every half second commits
+//! thousands of lines at once, where each session's index leaf is written once per fold
+//! instead of once per line, and an append no longer waits for another thread at all.
+//!
+//! Readers see folded events in SQLite and unfolded ones here; [`Journal::pending_after`] is
+//! always read before SQLite, so an event folded in between is found in one or both, never in
+//! neither. The fold's transaction records how far into the journal it went
+//! ([`Position`]); opening the store folds whatever a killed process left after that point.
+//!
+//! Segment format: the 8 bytes `SBJRNL01`, then records: a little-endian `u32` body length, a
+//! CRC-32 of the body, and the body: `1` (an append: a `u32` count of events, each the session
+//! id, `u64` seq, `u64` ts_ms, dir, kind and payload, strings as a `u32` length and UTF-8), or
+//! `2` (a session deleted: its id).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::{EventRecord, StoreError};
+
+/// The first bytes of every segment.
+const MAGIC: &[u8; 8] = b"SBJRNL01";
+/// Record body tags.
+const TAG_APPEND: u8 = 1;
+const TAG_DELETE: u8 = 2;
+/// A record header: body length and CRC-32.
+const HEADER: usize = 8;
+/// No record is larger (a guard against reading a garbage length as a huge allocation).
+const MAX_RECORD: usize = 1 << 30;
+
+/// When this many events wait to be folded, an append asks the writer to fold now rather than
+/// at the next interval.
+pub const FOLD_EVENTS: usize = 8192;
+
+/// When this many events wait to be folded (the database has fallen behind), appends wait for
+/// a fold: memory stays bounded.
+pub const MAX_UNFOLDED: usize = 262_144;
+
+/// A place in the journal: segment number and byte offset.
+pub(crate) type Position = (u64, u64);
+
+/// One record read back.
+pub(crate) enum Entry {
+    Append(Vec<EventRecord>),
+    Delete(String),
+}
+
+/// A segment's path: `<database>.log-000042`.
+pub(crate) fn segment_path(database: &Path, segment: u64) -> PathBuf {
+    let mut name = database.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".log-{segment:06}"));
+    database.with_file_name(name)
+}
+
+/// The segment numbers next to `database`, in order.
+pub(crate) fn segments(database: &Path) -> Result<Vec<u64>, StoreError> {
+    let prefix = format!("{}.log-", database.file_name().unwrap_or_default().to_string_lossy());
+    let dir = database.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let entries = std::fs::read_dir(dir).map_err(|error| io_error("cannot list", dir, error))?;
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if let Some(number) = name.to_str().and_then(|name| name.strip_prefix(&prefix)) {
+            if let Ok(number) = number.parse::<u64>() {
+                found.push(number);
+            }
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+fn io_error(what: &str, path: &Path, error: std::io::Error) -> StoreError {
+    StoreError::Database(format!("{what} {}: {error}", path.display()))
+}
+
+/// Reads a segment's records from `from` (0: its start), calling `each` for every complete
+/// one. Stops at the first record that is incomplete or fails its checksum (what a write cut
+/// short by a crash leaves), and logs what it dropped. Returns where the good records end.
+pub(crate) fn read_segment(
+    path: &Path,
+    from: u64,
+    mut each: impl FnMut(Entry) -> Result<(), StoreError>,
+) -> Result<u64, StoreError> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut file| file.read_to_end(&mut bytes))
+        .map_err(|error| io_error("cannot read the journal", path, error))?;
+    if bytes.len() < MAGIC.len() {
+        // Created, and killed before its first bytes landed.
+        return Ok(0);
+    }
+    if &bytes[..MAGIC.len()] != MAGIC {
+        return Err(StoreError::Database(format!(
+            "{} is not a Switchboard journal segment (it does not start with {:?})",
+            path.display(),
+            std::str::from_utf8(MAGIC).unwrap_or_default()
+        )));
+    }
+    let mut at = (from as usize).max(MAGIC.len());
+    while at < bytes.len() {
+        let Some(body) = record_at(&bytes, at) else {
+            tracing::warn!(
+                segment = %path.display(),
+                offset = at,
+                dropped_bytes = bytes.len() - at,
+                "the journal ends with an incomplete or damaged record (a write cut short); it is dropped"
+            );
+            break;
+        };
+        each(decode(body).map_err(|error| {
+            StoreError::Database(format!(
+                "{} at byte {at}: a record with a good checksum does not decode: {error}",
+                path.display()
+            ))
+        })?)?;
+        at += HEADER + body.len();
+    }
+    Ok(at.min(bytes.len()) as u64)
+}
+
+/// The body of the record at `at`, if it is complete and its checksum matches.
+fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
+    let header = bytes.get(at..at + HEADER)?;
+    let length = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
+    if length > MAX_RECORD {
+        return None;
+    }
+    let body = bytes.get(at + HEADER..at + HEADER + length)?;
+    (crc32fast::hash(body) == crc).then_some(body)
+}
+
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// Appends one record holding `events` to `out`.
+fn encode_append(out: &mut Vec<u8>, events: &[EventRecord]) -> Result<(), StoreError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    out.push(TAG_APPEND);
+    out.extend_from_slice(&(events.len() as u32).to_le_bytes());
+    for event in events {
+        put_str(out, &event.session_id);
+        out.extend_from_slice(&event.seq.to_le_bytes());
+        out.extend_from_slice(&event.ts_ms.to_le_bytes());
+        put_str(out, &event.dir);
+        put_str(out, &event.kind);
+        put_str(out, &event.payload);
+    }
+    seal(out, start)
+}
+
+/// Appends one record saying `session_id` was deleted to `out`.
+fn encode_delete(out: &mut Vec<u8>, session_id: &str) -> Result<(), StoreError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    out.push(TAG_DELETE);
+    put_str(out, session_id);
+    seal(out, start)
+}
+
+/// Fills in the header of the record that starts at `start`.
+fn seal(out: &mut [u8], start: usize) -> Result<(), StoreError> {
+    let body = &out[start + HEADER..];
+    if body.len() > MAX_RECORD {
+        return Err(StoreError::Database(format!(
+            "an append of {} bytes is larger than the journal takes in one record ({MAX_RECORD})",
+            body.len()
+        )));
+    }
+    let length = (body.len() as u32).to_le_bytes();
+    let crc = crc32fast::hash(body).to_le_bytes();
+    out[start..start + 4].copy_from_slice(&length);
+    out[start + 4..start + HEADER].copy_from_slice(&crc);
+    Ok(())
+}
+
+/// Reads a record body.
+struct Decoder<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Decoder<'a> {
+    fn take(&mut self, count: usize) -> Result<&'a [u8], String> {
+        if self.bytes.len() < count {
+            return Err(format!("{count} bytes wanted, {} left", self.bytes.len()));
+        }
+        let (taken, rest) = self.bytes.split_at(count);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| "short u32")?))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short u64")?))
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let length = self.u32()? as usize;
+        String::from_utf8(self.take(length)?.to_vec()).map_err(|error| error.to_string())
+    }
+}
+
+fn decode(body: &[u8]) -> Result<Entry, String> {
+    let mut decoder = Decoder { bytes: body };
+    let entry = match decoder.take(1)?[0] {
+        TAG_APPEND => {
+            let count = decoder.u32()? as usize;
+            let mut events = Vec::with_capacity(count.min(body.len() / 32));
+            for _ in 0..count {
+                events.push(EventRecord {
+                    session_id: decoder.string()?,
+                    seq: decoder.u64()?,
+                    ts_ms: decoder.u64()?,
+                    dir: decoder.string()?,
+                    kind: decoder.string()?,
+                    payload: decoder.string()?,
+                });
+            }
+            Entry::Append(events)
+        }
+        TAG_DELETE => Entry::Delete(decoder.string()?),
+        tag => return Err(format!("unknown record tag {tag}")),
+    };
+    if !decoder.bytes.is_empty() {
+        return Err(format!("{} bytes after the record's end", decoder.bytes.len()));
+    }
+    Ok(entry)
+}
+
+/// Creates segment `segment` (its magic bytes written), open for appending.
+fn create_segment(database: &Path, segment: u64) -> Result<File, StoreError> {
+    let path = segment_path(database, segment);
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)
+        .map_err(|error| io_error("cannot create the journal segment", &path, error))?;
+    file.write_all(MAGIC).map_err(|error| io_error("cannot write", &path, error))?;
+    Ok(file)
+}
+
+/// What an append found.
+pub(crate) enum Appended {
+    /// Written. `fold_now`: enough is waiting that the writer should fold now.
+    Written { fold_now: bool },
+    /// These sessions' last seq must be read from the database first (then call
+    /// [`Journal::learn`] with the generation given here and append again).
+    Unknown(Vec<String>, u64),
+}
+
+/// What a fold takes from the journal and, once committed, gives back to
+/// [`Journal::folded`].
+pub(crate) struct Fold {
+    /// Sessions deleted, to delete from the database before the events go in.
+    pub(crate) deletes: Vec<String>,
+    /// Every event waiting, each session's in order.
+    pub(crate) events: Vec<Arc<EventRecord>>,
+    /// Per session (and its tail's generation), the last seq taken.
+    taken: Vec<(String, u64, u64)>,
+    /// Where the journal stood when the fold took everything.
+    pub(crate) position: Position,
+}
+
+/// A session's events not yet in the database, and its last seq.
+struct Tail {
+    last: u64,
+    /// Which [`State::generation`] created it (a session deleted and appended to again gets a
+    /// new tail, which a fold that started before must not touch).
+    generation: u64,
+    events: VecDeque<Arc<EventRecord>>,
+}
+
+struct State {
+    /// `None` once closed, or once a failed write could not be undone.
+    file: Option<File>,
+    broken: Option<String>,
+    segment: u64,
+    length: u64,
+    /// The oldest segment file still on disk.
+    oldest: u64,
+    /// Every session appended to since the store opened.
+    tails: HashMap<String, Tail>,
+    unfolded: usize,
+    deletes: Vec<String>,
+    /// Bumped by every delete.
+    generation: u64,
+    /// An append already asked the writer to fold.
+    fold_asked: bool,
+    buffer: Vec<u8>,
+}
+
+/// The journal (see the module's documentation).
+pub(crate) struct Journal {
+    database: PathBuf,
+    state: Mutex<State>,
+    /// Held while the store is open: a second process opening the same database would fold
+    /// and remove the journal this one writes.
+    _lock: File,
+}
+
+/// Locks `<database>.lock` for this process, or says who has it.
+pub(crate) fn lock(database: &Path) -> Result<File, StoreError> {
+    let mut name = database.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let path = database.with_file_name(name);
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| io_error("cannot open the lock file", &path, error))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Database(format!(
+            "the database {} is in use by another Switchboard (its lock file {} is held); stop that one first",
+            database.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(error)) => Err(io_error("cannot lock", &path, error)),
+    }
+}
+
+impl Journal {
+    /// Starts segment `segment` (every older one has been folded and removed).
+    pub(crate) fn create(database: &Path, segment: u64, lock: File) -> Result<Journal, StoreError> {
+        let file = create_segment(database, segment)?;
+        Ok(Journal {
+            database: database.to_owned(),
+            state: Mutex::new(State {
+                file: Some(file),
+                broken: None,
+                segment,
+                length: MAGIC.len() as u64,
+                oldest: segment,
+                tails: HashMap::new(),
+                unfolded: 0,
+                deletes: Vec::new(),
+                generation: 0,
+                fold_asked: false,
+                buffer: Vec::new(),
+            }),
+            _lock: lock,
+        })
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>, StoreError> {
+        self.state.lock().map_err(|_| StoreError::Database("the journal's lock is poisoned".into()))
+    }
+
+    /// The file to write, or why there is none.
+    fn writable(state: &mut State) -> Result<&mut File, StoreError> {
+        match (&mut state.file, &state.broken) {
+            (Some(file), _) => Ok(file),
+            (None, Some(reason)) => Err(StoreError::Database(reason.clone())),
+            (None, None) => Err(StoreError::Closed),
+        }
+    }
+
+    /// Writes the record in `state.buffer`; on failure, cuts the segment back to where it was
+    /// (or, if even that fails, refuses every later write: the segment's end is unknown).
+    fn write_buffer(&self, state: &mut State) -> Result<(), StoreError> {
+        Journal::writable(state)?;
+        let path = segment_path(&self.database, state.segment);
+        let State { file, buffer, length, broken, .. } = state;
+        let Some(writing) = file.as_mut() else { return Err(StoreError::Closed) };
+        if let Err(error) = writing.write_all(buffer) {
+            let message = format!("cannot write the journal {}: {error}", path.display());
+            if let Err(undo) = writing.set_len(*length) {
+                *file = None;
+                *broken = Some(format!(
+                    "{message}; nor cut it back to its last record ({undo}): restart Switchboard"
+                ));
+            }
+            return Err(StoreError::Database(message));
+        }
+        *length += buffer.len() as u64;
+        Ok(())
+    }
+
+    /// How many events wait to be folded.
+    pub(crate) fn unfolded(&self) -> usize {
+        self.state.lock().map(|state| state.unfolded).unwrap_or(0)
+    }
+
+    /// Appends `events` atomically (see [`crate::Store::append`]).
+    pub(crate) fn append(&self, events: &[EventRecord]) -> Result<Appended, StoreError> {
+        let mut guard = self.lock()?;
+        let state = &mut *guard;
+        Journal::writable(state)?;
+        // Check every session's sequence before writing anything: a bad batch writes nothing.
+        let mut next: Vec<(&str, u64)> = Vec::new();
+        let mut unknown = Vec::new();
+        for event in events {
+            let last = match next.iter().rev().find(|(id, _)| *id == event.session_id) {
+                Some((_, last)) => *last,
+                None => match state.tails.get(&event.session_id) {
+                    Some(tail) => tail.last,
+                    None => {
+                        if !unknown.contains(&event.session_id) {
+                            unknown.push(event.session_id.clone());
+                        }
+                        continue;
+                    }
+                },
+            };
+            if event.seq != last + 1 {
+                return Err(StoreError::OutOfSequence {
+                    session_id: event.session_id.clone(),
+                    seq: event.seq,
+                    last,
+                });
+            }
+            next.push((&event.session_id, event.seq));
+        }
+        if !unknown.is_empty() {
+            return Ok(Appended::Unknown(unknown, state.generation));
+        }
+        state.buffer.clear();
+        encode_append(&mut state.buffer, events)?;
+        self.write_buffer(state)?;
+        for event in events {
+            let generation = state.generation;
+            let tail = state.tails.entry(event.session_id.clone()).or_insert_with(|| Tail {
+                last: 0,
+                generation,
+                events: VecDeque::new(),
+            });
+            tail.last = event.seq;
+            tail.events.push_back(Arc::new(event.clone()));
+        }
+        state.unfolded += events.len();
+        if state.buffer.capacity() > 1 << 20 {
+            state.buffer = Vec::new();
+        }
+        let fold_now = state.unfolded >= FOLD_EVENTS && !state.fold_asked;
+        state.fold_asked |= fold_now;
+        Ok(Appended::Written { fold_now })
+    }
+
+    /// Records a session's last seq as read from the database, unless a delete happened since
+    /// the read began (`generation`) or the session is known by now.
+    pub(crate) fn learn(&self, session_id: &str, last: u64, generation: u64) -> Result<(), StoreError> {
+        let mut state = self.lock()?;
+        if state.generation == generation && !state.tails.contains_key(session_id) {
+            let generation = state.generation;
+            state.tails.insert(
+                session_id.to_owned(),
+                Tail { last, generation, events: VecDeque::new() },
+            );
+        }
+        Ok(())
+    }
+
+    /// Journals a session's deletion: its waiting events are dropped, and the next fold
+    /// deletes it from the database.
+    pub(crate) fn delete(&self, session_id: &str) -> Result<(), StoreError> {
+        let mut guard = self.lock()?;
+        let state = &mut *guard;
+        state.buffer.clear();
+        encode_delete(&mut state.buffer, session_id)?;
+        self.write_buffer(state)?;
+        if let Some(tail) = state.tails.remove(session_id) {
+            state.unfolded -= tail.events.len();
+        }
+        state.deletes.push(session_id.to_owned());
+        state.generation += 1;
+        Ok(())
+    }
+
+    /// Everything waiting to be folded, or `None` when nothing is. Starts a new segment first
+    /// when the current one holds `segment_bytes` (the old one is removed once this fold is
+    /// committed).
+    pub(crate) fn take(&self, segment_bytes: u64) -> Result<Option<Fold>, StoreError> {
+        let mut guard = self.lock()?;
+        let state = &mut *guard;
+        state.fold_asked = false;
+        if state.length >= segment_bytes && state.file.is_some() {
+            let file = create_segment(&self.database, state.segment + 1)?;
+            state.file = Some(file);
+            state.segment += 1;
+            state.length = MAGIC.len() as u64;
+        }
+        if state.unfolded == 0 && state.deletes.is_empty() && state.oldest == state.segment {
+            return Ok(None);
+        }
+        let mut events = Vec::with_capacity(state.unfolded);
+        let mut taken = Vec::new();
+        for (id, tail) in &state.tails {
+            if let Some(last) = tail.events.back() {
+                events.extend(tail.events.iter().cloned());
+                taken.push((id.clone(), tail.generation, last.seq));
+            }
+        }
+        Ok(Some(Fold {
+            deletes: state.deletes.clone(),
+            events,
+            taken,
+            position: (state.segment, state.length),
+        }))
+    }
+
+    /// A fold was committed: its events leave memory, and the segments before its position
+    /// leave the disk.
+    pub(crate) fn folded(&self, fold: &Fold) {
+        let Ok(mut guard) = self.lock() else { return };
+        let state = &mut *guard;
+        state.deletes.drain(..fold.deletes.len().min(state.deletes.len()));
+        for (id, generation, upto) in &fold.taken {
+            let Some(tail) = state.tails.get_mut(id) else { continue };
+            if tail.generation != *generation {
+                continue;
+            }
+            while tail.events.front().is_some_and(|event| event.seq <= *upto) {
+                tail.events.pop_front();
+                state.unfolded -= 1;
+            }
+            if tail.events.is_empty() {
+                // A burst's worth of slots is not kept for an idle session.
+                tail.events.shrink_to(8);
+            }
+        }
+        while state.oldest < fold.position.0 {
+            let path = segment_path(&self.database, state.oldest);
+            if let Err(error) = std::fs::remove_file(&path) {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
+                }
+            }
+            state.oldest += 1;
+        }
+    }
+
+    /// A session's last seq, if the journal knows it.
+    pub(crate) fn last(&self, session_id: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.lock()?.tails.get(session_id).map(|tail| tail.last))
+    }
+
+    /// The session's waiting events with `seq > after`, at most `limit`.
+    pub(crate) fn pending_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let state = self.lock()?;
+        let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
+        let start = tail.events.partition_point(|event| event.seq <= after);
+        Ok(tail.events.range(start..).take(limit).map(|event| EventRecord::clone(event)).collect())
+    }
+
+    /// The session's last `limit` waiting events with `seq < before`, in order.
+    pub(crate) fn pending_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let state = self.lock()?;
+        let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
+        let end = tail.events.partition_point(|event| event.seq < before);
+        let start = end.saturating_sub(limit);
+        Ok(tail.events.range(start..end).map(|event| EventRecord::clone(event)).collect())
+    }
+
+    /// Refuses every later append and delete (what is waiting is still folded).
+    pub(crate) fn close(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.file = None;
+        }
+    }
+}
