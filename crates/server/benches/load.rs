@@ -452,7 +452,9 @@ async fn simulated_cli(
         tokio::time::sleep_until((start + interval.mul_f64(line as f64)).into()).await;
         let frame = json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
             "delta": {"type": "text_delta", "text": format!("t={}", now_ns())}},
-            "session_id": session, "parent_tool_use_id": null, "uuid": format!("{session}-{line}")});
+            "session_id": session, "parent_tool_use_id": null,
+            // Shaped like the real CLI's (v4 UUIDs).
+            "uuid": format!("{index:08x}-0000-4000-8000-{line:012x}")});
         if sink.send(WsMessage::Text(format!("{frame}\n").into())).await.is_err() {
             return;
         }

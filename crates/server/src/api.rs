@@ -31,10 +31,12 @@ pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// on every read, which costs more than the frames themselves).
 pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 
-/// The read buffer of a CLI's WebSocket (`--sdk-url`, the relay's `/`): bigger than a client's,
-/// since a CLI sends every line of the session, but far below the default that is zeroed per
-/// read (that zeroing was 14% of the relay's CPU in the load benchmark).
-pub const CLI_WS_READ_BUFFER_BYTES: usize = 16 * 1024;
+/// The read buffer of a CLI's WebSocket (`--sdk-url`, the relay's `/`). tungstenite zeroes the
+/// buffer's whole capacity before every read, including the read that finds the socket empty:
+/// with its default of 128 KiB that was 14% of the relay's CPU in the load benchmark, and at
+/// 16 KiB still most of the relay's `memset` (two reads per line). A long line takes more
+/// reads at 4 KiB, each as cheap.
+pub const CLI_WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// Frames written to a subscriber per flush at most (a busy socket gets them in one write).
 pub const MAX_FRAMES_PER_FLUSH: usize = 64;

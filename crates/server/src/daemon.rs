@@ -977,7 +977,7 @@ async fn publish(
     if batch.is_empty() {
         return;
     }
-    let records: Vec<EventRecord> = batch
+    let records: Vec<Arc<EventRecord>> = batch
         .iter()
         .map(|event| {
             *seq += 1;
@@ -986,10 +986,10 @@ async fn publish(
                 SessionEvent::Line(_) => "to_cli",
                 _ => "switchboard",
             };
-            event_record(id, *seq, dir, event.kind(), event.to_json_text())
+            Arc::new(event_record(id, *seq, dir, event.kind(), event.to_json_text()))
         })
         .collect();
-    if let Err(error) = daemon.store.append(&records).await {
+    if let Err(error) = daemon.store.append_shared(&records).await {
         // Never publish what is not stored. The session goes on; the failure is logged
         // and these events are reported to subscribers as lost.
         tracing::error!(session = %id, %error, "cannot store events");
@@ -1006,9 +1006,9 @@ async fn publish(
         }
     }
     let tail = live.tail.get();
-    for record in records {
-        if let Some(tail) = tail {
-            let _ = tail.send(Arc::new(record));
+    if let Some(tail) = tail {
+        for record in records {
+            let _ = tail.send(record);
         }
     }
     if changed {

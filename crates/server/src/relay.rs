@@ -58,6 +58,25 @@ pub(crate) async fn frontend(
         .on_upgrade(move |socket| async move {
             let (mut sink, mut incoming) = socket.split();
             let mut feed = daemon.relay_subscribe();
+            // The frontend's frames are read by their own task: polling the socket for reads
+            // on every line sent would make the WebSocket library prepare (zero) its read
+            // buffer each time.
+            let (replies_tx, mut replies) = tokio::sync::mpsc::channel::<String>(16);
+            let reader_daemon = daemon.clone();
+            let reader = tokio::spawn(async move {
+                while let Some(Ok(frame)) = incoming.next().await {
+                    let text = match frame {
+                        WsMessage::Text(text) => text,
+                        WsMessage::Close(_) => break,
+                        _ => continue,
+                    };
+                    if let Some(reply) = forward(&reader_daemon, text.as_str()).await {
+                        if replies_tx.send(reply).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
             if daemon.relay_handle().is_some() {
                 let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
             }
@@ -80,20 +99,18 @@ pub(crate) async fn frontend(
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                     },
-                    frame = incoming.next() => {
-                        let text = match frame {
-                            Some(Ok(WsMessage::Text(text))) => text.to_string(),
-                            Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
-                            Some(Ok(_)) => continue,
-                        };
-                        if let Some(reply) = forward(&daemon, &text).await {
+                    reply = replies.recv() => match reply {
+                        Some(reply) => {
                             if sink.send(WsMessage::Text(reply.into())).await.is_err() {
                                 break;
                             }
                         }
-                    }
+                        // The frontend went away.
+                        None => break,
+                    },
                 }
             }
+            reader.abort();
         })
 }
 

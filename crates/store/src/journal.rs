@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::{EventRecord, StoreError};
 
 /// The first bytes of every segment.
-const MAGIC: &[u8; 8] = b"SBJRNL01";
+pub(crate) const MAGIC: &[u8; 8] = b"SBJRNL01";
 /// Record body tags.
 const TAG_APPEND: u8 = 1;
 const TAG_DELETE: u8 = 2;
@@ -41,13 +41,24 @@ const HEADER: usize = 8;
 /// No record is larger (a guard against reading a garbage length as a huge allocation).
 const MAX_RECORD: usize = 1 << 30;
 
-/// When this many events wait to be folded, an append asks the writer to fold now rather than
-/// at the next interval.
+/// When this many events, or [`FOLD_BYTES`] of them, wait to be folded, an append asks the
+/// writer to fold now rather than at the next interval.
 pub const FOLD_EVENTS: usize = 8192;
 
-/// When this many events wait to be folded (the database has fallen behind), appends wait for
-/// a fold: memory stays bounded.
+/// See [`FOLD_EVENTS`].
+pub const FOLD_BYTES: usize = 8 * 1024 * 1024;
+
+/// When this many events, or [`MAX_UNFOLDED_BYTES`] of them, wait to be folded (the database
+/// has fallen behind), appends wait for a fold: memory stays bounded.
 pub const MAX_UNFOLDED: usize = 262_144;
+
+/// See [`MAX_UNFOLDED`].
+pub const MAX_UNFOLDED_BYTES: usize = 64 * 1024 * 1024;
+
+/// What an event held in memory is counted as.
+fn held_bytes(event: &EventRecord) -> usize {
+    event.payload.len() + event.session_id.len() + event.kind.len() + 64
+}
 
 /// A place in the journal: segment number and byte offset.
 pub(crate) type Position = (u64, u64);
@@ -150,7 +161,10 @@ fn put_str(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Appends one record holding `events` to `out`.
-fn encode_append(out: &mut Vec<u8>, events: &[EventRecord]) -> Result<(), StoreError> {
+pub(crate) fn encode_append(
+    out: &mut Vec<u8>,
+    events: &[Arc<EventRecord>],
+) -> Result<(), StoreError> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
     out.push(TAG_APPEND);
@@ -167,7 +181,7 @@ fn encode_append(out: &mut Vec<u8>, events: &[EventRecord]) -> Result<(), StoreE
 }
 
 /// Appends one record saying `session_id` was deleted to `out`.
-fn encode_delete(out: &mut Vec<u8>, session_id: &str) -> Result<(), StoreError> {
+pub(crate) fn encode_delete(out: &mut Vec<u8>, session_id: &str) -> Result<(), StoreError> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
     out.push(TAG_DELETE);
@@ -264,6 +278,8 @@ fn create_segment(database: &Path, segment: u64) -> Result<File, StoreError> {
 pub(crate) enum Appended {
     /// Written. `fold_now`: enough is waiting that the writer should fold now.
     Written { fold_now: bool },
+    /// Not written: [`MAX_UNFOLDED`] events wait to be folded (fold, then append again).
+    Full,
     /// These sessions' last seq must be read from the database first (then call
     /// [`Journal::learn`] with the generation given here and append again).
     Unknown(Vec<String>, u64),
@@ -302,6 +318,8 @@ struct State {
     /// Every session appended to since the store opened.
     tails: HashMap<String, Tail>,
     unfolded: usize,
+    /// What the unfolded events take, as [`held_bytes`] counts.
+    unfolded_bytes: usize,
     deletes: Vec<String>,
     /// Bumped by every delete.
     generation: u64,
@@ -315,8 +333,8 @@ pub(crate) struct Journal {
     database: PathBuf,
     state: Mutex<State>,
     /// Held while the store is open: a second process opening the same database would fold
-    /// and remove the journal this one writes.
-    _lock: File,
+    /// and remove the journal this one writes. Released by [`Journal::release`].
+    lock: Mutex<Option<File>>,
 }
 
 /// Locks `<database>.lock` for this process, or says who has it.
@@ -355,12 +373,13 @@ impl Journal {
                 oldest: segment,
                 tails: HashMap::new(),
                 unfolded: 0,
+                unfolded_bytes: 0,
                 deletes: Vec::new(),
                 generation: 0,
                 fold_asked: false,
                 buffer: Vec::new(),
             }),
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         })
     }
 
@@ -381,10 +400,10 @@ impl Journal {
     /// (or, if even that fails, refuses every later write: the segment's end is unknown).
     fn write_buffer(&self, state: &mut State) -> Result<(), StoreError> {
         Journal::writable(state)?;
-        let path = segment_path(&self.database, state.segment);
-        let State { file, buffer, length, broken, .. } = state;
+        let State { file, buffer, length, broken, segment, .. } = state;
         let Some(writing) = file.as_mut() else { return Err(StoreError::Closed) };
         if let Err(error) = writing.write_all(buffer) {
+            let path = segment_path(&self.database, *segment);
             let message = format!("cannot write the journal {}: {error}", path.display());
             if let Err(undo) = writing.set_len(*length) {
                 *file = None;
@@ -398,16 +417,14 @@ impl Journal {
         Ok(())
     }
 
-    /// How many events wait to be folded.
-    pub(crate) fn unfolded(&self) -> usize {
-        self.state.lock().map(|state| state.unfolded).unwrap_or(0)
-    }
-
     /// Appends `events` atomically (see [`crate::Store::append`]).
-    pub(crate) fn append(&self, events: &[EventRecord]) -> Result<Appended, StoreError> {
+    pub(crate) fn append(&self, events: &[Arc<EventRecord>]) -> Result<Appended, StoreError> {
         let mut guard = self.lock()?;
         let state = &mut *guard;
         Journal::writable(state)?;
+        if state.unfolded >= MAX_UNFOLDED || state.unfolded_bytes >= MAX_UNFOLDED_BYTES {
+            return Ok(Appended::Full);
+        }
         // Check every session's sequence before writing anything: a bad batch writes nothing.
         let mut next: Vec<(&str, u64)> = Vec::new();
         let mut unknown = Vec::new();
@@ -447,27 +464,33 @@ impl Journal {
                 events: VecDeque::new(),
             });
             tail.last = event.seq;
-            tail.events.push_back(Arc::new(event.clone()));
+            tail.events.push_back(event.clone());
+            state.unfolded_bytes += held_bytes(event);
         }
         state.unfolded += events.len();
         if state.buffer.capacity() > 1 << 20 {
             state.buffer = Vec::new();
         }
-        let fold_now = state.unfolded >= FOLD_EVENTS && !state.fold_asked;
+        let fold_now = (state.unfolded >= FOLD_EVENTS || state.unfolded_bytes >= FOLD_BYTES)
+            && !state.fold_asked;
         state.fold_asked |= fold_now;
         Ok(Appended::Written { fold_now })
     }
 
     /// Records a session's last seq as read from the database, unless a delete happened since
     /// the read began (`generation`) or the session is known by now.
-    pub(crate) fn learn(&self, session_id: &str, last: u64, generation: u64) -> Result<(), StoreError> {
+    pub(crate) fn learn(
+        &self,
+        session_id: &str,
+        last: u64,
+        generation: u64,
+    ) -> Result<(), StoreError> {
         let mut state = self.lock()?;
         if state.generation == generation && !state.tails.contains_key(session_id) {
             let generation = state.generation;
-            state.tails.insert(
-                session_id.to_owned(),
-                Tail { last, generation, events: VecDeque::new() },
-            );
+            state
+                .tails
+                .insert(session_id.to_owned(), Tail { last, generation, events: VecDeque::new() });
         }
         Ok(())
     }
@@ -482,6 +505,8 @@ impl Journal {
         self.write_buffer(state)?;
         if let Some(tail) = state.tails.remove(session_id) {
             state.unfolded -= tail.events.len();
+            state.unfolded_bytes -=
+                tail.events.iter().map(|event| held_bytes(event)).sum::<usize>();
         }
         state.deletes.push(session_id.to_owned());
         state.generation += 1;
@@ -531,9 +556,13 @@ impl Journal {
             if tail.generation != *generation {
                 continue;
             }
-            while tail.events.front().is_some_and(|event| event.seq <= *upto) {
-                tail.events.pop_front();
+            while let Some(event) = tail.events.pop_front() {
+                if event.seq > *upto {
+                    tail.events.push_front(event);
+                    break;
+                }
                 state.unfolded -= 1;
+                state.unfolded_bytes -= held_bytes(&event);
             }
             if tail.events.is_empty() {
                 // A burst's worth of slots is not kept for an idle session.
@@ -581,6 +610,13 @@ impl Journal {
         let end = tail.events.partition_point(|event| event.seq < before);
         let start = end.saturating_sub(limit);
         Ok(tail.events.range(start..end).map(|event| EventRecord::clone(event)).collect())
+    }
+
+    /// Lets another store open the database (once the last fold is done).
+    pub(crate) fn release(&self) {
+        if let Ok(mut lock) = self.lock.lock() {
+            lock.take();
+        }
     }
 
     /// Refuses every later append and delete (what is waiting is still folded).

@@ -16,7 +16,7 @@ mod journal;
 mod memory;
 mod sqlite;
 
-pub use journal::{FOLD_EVENTS, MAX_UNFOLDED};
+pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use memory::MemoryStore;
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
@@ -113,6 +113,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Appends events, atomically. Each session's events must continue its sequence
     /// (`last_seq + 1`, `+2`, ...); otherwise nothing is written.
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError>;
+    /// [`Store::append`] for events the caller keeps shared (the daemon hands the same
+    /// records to its live subscribers): a store that keeps them in memory can keep these
+    /// instead of copies.
+    async fn append_shared(
+        &self,
+        events: &[std::sync::Arc<EventRecord>],
+    ) -> Result<(), StoreError> {
+        let owned: Vec<EventRecord> =
+            events.iter().map(|event| EventRecord::clone(event)).collect();
+        self.append(&owned).await
+    }
     /// Events of a session with `seq > after`, in order, at most `limit`.
     async fn events_after(
         &self,

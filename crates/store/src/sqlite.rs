@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
-use crate::journal::{self, Appended, Entry, Journal, MAX_UNFOLDED};
+use crate::journal::{self, Appended, Entry, Journal};
 use crate::{EventRecord, SessionRecord, Store, StoreError};
 
 /// Read connections kept open.
@@ -227,11 +227,10 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
 /// (what a stopped or killed process left), removes the segments, and returns the number of
 /// the segment to start.
 fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreError> {
-    let (segment, offset): (i64, i64) = connection.query_row(
-        "SELECT segment, offset FROM journal WHERE id = 1",
-        [],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )?;
+    let (segment, offset): (i64, i64) =
+        connection.query_row("SELECT segment, offset FROM journal WHERE id = 1", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
     let (segment, offset) = (segment.max(0) as u64, offset.max(0) as u64);
     let found = journal::segments(database)?;
     let transaction = connection.transaction()?;
@@ -256,8 +255,10 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
         })?;
     }
     let next = found.last().copied().unwrap_or(0).max(segment) + 1;
-    transaction
-        .execute("UPDATE journal SET segment = ?1, offset = 0 WHERE id = 1", params![next as i64])?;
+    transaction.execute(
+        "UPDATE journal SET segment = ?1, offset = 0 WHERE id = 1",
+        params![next as i64],
+    )?;
     transaction.commit()?;
     for number in found {
         let path = journal::segment_path(database, number);
@@ -266,7 +267,10 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
         }
     }
     if recovered > 0 {
-        tracing::info!(events = recovered, "folded into the database the journal a stopped Switchboard left");
+        tracing::info!(
+            events = recovered,
+            "folded into the database the journal a stopped Switchboard left"
+        );
     }
     Ok(next)
 }
@@ -339,7 +343,8 @@ impl SqliteStore {
     }
 
     /// Stops the writer after it has committed everything queued and folded the journal
-    /// (and copied the WAL into the database). Appends after this fail.
+    /// (and copied the WAL into the database). Appends after this fail; the database can be
+    /// opened again (by this process or another) once this returns.
     pub fn close(&self) {
         // The checkpointer first: it holds a handle on the writer's queue.
         if let Ok(mut stop) = self.checkpointer_stop.lock() {
@@ -357,6 +362,7 @@ impl SqliteStore {
         if let Some(thread) = self.writer_thread.lock().ok().and_then(|mut thread| thread.take()) {
             let _ = thread.join();
         }
+        self.journal.release();
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
@@ -368,6 +374,13 @@ impl SqliteStore {
         let (done, result) = oneshot::channel();
         self.send(Job::Write(Write { op, done }))?;
         result.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Folds what the journal holds into the database now, and returns once that is
+    /// committed (the database file alone then has every event appended so far: before a
+    /// backup, say). The writer does this on its own every [`SqliteOptions::fold_interval`].
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.fold().await
     }
 
     /// Folds the journal now; returns once that fold is committed.
@@ -460,11 +473,12 @@ fn write_loop(
     let mut folds = Vec::new();
     let mut last_fold = Instant::now();
     loop {
-        let first = match queue.recv_timeout(options.fold_interval.saturating_sub(last_fold.elapsed())) {
-            Ok(job) => Some(job),
-            Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
+        let first =
+            match queue.recv_timeout(options.fold_interval.saturating_sub(last_fold.elapsed())) {
+                Ok(job) => Some(job),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
         let mut fold_now = false;
         // Everything queued meanwhile shares the transaction (group commit without waiting).
         let mut batch = Vec::new();
@@ -486,9 +500,12 @@ fn write_loop(
             let result = fold(&mut connection, journal, &mut keys, options.segment_bytes);
             last_fold = Instant::now();
             for done in folds.drain(..) {
-                let _ = done.send(result.as_ref().map(|_| ()).map_err(|error| {
-                    StoreError::Database(error.to_string())
-                }));
+                let _ = done.send(
+                    result
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|error| StoreError::Database(error.to_string())),
+                );
             }
         }
         // After the batch's answers are out, so no append waits for it.
@@ -616,7 +633,8 @@ fn commit(connection: &mut Connection, batch: Vec<Write>) {
     }
     let results: Vec<Result<(), StoreError>> = match connection.transaction() {
         Ok(transaction) => {
-            let results: Vec<_> = batch.iter().map(|write| apply(&transaction, &write.op)).collect();
+            let results: Vec<_> =
+                batch.iter().map(|write| apply(&transaction, &write.op)).collect();
             match transaction.commit() {
                 Ok(()) => results,
                 Err(error) => {
@@ -744,15 +762,18 @@ impl Store for SqliteStore {
     }
 
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let shared: Vec<Arc<EventRecord>> = events.iter().cloned().map(Arc::new).collect();
+        self.append_shared(&shared).await
+    }
+
+    async fn append_shared(&self, events: &[Arc<EventRecord>]) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
         loop {
-            // The database has fallen far behind: wait for a fold to make room.
-            while self.journal.unfolded() >= MAX_UNFOLDED {
-                self.fold().await?;
-            }
             match self.journal.append(events)? {
+                // The database has fallen far behind: wait for a fold to make room.
+                Appended::Full => self.fold().await?,
                 Appended::Written { fold_now } => {
                     if fold_now {
                         self.send(Job::Fold(None))?;
@@ -844,5 +865,89 @@ impl Store for SqliteStore {
         }
         let session_id = session_id.to_owned();
         self.read(move |connection| last_seq(connection, &session_id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(session_id: &str, seq: u64) -> EventRecord {
+        EventRecord {
+            session_id: session_id.into(),
+            seq,
+            ts_ms: 7,
+            dir: "from_cli".into(),
+            kind: "line".into(),
+            payload: format!("{{\"n\":{seq}}}"),
+        }
+    }
+
+    /// What a process killed after journaling a delete (and more appends) but before folding
+    /// them leaves: the next open finishes the delete and keeps the appends.
+    #[tokio::test]
+    async fn a_journaled_delete_and_append_are_finished_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let store = SqliteStore::open(&path).unwrap();
+            let record = SessionRecord {
+                id: "x".into(),
+                claude_session_id: None,
+                cwd: "/".into(),
+                model: None,
+                permission_mode: None,
+                state: "idle".into(),
+                title: None,
+                cost_usd: 0.0,
+                created_ms: 1,
+                updated_ms: 1,
+                config: serde_json::json!({}),
+            };
+            store.create_session(&record).await.unwrap();
+            store.append(&[event("x", 1), event("x", 2)]).await.unwrap();
+            store.close();
+        }
+        let next = journal::segments(&path).unwrap().last().copied().unwrap() + 1;
+        let mut bytes = journal::MAGIC.to_vec();
+        journal::encode_delete(&mut bytes, "x").unwrap();
+        journal::encode_append(&mut bytes, &[Arc::new(event("y", 1)), Arc::new(event("y", 2))])
+            .unwrap();
+        std::fs::write(journal::segment_path(&path, next), bytes).unwrap();
+
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get_session("x").await.unwrap(), None);
+        assert!(store.events_after("x", 0, 10).await.unwrap().is_empty());
+        let y = store.events_after("y", 0, 10).await.unwrap();
+        assert_eq!(y, vec![event("y", 1), event("y", 2)]);
+    }
+
+    /// A record whose checksum does not match (a torn or damaged write) ends the segment: what
+    /// came before it is read, it and what follows are not.
+    #[test]
+    fn a_damaged_record_ends_the_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        let mut bytes = journal::MAGIC.to_vec();
+        journal::encode_append(&mut bytes, &[Arc::new(event("a", 1))]).unwrap();
+        let good_end = bytes.len() as u64;
+        journal::encode_append(&mut bytes, &[Arc::new(event("a", 2))]).unwrap();
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0xFF;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut read = Vec::new();
+        let end = journal::read_segment(&path, 0, |entry| {
+            if let Entry::Append(events) = entry {
+                read.extend(events);
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(read, vec![event("a", 1)]);
+        assert_eq!(end, good_end);
+        // Not a journal at all: a clear error, nothing read.
+        std::fs::write(&path, b"SQLite format 3\0 and more").unwrap();
+        let error = journal::read_segment(&path, 0, |_| Ok(())).unwrap_err().to_string();
+        assert!(error.contains("is not a Switchboard journal segment"), "{error}");
     }
 }

@@ -47,7 +47,7 @@ pub struct IngressSlot {
     connected_before: AtomicBool,
     /// The session closed its input: refuse new connections.
     closed: AtomicBool,
-    seen: Mutex<(HashSet<String>, VecDeque<String>)>,
+    seen: Mutex<(HashSet<SeenKey>, VecDeque<SeenKey>)>,
     /// Tells the connection up now to drop its socket (operators and tests).
     drop_connection: tokio::sync::Notify,
     /// For a CLI Switchboard did not start (it connected on its own): its socket closing is
@@ -138,16 +138,38 @@ impl IngressSlot {
         let Some(uuid) = uuid else { return true };
         let Ok(mut seen) = self.seen.lock() else { return true };
         let (set, order) = &mut *seen;
-        if !set.insert(uuid.to_owned()) {
+        let key = SeenKey::of(uuid);
+        if set.contains(&key) {
             return false;
         }
-        order.push_back(uuid.to_owned());
+        set.insert(key.clone());
+        order.push_back(key);
         if order.len() > SEEN_UUIDS {
             if let Some(old) = order.pop_front() {
                 set.remove(&old);
             }
         }
         true
+    }
+}
+
+/// A remembered line `uuid`: the CLI's are UUIDs, kept as the 128-bit number they spell (no
+/// allocation, nothing to follow when comparing); anything else is kept as text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SeenKey {
+    Uuid(u128),
+    Text(Arc<str>),
+}
+
+impl SeenKey {
+    fn of(uuid: &str) -> SeenKey {
+        // Only the canonical spelling (36 characters, lowercase): another spelling of the
+        // same number stays another text.
+        let canonical = uuid.len() == 36 && !uuid.bytes().any(|byte| byte.is_ascii_uppercase());
+        match uuid::Uuid::try_parse(uuid) {
+            Ok(parsed) if canonical => SeenKey::Uuid(parsed.as_u128()),
+            _ => SeenKey::Text(Arc::from(uuid)),
+        }
     }
 }
 

@@ -260,7 +260,8 @@ async fn subscribers_see_identical_gap_free_sequences_and_a_restart_keeps_everyt
     let sandbox = CliSandbox::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
+    let sqlite = Arc::new(SqliteStore::open(&db).unwrap());
+    let store: Arc<dyn Store> = sqlite.clone();
     let server = Server::start(store.clone(), &api, &sandbox).await;
 
     let (_, session) =
@@ -308,6 +309,9 @@ async fn subscribers_see_identical_gap_free_sequences_and_a_restart_keeps_everyt
     server.daemon.stop_all().await;
     drop(server);
     drop(store);
+    // As the old process's exit would: its store is closed (the journal folded, the lock
+    // released) even if something still holds it.
+    sqlite.close();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).unwrap());
     let server = Server::start(store, &api, &sandbox).await;
     let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;

@@ -182,11 +182,12 @@ async fn the_wal_starts_over_under_continuous_appends() {
             seq
         }));
     }
-    // Write until the WAL has started over three times, or (on the old behaviour) until 100
-    // times the limit went by without it.
+    // Write until the WAL has started over three times, or (on the old behaviour) until 500
+    // times the limit went by without it. (Folds of the journal commit several MB at once, so
+    // a restart takes tens of MB of events here.)
     let mut ticks = tokio::time::interval(interval);
     while restarts(&wal_path) < 3
-        && written.load(std::sync::atomic::Ordering::Relaxed) < 100 * limit
+        && written.load(std::sync::atomic::Ordering::Relaxed) < 500 * limit
     {
         ticks.tick().await;
     }
@@ -196,6 +197,7 @@ async fn the_wal_starts_over_under_continuous_appends() {
         counts.push(task.await.unwrap());
     }
     let written = written.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{written} bytes written; the WAL started over {} times", restarts(&wal_path));
     assert!(
         restarts(&wal_path) >= 3,
         "after {written} bytes of events the WAL started over {} times",
@@ -205,4 +207,201 @@ async fn the_wal_starts_over_under_continuous_appends() {
     for (writer, count) in counts.iter().enumerate() {
         assert_eq!(store.last_seq(&format!("s{writer}")).await.unwrap(), *count);
     }
+}
+
+fn journal_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".log-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Not a test on its own: the child process of
+/// `appends_survive_a_kill_before_they_reach_the_database`, which runs it with
+/// `SWITCHBOARD_JOURNAL_CHILD` set to a database path.
+#[tokio::test]
+#[ignore = "run as a child process by appends_survive_a_kill_before_they_reach_the_database"]
+async fn journal_child_appends_then_is_killed() {
+    let Ok(path) = std::env::var("SWITCHBOARD_JOURNAL_CHILD") else { return };
+    // No fold on its own before the kill.
+    let options = switchboard_store::SqliteOptions {
+        fold_interval: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    // A deleted session: its deletion is folded at once (delete waits for it).
+    store.append(&[event("gone", 1), event("gone", 2)]).await.unwrap();
+    store.delete_session("gone").await.unwrap();
+    // 300 events in appends of 1 to 7, two sessions interleaved: in the journal only.
+    let mut seq = 0;
+    for size in (1..=7).cycle() {
+        if seq >= 300 {
+            break;
+        }
+        let batch: Vec<EventRecord> = (seq + 1..=(seq + size).min(300))
+            .flat_map(|seq| [event("kept", seq), event("other", seq)])
+            .collect();
+        store.append(&batch).await.unwrap();
+        seq = (seq + size).min(300);
+    }
+    println!("appended");
+    nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    unreachable!("killed");
+}
+
+/// An append is durable once `append` returns, before the writer folds it into SQLite: a
+/// process killed with SIGKILL leaves it in the journal, the next open folds it in, and a
+/// record cut short at the journal's end is dropped whole.
+#[tokio::test]
+async fn appends_survive_a_kill_before_they_reach_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "journal_child_appends_then_is_killed", "--nocapture"])
+        .env("SWITCHBOARD_JOURNAL_CHILD", &path)
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let output = String::from_utf8_lossy(&status.stdout);
+    assert!(output.contains("appended"), "the child ran: {output}");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status.status),
+        Some(9),
+        "the child was killed"
+    );
+    // The database itself has none of them: they were only in the journal.
+    {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        let count: i64 =
+            connection.query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0)).unwrap();
+        assert_eq!(count, 0);
+    }
+    // A write cut short: the start of a record whose body never arrived.
+    let segments = journal_files(dir.path());
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let segment = dir.path().join(&segments[0]);
+    let mut torn = 100u32.to_le_bytes().to_vec();
+    torn.extend_from_slice(&[0xAB; 20]);
+    std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&torn).unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    for session in ["kept", "other"] {
+        let events = store.events_after(session, 0, 1000).await.unwrap();
+        assert_eq!(events.len(), 300, "{session}");
+        assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
+        assert_eq!(events[299].payload, "{\"n\":300}");
+    }
+    assert!(store.events_after("gone", 0, 10).await.unwrap().is_empty(), "deleted stays deleted");
+    assert_eq!(store.last_seq("kept").await.unwrap(), 300);
+    store.append(&[event("kept", 301)]).await.unwrap();
+    assert!(store.append(&[event("kept", 301)]).await.is_err());
+    // The old segment was folded and removed; a new one took its place.
+    let now = journal_files(dir.path());
+    assert_eq!(now.len(), 1);
+    assert_ne!(now, segments);
+}
+
+use std::io::Write as _;
+
+/// A second store on the same database (another daemon, say) is refused while the first is
+/// open: it would fold and remove the journal the first writes to.
+#[tokio::test]
+async fn a_database_in_use_is_refused_until_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let first = SqliteStore::open(&path).unwrap();
+    first.append(&[event("s", 1)]).await.unwrap();
+    let error = SqliteStore::open(&path).unwrap_err().to_string();
+    assert!(error.contains("in use by another Switchboard"), "{error}");
+    first.close();
+    assert!(first.append(&[event("s", 2)]).await.is_err(), "closed");
+    let second = SqliteStore::open(&path).unwrap();
+    assert_eq!(second.last_seq("s").await.unwrap(), 1);
+}
+
+/// Folds that happen all the time and folds that never happen: both conform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_conforms_whenever_the_journal_is_folded() {
+    for interval in [std::time::Duration::from_millis(1), std::time::Duration::from_secs(3600)] {
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            switchboard_store::SqliteOptions { fold_interval: interval, ..Default::default() };
+        let store = SqliteStore::open_with(dir.path().join("db"), options).unwrap();
+        conformance::run(&store).await;
+    }
+}
+
+/// Reads merge the database and the journal without a gap or a repeat while folds run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_during_folds_see_every_event_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = switchboard_store::SqliteOptions {
+        fold_interval: std::time::Duration::from_millis(1),
+        ..Default::default()
+    };
+    let store = Arc::new(SqliteStore::open_with(dir.path().join("db"), options).unwrap());
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for seq in 1..=2000 {
+                store.append(&[event("s", seq)]).await.unwrap();
+                if seq % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    let mut checks = 0;
+    while !writer.is_finished() || checks == 0 {
+        let last = store.last_seq("s").await.unwrap();
+        let events = store.events_after("s", 0, 100_000).await.unwrap();
+        assert!(
+            events.len() as u64 >= last,
+            "{} events read, {last} appended before",
+            events.len()
+        );
+        assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1), "no gap, no repeat");
+        let page = store.events_before("s", last + 1, 10).await.unwrap();
+        let expected: Vec<u64> = (last.saturating_sub(9).max(1)..=last).collect();
+        assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), expected);
+        checks += 1;
+    }
+    writer.await.unwrap();
+    assert_eq!(store.events_after("s", 1990, 100).await.unwrap().len(), 10);
+}
+
+/// Segments start over at the size limit and the folded ones are removed; the database then
+/// holds everything by itself.
+#[tokio::test]
+async fn folded_segments_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let options = switchboard_store::SqliteOptions {
+        fold_interval: std::time::Duration::from_secs(3600),
+        segment_bytes: 4096,
+        ..Default::default()
+    };
+    let store = SqliteStore::open_with(&path, options).unwrap();
+    for round in 0..5u64 {
+        let batch: Vec<EventRecord> = (1..=20)
+            .map(|n| {
+                let mut record = event("s", round * 20 + n);
+                record.payload = format!("{{\"text\":\"{}\"}}", "x".repeat(500));
+                record
+            })
+            .collect();
+        store.append(&batch).await.unwrap();
+        store.flush().await.unwrap();
+        assert_eq!(journal_files(dir.path()).len(), 1, "round {round}");
+    }
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let count: i64 =
+        connection.query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0)).unwrap();
+    assert_eq!(count, 100);
+    drop(connection);
+    assert_eq!(store.events_after("s", 0, 1000).await.unwrap().len(), 100);
 }
