@@ -197,7 +197,6 @@ async fn the_wal_starts_over_under_continuous_appends() {
         counts.push(task.await.unwrap());
     }
     let written = written.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!("{written} bytes written; the WAL started over {} times", restarts(&wal_path));
     assert!(
         restarts(&wal_path) >= 3,
         "after {written} bytes of events the WAL started over {} times",
@@ -225,6 +224,7 @@ fn journal_files(dir: &std::path::Path) -> Vec<String> {
 /// `SWITCHBOARD_JOURNAL_CHILD` set to a database path.
 #[tokio::test]
 #[ignore = "run as a child process by appends_survive_a_kill_before_they_reach_the_database"]
+#[allow(clippy::print_stdout, reason = "tells the parent it got this far")]
 async fn journal_child_appends_then_is_killed() {
     let Ok(path) = std::env::var("SWITCHBOARD_JOURNAL_CHILD") else { return };
     // No fold on its own before the kill.
@@ -257,6 +257,7 @@ async fn journal_child_appends_then_is_killed() {
 /// process killed with SIGKILL leaves it in the journal, the next open folds it in, and a
 /// record cut short at the journal's end is dropped whole.
 #[tokio::test]
+#[allow(clippy::disallowed_methods, reason = "runs this test binary again, not the CLI")]
 async fn appends_survive_a_kill_before_they_reach_the_database() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
