@@ -178,6 +178,11 @@ pub(crate) async fn pipe(
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
     let mut last_heard = tokio::time::Instant::now();
+    // Made once: it hears a request from the moment it exists (one made per loop turn would
+    // miss a request made while a frame was being handled), and it is not re-registered per
+    // frame.
+    let disconnect = slot.disconnect_requested();
+    tokio::pin!(disconnect);
     loop {
         tokio::select! {
             frame = incoming.next() => {
@@ -215,7 +220,7 @@ pub(crate) async fn pipe(
                     break;
                 }
             }
-            () = slot.disconnect_requested() => break,
+            () = &mut disconnect => break,
         }
     }
 }

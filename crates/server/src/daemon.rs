@@ -943,6 +943,10 @@ async fn pump(
 /// Where a relay CLI moves to another Claude session in `events`: the index of the line that
 /// says so (it belongs to the new session) and the new id.
 fn rotation_point(live: &LiveSession, events: &[SessionEvent]) -> Option<(usize, String)> {
+    // Most batches carry no session id at all: no lock, no copy.
+    if !events.iter().any(|event| matches!(event, SessionEvent::ClaudeSessionId(_))) {
+        return None;
+    }
     // The first id a connection announces is its session's own, even within this batch.
     let mut current = live.record.lock().ok()?.claude_session_id.clone();
     let (index, new) = events.iter().enumerate().find_map(|(index, event)| match event {

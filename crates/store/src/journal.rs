@@ -457,15 +457,12 @@ impl Journal {
         encode_append(&mut state.buffer, events)?;
         self.write_buffer(state)?;
         for event in events {
-            let generation = state.generation;
-            let tail = state.tails.entry(event.session_id.clone()).or_insert_with(|| Tail {
-                last: 0,
-                generation,
-                events: VecDeque::new(),
-            });
-            tail.last = event.seq;
-            tail.events.push_back(event.clone());
-            state.unfolded_bytes += held_bytes(event);
+            // Every session is known here (unknown ones returned above).
+            if let Some(tail) = state.tails.get_mut(&event.session_id) {
+                tail.last = event.seq;
+                tail.events.push_back(event.clone());
+                state.unfolded_bytes += held_bytes(event);
+            }
         }
         state.unfolded += events.len();
         if state.buffer.capacity() > 1 << 20 {

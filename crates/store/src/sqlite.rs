@@ -541,8 +541,12 @@ fn fold(
             delete_session_rows(&transaction, id)?;
             keys.remove(id);
         }
-        for event in &fold.events {
-            insert_event(&transaction, keys, event)?;
+        {
+            let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
+            for event in &fold.events {
+                let key = session_key(&transaction, keys, &event.session_id)?;
+                insert_with(&mut insert, key, event)?;
+            }
         }
         transaction.execute(
             "UPDATE journal SET segment = ?1, offset = ?2 WHERE id = 1",
@@ -591,25 +595,33 @@ fn session_key(
 }
 
 /// Inserts an event (one the database already has, from a journal read twice, is skipped).
+const INSERT_EVENT: &str = "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// [`INSERT_EVENT`] with a prepared statement, for a session's `key`.
+fn insert_with(
+    statement: &mut rusqlite::CachedStatement<'_>,
+    key: i64,
+    event: &EventRecord,
+) -> rusqlite::Result<()> {
+    statement.execute(params![
+        key,
+        event.seq as i64,
+        event.ts_ms as i64,
+        event.dir,
+        event.kind,
+        event.payload
+    ])?;
+    Ok(())
+}
+
+/// [`INSERT_EVENT`], preparing it (or finding it prepared).
 fn insert_event(
     connection: &Connection,
     keys: &mut HashMap<String, i64>,
     event: &EventRecord,
 ) -> rusqlite::Result<()> {
     let key = session_key(connection, keys, &event.session_id)?;
-    connection
-        .prepare_cached(
-            "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            key,
-            event.seq as i64,
-            event.ts_ms as i64,
-            event.dir,
-            event.kind,
-            event.payload
-        ])?;
-    Ok(())
+    insert_with(&mut connection.prepare_cached(INSERT_EVENT)?, key, event)
 }
 
 /// Deletes a session's record, key and events.

@@ -119,10 +119,11 @@ impl IngressSlot {
     async fn deliver(&self, item: Result<Received, LineError>) -> bool {
         let event = match item {
             Ok(received) => {
-                let uuid = Envelope::parse(received.raw.as_bytes())
-                    .ok()
-                    .and_then(|e| e.uuid.map(|u| u.into_owned()));
-                if !self.first_time(uuid.as_deref()) {
+                let new = match Envelope::parse(received.raw.as_bytes()) {
+                    Ok(envelope) => self.first_time(envelope.uuid.as_deref()),
+                    Err(_) => true,
+                };
+                if !new {
                     return true;
                 }
                 TransportEvent::Line(Box::new(received))
@@ -214,10 +215,11 @@ impl IngressConnection {
         while let Some(item) = self.decoder.next_item() {
             let event = match item {
                 Ok(received) => {
-                    let uuid = Envelope::parse(received.raw.as_bytes())
-                        .ok()
-                        .and_then(|e| e.uuid.map(|u| u.into_owned()));
-                    if !self.slot.first_time(uuid.as_deref()) {
+                    let new = match Envelope::parse(received.raw.as_bytes()) {
+                        Ok(envelope) => self.slot.first_time(envelope.uuid.as_deref()),
+                        Err(_) => true,
+                    };
+                    if !new {
                         continue;
                     }
                     TransportEvent::Line(Box::new(received))
