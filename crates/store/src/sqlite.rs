@@ -423,6 +423,7 @@ fn checkpoint_loop(
     stop: mpsc::Receiver<()>,
     options: SqliteOptions,
 ) {
+    background_priority();
     let page_size: u64 = connection
         .pragma_query_value(None, "page_size", |row| row.get::<_, i64>(0))
         .map(|size| size.max(512) as u64)
@@ -459,6 +460,24 @@ fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
     connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1))
 }
 
+/// Lowers the calling thread's priority (to about `nice 10`). The writer and the checkpointer
+/// do background work in bursts (a fold commits half a second of events at once): at normal
+/// priority, on a machine whose cores are busy, such a burst took a core from the tasks that
+/// carry lines to subscribers for a few milliseconds, which showed in the daemon's p99 latency.
+/// Nothing waits on a fold but a delete and an append over [`journal::MAX_UNFOLDED`], and a
+/// lower priority still gets its share of a busy CPU.
+fn background_priority() {
+    let priority = thread_priority::ThreadPriorityValue::try_from(BACKGROUND_PRIORITY)
+        .map(thread_priority::ThreadPriority::Crossplatform);
+    if let Err(error) = priority.map(thread_priority::set_current_thread_priority) {
+        tracing::debug!(?error, "cannot lower the store thread's priority");
+    }
+}
+
+/// On thread-priority's 0..=99 scale, where 49 is a normal thread's (nice 0); 25 is about
+/// nice 10.
+const BACKGROUND_PRIORITY: u8 = 25;
+
 /// The writer thread: take everything queued (up to [`MAX_BATCH`]), commit it in one
 /// transaction, answer each operation; fold the journal every fold interval, or when asked.
 fn write_loop(
@@ -472,6 +491,7 @@ fn write_loop(
     let mut checkpoints = Vec::new();
     let mut folds = Vec::new();
     let mut last_fold = Instant::now();
+    background_priority();
     loop {
         let first =
             match queue.recv_timeout(options.fold_interval.saturating_sub(last_fold.elapsed())) {
