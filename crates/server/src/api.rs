@@ -159,50 +159,69 @@ async fn ingress(
     Ok(upgrade
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
         .read_buffer_size(CLI_WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval(), |_| {})))
+        .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval())))
 }
 
-/// Moves frames between a CLI's socket and its slot until either side ends; `on_line` sees
-/// every frame the CLI sends (the relay shows them to its frontends).
+/// Moves frames between a CLI's socket and its slot until either side ends.
+///
+/// The CLI's frames are read by a task of their own: a frame read needs no poll of the
+/// writing side's futures (the session's queue, the ping timer, the disconnect request), which
+/// cost as much as the frame in the relay benchmark. When the writing side ends first, the
+/// reader finishes the frame it is on (every line that reached us goes to the session) and
+/// stops; the session hears of the disconnection after that frame's lines.
 pub(crate) async fn pipe(
     socket: axum::extract::ws::WebSocket,
     slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
     ping_every: std::time::Duration,
-    on_frame: impl Fn(&str),
 ) {
-    let Some(mut connection) = slot.connect().await else { return };
+    let Some(connection) = slot.connect().await else { return };
+    let (mut reader, mut writer) = connection.split();
     let (mut sink, mut incoming) = socket.split();
+    // When the CLI was last heard from (anything, pongs included), in ms since `start`.
+    let start = tokio::time::Instant::now();
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let reader_heard = heard.clone();
+    let mut reading = tokio::spawn(async move {
+        loop {
+            let frame = tokio::select! {
+                biased;
+                _ = &mut stopped => break,
+                frame = incoming.next() => frame,
+            };
+            reader_heard
+                .store(start.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            match frame {
+                Some(Ok(WsMessage::Text(text))) => reader.incoming(text.as_bytes()).await,
+                Some(Ok(WsMessage::Binary(bytes))) => reader.incoming(&bytes).await,
+                Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    });
     // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
     // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
     let mut ping = tokio::time::interval(ping_every);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await;
-    let mut last_heard = tokio::time::Instant::now();
     // Made once: it hears a request from the moment it exists (one made per loop turn would
-    // miss a request made while a frame was being handled), and it is not re-registered per
-    // frame.
+    // miss a request made while the loop was busy).
     let disconnect = slot.disconnect_requested();
     tokio::pin!(disconnect);
+    let mut read_all = false;
     loop {
         tokio::select! {
-            frame = incoming.next() => {
-                last_heard = tokio::time::Instant::now();
-                match frame {
-                    Some(Ok(WsMessage::Text(text))) => {
-                        on_frame(text.as_str());
-                        connection.incoming(text.as_bytes()).await;
-                    }
-                    Some(Ok(WsMessage::Binary(bytes))) => connection.incoming(&bytes).await,
-                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
-                    Some(Ok(_)) => {}
-                }
+            _ = &mut reading => {
+                // The CLI closed the socket, or it failed.
+                read_all = true;
+                break;
             }
-            line = connection.next_outgoing() => match line {
+            line = writer.next_outgoing() => match line {
                 Some(line) => {
                     let text = String::from_utf8_lossy(&line).into_owned();
                     if sink.send(WsMessage::Text(text.into())).await.is_err() {
                         // Taken from the queue and maybe not delivered: say so, never resend.
-                        connection.undelivered(line).await;
+                        writer.undelivered(line).await;
                         break;
                     }
                 }
@@ -212,7 +231,9 @@ pub(crate) async fn pipe(
                 }
             },
             _ = ping.tick() => {
-                if last_heard.elapsed() > ping_every * 2 {
+                let last = heard.load(std::sync::atomic::Ordering::Relaxed);
+                let silent = start.elapsed().saturating_sub(std::time::Duration::from_millis(last));
+                if silent > ping_every * 2 {
                     tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
                     break;
                 }
@@ -222,6 +243,11 @@ pub(crate) async fn pipe(
             }
             () = &mut disconnect => break,
         }
+    }
+    drop(writer);
+    if !read_all {
+        let _ = stop.send(());
+        let _ = reading.await;
     }
 }
 

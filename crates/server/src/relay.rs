@@ -43,7 +43,7 @@ pub(crate) async fn cli(
             daemon.relay_publish(&status("claude code connected"));
             // The CLI's lines reach the frontends from the session's pump, once stored (and
             // de-duplicated); so does "disconnected", after the last of them.
-            crate::api::pipe(socket, slot, daemon.ping_interval(), |_| {}).await;
+            crate::api::pipe(socket, slot, daemon.ping_interval()).await;
         }))
 }
 

@@ -86,7 +86,11 @@ impl IngressSlot {
         let outgoing = self.outgoing.clone().lock_owned().await;
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
-        Some(IngressConnection { slot: self.clone(), outgoing, decoder: Decoder::default() })
+        Some(IngressConnection {
+            end: Arc::new(ConnectionEnd { slot: self.clone() }),
+            outgoing,
+            decoder: Decoder::default(),
+        })
     }
 
     /// Makes the server drop the CLI's current socket (the CLI reconnects by itself).
@@ -176,64 +180,122 @@ impl SeenKey {
 
 /// One WebSocket from the CLI, while it lasts.
 pub struct IngressConnection {
-    slot: Arc<IngressSlot>,
+    end: Arc<ConnectionEnd>,
     outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
     decoder: Decoder,
+}
+
+/// What reads a connection's frames; see [`IngressConnection::split`].
+pub struct IngressReader {
+    end: Arc<ConnectionEnd>,
+    decoder: Decoder,
+}
+
+/// What writes a connection's lines; see [`IngressConnection::split`].
+pub struct IngressWriter {
+    end: Arc<ConnectionEnd>,
+    outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
+}
+
+/// Dropped when the connection's last part is: the session hears that the CLI disconnected
+/// (after every line the connection read).
+struct ConnectionEnd {
+    slot: Arc<IngressSlot>,
 }
 
 impl IngressConnection {
     /// The slot this connection serves.
     pub fn slot(&self) -> &Arc<IngressSlot> {
-        &self.slot
+        &self.end.slot
     }
 
+    /// The next line for the CLI; see [`IngressWriter::next_outgoing`].
+    pub async fn next_outgoing(&mut self) -> Option<Bytes> {
+        next_outgoing(&self.end.slot, &mut self.outgoing).await
+    }
+
+    /// See [`IngressWriter::undelivered`].
+    pub async fn undelivered(&mut self, line: Bytes) {
+        let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
+    }
+
+    /// A frame from the CLI; see [`IngressReader::incoming`].
+    pub async fn incoming(&mut self, payload: &[u8]) {
+        incoming(&self.end.slot, &mut self.decoder, payload).await
+    }
+
+    /// The reading and the writing half, for a socket read by one task and written by
+    /// another (a frame read then needs no poll of the writing side). The session hears of
+    /// the disconnection once both are dropped.
+    pub fn split(self) -> (IngressReader, IngressWriter) {
+        (
+            IngressReader { end: self.end.clone(), decoder: self.decoder },
+            IngressWriter { end: self.end, outgoing: self.outgoing },
+        )
+    }
+}
+
+impl IngressReader {
+    /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
+    pub async fn incoming(&mut self, payload: &[u8]) {
+        incoming(&self.end.slot, &mut self.decoder, payload).await
+    }
+}
+
+impl IngressWriter {
     /// The next line for the CLI (with its newline: every frame must end in `\n`, or 2.1.37
     /// glues it to the next and dies). `None` when the session closed its input: close the
     /// socket then.
     pub async fn next_outgoing(&mut self) -> Option<Bytes> {
-        match self.outgoing.recv().await {
-            Some(WriterCommand::Line(line, done)) => {
-                let _ = done.send(Ok(()));
-                Some(line)
-            }
-            None => {
-                self.slot.closed.store(true, Ordering::SeqCst);
-                None
-            }
-        }
+        next_outgoing(&self.end.slot, &mut self.outgoing).await
     }
 
     /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]): the
     /// session records that it may not have arrived.
     pub async fn undelivered(&mut self, line: Bytes) {
-        let _ = self.slot.events.send(TransportEvent::Undelivered(line)).await;
+        let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
     }
+}
 
-    /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
-    pub async fn incoming(&mut self, payload: &[u8]) {
-        self.decoder.push(payload);
-        while let Some(item) = self.decoder.next_item() {
-            let event = match item {
-                Ok(received) => {
-                    let new = match Envelope::parse(received.raw.as_bytes()) {
-                        Ok(envelope) => self.slot.first_time(envelope.uuid.as_deref()),
-                        Err(_) => true,
-                    };
-                    if !new {
-                        continue;
-                    }
-                    TransportEvent::Line(Box::new(received))
-                }
-                Err(error) => TransportEvent::BadLine(error),
-            };
-            if self.slot.events.send(event).await.is_err() {
-                return;
-            }
+async fn next_outgoing(
+    slot: &IngressSlot,
+    outgoing: &mut mpsc::Receiver<WriterCommand>,
+) -> Option<Bytes> {
+    match outgoing.recv().await {
+        Some(WriterCommand::Line(line, done)) => {
+            let _ = done.send(Ok(()));
+            Some(line)
+        }
+        None => {
+            slot.closed.store(true, Ordering::SeqCst);
+            None
         }
     }
 }
 
-impl Drop for IngressConnection {
+async fn incoming(slot: &IngressSlot, decoder: &mut Decoder, payload: &[u8]) {
+    decoder.push(payload);
+    while let Some(item) = decoder.next_item() {
+        let event = match item {
+            Ok(received) => {
+                let new = match Envelope::parse(received.raw.as_bytes()) {
+                    Ok(envelope) => slot.first_time(envelope.uuid.as_deref()),
+                    Err(_) => true,
+                };
+                if !new {
+                    continue;
+                }
+                TransportEvent::Line(Box::new(received))
+            }
+            Err(error) => TransportEvent::BadLine(error),
+        };
+        if slot.events.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Drop for ConnectionEnd {
     fn drop(&mut self) {
         let _ = self.slot.events.try_send(TransportEvent::Disconnected);
         if let Some(exited) = &self.slot.external_exit {

@@ -310,6 +310,26 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
         .unwrap();
     assert_eq!(wrong.status().as_u16(), 401);
     assert!(!data.path().join("token").exists(), "an explicit token is not written down");
+
+    // A second daemon on the same data directory is refused, clearly, and leaves the first
+    // one's journal alone.
+    #[allow(clippy::disallowed_methods)] // tests run our own binary
+    let second = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--token", TOKEN, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&second.stderr);
+    assert!(error.contains("in use by another Switchboard"), "{error}");
+    let still = reqwest::Client::new()
+        .get(format!("{}/api/health", daemon.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(still.status().as_u16(), 200);
 }
 
 /// `sessions tail` follows a live session (gap-free, in order) while `deny` answers its
