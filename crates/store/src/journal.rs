@@ -290,10 +290,11 @@ pub(crate) enum Appended {
 pub(crate) struct Fold {
     /// Sessions deleted, to delete from the database before the events go in.
     pub(crate) deletes: Vec<String>,
-    /// Every event waiting, each session's in order.
+    /// Every event waiting, in the order they were appended.
     pub(crate) events: Vec<Arc<EventRecord>>,
-    /// Per session (and its tail's generation), the last seq taken.
-    taken: Vec<(String, u64, u64)>,
+    /// [`State::generation`] when they were taken: a session's tail made later (after a
+    /// delete) holds none of them.
+    generation: u64,
     /// Where the journal stood when the fold took everything.
     pub(crate) position: Position,
 }
@@ -317,6 +318,11 @@ struct State {
     oldest: u64,
     /// Every session appended to since the store opened.
     tails: HashMap<String, Tail>,
+    /// The events not yet taken by a fold, in the order they were appended (each also in its
+    /// session's tail until folded). A fold takes the whole vector at once: the writer holds
+    /// the lock for moments only, as it runs at a lower priority and could be descheduled
+    /// while holding it.
+    queue: Vec<Arc<EventRecord>>,
     unfolded: usize,
     /// What the unfolded events take, as [`held_bytes`] counts.
     unfolded_bytes: usize,
@@ -372,6 +378,7 @@ impl Journal {
                 length: MAGIC.len() as u64,
                 oldest: segment,
                 tails: HashMap::new(),
+                queue: Vec::new(),
                 unfolded: 0,
                 unfolded_bytes: 0,
                 deletes: Vec::new(),
@@ -463,6 +470,7 @@ impl Journal {
                 tail.events.push_back(event.clone());
                 state.unfolded_bytes += held_bytes(event);
             }
+            state.queue.push(event.clone());
         }
         state.unfolded += events.len();
         if state.buffer.capacity() > 1 << 20 {
@@ -505,6 +513,7 @@ impl Journal {
             state.unfolded_bytes -=
                 tail.events.iter().map(|event| held_bytes(event)).sum::<usize>();
         }
+        state.queue.retain(|event| event.session_id != session_id);
         state.deletes.push(session_id.to_owned());
         state.generation += 1;
         Ok(())
@@ -523,58 +532,81 @@ impl Journal {
             state.segment += 1;
             state.length = MAGIC.len() as u64;
         }
-        if state.unfolded == 0 && state.deletes.is_empty() && state.oldest == state.segment {
+        if state.queue.is_empty() && state.deletes.is_empty() && state.oldest == state.segment {
             return Ok(None);
-        }
-        let mut events = Vec::with_capacity(state.unfolded);
-        let mut taken = Vec::new();
-        for (id, tail) in &state.tails {
-            if let Some(last) = tail.events.back() {
-                events.extend(tail.events.iter().cloned());
-                taken.push((id.clone(), tail.generation, last.seq));
-            }
         }
         Ok(Some(Fold {
             deletes: state.deletes.clone(),
-            events,
-            taken,
+            events: std::mem::take(&mut state.queue),
+            generation: state.generation,
             position: (state.segment, state.length),
         }))
     }
 
     /// A fold was committed: its events leave memory, and the segments before its position
     /// leave the disk.
-    pub(crate) fn folded(&self, fold: &Fold) {
-        let Ok(mut guard) = self.lock() else { return };
-        let state = &mut *guard;
-        state.deletes.drain(..fold.deletes.len().min(state.deletes.len()));
-        for (id, generation, upto) in &fold.taken {
-            let Some(tail) = state.tails.get_mut(id) else { continue };
-            if tail.generation != *generation {
-                continue;
-            }
-            while let Some(event) = tail.events.pop_front() {
-                if event.seq > *upto {
-                    tail.events.push_front(event);
-                    break;
-                }
-                state.unfolded -= 1;
-                state.unfolded_bytes -= held_bytes(&event);
-            }
-            if tail.events.is_empty() {
-                // A burst's worth of slots is not kept for an idle session.
-                tail.events.shrink_to(8);
-            }
+    pub(crate) fn folded(&self, fold: Fold) {
+        // Each session's last seq in the fold, worked out before taking the lock.
+        let mut upto: HashMap<&str, u64> = HashMap::new();
+        for event in &fold.events {
+            upto.insert(&event.session_id, event.seq);
         }
-        while state.oldest < fold.position.0 {
-            let path = segment_path(&self.database, state.oldest);
+        let mut released = Vec::with_capacity(fold.events.len());
+        let removable = {
+            let Ok(mut guard) = self.lock() else { return };
+            let state = &mut *guard;
+            state.deletes.drain(..fold.deletes.len().min(state.deletes.len()));
+            for (id, upto) in &upto {
+                let Some(tail) = state.tails.get_mut(*id) else { continue };
+                if tail.generation > fold.generation {
+                    continue;
+                }
+                while tail.events.front().is_some_and(|event| event.seq <= *upto) {
+                    if let Some(event) = tail.events.pop_front() {
+                        state.unfolded -= 1;
+                        state.unfolded_bytes -= held_bytes(&event);
+                        released.push(event);
+                    }
+                }
+                if tail.events.is_empty() {
+                    // A burst's worth of slots is not kept for an idle session.
+                    tail.events.shrink_to(8);
+                }
+            }
+            let removable = state.oldest..fold.position.0.max(state.oldest);
+            state.oldest = removable.end;
+            removable
+        };
+        // Freed and removed outside the lock.
+        drop(released);
+        drop(fold);
+        for segment in removable {
+            let path = segment_path(&self.database, segment);
             if let Err(error) = std::fs::remove_file(&path) {
                 if error.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
                 }
             }
-            state.oldest += 1;
         }
+    }
+
+    /// A fold failed: its events wait again, ahead of those appended since (but not those of
+    /// a session deleted meanwhile).
+    pub(crate) fn restore(&self, fold: Fold) {
+        let Ok(mut guard) = self.lock() else { return };
+        let state = &mut *guard;
+        let mut events: Vec<Arc<EventRecord>> = fold
+            .events
+            .into_iter()
+            .filter(|event| {
+                state
+                    .tails
+                    .get(&event.session_id)
+                    .is_some_and(|tail| tail.generation <= fold.generation)
+            })
+            .collect();
+        events.append(&mut state.queue);
+        state.queue = events;
     }
 
     /// A session's last seq, if the journal knows it.
@@ -621,5 +653,72 @@ impl Journal {
         if let Ok(mut state) = self.state.lock() {
             state.file = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(session_id: &str, seq: u64) -> Arc<EventRecord> {
+        Arc::new(EventRecord {
+            session_id: session_id.into(),
+            seq,
+            ts_ms: 0,
+            dir: "switchboard".into(),
+            kind: "k".into(),
+            payload: "{}".into(),
+        })
+    }
+
+    fn journal(dir: &Path) -> Journal {
+        let database = dir.join("db");
+        let journal = Journal::create(&database, 1, lock(&database).unwrap()).unwrap();
+        for session in ["a", "b"] {
+            journal.learn(session, 0, 0).unwrap();
+        }
+        journal
+    }
+
+    fn seqs(events: &[Arc<EventRecord>]) -> Vec<(String, u64)> {
+        events.iter().map(|event| (event.session_id.clone(), event.seq)).collect()
+    }
+
+    /// A failed fold gives its events back, ahead of later ones; a session deleted meanwhile
+    /// does not get its old events back.
+    #[test]
+    fn a_failed_fold_is_taken_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        journal.append(&[event("a", 1), event("b", 1)]).unwrap();
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        assert_eq!(seqs(&fold.events), [("a".into(), 1), ("b".into(), 1)]);
+        journal.append(&[event("a", 2)]).unwrap();
+        journal.delete("b").unwrap();
+        journal.restore(fold);
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        assert_eq!(seqs(&fold.events), [("a".into(), 1), ("a".into(), 2)]);
+        assert_eq!(fold.deletes, ["b"]);
+        // Committed: the events leave memory; reads no longer find them here.
+        journal.folded(fold);
+        assert!(journal.pending_after("a", 0, 10).unwrap().is_empty());
+        assert_eq!(journal.last("a").unwrap(), Some(2));
+        assert!(journal.take(u64::MAX).unwrap().is_none(), "nothing left to fold");
+    }
+
+    /// Events appended while a fold is committed stay for the next one.
+    #[test]
+    fn events_appended_during_a_fold_wait_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        journal.append(&[event("a", 1)]).unwrap();
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        journal.append(&[event("a", 2)]).unwrap();
+        journal.folded(fold);
+        let pending: Vec<u64> =
+            journal.pending_after("a", 0, 10).unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(pending, [2]);
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        assert_eq!(seqs(&fold.events), [("a".into(), 2)]);
     }
 }

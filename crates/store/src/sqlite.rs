@@ -576,13 +576,14 @@ fn fold(
     })();
     match result {
         Ok(()) => {
-            journal.folded(&fold);
+            journal.folded(fold);
             Ok(())
         }
         Err(error) => {
             // Rolled back: keys it created are gone again.
             keys.clear();
             tracing::error!(%error, events = fold.events.len(), "folding the journal into the database failed; it is retried");
+            journal.restore(fold);
             Err(StoreError::from(error))
         }
     }
