@@ -148,7 +148,9 @@ fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
     let header = bytes.get(at..at + HEADER)?;
     let length = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
-    if length > MAX_RECORD {
+    // No record is empty (a body starts with its tag): zeros at the end of a file (space the
+    // file system extended but never wrote) are a torn end, not a record.
+    if length == 0 || length > MAX_RECORD {
         return None;
     }
     let body = bytes.get(at + HEADER..at + HEADER + length)?;

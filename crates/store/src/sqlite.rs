@@ -967,6 +967,8 @@ mod tests {
         journal::encode_append(&mut bytes, &[Arc::new(event("a", 2))]).unwrap();
         let last = bytes.len() - 3;
         bytes[last] ^= 0xFF;
+        // And zeros after it, as a file system may leave where a write never landed.
+        bytes.extend_from_slice(&[0; 64]);
         std::fs::write(&path, &bytes).unwrap();
         let mut read = Vec::new();
         let end = journal::read_segment(&path, 0, |entry| {
@@ -978,6 +980,11 @@ mod tests {
         .unwrap();
         assert_eq!(read, vec![event("a", 1)]);
         assert_eq!(end, good_end);
+        // Zeros right after good records end the segment too (no record is empty).
+        let mut zeros = bytes[..good_end as usize].to_vec();
+        zeros.extend_from_slice(&[0; 64]);
+        std::fs::write(&path, &zeros).unwrap();
+        assert_eq!(journal::read_segment(&path, 0, |_| Ok(())).unwrap(), good_end);
         // Not a journal at all: a clear error, nothing read.
         std::fs::write(&path, b"SQLite format 3\0 and more").unwrap();
         let error = journal::read_segment(&path, 0, |_| Ok(())).unwrap_err().to_string();
