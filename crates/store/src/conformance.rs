@@ -87,6 +87,12 @@ async fn append_and_read(store: &dyn Store) {
     assert!(store.events_before("a", 1, 10).await.unwrap().is_empty());
     assert!(store.events_before("missing", 10, 10).await.unwrap().is_empty());
     store.append(&[]).await.unwrap();
+    // Shared records are stored like any others, sequence checked the same way.
+    let shared: Vec<std::sync::Arc<EventRecord>> =
+        (1..=3).map(|seq| std::sync::Arc::new(event("shared", seq, "{}"))).collect();
+    store.append_shared(&shared).await.unwrap();
+    assert!(store.append_shared(&shared[2..]).await.is_err(), "seq 3 again");
+    assert_eq!(store.events_after("shared", 0, 10).await.unwrap().len(), 3);
 }
 
 async fn sequence_is_enforced(store: &dyn Store) {

@@ -119,22 +119,23 @@ impl IngressSlot {
         }
     }
 
-    /// Hands one decoded line (or bad line) to the session; false when the session is gone.
+    /// Hands one decoded line (or bad line) to the session, unless the CLI sent it before;
+    /// false when the session is gone.
     async fn deliver(&self, item: Result<Received, LineError>) -> bool {
         let event = match item {
-            Ok(received) => {
-                let new = match Envelope::parse(received.raw.as_bytes()) {
-                    Ok(envelope) => self.first_time(envelope.uuid.as_deref()),
-                    Err(_) => true,
-                };
-                if !new {
-                    return true;
-                }
-                TransportEvent::Line(Box::new(received))
-            }
+            Ok(received) if !self.is_new(&received) => return true,
+            Ok(received) => TransportEvent::Line(Box::new(received)),
             Err(error) => TransportEvent::BadLine(error),
         };
         self.events.send(event).await.is_ok()
+    }
+
+    /// Whether a line was not seen before (by its `uuid`; see [`IngressSlot::first_time`]).
+    fn is_new(&self, received: &Received) -> bool {
+        match Envelope::parse(received.raw.as_bytes()) {
+            Ok(envelope) => self.first_time(envelope.uuid.as_deref()),
+            Err(_) => true,
+        }
     }
 
     /// Whether a line with this `uuid` is new (the CLI may send a line again after a
@@ -276,20 +277,7 @@ async fn next_outgoing(
 async fn incoming(slot: &IngressSlot, decoder: &mut Decoder, payload: &[u8]) {
     decoder.push(payload);
     while let Some(item) = decoder.next_item() {
-        let event = match item {
-            Ok(received) => {
-                let new = match Envelope::parse(received.raw.as_bytes()) {
-                    Ok(envelope) => slot.first_time(envelope.uuid.as_deref()),
-                    Err(_) => true,
-                };
-                if !new {
-                    continue;
-                }
-                TransportEvent::Line(Box::new(received))
-            }
-            Err(error) => TransportEvent::BadLine(error),
-        };
-        if slot.events.send(event).await.is_err() {
+        if !slot.deliver(item).await {
             return;
         }
     }
