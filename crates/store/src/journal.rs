@@ -9,7 +9,7 @@
 //! checksum and dropped whole (an append is one record, so it is all there or not at all).
 //!
 //! Why: committing every append to SQLite as it came cost a commit (several 4 KiB WAL pages,
-//! two thread switches) per handful of lines. Folding the journal every half second commits
+//! two thread switches) per handful of lines. Folding the journal every second commits
 //! thousands of lines at once, where each session's index leaf is written once per fold
 //! instead of once per line, and an append no longer waits for another thread at all.
 //!
