@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -396,10 +396,10 @@ impl Journal {
         self.state.lock().map_err(|_| StoreError::Database("the journal's lock is poisoned".into()))
     }
 
-    /// The file to write, or why there is none.
-    fn writable(state: &mut State) -> Result<&mut File, StoreError> {
-        match (&mut state.file, &state.broken) {
-            (Some(file), _) => Ok(file),
+    /// Whether there is a file to write, or why not.
+    fn writable(state: &State) -> Result<(), StoreError> {
+        match (&state.file, &state.broken) {
+            (Some(_), _) => Ok(()),
             (None, Some(reason)) => Err(StoreError::Database(reason.clone())),
             (None, None) => Err(StoreError::Closed),
         }
@@ -414,7 +414,12 @@ impl Journal {
         if let Err(error) = writing.write_all(buffer) {
             let path = segment_path(&self.database, *segment);
             let message = format!("cannot write the journal {}: {error}", path.display());
-            if let Err(undo) = writing.set_len(*length) {
+            // Cut back, and write the next record where this one started (the file's
+            // position moved with what was written).
+            let undone = writing
+                .set_len(*length)
+                .and_then(|()| writing.seek(std::io::SeekFrom::Start(*length)).map(|_| ()));
+            if let Err(undo) = undone {
                 *file = None;
                 *broken = Some(format!(
                     "{message}; nor cut it back to its last record ({undo}): restart Switchboard"
