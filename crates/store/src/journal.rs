@@ -308,7 +308,15 @@ struct Tail {
     /// new tail, which a fold that started before must not touch).
     generation: u64,
     events: VecDeque<Arc<EventRecord>>,
+    /// Appended to since the last sweep (see [`SWEEP_EVERY`]).
+    used: bool,
 }
+
+/// Every this many folds (whether or not they found anything to fold), the tails of sessions
+/// that had no append since the previous sweep and have nothing waiting are forgotten: a
+/// daemon that runs for months keeps no entry per session it ever ran. A forgotten session's
+/// next append reads its last seq from the database again (all its events are there).
+pub(crate) const SWEEP_EVERY: u64 = 64;
 
 struct State {
     /// `None` once closed, or once a failed write could not be undone.
@@ -333,6 +341,8 @@ struct State {
     generation: u64,
     /// An append already asked the writer to fold.
     fold_asked: bool,
+    /// Calls of [`Journal::take`], for [`SWEEP_EVERY`].
+    takes: u64,
     buffer: Vec<u8>,
 }
 
@@ -386,6 +396,7 @@ impl Journal {
                 deletes: Vec::new(),
                 generation: 0,
                 fold_asked: false,
+                takes: 0,
                 buffer: Vec::new(),
             }),
             lock: Mutex::new(Some(lock)),
@@ -473,6 +484,7 @@ impl Journal {
         for event in events {
             // Every session is known here (unknown ones returned above).
             if let Some(tail) = state.tails.get_mut(&event.session_id) {
+                tail.used = true;
                 tail.last = event.seq;
                 tail.events.push_back(event.clone());
                 state.unfolded_bytes += held_bytes(event);
@@ -500,9 +512,10 @@ impl Journal {
         let mut state = self.lock()?;
         if state.generation == generation && !state.tails.contains_key(session_id) {
             let generation = state.generation;
-            state
-                .tails
-                .insert(session_id.to_owned(), Tail { last, generation, events: VecDeque::new() });
+            state.tails.insert(
+                session_id.to_owned(),
+                Tail { last, generation, events: VecDeque::new(), used: true },
+            );
         }
         Ok(())
     }
@@ -533,6 +546,10 @@ impl Journal {
         let mut guard = self.lock()?;
         let state = &mut *guard;
         state.fold_asked = false;
+        state.takes += 1;
+        if state.takes % SWEEP_EVERY == 0 {
+            state.tails.retain(|_, tail| std::mem::take(&mut tail.used) || !tail.events.is_empty());
+        }
         if state.length >= segment_bytes && state.file.is_some() {
             let file = create_segment(&self.database, state.segment + 1)?;
             state.file = Some(file);
@@ -711,6 +728,30 @@ mod tests {
         assert!(journal.pending_after("a", 0, 10).unwrap().is_empty());
         assert_eq!(journal.last("a").unwrap(), Some(2));
         assert!(journal.take(u64::MAX).unwrap().is_none(), "nothing left to fold");
+    }
+
+    /// A session with no append for a sweep's worth of folds and nothing waiting is forgotten;
+    /// its next append asks for its last seq again.
+    #[test]
+    fn idle_sessions_are_forgotten_and_learned_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        journal.append(&[event("a", 1)]).unwrap();
+        journal.append(&[event("b", 1)]).unwrap();
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        journal.folded(fold);
+        // "b" keeps appending; "a" does not.
+        for round in 0..2 * SWEEP_EVERY {
+            journal.append(&[event("b", round + 2)]).unwrap();
+            if let Some(fold) = journal.take(u64::MAX).unwrap() {
+                journal.folded(fold);
+            }
+        }
+        assert_eq!(journal.last("a").unwrap(), None, "forgotten");
+        assert_eq!(journal.last("b").unwrap(), Some(2 * SWEEP_EVERY + 1));
+        assert!(matches!(journal.append(&[event("a", 2)]), Ok(Appended::Unknown(..))));
+        journal.learn("a", 1, 0).unwrap();
+        assert!(matches!(journal.append(&[event("a", 2)]), Ok(Appended::Written { .. })));
     }
 
     /// Events appended while a fold is committed stay for the next one.
