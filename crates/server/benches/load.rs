@@ -653,8 +653,8 @@ async fn wait_idle(daemon: &Daemon, id: &str) {
         .map(|_| ());
 }
 
-/// Prints the baseline and the measured run as a Markdown table; returns the CPU ratio.
-/// Prints the rows; returns the CPU per message of `measured` over `baseline`.
+/// Prints the baseline, the measured run and `others` as a Markdown table; returns the CPU per
+/// message of `measured` over `baseline`.
 fn print_table(baseline: &Value, measured: &Value, others: &[&Value]) -> f64 {
     println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");

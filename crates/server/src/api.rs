@@ -162,6 +162,37 @@ async fn ingress(
         .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval())))
 }
 
+/// Reads a client's text frames on a task of their own: polling the socket for reads on every
+/// frame the writing loop sends would make tungstenite prepare (zero) its read buffer each
+/// time. `handle` turns each frame into what the writing loop acts on, if anything; the
+/// returned channel closes when the client goes. Abort the task when the writing loop ends.
+pub(crate) fn spawn_frame_reader<T, F, Fut>(
+    mut incoming: futures::stream::SplitStream<WebSocket>,
+    mut handle: F,
+) -> (tokio::task::JoinHandle<()>, tokio::sync::mpsc::Receiver<T>)
+where
+    T: Send + 'static,
+    F: FnMut(axum::extract::ws::Utf8Bytes) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<T>> + Send,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let task = tokio::spawn(async move {
+        while let Some(Ok(frame)) = incoming.next().await {
+            let text = match frame {
+                WsMessage::Text(text) => text,
+                WsMessage::Close(_) => break,
+                _ => continue,
+            };
+            if let Some(item) = handle(text).await {
+                if sender.send(item).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (task, receiver)
+}
+
 /// Moves frames between a CLI's socket and its slot until either side ends.
 ///
 /// The CLI's frames are read by a task of their own: a frame read needs no poll of the
@@ -174,8 +205,7 @@ pub(crate) async fn pipe(
     slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
     ping_every: std::time::Duration,
 ) {
-    let Some(connection) = slot.connect().await else { return };
-    let (mut reader, mut writer) = connection.split();
+    let Some((mut reader, mut writer)) = slot.connect().await else { return };
     let (mut sink, mut incoming) = socket.split();
     // When the CLI was last heard from (anything, pongs included), in ms since `start`.
     let start = tokio::time::Instant::now();
@@ -586,26 +616,14 @@ async fn subscribe(
 }
 
 async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: WebSocket) {
-    let (mut sink, mut incoming) = socket.split();
-    // Client frames are read by their own task: polling the socket for reads on every event
-    // sent would make the WebSocket library prepare a read buffer each time.
-    let (replies_tx, mut replies) = tokio::sync::mpsc::channel::<String>(16);
-    let reader_daemon = daemon.clone();
-    let reader_id = id.clone();
-    let reader = tokio::spawn(async move {
-        while let Some(Ok(frame)) = incoming.next().await {
-            let text = match frame {
-                WsMessage::Text(text) => text.to_string(),
-                WsMessage::Close(_) => break,
-                _ => continue,
-            };
-            if let Some(reply) = handle_client_frame(&reader_daemon, &reader_id, &text).await {
-                if replies_tx.send(reply.to_string()).await.is_err() {
-                    break;
-                }
-            }
-        }
-    });
+    let (mut sink, incoming) = socket.split();
+    let (reader, mut replies) = {
+        let (daemon, id) = (daemon.clone(), id.clone());
+        spawn_frame_reader(incoming, move |text| {
+            let (daemon, id) = (daemon.clone(), id.clone());
+            async move { handle_client_frame(&daemon, &id, &text).await.map(|reply| reply.to_string()) }
+        })
+    };
     let mut events = daemon.subscribe(&id, after);
     loop {
         let frame = tokio::select! {
@@ -719,22 +737,14 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Va
 
 async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade) -> Response {
     upgrade.max_message_size(64 * 1024).read_buffer_size(WS_READ_BUFFER_BYTES).on_upgrade(move |socket| async move {
-        let (mut sink, mut incoming) = socket.split();
-        // Reads on their own task (see `serve_subscriber`); the feed ends when the client goes.
-        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
-        let reader = tokio::spawn(async move {
-            while let Some(Ok(frame)) = incoming.next().await {
-                if matches!(frame, WsMessage::Close(_)) {
-                    break;
-                }
-            }
-            let _ = closed_tx.send(());
-        });
+        let (mut sink, incoming) = socket.split();
+        // The client sends nothing of use: the reader only tells when it goes.
+        let (reader, mut client) = spawn_frame_reader(incoming, |_| async { None::<()> });
         let mut changes = daemon.dashboard();
         loop {
             let change = tokio::select! {
                 change = changes.recv() => change,
-                _ = &mut closed => break,
+                _ = client.recv() => break,
             };
             let frame = match change {
                 Ok(change) => change,

@@ -75,7 +75,7 @@ enum ClientRequest {
 }
 
 async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
-    let (mut sink, mut incoming) = socket.split();
+    let (mut sink, incoming) = socket.split();
     // Watch before reading, so an append between the two is not missed.
     let (watcher, mut changed) = match watch_file(&info.path) {
         Ok(watch) => watch,
@@ -86,25 +86,13 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
             return;
         }
     };
-    let (requests_tx, mut requests) = tokio::sync::mpsc::channel::<ClientRequest>(16);
-    let reader_daemon = daemon.clone();
-    let reader_info = info.clone();
-    let reader = tokio::spawn(async move {
-        while let Some(Ok(frame)) = incoming.next().await {
-            let WsMessage::Text(text) = frame else {
-                if matches!(frame, WsMessage::Close(_)) {
-                    break;
-                }
-                continue;
-            };
-            let request = handle_frame(&reader_daemon, &reader_info, &text).await;
-            if let Some(request) = request {
-                if requests_tx.send(request).await.is_err() {
-                    break;
-                }
-            }
-        }
-    });
+    let (reader, mut requests) = {
+        let (daemon, info) = (daemon.clone(), info.clone());
+        crate::api::spawn_frame_reader(incoming, move |text| {
+            let (daemon, info) = (daemon.clone(), info.clone());
+            async move { handle_frame(&daemon, &info, &text).await }
+        })
+    };
     let mut tail = TranscriptTail::new(&info.path);
     'serve: loop {
         // Send everything readable now, in batches.

@@ -56,26 +56,12 @@ pub(crate) async fn frontend(
         .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::api::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
-            let (mut sink, mut incoming) = socket.split();
+            let (mut sink, incoming) = socket.split();
             let mut feed = daemon.relay_subscribe();
-            // The frontend's frames are read by their own task: polling the socket for reads
-            // on every line sent would make the WebSocket library prepare (zero) its read
-            // buffer each time.
-            let (replies_tx, mut replies) = tokio::sync::mpsc::channel::<String>(16);
             let reader_daemon = daemon.clone();
-            let reader = tokio::spawn(async move {
-                while let Some(Ok(frame)) = incoming.next().await {
-                    let text = match frame {
-                        WsMessage::Text(text) => text,
-                        WsMessage::Close(_) => break,
-                        _ => continue,
-                    };
-                    if let Some(reply) = forward(&reader_daemon, text.as_str()).await {
-                        if replies_tx.send(reply).await.is_err() {
-                            break;
-                        }
-                    }
-                }
+            let (reader, mut replies) = crate::api::spawn_frame_reader(incoming, move |text| {
+                let daemon = reader_daemon.clone();
+                async move { forward(&daemon, text.as_str()).await }
             });
             if daemon.relay_handle().is_some() {
                 let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;

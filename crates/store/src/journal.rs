@@ -94,6 +94,16 @@ pub(crate) fn segments(database: &Path) -> Result<Vec<u64>, StoreError> {
     Ok(found)
 }
 
+/// Removes a segment whose records are all in the database (one already gone is fine).
+pub(crate) fn remove_segment(database: &Path, segment: u64) {
+    let path = segment_path(database, segment);
+    if let Err(error) = std::fs::remove_file(&path) {
+        if error.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
+        }
+    }
+}
+
 fn io_error(what: &str, path: &Path, error: std::io::Error) -> StoreError {
     StoreError::Database(format!("{what} {}: {error}", path.display()))
 }
@@ -350,13 +360,13 @@ struct State {
 pub(crate) struct Journal {
     database: PathBuf,
     state: Mutex<State>,
-    /// Held while the store is open: a second process opening the same database would fold
-    /// and remove the journal this one writes. Released by [`Journal::release`].
-    lock: Mutex<Option<File>>,
+    /// Held while the store is open (see [`lock_database`]); let go by [`Journal::release`].
+    database_lock: Mutex<Option<File>>,
 }
 
-/// Locks `<database>.lock` for this process, or says who has it.
-pub(crate) fn lock(database: &Path) -> Result<File, StoreError> {
+/// Locks `<database>.lock` for this process, or says that another holds it: a second process
+/// opening the same database would fold and remove the journal this one writes.
+pub(crate) fn lock_database(database: &Path) -> Result<File, StoreError> {
     let mut name = database.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
     let path = database.with_file_name(name);
@@ -399,29 +409,35 @@ impl Journal {
                 takes: 0,
                 buffer: Vec::new(),
             }),
-            lock: Mutex::new(Some(lock)),
+            database_lock: Mutex::new(Some(lock)),
         })
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, State>, StoreError> {
+    fn state(&self) -> Result<MutexGuard<'_, State>, StoreError> {
         self.state.lock().map_err(|_| StoreError::Database("the journal's lock is poisoned".into()))
     }
 
     /// Whether there is a file to write, or why not.
     fn writable(state: &State) -> Result<(), StoreError> {
-        match (&state.file, &state.broken) {
-            (Some(_), _) => Ok(()),
-            (None, Some(reason)) => Err(StoreError::Database(reason.clone())),
-            (None, None) => Err(StoreError::Closed),
+        match state.file {
+            Some(_) => Ok(()),
+            None => Err(Journal::not_writable(&state.broken)),
+        }
+    }
+
+    /// Why there is no file to write: a write that could not be undone, or the store closed.
+    fn not_writable(broken: &Option<String>) -> StoreError {
+        match broken {
+            Some(reason) => StoreError::Database(reason.clone()),
+            None => StoreError::Closed,
         }
     }
 
     /// Writes the record in `state.buffer`; on failure, cuts the segment back to where it was
     /// (or, if even that fails, refuses every later write: the segment's end is unknown).
     fn write_buffer(&self, state: &mut State) -> Result<(), StoreError> {
-        Journal::writable(state)?;
         let State { file, buffer, length, broken, segment, .. } = state;
-        let Some(writing) = file.as_mut() else { return Err(StoreError::Closed) };
+        let Some(writing) = file.as_mut() else { return Err(Journal::not_writable(broken)) };
         if let Err(error) = writing.write_all(buffer) {
             let path = segment_path(&self.database, *segment);
             let message = format!("cannot write the journal {}: {error}", path.display());
@@ -444,7 +460,7 @@ impl Journal {
 
     /// Appends `events` atomically (see [`crate::Store::append`]).
     pub(crate) fn append(&self, events: &[Arc<EventRecord>]) -> Result<Appended, StoreError> {
-        let mut guard = self.lock()?;
+        let mut guard = self.state()?;
         let state = &mut *guard;
         Journal::writable(state)?;
         if state.unfolded >= MAX_UNFOLDED || state.unfolded_bytes >= MAX_UNFOLDED_BYTES {
@@ -509,7 +525,7 @@ impl Journal {
         last: u64,
         generation: u64,
     ) -> Result<(), StoreError> {
-        let mut state = self.lock()?;
+        let mut state = self.state()?;
         if state.generation == generation && !state.tails.contains_key(session_id) {
             let generation = state.generation;
             state.tails.insert(
@@ -523,7 +539,7 @@ impl Journal {
     /// Journals a session's deletion: its waiting events are dropped, and the next fold
     /// deletes it from the database.
     pub(crate) fn delete(&self, session_id: &str) -> Result<(), StoreError> {
-        let mut guard = self.lock()?;
+        let mut guard = self.state()?;
         let state = &mut *guard;
         state.buffer.clear();
         encode_delete(&mut state.buffer, session_id)?;
@@ -543,7 +559,7 @@ impl Journal {
     /// when the current one holds `segment_bytes` (the old one is removed once this fold is
     /// committed).
     pub(crate) fn take(&self, segment_bytes: u64) -> Result<Option<Fold>, StoreError> {
-        let mut guard = self.lock()?;
+        let mut guard = self.state()?;
         let state = &mut *guard;
         state.fold_asked = false;
         state.takes += 1;
@@ -577,7 +593,7 @@ impl Journal {
         }
         let mut released = Vec::with_capacity(fold.events.len());
         let removable = {
-            let Ok(mut guard) = self.lock() else { return };
+            let Ok(mut guard) = self.state() else { return };
             let state = &mut *guard;
             state.deletes.drain(..fold.deletes.len().min(state.deletes.len()));
             for (id, upto) in &upto {
@@ -605,19 +621,14 @@ impl Journal {
         drop(released);
         drop(fold);
         for segment in removable {
-            let path = segment_path(&self.database, segment);
-            if let Err(error) = std::fs::remove_file(&path) {
-                if error.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
-                }
-            }
+            remove_segment(&self.database, segment);
         }
     }
 
     /// A fold failed: its events wait again, ahead of those appended since (but not those of
     /// a session deleted meanwhile).
     pub(crate) fn restore(&self, fold: Fold) {
-        let Ok(mut guard) = self.lock() else { return };
+        let Ok(mut guard) = self.state() else { return };
         let state = &mut *guard;
         let mut events: Vec<Arc<EventRecord>> = fold
             .events
@@ -635,7 +646,7 @@ impl Journal {
 
     /// A session's last seq, if the journal knows it.
     pub(crate) fn last(&self, session_id: &str) -> Result<Option<u64>, StoreError> {
-        Ok(self.lock()?.tails.get(session_id).map(|tail| tail.last))
+        Ok(self.state()?.tails.get(session_id).map(|tail| tail.last))
     }
 
     /// The session's waiting events with `seq > after`, at most `limit`.
@@ -645,7 +656,7 @@ impl Journal {
         after: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        let state = self.lock()?;
+        let state = self.state()?;
         let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
         let start = tail.events.partition_point(|event| event.seq <= after);
         Ok(tail.events.range(start..).take(limit).map(|event| EventRecord::clone(event)).collect())
@@ -658,7 +669,7 @@ impl Journal {
         before: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        let state = self.lock()?;
+        let state = self.state()?;
         let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
         let end = tail.events.partition_point(|event| event.seq < before);
         let start = end.saturating_sub(limit);
@@ -667,7 +678,7 @@ impl Journal {
 
     /// Lets another store open the database (once the last fold is done).
     pub(crate) fn release(&self) {
-        if let Ok(mut lock) = self.lock.lock() {
+        if let Ok(mut lock) = self.database_lock.lock() {
             lock.take();
         }
     }
@@ -697,7 +708,7 @@ mod tests {
 
     fn journal(dir: &Path) -> Journal {
         let database = dir.join("db");
-        let journal = Journal::create(&database, 1, lock(&database).unwrap()).unwrap();
+        let journal = Journal::create(&database, 1, lock_database(&database).unwrap()).unwrap();
         for session in ["a", "b"] {
             journal.learn(session, 0, 0).unwrap();
         }

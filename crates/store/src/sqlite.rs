@@ -243,9 +243,7 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
         journal::read_segment(&journal::segment_path(database, number), from, |entry| {
             match entry {
                 Entry::Append(events) => {
-                    for event in &events {
-                        insert_event(&transaction, &mut keys, event)?;
-                    }
+                    insert_events(&transaction, &mut keys, &events)?;
                     recovered += events.len();
                 }
                 Entry::Delete(id) => {
@@ -263,10 +261,7 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
     )?;
     transaction.commit()?;
     for number in found {
-        let path = journal::segment_path(database, number);
-        if let Err(error) = std::fs::remove_file(&path) {
-            tracing::warn!(segment = %path.display(), %error, "cannot remove a folded journal segment");
-        }
+        journal::remove_segment(database, number);
     }
     if recovered > 0 {
         tracing::info!(
@@ -294,7 +289,7 @@ impl SqliteStore {
                 StoreError::Database(format!("cannot create {}: {error}", parent.display()))
             })?;
         }
-        let lock = journal::lock(&path)?;
+        let lock = journal::lock_database(&path)?;
         let mut writer_connection = open(&path)?;
         migrate(&mut writer_connection)?;
         writer_connection.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -382,11 +377,6 @@ impl SqliteStore {
     /// committed (the database file alone then has every event appended so far: before a
     /// backup, say). The writer does this on its own every [`SqliteOptions::fold_interval`].
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.fold().await
-    }
-
-    /// Folds the journal now; returns once that fold is committed.
-    async fn fold(&self) -> Result<(), StoreError> {
         let (done, result) = oneshot::channel();
         self.send(Job::Fold(Some(done)))?;
         result.await.map_err(|_| StoreError::Closed)?
@@ -463,7 +453,7 @@ fn checkpoint(connection: &Connection) -> Result<i64, rusqlite::Error> {
 }
 
 /// Lowers the calling thread's priority (to about `nice 10`). The writer and the checkpointer
-/// do background work in bursts (a fold commits half a second of events at once): at normal
+/// do background work in bursts (a fold commits a second of events at once): at normal
 /// priority, on a machine whose cores are busy, such a burst took a core from the tasks that
 /// carry lines to subscribers for a few milliseconds, which showed in the daemon's p99 latency.
 /// Nothing waits on a fold but a delete and an append over [`journal::MAX_UNFOLDED`], and a
@@ -563,13 +553,7 @@ fn fold(
             delete_session_rows(&transaction, id)?;
             keys.remove(id);
         }
-        {
-            let mut insert = transaction.prepare_cached(INSERT_EVENT)?;
-            for event in &fold.events {
-                let key = session_key(&transaction, keys, &event.session_id)?;
-                insert_with(&mut insert, key, event)?;
-            }
-        }
+        insert_events(&transaction, keys, fold.events.iter().map(|event| &**event))?;
         transaction.execute(
             "UPDATE journal SET segment = ?1, offset = ?2 WHERE id = 1",
             params![fold.position.0 as i64, fold.position.1 as i64],
@@ -617,34 +601,28 @@ fn session_key(
     Ok(key)
 }
 
-/// Inserts an event (one the database already has, from a journal read twice, is skipped).
-const INSERT_EVENT: &str = "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-
-/// [`INSERT_EVENT`] with a prepared statement, for a session's `key`.
-fn insert_with(
-    statement: &mut rusqlite::CachedStatement<'_>,
-    key: i64,
-    event: &EventRecord,
-) -> rusqlite::Result<()> {
-    statement.execute(params![
-        key,
-        event.seq as i64,
-        event.ts_ms as i64,
-        event.dir,
-        event.kind,
-        event.payload
-    ])?;
-    Ok(())
-}
-
-/// [`INSERT_EVENT`], preparing it (or finding it prepared).
-fn insert_event(
+/// Inserts events, each with its session's key (an event the database already has, from a
+/// journal read twice, is skipped).
+fn insert_events<'e>(
     connection: &Connection,
     keys: &mut HashMap<String, i64>,
-    event: &EventRecord,
+    events: impl IntoIterator<Item = &'e EventRecord>,
 ) -> rusqlite::Result<()> {
-    let key = session_key(connection, keys, &event.session_id)?;
-    insert_with(&mut connection.prepare_cached(INSERT_EVENT)?, key, event)
+    let mut insert = connection.prepare_cached(
+        "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for event in events {
+        let key = session_key(connection, keys, &event.session_id)?;
+        insert.execute(params![
+            key,
+            event.seq as i64,
+            event.ts_ms as i64,
+            event.dir,
+            event.kind,
+            event.payload
+        ])?;
+    }
+    Ok(())
 }
 
 /// Deletes a session's record, key and events.
@@ -793,7 +771,7 @@ impl Store for SqliteStore {
     async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
         // Journaled first (a restart finishes it), then deleted from the database by a fold.
         self.journal.delete(id)?;
-        self.fold().await
+        self.flush().await
     }
 
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
@@ -808,7 +786,7 @@ impl Store for SqliteStore {
         loop {
             match self.journal.append(events)? {
                 // The database has fallen far behind: wait for a fold to make room.
-                Appended::Full => self.fold().await?,
+                Appended::Full => self.flush().await?,
                 Appended::Written { fold_now } => {
                     if fold_now {
                         self.send(Job::Fold(None))?;

@@ -77,20 +77,23 @@ impl IngressSlot {
         self.closed.load(Ordering::SeqCst)
     }
 
-    /// Takes the slot for a new WebSocket. An older connection still holding it is waited for
-    /// (it lets go when its socket fails).
-    pub async fn connect(self: &Arc<Self>) -> Option<IngressConnection> {
+    /// Takes the slot for a new WebSocket: the reading and the writing half of the
+    /// connection, for a socket read by one task and written by another (a frame read then
+    /// needs no poll of the writing side). The session hears of the disconnection once both
+    /// are dropped. An older connection still holding the slot is waited for (it lets go when
+    /// its socket fails).
+    pub async fn connect(self: &Arc<Self>) -> Option<(IngressReader, IngressWriter)> {
         if self.is_closed() {
             return None;
         }
         let outgoing = self.outgoing.clone().lock_owned().await;
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
-        Some(IngressConnection {
-            end: Arc::new(ConnectionEnd { slot: self.clone() }),
-            outgoing,
-            decoder: Decoder::default(),
-        })
+        let end = Arc::new(ConnectionEnd { slot: self.clone() });
+        Some((
+            IngressReader { end: end.clone(), decoder: Decoder::default() },
+            IngressWriter { end, outgoing },
+        ))
     }
 
     /// Makes the server drop the CLI's current socket (the CLI reconnects by itself).
@@ -179,67 +182,33 @@ impl SeenKey {
     }
 }
 
-/// One WebSocket from the CLI, while it lasts.
-pub struct IngressConnection {
-    end: Arc<ConnectionEnd>,
-    outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
-    decoder: Decoder,
-}
-
-/// What reads a connection's frames; see [`IngressConnection::split`].
+/// What reads a CLI connection's frames; see [`IngressSlot::connect`].
 pub struct IngressReader {
     end: Arc<ConnectionEnd>,
     decoder: Decoder,
 }
 
-/// What writes a connection's lines; see [`IngressConnection::split`].
+/// What writes a CLI connection's lines; see [`IngressSlot::connect`].
 pub struct IngressWriter {
     end: Arc<ConnectionEnd>,
     outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
 }
 
-/// Dropped when the connection's last part is: the session hears that the CLI disconnected
+/// Dropped when the connection's last half is: the session hears that the CLI disconnected
 /// (after every line the connection read).
 struct ConnectionEnd {
     slot: Arc<IngressSlot>,
 }
 
-impl IngressConnection {
-    /// The slot this connection serves.
-    pub fn slot(&self) -> &Arc<IngressSlot> {
-        &self.end.slot
-    }
-
-    /// The next line for the CLI; see [`IngressWriter::next_outgoing`].
-    pub async fn next_outgoing(&mut self) -> Option<Bytes> {
-        next_outgoing(&self.end.slot, &mut self.outgoing).await
-    }
-
-    /// See [`IngressWriter::undelivered`].
-    pub async fn undelivered(&mut self, line: Bytes) {
-        let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
-    }
-
-    /// A frame from the CLI; see [`IngressReader::incoming`].
-    pub async fn incoming(&mut self, payload: &[u8]) {
-        incoming(&self.end.slot, &mut self.decoder, payload).await
-    }
-
-    /// The reading and the writing half, for a socket read by one task and written by
-    /// another (a frame read then needs no poll of the writing side). The session hears of
-    /// the disconnection once both are dropped.
-    pub fn split(self) -> (IngressReader, IngressWriter) {
-        (
-            IngressReader { end: self.end.clone(), decoder: self.decoder },
-            IngressWriter { end: self.end, outgoing: self.outgoing },
-        )
-    }
-}
-
 impl IngressReader {
     /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
     pub async fn incoming(&mut self, payload: &[u8]) {
-        incoming(&self.end.slot, &mut self.decoder, payload).await
+        self.decoder.push(payload);
+        while let Some(item) = self.decoder.next_item() {
+            if !self.end.slot.deliver(item).await {
+                return;
+            }
+        }
     }
 }
 
@@ -248,38 +217,22 @@ impl IngressWriter {
     /// glues it to the next and dies). `None` when the session closed its input: close the
     /// socket then.
     pub async fn next_outgoing(&mut self) -> Option<Bytes> {
-        next_outgoing(&self.end.slot, &mut self.outgoing).await
+        match self.outgoing.recv().await {
+            Some(WriterCommand::Line(line, done)) => {
+                let _ = done.send(Ok(()));
+                Some(line)
+            }
+            None => {
+                self.end.slot.closed.store(true, Ordering::SeqCst);
+                None
+            }
+        }
     }
 
     /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]): the
     /// session records that it may not have arrived.
     pub async fn undelivered(&mut self, line: Bytes) {
         let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
-    }
-}
-
-async fn next_outgoing(
-    slot: &IngressSlot,
-    outgoing: &mut mpsc::Receiver<WriterCommand>,
-) -> Option<Bytes> {
-    match outgoing.recv().await {
-        Some(WriterCommand::Line(line, done)) => {
-            let _ = done.send(Ok(()));
-            Some(line)
-        }
-        None => {
-            slot.closed.store(true, Ordering::SeqCst);
-            None
-        }
-    }
-}
-
-async fn incoming(slot: &IngressSlot, decoder: &mut Decoder, payload: &[u8]) {
-    decoder.push(payload);
-    while let Some(item) = decoder.next_item() {
-        if !slot.deliver(item).await {
-            return;
-        }
     }
 }
 
