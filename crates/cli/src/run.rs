@@ -250,11 +250,20 @@ fn summarize(tool: &str, input: &Value) -> String {
         _ => None,
     }
     .unwrap_or_else(|| input.to_string());
-    let mut text: String = text.chars().take(200).collect();
-    if text.len() >= 200 {
-        text.push('…');
+    shorten(&text, SUMMARY_CHARS)
+}
+
+/// How many characters of a tool call's input the terminal prompt shows.
+const SUMMARY_CHARS: usize = 200;
+
+/// The first `max` characters of `text`, with `…` when there were more.
+fn shorten(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let mut short: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        short.push('…');
     }
-    text
+    short
 }
 
 /// Writes events to the terminal.
@@ -291,6 +300,7 @@ impl Printer {
                     DecidedBy::Timeout => "timeout".to_owned(),
                     DecidedBy::Cancelled => "the CLI (withdrawn)".to_owned(),
                     DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
+                    DecidedBy::Cli => "the CLI on its own".to_owned(),
                 };
                 match behavior {
                     Behavior::Allow => self.note(&format!("✓ {tool_name} allowed by {who}")),
@@ -368,5 +378,21 @@ impl Printer {
             println!();
             self.mid_line = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten;
+
+    #[test]
+    fn shorten_counts_characters_not_bytes() {
+        // 150 two-byte characters are 300 bytes but only 150 characters: nothing is cut.
+        let text = "é".repeat(150);
+        assert_eq!(shorten(&text, 200), text);
+        // Exactly the limit: nothing cut, no ellipsis.
+        assert_eq!(shorten(&"x".repeat(200), 200), "x".repeat(200));
+        // One more: cut, with the ellipsis.
+        assert_eq!(shorten(&"é".repeat(201), 200), format!("{}…", "é".repeat(200)));
     }
 }

@@ -4,14 +4,14 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use switchboard_server::{generate_token, router, AuthConfig, Daemon, DaemonConfig};
+use switchboard_server::{generate_token, AuthConfig, Daemon, DaemonConfig};
 use switchboard_session::Policy;
 use switchboard_store::{SqliteStore, Store};
 
@@ -41,12 +41,17 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     no_auth: bool,
     /// The token externally launched CLIs present at the relay endpoint `/` (as
-    /// `CLAUDE_CODE_SESSION_ACCESS_TOKEN`); default: the API token.
+    /// `CLAUDE_CODE_SESSION_ACCESS_TOKEN`); default: one of its own, kept in the data
+    /// directory (`ingress-token`), never the API token: a CLI's environment is its tools'.
     #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_INGRESS_TOKEN", hide_env_values = true)]
     ingress_token: Option<String>,
     /// A browser origin (besides the daemon's own) allowed to open WebSockets.
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+    /// A loader variable (`LD_PRELOAD`, `NODE_OPTIONS`, ...) that a session's `env` may set
+    /// all the same; refused otherwise. Repeat for more.
+    #[arg(long, value_name = "NAME")]
+    allow_env: Vec<String>,
 }
 
 /// `--data-dir`, shared by the daemon and the client commands.
@@ -86,7 +91,18 @@ pub(crate) struct DaemonInfo {
 
 pub(crate) const DAEMON_FILE: &str = "daemon.json";
 pub(crate) const TOKEN_FILE: &str = "token";
+const INGRESS_TOKEN_FILE: &str = "ingress-token";
 const DATABASE_FILE: &str = "switchboard.db";
+
+/// Creates `dir` (and missing parents) readable by the owner only. A directory that exists
+/// already keeps its mode: it may be shared (a sticky `/tmp`-like directory) and is not ours
+/// to change.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
 
 /// Writes `contents` to `path`, readable by the owner only.
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
@@ -101,15 +117,15 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
 }
 
-/// The token: given, or stored, or new (and stored).
-fn token(args: &ServeArgs, data_dir: &Path) -> Result<String, String> {
-    if let Some(token) = &args.token {
+/// A token: given (`flag` names it in errors), or stored in `file`, or new (and stored).
+fn token(given: Option<&str>, flag: &str, data_dir: &Path, file: &str) -> Result<String, String> {
+    if let Some(token) = given {
         if token.len() < 16 {
-            return Err("--token must be at least 16 characters".into());
+            return Err(format!("{flag} must be at least 16 characters"));
         }
-        return Ok(token.clone());
+        return Ok(token.to_owned());
     }
-    let path = data_dir.join(TOKEN_FILE);
+    let path = data_dir.join(file);
     if let Ok(token) = std::fs::read_to_string(&path) {
         let token = token.trim().to_owned();
         if !token.is_empty() {
@@ -140,14 +156,20 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         ));
     }
     let data_dir = args.data.resolve();
-    std::fs::create_dir_all(&data_dir)
+    create_private_dir(&data_dir)
         .map_err(|error| (1, format!("cannot create {}: {error}", data_dir.display())))?;
-    let _ =
-        std::fs::set_permissions(&data_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
-    let token = if args.no_auth {
-        None
+    let (token, ingress_token) = if args.no_auth {
+        (None, args.ingress_token.clone())
     } else {
-        Some(token(&args, &data_dir).map_err(|message| (1, message))?)
+        let api = token(args.token.as_deref(), "--token", &data_dir, TOKEN_FILE)
+            .map_err(|message| (1, message))?;
+        let ingress =
+            token(args.ingress_token.as_deref(), "--ingress-token", &data_dir, INGRESS_TOKEN_FILE)
+                .map_err(|message| (1, message))?;
+        if ingress == api {
+            return Err((2, "--ingress-token must differ from the API token: a CLI's environment is visible to its tools".into()));
+        }
+        (Some(api), Some(ingress))
     };
     let default_policy = match &args.policy {
         Some(path) if path.as_os_str() == "auto-approve" => Some(Policy::allow_all()),
@@ -170,8 +192,9 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         clear_env: false,
         transcripts: None,
         ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
-        ingress_token: args.ingress_token.clone().or_else(|| token.clone()),
+        ingress_token,
         ping_interval: None,
+        allowed_env: args.allow_env.clone(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {
@@ -193,30 +216,43 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     }
     let _ = std::io::stdout().flush();
 
-    let app = router(daemon.clone(), auth);
-    let served = axum::serve(switchboard_server::nodelay(listener), app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
-    // Stop every session (interrupt, close stdin, SIGTERM, SIGKILL), so no CLI outlives us,
-    // and wait until their last events are stored before closing the database.
-    daemon.stop_all().await;
+    // Stops accepting on the first SIGINT or SIGTERM, then stops every session (interrupt,
+    // close stdin, SIGTERM, SIGKILL), so no CLI outlives us, and waits until their last
+    // events are stored; a second signal ends the daemon at once.
+    let served = switchboard_server::serve(listener, daemon, auth, shutdown_signal()).await;
+    // Fold the journal into the database and release the data directory.
     sqlite.close();
     let _ = std::fs::remove_file(&info_path);
     served.map_err(|error| (1, format!("the server failed: {error}")))
 }
 
+/// Resolves on the first SIGINT or SIGTERM; from then on, another one exits at once.
 async fn shutdown_signal() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+    let (mut interrupt, mut terminate) = match signals() {
+        Ok(signals) => signals,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for signals; only Ctrl-C stops the daemon");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
     }
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: stopping every session (signal again to exit at once)");
+    eprintln!("switchboard serve: shutting down; signal again to exit at once");
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        eprintln!("switchboard serve: second signal; exiting now");
+        std::process::exit(130);
+    });
+}
+
+fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
+    use tokio::signal::unix::{signal, SignalKind};
+    Ok((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?))
 }

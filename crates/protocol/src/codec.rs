@@ -61,6 +61,32 @@ pub struct LineError {
     pub preview: String,
     /// What was wrong.
     pub kind: LineErrorKind,
+    /// When the line's routing fields say it was a control request: its id and subtype. The
+    /// request must still be answered, or the CLI waits for an answer forever.
+    pub control_request: Option<ControlRef>,
+}
+
+/// The routing fields of a control request that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlRef {
+    /// `request_id`.
+    pub request_id: String,
+    /// `request.subtype`.
+    pub subtype: Option<String>,
+}
+
+impl ControlRef {
+    /// The control request `line` is, by its routing fields alone.
+    pub fn of(line: &[u8]) -> Option<ControlRef> {
+        let envelope = crate::envelope::Envelope::parse(line).ok()?;
+        if envelope.kind() != "control_request" {
+            return None;
+        }
+        Some(ControlRef {
+            request_id: envelope.request_id.as_deref()?.to_owned(),
+            subtype: envelope.subtype.as_deref().map(str::to_owned),
+        })
+    }
 }
 
 /// What was wrong with a line.
@@ -243,7 +269,12 @@ impl LineSplitter {
 }
 
 fn oversize(position: Position, line: &[u8], limit: usize) -> LineError {
-    LineError { position, preview: preview(line), kind: LineErrorKind::Oversize { limit } }
+    LineError {
+        position,
+        preview: preview(line),
+        kind: LineErrorKind::Oversize { limit },
+        control_request: None,
+    }
 }
 
 /// The first [`PREVIEW_CHARS`] characters of `bytes`, lossily decoded.
@@ -331,6 +362,7 @@ fn decode_line(line: Result<RawLine, LineError>) -> DecodedItem {
         position,
         preview: preview(bytes),
         kind: LineErrorKind::Malformed(error.to_string()),
+        control_request: ControlRef::of(bytes),
     };
     let raw = match String::from_utf8(line.bytes) {
         Ok(raw) => raw,

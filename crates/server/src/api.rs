@@ -41,6 +41,9 @@ pub const CLI_WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Frames written to a subscriber per flush at most (a busy socket gets them in one write).
 pub const MAX_FRAMES_PER_FLUSH: usize = 64;
 
+/// How long the body of a CLI's `POST /session/{slot}/events` may take to arrive.
+pub const INGRESS_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The most events one `GET .../events` returns.
 pub const MAX_EVENTS_PAGE: usize = 5000;
 
@@ -127,14 +130,34 @@ fn ingress_slot(
 }
 
 /// The hybrid transport's ingress: `{"events": [message, …]}` from the CLI, fed to the same
-/// session as its socket, with the same auth and de-duplication.
+/// session as its socket, with the same auth and de-duplication. The slot and its token are
+/// checked before a byte of the body is read; the body then has [`INGRESS_BODY_TIMEOUT`] to
+/// arrive, and at most [`MAX_BODY_BYTES`].
 async fn ingress_events(
     State(daemon): State<Arc<Daemon>>,
     Path(slot_id): Path<String>,
     headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
     let slot = ingress_slot(&daemon, &slot_id, &headers)?;
+    let body =
+        tokio::time::timeout(INGRESS_BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES))
+            .await
+            .map_err(|_| ApiError {
+                status: StatusCode::REQUEST_TIMEOUT,
+                code: "timeout",
+                message: format!(
+                    "the body did not arrive within {} s",
+                    INGRESS_BODY_TIMEOUT.as_secs()
+                ),
+            })?
+            .map_err(|error| ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "too_large",
+                message: format!(
+                    "the body could not be read whole (at most {MAX_BODY_BYTES} bytes): {error}"
+                ),
+            })?;
     #[derive(Deserialize)]
     struct Events<'a> {
         #[serde(borrow)]
@@ -418,7 +441,7 @@ async fn send_message(
     Body(body): Body<MessageBody>,
 ) -> Result<Response, ApiError> {
     let message = user_message(body.content)?;
-    let handle = daemon.handle(&id)?;
+    let handle = daemon.running(&id).await?;
     handle.send_message(message).await.map_err(crate::daemon::DaemonError::from)?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": true}))).into_response())
 }
@@ -427,7 +450,7 @@ async fn interrupt(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    daemon.handle(&id)?.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
+    daemon.running(&id).await?.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
     Ok(Json(json!({"interrupted": true})))
 }
 
@@ -446,7 +469,8 @@ async fn set_model(
         return Err(ApiError::invalid("model is empty"));
     }
     daemon
-        .handle(&id)?
+        .running(&id)
+        .await?
         .set_model(body.model.clone())
         .await
         .map_err(crate::daemon::DaemonError::from)?;
@@ -472,7 +496,8 @@ async fn set_permission_mode(
         )));
     }
     daemon
-        .handle(&id)?
+        .running(&id)
+        .await?
         .set_permission_mode(mode)
         .await
         .map_err(crate::daemon::DaemonError::from)?;
@@ -544,7 +569,8 @@ async fn answer_permission(
     let (answer, who) = body.into_answer("api");
     let behavior = answer.behavior;
     daemon
-        .handle(&id)?
+        .running(&id)
+        .await?
         .respond_permission(&request_id, answer, &who)
         .await
         .map_err(crate::daemon::DaemonError::from)?;
@@ -691,7 +717,7 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Va
             .remove("type")
             .and_then(|kind| kind.as_str().map(str::to_owned))
             .unwrap_or_default();
-        let handle = daemon.handle(id)?;
+        let handle = daemon.running(id).await?;
         match kind.as_str() {
             "user_message" => {
                 let content = frame

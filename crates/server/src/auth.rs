@@ -101,10 +101,8 @@ pub async fn require_auth(
             Some((token, cookie)) if auth.accepts(&token) => by_cookie = cookie,
             _ => return Err(ApiError::unauthorized()),
         }
-    } else if !loopback_host(request.headers()) {
-        // --no-auth (loopback only): a page on another site that rebinds its name to
-        // 127.0.0.1 reaches the daemon with its own Host; only loopback names get in.
-        return Err(ApiError::forbidden("without auth, only loopback host names are served"));
+    } else {
+        check_host(&auth, request.headers())?;
     }
     let browser_change =
         !request.method().is_safe() && request.headers().get(header::ORIGIN).is_some();
@@ -117,6 +115,29 @@ pub async fn require_auth(
         ));
     }
     Ok(next.run(request).await)
+}
+
+/// `--no-auth` (loopback only): a page on another site that rebinds its name to 127.0.0.1
+/// reaches the daemon with its own `Host`; only loopback names get in.
+fn check_host(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+    if auth.token.is_none() && !loopback_host(headers) {
+        return Err(ApiError::forbidden("without auth, only loopback host names are served"));
+    }
+    Ok(())
+}
+
+/// The checks a browser meets at the endpoints outside [`require_auth`] (`/`: the page, and the
+/// relay's socket for externally launched CLIs, which has a token of its own or, with
+/// `--no-auth`, none): without auth only loopback `Host` names, and a WebSocket upgrade that
+/// carries an `Origin` (a browser's; a CLI sends none) only from the daemon's own page or an
+/// allowed origin. Without these a cross-site page could open the relay's CLI socket, read
+/// what frontends type and post permission requests of its own.
+pub(crate) fn check_outside_auth(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+    check_host(auth, headers)?;
+    if is_websocket_upgrade(headers) {
+        check_origin(auth, headers)?;
+    }
+    Ok(())
 }
 
 /// Whether the `Host` a request names is a loopback one (`localhost`, `127.x`, `[::1]`).

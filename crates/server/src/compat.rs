@@ -30,10 +30,11 @@ pub(crate) async fn list(
     State(daemon): State<Arc<Daemon>>,
 ) -> Result<Json<Vec<TranscriptInfo>>, ApiError> {
     let transcripts = daemon.transcripts().clone();
+    // Neither a reader that died nor an unreadable directory is the caller's fault: 500.
     let list = tokio::task::spawn_blocking(move || transcripts.list())
         .await
-        .map_err(|error| ApiError::invalid(error.to_string()))?
-        .map_err(|error| ApiError::invalid(format!("cannot read the transcripts: {error}")))?;
+        .map_err(|error| ApiError::internal(format!("the transcript reader failed: {error}")))?
+        .map_err(|error| ApiError::internal(format!("cannot read the transcripts: {error}")))?;
     Ok(Json(list))
 }
 

@@ -66,7 +66,38 @@ pub struct DaemonConfig {
     /// How often the daemon pings a CLI's socket (`None`: [`PING_INTERVAL`]); a socket silent
     /// for two intervals is dropped.
     pub ping_interval: Option<Duration>,
+    /// Loader variables ([`LOADER_VARIABLES`]) a request's `env` may set all the same
+    /// (`switchboard serve --allow-env NAME`).
+    pub allowed_env: Vec<String>,
 }
+
+/// Environment variables that make a program load or run code of the caller's choosing
+/// before its own (a `*` ends a prefix). A request's `env` may not set them unless the daemon
+/// allows it by name ([`DaemonConfig::allowed_env`]). This narrows, but does not close, what a
+/// token holder can run: `claude` and `env` together still start any program as the daemon's
+/// user (docs/api.md says so).
+pub const LOADER_VARIABLES: &[&str] = &[
+    "LD_*",
+    "DYLD_*",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "SHELLOPTS",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "RUBYLIB",
+];
+
+/// The largest policy file a request may name.
+pub const MAX_POLICY_FILE_BYTES: u64 = 1024 * 1024;
+
+/// How long reading a policy file may take.
+pub const POLICY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What `POST /api/sessions` takes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -148,6 +179,9 @@ pub enum DaemonError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Something inside the daemon failed (a poisoned lock, a task that died).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 /// One item of a subscription.
@@ -364,6 +398,12 @@ impl Daemon {
         self: &Arc<Self>,
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
+        if request.prompt.as_deref().is_some_and(|prompt| prompt.trim().is_empty()) {
+            return Err(DaemonError::Invalid(
+                "prompt is empty; leave it out to start a session without one".into(),
+            ));
+        }
+        let config = self.session_config(&request, request.resume.clone(), request.fork).await?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -379,7 +419,6 @@ impl Daemon {
             updated_ms: now,
             config: serde_json::to_value(&request).unwrap_or(Value::Null),
         };
-        let config = self.session_config(&request, request.resume.clone(), request.fork)?;
         self.check_transport(&config).await?;
         self.store.create_session(&record).await?;
         if let Err(error) = self.start(record.clone(), config, 0, request.prompt.clone()).await {
@@ -415,7 +454,7 @@ impl Daemon {
             })?;
         request.fork = false;
         request.resume_at = None;
-        let config = self.session_config(&request, Some(claude_session_id), false)?;
+        let config = self.session_config(&request, Some(claude_session_id), false).await?;
         self.check_transport(&config).await?;
         let last = self.store.last_seq(id).await?;
         record.state = "starting".into();
@@ -425,7 +464,7 @@ impl Daemon {
         self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
     }
 
-    fn session_config(
+    async fn session_config(
         &self,
         request: &CreateSession,
         resume: Option<String>,
@@ -440,8 +479,9 @@ impl Daemon {
         if !request.cwd.is_dir() {
             return Err(DaemonError::Invalid(format!("cwd {:?} is not a directory", request.cwd)));
         }
+        self.check_env(&request.env)?;
         let policy = match &request.policy {
-            Some(text) => parse_policy(text)?,
+            Some(text) => load_policy(text).await?,
             None => self.config.default_policy.clone().unwrap_or_default(),
         };
         let mut config = SessionConfig::new(&request.cwd, policy);
@@ -501,6 +541,31 @@ impl Daemon {
         Ok(config)
     }
 
+    /// A request's `env`: names that are names, values without NUL, and no loader variable
+    /// the daemon does not allow.
+    fn check_env(&self, env: &HashMap<String, String>) -> Result<(), DaemonError> {
+        for (name, value) in env {
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(DaemonError::Invalid(format!(
+                    "env name {name:?} is not valid (it must be non-empty, without '=' or NUL)"
+                )));
+            }
+            if value.contains('\0') {
+                return Err(DaemonError::Invalid(format!("env {name}'s value contains NUL")));
+            }
+            let loader = LOADER_VARIABLES.iter().any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == pattern,
+            });
+            if loader && !self.config.allowed_env.iter().any(|allowed| allowed == name) {
+                return Err(DaemonError::Invalid(format!(
+                    "env {name} makes programs load code of the caller's choosing; the daemon refuses it unless started with --allow-env {name}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `--sdk-url` works with CLIs up to 2.1.120 only: refuse others with a clear message.
     async fn check_transport(&self, config: &SessionConfig) -> Result<(), DaemonError> {
         if config.sdk_url.is_none() {
@@ -557,7 +622,7 @@ impl Daemon {
         let mut sessions = self
             .sessions
             .lock()
-            .map_err(|_| DaemonError::Invalid("daemon state poisoned".into()))?;
+            .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
         let live = sessions
             .entry(record.id.clone())
             .or_insert_with(|| {
@@ -606,7 +671,7 @@ impl Daemon {
         claude_session_id: &str,
         seen: &mut HashMap<String, String>,
     ) -> Result<(String, Arc<LiveSession>, u64), DaemonError> {
-        let poisoned = || DaemonError::Invalid("daemon state poisoned".into());
+        let poisoned = || DaemonError::Internal("daemon state poisoned".into());
         let handle = live.handle.lock().map_err(|_| poisoned())?.take();
         let mut old = current_record(live).ok_or_else(poisoned)?;
         if let Some(previous) = &old.claude_session_id {
@@ -692,7 +757,20 @@ impl Daemon {
         self.sessions.lock().ok().and_then(|sessions| sessions.get(id).cloned())
     }
 
-    /// The handle of a running session.
+    /// The handle of a running session: `NotRunning` for a session that exists but is not
+    /// running, `NotFound` for one that does not exist.
+    pub async fn running(&self, id: &str) -> Result<SessionHandle, DaemonError> {
+        match self.handle(id) {
+            Ok(handle) => Ok(handle),
+            Err(not_running) => match self.store.get_session(id).await? {
+                Some(_) => Err(not_running),
+                None => Err(DaemonError::NotFound(id.to_owned())),
+            },
+        }
+    }
+
+    /// The handle of a running session (`NotRunning` otherwise, whether it exists or not; see
+    /// [`Daemon::running`]).
     pub fn handle(&self, id: &str) -> Result<SessionHandle, DaemonError> {
         self.live(id)
             .and_then(|live| live.handle.lock().ok().and_then(|handle| handle.clone()))
@@ -850,7 +928,9 @@ impl Subscription {
                 biased;
                 received = tail.recv() => match received {
                     Ok(event) if event.seq <= self.sent => {}
-                    Ok(event) if event.seq != self.sent + 1 => self.need_history = true,
+                    Ok(event) if Some(event.seq) != self.sent.checked_add(1) => {
+                        self.need_history = true
+                    }
                     Ok(event) => {
                         self.sent = event.seq;
                         return Some(Ok(Subscribed::Event(event)));
@@ -1115,19 +1195,90 @@ fn title_of(prompt: &str) -> String {
     title
 }
 
-/// A policy given inline (TOML text) or as a path to a file.
-pub fn parse_policy(text: &str) -> Result<Policy, DaemonError> {
+/// A policy given inline (TOML text), as `auto-approve`, or as a path to a file.
+///
+/// A file is read off the async runtime, within [`POLICY_READ_TIMEOUT`], and only if it is a
+/// regular file of at most [`MAX_POLICY_FILE_BYTES`] (a device or a named pipe is refused
+/// without reading it). An error about a file never quotes its content: the path may name a
+/// file the caller could not otherwise read (`/proc/self/cmdline` holds the daemon's token).
+pub async fn load_policy(text: &str) -> Result<Policy, DaemonError> {
     if text.trim() == "auto-approve" {
         // Seed 003's relays approve everything; a deliberate choice, never a default.
         return Ok(Policy::allow_all());
     }
     let looks_inline = text.contains('\n') || text.contains('=') || text.trim().is_empty();
-    let result = if looks_inline {
-        Policy::from_toml(text)
-    } else {
-        Policy::from_file(std::path::Path::new(text))
+    if looks_inline {
+        return Policy::from_toml(text).map_err(|error| DaemonError::Invalid(error.to_string()));
+    }
+    let path = PathBuf::from(text);
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || read_policy_file(&path)
+    });
+    let contents = match tokio::time::timeout(POLICY_READ_TIMEOUT, read).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(_)) => return Err(DaemonError::Internal("the policy reader failed".into())),
+        Err(_) => {
+            return Err(DaemonError::Invalid(format!(
+                "policy file {shown:?} could not be read within {} s",
+                POLICY_READ_TIMEOUT.as_secs()
+            )))
+        }
     };
-    result.map_err(|error| DaemonError::Invalid(error.to_string()))
+    Policy::from_toml(&contents).map_err(|error| {
+        // Where, never what: the message of a TOML error quotes the line.
+        let at = match &error {
+            switchboard_session::PolicyError::Toml(toml) => toml.span().map(|span| {
+                let before = &contents[..span.start.min(contents.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |text| text.chars().count()) + 1;
+                format!(" (TOML error at line {line}, column {column})")
+            }),
+            switchboard_session::PolicyError::Rule { .. } => Some(" (a rule is not valid)".into()),
+            other => Some(format!(" ({other})")),
+        };
+        DaemonError::Invalid(format!(
+            "policy file {shown:?} is not a valid policy{}",
+            at.unwrap_or_default()
+        ))
+    })
+}
+
+/// Reads a policy file: a regular file, at most [`MAX_POLICY_FILE_BYTES`], UTF-8. Opened
+/// without blocking, so a named pipe with no writer cannot hold the reader.
+fn read_policy_file(path: &std::path::Path) -> Result<String, DaemonError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display().to_string();
+    let cannot = |error: std::io::Error| {
+        DaemonError::Invalid(format!("cannot read policy file {shown:?}: {}", error.kind()))
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+        .map_err(cannot)?;
+    let metadata = file.metadata().map_err(cannot)?;
+    if !metadata.is_file() {
+        return Err(DaemonError::Invalid(format!("policy file {shown:?} is not a regular file")));
+    }
+    if metadata.len() > MAX_POLICY_FILE_BYTES {
+        return Err(DaemonError::Invalid(format!(
+            "policy file {shown:?} is larger than {} KiB",
+            MAX_POLICY_FILE_BYTES / 1024
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_POLICY_FILE_BYTES {
+        return Err(DaemonError::Invalid(format!(
+            "policy file {shown:?} is larger than {} KiB",
+            MAX_POLICY_FILE_BYTES / 1024
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| DaemonError::Invalid(format!("policy file {shown:?} is not UTF-8 text")))
 }
 
 /// Whether a session state string is final.

@@ -47,6 +47,15 @@ impl ApiError {
         ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into() }
     }
 
+    /// 500: the daemon failed, not the request.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: message.into(),
+        }
+    }
+
     /// 409.
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::CONFLICT, code, message: message.into() }
@@ -92,6 +101,7 @@ impl From<DaemonError> for ApiError {
                 code: "cli_refused",
                 message: error.to_string(),
             },
+            DaemonError::Internal(_) => ApiError::internal(error.to_string()),
             DaemonError::Store(_) => ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
                 code: "store_error",

@@ -11,6 +11,7 @@ mod compat;
 pub mod daemon;
 pub mod error;
 mod relay;
+mod serve;
 pub mod transcripts;
 mod ui;
 
@@ -18,6 +19,7 @@ pub use api::router;
 pub use auth::{generate_token, AuthConfig};
 pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed, Subscription};
 pub use error::ApiError;
+pub use serve::{serve, serve_with, ServeOptions, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
 
 /// The daemon's listener: every accepted connection gets `TCP_NODELAY`. Live frames are small
 /// and come one after another; with Nagle's algorithm a frame waited for the ACK of the one

@@ -42,6 +42,9 @@ pub(crate) async fn root(
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    if let Err(error) = crate::auth::check_outside_auth(&auth, &headers) {
+        return error.into_response();
+    }
     if let Ok(upgrade) = upgrade {
         return match crate::relay::cli(State(daemon), headers, upgrade).await {
             Ok(response) => response,

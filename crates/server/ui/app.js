@@ -525,7 +525,18 @@ class Transcript {
 
   permissionDecided(decision) {
     const entry = this.permissions.get(decision.request_id);
-    if (!entry) { this.permissions.set(decision.request_id, { request: null, decided: decision, box: null }); return; }
+    if (!entry) {
+      this.permissions.set(decision.request_id, { request: null, decided: decision, box: null });
+      // Decided with no request for a person (a policy rule, the policy's hook, the CLI on its
+      // own): shown on the tool's card, unless a request's box is there already.
+      if (decision.tool_use_id) {
+        this.withCard(decision.tool_use_id, (card) => {
+          const slot = $('.tool-permission', card);
+          if (slot && !slot.firstChild) showDecision(slot, decision);
+        });
+      }
+      return;
+    }
     entry.decided = decision;
     if (entry.box) showDecision(entry.box, decision);
   }
@@ -638,7 +649,8 @@ function permissionBox(session, request) {
 
 function showDecision(box, decision) {
   const by = decision.by?.kind === 'policy' ? `policy${decision.by.rule ? ` (${decision.by.rule})` : ''}`
-    : decision.by?.kind === 'person' ? decision.by.who : (decision.by?.kind ?? decision.by ?? '');
+    : decision.by?.kind === 'person' ? decision.by.who
+    : decision.by?.kind === 'cli' ? 'Claude Code on its own' : (decision.by?.kind ?? decision.by ?? '');
   box.classList.add('decided', decision.behavior === 'allow' ? 'allowed' : 'denied');
   box.replaceChildren(el('div', { class: 'decision' },
     decision.behavior === 'allow' ? `Allowed by ${by}` : `Denied by ${by}`,

@@ -129,8 +129,16 @@ type Observers = Arc<OnceLock<broadcast::Sender<Arc<SessionEvent>>>>;
 /// Starts a session: spawns the CLI and the actor. Returns the handle and the session's event
 /// stream (every event, in order, lossless; the actor waits when it is full).
 pub fn spawn_session(
-    config: SessionConfig,
+    mut config: SessionConfig,
 ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), SessionError> {
+    // Defence in depth: the policy's hook decides every call, and the CLI holds the deny
+    // rules as its own too.
+    let deny: Vec<String> = config.policy.deny_rules().map(str::to_owned).collect();
+    for rule in deny {
+        if !config.cli.disallowed_tools.contains(&rule) {
+            config.cli.disallowed_tools.push(rule);
+        }
+    }
     let link = match &config.sdk_url {
         None => stdio::spawn(&config.cli)?,
         Some(sdk_url) => {

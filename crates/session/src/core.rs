@@ -14,7 +14,7 @@ use serde_json::Value;
 use switchboard_protocol::content::ContentBlock;
 use switchboard_protocol::control::{
     session_grants, CanUseToolRequest, ControlError, ControlSuccess, HookCallbackRequest,
-    InitializeResponse,
+    HookMatcher, InitializeRequest, InitializeResponse,
 };
 use switchboard_protocol::permission::{ask_user_question_input, PermissionUpdate, RuleValue};
 use switchboard_protocol::{
@@ -38,6 +38,33 @@ pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Request ids answered recently, kept to tell "already answered" from "unknown".
 pub const ANSWERED_MEMORY: usize = 1024;
+
+/// The callback id of the `PreToolUse` hook every session registers in `initialize`. Through
+/// it the policy sees every tool call, including those the CLI allows on its own (a Read in
+/// the working directory, a read-only Bash command), which never reach `can_use_tool`.
+pub const POLICY_HOOK_ID: &str = "switchboard-policy";
+
+/// Tool calls remembered from their `tool_use` block until their result, to record who
+/// allowed or refused each one (the policy's hook, a `can_use_tool` answer, or the CLI on its
+/// own); the oldest are forgotten past this many.
+pub const CALL_MEMORY: usize = 1024;
+
+/// What the session knows of a tool call before its result.
+#[derive(Debug, Clone)]
+struct ToolCall {
+    tool_name: String,
+    input: Value,
+    /// The policy's hook left it to the CLI (the hook's request id), or a decision was
+    /// recorded (`Decided`), or nothing was heard yet.
+    verdict: CallVerdict,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum CallVerdict {
+    Unheard,
+    Deferred(String),
+    Decided,
+}
 
 /// Something the shell must do.
 #[derive(Debug)]
@@ -267,6 +294,10 @@ pub struct SessionCore {
     /// The `initialize` re-sent after a reconnect, whose answer lists what the CLI still waits
     /// for.
     resync: Option<String>,
+    /// The `initialize` sent at start (with the policy's hook), sent again on a reconnect.
+    initialize: Option<InitializeRequest>,
+    /// Tool calls awaiting their result, by `tool_use_id` (at most [`CALL_MEMORY`]).
+    calls: indexmap::IndexMap<String, ToolCall>,
 }
 
 impl SessionCore {
@@ -285,6 +316,8 @@ impl SessionCore {
             answered_set: HashSet::new(),
             held: Vec::new(),
             awaiting_initialize: None,
+            initialize: None,
+            calls: indexmap::IndexMap::new(),
             shutdown_requested: false,
             snapshot: SessionSnapshot {
                 state: SessionState::Starting,
@@ -343,10 +376,27 @@ impl SessionCore {
 
     // ----- commands -----------------------------------------------------------------------
 
-    /// The CLI process is up. With `initialize`, user messages wait for its answer.
+    /// The CLI process is up. With `initialize`, user messages wait for its answer; an
+    /// `initialize` payload gets the policy's `PreToolUse` hook ([`POLICY_HOOK_ID`]).
     pub fn on_started(&mut self, initialize: Option<ControlRequestPayload>) -> Vec<Effect> {
         self.changed = true;
         let mut effects = Vec::new();
+        let initialize = initialize.map(|payload| match payload {
+            ControlRequestPayload::Initialize(request) => {
+                let request = request.with_hook(
+                    "PreToolUse",
+                    vec![HookMatcher {
+                        matcher: None,
+                        hook_callback_ids: vec![POLICY_HOOK_ID.to_owned()],
+                        timeout: None,
+                        extra: Default::default(),
+                    }],
+                );
+                self.initialize = Some(request.clone());
+                ControlRequestPayload::Initialize(request)
+            }
+            other => other,
+        });
         match initialize {
             Some(payload) => {
                 let (request_id, mut sent) = self.control(payload);
@@ -452,6 +502,7 @@ impl SessionCore {
                     input_changed,
                     updated_permissions: updates,
                     decided_at_ms: now_ms(),
+                    tool_use_id: request.tool_use_id.clone(),
                 }));
             }
             AnswerBehavior::Deny => {
@@ -474,6 +525,7 @@ impl SessionCore {
                     input_changed: false,
                     updated_permissions: Vec::new(),
                     decided_at_ms: now_ms(),
+                    tool_use_id: request.tool_use_id.clone(),
                 }));
             }
         }
@@ -549,6 +601,11 @@ impl SessionCore {
                     if let Some(&index) = self.subagent_index.get(&result.tool_use_id) {
                         self.snapshot.subagents[index].finished = true;
                     }
+                    self.on_tool_result(
+                        &result.tool_use_id,
+                        result.is_error == Some(true),
+                        &mut effects,
+                    );
                 }
             }
             Message::StreamEvent(_) => self.resume_working(&mut effects),
@@ -603,8 +660,10 @@ impl SessionCore {
     pub fn on_connected(&mut self, reconnect: bool) -> Vec<Effect> {
         let mut effects = vec![Effect::Emit(SessionEvent::Connected { reconnect })];
         if reconnect && !self.state.is_final() {
+            // The same payload as at start: the policy's hook stays registered.
+            let initialize = self.initialize.clone().unwrap_or_default();
             let (request_id, mut sent) =
-                self.control(ControlRequestPayload::Initialize(Default::default()));
+                self.control(ControlRequestPayload::Initialize(initialize));
             self.resync = Some(request_id);
             effects.append(&mut sent);
         }
@@ -644,13 +703,16 @@ impl SessionCore {
             self.asked.keys().filter(|id| !listed.contains(id.as_str())).cloned().collect();
         for request_id in forgotten {
             if let Some(asked) = self.asked.shift_remove(&request_id) {
-                effects.push(Effect::Emit(SessionEvent::decided(
-                    &request_id,
-                    &asked.request.tool_name,
-                    Behavior::Deny,
-                    DecidedBy::LinkClosed,
-                    "the CLI no longer waits for this request".to_owned(),
-                )));
+                effects.push(Effect::Emit(
+                    SessionEvent::decided(
+                        &request_id,
+                        &asked.request.tool_name,
+                        Behavior::Deny,
+                        DecidedBy::LinkClosed,
+                        "the CLI no longer waits for this request".to_owned(),
+                    )
+                    .with_tool_use_id(asked.request.tool_use_id.clone()),
+                ));
                 self.after_permission_resolved(&request_id, effects);
             }
         }
@@ -666,8 +728,36 @@ impl SessionCore {
     }
 
     /// A line that could not be decoded.
+    ///
+    /// A control request that could not be read is still answered, or the CLI would wait for
+    /// the answer forever: a permission request is denied with the reason, anything else gets
+    /// an error response.
     pub fn on_bad_line(&mut self, error: switchboard_protocol::LineError) -> Vec<Effect> {
-        vec![Effect::Emit(SessionEvent::BadLine(error))]
+        let mut effects = Vec::new();
+        let unread = error.control_request.clone();
+        effects.push(Effect::Emit(SessionEvent::BadLine(error.clone())));
+        let Some(request) = unread else { return effects };
+        let reason = format!("Switchboard could not read this control request: {}", error.kind);
+        if request.subtype.as_deref() == Some("can_use_tool") {
+            let message = format!("{reason}; denied");
+            self.respond_permission(
+                &request.request_id,
+                &PermissionResult::deny(message.clone()),
+                &mut effects,
+            );
+            effects.push(Effect::Emit(SessionEvent::decided(
+                &request.request_id,
+                "(unreadable)",
+                Behavior::Deny,
+                DecidedBy::Policy { rule: None },
+                message,
+            )));
+            self.mark_answered(&request.request_id);
+        } else {
+            let response = ControlResponse::error(request.request_id, reason);
+            self.write(Message::ControlResponse(response), &mut effects);
+        }
+        effects
     }
 
     /// A stderr line.
@@ -691,13 +781,16 @@ impl SessionCore {
             ));
         }
         for (request_id, asked) in std::mem::take(&mut self.asked) {
-            effects.push(Effect::Emit(SessionEvent::decided(
-                &request_id,
-                &asked.request.tool_name,
-                Behavior::Deny,
-                DecidedBy::LinkClosed,
-                "the CLI exited before the request was answered".to_owned(),
-            )));
+            effects.push(Effect::Emit(
+                SessionEvent::decided(
+                    &request_id,
+                    &asked.request.tool_name,
+                    Behavior::Deny,
+                    DecidedBy::LinkClosed,
+                    "the CLI exited before the request was answered".to_owned(),
+                )
+                .with_tool_use_id(asked.request.tool_use_id.clone()),
+            ));
             self.mark_answered(&request_id);
         }
         for request_id in std::mem::take(&mut self.hooks).into_keys() {
@@ -748,13 +841,16 @@ impl SessionCore {
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
-                    effects.push(Effect::Emit(SessionEvent::decided(
-                        &request_id,
-                        &asked.request.tool_name,
-                        Behavior::Deny,
-                        DecidedBy::Timeout,
-                        message,
-                    )));
+                    effects.push(Effect::Emit(
+                        SessionEvent::decided(
+                            &request_id,
+                            &asked.request.tool_name,
+                            Behavior::Deny,
+                            DecidedBy::Timeout,
+                            message,
+                        )
+                        .with_tool_use_id(asked.request.tool_use_id.clone()),
+                    ));
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
             }
@@ -867,6 +963,10 @@ impl SessionCore {
         request: &CanUseToolRequest,
         effects: &mut Vec<Effect>,
     ) {
+        if let Some(tool_use_id) = &request.tool_use_id {
+            // The CLI asks: this decision is the one to record.
+            self.set_verdict(tool_use_id, &request.tool_name, &request.input, CallVerdict::Decided);
+        }
         let decision = self.policy.decide(&request.tool_name, &request.input, &self.match_context);
         match decision.behavior {
             Behavior::Allow => {
@@ -875,13 +975,16 @@ impl SessionCore {
                     &PermissionResult::allow(request.input.clone()),
                     effects,
                 );
-                effects.push(Effect::Emit(SessionEvent::decided(
-                    request_id,
-                    &request.tool_name,
-                    Behavior::Allow,
-                    DecidedBy::Policy { rule: decision.rule },
-                    decision.reason,
-                )));
+                effects.push(Effect::Emit(
+                    SessionEvent::decided(
+                        request_id,
+                        &request.tool_name,
+                        Behavior::Allow,
+                        DecidedBy::Policy { rule: decision.rule },
+                        decision.reason,
+                    )
+                    .with_tool_use_id(request.tool_use_id.clone()),
+                ));
                 self.mark_answered(request_id);
             }
             Behavior::Deny => {
@@ -890,13 +993,16 @@ impl SessionCore {
                     &PermissionResult::deny(decision.reason.clone()),
                     effects,
                 );
-                effects.push(Effect::Emit(SessionEvent::decided(
-                    request_id,
-                    &request.tool_name,
-                    Behavior::Deny,
-                    DecidedBy::Policy { rule: decision.rule },
-                    decision.reason,
-                )));
+                effects.push(Effect::Emit(
+                    SessionEvent::decided(
+                        request_id,
+                        &request.tool_name,
+                        Behavior::Deny,
+                        DecidedBy::Policy { rule: decision.rule },
+                        decision.reason,
+                    )
+                    .with_tool_use_id(request.tool_use_id.clone()),
+                ));
                 self.mark_answered(request_id);
             }
             Behavior::Ask => {
@@ -932,6 +1038,9 @@ impl SessionCore {
         hook: &HookCallbackRequest,
         effects: &mut Vec<Effect>,
     ) {
+        if hook.callback_id == POLICY_HOOK_ID {
+            return self.on_policy_hook(request_id, hook, effects);
+        }
         let pending = PendingHook {
             request_id: request_id.to_owned(),
             callback_id: hook.callback_id.clone(),
@@ -941,6 +1050,137 @@ impl SessionCore {
         self.hooks.insert(request_id.to_owned(), pending.clone());
         effects.push(Effect::Emit(SessionEvent::HookRequested(pending)));
         effects.push(Effect::StartTimer(Timer::Hook(request_id.to_owned()), HOOK_TIMEOUT));
+    }
+
+    /// The policy's `PreToolUse` hook: every tool call, before the CLI's own permission
+    /// check. A deny (a rule, or `default = "deny"`) is final here; an ask rule makes the CLI
+    /// ask (`can_use_tool` follows, which the policy sends to a person); anything else is left
+    /// to the CLI, which asks when it would (and the policy answers) or runs the tool on its
+    /// own (recorded when its result arrives).
+    fn on_policy_hook(
+        &mut self,
+        request_id: &str,
+        hook: &HookCallbackRequest,
+        effects: &mut Vec<Effect>,
+    ) {
+        let tool_name = hook.input.get("tool_name").and_then(Value::as_str);
+        let pre_tool_use = hook.hook_event_name() == Some("PreToolUse");
+        let (Some(tool_name), true) = (tool_name, pre_tool_use) else {
+            // Not a tool call: no opinion.
+            self.answer_policy_hook(request_id, serde_json::json!({}), effects);
+            return;
+        };
+        let input = hook.input.get("tool_input").cloned().unwrap_or(Value::Null);
+        let tool_use_id = hook
+            .tool_use_id
+            .clone()
+            .or_else(|| hook.input.get("tool_use_id").and_then(Value::as_str).map(str::to_owned));
+        let decision = self.policy.decide(tool_name, &input, &self.match_context);
+        let verdict = match decision.behavior {
+            Behavior::Deny => "deny",
+            Behavior::Ask if decision.rule.is_some() => "ask",
+            // Allowed, or no rule decides: the CLI's own judgement, then the policy again.
+            _ => {
+                if let Some(tool_use_id) = &tool_use_id {
+                    let verdict = CallVerdict::Deferred(request_id.to_owned());
+                    self.set_verdict(tool_use_id, tool_name, &input, verdict);
+                }
+                self.answer_policy_hook(request_id, serde_json::json!({}), effects);
+                return;
+            }
+        };
+        if let Some(tool_use_id) = &tool_use_id {
+            self.set_verdict(tool_use_id, tool_name, &input, CallVerdict::Decided);
+        }
+        let output = serde_json::json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": verdict,
+            "permissionDecisionReason": decision.reason,
+        }});
+        self.answer_policy_hook(request_id, output, effects);
+        if decision.behavior == Behavior::Deny {
+            let event = SessionEvent::decided(
+                request_id,
+                tool_name,
+                Behavior::Deny,
+                DecidedBy::Policy { rule: decision.rule },
+                decision.reason,
+            );
+            effects.push(Effect::Emit(event.with_tool_use_id(tool_use_id)));
+        }
+    }
+
+    fn answer_policy_hook(&mut self, request_id: &str, output: Value, effects: &mut Vec<Effect>) {
+        let response = ControlResponse::success(request_id, &output);
+        self.write(Message::ControlResponse(response), effects);
+        self.mark_answered(request_id);
+    }
+
+    /// A `tool_use` block: remembered until its result.
+    fn note_tool_call(&mut self, id: &str, tool_name: &str, input: &Value) {
+        if self.calls.contains_key(id) {
+            return;
+        }
+        let call = ToolCall {
+            tool_name: tool_name.to_owned(),
+            input: input.clone(),
+            verdict: CallVerdict::Unheard,
+        };
+        self.calls.insert(id.to_owned(), call);
+        if self.calls.len() > CALL_MEMORY {
+            self.calls.shift_remove_index(0);
+        }
+    }
+
+    /// Records what was heard of a call (which may come before its `tool_use` block).
+    fn set_verdict(
+        &mut self,
+        tool_use_id: &str,
+        tool_name: &str,
+        input: &Value,
+        verdict: CallVerdict,
+    ) {
+        self.note_tool_call(tool_use_id, tool_name, input);
+        if let Some(call) = self.calls.get_mut(tool_use_id) {
+            call.verdict = verdict;
+        }
+    }
+
+    /// A tool's result: who let the call run (or refused it) is recorded here when no hook
+    /// answer or `can_use_tool` did. A call that ran without a `can_use_tool` was allowed by
+    /// the CLI on its own; one the CLI refused without asking, that the policy denies, was
+    /// held by the policy's deny rules, which the CLI has as its `--disallowedTools`.
+    fn on_tool_result(&mut self, tool_use_id: &str, is_error: bool, effects: &mut Vec<Effect>) {
+        let Some(call) = self.calls.shift_remove(tool_use_id) else { return };
+        let request_id = match &call.verdict {
+            CallVerdict::Decided => return,
+            CallVerdict::Deferred(hook_request) => hook_request.clone(),
+            CallVerdict::Unheard => tool_use_id.to_owned(),
+        };
+        let event = if !is_error {
+            SessionEvent::decided(
+                &request_id,
+                &call.tool_name,
+                Behavior::Allow,
+                DecidedBy::Cli,
+                "the CLI allowed it on its own (its rules or permission mode); no policy rule objected"
+                    .to_owned(),
+            )
+        } else {
+            let decision = self.policy.decide(&call.tool_name, &call.input, &self.match_context);
+            match (&call.verdict, decision.behavior, decision.rule) {
+                (CallVerdict::Unheard, Behavior::Deny, Some(rule)) => SessionEvent::decided(
+                    &request_id,
+                    &call.tool_name,
+                    Behavior::Deny,
+                    DecidedBy::Policy { rule: Some(rule.clone()) },
+                    format!("denied by policy rule {rule} (held by the CLI, which has the policy's deny rules as its own)"),
+                ),
+                // Failed, or refused by the CLI's own settings: nothing to say about who.
+                _ => return,
+            }
+        };
+        effects.push(Effect::Emit(event.with_tool_use_id(Some(tool_use_id.to_owned()))));
     }
 
     fn on_control_response(&mut self, response: &ControlResponse, effects: &mut Vec<Effect>) {
@@ -1029,13 +1269,16 @@ impl SessionCore {
 
     fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
         if let Some(asked) = self.asked.shift_remove(request_id) {
-            effects.push(Effect::Emit(SessionEvent::decided(
-                request_id,
-                &asked.request.tool_name,
-                Behavior::Deny,
-                DecidedBy::Cancelled,
-                "the CLI withdrew the request".to_owned(),
-            )));
+            effects.push(Effect::Emit(
+                SessionEvent::decided(
+                    request_id,
+                    &asked.request.tool_name,
+                    Behavior::Deny,
+                    DecidedBy::Cancelled,
+                    "the CLI withdrew the request".to_owned(),
+                )
+                .with_tool_use_id(asked.request.tool_use_id.clone()),
+            ));
             self.after_permission_resolved(request_id, effects);
         } else if self.hooks.shift_remove(request_id).is_some() {
             self.mark_answered(request_id);
@@ -1116,6 +1359,7 @@ impl SessionCore {
         }
         for block in blocks {
             if let ContentBlock::ToolUse(tool) = block {
+                self.note_tool_call(&tool.id, &tool.name, &tool.input);
                 if matches!(tool.name.as_str(), "Task" | "Agent")
                     && !self.subagent_index.contains_key(&tool.id)
                 {

@@ -90,6 +90,9 @@ pub enum DecidedBy {
     Cancelled,
     /// The CLI went away with the request pending.
     LinkClosed,
+    /// The CLI itself: it ran the tool without asking (its own rules or permission mode),
+    /// after the policy's hook raised no objection.
+    Cli,
 }
 
 /// A permission request waiting for a person.
@@ -166,6 +169,9 @@ pub enum SessionEvent {
         updated_permissions: Vec<PermissionUpdate>,
         /// When it was decided (Unix milliseconds).
         decided_at_ms: u64,
+        /// The tool call, when known (a decision made in the policy's `PreToolUse` hook has
+        /// no permission request before it).
+        tool_use_id: Option<String>,
     },
     /// A hook callback now waits for an answer.
     HookRequested(PendingHook),
@@ -241,7 +247,16 @@ impl SessionEvent {
             input_changed: false,
             updated_permissions: Vec::new(),
             decided_at_ms: now_ms(),
+            tool_use_id: None,
         }
+    }
+
+    /// The same decision, naming its tool call.
+    pub fn with_tool_use_id(mut self, id: Option<String>) -> Self {
+        if let SessionEvent::PermissionDecided { tool_use_id, .. } = &mut self {
+            *tool_use_id = id;
+        }
+        self
     }
 
     /// A short name for logs and JSON output.
@@ -314,10 +329,11 @@ impl SessionEvent {
                 input_changed,
                 updated_permissions,
                 decided_at_ms,
+                tool_use_id,
             } => json!({
                 "request_id": request_id, "tool_name": tool_name, "behavior": behavior, "by": by,
                 "message": message, "input_changed": input_changed, "updated_permissions": updated_permissions,
-                "decided_at_ms": decided_at_ms,
+                "decided_at_ms": decided_at_ms, "tool_use_id": tool_use_id,
             }),
             SessionEvent::HookRequested(pending) => {
                 serde_json::to_value(pending).unwrap_or_default()

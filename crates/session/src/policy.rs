@@ -189,6 +189,12 @@ impl Policy {
         self.allow.iter().map(|rule| rule.text.as_str())
     }
 
+    /// The deny rules, as written (they are also handed to the CLI as its own
+    /// `--disallowedTools`, in case a call ever reaches it without the policy's hook).
+    pub fn deny_rules(&self) -> impl Iterator<Item = &str> {
+        self.deny.iter().map(|rule| rule.text.as_str())
+    }
+
     /// Decides one tool call.
     pub fn decide(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
         if tool_name == "AskUserQuestion" {
@@ -303,6 +309,12 @@ enum Content {
 const FILE_EDIT_TOOLS: &[&str] = &["Edit", "MultiEdit", "Write", "NotebookEdit"];
 const FILE_READ_TOOLS: &[&str] = &["Read", "Glob", "Grep", "LS", "NotebookRead"];
 
+/// Tools whose `path` is a directory they search: a rule hits them when it covers the
+/// directory itself or everything directly in it (`Read(./secrets/**)` hits a Grep in
+/// `secrets`). A search whose root only contains a denied file (a Grep of the whole project
+/// with `Read(./.env)` denied) is left to the CLI, which also holds the deny rules.
+const DIRECTORY_SEARCH_TOOLS: &[&str] = &["Glob", "Grep", "LS"];
+
 impl Rule {
     fn parse(text: &str) -> Result<Rule, PolicyError> {
         let error =
@@ -413,9 +425,20 @@ impl Rule {
         match &self.content {
             None => true,
             Some(Content::Path(pattern)) => {
-                let Some(path) = &call.path else { return false };
                 let Some(glob) = resolve_pattern(pattern, call.context) else { return false };
+                let searched;
+                let path = match &call.path {
+                    Some(path) => path,
+                    // A search without a path searches the working directory.
+                    None if DIRECTORY_SEARCH_TOOLS.contains(&call.tool_name.as_str()) => {
+                        searched = call.context.cwd.clone();
+                        &searched
+                    }
+                    None => return false,
+                };
                 glob.is_match(path)
+                    || (DIRECTORY_SEARCH_TOOLS.contains(&call.tool_name.as_str())
+                        && glob.is_match(path.join("any-file")))
             }
             Some(Content::Domain(domain)) => call
                 .host
@@ -434,10 +457,12 @@ fn resolve_pattern(pattern: &str, context: &MatchContext) -> Option<GlobMatcher>
     } else if let Some(rest) = pattern.strip_prefix("~/") {
         format!("{}/{rest}", context.home.as_ref()?.display())
     } else {
+        // `./x`, `/x` and `x` are all under the cwd.
+        let relative = pattern.strip_prefix("./").unwrap_or(pattern);
         format!(
             "{}/{}",
             context.cwd.display().to_string().trim_end_matches('/'),
-            pattern.trim_start_matches('/')
+            relative.trim_start_matches('/')
         )
     };
     let glob = globset::GlobBuilder::new(&absolute).literal_separator(true).build().ok()?;

@@ -75,6 +75,10 @@ async fn append_and_read(store: &dyn Store) {
     let page = store.events_after("a", 50, 10).await.unwrap();
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), (51..=60).collect::<Vec<_>>());
     assert!(store.events_after("a", 100, 10).await.unwrap().is_empty());
+    // Near 2^64 nothing wraps around to the start of the log.
+    for after in [i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX - 1, u64::MAX] {
+        assert!(store.events_after("a", after, 10).await.unwrap().is_empty(), "after={after}");
+    }
     assert!(store.events_after("missing", 0, 10).await.unwrap().is_empty());
     // Paging back: the last `limit` before a seq, in order.
     let seqs = |page: Vec<crate::EventRecord>| page.iter().map(|e| e.seq).collect::<Vec<_>>();

@@ -3,7 +3,7 @@
 //!
 //! [`Store`] is the trait (a PostgreSQL store for several daemons is meant to be one more
 //! implementation); [`SqliteStore`] is the embedded default (WAL, migrations, batched writes on
-//! a dedicated writer thread); [`MemoryStore`] serves tests. Both pass [`conformance::run`].
+//! a dedicated writer thread); [`MemoryStore`] serves tests. Both pass `conformance::run` (the `conformance` feature, for tests).
 //!
 //! The store treats payloads as opaque text: it never parses them.
 
@@ -11,6 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod journal;
 mod memory;

@@ -108,10 +108,11 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
         let inner = self.lock()?;
+        let Some(from) = after.checked_add(1) else { return Ok(Vec::new()) };
         Ok(inner
             .events
             .get(session_id)
-            .map(|log| log.range(after + 1..).take(limit).map(|(_, event)| event.clone()).collect())
+            .map(|log| log.range(from..).take(limit).map(|(_, event)| event.clone()).collect())
             .unwrap_or_default())
     }
 

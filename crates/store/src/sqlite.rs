@@ -810,6 +810,9 @@ impl Store for SqliteStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
+        // SQLite integers are signed, and no seq is past i64::MAX: nothing comes after that
+        // (cast as it was, a larger `after` wrapped to a negative number and read everything).
+        let Ok(after_sql) = i64::try_from(after) else { return Ok(Vec::new()) };
         // The journal first (see `journal.rs`): what is folded meanwhile is then in the
         // database, so nothing falls between the two reads.
         let pending = self.journal.pending_after(session_id, after, limit)?;
@@ -824,7 +827,7 @@ impl Store for SqliteStore {
                      WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let rows =
-                    statement.query_map(params![id, after as i64, limit as i64], event_from_row)?;
+                    statement.query_map(params![id, after_sql, limit as i64], event_from_row)?;
                 Ok(rows.collect::<Result<Vec<_>, _>>()?)
             })
             .await?;

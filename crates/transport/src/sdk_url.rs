@@ -89,7 +89,18 @@ impl IngressSlot {
         let outgoing = self.outgoing.clone().lock_owned().await;
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
-        let end = Arc::new(ConnectionEnd { slot: self.clone() });
+        // Room for the end of the connection is taken now: a queue that is full when the
+        // socket goes cannot lose the news (it was sent with `try_send`, and could).
+        let disconnected = self.events.clone().reserve_owned().await.ok()?;
+        let exited = match &self.external_exit {
+            Some(_) => Some(self.events.clone().reserve_owned().await.ok()?),
+            None => None,
+        };
+        let end = Arc::new(ConnectionEnd {
+            slot: self.clone(),
+            disconnected: Some(disconnected),
+            exited,
+        });
         Some((
             IngressReader { end: end.clone(), decoder: Decoder::default() },
             IngressWriter { end, outgoing },
@@ -115,6 +126,9 @@ impl IngressSlot {
                     position: Position { line: 0, offset: 0 },
                     preview: switchboard_protocol::codec::preview(event.get().as_bytes()),
                     kind: LineErrorKind::Malformed(error.to_string()),
+                    control_request: switchboard_protocol::codec::ControlRef::of(
+                        event.get().as_bytes(),
+                    ),
                 });
             if !self.deliver(item).await {
                 return;
@@ -198,6 +212,10 @@ pub struct IngressWriter {
 /// (after every line the connection read).
 struct ConnectionEnd {
     slot: Arc<IngressSlot>,
+    /// Queue room for `Disconnected`, taken when the connection began.
+    disconnected: Option<mpsc::OwnedPermit<TransportEvent>>,
+    /// Queue room for `Exited`, for a CLI that connected on its own.
+    exited: Option<mpsc::OwnedPermit<TransportEvent>>,
 }
 
 impl IngressReader {
@@ -238,7 +256,9 @@ impl IngressWriter {
 
 impl Drop for ConnectionEnd {
     fn drop(&mut self) {
-        let _ = self.slot.events.try_send(TransportEvent::Disconnected);
+        if let Some(permit) = self.disconnected.take() {
+            permit.send(TransportEvent::Disconnected);
+        }
         if let Some(exited) = &self.slot.external_exit {
             // A CLI that connected on its own has no process here: its socket was all of it.
             self.slot.closed.store(true, Ordering::SeqCst);
@@ -251,10 +271,9 @@ impl Drop for ConnectionEnd {
                 stderr_tail: "(an externally launched CLI: its WebSocket closed)".to_owned(),
                 wrote_output: true,
             };
-            let events = self.slot.events.clone();
-            tokio::spawn(async move {
-                let _ = events.send(TransportEvent::Exited(exit)).await;
-            });
+            if let Some(permit) = self.exited.take() {
+                permit.send(TransportEvent::Exited(exit));
+            }
         }
     }
 }

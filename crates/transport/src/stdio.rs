@@ -37,6 +37,15 @@ const READ_CHUNK_BYTES: usize = 4 * 1024;
 /// The stderr reader's buffer (stderr is rare and short).
 const STDERR_BUFFER_BYTES: usize = 1024;
 
+/// The longest stderr line kept; the rest of a longer line is dropped (and counted), so a CLI
+/// that writes without newlines cannot grow the daemon's memory.
+pub const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
+
+/// Variables of the daemon's own that no CLI (and so no tool) inherits: every variable whose
+/// name starts with this. `SWITCHBOARD_TOKEN` is the API token: a Bash tool that ran `env`
+/// would hand it to the model.
+pub const DAEMON_VARIABLE_PREFIX: &str = "SWITCHBOARD_";
+
 /// Environment variables the CLI sets for its own children. A `claude` started from inside a
 /// Claude Code session (a daemon launched from a Bash tool, say) must not inherit them: the
 /// child would believe it is nested.
@@ -195,7 +204,8 @@ impl CliOptions {
 ///
 /// The child gets its own process group (so shutdown reaches the tools it starts), piped
 /// stdio, the session's cwd, and the environment: inherited (or only `PATH` with
-/// `clear_env`), minus [`NESTED_SESSION_VARIABLES`], plus `options.env`.
+/// `clear_env`), minus [`NESTED_SESSION_VARIABLES`] and the daemon's own `SWITCHBOARD_*`
+/// variables ([`DAEMON_VARIABLE_PREFIX`]), plus `options.env`.
 #[allow(clippy::disallowed_methods)] // this is the one spawn function
 pub fn cli_command(options: &CliOptions) -> Command {
     let mut command = Command::new(options.program());
@@ -208,6 +218,11 @@ pub fn cli_command(options: &CliOptions) -> Command {
     }
     for variable in NESTED_SESSION_VARIABLES {
         command.env_remove(variable);
+    }
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(DAEMON_VARIABLE_PREFIX.as_bytes()) {
+            command.env_remove(name);
+        }
     }
     command.envs(&options.env);
     command
@@ -496,10 +511,8 @@ fn to_event(item: Result<Received, LineError>) -> TransportEvent {
 async fn read_stderr(stderr: ChildStderr, events: mpsc::Sender<TransportEvent>) -> String {
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut tail_bytes = 0;
-    let mut lines = BufReader::with_capacity(STDERR_BUFFER_BYTES, stderr).split(b'\n');
-    while let Ok(Some(line)) = lines.next_segment().await {
-        let clean =
-            String::from_utf8_lossy(&strip_ansi_escapes::strip(&line)).trim_end().to_owned();
+    let mut lines = BoundedLines::new(BufReader::with_capacity(STDERR_BUFFER_BYTES, stderr));
+    while let Some(clean) = lines.next_line().await {
         tail_bytes += clean.len() + 1;
         tail.push_back(clean.clone());
         while tail_bytes > STDERR_TAIL_BYTES {
@@ -512,6 +525,65 @@ async fn read_stderr(stderr: ChildStderr, events: mpsc::Sender<TransportEvent>) 
         let _ = events.try_send(TransportEvent::Stderr(clean));
     }
     tail.into_iter().collect::<Vec<_>>().join("\n")
+}
+
+/// Lines of a byte stream, each cut at [`MAX_STDERR_LINE_BYTES`] (what follows up to the next
+/// newline is dropped and counted), ANSI codes stripped. Memory stays bounded whatever the
+/// stream holds.
+pub(crate) struct BoundedLines<R> {
+    reader: R,
+    done: bool,
+}
+
+impl<R: tokio::io::AsyncBufRead + Unpin> BoundedLines<R> {
+    pub(crate) fn new(reader: R) -> Self {
+        BoundedLines { reader, done: false }
+    }
+
+    /// The next line (without its newline), or `None` at the end (or a read error).
+    pub(crate) async fn next_line(&mut self) -> Option<String> {
+        if self.done {
+            return None;
+        }
+        let mut line = Vec::new();
+        let mut dropped: usize = 0;
+        let mut any = false;
+        loop {
+            let buffer = match self.reader.fill_buf().await {
+                Ok(buffer) => buffer,
+                Err(_) => {
+                    self.done = true;
+                    break;
+                }
+            };
+            if buffer.is_empty() {
+                self.done = true;
+                break;
+            }
+            any = true;
+            let (chunk, found) = match memchr::memchr(b'\n', buffer) {
+                Some(at) => (&buffer[..at], Some(at)),
+                None => (buffer, None),
+            };
+            let room = MAX_STDERR_LINE_BYTES.saturating_sub(line.len());
+            line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            dropped = dropped.saturating_add(chunk.len().saturating_sub(room));
+            let used = found.map_or(chunk.len(), |at| at + 1);
+            self.reader.consume(used);
+            if found.is_some() {
+                break;
+            }
+        }
+        if !any {
+            return None;
+        }
+        let mut clean =
+            String::from_utf8_lossy(&strip_ansi_escapes::strip(&line)).trim_end().to_owned();
+        if dropped > 0 {
+            clean.push_str(&format!(" … ({dropped} more bytes of this line dropped)"));
+        }
+        Some(clean)
+    }
 }
 
 fn kill_group(pid: u32, signal: Signal) {
@@ -613,4 +685,30 @@ pub enum ShutdownStep {
     Terminated,
     /// It had to be killed.
     Killed,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BoundedLines, MAX_STDERR_LINE_BYTES};
+
+    #[tokio::test]
+    async fn stderr_lines_are_cut_at_the_limit_and_the_rest_is_counted() {
+        // A line far past the limit, read through a small buffer, then an ordinary one.
+        let mut input = vec![b'x'; 4 * 1024 * 1024];
+        input.extend_from_slice(b"\n\x1b[31mred\x1b[0m\nlast without newline");
+        let reader = tokio::io::BufReader::with_capacity(1024, &input[..]);
+        let mut lines = BoundedLines::new(reader);
+        let long = lines.next_line().await.unwrap();
+        let dropped = 4 * 1024 * 1024 - MAX_STDERR_LINE_BYTES;
+        assert!(long.starts_with(&"x".repeat(MAX_STDERR_LINE_BYTES)), "kept up to the limit");
+        assert!(
+            long.ends_with(&format!("({dropped} more bytes of this line dropped)")),
+            "{}",
+            &long[long.len() - 60..]
+        );
+        assert!(long.len() < MAX_STDERR_LINE_BYTES + 100);
+        assert_eq!(lines.next_line().await.as_deref(), Some("red"), "ANSI codes stripped");
+        assert_eq!(lines.next_line().await.as_deref(), Some("last without newline"));
+        assert_eq!(lines.next_line().await, None);
+    }
 }

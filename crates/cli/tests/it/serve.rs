@@ -18,12 +18,23 @@ struct Daemon {
 }
 
 /// Starts `switchboard serve` on port 0 and reads the URL it prints.
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn start_daemon(
     data_dir: &Path,
     api: &FakeApi,
     sandbox: &CliSandbox,
     extra: &[&str],
+) -> Daemon {
+    start_daemon_with_env(data_dir, api, sandbox, extra, &[]).await
+}
+
+/// [`start_daemon`] with more environment for the daemon.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn start_daemon_with_env(
+    data_dir: &Path,
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    extra: &[&str],
+    env: &[(&str, &str)],
 ) -> Daemon {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
@@ -34,6 +45,7 @@ async fn start_daemon(
         .envs(sandbox.env(&api.base_url()))
         .env("RUST_LOG", "info")
         .env_remove("SWITCHBOARD_TOKEN")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -404,4 +416,63 @@ async fn tail_follows_a_session_that_deny_answers() {
     let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
     assert_eq!(first["seq"], after + 1, "{first}");
     resumed.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_secrets_never_reach_a_sessions_tools() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "env", "description": "show env"}))
+                    .when_prompt("ENV"),
+            )
+            .reply(Reply::text("seen").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon_with_env(
+        data.path(),
+        &api,
+        &sandbox,
+        &["--policy", "auto-approve"],
+        &[("SWITCHBOARD_TOKEN", TOKEN)],
+    )
+    .await;
+    let ingress = std::fs::read_to_string(data.path().join("ingress-token")).unwrap();
+    assert!(ingress.trim().len() >= 32, "the relay has a token of its own");
+    assert_ne!(ingress.trim(), TOKEN, "never the API token");
+    let id = create_session(&daemon.url, TOKEN, &sandbox, "ENV").await;
+    let request = api.wait_for(|request| !request.tool_results().is_empty()).await;
+    let (_, output, is_error) = request.tool_results()[0].clone();
+    assert!(!is_error, "{output}");
+    assert!(output.contains("PATH="), "the tool ran env: {output}");
+    assert!(!output.contains(TOKEN), "the API token reached a tool: {output}");
+    assert!(!output.contains(ingress.trim()), "the ingress token reached a tool");
+    assert!(!output.contains("SWITCHBOARD_"), "{output}");
+    wait_session(&daemon.url, TOKEN, &id, |s| s["state"] == "idle").await;
+}
+
+#[tokio::test]
+async fn an_existing_data_directory_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    // A shared, sticky directory (as /tmp is): Switchboard's files go in, its mode stays.
+    let shared = parent.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let daemon = start_daemon(&shared, &api, &sandbox, &[]).await;
+    let mode = std::fs::metadata(&shared).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o1777, "the sticky bit and the mode are kept");
+    drop(daemon);
+    // What Switchboard creates itself is private, parents included.
+    let fresh = parent.path().join("new/deeper");
+    let _daemon = start_daemon(&fresh, &api, &sandbox, &[]).await;
+    for dir in [parent.path().join("new"), fresh] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+    }
 }

@@ -24,6 +24,17 @@ struct Server {
 
 impl Server {
     async fn start(store: Arc<dyn Store>, api: &FakeApi, sandbox: &CliSandbox) -> Server {
+        Self::start_with(store, api, sandbox, None).await
+    }
+
+    /// With `ping`: how often the daemon pings CLI sockets (default: the daemon's own, which a
+    /// CPU-starved CLI on a busy CI machine still answers in time).
+    async fn start_with(
+        store: Arc<dyn Store>,
+        api: &FakeApi,
+        sandbox: &CliSandbox,
+        ping: Option<Duration>,
+    ) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let config = DaemonConfig {
@@ -36,14 +47,17 @@ impl Server {
             )),
             ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
             ingress_token: Some(TOKEN.to_owned()),
-            ping_interval: Some(Duration::from_millis(300)),
+            ping_interval: ping,
+            allowed_env: Vec::new(),
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
-        let app = router(daemon.clone(), auth);
         let base = format!("http://{address}");
+        let served = daemon.clone();
         let task = tokio::spawn(async move {
-            axum::serve(switchboard_server::nodelay(listener), app).await.unwrap();
+            switchboard_server::serve(listener, served, auth, std::future::pending())
+                .await
+                .unwrap();
         });
         Server { base, daemon, task }
     }
@@ -419,8 +433,55 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
     assert!(body["error"]["message"].as_str().unwrap().contains("yolo"));
     let (status, _) = server.get("/api/sessions/nope").await;
     assert_eq!(status, 404);
-    let (status, body) = server.post("/api/sessions/nope/messages", json!({"content": "hi"})).await;
-    assert_eq!(status, 409, "{body}");
+    // An unknown session is 404 everywhere, not 409 "not running".
+    for (path, body) in [
+        ("/api/sessions/nope/messages", json!({"content": "hi"})),
+        ("/api/sessions/nope/interrupt", json!({})),
+        ("/api/sessions/nope/model", json!({"model": "opus"})),
+        ("/api/sessions/nope/permission-mode", json!({"mode": "plan"})),
+        ("/api/sessions/nope/permissions/r1", json!({"behavior": "allow"})),
+    ] {
+        let (status, answer) = server.post(path, body).await;
+        assert_eq!(status, 404, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "not_found", "{path}");
+    }
+    // One that exists but does not run is 409.
+    let stopped = switchboard_store::SessionRecord {
+        id: "stopped".into(),
+        claude_session_id: None,
+        cwd: "/tmp".into(),
+        model: None,
+        permission_mode: None,
+        state: "exited".into(),
+        title: None,
+        cost_usd: 0.0,
+        created_ms: 1,
+        updated_ms: 1,
+        config: json!({}),
+    };
+    server.daemon.store().create_session(&stopped).await.unwrap();
+    let (status, answer) =
+        server.post("/api/sessions/stopped/messages", json!({"content": "hi"})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (409, Some("not_running")));
+    // Paging near 2^64 does not wrap around to the start of the log.
+    let events: Vec<switchboard_store::EventRecord> = (1..=3)
+        .map(|seq| switchboard_store::EventRecord {
+            session_id: "stopped".into(),
+            seq,
+            ts_ms: 1,
+            dir: "switchboard".into(),
+            kind: "stderr".into(),
+            payload: json!({"event": "stderr", "text": "x"}).to_string(),
+        })
+        .collect();
+    server.daemon.store().append(&events).await.unwrap();
+    for after in [u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) - 1] {
+        let (status, page) =
+            server.get(&format!("/api/sessions/stopped/events?after={after}")).await;
+        assert_eq!((status, page), (200, json!([])), "after={after}");
+    }
+    let (_, page) = server.get("/api/sessions/stopped/events?after=1").await;
+    assert_eq!(page.as_array().unwrap().len(), 2);
     let (status, _) = server.get("/api/no/such/thing").await;
     assert_eq!(status, 404);
     let huge = "x".repeat(20 * 1024 * 1024);
@@ -434,6 +495,91 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 413);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let create = |extra: Value| {
+        let mut body = json!({"cwd": sandbox.workdir()});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        server.post("/api/sessions", body)
+    };
+    let refused = |(status, body): (u16, Value), needle: &str| {
+        assert_eq!(status, 400, "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(needle), "{message:?} should name {needle:?}");
+        message
+    };
+    refused(create(json!({"prompt": ""})).await, "prompt is empty");
+    refused(create(json!({"prompt": "  \n "})).await, "prompt is empty");
+    // Environment: names must be names; loader variables need the daemon's consent.
+    refused(create(json!({"env": {"": "x"}})).await, "not valid");
+    refused(create(json!({"env": {"A=B": "x"}})).await, "not valid");
+    refused(create(json!({"env": {"LD_PRELOAD": "/tmp/evil.so"}})).await, "--allow-env LD_PRELOAD");
+    refused(create(json!({"env": {"LD_AUDIT": "/tmp/evil.so"}})).await, "LD_AUDIT");
+    refused(create(json!({"env": {"NODE_OPTIONS": "--require /tmp/x.js"}})).await, "NODE_OPTIONS");
+    // Policy files: devices and pipes are refused without being read (a read of /dev/zero
+    // never ends; a pipe with no writer blocks whoever opens it).
+    refused(create(json!({"policy": "/dev/zero"})).await, "not a regular file");
+    let fifo = sandbox.workdir().join("policy.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    refused(create(json!({"policy": fifo.display().to_string()})).await, "not a regular file");
+    let big = sandbox.workdir().join("big.toml");
+    std::fs::write(&big, "#".repeat(2 * 1024 * 1024)).unwrap();
+    refused(create(json!({"policy": big.display().to_string()})).await, "larger than 1024 KiB");
+    // A file that is not a policy: the error says where, never what.
+    let secret = sandbox.workdir().join("secret.txt");
+    std::fs::write(&secret, "hunter2-secret-line\nmore secret words\n").unwrap();
+    let message = refused(create(json!({"policy": secret.display().to_string()})).await, "line 1");
+    assert!(!message.contains("hunter2") && !message.contains("secret words"), "{message}");
+    let cmdline = refused(create(json!({"policy": "/proc/self/cmdline"})).await, "cmdline");
+    assert!(!cmdline.contains("--"), "nothing of the daemon's command line: {cmdline}");
+    refused(create(json!({"policy": "/no/such/policy.toml"})).await, "not found");
+    // Nothing was created by any of these.
+    let (_, sessions) = server.get("/api/sessions").await;
+    assert_eq!(sessions, json!([]));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn without_auth_the_relay_socket_refuses_other_sites() {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
+    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let upgrade = |headers: &[(&str, &str)]| {
+        let mut request = format!("ws://{address}/").into_client_request().unwrap();
+        for (name, value) in headers {
+            request.headers_mut().insert(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        tokio_tungstenite::connect_async(request)
+    };
+    // A cross-site page (a browser always names its origin) and a rebound host name.
+    let error = upgrade(&[("origin", "http://evil.example")]).await.unwrap_err();
+    assert!(error.to_string().contains("403"), "{error}");
+    let error = upgrade(&[("host", "evil.example:80")]).await.unwrap_err();
+    assert!(error.to_string().contains("403"), "{error}");
+    let page = reqwest::Client::new()
+        .get(format!("http://{address}/"))
+        .header("host", "evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 403, "the page too");
+    // A CLI (no Origin) on a loopback name still connects.
+    let (mut cli, _) = upgrade(&[]).await.unwrap();
+    cli.close(None).await.unwrap();
+    assert!(daemon.store().list_sessions().await.unwrap().len() <= 1);
+    task.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -921,7 +1067,8 @@ async fn a_silent_cli_socket_is_dropped() {
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
+    // No real CLI here: a short ping is safe.
+    let server = Server::start_with(store, &api, &sandbox, Some(Duration::from_millis(300))).await;
     let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
     let silent = server.relay_cli().await;
     feed.until(|frame| frame["text"] == "claude code connected").await;

@@ -463,9 +463,9 @@ async fn without_auth_only_loopback_pages_get_in() {
     let cross_site =
         client.post(&interrupt).header("origin", "http://evil.example").send().await.unwrap();
     assert_eq!(status(cross_site), 403);
-    // The daemon's own page and programs (no Origin) pass (and find no session running).
+    // The daemon's own page and programs (no Origin) pass (and find no such session).
     let own = client.post(&interrupt).header("origin", &base).send().await.unwrap();
-    assert_eq!(status(own), 409);
-    assert_eq!(status(client.post(&interrupt).send().await.unwrap()), 409);
+    assert_eq!(status(own), 404);
+    assert_eq!(status(client.post(&interrupt).send().await.unwrap()), 404);
     server.abort();
 }

@@ -317,3 +317,43 @@ fn a_line_lost_with_its_socket_is_recorded_not_resent() {
     assert_eq!(event.to_json()["event"], "undelivered");
     assert_eq!(event.to_json_text(), event.to_json().to_string());
 }
+
+/// Decodes `text` the way the transports do and hands the failure to the core.
+fn bad_line(core: &mut SessionCore, text: &str) -> Vec<Effect> {
+    let mut decoder = switchboard_protocol::Decoder::default();
+    decoder.push(format!("{text}\n").as_bytes());
+    let error = decoder.next_item().unwrap().unwrap_err();
+    core.on_bad_line(error)
+}
+
+#[test]
+fn a_malformed_permission_request_is_denied_not_left_pending() {
+    let mut core = core("[permissions]\ndefault = \"allow\"");
+    started(&mut core);
+    // `tool_name` missing: the line does not decode, but its routing fields say what it was.
+    let effects = bad_line(
+        &mut core,
+        r#"{"type":"control_request","request_id":"r-bad","request":{"subtype":"can_use_tool","input":{}}}"#,
+    );
+    let written = sent(&effects);
+    assert_eq!(written.len(), 1, "{effects:?}");
+    assert_eq!(written[0]["response"]["request_id"], "r-bad");
+    assert_eq!(written[0]["response"]["response"]["behavior"], "deny");
+    let message = written[0]["response"]["response"]["message"].as_str().unwrap();
+    assert!(message.contains("could not read") && message.contains("tool_name"), "{message}");
+    assert!(events(&effects).iter().any(|event| matches!(
+        event,
+        SessionEvent::PermissionDecided { behavior: Behavior::Deny, .. }
+    )));
+    // Any other unreadable control request gets an error response.
+    let effects = bad_line(
+        &mut core,
+        r#"{"type":"control_request","request_id":"r-hook","request":{"subtype":"hook_callback","callback_id":7}}"#,
+    );
+    let written = sent(&effects);
+    assert_eq!(written[0]["response"]["subtype"], "error", "{written:?}");
+    assert_eq!(written[0]["response"]["request_id"], "r-hook");
+    // A line that is not a control request is only reported.
+    let effects = bad_line(&mut core, "not json");
+    assert!(sent(&effects).is_empty());
+}

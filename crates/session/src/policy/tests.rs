@@ -178,3 +178,31 @@ fn session_allow_rules_are_added_once() {
     assert_eq!(policy.allow_rules().collect::<Vec<_>>(), ["Bash(touch:*)"]);
     assert_eq!(bash(&policy, "touch x"), Behavior::Allow);
 }
+
+#[test]
+fn directory_searches_in_a_denied_directory_are_denied() {
+    let policy = policy(
+        "[permissions]\ndeny = [\"Read(./secrets/**)\", \"Read(./.env)\"]\ndefault = \"allow\"",
+    );
+    let decide =
+        |tool: &str, input: serde_json::Value| policy.decide(tool, &input, &context()).behavior;
+    // The denied directory itself, a directory inside it, relative or absolute.
+    assert_eq!(decide("Grep", json!({"pattern": "x", "path": "secrets"})), Behavior::Deny);
+    assert_eq!(
+        decide("Grep", json!({"pattern": "x", "path": "/work/project/secrets/a"})),
+        Behavior::Deny
+    );
+    assert_eq!(
+        decide("Glob", json!({"pattern": "*", "path": "/work/project/secrets"})),
+        Behavior::Deny
+    );
+    assert_eq!(decide("LS", json!({"path": "/work/project/secrets"})), Behavior::Deny);
+    // A file search by exact file.
+    assert_eq!(decide("Grep", json!({"pattern": "x", "path": ".env"})), Behavior::Deny);
+    // Elsewhere, and the whole project (which only contains a denied file), are not.
+    assert_eq!(decide("Grep", json!({"pattern": "x", "path": "src"})), Behavior::Allow);
+    assert_eq!(decide("Grep", json!({"pattern": "x"})), Behavior::Allow);
+    assert_eq!(decide("Glob", json!({"pattern": "**/*.rs"})), Behavior::Allow);
+    // Deny rules are listed as written (the CLI gets them as --disallowedTools).
+    assert_eq!(policy.deny_rules().collect::<Vec<_>>(), ["Read(./secrets/**)", "Read(./.env)"]);
+}

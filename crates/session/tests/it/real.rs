@@ -503,13 +503,23 @@ both!(read_only_tools_are_auto_allowed_by_the_cli, |version: CliVersion| async m
     let result = h.until_result().await;
     assert_eq!(result.result.as_deref(), Some("It says marmalade."), "{}", h.describe());
     assert_eq!(
-        h.count(|event| matches!(
-            event,
-            SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. }
-        )),
+        h.count(|event| matches!(event, SessionEvent::PermissionRequested(_))),
         0,
         "Read needs no permission"
     );
+    // Recorded all the same: the CLI allowed it on its own, the policy raising no objection.
+    let by_cli = h.count(|event| {
+        matches!(
+            event,
+            SessionEvent::PermissionDecided {
+                behavior: Behavior::Allow,
+                by: DecidedBy::Cli,
+                tool_use_id: Some(_),
+                ..
+            }
+        )
+    });
+    assert_eq!(by_cli, 1, "{}", h.describe());
     h.finish().await;
 });
 
@@ -591,4 +601,110 @@ both!(thinking_budget_and_mcp_status, |version: CliVersion| async move {
         assert_eq!(request.body["thinking"]["budget_tokens"], 2048, "{}", request.body["thinking"]);
     }
     h.finish().await;
+});
+
+/// The policy over calls the CLI allows on its own: each `(tool, input)` reads the secret in
+/// `.env` or `secrets/` in a way neither CLI asks about; the policy's deny rules must hold.
+async fn denied_although_the_cli_would_allow(
+    version: CliVersion,
+    policy: &str,
+    rule: Option<&str>,
+    tool: &str,
+    input: impl Fn(&std::path::Path) -> serde_json::Value,
+) {
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    std::fs::write(sandbox.file(".env"), "API_KEY=hunter2-in-dotenv\n").unwrap();
+    std::fs::create_dir(sandbox.file("secrets")).unwrap();
+    std::fs::write(sandbox.file("secrets/key.txt"), "hunter2-in-secrets\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_use(tool, input(&sandbox.workdir())).when_prompt("LOOK"))
+        .reply(Reply::text("Understood.").when_tool_result());
+    let mut h = Harness::start_with(
+        version,
+        scenario,
+        crate::harness::Options {
+            policy: policy.to_owned(),
+            sandbox: Some(sandbox),
+            ..Default::default()
+        },
+    )
+    .await;
+    h.handle.send_text("LOOK around").await.unwrap();
+    h.until_result().await;
+    let request = h.api.wait_for(|request| !request.tool_results().is_empty()).await;
+    let (_, content, is_error) = &request.tool_results()[0];
+    assert!(is_error, "{tool} was refused: {content}");
+    assert!(!content.contains("hunter2"), "the secret reached the model: {content}");
+    // Recorded once: the policy denied it, by which rule, for which tool call.
+    let expected = DecidedBy::Policy { rule: rule.map(str::to_owned) };
+    let denied = h.count(|event| {
+        matches!(
+            event,
+            SessionEvent::PermissionDecided {
+                behavior: Behavior::Deny,
+                by,
+                tool_use_id: Some(_),
+                ..
+            } if *by == expected
+        )
+    });
+    assert_eq!(denied, 1, "{}", h.describe());
+    h.finish().await;
+}
+
+both!(a_deny_rule_holds_for_a_read_in_the_working_directory, |version: CliVersion| async move {
+    denied_although_the_cli_would_allow(
+        version,
+        "[permissions]\ndeny = [\"Read(./.env)\"]\ndefault = \"allow\"",
+        Some("Read(./.env)"),
+        "Read",
+        |cwd| json!({"file_path": cwd.join(".env")}),
+    )
+    .await;
+});
+
+both!(a_deny_rule_holds_for_a_grep_in_a_denied_directory, |version: CliVersion| async move {
+    denied_although_the_cli_would_allow(
+        version,
+        "[permissions]\ndeny = [\"Read(./secrets/**)\"]\ndefault = \"allow\"",
+        Some("Read(./secrets/**)"),
+        "Grep",
+        |cwd| json!({"pattern": "hunter2", "path": cwd.join("secrets"), "output_mode": "content"}),
+    )
+    .await;
+});
+
+both!(a_deny_rule_holds_for_a_glob_in_a_denied_directory, |version: CliVersion| async move {
+    denied_although_the_cli_would_allow(
+        version,
+        "[permissions]\ndeny = [\"Read(./secrets/**)\"]\ndefault = \"allow\"",
+        Some("Read(./secrets/**)"),
+        "Glob",
+        |cwd| json!({"pattern": "*", "path": cwd.join("secrets")}),
+    )
+    .await;
+});
+
+both!(a_deny_rule_holds_for_read_only_bash, |version: CliVersion| async move {
+    denied_although_the_cli_would_allow(
+        version,
+        "[permissions]\ndeny = [\"Bash(cat:*)\"]\ndefault = \"allow\"",
+        Some("Bash(cat:*)"),
+        "Bash",
+        |_| json!({"command": "cat .env", "description": "show the env file"}),
+    )
+    .await;
+});
+
+both!(a_default_deny_holds_for_a_read_in_the_working_directory, |version: CliVersion| async move {
+    // No rule names the call, so the CLI has nothing of the policy's to hold: only the
+    // policy's hook stands between the model and the file.
+    denied_although_the_cli_would_allow(
+        version,
+        "[permissions]\nallow = [\"Bash(ls:*)\"]\ndefault = \"deny\"",
+        None,
+        "Read",
+        |cwd| json!({"file_path": cwd.join(".env")}),
+    )
+    .await;
 });

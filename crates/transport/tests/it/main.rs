@@ -208,3 +208,76 @@ fn live_group_members(group: u32) -> Vec<u32> {
     }
     live
 }
+
+/// The environment a CLI started by `spawn` sees, from a stand-in that writes it to a file.
+async fn cli_environment(options: &mut CliOptions, dir: &Path) -> String {
+    let out = dir.join("env.txt");
+    let program = dir.join("print-env");
+    std::fs::write(&program, format!("#!/bin/sh\nenv > '{}'\n", out.display())).unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    options.program = Some(program);
+    let mut link = spawn(options).unwrap();
+    until_exit(&mut link).await;
+    std::fs::read_to_string(out).unwrap()
+}
+
+#[tokio::test]
+async fn the_daemons_own_variables_never_reach_the_cli() {
+    // Each test runs in a process of its own under nextest; under `cargo test` no other test
+    // reads these names.
+    std::env::set_var("SWITCHBOARD_TOKEN", "api-token-that-must-not-leak");
+    std::env::set_var("SWITCHBOARD_INGRESS_TOKEN", "another-secret");
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = CliOptions::new(dir.path());
+    options.env.insert("CHOSEN_BY_REQUEST".into(), "kept".into());
+    let env = cli_environment(&mut options, dir.path()).await;
+    assert!(!env.contains("api-token-that-must-not-leak"), "{env}");
+    assert!(!env.contains("SWITCHBOARD_"), "{env}");
+    assert!(env.contains("CHOSEN_BY_REQUEST=kept"), "{env}");
+    assert!(env.contains("PATH="), "the rest is inherited: {env}");
+}
+
+#[tokio::test]
+async fn a_full_queue_cannot_lose_the_end_of_a_connection() {
+    let (mut link, slot) = switchboard_transport::sdk_url::external("full-queue");
+    let (mut reader, writer) = slot.connect().await.unwrap();
+    let lines = switchboard_transport::stdio::EVENT_QUEUE + 20;
+    let feeding = tokio::spawn(async move {
+        for n in 0..lines {
+            let line = format!("{{\"type\":\"keep_alive\",\"n\":{n}}}\n");
+            reader.incoming(line.as_bytes()).await;
+        }
+    });
+    // Wait until the queue is full and the feeder waits for room.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while link.events.len() < switchboard_transport::stdio::EVENT_QUEUE - 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the queue fills");
+    // The socket goes while the queue is full.
+    feeding.abort();
+    let _ = feeding.await;
+    drop(writer);
+    let mut seen = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(30), link.events.recv())
+        .await
+        .expect("the stream ends")
+    {
+        seen.push(match event {
+            TransportEvent::Connected { .. } => "connected",
+            TransportEvent::Line(_) => "line",
+            TransportEvent::Disconnected => "disconnected",
+            TransportEvent::Exited(_) => "exited",
+            other => panic!("unexpected {other:?}"),
+        });
+        if seen.last() == Some(&"exited") {
+            break;
+        }
+    }
+    let tail: Vec<&str> = seen.iter().rev().take(2).rev().copied().collect();
+    assert_eq!(tail, ["disconnected", "exited"], "{seen:?}");
+    assert_eq!(seen.first(), Some(&"connected"));
+}
