@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use switchboard_server::{router, AuthConfig, CreateSession, Daemon, DaemonConfig};
+use switchboard_server::{AuthConfig, CreateSession, Daemon, DaemonConfig};
 use switchboard_store::{SqliteStore, Store};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::broadcast;
@@ -283,12 +283,13 @@ async fn child_daemon(params: Params, memory: bool) -> Value {
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
-    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let auth = AuthConfig { token: None, allowed_origins: vec![] };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(
-        async move { axum::serve(switchboard_server::nodelay(listener), app).await.unwrap() },
-    );
+    let served = daemon.clone();
+    tokio::spawn(async move {
+        switchboard_server::serve(listener, served, auth, std::future::pending()).await.unwrap()
+    });
     let mut ids = Vec::new();
     for _ in 0..params.sessions {
         let record = daemon
@@ -514,12 +515,13 @@ async fn child_relay(params: Params, memory: bool) -> Value {
         Arc::new(SqliteStore::open(dir.path().join("db")).unwrap())
     };
     let daemon = Daemon::open(store.clone(), DaemonConfig::default()).await.unwrap();
-    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let auth = AuthConfig { token: None, allowed_origins: vec![] };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(
-        async move { axum::serve(switchboard_server::nodelay(listener), app).await.unwrap() },
-    );
+    let served = daemon.clone();
+    tokio::spawn(async move {
+        switchboard_server::serve(listener, served, auth, std::future::pending()).await.unwrap()
+    });
     let stored = async move {
         let mut count = 0;
         for session in store.list_sessions().await.unwrap() {

@@ -1187,13 +1187,106 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
 
 /// Every connection the daemon accepts has Nagle's algorithm off: a live frame must not wait
 /// for the ACK of the one before (that cost the relay's frontends 20 ms at the p99).
+
+/// A raw HTTP/1.1 client: sends `request`, returns what the server answered until it closed
+/// the connection (or `wait` passed: `None`).
+async fn raw_exchange(
+    address: &str,
+    request: &[u8],
+    wait: Duration,
+) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    match tokio::time::timeout(wait, stream.read_to_end(&mut answer)).await {
+        Ok(_) => Some(String::from_utf8_lossy(&answer).into_owned()),
+        Err(_) => None,
+    }
+}
+
 #[tokio::test]
-async fn accepted_connections_have_nodelay() {
-    use axum::serve::Listener;
+async fn the_ingress_post_checks_its_slot_before_reading_a_body() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    // 16 MiB announced and never sent: the answer must not wait for it.
+    let request = format!(
+        "POST /session/no-such-slot/events HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{{\"ev",
+        16 * 1024 * 1024
+    );
+    let answer = raw_exchange(&address, request.as_bytes(), Duration::from_secs(20))
+        .await
+        .expect("answered without waiting for the body");
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    assert!(answer.contains("not_found"), "one error shape: {answer}");
+    server.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_trickles_its_headers_is_cut_off() {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut listener = switchboard_server::nodelay(listener);
-    let _client = tokio::net::TcpStream::connect(address).await.unwrap();
-    let (accepted, _) = listener.accept().await;
-    assert!(accepted.nodelay().unwrap());
+    let address = listener.local_addr().unwrap().to_string();
+    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
+    // Half a request, then nothing: with time paused, the wait jumps to the daemon's timer.
+    let started = tokio::time::Instant::now();
+    let answer = raw_exchange(&address, b"GET /api/health HTTP/1.1\r\nhost: x\r\n", Duration::from_secs(3600))
+        .await
+        .expect("the daemon closes the connection");
+    assert!(!answer.contains("200"), "{answer}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= switchboard_server::HEADER_READ_TIMEOUT
+            && waited < switchboard_server::HEADER_READ_TIMEOUT * 2,
+        "closed after the header timeout, not before: {waited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
+    use tokio::io::AsyncWriteExt;
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let options = switchboard_server::ServeOptions { max_connections: 3, ..Default::default() };
+    tokio::spawn(switchboard_server::serve_with(
+        listener,
+        daemon,
+        auth,
+        options,
+        std::future::pending(),
+    ));
+    let health = format!(
+        "GET /api/health HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {TOKEN}\r\nconnection: close\r\n\r\n"
+    );
+    // Three stalled clients hold every connection the daemon serves.
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream.write_all(b"GET /api/health HTTP/1.1\r\n").await.unwrap();
+        stalled.push(stream);
+    }
+    // A fourth is closed on arrival (long before the header timeout), not left to hang.
+    let refused = raw_exchange(&address, health.as_bytes(), Duration::from_secs(5))
+        .await
+        .expect("closed at once");
+    assert_eq!(refused, "", "closed without an answer");
+    // One stalled client goes; its place serves again.
+    drop(stalled.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = raw_exchange(&address, health.as_bytes(), Duration::from_secs(5)).await;
+        if answer.as_deref().is_some_and(|answer| answer.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the freed place was never served: {answer:?}");
+        tokio::task::yield_now().await;
+    }
 }

@@ -439,14 +439,11 @@ async fn without_auth_only_loopback_pages_get_in() {
     )
     .await
     .unwrap();
-    let app = switchboard_server::router(
-        daemon,
-        switchboard_server::AuthConfig { token: None, allowed_origins: vec![] },
-    );
+    let auth = switchboard_server::AuthConfig { token: None, allowed_origins: vec![] };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {
-        axum::serve(switchboard_server::nodelay(listener), app).await.unwrap()
+        switchboard_server::serve(listener, daemon, auth, std::future::pending()).await.unwrap()
     });
     let client = no_redirects();
     let status = |response: reqwest::Response| response.status().as_u16();
