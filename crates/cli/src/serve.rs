@@ -92,6 +92,9 @@ pub(crate) struct DaemonInfo {
 pub(crate) const DAEMON_FILE: &str = "daemon.json";
 pub(crate) const TOKEN_FILE: &str = "token";
 const INGRESS_TOKEN_FILE: &str = "ingress-token";
+/// The CLIs running now (pid, start time, run id): what a daemon killed with `kill -9` left
+/// behind is ended at the next start.
+const RUNS_FILE: &str = "cli-runs.json";
 const DATABASE_FILE: &str = "switchboard.db";
 
 /// Creates `dir` (and missing parents) readable by the owner only. A directory that exists
@@ -195,6 +198,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         ingress_token,
         ping_interval: None,
         allowed_env: args.allow_env.clone(),
+        runs_file: Some(data_dir.join(RUNS_FILE)),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

@@ -185,6 +185,41 @@ async fn ingress(
         .on_upgrade(move |socket| pipe(socket, slot, daemon.ping_interval())))
 }
 
+/// What a client socket does as the daemon drains (see [`crate::daemon::Phase`]).
+pub(crate) enum Drain {
+    /// Send this notice; the socket stays open for the sessions' last events.
+    Notice(WsMessage),
+    /// Send this close frame and end.
+    Close(WsMessage),
+}
+
+/// Waits for the daemon's next phase and says what a client socket does about it.
+pub(crate) async fn next_drain(
+    phase: &mut tokio::sync::watch::Receiver<crate::daemon::Phase>,
+) -> Drain {
+    use crate::daemon::Phase;
+    let closed = || {
+        Drain::Close(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::AWAY,
+            reason: "the daemon stopped".into(),
+        })))
+    };
+    loop {
+        if phase.changed().await.is_err() {
+            return closed();
+        }
+        let now = *phase.borrow_and_update();
+        match now {
+            Phase::Serving => continue,
+            Phase::Draining => {
+                let notice = json!({"type": "shutdown", "message": "the daemon is shutting down; its sessions are stopping"});
+                return Drain::Notice(WsMessage::Text(notice.to_string().into()));
+            }
+            Phase::Closed => return closed(),
+        }
+    }
+}
+
 /// Reads a client's text frames on a task of their own: polling the socket for reads on every
 /// frame the writing loop sends would make tungstenite prepare (zero) its read buffer each
 /// time. `handle` turns each frame into what the writing loop acts on, if anything; the
@@ -651,8 +686,11 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
         })
     };
     let mut events = daemon.subscribe(&id, after);
+    let mut phase = daemon.phase();
     loop {
         let frame = tokio::select! {
+            // Events first: what is ready goes out before the daemon's goodbye.
+            biased;
             item = events.next() => match subscription_frame(item) {
                 Some(frame) => frame,
                 None => break,
@@ -661,6 +699,28 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
                 Some(reply) => reply,
                 // The client closed its side.
                 None => break,
+            },
+            drain = next_drain(&mut phase) => match drain {
+                Drain::Notice(notice) => {
+                    if sink.send(notice).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                Drain::Close(close) => {
+                    // Every session's last events are stored by now: send this subscriber
+                    // what it has not had yet, then close.
+                    let last = daemon.store().last_seq(&id).await.unwrap_or(0);
+                    while events.position() < last {
+                        let Ok(item) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
+                        let Some(frame) = subscription_frame(item) else { break };
+                        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = sink.send(close).await;
+                    break;
+                }
             },
         };
         // Queue whatever else is ready, then write it all with one flush.
@@ -767,10 +827,23 @@ async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade)
         // The client sends nothing of use: the reader only tells when it goes.
         let (reader, mut client) = spawn_frame_reader(incoming, |_| async { None::<()> });
         let mut changes = daemon.dashboard();
+        let mut phase = daemon.phase();
         loop {
             let change = tokio::select! {
                 change = changes.recv() => change,
                 _ = client.recv() => break,
+                drain = next_drain(&mut phase) => match drain {
+                    Drain::Notice(notice) => {
+                        if sink.send(notice).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    Drain::Close(close) => {
+                        let _ = sink.send(close).await;
+                        break;
+                    }
+                },
             };
             let frame = match change {
                 Ok(change) => change,

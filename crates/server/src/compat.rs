@@ -95,6 +95,7 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         })
     };
     let mut tail = TranscriptTail::new(&info.path);
+    let mut phase = daemon.phase();
     'serve: loop {
         // Send everything readable now, in batches.
         loop {
@@ -114,6 +115,17 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         }
         tokio::select! {
             change = changed.recv() => if change.is_none() { break },
+            drain = crate::api::next_drain(&mut phase) => match drain {
+                crate::api::Drain::Notice(notice) => {
+                    if sink.send(notice).await.is_err() {
+                        break;
+                    }
+                }
+                crate::api::Drain::Close(close) => {
+                    let _ = sink.send(close).await;
+                    break;
+                }
+            },
             request = requests.recv() => match request {
                 None => break,
                 Some(ClientRequest::Reply(frame)) => {

@@ -69,6 +69,9 @@ pub struct DaemonConfig {
     /// Loader variables ([`LOADER_VARIABLES`]) a request's `env` may set all the same
     /// (`switchboard serve --allow-env NAME`).
     pub allowed_env: Vec<String>,
+    /// Where the daemon records the CLIs it runs (pid, start time, run id), so that after a
+    /// `kill -9` the next start ends what was left (`None`: not recorded).
+    pub runs_file: Option<PathBuf>,
 }
 
 /// Environment variables that make a program load or run code of the caller's choosing
@@ -179,6 +182,9 @@ pub enum DaemonError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The daemon is shutting down and starts nothing new.
+    #[error("the daemon is shutting down")]
+    ShuttingDown,
     /// Something inside the daemon failed (a poisoned lock, a task that died).
     #[error("internal error: {0}")]
     Internal(String),
@@ -204,6 +210,18 @@ struct LiveSession {
     finished: watch::Sender<bool>,
 }
 
+/// Where the daemon is in its life. Client sockets follow it: when it drains they are told,
+/// and when it has closed they are closed (WebSocket close code 1001, "going away").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving.
+    Serving,
+    /// Stopping every session; sockets stay open to carry their last events.
+    Draining,
+    /// Every session is stopped and stored.
+    Closed,
+}
+
 /// The daemon: the store, the sessions, and the dashboard feed.
 pub struct Daemon {
     store: Arc<dyn Store>,
@@ -221,6 +239,10 @@ pub struct Daemon {
     relay: broadcast::Sender<axum::extract::ws::Utf8Bytes>,
     /// The relay session frontends' messages go to (the most recently connected CLI).
     relay_current: Mutex<Option<String>>,
+    /// The CLIs running now, by run id (kept in [`DaemonConfig::runs_file`]).
+    runs: Mutex<HashMap<String, switchboard_transport::CliRun>>,
+    /// Serving, draining, closed.
+    phase: watch::Sender<Phase>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -249,7 +271,10 @@ impl Daemon {
             ingress: Arc::new(Mutex::new(HashMap::new())),
             relay: broadcast::channel(RELAY_BUFFER).0,
             relay_current: Mutex::new(None),
+            runs: Mutex::new(HashMap::new()),
+            phase: watch::channel(Phase::Serving).0,
         });
+        daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
             if matches!(record.state.as_str(), "exited" | "crashed") {
                 continue;
@@ -276,6 +301,67 @@ impl Daemon {
         Ok(daemon)
     }
 
+    /// Ends the CLIs (and their tools) that a previous daemon on this data directory recorded
+    /// as running: it was killed before it could end them.
+    async fn end_leftovers(&self) {
+        let Some(path) = self.config.runs_file.clone() else { return };
+        let Ok(text) = tokio::fs::read_to_string(&path).await else { return };
+        let runs: Vec<switchboard_transport::CliRun> = match serde_json::from_str(&text) {
+            Ok(runs) => runs,
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot read the record of running CLIs");
+                Vec::new()
+            }
+        };
+        if !runs.is_empty() {
+            let ended = tokio::task::spawn_blocking(move || {
+                runs.iter()
+                    .map(|run| {
+                        switchboard_transport::procs::end_leftover(
+                            run.pid,
+                            run.start_time,
+                            &run.run_id,
+                        )
+                    })
+                    .sum::<usize>()
+            })
+            .await
+            .unwrap_or(0);
+            if ended > 0 {
+                tracing::warn!(ended, "ended processes a previous daemon left running");
+            }
+        }
+        self.save_runs().await;
+    }
+
+    /// Notes a CLI that runs now (or, with `running` false, that it ended) in the runs file.
+    async fn record_run(&self, run: &switchboard_transport::CliRun, running: bool) {
+        if let Ok(mut runs) = self.runs.lock() {
+            if running {
+                runs.insert(run.run_id.clone(), run.clone());
+            } else {
+                runs.remove(&run.run_id);
+            }
+        }
+        self.save_runs().await;
+    }
+
+    async fn save_runs(&self) {
+        let Some(path) = &self.config.runs_file else { return };
+        let runs: Vec<switchboard_transport::CliRun> =
+            self.runs.lock().map(|runs| runs.values().cloned().collect()).unwrap_or_default();
+        let text = serde_json::to_string(&runs).unwrap_or_else(|_| "[]".into());
+        // Written whole, then renamed over the old one: a crash leaves one or the other.
+        let temporary = path.with_extension("tmp");
+        let written = async {
+            tokio::fs::write(&temporary, text).await?;
+            tokio::fs::rename(&temporary, path).await
+        };
+        if let Err(error) = written.await {
+            tracing::warn!(path = %path.display(), %error, "cannot record the running CLIs");
+        }
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -288,6 +374,7 @@ impl Daemon {
         self: &Arc<Self>,
     ) -> Result<(SessionRecord, Arc<switchboard_transport::sdk_url::IngressSlot>), DaemonError>
     {
+        self.check_serving()?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -398,6 +485,7 @@ impl Daemon {
         self: &Arc<Self>,
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
+        self.check_serving()?;
         if request.prompt.as_deref().is_some_and(|prompt| prompt.trim().is_empty()) {
             return Err(DaemonError::Invalid(
                 "prompt is empty; leave it out to start a session without one".into(),
@@ -429,9 +517,18 @@ impl Daemon {
         Ok(self.record(&id).await?.unwrap_or(record))
     }
 
+    /// Refuses to start anything once the daemon drains.
+    fn check_serving(&self) -> Result<(), DaemonError> {
+        match *self.phase.borrow() {
+            Phase::Serving => Ok(()),
+            _ => Err(DaemonError::ShuttingDown),
+        }
+    }
+
     /// Restarts an exited session's CLI with `--resume` and its Claude session id; the event
     /// log continues where it stopped.
     pub async fn resume(self: &Arc<Self>, id: &str) -> Result<SessionRecord, DaemonError> {
+        self.check_serving()?;
         if self
             .live(id)
             .is_some_and(|live| live.handle.lock().map(|h| h.is_some()).unwrap_or(false))
@@ -571,7 +668,7 @@ impl Daemon {
         if config.sdk_url.is_none() {
             return Ok(());
         }
-        let version = switchboard_transport::stdio::cli_version(&config.cli.program())
+        let version = switchboard_transport::stdio::cli_version(&config.cli)
             .await
             .map_err(|error| DaemonError::Invalid(error.to_string()))?;
         if !switchboard_transport::sdk_url::supports_sdk_url(&version) {
@@ -604,7 +701,17 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
         let live = self.go_live(record, Some(handle.clone()))?;
-        tokio::spawn(pump(self.clone(), id, live, events, last_seq));
+        let run = handle.cli_run().cloned();
+        if let Some(run) = &run {
+            self.record_run(run, true).await;
+        }
+        let daemon = self.clone();
+        tokio::spawn(async move {
+            pump(daemon.clone(), id, live, events, last_seq).await;
+            if let Some(run) = run {
+                daemon.record_run(&run, false).await;
+            }
+        });
         self.started.notify_waiters();
         if let Some(prompt) = prompt {
             handle.send_text(prompt).await?;
@@ -828,6 +935,20 @@ impl Daemon {
         }
     }
 
+    /// The daemon's phase, for client sockets to follow.
+    pub fn phase(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// Shuts the daemon's sessions down: tells every client socket ([`Phase::Draining`]),
+    /// stops every session and waits until its last events are stored, then closes the
+    /// sockets ([`Phase::Closed`]). New sessions are refused from the start.
+    pub async fn drain(&self) {
+        self.phase.send_replace(Phase::Draining);
+        self.stop_all().await;
+        self.phase.send_replace(Phase::Closed);
+    }
+
     /// Stops every running session and waits until each one's last events are stored (for
     /// shutting the daemon down).
     pub async fn stop_all(&self) {
@@ -868,6 +989,11 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The seq of the last event handed out (or the `after` it started from).
+    pub fn position(&self) -> u64 {
+        self.sent
+    }
+
     /// The next item; `None` when the session no longer exists.
     pub async fn next(&mut self) -> Option<Result<Subscribed, DaemonError>> {
         loop {

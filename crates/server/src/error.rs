@@ -102,6 +102,11 @@ impl From<DaemonError> for ApiError {
                 message: error.to_string(),
             },
             DaemonError::Internal(_) => ApiError::internal(error.to_string()),
+            DaemonError::ShuttingDown => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "shutting_down",
+                message: error.to_string(),
+            },
             DaemonError::Store(_) => ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
                 code: "store_error",

@@ -17,6 +17,9 @@ mod ui;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};
+pub use daemon::Phase;
 pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed, Subscription};
 pub use error::ApiError;
-pub use serve::{serve, serve_with, ServeOptions, HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+pub use serve::{
+    serve, serve_with, ServeOptions, CLOSE_GRACE, HEADER_READ_TIMEOUT, MAX_CONNECTIONS,
+};

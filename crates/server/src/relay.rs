@@ -66,8 +66,20 @@ pub(crate) async fn frontend(
             if daemon.relay_handle().is_some() {
                 let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
             }
+            let mut phase = daemon.phase();
             loop {
                 tokio::select! {
+                    drain = crate::api::next_drain(&mut phase) => match drain {
+                        crate::api::Drain::Notice(notice) => {
+                            if sink.send(notice).await.is_err() {
+                                break;
+                            }
+                        }
+                        crate::api::Drain::Close(close) => {
+                            let _ = sink.send(close).await;
+                            break;
+                        }
+                    },
                     line = feed.recv() => match line {
                         Ok(line) => {
                             // Lines already waiting go out in the same write (one flush).

@@ -52,9 +52,10 @@ pub async fn serve(
 }
 
 /// Serves the API on `listener` until `shutdown` resolves. Then: the listener closes (nothing
-/// new is accepted), connections are told to finish, every session is stopped (its CLI
-/// interrupted, its input closed, then signalled), and this returns once their last events
-/// are stored.
+/// new is accepted), requests in flight finish, client sockets are told the daemon is
+/// shutting down, every session is stopped (its CLI interrupted, its input closed, then
+/// signalled) and its last events stored, and the sockets are closed (code 1001). Returns
+/// once the connections ended, or after [`CLOSE_GRACE`].
 pub async fn serve_with(
     listener: TcpListener,
     daemon: Arc<Daemon>,
@@ -62,6 +63,11 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    // Tools a CLI started in sessions of their own become our children, not init's, when
+    // their parent exits: in reach until their session's sweep ends them.
+    if !switchboard_transport::procs::become_subreaper() {
+        tracing::debug!("cannot become a child subreaper; orphaned tools go to init");
+    }
     let app = crate::api::router(daemon.clone(), auth);
     let slots = Arc::new(Semaphore::new(options.max_connections));
     // Dropped to tell every connection to finish gracefully.
@@ -87,12 +93,13 @@ pub async fn serve_with(
             drop(stream);
             continue;
         };
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
-        }
+        no_delay(&stream);
         let service = TowerToHyperService::new(app.clone());
         let mut stopping = stopping.clone();
         let header_read_timeout = options.header_read_timeout;
+        // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
+        // free again when the socket is dropped.
+        let stream = Counted { stream, _slot: slot };
         tokio::spawn(async move {
             let mut builder = Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
@@ -114,11 +121,94 @@ pub async fn serve_with(
                     }
                 }
             }
-            drop(slot);
         });
     }
+    // Nothing new is accepted; requests in flight finish.
     drop(listener);
     drop(stop);
-    daemon.stop_all().await;
+    // Client sockets are told, every session stops and is stored, then the sockets close.
+    daemon.drain().await;
+    // Wait (bounded) for the connections to send their close frames and end.
+    let everyone = u32::try_from(options.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(everyone)).await.is_err() {
+        tracing::debug!("some connections were still open when the daemon stopped");
+    }
     Ok(())
+}
+
+/// Turns Nagle's algorithm off: live frames are small and come one after another, and with it
+/// a frame waited for the ACK of the one before (tens of ms at the p99).
+fn no_delay(stream: &tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+    }
+}
+
+/// A connection's socket and its place among [`ServeOptions::max_connections`].
+struct Counted {
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(context, buffer)
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(context, bytes)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffers: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(context, buffers)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(context)
+    }
+}
+
+/// How long a stopping daemon waits for its connections to end after it closed them.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(!accepted.nodelay().unwrap());
+        super::no_delay(&accepted);
+        assert!(accepted.nodelay().unwrap());
+    }
 }

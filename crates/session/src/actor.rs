@@ -117,6 +117,8 @@ enum Command {
 /// answer its permission requests (the first answer wins).
 #[derive(Clone)]
 pub struct SessionHandle {
+    /// The CLI process this session started (`None` for one that connected on its own).
+    cli_run: Option<switchboard_transport::CliRun>,
     commands: mpsc::Sender<Command>,
     snapshot: watch::Receiver<SessionSnapshot>,
     observers: Observers,
@@ -175,9 +177,10 @@ pub fn spawn_session_on(
         snapshot: snapshot_tx,
         control_replies: HashMap::new(),
     };
+    let cli_run = actor.link.process.run().cloned();
     let initialize = ControlRequestPayload::Initialize(config.initialize.unwrap_or_default());
     tokio::spawn(actor.run(initialize));
-    (SessionHandle { commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
+    (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
 }
 
 struct Actor {
@@ -347,6 +350,12 @@ async fn escalate(pid: Option<u32>, grace: Duration) {
 }
 
 impl SessionHandle {
+    /// The CLI process this session started, for the record (`None` for a CLI that connected
+    /// on its own).
+    pub fn cli_run(&self) -> Option<&switchboard_transport::CliRun> {
+        self.cli_run.as_ref()
+    }
+
     async fn call<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,

@@ -4,10 +4,14 @@
 //! - [`stdio`]: spawn `claude` and speak over its stdin/stdout (every current CLI).
 //! - [`sdk_url`]: spawn `claude --sdk-url` and speak over the WebSocket it opens to us
 //!   (CLIs up to 2.1.120).
+//! - [`procs`]: no process outlives its session (run ids, the sweep, leftovers of a killed
+//!   daemon).
 
+pub mod procs;
 pub mod sdk_url;
 pub mod stdio;
 
 pub use stdio::{
-    cli_command, spawn, CliLink, CliOptions, CliProcess, ExitInfo, TransportError, TransportEvent,
+    cli_command, spawn, CliLink, CliOptions, CliProcess, CliRun, ExitInfo, TransportError,
+    TransportEvent,
 };

@@ -296,7 +296,7 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
         drop_connection: tokio::sync::Notify::new(),
         external_exit: Some(exited_tx),
     });
-    (CliLink { events, process: CliProcess::new(None, writer_tx, exited) }, slot)
+    (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, slot)
 }
 
 /// Starts a CLI that connects to `base` + a new random slot id (`base` is
@@ -313,7 +313,7 @@ pub fn spawn(
     options.extra_args.insert(0, format!("--sdk-url={url}"));
     options.no_permission_prompt_tool = true;
     options.env.insert(SESSION_TOKEN_ENV.to_owned(), token.clone());
-    let mut child = stdio::start(&options)?;
+    let (mut child, run) = stdio::start(&options)?;
     let pid = child.id();
     // The CLI reads from the socket, not stdin; stdin stays open (held by the child handle)
     // so that it does not read an end of input.
@@ -333,8 +333,8 @@ pub fn spawn(
         drop_connection: tokio::sync::Notify::new(),
         external_exit: None,
     });
-    tokio::spawn(stdio::supervise(child, stdout, stderr, events_tx, exited_tx));
-    Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited) }, slot))
+    tokio::spawn(stdio::supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
+    Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited, Some(run)) }, slot))
 }
 
 /// 32 hex characters from the OS's random source.

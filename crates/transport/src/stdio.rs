@@ -200,16 +200,29 @@ impl CliOptions {
 }
 
 /// Builds the command that starts the CLI. **The only place that creates a command for
-/// `claude`.**
+/// `claude`** (its `--version` included, see [`cli_version`]).
 ///
 /// The child gets its own process group (so shutdown reaches the tools it starts), piped
-/// stdio, the session's cwd, and the environment: inherited (or only `PATH` with
-/// `clear_env`), minus [`NESTED_SESSION_VARIABLES`] and the daemon's own `SWITCHBOARD_*`
-/// variables ([`DAEMON_VARIABLE_PREFIX`]), plus `options.env`.
-#[allow(clippy::disallowed_methods)] // this is the one spawn function
+/// stdio, the session's cwd, a parent-death signal (SIGKILL when the thread that started it
+/// ends: a daemon killed with `kill -9` takes its CLIs along), and the environment: inherited
+/// (or only `PATH` with `clear_env`), minus [`NESTED_SESSION_VARIABLES`] and the daemon's own
+/// `SWITCHBOARD_*` variables ([`DAEMON_VARIABLE_PREFIX`]), plus `options.env`.
 pub fn cli_command(options: &CliOptions) -> Command {
+    let mut command = base_command(options);
+    command
+        .args(options.args())
+        .current_dir(&options.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The program with the environment rules, its own process group and the parent-death signal.
+#[allow(clippy::disallowed_methods)] // this is the one spawn function
+#[allow(unsafe_code)] // `pre_exec`; see the SAFETY note
+fn base_command(options: &CliOptions) -> Command {
     let mut command = Command::new(options.program());
-    command.args(options.args()).current_dir(&options.cwd);
     if options.clear_env {
         command.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
@@ -225,12 +238,20 @@ pub fn cli_command(options: &CliOptions) -> Command {
         }
     }
     command.envs(&options.env);
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let parent = std::process::id();
+    // SAFETY: runs in the child between fork and exec; it calls only `prctl` and `getppid`
+    // (async-signal-safe system calls) and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
+            // The parent may have died before the signal was armed.
+            if nix::unistd::getppid().as_raw() as u32 != parent {
+                return Err(std::io::Error::other("the daemon went away while starting the CLI"));
+            }
+            Ok(())
+        });
+    }
+    command.process_group(0).kill_on_drop(true);
     command
 }
 
@@ -365,6 +386,8 @@ pub struct CliProcess {
     pid: Option<u32>,
     writer: Option<mpsc::Sender<WriterCommand>>,
     exited: watch::Receiver<bool>,
+    /// The started process, for the record (`None` for a CLI that connected on its own).
+    run: Option<CliRun>,
 }
 
 #[derive(Debug)]
@@ -383,7 +406,7 @@ pub struct CliLink {
 
 /// Starts the CLI.
 pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
-    let mut child = start(options)?;
+    let (mut child, run) = start(options)?;
     let pid = child.id();
     let stdin = child.stdin.take().expect("stdin is piped");
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -392,42 +415,64 @@ pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
     let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     tokio::spawn(write_loop(stdin, writer_rx));
-    tokio::spawn(supervise(child, stdout, stderr, events_tx, exited_tx));
-    Ok(CliLink { events, process: CliProcess { pid, writer: Some(writer_tx), exited } })
+    tokio::spawn(supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
+    Ok(CliLink {
+        events,
+        process: CliProcess { pid, writer: Some(writer_tx), exited, run: Some(run) },
+    })
 }
 
-/// Checks the cwd and starts the CLI process.
-pub(crate) fn start(options: &CliOptions) -> Result<Child, TransportError> {
+/// What identifies a started CLI for good: recorded so that a daemon killed before it could
+/// end the CLI ends it (and its tools) at its next start
+/// ([`crate::procs::end_leftover`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CliRun {
+    /// The process id.
+    pub pid: u32,
+    /// When it started ([`crate::procs::start_time`]).
+    pub start_time: u64,
+    /// The run id in its (and its tools') environment ([`crate::procs::RUN_VARIABLE`]).
+    pub run_id: String,
+}
+
+/// Checks the cwd and starts the CLI process, marked with a new run id.
+pub(crate) fn start(options: &CliOptions) -> Result<(Child, CliRun), TransportError> {
     if !options.cwd.is_dir() {
         return Err(TransportError::NoSuchCwd(options.cwd.clone()));
     }
     let program = options.program();
-    let child = cli_command(options).spawn().map_err(|source| {
+    let run_id = crate::procs::new_run_id();
+    let mut command = cli_command(options);
+    command.env(crate::procs::RUN_VARIABLE, &run_id);
+    let child = command.spawn().map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             TransportError::NotFound { program: program.clone() }
         } else {
             TransportError::Spawn { program: program.clone(), source }
         }
     })?;
-    tracing::debug!(pid = child.id(), program = %program.display(), "spawned claude");
-    Ok(child)
+    let pid = child.id().unwrap_or(0);
+    tracing::debug!(pid, program = %program.display(), "spawned claude");
+    let start_time = crate::procs::start_time(pid).unwrap_or(0);
+    Ok((child, CliRun { pid, start_time, run_id }))
 }
 
-/// The CLI's version: the first word `claude --version` prints (`2.1.37`).
-#[allow(clippy::disallowed_methods)] // this module is where `claude` is started
-pub async fn cli_version(program: &std::path::Path) -> Result<String, TransportError> {
-    let output = Command::new(program)
+/// The CLI's version: the first word `claude --version` prints (`2.1.37`), run with the same
+/// program and environment rules as a session (`options.program`, `options.env`).
+pub async fn cli_version(options: &CliOptions) -> Result<String, TransportError> {
+    let program = options.program();
+    let output = base_command(options)
         .arg("--version")
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
         .output()
         .await
         .map_err(|source| {
             if source.kind() == std::io::ErrorKind::NotFound {
-                TransportError::NotFound { program: program.to_owned() }
+                TransportError::NotFound { program: program.clone() }
             } else {
-                TransportError::Spawn { program: program.to_owned(), source }
+                TransportError::Spawn { program: program.clone(), source }
             }
         })?;
     Ok(String::from_utf8_lossy(&output.stdout).split_whitespace().next().unwrap_or("").to_owned())
@@ -453,6 +498,7 @@ pub(crate) async fn write_loop(mut stdin: ChildStdin, mut commands: mpsc::Receiv
 
 pub(crate) async fn supervise(
     mut child: Child,
+    run_id: String,
     stdout: ChildStdout,
     stderr: ChildStderr,
     events: mpsc::Sender<TransportEvent>,
@@ -468,6 +514,9 @@ pub(crate) async fn supervise(
     if let Some(pid) = pid {
         kill_group(pid, Signal::SIGKILL);
     }
+    // Tools in sessions of their own are in no group of ours: everything still carrying the
+    // CLI's run id goes too.
+    let _ = tokio::task::spawn_blocking(move || crate::procs::end_run(&run_id)).await;
     let wrote_output = stdout_task.await.unwrap_or(false);
     let stderr_tail = stderr_task.await.unwrap_or_default();
     let _ = exited.send(true);
@@ -597,8 +646,15 @@ impl CliProcess {
         pid: Option<u32>,
         writer: mpsc::Sender<WriterCommand>,
         exited: watch::Receiver<bool>,
+        run: Option<CliRun>,
     ) -> Self {
-        CliProcess { pid, writer: Some(writer), exited }
+        CliProcess { pid, writer: Some(writer), exited, run }
+    }
+
+    /// What identifies the started process for good (`None` for a CLI that connected on its
+    /// own).
+    pub fn run(&self) -> Option<&CliRun> {
+        self.run.as_ref()
     }
 
     /// The CLI's process id (also its process group id).

@@ -476,3 +476,169 @@ async fn an_existing_data_directory_keeps_its_mode() {
         assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
     }
 }
+
+/// Live (not zombie) processes whose command line holds `needle`.
+fn processes_running(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie =
+                state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            !zombie && String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle)
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `done` holds.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
+    let sleeper = "sleep 2718";
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": format!("setsid {sleeper} >/dev/null 2>&1 </dev/null & echo ok"), "description": "x"}),
+                )
+                .when_prompt("SPAWN"),
+            )
+            .reply(Reply::text("spawned").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "SPAWN").await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    assert_eq!(processes_running(sleeper).len(), 1, "the tool started its sleeper");
+    // The daemon recorded its CLI.
+    let runs: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap())
+            .unwrap();
+    let cli = runs[0]["pid"].as_u64().unwrap() as i32;
+    // kill -9: no graceful stop runs.
+    let pid = daemon.child.id().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.child.wait().await.unwrap();
+    // The CLI follows its parent (parent-death signal) ...
+    eventually("the CLI ends with its daemon", || {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(cli), None).is_err()
+            || std::fs::read_to_string(format!("/proc/{cli}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+    })
+    .await;
+    // ... but the tool it ran in a session of its own does not.
+    assert_eq!(processes_running(sleeper).len(), 1, "the sleeper outlived both");
+    // The next daemon on this data directory ends it before it serves anything.
+    let _daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    assert_eq!(processes_running(sleeper), Vec::<u32>::new(), "the successor ended the leftover");
+}
+
+/// Reads the daemon's stderr (bounded) until a line holds `needle`.
+async fn stderr_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    needle: &str,
+) -> String {
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no line with {needle:?}"))
+            .unwrap()
+            .unwrap_or_else(|| panic!("stderr ended before {needle:?}"));
+        if line.contains(needle) {
+            return line;
+        }
+    }
+}
+
+/// `switchboard serve` with a session whose CLI (the scripted stand-in) ignores SIGTERM and
+/// its closed input: a graceful stop takes the whole escalation.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn daemon_with_a_stubborn_session(
+    data: &Path,
+) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStderr>>) {
+    let script = data.join("script.json");
+    std::fs::write(&script, json!([{"hang_ignoring_term": true}]).to_string()).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .arg("--claude")
+        .arg(switchboard_testkit::fake_cli())
+        .env("FAKE_CLAUDE_SCRIPT", &script)
+        .env("RUST_LOG", "info")
+        .env_remove("SWITCHBOARD_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = stdout.next_line().await.unwrap().unwrap();
+    let url = first.rsplit(' ').next().unwrap().to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let token = std::fs::read_to_string(data.join("token")).unwrap();
+    let work = data.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let created =
+        http(&url, &token, reqwest::Method::POST, "/api/sessions", Some(json!({"cwd": work})))
+            .await;
+    assert!(created["id"].is_string(), "{created}");
+    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    (child, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_gracefully_and_a_second_signal_exits_at_once() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut child, mut stderr) = daemon_with_a_stubborn_session(data.path()).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    stderr_line(&mut stderr, "signal again to exit at once").await;
+    // The stubborn CLI holds the graceful stop for seconds; a second signal does not wait.
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(3), child.wait())
+        .await
+        .expect("the second signal ends the daemon at once")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_every_session_stores_it_and_exits_zero() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "hello").await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    let pid = nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status =
+        tokio::time::timeout(Duration::from_secs(60), daemon.child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", daemon.stderr.await.unwrap());
+    // The journal was folded and the lock released: the database opens, the session ended.
+    let store = SqliteStore::open(data.path().join("switchboard.db")).unwrap();
+    assert_eq!(store.get_session(&id).await.unwrap().unwrap().state, "exited");
+    let runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
+    assert_eq!(runs.trim(), "[]", "no CLI left running");
+}

@@ -49,6 +49,7 @@ impl Server {
             ingress_token: Some(TOKEN.to_owned()),
             ping_interval: ping,
             allowed_env: Vec::new(),
+            runs_file: None,
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
@@ -1185,16 +1186,9 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
     server.stop().await;
 }
 
-/// Every connection the daemon accepts has Nagle's algorithm off: a live frame must not wait
-/// for the ACK of the one before (that cost the relay's frontends 20 ms at the p99).
-
 /// A raw HTTP/1.1 client: sends `request`, returns what the server answered until it closed
 /// the connection (or `wait` passed: `None`).
-async fn raw_exchange(
-    address: &str,
-    request: &[u8],
-    wait: Duration,
-) -> Option<String> {
+async fn raw_exchange(address: &str, request: &[u8], wait: Duration) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
     stream.write_all(request).await.unwrap();
@@ -1235,9 +1229,13 @@ async fn a_client_that_trickles_its_headers_is_cut_off() {
     tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
     // Half a request, then nothing: with time paused, the wait jumps to the daemon's timer.
     let started = tokio::time::Instant::now();
-    let answer = raw_exchange(&address, b"GET /api/health HTTP/1.1\r\nhost: x\r\n", Duration::from_secs(3600))
-        .await
-        .expect("the daemon closes the connection");
+    let answer = raw_exchange(
+        &address,
+        b"GET /api/health HTTP/1.1\r\nhost: x\r\n",
+        Duration::from_secs(3600),
+    )
+    .await
+    .expect("the daemon closes the connection");
     assert!(!answer.contains("200"), "{answer}");
     let waited = started.elapsed();
     assert!(
@@ -1286,7 +1284,94 @@ async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
         if answer.as_deref().is_some_and(|answer| answer.starts_with("HTTP/1.1 200")) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the freed place was never served: {answer:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the freed place was never served: {answer:?}"
+        );
         tokio::task::yield_now().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let config = DaemonConfig {
+        claude: Some(real_cli(CliVersion::V2_1_330)),
+        env: sandbox.env(&api.base_url()).into_iter().collect(),
+        clear_env: true,
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("ws://{}", listener.local_addr().unwrap());
+    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(switchboard_server::serve(listener, daemon.clone(), auth, async {
+        let _ = stopped.await;
+    }));
+    let record = daemon
+        .create(switchboard_server::CreateSession {
+            cwd: sandbox.workdir(),
+            prompt: Some("hi".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let connect = |path: String| {
+        let url = format!("{base}{path}");
+        async move {
+            let mut request = url.into_client_request().unwrap();
+            request
+                .headers_mut()
+                .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+            tokio_tungstenite::connect_async(request).await.unwrap().0
+        }
+    };
+    let mut session =
+        Ws { socket: connect(format!("/api/sessions/{}/subscribe", record.id)).await };
+    session.until(is_result).await;
+    let mut dashboard = connect("/api/events".into()).await;
+
+    stop.send(()).unwrap();
+    // The subscriber hears that the daemon goes, then the session's end, then the close.
+    session.until(|frame| frame["type"] == "shutdown").await;
+    session.until(|frame| frame["event"]["event"] == "exited").await;
+    let close = loop {
+        match tokio::time::timeout(WAIT, session.socket.next()).await.unwrap() {
+            Some(Ok(WsMessage::Close(frame))) => break frame,
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!(u16::from(close.unwrap().code), 1001, "going away");
+    // The dashboard too.
+    let mut saw_notice = false;
+    loop {
+        match tokio::time::timeout(WAIT, dashboard.next()).await.unwrap() {
+            Some(Ok(WsMessage::Text(text))) => {
+                saw_notice |= serde_json::from_str::<Value>(&text).unwrap()["type"] == "shutdown";
+            }
+            Some(Ok(WsMessage::Close(frame))) => {
+                assert_eq!(u16::from(frame.unwrap().code), 1001);
+                break;
+            }
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+    assert!(saw_notice, "the dashboard was told before it closed");
+    tokio::time::timeout(WAIT, serving).await.unwrap().unwrap().unwrap();
+    // Everything was stored: the session ended, and its end is in its log.
+    let stored = store.get_session(&record.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, "exited");
+    let last = store.events_before(&record.id, u64::MAX, 3).await.unwrap();
+    assert!(last.iter().any(|event| event.kind == "exited"), "{last:?}");
+    // And nothing new starts once it drains.
+    let refused = daemon
+        .create(switchboard_server::CreateSession { cwd: sandbox.workdir(), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("shutting down"), "{refused}");
 }

@@ -708,3 +708,49 @@ both!(a_default_deny_holds_for_a_read_in_the_working_directory, |version: CliVer
     )
     .await;
 });
+
+/// Live processes whose command line holds `needle` (from /proc).
+fn processes_running(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie =
+                state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            !zombie && String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle)
+        })
+        .collect()
+}
+
+both!(no_tool_process_outlives_a_killed_cli, |version: CliVersion| async move {
+    // A number no other test uses: the process is found by its command line.
+    let sleeper = match version {
+        CliVersion::V2_1_330 => "sleep 3141",
+        _ => "sleep 3142",
+    };
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_use(
+                "Bash",
+                json!({"command": format!("setsid {sleeper} >/dev/null 2>&1 < /dev/null & echo started"), "description": "start a background sleeper"}),
+            )
+            .when_prompt("SPAWN"),
+        )
+        .reply(Reply::text("Started.").when_tool_result());
+    let mut h = Harness::start(version, scenario, "[permissions]\ndefault = \"allow\"").await;
+    h.handle.send_text("SPAWN it").await.unwrap();
+    h.until_result().await;
+    assert_eq!(processes_running(sleeper).len(), 1, "the tool started it: {}", h.describe());
+    // The CLI dies without a word; its tool ran `setsid`, so it is in no group of the CLI's.
+    let pid = h.handle.cli_run().expect("a started CLI is recorded").pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    h.until("the exit", |event| matches!(event, SessionEvent::Exited { .. })).await;
+    assert_eq!(processes_running(sleeper), Vec::<u32>::new(), "nothing outlives the session");
+});

@@ -1,0 +1,120 @@
+//! What a CLI leaves behind: no process outlives its session.
+//!
+//! Killing the CLI's process group is not enough: Claude Code starts each Bash tool in a
+//! session of its own (`setsid`), so a tool's background process (`setsid sleep 300 &`) is in
+//! no group of ours. Every CLI therefore carries a run id in its environment
+//! ([`RUN_VARIABLE`]), which its tools inherit; when the CLI is gone, every process that still
+//! carries it is killed ([`end_run`]). A daemon that is a child subreaper
+//! ([`become_subreaper`]) adopts such orphans instead of init, and reaps the ones it kills.
+//! A CLI also gets a parent-death signal, and a daemon that was killed ends what its
+//! predecessor left at its next start ([`end_leftover`], from the pid, start time and run id
+//! it recorded).
+
+use std::path::Path;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+/// The environment variable that marks a CLI and everything it starts.
+pub const RUN_VARIABLE: &str = "SB_CLI_RUN";
+
+/// How many times [`end_run`] looks again for marked processes (a process may fork while
+/// the others are being killed).
+pub const SWEEP_ROUNDS: usize = 8;
+
+/// A new run id: 128 random bits, hex.
+pub fn new_run_id() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Makes this process the parent of orphaned descendants (Linux `PR_SET_CHILD_SUBREAPER`), so
+/// that a tool whose shell exited stays in reach. Whether it worked.
+pub fn become_subreaper() -> bool {
+    nix::sys::prctl::set_child_subreaper(true).is_ok()
+}
+
+/// Kills every process of this user whose environment carries `RUN_VARIABLE=run_id`, looking
+/// again until none is left (at most [`SWEEP_ROUNDS`] times); reaps those that are this
+/// process's children. Returns how many it killed. Blocking: reads `/proc`.
+pub fn end_run(run_id: &str) -> usize {
+    let needle = format!("{RUN_VARIABLE}={run_id}");
+    let me = std::process::id();
+    let mut killed = 0;
+    for _ in 0..SWEEP_ROUNDS {
+        let marked: Vec<u32> =
+            processes().filter(|&pid| pid != me && carries(pid, needle.as_bytes())).collect();
+        if marked.is_empty() {
+            break;
+        }
+        for &pid in &marked {
+            if let Ok(raw) = i32::try_from(pid) {
+                if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
+                    killed += 1;
+                }
+            }
+        }
+        for &pid in &marked {
+            reap_if_mine(pid, me);
+        }
+    }
+    killed
+}
+
+/// Ends what a previous daemon's CLI left: the CLI's process group, if `pid` still names the
+/// process that started at `start_time` (a reused pid is someone else's), and every process
+/// marked with `run_id`. Returns how many processes it ended.
+pub fn end_leftover(pid: u32, start_time: u64, run_id: &str) -> usize {
+    let mut ended = 0;
+    if self::start_time(pid) == Some(start_time) {
+        if let Ok(raw) = i32::try_from(pid) {
+            if killpg(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
+                ended += 1;
+            }
+        }
+    }
+    ended + end_run(run_id)
+}
+
+/// When `pid` started (field 22 of `/proc/PID/stat`: clock ticks since boot), which with the
+/// pid names one process for good.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the `(comm)`, which may itself hold spaces and parentheses.
+    let after = stat.rsplit_once(')')?.1;
+    // `after` starts with field 3 (state); the start time is field 22.
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Every process id in `/proc`.
+fn processes() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+}
+
+/// Whether `pid`'s environment holds `needle` as one whole entry.
+fn carries(pid: u32, needle: &[u8]) -> bool {
+    let Ok(environ) = std::fs::read(Path::new("/proc").join(pid.to_string()).join("environ"))
+    else {
+        return false;
+    };
+    environ.split(|&byte| byte == 0).any(|entry| entry == needle)
+}
+
+/// Waits for a killed process that is our child (adopted as a subreaper), so it leaves no
+/// zombie. Only pids we killed are waited for: the CLIs' own exits belong to their `Child`.
+fn reap_if_mine(pid: u32, me: u32) {
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse::<u32>().ok());
+    if parent == Some(me) {
+        if let Ok(raw) = i32::try_from(pid) {
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(raw), None);
+        }
+    }
+}
