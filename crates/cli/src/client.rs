@@ -283,7 +283,12 @@ fn describe_frame(frame: &Value) -> String {
             event["by"]
         ),
         Some(other) => other.to_owned(),
-        None => frame.to_string(),
+        // Not an event: the daemon's word about the subscription (lagged, store_failing,
+        // shutdown, ...).
+        None => match (frame["type"].as_str(), frame["message"].as_str()) {
+            (Some(kind), Some(message)) => format!("{kind}: {message}"),
+            _ => frame.to_string(),
+        },
     };
     format!("{seq}\t{detail}")
 }

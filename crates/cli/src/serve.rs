@@ -199,6 +199,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         ping_interval: None,
         allowed_env: args.allow_env.clone(),
         runs_file: Some(data_dir.join(RUNS_FILE)),
+        store_retry_limit: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

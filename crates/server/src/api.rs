@@ -381,6 +381,7 @@ struct SessionView {
 }
 
 fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
+    let record = crate::daemon::public_record(record);
     let pending_permissions = daemon.pending_permissions(&record.id);
     let running = daemon.handle(&record.id).is_ok() && !is_final_state(&record.state);
     SessionView { record, running, pending_permissions }
@@ -758,6 +759,15 @@ fn subscription_frame(
 ) -> Option<String> {
     Some(match item? {
         Ok(Subscribed::Event(record)) => event_text(&record),
+        Ok(Subscribed::StoreFailing(reason)) => json!({
+            "type": "store_failing",
+            "message": format!("{reason}; the daemon retries and holds the CLI back, nothing is lost yet"),
+        })
+        .to_string(),
+        Ok(Subscribed::StoreRecovered) => {
+            json!({"type": "store_recovered", "message": "the event log takes this session's events again"})
+                .to_string()
+        }
         Ok(Subscribed::Lagged) => {
             json!({"type": "lagged", "message": "you fell behind; catching up from the log"})
                 .to_string()

@@ -44,6 +44,11 @@ pub const PING_INTERVAL: Duration = Duration::from_secs(15);
 /// How long a graceful stop waits per step.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long the pump retries events the store refuses (a full disk, say) before it stops the
+/// session; meanwhile the CLI is held back (nothing more is read from it), so memory stays
+/// bounded. Retries come after 50 ms, doubling to at most 2 s.
+pub const STORE_RETRY_LIMIT: Duration = Duration::from_secs(60);
+
 /// How a daemon runs sessions.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonConfig {
@@ -66,6 +71,8 @@ pub struct DaemonConfig {
     /// How often the daemon pings a CLI's socket (`None`: [`PING_INTERVAL`]); a socket silent
     /// for two intervals is dropped.
     pub ping_interval: Option<Duration>,
+    /// How long events the store refuses are retried (`None`: [`STORE_RETRY_LIMIT`]).
+    pub store_retry_limit: Option<Duration>,
     /// Loader variables ([`LOADER_VARIABLES`]) a request's `env` may set all the same
     /// (`switchboard serve --allow-env NAME`).
     pub allowed_env: Vec<String>,
@@ -198,6 +205,11 @@ pub enum Subscribed {
     /// The subscriber fell behind the live buffer; it continues from the store (the next
     /// events follow without a gap).
     Lagged,
+    /// The session's events cannot be stored now (the reason); the daemon retries and holds
+    /// the CLI back. No event is lost or skipped meanwhile.
+    StoreFailing(String),
+    /// The store takes the session's events again.
+    StoreRecovered,
 }
 
 /// A live session: its handle, its projection, and its live tail.
@@ -208,6 +220,12 @@ struct LiveSession {
     tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
     /// Set by the pump when the session's CLI is gone and its last events are stored.
     finished: watch::Sender<bool>,
+    /// Why the session's events cannot be stored right now (`None` while they can): the
+    /// pump retries, holding the CLI back, and subscribers are told.
+    store_error: watch::Sender<Option<String>>,
+    /// Events the store refused for good and the log does not mention yet (noted as soon as
+    /// the store takes an event of this session again, a resume's included).
+    lost: std::sync::atomic::AtomicU64,
 }
 
 /// Where the daemon is in its life. Client sockets follow it: when it drains they are told,
@@ -397,7 +415,9 @@ impl Daemon {
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;
         self.run(record.clone(), handle, events, 0, None).await?;
-        let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+        let _ = self
+            .dashboard
+            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
         Ok((record, slot))
     }
 
@@ -509,11 +529,19 @@ impl Daemon {
         };
         self.check_transport(&config).await?;
         self.store.create_session(&record).await?;
-        if let Err(error) = self.start(record.clone(), config, 0, request.prompt.clone()).await {
+        // The log's first event, before any CLI runs: a log that cannot be written refuses the
+        // session here, not after it started.
+        let started = async {
+            self.note_started(&id, 0, false).await?;
+            self.start(record.clone(), config, 1, request.prompt.clone()).await
+        };
+        if let Err(error) = started.await {
             let _ = self.store.delete_session(&id).await;
             return Err(error);
         }
-        let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+        let _ = self
+            .dashboard
+            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
         Ok(self.record(&id).await?.unwrap_or(record))
     }
 
@@ -554,10 +582,11 @@ impl Daemon {
         let config = self.session_config(&request, Some(claude_session_id), false).await?;
         self.check_transport(&config).await?;
         let last = self.store.last_seq(id).await?;
+        self.note_started(id, last, true).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
         self.store.update_session(&record).await?;
-        self.start(record, config, last, None).await?;
+        self.start(record, config, last + 1, None).await?;
         self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
     }
 
@@ -679,6 +708,15 @@ impl Daemon {
         Ok(())
     }
 
+    /// Appends the `started` event that opens each run of a session's CLI (`resumed`: not its
+    /// first run), right after `last`.
+    async fn note_started(&self, id: &str, last: u64, resumed: bool) -> Result<(), DaemonError> {
+        let payload = json!({"event": "started", "resumed": resumed});
+        let record = event_record(id, last + 1, "switchboard", "started", payload.to_string());
+        self.store.append(std::slice::from_ref(&record)).await?;
+        Ok(())
+    }
+
     async fn start(
         self: &Arc<Self>,
         record: SessionRecord,
@@ -738,6 +776,8 @@ impl Daemon {
                     record: Mutex::new(record.clone()),
                     tail: std::sync::OnceLock::new(),
                     finished: watch::channel(false).0,
+                    store_error: watch::channel(None).0,
+                    lost: std::sync::atomic::AtomicU64::new(0),
                 })
             })
             .clone();
@@ -840,24 +880,24 @@ impl Daemon {
         if existing {
             self.record_changed(&next_id, &next).await;
         } else {
-            let _ = self.dashboard.send(json!({"event": "session_created", "session": record}));
+            let _ = self.dashboard.send(
+                json!({"event": "session_created", "session": public_record(record.clone())}),
+            );
         }
         self.started.notify_waiters();
         Ok((next_id, next, last))
     }
 
-    /// The live tail and end signal of a running session (subscribed before the caller reads
-    /// history, so nothing published afterwards is missed).
-    fn attach(
-        &self,
-        id: &str,
-    ) -> Option<(broadcast::Receiver<Arc<EventRecord>>, watch::Receiver<bool>)> {
+    /// The live tail, end signal and store state of a running session (subscribed before the
+    /// caller reads history, so nothing published afterwards is missed).
+    fn attach(&self, id: &str) -> Option<Attached> {
         let live = self.live(id)?;
         let finished = live.finished.subscribe();
         if *finished.borrow() {
             return None;
         }
-        Some((live.tail.get_or_init(|| broadcast::channel(LIVE_BUFFER).0).subscribe(), finished))
+        let tail = live.tail.get_or_init(|| broadcast::channel(LIVE_BUFFER).0).subscribe();
+        Some(Attached { tail, finished, store_error: live.store_error.subscribe() })
     }
 
     fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
@@ -966,6 +1006,13 @@ impl Daemon {
     }
 }
 
+/// What a subscription follows of a running session.
+struct Attached {
+    tail: broadcast::Receiver<Arc<EventRecord>>,
+    finished: watch::Receiver<bool>,
+    store_error: watch::Receiver<Option<String>>,
+}
+
 /// A subscription to one session's events: history from the store, then the live tail.
 ///
 /// It attaches to the tail before reading history, so nothing published from then on is
@@ -978,8 +1025,8 @@ pub struct Subscription {
     id: String,
     /// The last seq handed out.
     sent: u64,
-    /// The live tail and the session's end signal, while it runs.
-    tail: Option<(broadcast::Receiver<Arc<EventRecord>>, watch::Receiver<bool>)>,
+    /// The live tail, the session's end signal and its store state, while it runs.
+    tail: Option<Attached>,
     /// A page of history being handed out.
     backlog: std::collections::VecDeque<EventRecord>,
     /// Read the store before taking from the tail again.
@@ -1010,9 +1057,9 @@ impl Subscription {
                 }
                 // Fell a whole buffer behind the live tail while reading (or not reading):
                 // say so, and jump the tail to now; the store has everything in between.
-                if let Some((tail, _)) = self.tail.as_mut() {
-                    if tail.len() >= LIVE_BUFFER {
-                        *tail = tail.resubscribe();
+                if let Some(attached) = self.tail.as_mut() {
+                    if attached.tail.len() >= LIVE_BUFFER {
+                        attached.tail = attached.tail.resubscribe();
                         return Some(Ok(Subscribed::Lagged));
                     }
                 }
@@ -1027,7 +1074,7 @@ impl Subscription {
                 }
                 self.need_history = false;
             }
-            let Some((tail, finished)) = self.tail.as_mut() else {
+            let Some(Attached { tail, finished, store_error }) = self.tail.as_mut() else {
                 // Not running: wait for a resume (armed before looking, so none is missed).
                 let started = self.daemon.started.notified();
                 tokio::pin!(started);
@@ -1075,6 +1122,15 @@ impl Subscription {
                     self.tail = None;
                     self.need_history = true;
                 }
+                changed = store_error.changed() => {
+                    if changed.is_ok() {
+                        let now = store_error.borrow_and_update().clone();
+                        return Some(Ok(match now {
+                            Some(reason) => Subscribed::StoreFailing(reason),
+                            None => Subscribed::StoreRecovered,
+                        }));
+                    }
+                }
             }
         }
     }
@@ -1099,6 +1155,9 @@ async fn pump(
     let mut seen: HashMap<String, String> = HashMap::new();
     // Grows to what the session needs (an idle session holds no room for 256 events).
     let mut batch = Vec::new();
+    // Events the store refused for good (the session was stopped for it), not yet noted in
+    // the log (an earlier run's too).
+    let mut lost: u64 = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
     while let Some(first) = events.recv().await {
         batch.clear();
         batch.push(first);
@@ -1115,7 +1174,11 @@ async fn pump(
                 Some((at, _)) => rest.split_at(*at),
                 None => (rest, &[][..]),
             };
-            publish(&daemon, &id, &live, now, &mut seq, relay).await;
+            let stored = (lost == 0 || note_lost(&daemon, &id, &live, &mut seq, &mut lost).await)
+                && publish(&daemon, &id, &live, now, &mut seq, relay).await;
+            if !stored {
+                lost += now.len() as u64;
+            }
             if let Some((_, claude_session_id)) = rotation {
                 match daemon.rotate(&id, &live, seq, &claude_session_id, &mut seen).await {
                     Ok((next_id, next_live, next_seq)) => {
@@ -1132,6 +1195,10 @@ async fn pump(
             }
             rest = later;
         }
+    }
+    if lost > 0 && !note_lost(&daemon, &id, &live, &mut seq, &mut lost).await {
+        // Noted when this session stores an event again (a resume).
+        live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
     }
     // The session is over: drop the handle (its record stays, exited or crashed).
     if let Ok(mut handle) = live.handle.lock() {
@@ -1176,6 +1243,12 @@ fn rotation_point(live: &LiveSession, events: &[SessionEvent]) -> Option<(usize,
 
 /// Stores events, then publishes them (for a relay session, the CLI's raw lines to the relay's
 /// frontends too) and updates the session's record.
+///
+/// Nothing is published that is not stored, and a sequence number is used only by a stored
+/// event. When the store refuses a batch, subscribers and dashboards are told and the batch is
+/// tried again (the pump reads nothing more meanwhile, so the CLI is held back and memory stays
+/// bounded); if it is still refused after [`STORE_RETRY_LIMIT`], the session is stopped and
+/// marked crashed with the reason. Returns false then: the session's events are being lost.
 async fn publish(
     daemon: &Arc<Daemon>,
     id: &str,
@@ -1183,28 +1256,26 @@ async fn publish(
     batch: &[SessionEvent],
     seq: &mut u64,
     relay: bool,
-) {
+) -> bool {
     if batch.is_empty() {
-        return;
+        return true;
     }
     let records: Vec<Arc<EventRecord>> = batch
         .iter()
-        .map(|event| {
-            *seq += 1;
+        .zip(*seq + 1..)
+        .map(|(event, seq)| {
             let dir = match event {
                 SessionEvent::Line(line) if line.direction == LineDirection::FromCli => "from_cli",
                 SessionEvent::Line(_) => "to_cli",
                 _ => "switchboard",
             };
-            Arc::new(event_record(id, *seq, dir, event.kind(), event.to_json_text()))
+            Arc::new(event_record(id, seq, dir, event.kind(), event.to_json_text()))
         })
         .collect();
-    if let Err(error) = daemon.store.append_shared(&records).await {
-        // Never publish what is not stored. The session goes on; the failure is logged
-        // and these events are reported to subscribers as lost.
-        tracing::error!(session = %id, %error, "cannot store events");
-        return;
+    if !store_with_retries(daemon, id, live, &records).await {
+        return false;
     }
+    *seq += records.len() as u64;
     let changed = project(live, batch);
     if relay {
         for event in batch {
@@ -1224,6 +1295,98 @@ async fn publish(
     if changed {
         daemon.record_changed(id, live).await;
     }
+    true
+}
+
+/// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they
+/// are stored.
+async fn store_with_retries(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    live: &Arc<LiveSession>,
+    records: &[Arc<EventRecord>],
+) -> bool {
+    let limit = daemon.config.store_retry_limit.unwrap_or(STORE_RETRY_LIMIT);
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match daemon.store.append_shared(records).await {
+            Ok(()) => {
+                // Subscribers hear of a change only (every append passes here).
+                if live.store_error.send_if_modified(|error| error.take().is_some()) {
+                    tracing::info!(session = %id, "the store takes this session's events again");
+                    let _ = daemon
+                        .dashboard
+                        .send(json!({"event": "store_recovered", "session_id": id}));
+                }
+                return true;
+            }
+            Err(error) => {
+                let reason = format!("the event log cannot be written: {error}");
+                let first = live.store_error.send_if_modified(|error| {
+                    let first = error.is_none();
+                    *error = Some(reason.clone());
+                    first
+                });
+                if first {
+                    tracing::error!(session = %id, %error, "cannot store events; retrying, the CLI waits");
+                    let _ = daemon.dashboard.send(json!({
+                        "event": "store_failing", "session_id": id, "error": reason,
+                    }));
+                }
+                if started.elapsed() >= limit {
+                    fail_session(daemon, id, live, &reason).await;
+                    return false;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// Notes in the log that `lost` events could not be stored (one try: the session is
+/// failing). Whether it was stored; the log then goes on from the next seq.
+async fn note_lost(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    live: &Arc<LiveSession>,
+    seq: &mut u64,
+    lost: &mut u64,
+) -> bool {
+    let reason = live.store_error.borrow().clone().unwrap_or_default();
+    let payload = json!({"event": "lost", "count": *lost, "reason": reason});
+    let record = Arc::new(event_record(id, *seq + 1, "switchboard", "lost", payload.to_string()));
+    if daemon.store.append_shared(std::slice::from_ref(&record)).await.is_err() {
+        return false;
+    }
+    *seq += 1;
+    *lost = 0;
+    live.store_error.send_if_modified(|error| error.take().is_some());
+    if let Some(tail) = live.tail.get() {
+        let _ = tail.send(record);
+    }
+    true
+}
+
+/// The store refused a session's events for too long: its CLI is stopped (in the background:
+/// the pump goes on draining its events, which cannot be stored) and its record, kept in
+/// memory when the store cannot take it, says why.
+async fn fail_session(daemon: &Arc<Daemon>, id: &str, live: &Arc<LiveSession>, reason: &str) {
+    tracing::error!(session = %id, %reason, "giving up on storing this session's events; stopping it");
+    if let Some(handle) = live.handle.lock().ok().and_then(|handle| handle.clone()) {
+        tokio::spawn(async move {
+            let _ = handle.shutdown(STOP_GRACE).await;
+        });
+    }
+    if let Ok(mut record) = live.record.lock() {
+        record.state = "crashed".into();
+        record.updated_ms = now_ms();
+    }
+    let _ = daemon
+        .dashboard
+        .send(json!({"event": "session_failed", "session_id": id, "error": reason}));
+    daemon.record_changed(id, live).await;
 }
 
 /// Waits until a session's pump has finished (or its sender is gone).
@@ -1405,6 +1568,17 @@ fn read_policy_file(path: &std::path::Path) -> Result<String, DaemonError> {
     }
     String::from_utf8(bytes)
         .map_err(|_| DaemonError::Invalid(format!("policy file {shown:?} is not UTF-8 text")))
+}
+
+/// A session record as clients see it: the request it was created with, minus secrets (the
+/// values of `env` are replaced; the names stay). The store keeps them, for a resume.
+pub fn public_record(mut record: SessionRecord) -> SessionRecord {
+    if let Some(Value::Object(env)) = record.config.get_mut("env") {
+        for value in env.values_mut() {
+            *value = Value::from("(hidden)");
+        }
+    }
+    record
 }
 
 /// Whether a session state string is final.

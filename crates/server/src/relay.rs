@@ -23,7 +23,9 @@ pub(crate) fn status(text: &str) -> String {
     json!({"type": "status", "text": text}).to_string()
 }
 
-/// `GET /`: an externally launched CLI connects.
+/// `GET /`: an externally launched CLI connects. Its session is made once the upgrade is
+/// done: a client that goes away before the `101` leaves nothing behind (a session made
+/// before stayed `starting` for good).
 pub(crate) async fn cli(
     State(daemon): State<Arc<Daemon>>,
     headers: HeaderMap,
@@ -34,11 +36,21 @@ pub(crate) async fn cli(
             return Err(ApiError::unauthorized());
         }
     }
-    let (record, slot) = daemon.attach_external().await?;
     Ok(upgrade
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
         .read_buffer_size(crate::api::CLI_WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| async move {
+        .on_upgrade(move |mut socket| async move {
+            let (record, slot) = match daemon.attach_external().await {
+                Ok(attached) => attached,
+                Err(error) => {
+                    let close = axum::extract::ws::CloseFrame {
+                        code: axum::extract::ws::close_code::AGAIN,
+                        reason: error.to_string().into(),
+                    };
+                    let _ = socket.send(WsMessage::Close(Some(close))).await;
+                    return;
+                }
+            };
             daemon.set_relay_current(Some(record.id.clone()));
             daemon.relay_publish(&status("claude code connected"));
             // The CLI's lines reach the frontends from the session's pump, once stored (and

@@ -259,6 +259,7 @@ class Transcript {
       case 'control_timed_out': return this.notice(chunk, 'error', `The CLI did not answer ${event.subtype}`);
       case 'disconnected': return this.notice(chunk, 'warn', 'The CLI\'s connection dropped; it reconnects by itself (what it says meanwhile is lost).');
       case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${event.to}` }, 'continue there'), '.'));
+      case 'lost': return this.notice(chunk, 'error', `${event.count} events could not be stored and are missing here: ${event.reason}`);
       case 'undelivered': return this.notice(chunk, 'error', `A ${event.line_type} line for the CLI was lost with its connection and may not have arrived${event.line_type === 'user' ? ': send the message again if Claude does not answer it' : ''}.`);
       default: return undefined;
     }
@@ -728,6 +729,8 @@ class SessionView {
         const frame = JSON.parse(message.data);
         if (frame.type === 'lagged') return; // the missed events follow from the log
         if (frame.type === 'ack') return;
+        if (frame.type === 'store_failing' || frame.type === 'shutdown') { toast(frame.message); return; }
+        if (frame.type === 'store_recovered') { toast('The event log takes this session\'s events again.'); return; }
         if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
         if (typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
         const atEnd = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;

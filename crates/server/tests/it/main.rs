@@ -50,6 +50,7 @@ impl Server {
             ping_interval: ping,
             allowed_env: Vec::new(),
             runs_file: None,
+            store_retry_limit: None,
         };
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
@@ -516,6 +517,16 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
         message
     };
     refused(create(json!({"prompt": ""})).await, "prompt is empty");
+    // Environment values are secrets: kept for a resume, never shown to a client.
+    let (status, created) =
+        create(json!({"env": {"SERVICE_TOKEN": "s3cr3t-value"}, "claude": "/bin/true"})).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["config"]["env"]["SERVICE_TOKEN"], "(hidden)", "{created}");
+    let (_, listed) = server.get("/api/sessions").await;
+    assert!(!listed.to_string().contains("s3cr3t-value"), "{listed}");
+    let stored = server.daemon.store().list_sessions().await.unwrap();
+    assert_eq!(stored[0].config["env"]["SERVICE_TOKEN"], "s3cr3t-value", "kept for a resume");
+    server.daemon.stop(&stored[0].id, true).await.unwrap();
     refused(create(json!({"prompt": "  \n "})).await, "prompt is empty");
     // Environment: names must be names; loader variables need the daemon's consent.
     refused(create(json!({"env": {"": "x"}})).await, "not valid");
@@ -682,6 +693,7 @@ async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
         match tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap() {
             switchboard_server::Subscribed::Event(event) => seen.push(event.seq),
             switchboard_server::Subscribed::Lagged => lagged += 1,
+            other => panic!("the store did not fail: {other:?}"),
         }
     }
     assert!(lagged >= 1, "the subscriber was told it lagged");
@@ -1374,4 +1386,236 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("shutting down"), "{refused}");
+}
+
+/// A store whose appends fail while `failing` is set (a full disk, as the journal sees it).
+#[derive(Debug, Default)]
+struct FailingStore {
+    inner: switchboard_store::MemoryStore,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl FailingStore {
+    fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn check(&self) -> Result<(), switchboard_store::StoreError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(switchboard_store::StoreError::Database(
+                "disk I/O error: No space left on device".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for FailingStore {
+    async fn create_session(
+        &self,
+        record: &switchboard_store::SessionRecord,
+    ) -> Result<(), switchboard_store::StoreError> {
+        self.inner.create_session(record).await
+    }
+    async fn update_session(
+        &self,
+        record: &switchboard_store::SessionRecord,
+    ) -> Result<(), switchboard_store::StoreError> {
+        self.inner.update_session(record).await
+    }
+    async fn get_session(
+        &self,
+        id: &str,
+    ) -> Result<Option<switchboard_store::SessionRecord>, switchboard_store::StoreError> {
+        self.inner.get_session(id).await
+    }
+    async fn list_sessions(
+        &self,
+    ) -> Result<Vec<switchboard_store::SessionRecord>, switchboard_store::StoreError> {
+        self.inner.list_sessions().await
+    }
+    async fn delete_session(&self, id: &str) -> Result<(), switchboard_store::StoreError> {
+        self.inner.delete_session(id).await
+    }
+    async fn append(
+        &self,
+        events: &[switchboard_store::EventRecord],
+    ) -> Result<(), switchboard_store::StoreError> {
+        self.check()?;
+        self.inner.append(events).await
+    }
+    async fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<switchboard_store::EventRecord>, switchboard_store::StoreError> {
+        self.inner.events_after(id, after, limit).await
+    }
+    async fn events_before(
+        &self,
+        id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<switchboard_store::EventRecord>, switchboard_store::StoreError> {
+        self.inner.events_before(id, before, limit).await
+    }
+    async fn last_seq(&self, id: &str) -> Result<u64, switchboard_store::StoreError> {
+        self.inner.last_seq(id).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_events_loses_none_and_says_so() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first answer").when_prompt("ONE"))
+            .reply(Reply::text("second answer").when_prompt("TWO")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store = Arc::new(FailingStore::default());
+    let server = Server::start(store.clone(), &api, &sandbox).await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe")).await;
+    ws.until(is_result).await;
+
+    // The disk fills; a turn runs meanwhile.
+    store.set_failing(true);
+    let (status, _) =
+        server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "TWO"})).await;
+    assert_eq!(status, 202);
+    let failing = ws.until(|frame| frame["type"] == "store_failing").await;
+    assert!(
+        failing.last().unwrap()["message"].as_str().unwrap().contains("No space left"),
+        "{failing:?}"
+    );
+    // A session cannot even start while its log cannot be written.
+    let (status, refused) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "x"})).await;
+    assert_eq!(status, 500, "{refused}");
+    assert_eq!(refused["error"]["code"], "store_error");
+
+    // Room again: everything arrives, in order, with no number skipped.
+    store.set_failing(false);
+    let frames = ws.until(is_result).await;
+    assert!(frames.iter().any(|frame| frame["type"] == "store_recovered"), "{frames:?}");
+    let (_, log) = server.get(&format!("/api/sessions/{id}/events")).await;
+    let seqs: Vec<u64> =
+        log.as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap, nothing used up");
+    assert!(log.to_string().contains("second answer"), "the turn that ran meanwhile is all there");
+    let (_, sessions) = server.get("/api/sessions").await;
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "the refused session left nothing behind");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store = Arc::new(FailingStore::default());
+    let config = DaemonConfig {
+        claude: Some(real_cli(CliVersion::V2_1_330)),
+        env: sandbox.env(&api.base_url()).into_iter().collect(),
+        clear_env: true,
+        store_retry_limit: Some(Duration::from_millis(300)),
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let record = daemon
+        .create(switchboard_server::CreateSession {
+            cwd: sandbox.workdir(),
+            prompt: Some("first".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // A first turn, stored (so that the session can be resumed later).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let now = daemon.record(&record.id).await.unwrap().unwrap();
+        if now.state == "idle" && now.claude_session_id.is_some() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the first turn never ended: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut dashboard = daemon.dashboard();
+    store.set_failing(true);
+    daemon.running(&record.id).await.unwrap().send_text("hello").await.unwrap();
+    let failed = loop {
+        let change = tokio::time::timeout(WAIT, dashboard.recv()).await.unwrap().unwrap();
+        if change["event"] == "session_failed" {
+            break change;
+        }
+    };
+    assert!(failed["error"].as_str().unwrap().contains("No space left"), "{failed}");
+    // The CLI is stopped; the record says crashed.
+    let mut subscription = daemon.subscribe(&record.id, 0);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while daemon.handle(&record.id).is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "the session was never stopped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(daemon.record(&record.id).await.unwrap().unwrap().state, "crashed");
+    // Once the store takes events again, the log says how many were lost, in sequence.
+    store.set_failing(false);
+    daemon.resume(&record.id).await.unwrap();
+    let mut kinds = Vec::new();
+    let mut last = 0;
+    while !kinds.contains(&"lost".to_owned()) {
+        let item = tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap();
+        if let switchboard_server::Subscribed::Event(event) = item {
+            assert_eq!(event.seq, last + 1, "no gap");
+            last = event.seq;
+            kinds.push(event.kind.clone());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_upgrade_abandoned_before_the_101_leaves_no_session() {
+    use tokio::io::AsyncWriteExt;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    // A CLI that asks to upgrade and is gone before the answer.
+    let mut abandoned = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "GET / HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {TOKEN}\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    abandoned.write_all(request.as_bytes()).await.unwrap();
+    drop(abandoned);
+    // A CLI that connects for real, and leaves: its session ends.
+    let cli = server.relay_cli().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.daemon.store().list_sessions().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the real CLI never got a session");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(cli);
+    // Every session ends; none waits for a CLI that left before its 101.
+    loop {
+        let sessions = server.daemon.store().list_sessions().await.unwrap();
+        let waiting: Vec<_> =
+            sessions.iter().filter(|session| session.state == "starting").collect();
+        if waiting.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions wait for CLIs that left: {waiting:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop().await;
 }
