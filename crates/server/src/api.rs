@@ -3,9 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Query, Request, State};
+use axum::extract::ws::{Message as WsMessage, WebSocket};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,6 +19,7 @@ use switchboard_store::{EventRecord, SessionRecord};
 use crate::auth::{require_auth, AuthConfig};
 use crate::daemon::{is_final_state, CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
+use crate::extract::{Body, Params, Upgrade};
 
 /// The largest request body accepted (prompts may carry base64 images).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -47,70 +47,96 @@ pub const INGRESS_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// The most events one `GET .../events` returns.
 pub const MAX_EVENTS_PAGE: usize = 5000;
 
-/// Every route, as `(method, path)`; `docs/api.md` documents each (a test checks).
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/health"),
-    ("GET", "/api/sessions"),
-    ("POST", "/api/sessions"),
-    ("GET", "/api/sessions/{id}"),
-    ("DELETE", "/api/sessions/{id}"),
-    ("POST", "/api/sessions/{id}/messages"),
-    ("POST", "/api/sessions/{id}/interrupt"),
-    ("POST", "/api/sessions/{id}/model"),
-    ("POST", "/api/sessions/{id}/permission-mode"),
-    ("POST", "/api/sessions/{id}/resume"),
-    ("GET", "/api/sessions/{id}/permissions"),
-    ("POST", "/api/sessions/{id}/permissions/{request_id}"),
-    ("GET", "/api/sessions/{id}/events"),
-    ("GET", "/api/sessions/{id}/subscribe"),
-    ("GET", "/api/events"),
-    ("GET", "/api/claude/sessions"),
-    ("GET", "/api/claude/sessions/{id}"),
-    ("GET", "/api/claude/sessions/{id}/subscribe"),
-    ("GET", "/ws"),
-    ("GET", "/"),
-    ("GET", "/ui/{*path}"),
-];
+/// Who checks a route's caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// The API's token ([`require_auth`]).
+    Api,
+    /// A token of the route's own, checked by its handler: a CLI's per-session token, the
+    /// relay's ingress token, or the page at `/` (which shows the login form).
+    Own,
+}
 
-/// Builds the router.
-pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
-    let api = Router::new()
-        .route("/api/health", get(health))
-        .route("/api/sessions", get(list_sessions).post(create_session))
-        .route("/api/sessions/{id}", get(get_session).delete(delete_session))
-        .route("/api/sessions/{id}/messages", post(send_message))
-        .route("/api/sessions/{id}/interrupt", post(interrupt))
-        .route("/api/sessions/{id}/model", post(set_model))
-        .route("/api/sessions/{id}/permission-mode", post(set_permission_mode))
-        .route("/api/sessions/{id}/resume", post(resume))
-        .route("/api/sessions/{id}/permissions", get(list_permissions))
-        .route("/api/sessions/{id}/permissions/{request_id}", post(answer_permission))
-        .route("/api/sessions/{id}/events", get(list_events))
-        .route("/api/sessions/{id}/subscribe", get(subscribe))
-        .route("/api/events", get(dashboard))
-        .route("/api/claude/sessions", get(crate::compat::list))
-        .route("/api/claude/sessions/{id}", get(crate::compat::get))
-        .route("/api/claude/sessions/{id}/subscribe", get(crate::compat::subscribe))
-        .route("/ws", get(crate::relay::frontend))
+/// One route: method, path, who checks the caller, and the handler.
+pub struct Route {
+    /// `GET`, `POST`, `DELETE`.
+    pub method: &'static str,
+    /// The path, with `{parameters}`.
+    pub path: &'static str,
+    /// Who checks the caller.
+    pub guard: Guard,
+    handler: axum::routing::MethodRouter<Arc<Daemon>>,
+}
+
+/// Every route, defined once: the router is built from this table, and `docs/api.md`
+/// documents exactly these (a test checks both ways).
+pub fn routes() -> Vec<Route> {
+    use axum::routing::delete;
+    let route = |method, path, guard, handler| Route { method, path, guard, handler };
+    vec![
+        route("GET", "/api/health", Guard::Api, get(health)),
+        route("GET", "/api/sessions", Guard::Api, get(list_sessions)),
+        route("POST", "/api/sessions", Guard::Api, post(create_session)),
+        route("GET", "/api/sessions/{id}", Guard::Api, get(get_session)),
+        route("DELETE", "/api/sessions/{id}", Guard::Api, delete(delete_session)),
+        route("POST", "/api/sessions/{id}/messages", Guard::Api, post(send_message)),
+        route("POST", "/api/sessions/{id}/interrupt", Guard::Api, post(interrupt)),
+        route("POST", "/api/sessions/{id}/model", Guard::Api, post(set_model)),
+        route("POST", "/api/sessions/{id}/permission-mode", Guard::Api, post(set_permission_mode)),
+        route("POST", "/api/sessions/{id}/resume", Guard::Api, post(resume)),
+        route("GET", "/api/sessions/{id}/permissions", Guard::Api, get(list_permissions)),
+        route(
+            "POST",
+            "/api/sessions/{id}/permissions/{request_id}",
+            Guard::Api,
+            post(answer_permission),
+        ),
+        route("GET", "/api/sessions/{id}/events", Guard::Api, get(list_events)),
+        route("GET", "/api/sessions/{id}/subscribe", Guard::Api, get(subscribe)),
+        route("GET", "/api/events", Guard::Api, get(dashboard)),
+        route("GET", "/api/claude/sessions", Guard::Api, get(crate::compat::list)),
+        route("GET", "/api/claude/sessions/{id}", Guard::Api, get(crate::compat::get)),
+        route(
+            "GET",
+            "/api/claude/sessions/{id}/subscribe",
+            Guard::Api,
+            get(crate::compat::subscribe),
+        ),
+        route("GET", "/ws", Guard::Api, get(crate::relay::frontend)),
         // The UI's files go out gzipped to browsers that take it (a third of the bytes).
-        .route(
+        route(
+            "GET",
             "/ui/{*path}",
+            Guard::Api,
             get(crate::ui::asset).layer(tower_http::compression::CompressionLayer::new()),
-        )
+        ),
+        route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
+        route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),
+        // The relay's CLI socket (an upgrade) or the web UI's page.
+        route("GET", "/", Guard::Own, get(crate::ui::root)),
+    ]
+}
+
+/// Builds the router from [`routes`].
+pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
+    let mut api = Router::new();
+    let mut own = Router::new();
+    for route in routes() {
+        match route.guard {
+            Guard::Api => api = api.route(route.path, route.handler),
+            Guard::Own => own = own.route(route.path, route.handler),
+        }
+    }
+    let api = api
         .fallback(not_found)
-        .with_state(daemon.clone());
-    // The CLI's own socket carries its per-session token, not the daemon's: the handler
-    // checks it, outside the API's auth. `/` is the relay's CLI socket or the web UI's page,
-    // which checks the token itself (a browser without one gets the login page).
-    let ingress = Router::new()
-        .route("/v1/sessions/ws/{slot}", get(ingress))
-        .route("/session/{slot}/events", post(ingress_events))
-        .route("/", get(crate::ui::root))
-        .layer(axum::Extension(auth.clone()))
+        .method_not_allowed_fallback(crate::extract::method_not_allowed)
+        .with_state(daemon.clone())
+        .layer(axum::middleware::from_fn_with_state(auth.clone(), require_auth));
+    let own = own
+        .method_not_allowed_fallback(crate::extract::method_not_allowed)
+        .layer(axum::Extension(auth))
         .with_state(daemon);
-    ingress
-        .merge(api.layer(axum::middleware::from_fn_with_state(auth, require_auth)))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    own.merge(api).layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// The slot `slot_id` if the request carries its token.
@@ -176,7 +202,7 @@ async fn ingress(
     State(daemon): State<Arc<Daemon>>,
     Path(slot_id): Path<String>,
     headers: axum::http::HeaderMap,
-    upgrade: WebSocketUpgrade,
+    Upgrade(upgrade): Upgrade,
 ) -> Result<Response, ApiError> {
     let slot = ingress_slot(&daemon, &slot_id, &headers)?;
     Ok(upgrade
@@ -343,32 +369,6 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
 }
 
-/// JSON bodies whose rejections use the API's error format.
-struct Body<T>(T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(request, state).await {
-            Ok(Json(value)) => Ok(Body(value)),
-            Err(rejection) => Err(match rejection {
-                JsonRejection::JsonDataError(error) => ApiError::invalid(error.body_text()),
-                JsonRejection::JsonSyntaxError(error) => ApiError::invalid(error.body_text()),
-                JsonRejection::MissingJsonContentType(_) => {
-                    ApiError::invalid("send the body as JSON with Content-Type: application/json")
-                }
-                JsonRejection::BytesRejection(error) => ApiError {
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
-                    code: "too_large",
-                    message: error.body_text(),
-                },
-                other => ApiError::invalid(other.body_text()),
-            }),
-        }
-    }
-}
-
 /// A session as the API shows it.
 #[derive(Debug, Serialize)]
 struct SessionView {
@@ -435,7 +435,7 @@ struct DeleteQuery {
 async fn delete_session(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Query(query): Query<DeleteQuery>,
+    Params(query): Params<DeleteQuery>,
 ) -> Result<Response, ApiError> {
     daemon.stop(&id, query.purge).await?;
     if query.purge {
@@ -638,7 +638,7 @@ fn event_text(record: &EventRecord) -> String {
 async fn list_events(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Query(query): Query<EventsQuery>,
+    Params(query): Params<EventsQuery>,
 ) -> Result<Response, ApiError> {
     if daemon.record(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("no session {id}")));
@@ -666,8 +666,8 @@ struct SubscribeQuery {
 async fn subscribe(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Query(query): Query<SubscribeQuery>,
-    upgrade: WebSocketUpgrade,
+    Params(query): Params<SubscribeQuery>,
+    Upgrade(upgrade): Upgrade,
 ) -> Result<Response, ApiError> {
     if daemon.record(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("no session {id}")));
@@ -831,7 +831,7 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Va
     })
 }
 
-async fn dashboard(State(daemon): State<Arc<Daemon>>, upgrade: WebSocketUpgrade) -> Response {
+async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade) -> Response {
     upgrade.max_message_size(64 * 1024).read_buffer_size(WS_READ_BUFFER_BYTES).on_upgrade(move |socket| async move {
         let (mut sink, incoming) = socket.split();
         // The client sends nothing of use: the reader only tells when it goes.

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message as WsMessage, WebSocket};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Json;
@@ -58,7 +58,7 @@ async fn find(daemon: &Daemon, id: &str) -> Result<TranscriptInfo, ApiError> {
 pub(crate) async fn subscribe(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    upgrade: WebSocketUpgrade,
+    crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
     let info = find(&daemon, &id).await?;
     Ok(upgrade

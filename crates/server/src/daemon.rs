@@ -212,9 +212,11 @@ pub enum Subscribed {
     StoreRecovered,
 }
 
-/// A live session: its handle, its projection, and its live tail.
+/// A live session: its current run, its projection, and its live tail.
 struct LiveSession {
-    handle: Mutex<Option<SessionHandle>>,
+    /// The session's one lifecycle value: which run of its CLI is current, and its handle
+    /// while it runs. Begun by the daemon, ended only by that run's own pump.
+    run: Mutex<Run>,
     record: Mutex<SessionRecord>,
     /// The live tail, created by the first subscriber (an unwatched session pays nothing).
     tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
@@ -226,6 +228,72 @@ struct LiveSession {
     /// Events the store refused for good and the log does not mention yet (noted as soon as
     /// the store takes an event of this session again, a resume's included).
     lost: std::sync::atomic::AtomicU64,
+}
+
+/// A session's current run (see [`LiveSession::run`]).
+#[derive(Default)]
+struct Run {
+    /// Counts the runs: the first is 1, each resume the next.
+    number: u64,
+    /// The session's handle while this run's CLI runs.
+    handle: Option<SessionHandle>,
+}
+
+impl LiveSession {
+    fn new(record: SessionRecord) -> LiveSession {
+        LiveSession {
+            run: Mutex::new(Run::default()),
+            record: Mutex::new(record),
+            tail: std::sync::OnceLock::new(),
+            finished: watch::channel(false).0,
+            store_error: watch::channel(None).0,
+            lost: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Begins the next run, with `handle`; its number.
+    fn begin(&self, handle: Option<SessionHandle>) -> Result<u64, DaemonError> {
+        let mut run = self.lock_run()?;
+        run.number += 1;
+        run.handle = handle;
+        self.finished.send_replace(false);
+        Ok(run.number)
+    }
+
+    /// Ends run `number`, if it is still the current one (a resume may have begun the next
+    /// while this one's pump finished: that run must not be marked finished). Whether it was.
+    fn end(&self, number: u64) -> bool {
+        let Ok(mut run) = self.lock_run() else { return false };
+        if run.number != number {
+            return false;
+        }
+        run.handle = None;
+        self.finished.send_replace(true);
+        true
+    }
+
+    /// Ends the current run and hands its handle over (a relay CLI rotating to another
+    /// session).
+    fn hand_over(&self) -> Result<Option<SessionHandle>, DaemonError> {
+        let mut run = self.lock_run()?;
+        let handle = run.handle.take();
+        self.finished.send_replace(true);
+        Ok(handle)
+    }
+
+    /// The current run's number.
+    fn run_number(&self) -> u64 {
+        self.lock_run().map(|run| run.number).unwrap_or(0)
+    }
+
+    /// The handle while a run's CLI runs.
+    fn handle(&self) -> Option<SessionHandle> {
+        self.lock_run().ok()?.handle.clone()
+    }
+
+    fn lock_run(&self) -> Result<std::sync::MutexGuard<'_, Run>, DaemonError> {
+        self.run.lock().map_err(|_| DaemonError::Internal("a session's state is poisoned".into()))
+    }
 }
 
 /// Where the daemon is in its life. Client sockets follow it: when it drains they are told,
@@ -490,7 +558,7 @@ impl Daemon {
         live.into_iter().find_map(|live| {
             let same =
                 live.record.lock().ok()?.claude_session_id.as_deref() == Some(claude_session_id);
-            let handle = live.handle.lock().ok()?.clone()?;
+            let handle = live.handle()?;
             same.then_some(handle)
         })
     }
@@ -557,10 +625,7 @@ impl Daemon {
     /// log continues where it stopped.
     pub async fn resume(self: &Arc<Self>, id: &str) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
-        if self
-            .live(id)
-            .is_some_and(|live| live.handle.lock().map(|h| h.is_some()).unwrap_or(false))
-        {
+        if self.live(id).is_some_and(|live| live.handle().is_some()) {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }
         let mut record = self
@@ -738,14 +803,14 @@ impl Daemon {
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
-        let live = self.go_live(record, Some(handle.clone()))?;
+        let (live, number) = self.go_live(record, Some(handle.clone()))?;
         let run = handle.cli_run().cloned();
         if let Some(run) = &run {
             self.record_run(run, true).await;
         }
         let daemon = self.clone();
         tokio::spawn(async move {
-            pump(daemon.clone(), id, live, events, last_seq).await;
+            pump(daemon.clone(), id, live, number, events, last_seq).await;
             if let Some(run) = run {
                 daemon.record_run(&run, false).await;
             }
@@ -757,38 +822,29 @@ impl Daemon {
         Ok(())
     }
 
-    /// Makes `record`'s session live with `handle` (its entry is kept across restarts, so its
-    /// live tail's subscribers stay attached).
+    /// Makes `record`'s session live with `handle`, in its next run (its entry is kept across
+    /// restarts, so its live tail's subscribers stay attached). Returns it and the run's
+    /// number.
     fn go_live(
         &self,
         record: SessionRecord,
         handle: Option<SessionHandle>,
-    ) -> Result<Arc<LiveSession>, DaemonError> {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
-        let live = sessions
-            .entry(record.id.clone())
-            .or_insert_with(|| {
-                Arc::new(LiveSession {
-                    handle: Mutex::new(None),
-                    record: Mutex::new(record.clone()),
-                    tail: std::sync::OnceLock::new(),
-                    finished: watch::channel(false).0,
-                    store_error: watch::channel(None).0,
-                    lost: std::sync::atomic::AtomicU64::new(0),
-                })
-            })
-            .clone();
-        if let Ok(mut slot) = live.handle.lock() {
-            *slot = handle;
-        }
+    ) -> Result<(Arc<LiveSession>, u64), DaemonError> {
+        let live = {
+            let mut sessions = self
+                .sessions
+                .lock()
+                .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
+            sessions
+                .entry(record.id.clone())
+                .or_insert_with(|| Arc::new(LiveSession::new(record.clone())))
+                .clone()
+        };
         if let Ok(mut slot) = live.record.lock() {
             *slot = record;
         }
-        live.finished.send_replace(false);
-        Ok(live)
+        let run = live.begin(handle)?;
+        Ok((live, run))
     }
 
     /// Stores a session's changed record and tells the dashboards.
@@ -817,9 +873,8 @@ impl Daemon {
         seq: u64,
         claude_session_id: &str,
         seen: &mut HashMap<String, String>,
-    ) -> Result<(String, Arc<LiveSession>, u64), DaemonError> {
+    ) -> Result<(String, Arc<LiveSession>, u64, u64), DaemonError> {
         let poisoned = || DaemonError::Internal("daemon state poisoned".into());
-        let handle = live.handle.lock().map_err(|_| poisoned())?.take();
         let mut old = current_record(live).ok_or_else(poisoned)?;
         if let Some(previous) = &old.claude_session_id {
             seen.insert(previous.clone(), id.to_owned());
@@ -842,7 +897,7 @@ impl Daemon {
         if let Ok(mut record) = live.record.lock() {
             *record = old.clone();
         }
-        live.finished.send_replace(true);
+        let handle = live.hand_over()?;
         self.record_changed(id, live).await;
 
         // The new one carries on.
@@ -871,7 +926,7 @@ impl Daemon {
             self.store.create_session(&record).await?;
             (record, 0)
         };
-        let next = self.go_live(record.clone(), handle)?;
+        let (next, number) = self.go_live(record.clone(), handle)?;
         if let Ok(mut current) = self.relay_current.lock() {
             if current.as_deref() == Some(id) {
                 *current = Some(next_id.clone());
@@ -885,7 +940,7 @@ impl Daemon {
             );
         }
         self.started.notify_waiters();
-        Ok((next_id, next, last))
+        Ok((next_id, next, number, last))
     }
 
     /// The live tail, end signal and store state of a running session (subscribed before the
@@ -920,7 +975,7 @@ impl Daemon {
     /// [`Daemon::running`]).
     pub fn handle(&self, id: &str) -> Result<SessionHandle, DaemonError> {
         self.live(id)
-            .and_then(|live| live.handle.lock().ok().and_then(|handle| handle.clone()))
+            .and_then(|live| live.handle())
             .ok_or_else(|| DaemonError::NotRunning(id.to_owned()))
     }
 
@@ -1146,6 +1201,7 @@ async fn pump(
     daemon: Arc<Daemon>,
     mut id: String,
     mut live: Arc<LiveSession>,
+    mut run: u64,
     mut events: mpsc::Receiver<SessionEvent>,
     mut seq: u64,
 ) {
@@ -1181,8 +1237,8 @@ async fn pump(
             }
             if let Some((_, claude_session_id)) = rotation {
                 match daemon.rotate(&id, &live, seq, &claude_session_id, &mut seen).await {
-                    Ok((next_id, next_live, next_seq)) => {
-                        (id, live, seq) = (next_id, next_live, next_seq);
+                    Ok((next_id, next_live, next_run, next_seq)) => {
+                        (id, live, run, seq) = (next_id, next_live, next_run, next_seq);
                     }
                     Err(error) => {
                         tracing::error!(session = %id, %error, "cannot rotate the relay session");
@@ -1200,14 +1256,14 @@ async fn pump(
         // Noted when this session stores an event again (a resume).
         live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
     }
-    // The session is over: drop the handle (its record stays, exited or crashed).
-    if let Ok(mut handle) = live.handle.lock() {
-        *handle = None;
+    // This run is over: its record is stored (exited or crashed) and the run ends, unless a
+    // resume began the next run meanwhile (then the record and the end are that run's).
+    if live.run_number() == run {
+        if let Some(record) = current_record(&live) {
+            let _ = daemon.store.update_session(&record).await;
+        }
     }
-    if let Some(record) = current_record(&live) {
-        let _ = daemon.store.update_session(&record).await;
-    }
-    live.finished.send_replace(true);
+    live.end(run);
     if relay {
         daemon.relay_publish(&crate::relay::status("claude code disconnected"));
     }
@@ -1374,7 +1430,7 @@ async fn note_lost(
 /// memory when the store cannot take it, says why.
 async fn fail_session(daemon: &Arc<Daemon>, id: &str, live: &Arc<LiveSession>, reason: &str) {
     tracing::error!(session = %id, %reason, "giving up on storing this session's events; stopping it");
-    if let Some(handle) = live.handle.lock().ok().and_then(|handle| handle.clone()) {
+    if let Some(handle) = live.handle() {
         tokio::spawn(async move {
             let _ = handle.shutdown(STOP_GRACE).await;
         });
@@ -1584,4 +1640,53 @@ pub fn public_record(mut record: SessionRecord) -> SessionRecord {
 /// Whether a session state string is final.
 pub fn is_final_state(state: &str) -> bool {
     matches!(state, "exited" | "crashed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> SessionRecord {
+        SessionRecord {
+            id: "s".into(),
+            claude_session_id: None,
+            cwd: "/".into(),
+            model: None,
+            permission_mode: None,
+            state: "starting".into(),
+            title: None,
+            cost_usd: 0.0,
+            created_ms: 0,
+            updated_ms: 0,
+            config: Value::Null,
+        }
+    }
+
+    #[test]
+    fn a_finishing_run_never_ends_the_run_after_it() {
+        let live = LiveSession::new(record());
+        let first = live.begin(None).unwrap();
+        assert!(!*live.finished.borrow());
+        // A resume begins the next run while the first run's pump is still finishing.
+        let second = live.begin(None).unwrap();
+        assert_eq!((first, second), (1, 2));
+        // The first pump's end changes nothing: the second run goes on.
+        assert!(!live.end(first));
+        assert!(!*live.finished.borrow(), "the resumed run was marked finished");
+        assert_eq!(live.run_number(), second);
+        // Its own end does end it, once.
+        assert!(live.end(second));
+        assert!(*live.finished.borrow());
+        assert!(!live.end(first));
+    }
+
+    #[test]
+    fn daemon_failures_are_server_errors_not_the_callers() {
+        let internal = crate::ApiError::from(DaemonError::Internal("poisoned".into()));
+        assert_eq!(internal.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        let store = crate::ApiError::from(DaemonError::Store(StoreError::Closed));
+        assert_eq!(store.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        let draining = crate::ApiError::from(DaemonError::ShuttingDown);
+        assert_eq!(draining.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+    }
 }

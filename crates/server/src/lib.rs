@@ -10,6 +10,7 @@ pub mod auth;
 mod compat;
 pub mod daemon;
 pub mod error;
+mod extract;
 mod relay;
 mod serve;
 pub mod transcripts;

@@ -62,7 +62,7 @@ pub(crate) async fn cli(
 /// `GET /ws`: a frontend.
 pub(crate) async fn frontend(
     State(daemon): State<Arc<Daemon>>,
-    upgrade: WebSocketUpgrade,
+    crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Response {
     upgrade
         .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)

@@ -486,6 +486,26 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
     assert_eq!(page.as_array().unwrap().len(), 2);
     let (status, _) = server.get("/api/no/such/thing").await;
     assert_eq!(status, 404);
+    // One error shape everywhere: a bad query string, a wrong method, a plain request to a
+    // WebSocket endpoint, the relay's own endpoints.
+    let (status, body) = server.get("/api/sessions/stopped/events?after=soon").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("query string"), "{body}");
+    let wrong_method = server
+        .client()
+        .delete(format!("{}/api/health", server.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status().as_u16(), 405);
+    let body: Value = wrong_method.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+    let (status, body) = server.get("/api/events").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (426, Some("upgrade_required")), "{body}");
+    let put_root = server.client().put(format!("{}/", server.base)).send().await.unwrap();
+    assert_eq!(put_root.status().as_u16(), 405);
+    assert_eq!(put_root.json::<Value>().await.unwrap()["error"]["code"], "method_not_allowed");
     let huge = "x".repeat(20 * 1024 * 1024);
     let response = server
         .client()
@@ -622,11 +642,36 @@ async fn every_route_is_served_and_documented() {
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    for (method, path) in switchboard_server::api::ROUTES {
+    // Both ways: every route is documented, and every documented route exists.
+    let routes: Vec<(String, String)> = switchboard_server::api::routes()
+        .iter()
+        .map(|route| (route.method.to_owned(), route.path.to_owned()))
+        .collect();
+    let documented: Vec<(String, String)> = docs
+        .lines()
+        .filter_map(|line| line.strip_prefix("### "))
+        .filter_map(|heading| {
+            let mut words = heading.split_whitespace();
+            Some((words.next()?.to_owned(), words.next()?.to_owned()))
+        })
+        .collect();
+    for route in &routes {
         assert!(
-            docs.contains(&format!("{method} {path}")),
-            "docs/api.md does not document `{method} {path}`"
+            documented.contains(route),
+            "docs/api.md does not document `{} {}`",
+            route.0,
+            route.1
         );
+    }
+    for route in &documented {
+        assert!(
+            routes.contains(route),
+            "docs/api.md documents `{} {}`, which is no route",
+            route.0,
+            route.1
+        );
+    }
+    for (method, path) in routes.iter().filter(|(_, path)| !path.contains("{slot}")) {
         let concrete = path.replace("{id}", "some-id").replace("{request_id}", "some-request");
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let response = server
@@ -1617,5 +1662,21 @@ async fn a_relay_upgrade_abandoned_before_the_101_leaves_no_session() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreadable_transcript_directory_is_the_daemons_failure() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    // Where the transcripts' directory should be, a file: reading it fails for any user.
+    let claude = sandbox.home().join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::fs::write(claude.join("projects"), "not a directory").unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, body) = server.get("/api/claude/sessions").await;
+    assert_eq!(status, 500, "{body}");
+    assert_eq!(body["error"]["code"], "internal");
     server.stop().await;
 }

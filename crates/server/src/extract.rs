@@ -1,0 +1,87 @@
+//! Extractors whose rejections use the API's one error shape (`{"error": {"code",
+//! "message"}}`): axum's own answer in plain text. Every handler takes its body, query and
+//! WebSocket upgrade through these.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::Json;
+
+use crate::error::ApiError;
+
+/// A JSON body.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(match rejection {
+                JsonRejection::JsonDataError(error) => ApiError::invalid(error.body_text()),
+                JsonRejection::JsonSyntaxError(error) => ApiError::invalid(error.body_text()),
+                JsonRejection::MissingJsonContentType(_) => {
+                    ApiError::invalid("send the body as JSON with Content-Type: application/json")
+                }
+                JsonRejection::BytesRejection(error) => ApiError {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    code: "too_large",
+                    message: error.body_text(),
+                },
+                other => ApiError::invalid(other.body_text()),
+            }),
+        }
+    }
+}
+
+/// The query string.
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Params(value)),
+            Err(rejection) => Err(query_error(rejection)),
+        }
+    }
+}
+
+fn query_error(rejection: QueryRejection) -> ApiError {
+    ApiError::invalid(format!("the query string is not valid: {}", rejection.body_text()))
+}
+
+/// A WebSocket upgrade: a plain request to a WebSocket endpoint is `426`.
+pub(crate) struct Upgrade(pub(crate) axum::extract::ws::WebSocketUpgrade);
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state)
+            .await
+            .map(Upgrade)
+            .map_err(upgrade_error)
+    }
+}
+
+fn upgrade_error(rejection: WebSocketUpgradeRejection) -> ApiError {
+    ApiError {
+        status: StatusCode::UPGRADE_REQUIRED,
+        code: "upgrade_required",
+        message: format!("this endpoint is a WebSocket: {}", rejection.body_text()),
+    }
+}
+
+/// `405`, for a known path with another method.
+pub(crate) async fn method_not_allowed() -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: "this endpoint does not take that method (docs/api.md lists each route's)".into(),
+    }
+}
