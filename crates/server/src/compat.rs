@@ -62,8 +62,8 @@ pub(crate) async fn subscribe(
 ) -> Result<Response, ApiError> {
     let info = find(&daemon, &id).await?;
     Ok(upgrade
-        .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)
-        .read_buffer_size(crate::api::WS_READ_BUFFER_BYTES)
+        .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
+        .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| serve(daemon, info, socket)))
 }
 
@@ -89,7 +89,7 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
     };
     let (reader, mut requests) = {
         let (daemon, info) = (daemon.clone(), info.clone());
-        crate::api::spawn_frame_reader(incoming, move |text| {
+        crate::socket::spawn_frame_reader(incoming, move |text| {
             let (daemon, info) = (daemon.clone(), info.clone());
             async move { handle_frame(&daemon, &info, &text).await }
         })
@@ -115,13 +115,13 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         }
         tokio::select! {
             change = changed.recv() => if change.is_none() { break },
-            drain = crate::api::next_drain(&mut phase) => match drain {
-                crate::api::Drain::Notice(notice) => {
+            drain = crate::socket::next_drain(&mut phase) => match drain {
+                crate::socket::Drain::Notice(notice) => {
                     if sink.send(notice).await.is_err() {
                         break;
                     }
                 }
-                crate::api::Drain::Close(close) => {
+                crate::socket::Drain::Close(close) => {
                     let _ = sink.send(close).await;
                     break;
                 }

@@ -1265,7 +1265,7 @@ async fn pump(
     }
     live.end(run);
     if relay {
-        daemon.relay_publish(&crate::relay::status("claude code disconnected"));
+        daemon.relay_publish(&relay_status("claude code disconnected"));
     }
 }
 
@@ -1624,6 +1624,12 @@ fn read_policy_file(path: &std::path::Path) -> Result<String, DaemonError> {
     }
     String::from_utf8(bytes)
         .map_err(|_| DaemonError::Invalid(format!("policy file {shown:?} is not UTF-8 text")))
+}
+
+/// A relay status line for frontends (`{"type":"status","text":…}`, the agents-ui relay
+/// protocol's own).
+pub(crate) fn relay_status(text: &str) -> String {
+    json!({"type": "status", "text": text}).to_string()
 }
 
 /// A session record as clients see it: the request it was created with, minus secrets (the

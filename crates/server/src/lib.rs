@@ -13,6 +13,7 @@ pub mod error;
 mod extract;
 mod relay;
 mod serve;
+pub mod socket;
 pub mod transcripts;
 mod ui;
 

@@ -13,15 +13,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
-use serde_json::json;
 use switchboard_protocol::{ControlRequestPayload, Message};
 
-use crate::daemon::Daemon;
+use crate::daemon::{relay_status as status, Daemon};
 use crate::error::ApiError;
-
-pub(crate) fn status(text: &str) -> String {
-    json!({"type": "status", "text": text}).to_string()
-}
 
 /// `GET /`: an externally launched CLI connects. Its session is made once the upgrade is
 /// done: a client that goes away before the `101` leaves nothing behind (a session made
@@ -38,7 +33,7 @@ pub(crate) async fn cli(
     }
     Ok(upgrade
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
-        .read_buffer_size(crate::api::CLI_WS_READ_BUFFER_BYTES)
+        .read_buffer_size(crate::socket::CLI_WS_READ_BUFFER_BYTES)
         .on_upgrade(move |mut socket| async move {
             let (record, slot) = match daemon.attach_external().await {
                 Ok(attached) => attached,
@@ -55,7 +50,7 @@ pub(crate) async fn cli(
             daemon.relay_publish(&status("claude code connected"));
             // The CLI's lines reach the frontends from the session's pump, once stored (and
             // de-duplicated); so does "disconnected", after the last of them.
-            crate::api::pipe(socket, slot, daemon.ping_interval()).await;
+            crate::socket::pipe(socket, slot, daemon.ping_interval()).await;
         }))
 }
 
@@ -65,13 +60,13 @@ pub(crate) async fn frontend(
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Response {
     upgrade
-        .max_message_size(crate::api::MAX_WS_MESSAGE_BYTES)
-        .read_buffer_size(crate::api::WS_READ_BUFFER_BYTES)
+        .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
+        .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let (mut sink, incoming) = socket.split();
             let mut feed = daemon.relay_subscribe();
             let reader_daemon = daemon.clone();
-            let (reader, mut replies) = crate::api::spawn_frame_reader(incoming, move |text| {
+            let (reader, mut replies) = crate::socket::spawn_frame_reader(incoming, move |text| {
                 let daemon = reader_daemon.clone();
                 async move { forward(&daemon, text.as_str()).await }
             });
@@ -81,13 +76,13 @@ pub(crate) async fn frontend(
             let mut phase = daemon.phase();
             loop {
                 tokio::select! {
-                    drain = crate::api::next_drain(&mut phase) => match drain {
-                        crate::api::Drain::Notice(notice) => {
+                    drain = crate::socket::next_drain(&mut phase) => match drain {
+                        crate::socket::Drain::Notice(notice) => {
                             if sink.send(notice).await.is_err() {
                                 break;
                             }
                         }
-                        crate::api::Drain::Close(close) => {
+                        crate::socket::Drain::Close(close) => {
                             let _ = sink.send(close).await;
                             break;
                         }
@@ -97,7 +92,7 @@ pub(crate) async fn frontend(
                             // Lines already waiting go out in the same write (one flush).
                             let mut sent = sink.feed(WsMessage::Text(line)).await.is_ok();
                             let mut queued = 1;
-                            while sent && queued < crate::api::MAX_FRAMES_PER_FLUSH {
+                            while sent && queued < crate::socket::MAX_FRAMES_PER_FLUSH {
                                 let Ok(line) = feed.try_recv() else { break };
                                 sent = sink.feed(WsMessage::Text(line)).await.is_ok();
                                 queued += 1;

@@ -55,3 +55,67 @@ fn the_example_policy_parses() {
     let policy = switchboard_session::Policy::from_file(&path).unwrap();
     assert_eq!(policy.default, switchboard_session::Behavior::Ask);
 }
+
+/// The modules of `crates/server/src` another module of it names (`crate::name` or `use
+/// crate::{name, …}`), outside its `#[cfg(test)]` part.
+fn server_module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/src");
+    let modules: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".rs").filter(|name| *name != "lib").map(str::to_owned)
+        })
+        .collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for module in &modules {
+        let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let uses: std::collections::BTreeSet<String> = modules
+            .iter()
+            .filter(|other| *other != module)
+            .filter(|other| {
+                code.contains(&format!("crate::{other}::"))
+                    || code.contains(&format!("crate::{other};"))
+                    || code.contains(&format!("use crate::{{{other}"))
+                    || code.contains(&format!("crate::{{{other},"))
+            })
+            .cloned()
+            .collect();
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+#[test]
+fn the_servers_modules_depend_on_each_other_one_way() {
+    let graph = server_module_graph();
+    // Depth-first search for a cycle; the path is the error message.
+    fn visit(
+        module: &str,
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) {
+        if let Some(at) = path.iter().position(|seen| seen == module) {
+            panic!(
+                "the server's modules import each other in a circle: {} → {module}",
+                path[at..].join(" → ")
+            );
+        }
+        if done.contains(module) {
+            return;
+        }
+        path.push(module.to_owned());
+        for next in &graph[module] {
+            visit(next, graph, path, done);
+        }
+        path.pop();
+        done.insert(module.to_owned());
+    }
+    let mut done = std::collections::BTreeSet::new();
+    for module in graph.keys() {
+        visit(module, &graph, &mut Vec::new(), &mut done);
+    }
+    assert!(graph["api"].contains("daemon"), "the graph is read at all: {graph:?}");
+}

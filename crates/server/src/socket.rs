@@ -1,0 +1,180 @@
+//! Socket plumbing every WebSocket endpoint shares: buffer sizes, reading a client's frames
+//! on a task of its own, moving frames between a CLI's socket and its slot, and following the
+//! daemon's phase as it drains. Nothing here knows a route.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message as WsMessage, WebSocket};
+use futures::{SinkExt, StreamExt};
+use serde_json::json;
+
+/// The largest WebSocket message accepted from a client.
+pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The WebSocket read buffer. Clients send little (tungstenite's default of 128 KiB is zeroed
+/// on every read, which costs more than the frames themselves).
+pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// The read buffer of a CLI's WebSocket (`--sdk-url`, the relay's `/`). tungstenite zeroes the
+/// buffer's whole capacity before every read, including the read that finds the socket empty:
+/// with its default of 128 KiB that was 14% of the relay's CPU in the load benchmark, and at
+/// 16 KiB still most of the relay's `memset` (two reads per line). A long line takes more
+/// reads at 4 KiB, each as cheap.
+pub const CLI_WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+
+/// Frames written to a subscriber per flush at most (a busy socket gets them in one write).
+pub const MAX_FRAMES_PER_FLUSH: usize = 64;
+
+/// What a client socket does as the daemon drains (see [`crate::daemon::Phase`]).
+pub(crate) enum Drain {
+    /// Send this notice; the socket stays open for the sessions' last events.
+    Notice(WsMessage),
+    /// Send this close frame and end.
+    Close(WsMessage),
+}
+
+/// Waits for the daemon's next phase and says what a client socket does about it.
+pub(crate) async fn next_drain(
+    phase: &mut tokio::sync::watch::Receiver<crate::daemon::Phase>,
+) -> Drain {
+    use crate::daemon::Phase;
+    let closed = || {
+        Drain::Close(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+            code: axum::extract::ws::close_code::AWAY,
+            reason: "the daemon stopped".into(),
+        })))
+    };
+    loop {
+        if phase.changed().await.is_err() {
+            return closed();
+        }
+        let now = *phase.borrow_and_update();
+        match now {
+            Phase::Serving => continue,
+            Phase::Draining => {
+                let notice = json!({"type": "shutdown", "message": "the daemon is shutting down; its sessions are stopping"});
+                return Drain::Notice(WsMessage::Text(notice.to_string().into()));
+            }
+            Phase::Closed => return closed(),
+        }
+    }
+}
+
+/// Reads a client's text frames on a task of their own: polling the socket for reads on every
+/// frame the writing loop sends would make tungstenite prepare (zero) its read buffer each
+/// time. `handle` turns each frame into what the writing loop acts on, if anything; the
+/// returned channel closes when the client goes. Abort the task when the writing loop ends.
+pub(crate) fn spawn_frame_reader<T, F, Fut>(
+    mut incoming: futures::stream::SplitStream<WebSocket>,
+    mut handle: F,
+) -> (tokio::task::JoinHandle<()>, tokio::sync::mpsc::Receiver<T>)
+where
+    T: Send + 'static,
+    F: FnMut(axum::extract::ws::Utf8Bytes) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<T>> + Send,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let task = tokio::spawn(async move {
+        while let Some(Ok(frame)) = incoming.next().await {
+            let text = match frame {
+                WsMessage::Text(text) => text,
+                WsMessage::Close(_) => break,
+                _ => continue,
+            };
+            if let Some(item) = handle(text).await {
+                if sender.send(item).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (task, receiver)
+}
+
+/// Moves frames between a CLI's socket and its slot until either side ends.
+///
+/// The CLI's frames are read by a task of their own: a frame read needs no poll of the
+/// writing side's futures (the session's queue, the ping timer, the disconnect request), which
+/// cost as much as the frame in the relay benchmark. When the writing side ends first, the
+/// reader finishes the frame it is on (every line that reached us goes to the session) and
+/// stops; the session hears of the disconnection after that frame's lines.
+pub(crate) async fn pipe(
+    socket: axum::extract::ws::WebSocket,
+    slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
+    ping_every: std::time::Duration,
+) {
+    let Some((mut reader, mut writer)) = slot.connect().await else { return };
+    let (mut sink, mut incoming) = socket.split();
+    // When the CLI was last heard from (anything, pongs included), in ms since `start`.
+    let start = tokio::time::Instant::now();
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let reader_heard = heard.clone();
+    let mut reading = tokio::spawn(async move {
+        loop {
+            let frame = tokio::select! {
+                biased;
+                _ = &mut stopped => break,
+                frame = incoming.next() => frame,
+            };
+            reader_heard
+                .store(start.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            match frame {
+                Some(Ok(WsMessage::Text(text))) => reader.incoming(text.as_bytes()).await,
+                Some(Ok(WsMessage::Binary(bytes))) => reader.incoming(&bytes).await,
+                Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            }
+        }
+    });
+    // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
+    // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
+    let mut ping = tokio::time::interval(ping_every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    // Made once: it hears a request from the moment it exists (one made per loop turn would
+    // miss a request made while the loop was busy).
+    let disconnect = slot.disconnect_requested();
+    tokio::pin!(disconnect);
+    let mut read_all = false;
+    loop {
+        tokio::select! {
+            _ = &mut reading => {
+                // The CLI closed the socket, or it failed.
+                read_all = true;
+                break;
+            }
+            line = writer.next_outgoing() => match line {
+                Some(line) => {
+                    let text = String::from_utf8_lossy(&line).into_owned();
+                    if sink.send(WsMessage::Text(text.into())).await.is_err() {
+                        // Taken from the queue and maybe not delivered: say so, never resend.
+                        writer.undelivered(line).await;
+                        break;
+                    }
+                }
+                None => {
+                    let _ = sink.send(WsMessage::Close(None)).await;
+                    break;
+                }
+            },
+            _ = ping.tick() => {
+                let last = heard.load(std::sync::atomic::Ordering::Relaxed);
+                let silent = start.elapsed().saturating_sub(std::time::Duration::from_millis(last));
+                if silent > ping_every * 2 {
+                    tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
+                    break;
+                }
+                if sink.send(WsMessage::Ping(Vec::new().into())).await.is_err() {
+                    break;
+                }
+            }
+            () = &mut disconnect => break,
+        }
+    }
+    drop(writer);
+    if !read_all {
+        let _ = stop.send(());
+        let _ = reading.await;
+    }
+}
