@@ -15,8 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
 use switchboard_session::{
-    spawn_session, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
-    SessionHandle,
+    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionHandle,
 };
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -108,6 +107,18 @@ pub const MAX_POLICY_FILE_BYTES: u64 = 1024 * 1024;
 
 /// How long reading a policy file may take.
 pub const POLICY_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which transport a session's CLI speaks; the daemon spawns it.
+#[derive(Debug)]
+enum Transport {
+    /// stdin and stdout.
+    Stdio,
+    /// `--sdk-url`: the CLI connects to the daemon at `base` + a slot id.
+    SdkUrl {
+        /// `ws://HOST:PORT/v1/sessions/ws/`.
+        base: String,
+    },
+}
 
 /// What `POST /api/sessions` takes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -579,7 +590,8 @@ impl Daemon {
                 "prompt is empty; leave it out to start a session without one".into(),
             ));
         }
-        let config = self.session_config(&request, request.resume.clone(), request.fork).await?;
+        let (config, transport) =
+            self.session_config(&request, request.resume.clone(), request.fork).await?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -595,13 +607,13 @@ impl Daemon {
             updated_ms: now,
             config: serde_json::to_value(&request).unwrap_or(Value::Null),
         };
-        self.check_transport(&config).await?;
+        self.check_transport(&config, &transport).await?;
         self.store.create_session(&record).await?;
         // The log's first event, before any CLI runs: a log that cannot be written refuses the
         // session here, not after it started.
         let started = async {
             self.note_started(&id, 0, false).await?;
-            self.start(record.clone(), config, 1, request.prompt.clone()).await
+            self.start(record.clone(), config, transport, 1, request.prompt.clone()).await
         };
         if let Err(error) = started.await {
             let _ = self.store.delete_session(&id).await;
@@ -644,14 +656,15 @@ impl Daemon {
             })?;
         request.fork = false;
         request.resume_at = None;
-        let config = self.session_config(&request, Some(claude_session_id), false).await?;
-        self.check_transport(&config).await?;
+        let (config, transport) =
+            self.session_config(&request, Some(claude_session_id), false).await?;
+        self.check_transport(&config, &transport).await?;
         let last = self.store.last_seq(id).await?;
         self.note_started(id, last, true).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
         self.store.update_session(&record).await?;
-        self.start(record, config, last + 1, None).await?;
+        self.start(record, config, transport, last + 1, None).await?;
         self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
     }
 
@@ -660,7 +673,7 @@ impl Daemon {
         request: &CreateSession,
         resume: Option<String>,
         fork: bool,
-    ) -> Result<SessionConfig, DaemonError> {
+    ) -> Result<(SessionConfig, Transport), DaemonError> {
         if !request.cwd.is_absolute() {
             return Err(DaemonError::Invalid(format!(
                 "cwd must be an absolute path, not {:?}",
@@ -705,31 +718,23 @@ impl Daemon {
         config.cli.append_system_prompt = request.append_system_prompt.clone();
         config.cli.max_turns = request.max_turns;
         config.cli.mcp_config = request.mcp_config.clone();
-        match request.transport.as_deref() {
-            None | Some("stdio") => {}
+        let transport = match request.transport.as_deref() {
+            None | Some("stdio") => Transport::Stdio,
             Some("sdk-url") => {
                 let base = self.config.ingress_base.clone().ok_or_else(|| {
                     DaemonError::Invalid(
                         "this daemon has no address for --sdk-url CLIs to connect to".into(),
                     )
                 })?;
-                let registry = self.ingress.clone();
-                config.sdk_url = Some(switchboard_session::SdkUrl {
-                    base,
-                    register: Arc::new(move |slot| {
-                        if let Ok(mut slots) = registry.lock() {
-                            slots.insert(slot.id.clone(), slot);
-                        }
-                    }),
-                });
+                Transport::SdkUrl { base }
             }
             Some(other) => {
                 return Err(DaemonError::Invalid(format!(
                     "unknown transport {other:?} (stdio or sdk-url)"
                 )));
             }
-        }
-        Ok(config)
+        };
+        Ok((config, transport))
     }
 
     /// A request's `env`: names that are names, values without NUL, and no loader variable
@@ -758,8 +763,12 @@ impl Daemon {
     }
 
     /// `--sdk-url` works with CLIs up to 2.1.120 only: refuse others with a clear message.
-    async fn check_transport(&self, config: &SessionConfig) -> Result<(), DaemonError> {
-        if config.sdk_url.is_none() {
+    async fn check_transport(
+        &self,
+        config: &SessionConfig,
+        transport: &Transport,
+    ) -> Result<(), DaemonError> {
+        if matches!(transport, Transport::Stdio) {
             return Ok(());
         }
         let version = switchboard_transport::stdio::cli_version(&config.cli)
@@ -782,14 +791,30 @@ impl Daemon {
         Ok(())
     }
 
+    /// Spawns the session's CLI over the transport the request chose, and the session on it.
     async fn start(
         self: &Arc<Self>,
         record: SessionRecord,
         config: SessionConfig,
+        transport: Transport,
         last_seq: u64,
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
-        let (handle, events) = spawn_session(config)?;
+        let options = config.launch_options();
+        let spawned = match transport {
+            Transport::Stdio => switchboard_transport::stdio::spawn(&options),
+            Transport::SdkUrl { base } => {
+                switchboard_transport::sdk_url::spawn(&options, &base).map(|(link, slot)| {
+                    // The daemon's WebSocket route finds the slot here when the CLI connects.
+                    if let Ok(mut slots) = self.ingress.lock() {
+                        slots.insert(slot.id.clone(), slot);
+                    }
+                    link
+                })
+            }
+        };
+        let link = spawned.map_err(|error| DaemonError::Session(error.into()))?;
+        let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.run(record, handle, events, last_seq, prompt).await
     }
 

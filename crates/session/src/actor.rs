@@ -52,23 +52,6 @@ pub struct SessionConfig {
     pub initialize: Option<InitializeRequest>,
     /// How long our control requests wait for the CLI.
     pub control_timeout: Duration,
-    /// Run the CLI with `--sdk-url` (it connects to us) instead of over stdio.
-    pub sdk_url: Option<SdkUrl>,
-}
-
-/// Where a `--sdk-url` CLI connects, and who routes its socket to the session.
-#[derive(Clone)]
-pub struct SdkUrl {
-    /// `ws://HOST:PORT/v1/sessions/ws/` (the slot id is appended).
-    pub base: String,
-    /// Hands the slot to the server that accepts the CLI's WebSocket.
-    pub register: Arc<dyn Fn(Arc<switchboard_transport::sdk_url::IngressSlot>) + Send + Sync>,
-}
-
-impl std::fmt::Debug for SdkUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SdkUrl").field("base", &self.base).finish_non_exhaustive()
-    }
 }
 
 impl SessionConfig {
@@ -79,8 +62,20 @@ impl SessionConfig {
             policy,
             initialize: None,
             control_timeout: crate::core::CONTROL_TIMEOUT,
-            sdk_url: None,
         }
+    }
+
+    /// How to launch the CLI for this session, whichever transport the caller picks: the
+    /// options, plus the policy's deny rules as the CLI's own `--disallowedTools` (defence in
+    /// depth: the policy's hook decides every call, and the CLI holds the deny rules too).
+    pub fn launch_options(&self) -> CliOptions {
+        let mut cli = self.cli.clone();
+        for rule in self.policy.deny_rules() {
+            if !cli.disallowed_tools.iter().any(|existing| existing == rule) {
+                cli.disallowed_tools.push(rule.to_owned());
+            }
+        }
+        cli
     }
 }
 
@@ -128,33 +123,22 @@ pub struct SessionHandle {
 /// no observer pays nothing for it).
 type Observers = Arc<OnceLock<broadcast::Sender<Arc<SessionEvent>>>>;
 
-/// Starts a session: spawns the CLI and the actor. Returns the handle and the session's event
-/// stream (every event, in order, lossless; the actor waits when it is full).
+/// Starts a session over stdio: spawns the CLI ([`SessionConfig::launch_options`]) and the
+/// actor. Returns the handle and the session's event stream (every event, in order, lossless;
+/// the actor waits when it is full). A caller that picks another transport spawns it itself
+/// and calls [`spawn_session_on`].
 pub fn spawn_session(
-    mut config: SessionConfig,
+    config: SessionConfig,
 ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), SessionError> {
-    // Defence in depth: the policy's hook decides every call, and the CLI holds the deny
-    // rules as its own too.
-    let deny: Vec<String> = config.policy.deny_rules().map(str::to_owned).collect();
-    for rule in deny {
-        if !config.cli.disallowed_tools.contains(&rule) {
-            config.cli.disallowed_tools.push(rule);
-        }
-    }
-    let link = match &config.sdk_url {
-        None => stdio::spawn(&config.cli)?,
-        Some(sdk_url) => {
-            let (link, slot) = switchboard_transport::sdk_url::spawn(&config.cli, &sdk_url.base)?;
-            (sdk_url.register)(slot);
-            link
-        }
-    };
+    let link = stdio::spawn(&config.launch_options())?;
     Ok(spawn_session_on(config, link))
 }
 
-/// Starts a session over a transport the caller already has (a CLI that connected on its own:
-/// [`switchboard_transport::sdk_url::external`]). `config.cli` only gives the cwd for rule
-/// matching; nothing is spawned.
+/// Starts a session over a transport the caller already has: a CLI it started
+/// ([`switchboard_transport::stdio::spawn`] or [`switchboard_transport::sdk_url::spawn`], with
+/// [`SessionConfig::launch_options`]) or one that connected on its own
+/// ([`switchboard_transport::sdk_url::external`]). `config.cli` only gives the cwd for rule
+/// matching here; nothing is spawned.
 pub fn spawn_session_on(
     config: SessionConfig,
     link: stdio::CliLink,
@@ -283,8 +267,9 @@ impl Actor {
                 self.core.control(ControlRequestPayload::Interrupt(InterruptRequest::new()));
             self.apply(effects).await;
         }
-        self.link.process.close_input();
-        tokio::spawn(escalate(self.link.process.pid(), grace));
+        // Closes the input now; SIGTERM and SIGKILL follow if the CLI stays (the transport's
+        // one escalation). The loop goes on reading the CLI's last lines meanwhile.
+        drop(self.link.process.begin_shutdown(grace));
     }
 
     async fn apply(&mut self, effects: Vec<Effect>) {
@@ -330,22 +315,6 @@ fn split(result: Result<Vec<Effect>, AnswerError>) -> (Vec<Effect>, Result<(), A
     match result {
         Ok(effects) => (effects, Ok(())),
         Err(error) => (Vec::new(), Err(error)),
-    }
-}
-
-/// SIGTERM then SIGKILL the CLI's group if it has not exited after `grace` each.
-async fn escalate(pid: Option<u32>, grace: Duration) {
-    use nix::sys::signal::{killpg, Signal};
-    let Some(pid) = pid.and_then(|pid| i32::try_from(pid).ok()) else { return };
-    let group = nix::unistd::Pid::from_raw(pid);
-    tokio::time::sleep(grace).await;
-    if killpg(group, None).is_err() {
-        return;
-    }
-    let _ = killpg(group, Signal::SIGTERM);
-    tokio::time::sleep(grace).await;
-    if killpg(group, None).is_ok() {
-        let _ = killpg(group, Signal::SIGKILL);
     }
 }
 

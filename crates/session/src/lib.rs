@@ -11,9 +11,7 @@ pub mod core;
 pub mod event;
 pub mod policy;
 
-pub use actor::{
-    spawn_session, spawn_session_on, SdkUrl, SessionConfig, SessionError, SessionHandle,
-};
+pub use actor::{spawn_session, spawn_session_on, SessionConfig, SessionError, SessionHandle};
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 pub use policy::{Behavior, Decision, MatchContext, Policy, PolicyError};

@@ -635,6 +635,11 @@ impl<R: tokio::io::AsyncBufRead + Unpin> BoundedLines<R> {
     }
 }
 
+/// Whether the process exits within `grace`.
+async fn exits_within(exited: &mut watch::Receiver<bool>, grace: Duration) -> bool {
+    tokio::time::timeout(grace, exited.wait_for(|exited| *exited)).await.is_ok()
+}
+
 fn kill_group(pid: u32, signal: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
         let _ = killpg(Pid::from_raw(pid), signal);
@@ -697,23 +702,37 @@ impl CliProcess {
     /// Ends the CLI: close stdin and wait `grace`; then SIGTERM the group and wait `grace`;
     /// then SIGKILL the group. Returns which step ended it.
     pub async fn shutdown(&mut self, grace: Duration) -> ShutdownStep {
+        let escalation = self.begin_shutdown(grace);
+        self.wait_exit().await;
+        escalation.await.unwrap_or(ShutdownStep::Killed)
+    }
+
+    /// Starts ending the CLI without waiting for it: closes stdin now and, in a task of its
+    /// own, SIGTERMs the group if the CLI is still there after `grace`, then SIGKILLs it after
+    /// `grace` more. The task tells which step ended it. The one escalation there is: the
+    /// session's actor, which must keep reading the CLI's last lines meanwhile, uses this
+    /// too.
+    pub fn begin_shutdown(&mut self, grace: Duration) -> tokio::task::JoinHandle<ShutdownStep> {
         self.close_input();
-        if tokio::time::timeout(grace, self.wait_exit()).await.is_ok() {
-            return ShutdownStep::InputClosed;
-        }
-        if let Some(pid) = self.pid {
+        let pid = self.pid;
+        let mut exited = self.exited.clone();
+        tokio::spawn(async move {
+            if exits_within(&mut exited, grace).await {
+                return ShutdownStep::InputClosed;
+            }
+            let Some(pid) = pid else {
+                // Nothing of ours to signal (a CLI that connected on its own).
+                return ShutdownStep::InputClosed;
+            };
             tracing::debug!(pid, "claude did not exit after stdin closed; SIGTERM");
             kill_group(pid, Signal::SIGTERM);
-        }
-        if tokio::time::timeout(grace, self.wait_exit()).await.is_ok() {
-            return ShutdownStep::Terminated;
-        }
-        if let Some(pid) = self.pid {
+            if exits_within(&mut exited, grace).await {
+                return ShutdownStep::Terminated;
+            }
             tracing::warn!(pid, "claude ignored SIGTERM; SIGKILL");
             kill_group(pid, Signal::SIGKILL);
-        }
-        self.wait_exit().await;
-        ShutdownStep::Killed
+            ShutdownStep::Killed
+        })
     }
 
     /// Kills the whole process group now.
