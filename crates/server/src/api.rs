@@ -1,6 +1,5 @@
 //! The HTTP + WebSocket API (`docs/api.md`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
@@ -13,13 +12,14 @@ use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::{ContentBlock, PermissionMode, TextOr, UserMessage};
-use switchboard_session::{AnswerBehavior, PendingPermission, PermissionAnswer};
-use switchboard_store::{EventRecord, SessionRecord};
+use switchboard_session::PendingPermission;
+use switchboard_store::SessionRecord;
 
 use crate::auth::{require_auth, AuthConfig};
 use crate::daemon::{is_final_state, CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
 use crate::extract::{Body, Params, Upgrade};
+use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
 
 /// The largest request body accepted (prompts may carry base64 images).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -387,50 +387,14 @@ async fn list_permissions(
     Ok(Json(daemon.pending_permissions(&id)))
 }
 
-/// `{behavior, updated_input?, message?, remember?, answers?, interrupt?}`
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PermissionBody {
-    behavior: AnswerBehavior,
-    #[serde(default)]
-    updated_input: Option<Value>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    remember: bool,
-    #[serde(default)]
-    answers: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    interrupt: bool,
-    /// Who answers (recorded with the decision).
-    #[serde(default)]
-    by: Option<String>,
-}
-
-impl PermissionBody {
-    /// The answer and who gave it (`default_who` when the body does not say).
-    fn into_answer(self, default_who: &str) -> (PermissionAnswer, String) {
-        let who = self.by.unwrap_or_else(|| default_who.to_owned());
-        (
-            PermissionAnswer {
-                behavior: self.behavior,
-                updated_input: self.updated_input,
-                message: self.message,
-                remember: self.remember,
-                updated_permissions: None,
-                answers: self.answers,
-                interrupt: self.interrupt,
-            },
-            who,
-        )
-    }
-}
-
 async fn answer_permission(
     State(daemon): State<Arc<Daemon>>,
     Path((id, request_id)): Path<(String, String)>,
     Body(body): Body<PermissionBody>,
 ) -> Result<Json<Value>, ApiError> {
+    if body.request_id.as_ref().is_some_and(|named| *named != request_id) {
+        return Err(ApiError::invalid("the body names another request_id than the path"));
+    }
     let (answer, who) = body.into_answer("api");
     let behavior = answer.behavior;
     daemon
@@ -453,17 +417,6 @@ struct EventsQuery {
     limit: Option<usize>,
 }
 
-/// One event as the API shows it: `{seq, ts, dir, event}`, as text. The payload is the JSON
-/// text the daemon's pump wrote (`SessionEvent::to_json_text`); it is spliced in, not parsed
-/// and written again, because this runs once per event per subscriber.
-fn event_text(record: &EventRecord) -> String {
-    let dir = serde_json::to_string(&record.dir).unwrap_or_else(|_| "\"\"".to_owned());
-    format!(
-        "{{\"seq\":{},\"ts\":{},\"dir\":{dir},\"event\":{}}}",
-        record.seq, record.ts_ms, record.payload
-    )
-}
-
 async fn list_events(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
@@ -482,7 +435,7 @@ async fn list_events(
         (None, Some(before)) => store.events_before(&id, before, limit).await,
     }
     .map_err(crate::daemon::DaemonError::from)?;
-    let body = format!("[{}]", events.iter().map(event_text).collect::<Vec<_>>().join(","));
+    let body = format!("[{}]", events.iter().map(event_frame).collect::<Vec<_>>().join(","));
     Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -512,7 +465,7 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
         let (daemon, id) = (daemon.clone(), id.clone());
         crate::socket::spawn_frame_reader(incoming, move |text| {
             let (daemon, id) = (daemon.clone(), id.clone());
-            async move { handle_client_frame(&daemon, &id, &text).await.map(|reply| reply.to_string()) }
+            async move { handle_client_frame(&daemon, &id, &text).await }
         })
     };
     let mut events = daemon.subscribe(&id, after);
@@ -586,115 +539,106 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
 fn subscription_frame(
     item: Option<Result<Subscribed, crate::daemon::DaemonError>>,
 ) -> Option<String> {
-    Some(match item? {
-        Ok(Subscribed::Event(record)) => event_text(&record),
-        Ok(Subscribed::StoreFailing(reason)) => json!({
-            "type": "store_failing",
-            "message": format!("{reason}; the daemon retries and holds the CLI back, nothing is lost yet"),
-        })
-        .to_string(),
-        Ok(Subscribed::StoreRecovered) => {
-            json!({"type": "store_recovered", "message": "the event log takes this session's events again"})
-                .to_string()
-        }
-        Ok(Subscribed::Lagged) => {
-            json!({"type": "lagged", "message": "you fell behind; catching up from the log"})
-                .to_string()
-        }
-        Err(error) => json!({"type": "error", "error": error.to_string()}).to_string(),
-    })
+    let frame = match item? {
+        Ok(Subscribed::Event(record)) => return Some(event_frame(&record)),
+        Ok(Subscribed::StoreFailing(reason)) => ServerFrame::StoreFailing {
+            message: format!(
+                "{reason}; the daemon retries and holds the CLI back, nothing is lost yet"
+            ),
+        },
+        Ok(Subscribed::StoreRecovered) => ServerFrame::StoreRecovered {
+            message: "the event log takes this session's events again".into(),
+        },
+        Ok(Subscribed::Lagged) => ServerFrame::Lagged {
+            message: "you fell behind; catching up from the log".into(),
+            missed: None,
+        },
+        Err(error) => ServerFrame::from(ApiError::from(error)),
+    };
+    Some(frame.text())
 }
 
-/// Acts on a frame from a subscriber — `user_message`, `permission_response` (the fields of
-/// `POST …/permissions/{request_id}` plus `request_id`) or `interrupt` — and returns the ack or
-/// the error to send back (the socket stays open either way).
-async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<Value> {
-    let result: Result<Value, ApiError> = async {
-        let mut frame: serde_json::Map<String, Value> = serde_json::from_str(text)
-            .map_err(|error| ApiError::invalid(format!("unreadable frame: {error}")))?;
-        let kind = frame
-            .remove("type")
-            .and_then(|kind| kind.as_str().map(str::to_owned))
-            .unwrap_or_default();
+/// Acts on a frame from a subscriber ([`ClientFrame`]) and returns the ack or the error to
+/// send back (the socket stays open either way).
+async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<String> {
+    let result: Result<ServerFrame, ApiError> = async {
+        let frame = ClientFrame::parse(text)?;
+        let of = frame.kind();
         let handle = daemon.running(id).await?;
-        match kind.as_str() {
-            "user_message" => {
-                let content = frame
-                    .remove("content")
-                    .ok_or_else(|| ApiError::invalid("user_message needs content"))?;
+        let request_id = match frame {
+            ClientFrame::UserMessage(message) => {
                 handle
-                    .send_message(user_message(content)?)
+                    .send_message(user_message(message.content)?)
                     .await
                     .map_err(crate::daemon::DaemonError::from)?;
-                Ok(json!({"type": "ack", "of": "user_message"}))
+                None
             }
-            "permission_response" => {
-                let request_id = match frame.remove("request_id") {
-                    Some(Value::String(request_id)) => request_id,
-                    _ => return Err(ApiError::invalid("permission_response needs a request_id")),
-                };
-                let body: PermissionBody = serde_json::from_value(Value::Object(frame))
-                    .map_err(|error| ApiError::invalid(format!("permission_response: {error}")))?;
+            ClientFrame::PermissionResponse(body) => {
+                let request_id = body
+                    .request_id
+                    .clone()
+                    .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
                 let (answer, who) = body.into_answer("websocket");
                 handle
                     .respond_permission(&request_id, answer, &who)
                     .await
                     .map_err(crate::daemon::DaemonError::from)?;
-                Ok(json!({"type": "ack", "of": "permission_response", "request_id": request_id}))
+                Some(request_id)
             }
-            "interrupt" => {
+            ClientFrame::Interrupt(_) => {
                 handle.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
-                Ok(json!({"type": "ack", "of": "interrupt"}))
+                None
             }
-            other => Err(ApiError::invalid(format!(
-                "unknown frame type {other:?} (user_message, permission_response, interrupt)"
-            ))),
-        }
+        };
+        Ok(ServerFrame::Ack { of, request_id })
     }
     .await;
-    Some(match result {
-        Ok(ack) => ack,
-        Err(error) => {
-            json!({"type": "error", "error": {"code": error.code, "message": error.message}})
-        }
-    })
+    Some(result.unwrap_or_else(ServerFrame::from).text())
 }
 
 async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade) -> Response {
-    upgrade.max_message_size(64 * 1024).read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES).on_upgrade(move |socket| async move {
-        let (mut sink, incoming) = socket.split();
-        // The client sends nothing of use: the reader only tells when it goes.
-        let (reader, mut client) = crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
-        let mut changes = daemon.dashboard();
-        let mut phase = daemon.phase();
-        loop {
-            let change = tokio::select! {
-                change = changes.recv() => change,
-                _ = client.recv() => break,
-                drain = crate::socket::next_drain(&mut phase) => match drain {
-                    crate::socket::Drain::Notice(notice) => {
-                        if sink.send(notice).await.is_err() {
+    upgrade
+        .max_message_size(64 * 1024)
+        .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
+        .on_upgrade(move |socket| async move {
+            let (mut sink, incoming) = socket.split();
+            // The client sends nothing of use: the reader only tells when it goes.
+            let (reader, mut client) =
+                crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
+            let mut changes = daemon.dashboard();
+            let mut phase = daemon.phase();
+            loop {
+                let change = tokio::select! {
+                    change = changes.recv() => change,
+                    _ = client.recv() => break,
+                    drain = crate::socket::next_drain(&mut phase) => match drain {
+                        crate::socket::Drain::Notice(notice) => {
+                            if sink.send(notice).await.is_err() {
+                                break;
+                            }
+                            continue;
+                        }
+                        crate::socket::Drain::Close(close) => {
+                            let _ = sink.send(close).await;
                             break;
                         }
-                        continue;
+                    },
+                };
+                let frame = match change {
+                    Ok(change) => change,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        let lagged = ServerFrame::Lagged {
+                            message: "reload GET /api/sessions".into(),
+                            missed: Some(missed),
+                        };
+                        serde_json::to_value(lagged).unwrap_or_default()
                     }
-                    crate::socket::Drain::Close(close) => {
-                        let _ = sink.send(close).await;
-                        break;
-                    }
-                },
-            };
-            let frame = match change {
-                Ok(change) => change,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                    json!({"type": "lagged", "missed": missed, "message": "reload GET /api/sessions"})
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                };
+                if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                    break;
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-            };
-            if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
-                break;
             }
-        }
-        reader.abort();
-    })
+            reader.abort();
+        })
 }

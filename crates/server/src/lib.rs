@@ -11,6 +11,7 @@ mod compat;
 pub mod daemon;
 pub mod error;
 mod extract;
+pub mod frames;
 mod relay;
 mod serve;
 pub mod socket;

@@ -236,7 +236,7 @@ async fn a_session_streams_and_a_tool_is_approved_over_the_api() {
     assert!(error.last().unwrap()["error"]["message"]
         .as_str()
         .unwrap()
-        .contains("unknown frame type"));
+        .contains("unreadable frame"));
     ws.send(json!({"type": "permission_response", "request_id": request_id, "behavior": "allow", "colour": 1})).await;
     let error = ws.until(|frame| frame["type"] == "error").await;
     assert!(
