@@ -484,8 +484,8 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
                 None => break,
             },
             drain = crate::socket::next_drain(&mut phase) => match drain {
-                crate::socket::Drain::Notice(notice) => {
-                    if sink.send(notice).await.is_err() {
+                notice @ crate::socket::Drain::Notice(_) => {
+                    if !crate::socket::send_drain(&mut sink, notice).await {
                         break;
                     }
                     continue;
@@ -611,18 +611,12 @@ async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade)
                 let change = tokio::select! {
                     change = changes.recv() => change,
                     _ = client.recv() => break,
-                    drain = crate::socket::next_drain(&mut phase) => match drain {
-                        crate::socket::Drain::Notice(notice) => {
-                            if sink.send(notice).await.is_err() {
-                                break;
-                            }
-                            continue;
-                        }
-                        crate::socket::Drain::Close(close) => {
-                            let _ = sink.send(close).await;
+                    drain = crate::socket::next_drain(&mut phase) => {
+                        if !crate::socket::send_drain(&mut sink, drain).await {
                             break;
                         }
-                    },
+                        continue;
+                    }
                 };
                 let frame = match change {
                     Ok(change) => change,

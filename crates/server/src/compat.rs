@@ -115,17 +115,11 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         }
         tokio::select! {
             change = changed.recv() => if change.is_none() { break },
-            drain = crate::socket::next_drain(&mut phase) => match drain {
-                crate::socket::Drain::Notice(notice) => {
-                    if sink.send(notice).await.is_err() {
-                        break;
-                    }
-                }
-                crate::socket::Drain::Close(close) => {
-                    let _ = sink.send(close).await;
+            drain = crate::socket::next_drain(&mut phase) => {
+                if !crate::socket::send_drain(&mut sink, drain).await {
                     break;
                 }
-            },
+            }
             request = requests.recv() => match request {
                 None => break,
                 Some(ClientRequest::Reply(frame)) => {

@@ -76,17 +76,11 @@ pub(crate) async fn frontend(
             let mut phase = daemon.phase();
             loop {
                 tokio::select! {
-                    drain = crate::socket::next_drain(&mut phase) => match drain {
-                        crate::socket::Drain::Notice(notice) => {
-                            if sink.send(notice).await.is_err() {
-                                break;
-                            }
-                        }
-                        crate::socket::Drain::Close(close) => {
-                            let _ = sink.send(close).await;
+                    drain = crate::socket::next_drain(&mut phase) => {
+                        if !crate::socket::send_drain(&mut sink, drain).await {
                             break;
                         }
-                    },
+                    }
                     line = feed.recv() => match line {
                         Ok(line) => {
                             // Lines already waiting go out in the same write (one flush).

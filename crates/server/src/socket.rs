@@ -33,6 +33,21 @@ pub(crate) enum Drain {
     Close(WsMessage),
 }
 
+/// Sends what the daemon's drain asks of a client socket: a notice (then the socket goes on,
+/// `true`) or the close frame (then it ends, `false`; also when the send failed).
+pub(crate) async fn send_drain<S>(sink: &mut S, drain: Drain) -> bool
+where
+    S: futures::Sink<WsMessage> + Unpin,
+{
+    match drain {
+        Drain::Notice(notice) => sink.send(notice).await.is_ok(),
+        Drain::Close(close) => {
+            let _ = sink.send(close).await;
+            false
+        }
+    }
+}
+
 /// Waits for the daemon's next phase and says what a client socket does about it.
 pub(crate) async fn next_drain(
     phase: &mut tokio::sync::watch::Receiver<crate::daemon::Phase>,

@@ -969,35 +969,18 @@ impl SessionCore {
         }
         let decision = self.policy.decide(&request.tool_name, &request.input, &self.match_context);
         match decision.behavior {
-            Behavior::Allow => {
-                self.respond_permission(
-                    request_id,
-                    &PermissionResult::allow(request.input.clone()),
-                    effects,
-                );
+            behavior @ (Behavior::Allow | Behavior::Deny) => {
+                let result = if behavior == Behavior::Allow {
+                    PermissionResult::allow(request.input.clone())
+                } else {
+                    PermissionResult::deny(decision.reason.clone())
+                };
+                self.respond_permission(request_id, &result, effects);
                 effects.push(Effect::Emit(
                     SessionEvent::decided(
                         request_id,
                         &request.tool_name,
-                        Behavior::Allow,
-                        DecidedBy::Policy { rule: decision.rule },
-                        decision.reason,
-                    )
-                    .with_tool_use_id(request.tool_use_id.clone()),
-                ));
-                self.mark_answered(request_id);
-            }
-            Behavior::Deny => {
-                self.respond_permission(
-                    request_id,
-                    &PermissionResult::deny(decision.reason.clone()),
-                    effects,
-                );
-                effects.push(Effect::Emit(
-                    SessionEvent::decided(
-                        request_id,
-                        &request.tool_name,
-                        Behavior::Deny,
+                        behavior,
                         DecidedBy::Policy { rule: decision.rule },
                         decision.reason,
                     )

@@ -13,5 +13,5 @@ pub mod sandbox;
 pub mod scenario;
 
 pub use fake_api::{FakeApi, RecordedRequest, RequestKind};
-pub use sandbox::{fake_cli, real_cli, CliSandbox, CliVersion};
+pub use sandbox::{fake_cli, processes_running, real_cli, CliSandbox, CliVersion};
 pub use scenario::{Block, Reply, Scenario, When};

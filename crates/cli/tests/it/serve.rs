@@ -17,7 +17,7 @@ struct Daemon {
     stderr: tokio::task::JoinHandle<String>,
 }
 
-/// Starts `switchboard serve` on port 0 and reads the URL it prints.
+/// Starts `switchboard serve` on port 0 with the real CLI and reads the URL it prints.
 async fn start_daemon(
     data_dir: &Path,
     api: &FakeApi,
@@ -28,7 +28,6 @@ async fn start_daemon(
 }
 
 /// [`start_daemon`] with more environment for the daemon.
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn start_daemon_with_env(
     data_dir: &Path,
     api: &FakeApi,
@@ -36,16 +35,36 @@ async fn start_daemon_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Daemon {
+    let mut all: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    all.extend(env.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+    let (mut child, url) = spawn_serve(data_dir, &real_cli(CliVersion::V2_1_330), extra, all).await;
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let stderr = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
+    Daemon { child, url, stderr }
+}
+
+/// Starts `switchboard serve` on port 0 with `claude` and `env`; returns the child (its
+/// stderr still piped) and the URL it printed.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn spawn_serve(
+    data_dir: &Path,
+    claude: &Path,
+    extra: &[&str],
+    env: Vec<(String, String)>,
+) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .arg("--claude")
-        .arg(real_cli(CliVersion::V2_1_330))
+        .arg(claude)
         .args(extra)
-        .envs(sandbox.env(&api.base_url()))
         .env("RUST_LOG", "info")
         .env_remove("SWITCHBOARD_TOKEN")
-        .envs(env.iter().copied())
+        .envs(env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -60,13 +79,7 @@ async fn start_daemon_with_env(
     let url = first.rsplit(' ').next().unwrap().to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{first}");
     tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let stderr = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
-        text
-    });
-    Daemon { child, url, stderr }
+    (child, url)
 }
 
 #[allow(clippy::disallowed_methods)] // tests run our own binary
@@ -477,22 +490,6 @@ async fn an_existing_data_directory_keeps_its_mode() {
     }
 }
 
-/// Live (not zombie) processes whose command line holds `needle`.
-fn processes_running(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie =
-                state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-            !zombie && String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle)
-        })
-        .collect()
-}
-
 /// Waits (bounded) until `done` holds.
 async fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -524,7 +521,11 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
     let token = std::fs::read_to_string(data.path().join("token")).unwrap();
     let id = create_session(&daemon.url, &token, &sandbox, "SPAWN").await;
     wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
-    assert_eq!(processes_running(sleeper).len(), 1, "the tool started its sleeper");
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper).len(),
+        1,
+        "the tool started its sleeper"
+    );
     // The daemon recorded its CLI.
     let runs: Value =
         serde_json::from_str(&std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap())
@@ -547,10 +548,18 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
     })
     .await;
     // ... but the tool it ran in a session of its own does not.
-    assert_eq!(processes_running(sleeper).len(), 1, "the sleeper outlived both");
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper).len(),
+        1,
+        "the sleeper outlived both"
+    );
     // The next daemon on this data directory ends it before it serves anything.
     let _daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
-    assert_eq!(processes_running(sleeper), Vec::<u32>::new(), "the successor ended the leftover");
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper),
+        Vec::<u32>::new(),
+        "the successor ended the leftover"
+    );
 }
 
 /// Reads the daemon's stderr (bounded) until a line holds `needle`.
@@ -572,29 +581,13 @@ async fn stderr_line(
 
 /// `switchboard serve` with a session whose CLI (the scripted stand-in) ignores SIGTERM and
 /// its closed input: a graceful stop takes the whole escalation.
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn daemon_with_a_stubborn_session(
     data: &Path,
 ) -> (tokio::process::Child, tokio::io::Lines<BufReader<tokio::process::ChildStderr>>) {
     let script = data.join("script.json");
     std::fs::write(&script, json!([{"hang_ignoring_term": true}]).to_string()).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data)
-        .arg("--claude")
-        .arg(switchboard_testkit::fake_cli())
-        .env("FAKE_CLAUDE_SCRIPT", &script)
-        .env("RUST_LOG", "info")
-        .env_remove("SWITCHBOARD_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = stdout.next_line().await.unwrap().unwrap();
-    let url = first.rsplit(' ').next().unwrap().to_owned();
-    tokio::spawn(async move { while let Ok(Some(_)) = stdout.next_line().await {} });
+    let env = vec![("FAKE_CLAUDE_SCRIPT".to_owned(), script.display().to_string())];
+    let (mut child, url) = spawn_serve(data, &switchboard_testkit::fake_cli(), &[], env).await;
     let token = std::fs::read_to_string(data.join("token")).unwrap();
     let work = data.join("work");
     std::fs::create_dir_all(&work).unwrap();

@@ -709,22 +709,6 @@ both!(a_default_deny_holds_for_a_read_in_the_working_directory, |version: CliVer
     .await;
 });
 
-/// Live processes whose command line holds `needle` (from /proc).
-fn processes_running(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie =
-                state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
-            !zombie && String::from_utf8_lossy(&cmdline).replace('\0', " ").contains(needle)
-        })
-        .collect()
-}
-
 both!(no_tool_process_outlives_a_killed_cli, |version: CliVersion| async move {
     // A number no other test uses: the process is found by its command line.
     let sleeper = match version {
@@ -743,7 +727,12 @@ both!(no_tool_process_outlives_a_killed_cli, |version: CliVersion| async move {
     let mut h = Harness::start(version, scenario, "[permissions]\ndefault = \"allow\"").await;
     h.handle.send_text("SPAWN it").await.unwrap();
     h.until_result().await;
-    assert_eq!(processes_running(sleeper).len(), 1, "the tool started it: {}", h.describe());
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper).len(),
+        1,
+        "the tool started it: {}",
+        h.describe()
+    );
     // The CLI dies without a word; its tool ran `setsid`, so it is in no group of the CLI's.
     let pid = h.handle.cli_run().expect("a started CLI is recorded").pid;
     nix::sys::signal::kill(
@@ -752,5 +741,9 @@ both!(no_tool_process_outlives_a_killed_cli, |version: CliVersion| async move {
     )
     .unwrap();
     h.until("the exit", |event| matches!(event, SessionEvent::Exited { .. })).await;
-    assert_eq!(processes_running(sleeper), Vec::<u32>::new(), "nothing outlives the session");
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper),
+        Vec::<u32>::new(),
+        "nothing outlives the session"
+    );
 });
