@@ -265,6 +265,14 @@ struct AskedPermission {
     request: CanUseToolRequest,
 }
 
+impl AskedPermission {
+    /// The record of this request ending without a person's answer: denied, `by` what.
+    fn ended(&self, request_id: &str, by: DecidedBy, message: String) -> SessionEvent {
+        SessionEvent::decided(request_id, &self.request.tool_name, Behavior::Deny, by, message)
+            .with_tool_use_id(self.request.tool_use_id.clone())
+    }
+}
+
 /// The session's state machine.
 pub struct SessionCore {
     state: SessionState,
@@ -703,16 +711,11 @@ impl SessionCore {
             self.asked.keys().filter(|id| !listed.contains(id.as_str())).cloned().collect();
         for request_id in forgotten {
             if let Some(asked) = self.asked.shift_remove(&request_id) {
-                effects.push(Effect::Emit(
-                    SessionEvent::decided(
-                        &request_id,
-                        &asked.request.tool_name,
-                        Behavior::Deny,
-                        DecidedBy::LinkClosed,
-                        "the CLI no longer waits for this request".to_owned(),
-                    )
-                    .with_tool_use_id(asked.request.tool_use_id.clone()),
-                ));
+                effects.push(Effect::Emit(asked.ended(
+                    &request_id,
+                    DecidedBy::LinkClosed,
+                    "the CLI no longer waits for this request".to_owned(),
+                )));
                 self.after_permission_resolved(&request_id, effects);
             }
         }
@@ -781,16 +784,11 @@ impl SessionCore {
             ));
         }
         for (request_id, asked) in std::mem::take(&mut self.asked) {
-            effects.push(Effect::Emit(
-                SessionEvent::decided(
-                    &request_id,
-                    &asked.request.tool_name,
-                    Behavior::Deny,
-                    DecidedBy::LinkClosed,
-                    "the CLI exited before the request was answered".to_owned(),
-                )
-                .with_tool_use_id(asked.request.tool_use_id.clone()),
-            ));
+            effects.push(Effect::Emit(asked.ended(
+                &request_id,
+                DecidedBy::LinkClosed,
+                "the CLI exited before the request was answered".to_owned(),
+            )));
             self.mark_answered(&request_id);
         }
         for request_id in std::mem::take(&mut self.hooks).into_keys() {
@@ -841,16 +839,11 @@ impl SessionCore {
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
-                    effects.push(Effect::Emit(
-                        SessionEvent::decided(
-                            &request_id,
-                            &asked.request.tool_name,
-                            Behavior::Deny,
-                            DecidedBy::Timeout,
-                            message,
-                        )
-                        .with_tool_use_id(asked.request.tool_use_id.clone()),
-                    ));
+                    effects.push(Effect::Emit(asked.ended(
+                        &request_id,
+                        DecidedBy::Timeout,
+                        message,
+                    )));
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
             }
@@ -1252,16 +1245,11 @@ impl SessionCore {
 
     fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
         if let Some(asked) = self.asked.shift_remove(request_id) {
-            effects.push(Effect::Emit(
-                SessionEvent::decided(
-                    request_id,
-                    &asked.request.tool_name,
-                    Behavior::Deny,
-                    DecidedBy::Cancelled,
-                    "the CLI withdrew the request".to_owned(),
-                )
-                .with_tool_use_id(asked.request.tool_use_id.clone()),
-            ));
+            effects.push(Effect::Emit(asked.ended(
+                request_id,
+                DecidedBy::Cancelled,
+                "the CLI withdrew the request".to_owned(),
+            )));
             self.after_permission_resolved(request_id, effects);
         } else if self.hooks.shift_remove(request_id).is_some() {
             self.mark_answered(request_id);
