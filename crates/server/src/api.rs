@@ -469,7 +469,7 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
         })
     };
     let mut events = daemon.subscribe(&id, after);
-    let mut phase = daemon.phase();
+    let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
     loop {
         let frame = tokio::select! {
             // Events first: what is ready goes out before the daemon's goodbye.
@@ -483,7 +483,7 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
                 // The client closed its side.
                 None => break,
             },
-            drain = crate::socket::next_drain(&mut phase) => match drain {
+            drain = drain_watch.next() => match drain {
                 notice @ crate::socket::Drain::Notice(_) => {
                     if !crate::socket::send_drain(&mut sink, notice).await {
                         break;
@@ -606,12 +606,12 @@ async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade)
             let (reader, mut client) =
                 crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
             let mut changes = daemon.dashboard();
-            let mut phase = daemon.phase();
+            let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
             loop {
                 let change = tokio::select! {
                     change = changes.recv() => change,
                     _ = client.recv() => break,
-                    drain = crate::socket::next_drain(&mut phase) => {
+                    drain = drain_watch.next() => {
                         if !crate::socket::send_drain(&mut sink, drain).await {
                             break;
                         }

@@ -95,7 +95,7 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         })
     };
     let mut tail = TranscriptTail::new(&info.path);
-    let mut phase = daemon.phase();
+    let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
     'serve: loop {
         // Send everything readable now, in batches.
         loop {
@@ -115,7 +115,7 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
         }
         tokio::select! {
             change = changed.recv() => if change.is_none() { break },
-            drain = crate::socket::next_drain(&mut phase) => {
+            drain = drain_watch.next() => {
                 if !crate::socket::send_drain(&mut sink, drain).await {
                     break;
                 }

@@ -73,10 +73,10 @@ pub(crate) async fn frontend(
             if daemon.relay_handle().is_some() {
                 let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
             }
-            let mut phase = daemon.phase();
+            let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
             loop {
                 tokio::select! {
-                    drain = crate::socket::next_drain(&mut phase) => {
+                    drain = drain_watch.next() => {
                         if !crate::socket::send_drain(&mut sink, drain).await {
                             break;
                         }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures::{SinkExt, StreamExt};
-use serde_json::json;
 
 /// The largest WebSocket message accepted from a client.
 pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -48,10 +47,31 @@ where
     }
 }
 
+/// A client socket's view of the daemon's drain. It keeps one waiting future for the socket's
+/// life (made again only after a notice): a socket that made a new one for every frame it
+/// sent registered with the daemon's one phase channel, shared by every socket, each time,
+/// and 1,000 busy sockets contended for its lock.
+pub(crate) struct DrainWatch {
+    next: std::pin::Pin<Box<dyn std::future::Future<Output = (Drain, PhaseReceiver)> + Send>>,
+}
+
+type PhaseReceiver = tokio::sync::watch::Receiver<crate::daemon::Phase>;
+
+impl DrainWatch {
+    pub(crate) fn new(phase: PhaseReceiver) -> DrainWatch {
+        DrainWatch { next: Box::pin(next_drain(phase)) }
+    }
+
+    /// The next step of the drain. Cancel-safe: the waiting lives in `self`.
+    pub(crate) async fn next(&mut self) -> Drain {
+        let (drain, phase) = (&mut self.next).await;
+        self.next = Box::pin(next_drain(phase));
+        drain
+    }
+}
+
 /// Waits for the daemon's next phase and says what a client socket does about it.
-pub(crate) async fn next_drain(
-    phase: &mut tokio::sync::watch::Receiver<crate::daemon::Phase>,
-) -> Drain {
+async fn next_drain(mut phase: PhaseReceiver) -> (Drain, PhaseReceiver) {
     use crate::daemon::Phase;
     let closed = || {
         Drain::Close(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
@@ -61,16 +81,18 @@ pub(crate) async fn next_drain(
     };
     loop {
         if phase.changed().await.is_err() {
-            return closed();
+            return (closed(), phase);
         }
         let now = *phase.borrow_and_update();
         match now {
             Phase::Serving => continue,
             Phase::Draining => {
-                let notice = json!({"type": "shutdown", "message": "the daemon is shutting down; its sessions are stopping"});
-                return Drain::Notice(WsMessage::Text(notice.to_string().into()));
+                let notice = crate::frames::ServerFrame::Shutdown {
+                    message: "the daemon is shutting down; its sessions are stopping".into(),
+                };
+                return (Drain::Notice(WsMessage::Text(notice.text().into())), phase);
             }
-            Phase::Closed => return closed(),
+            Phase::Closed => return (closed(), phase),
         }
     }
 }

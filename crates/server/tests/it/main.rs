@@ -1680,3 +1680,134 @@ async fn an_unreadable_transcript_directory_is_the_daemons_failure() {
     assert_eq!(body["error"]["code"], "internal");
     server.stop().await;
 }
+
+/// A small tmpfs of our own (needs root, as CI has; the test is skipped without it), unmounted
+/// when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    #[allow(clippy::disallowed_methods)] // mount(8), not claude
+    fn mount(bytes: usize) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().ok()?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then_some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Fills the file system: a file grows until a write fails.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while file.write_all(&block).is_ok() {}
+        let _ = file.flush();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    #[allow(clippy::disallowed_methods)] // umount(8), not claude
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_loses_no_event_and_a_freed_one_takes_them_all() {
+    let Some(disk) = SmallDisk::mount(8 * 1024 * 1024) else {
+        // Without root there is no file system of our own to fill; the failing store above
+        // covers the same path.
+        return;
+    };
+    let script = disk.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!([
+            {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+            {"expect": "user"}, {"turn": "first"},
+            {"expect": "user"},
+            {"stream_lines": {"rate": 1_000_000.0, "count": 200}},
+            {"turn": "second"},
+            {"wait_eof": true},
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let store = Arc::new(SqliteStore::open(disk.path().join("db")).unwrap());
+    let config = DaemonConfig {
+        claude: Some(switchboard_testkit::fake_cli()),
+        env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let record = daemon
+        .create(switchboard_server::CreateSession {
+            cwd: disk.path().to_owned(),
+            prompt: Some("one".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut subscription = daemon.subscribe(&record.id, 0);
+    let mut seqs = Vec::new();
+    // The first turn is stored.
+    while daemon.record(&record.id).await.unwrap().unwrap().state != "idle" {
+        if let switchboard_server::Subscribed::Event(event) =
+            tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap()
+        {
+            seqs.push(event.seq);
+        }
+    }
+    // The disk fills up; the second turn streams 200 lines meanwhile.
+    let filler = disk.fill();
+    daemon.handle(&record.id).unwrap().send_text("two").await.unwrap();
+    loop {
+        match tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap() {
+            switchboard_server::Subscribed::Event(event) => seqs.push(event.seq),
+            switchboard_server::Subscribed::StoreFailing(reason) => {
+                assert!(reason.contains("space") || reason.contains("full"), "{reason}");
+                break;
+            }
+            other => panic!("expected the store to fail, got {other:?}"),
+        }
+    }
+    // Room again: every event arrives, numbered without a gap, to the end of the second turn.
+    std::fs::remove_file(filler).unwrap();
+    let mut recovered = false;
+    let mut results = 1;
+    while !(recovered && results == 2) {
+        match tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap() {
+            switchboard_server::Subscribed::Event(event) => {
+                seqs.push(event.seq);
+                if event.payload.contains("\"type\":\"result\"") {
+                    results += 1;
+                }
+            }
+            switchboard_server::Subscribed::StoreRecovered => recovered = true,
+            _ => {}
+        }
+    }
+    let last = *seqs.last().unwrap();
+    assert_eq!(seqs, (1..=last).collect::<Vec<_>>(), "every event once, in order");
+    let stored = store.events_after(&record.id, 0, 100_000).await.unwrap();
+    let stored_seqs: Vec<u64> = stored.iter().map(|event| event.seq).collect();
+    assert_eq!(stored_seqs, (1..=stored.len() as u64).collect::<Vec<_>>(), "the log has no gap");
+    assert!(stored.len() as u64 >= last);
+    assert!(
+        stored.iter().filter(|event| event.payload.contains("t=")).count() >= 200,
+        "the streamed lines are all stored"
+    );
+    daemon.stop_all().await;
+    store.close();
+}
