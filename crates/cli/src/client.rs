@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use crate::serve::{DaemonInfo, DataDirArg, DAEMON_FILE, TOKEN_FILE};
+use crate::serve::DataDirArg;
 
 /// How to reach the daemon.
 #[derive(Debug, Args)]
@@ -97,24 +97,12 @@ struct Client {
 
 impl Connection {
     fn client(&self) -> Result<Client, String> {
-        let data_dir = self.data.resolve();
+        let data_dir = switchboard_server::DataDir::new(self.data.resolve());
         let base = match &self.url {
             Some(url) => url.trim_end_matches('/').to_owned(),
-            None => {
-                let path = data_dir.join(DAEMON_FILE);
-                let text = std::fs::read_to_string(&path).map_err(|_| {
-                    format!("no running daemon found ({} is missing): start `switchboard serve`, or pass --url", path.display())
-                })?;
-                let info: DaemonInfo = serde_json::from_str(&text)
-                    .map_err(|error| format!("{} is unreadable: {error}", path.display()))?;
-                info.url
-            }
+            None => data_dir.read_info()?.url,
         };
-        let token = self.token.clone().or_else(|| {
-            std::fs::read_to_string(data_dir.join(TOKEN_FILE))
-                .ok()
-                .map(|token| token.trim().to_owned())
-        });
+        let token = self.token.clone().or_else(|| data_dir.stored_api_token());
         Ok(Client { base, token, http: reqwest::Client::new() })
     }
 }

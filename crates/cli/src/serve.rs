@@ -1,17 +1,17 @@
-//! `switchboard serve`: the daemon, and where it keeps its state (the data directory).
+//! `switchboard serve`: its arguments, its output and its signals. The daemon, its accept loop
+//! and its data directory are the server library's (`switchboard_server::{Daemon, serve,
+//! DataDir}`).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use serde::{Deserialize, Serialize};
-use switchboard_server::{generate_token, AuthConfig, Daemon, DaemonConfig};
+use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir};
 use switchboard_session::Policy;
 use switchboard_store::{SqliteStore, Store};
 
@@ -80,67 +80,6 @@ impl DataDirArg {
     }
 }
 
-/// What a running daemon writes so that client commands find it.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct DaemonInfo {
-    /// `http://ADDR`.
-    pub(crate) url: String,
-    /// The daemon's process id.
-    pub(crate) pid: u32,
-}
-
-pub(crate) const DAEMON_FILE: &str = "daemon.json";
-pub(crate) const TOKEN_FILE: &str = "token";
-const INGRESS_TOKEN_FILE: &str = "ingress-token";
-/// The CLIs running now (pid, start time, run id): what a daemon killed with `kill -9` left
-/// behind is ended at the next start.
-const RUNS_FILE: &str = "cli-runs.json";
-const DATABASE_FILE: &str = "switchboard.db";
-
-/// Creates `dir` (and missing parents) readable by the owner only. A directory that exists
-/// already keeps its mode: it may be shared (a sticky `/tmp`-like directory) and is not ours
-/// to change.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
-/// Writes `contents` to `path`, readable by the owner only.
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(contents.as_bytes())?;
-    // An older file may have had wider permissions.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-}
-
-/// A token: given (`flag` names it in errors), or stored in `file`, or new (and stored).
-fn token(given: Option<&str>, flag: &str, data_dir: &Path, file: &str) -> Result<String, String> {
-    if let Some(token) = given {
-        if token.len() < 16 {
-            return Err(format!("{flag} must be at least 16 characters"));
-        }
-        return Ok(token.to_owned());
-    }
-    let path = data_dir.join(file);
-    if let Ok(token) = std::fs::read_to_string(&path) {
-        let token = token.trim().to_owned();
-        if !token.is_empty() {
-            return Ok(token);
-        }
-    }
-    let token = generate_token();
-    write_private(&path, &token)
-        .map_err(|error| format!("cannot write the token to {}: {error}", path.display()))?;
-    Ok(token)
-}
-
 pub(crate) async fn serve(args: ServeArgs) -> ExitCode {
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -158,20 +97,17 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             format!("--no-auth is only allowed on a loopback address, not {}", args.listen),
         ));
     }
-    let data_dir = args.data.resolve();
-    create_private_dir(&data_dir)
-        .map_err(|error| (1, format!("cannot create {}: {error}", data_dir.display())))?;
+    let data_dir = DataDir::new(args.data.resolve());
+    data_dir
+        .create()
+        .map_err(|error| (1, format!("cannot create {}: {error}", data_dir.path().display())))?;
     let (token, ingress_token) = if args.no_auth {
         (None, args.ingress_token.clone())
     } else {
-        let api = token(args.token.as_deref(), "--token", &data_dir, TOKEN_FILE)
-            .map_err(|message| (1, message))?;
-        let ingress =
-            token(args.ingress_token.as_deref(), "--ingress-token", &data_dir, INGRESS_TOKEN_FILE)
-                .map_err(|message| (1, message))?;
-        if ingress == api {
-            return Err((2, "--ingress-token must differ from the API token: a CLI's environment is visible to its tools".into()));
-        }
+        let api = data_dir.api_token(args.token.as_deref()).map_err(|message| (1, message))?;
+        let ingress = data_dir
+            .ingress_token(args.ingress_token.as_deref(), &api)
+            .map_err(|message| (2, message))?;
         (Some(api), Some(ingress))
     };
     let default_policy = match &args.policy {
@@ -180,7 +116,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         None => None,
     };
     let sqlite = Arc::new(
-        SqliteStore::open(data_dir.join(DATABASE_FILE))
+        SqliteStore::open(data_dir.database())
             .map_err(|error| (1, format!("cannot open the database: {error}")))?,
     );
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -198,7 +134,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         ingress_token,
         ping_interval: None,
         allowed_env: args.allow_env.clone(),
-        runs_file: Some(data_dir.join(RUNS_FILE)),
+        runs_file: Some(data_dir.runs_file()),
         store_retry_limit: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
@@ -207,11 +143,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         allowed_origins: args.allow_origin.clone(),
     };
     let url = format!("http://{address}");
-    let info = DaemonInfo { url: url.clone(), pid: std::process::id() };
-    let info_path = data_dir.join(DAEMON_FILE);
-    write_private(&info_path, &serde_json::to_string(&info).unwrap_or_default())
-        .map_err(|error| (1, format!("cannot write {}: {error}", info_path.display())))?;
-    tracing::info!(%address, data_dir = %data_dir.display(), "switchboard is listening");
+    data_dir
+        .write_info(&DaemonInfo { url: url.clone(), pid: std::process::id() })
+        .map_err(|message| (1, message))?;
+    tracing::info!(%address, data_dir = %data_dir.path().display(), "switchboard is listening");
     // The token goes to the terminal that started the daemon, never to the logs.
     match &token {
         Some(token) => println!(
@@ -227,7 +162,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     let served = switchboard_server::serve(listener, daemon, auth, shutdown_signal()).await;
     // Fold the journal into the database and release the data directory.
     sqlite.close();
-    let _ = std::fs::remove_file(&info_path);
+    data_dir.remove_info();
     served.map_err(|error| (1, format!("the server failed: {error}")))
 }
 

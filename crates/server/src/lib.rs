@@ -9,6 +9,7 @@ pub mod api;
 pub mod auth;
 mod compat;
 pub mod daemon;
+pub mod data_dir;
 pub mod error;
 mod extract;
 pub mod frames;
@@ -22,6 +23,7 @@ pub use api::router;
 pub use auth::{generate_token, AuthConfig};
 pub use daemon::Phase;
 pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed, Subscription};
+pub use data_dir::{DaemonInfo, DataDir};
 pub use error::ApiError;
 pub use serve::{
     serve, serve_with, ServeOptions, CLOSE_GRACE, HEADER_READ_TIMEOUT, MAX_CONNECTIONS,
