@@ -262,9 +262,13 @@ impl LiveSession {
         }
     }
 
-    /// Begins the next run, with `handle`; its number.
+    /// Begins the next run, with `handle`; its number. A run whose CLI still runs is not
+    /// replaced (two resumes at once: the second is refused).
     fn begin(&self, handle: Option<SessionHandle>) -> Result<u64, DaemonError> {
         let mut run = self.lock_run()?;
+        if run.handle.is_some() && handle.is_some() {
+            return Err(DaemonError::AlreadyRunning(self.id()));
+        }
         run.number += 1;
         run.handle = handle;
         self.finished.send_replace(false);
@@ -290,6 +294,10 @@ impl LiveSession {
         let handle = run.handle.take();
         self.finished.send_replace(true);
         Ok(handle)
+    }
+
+    fn id(&self) -> String {
+        self.record.lock().map(|record| record.id.clone()).unwrap_or_default()
     }
 
     /// The current run's number.
@@ -340,6 +348,8 @@ pub struct Daemon {
     runs: Mutex<HashMap<String, switchboard_transport::CliRun>>,
     /// Serving, draining, closed.
     phase: watch::Sender<Phase>,
+    /// One writer of the runs file at a time (each write is a snapshot, then a rename).
+    runs_file_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -370,6 +380,7 @@ impl Daemon {
             relay_current: Mutex::new(None),
             runs: Mutex::new(HashMap::new()),
             phase: watch::channel(Phase::Serving).0,
+            runs_file_lock: tokio::sync::Mutex::new(()),
         });
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
@@ -402,6 +413,21 @@ impl Daemon {
     /// as running: it was killed before it could end them.
     async fn end_leftovers(&self) {
         let Some(path) = self.config.runs_file.clone() else { return };
+        // Only a record this user wrote, that nobody else could have changed: it names
+        // processes to kill.
+        let trusted = tokio::fs::symlink_metadata(&path).await.is_ok_and(|metadata| {
+            use std::os::unix::fs::MetadataExt;
+            metadata.is_file()
+                && metadata.uid() == nix::unistd::geteuid().as_raw()
+                && metadata.mode() & 0o022 == 0
+        });
+        if !trusted {
+            if tokio::fs::symlink_metadata(&path).await.is_ok() {
+                tracing::warn!(path = %path.display(), "ignoring a record of running CLIs that is not this user's own private file");
+            }
+            self.save_runs().await;
+            return;
+        }
         let Ok(text) = tokio::fs::read_to_string(&path).await else { return };
         let runs: Vec<switchboard_transport::CliRun> = match serde_json::from_str(&text) {
             Ok(runs) => runs,
@@ -445,13 +471,23 @@ impl Daemon {
 
     async fn save_runs(&self) {
         let Some(path) = &self.config.runs_file else { return };
+        // The snapshot and its write in one turn: an older snapshot never lands after a newer.
+        let _turn = self.runs_file_lock.lock().await;
         let runs: Vec<switchboard_transport::CliRun> =
             self.runs.lock().map(|runs| runs.values().cloned().collect()).unwrap_or_default();
         let text = serde_json::to_string(&runs).unwrap_or_else(|_| "[]".into());
         // Written whole, then renamed over the old one: a crash leaves one or the other.
         let temporary = path.with_extension("tmp");
         let written = async {
-            tokio::fs::write(&temporary, text).await?;
+            let mut file = tokio::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&temporary)
+                .await?;
+            tokio::io::AsyncWriteExt::write_all(&mut file, text.as_bytes()).await?;
+            drop(file);
             tokio::fs::rename(&temporary, path).await
         };
         if let Err(error) = written.await {
@@ -828,7 +864,18 @@ impl Daemon {
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
-        let (live, number) = self.go_live(record, Some(handle.clone()))?;
+        let (live, number) = match self.go_live(record, Some(handle.clone())) {
+            Ok(live) => live,
+            Err(error) => {
+                // Refused (a drain began, or another run took the session): this CLI ends.
+                let handle = handle.clone();
+                tokio::spawn(async move {
+                    let _ = handle.shutdown(STOP_GRACE).await;
+                });
+                tokio::spawn(pump_discarding(events));
+                return Err(error);
+            }
+        };
         let run = handle.cli_run().cloned();
         if let Some(run) = &run {
             self.record_run(run, true).await;
@@ -860,6 +907,11 @@ impl Daemon {
                 .sessions
                 .lock()
                 .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
+            // Checked under the lock `stop_all` lists sessions under: a session either goes
+            // live before a drain lists it (and is stopped), or is refused here.
+            if handle.is_some() && *self.phase.borrow() != Phase::Serving {
+                return Err(DaemonError::ShuttingDown);
+            }
             sessions
                 .entry(record.id.clone())
                 .or_insert_with(|| Arc::new(LiveSession::new(record.clone())))
@@ -1214,6 +1266,12 @@ impl Subscription {
             }
         }
     }
+}
+
+/// Drains the events of a session that was refused before it went live (nothing of it is
+/// stored), so that its actor is never held up while its CLI is stopped.
+async fn pump_discarding(mut events: mpsc::Receiver<SessionEvent>) {
+    while events.recv().await.is_some() {}
 }
 
 /// Moves a session's events into the store and out to subscribers, and keeps its record.
@@ -1657,15 +1715,37 @@ pub(crate) fn relay_status(text: &str) -> String {
     json!({"type": "status", "text": text}).to_string()
 }
 
-/// A session record as clients see it: the request it was created with, minus secrets (the
-/// values of `env` are replaced; the names stay). The store keeps them, for a resume.
+/// A session record as clients see it: the request it was created with, minus secrets. The
+/// values of `env` are replaced (the names stay), and so are those of each inline MCP server's
+/// `env` and `headers` (which carry API keys). The store keeps them, for a resume.
 pub fn public_record(mut record: SessionRecord) -> SessionRecord {
     if let Some(Value::Object(env)) = record.config.get_mut("env") {
-        for value in env.values_mut() {
-            *value = Value::from("(hidden)");
+        hide_values(env);
+    }
+    if let Some(Value::Array(configs)) = record.config.get_mut("mcp_config") {
+        for config in configs {
+            let Some(text) = config.as_str() else { continue };
+            // A path to a file stays as it is; inline JSON is shown without its secrets.
+            let Ok(mut parsed) = serde_json::from_str::<Value>(text) else { continue };
+            if let Some(Value::Object(servers)) = parsed.get_mut("mcpServers") {
+                for server in servers.values_mut() {
+                    for key in ["env", "headers"] {
+                        if let Some(Value::Object(values)) = server.get_mut(key) {
+                            hide_values(values);
+                        }
+                    }
+                }
+            }
+            *config = Value::from(parsed.to_string());
         }
     }
     record
+}
+
+fn hide_values(map: &mut serde_json::Map<String, Value>) {
+    for value in map.values_mut() {
+        *value = Value::from("(hidden)");
+    }
 }
 
 /// Whether a session state string is final.

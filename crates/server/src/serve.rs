@@ -9,8 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -63,11 +62,6 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    // Tools a CLI started in sessions of their own become our children, not init's, when
-    // their parent exits: in reach until their session's sweep ends them.
-    if !switchboard_transport::procs::become_subreaper() {
-        tracing::debug!("cannot become a child subreaper; orphaned tools go to init");
-    }
     let app = crate::api::router(daemon.clone(), auth);
     let slots = Arc::new(Semaphore::new(options.max_connections));
     // Dropped to tell every connection to finish gracefully.
@@ -101,10 +95,13 @@ pub async fn serve_with(
         // free again when the socket is dropped.
         let stream = Counted { stream, _slot: slot };
         tokio::spawn(async move {
-            let mut builder = Builder::new(TokioExecutor::new());
-            builder.http1().timer(TokioTimer::new()).header_read_timeout(header_read_timeout);
-            builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            // HTTP/1.1 only: its header timer runs from the connection's first moment (a
+            // version-sniffing server waits for a first byte with no timer at all).
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::pin!(connection);
             let mut told = false;
             loop {

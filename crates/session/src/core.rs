@@ -273,6 +273,15 @@ impl AskedPermission {
     }
 }
 
+/// A `PreToolUse` hook's answer: `deny`, `ask` (or `allow`), with the reason.
+fn pre_tool_use_verdict(verdict: &str, reason: &str) -> Value {
+    serde_json::json!({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": verdict,
+        "permissionDecisionReason": reason,
+    }})
+}
+
 /// The session's state machine.
 pub struct SessionCore {
     state: SessionState,
@@ -756,6 +765,13 @@ impl SessionCore {
                 message,
             )));
             self.mark_answered(&request.request_id);
+        } else if request.subtype.as_deref() == Some("hook_callback") {
+            // It may be the policy's PreToolUse hook: a tool call the policy cannot see is
+            // refused (a hook of another event ignores the PreToolUse decision).
+            let output = pre_tool_use_verdict("deny", &reason);
+            let response = ControlResponse::success(request.request_id.clone(), &output);
+            self.write(Message::ControlResponse(response), &mut effects);
+            self.mark_answered(&request.request_id);
         } else {
             let response = ControlResponse::error(request.request_id, reason);
             self.write(Message::ControlResponse(response), &mut effects);
@@ -1039,11 +1055,15 @@ impl SessionCore {
         hook: &HookCallbackRequest,
         effects: &mut Vec<Effect>,
     ) {
-        let tool_name = hook.input.get("tool_name").and_then(Value::as_str);
-        let pre_tool_use = hook.hook_event_name() == Some("PreToolUse");
-        let (Some(tool_name), true) = (tool_name, pre_tool_use) else {
-            // Not a tool call: no opinion.
+        if hook.hook_event_name() != Some("PreToolUse") {
+            // Not a tool call (the hook is registered for PreToolUse only): no opinion.
             self.answer_policy_hook(request_id, serde_json::json!({}), effects);
+            return;
+        }
+        let Some(tool_name) = hook.input.get("tool_name").and_then(Value::as_str) else {
+            // A tool call the policy cannot name is not let through: fail closed.
+            let output = pre_tool_use_verdict("deny", "Switchboard could not read the tool's name");
+            self.answer_policy_hook(request_id, output, effects);
             return;
         };
         let input = hook.input.get("tool_input").cloned().unwrap_or(Value::Null);
@@ -1068,11 +1088,7 @@ impl SessionCore {
         if let Some(tool_use_id) = &tool_use_id {
             self.set_verdict(tool_use_id, tool_name, &input, CallVerdict::Decided);
         }
-        let output = serde_json::json!({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": verdict,
-            "permissionDecisionReason": decision.reason,
-        }});
+        let output = pre_tool_use_verdict(verdict, &decision.reason);
         self.answer_policy_hook(request_id, output, effects);
         if decision.behavior == Behavior::Deny {
             let event = SessionEvent::decided(
@@ -1134,13 +1150,20 @@ impl SessionCore {
             CallVerdict::Unheard => tool_use_id.to_owned(),
         };
         let event = if !is_error {
+            let message = match call.verdict {
+                CallVerdict::Deferred(_) => {
+                    "the CLI allowed it on its own (its rules or permission mode); no policy rule objected"
+                }
+                // No hook answer was heard for this call (a CLI that refused the hook's
+                // registration): the policy never saw it.
+                _ => "the CLI allowed it on its own (its rules or permission mode); the policy did not see it",
+            };
             SessionEvent::decided(
                 &request_id,
                 &call.tool_name,
                 Behavior::Allow,
                 DecidedBy::Cli,
-                "the CLI allowed it on its own (its rules or permission mode); no policy rule objected"
-                    .to_owned(),
+                message.to_owned(),
             )
         } else {
             let decision = self.policy.decide(&call.tool_name, &call.input, &self.match_context);

@@ -26,6 +26,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -273,6 +274,10 @@ fn decode(body: &[u8]) -> Result<Entry, String> {
     Ok(entry)
 }
 
+/// The mode of every file the store creates: the log holds prompts, tool output and a session's
+/// environment, for its owner only.
+pub(crate) const PRIVATE: u32 = 0o600;
+
 /// Creates segment `segment` (its magic bytes written), open for appending.
 fn create_segment(database: &Path, segment: u64) -> Result<File, StoreError> {
     let path = segment_path(database, segment);
@@ -280,6 +285,7 @@ fn create_segment(database: &Path, segment: u64) -> Result<File, StoreError> {
         .create(true)
         .truncate(true)
         .write(true)
+        .mode(PRIVATE)
         .open(&path)
         .map_err(|error| io_error("cannot create the journal segment", &path, error))?;
     file.write_all(MAGIC).map_err(|error| io_error("cannot write", &path, error))?;
@@ -374,6 +380,7 @@ pub(crate) fn lock_database(database: &Path) -> Result<File, StoreError> {
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(PRIVATE)
         .open(&path)
         .map_err(|error| io_error("cannot open the lock file", &path, error))?;
     match file.try_lock() {

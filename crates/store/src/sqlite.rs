@@ -290,6 +290,20 @@ impl SqliteStore {
             })?;
         }
         let lock = journal::lock_database(&path)?;
+        // Made private before SQLite opens it: SQLite gives its WAL and shared-memory files
+        // the database file's mode.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(journal::PRIVATE)
+                .open(&path)
+                .map_err(|error| {
+                    StoreError::Database(format!("cannot create {}: {error}", path.display()))
+                })?;
+        }
         let mut writer_connection = open(&path)?;
         migrate(&mut writer_connection)?;
         writer_connection.pragma_update(None, "wal_autocheckpoint", 0)?;

@@ -4,9 +4,11 @@
 //! session of its own (`setsid`), so a tool's background process (`setsid sleep 300 &`) is in
 //! no group of ours. Every CLI therefore carries a run id in its environment
 //! ([`RUN_VARIABLE`]), which its tools inherit; when the CLI is gone, every process that still
-//! carries it is killed ([`end_run`]). A daemon that is a child subreaper
-//! ([`become_subreaper`]) adopts such orphans instead of init, and reaps the ones it kills.
-//! A CLI also gets a parent-death signal, and a daemon that was killed ends what its
+//! carries it is killed ([`end_run`]). (The daemon is not a child subreaper: it would have to
+//! reap every orphan it adopted, and a reaper of unknown children races tokio's own `wait` of
+//! the CLIs; orphans go to init, which reaps them, and `/proc` finds them there.) This is best
+//! effort: a tool that clears its environment (`env -i`) escapes the sweep. A CLI also gets a
+//! parent-death signal, and a daemon that was killed ends what its
 //! predecessor left at its next start ([`end_leftover`], from the pid, start time and run id
 //! it recorded).
 
@@ -30,15 +32,9 @@ pub fn new_run_id() -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Makes this process the parent of orphaned descendants (Linux `PR_SET_CHILD_SUBREAPER`), so
-/// that a tool whose shell exited stays in reach. Whether it worked.
-pub fn become_subreaper() -> bool {
-    nix::sys::prctl::set_child_subreaper(true).is_ok()
-}
-
 /// Kills every process of this user whose environment carries `RUN_VARIABLE=run_id`, looking
-/// again until none is left (at most [`SWEEP_ROUNDS`] times); reaps those that are this
-/// process's children. Returns how many it killed. Blocking: reads `/proc`.
+/// again until none is left (at most [`SWEEP_ROUNDS`] times). Returns how many it killed.
+/// Blocking: reads `/proc`.
 pub fn end_run(run_id: &str) -> usize {
     let needle = format!("{RUN_VARIABLE}={run_id}");
     let me = std::process::id();
@@ -55,9 +51,6 @@ pub fn end_run(run_id: &str) -> usize {
                     killed += 1;
                 }
             }
-        }
-        for &pid in &marked {
-            reap_if_mine(pid, me);
         }
     }
     killed
@@ -104,17 +97,4 @@ fn carries(pid: u32, needle: &[u8]) -> bool {
         return false;
     };
     environ.split(|&byte| byte == 0).any(|entry| entry == needle)
-}
-
-/// Waits for a killed process that is our child (adopted as a subreaper), so it leaves no
-/// zombie. Only pids we killed are waited for: the CLIs' own exits belong to their `Child`.
-fn reap_if_mine(pid: u32, me: u32) {
-    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse::<u32>().ok());
-    if parent == Some(me) {
-        if let Ok(raw) = i32::try_from(pid) {
-            let _ = nix::sys::wait::waitpid(Pid::from_raw(raw), None);
-        }
-    }
 }

@@ -240,13 +240,14 @@ fn base_command(options: &CliOptions) -> Command {
     command.envs(&options.env);
     let parent = std::process::id();
     // SAFETY: runs in the child between fork and exec; it calls only `prctl` and `getppid`
-    // (async-signal-safe system calls) and allocates nothing.
+    // (async-signal-safe system calls) and allocates nothing (an error from a raw OS code is
+    // no allocation).
     unsafe {
         command.pre_exec(move || {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
             // The parent may have died before the signal was armed.
             if nix::unistd::getppid().as_raw() as u32 != parent {
-                return Err(std::io::Error::other("the daemon went away while starting the CLI"));
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
             }
             Ok(())
         });

@@ -538,12 +538,19 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
     };
     refused(create(json!({"prompt": ""})).await, "prompt is empty");
     // Environment values are secrets: kept for a resume, never shown to a client.
-    let (status, created) =
-        create(json!({"env": {"SERVICE_TOKEN": "s3cr3t-value"}, "claude": "/bin/true"})).await;
+    let mcp = json!({"mcpServers": {"search": {"command": "x", "env": {"API_KEY": "s3cr3t-mcp"}, "headers": {"authorization": "Bearer s3cr3t-header"}}}});
+    let (status, created) = create(json!({
+        "env": {"SERVICE_TOKEN": "s3cr3t-value"},
+        "mcp_config": [mcp.to_string()],
+        "claude": "/bin/true",
+    }))
+    .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["config"]["env"]["SERVICE_TOKEN"], "(hidden)", "{created}");
+    assert!(!created.to_string().contains("s3cr3t"), "{created}");
+    assert!(created.to_string().contains("API_KEY"), "names stay: {created}");
     let (_, listed) = server.get("/api/sessions").await;
-    assert!(!listed.to_string().contains("s3cr3t-value"), "{listed}");
+    assert!(!listed.to_string().contains("s3cr3t"), "{listed}");
     let stored = server.daemon.store().list_sessions().await.unwrap();
     assert_eq!(stored[0].config["env"]["SERVICE_TOKEN"], "s3cr3t-value", "kept for a resume");
     server.daemon.stop(&stored[0].id, true).await.unwrap();
@@ -1294,6 +1301,18 @@ async fn a_client_that_trickles_its_headers_is_cut_off() {
     .await
     .expect("the daemon closes the connection");
     assert!(!answer.contains("200"), "{answer}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= switchboard_server::HEADER_READ_TIMEOUT
+            && waited < switchboard_server::HEADER_READ_TIMEOUT * 2,
+        "closed after the header timeout, not before: {waited:?}"
+    );
+    // A client that sends nothing at all is cut off the same way.
+    let started = tokio::time::Instant::now();
+    let answer = raw_exchange(&address, b"", Duration::from_secs(3600))
+        .await
+        .expect("the daemon closes a silent connection");
+    assert_eq!(answer, "");
     let waited = started.elapsed();
     assert!(
         waited >= switchboard_server::HEADER_READ_TIMEOUT

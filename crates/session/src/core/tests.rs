@@ -351,8 +351,27 @@ fn a_malformed_permission_request_is_denied_not_left_pending() {
         r#"{"type":"control_request","request_id":"r-hook","request":{"subtype":"hook_callback","callback_id":7}}"#,
     );
     let written = sent(&effects);
-    assert_eq!(written[0]["response"]["subtype"], "error", "{written:?}");
+    assert_eq!(
+        written[0]["response"]["response"]["hookSpecificOutput"]["permissionDecision"], "deny",
+        "an unreadable hook callback may be the policy's: it fails closed: {written:?}"
+    );
     assert_eq!(written[0]["response"]["request_id"], "r-hook");
+    // A PreToolUse call whose tool the policy cannot name is refused too.
+    let effects = core.on_line(line(
+        r#"{"type":"control_request","request_id":"r-anon","request":{"subtype":"hook_callback","callback_id":"switchboard-policy","input":{"hook_event_name":"PreToolUse","tool_input":{}}}}"#,
+    ));
+    let written = sent(&effects);
+    assert_eq!(
+        written[0]["response"]["response"]["hookSpecificOutput"]["permissionDecision"],
+        "deny"
+    );
+    // Another unreadable control request gets an error response.
+    let effects = bad_line(
+        &mut core,
+        r#"{"type":"control_request","request_id":"r-other","request":{"subtype":"mcp_message","server_name":7}}"#,
+    );
+    let written = sent(&effects);
+    assert_eq!(written[0]["response"]["subtype"], "error", "{written:?}");
     // A line that is not a control request is only reported.
     let effects = bad_line(&mut core, "not json");
     assert!(sent(&effects).is_empty());

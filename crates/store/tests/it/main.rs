@@ -406,3 +406,28 @@ async fn folded_segments_are_removed() {
     drop(connection);
     assert_eq!(store.events_after("s", 0, 1000).await.unwrap().len(), 100);
 }
+
+#[tokio::test]
+async fn every_file_of_the_store_is_its_owners_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    // A directory anyone may read (as a data directory made with a plain `mkdir` is).
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let store = SqliteStore::open(dir.path().join("switchboard.db")).unwrap();
+    let event = EventRecord {
+        session_id: "s".into(),
+        seq: 1,
+        ts_ms: 1,
+        dir: "from_cli".into(),
+        kind: "line".into(),
+        payload: "{\"secret\":\"prompt\"}".into(),
+    };
+    store.append(&[event]).await.unwrap();
+    store.flush().await.unwrap();
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    assert!(files.len() >= 3, "the database, its journal and its lock: {files:?}");
+    for file in files {
+        let mode = file.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is readable by others", file.path().display());
+    }
+}
