@@ -524,8 +524,9 @@ impl Daemon {
             config: json!({"transport": "relay"}),
         };
         let policy = self.config.default_policy.clone().unwrap_or_default();
-        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-        let config = SessionConfig::new(cwd, policy);
+        // Where the CLI runs is not known yet: the session learns it from the CLI's lines
+        // (its rules are resolved against that, not against the daemon's own cwd).
+        let config = SessionConfig::new(PathBuf::new(), policy);
         let (link, slot) = switchboard_transport::sdk_url::external(&id);
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;

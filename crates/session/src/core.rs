@@ -911,6 +911,9 @@ impl SessionCore {
     fn on_system(&mut self, system: &SystemMessage, effects: &mut Vec<Effect>) {
         match system {
             SystemMessage::Init(init) => {
+                if let Some(cwd) = &init.cwd {
+                    self.learn_cwd(cwd);
+                }
                 self.snapshot.model = init.model.clone().or(self.snapshot.model.take());
                 self.snapshot.cli_version = init.claude_code_version.clone();
                 if let Some(mode) = &init.permission_mode {
@@ -1066,6 +1069,9 @@ impl SessionCore {
             self.answer_policy_hook(request_id, output, effects);
             return;
         };
+        if let Some(cwd) = hook.input.get("cwd").and_then(Value::as_str) {
+            self.learn_cwd(cwd);
+        }
         let input = hook.input.get("tool_input").cloned().unwrap_or(Value::Null);
         let tool_use_id = hook
             .tool_use_id
@@ -1099,6 +1105,15 @@ impl SessionCore {
                 decision.reason,
             );
             effects.push(Effect::Emit(event.with_tool_use_id(tool_use_id)));
+        }
+    }
+
+    /// A CLI that connected on its own says where it runs only in its lines: relative rules
+    /// (`Read(./.env)`) are resolved against that, once known. A session that started its CLI
+    /// knows its cwd from the start and keeps it.
+    fn learn_cwd(&mut self, cwd: &str) {
+        if self.match_context.cwd.as_os_str().is_empty() && !cwd.is_empty() {
+            self.match_context.cwd = std::path::PathBuf::from(cwd);
         }
     }
 

@@ -24,16 +24,16 @@ struct Server {
 
 impl Server {
     async fn start(store: Arc<dyn Store>, api: &FakeApi, sandbox: &CliSandbox) -> Server {
-        Self::start_with(store, api, sandbox, None).await
+        Self::start_with(store, api, sandbox, |_| {}).await
     }
 
-    /// With `ping`: how often the daemon pings CLI sockets (default: the daemon's own, which a
-    /// CPU-starved CLI on a busy CI machine still answers in time).
+    /// With `configure` changing the daemon's config first. (The ping is the daemon's default,
+    /// which a CPU-starved CLI on a busy CI machine still answers in time.)
     async fn start_with(
         store: Arc<dyn Store>,
         api: &FakeApi,
         sandbox: &CliSandbox,
-        ping: Option<Duration>,
+        configure: impl FnOnce(&mut DaemonConfig),
     ) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -47,11 +47,13 @@ impl Server {
             )),
             ingress_base: Some(format!("ws://{address}/v1/sessions/ws/")),
             ingress_token: Some(TOKEN.to_owned()),
-            ping_interval: ping,
+            ping_interval: None,
             allowed_env: Vec::new(),
             runs_file: None,
             store_retry_limit: None,
         };
+        let mut config = config;
+        configure(&mut config);
         let daemon = Daemon::open(store, config).await.unwrap();
         let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
         let base = format!("http://{address}");
@@ -1133,7 +1135,10 @@ async fn a_silent_cli_socket_is_dropped() {
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     // No real CLI here: a short ping is safe.
-    let server = Server::start_with(store, &api, &sandbox, Some(Duration::from_millis(300))).await;
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.ping_interval = Some(Duration::from_millis(300));
+    })
+    .await;
     let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
     let silent = server.relay_cli().await;
     feed.until(|frame| frame["text"] == "claude code connected").await;
@@ -1829,4 +1834,58 @@ async fn a_full_disk_loses_no_event_and_a_freed_one_takes_them_all() {
     );
     daemon.stop_all().await;
     store.close();
+}
+
+/// The policy holds for a CLI that connected on its own: no `--disallowedTools` of ours reach
+/// it, so its `initialize`'s hook is all that stands between the model and a read the CLI
+/// allows by itself (relative rules resolved against the CLI's own cwd).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_cli_is_held_by_the_policy_too() {
+    let sandbox = CliSandbox::new().unwrap();
+    std::fs::write(sandbox.file(".env"), "API_KEY=hunter2-over-the-relay\n").unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Read", json!({"file_path": sandbox.file(".env")}))
+                    .when_prompt("RELAY"),
+            )
+            .reply(Reply::text("understood").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.default_policy = Some(
+            switchboard_session::Policy::from_toml(
+                "[permissions]\ndeny = [\"Read(./.env)\"]\ndefault = \"allow\"",
+            )
+            .unwrap(),
+        );
+    })
+    .await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let mut cli = sandbox
+        .cli_command(&real_cli(CliVersion::V2_1_37), &api.base_url())
+        .arg(format!("--sdk-url={root}"))
+        .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    frontend
+        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
+        .await;
+    frontend
+        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY it"}, "parent_tool_use_id": null, "session_id": ""}))
+        .await;
+    frontend.until(|frame| frame["type"] == "result").await;
+    let request = api.wait_for(|request| !request.tool_results().is_empty()).await;
+    let (_, content, is_error) = request.tool_results()[0].clone();
+    assert!(is_error, "{content}");
+    assert!(!content.contains("hunter2"), "the secret crossed the relay: {content}");
+    assert!(content.contains("Read(./.env)"), "the model is told the rule: {content}");
+    let _ = cli.kill().await;
+    server.stop().await;
 }
