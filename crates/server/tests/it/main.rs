@@ -1081,15 +1081,7 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         .to_string()
         .contains("401"));
 
-    let mut cli = sandbox
-        .cli_command(&real_cli(CliVersion::V2_1_37), &api.base_url())
-        .arg(format!("--sdk-url={root}"))
-        .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cli = launch_relay_cli(&sandbox, &api, &root);
     frontend
         .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
         .await;
@@ -1836,6 +1828,20 @@ async fn a_full_disk_loses_no_event_and_a_freed_one_takes_them_all() {
     store.close();
 }
 
+/// A real 2.1.37 CLI launched by "someone else", connecting to the relay at `root` with the
+/// ingress token.
+fn launch_relay_cli(sandbox: &CliSandbox, api: &FakeApi, root: &str) -> tokio::process::Child {
+    sandbox
+        .cli_command(&real_cli(CliVersion::V2_1_37), &api.base_url())
+        .arg(format!("--sdk-url={root}"))
+        .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The policy holds for a CLI that connected on its own: no `--disallowedTools` of ours reach
 /// it, so its `initialize`'s hook is all that stands between the model and a read the CLI
 /// allows by itself (relative rules resolved against the CLI's own cwd).
@@ -1865,15 +1871,7 @@ async fn a_relay_cli_is_held_by_the_policy_too() {
     .await;
     let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
     let root = format!("{}/", server.base.replace("http://", "ws://"));
-    let mut cli = sandbox
-        .cli_command(&real_cli(CliVersion::V2_1_37), &api.base_url())
-        .arg(format!("--sdk-url={root}"))
-        .env("CLAUDE_CODE_SESSION_ACCESS_TOKEN", TOKEN)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cli = launch_relay_cli(&sandbox, &api, &root);
     frontend
         .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
         .await;
