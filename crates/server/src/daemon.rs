@@ -1540,6 +1540,10 @@ fn current_record(live: &LiveSession) -> Option<SessionRecord> {
 }
 
 /// Updates the record from a batch of events; whether anything a dashboard shows changed.
+///
+/// The record reads the session's own events for what they mean (state, model, mode, cost:
+/// the session core interprets the lines once); from lines it takes only what no event says:
+/// a title from the first prompt, and, for a CLI that connected on its own, its cwd.
 fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
     let Ok(mut record) = live.record.lock() else { return false };
     let mut changed = false;
@@ -1553,36 +1557,28 @@ fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
                 record.claude_session_id = Some(session_id.clone());
                 changed = true;
             }
+            SessionEvent::ModelChanged(model) => {
+                record.model = Some(model.clone());
+                changed = true;
+            }
+            SessionEvent::ModeChanged(mode) => {
+                record.permission_mode = Some(mode.clone());
+                changed = true;
+            }
+            SessionEvent::CostChanged(cost) => {
+                record.cost_usd = *cost;
+                changed = true;
+            }
             SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. } => {
                 changed = true
             }
             SessionEvent::Line(line) => match line.message.as_ref() {
-                switchboard_protocol::Message::Result(result) => {
-                    if let Some(cost) = result.cost_usd() {
-                        record.cost_usd = cost;
-                    }
-                    changed = true;
-                }
                 switchboard_protocol::Message::System(
                     switchboard_protocol::SystemMessage::Init(init),
-                ) => {
-                    record.model = init.model.clone().or(record.model.take());
-                    if record.cwd.is_empty() {
-                        // An external CLI says where it runs only here.
-                        record.cwd = init.cwd.clone().unwrap_or_default();
-                    }
-                    if let Some(mode) = &init.permission_mode {
-                        record.permission_mode = Some(mode.as_str().to_owned());
-                    }
+                ) if record.cwd.is_empty() => {
+                    // An external CLI says where it runs only here.
+                    record.cwd = init.cwd.clone().unwrap_or_default();
                     changed = true;
-                }
-                switchboard_protocol::Message::System(
-                    switchboard_protocol::SystemMessage::Status(status),
-                ) => {
-                    if let Some(mode) = &status.permission_mode {
-                        record.permission_mode = Some(mode.as_str().to_owned());
-                        changed = true;
-                    }
                 }
                 switchboard_protocol::Message::User(user)
                     if line.direction == LineDirection::ToCli && record.title.is_none() =>

@@ -605,8 +605,10 @@ impl SessionCore {
                     assistant.parent_tool_use_id.as_deref(),
                     &assistant.message.content,
                 );
-                if assistant.message.model.as_deref().is_some_and(|model| model != "<synthetic>") {
-                    self.snapshot.model = assistant.message.model.clone();
+                if let Some(model) =
+                    assistant.message.model.as_deref().filter(|model| *model != "<synthetic>")
+                {
+                    self.note_model(model, &mut effects);
                 }
                 self.resume_working(&mut effects);
             }
@@ -632,7 +634,10 @@ impl SessionCore {
                 self.snapshot.last_result = result.result.clone();
                 self.snapshot.last_result_is_error = result.is_error;
                 if let Some(cost) = result.cost_usd() {
-                    self.snapshot.cost_usd = cost;
+                    if self.snapshot.cost_usd != cost {
+                        self.snapshot.cost_usd = cost;
+                        effects.push(Effect::Emit(SessionEvent::CostChanged(cost)));
+                    }
                 }
                 if let Some(models) = &result.model_usage {
                     for (model, usage) in models {
@@ -914,10 +919,12 @@ impl SessionCore {
                 if let Some(cwd) = &init.cwd {
                     self.learn_cwd(cwd);
                 }
-                self.snapshot.model = init.model.clone().or(self.snapshot.model.take());
+                if let Some(model) = &init.model {
+                    self.note_model(model, effects);
+                }
                 self.snapshot.cli_version = init.claude_code_version.clone();
                 if let Some(mode) = &init.permission_mode {
-                    self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+                    self.note_mode(mode.as_str(), effects);
                 }
                 if let Some(commands) = &init.slash_commands {
                     self.snapshot.slash_commands = commands.clone();
@@ -926,7 +933,7 @@ impl SessionCore {
             }
             SystemMessage::Status(status) => {
                 if let Some(mode) = &status.permission_mode {
-                    self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+                    self.note_mode(mode.as_str(), effects);
                 }
                 match status.status.as_ref().and_then(|s| s.as_deref()) {
                     Some("compacting") => self.set_state(SessionState::Compacting, effects),
@@ -1108,6 +1115,22 @@ impl SessionCore {
         }
     }
 
+    /// The model the lines say the session runs; a change is an event.
+    fn note_model(&mut self, model: &str, effects: &mut Vec<Effect>) {
+        if self.snapshot.model.as_deref() != Some(model) {
+            self.snapshot.model = Some(model.to_owned());
+            effects.push(Effect::Emit(SessionEvent::ModelChanged(model.to_owned())));
+        }
+    }
+
+    /// The permission mode the lines say; a change is an event.
+    fn note_mode(&mut self, mode: &str, effects: &mut Vec<Effect>) {
+        if self.snapshot.permission_mode.as_deref() != Some(mode) {
+            self.snapshot.permission_mode = Some(mode.to_owned());
+            effects.push(Effect::Emit(SessionEvent::ModeChanged(mode.to_owned())));
+        }
+    }
+
     /// A CLI that connected on its own says where it runs only in its lines: relative rules
     /// (`Read(./.env)`) are resolved against that, once known. A session that started its CLI
     /// knows its cwd from the start and keeps it.
@@ -1209,12 +1232,12 @@ impl SessionCore {
         let result = match &response.response {
             ControlResponseBody::Success(success) => {
                 if outgoing.subtype == "initialize" {
-                    self.take_initialize_response(success);
+                    self.take_initialize_response(success, effects);
                 }
                 if outgoing.subtype == "set_permission_mode" {
                     if let Some(Ok(mode)) = success.payload::<Value>() {
                         if let Some(mode) = mode.get("mode").and_then(Value::as_str) {
-                            self.snapshot.permission_mode = Some(mode.to_owned());
+                            self.note_mode(mode, effects);
                         }
                     }
                 }
@@ -1244,7 +1267,7 @@ impl SessionCore {
         }
     }
 
-    fn take_initialize_response(&mut self, success: &ControlSuccess) {
+    fn take_initialize_response(&mut self, success: &ControlSuccess, effects: &mut Vec<Effect>) {
         if let Some(Ok(response)) = success.payload::<InitializeResponse>() {
             if let Some(commands) = response.commands {
                 self.snapshot.slash_commands =
@@ -1258,7 +1281,7 @@ impl SessionCore {
                 self.snapshot.cli_version = Some(version);
             }
             if let Some(mode) = response.current_permission_mode {
-                self.snapshot.permission_mode = Some(mode.as_str().to_owned());
+                self.note_mode(mode.as_str(), effects);
             }
         }
     }

@@ -149,6 +149,15 @@ pub enum SessionEvent {
     },
     /// The CLI's session id became known or changed (a fork gets a new one).
     ClaudeSessionId(String),
+    /// The model the session runs changed (from `system/init`, or a reply by another model
+    /// after a switch): the one place the session's model is read from the lines.
+    ModelChanged(String),
+    /// The permission mode changed (`system/init`, `system/status`, a `set_permission_mode`
+    /// answer, `initialize`).
+    ModeChanged(String),
+    /// The session's cost so far changed (a result's `total_cost_usd`: per process, not per
+    /// turn).
+    CostChanged(f64),
     /// A permission request now waits for a person.
     PermissionRequested(PendingPermission),
     /// A permission request was decided.
@@ -267,6 +276,9 @@ impl SessionEvent {
             SessionEvent::Stderr(_) => "stderr",
             SessionEvent::State { .. } => "state",
             SessionEvent::ClaudeSessionId(_) => "claude_session_id",
+            SessionEvent::ModelChanged(_) => "model_changed",
+            SessionEvent::ModeChanged(_) => "mode_changed",
+            SessionEvent::CostChanged(_) => "cost_changed",
             SessionEvent::PermissionRequested(_) => "permission_requested",
             SessionEvent::PermissionDecided { .. } => "permission_decided",
             SessionEvent::HookRequested(_) => "hook_requested",
@@ -317,6 +329,9 @@ impl SessionEvent {
             SessionEvent::Stderr(text) => json!({ "text": text }),
             SessionEvent::State { from, to } => json!({ "from": from, "to": to }),
             SessionEvent::ClaudeSessionId(id) => json!({ "claude_session_id": id }),
+            SessionEvent::ModelChanged(model) => json!({ "model": model }),
+            SessionEvent::ModeChanged(mode) => json!({ "mode": mode }),
+            SessionEvent::CostChanged(cost) => json!({ "cost_usd": cost }),
             SessionEvent::PermissionRequested(pending) => {
                 serde_json::to_value(pending).unwrap_or_default()
             }

@@ -1002,6 +1002,16 @@ async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
     server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "THREE"})).await;
     let frames = ws.until(is_result).await;
     assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "after the drop");
+    // The record follows the switch (the session's own model_changed event, not a line
+    // interpreted again).
+    let (_, log) = server.get(&format!("/api/sessions/{id}/events")).await;
+    let switched = log.as_array().unwrap().iter().any(|event| {
+        event["event"]["event"] == "model_changed"
+            && event["event"]["model"] == "claude-haiku-4-5-20251001"
+    });
+    assert!(switched, "the switch is an event of the log");
+    let (_, session) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(session["model"], "claude-haiku-4-5-20251001", "{session}");
     server.stop().await;
 }
 
