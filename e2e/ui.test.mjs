@@ -68,11 +68,12 @@ async function send(text) {
   await page.locator('.msg.user', { hasText: text }).waitFor();
 }
 
-/// The seqs the page drew live are contiguous: no gap, no duplicate.
-async function assertContiguous() {
+/// The events the page drew live came in order, each once (an event without updates sends
+/// no frame, so seqs may skip).
+async function assertInOrder() {
   const seqs = await page.evaluate(() => window.__switchboard.view.seqs);
   assert.ok(seqs.length > 0);
-  for (let i = 1; i < seqs.length; i += 1) assert.equal(seqs[i], seqs[i - 1] + 1, `seq ${seqs[i]} after ${seqs[i - 1]}`);
+  for (let i = 1; i < seqs.length; i += 1) assert.ok(seqs[i] > seqs[i - 1], `seq ${seqs[i]} after ${seqs[i - 1]}`);
 }
 
 try {
@@ -270,7 +271,7 @@ try {
     await page.locator('.session-head .badge.state-idle').waitFor();
     assert.equal(await transcript().locator('.msg.assistant', { hasText: 'Reloading keeps' }).count(), 1);
     assert.equal(await transcript().locator('.msg.user', { hasText: 'RELOAD midway' }).count(), 1);
-    await assertContiguous();
+    await assertInOrder();
   });
 
   await step('the daemon unreachable: said so, then caught up with no gap', async () => {
@@ -290,7 +291,7 @@ try {
     await page.locator('#banner').waitFor({ state: 'hidden' });
     await transcript().locator('.block.text .md', { hasText: 'without losing a word.' }).waitFor();
     assert.equal(await transcript().locator('.msg.assistant', { hasText: 'Offline and back' }).count(), 1);
-    await assertContiguous();
+    await assertInOrder();
   });
 
   await step('the cost chart, context gauge and per-model totals', async () => {

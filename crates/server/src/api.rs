@@ -75,6 +75,7 @@ pub fn routes() -> Vec<Route> {
             post(answer_permission),
         ),
         route("GET", "/api/sessions/{id}/events", Guard::Api, get(list_events)),
+        route("GET", "/api/sessions/{id}/view", Guard::Api, get(session_view)),
         route("GET", "/api/sessions/{id}/subscribe", Guard::Api, get(subscribe)),
         route("GET", "/api/events", Guard::Api, get(dashboard)),
         route("GET", "/api/claude/sessions", Guard::Api, get(crate::compat::list)),
@@ -440,9 +441,92 @@ async fn list_events(
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ViewQuery {
+    #[serde(default)]
+    after: Option<u64>,
+    /// Page back: the last `limit` events before this seq.
+    #[serde(default)]
+    before: Option<u64>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// The view of a session: what one page of its events means (`{"updates", "first_seq",
+/// "last_seq", "more"}`). `after` pages forward (ask again with `after=last_seq` while `more`),
+/// `before` pages back (ask again with `before=first_seq` while `more`). Streamed pieces whose
+/// block is complete within the page are left out. The projection is rebuilt from the start of
+/// the log for each page.
+async fn session_view(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Params(query): Params<ViewQuery>,
+) -> Result<Response, ApiError> {
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    let limit = query.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE);
+    let store = daemon.store();
+    let failed = crate::daemon::DaemonError::from;
+    let page = match (query.after, query.before) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give `after` or `before`, not both")),
+        (after, None) => store.events_after(&id, after.unwrap_or(0), limit).await,
+        (None, Some(before)) => store.events_before(&id, before, limit).await,
+    }
+    .map_err(failed)?;
+    let start = match (query.after, page.first()) {
+        (Some(after), _) => after,
+        (None, Some(first)) => first.seq - 1,
+        (None, None) => 0,
+    };
+    let mut viewer = viewer_at(&daemon, &id, start).await?;
+    let mut updates = Vec::new();
+    for record in &page {
+        let (seq, ts) = (record.seq, record.ts_ms);
+        viewer.apply(record, &mut |update| updates.push(crate::view::ViewItem { seq, ts, update }));
+    }
+    crate::view::settle_history(&mut updates);
+    let first_seq = page.first().map_or(start, |record| record.seq);
+    let last_seq = page.last().map_or(start, |record| record.seq);
+    let more = match query.before {
+        Some(_) => first_seq > 1,
+        None => page.len() == limit && store.last_seq(&id).await.map_err(failed)? > last_seq,
+    };
+    let body = serde_json::json!({
+        "updates": updates, "first_seq": first_seq, "last_seq": last_seq, "more": more,
+    });
+    Ok(axum::Json(body).into_response())
+}
+
+/// A viewer that has projected a session's events up to `after`, silently: the state they
+/// leave, for updates from there on.
+async fn viewer_at(daemon: &Daemon, id: &str, after: u64) -> Result<crate::view::Viewer, ApiError> {
+    let mut viewer = crate::view::Viewer::new();
+    let mut position = 0;
+    while position < after {
+        let want = usize::try_from(after - position).unwrap_or(usize::MAX).min(MAX_EVENTS_PAGE);
+        let page = daemon
+            .store()
+            .events_after(id, position, want)
+            .await
+            .map_err(crate::daemon::DaemonError::from)?;
+        let Some(last) = page.last() else { break };
+        for record in page.iter().filter(|record| record.seq <= after) {
+            viewer.skip(record);
+        }
+        position = last.seq;
+    }
+    Ok(viewer)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SubscribeQuery {
     #[serde(default)]
     after: u64,
+    /// Updates of the session's view instead of its events.
+    #[serde(default)]
+    view: bool,
 }
 
 async fn subscribe(
@@ -454,12 +538,56 @@ async fn subscribe(
     if daemon.record(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("no session {id}")));
     }
-    Ok(upgrade
-        .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
-        .on_upgrade(move |socket| serve_subscriber(daemon, id, query.after, socket)))
+    Ok(upgrade.max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES).on_upgrade(
+        move |socket| async move {
+            let framer = if query.view {
+                match viewer_at(&daemon, &id, query.after).await {
+                    Ok(viewer) => Framer::View(Box::new(viewer)),
+                    Err(error) => {
+                        let (mut sink, _) = socket.split();
+                        let _ = sink
+                            .send(WsMessage::Text(ServerFrame::from(error).text().into()))
+                            .await;
+                        return;
+                    }
+                }
+            } else {
+                Framer::Events
+            };
+            serve_subscriber(daemon, id, query.after, framer, socket).await
+        },
+    ))
 }
 
-async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: WebSocket) {
+/// What a subscriber gets: events as stored, or the updates of the session's view.
+enum Framer {
+    Events,
+    View(Box<crate::view::Viewer>),
+}
+
+impl Framer {
+    /// A subscription item as frames; `None` when the subscription ended.
+    fn frames(
+        &mut self,
+        item: Option<Result<Subscribed, crate::daemon::DaemonError>>,
+    ) -> Option<Vec<String>> {
+        match (self, item?) {
+            (Framer::Events, Ok(Subscribed::Event(record))) => Some(vec![event_frame(&record)]),
+            (Framer::View(viewer), Ok(Subscribed::Event(record))) => {
+                Some(viewer.frame(&record).into_iter().collect())
+            }
+            (_, other) => subscription_frame(Some(other)).map(|frame| vec![frame]),
+        }
+    }
+}
+
+async fn serve_subscriber(
+    daemon: Arc<Daemon>,
+    id: String,
+    after: u64,
+    mut framer: Framer,
+    socket: WebSocket,
+) {
     let (mut sink, incoming) = socket.split();
     let (reader, mut replies) = {
         let (daemon, id) = (daemon.clone(), id.clone());
@@ -471,15 +599,15 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
     let mut events = daemon.subscribe(&id, after);
     let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
     loop {
-        let frame = tokio::select! {
+        let frames = tokio::select! {
             // Events first: what is ready goes out before the daemon's goodbye.
             biased;
-            item = events.next() => match subscription_frame(item) {
-                Some(frame) => frame,
+            item = events.next() => match framer.frames(item) {
+                Some(frames) => frames,
                 None => break,
             },
             reply = replies.recv() => match reply {
-                Some(reply) => reply,
+                Some(reply) => vec![reply],
                 // The client closed its side.
                 None => break,
             },
@@ -494,11 +622,13 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
                     // Every session's last events are stored by now: send this subscriber
                     // what it has not had yet, then close.
                     let last = daemon.store().last_seq(&id).await.unwrap_or(0);
-                    while events.position() < last {
+                    'rest: while events.position() < last {
                         let Ok(item) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
-                        let Some(frame) = subscription_frame(item) else { break };
-                        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
-                            break;
+                        let Some(frames) = framer.frames(item) else { break };
+                        for frame in frames {
+                            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                                break 'rest;
+                            }
                         }
                     }
                     let _ = sink.send(close).await;
@@ -507,23 +637,15 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
             },
         };
         // Queue whatever else is ready, then write it all with one flush.
-        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
-            break;
-        }
-        let mut ended = false;
+        let mut ended = !feed_all(&mut sink, frames).await;
         for _ in 0..crate::socket::MAX_FRAMES_PER_FLUSH {
+            if ended {
+                break;
+            }
             match futures::FutureExt::now_or_never(events.next()) {
-                Some(item) => match subscription_frame(item) {
-                    Some(frame) => {
-                        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
-                            ended = true;
-                            break;
-                        }
-                    }
-                    None => {
-                        ended = true;
-                        break;
-                    }
+                Some(item) => match framer.frames(item) {
+                    Some(frames) => ended = !feed_all(&mut sink, frames).await,
+                    None => ended = true,
                 },
                 None => break,
             }
@@ -533,6 +655,19 @@ async fn serve_subscriber(daemon: Arc<Daemon>, id: String, after: u64, socket: W
         }
     }
     reader.abort();
+}
+
+/// Queues frames on a socket; whether it still takes them.
+async fn feed_all(
+    sink: &mut futures::stream::SplitSink<WebSocket, WsMessage>,
+    frames: Vec<String>,
+) -> bool {
+    for frame in frames {
+        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// A subscription item as a frame; `None` when the subscription ended.

@@ -229,6 +229,8 @@ struct LiveSession {
     /// while it runs. Begun by the daemon, ended only by that run's own pump.
     run: Mutex<Run>,
     record: Mutex<SessionRecord>,
+    /// The session's one projection, fed by the pump: the record reads its view.
+    projector: Mutex<switchboard_session::Projector>,
     /// The live tail, created by the first subscriber (an unwatched session pays nothing).
     tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
     /// Set by the pump when the session's CLI is gone and its last events are stored.
@@ -255,6 +257,7 @@ impl LiveSession {
         LiveSession {
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
+            projector: Mutex::new(switchboard_session::Projector::new()),
             tail: std::sync::OnceLock::new(),
             finished: watch::channel(false).0,
             store_error: watch::channel(None).0,
@@ -638,7 +641,7 @@ impl Daemon {
             model: request.model.clone(),
             permission_mode: request.permission_mode.clone(),
             state: "starting".into(),
-            title: request.prompt.as_deref().map(title_of),
+            title: request.prompt.as_deref().map(switchboard_session::projection::title_of),
             cost_usd: 0.0,
             created_ms: now,
             updated_ms: now,
@@ -1539,64 +1542,50 @@ fn current_record(live: &LiveSession) -> Option<SessionRecord> {
     live.record.lock().ok().map(|record| record.clone())
 }
 
-/// Updates the record from a batch of events; whether anything a dashboard shows changed.
+/// Projects a batch of events and updates the record from the view; whether anything a
+/// dashboard shows changed.
 ///
-/// The record reads the session's own events for what they mean (state, model, mode, cost:
-/// the session core interprets the lines once); from lines it takes only what no event says:
-/// a title from the first prompt, and, for a CLI that connected on its own, its cwd.
+/// The record reads only the session's one projection (state, model, mode, cost, and, where
+/// the record has none yet, a title from the first prompt and the cwd a CLI that connected on
+/// its own reports).
 fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
-    let Ok(mut record) = live.record.lock() else { return false };
+    let Ok(mut projector) = live.projector.lock() else { return false };
     let mut changed = false;
     for event in batch {
-        match event {
-            SessionEvent::State { to, .. } => {
-                record.state = to.as_str().to_owned();
-                changed = true;
-            }
-            SessionEvent::ClaudeSessionId(session_id) => {
-                record.claude_session_id = Some(session_id.clone());
-                changed = true;
-            }
-            SessionEvent::ModelChanged(model) => {
-                record.model = Some(model.clone());
-                changed = true;
-            }
-            SessionEvent::ModeChanged(mode) => {
-                record.permission_mode = Some(mode.clone());
-                changed = true;
-            }
-            SessionEvent::CostChanged(cost) => {
-                record.cost_usd = *cost;
-                changed = true;
-            }
-            SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. } => {
-                changed = true
-            }
-            SessionEvent::Line(line) => match line.message.as_ref() {
-                switchboard_protocol::Message::System(
-                    switchboard_protocol::SystemMessage::Init(init),
-                ) if record.cwd.is_empty() => {
-                    // An external CLI says where it runs only here.
-                    record.cwd = init.cwd.clone().unwrap_or_default();
-                    changed = true;
-                }
-                switchboard_protocol::Message::User(user)
-                    if line.direction == LineDirection::ToCli && record.title.is_none() =>
-                {
-                    if let switchboard_protocol::TextOr::Text(text) = &user.message.content {
-                        record.title = Some(title_of(text));
-                        changed = true;
-                    }
-                }
-                _ => {}
-            },
-            _ => {}
+        // The cost follows a result, and may land in the next batch.
+        changed |= matches!(event, SessionEvent::CostChanged(_));
+        projector.apply(event, &mut |update| changed |= update.changes_summary());
+    }
+    if !changed {
+        return false;
+    }
+    let Ok(mut record) = live.record.lock() else { return false };
+    let view = projector.view();
+    if let Some(state) = view.state {
+        record.state = state.as_str().to_owned();
+    }
+    if view.claude_session_id.is_some() {
+        record.claude_session_id.clone_from(&view.claude_session_id);
+    }
+    if view.model.is_some() {
+        record.model.clone_from(&view.model);
+    }
+    if view.permission_mode.is_some() {
+        record.permission_mode.clone_from(&view.permission_mode);
+    }
+    if view.cost_usd > 0.0 || view.turns > 0 {
+        record.cost_usd = view.cost_usd;
+    }
+    if record.title.is_none() {
+        record.title.clone_from(&view.title);
+    }
+    if record.cwd.is_empty() {
+        if let Some(cwd) = &view.cwd {
+            record.cwd.clone_from(cwd);
         }
     }
-    if changed {
-        record.updated_ms = now_ms();
-    }
-    changed
+    record.updated_ms = now_ms();
+    true
 }
 
 fn event_record(session_id: &str, seq: u64, dir: &str, kind: &str, payload: String) -> EventRecord {
@@ -1608,16 +1597,6 @@ fn event_record(session_id: &str, seq: u64, dir: &str, kind: &str, payload: Stri
         kind: kind.to_owned(),
         payload,
     }
-}
-
-/// A title from a prompt: its first line, at most 80 characters.
-fn title_of(prompt: &str) -> String {
-    let line = prompt.lines().next().unwrap_or("").trim();
-    let mut title: String = line.chars().take(80).collect();
-    if line.chars().count() > 80 {
-        title.push('…');
-    }
-    title
 }
 
 /// A policy given inline (TOML text), as `auto-approve`, or as a path to a file.

@@ -18,6 +18,7 @@ mod serve;
 pub mod socket;
 pub mod transcripts;
 mod ui;
+pub mod view;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};

@@ -216,95 +216,78 @@ function watchDashboard() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The transcript: events in, DOM out.
+// The transcript: the session's view in, DOM out.
 //
-// Assistant messages stream in as `stream_event` deltas and then arrive whole, one content block
-// per `assistant` line; a block is drawn from its deltas until its whole form arrives. Tool calls
-// are cards that collect their result, their permission request and (for Task/Agent) the
-// subagent's messages. Older pages are drawn into their own chunk above the others; a result or
-// decision seen before its card waits for it.
+// The daemon interprets the CLI's lines (`GET …/view`, `…/subscribe?view=true`); this draws the
+// updates it sends and derives nothing from lines. Text and thinking stream into their block
+// until the whole block arrives. Tool calls are cards that collect their result, their
+// permission and (for Task/Agent) the subagent's messages. Older pages are drawn into their own
+// chunk above the others; a result or decision seen before its card waits for it.
 
 class Transcript {
   constructor(root, session) {
     this.root = root;
     this.session = session;
-    this.messages = new Map(); // message id -> {box, finals: [], live: Map(index -> block)}
+    this.messages = new Map(); // message id -> {box, blocks: Map(index -> {node, text})}
     this.tools = new Map(); // tool_use_id -> card
     this.orphans = new Map(); // tool_use_id -> [fn(card)] waiting for the card
-    this.permissions = new Map(); // request_id -> {request, decided}
-    this.turns = []; // {cost, input, output, model, duration}
-    this.usage = null; // the last assistant usage (context)
-    this.modelUsage = {};
-    this.lastCost = 0;
-    this.openTurns = 0; // prompts sent and not finished (live part only)
-    this.queued = []; // their bubbles, after the first
+    this.permissions = new Map(); // request_id -> {request, decided, box}
+    this.turns = []; // {cost, input, output}
+    this.context = 0; // tokens of context of the last message
+    this.models = []; // per-model totals, as of the last turn
+    this.queued = []; // bubbles of prompts that wait for the turn before them
   }
 
-  /// Where a line goes: the subagent's nest inside its Task card, or the chunk.
-  container(line, chunk) {
-    const parent = line?.parent_tool_use_id;
+  /// Where an update goes: the subagent's nest inside its Task card, or the chunk.
+  container(parent, chunk) {
     if (parent && this.tools.has(parent)) return $('.nest', this.tools.get(parent)) ?? chunk;
     return chunk;
   }
 
-  apply(record, chunk) {
-    const event = record.event;
-    switch (event.event) {
-      case 'line': return this.line(event.line, event.direction, chunk, record);
-      case 'permission_requested': return this.permissionRequested(event, chunk);
-      case 'permission_decided': return this.permissionDecided(event);
-      case 'stderr': return this.notice(chunk, 'stderr', event.text);
-      case 'bad_line': return this.notice(chunk, 'error', `Unreadable line from the CLI: ${event.error}`);
-      case 'exited': return this.notice(chunk, event.requested ? 'info' : 'error', `The CLI ${event.description}`);
-      case 'control_timed_out': return this.notice(chunk, 'error', `The CLI did not answer ${event.subtype}`);
-      case 'disconnected': return this.notice(chunk, 'warn', 'The CLI\'s connection dropped; it reconnects by itself (what it says meanwhile is lost).');
-      case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${event.to}` }, 'continue there'), '.'));
-      case 'lost': return this.notice(chunk, 'error', `${event.count} events could not be stored and are missing here: ${event.reason}`);
-      case 'undelivered': return this.notice(chunk, 'error', `A ${event.line_type} line for the CLI was lost with its connection and may not have arrived${event.line_type === 'user' ? ': send the message again if Claude does not answer it' : ''}.`);
-      default: return undefined;
-    }
-  }
-
-  notice(chunk, kind, text) {
-    chunk.append(el('div', { class: `notice ${kind}` }, text));
-  }
-
-  line(line, direction, chunk, record) {
-    if (!line || typeof line !== 'object') return;
-    const into = this.container(line, chunk);
-    switch (line.type) {
-      case 'user':
-        if (direction === 'to_cli') return this.prompt(line, into, record);
-        return this.toolResults(line);
-      case 'stream_event': return this.streamEvent(line, into);
-      case 'assistant': return this.assistant(line, into);
-      case 'result': return this.result(line, into);
-      case 'system': return this.system(line, into);
-      case 'control_request':
-        if (direction === 'to_cli' && line.request?.subtype === 'interrupt') this.interrupting = true;
+  apply(update, chunk) {
+    switch (update.update) {
+      case 'started': return this.notice(chunk, 'info', `Claude Code started in ${update.cwd ?? '?'} with ${update.model ?? 'its default model'} (${update.permission_mode ?? 'default'})`);
+      case 'prompt': return this.prompt(update, chunk);
+      case 'dequeued': {
+        const next = this.queued.shift();
+        if (next) { next.classList.remove('queued'); $('.queued-label', next)?.remove(); }
         return undefined;
+      }
+      case 'message_started':
+        if (!update.parent_tool_use_id && update.context_tokens != null) this.context = update.context_tokens;
+        this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
+        return undefined;
+      case 'text_delta':
+      case 'thinking_delta': return this.streamed(update, chunk);
+      case 'tool_use_started': return this.place(update, chunk, el('div', { class: 'block tool pending-input' }, `Preparing ${update.name}…`), null);
+      case 'block': return this.finished(update, chunk);
+      case 'tool_result': return this.toolResult(update);
+      case 'permission_asked': return this.permissionRequested(update, chunk);
+      case 'permission_decided': return this.permissionDecided(update);
+      case 'turn_ended': return this.turnEnded(update, chunk);
+      case 'notice': return this.notice(chunk, update.level, update.text);
+      case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${update.to}` }, 'continue there'), '.'));
+      case 'lost': return this.notice(chunk, 'error', `${update.count} events could not be stored and are missing here: ${update.reason}`);
+      case 'unreadable': return this.notice(chunk, 'error', `An event could not be read back: ${update.reason}`);
+      // state, model, mode, claude_session, run, tool_input_delta: the header and the
+      // session list show those.
       default: return undefined;
     }
   }
 
-  prompt(line, into, record) {
-    const content = line.message?.content;
-    const parts = typeof content === 'string' ? [{ type: 'text', text: content }] : (content ?? []);
-    if (parts.every((part) => part.type === 'tool_result')) return;
-    const box = el('div', { class: 'msg user', dataset: { seq: record.seq } });
-    for (const part of parts) {
-      if (part.type === 'text') box.append(el('div', { class: 'text' }, part.text));
-      if (part.type === 'image') box.append(image(part));
-    }
-    into.append(box);
-    // A prompt sent while a turn runs waits for it: marked until the turn before it ends.
-    if (into === this.root) {
-      if (this.openTurns > 0) {
-        box.classList.add('queued');
-        box.append(el('span', { class: 'queued-label' }, 'queued'));
-        this.queued.push(box);
-      }
-      this.openTurns += 1;
+  notice(chunk, level, text) {
+    chunk.append(el('div', { class: `notice ${level}` }, text));
+  }
+
+  prompt(update, chunk) {
+    const box = el('div', { class: 'msg user' });
+    if (update.text) box.append(el('div', { class: 'text' }, update.text));
+    for (const picture of update.images ?? []) box.append(image(picture));
+    chunk.append(box);
+    if (update.queued) {
+      box.classList.add('queued');
+      box.append(el('span', { class: 'queued-label' }, 'queued'));
+      this.queued.push(box);
     }
   }
 
@@ -314,84 +297,69 @@ class Transcript {
       // Focusable, so a tap (no hover on phones) shows its "Fork from here".
       const box = el('div', { class: 'msg assistant', dataset: { id }, tabindex: '-1' });
       into.append(box);
-      message = { box, finals: [], live: new Map() };
+      message = { box, blocks: new Map() };
       this.messages.set(id, message);
     }
     return message;
   }
 
-  streamEvent(line, into) {
-    const event = line.event ?? {};
-    const id = line.api_message_id ?? event.message?.id;
-    if (!id) return;
-    const message = this.message(id, into);
-    if (event.type === 'message_start' && event.message?.usage) this.usage = event.message.usage;
-    if (event.type === 'content_block_start') {
-      const block = { type: event.content_block?.type, text: '', element: null };
-      message.live.set(event.index, block);
-      this.drawLive(message, event.index);
-    } else if (event.type === 'content_block_delta') {
-      const block = message.live.get(event.index);
-      if (!block) return;
-      const delta = event.delta ?? {};
-      block.text += delta.text ?? delta.thinking ?? delta.partial_json ?? '';
-      this.drawLive(message, event.index);
+  /// Puts `node` at its block's place in its message (blocks stay in index order).
+  place(update, chunk, node, text) {
+    const message = this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
+    const block = message.blocks.get(update.index);
+    if (block?.node) block.node.replaceWith(node);
+    else {
+      const after = [...message.blocks.entries()].filter(([i, b]) => i > update.index && b.node).sort(([a], [b]) => a - b)[0];
+      const fork = $('.fork-here', message.box);
+      if (after) after[1].node.before(node); else if (fork) fork.before(node); else message.box.append(node);
     }
+    message.blocks.set(update.index, { node, text: text ?? block?.text ?? '' });
+    return message;
   }
 
-  drawLive(message, index) {
-    const block = message.live.get(index);
-    if (!block || index < message.finals.length) return;
+  streamed(update, chunk) {
+    const message = this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
+    const block = message.blocks.get(update.index);
+    if (block?.done) return;
+    const text = (block?.text ?? '') + (update.text ?? update.thinking ?? '');
+    const node = update.update === 'text_delta'
+      ? el('div', { class: 'block text streaming' }, text)
+      : el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), el('div', {}, text));
+    this.place(update, chunk, node, text);
+  }
+
+  finished(update, chunk) {
+    const block = update.block;
     let node;
-    if (block.type === 'text') node = el('div', { class: 'block text streaming' }, block.text);
-    else if (block.type === 'thinking') {
-      node = el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), el('div', {}, block.text));
-    } else if (block.type === 'tool_use') {
-      node = el('div', { class: 'block tool pending-input' }, 'Preparing a tool call…');
-    } else return;
-    if (block.element) block.element.replaceWith(node); else message.box.append(node);
-    block.element = node;
-  }
-
-  assistant(line, into) {
-    const id = line.message?.id ?? line.uuid;
-    const message = this.message(id, into);
-    if (line.message?.usage) this.usage = line.message.usage;
-    for (const part of line.message?.content ?? []) {
-      const index = message.finals.length;
-      message.finals.push(part);
-      const node = this.block(part, line);
-      const live = message.live.get(index);
-      if (live?.element) { live.element.replaceWith(node); live.element = null; } else {
-        // Keep blocks in order: before any live block still streaming.
-        const next = [...message.live.entries()].filter(([i, b]) => i > index && b.element)[0];
-        if (next) next[1].element.before(node); else message.box.append(node);
+    if (block.kind === 'text') node = el('div', { class: 'block text' }, markdown(block.text));
+    else if (block.kind === 'thinking') {
+      node = el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
+        el('div', { class: 'thinking-text' }, block.redacted ? '(redacted)' : block.thinking));
+    } else if (block.kind === 'tool_use') {
+      const known = this.tools.get(block.tool_use_id);
+      node = this.toolCard(block);
+      // The CLI's own input replaces a rebuilt one: its result and permission move along.
+      if (known) {
+        for (const slot of ['.tool-permission', '.tool-result']) $(slot, node).replaceWith($(slot, known));
       }
-      if (line.uuid) message.box.dataset.uuid = line.uuid;
-    }
-    if (line.uuid && !line.parent_tool_use_id && !$('.fork-here', message.box)) {
+    } else node = el('div', { class: 'block' }, codeBlock(JSON.stringify(block.value, null, 2), 'json'));
+    const message = this.place(update, chunk, node, null);
+    message.blocks.get(update.index).done = true;
+    if (update.uuid) message.box.dataset.uuid = update.uuid;
+    if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.box)) {
       message.box.append(el('button', { type: 'button', class: 'fork-here', title: 'Start a new session from this point of the conversation',
         onclick: () => view?.fork(message.box.dataset.uuid) }, 'Fork from here'));
-    } else if ($('.fork-here', message.box)) message.box.append($('.fork-here', message.box));
-  }
-
-  block(part, line) {
-    if (part.type === 'text') return el('div', { class: 'block text' }, markdown(part.text));
-    if (part.type === 'thinking' || part.type === 'redacted_thinking') {
-      return el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
-        el('div', { class: 'thinking-text' }, part.thinking ?? '(redacted)'));
     }
-    if (part.type === 'tool_use') return this.toolCard(part, line);
-    return el('div', { class: 'block' }, codeBlock(JSON.stringify(part, null, 2), 'json'));
   }
 
-  toolCard(part, line) {
-    const card = el('div', { class: `block tool tool-${part.name?.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: part.id, tool: part.name } });
-    const input = part.input ?? {};
-    const head = el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, part.name));
+  toolCard(call) {
+    const name = call.name ?? '';
+    const card = el('div', { class: `block tool tool-${name.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: call.tool_use_id, tool: name } });
+    const input = call.input ?? {};
+    const head = el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, name));
     const body = el('div', { class: 'tool-body' });
     card.append(head, body);
-    switch (part.name) {
+    switch (name) {
       case 'Bash':
         head.append(el('span', { class: 'tool-summary' }, input.description ?? ''));
         body.append(codeBlock(`$ ${input.command ?? ''}`, 'bash'));
@@ -428,17 +396,17 @@ class Transcript {
         }
         break;
       default:
-        if (part.name?.startsWith('mcp__')) {
-          const [, server, tool] = part.name.split('__');
+        if (name.startsWith('mcp__')) {
+          const [, server, tool] = name.split('__');
           head.querySelector('.tool-name').textContent = `${server} · ${tool}`;
           head.append(el('span', { class: 'tool-summary muted' }, 'MCP tool'));
         }
         body.append(codeBlock(JSON.stringify(input, null, 2), 'json'));
     }
     card.append(el('div', { class: 'tool-permission' }), el('div', { class: 'tool-result' }));
-    this.tools.set(part.id, card);
-    for (const waiting of this.orphans.get(part.id) ?? []) waiting(card);
-    this.orphans.delete(part.id);
+    this.tools.set(call.tool_use_id, card);
+    for (const waiting of this.orphans.get(call.tool_use_id) ?? []) waiting(card);
+    this.orphans.delete(call.tool_use_id);
     return card;
   }
 
@@ -451,62 +419,32 @@ class Transcript {
     return undefined;
   }
 
-  /// Results go to their cards, wherever those are (or wait for them).
-  toolResults(line) {
-    const content = line.message?.content;
-    if (!Array.isArray(content)) return;
-    for (const part of content) {
-      if (part.type !== 'tool_result') continue;
-      const draw = (card) => {
-        const slot = $('.tool-result', card);
-        slot.replaceChildren(resultView(part, line.tool_use_result, card.dataset.tool));
-        card.classList.toggle('errored', Boolean(part.is_error));
-        card.classList.add('done');
-      };
-      this.withCard(part.tool_use_id, draw);
-    }
+  /// A result goes to its card, wherever that is (or waits for it).
+  toolResult(result) {
+    this.withCard(result.tool_use_id, (card) => {
+      $('.tool-result', card).replaceChildren(resultView(result));
+      card.classList.toggle('errored', Boolean(result.is_error));
+      card.classList.add('done');
+    });
   }
 
-  result(line, into) {
-    if (into === this.root && this.openTurns > 0) {
-      this.openTurns -= 1;
-      const next = this.queued.shift();
-      if (next) { next.classList.remove('queued'); $('.queued-label', next)?.remove(); }
+  turnEnded(turn, chunk) {
+    const into = this.container(turn.parent_tool_use_id, chunk);
+    if (!turn.parent_tool_use_id) {
+      this.turns.push({ cost: turn.cost_usd, input: turn.input_tokens, output: turn.output_tokens });
+      if (turn.models?.length) this.models = turn.models;
     }
-    const cost = line.total_cost_usd ?? this.lastCost;
-    const turnCost = Math.max(0, cost - this.lastCost);
-    this.lastCost = cost;
-    const usage = line.usage ?? {};
-    const input = (usage.input_tokens ?? 0) + (usage.cache_read_input_tokens ?? 0) + (usage.cache_creation_input_tokens ?? 0);
-    this.turns.push({ cost: turnCost, input, output: usage.output_tokens ?? 0 });
-    if (line.modelUsage) this.modelUsage = line.modelUsage;
-    const parts = [`${((line.duration_ms ?? 0) / 1000).toFixed(1)} s`, `${tokens(input)} in`, `${tokens(usage.output_tokens)} out`, money(turnCost)];
-    // An interrupted turn ends as `error_during_execution`: say what happened instead.
-    const interrupted = this.interrupting && line.subtype === 'error_during_execution';
-    if (into === this.root || interrupted) this.interrupting = false;
-    const failed = !interrupted && (line.is_error || (line.subtype && line.subtype !== 'success'));
-    const label = interrupted ? 'Interrupted · '
-      : failed ? `Turn ended: ${line.subtype}${line.result ? ` — ${line.result}` : ''}${(line.errors ?? []).map((e) => ` — ${e}`).join('')} · `
+    const parts = [`${(turn.duration_ms / 1000).toFixed(1)} s`, `${tokens(turn.input_tokens)} in`, `${tokens(turn.output_tokens)} out`, money(turn.cost_usd)];
+    const label = turn.interrupted ? 'Interrupted · '
+      : turn.failed ? `Turn ended: ${turn.subtype}${turn.result ? ` — ${turn.result}` : ''} · `
         : 'Turn done · ';
-    into.append(el('div', { class: `turn-end${failed ? ' error' : ''}${interrupted ? ' interrupted' : ''}` }, label, parts.join(' · ')));
-  }
-
-  system(line, into) {
-    if (line.subtype === 'api_retry') {
-      into.append(el('div', { class: 'notice warn' },
-        `API error ${line.error_status ?? ''} (${line.error ?? 'error'}): retry ${line.attempt}/${line.max_retries} in ${Math.round((line.retry_delay_ms ?? 0) / 1000)} s`));
-    } else if (line.subtype === 'compact_boundary') {
-      into.append(el('div', { class: 'notice info' }, 'The conversation was compacted.'));
-    } else if (line.subtype === 'init' && !this.initSeen) {
-      this.initSeen = true;
-      into.append(el('div', { class: 'notice info' }, `Claude Code started in ${line.cwd} with ${line.model} (${line.permissionMode})`));
-    }
+    into.append(el('div', { class: `turn-end${turn.failed ? ' error' : ''}${turn.interrupted ? ' interrupted' : ''}` }, label, parts.join(' · ')));
   }
 
   permissionRequested(request, chunk) {
-    const known = this.permissions.get(request.request_id);
-    if (known) return;
-    const entry = { request, decided: null, box: null };
+    if (this.permissions.has(request.request_id) && this.permissions.get(request.request_id).request) return;
+    const entry = this.permissions.get(request.request_id) ?? { request, decided: null, box: null };
+    entry.request = request;
     this.permissions.set(request.request_id, entry);
     const draw = (slot) => {
       entry.box = permissionBox(this.session, request);
@@ -547,10 +485,9 @@ class Transcript {
   }
 }
 
-function image(part) {
-  const source = part.source ?? {};
-  if (source.type === 'base64') return el('img', { class: 'image', src: `data:${source.media_type};base64,${source.data}`, alt: 'image' });
-  if (source.type === 'url') return el('img', { class: 'image', src: source.url, alt: 'image' });
+function image(picture) {
+  if (picture.source === 'base64') return el('img', { class: 'image', src: `data:${picture.media_type};base64,${picture.data}`, alt: 'image' });
+  if (picture.source === 'url') return el('img', { class: 'image', src: picture.url, alt: 'image' });
   return el('span', { class: 'muted' }, '[image]');
 }
 
@@ -567,29 +504,18 @@ function diffView(before, after, path) {
   return table;
 }
 
-function resultView(part, structured, tool) {
-  const box = el('div', { class: `result${part.is_error ? ' error' : ''}` });
-  const content = part.content;
-  const texts = [];
-  const images = [];
-  if (typeof content === 'string') texts.push(content);
-  for (const item of Array.isArray(content) ? content : []) {
-    if (item.type === 'text') texts.push(item.text);
-    if (item.type === 'image') images.push(item);
-  }
-  let text = texts.join('\n');
-  if (tool === 'Bash' && structured && typeof structured === 'object' && 'stdout' in structured) {
-    text = [structured.stdout, structured.stderr].filter(Boolean).join('\n');
-    if (structured.interrupted) text += '\n[interrupted]';
-  }
+function resultView(result) {
+  const box = el('div', { class: `result${result.is_error ? ' error' : ''}` });
+  const text = `${result.text ?? ''}${result.interrupted ? '\n[interrupted]' : ''}`;
+  const images = result.images ?? [];
   if (text) {
-    const long = text.split('\n').length > 30;
+    const lines = text.split('\n').length;
     const pre = el('pre', { class: 'output' }, text);
-    box.append(long ? el('details', {}, el('summary', {}, `Output (${text.split('\n').length} lines)`), pre) : pre);
+    box.append(lines > 30 ? el('details', {}, el('summary', {}, `Output (${lines} lines)`), pre) : pre);
   } else if (!images.length) {
-    box.append(el('div', { class: 'muted' }, tool === 'Bash' ? '(no output)' : 'Done'));
+    box.append(el('div', { class: 'muted' }, result.tool_name === 'Bash' ? '(no output)' : 'Done'));
   }
-  for (const item of images) box.append(image(item));
+  for (const picture of images) box.append(image(picture));
   return box;
 }
 
@@ -668,7 +594,7 @@ class SessionView {
     this.id = id;
     this.firstSeq = null; // the oldest seq drawn
     this.lastSeq = 0; // the newest seq drawn
-    this.seqs = []; // every seq drawn, in arrival order (the tests read it)
+    this.seqs = []; // the seq of every live frame drawn, in arrival order (the tests read it)
     this.socket = null;
     this.closed = false;
     this.loadingOlder = false;
@@ -694,10 +620,11 @@ class SessionView {
     const session = await api('GET', `/api/sessions/${this.id}`);
     sessions.set(this.id, { ...sessions.get(this.id), ...session });
     this.header();
-    const page = await api('GET', `/api/sessions/${this.id}/events?before=9007199254740991&limit=${PAGE}`);
-    this.draw(page, this.live);
-    this.firstSeq = page.length ? page[0].seq : null;
-    if (this.firstSeq === 1 || page.length === 0) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+    const page = await api('GET', `/api/sessions/${this.id}/view?before=9007199254740991&limit=${PAGE}`);
+    this.draw(page.updates, this.live);
+    this.firstSeq = page.first_seq;
+    this.lastSeq = page.last_seq;
+    if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
     // Requests asked before the loaded page are still waiting: draw them too.
     for (const request of session.pending_permissions ?? []) this.transcript.permissionRequested(request, this.live);
     this.scrollToEnd();
@@ -710,19 +637,15 @@ class SessionView {
     this.socket?.close();
   }
 
-  draw(records, chunk) {
-    for (const record of records) {
-      if (this.seqs.length && record.seq <= this.lastSeq && chunk === this.live) continue;
-      this.transcript.apply(record, chunk);
-      if (chunk === this.live) { this.lastSeq = record.seq; this.seqs.push(record.seq); }
-    }
+  draw(updates, chunk) {
+    for (const update of updates) this.transcript.apply(update, chunk);
   }
 
   subscribe() {
     let delay = 300;
     const connect = () => {
       if (this.closed) return;
-      const socket = new WebSocket(socketUrl(`/api/sessions/${this.id}/subscribe?after=${this.lastSeq}`));
+      const socket = new WebSocket(socketUrl(`/api/sessions/${this.id}/subscribe?view=true&after=${this.lastSeq}`));
       this.socket = socket;
       socket.onopen = () => { delay = 300; connection.up(); };
       socket.onmessage = (message) => {
@@ -732,10 +655,13 @@ class SessionView {
         if (frame.type === 'store_failing' || frame.type === 'shutdown') { toast(frame.message); return; }
         if (frame.type === 'store_recovered') { toast('The event log takes this session\'s events again.'); return; }
         if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
-        if (typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
+        // One event's updates come in one frame: an event is drawn whole, once.
+        if (frame.type !== 'view' || typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
         const atEnd = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;
-        this.draw([frame], this.live);
-        if (frame.event?.event === 'line' && frame.event.line?.type === 'result') this.charts();
+        this.draw(frame.updates, this.live);
+        this.lastSeq = frame.seq;
+        this.seqs.push(frame.seq);
+        if (frame.updates.some((update) => update.update === 'turn_ended')) this.charts();
         if (atEnd) this.scrollToEnd();
       };
       socket.onclose = () => {
@@ -752,14 +678,13 @@ class SessionView {
     if (this.loadingOlder || this.firstSeq === null || this.firstSeq <= 1) return;
     this.loadingOlder = true;
     try {
-      const page = await api('GET', `/api/sessions/${this.id}/events?before=${this.firstSeq}&limit=${PAGE}`);
-      if (!page.length) return;
+      const page = await api('GET', `/api/sessions/${this.id}/view?before=${this.firstSeq}&limit=${PAGE}`);
       const chunk = el('div', { class: 'chunk' });
       const height = this.scroller.scrollHeight;
-      this.draw(page, chunk);
+      this.draw(page.updates, chunk);
       this.older.after(chunk);
-      this.firstSeq = page[0].seq;
-      if (this.firstSeq <= 1) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+      this.firstSeq = page.first_seq;
+      if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
       this.scroller.scrollTop += this.scroller.scrollHeight - height;
       this.charts();
     } finally {
@@ -851,10 +776,9 @@ class SessionView {
   charts() {
     const transcript = this.transcript;
     const turns = transcript.turns;
-    const usage = transcript.usage;
-    const context = usage ? (usage.input_tokens ?? 0) + (usage.cache_read_input_tokens ?? 0) + (usage.cache_creation_input_tokens ?? 0) : 0;
-    const models = Object.entries(transcript.modelUsage);
-    const window_ = models.map(([, u]) => u.contextWindow).find(Boolean) ?? 200000;
+    const context = transcript.context;
+    const models = transcript.models;
+    const window_ = models.map((m) => m.context_window).find(Boolean) ?? 200000;
     const share = Math.min(1, context / window_);
     const gauge = el('div', { class: 'gauge', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': window_, 'aria-valuenow': context, 'aria-label': 'Context window used' },
       el('div', { class: 'gauge-fill', style: `width:${(share * 100).toFixed(1)}%` }));
@@ -864,8 +788,8 @@ class SessionView {
       turns.length ? chart : el('p', { class: 'muted' }, 'No finished turn yet.'),
       el('h2', {}, 'Context'), gauge, el('div', { class: 'muted' }, `${tokens(context)} of ${tokens(window_)} tokens`),
       el('h2', {}, 'By model'),
-      el('table', { class: 'models' }, el('tbody', {}, models.map(([name, u]) => el('tr', {},
-        el('td', {}, name), el('td', {}, `${tokens((u.inputTokens ?? 0) + (u.cacheReadInputTokens ?? 0))} in`), el('td', {}, `${tokens(u.outputTokens)} out`), el('td', {}, money(u.costUSD))))))
+      el('table', { class: 'models' }, el('tbody', {}, models.map((m) => el('tr', {},
+        el('td', {}, m.model), el('td', {}, `${tokens(m.input_tokens)} in`), el('td', {}, `${tokens(m.output_tokens)} out`), el('td', {}, money(m.cost_usd))))))
     );
     if (!turns.length) return;
     const xs = turns.map((_, i) => i + 1);

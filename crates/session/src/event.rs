@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_protocol::codec::LineError;
 use switchboard_protocol::{Message, PermissionUpdate};
@@ -10,7 +10,7 @@ use switchboard_protocol::{Message, PermissionUpdate};
 use crate::policy::Behavior;
 
 /// The state of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     /// The CLI is starting (or `initialize` has not been answered).
@@ -50,7 +50,7 @@ impl SessionState {
 }
 
 /// Which way a line went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LineDirection {
     /// Written by the CLI.
@@ -71,7 +71,7 @@ pub struct WireLine {
 }
 
 /// Who or what decided a permission request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DecidedBy {
     /// A policy rule, or the policy's default when `rule` is `None`.
@@ -96,7 +96,7 @@ pub enum DecidedBy {
 }
 
 /// A permission request waiting for a person.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingPermission {
     /// The CLI's request id; answers name it.
     pub request_id: String,
@@ -119,7 +119,7 @@ pub struct PendingPermission {
 }
 
 /// A hook callback waiting for an answer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingHook {
     /// The CLI's request id; answers name it.
     pub request_id: String,
@@ -373,6 +373,120 @@ impl SessionEvent {
             map.insert("event".to_owned(), Value::from(self.kind()));
         }
         value
+    }
+}
+
+/// Why a stored event could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored {kind} event: {reason}")]
+pub struct StoredEventError {
+    /// The event's kind.
+    pub kind: String,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl SessionEvent {
+    /// Reads back an event stored as [`SessionEvent::to_json_text`] wrote it, `kind` being
+    /// [`SessionEvent::kind`]. A line is decoded again from its exact bytes. A bad line comes
+    /// back with its position, preview and error text (its control request, answered when it
+    /// happened, is not kept).
+    pub fn from_stored(kind: &str, payload: &str) -> Result<SessionEvent, StoredEventError> {
+        use serde_json::value::RawValue;
+        let fail = |reason: String| StoredEventError { kind: kind.to_owned(), reason };
+        if kind == "line" {
+            #[derive(Deserialize)]
+            struct Stored<'a> {
+                direction: LineDirection,
+                #[serde(borrow)]
+                line: &'a RawValue,
+            }
+            let stored: Stored<'_> =
+                serde_json::from_str(payload).map_err(|error| fail(error.to_string()))?;
+            let raw = stored.line.get();
+            let message = Message::decode_str(raw).map_err(|error| fail(error.to_string()))?;
+            return Ok(SessionEvent::Line(WireLine {
+                direction: stored.direction,
+                raw: Arc::from(raw),
+                message: Arc::new(message),
+            }));
+        }
+        let value: Value =
+            serde_json::from_str(payload).map_err(|error| fail(error.to_string()))?;
+        let field = |name: &str| value.get(name).cloned().unwrap_or(Value::Null);
+        let text = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or("").to_owned();
+        let typed = |name: &str| -> Result<Value, StoredEventError> {
+            value.get(name).cloned().ok_or_else(|| fail(format!("no `{name}`")))
+        };
+        fn read<T: serde::de::DeserializeOwned>(
+            value: Value,
+            fail: impl Fn(String) -> StoredEventError,
+        ) -> Result<T, StoredEventError> {
+            serde_json::from_value(value).map_err(|error| fail(error.to_string()))
+        }
+        let event = match kind {
+            "bad_line" => SessionEvent::BadLine(LineError {
+                position: switchboard_protocol::codec::Position {
+                    line: field("line").as_u64().unwrap_or(0),
+                    offset: field("offset").as_u64().unwrap_or(0),
+                },
+                preview: text("preview"),
+                kind: switchboard_protocol::codec::LineErrorKind::Malformed(text("error")),
+                control_request: None,
+            }),
+            "stderr" => SessionEvent::Stderr(text("text")),
+            "state" => SessionEvent::State {
+                from: read(typed("from")?, fail)?,
+                to: read(typed("to")?, fail)?,
+            },
+            "claude_session_id" => SessionEvent::ClaudeSessionId(text("claude_session_id")),
+            "model_changed" => SessionEvent::ModelChanged(text("model")),
+            "mode_changed" => SessionEvent::ModeChanged(text("mode")),
+            "cost_changed" => SessionEvent::CostChanged(field("cost_usd").as_f64().unwrap_or(0.0)),
+            "permission_requested" => SessionEvent::PermissionRequested(read(value, fail)?),
+            "permission_decided" => SessionEvent::PermissionDecided {
+                request_id: text("request_id"),
+                tool_name: text("tool_name"),
+                behavior: read(typed("behavior")?, fail)?,
+                by: read(typed("by")?, fail)?,
+                message: text("message"),
+                input_changed: field("input_changed").as_bool().unwrap_or(false),
+                updated_permissions: read(field("updated_permissions"), fail).unwrap_or_default(),
+                decided_at_ms: field("decided_at_ms").as_u64().unwrap_or(0),
+                tool_use_id: value.get("tool_use_id").and_then(Value::as_str).map(str::to_owned),
+            },
+            "hook_requested" => SessionEvent::HookRequested(read(value, fail)?),
+            "hook_answered" => SessionEvent::HookAnswered {
+                request_id: text("request_id"),
+                by: text("by"),
+                output: field("output"),
+            },
+            "control_timed_out" => SessionEvent::ControlTimedOut {
+                request_id: text("request_id"),
+                subtype: text("subtype"),
+            },
+            "unsupported_control_request" => SessionEvent::UnsupportedControlRequest {
+                request_id: text("request_id"),
+                subtype: text("subtype"),
+            },
+            "connected" => {
+                SessionEvent::Connected { reconnect: field("reconnect").as_bool().unwrap_or(false) }
+            }
+            "disconnected" => SessionEvent::Disconnected,
+            "undelivered" => SessionEvent::Undelivered {
+                line_type: text("line_type"),
+                uuid: value.get("uuid").and_then(Value::as_str).map(str::to_owned),
+                preview: text("preview"),
+            },
+            "exited" => SessionEvent::Exited {
+                code: field("code").as_i64().map(|code| code as i32),
+                signal: field("signal").as_i64().map(|signal| signal as i32),
+                requested: field("requested").as_bool().unwrap_or(false),
+                description: text("description"),
+            },
+            other => return Err(fail(format!("`{other}` is not a session event"))),
+        };
+        Ok(event)
     }
 }
 

@@ -1012,6 +1012,53 @@ async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
     assert!(switched, "the switch is an event of the log");
     let (_, session) = server.get(&format!("/api/sessions/{id}")).await;
     assert_eq!(session["model"], "claude-haiku-4-5-20251001", "{session}");
+
+    // The view says what the log means, over HTTP and to a view subscriber alike: the switch,
+    // the interrupted turn, the answers.
+    let (status, view) = server.get(&format!("/api/sessions/{id}/view")).await;
+    assert_eq!(status, 200, "{view}");
+    let mut live = server.ws(&format!("/api/sessions/{id}/subscribe?view=true&after=0")).await;
+    let frames = live
+        .until(|frame| {
+            frame["updates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|u| u["update"] == "turn_ended" && u["result"] == "after the drop")
+        })
+        .await;
+    let mut seqs = frames.iter().map(|frame| {
+        assert_eq!(frame["type"], "view", "{frame}");
+        frame["seq"].as_u64().unwrap()
+    });
+    let first = seqs.next().unwrap();
+    seqs.try_fold(first, |last, seq| (seq > last).then_some(seq)).expect("in order, each once");
+    let streamed: Vec<Value> =
+        frames.iter().flat_map(|frame| frame["updates"].as_array().unwrap().clone()).collect();
+    for updates in [view["updates"].as_array().unwrap(), &streamed] {
+        assert!(updates
+            .iter()
+            .any(|u| u["update"] == "model" && u["model"] == "claude-haiku-4-5-20251001"));
+        let ends: Vec<(&Value, &Value)> = updates
+            .iter()
+            .filter(|u| u["update"] == "turn_ended")
+            .map(|u| (&u["interrupted"], &u["failed"]))
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                (&json!(false), &json!(false)),
+                (&json!(true), &json!(false)),
+                (&json!(false), &json!(false))
+            ]
+        );
+        let texts: Vec<&Value> = updates
+            .iter()
+            .filter(|u| u["update"] == "block" && u["block"]["kind"] == "text")
+            .map(|u| &u["block"]["text"])
+            .collect();
+        assert_eq!(texts, [&json!("first"), &json!("after the drop")]);
+    }
     server.stop().await;
 }
 

@@ -135,6 +135,69 @@ async fn events_page_back_from_the_end() {
     server.stop().await;
 }
 
+/// The view pages forward and back, and a page that starts mid-log knows what came before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_view_pages_either_way_and_keeps_its_state() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long", 1000).await;
+    let server = Server::start(store, &api, &sandbox).await;
+    let kinds = |page: &Value| -> Vec<String> {
+        page["updates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["update"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let turn_cost = |page: &Value| -> (f64, f64) {
+        let end = page["updates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["update"] == "turn_ended")
+            .unwrap();
+        (end["cost_usd"].as_f64().unwrap(), end["total_cost_usd"].as_f64().unwrap())
+    };
+    // Two whole turns: the streamed pieces give way to their blocks.
+    let (status, page) = server.get("/api/sessions/long/view?after=0&limit=20").await;
+    assert_eq!(status, 200, "{page}");
+    let turn = ["prompt", "message_started", "block", "turn_ended"];
+    assert_eq!(kinds(&page), [turn, turn].concat());
+    assert_eq!(
+        (page["first_seq"].as_u64(), page["last_seq"].as_u64(), page["more"].as_bool()),
+        (Some(1), Some(20), Some(true))
+    );
+    assert_eq!(page["updates"][2]["block"]["text"], "Answer number **1**, with `code`.");
+    // A page that cuts a block's stream keeps its pieces.
+    let (_, page) = server.get("/api/sessions/long/view?after=0&limit=5").await;
+    assert_eq!(kinds(&page), ["prompt", "message_started", "text_delta", "text_delta"]);
+    // Turn 3 alone: its own cost, from the two turns before it.
+    let (_, page) = server.get("/api/sessions/long/view?after=20&limit=10").await;
+    let (cost, total) = turn_cost(&page);
+    assert!((cost - 0.001).abs() < 1e-9 && (total - 0.003).abs() < 1e-9, "{page}");
+    // Back from the end.
+    let (_, page) = server.get("/api/sessions/long/view?before=9007199254740991&limit=10").await;
+    assert_eq!(
+        (page["first_seq"].as_u64(), page["last_seq"].as_u64(), page["more"].as_bool()),
+        (Some(9991), Some(10000), Some(true))
+    );
+    let (cost, total) = turn_cost(&page);
+    assert!((cost - 0.001).abs() < 1e-9 && (total - 1.0).abs() < 1e-9, "{page}");
+    let (_, page) = server.get("/api/sessions/long/view?before=11&limit=10").await;
+    assert_eq!(page["more"], false);
+    assert_eq!(page["updates"][0]["text"], "Question number 1");
+    for bad in ["before=5&after=1", "limit=x", "view=1"] {
+        let (status, body) = server.get(&format!("/api/sessions/long/view?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body["error"]["message"].is_string(), "{body}");
+    }
+    let (status, _) = server.get("/api/sessions/nope/view").await;
+    assert_eq!(status, 404);
+    server.stop().await;
+}
+
 /// A finished session of `turns` turns (prompt, streamed answer, result): 10 events a turn.
 async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
     let now = 1_795_000_000_000u64;
@@ -176,7 +239,7 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
         );
         push(
             "from_cli",
-            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_start", "message": {"id": message, "usage": {"input_tokens": 100 + turn, "output_tokens": 1}}}}),
+            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_start", "message": {"id": message, "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 100 + turn, "output_tokens": 1}}}}),
         );
         push(
             "from_cli",

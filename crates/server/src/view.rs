@@ -1,0 +1,141 @@
+//! A session's view: its stored events, read back and projected by the session crate's one
+//! [`Projector`](switchboard_session::Projector), plus the daemon's own notes (a run started,
+//! the CLI moved to another session, events were lost). The web UI and every API client that
+//! wants meaning rather than lines read this (`GET …/view`, `…/subscribe?view=true`).
+
+use serde::Serialize;
+use switchboard_session::projection::settle;
+use switchboard_session::{Projector, SessionEvent, Update};
+use switchboard_store::EventRecord;
+
+/// What the daemon itself says in a session's log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "update", rename_all = "snake_case")]
+pub enum DaemonUpdate {
+    /// A run of the session's CLI begins (`resumed`: not its first).
+    Run {
+        /// Whether this run resumes the conversation.
+        resumed: bool,
+    },
+    /// The CLI moved on to another Claude session; Switchboard follows it there.
+    Rotated {
+        /// The Switchboard session that continues it.
+        to: String,
+    },
+    /// Events the store refused; they are missing here.
+    Lost {
+        /// How many.
+        count: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A stored event that could not be read back.
+    Unreadable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One update of a session's view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ViewUpdate {
+    /// What the session's lines and events mean.
+    Session(Update),
+    /// What the daemon says.
+    Daemon(DaemonUpdate),
+}
+
+/// An update with the event it came from (`GET …/view`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ViewItem {
+    /// The event's sequence number (several updates may share one).
+    pub seq: u64,
+    /// When the event was stored (Unix milliseconds).
+    pub ts: u64,
+    /// The update, flattened: `{"seq", "ts", "update": "text_delta", ...}`.
+    #[serde(flatten)]
+    pub update: ViewUpdate,
+}
+
+/// A subscriber's frame: one event's updates, together (`…/subscribe?view=true`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ViewFrame {
+    /// Always `view`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The event's sequence number.
+    pub seq: u64,
+    /// When the event was stored (Unix milliseconds).
+    pub ts: u64,
+    /// Its updates, in order.
+    pub updates: Vec<ViewUpdate>,
+}
+
+/// Projects a session's stored events, in order.
+#[derive(Default)]
+pub struct Viewer {
+    projector: Projector,
+}
+
+impl Viewer {
+    /// A viewer at the start of a session's log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Projects one stored event; its updates go to `emit`.
+    pub fn apply(&mut self, record: &EventRecord, emit: &mut impl FnMut(ViewUpdate)) {
+        let mut daemon = |update| emit(ViewUpdate::Daemon(update));
+        if record.dir == "switchboard"
+            && matches!(record.kind.as_str(), "started" | "rotated" | "lost")
+        {
+            let value: serde_json::Value =
+                serde_json::from_str(&record.payload).unwrap_or_default();
+            let text = |key: &str| value.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+            daemon(match record.kind.as_str() {
+                "started" => DaemonUpdate::Run {
+                    resumed: value.get("resumed").and_then(|v| v.as_bool()).unwrap_or(false),
+                },
+                "rotated" => DaemonUpdate::Rotated { to: text("to") },
+                _ => DaemonUpdate::Lost {
+                    count: value.get("count").and_then(|v| v.as_u64()).unwrap_or(0),
+                    reason: text("reason"),
+                },
+            });
+            return;
+        }
+        match SessionEvent::from_stored(&record.kind, &record.payload) {
+            Ok(event) => {
+                self.projector.apply(&event, &mut |update| emit(ViewUpdate::Session(update)))
+            }
+            Err(error) => daemon(DaemonUpdate::Unreadable { reason: error.to_string() }),
+        }
+    }
+
+    /// Projects one stored event into a subscriber's frame; `None` when it has no update.
+    pub fn frame(&mut self, record: &EventRecord) -> Option<String> {
+        let mut updates = Vec::new();
+        self.apply(record, &mut |update| updates.push(update));
+        if updates.is_empty() {
+            return None;
+        }
+        let frame = ViewFrame { kind: "view", seq: record.seq, ts: record.ts_ms, updates };
+        serde_json::to_string(&frame).ok()
+    }
+
+    /// Projects events silently: the state they leave, without their updates.
+    pub fn skip(&mut self, record: &EventRecord) {
+        self.apply(record, &mut |_| {});
+    }
+}
+
+/// History settles: streamed pieces whose whole block is in the same stretch are dropped.
+pub fn settle_history(items: &mut Vec<ViewItem>) {
+    static NONE: Update = Update::Dequeued;
+    settle(items, |item| match &item.update {
+        ViewUpdate::Session(update) => update,
+        // Never a streamed piece, never a block.
+        ViewUpdate::Daemon(_) => &NONE,
+    });
+}

@@ -1,0 +1,1037 @@
+//! The one projection of a session: what its lines and events mean, as a typed stream of
+//! [`Update`]s and one [`View`] snapshot.
+//!
+//! The CLI's lines are interpreted here and nowhere else. The daemon's session record, the
+//! HTTP/WebSocket view, the web UI and every other face read these updates; none of them looks
+//! inside a line again. The [`Projector`] is sans-IO and deterministic: the same events give the
+//! same updates, live (typed events from the session actor) or replayed from a stored log
+//! ([`SessionEvent::from_stored`](crate::SessionEvent::from_stored)).
+//!
+//! What it rebuilds:
+//! - text and thinking as they stream, then each finished content block;
+//! - a tool call's input from its `input_json_delta` fragments, as soon as the block ends
+//!   (the CLI's own final line confirms it, and wins where the two differ);
+//! - each tool's result, routed to its call, with the call's tool name;
+//! - each turn's usage and its own cost (the CLI reports cost per process, so a turn's cost is
+//!   the difference to the turn before);
+//! - the subagent tree: every update names the Task/Agent call it belongs to
+//!   (`parent_tool_use_id`), and the [`View`] lists each subagent with its parent.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::Serialize;
+use serde_json::Value;
+use switchboard_protocol::content::{ContentBlock, ImageSource, ToolResultBlock};
+use switchboard_protocol::stream::{Delta, StreamEvent};
+use switchboard_protocol::{Message, SystemMessage, TextOr};
+
+use crate::event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
+use crate::policy::Behavior;
+
+/// The most bytes of one tool call's streamed input that are kept to rebuild it. A bigger
+/// input (a long `Write`) is not rebuilt from its fragments: the CLI's final line carries it.
+pub const MAX_REBUILT_INPUT_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many assistant messages' streaming state is kept (older ones are finished).
+const OPEN_MESSAGES: usize = 64;
+
+/// One thing that happened in a session, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "update", rename_all = "snake_case")]
+pub enum Update {
+    /// The CLI started (its first `system/init`): where, with what.
+    Started {
+        /// Its working directory.
+        cwd: Option<String>,
+        /// The model.
+        model: Option<String>,
+        /// The permission mode.
+        permission_mode: Option<String>,
+        /// The CLI's version.
+        cli_version: Option<String>,
+    },
+    /// A prompt went to the CLI.
+    Prompt {
+        /// Its text (text blocks joined by blank lines).
+        text: String,
+        /// Its images.
+        images: Vec<Image>,
+        /// The line's uuid (what a fork names).
+        uuid: Option<String>,
+        /// Sent while an earlier turn ran: it waits for that one to end.
+        queued: bool,
+    },
+    /// The prompt that waited ([`Update::Prompt`] with `queued`) now runs.
+    Dequeued,
+    /// An assistant message began.
+    MessageStarted {
+        /// The API message id.
+        message_id: String,
+        /// The subagent's Task/Agent call, for a subagent's message.
+        parent_tool_use_id: Option<String>,
+        /// The model that writes it.
+        model: Option<String>,
+        /// Tokens of context it started from (input, cache reads and cache writes).
+        context_tokens: Option<u64>,
+    },
+    /// More text of a content block.
+    TextDelta {
+        /// The API message id.
+        message_id: String,
+        /// The block's position in the message.
+        index: u64,
+        /// The subagent's Task/Agent call.
+        parent_tool_use_id: Option<String>,
+        /// The new text.
+        text: String,
+    },
+    /// More thinking of a content block.
+    ThinkingDelta {
+        /// The API message id.
+        message_id: String,
+        /// The block's position in the message.
+        index: u64,
+        /// The subagent's Task/Agent call.
+        parent_tool_use_id: Option<String>,
+        /// The new thinking.
+        thinking: String,
+    },
+    /// A tool call began streaming; its input follows in [`Update::ToolInputDelta`]s.
+    ToolUseStarted {
+        /// The API message id.
+        message_id: String,
+        /// The block's position in the message.
+        index: u64,
+        /// The subagent's Task/Agent call.
+        parent_tool_use_id: Option<String>,
+        /// The call's id.
+        tool_use_id: String,
+        /// The tool.
+        name: String,
+    },
+    /// More of a tool call's input, as a fragment of its JSON text.
+    ToolInputDelta {
+        /// The call's id.
+        tool_use_id: String,
+        /// The fragment.
+        partial_json: String,
+        /// Bytes of input received so far.
+        received_bytes: u64,
+    },
+    /// A content block is complete.
+    Block {
+        /// The API message id.
+        message_id: String,
+        /// The block's position in the message.
+        index: u64,
+        /// The subagent's Task/Agent call.
+        parent_tool_use_id: Option<String>,
+        /// The line's uuid (what a fork names), from the CLI's final line.
+        uuid: Option<String>,
+        /// The block.
+        block: Block,
+    },
+    /// A tool's result.
+    ToolResult {
+        /// The call's id.
+        tool_use_id: String,
+        /// The tool, when its call was seen.
+        tool_name: Option<String>,
+        /// The subagent's Task/Agent call.
+        parent_tool_use_id: Option<String>,
+        /// Whether the tool failed.
+        is_error: bool,
+        /// Its text: for Bash, stdout then stderr.
+        text: String,
+        /// Its images.
+        images: Vec<Image>,
+        /// Bash: whether the command was interrupted.
+        interrupted: bool,
+    },
+    /// A permission request waits for a person.
+    PermissionAsked(PendingPermission),
+    /// A tool call's permission was decided.
+    PermissionDecided {
+        /// The request (for a hook's decision, the hook callback's request).
+        request_id: String,
+        /// The tool.
+        tool_name: String,
+        /// Allow or deny.
+        behavior: Behavior,
+        /// Who decided.
+        by: DecidedBy,
+        /// The message the model sees on deny, or the reason on allow.
+        message: String,
+        /// The tool call, when known.
+        tool_use_id: Option<String>,
+        /// When (Unix milliseconds).
+        decided_at_ms: u64,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The subagent's Task/Agent call (a subagent's own result), or `None` for a turn.
+        parent_tool_use_id: Option<String>,
+        /// `success`, `error_during_execution`, `error_max_turns`, ...
+        subtype: String,
+        /// Interrupted by the person (the CLI reports it as `error_during_execution`).
+        interrupted: bool,
+        /// Failed (and not interrupted).
+        failed: bool,
+        /// The final text, or the error texts.
+        result: Option<String>,
+        /// Wall time of the turn.
+        duration_ms: u64,
+        /// Input tokens of the turn (with cache reads and writes).
+        input_tokens: u64,
+        /// Output tokens of the turn.
+        output_tokens: u64,
+        /// What this turn cost, in US dollars.
+        cost_usd: f64,
+        /// What the session has cost so far.
+        total_cost_usd: f64,
+        /// Totals per model so far, as the CLI reports them.
+        models: Vec<ModelTotals>,
+    },
+    /// The session's state changed.
+    State {
+        /// Before.
+        from: SessionState,
+        /// After.
+        to: SessionState,
+    },
+    /// The model changed.
+    Model {
+        /// The model now.
+        model: String,
+    },
+    /// The permission mode changed.
+    Mode {
+        /// The mode now.
+        mode: String,
+    },
+    /// The CLI's session id became known or changed.
+    ClaudeSession {
+        /// The id.
+        claude_session_id: String,
+    },
+    /// Something a person should read.
+    Notice {
+        /// `info`, `warn` or `error`.
+        level: Level,
+        /// What: `stderr`, `bad_line`, `exited`, `api_retry`, `compacted`, `disconnected`,
+        /// `undelivered`, `control_timed_out`, `unsupported_control_request`.
+        kind: &'static str,
+        /// The text.
+        text: String,
+    },
+}
+
+/// How much a notice matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// For the record.
+    Info,
+    /// Worth a look.
+    Warn,
+    /// Something went wrong.
+    Error,
+}
+
+/// A finished content block.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Block {
+    /// Text (Markdown).
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Thinking; `redacted` when the API sent it encrypted.
+    Thinking {
+        /// The thinking (empty when redacted).
+        thinking: String,
+        /// Whether it was redacted.
+        redacted: bool,
+    },
+    /// A tool call with its whole input.
+    ToolUse {
+        /// The call's id.
+        tool_use_id: String,
+        /// The tool.
+        name: String,
+        /// Its input.
+        input: Value,
+        /// Rebuilt from the streamed fragments; the CLI's final line follows and confirms it.
+        rebuilt: bool,
+    },
+    /// Any other block, as the CLI wrote it.
+    Other {
+        /// The block.
+        value: Value,
+    },
+}
+
+/// An image in a prompt or a tool result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Image {
+    /// `base64` or `url`.
+    pub source: String,
+    /// `image/png`, ...
+    pub media_type: Option<String>,
+    /// The base64 data.
+    pub data: Option<String>,
+    /// The URL.
+    pub url: Option<String>,
+}
+
+/// One model's totals so far.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelTotals {
+    /// The model.
+    pub model: String,
+    /// Input tokens, with cache reads.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cost, in US dollars.
+    pub cost_usd: f64,
+    /// Its context window, in tokens.
+    pub context_window: Option<u64>,
+}
+
+/// A subagent in the tree.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubagentNode {
+    /// The Task/Agent call that started it.
+    pub tool_use_id: String,
+    /// The subagent that started this one, if nested.
+    pub parent_tool_use_id: Option<String>,
+    /// The task description.
+    pub description: Option<String>,
+    /// `general-purpose`, `Explore`, ...
+    pub subagent_type: Option<String>,
+    /// Whether its result came back.
+    pub finished: bool,
+}
+
+/// The session as its updates so far leave it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct View {
+    /// The state.
+    pub state: Option<SessionState>,
+    /// The CLI's session id.
+    pub claude_session_id: Option<String>,
+    /// The model.
+    pub model: Option<String>,
+    /// The permission mode.
+    pub permission_mode: Option<String>,
+    /// The CLI's version.
+    pub cli_version: Option<String>,
+    /// The CLI's working directory, as it said.
+    pub cwd: Option<String>,
+    /// The first prompt's first line (at most 80 characters).
+    pub title: Option<String>,
+    /// Cost so far, in US dollars.
+    pub cost_usd: f64,
+    /// Turns ended.
+    pub turns: u64,
+    /// Prompts sent whose turn has not ended.
+    pub open_turns: u64,
+    /// Context tokens of the last assistant message.
+    pub context_tokens: Option<u64>,
+    /// Permission requests waiting for a person.
+    pub pending_permissions: Vec<PendingPermission>,
+    /// The subagent tree, in the order they started.
+    pub subagents: Vec<SubagentNode>,
+}
+
+/// Streaming state of one content block.
+#[derive(Default)]
+struct OpenBlock {
+    tool_use_id: Option<String>,
+    name: String,
+    json: String,
+    overflowed: bool,
+    /// A complete block was reported for it.
+    done: bool,
+    /// The input rebuilt from the fragments, until the CLI's line confirms it.
+    rebuilt: Option<Value>,
+}
+
+/// Streaming state of one assistant message.
+#[derive(Default)]
+struct OpenMessage {
+    /// Blocks by index.
+    blocks: HashMap<u64, OpenBlock>,
+    /// Final lines seen (each carries one block, in order).
+    finals: u64,
+}
+
+/// Turns a session's events into [`Update`]s and keeps its [`View`].
+#[derive(Default)]
+pub struct Projector {
+    view: View,
+    messages: HashMap<String, OpenMessage>,
+    message_order: VecDeque<String>,
+    /// The message streaming now, per parent (`None`: the main conversation), for lines that
+    /// do not name theirs (`stream_event` before 2.1.330 has no `api_message_id`).
+    current: HashMap<Option<String>, String>,
+    /// Tool names by call id, for results.
+    tools: HashMap<String, String>,
+    /// Cost at the end of the last turn.
+    last_total_cost: f64,
+    interrupting: bool,
+    started: bool,
+}
+
+impl Projector {
+    /// A projector for a new session.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The session as the updates so far leave it.
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// Projects one event; its updates go to `emit`, in order.
+    pub fn apply(&mut self, event: &SessionEvent, emit: &mut impl FnMut(Update)) {
+        match event {
+            SessionEvent::Line(line) => match line.direction {
+                LineDirection::FromCli => self.cli_line(&line.message, emit),
+                LineDirection::ToCli => self.our_line(&line.message, emit),
+            },
+            SessionEvent::BadLine(error) => emit(notice(
+                Level::Error,
+                "bad_line",
+                format!("An unreadable line from the CLI: {}", error.kind),
+            )),
+            SessionEvent::Stderr(text) => emit(notice(Level::Info, "stderr", text.clone())),
+            SessionEvent::State { from, to } => {
+                self.view.state = Some(*to);
+                if to.is_final() {
+                    // A resume starts a new process: its first `init` is news again, and no
+                    // prompt of the old one is still open.
+                    self.started = false;
+                    self.view.open_turns = 0;
+                    self.view.pending_permissions.clear();
+                    self.interrupting = false;
+                }
+                emit(Update::State { from: *from, to: *to });
+            }
+            SessionEvent::ClaudeSessionId(id) => {
+                self.view.claude_session_id = Some(id.clone());
+                emit(Update::ClaudeSession { claude_session_id: id.clone() });
+            }
+            SessionEvent::ModelChanged(model) => {
+                self.view.model = Some(model.clone());
+                emit(Update::Model { model: model.clone() });
+            }
+            SessionEvent::ModeChanged(mode) => {
+                self.view.permission_mode = Some(mode.clone());
+                emit(Update::Mode { mode: mode.clone() });
+            }
+            SessionEvent::CostChanged(cost) => self.view.cost_usd = *cost,
+            SessionEvent::PermissionRequested(pending) => {
+                let known = self.view.pending_permissions.iter();
+                if !known.clone().any(|p| p.request_id == pending.request_id) {
+                    self.view.pending_permissions.push(pending.clone());
+                }
+                emit(Update::PermissionAsked(pending.clone()));
+            }
+            SessionEvent::PermissionDecided {
+                request_id,
+                tool_name,
+                behavior,
+                by,
+                message,
+                decided_at_ms,
+                tool_use_id,
+                ..
+            } => {
+                self.view.pending_permissions.retain(|p| &p.request_id != request_id);
+                emit(Update::PermissionDecided {
+                    request_id: request_id.clone(),
+                    tool_name: tool_name.clone(),
+                    behavior: *behavior,
+                    by: by.clone(),
+                    message: message.clone(),
+                    tool_use_id: tool_use_id.clone(),
+                    decided_at_ms: *decided_at_ms,
+                });
+            }
+            SessionEvent::ControlTimedOut { subtype, .. } => emit(notice(
+                Level::Error,
+                "control_timed_out",
+                format!("The CLI did not answer {subtype} in time."),
+            )),
+            SessionEvent::UnsupportedControlRequest { subtype, .. } => emit(notice(
+                Level::Warn,
+                "unsupported_control_request",
+                format!("The CLI asked for {subtype}, which Switchboard does not serve; it was told so."),
+            )),
+            SessionEvent::Disconnected => emit(notice(
+                Level::Warn,
+                "disconnected",
+                "The CLI's connection dropped; it reconnects by itself.".into(),
+            )),
+            SessionEvent::Undelivered { line_type, .. } => {
+                let advice = if line_type == "user" {
+                    ": send the message again if Claude does not answer it"
+                } else {
+                    ""
+                };
+                emit(notice(
+                    Level::Error,
+                    "undelivered",
+                    format!("A {line_type} line for the CLI was lost with its connection and may not have arrived{advice}."),
+                ))
+            }
+            SessionEvent::Exited { requested, description, .. } => emit(notice(
+                if *requested { Level::Info } else { Level::Error },
+                "exited",
+                format!("The CLI {description}"),
+            )),
+            SessionEvent::HookRequested(_)
+            | SessionEvent::HookAnswered { .. }
+            | SessionEvent::Connected { .. } => {}
+        }
+    }
+
+    /// Projects one event into a list.
+    pub fn updates(&mut self, event: &SessionEvent) -> Vec<Update> {
+        let mut updates = Vec::new();
+        self.apply(event, &mut |update| updates.push(update));
+        updates
+    }
+
+    fn our_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
+        match message {
+            Message::User(user) if user.parent_tool_use_id.is_none() => {
+                let (text, images) = match &user.message.content {
+                    TextOr::Text(text) => (text.clone(), Vec::new()),
+                    TextOr::Items(blocks) => {
+                        if blocks.iter().all(|b| matches!(b, ContentBlock::ToolResult(_))) {
+                            return;
+                        }
+                        let texts: Vec<&str> = blocks
+                            .iter()
+                            .filter_map(|b| match b {
+                                ContentBlock::Text(text) => Some(text.text.as_str()),
+                                _ => None,
+                            })
+                            .collect();
+                        let images = blocks
+                            .iter()
+                            .filter_map(|b| match b {
+                                ContentBlock::Image(image) => Some(image_of(&image.source)),
+                                _ => None,
+                            })
+                            .collect();
+                        (texts.join("\n\n"), images)
+                    }
+                };
+                if self.view.title.is_none() && !text.trim().is_empty() {
+                    self.view.title = Some(title_of(&text));
+                }
+                let queued = self.view.open_turns > 0;
+                self.view.open_turns += 1;
+                emit(Update::Prompt { text, images, uuid: user.uuid.clone(), queued });
+            }
+            Message::ControlRequest(request) if request.subtype() == Some("interrupt") => {
+                self.interrupting = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn cli_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
+        match message {
+            Message::System(SystemMessage::Init(init)) => {
+                if init.cwd.is_some() {
+                    self.view.cwd = init.cwd.clone();
+                }
+                self.view.cli_version =
+                    init.claude_code_version.clone().or(self.view.cli_version.take());
+                if !self.started {
+                    self.started = true;
+                    emit(Update::Started {
+                        cwd: init.cwd.clone(),
+                        model: init.model.clone(),
+                        permission_mode: init
+                            .permission_mode
+                            .as_ref()
+                            .map(|m| m.as_str().to_owned()),
+                        cli_version: init.claude_code_version.clone(),
+                    });
+                }
+            }
+            Message::System(SystemMessage::ApiRetry(retry)) => {
+                let status =
+                    retry.error_status.flatten().map(|s| format!(" {s}")).unwrap_or_default();
+                let error = retry.error.as_deref().unwrap_or("error");
+                let seconds = retry.retry_delay_ms.unwrap_or(0) as f64 / 1000.0;
+                emit(notice(
+                    Level::Warn,
+                    "api_retry",
+                    format!(
+                        "API error{status} ({error}): retry {} of {} in {seconds:.0} s",
+                        retry.attempt.unwrap_or(0),
+                        retry.max_retries.unwrap_or(0),
+                    ),
+                ));
+            }
+            Message::System(SystemMessage::CompactBoundary(_)) => {
+                emit(notice(Level::Info, "compacted", "The conversation was compacted.".into()))
+            }
+            Message::StreamEvent(line) => {
+                let parent = line.parent_tool_use_id.clone();
+                let named = line.extra.get("api_message_id").and_then(Value::as_str);
+                self.stream_event(&line.event, named, parent, emit);
+            }
+            Message::Assistant(line) => {
+                let parent = line.parent_tool_use_id.clone();
+                let Some(id) = line.message.id.clone().or_else(|| line.uuid.clone()) else {
+                    return;
+                };
+                if !self.messages.contains_key(&id) {
+                    self.open_message(&id);
+                    emit(Update::MessageStarted {
+                        message_id: id.clone(),
+                        parent_tool_use_id: parent.clone(),
+                        model: line.message.model.clone(),
+                        context_tokens: line.message.usage.as_ref().map(context_of),
+                    });
+                }
+                for block in &line.message.content {
+                    let Some(message) = self.messages.get_mut(&id) else { return };
+                    let index = message.finals;
+                    message.finals += 1;
+                    let open = message.blocks.entry(index).or_default();
+                    let finished =
+                        finish_block(&mut self.view, &mut self.tools, block, open, &parent);
+                    let Some(block) = finished else { continue };
+                    emit(Update::Block {
+                        message_id: id.clone(),
+                        index,
+                        parent_tool_use_id: parent.clone(),
+                        uuid: line.uuid.clone(),
+                        block,
+                    });
+                }
+            }
+            Message::User(user) => {
+                let parent = user.parent_tool_use_id.clone();
+                for result in user.tool_results() {
+                    emit(self.tool_result(result, user.tool_use_result.as_ref(), &parent));
+                }
+            }
+            Message::Result(result) => {
+                let parent = result.extra.get("parent_tool_use_id").and_then(Value::as_str);
+                let total = result.cost_usd().unwrap_or(self.last_total_cost);
+                // A resumed process may count from zero again (2.1.37) or carry the earlier
+                // runs' cost (2.1.330): a total below the last one starts a new count.
+                let cost =
+                    if total < self.last_total_cost { total } else { total - self.last_total_cost };
+                self.last_total_cost = total;
+                if parent.is_none() {
+                    self.view.turns += 1;
+                    self.view.cost_usd = total;
+                    if self.view.open_turns > 0 {
+                        self.view.open_turns -= 1;
+                        if self.view.open_turns > 0 {
+                            emit(Update::Dequeued);
+                        }
+                    }
+                }
+                let interrupted = std::mem::take(&mut self.interrupting)
+                    && result.subtype == "error_during_execution";
+                let failed = !interrupted && (result.is_error || result.subtype != "success");
+                let usage = result.usage.clone().unwrap_or_default();
+                let errors = result.errors.clone().unwrap_or_default();
+                let text = match (&result.result, errors.is_empty()) {
+                    (Some(text), _) => Some(text.clone()),
+                    (None, false) => Some(errors.join("\n")),
+                    (None, true) => None,
+                };
+                emit(Update::TurnEnded {
+                    parent_tool_use_id: parent.map(str::to_owned),
+                    subtype: result.subtype.clone(),
+                    interrupted,
+                    failed,
+                    result: text,
+                    duration_ms: result.duration_ms.unwrap_or(0),
+                    input_tokens: context_of(&usage),
+                    output_tokens: usage.output_tokens.unwrap_or(0),
+                    cost_usd: cost,
+                    total_cost_usd: total,
+                    models: result
+                        .model_usage
+                        .iter()
+                        .flatten()
+                        .map(|(model, usage)| ModelTotals {
+                            model: model.clone(),
+                            input_tokens: usage.input_tokens.unwrap_or(0)
+                                + usage.cache_read_input_tokens.unwrap_or(0),
+                            output_tokens: usage.output_tokens.unwrap_or(0),
+                            cost_usd: usage
+                                .cost_usd
+                                .as_ref()
+                                .and_then(|c| c.as_f64())
+                                .unwrap_or(0.0),
+                            context_window: usage.context_window,
+                        })
+                        .collect(),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn stream_event(
+        &mut self,
+        event: &StreamEvent,
+        named: Option<&str>,
+        parent: Option<String>,
+        emit: &mut impl FnMut(Update),
+    ) {
+        if let StreamEvent::MessageStart(start) = event {
+            let Some(id) = named.map(str::to_owned).or_else(|| start.message.id.clone()) else {
+                return;
+            };
+            self.current.insert(parent.clone(), id.clone());
+            let context = start.message.usage.as_ref().map(context_of);
+            if context.is_some() && parent.is_none() {
+                self.view.context_tokens = context;
+            }
+            if !self.messages.contains_key(&id) {
+                self.open_message(&id);
+                emit(Update::MessageStarted {
+                    message_id: id,
+                    parent_tool_use_id: parent,
+                    model: start.message.model.clone(),
+                    context_tokens: context,
+                });
+            }
+            return;
+        }
+        let id = match named {
+            Some(id) => id.to_owned(),
+            None => match self.current.get(&parent) {
+                Some(id) => id.clone(),
+                None => return,
+            },
+        };
+        let Some(message) = self.messages.get_mut(&id) else { return };
+        match event {
+            StreamEvent::ContentBlockStart(start) => {
+                let open = message.blocks.entry(start.index).or_default();
+                if let ContentBlock::ToolUse(tool) | ContentBlock::ServerToolUse(tool) =
+                    &start.content_block
+                {
+                    open.tool_use_id = Some(tool.id.clone());
+                    open.name = tool.name.clone();
+                    self.tools.insert(tool.id.clone(), tool.name.clone());
+                    emit(Update::ToolUseStarted {
+                        message_id: id,
+                        index: start.index,
+                        parent_tool_use_id: parent,
+                        tool_use_id: tool.id.clone(),
+                        name: tool.name.clone(),
+                    });
+                }
+            }
+            StreamEvent::ContentBlockDelta(delta) => {
+                let index = delta.index;
+                match &delta.delta {
+                    Delta::Text(text) => emit(Update::TextDelta {
+                        message_id: id,
+                        index,
+                        parent_tool_use_id: parent,
+                        text: text.text.clone(),
+                    }),
+                    Delta::Thinking(thinking) => emit(Update::ThinkingDelta {
+                        message_id: id,
+                        index,
+                        parent_tool_use_id: parent,
+                        thinking: thinking.thinking.clone(),
+                    }),
+                    Delta::InputJson(json) => {
+                        let Some(open) = message.blocks.get_mut(&index) else { return };
+                        let Some(tool_use_id) = open.tool_use_id.clone() else { return };
+                        if open.json.len() + json.partial_json.len() > MAX_REBUILT_INPUT_BYTES {
+                            open.overflowed = true;
+                            open.json = String::new();
+                        } else if !open.overflowed {
+                            open.json.push_str(&json.partial_json);
+                        }
+                        emit(Update::ToolInputDelta {
+                            tool_use_id,
+                            partial_json: json.partial_json.clone(),
+                            received_bytes: open.json.len() as u64,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+            StreamEvent::ContentBlockStop(stop) => {
+                let Some(open) = message.blocks.get_mut(&stop.index) else { return };
+                if open.done || open.overflowed {
+                    return;
+                }
+                let Some(tool_use_id) = open.tool_use_id.clone() else { return };
+                // An empty input streams no fragment at all: `{}`.
+                let text = if open.json.trim().is_empty() { "{}" } else { open.json.as_str() };
+                let Ok(input) = serde_json::from_str::<Value>(text) else { return };
+                open.done = true;
+                open.json = String::new();
+                open.rebuilt = Some(input.clone());
+                let block =
+                    Block::ToolUse { tool_use_id, name: open.name.clone(), input, rebuilt: true };
+                emit(Update::Block {
+                    message_id: id,
+                    index: stop.index,
+                    parent_tool_use_id: parent,
+                    uuid: None,
+                    block,
+                });
+            }
+            _ => {}
+        }
+    }
+
+    fn open_message(&mut self, id: &str) {
+        if self.message_order.len() >= OPEN_MESSAGES {
+            if let Some(oldest) = self.message_order.pop_front() {
+                self.messages.remove(&oldest);
+            }
+        }
+        self.messages.insert(id.to_owned(), OpenMessage::default());
+        self.message_order.push_back(id.to_owned());
+    }
+
+    fn tool_result(
+        &mut self,
+        result: &ToolResultBlock,
+        structured: Option<&Value>,
+        parent: &Option<String>,
+    ) -> Update {
+        let tool_name = self.tools.get(&result.tool_use_id).cloned();
+        if let Some(node) =
+            self.view.subagents.iter_mut().find(|s| s.tool_use_id == result.tool_use_id)
+        {
+            node.finished = true;
+        }
+        let mut texts = Vec::new();
+        let mut images = Vec::new();
+        match &result.content {
+            Some(TextOr::Text(text)) => texts.push(text.clone()),
+            Some(TextOr::Items(items)) => {
+                for item in items {
+                    match item {
+                        ContentBlock::Text(text) => texts.push(text.text.clone()),
+                        ContentBlock::Image(image) => images.push(image_of(&image.source)),
+                        _ => {}
+                    }
+                }
+            }
+            None => {}
+        }
+        let mut text = texts.join("\n");
+        let mut interrupted = false;
+        // Bash's structured result keeps stdout and stderr apart; the text joins them.
+        if tool_name.as_deref() == Some("Bash") {
+            if let Some(Value::Object(fields)) = structured {
+                if fields.contains_key("stdout") {
+                    let part = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or("");
+                    text = [part("stdout"), part("stderr")]
+                        .into_iter()
+                        .filter(|p| !p.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    interrupted = fields.get("interrupted").and_then(Value::as_bool) == Some(true);
+                }
+            }
+        }
+        Update::ToolResult {
+            tool_use_id: result.tool_use_id.clone(),
+            tool_name,
+            parent_tool_use_id: parent.clone(),
+            is_error: result.is_error == Some(true),
+            text,
+            images,
+            interrupted,
+        }
+    }
+}
+
+impl Update {
+    /// Its `update` tag: `text_delta`, `block`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Update::Started { .. } => "started",
+            Update::Prompt { .. } => "prompt",
+            Update::Dequeued => "dequeued",
+            Update::MessageStarted { .. } => "message_started",
+            Update::TextDelta { .. } => "text_delta",
+            Update::ThinkingDelta { .. } => "thinking_delta",
+            Update::ToolUseStarted { .. } => "tool_use_started",
+            Update::ToolInputDelta { .. } => "tool_input_delta",
+            Update::Block { .. } => "block",
+            Update::ToolResult { .. } => "tool_result",
+            Update::PermissionAsked(_) => "permission_asked",
+            Update::PermissionDecided { .. } => "permission_decided",
+            Update::TurnEnded { .. } => "turn_ended",
+            Update::State { .. } => "state",
+            Update::Model { .. } => "model",
+            Update::Mode { .. } => "mode",
+            Update::ClaudeSession { .. } => "claude_session",
+            Update::Notice { .. } => "notice",
+        }
+    }
+
+    /// Whether it changes what a session list shows (state, model, mode, cost, title, cwd,
+    /// waiting requests).
+    pub fn changes_summary(&self) -> bool {
+        matches!(
+            self,
+            Update::Started { .. }
+                | Update::Prompt { .. }
+                | Update::TurnEnded { parent_tool_use_id: None, .. }
+                | Update::PermissionAsked(_)
+                | Update::PermissionDecided { .. }
+                | Update::State { .. }
+                | Update::Model { .. }
+                | Update::Mode { .. }
+                | Update::ClaudeSession { .. }
+        )
+    }
+
+    /// The streamed piece this update is, if it is one: its block's message id and index.
+    fn streamed_piece(&self) -> Option<(&str, u64)> {
+        match self {
+            Update::TextDelta { message_id, index, .. }
+            | Update::ThinkingDelta { message_id, index, .. } => Some((message_id, *index)),
+            _ => None,
+        }
+    }
+}
+
+/// Drops, from a stretch of history, every streamed piece whose whole block follows in the
+/// same stretch: someone reading history needs the block, not how it arrived. Live updates
+/// are never settled.
+pub fn settle<T>(items: &mut Vec<T>, update: impl Fn(&T) -> &Update) {
+    let mut finished: std::collections::HashSet<(String, u64)> = Default::default();
+    let mut finished_tools: std::collections::HashSet<String> = Default::default();
+    let mut keep = vec![true; items.len()];
+    for (position, item) in items.iter().enumerate().rev() {
+        match update(item) {
+            Update::Block { message_id, index, block, .. } => {
+                finished.insert((message_id.clone(), *index));
+                if let Block::ToolUse { tool_use_id, .. } = block {
+                    finished_tools.insert(tool_use_id.clone());
+                }
+            }
+            Update::ToolInputDelta { tool_use_id, .. } => {
+                keep[position] = !finished_tools.contains(tool_use_id);
+            }
+            other => {
+                if let Some((message_id, index)) = other.streamed_piece() {
+                    keep[position] = !finished.contains(&(message_id.to_owned(), index));
+                }
+            }
+        }
+    }
+    let mut position = 0;
+    items.retain(|_| {
+        position += 1;
+        keep[position - 1]
+    });
+}
+
+/// A block from the CLI's final line; `None` when it only confirms what was reported.
+fn finish_block(
+    view: &mut View,
+    tools: &mut HashMap<String, String>,
+    block: &ContentBlock,
+    open: &mut OpenBlock,
+    parent: &Option<String>,
+) -> Option<Block> {
+    let finished = match block {
+        ContentBlock::Text(text) => Block::Text { text: text.text.clone() },
+        ContentBlock::Thinking(thinking) => {
+            Block::Thinking { thinking: thinking.thinking.clone(), redacted: false }
+        }
+        ContentBlock::RedactedThinking(_) => {
+            Block::Thinking { thinking: String::new(), redacted: true }
+        }
+        ContentBlock::ToolUse(tool) | ContentBlock::ServerToolUse(tool) => {
+            tools.insert(tool.id.clone(), tool.name.clone());
+            if matches!(tool.name.as_str(), "Task" | "Agent")
+                && !view.subagents.iter().any(|s| s.tool_use_id == tool.id)
+            {
+                let text =
+                    |key: &str| tool.input.get(key).and_then(Value::as_str).map(str::to_owned);
+                view.subagents.push(SubagentNode {
+                    tool_use_id: tool.id.clone(),
+                    parent_tool_use_id: parent.clone(),
+                    description: text("description"),
+                    subagent_type: text("subagent_type"),
+                    finished: false,
+                });
+            }
+            // The CLI's line comes before the stream's stop on 2.1.330, and after it on older
+            // CLIs: whichever is first reports the call. The line's input wins: it is reported
+            // again only where the rebuilt input differs.
+            if open.rebuilt.as_ref() == Some(&tool.input) {
+                open.rebuilt = None;
+                return None;
+            }
+            Block::ToolUse {
+                tool_use_id: tool.id.clone(),
+                name: tool.name.clone(),
+                input: tool.input.clone(),
+                rebuilt: false,
+            }
+        }
+        other => Block::Other { value: serde_json::to_value(other).unwrap_or(Value::Null) },
+    };
+    open.done = true;
+    open.json = String::new();
+    Some(finished)
+}
+
+fn notice(level: Level, kind: &'static str, text: String) -> Update {
+    Update::Notice { level, kind, text }
+}
+
+/// Tokens of context: input plus cache reads and writes.
+fn context_of(usage: &switchboard_protocol::Usage) -> u64 {
+    usage.input_tokens.unwrap_or(0)
+        + usage.cache_read_input_tokens.unwrap_or(0)
+        + usage.cache_creation_input_tokens.unwrap_or(0)
+}
+
+fn image_of(source: &ImageSource) -> Image {
+    Image {
+        source: source.kind.clone(),
+        media_type: source.media_type.clone(),
+        data: source.data.clone(),
+        url: source.url.clone(),
+    }
+}
+
+/// A title from a prompt: its first line, at most 80 characters.
+pub fn title_of(prompt: &str) -> String {
+    let line = prompt.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
+    let mut title: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        title.push('…');
+    }
+    title
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,531 @@
+//! The projection, tested on hand-written lines in the shapes the real CLIs write.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchboard_protocol::Message;
+
+use super::*;
+use crate::event::WireLine;
+
+fn line(direction: LineDirection, value: Value) -> SessionEvent {
+    let raw = value.to_string();
+    let message = Message::decode_str(&raw).expect("a protocol line");
+    SessionEvent::Line(WireLine {
+        direction,
+        raw: Arc::from(raw.as_str()),
+        message: Arc::new(message),
+    })
+}
+
+fn cli(value: Value) -> SessionEvent {
+    line(LineDirection::FromCli, value)
+}
+
+fn prompt(text: &str) -> SessionEvent {
+    line(
+        LineDirection::ToCli,
+        json!({"type":"user","message":{"role":"user","content":text},"parent_tool_use_id":null,"session_id":"","uuid":format!("u-{text}")}),
+    )
+}
+
+fn stream(message_id: &str, parent: Option<&str>, event: Value) -> SessionEvent {
+    cli(
+        json!({"type":"stream_event","event":event,"parent_tool_use_id":parent,"session_id":"s","uuid":"x","api_message_id":message_id}),
+    )
+}
+
+/// A stream event as CLIs before 2.1.330 write it: no `api_message_id`.
+fn old_stream(parent: Option<&str>, event: Value) -> SessionEvent {
+    cli(
+        json!({"type":"stream_event","event":event,"parent_tool_use_id":parent,"session_id":"s","uuid":"x"}),
+    )
+}
+
+fn assistant(message_id: &str, parent: Option<&str>, block: Value) -> SessionEvent {
+    cli(
+        json!({"type":"assistant","message":{"id":message_id,"type":"message","role":"assistant","model":"claude-test","content":[block]},"parent_tool_use_id":parent,"session_id":"s","uuid":format!("a-{message_id}")}),
+    )
+}
+
+fn result(total_cost: f64, subtype: &str) -> SessionEvent {
+    cli(
+        json!({"type":"result","subtype":subtype,"is_error":subtype != "success","duration_ms":1500,"result":"done","session_id":"s","total_cost_usd":total_cost,"usage":{"input_tokens":10,"cache_read_input_tokens":90,"output_tokens":7}}),
+    )
+}
+
+fn run(projector: &mut Projector, events: &[SessionEvent]) -> Vec<Update> {
+    events.iter().flat_map(|event| projector.updates(event)).collect()
+}
+
+fn message_start(id: &str) -> Value {
+    json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","model":"claude-test","content":[],"usage":{"input_tokens":3,"cache_read_input_tokens":1000,"output_tokens":1}}})
+}
+
+#[test]
+fn text_streams_then_settles_into_its_block() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("Say hi"),
+            stream("m1", None, message_start("m1")),
+            stream(
+                "m1",
+                None,
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            ),
+            stream(
+                "m1",
+                None,
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}),
+            ),
+            stream(
+                "m1",
+                None,
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}),
+            ),
+            assistant("m1", None, json!({"type":"text","text":"Hello"})),
+            stream("m1", None, json!({"type":"content_block_stop","index":0})),
+        ],
+    );
+    let kinds: Vec<&str> = updates.iter().map(kind).collect();
+    assert_eq!(kinds, ["prompt", "message_started", "text_delta", "text_delta", "block"]);
+    assert!(matches!(&updates[1], Update::MessageStarted { context_tokens: Some(1003), .. }));
+    assert!(matches!(&updates[3], Update::TextDelta { text, index: 0, .. } if text == "lo"));
+    assert!(matches!(
+        &updates[4],
+        Update::Block { block: Block::Text { text }, uuid: Some(uuid), .. } if text == "Hello" && uuid == "a-m1"
+    ));
+    assert_eq!(projector.view().title.as_deref(), Some("Say hi"));
+    assert_eq!(projector.view().context_tokens, Some(1003));
+
+    // History drops the pieces its block makes redundant.
+    let mut history = updates.clone();
+    settle(&mut history, |update| update);
+    assert_eq!(
+        history.iter().map(kind).collect::<Vec<_>>(),
+        ["prompt", "message_started", "block"]
+    );
+}
+
+fn tool_stream(message_id: &str, fragments: &[&str]) -> Vec<SessionEvent> {
+    let mut events = vec![
+        stream(message_id, None, message_start(message_id)),
+        stream(
+            message_id,
+            None,
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"Bash","input":{}}}),
+        ),
+    ];
+    for fragment in fragments {
+        events.push(stream(
+            message_id,
+            None,
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":fragment}}),
+        ));
+    }
+    events
+}
+
+#[test]
+fn a_tool_input_is_rebuilt_from_its_fragments() {
+    // Older CLIs: the stream's stop comes before the CLI's line.
+    let mut projector = Projector::new();
+    let mut events = tool_stream("m1", &["{\"comm", "and\":\"ls -l", "a\"}"]);
+    events.push(stream("m1", None, json!({"type":"content_block_stop","index":0})));
+    events.push(assistant(
+        "m1",
+        None,
+        json!({"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls -la"}}),
+    ));
+    let updates = run(&mut projector, &events);
+    let kinds: Vec<&str> = updates.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_started",
+            "tool_use_started",
+            "tool_input_delta",
+            "tool_input_delta",
+            "tool_input_delta",
+            "block"
+        ],
+        "the CLI's line confirms the rebuilt input and is not reported again"
+    );
+    assert!(matches!(&updates[4], Update::ToolInputDelta { received_bytes: 20, .. }));
+    let Update::Block { block: Block::ToolUse { input, rebuilt, name, .. }, .. } = &updates[5]
+    else {
+        panic!("a tool use: {:?}", updates[5]);
+    };
+    assert_eq!(input, &json!({"command":"ls -la"}));
+    assert!(*rebuilt);
+    assert_eq!(name, "Bash");
+}
+
+#[test]
+fn the_clis_line_wins_over_a_rebuilt_input_that_differs() {
+    let mut projector = Projector::new();
+    let mut events = tool_stream("m1", &["{\"command\":\"ls\"}"]);
+    events.push(stream("m1", None, json!({"type":"content_block_stop","index":0})));
+    events.push(assistant(
+        "m1",
+        None,
+        json!({"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls","description":"List"}}),
+    ));
+    let blocks: Vec<Update> =
+        run(&mut projector, &events).into_iter().filter(|u| kind(u) == "block").collect();
+    assert_eq!(blocks.len(), 2);
+    assert!(matches!(
+        &blocks[1],
+        Update::Block { block: Block::ToolUse { rebuilt: false, input, .. }, .. } if input["description"] == "List"
+    ));
+}
+
+#[test]
+fn a_line_before_the_stop_reports_the_call_once() {
+    // 2.1.330: the CLI's line comes first; the stop then has nothing to add.
+    let mut projector = Projector::new();
+    let mut events = tool_stream("m1", &["{\"command\":", "\"ls\"}"]);
+    events.push(assistant(
+        "m1",
+        None,
+        json!({"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}),
+    ));
+    events.push(stream("m1", None, json!({"type":"content_block_stop","index":0})));
+    let blocks: Vec<Update> =
+        run(&mut projector, &events).into_iter().filter(|u| kind(u) == "block").collect();
+    assert_eq!(blocks.len(), 1);
+    assert!(matches!(
+        &blocks[0],
+        Update::Block { block: Block::ToolUse { rebuilt: false, .. }, .. }
+    ));
+}
+
+#[test]
+fn streams_without_a_message_id_follow_their_message_start() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            old_stream(None, message_start("m9")),
+            old_stream(
+                None,
+                json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}),
+            ),
+            old_stream(
+                None,
+                json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}),
+            ),
+        ],
+    );
+    assert!(matches!(
+        updates.last(),
+        Some(Update::ThinkingDelta { message_id, thinking, .. }) if message_id == "m9" && thinking == "hmm"
+    ));
+}
+
+#[test]
+fn an_oversized_input_is_left_to_the_clis_line() {
+    let mut projector = Projector::new();
+    let big = format!("{{\"content\":\"{}\"}}", "x".repeat(MAX_REBUILT_INPUT_BYTES));
+    let (head, tail) = big.split_at(10);
+    let mut events = tool_stream("m1", &[head, tail]);
+    events.push(stream("m1", None, json!({"type":"content_block_stop","index":0})));
+    let updates = run(&mut projector, &events);
+    assert!(!updates.iter().any(|u| kind(u) == "block"), "nothing rebuilt past the cap");
+    assert!(matches!(updates.last(), Some(Update::ToolInputDelta { received_bytes: 0, .. })));
+}
+
+#[test]
+fn results_reach_their_call_with_its_tool() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            assistant(
+                "m1",
+                None,
+                json!({"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}),
+            ),
+            cli(
+                json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a\nb","is_error":false}]},"parent_tool_use_id":null,"session_id":"s","tool_use_result":{"stdout":"a","stderr":"b!","interrupted":true}}),
+            ),
+            cli(
+                json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t0","content":[{"type":"text","text":"no"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}],"is_error":true}]},"parent_tool_use_id":null,"session_id":"s"}),
+            ),
+        ],
+    );
+    let results: Vec<&Update> = updates.iter().filter(|u| kind(u) == "tool_result").collect();
+    assert!(matches!(
+        results[0],
+        Update::ToolResult { tool_name: Some(name), text, interrupted: true, is_error: false, .. }
+            if name == "Bash" && text == "a\nb!"
+    ));
+    assert!(matches!(
+        results[1],
+        Update::ToolResult { tool_name: None, text, is_error: true, images, .. }
+            if text == "no" && images.len() == 1 && images[0].media_type.as_deref() == Some("image/png")
+    ));
+}
+
+#[test]
+fn turns_carry_their_own_cost_and_queued_prompts_follow() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("one"),
+            prompt("two"),
+            result(0.25, "success"),
+            result(0.75, "success"),
+            // A new process that counts from zero again.
+            SessionEvent::State { from: SessionState::Idle, to: SessionState::Exited },
+            prompt("three"),
+            result(0.125, "success"),
+        ],
+    );
+    let kinds: Vec<&str> = updates.iter().map(kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "prompt",
+            "prompt",
+            "dequeued",
+            "turn_ended",
+            "turn_ended",
+            "state",
+            "prompt",
+            "turn_ended"
+        ]
+    );
+    assert!(matches!(&updates[0], Update::Prompt { queued: false, .. }));
+    assert!(matches!(&updates[1], Update::Prompt { queued: true, .. }));
+    let costs: Vec<f64> = updates
+        .iter()
+        .filter_map(|u| match u {
+            Update::TurnEnded { cost_usd, input_tokens, output_tokens, .. } => {
+                assert_eq!((*input_tokens, *output_tokens), (100, 7));
+                Some(*cost_usd)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(costs, [0.25, 0.5, 0.125]);
+    assert_eq!(projector.view().turns, 3);
+    assert_eq!(projector.view().title.as_deref(), Some("one"));
+}
+
+#[test]
+fn an_interrupted_turn_says_so() {
+    let mut projector = Projector::new();
+    let interrupt = line(
+        LineDirection::ToCli,
+        json!({"type":"control_request","request_id":"r1","request":{"subtype":"interrupt"}}),
+    );
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("go"),
+            interrupt,
+            result(0.0, "error_during_execution"),
+            prompt("again"),
+            result(0.0, "error_during_execution"),
+        ],
+    );
+    let ends: Vec<(bool, bool)> = updates
+        .iter()
+        .filter_map(|u| match u {
+            Update::TurnEnded { interrupted, failed, .. } => Some((*interrupted, *failed)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, [(true, false), (false, true)]);
+}
+
+#[test]
+fn subagents_form_a_tree() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            assistant(
+                "m1",
+                None,
+                json!({"type":"tool_use","id":"task1","name":"Task","input":{"description":"Look","subagent_type":"Explore","prompt":"look"}}),
+            ),
+            assistant(
+                "m2",
+                Some("task1"),
+                json!({"type":"tool_use","id":"task2","name":"Agent","input":{"description":"Deeper"}}),
+            ),
+            assistant("m3", Some("task2"), json!({"type":"text","text":"found"})),
+            cli(
+                json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"task2","content":"ok"}]},"parent_tool_use_id":"task1","session_id":"s"}),
+            ),
+        ],
+    );
+    let tree: Vec<(String, Option<String>, bool)> = projector
+        .view()
+        .subagents
+        .iter()
+        .map(|s| (s.tool_use_id.clone(), s.parent_tool_use_id.clone(), s.finished))
+        .collect();
+    assert_eq!(
+        tree,
+        [("task1".to_owned(), None, false), ("task2".to_owned(), Some("task1".to_owned()), true)]
+    );
+    assert!(updates.iter().any(|u| matches!(
+        u,
+        Update::Block { parent_tool_use_id: Some(parent), block: Block::Text { .. }, .. } if parent == "task2"
+    )));
+    assert!(updates.iter().any(|u| matches!(
+        u,
+        Update::ToolResult { parent_tool_use_id: Some(parent), tool_name: Some(name), .. } if parent == "task1" && name == "Agent"
+    )));
+}
+
+#[test]
+fn the_view_follows_model_mode_and_permissions() {
+    let mut projector = Projector::new();
+    let pending = PendingPermission {
+        request_id: "p1".into(),
+        tool_name: "Bash".into(),
+        input: json!({"command":"rm -rf x"}),
+        tool_use_id: Some("t1".into()),
+        suggestions: vec![],
+        reason: String::new(),
+        agent_id: None,
+        timeout_secs: 60,
+        asked_at_ms: 1,
+    };
+    run(
+        &mut projector,
+        &[
+            cli(
+                json!({"type":"system","subtype":"init","cwd":"/w","session_id":"s","model":"m-a","permissionMode":"default","claude_code_version":"2.1.120"}),
+            ),
+            SessionEvent::ModelChanged("m-b".into()),
+            SessionEvent::ModeChanged("plan".into()),
+            SessionEvent::PermissionRequested(pending.clone()),
+        ],
+    );
+    let view = projector.view();
+    assert_eq!(
+        (
+            view.cwd.as_deref(),
+            view.model.as_deref(),
+            view.permission_mode.as_deref(),
+            view.cli_version.as_deref()
+        ),
+        (Some("/w"), Some("m-b"), Some("plan"), Some("2.1.120"))
+    );
+    assert_eq!(view.pending_permissions, [pending]);
+    projector.updates(&SessionEvent::decided(
+        "p1",
+        "Bash",
+        Behavior::Deny,
+        DecidedBy::Timeout,
+        "late".into(),
+    ));
+    assert!(projector.view().pending_permissions.is_empty());
+}
+
+#[test]
+fn a_float_delay_and_a_retry_read_as_a_notice() {
+    let mut projector = Projector::new();
+    let updates = projector.updates(&cli(
+        json!({"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"retry_delay_ms":2000,"error_status":529,"error":"overloaded","session_id":"s"}),
+    ));
+    assert!(matches!(
+        &updates[0],
+        Update::Notice { kind: "api_retry", level: Level::Warn, text } if text == "API error 529 (overloaded): retry 2 of 10 in 2 s"
+    ));
+}
+
+#[test]
+fn every_stored_event_reads_back_as_it_was() {
+    let events = vec![
+        prompt("hello"),
+        cli(
+            json!({"type":"result","subtype":"success","is_error":false,"session_id":"s","total_cost_usd":0}),
+        ),
+        SessionEvent::Stderr("warn".into()),
+        SessionEvent::State { from: SessionState::Starting, to: SessionState::Idle },
+        SessionEvent::ClaudeSessionId("c1".into()),
+        SessionEvent::ModelChanged("m".into()),
+        SessionEvent::ModeChanged("plan".into()),
+        SessionEvent::CostChanged(0.5),
+        SessionEvent::PermissionRequested(PendingPermission {
+            request_id: "p1".into(),
+            tool_name: "Bash".into(),
+            input: json!({"command":"ls"}),
+            tool_use_id: Some("t1".into()),
+            suggestions: vec![],
+            reason: "why".into(),
+            agent_id: Some("a".into()),
+            timeout_secs: 60,
+            asked_at_ms: 5,
+        }),
+        SessionEvent::decided(
+            "p1",
+            "Bash",
+            Behavior::Allow,
+            DecidedBy::Person { who: "me".into() },
+            "ok".into(),
+        )
+        .with_tool_use_id(Some("t1".into())),
+        SessionEvent::decided(
+            "p2",
+            "Read",
+            Behavior::Deny,
+            DecidedBy::Policy { rule: Some("Read(.env)".into()) },
+            "no".into(),
+        ),
+        SessionEvent::HookRequested(crate::event::PendingHook {
+            request_id: "h1".into(),
+            callback_id: "c".into(),
+            hook_event_name: Some("PreToolUse".into()),
+            input: json!({"a":1}),
+        }),
+        SessionEvent::HookAnswered {
+            request_id: "h1".into(),
+            by: "policy".into(),
+            output: json!({}),
+        },
+        SessionEvent::ControlTimedOut { request_id: "r".into(), subtype: "set_model".into() },
+        SessionEvent::UnsupportedControlRequest { request_id: "r".into(), subtype: "x".into() },
+        SessionEvent::Connected { reconnect: true },
+        SessionEvent::Disconnected,
+        SessionEvent::Undelivered {
+            line_type: "user".into(),
+            uuid: Some("u".into()),
+            preview: "{".into(),
+        },
+        SessionEvent::Exited {
+            code: Some(1),
+            signal: None,
+            requested: false,
+            description: "exited with 1".into(),
+        },
+    ];
+    for event in &events {
+        let stored = event.to_json_text();
+        let back = SessionEvent::from_stored(event.kind(), &stored).expect("reads back");
+        assert_eq!(back.to_json(), event.to_json(), "{}", event.kind());
+    }
+    let error = SessionEvent::from_stored("started", "{}").unwrap_err();
+    assert_eq!(error.to_string(), "stored started event: `started` is not a session event");
+    assert!(SessionEvent::from_stored(
+        "line",
+        "{\"direction\":\"from_cli\",\"line\":{\"type\":\"result\"}}"
+    )
+    .is_err());
+}
+
+/// Its kind, checked against the tag it serializes with.
+fn kind(update: &Update) -> &'static str {
+    let value = serde_json::to_value(update).expect("serializes");
+    assert_eq!(value["update"], update.kind());
+    update.kind()
+}
