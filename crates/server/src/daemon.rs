@@ -179,6 +179,61 @@ pub struct CreateSession {
     pub env: HashMap<String, String>,
 }
 
+/// How a session's CLI is launched: what its record keeps for a resume. It is the create
+/// request without what applies once (the first prompt, the Claude session to resume or fork,
+/// the message to fork at). Its secrets (`env` values, inline MCP servers' `env` and
+/// `headers`) stay in the store; clients see [`public_record`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Launch {
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Model.
+    pub model: Option<String>,
+    /// Permission mode.
+    pub permission_mode: Option<String>,
+    /// Policy: inline TOML, or a path to a policy file (read again on a resume).
+    pub policy: Option<String>,
+    /// `--allowedTools` rules.
+    pub allowed_tools: Vec<String>,
+    /// `--disallowedTools` rules.
+    pub disallowed_tools: Vec<String>,
+    /// Replace the system prompt.
+    pub system_prompt: Option<String>,
+    /// Append to the system prompt.
+    pub append_system_prompt: Option<String>,
+    /// `--max-turns`.
+    pub max_turns: Option<u32>,
+    /// MCP servers (`--mcp-config`).
+    pub mcp_config: Vec<String>,
+    /// The CLI binary.
+    pub claude: Option<PathBuf>,
+    /// `stdio`, `sdk-url` (or `relay`, for a CLI that connected on its own).
+    pub transport: Option<String>,
+    /// Extra environment for the CLI.
+    pub env: HashMap<String, String>,
+}
+
+impl From<&CreateSession> for Launch {
+    fn from(request: &CreateSession) -> Launch {
+        Launch {
+            cwd: request.cwd.clone(),
+            model: request.model.clone(),
+            permission_mode: request.permission_mode.clone(),
+            policy: request.policy.clone(),
+            allowed_tools: request.allowed_tools.clone(),
+            disallowed_tools: request.disallowed_tools.clone(),
+            system_prompt: request.system_prompt.clone(),
+            append_system_prompt: request.append_system_prompt.clone(),
+            max_turns: request.max_turns,
+            mcp_config: request.mcp_config.clone(),
+            claude: request.claude.clone(),
+            transport: request.transport.clone(),
+            env: request.env.clone(),
+        }
+    }
+}
+
 /// Why a daemon operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -630,8 +685,20 @@ impl Daemon {
                 "prompt is empty; leave it out to start a session without one".into(),
             ));
         }
-        let (config, transport) =
-            self.session_config(&request, request.resume.clone(), request.fork).await?;
+        if request.resume_at.is_some() && request.resume.is_none() {
+            return Err(DaemonError::Invalid(
+                "resume_at needs resume (the Claude session id)".into(),
+            ));
+        }
+        let launch = Launch::from(&request);
+        let (config, transport) = self
+            .session_config(
+                &launch,
+                request.resume.clone(),
+                request.fork,
+                request.resume_at.clone(),
+            )
+            .await?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -645,7 +712,7 @@ impl Daemon {
             cost_usd: 0.0,
             created_ms: now,
             updated_ms: now,
-            config: serde_json::to_value(&request).unwrap_or(Value::Null),
+            config: serde_json::to_value(&launch).unwrap_or(Value::Null),
         };
         self.check_transport(&config, &transport).await?;
         self.store.create_session(&record).await?;
@@ -690,14 +757,13 @@ impl Daemon {
                 "session {id} never reached the CLI's first turn, so there is nothing to resume"
             ))
         })?;
-        let mut request: CreateSession =
-            serde_json::from_value(record.config.clone()).map_err(|error| {
-                DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
-            })?;
-        request.fork = false;
-        request.resume_at = None;
+        // Records written before `Launch` hold the whole create request: its one-time fields
+        // are ignored here.
+        let launch: Launch = serde_json::from_value(record.config.clone()).map_err(|error| {
+            DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
+        })?;
         let (config, transport) =
-            self.session_config(&request, Some(claude_session_id), false).await?;
+            self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
         let last = self.store.last_seq(id).await?;
         self.note_started(id, last, true).await?;
@@ -710,9 +776,10 @@ impl Daemon {
 
     async fn session_config(
         &self,
-        request: &CreateSession,
+        request: &Launch,
         resume: Option<String>,
         fork: bool,
+        resume_at: Option<String>,
     ) -> Result<(SessionConfig, Transport), DaemonError> {
         if !request.cwd.is_absolute() {
             return Err(DaemonError::Invalid(format!(
@@ -744,14 +811,9 @@ impl Daemon {
             }
             config.cli.permission_mode = Some(mode);
         }
-        if request.resume_at.is_some() && resume.is_none() {
-            return Err(DaemonError::Invalid(
-                "resume_at needs resume (the Claude session id)".into(),
-            ));
-        }
         config.cli.resume = resume;
         config.cli.fork_session = fork;
-        config.cli.resume_session_at = request.resume_at.clone();
+        config.cli.resume_session_at = resume_at;
         config.cli.allowed_tools = request.allowed_tools.clone();
         config.cli.disallowed_tools = request.disallowed_tools.clone();
         config.cli.system_prompt = request.system_prompt.clone();
@@ -1691,7 +1753,7 @@ pub(crate) fn relay_status(text: &str) -> String {
     json!({"type": "status", "text": text}).to_string()
 }
 
-/// A session record as clients see it: the request it was created with, minus secrets. The
+/// A session record as clients see it: how its CLI is launched ([`Launch`]), minus secrets. The
 /// values of `env` are replaced (the names stay), and so are those of each inline MCP server's
 /// `env` and `headers` (which carry API keys). The store keeps them, for a resume.
 pub fn public_record(mut record: SessionRecord) -> SessionRecord {

@@ -23,7 +23,9 @@ pub mod view;
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};
 pub use daemon::Phase;
-pub use daemon::{CreateSession, Daemon, DaemonConfig, DaemonError, Subscribed, Subscription};
+pub use daemon::{
+    CreateSession, Daemon, DaemonConfig, DaemonError, Launch, Subscribed, Subscription,
+};
 pub use data_dir::{DaemonInfo, DataDir};
 pub use error::ApiError;
 pub use serve::{

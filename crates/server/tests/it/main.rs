@@ -545,6 +545,7 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
         "env": {"SERVICE_TOKEN": "s3cr3t-value"},
         "mcp_config": [mcp.to_string()],
         "claude": "/bin/true",
+        "prompt": "a first prompt",
     }))
     .await;
     assert_eq!(status, 201, "{created}");
@@ -555,6 +556,12 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
     assert!(!listed.to_string().contains("s3cr3t"), "{listed}");
     let stored = server.daemon.store().list_sessions().await.unwrap();
     assert_eq!(stored[0].config["env"]["SERVICE_TOKEN"], "s3cr3t-value", "kept for a resume");
+    // What is kept is how to launch the CLI again, not the request: no first prompt, no
+    // session to resume or fork.
+    let kept: Vec<&String> = stored[0].config.as_object().unwrap().keys().collect();
+    for once in ["prompt", "resume", "fork", "resume_at"] {
+        assert!(!kept.iter().any(|key| *key == once), "{once} is kept: {kept:?}");
+    }
     server.daemon.stop(&stored[0].id, true).await.unwrap();
     refused(create(json!({"prompt": "  \n "})).await, "prompt is empty");
     // Environment: names must be names; loader variables need the daemon's consent.
