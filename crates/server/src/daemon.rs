@@ -1295,8 +1295,19 @@ impl Subscription {
                 continue;
             };
             tokio::select! {
-                // The tail first: what it holds (or its lag) is reported before the end.
+                // The store's state first: a recovery is reported before the events stored
+                // after it (a burst of them would otherwise keep it waiting). Then the tail:
+                // what it holds (or its lag) is reported before the end.
                 biased;
+                changed = store_error.changed() => {
+                    if changed.is_ok() {
+                        let now = store_error.borrow_and_update().clone();
+                        return Some(Ok(match now {
+                            Some(reason) => Subscribed::StoreFailing(reason),
+                            None => Subscribed::StoreRecovered,
+                        }));
+                    }
+                }
                 received = tail.recv() => match received {
                     Ok(event) if event.seq <= self.sent => {}
                     Ok(event) if Some(event.seq) != self.sent.checked_add(1) => {
@@ -1319,15 +1330,6 @@ impl Subscription {
                 () = ended(finished) => {
                     self.tail = None;
                     self.need_history = true;
-                }
-                changed = store_error.changed() => {
-                    if changed.is_ok() {
-                        let now = store_error.borrow_and_update().clone();
-                        return Some(Ok(match now {
-                            Some(reason) => Subscribed::StoreFailing(reason),
-                            None => Subscribed::StoreRecovered,
-                        }));
-                    }
                 }
             }
         }

@@ -171,7 +171,7 @@ pub(crate) async fn pipe(
     ping.tick().await;
     // Made once: it hears a request from the moment it exists (one made per loop turn would
     // miss a request made while the loop was busy).
-    let disconnect = slot.disconnect_requested();
+    let disconnect = writer.replaced();
     tokio::pin!(disconnect);
     let mut read_all = false;
     loop {

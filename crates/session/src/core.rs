@@ -19,7 +19,7 @@ use switchboard_protocol::control::{
 use switchboard_protocol::permission::{ask_user_question_input, PermissionUpdate, RuleValue};
 use switchboard_protocol::{
     ControlRequest, ControlRequestPayload, ControlResponse, ControlResponseBody, Message,
-    PermissionResult, Received, SystemMessage, UserMessage,
+    PermissionResult, Received, SystemMessage, TextOr, UserMessage,
 };
 
 use crate::event::{
@@ -185,39 +185,6 @@ pub enum AnswerError {
     Unknown(String),
 }
 
-/// A Task/Agent subagent seen in the stream.
-#[derive(Debug, Clone, Serialize)]
-pub struct Subagent {
-    /// The Task/Agent tool call that started it; its messages carry this as
-    /// `parent_tool_use_id`.
-    pub tool_use_id: String,
-    /// The subagent that started this one, if nested.
-    pub parent_tool_use_id: Option<String>,
-    /// The task description.
-    pub description: Option<String>,
-    /// `general-purpose`, `Explore`, ...
-    pub subagent_type: Option<String>,
-    /// Messages seen from it.
-    pub messages: u64,
-    /// Whether its tool result came back.
-    pub finished: bool,
-}
-
-/// Token and cost totals of one model.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ModelTotals {
-    /// Uncached input tokens.
-    pub input_tokens: u64,
-    /// Output tokens.
-    pub output_tokens: u64,
-    /// Cache reads.
-    pub cache_read_input_tokens: u64,
-    /// Cache writes.
-    pub cache_creation_input_tokens: u64,
-    /// US dollars.
-    pub cost_usd: f64,
-}
-
 /// What a session looks like now.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionSnapshot {
@@ -238,14 +205,10 @@ pub struct SessionSnapshot {
     /// Total cost in US dollars, as the CLI reports it (cumulative per process; 2.1.330 also
     /// counts earlier runs of a resumed session).
     pub cost_usd: f64,
-    /// Per-model totals (cumulative, from the last result's `modelUsage`).
-    pub models: BTreeMap<String, ModelTotals>,
     /// Permission requests waiting for a person.
     pub pending_permissions: Vec<PendingPermission>,
     /// Hook callbacks waiting for an answer.
     pub pending_hooks: Vec<PendingHook>,
-    /// Subagents, in the order they started.
-    pub subagents: Vec<Subagent>,
     /// Slash commands (from `initialize` or `system/init`).
     pub slash_commands: Vec<String>,
     /// Models offered by `initialize`.
@@ -305,7 +268,6 @@ pub struct SessionCore {
     /// Set when we asked the CLI to end.
     shutdown_requested: bool,
     snapshot: SessionSnapshot,
-    subagent_index: HashMap<String, usize>,
     /// Set when anything the snapshot shows may have changed; cleared by `take_changed`.
     changed: bool,
     /// The `initialize` re-sent after a reconnect, whose answer lists what the CLI still waits
@@ -345,16 +307,13 @@ impl SessionCore {
                 turns: 0,
                 queued_turns: 0,
                 cost_usd: 0.0,
-                models: BTreeMap::new(),
                 pending_permissions: Vec::new(),
                 pending_hooks: Vec::new(),
-                subagents: Vec::new(),
                 slash_commands: Vec::new(),
                 available_models: Vec::new(),
                 last_result: None,
                 last_result_is_error: false,
             },
-            subagent_index: HashMap::new(),
             changed: true,
             resync: None,
         }
@@ -601,10 +560,11 @@ impl SessionCore {
         match message.as_ref() {
             Message::System(system) => self.on_system(system, &mut effects),
             Message::Assistant(assistant) => {
-                self.track_subagents(
-                    assistant.parent_tool_use_id.as_deref(),
-                    &assistant.message.content,
-                );
+                for block in &assistant.message.content {
+                    if let ContentBlock::ToolUse(tool) = block {
+                        self.note_tool_call(&tool.id, &tool.name, &tool.input);
+                    }
+                }
                 if let Some(model) =
                     assistant.message.model.as_deref().filter(|model| *model != "<synthetic>")
                 {
@@ -613,13 +573,7 @@ impl SessionCore {
                 self.resume_working(&mut effects);
             }
             Message::User(user) => {
-                if let Some(parent) = &user.parent_tool_use_id {
-                    self.count_subagent_message(parent);
-                }
                 for result in user.tool_results() {
-                    if let Some(&index) = self.subagent_index.get(&result.tool_use_id) {
-                        self.snapshot.subagents[index].finished = true;
-                    }
                     self.on_tool_result(
                         &result.tool_use_id,
                         result.is_error == Some(true),
@@ -637,26 +591,6 @@ impl SessionCore {
                     if self.snapshot.cost_usd != cost {
                         self.snapshot.cost_usd = cost;
                         effects.push(Effect::Emit(SessionEvent::CostChanged(cost)));
-                    }
-                }
-                if let Some(models) = &result.model_usage {
-                    for (model, usage) in models {
-                        self.snapshot.models.insert(
-                            model.clone(),
-                            ModelTotals {
-                                input_tokens: usage.input_tokens.unwrap_or(0),
-                                output_tokens: usage.output_tokens.unwrap_or(0),
-                                cache_read_input_tokens: usage.cache_read_input_tokens.unwrap_or(0),
-                                cache_creation_input_tokens: usage
-                                    .cache_creation_input_tokens
-                                    .unwrap_or(0),
-                                cost_usd: usage
-                                    .cost_usd
-                                    .as_ref()
-                                    .and_then(|n| n.as_f64())
-                                    .unwrap_or(0.0),
-                            },
-                        );
                     }
                 }
                 if self.snapshot.queued_turns == 0
@@ -698,8 +632,9 @@ impl SessionCore {
     }
 
     /// `--sdk-url`: a line for the CLI went down with its socket. Recorded, never re-sent: a
-    /// prompt that did arrive would run twice. (A lost permission answer heals itself: the
-    /// reconnect's `initialize` lists the request as still pending.)
+    /// prompt that did arrive would run twice. A lost prompt is no longer a turn the session
+    /// waits for. (A lost permission answer heals itself: the reconnect's `initialize` lists the
+    /// request as still pending.)
     pub fn on_undelivered(&mut self, line: &[u8]) -> Vec<Effect> {
         let envelope = switchboard_protocol::Envelope::parse(line).ok();
         let mut line_type = envelope
@@ -712,7 +647,25 @@ impl SessionCore {
         let uuid = envelope.and_then(|e| e.uuid.map(|u| u.into_owned()));
         let text = String::from_utf8_lossy(line);
         let preview: String = text.trim_end().chars().take(200).collect();
-        vec![Effect::Emit(SessionEvent::Undelivered { line_type, uuid, preview })]
+        let mut effects = Vec::new();
+        // A prompt that never reached the CLI starts no turn: no result will end it, and the
+        // session must not wait for one.
+        let prompt = line_type == "user" && is_prompt(line);
+        if prompt && self.snapshot.queued_turns > 0 {
+            self.snapshot.queued_turns -= 1;
+            self.changed = true;
+            if self.snapshot.queued_turns == 0
+                && self.asked.is_empty()
+                && self.state == SessionState::Working
+            {
+                self.set_state(SessionState::Idle, &mut effects);
+            }
+        }
+        effects.insert(
+            0,
+            Effect::Emit(SessionEvent::Undelivered { line_type, uuid, preview, prompt }),
+        );
+        effects
     }
 
     /// Takes the CLI's list of pending permission requests as the truth: requests we did not
@@ -1384,37 +1337,22 @@ impl SessionCore {
             tracing::warn!(%rule, %error, "cannot remember the session rule");
         }
     }
+}
 
-    fn track_subagents(&mut self, parent: Option<&str>, blocks: &[ContentBlock]) {
-        if let Some(parent) = parent {
-            self.count_subagent_message(parent);
-        }
-        for block in blocks {
-            if let ContentBlock::ToolUse(tool) = block {
-                self.note_tool_call(&tool.id, &tool.name, &tool.input);
-                if matches!(tool.name.as_str(), "Task" | "Agent")
-                    && !self.subagent_index.contains_key(&tool.id)
-                {
-                    let text =
-                        |key: &str| tool.input.get(key).and_then(Value::as_str).map(str::to_owned);
-                    self.subagent_index.insert(tool.id.clone(), self.snapshot.subagents.len());
-                    self.snapshot.subagents.push(Subagent {
-                        tool_use_id: tool.id.clone(),
-                        parent_tool_use_id: parent.map(str::to_owned),
-                        description: text("description"),
-                        subagent_type: text("subagent_type"),
-                        messages: 0,
-                        finished: false,
-                    });
+/// Whether a `user` line for the CLI is a prompt (not only tool results, which start no turn).
+fn is_prompt(line: &[u8]) -> bool {
+    match Message::decode(line) {
+        Ok(Message::User(user)) => {
+            user.parent_tool_use_id.is_none() && {
+                match &user.message.content {
+                    TextOr::Text(_) => true,
+                    TextOr::Items(blocks) => {
+                        !blocks.iter().all(|block| matches!(block, ContentBlock::ToolResult(_)))
+                    }
                 }
             }
         }
-    }
-
-    fn count_subagent_message(&mut self, parent: &str) {
-        if let Some(&index) = self.subagent_index.get(parent) {
-            self.snapshot.subagents[index].messages += 1;
-        }
+        _ => false,
     }
 }
 

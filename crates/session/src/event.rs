@@ -224,6 +224,8 @@ pub enum SessionEvent {
         uuid: Option<String>,
         /// Its first 200 characters.
         preview: String,
+        /// It was a prompt: no turn follows it.
+        prompt: bool,
     },
     /// The CLI ended.
     Exited {
@@ -362,8 +364,8 @@ impl SessionEvent {
             }),
             SessionEvent::Connected { reconnect } => json!({ "reconnect": reconnect }),
             SessionEvent::Disconnected => json!({}),
-            SessionEvent::Undelivered { line_type, uuid, preview } => json!({
-                "line_type": line_type, "uuid": uuid, "preview": preview,
+            SessionEvent::Undelivered { line_type, uuid, preview, prompt } => json!({
+                "line_type": line_type, "uuid": uuid, "preview": preview, "prompt": prompt,
             }),
             SessionEvent::Exited { code, signal, requested, description } => json!({
                 "code": code, "signal": signal, "requested": requested, "description": description,
@@ -477,6 +479,7 @@ impl SessionEvent {
                 line_type: text("line_type"),
                 uuid: value.get("uuid").and_then(Value::as_str).map(str::to_owned),
                 preview: text("preview"),
+                prompt: field("prompt").as_bool().unwrap_or(false),
             },
             "exited" => SessionEvent::Exited {
                 code: field("code").as_i64().map(|code| code as i32),

@@ -311,6 +311,8 @@ pub struct SubagentNode {
     pub description: Option<String>,
     /// `general-purpose`, `Explore`, ...
     pub subagent_type: Option<String>,
+    /// Its messages so far (assistant turns and tool results).
+    pub messages: u64,
     /// Whether its result came back.
     pub finished: bool,
 }
@@ -477,7 +479,11 @@ impl Projector {
                 "disconnected",
                 "The CLI's connection dropped; it reconnects by itself.".into(),
             )),
-            SessionEvent::Undelivered { line_type, .. } => {
+            SessionEvent::Undelivered { line_type, prompt, .. } => {
+                // A lost prompt is no turn: the prompts after it do not wait for it.
+                if *prompt && self.view.open_turns > 0 {
+                    self.view.open_turns -= 1;
+                }
                 let advice = if line_type == "user" {
                     ": send the message again if Claude does not answer it"
                 } else {
@@ -593,6 +599,7 @@ impl Projector {
             }
             Message::Assistant(line) => {
                 let parent = line.parent_tool_use_id.clone();
+                self.count_subagent_message(parent.as_deref());
                 let Some(id) = line.message.id.clone().or_else(|| line.uuid.clone()) else {
                     return;
                 };
@@ -624,6 +631,7 @@ impl Projector {
             }
             Message::User(user) => {
                 let parent = user.parent_tool_use_id.clone();
+                self.count_subagent_message(parent.as_deref());
                 for result in user.tool_results() {
                     emit(self.tool_result(result, user.tool_use_result.as_ref(), &parent));
                 }
@@ -799,6 +807,13 @@ impl Projector {
                 });
             }
             _ => {}
+        }
+    }
+
+    fn count_subagent_message(&mut self, parent: Option<&str>) {
+        let Some(parent) = parent else { return };
+        if let Some(node) = self.view.subagents.iter_mut().find(|s| s.tool_use_id == parent) {
+            node.messages += 1;
         }
     }
 
@@ -979,6 +994,7 @@ fn finish_block(
                     parent_tool_use_id: parent.clone(),
                     description: text("description"),
                     subagent_type: text("subagent_type"),
+                    messages: 0,
                     finished: false,
                 });
             }

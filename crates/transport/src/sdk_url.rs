@@ -48,8 +48,11 @@ pub struct IngressSlot {
     /// The session closed its input: refuse new connections.
     closed: AtomicBool,
     seen: Mutex<(HashSet<SeenKey>, VecDeque<SeenKey>)>,
-    /// Tells the connection up now to drop its socket (operators and tests).
-    drop_connection: tokio::sync::Notify,
+    /// The newest claim on the slot: a connection holds it while this is its ticket. A new
+    /// connection (or [`IngressSlot::disconnect`]) takes the next ticket, and the one up now
+    /// lets go at once.
+    claim: watch::Sender<u64>,
+    tickets: std::sync::atomic::AtomicU64,
     /// For a CLI Switchboard did not start (it connected on its own): its socket closing is
     /// its end, reported as an exit.
     external_exit: Option<watch::Sender<bool>>,
@@ -80,13 +83,22 @@ impl IngressSlot {
     /// Takes the slot for a new WebSocket: the reading and the writing half of the
     /// connection, for a socket read by one task and written by another (a frame read then
     /// needs no poll of the writing side). The session hears of the disconnection once both
-    /// are dropped. An older connection still holding the slot is waited for (it lets go when
-    /// its socket fails).
+    /// are dropped.
+    ///
+    /// The newest connection wins: an older one still holding the slot is told to let go
+    /// ([`IngressWriter::replaced`]) and is waited for only while it finishes the frame it is
+    /// on. A CLI whose old socket died silently is served as soon as it reconnects, not after
+    /// the dead socket's ping timeout. `None` when the session is over, or when a newer
+    /// connection came while this one waited.
     pub async fn connect(self: &Arc<Self>) -> Option<(IngressReader, IngressWriter)> {
         if self.is_closed() {
             return None;
         }
+        let ticket = self.take_ticket();
         let outgoing = self.outgoing.clone().lock_owned().await;
+        if *self.claim.borrow() != ticket || self.is_closed() {
+            return None;
+        }
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
         // Room for the end of the connection is taken now: a queue that is full when the
@@ -103,18 +115,20 @@ impl IngressSlot {
         });
         Some((
             IngressReader { end: end.clone(), decoder: Decoder::default() },
-            IngressWriter { end, outgoing },
+            IngressWriter { end, outgoing, ticket },
         ))
+    }
+
+    /// The next claim on the slot; whoever holds it now is told to let go.
+    fn take_ticket(&self) -> u64 {
+        let ticket = self.tickets.fetch_add(1, Ordering::SeqCst) + 1;
+        self.claim.send_replace(ticket);
+        ticket
     }
 
     /// Makes the server drop the CLI's current socket (the CLI reconnects by itself).
     pub fn disconnect(&self) {
-        self.drop_connection.notify_waiters();
-    }
-
-    /// Resolves when [`IngressSlot::disconnect`] is called.
-    pub async fn disconnect_requested(&self) {
-        self.drop_connection.notified().await;
+        self.take_ticket();
     }
 
     /// The hybrid transport's `POST …/events` body: each event is one message (a JSON value),
@@ -206,6 +220,8 @@ pub struct IngressReader {
 pub struct IngressWriter {
     end: Arc<ConnectionEnd>,
     outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
+    /// This connection's claim on the slot.
+    ticket: u64,
 }
 
 /// Dropped when the connection's last half is: the session hears that the CLI disconnected
@@ -244,6 +260,17 @@ impl IngressWriter {
                 self.end.slot.closed.store(true, Ordering::SeqCst);
                 None
             }
+        }
+    }
+
+    /// Resolves when this connection must let go of the slot: a newer connection came, or
+    /// [`IngressSlot::disconnect`] was called. Made once per connection, it hears a claim made
+    /// at any moment.
+    pub fn replaced(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut claim = self.end.slot.claim.subscribe();
+        let ticket = self.ticket;
+        async move {
+            let _ = claim.wait_for(|newest| *newest != ticket).await;
         }
     }
 
@@ -293,7 +320,8 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
         connected_before: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         seen: Mutex::new((HashSet::new(), VecDeque::new())),
-        drop_connection: tokio::sync::Notify::new(),
+        claim: watch::channel(0).0,
+        tickets: std::sync::atomic::AtomicU64::new(0),
         external_exit: Some(exited_tx),
     });
     (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, slot)
@@ -330,7 +358,8 @@ pub fn spawn(
         connected_before: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         seen: Mutex::new((HashSet::new(), VecDeque::new())),
-        drop_connection: tokio::sync::Notify::new(),
+        claim: watch::channel(0).0,
+        tickets: std::sync::atomic::AtomicU64::new(0),
         external_exit: None,
     });
     tokio::spawn(stdio::supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
@@ -356,6 +385,8 @@ pub fn supports_sdk_url(version: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -365,6 +396,70 @@ mod tests {
         assert!(!supports_sdk_url("2.1.121"));
         assert!(!supports_sdk_url("2.1.330"));
         assert!(!supports_sdk_url("garbage"));
+    }
+
+    /// A connection as the server's socket loop holds it: until it is told to let go.
+    fn hold(reader: IngressReader, writer: IngressWriter) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            writer.replaced().await;
+            drop((reader, writer));
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_takes_the_slot_at_once() {
+        let slot = free_slot();
+        let (reader, writer) = slot.connect().await.unwrap();
+        let old = hold(reader, writer);
+        // The old socket never fails (it died silently): the new one is served anyway.
+        let (reader, writer) =
+            tokio::time::timeout(Duration::from_secs(1), slot.connect()).await.unwrap().unwrap();
+        old.await.unwrap();
+        let current = hold(reader, writer);
+        // An operator's disconnect lets go of it too.
+        slot.disconnect();
+        tokio::time::timeout(Duration::from_secs(1), current).await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn of_two_waiting_connections_the_newest_wins() {
+        let slot = free_slot();
+        let (reader, writer) = slot.connect().await.unwrap();
+        let first = tokio::spawn({
+            let slot = slot.clone();
+            async move { slot.connect().await.is_some() }
+        });
+        tokio::task::yield_now().await;
+        let second = tokio::spawn({
+            let slot = slot.clone();
+            async move { slot.connect().await.map(|(reader, writer)| hold(reader, writer)) }
+        });
+        tokio::task::yield_now().await;
+        drop((reader, writer));
+        assert!(!first.await.unwrap(), "an older waiting connection gives up");
+        let newest = second.await.unwrap().expect("the newest connection is served");
+        slot.disconnect();
+        newest.await.unwrap();
+    }
+
+    /// A slot with no process behind it whose connections' ends do not end the session (unlike
+    /// a relay CLI's), as for a CLI Switchboard started. The session's events are drained.
+    fn free_slot() -> Arc<IngressSlot> {
+        let (events_tx, mut events) = mpsc::channel(stdio::EVENT_QUEUE);
+        let (_writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        Arc::new(IngressSlot {
+            id: "t".into(),
+            token: random_hex(),
+            outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
+            events: events_tx,
+            connected_before: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            claim: watch::channel(0).0,
+            tickets: std::sync::atomic::AtomicU64::new(0),
+            external_exit: None,
+        })
     }
 
     #[test]

@@ -277,23 +277,7 @@ fn results_track_turns_cost_models_and_go_idle() {
     let snapshot = core.snapshot();
     assert_eq!(snapshot.turns, 2);
     assert_eq!(snapshot.cost_usd, 0.25);
-    assert_eq!(snapshot.models["opus"].output_tokens, 5);
     assert_eq!(snapshot.claude_session_id.as_deref(), Some("s1"));
-}
-
-#[test]
-fn subagents_nest_by_parent_tool_use_id() {
-    let mut core = core("");
-    started(&mut core);
-    core.on_line(line(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"task1","name":"Task","input":{"description":"look","subagent_type":"Explore"}}]},"parent_tool_use_id":null,"session_id":"s"}"#));
-    core.on_line(line(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"inner","name":"Agent","input":{"description":"deeper"}}]},"parent_tool_use_id":"task1","session_id":"s"}"#));
-    core.on_line(line(r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"task1","content":"done"}]},"parent_tool_use_id":null,"session_id":"s"}"#));
-    let subagents = core.snapshot().subagents;
-    assert_eq!(subagents.len(), 2);
-    assert_eq!(subagents[0].description.as_deref(), Some("look"));
-    assert_eq!(subagents[0].messages, 1);
-    assert!(subagents[0].finished);
-    assert_eq!(subagents[1].parent_tool_use_id.as_deref(), Some("task1"));
 }
 
 #[test]
@@ -305,17 +289,46 @@ fn a_line_lost_with_its_socket_is_recorded_not_resent() {
     );
     assert!(sent(&effects).is_empty(), "nothing is sent again");
     match events(&effects).as_slice() {
-        [SessionEvent::Undelivered { line_type, uuid, preview }] => {
+        [SessionEvent::Undelivered { line_type, uuid, preview, prompt }] => {
+            assert!(prompt);
             assert_eq!(line_type, "user");
             assert_eq!(uuid.as_deref(), Some("u-1"));
             assert!(preview.starts_with("{\"type\":\"user\"") && !preview.ends_with('\n'));
         }
         other => panic!("{other:?}"),
     }
-    let event =
-        SessionEvent::Undelivered { line_type: "user".into(), uuid: None, preview: "x".into() };
+    let event = SessionEvent::Undelivered {
+        line_type: "user".into(),
+        uuid: None,
+        preview: "x".into(),
+        prompt: true,
+    };
     assert_eq!(event.to_json()["event"], "undelivered");
     assert_eq!(event.to_json_text(), event.to_json().to_string());
+}
+
+#[test]
+fn a_prompt_lost_with_its_socket_is_no_turn() {
+    let mut core = core("");
+    started(&mut core);
+    let effects = core.send_user(UserMessage::prompt("lost"));
+    let lost = format!("{}\n", sent(&effects)[0]);
+    assert_eq!(core.state(), SessionState::Working);
+    // A tool result lost the same way starts no turn, and ends none.
+    let results = r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x"}]},"parent_tool_use_id":null}"#;
+    core.on_undelivered(results.as_bytes());
+    assert_eq!(core.state(), SessionState::Working);
+    let effects = core.on_undelivered(lost.as_bytes());
+    assert!(events(&effects)
+        .iter()
+        .any(|event| matches!(event, SessionEvent::State { to: SessionState::Idle, .. })));
+    assert_eq!(core.snapshot().queued_turns, 0);
+    // The next prompt's turn ends the session's work as usual.
+    core.send_user(UserMessage::prompt("again"));
+    core.on_line(line(
+        r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s1"}"#,
+    ));
+    assert_eq!(core.state(), SessionState::Idle);
 }
 
 /// Decodes `text` the way the transports do and hands the failure to the core.

@@ -501,6 +501,7 @@ fn every_stored_event_reads_back_as_it_was() {
             line_type: "user".into(),
             uuid: Some("u".into()),
             preview: "{".into(),
+            prompt: true,
         },
         SessionEvent::Exited {
             code: Some(1),

@@ -378,7 +378,12 @@ both!(subagent_messages_nest_under_their_task, |version: CliVersion| async move 
     h.handle.send_text("DELEGATE the reading").await.unwrap();
     let result = h.until_result().await;
     assert_eq!(result.result.as_deref(), Some("Parent done."), "{}", h.describe());
-    let subagents = h.handle.snapshot().subagents;
+    // The projection over the session's events: the subagent tree.
+    let mut projector = switchboard_session::Projector::new();
+    for event in &h.log {
+        projector.updates(event);
+    }
+    let subagents = projector.view().subagents.clone();
     assert_eq!(subagents.len(), 1, "{subagents:?}");
     assert_eq!(subagents[0].description.as_deref(), Some("Read the fixture"));
     assert!(subagents[0].messages >= 2, "the subagent's prompt and its Read: {subagents:?}");
