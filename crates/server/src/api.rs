@@ -407,8 +407,10 @@ async fn answer_permission(
     Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
 }
 
+/// A page of a session's log: `after` pages forward, `before` back, `limit` events at most.
 #[derive(Debug, Deserialize)]
-struct EventsQuery {
+#[serde(deny_unknown_fields)]
+struct PageQuery {
     #[serde(default)]
     after: Option<u64>,
     /// Page back: the last `limit` events before this seq.
@@ -416,40 +418,43 @@ struct EventsQuery {
     before: Option<u64>,
     #[serde(default)]
     limit: Option<usize>,
+}
+
+impl PageQuery {
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE)
+    }
+
+    /// The page's events, in order (404 for an unknown session).
+    async fn read(
+        &self,
+        daemon: &Daemon,
+        id: &str,
+    ) -> Result<Vec<switchboard_store::EventRecord>, ApiError> {
+        if daemon.record(id).await?.is_none() {
+            return Err(ApiError::not_found(format!("no session {id}")));
+        }
+        let store = daemon.store();
+        let limit = self.limit();
+        let events = match (self.after, self.before) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid("give `after` or `before`, not both"));
+            }
+            (after, None) => store.events_after(id, after.unwrap_or(0), limit).await,
+            (None, Some(before)) => store.events_before(id, before, limit).await,
+        };
+        Ok(events.map_err(crate::daemon::DaemonError::from)?)
+    }
 }
 
 async fn list_events(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Params(query): Params<EventsQuery>,
+    Params(query): Params<PageQuery>,
 ) -> Result<Response, ApiError> {
-    if daemon.record(&id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no session {id}")));
-    }
-    let limit = query.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE);
-    let store = daemon.store();
-    let events = match (query.after, query.before) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give `after` or `before`, not both"));
-        }
-        (after, None) => store.events_after(&id, after.unwrap_or(0), limit).await,
-        (None, Some(before)) => store.events_before(&id, before, limit).await,
-    }
-    .map_err(crate::daemon::DaemonError::from)?;
+    let events = query.read(&daemon, &id).await?;
     let body = format!("[{}]", events.iter().map(event_frame).collect::<Vec<_>>().join(","));
     Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ViewQuery {
-    #[serde(default)]
-    after: Option<u64>,
-    /// Page back: the last `limit` events before this seq.
-    #[serde(default)]
-    before: Option<u64>,
-    #[serde(default)]
-    limit: Option<usize>,
 }
 
 /// The view of a session: what one page of its events means (`{"updates", "first_seq",
@@ -460,20 +465,9 @@ struct ViewQuery {
 async fn session_view(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Params(query): Params<ViewQuery>,
+    Params(query): Params<PageQuery>,
 ) -> Result<Response, ApiError> {
-    if daemon.record(&id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no session {id}")));
-    }
-    let limit = query.limit.unwrap_or(MAX_EVENTS_PAGE).clamp(1, MAX_EVENTS_PAGE);
-    let store = daemon.store();
-    let failed = crate::daemon::DaemonError::from;
-    let page = match (query.after, query.before) {
-        (Some(_), Some(_)) => return Err(ApiError::invalid("give `after` or `before`, not both")),
-        (after, None) => store.events_after(&id, after.unwrap_or(0), limit).await,
-        (None, Some(before)) => store.events_before(&id, before, limit).await,
-    }
-    .map_err(failed)?;
+    let page = query.read(&daemon, &id).await?;
     let start = match (query.after, page.first()) {
         (Some(after), _) => after,
         (None, Some(first)) => first.seq - 1,
@@ -490,7 +484,11 @@ async fn session_view(
     let last_seq = page.last().map_or(start, |record| record.seq);
     let more = match query.before {
         Some(_) => first_seq > 1,
-        None => page.len() == limit && store.last_seq(&id).await.map_err(failed)? > last_seq,
+        None => {
+            page.len() == query.limit()
+                && daemon.store().last_seq(&id).await.map_err(crate::daemon::DaemonError::from)?
+                    > last_seq
+        }
     };
     let body = serde_json::json!({
         "updates": updates, "first_seq": first_seq, "last_seq": last_seq, "more": more,

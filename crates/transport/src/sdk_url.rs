@@ -65,6 +65,27 @@ impl std::fmt::Debug for IngressSlot {
 }
 
 impl IngressSlot {
+    fn new(
+        id: String,
+        token: String,
+        outgoing: mpsc::Receiver<WriterCommand>,
+        events: mpsc::Sender<TransportEvent>,
+        external_exit: Option<watch::Sender<bool>>,
+    ) -> Arc<IngressSlot> {
+        Arc::new(IngressSlot {
+            id,
+            token,
+            outgoing: Arc::new(tokio::sync::Mutex::new(outgoing)),
+            events,
+            connected_before: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            claim: watch::channel(0).0,
+            tickets: std::sync::atomic::AtomicU64::new(0),
+            external_exit,
+        })
+    }
+
     /// Whether `presented` is this slot's token (constant time).
     pub fn accepts(&self, presented: &str) -> bool {
         subtle::ConstantTimeEq::ct_eq(self.token.as_bytes(), presented.as_bytes()).into()
@@ -312,18 +333,8 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
     let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
-    let slot = Arc::new(IngressSlot {
-        id: slot_id.to_owned(),
-        token: random_hex(),
-        outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
-        events: events_tx,
-        connected_before: AtomicBool::new(false),
-        closed: AtomicBool::new(false),
-        seen: Mutex::new((HashSet::new(), VecDeque::new())),
-        claim: watch::channel(0).0,
-        tickets: std::sync::atomic::AtomicU64::new(0),
-        external_exit: Some(exited_tx),
-    });
+    let slot =
+        IngressSlot::new(slot_id.to_owned(), random_hex(), writer_rx, events_tx, Some(exited_tx));
     (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, slot)
 }
 
@@ -350,18 +361,7 @@ pub fn spawn(
     let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
-    let slot = Arc::new(IngressSlot {
-        id: slot_id,
-        token,
-        outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
-        events: events_tx.clone(),
-        connected_before: AtomicBool::new(false),
-        closed: AtomicBool::new(false),
-        seen: Mutex::new((HashSet::new(), VecDeque::new())),
-        claim: watch::channel(0).0,
-        tickets: std::sync::atomic::AtomicU64::new(0),
-        external_exit: None,
-    });
+    let slot = IngressSlot::new(slot_id, token, writer_rx, events_tx.clone(), None);
     tokio::spawn(stdio::supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
     Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited, Some(run)) }, slot))
 }
@@ -448,18 +448,7 @@ mod tests {
         let (events_tx, mut events) = mpsc::channel(stdio::EVENT_QUEUE);
         let (_writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
         tokio::spawn(async move { while events.recv().await.is_some() {} });
-        Arc::new(IngressSlot {
-            id: "t".into(),
-            token: random_hex(),
-            outgoing: Arc::new(tokio::sync::Mutex::new(writer_rx)),
-            events: events_tx,
-            connected_before: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
-            claim: watch::channel(0).0,
-            tickets: std::sync::atomic::AtomicU64::new(0),
-            external_exit: None,
-        })
+        IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, None)
     }
 
     #[test]
