@@ -208,13 +208,19 @@ struct SessionView {
     running: bool,
     /// Permission requests waiting for a person.
     pending_permissions: Vec<PendingPermission>,
+    /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
+    disconnected_since_ms: Option<u64>,
 }
 
 fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
-    let pending_permissions = daemon.pending_permissions(&record.id);
-    let running = daemon.handle(&record.id).is_ok() && !is_final_state(&record.state);
-    SessionView { record, running, pending_permissions }
+    let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
+    let running = snapshot.is_some() && !is_final_state(&record.state);
+    let (pending_permissions, disconnected_since_ms) = match snapshot {
+        Some(snapshot) => (snapshot.pending_permissions, snapshot.disconnected_since_ms),
+        None => (Vec::new(), None),
+    };
+    SessionView { record, running, pending_permissions, disconnected_since_ms }
 }
 
 async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {

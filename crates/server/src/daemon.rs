@@ -996,12 +996,15 @@ impl Daemon {
         if let Err(error) = self.store.update_session(&record).await {
             tracing::error!(session = %id, %error, "cannot update the session record");
         }
-        let pending = self.pending_permissions(id).len();
+        let snapshot = self.handle(id).ok().map(|handle| handle.snapshot());
+        let pending = snapshot.as_ref().map_or(0, |snapshot| snapshot.pending_permissions.len());
+        let disconnected_since_ms = snapshot.and_then(|snapshot| snapshot.disconnected_since_ms);
         let _ = self.dashboard.send(json!({
             "event": "session_changed", "session_id": id, "state": record.state,
             "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
             "claude_session_id": record.claude_session_id,
             "permission_mode": record.permission_mode, "title": record.title,
+            "disconnected_since_ms": disconnected_since_ms,
         }));
     }
 
@@ -1616,8 +1619,14 @@ fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
     let Ok(mut projector) = live.projector.lock() else { return false };
     let mut changed = false;
     for event in batch {
-        // The cost follows a result, and may land in the next batch.
-        changed |= matches!(event, SessionEvent::CostChanged(_));
+        // The cost follows a result, and may land in the next batch; a dropped or restored
+        // CLI socket shows in the session list.
+        changed |= matches!(
+            event,
+            SessionEvent::CostChanged(_)
+                | SessionEvent::Connected { .. }
+                | SessionEvent::Disconnected
+        );
         projector.apply(event, &mut |update| changed |= update.changes_summary());
     }
     if !changed {

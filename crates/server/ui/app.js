@@ -79,6 +79,9 @@ function shortPath(path) {
 function stateLabel(session) {
   const pending = session.pending_permissions?.length ?? session.pending ?? 0;
   if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
+  if (session.disconnected_since_ms && !['exited', 'crashed'].includes(session.state)) {
+    return ['disconnected', `disconnected since ${new Date(session.disconnected_since_ms).toLocaleTimeString()}`];
+  }
   return [session.state, session.state];
 }
 
@@ -199,6 +202,7 @@ function watchDashboard() {
           permission_mode: change.permission_mode, title: change.title ?? session.title,
           running: !['exited', 'crashed'].includes(change.state),
           pending_permissions: new Array(change.pending_permissions).fill({}),
+          disconnected_since_ms: change.disconnected_since_ms ?? null,
         });
         sessions.set(session.id, session);
         if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') notifyWaiting(session);

@@ -190,6 +190,8 @@ pub enum AnswerError {
 pub struct SessionSnapshot {
     /// The state.
     pub state: SessionState,
+    /// `--sdk-url`: when the CLI's socket went down, while it is down (Unix milliseconds).
+    pub disconnected_since_ms: Option<u64>,
     /// The CLI's session id, once known.
     pub claude_session_id: Option<String>,
     /// The model of the last turn.
@@ -304,6 +306,7 @@ impl SessionCore {
                 model: None,
                 permission_mode: None,
                 cli_version: None,
+                disconnected_since_ms: None,
                 turns: 0,
                 queued_turns: 0,
                 cost_usd: 0.0,
@@ -614,6 +617,8 @@ impl SessionCore {
     /// answer (an error on 2.1.37, a success on 2.1.330) lists the permission requests the CLI
     /// still waits for, which become the truth (the CLI replays nothing it sent meanwhile).
     pub fn on_connected(&mut self, reconnect: bool) -> Vec<Effect> {
+        self.changed = true;
+        self.snapshot.disconnected_since_ms = None;
         let mut effects = vec![Effect::Emit(SessionEvent::Connected { reconnect })];
         if reconnect && !self.state.is_final() {
             // The same payload as at start: the policy's hook stays registered.
@@ -628,6 +633,8 @@ impl SessionCore {
 
     /// `--sdk-url`: the CLI's socket went down.
     pub fn on_disconnected(&mut self) -> Vec<Effect> {
+        self.changed = true;
+        self.snapshot.disconnected_since_ms = Some(crate::event::now_ms());
         vec![Effect::Emit(SessionEvent::Disconnected)]
     }
 
@@ -770,7 +777,17 @@ impl SessionCore {
         }
         self.held.clear();
         let requested = self.shutdown_requested;
-        let clean = code == Some(0) || requested;
+        let mut clean = code == Some(0) || requested;
+        let mut description = description;
+        // `--sdk-url`: a CLI that cannot reach the daemon again gives up and exits 0. That is
+        // no clean end: what it did meanwhile never arrived.
+        if let (Some(since), false) = (self.snapshot.disconnected_since_ms.take(), requested) {
+            let seconds = crate::event::now_ms().saturating_sub(since) / 1000;
+            description = format!(
+                "{description}, {seconds} s after its connection to the daemon was lost (it never reconnected; what it did meanwhile is missing)"
+            );
+            clean = false;
+        }
         effects.push(Effect::Emit(SessionEvent::Exited { code, signal, requested, description }));
         self.set_state(
             if clean { SessionState::Exited } else { SessionState::Crashed },

@@ -331,6 +331,26 @@ fn a_prompt_lost_with_its_socket_is_no_turn() {
     assert_eq!(core.state(), SessionState::Idle);
 }
 
+#[test]
+fn a_cli_that_never_reconnects_ends_crashed_saying_why() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_disconnected();
+    assert!(core.snapshot().disconnected_since_ms.is_some());
+    core.on_connected(true);
+    assert_eq!(core.snapshot().disconnected_since_ms, None, "back: no longer disconnected");
+    core.on_disconnected();
+    let effects = core.on_exit(Some(0), None, "exited with status 0".into());
+    match events(&effects).as_slice() {
+        [SessionEvent::Exited { description, requested: false, .. }, SessionEvent::State { to, .. }] =>
+        {
+            assert!(description.contains("connection to the daemon was lost"), "{description}");
+            assert_eq!(*to, SessionState::Crashed);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Decodes `text` the way the transports do and hands the failure to the core.
 fn bad_line(core: &mut SessionCore, text: &str) -> Vec<Effect> {
     let mut decoder = switchboard_protocol::Decoder::default();
