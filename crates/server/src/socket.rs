@@ -184,7 +184,13 @@ pub(crate) async fn pipe(
             line = writer.next_outgoing() => match line {
                 Some(line) => {
                     let text = String::from_utf8_lossy(&line).into_owned();
-                    if sink.send(WsMessage::Text(text.into())).await.is_err() {
+                    // A socket that died with a full send buffer must not keep a newer
+                    // connection waiting: the send gives way to a takeover.
+                    let sent = tokio::select! {
+                        sent = sink.send(WsMessage::Text(text.into())) => sent.is_ok(),
+                        () = &mut disconnect => false,
+                    };
+                    if !sent {
                         // Taken from the queue and maybe not delivered: say so, never resend.
                         writer.undelivered(line).await;
                         break;
@@ -209,9 +215,11 @@ pub(crate) async fn pipe(
             () = &mut disconnect => break,
         }
     }
-    drop(writer);
     if !read_all {
         let _ = stop.send(());
         let _ = reading.await;
     }
+    // Last, so that the session hears of this connection's end (its reader is done) before a
+    // newer connection can take the slot and say it connected.
+    drop(writer);
 }

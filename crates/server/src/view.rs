@@ -94,9 +94,12 @@ impl Viewer {
                 serde_json::from_str(&record.payload).unwrap_or_default();
             let text = |key: &str| value.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
             daemon(match record.kind.as_str() {
-                "started" => DaemonUpdate::Run {
-                    resumed: value.get("resumed").and_then(|v| v.as_bool()).unwrap_or(false),
-                },
+                "started" => {
+                    self.projector.new_run();
+                    DaemonUpdate::Run {
+                        resumed: value.get("resumed").and_then(|v| v.as_bool()).unwrap_or(false),
+                    }
+                }
                 "rotated" => DaemonUpdate::Rotated { to: text("to") },
                 _ => DaemonUpdate::Lost {
                     count: value.get("count").and_then(|v| v.as_u64()).unwrap_or(0),

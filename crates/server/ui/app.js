@@ -263,7 +263,14 @@ class Transcript {
         return undefined;
       case 'text_delta':
       case 'thinking_delta': return this.streamed(update, chunk);
-      case 'tool_use_started': return this.place(update, chunk, el('div', { class: 'block tool pending-input' }, `Preparing ${update.name}…`), null);
+      case 'tool_use_started':
+        // An older page's start of a call a newer page drew whole changes nothing.
+        if (this.messages.get(update.message_id)?.blocks.get(update.index)?.done) return undefined;
+        return this.place(update, chunk, el('div', { class: 'block tool pending-input' }, `Preparing ${update.name}…`), null);
+      case 'state':
+        // A run that ended runs none of the prompts it still held.
+        if (['exited', 'crashed'].includes(update.to)) this.unqueueAll();
+        return undefined;
       case 'block': return this.finished(update, chunk);
       case 'tool_result': return this.toolResult(update);
       case 'permission_asked': return this.permissionRequested(update, chunk);
@@ -277,6 +284,10 @@ class Transcript {
       // session list show those.
       default: return undefined;
     }
+  }
+
+  unqueueAll() {
+    for (const box of this.queued.splice(0)) { box.classList.remove('queued'); $('.queued-label', box)?.remove(); }
   }
 
   notice(chunk, level, text) {

@@ -359,6 +359,8 @@ struct OpenBlock {
     done: bool,
     /// The input rebuilt from the fragments, until the CLI's line confirms it.
     rebuilt: Option<Value>,
+    /// Bytes of input received (also past the rebuilding cap).
+    received: u64,
 }
 
 /// Streaming state of one assistant message.
@@ -414,12 +416,7 @@ impl Projector {
             SessionEvent::State { from, to } => {
                 self.view.state = Some(*to);
                 if to.is_final() {
-                    // A resume starts a new process: its first `init` is news again, and no
-                    // prompt of the old one is still open.
-                    self.started = false;
-                    self.view.open_turns = 0;
-                    self.view.pending_permissions.clear();
-                    self.interrupting = false;
+                    self.new_run();
                 }
                 emit(Update::State { from: *from, to: *to });
             }
@@ -504,6 +501,16 @@ impl Projector {
             | SessionEvent::HookAnswered { .. }
             | SessionEvent::Connected { .. } => {}
         }
+    }
+
+    /// A new run of the session's CLI begins (a resume): nothing of the old process is still
+    /// open, and its first `init` is news again. A final state does the same; a log whose
+    /// daemon died mid-run has none, only the next run's start.
+    pub fn new_run(&mut self) {
+        self.started = false;
+        self.view.open_turns = 0;
+        self.view.pending_permissions.clear();
+        self.interrupting = false;
     }
 
     /// Projects one event into a list.
@@ -769,6 +776,7 @@ impl Projector {
                     Delta::InputJson(json) => {
                         let Some(open) = message.blocks.get_mut(&index) else { return };
                         let Some(tool_use_id) = open.tool_use_id.clone() else { return };
+                        open.received += json.partial_json.len() as u64;
                         if open.json.len() + json.partial_json.len() > MAX_REBUILT_INPUT_BYTES {
                             open.overflowed = true;
                             open.json = String::new();
@@ -778,7 +786,7 @@ impl Projector {
                         emit(Update::ToolInputDelta {
                             tool_use_id,
                             partial_json: json.partial_json.clone(),
-                            received_bytes: open.json.len() as u64,
+                            received_bytes: open.received,
                         });
                     }
                     _ => {}
@@ -999,12 +1007,9 @@ fn finish_block(
                 });
             }
             // The CLI's line comes before the stream's stop on 2.1.330, and after it on older
-            // CLIs: whichever is first reports the call. The line's input wins: it is reported
-            // again only where the rebuilt input differs.
-            if open.rebuilt.as_ref() == Some(&tool.input) {
-                open.rebuilt = None;
-                return None;
-            }
+            // CLIs: whichever is first reports the call. The line always reports it (again, on
+            // older CLIs): its input wins, and it carries the line's uuid (a fork point).
+            open.rebuilt = None;
             Block::ToolUse {
                 tool_use_id: tool.id.clone(),
                 name: tool.name.clone(),

@@ -239,6 +239,7 @@ pub struct IngressReader {
 
 /// What writes a CLI connection's lines; see [`IngressSlot::connect`].
 pub struct IngressWriter {
+    // Dropped first (fields drop in order): `Disconnected` is sent before the slot is free.
     end: Arc<ConnectionEnd>,
     outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
     /// This connection's claim on the slot.

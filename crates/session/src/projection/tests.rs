@@ -149,10 +149,15 @@ fn a_tool_input_is_rebuilt_from_its_fragments() {
             "tool_input_delta",
             "tool_input_delta",
             "tool_input_delta",
+            "block",
             "block"
         ],
-        "the CLI's line confirms the rebuilt input and is not reported again"
+        "rebuilt when the stream ends, then confirmed by the CLI's line (with its uuid)"
     );
+    assert!(matches!(
+        &updates[6],
+        Update::Block { block: Block::ToolUse { rebuilt: false, .. }, uuid: Some(uuid), .. } if uuid == "a-m1"
+    ));
     assert!(matches!(&updates[4], Update::ToolInputDelta { received_bytes: 20, .. }));
     let Update::Block { block: Block::ToolUse { input, rebuilt, name, .. }, .. } = &updates[5]
     else {
@@ -234,7 +239,11 @@ fn an_oversized_input_is_left_to_the_clis_line() {
     events.push(stream("m1", None, json!({"type":"content_block_stop","index":0})));
     let updates = run(&mut projector, &events);
     assert!(!updates.iter().any(|u| kind(u) == "block"), "nothing rebuilt past the cap");
-    assert!(matches!(updates.last(), Some(Update::ToolInputDelta { received_bytes: 0, .. })));
+    let size = big.len() as u64;
+    assert!(
+        matches!(updates.last(), Some(Update::ToolInputDelta { received_bytes, .. }) if *received_bytes == size),
+        "the count goes on past the cap"
+    );
 }
 
 #[test]
@@ -314,6 +323,16 @@ fn turns_carry_their_own_cost_and_queued_prompts_follow() {
     assert_eq!(costs, [0.25, 0.5, 0.125]);
     assert_eq!(projector.view().turns, 3);
     assert_eq!(projector.view().title.as_deref(), Some("one"));
+}
+
+#[test]
+fn a_new_run_leaves_nothing_of_the_old_one_open() {
+    // A daemon that died mid-turn wrote no final state: the next run's start resets.
+    let mut projector = Projector::new();
+    run(&mut projector, &[prompt("cut off")]);
+    projector.new_run();
+    let updates = run(&mut projector, &[prompt("after the resume")]);
+    assert!(matches!(&updates[0], Update::Prompt { queued: false, .. }), "{updates:?}");
 }
 
 #[test]
