@@ -135,10 +135,9 @@ impl Viewer {
 
 /// History settles: streamed pieces whose whole block is in the same stretch are dropped.
 pub fn settle_history(items: &mut Vec<ViewItem>) {
-    static NONE: Update = Update::Dequeued;
     settle(items, |item| match &item.update {
-        ViewUpdate::Session(update) => update,
+        ViewUpdate::Session(update) => Some(update),
         // Never a streamed piece, never a block.
-        ViewUpdate::Daemon(_) => &NONE,
+        ViewUpdate::Daemon(_) => None,
     });
 }

@@ -944,13 +944,14 @@ impl Update {
 
 /// Drops, from a stretch of history, every streamed piece whose whole block follows in the
 /// same stretch: someone reading history needs the block, not how it arrived. Live updates
-/// are never settled.
-pub fn settle<T>(items: &mut Vec<T>, update: impl Fn(&T) -> &Update) {
+/// are never settled. `update` finds an item's update (`None`: the item is none, and stays).
+pub fn settle<T>(items: &mut Vec<T>, update: impl Fn(&T) -> Option<&Update>) {
     let mut finished: std::collections::HashSet<(String, u64)> = Default::default();
     let mut finished_tools: std::collections::HashSet<String> = Default::default();
     let mut keep = vec![true; items.len()];
     for (position, item) in items.iter().enumerate().rev() {
-        match update(item) {
+        let Some(update) = update(item) else { continue };
+        match update {
             Update::Block { message_id, index, block, .. } => {
                 finished.insert((message_id.clone(), *index));
                 if let Block::ToolUse { tool_use_id, .. } = block {

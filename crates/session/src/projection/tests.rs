@@ -102,7 +102,7 @@ fn text_streams_then_settles_into_its_block() {
 
     // History drops the pieces its block makes redundant.
     let mut history = updates.clone();
-    settle(&mut history, |update| update);
+    settle(&mut history, |update| Some(update));
     assert_eq!(
         history.iter().map(kind).collect::<Vec<_>>(),
         ["prompt", "message_started", "block"]
