@@ -5,11 +5,12 @@
 #   ${SWITCHBOARD_CLI_CACHE:-$HOME/.cache/switchboard/claude-code}/<version>/node_modules/.bin/claude
 #
 # 2.1.330: the current native CLI (stdio transport).
-# 2.1.37:  the last line of CLIs that accept a non-Anthropic --sdk-url (needs Node).
+# 2.1.120: the last CLI that accepts a non-Anthropic --sdk-url (native).
+# 2.1.37:  the older --sdk-url line, which reconnects differently (needs Node).
 # Prints where each one is. Needs node and npm.
 set -euo pipefail
 
-VERSIONS=("2.1.330" "2.1.37")
+VERSIONS=("2.1.330" "2.1.120" "2.1.37")
 CACHE="${SWITCHBOARD_CLI_CACHE:-$HOME/.cache/switchboard/claude-code}"
 
 if ! command -v npm >/dev/null 2>&1; then

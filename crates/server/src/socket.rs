@@ -183,7 +183,7 @@ pub(crate) async fn pipe(
             }
             line = writer.next_outgoing() => match line {
                 Some(line) => {
-                    let text = String::from_utf8_lossy(&line).into_owned();
+                    let text = String::from_utf8_lossy(&line.line).into_owned();
                     // A socket that died with a full send buffer must not keep a newer
                     // connection waiting: the send gives way to a takeover.
                     let sent = tokio::select! {
@@ -191,10 +191,11 @@ pub(crate) async fn pipe(
                         () = &mut disconnect => false,
                     };
                     if !sent {
-                        // Taken from the queue and maybe not delivered: say so, never resend.
+                        // Taken and maybe not delivered: the slot sends it again or says so.
                         writer.undelivered(line).await;
                         break;
                     }
+                    writer.sent(line).await;
                 }
                 None => {
                     let _ = sink.send(WsMessage::Close(None)).await;

@@ -195,6 +195,8 @@ impl Actor {
                         TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
                         TransportEvent::Disconnected => self.core.on_disconnected(),
                         TransportEvent::Undelivered(line) => self.core.on_undelivered(&line),
+                        TransportEvent::Sent(line) => self.core.on_sent(&line),
+                        TransportEvent::Resent(line) => self.core.on_resent(&line),
                         TransportEvent::Exited(exit) => {
                             let description = exit.describe();
                             let effects = self.core.on_exit(exit.code, exit.signal, description);

@@ -279,6 +279,10 @@ pub struct SessionCore {
     initialize: Option<InitializeRequest>,
     /// Tool calls awaiting their result, by `tool_use_id` (at most [`CALL_MEMORY`]).
     calls: indexmap::IndexMap<String, ToolCall>,
+    /// Our answers to the CLI's permission requests (the line sent), by request id (the last
+    /// [`ANSWERED_MEMORY`]): a CLI that asks again, its answer lost with a socket, gets the
+    /// same answer, and nobody is asked twice.
+    decided: indexmap::IndexMap<String, Arc<str>>,
 }
 
 impl SessionCore {
@@ -299,6 +303,7 @@ impl SessionCore {
             awaiting_initialize: None,
             initialize: None,
             calls: indexmap::IndexMap::new(),
+            decided: indexmap::IndexMap::new(),
             shutdown_requested: false,
             snapshot: SessionSnapshot {
                 state: SessionState::Starting,
@@ -389,8 +394,14 @@ impl SessionCore {
 
     /// Sends a user message (queued behind `initialize` if that is still unanswered; the CLI
     /// itself queues messages sent during a turn and runs each as its own turn).
-    pub fn send_user(&mut self, message: UserMessage) -> Vec<Effect> {
+    ///
+    /// A prompt without a `uuid` gets one: the CLI runs a `uuid` once, so a prompt sent again
+    /// after a reconnect cannot run twice, and its echo says that it arrived.
+    pub fn send_user(&mut self, mut message: UserMessage) -> Vec<Effect> {
         self.changed = true;
+        if message.uuid.is_none() {
+            message.uuid = Some(uuid::Uuid::new_v4().to_string());
+        }
         let mut effects = Vec::new();
         let raw = self.write(Message::User(message), &mut effects);
         self.snapshot.queued_turns += 1;
@@ -615,7 +626,8 @@ impl SessionCore {
 
     /// `--sdk-url`: the CLI's socket is up. After a reconnect, `initialize` goes out again: its
     /// answer (an error on 2.1.37, a success on 2.1.330) lists the permission requests the CLI
-    /// still waits for, which become the truth (the CLI replays nothing it sent meanwhile).
+    /// still waits for, which become the truth (2.1.37 replays nothing it sent meanwhile, and no
+    /// version replays a `can_use_tool`).
     pub fn on_connected(&mut self, reconnect: bool) -> Vec<Effect> {
         self.changed = true;
         self.snapshot.disconnected_since_ms = None;
@@ -638,20 +650,12 @@ impl SessionCore {
         vec![Effect::Emit(SessionEvent::Disconnected)]
     }
 
-    /// `--sdk-url`: a line for the CLI went down with its socket. Recorded, never re-sent: a
-    /// prompt that did arrive would run twice. A lost prompt is no longer a turn the session
-    /// waits for. (A lost permission answer heals itself: the reconnect's `initialize` lists the
-    /// request as still pending.)
+    /// `--sdk-url`: a line for the CLI that never reached it (the transport re-sends what it
+    /// safely can first: prompts until the CLI echoes them, control responses; what is left is
+    /// a control request whose send failed, or, at the exit, what the CLI never got). A lost
+    /// prompt is no longer a turn the session waits for.
     pub fn on_undelivered(&mut self, line: &[u8]) -> Vec<Effect> {
-        let envelope = switchboard_protocol::Envelope::parse(line).ok();
-        let mut line_type = envelope
-            .as_ref()
-            .and_then(|e| e.kind.as_deref().map(str::to_owned))
-            .unwrap_or_else(|| "unknown".to_owned());
-        if let Some(subtype) = envelope.as_ref().and_then(|e| e.subtype.as_deref()) {
-            line_type = format!("{line_type}/{subtype}");
-        }
-        let uuid = envelope.and_then(|e| e.uuid.map(|u| u.into_owned()));
+        let LineRef { line_type, uuid, .. } = LineRef::of(line);
         let text = String::from_utf8_lossy(line);
         let preview: String = text.trim_end().chars().take(200).collect();
         let mut effects = Vec::new();
@@ -673,6 +677,37 @@ impl SessionCore {
             Effect::Emit(SessionEvent::Undelivered { line_type, uuid, preview, prompt }),
         );
         effects
+    }
+
+    /// `--sdk-url`: a line for the CLI was written to its socket.
+    pub fn on_sent(&mut self, line: &[u8]) -> Vec<Effect> {
+        let LineRef { line_type, uuid, request_id } = LineRef::of(line);
+        vec![Effect::Emit(SessionEvent::Sent { line_type, uuid, request_id })]
+    }
+
+    /// `--sdk-url`: a line the CLI may not have received was written again on a new socket.
+    pub fn on_resent(&mut self, line: &[u8]) -> Vec<Effect> {
+        let LineRef { line_type, uuid, request_id } = LineRef::of(line);
+        let reason = match line_type.as_str() {
+            "user" => "the CLI had not confirmed this prompt when its connection dropped",
+            _ => "its first send failed with the connection",
+        };
+        let reason = reason.to_owned();
+        vec![Effect::Emit(SessionEvent::Resent { line_type, uuid, request_id, reason })]
+    }
+
+    /// Sends the recorded answer to a permission request the CLI asks for again (its answer
+    /// was lost with a socket): true when there was one.
+    fn answer_again(&mut self, request_id: &str, effects: &mut Vec<Effect>) -> bool {
+        let Some(line) = self.decided.get(request_id) else { return false };
+        effects.push(Effect::Send(Arc::from(format!("{line}\n"))));
+        effects.push(Effect::Emit(SessionEvent::Resent {
+            line_type: "control_response/success".to_owned(),
+            uuid: None,
+            request_id: Some(request_id.to_owned()),
+            reason: "the CLI asked again for a permission it had been given (the answer was lost with its connection)".to_owned(),
+        }));
+        true
     }
 
     /// Takes the CLI's list of pending permission requests as the truth: requests we did not
@@ -698,8 +733,10 @@ impl SessionCore {
                 continue;
             }
             if let ControlRequestPayload::CanUseTool(can_use_tool) = &request.request {
-                // Also for one we answered: the answer was lost with the socket.
-                self.on_can_use_tool(&request.request_id, can_use_tool, effects);
+                // One we answered: the answer was lost with the socket, and goes again.
+                if !self.answer_again(&request.request_id, effects) {
+                    self.on_can_use_tool(&request.request_id, can_use_tool, effects);
+                }
             }
         }
     }
@@ -926,7 +963,9 @@ impl SessionCore {
         let request_id = request.request_id.clone();
         match &request.request {
             ControlRequestPayload::CanUseTool(can_use_tool) => {
-                self.on_can_use_tool(&request_id, can_use_tool, effects)
+                if !self.answer_again(&request_id, effects) {
+                    self.on_can_use_tool(&request_id, can_use_tool, effects)
+                }
             }
             ControlRequestPayload::HookCallback(hook) => {
                 self.on_hook_callback(&request_id, hook, effects)
@@ -1293,10 +1332,14 @@ impl SessionCore {
         result: &PermissionResult,
         effects: &mut Vec<Effect>,
     ) {
-        self.write(
+        let line = self.write(
             Message::ControlResponse(ControlResponse::permission(request_id, result)),
             effects,
         );
+        self.decided.insert(request_id.to_owned(), line);
+        if self.decided.len() > ANSWERED_MEMORY {
+            self.decided.shift_remove_index(0);
+        }
     }
 
     fn after_permission_resolved(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
@@ -1357,6 +1400,32 @@ impl SessionCore {
 }
 
 /// Whether a `user` line for the CLI is a prompt (not only tool results, which start no turn).
+/// What names a line for the CLI in the log: its type (`type/subtype` for control messages),
+/// `uuid` and `request_id`.
+struct LineRef {
+    line_type: String,
+    uuid: Option<String>,
+    request_id: Option<String>,
+}
+
+impl LineRef {
+    fn of(line: &[u8]) -> LineRef {
+        let envelope = switchboard_protocol::Envelope::parse(line).ok();
+        let Some(envelope) = envelope else {
+            return LineRef { line_type: "unknown".to_owned(), uuid: None, request_id: None };
+        };
+        let mut line_type = envelope.kind.as_deref().unwrap_or("unknown").to_owned();
+        if let Some(subtype) = envelope.subtype.as_deref() {
+            line_type = format!("{line_type}/{subtype}");
+        }
+        LineRef {
+            line_type,
+            uuid: envelope.uuid.map(|uuid| uuid.into_owned()),
+            request_id: envelope.request_id.map(|id| id.into_owned()),
+        }
+    }
+}
+
 fn is_prompt(line: &[u8]) -> bool {
     match Message::decode(line) {
         Ok(Message::User(user)) => {

@@ -215,8 +215,31 @@ pub enum SessionEvent {
     },
     /// `--sdk-url`: the CLI's WebSocket went down (what the CLI writes meanwhile is lost).
     Disconnected,
-    /// `--sdk-url`: a line for the CLI was lost with its socket (it may not have arrived, and
-    /// is not sent again).
+    /// `--sdk-url`: a line for the CLI was written to its socket (the `line` event says when it
+    /// was queued: the two differ while the CLI is away).
+    Sent {
+        /// Its `type` (and `/subtype` for control messages).
+        line_type: String,
+        /// Its `uuid`, if it had one.
+        uuid: Option<String>,
+        /// Its `request_id`, for control messages.
+        request_id: Option<String>,
+    },
+    /// `--sdk-url`: a line the CLI may not have received was sent again: a prompt it had not
+    /// echoed when its socket dropped (same `uuid`: it runs once), a control response whose
+    /// send failed, or a permission answer the CLI asked for again.
+    Resent {
+        /// Its `type` (and `/subtype` for control messages).
+        line_type: String,
+        /// Its `uuid`, if it had one.
+        uuid: Option<String>,
+        /// Its `request_id`, for control messages.
+        request_id: Option<String>,
+        /// Why it went again.
+        reason: String,
+    },
+    /// `--sdk-url`: a line for the CLI that never reached it: a control request whose send
+    /// failed, or, when the CLI ended, a prompt it never confirmed.
     Undelivered {
         /// Its `type` (and `/subtype` for control messages).
         line_type: String,
@@ -290,6 +313,8 @@ impl SessionEvent {
             SessionEvent::Connected { .. } => "connected",
             SessionEvent::Disconnected => "disconnected",
             SessionEvent::Undelivered { .. } => "undelivered",
+            SessionEvent::Sent { .. } => "sent",
+            SessionEvent::Resent { .. } => "resent",
             SessionEvent::Exited { .. } => "exited",
         }
     }
@@ -367,6 +392,12 @@ impl SessionEvent {
             SessionEvent::Undelivered { line_type, uuid, preview, prompt } => json!({
                 "line_type": line_type, "uuid": uuid, "preview": preview, "prompt": prompt,
             }),
+            SessionEvent::Sent { line_type, uuid, request_id } => json!({
+                "line_type": line_type, "uuid": uuid, "request_id": request_id,
+            }),
+            SessionEvent::Resent { line_type, uuid, request_id, reason } => json!({
+                "line_type": line_type, "uuid": uuid, "request_id": request_id, "reason": reason,
+            }),
             SessionEvent::Exited { code, signal, requested, description } => json!({
                 "code": code, "signal": signal, "requested": requested, "description": description,
             }),
@@ -417,6 +448,7 @@ impl SessionEvent {
             serde_json::from_str(payload).map_err(|error| fail(error.to_string()))?;
         let field = |name: &str| value.get(name).cloned().unwrap_or(Value::Null);
         let text = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or("").to_owned();
+        let optional = |name: &str| value.get(name).and_then(Value::as_str).map(str::to_owned);
         let typed = |name: &str| -> Result<Value, StoredEventError> {
             value.get(name).cloned().ok_or_else(|| fail(format!("no `{name}`")))
         };
@@ -477,9 +509,20 @@ impl SessionEvent {
             "disconnected" => SessionEvent::Disconnected,
             "undelivered" => SessionEvent::Undelivered {
                 line_type: text("line_type"),
-                uuid: value.get("uuid").and_then(Value::as_str).map(str::to_owned),
+                uuid: optional("uuid"),
                 preview: text("preview"),
                 prompt: field("prompt").as_bool().unwrap_or(false),
+            },
+            "sent" => SessionEvent::Sent {
+                line_type: text("line_type"),
+                uuid: optional("uuid"),
+                request_id: optional("request_id"),
+            },
+            "resent" => SessionEvent::Resent {
+                line_type: text("line_type"),
+                uuid: optional("uuid"),
+                request_id: optional("request_id"),
+                reason: text("reason"),
             },
             "exited" => SessionEvent::Exited {
                 code: field("code").as_i64().map(|code| code as i32),

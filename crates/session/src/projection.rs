@@ -474,22 +474,32 @@ impl Projector {
             SessionEvent::Disconnected => emit(notice(
                 Level::Warn,
                 "disconnected",
-                "The CLI's connection dropped; it reconnects by itself.".into(),
+                "The CLI's connection dropped; it reconnects by itself (2.1.37 tries for about 5 s, later CLIs for 10 minutes), and what it had not confirmed is sent again.".into(),
+            )),
+            SessionEvent::Resent { line_type, .. } => emit(notice(
+                Level::Info,
+                "resent",
+                if line_type == "user" {
+                    "A message the CLI had not confirmed went again on its new connection (it runs once).".into()
+                } else if line_type.starts_with("control_response") {
+                    "An answer lost with the CLI's connection went again.".into()
+                } else {
+                    format!("A {line_type} line went again on the CLI's new connection.")
+                },
             )),
             SessionEvent::Undelivered { line_type, prompt, .. } => {
                 // A lost prompt is no turn: the prompts after it do not wait for it.
                 if *prompt && self.view.open_turns > 0 {
                     self.view.open_turns -= 1;
                 }
-                let advice = if line_type == "user" {
-                    ": send the message again if Claude does not answer it"
-                } else {
-                    ""
-                };
                 emit(notice(
                     Level::Error,
                     "undelivered",
-                    format!("A {line_type} line for the CLI was lost with its connection and may not have arrived{advice}."),
+                    if line_type == "user" {
+                        "A message never reached the CLI (its connection was lost and not recovered): send it again.".into()
+                    } else {
+                        format!("A {line_type} line for the CLI was lost with its connection and may not have arrived.")
+                    },
                 ))
             }
             SessionEvent::Exited { requested, description, .. } => emit(notice(
@@ -499,6 +509,7 @@ impl Projector {
             )),
             SessionEvent::HookRequested(_)
             | SessionEvent::HookAnswered { .. }
+            | SessionEvent::Sent { .. }
             | SessionEvent::Connected { .. } => {}
         }
     }

@@ -11,7 +11,9 @@
 pub mod fake_api;
 pub mod sandbox;
 pub mod scenario;
+pub mod ws_proxy;
 
 pub use fake_api::{FakeApi, RecordedRequest, RequestKind};
 pub use sandbox::{fake_cli, processes_running, real_cli, CliSandbox, CliVersion};
 pub use scenario::{Block, Reply, Scenario, When};
+pub use ws_proxy::{Flow, Welcome, WsProxy};

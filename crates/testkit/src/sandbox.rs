@@ -10,18 +10,24 @@ use tempfile::TempDir;
 pub enum CliVersion {
     /// 2.1.330: the current native CLI.
     V2_1_330,
-    /// 2.1.37: Node CLI; the last line that accepts a non-Anthropic `--sdk-url`.
+    /// 2.1.120: native; the last CLI that accepts a non-Anthropic `--sdk-url`.
+    V2_1_120,
+    /// 2.1.37: Node CLI; the older `--sdk-url` line (it reconnects differently).
     V2_1_37,
 }
 
 impl CliVersion {
-    /// Both, newest first.
+    /// The two every stdio test runs, newest first.
     pub const ALL: [CliVersion; 2] = [CliVersion::V2_1_330, CliVersion::V2_1_37];
 
-    /// `2.1.330`, `2.1.37`.
+    /// The two `--sdk-url` lines (they differ in how they reconnect), newest first.
+    pub const SDK_URL: [CliVersion; 2] = [CliVersion::V2_1_120, CliVersion::V2_1_37];
+
+    /// `2.1.330`, `2.1.120`, `2.1.37`.
     pub fn as_str(self) -> &'static str {
         match self {
             CliVersion::V2_1_330 => "2.1.330",
+            CliVersion::V2_1_120 => "2.1.120",
             CliVersion::V2_1_37 => "2.1.37",
         }
     }

@@ -5,11 +5,23 @@
 //! [`spawn`] starts the CLI and returns the usual [`CliLink`] plus an [`IngressSlot`]: the
 //! server's WebSocket handler authenticates the CLI against the slot and moves bytes between
 //! the socket and the slot ([`IngressSlot::connect`]); the session above sees the same lines
-//! as over stdio, plus `Connected` / `Disconnected` events. What the CLI does
-//! (`shared/captures/PROTOCOL-FINDINGS.md` §1.2, §9): it retries about twice after a drop and
-//! replays nothing. Lines queued for it while it is away are sent once it is back, and a line is
-//! never sent twice. Only CLIs up to 2.1.120 accept a non-Anthropic `--sdk-url`
-//! ([`MAX_SDK_URL_VERSION`]).
+//! as over stdio, plus `Connected` / `Disconnected` events.
+//!
+//! How the CLI reconnects depends on its version (docs/protocol.md):
+//! - 2.1.37 tries twice (about 1 s and 5 s after the drop), replays nothing, then ends its
+//!   input and exits 0;
+//! - 2.1.120 keeps trying for 600 s (backoff 1 s·2^(n-1), at most 30 s, ±25 % jitter), stops at
+//!   close codes 1002, 4001 and 4003, and re-sends every line it wrote with a `uuid` (the last
+//!   1000) on each reconnect.
+//!
+//! Lines the CLI sends twice are dropped by `uuid`. Toward the CLI a written frame is not a
+//! delivered one (a socket can die with it in its buffer), so the slot keeps what it cannot
+//! yet know arrived ([`Delivery`]): a prompt stays unconfirmed until the CLI echoes it
+//! (`--replay-user-messages`) and is sent again, with the same `uuid`, on every reconnect (both
+//! versions run a `uuid` once); a permission answer whose send failed is sent again (an answer
+//! to a request the CLI no longer waits for is ignored). What never arrives is reported as
+//! `Undelivered` before the CLI's exit. Only CLIs up to 2.1.120 accept a non-Anthropic
+//! `--sdk-url` ([`MAX_SDK_URL_VERSION`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +45,7 @@ pub const MAX_SDK_URL_VERSION: (u32, u32, u32) = (2, 1, 120);
 /// Message uuids remembered to drop lines the CLI sends twice.
 pub const SEEN_UUIDS: usize = 4096;
 
-type Outgoing = Arc<tokio::sync::Mutex<mpsc::Receiver<WriterCommand>>>;
+type OutgoingQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<WriterCommand>>>;
 
 /// Where one CLI connects.
 pub struct IngressSlot {
@@ -41,7 +53,7 @@ pub struct IngressSlot {
     pub id: String,
     token: String,
     /// Lines for the CLI, written by the session, taken by whichever connection is up.
-    outgoing: Outgoing,
+    outgoing: OutgoingQueue,
     events: mpsc::Sender<TransportEvent>,
     /// Whether a connection came before (the next one is a reconnect).
     connected_before: AtomicBool,
@@ -56,7 +68,28 @@ pub struct IngressSlot {
     /// For a CLI Switchboard did not start (it connected on its own): its socket closing is
     /// its end, reported as an exit.
     external_exit: Option<watch::Sender<bool>>,
+    /// What was sent that may not have arrived.
+    delivery: Mutex<Delivery>,
 }
+
+/// What the slot knows of the lines it sent.
+#[derive(Debug, Default)]
+struct Delivery {
+    /// The CLI echoes each prompt (it runs with `--replay-user-messages`): prompts with a
+    /// `uuid` are kept in `unconfirmed` from their first send to their echo.
+    confirms: bool,
+    /// Prompts sent and not echoed yet, oldest first (at most [`UNCONFIRMED_LIMIT`]).
+    unconfirmed: indexmap::IndexMap<String, Bytes>,
+    /// Lines whose send failed that are safe to send again, oldest first.
+    retry: VecDeque<Bytes>,
+    /// What the current connection sends before the queue: on a reconnect, the unconfirmed
+    /// prompts and the lines to retry, in the order they were first sent.
+    replay: VecDeque<Bytes>,
+}
+
+/// Prompts kept unconfirmed at most (a CLI that never echoes cannot grow the slot without
+/// bound; the oldest is forgotten, as sent).
+pub const UNCONFIRMED_LIMIT: usize = 1000;
 
 impl std::fmt::Debug for IngressSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -83,7 +116,49 @@ impl IngressSlot {
             claim: watch::channel(0).0,
             tickets: std::sync::atomic::AtomicU64::new(0),
             external_exit,
+            delivery: Mutex::new(Delivery::default()),
         })
+    }
+
+    fn delivery(&self) -> std::sync::MutexGuard<'_, Delivery> {
+        self.delivery.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes a line read from the CLI: an echo of a prompt (`isReplay`) confirms it.
+    fn note_incoming(&self, received: &Received) {
+        if let switchboard_protocol::Message::User(user) = &received.message {
+            if user.is_replay == Some(true) {
+                if let Some(uuid) = &user.uuid {
+                    let mut delivery = self.delivery();
+                    if delivery.confirms {
+                        delivery.unconfirmed.shift_remove(uuid.as_str());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lines that never reached the CLI, once it is gone: unconfirmed prompts, lines to
+    /// retry, and what is still queued, oldest first. Ends the current connection first (its
+    /// writer holds the queue).
+    pub async fn take_undelivered(&self) -> Vec<Bytes> {
+        self.closed.store(true, Ordering::SeqCst);
+        self.take_ticket();
+        let mut outgoing = self.outgoing.lock().await;
+        let mut lines: Vec<Bytes> = {
+            let mut delivery = self.delivery();
+            let delivery = &mut *delivery;
+            delivery.replay.clear();
+            let mut lines: Vec<Bytes> =
+                std::mem::take(&mut delivery.unconfirmed).into_values().collect();
+            lines.extend(delivery.retry.drain(..));
+            lines
+        };
+        while let Ok(WriterCommand::Line(line, done)) = outgoing.try_recv() {
+            let _ = done.send(Ok(()));
+            lines.push(line);
+        }
+        lines
     }
 
     /// Whether `presented` is this slot's token (constant time).
@@ -121,6 +196,14 @@ impl IngressSlot {
             return None;
         }
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
+        {
+            // Sent again first, in the order first sent: what this CLI may not have.
+            let mut delivery = self.delivery();
+            let delivery = &mut *delivery;
+            let mut replay: VecDeque<Bytes> = delivery.unconfirmed.values().cloned().collect();
+            replay.extend(delivery.retry.drain(..));
+            delivery.replay = replay;
+        }
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
         // Room for the end of the connection is taken now: a queue that is full when the
         // socket goes cannot lose the news (it was sent with `try_send`, and could).
@@ -176,7 +259,10 @@ impl IngressSlot {
     async fn deliver(&self, item: Result<Received, LineError>) -> bool {
         let event = match item {
             Ok(received) if !self.is_new(&received) => return true,
-            Ok(received) => TransportEvent::Line(Box::new(received)),
+            Ok(received) => {
+                self.note_incoming(&received);
+                TransportEvent::Line(Box::new(received))
+            }
             Err(error) => TransportEvent::BadLine(error),
         };
         self.events.send(event).await.is_ok()
@@ -270,13 +356,25 @@ impl IngressReader {
 
 impl IngressWriter {
     /// The next line for the CLI (with its newline: every frame must end in `\n`, or 2.1.37
-    /// glues it to the next and dies). `None` when the session closed its input: close the
-    /// socket then.
-    pub async fn next_outgoing(&mut self) -> Option<Bytes> {
+    /// glues it to the next and dies): first what a reconnect sends again, then the session's
+    /// queue. `None` when the session closed its input: close the socket then.
+    pub async fn next_outgoing(&mut self) -> Option<Outgoing> {
+        if let Some(line) = self.end.slot.delivery().replay.pop_front() {
+            return Some(Outgoing { line, again: true });
+        }
         match self.outgoing.recv().await {
             Some(WriterCommand::Line(line, done)) => {
                 let _ = done.send(Ok(()));
-                Some(line)
+                let mut delivery = self.end.slot.delivery();
+                if delivery.confirms {
+                    if let Some(uuid) = prompt_uuid(&line) {
+                        delivery.unconfirmed.insert(uuid, line.clone());
+                        if delivery.unconfirmed.len() > UNCONFIRMED_LIMIT {
+                            delivery.unconfirmed.shift_remove_index(0);
+                        }
+                    }
+                }
+                Some(Outgoing { line, again: false })
             }
             None => {
                 self.end.slot.closed.store(true, Ordering::SeqCst);
@@ -296,11 +394,52 @@ impl IngressWriter {
         }
     }
 
-    /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]): the
-    /// session records that it may not have arrived.
-    pub async fn undelivered(&mut self, line: Bytes) {
+    /// `line` (taken with [`Self::next_outgoing`]) was written to the socket: the session
+    /// records when (and that it went again, after a reconnect).
+    pub async fn sent(&mut self, line: Outgoing) {
+        let event = match line.again {
+            true => TransportEvent::Resent(line.line),
+            false => TransportEvent::Sent(line.line),
+        };
+        let _ = self.end.slot.events.send(event).await;
+    }
+
+    /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]). A prompt
+    /// the CLI confirms is sent again on the next connection (it is still unconfirmed), and so
+    /// is a control response; anything else may or may not have arrived, and the session
+    /// records that.
+    pub async fn undelivered(&mut self, line: Outgoing) {
+        let line = line.line;
+        {
+            let mut delivery = self.end.slot.delivery();
+            let tracked = delivery.confirms
+                && prompt_uuid(&line).is_some_and(|uuid| delivery.unconfirmed.contains_key(&uuid));
+            if tracked {
+                return;
+            }
+            if Envelope::parse(&line).is_ok_and(|envelope| envelope.kind() == "control_response") {
+                delivery.retry.push_back(line);
+                return;
+            }
+        }
         let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
     }
+}
+
+/// A line for the CLI, as taken from the slot.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// The line, with its newline.
+    pub line: Bytes,
+    /// Sent before, on an earlier connection.
+    pub again: bool,
+}
+
+/// The `uuid` of a prompt for the CLI (a `user` line), if it has one.
+fn prompt_uuid(line: &[u8]) -> Option<String> {
+    let envelope = Envelope::parse(line).ok()?;
+    (envelope.kind() == "user").then_some(())?;
+    envelope.uuid.map(|uuid| uuid.into_owned())
 }
 
 impl Drop for ConnectionEnd {
@@ -352,6 +491,8 @@ pub fn spawn(
     let mut options = options.clone();
     options.extra_args.insert(0, format!("--sdk-url={url}"));
     options.no_permission_prompt_tool = true;
+    // The CLI's echo of each prompt is how the slot knows it arrived.
+    options.replay_user_messages = true;
     options.env.insert(SESSION_TOKEN_ENV.to_owned(), token.clone());
     let (mut child, run) = stdio::start(&options)?;
     let pid = child.id();
@@ -363,7 +504,24 @@ pub fn spawn(
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     let slot = IngressSlot::new(slot_id, token, writer_rx, events_tx.clone(), None);
-    tokio::spawn(stdio::supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
+    slot.delivery().confirms = true;
+    // Before the exit: every line that never reached the CLI.
+    let last_words = {
+        let slot = slot.clone();
+        async move {
+            let lines = slot.take_undelivered().await;
+            lines.into_iter().map(TransportEvent::Undelivered).collect()
+        }
+    };
+    tokio::spawn(stdio::supervise(
+        child,
+        run.run_id.clone(),
+        stdout,
+        stderr,
+        events_tx,
+        exited_tx,
+        last_words,
+    ));
     Ok((CliLink { events, process: CliProcess::new(pid, writer_tx, exited, Some(run)) }, slot))
 }
 
@@ -450,6 +608,150 @@ mod tests {
         let (_writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
         tokio::spawn(async move { while events.recv().await.is_some() {} });
         IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, None)
+    }
+
+    /// A slot whose CLI echoes prompts, with the session's ends: its queue and its events.
+    fn confirming_slot(
+    ) -> (Arc<IngressSlot>, mpsc::Sender<WriterCommand>, mpsc::Receiver<TransportEvent>) {
+        let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
+        let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+        let slot = IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, None);
+        slot.delivery().confirms = true;
+        (slot, writer_tx, events)
+    }
+
+    async fn queue(writer: &mpsc::Sender<WriterCommand>, line: &str) {
+        let (done, _) = tokio::sync::oneshot::channel();
+        let line = Bytes::from(format!("{line}\n"));
+        writer.send(WriterCommand::Line(line, done)).await.unwrap();
+    }
+
+    fn text(line: &Outgoing) -> &str {
+        std::str::from_utf8(&line.line).unwrap().trim_end()
+    }
+
+    /// The events so far, as `kind: line`.
+    fn drain(events: &mut mpsc::Receiver<TransportEvent>) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(match event {
+                TransportEvent::Connected { reconnect } => format!("connected {reconnect}"),
+                TransportEvent::Disconnected => "disconnected".to_owned(),
+                TransportEvent::Sent(line) => {
+                    format!("sent {}", String::from_utf8_lossy(&line).trim_end())
+                }
+                TransportEvent::Resent(line) => {
+                    format!("resent {}", String::from_utf8_lossy(&line).trim_end())
+                }
+                TransportEvent::Undelivered(line) => {
+                    format!("undelivered {}", String::from_utf8_lossy(&line).trim_end())
+                }
+                TransportEvent::Line(line) => format!("line {}", line.raw),
+                other => format!("{other:?}"),
+            });
+        }
+        seen
+    }
+
+    const PROMPT_A: &str = r#"{"type":"user","message":{"role":"user","content":"A"},"uuid":"a"}"#;
+    const PROMPT_B: &str = r#"{"type":"user","message":{"role":"user","content":"B"},"uuid":"b"}"#;
+    const ANSWER: &str = r#"{"type":"control_response","response":{"subtype":"success","request_id":"r1","response":{"behavior":"allow"}}}"#;
+    const INTERRUPT: &str =
+        r#"{"type":"control_request","request_id":"sb-9","request":{"subtype":"interrupt"}}"#;
+
+    #[tokio::test]
+    async fn what_a_dead_socket_may_have_lost_goes_first_on_the_next_one() {
+        let (slot, writer, mut events) = confirming_slot();
+        let (mut reader, mut first) = slot.connect().await.unwrap();
+        // A: written, never echoed. B: its send failed. The answer's send failed. The
+        // interrupt's send failed.
+        for line in [PROMPT_A, PROMPT_B, ANSWER, INTERRUPT] {
+            queue(&writer, line).await;
+        }
+        let a = first.next_outgoing().await.unwrap();
+        first.sent(a).await;
+        for _ in 0..3 {
+            let line = first.next_outgoing().await.unwrap();
+            first.undelivered(line).await;
+        }
+        // B's echo came before the socket died: only A is unconfirmed.
+        reader
+            .incoming(
+                format!("{}\n", PROMPT_B.replace(r#""uuid""#, r#""isReplay":true,"uuid""#))
+                    .as_bytes(),
+            )
+            .await;
+        drop((reader, first));
+        assert_eq!(
+            drain(&mut events),
+            [
+                "connected false".to_owned(),
+                format!("sent {PROMPT_A}"),
+                format!("undelivered {INTERRUPT}"),
+                format!("line {}", PROMPT_B.replace(r#""uuid""#, r#""isReplay":true,"uuid""#)),
+                "disconnected".to_owned(),
+            ],
+            "a failed prompt or answer is not reported: it goes again"
+        );
+        queue(&writer, r#"{"type":"user","message":{"role":"user","content":"C"},"uuid":"c"}"#)
+            .await;
+        let (_reader, mut second) = slot.connect().await.unwrap();
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            let line = second.next_outgoing().await.unwrap();
+            order.push((text(&line).to_owned(), line.again));
+            second.sent(line).await;
+        }
+        assert_eq!(
+            order,
+            [
+                (PROMPT_A.to_owned(), true),
+                (ANSWER.to_owned(), true),
+                (
+                    r#"{"type":"user","message":{"role":"user","content":"C"},"uuid":"c"}"#
+                        .to_owned(),
+                    false
+                ),
+            ]
+        );
+        let seen = drain(&mut events);
+        assert_eq!(seen[0], "connected true");
+        assert_eq!(seen[1], format!("resent {PROMPT_A}"));
+        assert_eq!(seen[2], format!("resent {ANSWER}"));
+    }
+
+    #[tokio::test]
+    async fn a_cli_gone_for_good_leaves_what_it_never_got() {
+        let (slot, writer, _events) = confirming_slot();
+        let (reader, mut connection) = slot.connect().await.unwrap();
+        queue(&writer, PROMPT_A).await;
+        let a = connection.next_outgoing().await.unwrap();
+        connection.sent(a).await;
+        drop((reader, connection));
+        // Accepted while the CLI was away.
+        queue(&writer, PROMPT_B).await;
+        let lines: Vec<String> = slot
+            .take_undelivered()
+            .await
+            .iter()
+            .map(|line| String::from_utf8_lossy(line).trim_end().to_owned())
+            .collect();
+        assert_eq!(lines, [PROMPT_A, PROMPT_B]);
+        assert!(slot.connect().await.is_none(), "the slot is closed");
+    }
+
+    #[tokio::test]
+    async fn a_slot_whose_cli_does_not_echo_keeps_nothing() {
+        let (slot, writer, mut events) = confirming_slot();
+        slot.delivery().confirms = false;
+        let (reader, mut connection) = slot.connect().await.unwrap();
+        queue(&writer, PROMPT_A).await;
+        let a = connection.next_outgoing().await.unwrap();
+        connection.undelivered(a).await;
+        drop((reader, connection));
+        assert!(drain(&mut events).contains(&format!("undelivered {PROMPT_A}")));
+        let (_reader, _connection) = slot.connect().await.unwrap();
+        assert!(slot.delivery().replay.is_empty());
     }
 
     #[test]

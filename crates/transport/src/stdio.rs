@@ -296,10 +296,17 @@ pub enum TransportEvent {
         /// Whether an earlier connection of this CLI came before.
         reconnect: bool,
     },
-    /// `--sdk-url`: the CLI's WebSocket went down (it retries about twice, then gives up).
+    /// `--sdk-url`: the CLI's WebSocket went down (it reconnects by itself; how long it keeps
+    /// trying depends on its version).
     Disconnected,
-    /// `--sdk-url`: a line for the CLI whose socket send failed. It may or may not have arrived;
-    /// it is not sent again (a prompt sent twice runs twice).
+    /// `--sdk-url`: a line was written to the CLI's socket (queued earlier, maybe while the CLI
+    /// was away).
+    Sent(bytes::Bytes),
+    /// `--sdk-url`: a line the CLI may not have received was written again after a reconnect
+    /// (a prompt not echoed yet, with its `uuid`; a control response whose send failed).
+    Resent(bytes::Bytes),
+    /// `--sdk-url`: a line for the CLI that may not have arrived and is not sent again: a
+    /// control request whose send failed, or, before the exit, whatever never reached the CLI.
     Undelivered(bytes::Bytes),
     /// The CLI exited.
     Exited(ExitInfo),
@@ -416,7 +423,15 @@ pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
     let (writer_tx, writer_rx) = mpsc::channel(WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     tokio::spawn(write_loop(stdin, writer_rx));
-    tokio::spawn(supervise(child, run.run_id.clone(), stdout, stderr, events_tx, exited_tx));
+    tokio::spawn(supervise(
+        child,
+        run.run_id.clone(),
+        stdout,
+        stderr,
+        events_tx,
+        exited_tx,
+        std::future::ready(Vec::new()),
+    ));
     Ok(CliLink {
         events,
         process: CliProcess { pid, writer: Some(writer_tx), exited, run: Some(run) },
@@ -504,6 +519,7 @@ pub(crate) async fn supervise(
     stderr: ChildStderr,
     events: mpsc::Sender<TransportEvent>,
     exited: watch::Sender<bool>,
+    last_words: impl std::future::Future<Output = Vec<TransportEvent>>,
 ) {
     let pid = child.id();
     let stderr_task = tokio::spawn(read_stderr(stderr, events.clone()));
@@ -521,6 +537,9 @@ pub(crate) async fn supervise(
     let wrote_output = stdout_task.await.unwrap_or(false);
     let stderr_tail = stderr_task.await.unwrap_or_default();
     let _ = exited.send(true);
+    for event in last_words.await {
+        let _ = events.send(event).await;
+    }
     let _ = events
         .send(TransportEvent::Exited(ExitInfo::from_status(status, stderr_tail, wrote_output)))
         .await;

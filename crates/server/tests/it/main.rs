@@ -11,6 +11,7 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scen
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+mod drops;
 mod ui;
 
 const TOKEN: &str = "test-token-0123456789";
@@ -1070,7 +1071,7 @@ async fn sdk_url_multi_turn_model_interrupt_and_idle_drop() {
 }
 
 /// `--sdk-url` with the real 2.1.37: the socket drops mid-turn; the CLI reconnects and the turn
-/// ends normally (what it wrote while away is lost, as the CLI replays nothing).
+/// ends normally (what 2.1.37 wrote while away is lost: it replays nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_url_drop_mid_turn() {
     let SdkUrlSession { api, sandbox: _sandbox, server, id, mut ws } = start_sdk_url_session(

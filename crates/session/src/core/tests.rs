@@ -281,7 +281,7 @@ fn results_track_turns_cost_models_and_go_idle() {
 }
 
 #[test]
-fn a_line_lost_with_its_socket_is_recorded_not_resent() {
+fn a_line_that_never_reached_the_cli_is_recorded_not_sent_again() {
     let mut core = core("");
     started(&mut core);
     let effects = core.on_undelivered(
@@ -305,6 +305,49 @@ fn a_line_lost_with_its_socket_is_recorded_not_resent() {
     };
     assert_eq!(event.to_json()["event"], "undelivered");
     assert_eq!(event.to_json_text(), event.to_json().to_string());
+}
+
+#[test]
+fn every_prompt_carries_a_uuid() {
+    let mut core = core("");
+    started(&mut core);
+    let effects = core.send_user(UserMessage::prompt("one"));
+    let uuid = sent(&effects)[0]["uuid"].as_str().unwrap().to_owned();
+    assert!(uuid::Uuid::try_parse(&uuid).is_ok(), "{uuid}");
+    let mut own = UserMessage::prompt("two");
+    own.uuid = Some("mine".into());
+    assert_eq!(sent(&core.send_user(own))[0]["uuid"], "mine", "a caller's uuid is kept");
+    let again = sent(&core.send_user(UserMessage::prompt("three")))[0]["uuid"].clone();
+    assert_ne!(again, json!(uuid));
+}
+
+#[test]
+fn a_permission_answer_lost_with_the_socket_goes_again_and_nobody_is_asked_twice() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch x && ls"));
+    let answered = core.answer_permission("r1", PermissionAnswer::allow(), "alice").unwrap();
+    let answer = sent(&answered)[0].clone();
+    core.on_disconnected();
+    let effects = core.on_connected(true);
+    let initialize = sent(&effects)[0]["request_id"].as_str().unwrap().to_owned();
+    // The CLI still waits for r1: our answer never reached it.
+    let pending = json!({"type":"control_response","response":{"subtype":"error","error":"Already initialized",
+        "request_id": initialize,
+        "pending_permission_requests":[serde_json::from_str::<serde_json::Value>(&can_use_tool("r1", "touch x && ls").raw).unwrap()]}});
+    let effects = core.on_line(line(&pending.to_string()));
+    assert_eq!(sent(&effects), std::slice::from_ref(&answer), "the same answer goes again");
+    assert!(events(&effects).iter().any(|event| matches!(event,
+        SessionEvent::Resent { request_id: Some(id), .. } if id == "r1")));
+    assert!(!events(&effects)
+        .iter()
+        .any(|event| matches!(event, SessionEvent::PermissionRequested(_))));
+    assert!(core.snapshot().pending_permissions.is_empty());
+    assert_ne!(core.state(), SessionState::AwaitingPermission);
+    // A CLI that asks again itself gets it too.
+    let effects = core.on_line(can_use_tool("r1", "touch x && ls"));
+    assert_eq!(sent(&effects), [answer]);
+    assert!(core.snapshot().pending_permissions.is_empty());
 }
 
 #[test]

@@ -522,6 +522,13 @@ fn every_stored_event_reads_back_as_it_was() {
             preview: "{".into(),
             prompt: true,
         },
+        SessionEvent::Sent { line_type: "user".into(), uuid: Some("u".into()), request_id: None },
+        SessionEvent::Resent {
+            line_type: "control_response/success".into(),
+            uuid: None,
+            request_id: Some("r1".into()),
+            reason: "lost".into(),
+        },
         SessionEvent::Exited {
             code: Some(1),
             signal: None,

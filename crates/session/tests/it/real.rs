@@ -360,7 +360,7 @@ both!(subagent_messages_nest_under_their_task, |version: CliVersion| async move 
             "Task",
             json!({"description": "Read the fixture", "prompt": "SUBAGENT_PROMPT: read hello.txt", "subagent_type": "general-purpose"}),
         ),
-        CliVersion::V2_1_330 => (
+        CliVersion::V2_1_330 | CliVersion::V2_1_120 => (
             "Agent",
             json!({"description": "Read the fixture", "prompt": "SUBAGENT_PROMPT: read hello.txt", "subagent_type": "general-purpose", "run_in_background": false}),
         ),
