@@ -312,10 +312,14 @@ async fn send_message(
     Path(id): Path<String>,
     Body(body): Body<MessageBody>,
 ) -> Result<Response, ApiError> {
-    let message = user_message(body.content)?;
+    let mut message = user_message(body.content)?;
+    // Named here so that the caller can find it in the log: its echo, a `resent`, or an
+    // `undelivered`.
+    let uuid = uuid::Uuid::new_v4().to_string();
+    message.uuid = Some(uuid.clone());
     let handle = daemon.running(&id).await?;
     handle.send_message(message).await.map_err(crate::daemon::DaemonError::from)?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"queued": true}))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(json!({"queued": true, "uuid": uuid}))).into_response())
 }
 
 async fn interrupt(

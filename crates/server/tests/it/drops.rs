@@ -73,13 +73,14 @@ async fn start_with(
 }
 
 impl Broken {
-    /// Posts a message; it is accepted.
-    async fn say(&self, text: &str) {
+    /// Posts a message; it is accepted, and named by the `uuid` the answer gives.
+    async fn say(&self, text: &str) -> String {
         let (status, body) = self
             .server
             .post(&format!("/api/sessions/{}/messages", self.id), json!({"content": text}))
             .await;
         assert_eq!(status, 202, "{body}");
+        body["uuid"].as_str().expect("the answer names the message").to_owned()
     }
 
     /// The session's log.
@@ -281,9 +282,9 @@ async fn a_prompt_for_a_cli_that_never_comes_back_is_reported_undelivered(versio
     b.proxy.set_welcome(Welcome::NotFound);
     b.proxy.cut();
     b.ws.until(|frame| frame["event"]["event"] == "disconnected").await;
-    b.say("LOST").await;
+    let uuid = b.say("LOST").await;
     let frames = b.ws.until(|frame| frame["event"]["event"] == "exited").await;
-    let uuid = b.uuid_of("LOST").await;
+    assert_eq!(b.uuid_of("LOST").await, uuid, "the line carries the uuid the API answered with");
     let undelivered: Vec<&Value> = frames
         .iter()
         .map(|frame| &frame["event"])
