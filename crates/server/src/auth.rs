@@ -35,10 +35,7 @@ impl AuthConfig {
 
 /// A new random token: 32 bytes, hex.
 pub fn generate_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    switchboard_transport::random::random_hex(32)
 }
 
 /// The `Authorization: Bearer` token of a request, if any.

@@ -192,10 +192,10 @@ pub(crate) async fn pipe(
                     };
                     if !sent {
                         // Taken and maybe not delivered: the slot sends it again or says so.
-                        writer.undelivered(line).await;
+                        writer.undelivered(line);
                         break;
                     }
-                    writer.sent(line).await;
+                    writer.sent(line);
                 }
                 None => {
                     let _ = sink.send(WsMessage::Close(None)).await;

@@ -284,9 +284,14 @@ impl Actor {
             match effect {
                 Effect::Send(line) => {
                     // Queue without waiting for the flush: the actor must keep reading the
-                    // CLI's output while the pipe drains. (After shutdown began the input is
-                    // closed and the line goes nowhere.)
-                    let _ = self.link.process.enqueue(Bytes::from(line.as_bytes().to_vec())).await;
+                    // CLI's output while the pipe drains. A line the link refuses (its input
+                    // was closed: shutdown began, or a `--sdk-url` CLI is gone) never reaches
+                    // the CLI, and the log says so.
+                    let bytes = Bytes::from(line.as_bytes().to_vec());
+                    if self.link.process.enqueue(bytes).await.is_err() {
+                        let effects = self.core.on_undelivered(line.as_bytes());
+                        Box::pin(self.apply(effects)).await;
+                    }
                 }
                 Effect::Emit(event) => {
                     if let Some(observers) = self.observers.get() {

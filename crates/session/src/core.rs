@@ -282,7 +282,7 @@ pub struct SessionCore {
     /// Our answers to the CLI's permission requests (the line sent), by request id (the last
     /// [`ANSWERED_MEMORY`]): a CLI that asks again, its answer lost with a socket, gets the
     /// same answer, and nobody is asked twice.
-    decided: indexmap::IndexMap<String, Arc<str>>,
+    decided: indexmap::IndexMap<String, DecidedAnswer>,
 }
 
 impl SessionCore {
@@ -482,7 +482,12 @@ impl SessionCore {
                 }
                 let input_changed = input != request.input;
                 let result = PermissionResult::allow_with_updates(input, updates.clone());
-                self.respond_permission(request_id, &result, &mut effects);
+                self.respond_permission(
+                    request_id,
+                    request.tool_use_id.as_deref(),
+                    &result,
+                    &mut effects,
+                );
                 effects.push(Effect::Emit(SessionEvent::PermissionDecided {
                     request_id: request_id.to_owned(),
                     tool_name: request.tool_name.clone(),
@@ -505,7 +510,12 @@ impl SessionCore {
                 } else {
                     PermissionResult::deny(message.clone())
                 };
-                self.respond_permission(request_id, &result, &mut effects);
+                self.respond_permission(
+                    request_id,
+                    request.tool_use_id.as_deref(),
+                    &result,
+                    &mut effects,
+                );
                 effects.push(Effect::Emit(SessionEvent::PermissionDecided {
                     request_id: request_id.to_owned(),
                     tool_name: request.tool_name.clone(),
@@ -625,9 +635,9 @@ impl SessionCore {
     }
 
     /// `--sdk-url`: the CLI's socket is up. After a reconnect, `initialize` goes out again: its
-    /// answer (an error on 2.1.37, a success on 2.1.330) lists the permission requests the CLI
-    /// still waits for, which become the truth (2.1.37 replays nothing it sent meanwhile, and no
-    /// version replays a `can_use_tool`).
+    /// answer (an error, "Already initialized", on 2.1.37 and 2.1.120) lists the permission
+    /// requests the CLI still waits for, which become the truth (2.1.37 replays nothing it sent
+    /// meanwhile, and no version replays a `can_use_tool`).
     pub fn on_connected(&mut self, reconnect: bool) -> Vec<Effect> {
         self.changed = true;
         self.snapshot.disconnected_since_ms = None;
@@ -697,15 +707,23 @@ impl SessionCore {
     }
 
     /// Sends the recorded answer to a permission request the CLI asks for again (its answer
-    /// was lost with a socket): true when there was one.
-    fn answer_again(&mut self, request_id: &str, effects: &mut Vec<Effect>) -> bool {
-        let Some(line) = self.decided.get(request_id) else { return false };
-        effects.push(Effect::Send(Arc::from(format!("{line}\n"))));
+    /// was lost with a socket): true when there was one, for the same tool call.
+    fn answer_again(
+        &mut self,
+        request_id: &str,
+        request: &CanUseToolRequest,
+        effects: &mut Vec<Effect>,
+    ) -> bool {
+        let Some(decided) = self.decided.get(request_id) else { return false };
+        if decided.tool_use_id != request.tool_use_id {
+            return false;
+        }
+        effects.push(Effect::Send(Arc::from(format!("{}\n", decided.line))));
         effects.push(Effect::Emit(SessionEvent::Resent {
             line_type: "control_response/success".to_owned(),
             uuid: None,
             request_id: Some(request_id.to_owned()),
-            reason: "the CLI asked again for a permission it had been given (the answer was lost with its connection)".to_owned(),
+            reason: "the CLI asked again about a tool call it had been answered (the answer was lost with its connection)".to_owned(),
         }));
         true
     }
@@ -734,7 +752,7 @@ impl SessionCore {
             }
             if let ControlRequestPayload::CanUseTool(can_use_tool) = &request.request {
                 // One we answered: the answer was lost with the socket, and goes again.
-                if !self.answer_again(&request.request_id, effects) {
+                if !self.answer_again(&request.request_id, can_use_tool, effects) {
                     self.on_can_use_tool(&request.request_id, can_use_tool, effects);
                 }
             }
@@ -756,6 +774,7 @@ impl SessionCore {
             let message = format!("{reason}; denied");
             self.respond_permission(
                 &request.request_id,
+                None,
                 &PermissionResult::deny(message.clone()),
                 &mut effects,
             );
@@ -864,6 +883,7 @@ impl SessionCore {
                     );
                     self.respond_permission(
                         &request_id,
+                        asked.request.tool_use_id.as_deref(),
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
@@ -963,7 +983,7 @@ impl SessionCore {
         let request_id = request.request_id.clone();
         match &request.request {
             ControlRequestPayload::CanUseTool(can_use_tool) => {
-                if !self.answer_again(&request_id, effects) {
+                if !self.answer_again(&request_id, can_use_tool, effects) {
                     self.on_can_use_tool(&request_id, can_use_tool, effects)
                 }
             }
@@ -1003,7 +1023,12 @@ impl SessionCore {
                 } else {
                     PermissionResult::deny(decision.reason.clone())
                 };
-                self.respond_permission(request_id, &result, effects);
+                self.respond_permission(
+                    request_id,
+                    request.tool_use_id.as_deref(),
+                    &result,
+                    effects,
+                );
                 effects.push(Effect::Emit(
                     SessionEvent::decided(
                         request_id,
@@ -1329,6 +1354,7 @@ impl SessionCore {
     fn respond_permission(
         &mut self,
         request_id: &str,
+        tool_use_id: Option<&str>,
         result: &PermissionResult,
         effects: &mut Vec<Effect>,
     ) {
@@ -1336,7 +1362,8 @@ impl SessionCore {
             Message::ControlResponse(ControlResponse::permission(request_id, result)),
             effects,
         );
-        self.decided.insert(request_id.to_owned(), line);
+        let tool_use_id = tool_use_id.map(str::to_owned);
+        self.decided.insert(request_id.to_owned(), DecidedAnswer { tool_use_id, line });
         if self.decided.len() > ANSWERED_MEMORY {
             self.decided.shift_remove_index(0);
         }
@@ -1400,6 +1427,15 @@ impl SessionCore {
 }
 
 /// Whether a `user` line for the CLI is a prompt (not only tool results, which start no turn).
+/// An answer sent to one of the CLI's permission requests, kept to send again.
+#[derive(Debug)]
+struct DecidedAnswer {
+    /// The tool call it was for (a request id asked again for another call is a new request).
+    tool_use_id: Option<String>,
+    /// The `control_response` line, without its newline.
+    line: Arc<str>,
+}
+
 /// What names a line for the CLI in the log: its type (`type/subtype` for control messages),
 /// `uuid` and `request_id`.
 struct LineRef {

@@ -474,7 +474,7 @@ impl Projector {
             SessionEvent::Disconnected => emit(notice(
                 Level::Warn,
                 "disconnected",
-                "The CLI's connection dropped; it reconnects by itself (2.1.37 tries for about 5 s, later CLIs for 10 minutes), and what it had not confirmed is sent again.".into(),
+                "The CLI's connection dropped; it reconnects by itself (2.1.37 tries for about 5 s, 2.1.120 for 10 minutes).".into(),
             )),
             SessionEvent::Resent { line_type, .. } => emit(notice(
                 Level::Info,
@@ -496,9 +496,9 @@ impl Projector {
                     Level::Error,
                     "undelivered",
                     if line_type == "user" {
-                        "A message never reached the CLI (its connection was lost and not recovered): send it again.".into()
+                        "The CLI never confirmed a message before it ended or stopped listening, so it may not have run: if the transcript lacks it, send it again.".into()
                     } else {
-                        format!("A {line_type} line for the CLI was lost with its connection and may not have arrived.")
+                        format!("A {line_type} line may not have reached the CLI (its connection or input closed first).")
                     },
                 ))
             }

@@ -209,17 +209,19 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 }
 
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
-    let version: usize = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let stored: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    // A negative version (written by something else) is as unknown as a newer one.
+    let version = usize::try_from(stored).unwrap_or(usize::MAX);
     if version > MIGRATIONS.len() {
         return Err(StoreError::Database(format!(
-            "the database schema is version {version}, newer than this Switchboard knows ({}); upgrade Switchboard",
+            "the database schema is version {stored}, newer than this Switchboard knows ({}); upgrade Switchboard",
             MIGRATIONS.len()
         )));
     }
     for (index, migration) in MIGRATIONS.iter().enumerate().skip(version) {
         let transaction = connection.transaction()?;
         transaction.execute_batch(migration)?;
-        transaction.pragma_update(None, "user_version", index + 1)?;
+        transaction.pragma_update(None, "user_version", (index + 1) as i64)?;
         transaction.commit()?;
     }
     Ok(())

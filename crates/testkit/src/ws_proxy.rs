@@ -172,19 +172,32 @@ impl WsProxy {
         self.lock().refused
     }
 
-    /// Every text frame that reached the CLI.
+    /// Every text frame written to the CLI's socket.
     pub fn to_cli(&self) -> Vec<String> {
         self.lock().to_cli.clone()
     }
 
     /// Waits until `check` holds of the proxy's counts (checked on every change and every
-    /// frame).
-    pub async fn until(&self, check: impl Fn(&WsProxy) -> bool) {
+    /// frame), for at most `limit`.
+    ///
+    /// # Panics
+    /// When `limit` passes first, naming `what` was awaited.
+    pub async fn until(
+        &self,
+        what: &str,
+        limit: std::time::Duration,
+        check: impl Fn(&WsProxy) -> bool,
+    ) {
         let mut changed = self.shared.changed.subscribe();
-        while !check(self) {
-            if changed.changed().await.is_err() {
-                return;
+        let waiting = async {
+            while !check(self) {
+                if changed.changed().await.is_err() {
+                    return;
+                }
             }
+        };
+        if tokio::time::timeout(limit, waiting).await.is_err() {
+            panic!("the proxy did not see {what} within {limit:?}");
         }
     }
 
@@ -243,8 +256,9 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
     });
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
-    let up = forward_up(client_read, upstream_write, shared.clone(), number);
-    let down = forward_down(upstream_read, client_write, shared.clone(), number);
+    let link = Link { number, cuts };
+    let up = forward_up(client_read, upstream_write, shared.clone(), link);
+    let down = forward_down(upstream_read, client_write, shared.clone(), link);
     let mut watch = shared.changed.subscribe();
     let cut = async {
         loop {
@@ -276,15 +290,31 @@ async fn connect_upstream(upstream: SocketAddr) -> std::io::Result<TcpStream> {
 /// The receive buffer asked for on the daemon's side of the proxy.
 const STALL_BUFFER_BYTES: u32 = 16 * 1024;
 
-/// Waits while connection `number`'s traffic in this direction is held back (`stalls`: whether
-/// a stall holds it).
-async fn wait_for_flow(shared: &Shared, number: usize, stalls: bool) {
+/// Which connection a forwarding task serves.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    /// Its number (1 for the first forwarded).
+    number: usize,
+    /// The cuts made before it began (a later one ends it).
+    cuts: u64,
+}
+
+/// Waits while `link`'s traffic in this direction is held back (`stalls`: whether a stall
+/// holds it). False when the link was cut meanwhile: what it held must not go out (a cut
+/// also ends the stall, for the connections after it).
+async fn wait_for_flow(shared: &Shared, link: Link, stalls: bool) -> bool {
     let mut watch = shared.changed.subscribe();
     loop {
-        let (flow, silenced) = shared.read(|state| (state.flow, state.silenced));
-        let held = number <= silenced || (stalls && flow == Flow::Stall);
-        if !held || watch.changed().await.is_err() {
-            return;
+        let (flow, silenced, cuts) = shared.read(|state| (state.flow, state.silenced, state.cuts));
+        if cuts > link.cuts {
+            return false;
+        }
+        let held = link.number <= silenced || (stalls && flow == Flow::Stall);
+        if !held {
+            return true;
+        }
+        if watch.changed().await.is_err() {
+            return false;
         }
     }
 }
@@ -294,17 +324,21 @@ async fn forward_up(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<Shared>,
-    number: usize,
+    link: Link,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
-        wait_for_flow(&shared, number, false).await;
+        if !wait_for_flow(&shared, link, false).await {
+            return;
+        }
         let read = match from.read(&mut buffer).await {
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
         // Read before a blackhole began: held until it ends, like the rest.
-        wait_for_flow(&shared, number, false).await;
+        if !wait_for_flow(&shared, link, false).await {
+            return;
+        }
         if to.write_all(&buffer[..read]).await.is_err() {
             return;
         }
@@ -317,7 +351,7 @@ async fn forward_down(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<Shared>,
-    number: usize,
+    link: Link,
 ) {
     let mut pending: Vec<u8> = Vec::new();
     let mut head_done = false;
@@ -326,9 +360,18 @@ async fn forward_down(
         if head_done {
             while let Some(length) = frame_length(&pending) {
                 let frame: Vec<u8> = pending.drain(..length).collect();
-                wait_for_flow(&shared, number, true).await;
-                if deliver(&frame, &shared) && to.write_all(&frame).await.is_err() {
+                if !wait_for_flow(&shared, link, true).await {
                     return;
+                }
+                if !passes(&frame, &shared) {
+                    continue;
+                }
+                if to.write_all(&frame).await.is_err() {
+                    return;
+                }
+                if frame[0] & 0x0f == 1 {
+                    let text = String::from_utf8_lossy(frame_payload(&frame)).into_owned();
+                    shared.change(|state| state.to_cli.push(text));
                 }
             }
         } else if let Some(end) = find(&pending, b"\r\n\r\n") {
@@ -339,7 +382,9 @@ async fn forward_down(
             head_done = true;
             continue;
         }
-        wait_for_flow(&shared, number, true).await;
+        if !wait_for_flow(&shared, link, true).await {
+            return;
+        }
         match from.read(&mut buffer).await {
             Ok(0) | Err(_) => return,
             Ok(read) => pending.extend_from_slice(&buffer[..read]),
@@ -347,26 +392,21 @@ async fn forward_down(
     }
 }
 
-/// Whether `frame` goes on to the CLI (false: an armed swallow took it). Text frames that go
-/// on are recorded.
-fn deliver(frame: &[u8], shared: &Shared) -> bool {
+/// Whether `frame` goes on to the CLI (false: an armed swallow took it).
+fn passes(frame: &[u8], shared: &Shared) -> bool {
+    if frame[0] & 0x0f != 1 {
+        return true;
+    }
     let payload = frame_payload(frame);
-    let text = || String::from_utf8_lossy(payload).into_owned();
-    let opcode = frame[0] & 0x0f;
-    let mut delivered = true;
+    let mut passes = true;
     shared.change(|state| {
-        if opcode != 1 {
-            return;
-        }
         if let Some(at) = state.swallow.iter().position(|needle| find(payload, needle).is_some()) {
             state.swallow.remove(at);
-            state.swallowed.push(text());
-            delivered = false;
-        } else {
-            state.to_cli.push(text());
+            state.swallowed.push(String::from_utf8_lossy(payload).into_owned());
+            passes = false;
         }
     });
-    delivered
+    passes
 }
 
 /// The length of the first whole frame in `bytes`, if it is all there (RFC 6455 §5.2).

@@ -6,8 +6,10 @@
 //!   (CLIs up to 2.1.120).
 //! - [`procs`]: no process outlives its session (run ids, the sweep, leftovers of a killed
 //!   daemon).
+//! - [`random`]: tokens and ids from the OS's random source.
 
 pub mod procs;
+pub mod random;
 pub mod sdk_url;
 pub mod stdio;
 

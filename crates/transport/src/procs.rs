@@ -26,10 +26,7 @@ pub const SWEEP_ROUNDS: usize = 8;
 
 /// A new run id: 128 random bits, hex.
 pub fn new_run_id() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::random::random_hex(16)
 }
 
 /// Kills every process of this user whose environment carries `RUN_VARIABLE=run_id`, looking

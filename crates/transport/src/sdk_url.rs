@@ -78,18 +78,56 @@ struct Delivery {
     /// The CLI echoes each prompt (it runs with `--replay-user-messages`): prompts with a
     /// `uuid` are kept in `unconfirmed` from their first send to their echo.
     confirms: bool,
-    /// Prompts sent and not echoed yet, oldest first (at most [`UNCONFIRMED_LIMIT`]).
+    /// Prompts sent and not echoed yet, oldest first (at most [`UNCONFIRMED_LIMIT`] of them and
+    /// [`UNCONFIRMED_BYTES`] in all).
     unconfirmed: indexmap::IndexMap<String, Bytes>,
-    /// Lines whose send failed that are safe to send again, oldest first.
+    unconfirmed_bytes: usize,
+    /// Lines whose send failed that are safe to send again, oldest first; each stays until a
+    /// connection has written it.
     retry: VecDeque<Bytes>,
     /// What the current connection sends before the queue: on a reconnect, the unconfirmed
     /// prompts and the lines to retry, in the order they were first sent.
     replay: VecDeque<Bytes>,
 }
 
-/// Prompts kept unconfirmed at most (a CLI that never echoes cannot grow the slot without
-/// bound; the oldest is forgotten, as sent).
+/// Prompts kept unconfirmed at most: past it (or past [`UNCONFIRMED_BYTES`]) the oldest is
+/// given up and reported undelivered, so a CLI that never echoes cannot grow the slot without
+/// bound.
 pub const UNCONFIRMED_LIMIT: usize = 1000;
+
+/// The bytes of unconfirmed prompts kept at most (a few large prompts reach it before
+/// [`UNCONFIRMED_LIMIT`]).
+pub const UNCONFIRMED_BYTES: usize = 64 * 1024 * 1024;
+
+impl Delivery {
+    /// Confirms the prompt `uuid` and every one sent before it: the CLI runs prompts in the
+    /// order they came, and 2.1.37 echoes a turn's prompt only after its first assistant
+    /// message (a local slash command's, never).
+    fn confirm(&mut self, uuid: &str) {
+        if let Some(position) = self.unconfirmed.get_index_of(uuid) {
+            for (_, line) in self.unconfirmed.drain(..=position) {
+                self.unconfirmed_bytes -= line.len();
+            }
+        }
+    }
+
+    /// Keeps a prompt until its echo; returns the prompts given up to stay in bounds.
+    fn keep(&mut self, uuid: String, line: Bytes) -> Vec<Bytes> {
+        self.unconfirmed_bytes += line.len();
+        if let Some(old) = self.unconfirmed.insert(uuid, line) {
+            self.unconfirmed_bytes -= old.len();
+        }
+        let mut given_up = Vec::new();
+        while self.unconfirmed.len() > UNCONFIRMED_LIMIT
+            || (self.unconfirmed_bytes > UNCONFIRMED_BYTES && self.unconfirmed.len() > 1)
+        {
+            let Some((_, line)) = self.unconfirmed.shift_remove_index(0) else { break };
+            self.unconfirmed_bytes -= line.len();
+            given_up.push(line);
+        }
+        given_up
+    }
+}
 
 impl std::fmt::Debug for IngressSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -120,6 +158,22 @@ impl IngressSlot {
         })
     }
 
+    /// Tells the session about a line, without waiting: the socket's writer must never wait
+    /// for the session's queue, whose reader may itself be waiting to queue a line for this
+    /// writer. When the queue is full the news goes on a task of its own (one per line
+    /// written, so bounded by the write queue).
+    fn stamp(&self, event: TransportEvent) {
+        match self.events.try_send(event) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => {
+                let events = self.events.clone();
+                tokio::spawn(async move {
+                    let _ = events.send(event).await;
+                });
+            }
+        }
+    }
+
     fn delivery(&self) -> std::sync::MutexGuard<'_, Delivery> {
         self.delivery.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -131,7 +185,7 @@ impl IngressSlot {
                 if let Some(uuid) = &user.uuid {
                     let mut delivery = self.delivery();
                     if delivery.confirms {
-                        delivery.unconfirmed.shift_remove(uuid.as_str());
+                        delivery.confirm(uuid);
                     }
                 }
             }
@@ -140,15 +194,18 @@ impl IngressSlot {
 
     /// The lines that never reached the CLI, once it is gone: unconfirmed prompts, lines to
     /// retry, and what is still queued, oldest first. Ends the current connection first (its
-    /// writer holds the queue).
+    /// writer holds the queue), and closes the queue: a line the session sends after this is
+    /// refused at once, and the session reports it.
     pub async fn take_undelivered(&self) -> Vec<Bytes> {
         self.closed.store(true, Ordering::SeqCst);
         self.take_ticket();
         let mut outgoing = self.outgoing.lock().await;
+        outgoing.close();
         let mut lines: Vec<Bytes> = {
             let mut delivery = self.delivery();
             let delivery = &mut *delivery;
             delivery.replay.clear();
+            delivery.unconfirmed_bytes = 0;
             let mut lines: Vec<Bytes> =
                 std::mem::take(&mut delivery.unconfirmed).into_values().collect();
             lines.extend(delivery.retry.drain(..));
@@ -197,11 +254,13 @@ impl IngressSlot {
         }
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
         {
-            // Sent again first, in the order first sent: what this CLI may not have.
+            // Sent again first, in the order first sent: what this CLI may not have. (Built
+            // afresh each time: what an earlier connection did not get to stays in
+            // `unconfirmed` and `retry` until written.)
             let mut delivery = self.delivery();
             let delivery = &mut *delivery;
             let mut replay: VecDeque<Bytes> = delivery.unconfirmed.values().cloned().collect();
-            replay.extend(delivery.retry.drain(..));
+            replay.extend(delivery.retry.iter().cloned());
             delivery.replay = replay;
         }
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
@@ -359,20 +418,30 @@ impl IngressWriter {
     /// glues it to the next and dies): first what a reconnect sends again, then the session's
     /// queue. `None` when the session closed its input: close the socket then.
     pub async fn next_outgoing(&mut self) -> Option<Outgoing> {
-        if let Some(line) = self.end.slot.delivery().replay.pop_front() {
-            return Some(Outgoing { line, again: true });
+        {
+            let mut delivery = self.end.slot.delivery();
+            while let Some(line) = delivery.replay.pop_front() {
+                // A prompt confirmed since the connection began (2.1.120 replays its echoes
+                // first) needs no second copy.
+                let confirmed = prompt_uuid(&line)
+                    .is_some_and(|uuid| !delivery.unconfirmed.contains_key(&uuid));
+                if !confirmed {
+                    return Some(Outgoing { line, again: true });
+                }
+            }
         }
         match self.outgoing.recv().await {
             Some(WriterCommand::Line(line, done)) => {
                 let _ = done.send(Ok(()));
-                let mut delivery = self.end.slot.delivery();
-                if delivery.confirms {
-                    if let Some(uuid) = prompt_uuid(&line) {
-                        delivery.unconfirmed.insert(uuid, line.clone());
-                        if delivery.unconfirmed.len() > UNCONFIRMED_LIMIT {
-                            delivery.unconfirmed.shift_remove_index(0);
-                        }
+                let given_up = {
+                    let mut delivery = self.end.slot.delivery();
+                    match prompt_uuid(&line) {
+                        Some(uuid) if delivery.confirms => delivery.keep(uuid, line.clone()),
+                        _ => Vec::new(),
                     }
+                };
+                for old in given_up {
+                    self.end.slot.stamp(TransportEvent::Undelivered(old));
                 }
                 Some(Outgoing { line, again: false })
             }
@@ -396,19 +465,25 @@ impl IngressWriter {
 
     /// `line` (taken with [`Self::next_outgoing`]) was written to the socket: the session
     /// records when (and that it went again, after a reconnect).
-    pub async fn sent(&mut self, line: Outgoing) {
+    pub fn sent(&mut self, line: Outgoing) {
         let event = match line.again {
-            true => TransportEvent::Resent(line.line),
+            true => {
+                let mut delivery = self.end.slot.delivery();
+                if let Some(at) = delivery.retry.iter().position(|old| *old == line.line) {
+                    delivery.retry.remove(at);
+                }
+                TransportEvent::Resent(line.line)
+            }
             false => TransportEvent::Sent(line.line),
         };
-        let _ = self.end.slot.events.send(event).await;
+        self.end.slot.stamp(event);
     }
 
     /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]). A prompt
     /// the CLI confirms is sent again on the next connection (it is still unconfirmed), and so
     /// is a control response; anything else may or may not have arrived, and the session
     /// records that.
-    pub async fn undelivered(&mut self, line: Outgoing) {
+    pub fn undelivered(&mut self, line: Outgoing) {
         let line = line.line;
         {
             let mut delivery = self.end.slot.delivery();
@@ -418,11 +493,13 @@ impl IngressWriter {
                 return;
             }
             if Envelope::parse(&line).is_ok_and(|envelope| envelope.kind() == "control_response") {
-                delivery.retry.push_back(line);
+                if !delivery.retry.contains(&line) {
+                    delivery.retry.push_back(line);
+                }
                 return;
             }
         }
-        let _ = self.end.slot.events.send(TransportEvent::Undelivered(line)).await;
+        self.end.slot.stamp(TransportEvent::Undelivered(line));
     }
 }
 
@@ -527,10 +604,7 @@ pub fn spawn(
 
 /// 32 hex characters from the OS's random source.
 fn random_hex() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::random::random_hex(16)
 }
 
 /// Whether a CLI version accepts a non-Anthropic `--sdk-url`.
@@ -663,18 +737,21 @@ mod tests {
     async fn what_a_dead_socket_may_have_lost_goes_first_on_the_next_one() {
         let (slot, writer, mut events) = confirming_slot();
         let (mut reader, mut first) = slot.connect().await.unwrap();
-        // A: written, never echoed. B: its send failed. The answer's send failed. The
+        // B: its send failed. A: written, never echoed. The answer's send failed. The
         // interrupt's send failed.
-        for line in [PROMPT_A, PROMPT_B, ANSWER, INTERRUPT] {
+        for line in [PROMPT_B, PROMPT_A, ANSWER, INTERRUPT] {
             queue(&writer, line).await;
         }
+        let b = first.next_outgoing().await.unwrap();
+        first.undelivered(b);
         let a = first.next_outgoing().await.unwrap();
-        first.sent(a).await;
-        for _ in 0..3 {
+        first.sent(a);
+        for _ in 0..2 {
             let line = first.next_outgoing().await.unwrap();
-            first.undelivered(line).await;
+            first.undelivered(line);
         }
-        // B's echo came before the socket died: only A is unconfirmed.
+        // B's echo came before the socket died (it arrived after all): only A, sent after it,
+        // is unconfirmed.
         reader
             .incoming(
                 format!("{}\n", PROMPT_B.replace(r#""uuid""#, r#""isReplay":true,"uuid""#))
@@ -700,7 +777,7 @@ mod tests {
         for _ in 0..3 {
             let line = second.next_outgoing().await.unwrap();
             order.push((text(&line).to_owned(), line.again));
-            second.sent(line).await;
+            second.sent(line);
         }
         assert_eq!(
             order,
@@ -721,12 +798,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn what_a_connection_did_not_get_to_send_again_waits_for_the_next() {
+        let (slot, writer, mut events) = confirming_slot();
+        let (reader, mut first) = slot.connect().await.unwrap();
+        queue(&writer, ANSWER).await;
+        let answer = first.next_outgoing().await.unwrap();
+        first.undelivered(answer);
+        drop((reader, first));
+        // The second connection dies before it gets to the answer.
+        let (reader, second) = slot.connect().await.unwrap();
+        drop((reader, second));
+        let (_reader, mut third) = slot.connect().await.unwrap();
+        let again = third.next_outgoing().await.unwrap();
+        assert_eq!((text(&again), again.again), (ANSWER, true));
+        third.sent(again);
+        assert!(slot.delivery().retry.is_empty(), "written: no longer to retry");
+        assert!(!drain(&mut events).iter().any(|event| event.starts_with("undelivered")));
+    }
+
+    #[tokio::test]
+    async fn an_echo_confirms_every_prompt_before_it() {
+        let (slot, writer, _events) = confirming_slot();
+        let (mut reader, mut connection) = slot.connect().await.unwrap();
+        for line in [PROMPT_A, PROMPT_B] {
+            queue(&writer, line).await;
+            let line = connection.next_outgoing().await.unwrap();
+            connection.sent(line);
+        }
+        // 2.1.37 never echoes a local slash command's prompt: B's echo confirms A too.
+        let echo = PROMPT_B.replace(r#""uuid""#, r#""isReplay":true,"uuid""#);
+        reader.incoming(format!("{echo}\n").as_bytes()).await;
+        assert!(slot.delivery().unconfirmed.is_empty());
+        assert_eq!(slot.delivery().unconfirmed_bytes, 0);
+    }
+
+    #[tokio::test]
     async fn a_cli_gone_for_good_leaves_what_it_never_got() {
         let (slot, writer, _events) = confirming_slot();
         let (reader, mut connection) = slot.connect().await.unwrap();
         queue(&writer, PROMPT_A).await;
         let a = connection.next_outgoing().await.unwrap();
-        connection.sent(a).await;
+        connection.sent(a);
         drop((reader, connection));
         // Accepted while the CLI was away.
         queue(&writer, PROMPT_B).await;
@@ -738,6 +850,9 @@ mod tests {
             .collect();
         assert_eq!(lines, [PROMPT_A, PROMPT_B]);
         assert!(slot.connect().await.is_none(), "the slot is closed");
+        let (done, _) = tokio::sync::oneshot::channel();
+        let late = WriterCommand::Line(Bytes::from_static(b"{}\n"), done);
+        assert!(writer.send(late).await.is_err(), "a line sent later is refused at once");
     }
 
     #[tokio::test]
@@ -747,17 +862,10 @@ mod tests {
         let (reader, mut connection) = slot.connect().await.unwrap();
         queue(&writer, PROMPT_A).await;
         let a = connection.next_outgoing().await.unwrap();
-        connection.undelivered(a).await;
+        connection.undelivered(a);
         drop((reader, connection));
         assert!(drain(&mut events).contains(&format!("undelivered {PROMPT_A}")));
         let (_reader, _connection) = slot.connect().await.unwrap();
         assert!(slot.delivery().replay.is_empty());
-    }
-
-    #[test]
-    fn tokens_are_random_and_long() {
-        let (a, b) = (random_hex(), random_hex());
-        assert_eq!(a.len(), 32);
-        assert_ne!(a, b);
     }
 }

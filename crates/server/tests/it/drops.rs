@@ -145,17 +145,21 @@ async fn a_prompt_swallowed_by_a_dying_socket_goes_again_and_runs_once(version: 
         version,
         Scenario::new()
             .reply(Reply::text("first").when_prompt("ONE"))
-            .reply(Reply::text("second").when_prompt("TWO")),
+            .reply(Reply::text("second").when_prompt("TWO"))
+            .reply(Reply::text("third").when_prompt("THREE")),
         "ONE",
     )
     .await;
     b.idle().await;
     b.proxy.swallow("TWO");
     b.say("TWO").await;
-    b.proxy.until(|proxy| proxy.swallowed().len() == 1).await;
+    b.proxy.until("the swallow", WAIT, |proxy| proxy.swallowed().len() == 1).await;
     b.proxy.cut();
     let frames = b.ws.until(is_result).await;
     assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "second");
+    // A second run of TWO would come before the next prompt's.
+    b.say("THREE").await;
+    b.ws.until(|frame| is_result(frame) && frame["event"]["line"]["result"] == "third").await;
     b.idle().await;
     assert_eq!(b.model_saw("TWO"), 1, "the prompt ran once");
     let uuid = b.uuid_of("TWO").await;
@@ -173,20 +177,35 @@ async fn a_prompt_the_cli_holds_but_has_not_run_runs_once(version: CliVersion) {
         version,
         Scenario::new()
             .reply(Reply::text("one two three").when_prompt("ONE").hold_after(1))
-            .reply(Reply::text("second").when_prompt("TWO")),
+            .reply(Reply::text("second").when_prompt("TWO"))
+            .reply(Reply::text("third").when_prompt("THREE")),
         "ONE",
     )
     .await;
     b.ws.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
     b.say("TWO").await;
-    b.proxy.until(|proxy| proxy.to_cli().iter().any(|frame| frame.contains("TWO"))).await;
+    b.proxy
+        .until("TWO written to the CLI", WAIT, |proxy| {
+            proxy.to_cli().iter().any(|frame| frame.contains("TWO"))
+        })
+        .await;
     b.proxy.cut();
     b.reconnected().await;
     b.api.release();
+    let uuid = b.uuid_of("TWO").await;
     b.ws.until(|frame| is_result(frame) && frame["event"]["line"]["result"] == "second").await;
+    // A second run of TWO would come before the next prompt's.
+    b.say("THREE").await;
+    b.ws.until(|frame| is_result(frame) && frame["event"]["line"]["result"] == "third").await;
     b.idle().await;
     assert_eq!(b.model_saw("TWO"), 1, "the prompt ran once");
     assert_eq!(b.model_saw("ONE"), 1);
+    let log = b.log().await;
+    let resent = events_of(&log, "resent");
+    assert!(
+        resent.iter().any(|event| event["uuid"] == uuid.as_str()),
+        "TWO went again (the CLI had it, unconfirmed): {resent:?}"
+    );
     b.server.stop().await;
 }
 
@@ -248,7 +267,7 @@ async fn a_lost_permission_answer_goes_again_without_asking_twice(version: CliVe
         )
         .await;
     assert_eq!(status, 200, "{answer}");
-    b.proxy.until(|proxy| proxy.swallowed().len() == 1).await;
+    b.proxy.until("the swallow", WAIT, |proxy| proxy.swallowed().len() == 1).await;
     b.proxy.cut();
     let frames = b.ws.until(is_result).await;
     assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Done.");
@@ -320,7 +339,7 @@ async fn a_line_queued_while_the_cli_is_away_is_stamped_when_sent(version: CliVe
     // A refused attempt (closed before the handshake), which both versions try again.
     b.proxy.set_welcome(Welcome::Close);
     b.proxy.cut();
-    b.proxy.until(|proxy| proxy.refused() >= 1).await;
+    b.proxy.until("a refused attempt", WAIT, |proxy| proxy.refused() >= 1).await;
     b.say("LATE").await;
     b.proxy.set_welcome(Welcome::Forward);
     b.ws.until(|frame| is_result(frame) && frame["event"]["line"]["result"] == "late").await;

@@ -348,6 +348,11 @@ fn a_permission_answer_lost_with_the_socket_goes_again_and_nobody_is_asked_twice
     let effects = core.on_line(can_use_tool("r1", "touch x && ls"));
     assert_eq!(sent(&effects), [answer]);
     assert!(core.snapshot().pending_permissions.is_empty());
+    // The same id for another tool call is a new question.
+    let other = can_use_tool("r1", "rm -rf x").raw.replace("toolu_1", "toolu_2");
+    let effects = core.on_line(line(&other));
+    assert!(sent(&effects).is_empty(), "{effects:?}");
+    assert_eq!(core.snapshot().pending_permissions.len(), 1);
 }
 
 #[test]
