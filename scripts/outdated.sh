@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Lists the workspace's direct dependencies that are behind their newest stable major (for
+# 0.x crates, their newest minor), read from the crates.io sparse index.
+#
+#   scripts/outdated.sh           a table of every direct dependency (behind ones marked)
+#   scripts/outdated.sh --json    the same as JSON, for scripts
+#   scripts/outdated.sh --check   exits 1 when any is behind (a dependency held back on purpose
+#                                 says why next to it in its manifest)
+#
+# Needs cargo, curl and python3. CRATES_INDEX overrides the index (default
+# https://index.crates.io).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="table"
+case "${1:-}" in
+  "") ;;
+  --json) mode="json" ;;
+  --check) mode="check" ;;
+  -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "outdated: unknown option $1 (try --help)" >&2; exit 2 ;;
+esac
+
+for tool in cargo curl python3; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "outdated: $tool is not installed" >&2; exit 1; }
+done
+
+metadata="$(mktemp)"
+trap 'rm -f "$metadata"' EXIT
+cargo metadata --format-version 1 --no-deps --locked >"$metadata"
+
+INDEX="${CRATES_INDEX:-https://index.crates.io}" MODE="$mode" METADATA="$metadata" python3 - <<'PY'
+import json, os, re, subprocess, sys
+
+index = os.environ["INDEX"].rstrip("/")
+mode = os.environ["MODE"]
+with open(os.environ["METADATA"]) as f:
+    metadata = json.load(f)
+
+# Direct dependencies from the registry, with every requirement the workspace states.
+wanted = {}
+for package in metadata["packages"]:
+    for dep in package["dependencies"]:
+        source = dep.get("source") or ""
+        if not source.startswith("registry+"):
+            continue
+        wanted.setdefault(dep["name"], set()).add(dep["req"])
+
+def index_path(name):
+    name = name.lower()
+    if len(name) <= 2:
+        return f"{len(name)}/{name}"
+    if len(name) == 3:
+        return f"3/{name[0]}/{name}"
+    return f"{name[:2]}/{name[2:4]}/{name}"
+
+def parse(version):
+    core = version.split("+")[0]
+    if "-" in core:
+        return None  # a pre-release
+    parts = core.split(".")
+    try:
+        return tuple(int(part) for part in parts[:3])
+    except ValueError:
+        return None
+
+def line_of(version):
+    """What a caret requirement keeps: the major, or for 0.x the minor (0.0.x: the patch)."""
+    major, minor, patch = (list(version) + [0, 0, 0])[:3]
+    if major > 0:
+        return (major,)
+    if minor > 0:
+        return (0, minor)
+    return (0, 0, patch)
+
+def requirement_line(req):
+    match = re.search(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", req)
+    if not match:
+        return None
+    numbers = [int(group) for group in match.groups() if group is not None]
+    major = numbers[0]
+    minor = numbers[1] if len(numbers) > 1 else None
+    if major > 0:
+        return (major,)
+    if minor is None or minor > 0:
+        return (0, minor if minor is not None else 0)
+    return (0, 0, numbers[2] if len(numbers) > 2 else 0)
+
+def newest(name):
+    url = f"{index}/{index_path(name)}"
+    out = subprocess.run(["curl", "-fsS", "--max-time", "30", url], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"outdated: could not read {url}: {out.stderr.strip()}")
+    best = None
+    for line in out.stdout.splitlines():
+        entry = json.loads(line)
+        if entry.get("yanked"):
+            continue
+        version = parse(entry["vers"])
+        if version and (best is None or version > best[0]):
+            best = (version, entry["vers"])
+    return best[1] if best else None
+
+rows = []
+for name in sorted(wanted):
+    latest = newest(name)
+    reqs = sorted(wanted[name])
+    latest_line = line_of(parse(latest)) if latest else None
+    behind = [req for req in reqs if requirement_line(req) != latest_line]
+    rows.append({"name": name, "requirements": reqs, "newest": latest, "behind": bool(behind)})
+
+if mode == "json":
+    json.dump(rows, sys.stdout, indent=2)
+    print()
+    sys.exit(0)
+
+width = max(len(row["name"]) for row in rows)
+for row in rows:
+    mark = "BEHIND" if row["behind"] else "ok"
+    print(f"{row['name']:<{width}}  {', '.join(row['requirements']):<16}  newest {row['newest']:<10}  {mark}")
+behind = [row["name"] for row in rows if row["behind"]]
+print(f"\n{len(behind)} of {len(rows)} direct dependencies behind their newest major" + (f": {', '.join(behind)}" if behind else ""))
+if mode == "check" and behind:
+    sys.exit(1)
+PY
