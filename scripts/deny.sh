@@ -18,13 +18,15 @@ bin="$root/bin/cargo-deny"
 
 if [ ! -x "$bin" ]; then
   echo "deny: installing cargo-deny $VERSION into $root (once) ..." >&2
-  tmp="$(mktemp -d "${CACHE%/}.cargo-deny.XXXXXX" 2>/dev/null || mktemp -d)"
+  # Installed into a fresh folder beside the final one, then swapped in: an interrupted
+  # install leaves no half copy where the next run would take it for whole.
+  mkdir -p "$CACHE"
+  tmp="$(mktemp -d "$CACHE/.install-cargo-deny.XXXXXX")"
   if ! cargo install cargo-deny --version "=$VERSION" --locked --root "$tmp" --quiet; then
     rm -rf "$tmp"
     echo "deny: cargo could not install cargo-deny $VERSION" >&2
     exit 1
   fi
-  mkdir -p "$CACHE"
   rm -rf "$root"
   mv "$tmp" "$root"
 fi
