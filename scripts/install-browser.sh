@@ -15,7 +15,21 @@ if [[ ! -x "$chromium" ]]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
 fi
 
-if [[ ! -d e2e/node_modules/playwright-core ]] || ! cmp -s e2e/package-lock.json e2e/node_modules/.package-lock.json 2>/dev/null; then
+# Installed already when every package the lockfile pins is there at its pinned version (npm's
+# own hidden lockfile never equals package-lock.json byte for byte, so it is not compared).
+installed() {
+  node -e '
+    const fs = require("fs");
+    const lock = JSON.parse(fs.readFileSync("e2e/package-lock.json", "utf8"));
+    for (const [path, entry] of Object.entries(lock.packages || {})) {
+      if (!path.startsWith("node_modules/")) continue;
+      let found;
+      try { found = JSON.parse(fs.readFileSync(`e2e/${path}/package.json`, "utf8")).version; } catch { process.exit(1); }
+      if (found !== entry.version) process.exit(1);
+    }
+  ' 2>/dev/null
+}
+if ! installed; then
   echo "install-browser: installing playwright-core (e2e/package-lock.json)" >&2
   (cd e2e && npm ci --ignore-scripts --no-audit --no-fund --silent)
 fi

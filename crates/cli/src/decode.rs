@@ -20,7 +20,8 @@ use switchboard_protocol::{ControlRequestPayload, Message, SystemMessage};
 /// Arguments of `switchboard decode`.
 #[derive(Debug, Args)]
 pub(crate) struct DecodeArgs {
-    /// Exit 1 when any line is of an unknown type or subtype, or malformed.
+    /// Exit 1 when any line is of an unknown type or subtype, does not fit the model of its
+    /// type (a drift: the reason goes to stderr), or is malformed.
     #[arg(long)]
     strict: bool,
     /// Check that each line's typed view re-encodes to the same JSON value (nothing lost or
@@ -173,6 +174,20 @@ fn handle_line(
             return Ok(());
         }
     };
+    if let Message::Drift(drift) = &message {
+        // A known type whose fields do not fit: unknown, with the reason.
+        let read = if drift.salvaged.is_some() {
+            format!("; read without `{}`", drift.left_out)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "{name}: {}: {} does not fit the model: {}{read}",
+            line.position,
+            message.type_name().unwrap_or("-"),
+            drift.reason
+        );
+    }
     if is_unknown(&message) {
         tally.unknown += 1;
     } else {
@@ -202,7 +217,7 @@ fn handle_line(
 /// Whether the line's type, or the subtype that picks its shape, is one the model lacks.
 fn is_unknown(message: &Message) -> bool {
     match message {
-        Message::Unknown(_) => true,
+        Message::Unknown(_) | Message::Drift(_) => true,
         Message::System(SystemMessage::Unknown(_)) => true,
         Message::ControlRequest(request) => {
             matches!(request.request, ControlRequestPayload::Unknown(_))

@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 
 mod client;
 mod decode;
+mod demo;
+mod doctor;
+mod fake_api;
 mod run;
 mod serve;
 
@@ -30,8 +33,12 @@ enum Command {
     /// malformed lines and mismatches go to stderr. Run it on a new CLI's output to see what
     /// changed.
     ///
-    /// Exit status: 0 when the checks asked for pass; 1 when --strict finds an unknown or
-    /// malformed line, or --roundtrip finds a mismatch; 2 when an input cannot be read.
+    /// A line of a known type whose fields do not fit the model (a newer or older CLI changed
+    /// a field's shape) counts as unknown, with the reason on stderr.
+    ///
+    /// Exit status: 0 when the checks asked for pass; 1 when --strict finds an unknown,
+    /// drifted or malformed line, or --roundtrip finds a mismatch; 2 when an input cannot be
+    /// read.
     Decode(decode::DecodeArgs),
     /// Run one Claude Code session from a prompt to its result.
     ///
@@ -58,6 +65,25 @@ enum Command {
     Approve(client::AnswerArgs),
     /// Deny a pending permission request.
     Deny(client::AnswerArgs),
+    /// Check this machine: the `claude` it finds (path, version, whether the version is in
+    /// the tested range and can use --sdk-url), whether the CLI looks logged in, whether the
+    /// data directory is writable and the port free. Each problem comes with its fix.
+    ///
+    /// Needs no network. Exit status: 0 when nothing failed (warnings allowed), 1 otherwise.
+    Doctor(doctor::DoctorArgs),
+    /// See Switchboard without a Claude login or a network: the daemon drives your `claude`
+    /// against a built-in scripted model, in a scratch project.
+    ///
+    /// Prints a URL to open. The tour shows text streaming, a Bash call waiting for your
+    /// approval, an Edit as a diff, a subagent, a question, and the cost of each turn. Nothing
+    /// is kept: Ctrl-C ends it and removes the scratch folder.
+    Demo(demo::DemoArgs),
+    /// Serve the scripted fake Anthropic API that Switchboard's tests use, for your own
+    /// integration tests.
+    ///
+    /// Prints `ANTHROPIC_BASE_URL=…` (or `{"url": …}` with --json) and serves until Ctrl-C.
+    /// The script format is in docs/fake-api.md.
+    FakeApi(fake_api::FakeApiArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +95,9 @@ fn main() -> ExitCode {
         Command::Sessions(args) => block_on(client::sessions(args)),
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
+        Command::Doctor(args) => block_on(doctor::doctor(args)),
+        Command::Demo(args) => block_on(demo::demo(args)),
+        Command::FakeApi(args) => block_on(fake_api::fake_api(args)),
     }
 }
 

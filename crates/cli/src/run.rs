@@ -15,7 +15,7 @@ use clap::Args;
 use serde_json::Value;
 use switchboard_protocol::content::ContentBlock;
 use switchboard_protocol::stream::{Delta, StreamEvent};
-use switchboard_protocol::{Message, PermissionMode};
+use switchboard_protocol::{Message, Num, PermissionMode};
 use switchboard_session::{
     spawn_session, Behavior, DecidedBy, LineDirection, PendingPermission, PermissionAnswer, Policy,
     SessionConfig, SessionError, SessionEvent, SessionHandle,
@@ -145,7 +145,7 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
                 tokio::spawn(async move { decide_in_terminal(handle, pending, interactive).await });
             }
             SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
-                if let Message::Result(result) = line.message.as_ref() {
+                if let Message::Result(result) = line.message.readable() {
                     if outcome.is_none() {
                         outcome = Some(if interrupted {
                             EXIT_INTERRUPTED
@@ -237,6 +237,23 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
 }
 
 /// One line describing a tool call's input.
+/// What a person reads when a turn ends with an error result. An API failure arrives as
+/// `subtype: "success"` with `is_error: true`: the subtype alone would say "success".
+fn failure(subtype: &str, text: &str) -> String {
+    let what = match subtype {
+        "success" => "✗ the API call failed".to_owned(),
+        "error_max_turns" => "✗ the turn stopped at the turn limit (--max-turns)".to_owned(),
+        "error_max_budget_usd" => "✗ the turn stopped at the budget".to_owned(),
+        "error_during_execution" => "✗ the turn failed while running".to_owned(),
+        other => format!("✗ the turn failed ({other})"),
+    };
+    if text.is_empty() {
+        what
+    } else {
+        format!("{what}: {text}")
+    }
+}
+
 fn summarize(tool: &str, input: &Value) -> String {
     let field = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
     let text = match tool {
@@ -302,9 +319,15 @@ impl Printer {
                     DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
                     DecidedBy::Cli => "the CLI on its own".to_owned(),
                 };
+                // The reason, unless it only repeats who decided ("denied by policy rule X").
+                let reason = match message.as_str() {
+                    "" => String::new(),
+                    text if text.contains(who.as_str()) => String::new(),
+                    text => format!(": {text}"),
+                };
                 match behavior {
                     Behavior::Allow => self.note(&format!("✓ {tool_name} allowed by {who}")),
-                    _ => self.note(&format!("✗ {tool_name} denied by {who}: {message}")),
+                    _ => self.note(&format!("✗ {tool_name} denied by {who}{reason}")),
                 }
             }
             SessionEvent::BadLine(error) => {
@@ -316,7 +339,7 @@ impl Printer {
     }
 
     fn print_message(&mut self, message: &Message) {
-        match message {
+        match message.readable() {
             Message::StreamEvent(event) if event.parent_tool_use_id.is_none() => match &event.event
             {
                 StreamEvent::ContentBlockDelta(delta) => {
@@ -347,15 +370,15 @@ impl Printer {
                 self.note(&format!(
                     "… API error {}, retry {} of {}",
                     retry.error.as_deref().unwrap_or("?"),
-                    retry.attempt.unwrap_or(0),
-                    retry.max_retries.unwrap_or(0)
+                    Num::or_zero(&retry.attempt),
+                    Num::or_zero(&retry.max_retries)
                 ));
             }
             Message::Result(result) if result.is_error => {
                 let errors =
                     result.errors.as_ref().map(|errors| errors.join("; ")).unwrap_or_default();
                 let text = result.result.clone().unwrap_or(errors);
-                self.note(&format!("✗ the turn failed ({}): {text}", result.subtype));
+                self.note(&failure(&result.subtype, &text));
             }
             _ => {}
         }
@@ -383,7 +406,17 @@ impl Printer {
 
 #[cfg(test)]
 mod tests {
-    use super::shorten;
+    use super::{failure, shorten};
+
+    #[test]
+    fn a_failed_turn_says_what_failed_not_its_subtype() {
+        assert_eq!(failure("success", "overloaded"), "✗ the API call failed: overloaded");
+        assert_eq!(
+            failure("error_max_turns", ""),
+            "✗ the turn stopped at the turn limit (--max-turns)"
+        );
+        assert_eq!(failure("error_new", "x"), "✗ the turn failed (error_new): x");
+    }
 
     #[test]
     fn shorten_counts_characters_not_bytes() {

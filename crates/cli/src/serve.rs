@@ -167,7 +167,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
 }
 
 /// Resolves on the first SIGINT or SIGTERM; from then on, another one exits at once.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let (mut interrupt, mut terminate) = match signals() {
         Ok(signals) => signals,
         Err(error) => {

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 /// The whole script.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Replies, in order of preference.
     #[serde(default)]
@@ -34,6 +35,7 @@ pub struct Scenario {
 
 /// One answer to one conversation request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Reply {
     /// Which requests it answers; `None` answers any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +99,7 @@ pub enum Block {
 
 /// A tool call in a reply.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct ToolUse {
     /// The tool.
     pub name: String,
@@ -109,6 +112,7 @@ pub struct ToolUse {
 
 /// An HTTP error reply with an Anthropic error body.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
 pub struct HttpError {
     /// 400, 429, 500, 529, ...
     pub status: u16,
@@ -255,5 +259,7 @@ mod tests {
         assert_eq!(scenario.replies[2].error.as_ref().map(|e| e.status), Some(429));
         assert_eq!(scenario.replies[2].times, 2);
         assert!(Scenario::from_json(r#"{"replies": [{"when": {"no_such": 1}}]}"#).is_err());
+        let typo = Scenario::from_json(r#"{"replies": [{"blocks": [], "time": 2}]}"#).unwrap_err();
+        assert!(typo.to_string().contains("time"), "names the field: {typo}");
     }
 }

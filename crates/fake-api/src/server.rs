@@ -1,8 +1,9 @@
 //! A scripted fake of the Anthropic Messages API that the real Claude Code CLI accepts.
 //!
 //! `POST /v1/messages` (streaming SSE and not), `POST /v1/messages/count_tokens`, and `200 {}`
-//! for anything else. Every request is recorded so tests can assert what the CLI sent. Binds
-//! 127.0.0.1 on port 0.
+//! for anything else. Every request is recorded so tests can assert what the CLI sent
+//! (`GET /_fake/requests` from another process); `POST /_fake/release` lets held streams go
+//! on. Binds 127.0.0.1 on port 0 unless given an address.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,21 @@ pub enum RequestKind {
     CountTokens,
     /// Any other path.
     Other,
+}
+
+impl RequestKind {
+    /// `conversation`, `bash_prefix`, `output_file_paths`, `model_validation`,
+    /// `count_tokens`, `other`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RequestKind::Conversation => "conversation",
+            RequestKind::BashPrefix => "bash_prefix",
+            RequestKind::OutputFilePaths => "output_file_paths",
+            RequestKind::ModelValidation => "model_validation",
+            RequestKind::CountTokens => "count_tokens",
+            RequestKind::Other => "other",
+        }
+    }
 }
 
 impl RecordedRequest {
@@ -97,6 +113,11 @@ struct AppState {
 impl FakeApi {
     /// Starts a fake serving `scenario` on 127.0.0.1, port 0.
     pub async fn start(scenario: Scenario) -> anyhow::Result<FakeApi> {
+        Self::start_on("127.0.0.1:0".parse()?, scenario).await
+    }
+
+    /// Starts a fake serving `scenario` on `addr`.
+    pub async fn start_on(addr: SocketAddr, scenario: Scenario) -> anyhow::Result<FakeApi> {
         let shared = Arc::new(Mutex::new(Shared {
             replies: scenario
                 .replies
@@ -124,10 +145,11 @@ impl FakeApi {
         let app = Router::new()
             // For tests that drive the fake from another process (the browser tests).
             .route("/_fake/release", axum::routing::post(release_held))
+            .route("/_fake/requests", axum::routing::get(recorded))
             .fallback(any(handle))
             .layer(DefaultBodyLimit::disable())
             .with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -182,6 +204,19 @@ impl Drop for FakeApi {
     fn drop(&mut self) {
         self.server.abort();
     }
+}
+
+/// `GET /_fake/requests`: every request so far, for tests in another process.
+async fn recorded(State(state): State<AppState>) -> axum::Json<Value> {
+    let requests = state.shared.lock().map(|shared| shared.requests.clone()).unwrap_or_default();
+    axum::Json(Value::Array(
+        requests
+            .iter()
+            .map(|request| {
+                json!({"index": request.index, "path": request.path, "kind": request.kind.as_str(), "body": request.body})
+            })
+            .collect(),
+    ))
 }
 
 async fn release_held(State(state): State<AppState>) -> StatusCode {
@@ -251,7 +286,7 @@ async fn handle(
         response.headers_mut().insert("retry-after", "0".parse().expect("static header"));
         return response;
     }
-    let message = Rendered::new(&reply, &model, id_base);
+    let message = Rendered::new(&reply, &model, id_base, &offered_tools(&body));
     if stream {
         sse_response(message, reply, state.release.subscribe())
     } else {
@@ -379,6 +414,26 @@ fn truncate(text: &str, chars: usize) -> String {
     text.chars().take(chars).collect()
 }
 
+/// The names of the tools a request offers the model.
+fn offered_tools(body: &Value) -> Vec<&str> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| tools.iter().filter_map(|tool| tool.get("name")?.as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// A scripted tool name, or alternatives `A|B` (a tool renamed between CLI versions: `Agent`
+/// was `Task`): the first alternative the request offers, else the first.
+fn pick_tool_name(name: &str, offered: &[&str]) -> String {
+    let mut alternatives = name.split('|');
+    let first = alternatives.next().unwrap_or(name);
+    std::iter::once(first)
+        .chain(alternatives)
+        .find(|alternative| offered.contains(alternative))
+        .unwrap_or(first)
+        .to_owned()
+}
+
 /// A reply turned into Anthropic content with ids.
 struct Rendered {
     id: String,
@@ -389,19 +444,20 @@ struct Rendered {
 }
 
 impl Rendered {
-    fn new(reply: &Reply, model: &str, id_base: u64) -> Self {
+    fn new(reply: &Reply, model: &str, id_base: u64, offered: &[&str]) -> Self {
         let blocks = reply
             .blocks
             .iter()
             .enumerate()
-            .map(|(index, block)| {
-                let id = match block {
-                    Block::ToolUse(tool) => {
-                        tool.id.clone().unwrap_or_else(|| format!("toolu_fake_{id_base}_{index}"))
-                    }
-                    _ => String::new(),
-                };
-                (block.clone(), id)
+            .map(|(index, block)| match block {
+                Block::ToolUse(tool) => {
+                    let id =
+                        tool.id.clone().unwrap_or_else(|| format!("toolu_fake_{id_base}_{index}"));
+                    let mut tool = tool.clone();
+                    tool.name = pick_tool_name(&tool.name, offered);
+                    (Block::ToolUse(tool), id)
+                }
+                other => (other.clone(), String::new()),
             })
             .collect();
         Rendered {
@@ -586,5 +642,15 @@ mod tests {
         assert_eq!(bash_prefix("<policy_spec>...</policy_spec>\nCommand: touch x.txt"), "touch");
         assert_eq!(bash_prefix("Command: touch x && ls"), "none");
         assert_eq!(bash_prefix("Command: echo $HOME"), "none");
+    }
+
+    #[test]
+    fn a_renamed_tool_takes_the_name_the_request_offers() {
+        assert_eq!(pick_tool_name("Agent|Task", &["Read", "Task"]), "Task");
+        assert_eq!(pick_tool_name("Agent|Task", &["Agent", "Task"]), "Agent");
+        assert_eq!(pick_tool_name("Agent|Task", &[]), "Agent", "none offered: the first");
+        assert_eq!(pick_tool_name("Bash", &["Read"]), "Bash");
+        let body = json!({"tools": [{"name": "Read"}, {"name": "Task"}, {"type": "web_search"}]});
+        assert_eq!(offered_tools(&body), ["Read", "Task"]);
     }
 }

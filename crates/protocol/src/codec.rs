@@ -98,8 +98,8 @@ pub enum LineErrorKind {
         /// The limit in force.
         limit: usize,
     },
-    /// Not a protocol message (not JSON, not an object, not UTF-8, or a known type whose
-    /// fields do not fit).
+    /// Not a protocol message: not UTF-8, not JSON, or not a JSON object. (An object of a
+    /// known type whose fields do not fit is no error: it decodes to [`Message::Drift`].)
     #[error("{0}")]
     Malformed(String),
 }

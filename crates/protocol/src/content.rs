@@ -3,7 +3,7 @@
 
 use serde_json::{Number, Value};
 
-use crate::wire::{wire_enum, wire_struct, Extra, TextOr};
+use crate::wire::{wire_enum, wire_struct, Extra, Num, TextOr};
 
 wire_enum! {
     /// One block of a message's `content` array.
@@ -138,13 +138,13 @@ wire_struct! {
     /// Token counts of one API call, or summed over a turn.
     pub struct Usage {
         /// Uncached input tokens.
-        opt input_tokens: u64 = "input_tokens",
+        opt input_tokens: Num = "input_tokens",
         /// Output tokens.
-        opt output_tokens: u64 = "output_tokens",
+        opt output_tokens: Num = "output_tokens",
         /// Input tokens written to the prompt cache.
-        opt cache_creation_input_tokens: u64 = "cache_creation_input_tokens",
+        opt cache_creation_input_tokens: Num = "cache_creation_input_tokens",
         /// Input tokens read from the prompt cache.
-        opt cache_read_input_tokens: u64 = "cache_read_input_tokens",
+        opt cache_read_input_tokens: Num = "cache_read_input_tokens",
         /// `standard`, `priority`, ...
         opt service_tier: Option<String> = "service_tier",
     }
@@ -154,21 +154,21 @@ wire_struct! {
     /// One model's entry in a result's `modelUsage` (camelCase on the wire).
     pub struct ModelUsage {
         /// Uncached input tokens.
-        opt input_tokens: u64 = "inputTokens",
+        opt input_tokens: Num = "inputTokens",
         /// Output tokens.
-        opt output_tokens: u64 = "outputTokens",
+        opt output_tokens: Num = "outputTokens",
         /// Cache reads.
-        opt cache_read_input_tokens: u64 = "cacheReadInputTokens",
+        opt cache_read_input_tokens: Num = "cacheReadInputTokens",
         /// Cache writes.
-        opt cache_creation_input_tokens: u64 = "cacheCreationInputTokens",
+        opt cache_creation_input_tokens: Num = "cacheCreationInputTokens",
         /// Web searches made.
-        opt web_search_requests: u64 = "webSearchRequests",
+        opt web_search_requests: Num = "webSearchRequests",
         /// Cost in US dollars (a JSON number, integer or not, kept as sent).
         opt cost_usd: Number = "costUSD",
         /// The model's context window, in tokens.
-        opt context_window: u64 = "contextWindow",
+        opt context_window: Num = "contextWindow",
         /// The model's output limit, in tokens.
-        opt max_output_tokens: u64 = "maxOutputTokens",
+        opt max_output_tokens: Num = "maxOutputTokens",
     }
 }
 

@@ -3,7 +3,10 @@
 //!
 //! - [`Message`]: one line of the protocol, every type the seed documents describe and every
 //!   type the real CLI was seen to emit (`docs/protocol.md`). Unknown types, subtypes and
-//!   fields decode without error and are kept.
+//!   fields decode without error and are kept. A JSON object with a `type` is never
+//!   malformed: a known type whose fields do not fit (a newer CLI changed a field's shape) is
+//!   [`Message::Drift`], kept whole with the reason. Numbers the CLI may write either way are
+//!   [`Num`]s.
 //! - [`Received`]: a decoded line together with its exact bytes, so that an unchanged line is
 //!   written back byte-for-byte.
 //! - [`Envelope`]: the routing fields (`type`, `subtype`, `session_id`, `uuid`, `request_id`,
@@ -43,7 +46,7 @@ pub use control::{
     ControlResponseBody, HookOutput, InitializeRequest, InitializeResponse,
 };
 pub use envelope::Envelope;
-pub use message::{DecodeError, Direction, Message, ResultMessage, UserMessage};
+pub use message::{DecodeError, Direction, Drift, Message, ResultMessage, UserMessage};
 pub use permission::{PermissionMode, PermissionResult, PermissionUpdate};
 pub use system::SystemMessage;
-pub use wire::{Extra, RawJson, TextOr};
+pub use wire::{Extra, Num, RawJson, TextOr};

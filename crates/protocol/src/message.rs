@@ -7,14 +7,15 @@ use crate::content::{AssistantBody, ContentBlock, ModelUsage, Usage, UserBody};
 use crate::control::{ControlCancelRequest, ControlRequest, ControlResponse};
 use crate::stream::StreamEvent;
 use crate::system::SystemMessage;
-use crate::wire::{wire_enum, wire_from, wire_struct, Extra, TextOr};
+use crate::wire::{wire_enum, wire_from, wire_struct, Extra, Num, TextOr};
 
 wire_enum! {
     /// One line of the protocol, chosen by `type`.
     ///
     /// Decode with [`Message::decode`] (or [`crate::Received::decode`] to keep the exact bytes);
     /// write with [`Message::encode`]. A `type` this crate does not know decodes to
-    /// `Message::Unknown` with every field kept.
+    /// `Message::Unknown` with every field kept; a known one whose fields do not fit, to
+    /// `Message::Drift`.
     pub enum Message by "type" {
         /// CLI → host: `system/*` (init per turn, status, api_retry, task_*, ...).
         System(SystemMessage) = "system",
@@ -49,6 +50,10 @@ wire_enum! {
         /// Host → CLI: set environment variables for tools (2.1.37 applies them; 2.1.330
         /// accepts but Bash did not see them).
         UpdateEnvironmentVariables(UpdateEnvironmentVariablesMessage) = "update_environment_variables",
+        ;
+        /// A line of a known `type` whose fields do not fit this crate's model of that type:
+        /// kept whole, with the reason and what could still be read (see [`Drift`]).
+        Drift(Drift)
     }
 }
 
@@ -154,11 +159,11 @@ wire_struct! {
         /// Whether the turn failed.
         req is_error: bool = "is_error",
         /// Wall time of the turn.
-        opt duration_ms: u64 = "duration_ms",
+        opt duration_ms: Num = "duration_ms",
         /// Time spent in API calls (cumulative).
-        opt duration_api_ms: u64 = "duration_api_ms",
+        opt duration_api_ms: Num = "duration_api_ms",
         /// API round trips.
-        opt num_turns: u64 = "num_turns",
+        opt num_turns: Num = "num_turns",
         /// The final text (absent on error subtypes).
         opt result: String = "result",
         /// Why the last message stopped (`null` for normal turns on 2.1.37).
@@ -304,6 +309,215 @@ wire_struct! {
     }
 }
 
+/// A line of a known `type` whose fields do not fit the model of that type: the drift form.
+///
+/// A CLI version may change a field's shape (a number written as a float, a string that became
+/// an object). Such a line is not malformed: it is a JSON object with a `type`, kept exactly,
+/// with the reason it did not fit. [`Message::decode`] also tries to read it without the part
+/// that did not fit: when leaving out one field, or one element of an array, makes it fit,
+/// [`Drift::salvaged`] is that reading, so a `result` whose `usage` changed shape still ends
+/// its turn. The routing fields ([`Message::session_id`], [`Message::subtype`], the
+/// [`crate::Envelope`]) read from the line itself either way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drift {
+    /// The line, every field included.
+    pub value: Map<String, Value>,
+    /// Why it did not fit, as the decoder said it.
+    pub reason: String,
+    /// The line read without the part named in [`Drift::left_out`], when that made it fit.
+    pub salvaged: Option<Box<Message>>,
+    /// Where the part left out of [`Drift::salvaged`] sits (`usage.input_tokens`,
+    /// `message.content[2]`); empty without a salvaged reading.
+    pub left_out: String,
+}
+
+/// Lines longer than this are not salvaged (each attempt decodes the line again).
+pub const SALVAGE_MAX_BYTES: usize = 256 * 1024;
+
+/// How many parts a salvage tries leaving out, at most.
+const SALVAGE_MAX_TRIES: usize = 200;
+
+/// How deep a salvage looks for the part that does not fit (`message.content[2]` is 3 deep).
+const SALVAGE_MAX_DEPTH: usize = 3;
+
+impl Drift {
+    /// The drift form of `value`, which did not fit for `reason`; `text` is the line.
+    fn of(text: &str, value: Map<String, Value>, reason: String) -> Drift {
+        let salvage = if text.len() <= SALVAGE_MAX_BYTES { salvage(&value) } else { None };
+        let salvage = salvage.or_else(|| routing_only(&value));
+        let (salvaged, left_out) = match salvage {
+            Some((message, path)) => (Some(Box::new(message)), path),
+            None => (None, String::new()),
+        };
+        Drift { value, reason, salvaged, left_out }
+    }
+
+    /// A top-level string field of the line.
+    pub fn field(&self, key: &str) -> Option<&str> {
+        self.value.get(key).and_then(Value::as_str)
+    }
+
+    /// The subtype, where the line's type has one: `subtype`, `request.subtype` of a control
+    /// request, `response.subtype` of a control response.
+    pub fn subtype(&self) -> Option<&str> {
+        let nested = |outer: &str| self.value.get(outer)?.get("subtype")?.as_str();
+        match self.field("type") {
+            Some("control_request") => nested("request"),
+            Some("control_response") => nested("response"),
+            _ => self.field("subtype"),
+        }
+    }
+
+    /// The request id of a control request, response or cancel.
+    pub fn request_id(&self) -> Option<&str> {
+        match self.field("type") {
+            Some("control_response") => self.value.get("response")?.get("request_id")?.as_str(),
+            _ => self.field("request_id"),
+        }
+    }
+}
+
+/// One step of a path into a JSON value.
+#[derive(Clone)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Reads `value` leaving out one part of it, deepest candidates first: the first reading that
+/// fits, and where the part left out was.
+fn salvage(value: &Map<String, Value>) -> Option<(Message, String)> {
+    let mut candidates = Vec::new();
+    let mut path = Vec::new();
+    for (key, inner) in value {
+        if is_tag(key) {
+            continue;
+        }
+        path.push(Step::Key(key.clone()));
+        collect_candidates(inner, &mut path, &mut candidates);
+        path.pop();
+    }
+    // Deepest first: leaving out `usage.input_tokens` keeps more than leaving out `usage`.
+    candidates.sort_by_key(|path: &Vec<Step>| std::cmp::Reverse(path.len()));
+    for candidate in candidates.iter().take(SALVAGE_MAX_TRIES) {
+        let mut trimmed = Value::Object(value.clone());
+        if !remove_at(&mut trimmed, candidate) {
+            continue;
+        }
+        let Ok(text) = serde_json::to_string(&trimmed) else { continue };
+        match Message::from_json_str(&text) {
+            Ok(Message::Unknown(_)) | Err(_) => {}
+            Ok(message) => return Some((message, describe(candidate))),
+        }
+    }
+    None
+}
+
+/// When no single part can be left out: the fields a turn's end (`result`) or a withdrawn
+/// request (`control_cancel_request`) is routed by, read alone, so the session still moves on.
+fn routing_only(value: &Map<String, Value>) -> Option<(Message, String)> {
+    let kind = value.get("type")?.as_str()?;
+    let keep: &[&str] = match kind {
+        "result" => &["subtype", "is_error", "result", "session_id", "uuid"],
+        "control_cancel_request" => &["request_id"],
+        _ => return None,
+    };
+    let mut map = Map::new();
+    map.insert("type".to_owned(), Value::from(kind));
+    for &key in keep {
+        match value.get(key) {
+            Some(flag @ Value::Bool(_)) if key == "is_error" => {
+                map.insert(key.to_owned(), flag.clone())
+            }
+            Some(text @ Value::String(_)) if key != "is_error" => {
+                map.insert(key.to_owned(), text.clone())
+            }
+            _ => None,
+        };
+    }
+    if kind == "result" && !map.contains_key("is_error") {
+        let failed = map.get("subtype").and_then(Value::as_str) != Some("success");
+        map.insert("is_error".to_owned(), Value::Bool(failed));
+    }
+    let text = serde_json::to_string(&map).ok()?;
+    match Message::from_json_str(&text) {
+        Ok(Message::Unknown(_)) | Err(_) => None,
+        Ok(message) => Some((message, format!("every field but {}", keep.join(", ")))),
+    }
+}
+
+/// Every part of `value` (at `path`) that could be left out, down to [`SALVAGE_MAX_DEPTH`].
+fn collect_candidates(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+    out.push(path.clone());
+    if path.len() >= SALVAGE_MAX_DEPTH {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter().filter(|(key, _)| !is_tag(key)) {
+                path.push(Step::Key(key.clone()));
+                collect_candidates(inner, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            // Leaving out one element only helps where elements are objects (content blocks).
+            for (index, inner) in items.iter().enumerate().filter(|(_, item)| item.is_object()) {
+                path.push(Step::Index(index));
+                collect_candidates(inner, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A key that picks an object's shape: leaving it out would read the object as another kind
+/// (a permission request as a request of no known subtype), so it is never left out.
+fn is_tag(key: &str) -> bool {
+    key == "type" || key == "subtype"
+}
+
+/// Removes the part at `path`; false when there is none.
+fn remove_at(value: &mut Value, path: &[Step]) -> bool {
+    let Some((last, parents)) = path.split_last() else { return false };
+    let mut at = value;
+    for step in parents {
+        let next = match (step, at) {
+            (Step::Key(key), Value::Object(map)) => map.get_mut(key),
+            (Step::Index(index), Value::Array(items)) => items.get_mut(*index),
+            _ => None,
+        };
+        let Some(next) = next else { return false };
+        at = next;
+    }
+    match (last, at) {
+        (Step::Key(key), Value::Object(map)) => map.shift_remove(key).is_some(),
+        (Step::Index(index), Value::Array(items)) if *index < items.len() => {
+            items.remove(*index);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// `message.content[2]`.
+fn describe(path: &[Step]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) => {
+                if !text.is_empty() {
+                    text.push('.');
+                }
+                text.push_str(key);
+            }
+            Step::Index(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
+}
+
 /// Which way a line travels, as far as its content tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
@@ -332,17 +546,13 @@ pub enum DecodeError {
     /// Not valid JSON, or not an object.
     #[error("malformed JSON: {0}")]
     Malformed(serde_json::Error),
-    /// Valid JSON of a known type whose fields do not fit the type.
-    #[error("{type_name} does not fit its schema: {source}")]
-    Schema {
-        /// The line's `type`.
-        type_name: String,
-        /// What did not fit.
-        source: serde_json::Error,
-    },
     /// Not UTF-8.
     #[error("line is not UTF-8: {0}")]
     NotUtf8(std::str::Utf8Error),
+}
+
+fn not_an_object() -> DecodeError {
+    DecodeError::Malformed(serde::de::Error::custom("a protocol line must be a JSON object"))
 }
 
 impl Message {
@@ -353,22 +563,33 @@ impl Message {
     }
 
     /// Decodes one line given as text.
+    ///
+    /// Only text that is not a JSON object is an error. An object of a known `type` whose
+    /// fields do not fit is [`Message::Drift`].
     pub fn decode_str(text: &str) -> Result<Message, DecodeError> {
         match Message::from_json_str(text) {
             Ok(Message::Unknown(Value::Object(map))) => Ok(Message::Unknown(Value::Object(map))),
-            Ok(Message::Unknown(_)) => Err(DecodeError::Malformed(serde::de::Error::custom(
-                "a protocol line must be a JSON object",
-            ))),
+            Ok(Message::Unknown(_)) => Err(not_an_object()),
             Ok(message) => Ok(message),
             Err(error) if error.is_syntax() || error.is_eof() => Err(DecodeError::Malformed(error)),
             Err(error) => {
-                // Valid JSON that does not fit: name the type. (peek again only on this path)
-                let type_name = crate::wire::peek_tag(text, "type").map(|t| t.into_owned());
-                match type_name {
-                    Some(type_name) => Err(DecodeError::Schema { type_name, source: error }),
-                    None => Err(DecodeError::Malformed(error)),
+                // Valid JSON that does not fit its type (only this rare path reads it again).
+                match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Object(map)) => {
+                        Ok(Message::Drift(Drift::of(text, map, error.to_string())))
+                    }
+                    Ok(_) => Err(not_an_object()),
+                    Err(error) => Err(DecodeError::Malformed(error)),
                 }
             }
+        }
+    }
+
+    /// The message as far as it was read: a drift form's salvaged reading, or itself.
+    pub fn readable(&self) -> &Message {
+        match self {
+            Message::Drift(drift) => drift.salvaged.as_deref().unwrap_or(self),
+            other => other,
         }
     }
 
@@ -391,6 +612,7 @@ impl Message {
             Message::Result(result) => Some(&result.subtype),
             Message::ControlRequest(request) => request.request.tag(),
             Message::ControlResponse(response) => response.response.tag(),
+            Message::Drift(drift) => drift.subtype(),
             Message::Unknown(value) => value.get("subtype").and_then(Value::as_str),
             _ => None,
         }
@@ -447,6 +669,10 @@ impl Message {
                     _ => Direction::FromCli,
                 }
             }
+            Message::Drift(drift) => match &drift.salvaged {
+                Some(salvaged) => salvaged.direction(),
+                None => Direction::Either,
+            },
             Message::KeepAlive(_) | Message::Unknown(_) => Direction::Either,
         }
     }
@@ -465,6 +691,7 @@ impl Message {
             Message::StreamlinedText(m) => m.session_id.as_deref(),
             Message::StreamlinedToolUseSummary(m) => m.session_id.as_deref(),
             Message::CommandLifecycle(m) => m.session_id.as_deref(),
+            Message::Drift(drift) => drift.field("session_id"),
             Message::Unknown(value) => value.get("session_id").and_then(Value::as_str),
             _ => None,
         }

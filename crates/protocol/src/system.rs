@@ -3,7 +3,7 @@
 use serde_json::{Number, Value};
 
 use crate::permission::PermissionMode;
-use crate::wire::{wire_enum, wire_struct};
+use crate::wire::{wire_enum, wire_struct, Num};
 
 wire_enum! {
     /// A `system` line.
@@ -130,11 +130,11 @@ wire_struct! {
     /// `system/api_retry` (2.1.330)
     pub struct ApiRetry tags { "type" = "system", "subtype" = "api_retry" } {
         /// Which retry this is (1-based).
-        opt attempt: u64 = "attempt",
+        opt attempt: Num = "attempt",
         /// The limit (10 by default; `CLAUDE_CODE_MAX_RETRIES`).
-        opt max_retries: u64 = "max_retries",
+        opt max_retries: Num = "max_retries",
         /// The wait before the retry.
-        opt retry_delay_ms: u64 = "retry_delay_ms",
+        opt retry_delay_ms: Num = "retry_delay_ms",
         /// The HTTP status that failed.
         opt error_status: Option<u64> = "error_status",
         /// `rate_limit`, `server_error`, `overloaded`, ...

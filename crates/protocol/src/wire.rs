@@ -19,6 +19,53 @@ use serde::Deserializer;
 /// callers can reach fields that newer CLIs add before this crate names them.
 pub type Extra = serde_json::Map<String, serde_json::Value>;
 
+/// A quantity the CLI may write as an integer or as a float: a duration, a delay, a count.
+///
+/// The CLI is JavaScript, where `560` and `559.92` are the same kind of number: 2.1.120 and
+/// later write `system/api_retry`'s `retry_delay_ms` with a fraction where 2.1.330's captures
+/// show an integer. The number is kept exactly as sent (a line re-encodes unchanged) and read
+/// with [`Num::get`] (rounded, never negative) or [`Num::as_f64`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Num(pub serde_json::Number);
+
+impl Num {
+    /// The value rounded to the nearest whole number; negative or not finite reads as 0,
+    /// beyond `u64` as `u64::MAX`.
+    pub fn get(&self) -> u64 {
+        if let Some(whole) = self.0.as_u64() {
+            return whole;
+        }
+        match self.0.as_f64() {
+            // `as` saturates: NaN is 0, a value past the range is the range's end.
+            Some(float) if float > 0.0 => float.round() as u64,
+            _ => 0,
+        }
+    }
+
+    /// The value as a float.
+    pub fn as_f64(&self) -> f64 {
+        self.0.as_f64().unwrap_or(0.0)
+    }
+
+    /// [`Num::get`] of an optional field, 0 when absent.
+    pub fn or_zero(field: &Option<Num>) -> u64 {
+        field.as_ref().map_or(0, Num::get)
+    }
+}
+
+impl Default for Num {
+    fn default() -> Self {
+        Num(serde_json::Number::from(0u64))
+    }
+}
+
+impl From<u64> for Num {
+    fn from(value: u64) -> Self {
+        Num(serde_json::Number::from(value))
+    }
+}
+
 /// Reads the string value of the top-level key `key` from the JSON object text `raw`.
 ///
 /// Fast path: walks the leading `"key":"string"` pairs directly, which covers every tagged
@@ -391,6 +438,8 @@ pub(crate) use wire_struct;
 ///
 /// Reading peeks at the tag in the raw text (see [`peek_tag`]) and parses the chosen variant
 /// directly; a known tag whose body does not fit its struct is a decode error naming the tag.
+/// After the variants, `; Name(Type)` adds a variant the reader never makes itself: a value
+/// of a known tag kept whole (`Type` has a `value` map), which its caller builds from that error.
 macro_rules! wire_enum {
     (
         $(#[$meta:meta])*
@@ -399,6 +448,11 @@ macro_rules! wire_enum {
                 $(#[$variant_meta:meta])*
                 $variant:ident($inner:ty) = $tag_value:literal
             ),* $(,)?
+            $(
+                ;
+                $(#[$drift_meta:meta])*
+                $drift:ident($drift_ty:ty)
+            )?
         }
     ) => {
         $(#[$meta])*
@@ -408,6 +462,10 @@ macro_rules! wire_enum {
                 $(#[$variant_meta])*
                 $variant($inner),
             )*
+            $(
+                $(#[$drift_meta])*
+                $drift($drift_ty),
+            )?
             /// A value whose tag this crate does not know (or that has none), kept whole.
             Unknown(::serde_json::Value),
         }
@@ -421,6 +479,7 @@ macro_rules! wire_enum {
             pub fn tag(&self) -> ::core::option::Option<&str> {
                 match self {
                     $(Self::$variant(_) => ::core::option::Option::Some($tag_value),)*
+                    $(Self::$drift(drift) => drift.value.get($tag_key).and_then(|tag| tag.as_str()),)?
                     Self::Unknown(value) => value.get($tag_key).and_then(|tag| tag.as_str()),
                 }
             }
@@ -459,6 +518,7 @@ macro_rules! wire_enum {
             fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
                 match self {
                     $(Self::$variant(inner) => inner.serialize(s),)*
+                    $(Self::$drift(drift) => drift.value.serialize(s),)?
                     Self::Unknown(value) => value.serialize(s),
                 }
             }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
+use switchboard_protocol::codec::ControlRef;
 use switchboard_protocol::content::ContentBlock;
 use switchboard_protocol::control::{
     session_grants, CanUseToolRequest, ControlError, ControlSuccess, HookCallbackRequest,
@@ -18,7 +19,7 @@ use switchboard_protocol::control::{
 };
 use switchboard_protocol::permission::{ask_user_question_input, PermissionUpdate, RuleValue};
 use switchboard_protocol::{
-    ControlRequest, ControlRequestPayload, ControlResponse, ControlResponseBody, Message,
+    ControlRequest, ControlRequestPayload, ControlResponse, ControlResponseBody, Drift, Message,
     PermissionResult, Received, SystemMessage, TextOr, UserMessage,
 };
 
@@ -581,7 +582,8 @@ impl SessionCore {
         if !matches!(message.as_ref(), Message::StreamEvent(_)) {
             self.changed = true;
         }
-        match message.as_ref() {
+        match message.readable() {
+            Message::Drift(drift) => self.on_drift(drift, &mut effects),
             Message::System(system) => self.on_system(system, &mut effects),
             Message::Assistant(assistant) => {
                 for block in &assistant.message.content {
@@ -768,15 +770,24 @@ impl SessionCore {
         let mut effects = Vec::new();
         let unread = error.control_request.clone();
         effects.push(Effect::Emit(SessionEvent::BadLine(error.clone())));
-        let Some(request) = unread else { return effects };
-        let reason = format!("Switchboard could not read this control request: {}", error.kind);
+        if let Some(request) = unread {
+            self.answer_unreadable(request, &error.kind.to_string(), &mut effects);
+        }
+        effects
+    }
+
+    /// A control request that could not be read is still answered, or the CLI would wait for
+    /// the answer forever: a permission request is denied with the reason, a hook callback
+    /// refuses the tool call, anything else gets an error response.
+    fn answer_unreadable(&mut self, request: ControlRef, why: &str, effects: &mut Vec<Effect>) {
+        let reason = format!("Switchboard could not read this control request: {why}");
         if request.subtype.as_deref() == Some("can_use_tool") {
             let message = format!("{reason}; denied");
             self.respond_permission(
                 &request.request_id,
                 None,
                 &PermissionResult::deny(message.clone()),
-                &mut effects,
+                effects,
             );
             effects.push(Effect::Emit(SessionEvent::decided(
                 &request.request_id,
@@ -791,13 +802,35 @@ impl SessionCore {
             // refused (a hook of another event ignores the PreToolUse decision).
             let output = pre_tool_use_verdict("deny", &reason);
             let response = ControlResponse::success(request.request_id.clone(), &output);
-            self.write(Message::ControlResponse(response), &mut effects);
+            self.write(Message::ControlResponse(response), effects);
             self.mark_answered(&request.request_id);
         } else {
             let response = ControlResponse::error(request.request_id, reason);
-            self.write(Message::ControlResponse(response), &mut effects);
+            self.write(Message::ControlResponse(response), effects);
         }
-        effects
+    }
+
+    /// A line of a known type that did not fit the model and could not be read even in part
+    /// (see [`Drift`]): what its routing fields say still happens.
+    fn on_drift(&mut self, drift: &Drift, effects: &mut Vec<Effect>) {
+        let request_id = drift.request_id().map(str::to_owned);
+        match (drift.field("type"), request_id) {
+            (Some("control_request"), Some(request_id)) => {
+                let subtype = drift.subtype().map(str::to_owned);
+                self.answer_unreadable(ControlRef { request_id, subtype }, &drift.reason, effects);
+            }
+            (Some("control_response"), Some(request_id)) => {
+                // Whatever our request asked, its answer cannot be used: it failed.
+                let reason = format!("Switchboard could not read the answer: {}", drift.reason);
+                let response = ControlResponse::error(request_id, reason);
+                self.on_control_response(&response, effects);
+            }
+            (Some("control_cancel_request"), Some(request_id)) => {
+                self.on_cancel(&request_id, effects)
+            }
+            (Some("assistant" | "stream_event"), _) => self.resume_working(effects),
+            _ => {}
+        }
     }
 
     /// A stderr line.

@@ -333,6 +333,10 @@ impl SessionEvent {
                 text.push_str(direction);
                 text.push_str("\",\"line\":");
                 text.push_str(&line.raw);
+                if let Message::Drift(drift) = line.message.as_ref() {
+                    text.push_str(",\"drift\":");
+                    text.push_str(&Value::from(drift.reason.as_str()).to_string());
+                }
                 text.push_str(",\"event\":\"line\"}");
                 text
             }
@@ -345,10 +349,16 @@ impl SessionEvent {
     pub fn to_json(&self) -> Value {
         use serde_json::json;
         let mut value = match self {
-            SessionEvent::Line(line) => json!({
-                "direction": line.direction,
-                "line": serde_json::from_str::<Value>(&line.raw).unwrap_or(Value::Null),
-            }),
+            SessionEvent::Line(line) => {
+                let mut value = json!({
+                    "direction": line.direction,
+                    "line": serde_json::from_str::<Value>(&line.raw).unwrap_or(Value::Null),
+                });
+                if let Message::Drift(drift) = line.message.as_ref() {
+                    value["drift"] = Value::from(drift.reason.as_str());
+                }
+                value
+            }
             SessionEvent::BadLine(error) => json!({
                 "line": error.position.line, "offset": error.position.offset,
                 "error": error.kind.to_string(), "preview": error.preview,

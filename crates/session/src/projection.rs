@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::Value;
 use switchboard_protocol::content::{ContentBlock, ImageSource, ToolResultBlock};
 use switchboard_protocol::stream::{Delta, StreamEvent};
-use switchboard_protocol::{Message, SystemMessage, TextOr};
+use switchboard_protocol::{Drift, Message, Num, SystemMessage, TextOr};
 
 use crate::event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 use crate::policy::Behavior;
@@ -218,7 +218,7 @@ pub enum Update {
     Notice {
         /// `info`, `warn` or `error`.
         level: Level,
-        /// What: `stderr`, `bad_line`, `exited`, `api_retry`, `compacted`, `disconnected`,
+        /// What: `stderr`, `bad_line`, `drift`, `exited`, `api_retry`, `compacted`, `disconnected`,
         /// `undelivered`, `control_timed_out`, `unsupported_control_request`.
         kind: &'static str,
         /// The text.
@@ -532,7 +532,7 @@ impl Projector {
     }
 
     fn our_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
-        match message {
+        match message.readable() {
             Message::User(user) if user.parent_tool_use_id.is_none() => {
                 let (text, images) = match &user.message.content {
                     TextOr::Text(text) => (text.clone(), Vec::new()),
@@ -572,7 +572,10 @@ impl Projector {
     }
 
     fn cli_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
-        match message {
+        if let Message::Drift(drift) = message {
+            emit(notice(Level::Info, "drift", drift_note(drift)));
+        }
+        match message.readable() {
             Message::System(SystemMessage::Init(init)) => {
                 if init.cwd.is_some() {
                     self.view.cwd = init.cwd.clone();
@@ -596,14 +599,14 @@ impl Projector {
                 let status =
                     retry.error_status.flatten().map(|s| format!(" {s}")).unwrap_or_default();
                 let error = retry.error.as_deref().unwrap_or("error");
-                let seconds = retry.retry_delay_ms.unwrap_or(0) as f64 / 1000.0;
+                let seconds = retry.retry_delay_ms.as_ref().map_or(0.0, Num::as_f64) / 1000.0;
                 emit(notice(
                     Level::Warn,
                     "api_retry",
                     format!(
                         "API error{status} ({error}): retry {} of {} in {seconds:.0} s",
-                        retry.attempt.unwrap_or(0),
-                        retry.max_retries.unwrap_or(0),
+                        Num::or_zero(&retry.attempt),
+                        Num::or_zero(&retry.max_retries),
                     ),
                 ));
             }
@@ -688,9 +691,9 @@ impl Projector {
                     interrupted,
                     failed,
                     result: text,
-                    duration_ms: result.duration_ms.unwrap_or(0),
+                    duration_ms: Num::or_zero(&result.duration_ms),
                     input_tokens: context_of(&usage),
-                    output_tokens: usage.output_tokens.unwrap_or(0),
+                    output_tokens: Num::or_zero(&usage.output_tokens),
                     cost_usd: cost,
                     total_cost_usd: total,
                     models: result
@@ -699,15 +702,15 @@ impl Projector {
                         .flatten()
                         .map(|(model, usage)| ModelTotals {
                             model: model.clone(),
-                            input_tokens: usage.input_tokens.unwrap_or(0)
-                                + usage.cache_read_input_tokens.unwrap_or(0),
-                            output_tokens: usage.output_tokens.unwrap_or(0),
+                            input_tokens: Num::or_zero(&usage.input_tokens)
+                                + Num::or_zero(&usage.cache_read_input_tokens),
+                            output_tokens: Num::or_zero(&usage.output_tokens),
                             cost_usd: usage
                                 .cost_usd
                                 .as_ref()
                                 .and_then(|c| c.as_f64())
                                 .unwrap_or(0.0),
-                            context_window: usage.context_window,
+                            context_window: usage.context_window.as_ref().map(Num::get),
                         })
                         .collect(),
                 });
@@ -1036,15 +1039,33 @@ fn finish_block(
     Some(finished)
 }
 
+/// What a person is told about a line that did not fit the model (see [`Drift`]).
+fn drift_note(drift: &Drift) -> String {
+    let kind = drift.field("type").unwrap_or("?");
+    let kind = match drift.subtype() {
+        Some(subtype) => format!("{kind}/{subtype}"),
+        None => kind.to_owned(),
+    };
+    let read = if drift.salvaged.is_some() {
+        format!("read without `{}`", drift.left_out)
+    } else {
+        "kept as it came".to_owned()
+    };
+    format!(
+        "A {kind} line from this CLI version does not fit Switchboard's model ({}); {read}.",
+        drift.reason
+    )
+}
+
 fn notice(level: Level, kind: &'static str, text: String) -> Update {
     Update::Notice { level, kind, text }
 }
 
 /// Tokens of context: input plus cache reads and writes.
 fn context_of(usage: &switchboard_protocol::Usage) -> u64 {
-    usage.input_tokens.unwrap_or(0)
-        + usage.cache_read_input_tokens.unwrap_or(0)
-        + usage.cache_creation_input_tokens.unwrap_or(0)
+    Num::or_zero(&usage.input_tokens)
+        + Num::or_zero(&usage.cache_read_input_tokens)
+        + Num::or_zero(&usage.cache_creation_input_tokens)
 }
 
 fn image_of(source: &ImageSource) -> Image {

@@ -52,14 +52,31 @@ pub fn cli_cache() -> PathBuf {
 /// When it is not installed, with the command that installs it: a test that needs the real
 /// CLI fails rather than passing without it.
 pub fn real_cli(version: CliVersion) -> PathBuf {
-    let path = cli_cache().join(version.as_str()).join("node_modules/.bin/claude");
+    real_cli_of(version.as_str())
+}
+
+/// The installed real CLI of the version numbered `version` (`2.1.100`).
+///
+/// # Panics
+/// As [`real_cli`].
+pub fn real_cli_of(version: &str) -> PathBuf {
+    let path = cli_cache().join(version).join("node_modules/.bin/claude");
     assert!(
         path.exists(),
-        "claude {} is not installed at {}: run scripts/install-clis.sh (scripts/test.sh does)",
-        version.as_str(),
+        "claude {version} is not installed at {}: run scripts/install-clis.sh (scripts/test.sh does)",
         path.display()
     );
     path
+}
+
+/// The versions Switchboard is tested against, oldest first: `scripts/cli-versions`, which
+/// `scripts/install-clis.sh` installs and `scripts/cli-matrix.sh` runs.
+pub fn pinned_versions() -> Vec<&'static str> {
+    include_str!("../../../scripts/cli-versions")
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect()
 }
 
 /// The `fake-claude` binary built next to the test binaries.

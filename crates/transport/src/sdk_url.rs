@@ -180,7 +180,7 @@ impl IngressSlot {
 
     /// Notes a line read from the CLI: an echo of a prompt (`isReplay`) confirms it.
     fn note_incoming(&self, received: &Received) {
-        if let switchboard_protocol::Message::User(user) = &received.message {
+        if let switchboard_protocol::Message::User(user) = received.message.readable() {
             if user.is_replay == Some(true) {
                 if let Some(uuid) = &user.uuid {
                     let mut delivery = self.delivery();

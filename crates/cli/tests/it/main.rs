@@ -1,6 +1,8 @@
 //! Integration tests of the `switchboard` binary.
 
 mod decode;
+mod demo;
+mod matrix;
 mod run;
 mod serve;
 mod tidy;

@@ -6,14 +6,14 @@ use std::process::Stdio;
 use serde_json::{json, Value};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Outcome {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Runs `switchboard run ARGS` with stdin not a terminal.
-async fn switchboard_run(
+pub(crate) async fn switchboard_run(
     api: &FakeApi,
     sandbox: &CliSandbox,
     claude: Option<&Path>,
@@ -56,7 +56,7 @@ async fn switchboard_run_env(
     }
 }
 
-fn touch_and_ls(file: &str) -> Value {
+pub(crate) fn touch_and_ls(file: &str) -> Value {
     json!({"command": format!("touch {file} && ls"), "description": "create a file"})
 }
 
@@ -162,7 +162,8 @@ async fn an_api_error_result_exits_1() {
     let sandbox = CliSandbox::new().unwrap();
     let out = switchboard_run(&api, &sandbox, Some(&real_cli(CliVersion::V2_1_37)), &["hi"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
-    assert!(out.stderr.contains("the turn failed"), "{}", out.stderr);
+    assert!(out.stderr.contains("✗ the API call failed"), "{}", out.stderr);
+    assert!(!out.stderr.contains("(success)"), "an API failure is no success: {}", out.stderr);
 }
 
 #[tokio::test]

@@ -3,4 +3,5 @@
 
 mod built;
 mod codec_props;
+mod drift;
 mod fixtures;

@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 mod drops;
+mod matrix;
 mod ui;
 
 const TOKEN: &str = "test-token-0123456789";

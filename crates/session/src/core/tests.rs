@@ -399,20 +399,28 @@ fn a_cli_that_never_reconnects_ends_crashed_saying_why() {
     }
 }
 
-/// Decodes `text` the way the transports do and hands the failure to the core.
-fn bad_line(core: &mut SessionCore, text: &str) -> Vec<Effect> {
+/// Decodes `bytes` the way the transports do and hands the failure to the core.
+fn bad_line(core: &mut SessionCore, bytes: &[u8]) -> Vec<Effect> {
     let mut decoder = switchboard_protocol::Decoder::default();
-    decoder.push(format!("{text}\n").as_bytes());
+    decoder.push(bytes);
+    decoder.push(b"\n");
     let error = decoder.next_item().unwrap().unwrap_err();
     core.on_bad_line(error)
 }
 
+/// Hands the core a line of a known type that does not fit its model.
+fn drifted(core: &mut SessionCore, text: &str) -> Vec<Effect> {
+    let received = line(text);
+    assert!(matches!(received.message, Message::Drift(_)), "{:?}", received.message);
+    core.on_line(received)
+}
+
 #[test]
-fn a_malformed_permission_request_is_denied_not_left_pending() {
+fn an_unreadable_permission_request_is_denied_not_left_pending() {
     let mut core = core("[permissions]\ndefault = \"allow\"");
     started(&mut core);
-    // `tool_name` missing: the line does not decode, but its routing fields say what it was.
-    let effects = bad_line(
+    // `tool_name` missing: the line does not fit, but its routing fields say what it was.
+    let effects = drifted(
         &mut core,
         r#"{"type":"control_request","request_id":"r-bad","request":{"subtype":"can_use_tool","input":{}}}"#,
     );
@@ -427,7 +435,7 @@ fn a_malformed_permission_request_is_denied_not_left_pending() {
         SessionEvent::PermissionDecided { behavior: Behavior::Deny, .. }
     )));
     // Any other unreadable control request gets an error response.
-    let effects = bad_line(
+    let effects = drifted(
         &mut core,
         r#"{"type":"control_request","request_id":"r-hook","request":{"subtype":"hook_callback","callback_id":7}}"#,
     );
@@ -447,13 +455,59 @@ fn a_malformed_permission_request_is_denied_not_left_pending() {
         "deny"
     );
     // Another unreadable control request gets an error response.
-    let effects = bad_line(
+    let effects = drifted(
         &mut core,
         r#"{"type":"control_request","request_id":"r-other","request":{"subtype":"mcp_message","server_name":7}}"#,
     );
     let written = sent(&effects);
     assert_eq!(written[0]["response"]["subtype"], "error", "{written:?}");
+    // A permission request that is not UTF-8 is a bad line, and is still denied.
+    let mut bytes = br#"{"type":"control_request","request_id":"r-bytes","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"echo "#.to_vec();
+    bytes.extend_from_slice(b"\xff\"}}}");
+    let effects = bad_line(&mut core, &bytes);
+    assert!(events(&effects).iter().any(|event| matches!(event, SessionEvent::BadLine(_))));
+    let written = sent(&effects);
+    assert_eq!(written[0]["response"]["request_id"], "r-bytes", "{effects:?}");
+    assert_eq!(written[0]["response"]["response"]["behavior"], "deny");
     // A line that is not a control request is only reported.
-    let effects = bad_line(&mut core, "not json");
+    let effects = bad_line(&mut core, b"not json");
     assert!(sent(&effects).is_empty());
+}
+
+#[test]
+fn a_result_of_another_shape_still_ends_the_turn() {
+    let mut core = core("");
+    started(&mut core);
+    core.send_user(UserMessage::prompt("go"));
+    assert_eq!(core.state(), SessionState::Working);
+    // Nothing but the routing fields fits: the turn ends all the same.
+    let effects = drifted(
+        &mut core,
+        r#"{"type":"result","subtype":"success","is_error":0,"result":"ok","duration_ms":"1s","num_turns":{},"session_id":"s-1"}"#,
+    );
+    assert_eq!(core.state(), SessionState::Idle, "{effects:?}");
+    assert_eq!(core.snapshot().turns, 1);
+    assert!(events(&effects).iter().any(|event| matches!(event, SessionEvent::Line(_))));
+    assert!(!events(&effects).iter().any(|event| matches!(event, SessionEvent::BadLine(_))));
+}
+
+#[test]
+fn an_unreadable_answer_fails_the_request_it_answers() {
+    let mut core = core("");
+    started(&mut core);
+    let (request_id, _) =
+        core.control(ControlRequestPayload::Interrupt(InterruptRequest::default()));
+    let effects = drifted(
+        &mut core,
+        &format!(
+            r#"{{"type":"control_response","response":{{"subtype":"error","request_id":"{request_id}","error":{{"code":1}}}}}}"#
+        ),
+    );
+    match done(&effects).as_slice() {
+        [(id, Err(ControlFailure::Refused { error, .. }))] => {
+            assert_eq!(**id, request_id);
+            assert!(error.contains("could not read the answer"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

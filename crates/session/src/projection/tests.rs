@@ -543,11 +543,20 @@ fn every_stored_event_reads_back_as_it_was() {
     }
     let error = SessionEvent::from_stored("started", "{}").unwrap_err();
     assert_eq!(error.to_string(), "stored started event: `started` is not a session event");
-    assert!(SessionEvent::from_stored(
+    // A line of a known type that does not fit reads back as its drift form, with the note.
+    let drifted = SessionEvent::from_stored(
         "line",
-        "{\"direction\":\"from_cli\",\"line\":{\"type\":\"result\"}}"
+        "{\"direction\":\"from_cli\",\"line\":{\"type\":\"result\"},\"event\":\"line\"}",
     )
-    .is_err());
+    .unwrap();
+    let SessionEvent::Line(line) = &drifted else { panic!("{drifted:?}") };
+    assert!(matches!(line.message.as_ref(), Message::Drift(_)));
+    let note = drifted.to_json()["drift"].as_str().unwrap().to_owned();
+    assert!(note.contains("missing field `subtype`"), "{note}");
+    let again = SessionEvent::from_stored("line", &drifted.to_json_text()).unwrap();
+    assert_eq!(again.to_json(), drifted.to_json());
+    // Only what is not a JSON object is unreadable.
+    assert!(SessionEvent::from_stored("line", "{\"direction\":\"from_cli\",\"line\":[1]}").is_err());
 }
 
 /// Its kind, checked against the tag it serializes with.
@@ -555,4 +564,45 @@ fn kind(update: &Update) -> &'static str {
     let value = serde_json::to_value(update).expect("serializes");
     assert_eq!(value["update"], update.kind());
     update.kind()
+}
+
+#[test]
+fn a_line_that_does_not_fit_is_noted_and_read_as_far_as_it_fits() {
+    let mut projector = Projector::new();
+    // 2.1.120 writes the retry delay as a float: read, not a drift.
+    let updates = run(
+        &mut projector,
+        &[cli(
+            json!({"type":"system","subtype":"api_retry","attempt":1,"max_retries":10,"retry_delay_ms":559.92,"error_status":529,"error":"overloaded","session_id":"s"}),
+        )],
+    );
+    match updates.as_slice() {
+        [Update::Notice { kind: "api_retry", text, .. }] => {
+            assert!(text.contains("retry 1 of 10 in 1 s"), "{text}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A result whose usage changed shape: a drift notice, and the turn still ends.
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("go"),
+            cli(
+                json!({"type":"result","subtype":"success","is_error":false,"result":"done","usage":"n/a","total_cost_usd":0.5,"session_id":"s"}),
+            ),
+        ],
+    );
+    let note = updates
+        .iter()
+        .find_map(|update| match update {
+            Update::Notice { kind: "drift", text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .expect("a drift notice");
+    assert!(note.contains("result/success") && note.contains("read without `usage`"), "{note}");
+    assert!(
+        updates.iter().any(|update| matches!(update, Update::TurnEnded { failed: false, .. })),
+        "{updates:?}"
+    );
+    assert_eq!(projector.view().turns, 1);
 }
