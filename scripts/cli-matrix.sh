@@ -35,6 +35,20 @@ if [ "${#versions[@]}" -eq 0 ]; then
 fi
 
 ./scripts/install-clis.sh "${versions[@]}" >&2
-cargo build -q -p switchboard-testkit --bin cli-matrix
+cargo build -q -p switchboard-testkit --bin cli-matrix -p switchboard-cli --bin switchboard
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-exec "$target_dir/debug/cli-matrix" --out "$out" "${options[@]}" "${versions[@]}"
+status=0
+"$target_dir/debug/cli-matrix" --out "$out" "${options[@]}" "${versions[@]}" || status=$?
+# The same transcripts through `switchboard decode`, as a user checks a CLI's output: every
+# line decoded, none malformed, each typed reading re-encoding to the same value.
+shopt -s nullglob
+transcripts=("$out"/*/*.ndjson)
+if [ "${#transcripts[@]}" -gt 0 ]; then
+  if ! "$target_dir/debug/switchboard" decode --capture --strict --roundtrip "${transcripts[@]}" \
+      > "$out/decode.txt"; then
+    echo "cli-matrix: switchboard decode --strict --roundtrip found problems ($out/decode.txt)" >&2
+    [ "$status" -ne 0 ] || status=1
+  fi
+  tail -n 1 "$out/decode.txt" >&2
+fi
+exit "$status"

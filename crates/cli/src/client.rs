@@ -1,9 +1,12 @@
-//! The client commands: `switchboard sessions …`, `approve`, `deny`. They talk to a running
-//! daemon, found through `--url`/`--token`, `SWITCHBOARD_URL`/`SWITCHBOARD_TOKEN`, or the data
-//! directory the daemon wrote.
+//! The client commands: `switchboard sessions …`, `new`, `send`, `resume`, `interrupt`,
+//! `open`, `approve`, `deny`. They talk to a running daemon, found through `--url`/`--token`,
+//! `SWITCHBOARD_URL`/`SWITCHBOARD_TOKEN`, or the data directory the daemon wrote. A session is
+//! named by its id or any unique prefix of it, as git names commits.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -12,7 +15,12 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+use switchboard_session::DecidedBy;
+
 use crate::serve::DataDirArg;
+
+/// The largest policy file `new --policy` sends.
+const MAX_POLICY_BYTES: u64 = 1024 * 1024;
 
 /// How to reach the daemon.
 #[derive(Debug, Args)]
@@ -51,12 +59,13 @@ enum SessionsCommand {
     Ls,
     /// Show one session, with its pending permission requests.
     Show {
-        /// The session id.
+        /// The session: its id or a unique prefix.
         id: String,
     },
-    /// Follow a session's events as they happen (from the start, or after --after).
+    /// Follow a session as it happens: text as it streams, tool calls summed up, approvals
+    /// and their decisions, each turn's end (with --json: every event, as stored).
     Tail {
-        /// The session id.
+        /// The session: its id or a unique prefix.
         id: String,
         /// Start after this sequence number.
         #[arg(long, default_value_t = 0)]
@@ -64,7 +73,7 @@ enum SessionsCommand {
     },
     /// Stop a session (its record stays), or delete it with --purge.
     Rm {
-        /// The session id.
+        /// The session: its id or a unique prefix.
         id: String,
         /// Also delete its record and event log.
         #[arg(long)]
@@ -72,10 +81,66 @@ enum SessionsCommand {
     },
 }
 
+/// `switchboard new PROMPT`
+#[derive(Debug, Args)]
+pub(crate) struct NewArgs {
+    /// The first prompt.
+    prompt: String,
+    /// The working directory (default: the current one).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// The model.
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// A policy file for this session (TOML, Claude Code's rule syntax); default: the daemon's.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The permission mode (default, acceptEdits, plan, bypassPermissions).
+    #[arg(long, value_name = "MODE")]
+    permission_mode: Option<String>,
+    /// Follow the session after starting it, as `sessions tail` does.
+    #[arg(long)]
+    follow: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard send SESSION TEXT`
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    /// The session: its id or a unique prefix.
+    session: String,
+    /// The message.
+    text: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard resume|interrupt SESSION`
+#[derive(Debug, Args)]
+pub(crate) struct SessionArg {
+    /// The session: its id or a unique prefix.
+    session: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard open [SESSION]`
+#[derive(Debug, Args)]
+pub(crate) struct OpenArgs {
+    /// A session to open (its id or a unique prefix); default: the session list.
+    session: Option<String>,
+    /// Print the address (with the token) instead of starting a browser.
+    #[arg(long)]
+    print: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
 /// `switchboard approve|deny SESSION REQUEST`
 #[derive(Debug, Args)]
 pub(crate) struct AnswerArgs {
-    /// The session id.
+    /// The session: its id or a unique prefix.
     session: String,
     /// The permission request id.
     request: String,
@@ -108,6 +173,22 @@ impl Connection {
 }
 
 impl Client {
+    /// The full id of the session `name` names: itself, or the one session whose id starts
+    /// with it.
+    async fn resolve(&self, name: &str) -> Result<String, String> {
+        if name.is_empty() {
+            return Err("name a session (its id or a unique prefix)".to_owned());
+        }
+        let sessions = self.request(reqwest::Method::GET, "/api/sessions", None).await?;
+        let ids: Vec<&str> = sessions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|session| session["id"].as_str())
+            .collect();
+        pick(name, &ids)
+    }
+
     async fn request(
         &self,
         method: reqwest::Method,
@@ -153,6 +234,7 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                 }
             }
             SessionsCommand::Show { id } => {
+                let id = client.resolve(&id).await?;
                 let session = client
                     .request(reqwest::Method::GET, &format!("/api/sessions/{id}"), None)
                     .await?;
@@ -162,8 +244,12 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                     print_session(&session);
                 }
             }
-            SessionsCommand::Tail { id, after } => tail(&client, &id, after, json_output).await?,
+            SessionsCommand::Tail { id, after } => {
+                let id = client.resolve(&id).await?;
+                tail(&client, &id, after, json_output).await?
+            }
             SessionsCommand::Rm { id, purge } => {
+                let id = client.resolve(&id).await?;
                 let path = format!("/api/sessions/{id}{}", if purge { "?purge=true" } else { "" });
                 client.request(reqwest::Method::DELETE, &path, None).await?;
                 if !json_output {
@@ -186,7 +272,8 @@ pub(crate) async fn answer(args: AnswerArgs, allow: bool) -> ExitCode {
             "remember": args.remember && allow,
             "by": format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "user".into())),
         });
-        let path = format!("/api/sessions/{}/permissions/{}", args.session, args.request);
+        let session = client.resolve(&args.session).await?;
+        let path = format!("/api/sessions/{session}/permissions/{}", args.request);
         let reply = client.request(reqwest::Method::POST, &path, Some(body)).await?;
         if args.connection.json {
             println!("{reply}");
@@ -197,6 +284,182 @@ pub(crate) async fn answer(args: AnswerArgs, allow: bool) -> ExitCode {
     }
     .await;
     finish(result)
+}
+
+/// The id `name` names among `ids`: itself, or the only one it starts.
+fn pick(name: &str, ids: &[&str]) -> Result<String, String> {
+    if ids.contains(&name) {
+        return Ok(name.to_owned());
+    }
+    let matching: Vec<&str> = ids.iter().copied().filter(|id| id.starts_with(name)).collect();
+    match matching.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        [] => Err(format!("no session {name} (switchboard sessions lists them)")),
+        many => Err(format!(
+            "{name} names {} sessions ({}): give more of the id",
+            many.len(),
+            many.join(", ")
+        )),
+    }
+}
+
+/// `switchboard new`: starts a session and prints its id.
+pub(crate) async fn new(args: NewArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let cwd = match args.cwd {
+            Some(cwd) => cwd,
+            None => {
+                std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
+            }
+        };
+        let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
+        let mut body = json!({"cwd": cwd, "prompt": args.prompt});
+        if let Some(model) = &args.model {
+            body["model"] = json!(model);
+        }
+        if let Some(mode) = &args.permission_mode {
+            body["permission_mode"] = json!(mode);
+        }
+        if let Some(path) = &args.policy {
+            // Sent as text, so a daemon on another machine gets it too.
+            body["policy"] = json!(read_policy(path)?);
+        }
+        let session = client.request(reqwest::Method::POST, "/api/sessions", Some(body)).await?;
+        let id = session["id"].as_str().unwrap_or_default().to_owned();
+        if args.connection.json {
+            println!("{session}");
+        } else {
+            println!("{id}");
+        }
+        if args.follow {
+            tail(&client, &id, 0, args.connection.json).await?;
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+fn read_policy(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let shown = path.display();
+    let file =
+        std::fs::File::open(path).map_err(|error| format!("cannot open {shown}: {error}"))?;
+    let mut text = String::new();
+    file.take(MAX_POLICY_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| format!("cannot read {shown}: {error}"))?;
+    if text.len() as u64 > MAX_POLICY_BYTES {
+        return Err(format!("{shown} is over 1 MiB; a policy is a short TOML file"));
+    }
+    Ok(text)
+}
+
+/// `switchboard send`: a message to a session (queued while a turn runs).
+pub(crate) async fn send(args: SendArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let id = client.resolve(&args.session).await?;
+        let path = format!("/api/sessions/{id}/messages");
+        let reply = client
+            .request(reqwest::Method::POST, &path, Some(json!({"content": args.text})))
+            .await?;
+        if args.connection.json {
+            println!("{reply}");
+        } else {
+            println!("sent to {id}");
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// `switchboard resume` (`resume`) and `switchboard interrupt` (`interrupt`).
+pub(crate) async fn act(args: SessionArg, action: &'static str) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let id = client.resolve(&args.session).await?;
+        let path = format!("/api/sessions/{id}/{action}");
+        let reply = client.request(reqwest::Method::POST, &path, Some(json!({}))).await?;
+        if args.connection.json {
+            println!("{reply}");
+        } else {
+            let done = if action == "resume" { "resumed" } else { "interrupted" };
+            println!("{done} {id}");
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// `switchboard open`: the web UI in a browser, signed in.
+///
+/// The browser gets the token through a private file that forwards to the signed-in address,
+/// never on a command line other users of the machine could read (`ps`).
+pub(crate) async fn open(args: OpenArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let fragment = match &args.session {
+            Some(name) => format!("#/s/{}", client.resolve(name).await?),
+            None => String::new(),
+        };
+        let signed_in = match &client.token {
+            Some(token) => format!("{}/?token={token}{fragment}", client.base),
+            None => format!("{}/{fragment}", client.base),
+        };
+        if args.print {
+            println!("{signed_in}");
+            return Ok(());
+        }
+        let page = forwarding_page(&args.connection.data.resolve(), &signed_in)?;
+        let browser = std::env::var_os("BROWSER").unwrap_or_else(|| {
+            if cfg!(target_os = "macos") { "open".into() } else { "xdg-open".into() }
+        });
+        #[allow(clippy::disallowed_methods)] // a browser, not the Claude CLI
+        let launched = std::process::Command::new(&browser)
+            .arg(&page)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        match launched {
+            Ok(_) => println!("opened {}/{fragment}", client.base),
+            Err(error) => {
+                return Err(format!(
+                    "cannot start a browser ({}: {error}); open {}/{fragment} yourself, or                      print the signed-in address with --print",
+                    browser.to_string_lossy(),
+                    client.base
+                ))
+            }
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// A private (0600) page that forwards the browser to `address`; its path.
+fn forwarding_page(data_dir: &std::path::Path, address: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = if data_dir.is_dir() { data_dir.to_path_buf() } else { std::env::temp_dir() };
+    let path = dir.join("open.html");
+    let quoted = serde_json::to_string(address).map_err(|error| error.to_string())?;
+    let html = format!(
+        "<!doctype html><meta charset=utf-8><title>Switchboard</title>\n\
+         <script>location.replace({quoted});</script>\n"
+    );
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    file.write_all(html.as_bytes()).map_err(|error| error.to_string())?;
+    Ok(path)
 }
 
 fn finish(result: Result<(), String>) -> ExitCode {
@@ -210,8 +473,11 @@ fn finish(result: Result<(), String>) -> ExitCode {
 }
 
 async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Result<(), String> {
+    // A person reads the session's view (the daemon's one projection of its lines); a script
+    // reads the events as stored.
+    let view = if json_output { "" } else { "&view=true" };
     let url = format!(
-        "{}/api/sessions/{id}/subscribe?after={after}",
+        "{}/api/sessions/{id}/subscribe?after={after}{view}",
         client.base.replacen("http", "ws", 1)
     );
     let mut request = url.into_client_request().map_err(|error| error.to_string())?;
@@ -224,6 +490,8 @@ async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Resul
     let (mut socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .map_err(|error| format!("cannot subscribe: {error}"))?;
+    let mut reader = Reader { session: id.to_owned(), ..Reader::default() };
+    let mut stdout = std::io::stdout();
     while let Some(frame) = socket.next().await {
         let frame = frame.map_err(|error| format!("the connection broke: {error}"))?;
         let WsMessage::Text(text) = frame else { continue };
@@ -232,53 +500,131 @@ async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Resul
             continue;
         }
         let frame: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        println!("{}", describe_frame(&frame));
+        let _ = stdout.write_all(reader.read(&frame).as_bytes());
+        let _ = stdout.flush();
     }
     Ok(())
 }
 
-/// One line for a subscription frame.
-fn describe_frame(frame: &Value) -> String {
-    let seq = frame["seq"].as_u64().map(|seq| seq.to_string()).unwrap_or_else(|| "-".into());
-    let event = &frame["event"];
-    let detail = match event["event"].as_str() {
-        Some("line") => {
-            let line = &event["line"];
-            let kind = line["type"].as_str().unwrap_or("?");
-            let subtype = line["subtype"]
-                .as_str()
-                .or_else(|| line["request"]["subtype"].as_str())
-                .or_else(|| line["event"]["type"].as_str())
-                .map(|s| format!("/{s}"))
-                .unwrap_or_default();
-            format!("{} {kind}{subtype}", event["direction"].as_str().unwrap_or(""))
+/// Turns the view's updates into what a person reads in a terminal.
+#[derive(Default)]
+struct Reader {
+    session: String,
+    /// In the middle of a line of streamed text.
+    mid_line: bool,
+    /// Messages whose text arrived as deltas (their finished block is not printed again).
+    streamed: std::collections::HashSet<String>,
+}
+
+impl Reader {
+    /// The text for one frame (empty for frames with nothing to show).
+    fn read(&mut self, frame: &Value) -> String {
+        let mut out = String::new();
+        match frame["type"].as_str() {
+            Some("view") => {
+                for update in frame["updates"].as_array().into_iter().flatten() {
+                    self.update(update, &mut out);
+                }
+            }
+            // The daemon's word about the subscription (lagged, store_failing, shutdown, ...).
+            Some(kind) => {
+                let message = frame["message"].as_str().unwrap_or_default();
+                self.line(&mut out, &format!("! {kind}: {message}"));
+            }
+            None => {}
         }
-        Some("state") => format!(
-            "state {} → {}",
-            event["from"].as_str().unwrap_or("?"),
-            event["to"].as_str().unwrap_or("?")
-        ),
-        Some("permission_requested") => format!(
-            "permission_requested {} {} (request {})",
-            event["tool_name"].as_str().unwrap_or("?"),
-            event["input"],
-            event["request_id"].as_str().unwrap_or("?")
-        ),
-        Some("permission_decided") => format!(
-            "permission_decided {} {} by {}",
-            event["tool_name"].as_str().unwrap_or("?"),
-            event["behavior"].as_str().unwrap_or("?"),
-            event["by"]
-        ),
-        Some(other) => other.to_owned(),
-        // Not an event: the daemon's word about the subscription (lagged, store_failing,
-        // shutdown, ...).
-        None => match (frame["type"].as_str(), frame["message"].as_str()) {
-            (Some(kind), Some(message)) => format!("{kind}: {message}"),
-            _ => frame.to_string(),
-        },
-    };
-    format!("{seq}\t{detail}")
+        out
+    }
+
+    /// Starts a line of its own (ending streamed text first).
+    fn line(&mut self, out: &mut String, text: &str) {
+        if self.mid_line {
+            out.push('\n');
+            self.mid_line = false;
+        }
+        out.push_str(text);
+        out.push('\n');
+    }
+
+    fn update(&mut self, update: &Value, out: &mut String) {
+        let text = |key: &str| update[key].as_str().unwrap_or_default();
+        // A subagent's work is indented under the call that started it.
+        let nested = !update["parent_tool_use_id"].is_null();
+        let indent = if nested { "  │ " } else { "" };
+        match text("update") {
+            "prompt" => self.line(out, &format!("\n> {}", text("text"))),
+            "text_delta" if !nested => {
+                self.streamed.insert(text("message_id").to_owned());
+                out.push_str(text("text"));
+                self.mid_line = !text("text").ends_with('\n');
+            }
+            "block" => {
+                let block = &update["block"];
+                match block["kind"].as_str() {
+                    Some("text") if nested || !self.streamed.contains(text("message_id")) => {
+                        let body = block["text"].as_str().unwrap_or_default();
+                        self.line(out, &format!("{indent}{body}"));
+                    }
+                    Some("text") if self.mid_line => {
+                        out.push('\n');
+                        self.mid_line = false;
+                    }
+                    Some("tool_use") => {
+                        let name = block["name"].as_str().unwrap_or("?");
+                        let summary = crate::run::summarize(name, &block["input"]);
+                        self.line(out, &format!("{indent}→ {name} {summary}"));
+                    }
+                    _ => {}
+                }
+            }
+            "tool_result" => {
+                let first = text("text").lines().next().unwrap_or_default();
+                let mark = if update["is_error"] == true { "✗" } else { "←" };
+                let first: String = first.chars().take(100).collect();
+                self.line(out, &format!("{indent}  {mark} {first}"));
+            }
+            "permission_asked" => {
+                let tool = text("tool_name");
+                let summary = crate::run::summarize(tool, &update["input"]);
+                let request = text("request_id");
+                let session = &self.session;
+                self.line(
+                    out,
+                    &format!(
+                        "? {tool} {summary}: waiting for you \
+                         (switchboard approve {session} {request}, or deny)"
+                    ),
+                );
+            }
+            "permission_decided" => {
+                let by: Option<DecidedBy> = serde_json::from_value(update["by"].clone()).ok();
+                let by = by.unwrap_or(DecidedBy::Policy { rule: None });
+                let allowed = text("behavior") == "allow";
+                let said = crate::run::decision(text("tool_name"), allowed, &by, text("message"));
+                self.line(out, &format!("{indent}{said}"));
+            }
+            "turn_ended" if !nested => {
+                let seconds = update["duration_ms"].as_u64().unwrap_or(0) as f64 / 1000.0;
+                let cost = update["cost_usd"].as_f64().unwrap_or(0.0);
+                let said = if update["interrupted"] == true {
+                    "— interrupted".to_owned()
+                } else if update["failed"] == true {
+                    crate::run::failure(text("subtype"), text("result"))
+                } else {
+                    "— turn done".to_owned()
+                };
+                self.line(out, &format!("{said} · {seconds:.1} s · ${cost:.4}"));
+            }
+            "notice" => {
+                let mark = if text("level") == "info" { "·" } else { "!" };
+                self.line(out, &format!("{mark} {}", text("text")));
+            }
+            "state" if matches!(text("to"), "exited" | "crashed") => {
+                self.line(out, &format!("— the session {}", text("to")));
+            }
+            _ => {}
+        }
+    }
 }
 
 fn print_table(sessions: &Value) {
@@ -329,5 +675,46 @@ fn print_session(session: &Value) {
             pending["tool_name"].as_str().unwrap_or("?"),
             pending["input"]
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_is_named_by_a_unique_prefix() {
+        let ids = ["4f1c2a", "4f9b00", "a0b1c2"];
+        assert_eq!(pick("a0", &ids).unwrap(), "a0b1c2");
+        assert_eq!(pick("4f9", &ids).unwrap(), "4f9b00");
+        let error = pick("4f", &ids).unwrap_err();
+        assert!(error.contains("names 2 sessions") && error.contains("4f1c2a"), "{error}");
+        assert!(pick("zz", &ids).unwrap_err().contains("no session zz"));
+        assert_eq!(pick("4f1c2a", &["4f1c2a", "4f1c2ab"]).unwrap(), "4f1c2a", "a whole id wins");
+    }
+
+    #[test]
+    fn the_tail_reads_like_a_terminal_session() {
+        let mut reader = Reader { session: "s1".into(), ..Reader::default() };
+        let frame = |updates: Value| json!({"type": "view", "seq": 1, "updates": updates});
+        let mut text = reader.read(&frame(json!([
+            {"update": "prompt", "text": "RUN it"},
+            {"update": "text_delta", "message_id": "m", "text": "Running ", "parent_tool_use_id": null},
+            {"update": "text_delta", "message_id": "m", "text": "it.", "parent_tool_use_id": null},
+            {"update": "block", "message_id": "m", "parent_tool_use_id": null, "block": {"kind": "text", "text": "Running it."}},
+            {"update": "block", "message_id": "m", "parent_tool_use_id": null, "block": {"kind": "tool_use", "name": "Bash", "input": {"command": "ls -la"}}},
+            {"update": "permission_asked", "request_id": "r1", "tool_name": "Bash", "input": {"command": "ls -la"}},
+            {"update": "permission_decided", "tool_name": "Bash", "behavior": "deny", "by": {"kind": "person", "who": "alice"}, "message": "not now"},
+            {"update": "block", "message_id": "n", "parent_tool_use_id": "t1", "block": {"kind": "tool_use", "name": "Read", "input": {"file_path": "/x"}}},
+            {"update": "turn_ended", "parent_tool_use_id": null, "subtype": "success", "failed": false, "interrupted": false, "duration_ms": 1500, "cost_usd": 0.01},
+        ])));
+        text.push_str(
+            &reader.read(&json!({"type": "lagged", "message": "caught up from the log"})),
+        );
+        let expected = "\n> RUN it\nRunning it.\n→ Bash ls -la\n\
+            ? Bash ls -la: waiting for you (switchboard approve s1 r1, or deny)\n\
+            ✗ Bash denied by alice: not now\n  │ → Read /x\n— turn done · 1.5 s · $0.0100\n\
+            ! lagged: caught up from the log\n";
+        assert_eq!(text, expected);
     }
 }

@@ -5,9 +5,10 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod client;
+mod config;
 mod decode;
 mod demo;
 mod doctor;
@@ -84,9 +85,32 @@ enum Command {
     /// Prints `ANTHROPIC_BASE_URL=…` (or `{"url": …}` with --json) and serves until Ctrl-C.
     /// The script format is in docs/fake-api.md.
     FakeApi(fake_api::FakeApiArgs),
+    /// Start a session on the daemon and print its id (--follow: then follow it).
+    New(client::NewArgs),
+    /// Send a message to a session (queued while a turn runs).
+    Send(client::SendArgs),
+    /// Start an exited session's CLI again, where it stopped.
+    Resume(client::SessionArg),
+    /// Interrupt a session's turn.
+    Interrupt(client::SessionArg),
+    /// Open the web UI in a browser, signed in (at a session, when one is named).
+    Open(client::OpenArgs),
+    /// Print a shell completion script: `switchboard completions bash > ~/.local/share/bash-completion/completions/switchboard`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
+    // Before any thread exists: the config file's values become the variables' defaults.
+    if let Err(message) = config::apply() {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("switchboard: {message}");
+        }
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => decode::run(&args),
@@ -98,6 +122,20 @@ fn main() -> ExitCode {
         Command::Doctor(args) => block_on(doctor::doctor(args)),
         Command::Demo(args) => block_on(demo::demo(args)),
         Command::FakeApi(args) => block_on(fake_api::fake_api(args)),
+        Command::New(args) => block_on(client::new(args)),
+        Command::Send(args) => block_on(client::send(args)),
+        Command::Resume(args) => block_on(client::act(args, "resume")),
+        Command::Interrupt(args) => block_on(client::act(args, "interrupt")),
+        Command::Open(args) => block_on(client::open(args)),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "switchboard",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 

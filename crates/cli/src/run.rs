@@ -51,7 +51,7 @@ pub(crate) struct RunArgs {
     permission_mode: Option<String>,
     /// Permission policy (TOML, Claude Code rule syntax). Without one, every request the CLI
     /// sends is put to you (or denied when there is no terminal).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "SWITCHBOARD_POLICY")]
     policy: Option<PathBuf>,
     /// The Claude Code CLI to run (default: `claude` on PATH).
     #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
@@ -239,7 +239,7 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
 /// One line describing a tool call's input.
 /// What a person reads when a turn ends with an error result. An API failure arrives as
 /// `subtype: "success"` with `is_error: true`: the subtype alone would say "success".
-fn failure(subtype: &str, text: &str) -> String {
+pub(crate) fn failure(subtype: &str, text: &str) -> String {
     let what = match subtype {
         "success" => "✗ the API call failed".to_owned(),
         "error_max_turns" => "✗ the turn stopped at the turn limit (--max-turns)".to_owned(),
@@ -254,7 +254,30 @@ fn failure(subtype: &str, text: &str) -> String {
     }
 }
 
-fn summarize(tool: &str, input: &Value) -> String {
+/// `✓ Bash allowed by rule Bash(ls:*)`, `✗ Bash denied by alice: not now`.
+pub(crate) fn decision(tool: &str, allowed: bool, by: &DecidedBy, message: &str) -> String {
+    let who = match by {
+        DecidedBy::Policy { rule: Some(rule) } => format!("rule {rule}"),
+        DecidedBy::Policy { rule: None } => "policy default".to_owned(),
+        DecidedBy::Person { who } => who.clone(),
+        DecidedBy::Timeout => "timeout".to_owned(),
+        DecidedBy::Cancelled => "the CLI (withdrawn)".to_owned(),
+        DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
+        DecidedBy::Cli => "the CLI on its own".to_owned(),
+    };
+    if allowed {
+        return format!("✓ {tool} allowed by {who}");
+    }
+    // The reason, unless it only repeats who decided ("denied by policy rule X").
+    let reason = match message {
+        "" => String::new(),
+        text if text.contains(who.as_str()) => String::new(),
+        text => format!(": {text}"),
+    };
+    format!("✗ {tool} denied by {who}{reason}")
+}
+
+pub(crate) fn summarize(tool: &str, input: &Value) -> String {
     let field = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
     let text = match tool {
         "Bash" => field("command"),
@@ -310,25 +333,7 @@ impl Printer {
                 self.print_message(&line.message)
             }
             SessionEvent::PermissionDecided { tool_name, behavior, by, message, .. } => {
-                let who = match by {
-                    DecidedBy::Policy { rule: Some(rule) } => format!("rule {rule}"),
-                    DecidedBy::Policy { rule: None } => "policy default".to_owned(),
-                    DecidedBy::Person { who } => who.clone(),
-                    DecidedBy::Timeout => "timeout".to_owned(),
-                    DecidedBy::Cancelled => "the CLI (withdrawn)".to_owned(),
-                    DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
-                    DecidedBy::Cli => "the CLI on its own".to_owned(),
-                };
-                // The reason, unless it only repeats who decided ("denied by policy rule X").
-                let reason = match message.as_str() {
-                    "" => String::new(),
-                    text if text.contains(who.as_str()) => String::new(),
-                    text => format!(": {text}"),
-                };
-                match behavior {
-                    Behavior::Allow => self.note(&format!("✓ {tool_name} allowed by {who}")),
-                    _ => self.note(&format!("✗ {tool_name} denied by {who}{reason}")),
-                }
+                self.note(&decision(tool_name, *behavior == Behavior::Allow, by, message));
             }
             SessionEvent::BadLine(error) => {
                 self.note(&format!("! unreadable line from the CLI: {error}"))

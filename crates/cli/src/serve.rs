@@ -23,7 +23,7 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
 pub(crate) struct ServeArgs {
     /// Address to listen on. Anything but loopback exposes the API to the network (the token
     /// still guards it).
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, env = "SWITCHBOARD_LISTEN")]
     listen: SocketAddr,
     #[command(flatten)]
     data: DataDirArg,
@@ -31,8 +31,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
     claude: Option<PathBuf>,
     /// Permission policy for sessions that bring none (a TOML file in Claude Code's rule
-    /// syntax), or `auto-approve` to allow everything (as seed 003's relays do).
-    #[arg(long, value_name = "FILE|auto-approve")]
+    /// syntax), or `auto-approve` to allow everything (as the agents-ui relay protocol's relays do).
+    #[arg(long, value_name = "FILE|auto-approve", env = "SWITCHBOARD_POLICY")]
     policy: Option<PathBuf>,
     /// The API token (default: the one in the data directory, generated on first start).
     #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_TOKEN", hide_env_values = true)]

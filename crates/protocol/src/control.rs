@@ -92,8 +92,9 @@ wire_struct! {
 wire_struct! {
     /// One hook matcher in `initialize.hooks[event]`.
     pub struct HookMatcher {
-        /// Tool-name pattern (`Bash`, `Edit|Write`); absent matches all.
-        opt matcher: String = "matcher",
+        /// Tool-name pattern (`Bash`, `Edit|Write`); absent or `null` (as the SDKs write it)
+        /// matches all.
+        opt matcher: Option<String> = "matcher",
         /// The ids the CLI sends back in `hook_callback.callback_id`.
         req hook_callback_ids: Vec<String> = "hookCallbackIds",
         /// Seconds the CLI waits for the answer.

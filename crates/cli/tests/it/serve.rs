@@ -400,27 +400,48 @@ async fn tail_follows_a_session_that_deny_answers() {
     });
     assert!(tool_result.is_some(), "the model got the denial message back");
 
-    // The tail saw the request, the denial and the end of the turn, in order, with no gap.
-    let mut seqs = Vec::new();
-    let mut seen_request = false;
-    let mut seen_denial = false;
-    let mut seen_idle = false;
-    while !(seen_request && seen_denial && seen_idle) {
+    // The tail, written for a person: the call, the wait, the denial, the answer, the end.
+    let mut seen = Vec::new();
+    while !seen.last().is_some_and(|line: &String| line.starts_with("— turn done")) {
         let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
             .await
             .expect("tail went quiet before the turn ended")
             .unwrap()
             .expect("tail ended early");
-        let (seq, detail) = line.split_once('\t').unwrap();
-        seqs.push(seq.parse::<u64>().unwrap());
-        seen_request |= detail.starts_with("permission_requested Bash");
-        seen_denial |= detail.starts_with("permission_decided Bash deny");
-        seen_idle |= seen_denial && detail.ends_with("→ idle");
+        seen.push(line);
     }
-    assert!(seqs.iter().enumerate().all(|(i, seq)| *seq == i as u64 + 1), "{seqs:?}");
+    let at = |prefix: &str| {
+        seen.iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {seen:#?}"))
+    };
+    assert!(at("> DENYME") < at("→ Bash touch denied.txt && ls"), "{seen:#?}");
+    assert!(at("→ Bash") < at("? Bash touch denied.txt && ls: waiting for you"), "{seen:#?}");
+    assert!(at("? Bash") < at("✗ Bash denied by cli:"), "{seen:#?}");
+    assert!(seen[at("✗ Bash denied by cli:")].ends_with(": not on my watch"), "{seen:#?}");
+    assert!(at("✗ Bash") < at("understood, not touching it"), "{seen:#?}");
     tail.kill().await.unwrap();
 
-    // Resuming after a seq gives only what came later, as JSON frames.
+    // With --json, every event as stored, gap-free from 1; --after resumes after a seq.
+    let events = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::GET,
+        &format!("/api/sessions/{id}/events?after=0&limit=5000"),
+        None,
+    )
+    .await;
+    let count = events.as_array().unwrap().len();
+    let mut all = spawn_client(data.path(), &["sessions", "tail", &id, "--json"]);
+    let mut lines = BufReader::new(all.stdout.take().unwrap()).lines();
+    let mut seqs = Vec::new();
+    while seqs.len() < count {
+        let frame: Value =
+            serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        seqs.push(frame["seq"].as_u64().unwrap());
+    }
+    assert!(seqs.iter().enumerate().all(|(i, seq)| *seq == i as u64 + 1), "{seqs:?}");
+    all.kill().await.unwrap();
     let after = seqs[seqs.len() - 3];
     let after_text = after.to_string();
     let mut resumed =
@@ -429,6 +450,124 @@ async fn tail_follows_a_session_that_deny_answers() {
     let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
     assert_eq!(first["seq"], after + 1, "{first}");
     resumed.kill().await.unwrap();
+}
+
+/// `new`, `send`, `interrupt`, `sessions rm`, `resume` and `open --print`, with sessions
+/// named by a prefix of their id; `completions`; the config file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_commands_start_and_steer_sessions_named_by_a_prefix() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("hi there").when_prompt("HELLO"))
+            .reply(Reply::text("a story that goes on and on").when_prompt("LONG").hold_after(1))
+            .reply(Reply::text("back again").when_prompt("AGAIN")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let workdir = sandbox.workdir().display().to_string();
+
+    let (code, out, err) = client(data.path(), &["new", "--cwd", &workdir, "HELLO there"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let id = out.trim().to_owned();
+    assert_eq!(id.len(), 36, "{out}");
+    let prefix = &id[..8];
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+
+    let (code, out, err) = client(data.path(), &["send", prefix, "LONG story"]).await;
+    assert_eq!((code, out.trim()), (Some(0), format!("sent to {id}").as_str()), "{err}");
+    api.wait_for(|request| request.last_user_text().contains("LONG")).await;
+    let (code, out, err) = client(data.path(), &["interrupt", prefix]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("interrupted {id}"));
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    api.release();
+
+    let (code, _, err) = client(data.path(), &["sessions", "rm", prefix]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = client(data.path(), &["resume", prefix]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("resumed {id}"));
+    client(data.path(), &["send", prefix, "AGAIN please"]).await;
+    api.wait_for(|request| request.last_user_text().contains("AGAIN")).await;
+    let answered = || async {
+        let events = http(
+            &daemon.url,
+            &token,
+            reqwest::Method::GET,
+            &format!("/api/sessions/{id}/events?after=0&limit=5000"),
+            None,
+        )
+        .await;
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|event| event["event"]["line"]["result"] == "back again")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !answered().await {
+        assert!(std::time::Instant::now() < deadline, "the resumed session never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A name no session has, or none at all, is refused with the reason.
+    let (code, _, err) = client(data.path(), &["send", "zzzz", "hi"]).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no session zzzz"), "{err}");
+
+    // The signed-in address of one session.
+    let (code, out, err) = client(data.path(), &["open", "--print", prefix]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("{}/?token={}#/s/{id}", daemon.url, token.trim()));
+
+    #[allow(clippy::disallowed_methods)] // tests run our own binary
+    let completions = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["completions", "bash"])
+        .output()
+        .await
+        .unwrap();
+    let script = String::from_utf8_lossy(&completions.stdout);
+    assert!(completions.status.success());
+    assert!(script.contains("switchboard") && script.contains("interrupt"), "{script}");
+}
+
+/// The config file gives defaults that variables and flags override; a typo in it is refused.
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn the_config_file_gives_defaults_and_refuses_typos() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let doctor = |env: Vec<(&'static str, String)>| {
+        let config = config.clone();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .args(["doctor", "--json", "--listen", "127.0.0.1:0"])
+                .env("SWITCHBOARD_CONFIG", &config)
+                .env_remove("SWITCHBOARD_CLAUDE")
+                .envs(env)
+                .output()
+                .await
+                .unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+    };
+    std::fs::write(&config, "claude = \"/from/the/config\"\n").unwrap();
+    let (_, out, _) = doctor(vec![]).await;
+    assert!(out.contains("/from/the/config"), "the file's default: {out}");
+    let (_, out, _) = doctor(vec![("SWITCHBOARD_CLAUDE", "/from/the/variable".into())]).await;
+    assert!(out.contains("/from/the/variable") && !out.contains("/from/the/config"), "{out}");
+    std::fs::write(&config, "claud = \"/typo\"\n").unwrap();
+    let (code, _, err) = doctor(vec![]).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unknown field `claud`"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

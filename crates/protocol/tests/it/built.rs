@@ -72,7 +72,7 @@ fn host_control_requests_match_the_captures() {
 #[test]
 fn initialize_with_hooks_matches_the_captures() {
     let matcher = |id: &str| HookMatcher {
-        matcher: Some("Bash".into()),
+        matcher: Some(Some("Bash".into())),
         hook_callback_ids: vec![id.into()],
         ..HookMatcher::default()
     };

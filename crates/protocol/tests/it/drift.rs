@@ -140,3 +140,13 @@ fn a_huge_line_that_does_not_fit_is_kept_without_trying_to_salvage_it() {
     // Only the routing fields were read: the salvage was not tried.
     assert!(drift.left_out.starts_with("every field but"), "{}", drift.left_out);
 }
+
+#[test]
+fn a_hook_matcher_written_as_null_reads_as_every_tool() {
+    // The SDKs write `"matcher": null` for "all tools".
+    let line = r#"{"type":"control_request","request_id":"r","request":{"subtype":"initialize","hooks":{"PreToolUse":[{"matcher":null,"hookCallbackIds":["h"]}]}}}"#;
+    let message = Message::decode_str(line).unwrap();
+    assert!(!matches!(message, Message::Drift(_)), "{message:?}");
+    let again: serde_json::Value = serde_json::from_str(&message.encode()).unwrap();
+    assert_eq!(again, serde_json::from_str::<serde_json::Value>(line).unwrap());
+}

@@ -218,7 +218,7 @@ both!(pre_tool_use_hook_allows_without_asking, |version: CliVersion| async move 
     let options = crate::harness::Options {
         configure: Box::new(|config, _| {
             let matcher = HookMatcher {
-                matcher: Some("Bash".into()),
+                matcher: Some(Some("Bash".into())),
                 hook_callback_ids: vec!["pre_bash".into()],
                 ..Default::default()
             };

@@ -314,8 +314,7 @@ impl Driver {
     }
 
     fn meta(&mut self, what: Value) {
-        let line = json!({"dir": "meta", "t_ms": self.t_ms() as u64, "msg": what});
-        self.transcript.push(line.to_string());
+        self.transcript.push(meta_line(self.t_ms() as u64, what));
     }
 
     async fn send(&mut self, message: Value) -> anyhow::Result<()> {
@@ -450,6 +449,16 @@ impl Driver {
     }
 }
 
+/// A `meta` line of the transcript: what happened around the protocol, its fields flat as in
+/// the fixtures (`{"dir":"meta","t_ms":N,…}`; no `msg`, so decoders skip it).
+fn meta_line(t_ms: u64, what: Value) -> String {
+    let mut line = json!({"dir": "meta", "t_ms": t_ms});
+    if let (Some(line), Value::Object(fields)) = (line.as_object_mut(), what) {
+        line.extend(fields);
+    }
+    line.to_string()
+}
+
 fn response_to(line: &Value, request_id: &str) -> bool {
     line["type"] == "control_response" && line["response"]["request_id"] == request_id
 }
@@ -517,14 +526,11 @@ fn script(scenario: &str, workdir: &Path) -> Scenario {
 /// Runs one scenario and writes its transcript, whatever the outcome.
 async fn run_scenario(program: &Path, scenario: &str, dir: &Path) -> Result<(), String> {
     let start = Instant::now();
-    let mut transcript =
-        vec![json!({"dir": "meta", "t_ms": 0, "msg": {"scenario": scenario}}).to_string()];
+    let mut transcript = vec![meta_line(0, json!({"scenario": scenario}))];
     let outcome = drive(program, scenario, start, &mut transcript).await;
     if let Err(error) = &outcome {
-        transcript.push(
-            json!({"dir": "meta", "t_ms": start.elapsed().as_millis() as u64, "msg": {"failed": format!("{error:#}")}})
-                .to_string(),
-        );
+        let failed = json!({"failed": format!("{error:#}")});
+        transcript.push(meta_line(start.elapsed().as_millis() as u64, failed));
     }
     let mut text = transcript.join("\n");
     text.push('\n');

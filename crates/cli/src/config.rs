@@ -1,0 +1,78 @@
+//! The config file: `$SWITCHBOARD_CONFIG`, else `$XDG_CONFIG_HOME/switchboard/config.toml`, else
+//! `~/.config/switchboard/config.toml`. Its values are the defaults of the matching
+//! `SWITCHBOARD_*` variables, so a flag overrides a variable, which overrides the file:
+//!
+//! ```toml
+//! listen = "127.0.0.1:7777"         # SWITCHBOARD_LISTEN   (serve --listen)
+//! data_dir = "/srv/switchboard"     # SWITCHBOARD_DATA_DIR (--data-dir)
+//! policy = "/etc/switchboard.toml"  # SWITCHBOARD_POLICY   (serve and run --policy)
+//! claude = "/usr/local/bin/claude"  # SWITCHBOARD_CLAUDE   (--claude)
+//! ```
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The largest config file read.
+const MAX_CONFIG_BYTES: u64 = 64 * 1024;
+
+/// What the file may say.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    policy: Option<PathBuf>,
+    claude: Option<PathBuf>,
+}
+
+/// Where the config file is looked for.
+pub(crate) fn path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SWITCHBOARD_CONFIG") {
+        return Some(PathBuf::from(path));
+    }
+    let base = match std::env::var_os("XDG_CONFIG_HOME") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("switchboard/config.toml"))
+}
+
+/// Reads the config file, if there is one, and sets the variables it gives defaults for.
+/// Runs first thing in `main`, before any thread exists.
+pub(crate) fn apply() -> Result<(), String> {
+    let Some(path) = path() else { return Ok(()) };
+    let explicit = std::env::var_os("SWITCHBOARD_CONFIG").is_some();
+    let shown = path.display();
+    let text = match read(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && !explicit => return Ok(()),
+        Err(error) => return Err(format!("cannot read the config file {shown}: {error}")),
+    };
+    let config: Config =
+        toml::from_str(&text).map_err(|error| format!("the config file {shown}: {error}"))?;
+    let defaults = [
+        ("SWITCHBOARD_LISTEN", config.listen.map(PathBuf::from)),
+        ("SWITCHBOARD_DATA_DIR", config.data_dir),
+        ("SWITCHBOARD_POLICY", config.policy),
+        ("SWITCHBOARD_CLAUDE", config.claude),
+    ];
+    for (variable, value) in defaults {
+        if let Some(value) = value {
+            if std::env::var_os(variable).is_none() {
+                std::env::set_var(variable, value);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn read(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other("over 64 KiB"));
+    }
+    Ok(text)
+}
