@@ -15,10 +15,12 @@ cd "$(dirname "$0")/.."
 CACHE="${SWITCHBOARD_CLI_CACHE:-$HOME/.cache/switchboard/claude-code}"
 
 if [ "$#" -gt 0 ]; then
-  VERSIONS=("$@")
+  requested=("$@")
 else
-  mapfile -t VERSIONS < <(grep -Ev '^[[:space:]]*(#|$)' scripts/cli-versions)
+  mapfile -t requested < <(grep -Ev '^[[:space:]]*(#|$)' scripts/cli-versions)
 fi
+# Each version once: two installs of one version would race for its folder.
+mapfile -t VERSIONS < <(printf '%s\n' "${requested[@]}" | awk 'NF && !seen[$0]++')
 
 if ! command -v npm >/dev/null 2>&1; then
   echo "install-clis: npm is not installed; install Node.js (20 or newer) and npm first" >&2

@@ -167,7 +167,13 @@ impl Connection {
             Some(url) => url.trim_end_matches('/').to_owned(),
             None => data_dir.read_info()?.url,
         };
-        let token = self.token.clone().or_else(|| data_dir.stored_api_token());
+        // The data directory's token goes only to the daemon that directory names: never to a
+        // --url given by hand.
+        let token = match (&self.token, &self.url) {
+            (Some(token), _) => Some(token.clone()),
+            (None, None) => data_dir.stored_api_token(),
+            (None, Some(_)) => None,
+        };
         Ok(Client { base, token, http: reqwest::Client::new() })
     }
 }
@@ -407,7 +413,7 @@ pub(crate) async fn open(args: OpenArgs) -> ExitCode {
             None => String::new(),
         };
         let signed_in = match &client.token {
-            Some(token) => format!("{}/?token={token}{fragment}", client.base),
+            Some(token) => format!("{}/?token={}{fragment}", client.base, query_escape(token)),
             None => format!("{}/{fragment}", client.base),
         };
         if args.print {
@@ -429,7 +435,7 @@ pub(crate) async fn open(args: OpenArgs) -> ExitCode {
             Ok(_) => println!("opened {}/{fragment}", client.base),
             Err(error) => {
                 return Err(format!(
-                    "cannot start a browser ({}: {error}); open {}/{fragment} yourself, or                      print the signed-in address with --print",
+                    "cannot start a browser ({}: {error}); open {}/{fragment} yourself, or print the signed-in address with --print",
                     browser.to_string_lossy(),
                     client.base
                 ))
@@ -441,25 +447,36 @@ pub(crate) async fn open(args: OpenArgs) -> ExitCode {
     finish(result)
 }
 
-/// A private (0600) page that forwards the browser to `address`; its path.
+/// A private page (0600, a random name) that forwards the browser to `address`; its path. It
+/// stays for the browser to read, in the data directory (itself private) when there is one.
 fn forwarding_page(data_dir: &std::path::Path, address: &str) -> Result<PathBuf, String> {
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = if data_dir.is_dir() { data_dir.to_path_buf() } else { std::env::temp_dir() };
-    let path = dir.join("open.html");
     let quoted = serde_json::to_string(address).map_err(|error| error.to_string())?;
     let html = format!(
         "<!doctype html><meta charset=utf-8><title>Switchboard</title>\n\
          <script>location.replace({quoted});</script>\n"
     );
-    let _ = std::fs::remove_file(&path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    let mut file = tempfile::Builder::new()
+        .prefix("open-")
+        .suffix(".html")
+        .tempfile_in(&dir)
+        .map_err(|error| format!("cannot write a page in {}: {error}", dir.display()))?;
     file.write_all(html.as_bytes()).map_err(|error| error.to_string())?;
+    let (_, path) = file.keep().map_err(|error| error.to_string())?;
     Ok(path)
+}
+
+/// `text` for a URL's query: everything but letters, digits and `-._~` percent-encoded.
+fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 fn finish(result: Result<(), String>) -> ExitCode {

@@ -5,7 +5,7 @@
 //! ```toml
 //! listen = "127.0.0.1:7777"         # SWITCHBOARD_LISTEN   (serve --listen)
 //! data_dir = "/srv/switchboard"     # SWITCHBOARD_DATA_DIR (--data-dir)
-//! policy = "/etc/switchboard.toml"  # SWITCHBOARD_POLICY   (serve and run --policy)
+//! policy = "/etc/switchboard.toml"  # SWITCHBOARD_POLICY   (serve and run --policy; or auto-approve)
 //! claude = "/usr/local/bin/claude"  # SWITCHBOARD_CLAUDE   (--claude)
 //! ```
 
@@ -51,11 +51,28 @@ pub(crate) fn apply() -> Result<(), String> {
     };
     let config: Config =
         toml::from_str(&text).map_err(|error| format!("the config file {shown}: {error}"))?;
+    // A relative path in the file is relative to the file, not to where a command runs.
+    let base = path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let anchored = |value: Option<PathBuf>| value.map(|value| base.join(value));
+    let policy = match config.policy {
+        Some(policy) if policy.as_os_str() == "auto-approve" => Some(policy),
+        other => anchored(other),
+    };
     let defaults = [
         ("SWITCHBOARD_LISTEN", config.listen.map(PathBuf::from)),
-        ("SWITCHBOARD_DATA_DIR", config.data_dir),
-        ("SWITCHBOARD_POLICY", config.policy),
-        ("SWITCHBOARD_CLAUDE", config.claude),
+        ("SWITCHBOARD_DATA_DIR", anchored(config.data_dir)),
+        ("SWITCHBOARD_POLICY", policy),
+        // A bare program name (`claude`) is looked up on PATH, as on the command line.
+        (
+            "SWITCHBOARD_CLAUDE",
+            config.claude.map(|claude| {
+                if claude.components().count() == 1 {
+                    claude
+                } else {
+                    base.join(claude)
+                }
+            }),
+        ),
     ];
     for (variable, value) in defaults {
         if let Some(value) = value {

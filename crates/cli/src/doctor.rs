@@ -27,7 +27,7 @@ pub(crate) struct DoctorArgs {
     #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
     claude: Option<PathBuf>,
     /// The address `switchboard serve` would listen on.
-    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, env = "SWITCHBOARD_LISTEN")]
     listen: SocketAddr,
     #[command(flatten)]
     data: DataDirArg,

@@ -82,6 +82,7 @@ pub(crate) async fn run(args: RunArgs) -> ExitCode {
 
 async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
     let policy = match &args.policy {
+        Some(path) if path.as_os_str() == "auto-approve" => Policy::allow_all(),
         Some(path) => Policy::from_file(path).map_err(|error| (EXIT_USAGE, error.to_string()))?,
         None => Policy::default(),
     };

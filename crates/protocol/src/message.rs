@@ -332,7 +332,15 @@ pub struct Drift {
 }
 
 /// Lines longer than this are not salvaged (each attempt decodes the line again).
-pub const SALVAGE_MAX_BYTES: usize = 256 * 1024;
+pub const SALVAGE_MAX_BYTES: usize = 64 * 1024;
+
+/// The longest reason kept (serde quotes an unfit string whole).
+pub const MAX_REASON_CHARS: usize = 300;
+
+/// Fields typed as any JSON (they always fit): not looked into for the part that does not, and
+/// pending permission requests, which must never be left out (each must still be answered).
+const NOT_CANDIDATES: &[&str] =
+    &["input", "tool_use_result", "structured_output", "patch", "pending_permission_requests"];
 
 /// How many parts a salvage tries leaving out, at most.
 const SALVAGE_MAX_TRIES: usize = 200;
@@ -342,7 +350,11 @@ const SALVAGE_MAX_DEPTH: usize = 3;
 
 impl Drift {
     /// The drift form of `value`, which did not fit for `reason`; `text` is the line.
-    fn of(text: &str, value: Map<String, Value>, reason: String) -> Drift {
+    fn of(text: &str, value: Map<String, Value>, mut reason: String) -> Drift {
+        if let Some((cut, _)) = reason.char_indices().nth(MAX_REASON_CHARS) {
+            reason.truncate(cut);
+            reason.push('…');
+        }
         let salvage = if text.len() <= SALVAGE_MAX_BYTES { salvage(&value) } else { None };
         let salvage = salvage.or_else(|| routing_only(&value));
         let (salvaged, left_out) = match salvage {
@@ -390,7 +402,7 @@ fn salvage(value: &Map<String, Value>) -> Option<(Message, String)> {
     let mut candidates = Vec::new();
     let mut path = Vec::new();
     for (key, inner) in value {
-        if is_tag(key) {
+        if is_tag(key) || NOT_CANDIDATES.contains(&key.as_str()) {
             continue;
         }
         path.push(Step::Key(key.clone()));
@@ -435,9 +447,18 @@ fn routing_only(value: &Map<String, Value>) -> Option<(Message, String)> {
             _ => None,
         };
     }
-    if kind == "result" && !map.contains_key("is_error") {
-        let failed = map.get("subtype").and_then(Value::as_str) != Some("success");
-        map.insert("is_error".to_owned(), Value::Bool(failed));
+    if kind == "result" {
+        // A turn must end even when its subtype or outcome cannot be read: then it counts as
+        // failed (the drift note says why), never as a success nobody can vouch for.
+        if !map.contains_key("subtype") {
+            map.insert("subtype".to_owned(), Value::from("unknown"));
+        }
+        if !map.contains_key("is_error") {
+            let unreadable = value.get("is_error").is_some();
+            let failed =
+                unreadable || map.get("subtype").and_then(Value::as_str) != Some("success");
+            map.insert("is_error".to_owned(), Value::Bool(failed));
+        }
     }
     let text = serde_json::to_string(&map).ok()?;
     match Message::from_json_str(&text) {
@@ -454,7 +475,10 @@ fn collect_candidates(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Ste
     }
     match value {
         Value::Object(map) => {
-            for (key, inner) in map.iter().filter(|(key, _)| !is_tag(key)) {
+            let keep = |(key, _): &(&String, &Value)| {
+                !is_tag(key) && !NOT_CANDIDATES.contains(&key.as_str())
+            };
+            for (key, inner) in map.iter().filter(keep) {
                 path.push(Step::Key(key.clone()));
                 collect_candidates(inner, path, out);
                 path.pop();

@@ -21,9 +21,9 @@ pub type Extra = serde_json::Map<String, serde_json::Value>;
 
 /// A quantity the CLI may write as an integer or as a float: a duration, a delay, a count.
 ///
-/// The CLI is JavaScript, where `560` and `559.92` are the same kind of number: 2.1.120 and
-/// later write `system/api_retry`'s `retry_delay_ms` with a fraction where 2.1.330's captures
-/// show an integer. The number is kept exactly as sent (a line re-encodes unchanged) and read
+/// The CLI is JavaScript, where `560` and `559.92` are the same kind of number: 2.1.100 and
+/// 2.1.120 write `system/api_retry`'s `retry_delay_ms` with a fraction, 2.1.250 and 2.1.330 as
+/// an integer (`docs/cli-drift.md`). The number is kept exactly as sent (a line re-encodes unchanged) and read
 /// with [`Num::get`] (rounded, never negative) or [`Num::as_f64`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]

@@ -130,6 +130,11 @@ async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
             {
                 handle.interrupt().await.map_err(|error| error.to_string())
             }
+            Ok(Message::Drift(drift)) => Err(format!(
+                "a {} line that does not fit the protocol: {}",
+                drift.field("type").unwrap_or("?"),
+                drift.reason
+            )),
             Ok(other) => Err(format!(
                 "the relay forwards user messages and interrupts; {} is decided by Switchboard",
                 other.type_name().unwrap_or("this message")

@@ -820,7 +820,12 @@ impl SessionCore {
                 self.answer_unreadable(ControlRef { request_id, subtype }, &drift.reason, effects);
             }
             (Some("control_response"), Some(request_id)) => {
-                // Whatever our request asked, its answer cannot be used: it failed.
+                // Whatever our request asked, its answer cannot be used: it failed. An
+                // unreadable answer to a re-sent `initialize` says nothing about what the CLI
+                // still waits for: nothing pending is ended on its word.
+                if self.resync.as_deref() == Some(request_id.as_str()) {
+                    self.resync = None;
+                }
                 let reason = format!("Switchboard could not read the answer: {}", drift.reason);
                 let response = ControlResponse::error(request_id, reason);
                 self.on_control_response(&response, effects);

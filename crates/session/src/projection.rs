@@ -387,6 +387,9 @@ pub struct Projector {
     last_total_cost: f64,
     interrupting: bool,
     started: bool,
+    /// The drifts noticed so far (type/subtype and the part left out): each is told once, not
+    /// once per line (a changed stream event would otherwise be thousands of notices a turn).
+    drifts_told: std::collections::HashSet<(String, String)>,
 }
 
 impl Projector {
@@ -573,7 +576,11 @@ impl Projector {
 
     fn cli_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
         if let Message::Drift(drift) = message {
-            emit(notice(Level::Info, "drift", drift_note(drift)));
+            let kind =
+                format!("{}/{}", drift.field("type").unwrap_or("?"), drift.subtype().unwrap_or(""));
+            if self.drifts_told.insert((kind, drift.left_out.clone())) {
+                emit(notice(Level::Info, "drift", drift_note(drift)));
+            }
         }
         match message.readable() {
             Message::System(SystemMessage::Init(init)) => {
@@ -703,7 +710,7 @@ impl Projector {
                         .map(|(model, usage)| ModelTotals {
                             model: model.clone(),
                             input_tokens: Num::or_zero(&usage.input_tokens)
-                                + Num::or_zero(&usage.cache_read_input_tokens),
+                                .saturating_add(Num::or_zero(&usage.cache_read_input_tokens)),
                             output_tokens: Num::or_zero(&usage.output_tokens),
                             cost_usd: usage
                                 .cost_usd
@@ -1064,8 +1071,8 @@ fn notice(level: Level, kind: &'static str, text: String) -> Update {
 /// Tokens of context: input plus cache reads and writes.
 fn context_of(usage: &switchboard_protocol::Usage) -> u64 {
     Num::or_zero(&usage.input_tokens)
-        + Num::or_zero(&usage.cache_read_input_tokens)
-        + Num::or_zero(&usage.cache_creation_input_tokens)
+        .saturating_add(Num::or_zero(&usage.cache_read_input_tokens))
+        .saturating_add(Num::or_zero(&usage.cache_creation_input_tokens))
 }
 
 fn image_of(source: &ImageSource) -> Image {

@@ -150,3 +150,23 @@ fn a_hook_matcher_written_as_null_reads_as_every_tool() {
     let again: serde_json::Value = serde_json::from_str(&message.encode()).unwrap();
     assert_eq!(again, serde_json::from_str::<serde_json::Value>(line).unwrap());
 }
+
+#[test]
+fn a_reason_quoting_a_long_value_is_cut_short() {
+    let long = "y".repeat(10_000);
+    let line = format!(
+        r#"{{"type":"result","subtype":"success","is_error":false,"duration_ms":"{long}"}}"#
+    );
+    let Message::Drift(drift) = Message::decode_str(&line).unwrap() else { panic!() };
+    assert!(drift.reason.chars().count() <= switchboard_protocol::message::MAX_REASON_CHARS + 1);
+    assert!(drift.reason.ends_with('…'), "{}", drift.reason);
+    assert_eq!(drift.left_out, "duration_ms");
+}
+
+#[test]
+fn a_pending_permission_request_is_never_left_out() {
+    // An answer listing a pending request that does not fit: no reading may drop it.
+    let line = r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","error":"Already initialized","pending_permission_requests":[{"type":"control_request","request_id":"p1","request":{"subtype":"can_use_tool","tool_name":5,"input":{}}}]}}"#;
+    let Message::Drift(drift) = Message::decode_str(line).unwrap() else { panic!() };
+    assert!(!drift.left_out.contains("pending_permission_requests"), "{}", drift.left_out);
+}

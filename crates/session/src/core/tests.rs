@@ -511,3 +511,27 @@ fn an_unreadable_answer_fails_the_request_it_answers() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_unreadable_answer_to_a_resync_ends_no_pending_request() {
+    let mut core = core("");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch x && ls"));
+    assert_eq!(core.snapshot().pending_permissions.len(), 1);
+    core.on_disconnected();
+    let effects = core.on_connected(true);
+    let initialize = sent(&effects)[0]["request_id"].as_str().unwrap().to_owned();
+    // The answer does not fit (`error` is not a string): it says nothing about what the CLI
+    // still waits for, so the person is still asked.
+    let effects = drifted(
+        &mut core,
+        &json!({"type":"control_response","response":{"subtype":"error","request_id":initialize,"error":{"code":1}}}).to_string(),
+    );
+    assert!(
+        !events(&effects)
+            .iter()
+            .any(|event| matches!(event, SessionEvent::PermissionDecided { .. })),
+        "{effects:?}"
+    );
+    assert_eq!(core.snapshot().pending_permissions.len(), 1);
+}
