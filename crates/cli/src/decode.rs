@@ -13,9 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use switchboard_protocol::codec::{LineError, LineSplitter, RawLine};
-use switchboard_protocol::control::ControlResponseBody;
-use switchboard_protocol::stream::StreamEvent;
-use switchboard_protocol::{ControlRequestPayload, Message, SystemMessage};
+use switchboard_protocol::Message;
 
 /// Arguments of `switchboard decode`.
 #[derive(Debug, Args)]
@@ -188,7 +186,7 @@ fn handle_line(
             drift.reason
         );
     }
-    if is_unknown(&message) {
+    if message.is_unknown() {
         tally.unknown += 1;
     } else {
         tally.decoded += 1;
@@ -212,20 +210,4 @@ fn handle_line(
         }
     }
     Ok(())
-}
-
-/// Whether the line's type, or the subtype that picks its shape, is one the model lacks.
-fn is_unknown(message: &Message) -> bool {
-    match message {
-        Message::Unknown(_) | Message::Drift(_) => true,
-        Message::System(SystemMessage::Unknown(_)) => true,
-        Message::ControlRequest(request) => {
-            matches!(request.request, ControlRequestPayload::Unknown(_))
-        }
-        Message::ControlResponse(response) => {
-            matches!(response.response, ControlResponseBody::Unknown(_))
-        }
-        Message::StreamEvent(event) => matches!(event.event, StreamEvent::Unknown(_)),
-        _ => false,
-    }
 }

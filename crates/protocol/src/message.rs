@@ -609,6 +609,25 @@ impl Message {
         }
     }
 
+    /// Whether the line's type, or the subtype that picks its shape, is one the model lacks, or
+    /// the line does not fit its type (a drift).
+    pub fn is_unknown(&self) -> bool {
+        use crate::control::{ControlRequestPayload, ControlResponseBody};
+        use crate::stream::StreamEvent;
+        match self {
+            Message::Unknown(_) | Message::Drift(_) => true,
+            Message::System(SystemMessage::Unknown(_)) => true,
+            Message::ControlRequest(request) => {
+                matches!(request.request, ControlRequestPayload::Unknown(_))
+            }
+            Message::ControlResponse(response) => {
+                matches!(response.response, ControlResponseBody::Unknown(_))
+            }
+            Message::StreamEvent(event) => matches!(event.event, StreamEvent::Unknown(_)),
+            _ => false,
+        }
+    }
+
     /// The message as far as it was read: a drift form's salvaged reading, or itself.
     pub fn readable(&self) -> &Message {
         match self {

@@ -2,12 +2,10 @@
 //! tool call allowed and one denied by the policy, an API error retried, a resume, and Ctrl-C,
 //! with every line read cleanly.
 
-use std::process::Stdio;
-
 use serde_json::Value;
 use switchboard_testkit::{pinned_versions, real_cli_of, CliSandbox, FakeApi, Reply, Scenario};
 
-use crate::run::{switchboard_run, touch_and_ls};
+use crate::run::{interrupt_run, switchboard_run, touch_and_ls};
 
 macro_rules! pinned {
     ($($name:ident => $version:literal),* $(,)?) => {
@@ -106,30 +104,7 @@ async fn smoke(version: &str) {
     assert!(request.body.to_string().contains("REMEMBER heron"), "{version}: resumed");
 
     // Ctrl-C interrupts the turn: exit 130.
-    #[allow(clippy::disallowed_methods)] // tests run our own binary
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("run")
-        .arg("--cwd")
-        .arg(sandbox.workdir())
-        .arg("--claude")
-        .arg(&claude)
-        .arg("STORY please")
-        .envs(sandbox.env(&api.base_url()))
-        .env_remove("SWITCHBOARD_CLAUDE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    api.wait_for(|request| request.last_user_text().contains("STORY")).await;
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(130), "{version}: {stderr}");
+    let (code, stderr) = interrupt_run(&api, &sandbox, &claude, "STORY please").await;
+    assert_eq!(code, Some(130), "{version}: {stderr}");
     api.release();
 }

@@ -265,7 +265,6 @@ async fn on_a_terminal_the_person_is_asked() {
 
 /// Ctrl-C interrupts the turn and the run exits 130.
 #[tokio::test]
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn ctrl_c_interrupts_and_exits_130() {
     let api = FakeApi::start(
         Scenario::new().reply(Reply::text("a long story that never ends").hold_after(1)),
@@ -273,13 +272,28 @@ async fn ctrl_c_interrupts_and_exits_130() {
     .await
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
+    let (code, stderr) =
+        interrupt_run(&api, &sandbox, &real_cli(CliVersion::V2_1_330), "tell me a story").await;
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupting"), "{stderr}");
+}
+
+/// Runs `switchboard run PROMPT`, sends it SIGINT once the fake API has the prompt (the model is
+/// streaming, and holding), and gives back its exit code and stderr.
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+pub(crate) async fn interrupt_run(
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    claude: &Path,
+    prompt: &str,
+) -> (Option<i32>, String) {
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .arg("run")
         .arg("--cwd")
         .arg(sandbox.workdir())
         .arg("--claude")
-        .arg(real_cli(CliVersion::V2_1_330))
-        .arg("tell me a story")
+        .arg(claude)
+        .arg(prompt)
         .envs(sandbox.env(&api.base_url()))
         .env_remove("SWITCHBOARD_CLAUDE")
         .stdin(Stdio::null())
@@ -288,15 +302,12 @@ async fn ctrl_c_interrupts_and_exits_130() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    // The model is streaming (and holding) once the fake API has the request.
-    api.wait_for(|request| request.last_user_text().contains("tell me a story")).await;
+    api.wait_for(|request| request.last_user_text().contains(prompt)).await;
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
         .await
         .unwrap()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupting"), "{stderr}");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }

@@ -26,9 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
-use switchboard_protocol::control::ControlResponseBody;
-use switchboard_protocol::stream::StreamEvent;
-use switchboard_protocol::{ControlRequestPayload, Message, SystemMessage};
+use switchboard_protocol::Message;
 use switchboard_testkit::sandbox::cli_cache;
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -735,7 +733,7 @@ fn analyse(out: &Path, runs: &[VersionRun]) -> anyhow::Result<Analysis> {
                         counts.drift += 1;
                         problem("drift", format!("{label}: {}", drift.reason));
                     }
-                    other if unknown(other) => {
+                    other if other.is_unknown() => {
                         counts.unknown += 1;
                         problem("unknown", label.clone());
                     }
@@ -770,22 +768,6 @@ fn label(message: &Message) -> String {
     match sub {
         Some(sub) => format!("{kind}/{sub}"),
         None => kind.to_owned(),
-    }
-}
-
-/// Whether the type, or the subtype that picks its shape, is one the model lacks.
-fn unknown(message: &Message) -> bool {
-    match message {
-        Message::Unknown(_) | Message::Drift(_) => true,
-        Message::System(SystemMessage::Unknown(_)) => true,
-        Message::ControlRequest(request) => {
-            matches!(request.request, ControlRequestPayload::Unknown(_))
-        }
-        Message::ControlResponse(response) => {
-            matches!(response.response, ControlResponseBody::Unknown(_))
-        }
-        Message::StreamEvent(event) => matches!(event.event, StreamEvent::Unknown(_)),
-        _ => false,
     }
 }
 
