@@ -58,7 +58,10 @@ pub(crate) struct DrainWatch {
 type PhaseReceiver = tokio::sync::watch::Receiver<crate::daemon::Phase>;
 
 impl DrainWatch {
-    pub(crate) fn new(phase: PhaseReceiver) -> DrainWatch {
+    pub(crate) fn new(mut phase: PhaseReceiver) -> DrainWatch {
+        // A socket whose task starts after the drain began still hears of it: the phase as it
+        // is now counts as a change (a fresh receiver has already seen it).
+        phase.mark_changed();
         DrainWatch { next: Box::pin(next_drain(phase)) }
     }
 
