@@ -20,7 +20,8 @@ pub(crate) struct FakeApiArgs {
     /// The script: a JSON file of replies (see docs/fake-api.md).
     #[arg(long, value_name = "FILE")]
     script: PathBuf,
-    /// Address to listen on (default: a free port on loopback).
+    /// Address to listen on (default: a free port on loopback). Loopback only: the fake serves
+    /// every request it recorded (the prompts included) to whoever asks.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Print the address as one JSON object (`{"url": …}`) instead of an environment line.
@@ -39,6 +40,16 @@ pub(crate) async fn fake_api(args: FakeApiArgs) -> ExitCode {
 }
 
 async fn run(args: FakeApiArgs) -> Result<(), (u8, String)> {
+    if !args.listen.ip().is_loopback() {
+        return Err((
+            2,
+            format!(
+                "--listen {} is not a loopback address: the fake answers anyone and shows them \
+                 the prompts it recorded",
+                args.listen
+            ),
+        ));
+    }
     let shown = args.script.display();
     let file = std::fs::File::open(&args.script)
         .map_err(|error| (2, format!("cannot open {shown}: {error}")))?;

@@ -153,6 +153,16 @@ async fn the_fake_api_serves_a_script_file() {
     let status = tokio::time::timeout(Duration::from_secs(30), api.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0));
 
+    // Only on loopback: it shows anyone what it recorded.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["fake-api", "--listen", "0.0.0.0:0", "--script"])
+        .arg(&script)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a loopback address"));
+
     // A script with a typo is refused, naming the field.
     std::fs::write(&script, r#"{"replies": [{"blocks": [], "tims": 2}]}"#).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
