@@ -6,7 +6,7 @@ use axum::extract::ws::{Message as WsMessage, WebSocket};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,9 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/api/sessions", Guard::Api, post(create_session)),
         route("GET", "/api/sessions/{id}", Guard::Api, get(get_session)),
         route("DELETE", "/api/sessions/{id}", Guard::Api, delete(delete_session)),
+        route("PATCH", "/api/sessions/{id}", Guard::Api, patch(amend_session)),
+        route("GET", "/api/sessions/{id}/usage", Guard::Api, get(session_usage)),
+        route("GET", "/api/directories", Guard::Api, get(directories)),
         route("POST", "/api/sessions/{id}/messages", Guard::Api, post(send_message)),
         route("POST", "/api/sessions/{id}/interrupt", Guard::Api, post(interrupt)),
         route("POST", "/api/sessions/{id}/model", Guard::Api, post(set_model)),
@@ -280,6 +283,132 @@ async fn delete_session(
     let record =
         daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
     Ok(Json(view(&daemon, record)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AmendBody {
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    archived: Option<bool>,
+}
+
+/// Renames a session or puts it away (`{"title"}`, `{"archived"}`, or both).
+async fn amend_session(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<AmendBody>,
+) -> Result<Json<SessionView>, ApiError> {
+    if body.title.is_none() && body.archived.is_none() {
+        return Err(ApiError::invalid("give `title`, `archived`, or both"));
+    }
+    let record = daemon.amend(&id, body.title.as_deref(), body.archived).await?;
+    Ok(Json(view(&daemon, record)))
+}
+
+/// The most turns `GET …/usage` lists (the newest); the totals count them all.
+pub const MAX_USAGE_TURNS: usize = 10_000;
+
+/// What a session's turns cost, from the start of its log: the one projection, replayed.
+async fn session_usage(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    use switchboard_session::Update;
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    let mut turns = std::collections::VecDeque::new();
+    let mut count = 0u64;
+    let mut models = Value::Array(Vec::new());
+    let viewer = replay(&daemon, &id, u64::MAX, &mut |record, update| {
+        let crate::view::ViewUpdate::Session(Update::TurnEnded {
+            parent_tool_use_id: None,
+            cost_usd,
+            input_tokens,
+            output_tokens,
+            duration_ms,
+            interrupted,
+            failed,
+            models: totals,
+            context_tokens,
+            ..
+        }) = update
+        else {
+            return;
+        };
+        count += 1;
+        if turns.len() == MAX_USAGE_TURNS {
+            turns.pop_front();
+        }
+        turns.push_back(json!({
+            "turn": count, "seq": record.seq, "ts": record.ts_ms, "cost_usd": cost_usd,
+            "input_tokens": input_tokens, "output_tokens": output_tokens,
+            "duration_ms": duration_ms, "interrupted": interrupted, "failed": failed,
+            "context_tokens": context_tokens,
+        }));
+        models = serde_json::to_value(totals).unwrap_or_default();
+    })
+    .await?;
+    let view = viewer.view();
+    Ok(Json(json!({
+        "turns": turns, "turn_count": count, "models": models,
+        "total_cost_usd": view.cost_usd, "context_tokens": view.context_tokens,
+        "context_window": view.context_window,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirectoriesQuery {
+    prefix: String,
+}
+
+/// The most directories `GET /api/directories` answers with, and the most entries it reads.
+pub const MAX_DIRECTORIES: usize = 50;
+const MAX_DIRECTORY_ENTRIES: usize = 5000;
+
+/// Completes a working directory: the directories whose path starts with `prefix` (an
+/// absolute path; `/home/me/pro` lists `/home/me/pro*/`, `/home/me/` lists what is in it).
+/// Hidden ones only when the name typed so far starts with a dot. A token holder may start a
+/// session in any directory, so listing their names shows nothing a session could not.
+async fn directories(
+    Params(query): Params<DirectoriesQuery>,
+) -> Result<Json<Vec<String>>, ApiError> {
+    let prefix = query.prefix;
+    if !prefix.starts_with('/') || prefix.contains('\0') || prefix.len() > 4096 {
+        return Err(ApiError::invalid("`prefix` must be an absolute path"));
+    }
+    let (parent, start) = prefix.rsplit_once('/').unwrap_or(("", ""));
+    let parent = if parent.is_empty() { "/".to_owned() } else { parent.to_owned() };
+    let start = start.to_owned();
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        tokio::task::spawn_blocking(move || -> Vec<String> {
+            let Ok(entries) = std::fs::read_dir(&parent) else { return Vec::new() };
+            let mut found: Vec<String> = entries
+                .take(MAX_DIRECTORY_ENTRIES)
+                .filter_map(Result::ok)
+                .filter(|entry| {
+                    // A link to a directory counts: metadata follows it.
+                    std::fs::metadata(entry.path()).is_ok_and(|meta| meta.is_dir())
+                })
+                .filter_map(|entry| entry.file_name().into_string().ok())
+                .filter(|name| name.starts_with(&start))
+                .filter(|name| start.starts_with('.') || !name.starts_with('.'))
+                .map(|name| format!("{}/{name}", parent.trim_end_matches('/')))
+                .collect();
+            found.sort();
+            found.truncate(MAX_DIRECTORIES);
+            found
+        }),
+    )
+    .await;
+    match listed {
+        Ok(Ok(found)) => Ok(Json(found)),
+        Ok(Err(_)) | Err(_) => Err(ApiError::invalid("the directory could not be listed in time")),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -509,6 +638,16 @@ async fn session_view(
 /// A viewer that has projected a session's events up to `after`, silently: the state they
 /// leave, for updates from there on.
 async fn viewer_at(daemon: &Daemon, id: &str, after: u64) -> Result<crate::view::Viewer, ApiError> {
+    replay(daemon, id, after, &mut |_, _| {}).await
+}
+
+/// Projects a session's events up to `after`, page by page, each update to `visit`.
+async fn replay(
+    daemon: &Daemon,
+    id: &str,
+    after: u64,
+    visit: &mut impl FnMut(&switchboard_store::EventRecord, crate::view::ViewUpdate),
+) -> Result<crate::view::Viewer, ApiError> {
     let mut viewer = crate::view::Viewer::new();
     let mut position = 0;
     while position < after {
@@ -520,7 +659,7 @@ async fn viewer_at(daemon: &Daemon, id: &str, after: u64) -> Result<crate::view:
             .map_err(crate::daemon::DaemonError::from)?;
         let Some(last) = page.last() else { break };
         for record in page.iter().filter(|record| record.seq <= after) {
-            viewer.skip(record);
+            viewer.apply(record, &mut |update| visit(record, update));
         }
         position = last.seq;
     }

@@ -105,6 +105,9 @@ pub const LOADER_VARIABLES: &[&str] = &[
 /// The largest policy file a request may name.
 pub const MAX_POLICY_FILE_BYTES: u64 = 1024 * 1024;
 
+/// The longest title a person may give a session, in characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+
 /// How long reading a policy file may take.
 pub const POLICY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -569,6 +572,7 @@ impl Daemon {
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
+            archived: false,
             id: id.clone(),
             claude_session_id: None,
             cwd: String::new(),
@@ -702,6 +706,7 @@ impl Daemon {
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
+            archived: false,
             id: id.clone(),
             claude_session_id: request.resume.clone().filter(|_| !request.fork),
             cwd: request.cwd.display().to_string(),
@@ -996,16 +1001,67 @@ impl Daemon {
         if let Err(error) = self.store.update_session(&record).await {
             tracing::error!(session = %id, %error, "cannot update the session record");
         }
-        let snapshot = self.handle(id).ok().map(|handle| handle.snapshot());
+        self.announce(&record);
+    }
+
+    /// Tells the dashboards a session's record changed.
+    fn announce(&self, record: &SessionRecord) {
+        let snapshot = self.handle(&record.id).ok().map(|handle| handle.snapshot());
         let pending = snapshot.as_ref().map_or(0, |snapshot| snapshot.pending_permissions.len());
         let disconnected_since_ms = snapshot.and_then(|snapshot| snapshot.disconnected_since_ms);
         let _ = self.dashboard.send(json!({
-            "event": "session_changed", "session_id": id, "state": record.state,
+            "event": "session_changed", "session_id": record.id, "state": record.state,
             "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
             "claude_session_id": record.claude_session_id,
             "permission_mode": record.permission_mode, "title": record.title,
-            "disconnected_since_ms": disconnected_since_ms,
+            "archived": record.archived, "disconnected_since_ms": disconnected_since_ms,
         }));
+    }
+
+    /// A person renames a session or puts it away (`None`: unchanged). A title is trimmed,
+    /// must not be empty, and is kept to [`MAX_TITLE_CHARS`] characters.
+    pub async fn amend(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        archived: Option<bool>,
+    ) -> Result<SessionRecord, DaemonError> {
+        let title = match title.map(str::trim) {
+            Some("") => return Err(DaemonError::Invalid("the title is empty".into())),
+            Some(title) if title.chars().count() > MAX_TITLE_CHARS => {
+                return Err(DaemonError::Invalid(format!(
+                    "the title is longer than {MAX_TITLE_CHARS} characters"
+                )));
+            }
+            Some(title) if title.chars().any(char::is_control) => {
+                return Err(DaemonError::Invalid("the title has a control character".into()));
+            }
+            other => other.map(str::to_owned),
+        };
+        let change = |record: &mut SessionRecord| {
+            if let Some(title) = &title {
+                record.title = Some(title.clone());
+            }
+            if let Some(archived) = archived {
+                record.archived = archived;
+            }
+        };
+        if let Some(live) = self.live(id) {
+            if let Ok(mut record) = live.record.lock() {
+                change(&mut record);
+            }
+            self.record_changed(id, &live).await;
+            return current_record(&live).ok_or_else(|| DaemonError::NotFound(id.to_owned()));
+        }
+        let mut record = self
+            .store
+            .get_session(id)
+            .await?
+            .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        change(&mut record);
+        self.store.update_session(&record).await?;
+        self.announce(&record);
+        Ok(record)
     }
 
     /// Seed 003's rotation: the relay session `id` (whose last seq is `seq`) ends with a
@@ -1061,6 +1117,7 @@ impl Daemon {
             (record, last)
         } else {
             let record = SessionRecord {
+                archived: false,
                 id: next_id.clone(),
                 claude_session_id: Some(claude_session_id.to_owned()),
                 state,
@@ -1808,6 +1865,7 @@ mod tests {
 
     fn record() -> SessionRecord {
         SessionRecord {
+            archived: false,
             id: "s".into(),
             claude_session_id: None,
             cwd: "/".into(),

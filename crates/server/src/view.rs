@@ -127,9 +127,9 @@ impl Viewer {
         serde_json::to_string(&frame).ok()
     }
 
-    /// Projects events silently: the state they leave, without their updates.
-    pub fn skip(&mut self, record: &EventRecord) {
-        self.apply(record, &mut |_| {});
+    /// The session as the events so far leave it.
+    pub fn view(&self) -> &switchboard_session::View {
+        self.projector.view()
     }
 }
 

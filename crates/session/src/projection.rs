@@ -191,6 +191,12 @@ pub enum Update {
         total_cost_usd: f64,
         /// Totals per model so far, as the CLI reports them.
         models: Vec<ModelTotals>,
+        /// Context tokens of the turn's last message in the main conversation.
+        context_tokens: Option<u64>,
+        /// The context window of the model that answered (the model of the main
+        /// conversation's last message, looked up in `models`): `None` when the CLI did not
+        /// say. A turn's other models (a subagent's, a title's) have windows of their own.
+        context_window: Option<u64>,
     },
     /// The session's state changed.
     State {
@@ -342,6 +348,8 @@ pub struct View {
     pub open_turns: u64,
     /// Context tokens of the last assistant message.
     pub context_tokens: Option<u64>,
+    /// The context window of the main conversation's model, as the last turn's result said.
+    pub context_window: Option<u64>,
     /// Permission requests waiting for a person.
     pub pending_permissions: Vec<PendingPermission>,
     /// The subagent tree, in the order they started.
@@ -387,6 +395,8 @@ pub struct Projector {
     last_total_cost: f64,
     interrupting: bool,
     started: bool,
+    /// The model of the main conversation's last message (a result names several).
+    main_model: Option<String>,
     /// The drifts noticed so far (type/subtype and the part left out): each is told once, not
     /// once per line (a changed stream event would otherwise be thousands of notices a turn).
     drifts_told: std::collections::HashSet<(String, String)>,
@@ -631,6 +641,9 @@ impl Projector {
                 let Some(id) = line.message.id.clone().or_else(|| line.uuid.clone()) else {
                     return;
                 };
+                if parent.is_none() && line.message.model.is_some() {
+                    self.main_model.clone_from(&line.message.model);
+                }
                 if !self.messages.contains_key(&id) {
                     self.open_message(&id);
                     emit(Update::MessageStarted {
@@ -692,6 +705,23 @@ impl Projector {
                     (None, false) => Some(errors.join("\n")),
                     (None, true) => None,
                 };
+                let models: Vec<ModelTotals> = result
+                    .model_usage
+                    .iter()
+                    .flatten()
+                    .map(|(model, usage)| ModelTotals {
+                        model: model.clone(),
+                        input_tokens: Num::or_zero(&usage.input_tokens)
+                            .saturating_add(Num::or_zero(&usage.cache_read_input_tokens)),
+                        output_tokens: Num::or_zero(&usage.output_tokens),
+                        cost_usd: usage.cost_usd.as_ref().and_then(|c| c.as_f64()).unwrap_or(0.0),
+                        context_window: usage.context_window.as_ref().map(Num::get),
+                    })
+                    .collect();
+                let context_window = context_window_of(&models, self.main_model.as_deref());
+                if parent.is_none() && context_window.is_some() {
+                    self.view.context_window = context_window;
+                }
                 emit(Update::TurnEnded {
                     parent_tool_use_id: parent.map(str::to_owned),
                     subtype: result.subtype.clone(),
@@ -703,23 +733,9 @@ impl Projector {
                     output_tokens: Num::or_zero(&usage.output_tokens),
                     cost_usd: cost,
                     total_cost_usd: total,
-                    models: result
-                        .model_usage
-                        .iter()
-                        .flatten()
-                        .map(|(model, usage)| ModelTotals {
-                            model: model.clone(),
-                            input_tokens: Num::or_zero(&usage.input_tokens)
-                                .saturating_add(Num::or_zero(&usage.cache_read_input_tokens)),
-                            output_tokens: Num::or_zero(&usage.output_tokens),
-                            cost_usd: usage
-                                .cost_usd
-                                .as_ref()
-                                .and_then(|c| c.as_f64())
-                                .unwrap_or(0.0),
-                            context_window: usage.context_window.as_ref().map(Num::get),
-                        })
-                        .collect(),
+                    models,
+                    context_tokens: if parent.is_none() { self.view.context_tokens } else { None },
+                    context_window: if parent.is_none() { context_window } else { None },
                 });
             }
             _ => {}
@@ -741,6 +757,9 @@ impl Projector {
             let context = start.message.usage.as_ref().map(context_of);
             if context.is_some() && parent.is_none() {
                 self.view.context_tokens = context;
+            }
+            if parent.is_none() && start.message.model.is_some() {
+                self.main_model.clone_from(&start.message.model);
             }
             if !self.messages.contains_key(&id) {
                 self.open_message(&id);
@@ -1081,6 +1100,28 @@ fn image_of(source: &ImageSource) -> Image {
         media_type: source.media_type.clone(),
         data: source.data.clone(),
         url: source.url.clone(),
+    }
+}
+
+/// The context window of the model that answered, from a result's per-model totals.
+///
+/// The CLI reports the model of a message as the API named it (`claude-opus-5-5`) and keys
+/// its totals the same way, sometimes with a date or a `[1m]` suffix: a key that starts with
+/// the model's name counts. With no model known, a result with a single model's window is
+/// unambiguous; several are not.
+fn context_window_of(models: &[ModelTotals], main: Option<&str>) -> Option<u64> {
+    if let Some(main) = main {
+        let exact = models.iter().find(|m| m.model == main).and_then(|m| m.context_window);
+        let prefixed =
+            || models.iter().find(|m| m.model.starts_with(main)).and_then(|m| m.context_window);
+        if let Some(window) = exact.or_else(prefixed) {
+            return Some(window);
+        }
+    }
+    let mut windows = models.iter().filter_map(|m| m.context_window);
+    match (windows.next(), windows.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
     }
 }
 

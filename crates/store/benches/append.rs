@@ -48,6 +48,7 @@ async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) ->
         (0..sessions).map(|index| format!("0198a3f2-7c1e-7d3a-9f00-{index:012}")).collect();
     for id in &ids {
         let record = SessionRecord {
+            archived: false,
             id: id.clone(),
             claude_session_id: None,
             cwd: "/".into(),

@@ -4,6 +4,7 @@ use crate::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 
 fn session(id: &str, updated_ms: u64) -> SessionRecord {
     SessionRecord {
+        archived: false,
         id: id.to_owned(),
         claude_session_id: None,
         cwd: "/work".to_owned(),
@@ -50,6 +51,7 @@ async fn sessions(store: &dyn Store) {
     a.cost_usd = 0.125;
     a.claude_session_id = Some("claude-1".into());
     a.updated_ms = 40;
+    a.archived = true;
     store.update_session(&a).await.unwrap();
     assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
     assert_eq!(store.list_sessions().await.unwrap()[0].id, "a");

@@ -66,6 +66,9 @@ pub struct SessionRecord {
     pub updated_ms: u64,
     /// How the session was started (the create request), for resuming it.
     pub config: serde_json::Value,
+    /// Put away by a person: lists show it only when asked (`PATCH /api/sessions/{id}`).
+    #[serde(default)]
+    pub archived: bool,
 }
 
 /// Why a store operation failed.

@@ -95,6 +95,18 @@ impl Server {
         (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
     }
 
+    async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client()
+            .patch(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    }
+
     async fn ws(&self, path: &str) -> Ws {
         let url = format!("{}{path}", self.base.replace("http://", "ws://"));
         let mut request = url.into_client_request().unwrap();
@@ -453,6 +465,7 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
     }
     // One that exists but does not run is 409.
     let stopped = switchboard_store::SessionRecord {
+        archived: false,
         id: "stopped".into(),
         claude_session_id: None,
         cwd: "/tmp".into(),

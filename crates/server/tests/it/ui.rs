@@ -198,11 +198,122 @@ async fn the_view_pages_either_way_and_keeps_its_state() {
     server.stop().await;
 }
 
+/// The usage of a whole session, whatever page the UI holds: every turn, from the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_counts_every_turn_of_the_log() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long", 1000).await;
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, usage) = server.get("/api/sessions/long/usage").await;
+    assert_eq!(status, 200, "{usage}");
+    assert_eq!(usage["turn_count"], 1000);
+    let turns = usage["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1000);
+    assert_eq!((turns[0]["turn"].as_u64(), turns[0]["seq"].as_u64()), (Some(1), Some(10)));
+    assert!(turns.iter().all(|t| (t["cost_usd"].as_f64().unwrap() - 0.001).abs() < 1e-9));
+    assert_eq!(turns[999]["context_tokens"], 1100);
+    assert!((usage["total_cost_usd"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{usage}");
+    // The lines name no model; the result's only window is the one.
+    assert_eq!(usage["context_window"], 200_000);
+    assert_eq!(usage["models"][0]["model"], "claude-opus-5-5");
+    assert_eq!(server.get("/api/sessions/nope/usage").await.0, 404);
+    server.stop().await;
+}
+
+/// A person renames a session and puts it away; the store keeps both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_renamed_and_archived() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long", 1).await;
+    let server = Server::start(store.clone(), &api, &sandbox).await;
+    let mut dashboard = server.ws("/api/events").await;
+    let (status, session) =
+        server.patch("/api/sessions/long", json!({"title": "  Renamed  "})).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        (session["title"].as_str(), session["archived"].as_bool()),
+        (Some("Renamed"), Some(false))
+    );
+    let change = dashboard.next().await;
+    assert_eq!(
+        (change["event"].as_str(), change["title"].as_str()),
+        (Some("session_changed"), Some("Renamed"))
+    );
+    let (status, session) = server.patch("/api/sessions/long", json!({"archived": true})).await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(session["archived"], true);
+    assert_eq!(dashboard.next().await["archived"], true);
+    let stored = store.get_session("long").await.unwrap().unwrap();
+    assert_eq!((stored.title.as_deref(), stored.archived), (Some("Renamed"), true));
+    let (_, list) = server.get("/api/sessions").await;
+    assert_eq!(list[0]["archived"], true);
+    let long = "x".repeat(201);
+    for bad in [
+        json!({}),
+        json!({"title": " "}),
+        json!({"title": long}),
+        json!({"title": "a\nb"}),
+        json!({"colour": 1}),
+    ] {
+        let (status, body) = server.patch("/api/sessions/long", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body["error"]["message"].is_string(), "{body}");
+    }
+    assert_eq!(server.patch("/api/sessions/nope", json!({"archived": true})).await.0, 404);
+    server.stop().await;
+}
+
+/// The working directory completes from the daemon's file system.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directories_complete_a_prefix() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let root = sandbox.workdir();
+    for dir in ["alpha", "alps", ".alpaca", "beta"] {
+        std::fs::create_dir(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join("alpine.txt"), "a file").unwrap();
+    let server = Server::start(Arc::new(MemoryStore::new()), &api, &sandbox).await;
+    let list = |prefix: String| {
+        let server = &server;
+        async move {
+            let query = form_urlencoded::Serializer::new(String::new())
+                .append_pair("prefix", &prefix)
+                .finish();
+            server.get(&format!("/api/directories?{query}")).await
+        }
+    };
+    let root_text = root.to_str().unwrap();
+    let (status, found) = list(format!("{root_text}/al")).await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found, json!([format!("{root_text}/alpha"), format!("{root_text}/alps")]));
+    let (_, found) = list(format!("{root_text}/")).await;
+    let names: Vec<&str> = found.as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(
+        names.contains(&format!("{root_text}/beta").as_str())
+            && !names.iter().any(|n| n.contains(".alpaca")),
+        "{found}"
+    );
+    let (_, found) = list(format!("{root_text}/.al")).await;
+    assert_eq!(found, json!([format!("{root_text}/.alpaca")]));
+    assert_eq!(list(format!("{root_text}/nothing/here")).await.1, json!([]));
+    for bad in ["relative/path", ""] {
+        let (status, body) = list(bad.to_owned()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    server.stop().await;
+}
+
 /// A finished session of `turns` turns (prompt, streamed answer, result): 10 events a turn.
 async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
     let now = 1_795_000_000_000u64;
     store
         .create_session(&SessionRecord {
+            archived: false,
             id: id.into(),
             claude_session_id: Some(format!("claude-{id}")),
             cwd: "/tmp/long-project".into(),

@@ -606,3 +606,62 @@ fn a_line_that_does_not_fit_is_noted_and_read_as_far_as_it_fits() {
     );
     assert_eq!(projector.view().turns, 1);
 }
+
+/// The context window is the main conversation's model's, not the first model a result lists
+/// (a subagent or a title may run on a smaller model): 1,000,000 for the one that answered
+/// here, before and after a turn of a subagent on another model.
+#[test]
+fn the_context_window_is_the_answering_models() {
+    let mut projector = Projector::new();
+    let start = |id: &str, model: &str, parent: Option<&str>, tokens: u64| {
+        stream(
+            id,
+            parent,
+            json!({"type":"message_start","message":{"id":id,"type":"message","role":"assistant","model":model,"content":[],"usage":{"input_tokens":tokens,"output_tokens":1}}}),
+        )
+    };
+    let result = cli(
+        json!({"type":"result","subtype":"success","is_error":false,"duration_ms":10,"total_cost_usd":0.5,
+            "usage":{"input_tokens":10,"output_tokens":2},
+            "modelUsage":{
+                "claude-haiku-4-5-20251001":{"inputTokens":5,"outputTokens":1,"costUSD":0.01,"contextWindow":200000},
+                "claude-opus-5-5":{"inputTokens":10,"outputTokens":2,"costUSD":0.49,"contextWindow":1000000}}}),
+    );
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("go"),
+            start("m1", "claude-opus-5-5", None, 1200),
+            start("m2", "claude-haiku-4-5-20251001", Some("toolu_sub"), 50),
+            result,
+        ],
+    );
+    let ended = updates
+        .iter()
+        .find_map(|u| match u {
+            Update::TurnEnded { context_tokens, context_window, .. } => {
+                Some((*context_tokens, *context_window))
+            }
+            _ => None,
+        })
+        .expect("a turn end");
+    assert_eq!(ended, (Some(1200), Some(1_000_000)));
+    assert_eq!(projector.view().context_window, Some(1_000_000));
+
+    // Unknown model: one window is unambiguous, two are not.
+    let totals = |windows: &[(&str, u64)]| -> Vec<ModelTotals> {
+        windows
+            .iter()
+            .map(|(model, window)| ModelTotals {
+                model: (*model).into(),
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd: 0.0,
+                context_window: Some(*window),
+            })
+            .collect()
+    };
+    assert_eq!(context_window_of(&totals(&[("a", 7)]), None), Some(7));
+    assert_eq!(context_window_of(&totals(&[("a", 7), ("b", 9)]), None), None);
+    assert_eq!(context_window_of(&totals(&[("a-20250101", 7), ("b", 9)]), Some("a")), Some(7));
+}
