@@ -68,6 +68,50 @@ async function send(text) {
   await page.locator('.msg.user', { hasText: text }).waitFor();
 }
 
+/// Nothing on the page is wider than the viewport, nor scrolls sideways where it should not:
+/// only code, diffs and tables may scroll within themselves. Returns the offenders.
+async function overflow(target = page) {
+  return target.evaluate(() => {
+    const width = document.documentElement.clientWidth;
+    const bad = [];
+    const scrollsOnPurpose = 'pre, .diff, .table-wrap, .code-block, datalist, template, option, script, style, head';
+    for (const node of document.querySelectorAll('body *')) {
+      if (node.closest(scrollsOnPurpose)) continue;
+      const rect = node.getBoundingClientRect();
+      if (!rect.width || !rect.height) continue;
+      // Text cut with an ellipsis by a box that is itself in bounds is fine; anything else a box
+      // cuts off (a column wider than the screen inside an overflow: hidden) is not.
+      let ellipsis = false;
+      for (let up = node.parentElement; up && up !== document.body; up = up.parentElement) {
+        const style = getComputedStyle(up);
+        if (style.textOverflow === 'ellipsis' && style.overflowX !== 'visible') { ellipsis = up.getBoundingClientRect().right <= width + 1; break; }
+      }
+      if (ellipsis) continue;
+      if (rect.right > width + 1 || rect.left < -1) {
+        bad.push(`${node.tagName.toLowerCase()}.${String(node.className?.baseVal ?? node.className).trim().replace(/\s+/g, '.')}: ${Math.round(rect.left)}..${Math.round(rect.right)}`);
+      }
+    }
+    for (const box of document.querySelectorAll('.transcript, .sidebar, .main, .overview, .new-session')) {
+      if (box.scrollWidth > box.clientWidth + 1) bad.push(`${box.className} scrolls sideways (${box.scrollWidth} > ${box.clientWidth})`);
+    }
+    return { width, page: document.documentElement.scrollWidth, bad: bad.slice(0, 12) };
+  });
+}
+
+async function assertFits(what, target = page) {
+  const found = await overflow(target);
+  assert.ok(found.page <= found.width, `${what}: the page is ${found.page} px wide in a ${found.width} px viewport`);
+  assert.deepEqual(found.bad, [], `${what}: wider than the ${found.width} px viewport`);
+}
+
+/// The page's clipboard writes, recorded instead of made.
+async function recordCopies() {
+  await page.evaluate(() => {
+    window.__copied = [];
+    navigator.clipboard.writeText = async (text) => { window.__copied.push(text); };
+  });
+}
+
 /// The events the page drew live came in order, each once (an event without updates sends
 /// no frame, so seqs may skip).
 async function assertInOrder() {
@@ -77,6 +121,17 @@ async function assertInOrder() {
 }
 
 try {
+  await step('the sign-in page is styled and fits a phone', async () => {
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    const signIn = await phone.newPage();
+    await signIn.goto(`${base}/`);
+    await signIn.locator('form input[name=token]').waitFor();
+    assert.equal(await signIn.locator('.card h1').textContent(), 'Sign in');
+    await assertFits('the sign-in page', signIn);
+    await shot('sign-in.png', signIn);
+    await phone.close();
+  });
+
   await step('the printed URL signs the browser in', async () => {
     await page.goto(`${base}/?token=${token}`);
     assert.equal(page.url(), `${base}/`, 'the token left the address bar');
@@ -89,16 +144,22 @@ try {
     await page.locator('form.new-session [name=prompt]').fill('STREAM please');
     await page.locator('form.new-session button[type=submit]').click();
     await page.waitForURL(/#\/s\//);
-    // Held after three words: what streamed so far is on the page while the turn runs.
+    // Held after three words: what streamed so far is on the page while the turn runs, as
+    // markdown already (a heading, bold), not as its source.
     const partial = transcript().locator('.block.text.streaming', { hasText: 'Streaming' });
     await partial.waitFor();
     assert.ok(!(await partial.textContent()).includes('very end'), 'only part of the text so far');
+    await partial.locator('h2', { hasText: 'Plan' }).waitFor();
+    await partial.locator('strong', { hasText: 'progressively' }).waitFor();
+    assert.ok(!(await partial.textContent()).includes('##'), 'no markdown source on the page');
     assert.equal(await badge().textContent(), 'working');
+    assert.equal(await page.locator('.session-head .interrupt').isEnabled(), true, 'a turn runs: it can be interrupted');
     await release();
     const done = transcript().locator('.block.text .md', { hasText: 'until the very end' });
     await done.waitFor();
     assert.equal(await done.locator('strong').textContent(), 'progressively', 'markdown rendered');
     await page.locator('.session-head .badge.state-idle').waitFor();
+    await page.waitForFunction(() => document.querySelector('.session-head .interrupt').disabled);
   });
 
   await step('approve a Bash call from its card and see its output', async () => {
@@ -111,6 +172,11 @@ try {
     await send('RUNBASH now');
     const card = transcript().locator('.tool-Bash', { hasText: 'touch approved.txt' });
     await card.locator('.permission .allow').waitFor();
+    assert.equal(await card.locator('.permission-title').textContent(), 'Claude wants to run touch approved.txt && ls');
+    // Allow, Allow always and Deny on one row.
+    const rows = await Promise.all(['.allow', '.always', '.deny'].map(async (button) => (await card.locator(`.permission ${button}`).boundingBox()).y));
+    assert.ok(rows.every((y) => Math.abs(y - rows[0]) < 2), `one row: ${rows}`);
+    assert.equal(await card.locator('.outcome').textContent(), 'waiting for you');
     await page.waitForFunction(() => document.title.startsWith('(1) waiting'));
     await page.locator('.session-item.state-waiting').waitFor();
     await page.waitForFunction(() => window.__notes.length === 1);
@@ -118,9 +184,11 @@ try {
     await page.evaluate(() => Object.defineProperty(document, 'hidden', { configurable: true, get: () => false }));
     await shot('live-session-pending-approval.png');
     await card.locator('.permission .allow').click();
-    await card.locator('.decision', { hasText: 'Allowed by browser' }).waitFor();
+    await card.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
+    assert.equal(await card.locator('.decision').textContent(), 'Allowed by you', 'said once, plainly');
     await card.locator('.result', { hasText: 'approved.txt' }).waitFor();
     await transcript().getByText('The file is there.').waitFor();
+    assert.match(await card.locator('.outcome').textContent(), /of output$/);
   });
 
   await step('deny one with a message and see the denial', async () => {
@@ -129,8 +197,12 @@ try {
     await card.locator('.permission .deny').waitFor();
     await card.locator('.deny-message').fill('not today');
     await card.locator('.permission .deny').click();
-    await card.locator('.decision', { hasText: 'Denied by browser: not today' }).waitFor();
+    await card.locator('.decision', { hasText: 'Denied by you: not today' }).waitFor();
     await transcript().getByText('Understood, I will not.').waitFor();
+    // The reason is said once: the tool's result repeats it, and is not shown.
+    assert.equal(await card.locator('.tool-result').isVisible(), false);
+    assert.equal(await card.getByText('not today').filter({ visible: true }).count(), 1);
+    assert.equal(await card.locator('.outcome').textContent(), 'denied');
   });
 
   await step('answer an AskUserQuestion with one of its options', async () => {
@@ -145,11 +217,15 @@ try {
     await send('EDITME');
     const card = transcript().locator('.tool-Edit');
     await card.locator('.permission .allow').waitFor();
+    // Paths are shown from the session's directory.
+    assert.equal(await card.locator('.permission-title').textContent(), 'Claude wants to edit notes.txt');
+    assert.equal(await card.locator('.tool-target').textContent(), 'notes.txt');
     await card.locator('.diff-line.del', { hasText: 'colour = 1' }).waitFor();
     await card.locator('.diff-line.add', { hasText: 'color = 2' }).waitFor();
     await shot('diff-card.png', card);
     await card.locator('.permission .allow').click();
     await transcript().getByText('Edited.').waitFor();
+    assert.equal(await card.locator('.outcome').textContent(), '+1 −1');
   });
 
   await step('allow with an edited input', async () => {
@@ -168,7 +244,8 @@ try {
     const first = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' }).first();
     const always = first.locator('.permission .always');
     await always.waitFor();
-    assert.match(await always.textContent(), /Always allow Bash\(touch always\.txt && ls\)/);
+    assert.equal(await always.textContent(), 'Allow always');
+    assert.match(await always.getAttribute('title'), /Allow Bash\(touch always\.txt && ls\) for the rest of this session/);
     await always.click();
     await transcript().getByText('Twice, asked once.').waitFor();
     const cards = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' });
@@ -177,13 +254,39 @@ try {
     await cards.nth(1).locator('.result', { hasText: 'always.txt' }).waitFor();
   });
 
+  await step('finished tool cards fold to one line; a folded card opens', async () => {
+    const first = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' }).first();
+    const latest = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' }).nth(1);
+    await page.waitForFunction(() => document.querySelectorAll('.tool-Bash.collapsed').length >= 2);
+    assert.equal(await first.evaluate((node) => node.classList.contains('collapsed')), true, 'an older card folds');
+    assert.equal(await latest.evaluate((node) => node.classList.contains('collapsed')), false, 'the latest stays open');
+    assert.equal(await first.locator('.tool-body').isVisible(), false);
+    assert.equal(await first.locator('.tool-head').getAttribute('aria-expanded'), 'false');
+    assert.match(await first.locator('.tool-head').textContent(), /Bash.*first.*of output/);
+    await first.locator('.tool-head').click();
+    await first.locator('.tool-body pre.code', { hasText: 'touch always.txt' }).waitFor();
+    await first.locator('.result', { hasText: 'always.txt' }).waitFor();
+    assert.equal(await first.locator('.tool-head').getAttribute('aria-expanded'), 'true');
+    await first.locator('.tool-head').click();
+    await page.waitForFunction(() => document.querySelector('.tool-Bash').classList.contains('collapsed'));
+  });
+
   await step('keyboard: a approves the pending request', async () => {
     await send('KEYS');
     const card = transcript().locator('.tool-Bash', { hasText: 'touch keyed.txt' });
     await card.locator('.permission .allow').waitFor();
+    // Scrolled away from it, the request is one click from the bar above the message box.
+    const bar = page.locator('.waiting-bar');
+    assert.equal(await bar.isVisible(), false, 'in sight: no bar');
+    await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
+    await bar.waitFor();
+    assert.match(await bar.textContent(), /Claude wants to run touch keyed\.txt && ls/);
+    await bar.locator('button').click();
+    await bar.waitFor({ state: 'hidden' });
+    assert.ok(await card.locator('.permission .allow').isVisible());
     await transcript().click({ position: { x: 5, y: 5 } });
     await page.keyboard.press('a');
-    await card.locator('.decision', { hasText: 'Allowed by browser' }).waitFor();
+    await card.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
     await transcript().getByText('Keyed in.').waitFor();
   });
 
@@ -202,6 +305,29 @@ try {
     assert.ok(await image.evaluate((node) => node.complete && node.naturalWidth === 8), 'the picture decoded');
   });
 
+  await step('markdown: bordered tables, quotes, code with its language and a copy button', async () => {
+    await recordCopies();
+    await send('MARKDOWN');
+    const message = transcript().locator('.msg.assistant', { hasText: 'Done with the markdown.' });
+    await message.locator('.md table').waitFor();
+    const cell = message.locator('.md td').first();
+    assert.ok(await cell.evaluate((node) => parseFloat(getComputedStyle(node).borderTopWidth) >= 1), 'table cells have borders');
+    assert.ok(await cell.evaluate((node) => parseFloat(getComputedStyle(node).paddingLeft) >= 6), 'and padding');
+    assert.ok(await message.locator('.md blockquote').evaluate((node) => parseFloat(getComputedStyle(node).borderLeftWidth) >= 2), 'quotes are marked');
+    assert.notEqual(await message.locator('.md p code').evaluate((node) => getComputedStyle(node).backgroundColor), 'rgba(0, 0, 0, 0)', 'inline code is set off');
+    const code = message.locator('.code-block');
+    assert.equal(await code.locator('.code-lang').textContent(), 'rust');
+    await code.locator('.hljs-keyword', { hasText: 'fn' }).first().waitFor();
+    await code.locator('.copy').click();
+    await code.locator('.copy', { hasText: 'Copied' }).waitFor();
+    await message.hover();
+    await message.locator('.msg-actions .copy').click();
+    const copied = await page.evaluate(() => window.__copied);
+    assert.equal(copied[0], 'fn main() {\n    println!("hi");\n}\n');
+    assert.ok(copied[1].startsWith('Here is the **summary**') && copied[1].endsWith('Done with the markdown.'), copied[1]);
+    await shot('markdown.png', message);
+  });
+
   await step('API errors and retries are visible', async () => {
     await send('RETRYME');
     await transcript().locator('.notice.warn', { hasText: 'API error 429' }).first().waitFor();
@@ -210,10 +336,15 @@ try {
 
   await step('switch the model and the permission mode mid-session', async () => {
     const model = page.locator('.session-head .model');
-    await model.fill('claude-haiku-4-5');
-    await model.press('Enter');
-    await model.blur();
+    assert.deepEqual((await model.locator('option').allTextContents()).slice(-4), ['opus', 'sonnet', 'haiku', 'Other…']);
+    await model.selectOption('__other');
+    const other = page.locator('.session-head .model-other');
+    await other.fill('claude-haiku-4-5');
+    await other.press('Enter');
     await page.locator('.toast', { hasText: 'Model set to claude-haiku-4-5' }).waitFor();
+    await page.waitForFunction(() => document.querySelector('.session-head .model').value === 'claude-haiku-4-5');
+    await model.selectOption('sonnet');
+    await page.locator('.toast', { hasText: 'Model set to sonnet' }).waitFor();
     await page.locator('.session-head .mode').selectOption('acceptEdits');
     await page.locator('.toast', { hasText: 'Permission mode set to acceptEdits' }).waitFor();
     await page.waitForFunction(() => document.querySelector('.session-head .mode').value === 'acceptEdits');
@@ -298,7 +429,23 @@ try {
     await page.locator('.stats .cost-chart canvas').waitFor();
     await page.locator('.stats .gauge').waitFor();
     await page.locator('.stats table.models tr').first().waitFor();
+    const id = page.url().split('#/s/')[1];
+    const usage = await (await fetch(`${base}/api/sessions/${id}/usage`, { headers: { authorization: `Bearer ${process.env.API_TOKEN}` } })).json();
+    await page.waitForFunction((count) => window.__switchboard.view.chartTurns === count, usage.turns.length);
+    assert.ok(usage.turns.length > 5, `${usage.turns.length} turns`);
+    const ticks = await page.evaluate(() => window.__switchboard.view.chartTicks);
+    assert.ok(ticks.length >= 2 && ticks.every(Number.isInteger), `whole turns on the axis: ${ticks}`);
+    assert.match(await page.locator('.stats .totals').textContent(), new RegExp(`^${usage.turn_count} turns · \\$`));
+    // The window is the answering model's, the same before and after a reload.
+    assert.equal(Number(await page.locator('.stats .gauge').getAttribute('aria-valuemax')), usage.context_window);
+    assert.ok(usage.context_window > 0);
+    const canvas = await page.locator('.stats .cost-chart canvas').boundingBox();
+    await page.mouse.move(canvas.x + canvas.width / 2, canvas.y + canvas.height / 2);
+    await page.locator('.stats .chart-readout', { hasText: /^Turn \d+: \$/ }).waitFor();
     await shot('cost-chart.png', page.locator('.stats'));
+    await page.reload();
+    await page.locator('.stats .cost-chart canvas').waitFor();
+    assert.equal(Number(await page.locator('.stats .gauge').getAttribute('aria-valuemax')), usage.context_window);
   });
 
   await step('fork the conversation from one of its messages', async () => {
@@ -321,8 +468,14 @@ try {
   await step('an MCP tool, configured from the form, shows as a card with its input', async () => {
     const server = JSON.stringify({ mcpServers: { probe: { command: process.execPath, args: [new URL('./mcp-echo.mjs', import.meta.url).pathname] } } });
     await page.goto(`${base}/#/new`);
+    // Recent directories, and completion from the daemon's file system.
+    await page.locator('form.new-session .recent button', { hasText: path.basename(workdir) }).first().waitFor();
+    assert.equal(await page.locator('form.new-session [name=mcp_config]').isVisible(), false, 'under More options');
+    await page.locator('form.new-session [name=cwd]').fill(`${workdir}/s`);
+    await page.locator(`#cwd-options option[value="${workdir}/src"]`).waitFor({ state: 'attached' });
     await page.locator('form.new-session [name=cwd]').fill(workdir);
     await page.locator('form.new-session [name=prompt]').fill('MCPCALL');
+    await page.locator('form.new-session .more-options summary').click();
     await page.locator('form.new-session [name=mcp_config]').fill(server);
     await page.locator('form.new-session button[type=submit]').click();
     await page.waitForURL(/#\/s\//);
@@ -334,10 +487,38 @@ try {
     await transcript().getByText('MCP answered.').waitFor();
   });
 
-  await step('the session list', async () => {
+  await step('the session list: grouped by directory, searched, renamed, archived', async () => {
     await page.goto(`${base}/#/`);
     await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();
+    await page.locator('.group-head', { hasText: path.basename(workdir) }).waitFor();
+    await page.locator('.group-head', { hasText: 'long-project' }).waitFor();
+    // The home page shows what needs a person, not the list again.
+    assert.equal(await page.locator('.overview .session-item, .overview table').count(), 0);
+    await page.locator('.overview .tile', { hasText: 'waiting for you' }).waitFor();
     await shot('session-list.png');
+    await page.locator('#session-search').fill('long');
+    await page.waitForFunction(() => document.querySelectorAll('.session-item').length === 1);
+    assert.match(await page.locator('.session-item').textContent(), /A long session/);
+    await page.locator('#session-search').fill('');
+    // Rename from the session's menu.
+    await page.locator('.session-item a', { hasText: 'MCPCALL' }).click();
+    await page.locator('.session-head .menu summary').click();
+    await page.locator('.session-head .menu .rename').click();
+    const name = page.locator('.session-head .rename-input');
+    await name.fill('Probe the MCP server');
+    await name.press('Enter');
+    await page.locator('.session-head h1', { hasText: 'Probe the MCP server' }).waitFor();
+    await page.locator('.session-item', { hasText: 'Probe the MCP server' }).waitFor();
+    // Archive: out of the list until asked for.
+    await page.locator('.session-head .menu summary').click();
+    await page.locator('.session-head .menu .archive').click();
+    await page.locator('.session-head .badge', { hasText: 'archived' }).waitFor();
+    await page.goto(`${base}/#/`);
+    await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();
+    assert.equal(await page.locator('.session-item', { hasText: 'Probe the MCP server' }).count(), 0);
+    await page.locator('#show-archived').check();
+    await page.locator('.session-item.archived', { hasText: 'Probe the MCP server' }).waitFor();
+    await page.locator('#show-archived').uncheck();
   });
 
   await step('a 10,000-event session opens, then pages back to its start', async () => {
@@ -345,6 +526,9 @@ try {
     await page.goto(`${base}/#/s/long-session`);
     await transcript().locator('.md strong', { hasText: /^1000$/ }).waitFor();
     console.log(`     opened a 10,000-event session in ${Date.now() - started} ms (recent part first)`);
+    // The chart counts every turn of the log, not only the loaded page's.
+    await page.waitForFunction(() => window.__switchboard.view.chartTurns === 1000);
+    assert.match(await page.locator('.stats .totals').textContent(), /^1000 turns · \$1\.00/);
     const start = transcript().locator('.start');
     for (let round = 0; round < 100 && !(await start.count()); round += 1) {
       const before = await page.evaluate(() => window.__switchboard.view.firstSeq);
@@ -352,18 +536,51 @@ try {
       await page.waitForFunction((seq) => window.__switchboard.view.firstSeq < seq || document.querySelector('.transcript .start'), before);
     }
     await start.waitFor();
-    await transcript().locator('.msg.user', { hasText: /^Question number 1$/ }).waitFor();
+    await transcript().locator('.msg.user .text', { hasText: /^Question number 1$/ }).waitFor();
     assert.equal(await transcript().locator('.msg.user').count(), 1000, 'every prompt once');
   });
 
-  await step('on a phone-sized screen the list and the session take the whole width', async () => {
+  await step('on a phone-sized screen every page fits the width', async () => {
     await page.setViewportSize({ width: 390, height: 844 });
     await page.goto(`${base}/#/`);
     await page.locator('.session-item').first().waitFor();
+    await assertFits('the session list');
+    await shot('phone-list.png');
+    await page.locator('#new-session').click();
+    await page.locator('form.new-session [name=cwd]').waitFor();
+    await page.locator('form.new-session .more-options summary').click();
+    await assertFits('the new-session form');
+    await page.goto(`${base}/#/`);
     await page.locator('.session-item a', { hasText: 'STREAM please' }).click();
     await page.locator('.composer-input').waitFor();
+    await transcript().getByText('Done with the markdown.').waitFor();
     assert.equal(await page.locator('#sidebar').isVisible(), false);
+    await assertFits('a session');
+    // The Send button and the ends of lines are on the screen.
+    const send = await page.locator('.composer .send').boundingBox();
+    assert.ok(send.x + send.width <= 390, `Send ends at ${send.x + send.width}`);
+    // Every card open, the widest content is still within the screen (or scrolls in its box).
+    await page.evaluate(() => { for (const card of document.querySelectorAll('.tool.collapsed')) card.querySelector('.tool-head').click(); });
+    await assertFits('a session with every card open');
+    await page.locator('.session-head .menu summary').click();
+    await assertFits('a session with its menu open');
+    await page.locator('.session-head .menu summary').click();
     await shot('phone-session.png');
+  });
+
+  await step('dark mode follows the system', async () => {
+    await page.emulateMedia({ colorScheme: 'dark' });
+    const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    const [r, g, b] = background.match(/\d+/g).map(Number);
+    assert.ok(r + g + b < 120, `a dark background: ${background}`);
+    await assertFits('a session, dark');
+    await shot('phone-session-dark.png');
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.goto(`${base}/#/s/long-session`);
+    await transcript().locator('.md strong', { hasText: /^1000$/ }).waitFor();
+    await page.locator('.stats .cost-chart canvas').waitFor();
+    await shot('dark-session.png');
+    await page.emulateMedia({ colorScheme: 'light' });
   });
 
   await step('no errors in the page', async () => {

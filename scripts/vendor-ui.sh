@@ -15,6 +15,7 @@ files=(
   "dompurify@3.4.18 dist/purify.es.mjs purify.es.mjs"
   "@highlightjs/cdn-assets@11.12.0 es/highlight.min.js highlight.min.js"
   "@highlightjs/cdn-assets@11.12.0 styles/github.min.css highlight-github.min.css"
+  "@highlightjs/cdn-assets@11.12.0 styles/github-dark.min.css highlight-github-dark.min.css"
   "diff@9.0.0 dist/diff.min.js diff.min.js"
   "uplot@1.6.32 dist/uPlot.esm.js uPlot.esm.js"
   "uplot@1.6.32 dist/uPlot.min.css uPlot.min.css"

@@ -122,6 +122,27 @@ fn page(status: StatusCode, body: Vec<u8>) -> Response {
     response
 }
 
+/// The sign-in page's look: a card, light or dark as the system is.
+const LOGIN_STYLE: &str = "\
+    :root{color-scheme:light dark;--bg:#f6f7f9;--panel:#fff;--ink:#1d2330;--muted:#667085;\
+    --line:#e3e6ec;--accent:#2f5bea;--bad:#b42318;--code:#eef1f6}\
+    @media (prefers-color-scheme:dark){:root{--bg:#0f1117;--panel:#171a22;--ink:#e6e8ee;\
+    --muted:#9aa3b5;--line:#2a2f3b;--accent:#6d8cff;--bad:#ff7b72;--code:#1f2430}}\
+    *{box-sizing:border-box}body{margin:0;min-height:100vh;display:grid;place-items:center;\
+    background:var(--bg);color:var(--ink);font:15px/1.5 system-ui,-apple-system,sans-serif;padding:1rem}\
+    .card{width:100%;max-width:26rem;background:var(--panel);border:1px solid var(--line);\
+    border-radius:12px;padding:1.5rem 1.6rem;box-shadow:0 8px 30px rgba(16,24,40,.08)}\
+    .brand{display:flex;align-items:center;gap:.5rem;font-weight:700}.brand svg{width:1.4rem;height:1.4rem}\
+    h1{font-size:1.3rem;margin:1rem 0 .4rem}p{color:var(--muted);margin:.4rem 0}\
+    label{display:block;font-size:.9rem;color:var(--muted);margin:1rem 0 .25rem}\
+    input{width:100%;font:inherit;padding:.55rem .65rem;border:1px solid var(--line);border-radius:8px;\
+    background:var(--panel);color:var(--ink)}input:focus{outline:2px solid var(--accent);outline-offset:1px}\
+    button{margin-top:.9rem;width:100%;font:inherit;font-weight:600;padding:.55rem 1rem;border-radius:8px;\
+    border:1px solid var(--accent);background:var(--accent);color:#fff;cursor:pointer}\
+    .problem{color:var(--bad);background:color-mix(in srgb,var(--bad) 10%,transparent);\
+    padding:.4rem .6rem;border-radius:6px}.hint{font-size:.8rem}\
+    code{background:var(--code);padding:0 .3rem;border-radius:4px;overflow-wrap:anywhere}";
+
 /// The login page: a form that sends the token back to `/?token=`.
 fn login(status: StatusCode, problem: &str) -> Response {
     let problem = if problem.is_empty() {
@@ -132,17 +153,19 @@ fn login(status: StatusCode, problem: &str) -> Response {
     let body = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Switchboard — sign in</title><style>\
-         body{{font:16px system-ui,sans-serif;max-width:28rem;margin:15vh auto;padding:0 1rem;color:#1d2330}}\
-         input{{width:100%;font:inherit;padding:.5rem;box-sizing:border-box}}\
-         button{{margin-top:.75rem;font:inherit;padding:.5rem 1rem}}.problem{{color:#b42318}}\
-         code{{background:#eef1f6;padding:0 .25rem}}</style></head><body>\
-         <h1>Switchboard</h1>{problem}\
+         <meta name=\"color-scheme\" content=\"light dark\">\
+         <title>Switchboard — sign in</title><style>{LOGIN_STYLE}</style></head><body>\
+         <main class=\"card\"><div class=\"brand\"><svg viewBox=\"0 0 16 16\" aria-hidden=\"true\">\
+         <rect width=\"16\" height=\"16\" rx=\"3\" fill=\"#2f5bea\"/>\
+         <path d=\"M4 5h8M4 8h8M4 11h5\" stroke=\"white\" stroke-width=\"1.6\"/></svg>\
+         Switchboard</div><h1>Sign in</h1>{problem}\
          <p>Open the URL <code>switchboard serve</code> printed, or paste the daemon's token \
          (in <code>DATA_DIR/token</code>).</p>\
-         <form method=\"get\" action=\"/\"><label>Token <input name=\"token\" type=\"password\" \
-         autocomplete=\"off\" autofocus></label><button type=\"submit\">Sign in</button></form>\
-         </body></html>"
+         <form method=\"get\" action=\"/\"><label for=\"token\">Token</label>\
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" autofocus \
+         required spellcheck=\"false\"><button type=\"submit\">Sign in</button></form>\
+         <p class=\"hint\">The token becomes a cookie for this browser only; it leaves the \
+         address bar at once.</p></main></body></html>"
     );
     page(status, body.into_bytes())
 }

@@ -1,5 +1,6 @@
 // Switchboard's web UI. Plain ES modules, no build step; it uses only the daemon's public API
-// (docs/api.md) with the cookie the sign-in URL set.
+// (docs/api.md) with the cookie the sign-in URL set, and draws the daemon's projection of each
+// session (`…/view`, `…/usage`): it reads no protocol line itself.
 import { marked } from './vendor/marked.esm.js';
 import DOMPurify from './vendor/purify.es.mjs';
 import hljs from './vendor/highlight.min.js';
@@ -7,6 +8,7 @@ import uPlot from './vendor/uPlot.esm.js';
 
 const PAGE = 300; // events per page when opening a session or paging back
 const $ = (selector, root = document) => root.querySelector(selector);
+const $$ = (selector, root = document) => [...root.querySelectorAll(selector)];
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
@@ -28,11 +30,113 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function markdown(text) {
+// Icons: 24×24 strokes, drawn in the current colour.
+const ICONS = {
+  terminal: 'M4 17l6-5-6-5M12 19h8',
+  file: 'M14 3H6a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h12a2 2 0 0 0 2-2V9zM14 3v6h6',
+  pencil: 'M12 20h9M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z',
+  search: 'M11 4a7 7 0 1 0 0 14a7 7 0 1 0 0-14M21 21l-4.3-4.3',
+  globe: 'M12 3a9 9 0 1 0 0 18a9 9 0 1 0 0-18M3 12h18M12 3c2.5 2.5 2.5 15.5 0 18M12 3c-2.5 2.5-2.5 15.5 0 18',
+  agent: 'M5 8h14v11H5zM12 4v4M9 13h.01M15 13h.01M9.5 16.5h5',
+  question: 'M12 3a9 9 0 1 0 0 18a9 9 0 1 0 0-18M9.1 9a3 3 0 0 1 5.8 1c0 2-3 2.5-3 4M12 17.5h.01',
+  plug: 'M9 2v6M15 2v6M6 8h12v3a6 6 0 0 1-12 0zM12 17v5',
+  list: 'M9 6h11M9 12h11M9 18h11M4 6h.01M4 12h.01M4 18h.01',
+  tool: 'M12 8a4 4 0 1 0 0 8a4 4 0 1 0 0-8M12 2v3M12 19v3M2 12h3M19 12h3M5 5l2 2M17 17l2 2M5 19l2-2M17 7l2-2',
+  chevron: 'M9 6l6 6-6 6',
+  check: 'M5 12.5l4.5 4.5L19 7.5',
+  x: 'M6 6l12 12M18 6L6 18',
+  copy: 'M9 9h11v11H9zM5 15H4V4h11v1',
+  bell: 'M6 16v-5a6 6 0 0 1 12 0v5l2 2H4zM10 21a2 2 0 0 0 4 0',
+  spinner: 'M12 3a9 9 0 1 0 9 9',
+  stop: 'M7 7h10v10H7z',
+  more: 'M5 12h.01M12 12h.01M19 12h.01',
+  plan: 'M9 4h6M8 4H6v17h12V4h-2M9 11h6M9 15h4',
+};
+
+function icon(name, extra = '') {
+  const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  svg.setAttribute('viewBox', '0 0 24 24');
+  svg.setAttribute('class', `icon ${extra}`.trim());
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('fill', 'none');
+  svg.setAttribute('stroke', 'currentColor');
+  svg.setAttribute('stroke-width', name === 'more' ? '3' : '2');
+  svg.setAttribute('stroke-linecap', 'round');
+  svg.setAttribute('stroke-linejoin', 'round');
+  const path = document.createElementNS('http://www.w3.org/2000/svg', 'path');
+  path.setAttribute('d', ICONS[name] ?? ICONS.tool);
+  svg.append(path);
+  return svg;
+}
+
+/// A state's icon: a spinner while working, a bell while waiting, a dot at rest.
+function stateIcon(state) {
+  if (['working', 'starting', 'compacting'].includes(state)) return icon('spinner', `state-icon state-${state}`);
+  if (state === 'waiting') return icon('bell', 'state-icon state-waiting');
+  if (state === 'crashed') return icon('x', 'state-icon state-crashed');
+  if (state === 'exited') return icon('stop', 'state-icon state-exited');
+  const dot = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  dot.setAttribute('viewBox', '0 0 24 24');
+  dot.setAttribute('class', `icon state-icon state-${state}`);
+  dot.setAttribute('aria-hidden', 'true');
+  const circle = document.createElementNS('http://www.w3.org/2000/svg', 'circle');
+  Object.entries({ cx: 12, cy: 12, r: 6, fill: 'currentColor' }).forEach(([k, v]) => circle.setAttribute(k, v));
+  dot.append(circle);
+  return dot;
+}
+
+const TOOL_ICONS = { Bash: 'terminal', BashOutput: 'terminal', KillShell: 'terminal', Read: 'file', Write: 'pencil',
+  Edit: 'pencil', MultiEdit: 'pencil', NotebookEdit: 'pencil', Grep: 'search', Glob: 'search', WebFetch: 'globe',
+  WebSearch: 'globe', Task: 'agent', Agent: 'agent', AskUserQuestion: 'question', TodoWrite: 'list', ExitPlanMode: 'plan' };
+const toolIcon = (name) => icon(name?.startsWith('mcp__') ? 'plug' : TOOL_ICONS[name] ?? 'tool', 'tool-icon');
+
+/// Copies text; the button says so for a moment.
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (_) {
+    // Without the async clipboard (an insecure origin): the old way.
+    const area = el('textarea', { style: 'position:fixed;top:0;left:0;opacity:0' }, text);
+    document.body.append(area);
+    area.select();
+    document.execCommand('copy');
+    area.remove();
+  }
+  if (button) {
+    const label = button.dataset.label ?? button.textContent;
+    button.dataset.label = label;
+    button.lastChild.textContent = 'Copied';
+    setTimeout(() => { button.lastChild.textContent = label; }, 1500);
+  }
+}
+
+function copyButton(text, label = 'Copy', className = 'copy') {
+  const button = el('button', { type: 'button', class: className, title: label }, icon('copy'), el('span', {}, label));
+  button.dataset.label = label;
+  button.addEventListener('click', (event) => { event.stopPropagation(); copyText(typeof text === 'function' ? text() : text, button); });
+  return button;
+}
+
+/// Markdown, sanitised (model output is untrusted), with tables that scroll on their own and
+/// code blocks that name their language and copy.
+function markdown(text, { highlightCode = true } = {}) {
   const html = DOMPurify.sanitize(marked.parse(text ?? '', { gfm: true, breaks: false }));
   const box = el('div', { class: 'md' });
   box.innerHTML = html;
-  for (const code of box.querySelectorAll('pre code')) highlight(code);
+  for (const table of $$('table', box)) {
+    const wrap = el('div', { class: 'table-wrap' });
+    table.replaceWith(wrap);
+    wrap.append(table);
+  }
+  for (const pre of $$('pre', box)) {
+    const code = $('code', pre);
+    const language = code?.className.match(/language-([\w+#.-]+)/)?.[1];
+    if (code && highlightCode) highlight(code, language);
+    const block = el('div', { class: 'code-block' }, el('div', { class: 'code-head' },
+      el('span', { class: 'code-lang' }, language ?? 'text'), copyButton(() => (code ?? pre).textContent)));
+    pre.replaceWith(block);
+    block.append(pre);
+  }
   return box;
 }
 
@@ -40,7 +144,8 @@ function highlight(code, language) {
   try {
     if (language && hljs.getLanguage(language)) {
       code.innerHTML = hljs.highlight(code.textContent, { language }).value;
-    } else {
+      code.classList.add('hljs');
+    } else if (!language) {
       hljs.highlightElement(code);
     }
   } catch (_) { /* plain text is fine */ }
@@ -53,6 +158,52 @@ function codeBlock(text, language) {
   return pre;
 }
 
+/// Markdown as it streams: the text up to its last finished block (a blank line outside a code
+/// fence, or a closing fence) is rendered once and kept; only the open block after it is drawn
+/// again, at most once a frame. The whole message is rendered once more when its block ends.
+class StreamingMarkdown {
+  constructor(className) {
+    this.node = el('div', { class: className });
+    this.settledBox = el('div', { class: 'md settled' });
+    this.tailBox = el('div', { class: 'md tail' });
+    this.node.append(this.settledBox, this.tailBox);
+    this.text = '';
+    this.settled = 0; // text before this is rendered for good
+    this.scanned = 0; // lines before this are scanned
+    this.fence = null; // the open fence (``` or ~~~), if any
+    this.frame = null;
+  }
+
+  append(more) {
+    this.text += more;
+    let boundary = this.settled;
+    for (let end = this.text.indexOf('\n', this.scanned); end >= 0; end = this.text.indexOf('\n', this.scanned)) {
+      const line = this.text.slice(this.scanned, end);
+      this.scanned = end + 1;
+      const fence = line.match(/^ {0,3}(`{3,}|~{3,})(.*)$/);
+      if (fence && !this.fence) {
+        this.fence = fence[1];
+      } else if (fence && this.fence && fence[1][0] === this.fence[0] && fence[1].length >= this.fence.length && !fence[2].trim()) {
+        this.fence = null;
+        boundary = this.scanned;
+      } else if (!this.fence && !line.trim()) {
+        boundary = this.scanned;
+      }
+    }
+    if (boundary > this.settled) {
+      this.settledBox.append(...markdown(this.text.slice(this.settled, boundary)).childNodes);
+      this.settled = boundary;
+    }
+    if (this.frame === null) this.frame = requestAnimationFrame(() => this.drawTail());
+  }
+
+  drawTail() {
+    this.frame = null;
+    // The open block is drawn without highlighting: it changes every frame.
+    this.tailBox.replaceChildren(...markdown(this.text.slice(this.settled), { highlightCode: false }).childNodes);
+  }
+}
+
 const EXTENSIONS = { rs: 'rust', js: 'javascript', mjs: 'javascript', ts: 'typescript', py: 'python',
   sh: 'bash', md: 'markdown', json: 'json', toml: 'ini', yml: 'yaml', yaml: 'yaml', html: 'xml',
   css: 'css', go: 'go', java: 'java', c: 'c', h: 'c', cpp: 'cpp', rb: 'ruby', sql: 'sql' };
@@ -60,6 +211,17 @@ const languageOf = (path) => EXTENSIONS[(path ?? '').split('.').pop()?.toLowerCa
 
 const money = (usd) => `$${(usd ?? 0).toFixed(usd >= 1 ? 2 : 4)}`;
 const tokens = (count) => (count ?? 0).toLocaleString('en-US');
+function compact(count) {
+  const n = count ?? 0;
+  if (n >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
+  if (n >= 1e3) return `${+(n / 1e3).toFixed(1)}k`;
+  return `${+n.toFixed(2)}`;
+}
+/// An axis label: dollars to two significant digits ($0.0012, $0.35, $12).
+const compactMoney = (usd) => (!usd ? '$0' : usd >= 10 ? `$${usd.toFixed(0)}` : `$${+usd.toPrecision(2)}`);
+/// An axis wide enough for its longest label (uPlot cuts the rest).
+const axisSize = (u, values) => 12 + 6.5 * Math.max(2, ...(values ?? []).map((v) => String(v).length));
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 function ago(ms) {
   if (!ms) return '';
@@ -76,13 +238,72 @@ function shortPath(path) {
   return parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : path ?? '';
 }
 
+/// A path as seen from the session's directory (`src/main.rs`, not `/home/me/project/src/main.rs`).
+function relative(path, cwd) {
+  if (!path || !cwd) return path ?? '';
+  const base = cwd.endsWith('/') ? cwd : `${cwd}/`;
+  return path.startsWith(base) ? path.slice(base.length) : path;
+}
+
 function stateLabel(session) {
   const pending = session.pending_permissions?.length ?? session.pending ?? 0;
   if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
   if (session.disconnected_since_ms && !['exited', 'crashed'].includes(session.state)) {
     return ['disconnected', `disconnected since ${new Date(session.disconnected_since_ms).toLocaleTimeString()}`];
   }
-  return [session.state, session.state];
+  return [session.state ?? 'starting', session.state ?? 'starting'];
+}
+
+const clip = (text, length = 120) => (text.length > length ? `${text.slice(0, length - 1)}…` : text);
+
+/// What a tool call wants, in plain words: [verb, target] ("run", "touch x"); the target is
+/// shown as code.
+function wants(name, input, cwd) {
+  const path = relative(input?.file_path ?? input?.notebook_path ?? input?.path, cwd);
+  switch (name) {
+    case 'Bash': return ['run', clip(input?.command ?? '')];
+    case 'Edit': case 'MultiEdit': case 'NotebookEdit': return ['edit', path];
+    case 'Write': return ['write', path];
+    case 'Read': return ['read', path];
+    case 'Grep': return ['search for', clip(input?.pattern ?? '')];
+    case 'Glob': return ['list files matching', clip(input?.pattern ?? '')];
+    case 'WebFetch': return ['fetch', clip(input?.url ?? '')];
+    case 'WebSearch': return ['search the web for', clip(input?.query ?? '')];
+    case 'Task': case 'Agent': return ['start a subagent to', clip(input?.description ?? input?.subagent_type ?? 'help')];
+    case 'ExitPlanMode': return ['leave plan mode and carry out its plan', null];
+    case 'AskUserQuestion': return ['ask you', clip(input?.questions?.[0]?.question ?? 'a question')];
+    default:
+      if (name?.startsWith('mcp__')) {
+        const [, server, tool] = name.split('__');
+        return [`use ${server}'s tool`, tool];
+      }
+      return ['use', name ?? 'a tool'];
+  }
+}
+
+function wantsLine(name, input, cwd) {
+  const [verb, target] = wants(name, input, cwd);
+  return ['Claude wants to ', verb, target ? ' ' : '', target ? el('code', {}, target) : null];
+}
+
+/// Who decided a permission, in words; a reason the person wrote is said once, here.
+function decisionText(decision) {
+  const by = decision.by ?? {};
+  const allowed = decision.behavior === 'allow';
+  const verb = allowed ? 'Allowed' : 'Denied';
+  let text;
+  switch (by.kind) {
+    case 'person': text = `${verb} by ${by.who === 'browser' ? 'you' : by.who}`; break;
+    case 'policy': text = `${verb} by ${by.rule ? `policy rule ${by.rule}` : "the policy's default"}`; break;
+    case 'cli': text = `${verb} by Claude Code's own settings`; break;
+    case 'timeout': text = 'Nobody answered in time: denied'; break;
+    case 'cancelled': text = 'Withdrawn by Claude Code'; break;
+    case 'link_closed': text = 'Claude Code went away before an answer'; break;
+    default: text = verb;
+  }
+  const generic = [`${by.who} denied this tool call`, `allowed by ${by.who}`];
+  const reason = !allowed && by.kind === 'person' && decision.message && !generic.includes(decision.message) ? decision.message : null;
+  return reason ? `${text}: ${reason}` : text;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -140,7 +361,8 @@ const connection = {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The session list, kept live by /api/events
+// The session list (the sidebar), kept live by /api/events: waiting sessions first, then the
+// others grouped by directory; searchable; archived ones on request.
 
 const sessions = new Map();
 
@@ -151,26 +373,61 @@ async function loadSessions() {
   renderList();
 }
 
+const titleOf = (session) => session.title || session.cwd?.split('/').pop() || session.id;
+
+function matches(session, query) {
+  if (!query) return true;
+  return [session.title, session.cwd, session.model, session.id].some((field) => field?.toLowerCase().includes(query));
+}
+
+function sessionItem(session, current) {
+  const [state, label] = stateLabel(session);
+  const pending = session.pending_permissions?.length ?? 0;
+  return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}${session.archived ? ' archived' : ''}` },
+    el('a', { href: `#/s/${session.id}`, dataset: { id: session.id }, title: session.cwd },
+      stateIcon(state),
+      el('span', { class: 'title' }, titleOf(session)),
+      el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
+      el('span', { class: 'meta' },
+        el('span', {}, session.model ?? ''),
+        el('span', {}, money(session.cost_usd)),
+        el('span', { class: 'ago' }, ago(session.updated_ms)),
+        session.archived ? el('span', {}, 'archived') : null)));
+}
+
 function renderList() {
   const list = $('#session-list');
   const current = view?.id;
-  const items = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
-  list.replaceChildren(...items.map((session) => {
-    const [state, label] = stateLabel(session);
-    const pending = session.pending_permissions?.length ?? 0;
-    return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}` },
-      el('a', { href: `#/s/${session.id}`, dataset: { id: session.id } },
-        el('span', { class: 'title' }, session.title || session.cwd?.split('/').pop() || session.id),
-        el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
-        el('span', { class: 'meta' },
-          el('span', { class: 'cwd', title: session.cwd }, shortPath(session.cwd)),
-          el('span', {}, session.model ?? ''),
-          el('span', {}, money(session.cost_usd)),
-          el('span', { class: 'ago' }, ago(session.updated_ms)))));
-  }));
+  const query = $('#session-search').value.trim().toLowerCase();
+  const showArchived = $('#show-archived').checked;
+  const all = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
+  const archived = all.filter((s) => s.archived).length;
+  $('#archived-label').textContent = `Show archived (${archived})`;
+  const shown = all.filter((s) => (showArchived || !s.archived || s.id === current) && matches(s, query));
+  const waiting = shown.filter((s) => stateLabel(s)[0] === 'waiting');
+  const groups = new Map();
+  for (const session of shown.filter((s) => !waiting.includes(s))) {
+    const key = session.cwd ?? '';
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(session);
+  }
+  const rows = [];
+  if (waiting.length) {
+    rows.push(el('li', { class: 'group-head waiting', role: 'presentation' }, icon('bell'), 'Waiting for you', el('span', { class: 'count' }, waiting.length)));
+    rows.push(...waiting.map((s) => sessionItem(s, current)));
+  }
+  for (const [cwd, items] of groups) {
+    rows.push(el('li', { class: 'group-head', role: 'presentation', title: cwd },
+      el('span', { class: 'path' }, shortPath(cwd) || 'no directory'), el('span', { class: 'count' }, items.length)));
+    rows.push(...items.map((s) => sessionItem(s, current)));
+  }
+  if (!rows.length) {
+    rows.push(el('li', { class: 'list-empty' }, query ? `No session matches "${query}".` : 'No sessions yet.'));
+  }
+  list.replaceChildren(...rows);
   renderOverview();
-  const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting').length;
-  document.title = waiting > 0 ? `(${waiting}) waiting — Switchboard` : 'Switchboard';
+  const count = all.filter((s) => stateLabel(s)[0] === 'waiting').length;
+  document.title = count > 0 ? `(${count}) waiting — Switchboard` : 'Switchboard';
 }
 
 function notifyWaiting(session) {
@@ -196,16 +453,22 @@ function watchDashboard() {
       } else if (change.event === 'session_changed') {
         const session = sessions.get(change.session_id) ?? { id: change.session_id };
         const before = stateLabel(session)[0];
+        const known = session.pending_permissions ?? [];
         Object.assign(session, {
           state: change.state, cost_usd: change.cost_usd, model: change.model,
           claude_session_id: change.claude_session_id, updated_ms: Date.now(),
           permission_mode: change.permission_mode, title: change.title ?? session.title,
+          archived: change.archived ?? session.archived,
           running: !['exited', 'crashed'].includes(change.state),
-          pending_permissions: new Array(change.pending_permissions).fill({}),
+          pending_permissions: known.length === change.pending_permissions ? known : new Array(change.pending_permissions).fill({}),
           disconnected_since_ms: change.disconnected_since_ms ?? null,
         });
         sessions.set(session.id, session);
-        if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') notifyWaiting(session);
+        if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') {
+          notifyWaiting(session);
+          // What it waits for, for the home page.
+          api('GET', `/api/sessions/${session.id}`).then((full) => { Object.assign(session, full); renderList(); }).catch(() => {});
+        }
         if (view?.id === session.id) view.header();
       }
       renderList();
@@ -223,23 +486,28 @@ function watchDashboard() {
 // The transcript: the session's view in, DOM out.
 //
 // The daemon interprets the CLI's lines (`GET …/view`, `…/subscribe?view=true`); this draws the
-// updates it sends and derives nothing from lines. Text and thinking stream into their block
-// until the whole block arrives. Tool calls are cards that collect their result, their
-// permission and (for Task/Agent) the subagent's messages. Older pages are drawn into their own
-// chunk above the others; a result or decision seen before its card waits for it.
+// updates it sends and derives nothing from lines. Text streams into its block as markdown until
+// the whole block arrives. Tool calls are one-line cards (tool, target, outcome) that open on a
+// click; a card waiting for an approval, a failed one and the latest one stay open. A card
+// collects its result, its permission and (for Task/Agent) the subagent's messages. Older pages
+// are drawn into their own chunk above the others; a result or decision seen before its card
+// waits for it.
 
 class Transcript {
   constructor(root, session) {
     this.root = root;
     this.session = session;
-    this.messages = new Map(); // message id -> {box, blocks: Map(index -> {node, text})}
+    this.cwd = null;
+    this.messages = new Map(); // message id -> {box, blocks: Map(index -> {node, text, stream})}
     this.tools = new Map(); // tool_use_id -> card
     this.orphans = new Map(); // tool_use_id -> [fn(card)] waiting for the card
     this.permissions = new Map(); // request_id -> {request, decided, box}
-    this.turns = []; // {cost, input, output}
-    this.context = 0; // tokens of context of the last message
-    this.models = []; // per-model totals, as of the last turn
+    this.latest = new Map(); // scope (the parent call, or '') -> the newest card in it
+    this.older = false; // drawing an older page: its cards are never the latest
     this.queued = []; // bubbles of prompts that wait for the turn before them
+    this.onChange = () => {}; // pending permissions or context changed
+    this.context = null; // context tokens of the last main message
+    this.contextWindow = null;
   }
 
   /// Where an update goes: the subagent's nest inside its Task card, or the chunk.
@@ -250,7 +518,9 @@ class Transcript {
 
   apply(update, chunk) {
     switch (update.update) {
-      case 'started': return this.notice(chunk, 'info', `Claude Code started in ${update.cwd ?? '?'} with ${update.model ?? 'its default model'} (${update.permission_mode ?? 'default'})`);
+      case 'started':
+        this.cwd = update.cwd ?? this.cwd;
+        return this.notice(chunk, 'info', `Claude Code started in ${update.cwd ?? '?'} with ${update.model ?? 'its default model'} (${update.permission_mode ?? 'default'})`);
       case 'prompt': return this.prompt(update, chunk);
       case 'dequeued': {
         const next = this.queued.shift();
@@ -258,7 +528,10 @@ class Transcript {
         return undefined;
       }
       case 'message_started':
-        if (!update.parent_tool_use_id && update.context_tokens != null) this.context = update.context_tokens;
+        if (!update.parent_tool_use_id && update.context_tokens != null && !this.older) {
+          this.context = update.context_tokens;
+          this.onChange();
+        }
         this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
         return undefined;
       case 'text_delta':
@@ -280,8 +553,7 @@ class Transcript {
       case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${update.to}` }, 'continue there'), '.'));
       case 'lost': return this.notice(chunk, 'error', `${update.count} events could not be stored and are missing here: ${update.reason}`);
       case 'unreadable': return this.notice(chunk, 'error', `An event could not be read back: ${update.reason}`);
-      // state, model, mode, claude_session, run, tool_input_delta: the header and the
-      // session list show those.
+      // model, mode, claude_session, run, tool_input_delta: the header and the list show those.
       default: return undefined;
     }
   }
@@ -298,6 +570,10 @@ class Transcript {
     const box = el('div', { class: 'msg user' });
     if (update.text) box.append(el('div', { class: 'text' }, update.text));
     for (const picture of update.images ?? []) box.append(image(picture));
+    if (update.text) {
+      box.tabIndex = -1;
+      box.append(el('div', { class: 'msg-actions' }, copyButton(update.text)));
+    }
     chunk.append(box);
     if (update.queued) {
       box.classList.add('queued');
@@ -309,26 +585,36 @@ class Transcript {
   message(id, into) {
     let message = this.messages.get(id);
     if (!message) {
-      // Focusable, so a tap (no hover on phones) shows its "Fork from here".
+      // Focusable, so a tap (no hover on phones) shows its actions.
       const box = el('div', { class: 'msg assistant', dataset: { id }, tabindex: '-1' });
+      const actions = el('div', { class: 'msg-actions' });
+      box.append(actions);
       into.append(box);
-      message = { box, blocks: new Map() };
+      message = { box, actions, blocks: new Map() };
       this.messages.set(id, message);
     }
     return message;
   }
 
+  /// The message's text, for its copy button.
+  messageText(message) {
+    return [...message.blocks.entries()].sort(([a], [b]) => a - b)
+      .map(([, block]) => block.kind === 'text' ? block.text : '').filter(Boolean).join('\n\n');
+  }
+
   /// Puts `node` at its block's place in its message (blocks stay in index order).
-  place(update, chunk, node, text) {
+  place(update, chunk, node, text, kind) {
     const message = this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
     const block = message.blocks.get(update.index);
     if (block?.node) block.node.replaceWith(node);
     else {
       const after = [...message.blocks.entries()].filter(([i, b]) => i > update.index && b.node).sort(([a], [b]) => a - b)[0];
-      const fork = $('.fork-here', message.box);
-      if (after) after[1].node.before(node); else if (fork) fork.before(node); else message.box.append(node);
+      if (after) after[1].node.before(node); else message.actions.before(node);
     }
-    message.blocks.set(update.index, { node, text: text ?? block?.text ?? '' });
+    message.blocks.set(update.index, { node, text: text ?? block?.text ?? '', kind: kind ?? block?.kind });
+    if (kind === 'text' && !$('.copy', message.actions)) {
+      message.actions.prepend(copyButton(() => this.messageText(message), 'Copy'));
+    }
     return message;
   }
 
@@ -336,70 +622,90 @@ class Transcript {
     const message = this.message(update.message_id, this.container(update.parent_tool_use_id, chunk));
     const block = message.blocks.get(update.index);
     if (block?.done) return;
-    const text = (block?.text ?? '') + (update.text ?? update.thinking ?? '');
-    const node = update.update === 'text_delta'
-      ? el('div', { class: 'block text streaming' }, text)
-      : el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), el('div', {}, text));
-    this.place(update, chunk, node, text);
+    const more = update.text ?? update.thinking ?? '';
+    if (update.update === 'text_delta') {
+      if (block?.stream) {
+        block.stream.append(more);
+        block.text += more;
+        return;
+      }
+      const stream = new StreamingMarkdown('block text streaming');
+      stream.append((block?.text ?? '') + more);
+      this.place(update, chunk, stream.node, stream.text, 'text');
+      message.blocks.get(update.index).stream = stream;
+      return;
+    }
+    const text = (block?.text ?? '') + more;
+    if (block?.thinking) {
+      block.thinking.textContent = text;
+      block.text = text;
+      return;
+    }
+    const body = el('div', { class: 'thinking-text' }, text);
+    this.place(update, chunk, el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), body), text, 'thinking');
+    message.blocks.get(update.index).thinking = body;
   }
 
   finished(update, chunk) {
     const block = update.block;
     let node;
-    if (block.kind === 'text') node = el('div', { class: 'block text' }, markdown(block.text));
-    else if (block.kind === 'thinking') {
+    let text = null;
+    if (block.kind === 'text') {
+      node = el('div', { class: 'block text' }, markdown(block.text));
+      text = block.text;
+    } else if (block.kind === 'thinking') {
       node = el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
         el('div', { class: 'thinking-text' }, block.redacted ? '(redacted)' : block.thinking));
     } else if (block.kind === 'tool_use') {
       const known = this.tools.get(block.tool_use_id);
-      node = this.toolCard(block);
-      // The CLI's own input replaces a rebuilt one: its result and permission move along.
-      if (known) {
-        for (const slot of ['.tool-permission', '.tool-result']) $(slot, node).replaceWith($(slot, known));
-      }
+      node = this.toolCard(block, update.parent_tool_use_id, known);
     } else node = el('div', { class: 'block' }, codeBlock(JSON.stringify(block.value, null, 2), 'json'));
-    const message = this.place(update, chunk, node, null);
+    const message = this.place(update, chunk, node, text, block.kind);
     message.blocks.get(update.index).done = true;
     if (update.uuid) message.box.dataset.uuid = update.uuid;
-    if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.box)) {
-      message.box.append(el('button', { type: 'button', class: 'fork-here', title: 'Start a new session from this point of the conversation',
+    if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.actions)) {
+      message.actions.append(el('button', { type: 'button', class: 'fork-here', title: 'Start a new session from this point of the conversation',
         onclick: () => view?.fork(message.box.dataset.uuid) }, 'Fork from here'));
     }
   }
 
-  toolCard(call) {
+  toolCard(call, parent, known) {
     const name = call.name ?? '';
-    const card = el('div', { class: `block tool tool-${name.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: call.tool_use_id, tool: name } });
     const input = call.input ?? {};
-    const head = el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, name));
+    const cwd = this.cwd ?? sessions.get(this.session)?.cwd;
+    const card = el('div', { class: `block tool tool-${name.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: call.tool_use_id, tool: name } });
+    const label = name.startsWith('mcp__') ? name.split('__').slice(1).join(' · ') : name;
+    const [, target] = wants(name, input, cwd);
+    const summary = name === 'Bash' ? (input.description || input.command || '')
+      : name === 'Read' && (input.offset || input.limit) ? `${target} lines ${input.offset ?? 1}–${(input.offset ?? 1) + (input.limit ?? 0) - 1}`
+        : name === 'TodoWrite' ? plural(input.todos?.length ?? 0, 'item')
+          : target ?? '';
+    const head = el('button', { type: 'button', class: 'tool-head', 'aria-expanded': 'true', title: 'Show or hide the details' },
+      icon('chevron', 'chevron'), toolIcon(name), el('span', { class: 'tool-name' }, label),
+      el('span', { class: 'tool-target', title: summary }, summary), el('span', { class: 'outcome' }));
+    head.addEventListener('click', () => {
+      card.dataset.user = card.classList.contains('collapsed') ? 'open' : 'closed';
+      this.settle(card);
+    });
     const body = el('div', { class: 'tool-body' });
     card.append(head, body);
     switch (name) {
       case 'Bash':
-        head.append(el('span', { class: 'tool-summary' }, input.description ?? ''));
         body.append(codeBlock(`$ ${input.command ?? ''}`, 'bash'));
         break;
       case 'Edit':
-        head.append(el('span', { class: 'tool-summary' }, input.file_path));
-        body.append(diffView(input.old_string, input.new_string, input.file_path));
+        body.append(diffView(input.old_string, input.new_string, relative(input.file_path, cwd)));
         break;
       case 'MultiEdit':
-        head.append(el('span', { class: 'tool-summary' }, input.file_path));
-        for (const edit of input.edits ?? []) body.append(diffView(edit.old_string, edit.new_string, input.file_path));
+        for (const edit of input.edits ?? []) body.append(diffView(edit.old_string, edit.new_string, relative(input.file_path, cwd)));
         break;
       case 'Write':
-        head.append(el('span', { class: 'tool-summary' }, input.file_path));
         body.append(codeBlock(input.content, languageOf(input.file_path)));
         break;
-      case 'Read': {
-        const range = input.offset || input.limit
-          ? ` lines ${input.offset ?? 1}–${(input.offset ?? 1) + (input.limit ?? 0) - 1}` : '';
-        head.append(el('span', { class: 'tool-summary' }, `${input.file_path ?? ''}${range}`));
+      case 'Read':
         break;
-      }
       case 'Task':
       case 'Agent':
-        head.append(el('span', { class: 'tool-summary' }, input.description ?? input.subagent_type ?? ''));
         body.append(el('details', { class: 'agent-prompt' }, el('summary', {}, 'Prompt'), markdown(input.prompt ?? '')));
         body.append(el('div', { class: 'nest' }));
         break;
@@ -411,18 +717,48 @@ class Transcript {
         }
         break;
       default:
-        if (name.startsWith('mcp__')) {
-          const [, server, tool] = name.split('__');
-          head.querySelector('.tool-name').textContent = `${server} · ${tool}`;
-          head.append(el('span', { class: 'tool-summary muted' }, 'MCP tool'));
-        }
         body.append(codeBlock(JSON.stringify(input, null, 2), 'json'));
     }
     card.append(el('div', { class: 'tool-permission' }), el('div', { class: 'tool-result' }));
+    if (known) {
+      // The CLI's own input replaces a rebuilt one: its result, permission and state move along.
+      for (const slot of ['.tool-permission', '.tool-result']) $(slot, card).replaceWith($(slot, known));
+      const nest = $('.nest', known);
+      if (nest && $('.nest', card)) $('.nest', card).replaceWith(nest);
+      for (const state of ['done', 'errored', 'denied', 'waiting']) card.classList.toggle(state, known.classList.contains(state));
+      if (known.dataset.user) card.dataset.user = known.dataset.user;
+      card.dataset.detail = known.dataset.detail ?? '';
+    }
     this.tools.set(call.tool_use_id, card);
+    const scope = parent ?? '';
+    const before = this.latest.get(scope);
+    if (!this.older) {
+      this.latest.set(scope, card);
+      if (before && before !== known) this.settle(before);
+    }
     for (const waiting of this.orphans.get(call.tool_use_id) ?? []) waiting(card);
     this.orphans.delete(call.tool_use_id);
+    this.settle(card);
     return card;
+  }
+
+  /// Opens or folds a card: a person's choice wins; otherwise a card waiting for an approval, a
+  /// failed or unfinished one, and the newest of its conversation stay open.
+  settle(card) {
+    const has = (state) => card.classList.contains(state);
+    const scope = [...this.latest.entries()].find(([, latest]) => latest === card);
+    const open = card.dataset.user ? card.dataset.user === 'open'
+      : has('waiting') || (has('errored') && !has('denied')) || !has('done') || Boolean(scope);
+    card.classList.toggle('collapsed', !open);
+    $('.tool-head', card)?.setAttribute('aria-expanded', String(open));
+    const outcome = $('.outcome', card);
+    if (!outcome) return;
+    if (has('waiting')) outcome.replaceChildren(icon('bell'), 'waiting for you');
+    else if (has('denied')) outcome.replaceChildren(icon('x'), 'denied');
+    else if (has('errored')) outcome.replaceChildren(icon('x'), 'failed');
+    else if (has('done')) outcome.replaceChildren(icon('check'), card.dataset.detail || 'done');
+    else outcome.replaceChildren('running…');
+    outcome.className = `outcome ${has('waiting') ? 'waiting' : has('denied') || has('errored') ? 'bad' : has('done') ? 'ok' : ''}`;
   }
 
   /// Runs `fn(card)` now, or when the card for `toolUseId` is drawn.
@@ -440,14 +776,17 @@ class Transcript {
       $('.tool-result', card).replaceChildren(resultView(result));
       card.classList.toggle('errored', Boolean(result.is_error));
       card.classList.add('done');
+      card.dataset.detail = resultDetail(card, result);
+      this.settle(card);
     });
   }
 
   turnEnded(turn, chunk) {
     const into = this.container(turn.parent_tool_use_id, chunk);
-    if (!turn.parent_tool_use_id) {
-      this.turns.push({ cost: turn.cost_usd, input: turn.input_tokens, output: turn.output_tokens });
-      if (turn.models?.length) this.models = turn.models;
+    if (!turn.parent_tool_use_id && !this.older) {
+      if (turn.context_tokens != null) this.context = turn.context_tokens;
+      if (turn.context_window != null) this.contextWindow = turn.context_window;
+      this.onChange();
     }
     const parts = [`${(turn.duration_ms / 1000).toFixed(1)} s`, `${tokens(turn.input_tokens)} in`, `${tokens(turn.output_tokens)} out`, money(turn.cost_usd)];
     const label = turn.interrupted ? 'Interrupted · '
@@ -461,24 +800,36 @@ class Transcript {
     const entry = this.permissions.get(request.request_id) ?? { request, decided: null, box: null };
     entry.request = request;
     this.permissions.set(request.request_id, entry);
+    const cwd = this.cwd ?? sessions.get(this.session)?.cwd;
     const draw = (slot) => {
-      entry.box = permissionBox(this.session, request);
+      entry.box = permissionBox(this.session, request, cwd);
       slot.replaceChildren(entry.box);
       if (entry.decided) showDecision(entry.box, entry.decided);
     };
     if (request.tool_use_id && this.tools.has(request.tool_use_id)) {
-      draw($('.tool-permission', this.tools.get(request.tool_use_id)));
+      const card = this.tools.get(request.tool_use_id);
+      draw($('.tool-permission', card));
+      card.classList.toggle('waiting', !entry.decided);
+      this.settle(card);
     } else {
-      const slot = el('div', { class: 'block tool standalone' }, el('div', { class: 'tool-head' }, el('span', { class: 'tool-name' }, request.tool_name)), codeBlock(JSON.stringify(request.input, null, 2), 'json'));
+      const slot = el('div', { class: 'block tool standalone' },
+        el('div', { class: 'tool-head' }, toolIcon(request.tool_name), el('span', { class: 'tool-name' }, request.tool_name)),
+        el('div', { class: 'tool-body' }, codeBlock(JSON.stringify(request.input, null, 2), 'json')));
       const inner = el('div', { class: 'tool-permission' });
       slot.append(inner);
       chunk.append(slot);
       draw(inner);
     }
+    this.onChange();
   }
 
   permissionDecided(decision) {
     const entry = this.permissions.get(decision.request_id);
+    const mark = (card) => {
+      card.classList.remove('waiting');
+      card.classList.toggle('denied', decision.behavior !== 'allow');
+      this.settle(card);
+    };
     if (!entry) {
       this.permissions.set(decision.request_id, { request: null, decided: decision, box: null });
       // Decided with no request for a person (a policy rule, the policy's hook, the CLI on its
@@ -486,17 +837,25 @@ class Transcript {
       if (decision.tool_use_id) {
         this.withCard(decision.tool_use_id, (card) => {
           const slot = $('.tool-permission', card);
-          if (slot && !slot.firstChild) showDecision(slot, decision);
+          if (slot && !slot.firstChild) {
+            const box = el('div', { class: 'permission' });
+            slot.append(box);
+            showDecision(box, decision);
+          }
+          mark(card);
         });
       }
       return;
     }
     entry.decided = decision;
     if (entry.box) showDecision(entry.box, decision);
+    const card = entry.request?.tool_use_id && this.tools.get(entry.request.tool_use_id);
+    if (card) mark(card);
+    this.onChange();
   }
 
   pending() {
-    return [...this.permissions.values()].filter((entry) => entry.request && !entry.decided);
+    return [...this.permissions.values()].filter((entry) => entry.request && !entry.decided && entry.box?.isConnected);
   }
 }
 
@@ -507,16 +866,38 @@ function image(picture) {
 }
 
 function diffView(before, after, path) {
-  const table = el('div', { class: 'diff', role: 'table', 'aria-label': `Changes to ${path ?? 'the file'}` });
+  const table = el('div', { class: 'diff', role: 'table', 'aria-label': `Changes to ${path || 'the file'}` });
   const changes = window.Diff ? window.Diff.diffLines(before ?? '', after ?? '') : [{ value: after ?? '' }];
+  let added = 0;
+  let removed = 0;
   for (const change of changes) {
     const kind = change.added ? 'add' : change.removed ? 'del' : 'ctx';
     const sign = change.added ? '+' : change.removed ? '-' : ' ';
     for (const text of change.value.replace(/\n$/, '').split('\n')) {
+      if (change.added) added += 1;
+      if (change.removed) removed += 1;
       table.append(el('div', { class: `diff-line ${kind}` }, el('span', { class: 'sign' }, sign), el('span', { class: 'diff-text' }, text)));
     }
   }
+  table.dataset.added = added;
+  table.dataset.removed = removed;
   return table;
+}
+
+/// A finished call's outcome, in a few words, for its one-line summary.
+function resultDetail(card, result) {
+  const lines = (result.text ?? '').split('\n').filter((line) => line.trim()).length;
+  switch (card.dataset.tool) {
+    case 'Bash': return lines ? plural(lines, 'line') + ' of output' : 'no output';
+    case 'Read': return result.images?.length ? 'an image' : plural(lines, 'line');
+    case 'Edit': case 'MultiEdit': {
+      const diffs = $$('.diff', card);
+      const sum = (key) => diffs.reduce((total, diff) => total + Number(diff.dataset[key] ?? 0), 0);
+      return `+${sum('added')} −${sum('removed')}`;
+    }
+    case 'Grep': case 'Glob': return plural(lines, 'match', 'matches');
+    default: return 'done';
+  }
 }
 
 function resultView(result) {
@@ -537,19 +918,19 @@ function resultView(result) {
 // ---------------------------------------------------------------------------------------------
 // Permissions: approve, deny, edit, always allow, answer questions
 
-function permissionBox(session, request) {
+function permissionBox(session, request, cwd) {
   const box = el('div', { class: 'permission', dataset: { requestId: request.request_id } });
   const answer = async (body) => {
-    for (const button of box.querySelectorAll('button')) button.disabled = true;
+    for (const button of $$('button', box)) button.disabled = true;
     try {
       await api('POST', `/api/sessions/${session}/permissions/${request.request_id}`, { by: 'browser', ...body });
     } catch (error) {
       toast(`Could not answer: ${error.message}`);
-      for (const button of box.querySelectorAll('button')) button.disabled = false;
+      for (const button of $$('button', box)) button.disabled = false;
     }
   };
-  box.append(el('div', { class: 'permission-title' }, `Allow ${request.tool_name}?`,
-    request.reason ? el('span', { class: 'muted' }, ` ${request.reason}`) : null));
+  box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd)));
+  if (request.reason) box.append(el('div', { class: 'permission-reason muted' }, request.reason));
 
   if (request.tool_name === 'AskUserQuestion') {
     const answers = {};
@@ -561,7 +942,7 @@ function permissionBox(session, request) {
           type: 'button', class: 'choice', title: option.description ?? '',
           onclick: (event) => {
             answers[question.question] = option.label;
-            for (const b of group.querySelectorAll('.choice')) b.classList.toggle('chosen', b === event.currentTarget);
+            for (const b of $$('.choice', group)) b.classList.toggle('chosen', b === event.currentTarget);
             if (questions.every((q) => answers[q.question])) answer({ behavior: 'allow', answers });
           },
         }, option.label));
@@ -572,37 +953,36 @@ function permissionBox(session, request) {
     return box;
   }
 
-  const message = el('input', { class: 'deny-message', placeholder: 'Why not? (told to Claude)', 'aria-label': 'Deny message' });
+  const message = el('input', { class: 'deny-message', placeholder: 'Reason to deny (Claude reads it)', 'aria-label': 'Reason to deny' });
   const editor = el('textarea', { class: 'edit-input', rows: 4, hidden: true, 'aria-label': 'Edited input' }, JSON.stringify(request.input ?? {}, null, 2));
   const suggestion = (request.suggestions ?? []).find((s) => s.type === 'addRules');
   const rule = suggestion?.rules?.map((r) => `${r.toolName}${r.ruleContent ? `(${r.ruleContent})` : ''}`).join(', ');
-  box.append(editor, el('div', { class: 'actions' },
-    el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
-      if (!editor.hidden) {
-        try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
-      } else answer({ behavior: 'allow' });
-    } }, 'Allow'),
-    el('button', { type: 'button', class: 'edit', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input'),
-    el('button', { type: 'button', class: 'always', title: rule ? `Always allow ${rule} in this session` : 'Always allow this in this session', onclick: () => answer({ behavior: 'allow', remember: true }) }, rule ? `Always allow ${rule}` : 'Always allow'),
-    message,
-    el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value || undefined }) }, 'Deny')));
+  const always = rule ? `Allow ${rule} for the rest of this session` : 'Allow this for the rest of this session';
+  box.append(editor,
+    el('div', { class: 'actions' },
+      el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
+        if (!editor.hidden) {
+          try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
+        } else answer({ behavior: 'allow' });
+      } }, icon('check'), 'Allow'),
+      el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always'),
+      el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
+    el('div', { class: 'secondary' }, message,
+      el('button', { type: 'button', class: 'edit ghost', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
+    rule ? el('div', { class: 'always-rule muted' }, `Allow always adds the rule ${rule} to this session.`) : null);
   return box;
 }
 
 function showDecision(box, decision) {
-  const by = decision.by?.kind === 'policy' ? `policy${decision.by.rule ? ` (${decision.by.rule})` : ''}`
-    : decision.by?.kind === 'person' ? decision.by.who
-    : decision.by?.kind === 'cli' ? 'Claude Code on its own' : (decision.by?.kind ?? decision.by ?? '');
   box.classList.add('decided', decision.behavior === 'allow' ? 'allowed' : 'denied');
-  box.replaceChildren(el('div', { class: 'decision' },
-    decision.behavior === 'allow' ? `Allowed by ${by}` : `Denied by ${by}`,
-    decision.message ? `: ${decision.message}` : ''));
+  box.replaceChildren(el('div', { class: 'decision' }, icon(decision.behavior === 'allow' ? 'check' : 'x'), decisionText(decision)));
 }
 
 // ---------------------------------------------------------------------------------------------
 // The session view
 
 let view = null;
+const MODELS = ['opus', 'sonnet', 'haiku'];
 
 class SessionView {
   constructor(id) {
@@ -613,18 +993,24 @@ class SessionView {
     this.socket = null;
     this.closed = false;
     this.loadingOlder = false;
+    this.usage = null; // GET …/usage: every turn of the session
     this.root = el('section', { class: 'session' });
     this.headerBox = el('header', { class: 'session-head' });
     this.scroller = el('div', { class: 'transcript', tabindex: '0' });
     this.older = el('div', { class: 'older' });
     this.live = el('div', { class: 'chunk' });
     this.scroller.append(this.older, this.live);
-    this.stats = el('aside', { class: 'stats' });
+    this.stats = el('aside', { class: 'stats', 'aria-label': 'Cost and context' });
+    this.waitingBar = el('div', { class: 'waiting-bar', hidden: true, role: 'status' }, icon('bell'),
+      el('span', { class: 'what' }), el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
     this.composer = this.makeComposer();
-    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.composer);
+    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.composer);
     this.transcript = new Transcript(this.live, id);
+    this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
+    let ticking = false;
     this.scroller.addEventListener('scroll', () => {
       if (this.scroller.scrollTop < 200) this.loadOlder();
+      if (!ticking) { ticking = true; requestAnimationFrame(() => { ticking = false; this.refreshWaiting(); }); }
     });
     window.__switchboard = { view: this };
   }
@@ -634,6 +1020,7 @@ class SessionView {
     this.header();
     const session = await api('GET', `/api/sessions/${this.id}`);
     sessions.set(this.id, { ...sessions.get(this.id), ...session });
+    this.transcript.cwd = session.cwd;
     this.header();
     const page = await api('GET', `/api/sessions/${this.id}/view?before=9007199254740991&limit=${PAGE}`);
     this.draw(page.updates, this.live);
@@ -644,12 +1031,15 @@ class SessionView {
     for (const request of session.pending_permissions ?? []) this.transcript.permissionRequested(request, this.live);
     this.scrollToEnd();
     this.subscribe();
-    this.charts();
+    this.buildStats();
+    this.loadUsage();
+    this.refreshWaiting();
   }
 
   close() {
     this.closed = true;
     this.socket?.close();
+    this.chart?.destroy();
   }
 
   draw(updates, chunk) {
@@ -676,8 +1066,9 @@ class SessionView {
         this.draw(frame.updates, this.live);
         this.lastSeq = frame.seq;
         this.seqs.push(frame.seq);
-        if (frame.updates.some((update) => update.update === 'turn_ended')) this.charts();
+        if (frame.updates.some((update) => update.update === 'turn_ended' && !update.parent_tool_use_id)) this.loadUsage();
         if (atEnd) this.scrollToEnd();
+        this.refreshWaiting();
       };
       socket.onclose = () => {
         if (this.closed) return;
@@ -696,12 +1087,12 @@ class SessionView {
       const page = await api('GET', `/api/sessions/${this.id}/view?before=${this.firstSeq}&limit=${PAGE}`);
       const chunk = el('div', { class: 'chunk' });
       const height = this.scroller.scrollHeight;
-      this.draw(page.updates, chunk);
+      this.transcript.older = true;
+      try { this.draw(page.updates, chunk); } finally { this.transcript.older = false; }
       this.older.after(chunk);
       this.firstSeq = page.first_seq;
       if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
       this.scroller.scrollTop += this.scroller.scrollHeight - height;
-      this.charts();
     } finally {
       this.loadingOlder = false;
     }
@@ -711,40 +1102,126 @@ class SessionView {
     this.scroller.scrollTop = this.scroller.scrollHeight;
   }
 
-  /// The header: built once, then updated in place (a half-typed model name survives).
+  /// The bar above the message box: shown while an approval waits out of sight.
+  refreshWaiting() {
+    const pending = this.transcript.pending();
+    if (!pending.length) { this.waitingBar.hidden = true; return; }
+    const first = pending[0];
+    const box = first.box.getBoundingClientRect();
+    const area = this.scroller.getBoundingClientRect();
+    const inSight = box.bottom > area.top + 8 && box.top < area.bottom - 8 && area.height > 0;
+    const what = $('.what', this.waitingBar);
+    const cwd = this.transcript.cwd ?? sessions.get(this.id)?.cwd;
+    what.replaceChildren(...wantsLine(first.request.tool_name, first.request.input, cwd).filter(Boolean),
+      pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
+    this.waitingBar.hidden = inSight;
+  }
+
+  showWaiting() {
+    const first = this.transcript.pending()[0];
+    if (!first) return;
+    first.box.scrollIntoView({ block: 'center' });
+    $('.allow, .choice', first.box)?.focus({ preventScroll: true });
+    this.refreshWaiting();
+  }
+
+  /// The header: built once, then updated in place (a half-typed name survives).
   header() {
     const session = sessions.get(this.id) ?? { id: this.id };
     const [state, label] = stateLabel(session);
     const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
     if (!this.head) {
-      const model = el('input', { class: 'model', list: 'models', 'aria-label': 'Model', placeholder: 'model' });
-      model.addEventListener('change', () => this.control('model', { model: model.value }));
+      const model = el('select', { class: 'model', 'aria-label': 'Model' });
+      const other = el('input', { class: 'model-other', hidden: true, placeholder: 'model id, then Enter', 'aria-label': 'Model id', spellcheck: 'false' });
+      model.addEventListener('change', () => {
+        if (model.value === '__other') {
+          other.hidden = false;
+          other.focus();
+          model.value = sessions.get(this.id)?.model ?? '';
+          return;
+        }
+        this.control('model', { model: model.value });
+      });
+      other.addEventListener('keydown', (event) => {
+        if (event.key === 'Enter' && other.value.trim()) { this.control('model', { model: other.value.trim() }); other.hidden = true; }
+        if (event.key === 'Escape') { other.hidden = true; event.stopPropagation(); }
+      });
       const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
         ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m }, m)));
       mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
+      const menu = el('details', { class: 'menu' });
+      const item = (name, text, action) => el('button', { type: 'button', class: name, onclick: () => { menu.open = false; action(); } }, text);
       this.head = {
-        title: el('h1'), cwd: el('div', { class: 'muted cwd' }), badge: el('span', { class: 'badge' }),
-        cost: el('span', { class: 'cost' }), model, mode,
-        interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', onclick: () => this.interrupt() }, 'Interrupt'),
+        icon: el('span'), title: el('h1'), cwd: el('div', { class: 'muted cwd' }), badge: el('span', { class: 'badge' }),
+        cost: el('span', { class: 'cost', title: 'What this session has cost' }), model, other, mode,
+        interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', 'aria-label': 'Interrupt', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Interrupt')),
         resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
-        fork: el('button', { type: 'button', class: 'fork', title: 'Fork this conversation into a new session', onclick: () => this.fork() }, 'Fork'),
+        fork: item('fork', 'Fork this conversation', () => this.fork()),
+        archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
+        menu,
       };
       const h = this.head;
+      menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
+        el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
       this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
-        el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.model, h.mode, h.interrupt, h.resume, h.fork);
+        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost,
+        el('div', { class: 'controls' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
     }
     const h = this.head;
-    h.title.textContent = session.title || session.cwd || this.id;
+    h.icon.replaceChildren(stateIcon(state));
+    if (!this.renaming) h.title.textContent = titleOf(session);
     h.cwd.textContent = session.cwd ?? '';
+    h.cwd.title = session.cwd ?? '';
     h.badge.className = `badge state-${state}`;
     h.badge.dataset.state = session.state ?? '';
-    h.badge.textContent = label;
+    h.badge.textContent = session.archived ? `${label} · archived` : label;
     h.cost.textContent = money(session.cost_usd);
-    if (document.activeElement !== h.model) h.model.value = session.model ?? '';
+    if (document.activeElement !== h.model) {
+      const current = session.model ?? '';
+      const options = [...new Set([current, ...MODELS].filter(Boolean))];
+      h.model.replaceChildren(...(current ? [] : [el('option', { value: '' }, 'default model')]),
+        ...options.map((m) => el('option', { value: m }, m)), el('option', { value: '__other' }, 'Other…'));
+      h.model.value = current;
+    }
     if (document.activeElement !== h.mode) h.mode.value = session.permission_mode ?? 'default';
+    // Interrupt stops a turn: none runs while the session is idle.
     h.interrupt.hidden = !running;
+    h.interrupt.disabled = !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
     h.resume.hidden = running;
     h.fork.hidden = !session.claude_session_id;
+    h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
+  }
+
+  rename() {
+    const h = this.head;
+    const session = sessions.get(this.id) ?? {};
+    const input = el('input', { class: 'rename-input', value: titleOf(session), 'aria-label': 'Session name', maxlength: '200' });
+    this.renaming = true;
+    const done = async (save) => {
+      if (!this.renaming) return;
+      this.renaming = false;
+      input.replaceWith(h.title);
+      if (save && input.value.trim() && input.value.trim() !== titleOf(session)) await this.amend({ title: input.value.trim() });
+      this.header();
+    };
+    input.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter') { event.preventDefault(); done(true); }
+      if (event.key === 'Escape') { event.preventDefault(); event.stopPropagation(); done(false); }
+    });
+    input.addEventListener('blur', () => done(true));
+    h.title.replaceWith(input);
+    input.focus();
+    input.select();
+  }
+
+  async amend(change) {
+    try {
+      const session = await api('PATCH', `/api/sessions/${this.id}`, change);
+      sessions.set(this.id, { ...sessions.get(this.id), ...session });
+      this.header();
+      renderList();
+      if ('archived' in change) toast(change.archived ? 'Archived: the list shows it under "Show archived".' : 'Back in the list.', 'info');
+    } catch (error) { toast(error.message); }
   }
 
   async control(what, body) {
@@ -753,6 +1230,7 @@ class SessionView {
       const session = sessions.get(this.id);
       if (session && what === 'model') session.model = body.model;
       if (session && what === 'permission-mode') session.permission_mode = body.mode;
+      this.header();
       toast(`${what === 'model' ? 'Model' : 'Permission mode'} set to ${body.model ?? body.mode}`, 'info');
     } catch (error) { toast(error.message); }
   }
@@ -774,7 +1252,7 @@ class SessionView {
   }
 
   makeComposer() {
-    const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: 'Message Claude (Ctrl+Enter to send; queued while a turn runs)', 'aria-label': 'Message' });
+    const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: 'Message Claude (Ctrl+Enter sends; queued while a turn runs)', 'aria-label': 'Message' });
     const send = async () => {
       const content = input.value.trim();
       if (!content) return;
@@ -788,47 +1266,161 @@ class SessionView {
     return el('form', { class: 'composer', onsubmit: (event) => { event.preventDefault(); send(); } }, input, el('button', { type: 'submit', class: 'primary send' }, 'Send'));
   }
 
-  charts() {
-    const transcript = this.transcript;
-    const turns = transcript.turns;
-    const context = transcript.context;
-    const models = transcript.models;
-    const window_ = models.map((m) => m.context_window).find(Boolean) ?? 200000;
-    const share = Math.min(1, context / window_);
-    const gauge = el('div', { class: 'gauge', role: 'meter', 'aria-valuemin': 0, 'aria-valuemax': window_, 'aria-valuenow': context, 'aria-label': 'Context window used' },
-      el('div', { class: 'gauge-fill', style: `width:${(share * 100).toFixed(1)}%` }));
-    const chart = el('div', { class: 'cost-chart' });
-    this.stats.replaceChildren(
-      el('h2', {}, 'Cost'),
-      turns.length ? chart : el('p', { class: 'muted' }, 'No finished turn yet.'),
-      el('h2', {}, 'Context'), gauge, el('div', { class: 'muted' }, `${tokens(context)} of ${tokens(window_)} tokens`),
-      el('h2', {}, 'By model'),
-      el('table', { class: 'models' }, el('tbody', {}, models.map((m) => el('tr', {},
-        el('td', {}, m.model), el('td', {}, `${tokens(m.input_tokens)} in`), el('td', {}, `${tokens(m.output_tokens)} out`), el('td', {}, money(m.cost_usd))))))
-    );
+  // --- The stats panel: every turn's cost (from the server, not the page), context, models.
+
+  buildStats() {
+    this.statsParts = {
+      totals: el('div', { class: 'totals' }),
+      chart: el('div', { class: 'cost-chart' }),
+      legend: el('div', { class: 'chart-legend' },
+        el('span', {}, el('span', { class: 'swatch', style: 'background:#3366cc' }), 'cost per turn'),
+        el('span', {}, el('span', { class: 'swatch', style: 'background:#cc7a00' }), 'tokens per turn')),
+      readout: el('div', { class: 'chart-readout muted' }),
+      gauge: el('div', { class: 'gauge', role: 'meter', 'aria-label': 'Context window used' }, el('div', { class: 'gauge-fill' })),
+      gaugeLabel: el('div', { class: 'gauge-label muted' }),
+      models: el('tbody'),
+    };
+    const p = this.statsParts;
+    this.stats.replaceChildren(el('h2', {}, 'Cost'), p.totals, p.chart, p.legend, p.readout,
+      el('h2', {}, 'Context'), p.gauge, p.gaugeLabel,
+      el('h2', {}, 'By model'), el('table', { class: 'models' }, p.models));
+    this.drawContext();
+  }
+
+  async loadUsage() {
+    if (this.usageLoading) { this.usageAgain = true; return; }
+    this.usageLoading = true;
+    try {
+      this.usage = await api('GET', `/api/sessions/${this.id}/usage`);
+      if (!this.closed) this.drawUsage();
+    } catch (error) {
+      /* the header says whether the daemon is there */
+    } finally {
+      this.usageLoading = false;
+      if (this.usageAgain) { this.usageAgain = false; this.loadUsage(); }
+    }
+  }
+
+  drawContext() {
+    const p = this.statsParts;
+    if (!p) return;
+    const t = this.transcript;
+    const context = t.context ?? this.usage?.context_tokens ?? 0;
+    const window_ = t.contextWindow ?? this.usage?.context_window ?? null;
+    const fill = $('.gauge-fill', p.gauge);
+    p.gauge.setAttribute('aria-valuenow', context);
+    if (window_) {
+      p.gauge.setAttribute('aria-valuemax', window_);
+      fill.style.width = `${(Math.min(1, context / window_) * 100).toFixed(1)}%`;
+      p.gaugeLabel.textContent = `${tokens(context)} of ${tokens(window_)} tokens (${Math.round((context / window_) * 100)}%)`;
+    } else {
+      p.gauge.removeAttribute('aria-valuemax');
+      fill.style.width = '0%';
+      p.gaugeLabel.textContent = `${tokens(context)} tokens; the window is known once a turn ends`;
+    }
+  }
+
+  drawUsage() {
+    const p = this.statsParts;
+    const usage = this.usage;
+    const turns = usage.turns ?? [];
+    const spent = turns.reduce((sum, t) => sum + (t.input_tokens ?? 0) + (t.output_tokens ?? 0), 0);
+    p.totals.textContent = usage.turn_count
+      ? `${plural(usage.turn_count, 'turn')} · ${money(usage.total_cost_usd)} · ${tokens(spent)} tokens`
+      : 'No finished turn yet.';
+    p.models.replaceChildren(...(usage.models ?? []).map((m) => el('tr', {},
+      el('td', {}, m.model), el('td', {}, `${compact(m.input_tokens)} in`), el('td', {}, `${compact(m.output_tokens)} out`), el('td', {}, money(m.cost_usd)))));
+    this.drawContext();
+    this.chartTurns = turns.length;
+    this.chart?.destroy();
+    this.chart = null;
+    p.chart.replaceChildren();
+    p.legend.hidden = !turns.length;
+    p.readout.textContent = turns.length ? 'Point at a bar for its turn.' : '';
     if (!turns.length) return;
-    const xs = turns.map((_, i) => i + 1);
-    const data = [xs, turns.map((t) => t.cost), turns.map((t) => t.input + t.output)];
-    const width = Math.max(220, this.stats.clientWidth - 16);
-    // uPlot draws onto a canvas: the chart follows the stats panel.
-    new uPlot({
-      width, height: 160, legend: { show: true },
-      scales: { x: { time: false }, tokens: {} },
-      axes: [{ label: 'turn' }, { scale: '$', values: (_, ticks) => ticks.map((t) => money(t)), size: 70 }, { scale: 'tokens', side: 1, grid: { show: false } }],
-      series: [{ label: 'turn' }, { label: 'cost', scale: '$', stroke: '#3366cc', fill: 'rgba(51,102,204,.15)', paths: uPlot.paths.bars?.({ size: [0.6] }), value: (_, v) => v == null ? '' : money(v) },
-        { label: 'tokens', scale: 'tokens', stroke: '#cc7a00', value: (_, v) => v == null ? '' : tokens(v) }],
-    }, data, chart);
+    const xs = turns.map((t) => t.turn);
+    const data = [xs, turns.map((t) => t.cost_usd), turns.map((t) => (t.input_tokens ?? 0) + (t.output_tokens ?? 0))];
+    const style = getComputedStyle(document.documentElement);
+    const ink = style.getPropertyValue('--muted').trim() || '#667085';
+    const grid = style.getPropertyValue('--line').trim() || '#e3e6ec';
+    const width = Math.max(220, this.stats.clientWidth - 32);
+    // Whole turns only: a step of 1, 2, 5, 10, … that leaves at most six labels.
+    const integerSplits = (u, axis, min, max) => {
+      const first = Math.max(1, Math.ceil(min));
+      const last = Math.floor(max);
+      const span = Math.max(1, last - first);
+      const step = [1, 2, 5].flatMap((m) => [1, 10, 100, 1000, 10000].map((p10) => m * p10)).sort((a, b) => a - b).find((s) => span / s <= 5) ?? 100000;
+      const ticks = [];
+      for (let t = Math.ceil(first / step) * step; t <= last; t += step) ticks.push(t);
+      if (!ticks.length) ticks.push(first);
+      this.chartTicks = ticks;
+      return ticks;
+    };
+    const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '11px system-ui, sans-serif' };
+    this.chart = new uPlot({
+      width, height: 170, legend: { show: false }, padding: [10, 4, 0, 0],
+      cursor: { y: false, points: { show: false } },
+      scales: { x: { time: false, range: () => [xs[0] - 0.5, xs[xs.length - 1] + 0.5] }, $: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] }, tokens: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      axes: [
+        { ...axis, splits: integerSplits, values: (u, ticks) => ticks.map(String), grid: { show: false } },
+        { ...axis, scale: '$', values: (u, ticks) => ticks.map(compactMoney), size: axisSize },
+        { ...axis, scale: 'tokens', side: 1, grid: { show: false }, values: (u, ticks) => ticks.map(compact), size: axisSize },
+      ],
+      series: [{},
+        { label: 'cost', scale: '$', stroke: '#3366cc', fill: 'rgba(51,102,204,.35)', paths: uPlot.paths.bars({ size: [0.6, 48], align: 0 }), points: { show: false } },
+        { label: 'tokens', scale: 'tokens', stroke: '#cc7a00', width: 2, points: { show: turns.length < 40, size: 5 } }],
+      hooks: {
+        setCursor: [(u) => {
+          const i = u.cursor.idx;
+          if (i == null) { p.readout.textContent = 'Point at a bar for its turn.'; return; }
+          const t = turns[i];
+          p.readout.textContent = `Turn ${t.turn}: ${money(t.cost_usd)} · ${tokens(t.input_tokens)} in · ${tokens(t.output_tokens)} out · ${(t.duration_ms / 1000).toFixed(1)} s`;
+        }],
+      },
+    }, data, p.chart);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The new-session form and the routes
 
+/// The directories sessions ran in, most recent first (the last one used leads).
+function recentDirectories() {
+  const seen = [localStorage.getItem('switchboard.cwd'), ...[...sessions.values()]
+    .sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0)).map((s) => s.cwd)];
+  return [...new Set(seen.filter(Boolean))].slice(0, 8);
+}
+
 function newSessionForm(prefill = {}) {
   const form = $('#new-session-form').content.firstElementChild.cloneNode(true);
   for (const [key, value] of Object.entries(prefill)) if (form.elements[key]) form.elements[key].value = value;
-  const lastCwd = localStorage.getItem('switchboard.cwd');
-  if (lastCwd && !form.elements.cwd.value) form.elements.cwd.value = lastCwd;
+  const cwd = form.elements.cwd;
+  const recent = recentDirectories();
+  if (recent[0] && !cwd.value) cwd.value = recent[0];
+  $('.recent', form).replaceChildren(...(recent.length ? [el('span', { class: 'muted' }, 'Recent:')] : []),
+    ...recent.map((path) => el('button', { type: 'button', title: path, onclick: () => { cwd.value = path; cwd.focus(); } }, shortPath(path))));
+  // Completion: recent directories, then what the daemon finds under what is typed.
+  const options = $('#cwd-options');
+  let timer = null;
+  let asked = '';
+  const complete = async () => {
+    const typed = cwd.value;
+    const mine = recent.filter((path) => path.startsWith(typed));
+    let found = [];
+    if (typed.startsWith('/') && typed !== asked) {
+      asked = typed;
+      try { found = await api('GET', `/api/directories?prefix=${encodeURIComponent(typed)}`); } catch (_) { found = []; }
+      if (cwd.value !== typed) return;
+    }
+    options.replaceChildren(...[...new Set([...mine, ...found])].map((path) => el('option', { value: path })));
+  };
+  cwd.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(complete, 120); });
+  complete();
+  const model = form.elements.model;
+  model.addEventListener('change', () => {
+    $('.model-other', form).hidden = model.value !== '__other';
+    if (model.value === '__other') form.elements.model_other.focus();
+  });
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const data = new FormData(form);
@@ -837,6 +1429,7 @@ function newSessionForm(prefill = {}) {
       const value = (data.get(key) ?? '').trim();
       if (value) body[key] = value;
     }
+    if (body.model === '__other') body.model = (data.get('model_other') ?? '').trim() || undefined;
     if (data.get('fork')) body.fork = true;
     const mcp = (data.get('mcp_config') ?? '').trim();
     if (mcp) body.mcp_config = [mcp];
@@ -861,6 +1454,7 @@ function route() {
   const hash = location.hash;
   const match = hash.match(/^#\/s\/([^/]+)$/);
   document.body.classList.toggle('in-session', Boolean(match));
+  document.body.classList.toggle('in-form', hash === '#/new');
   if (match) {
     view = new SessionView(match[1]);
     view.open().catch((error) => toast(error.message));
@@ -873,37 +1467,48 @@ function route() {
   renderList();
 }
 
-/// The home page: every session at a glance, the ones waiting for a person first.
+/// The home page: what needs a person now (the list of every session is the sidebar).
 function renderOverview() {
   if (view || !['', '#', '#/'].includes(location.hash)) return;
-  const rank = (s) => ({ waiting: 0, working: 1, starting: 1, compacting: 1, idle: 2 }[stateLabel(s)[0]] ?? 3);
-  const items = [...sessions.values()].sort((a, b) => rank(a) - rank(b) || (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
+  const items = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
+  const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting');
+  const working = items.filter((s) => ['working', 'starting', 'compacting'].includes(stateLabel(s)[0]));
   const total = items.reduce((sum, s) => sum + (s.cost_usd ?? 0), 0);
-  const waiting = items.filter((s) => rank(s) === 0).length;
-  const running = items.filter((s) => rank(s) <= 1).length;
+  const tile = (value, label, extra = '') => el('div', { class: `tile ${extra}` }, el('div', { class: 'value' }, value), el('div', { class: 'label' }, label));
+  const card = (session, what) => {
+    const [state, label] = stateLabel(session);
+    return el('a', { class: `triage state-${state}${state === 'waiting' ? ' waiting' : ''}`, href: `#/s/${session.id}` },
+      stateIcon(state), el('span', { class: 'title' }, titleOf(session)), el('span', { class: `badge state-${state}` }, label),
+      el('span', { class: 'what' }, what));
+  };
+  const waitingFor = (session) => {
+    const request = session.pending_permissions?.find((p) => p.tool_name);
+    if (!request) return `${shortPath(session.cwd)} · ${plural(session.pending_permissions?.length ?? 1, 'request')} waiting`;
+    const [verb, target] = wants(request.tool_name, request.input, session.cwd);
+    return `Claude wants to ${verb}${target ? ` ${target}` : ''}`;
+  };
   $('#main').replaceChildren(el('div', { class: 'overview' },
     el('div', { class: 'overview-head' }, el('h1', {}, 'Sessions'), el('a', { href: '#/new', class: 'button primary' }, 'New session')),
-    el('p', { class: 'muted' }, `${items.length} sessions · ${running} active · ${waiting} waiting for you · ${money(total)} in all`),
-    items.length ? el('table', { class: 'overview-table' },
-      el('thead', {}, el('tr', {}, ['Session', 'State', 'Directory', 'Model', 'Cost', 'Last activity'].map((h) => el('th', {}, h)))),
-      el('tbody', {}, items.map((session) => {
-        const [state, label] = stateLabel(session);
-        const pending = session.pending_permissions?.length ?? 0;
-        return el('tr', { class: `state-${state}` },
-          el('td', {}, el('a', { href: `#/s/${session.id}` }, session.title || shortPath(session.cwd) || session.id)),
-          el('td', {}, el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label)),
-          el('td', { class: 'muted', title: session.cwd }, shortPath(session.cwd)),
-          el('td', {}, session.model ?? ''), el('td', {}, money(session.cost_usd)), el('td', { class: 'muted' }, ago(session.updated_ms)));
-      }))) : el('p', {}, 'No sessions yet. Start one to run Claude Code here.')));
+    el('div', { class: 'tiles' },
+      tile(waiting.length, 'waiting for you', waiting.length ? 'waiting' : ''), tile(working.length, 'working'),
+      tile(items.filter((s) => s.running !== false && !['exited', 'crashed'].includes(s.state)).length, 'running'),
+      tile(money(total), 'spent in all')),
+    el('h2', {}, 'Waiting for you'),
+    waiting.length ? el('div', { class: 'cards' }, waiting.map((s) => card(s, waitingFor(s))))
+      : el('p', { class: 'muted' }, 'Nothing waits for you.'),
+    el('h2', {}, 'Working now'),
+    working.length ? el('div', { class: 'cards' }, working.map((s) => card(s, `${shortPath(s.cwd)} · ${s.model ?? ''} · ${money(s.cost_usd)}`)))
+      : el('p', { class: 'muted' }, items.length ? 'No session is working. Pick one on the left, or start a new one.' : 'No sessions yet. Start one to run Claude Code here.')));
 }
 
 // Keyboard: Ctrl+Enter sends (in the composer), Esc interrupts, a / d approve / deny the oldest
-// pending request, n opens the new-session form.
+// pending request, n opens the new-session form, / searches the sessions.
 document.addEventListener('keydown', (event) => {
   const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement?.tagName);
   if (event.key === 'Escape' && view && !typing) { event.preventDefault(); view.interrupt(); return; }
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
   if (event.key === 'n') { location.hash = '#/new'; event.preventDefault(); }
+  if (event.key === '/') { $('#session-search').focus(); event.preventDefault(); }
   const box = $('.permission:not(.decided)', view?.root ?? document.createElement('div'));
   if (!box) return;
   if (event.key === 'a') $('.allow', box)?.click();
@@ -914,6 +1519,8 @@ document.addEventListener('click', () => {
   if ('Notification' in window && Notification.permission === 'default') Notification.requestPermission().catch(() => {});
 }, { once: true });
 
+$('#session-search').addEventListener('input', renderList);
+$('#show-archived').addEventListener('change', renderList);
 window.addEventListener('hashchange', route);
 setInterval(renderList, 30000); // "3 min ago" moves on
 loadSessions().catch(() => {}).finally(route);

@@ -384,6 +384,12 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
     }
 }
 
+/// What the browser test's MARKDOWN prompt gets back.
+const MARKDOWN_REPLY: &str = "Here is the **summary**, with `inline code`.\n\n\
+    | File | Lines |\n|---|---|\n| calc.py | 42 |\n| test.py | 7 |\n\n\
+    > A quoted note.\n\n\
+    ```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n\nDone with the markdown.";
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
@@ -406,15 +412,21 @@ async fn browser() {
     std::fs::write(&notes, "colour = 1\n").unwrap();
     let sub = sandbox.file("sub.txt");
     std::fs::write(&sub, "SUBFILE_CONTENT\n").unwrap();
+    // A directory for the working-directory completion to find.
+    std::fs::create_dir(sandbox.workdir().join("src")).unwrap();
     let picture = sandbox.file("picture.png");
     std::fs::write(&picture, RED_PNG).unwrap();
     let api = FakeApi::start(
         Scenario::new()
             // Streamed text, held after three words until the test releases it.
             .reply(
-                Reply::text("Streaming **progressively** word by word until the very end.")
+                Reply::text("## Plan\n\nStreaming **progressively** word by word until the very end.")
                     .when_prompt("STREAM")
                     .hold_after(3),
+            )
+            // Markdown the UI styles: a table, a quote, inline code, a fenced block.
+            .reply(
+                Reply::text(MARKDOWN_REPLY).when_prompt("MARKDOWN"),
             )
             .reply(
                 Reply::tool_use(
