@@ -220,6 +220,7 @@ try {
     // Paths are shown from the session's directory.
     assert.equal(await card.locator('.permission-title').textContent(), 'Claude wants to edit notes.txt');
     assert.equal(await card.locator('.tool-target').textContent(), 'notes.txt');
+    assert.doesNotMatch(await card.locator('.permission').textContent(), /null|undefined/);
     await card.locator('.diff-line.del', { hasText: 'colour = 1' }).waitFor();
     await card.locator('.diff-line.add', { hasText: 'color = 2' }).waitFor();
     await shot('diff-card.png', card);
@@ -368,6 +369,7 @@ try {
     await card.locator('pre.code .hljs-keyword', { hasText: 'fn' }).first().waitFor();
     await card.locator('.permission .allow').click();
     await transcript().getByText('Wrote it.').waitFor();
+    assert.equal(await card.locator('.outcome').textContent(), '3 lines written');
   });
 
   await step('a message sent while a turn runs is queued, then runs', async () => {
@@ -566,6 +568,32 @@ try {
     await assertFits('a session with its menu open');
     await page.locator('.session-head .menu summary').click();
     await shot('phone-session.png');
+  });
+
+  await step('on a phone: an approval on one row, the waiting bar, cards that fold and open', async () => {
+    await page.reload(); // forgets the cards opened by hand above
+    await page.locator('.composer-input').waitFor();
+    await send('KEYS on a phone');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch keyed.txt' }).last();
+    await card.locator('.permission .allow').waitFor();
+    const rows = await Promise.all(['.allow', '.always', '.deny'].map(async (button) => card.locator(`.permission ${button}`).boundingBox()));
+    assert.ok(rows.every((box) => Math.abs(box.y - rows[0].y) < 2 && box.x + box.width <= 390), `one row, on the screen: ${JSON.stringify(rows)}`);
+    await assertFits('a session with a pending approval');
+    await shot('phone-approval.png');
+    await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
+    const bar = page.locator('.waiting-bar');
+    await bar.waitFor();
+    await assertFits('a session with the waiting bar');
+    await bar.locator('button').click();
+    await bar.waitFor({ state: 'hidden' });
+    await card.locator('.permission .allow').click();
+    await card.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
+    await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length && [...document.querySelectorAll('.msg.assistant')].filter((m) => m.textContent.includes('Keyed in.')).length === 2);
+    const folded = transcript().locator('.tool.collapsed').last();
+    const id = await folded.getAttribute('data-tool-use-id');
+    assert.equal(await folded.locator('.tool-body').isVisible(), false);
+    await folded.locator('.tool-head').click();
+    await transcript().locator(`.tool[data-tool-use-id="${id}"]:not(.collapsed) .tool-body`).waitFor();
   });
 
   await step('dark mode follows the system', async () => {

@@ -895,6 +895,10 @@ function resultDetail(card, result) {
       const sum = (key) => diffs.reduce((total, diff) => total + Number(diff.dataset[key] ?? 0), 0);
       return `+${sum('added')} −${sum('removed')}`;
     }
+    case 'Write': {
+      const written = $('.tool-body code', card)?.textContent.replace(/\n$/, '').split('\n').length ?? 0;
+      return `${plural(written, 'line')} written`;
+    }
     case 'Grep': case 'Glob': return plural(lines, 'match', 'matches');
     default: return 'done';
   }
@@ -969,7 +973,7 @@ function permissionBox(session, request, cwd) {
       el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
     el('div', { class: 'secondary' }, message,
       el('button', { type: 'button', class: 'edit ghost', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
-    rule ? el('div', { class: 'always-rule muted' }, `Allow always adds the rule ${rule} to this session.`) : null);
+    rule ? el('div', { class: 'always-rule muted' }, `Allow always adds the rule ${rule} to this session.`) : '');
   return box;
 }
 

@@ -506,9 +506,10 @@ async fn browser() {
                     "Bash",
                     json!({"command": "touch keyed.txt && ls", "description": "keys"}),
                 )
-                .when_prompt("KEYS"),
+                .when_prompt("KEYS")
+                .times(2),
             )
-            .reply(Reply::text("Keyed in.").when_tool_result_contains("keyed.txt"))
+            .reply(Reply::text("Keyed in.").when_tool_result_contains("keyed.txt").times(2))
             // A subagent whose messages nest under its card.
             .reply(
                 Reply::tool_use(
