@@ -63,7 +63,8 @@ await step('an Edit shows as a diff, and is approved from its card', async () =>
 
 await step('a subagent nests under the card that started it', async () => {
   const card = transcript().locator('.tool-Agent, .tool-Task');
-  await card.locator('.nest .tool-Read').waitFor();
+  // Once the tour moves on, the finished card folds: its nest is there, shown or not.
+  await card.locator('.nest .tool-Read').waitFor({ state: 'attached' });
 });
 
 await step('a question is answered from the page', async () => {

@@ -1,6 +1,7 @@
 // Browser tests of the web UI. Started by `cargo test` (crates/server/tests/it/ui.rs, test
 // `browser`), which runs the daemon with the real Claude Code CLI against the scripted fake API
-// and passes: SWITCHBOARD_URL, SWITCHBOARD_TOKEN, FAKE_API_URL (POST /_fake/release lets held
+// and passes: SWITCHBOARD_URL, SWITCHBOARD_TOKEN (for the sign-in URL), API_TOKEN (for the
+// test's own API calls), FAKE_API_URL (POST /_fake/release lets held
 // streams go on), WORKDIR, CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -76,7 +77,8 @@ async function overflow(target = page) {
     const bad = [];
     const scrollsOnPurpose = 'pre, .diff, .table-wrap, .code-block, datalist, template, option, script, style, head';
     for (const node of document.querySelectorAll('body *')) {
-      if (node.closest(scrollsOnPurpose)) continue;
+      // Inside a box that scrolls on purpose; the box itself is checked.
+      if (node.parentElement?.closest(scrollsOnPurpose)) continue;
       const rect = node.getBoundingClientRect();
       if (!rect.width || !rect.height) continue;
       // Text cut with an ellipsis by a box that is itself in bounds is fine; anything else a box
@@ -149,7 +151,9 @@ try {
     const partial = transcript().locator('.block.text.streaming', { hasText: 'Streaming' });
     await partial.waitFor();
     assert.ok(!(await partial.textContent()).includes('very end'), 'only part of the text so far');
-    await partial.locator('h2', { hasText: 'Plan' }).waitFor();
+    // The finished heading is rendered once and kept; only the open paragraph is drawn again.
+    await partial.locator('.md.settled h2', { hasText: 'Plan' }).waitFor();
+    await partial.locator('.md.tail strong', { hasText: 'progressively' }).waitFor();
     await partial.locator('strong', { hasText: 'progressively' }).waitFor();
     assert.ok(!(await partial.textContent()).includes('##'), 'no markdown source on the page');
     assert.equal(await badge().textContent(), 'working');
@@ -221,6 +225,8 @@ try {
     assert.equal(await card.locator('.permission-title').textContent(), 'Claude wants to edit notes.txt');
     assert.equal(await card.locator('.tool-target').textContent(), 'notes.txt');
     assert.doesNotMatch(await card.locator('.permission').textContent(), /null|undefined/);
+    // Allow always would allow every Edit: it says so.
+    assert.equal(await card.locator('.always-rule').textContent(), 'Allow always: every Edit call, for the rest of this session.');
     await card.locator('.diff-line.del', { hasText: 'colour = 1' }).waitFor();
     await card.locator('.diff-line.add', { hasText: 'color = 2' }).waitFor();
     await shot('diff-card.png', card);
@@ -247,6 +253,7 @@ try {
     await always.waitFor();
     assert.equal(await always.textContent(), 'Allow always');
     assert.match(await always.getAttribute('title'), /Allow Bash\(touch always\.txt && ls\) for the rest of this session/);
+    assert.equal(await first.locator('.always-rule').textContent(), 'Allow always: Bash(touch always.txt && ls), for the rest of this session.');
     await always.click();
     await transcript().getByText('Twice, asked once.').waitFor();
     const cards = transcript().locator('.tool-Bash', { hasText: 'touch always.txt' });
@@ -269,7 +276,20 @@ try {
     await first.locator('.result', { hasText: 'always.txt' }).waitFor();
     assert.equal(await first.locator('.tool-head').getAttribute('aria-expanded'), 'true');
     await first.locator('.tool-head').click();
-    await page.waitForFunction(() => document.querySelector('.tool-Bash').classList.contains('collapsed'));
+    await page.waitForFunction((node) => node.classList.contains('collapsed'), await first.elementHandle());
+    assert.equal(await first.locator('.tool-body').isVisible(), false, 'folds again');
+  });
+
+  await step('a failed call stays open after newer ones', async () => {
+    await send('FAILME');
+    const failed = transcript().locator('.tool-Bash', { hasText: 'touch /nonexistent-switchboard/x' });
+    await failed.locator('.permission .allow').click();
+    const after = transcript().locator('.tool-Bash', { hasText: 'touch after.txt' });
+    await after.locator('.permission .allow').click();
+    await transcript().getByText('After the failure.').waitFor();
+    assert.equal(await failed.locator('.outcome').textContent(), 'failed');
+    assert.equal(await failed.evaluate((node) => node.classList.contains('collapsed')), false, 'an error stays open');
+    await failed.locator('.result.error', { hasText: 'nonexistent-switchboard' }).waitFor();
   });
 
   await step('keyboard: a approves the pending request', async () => {
@@ -327,6 +347,39 @@ try {
     assert.equal(copied[0], 'fn main() {\n    println!("hi");\n}\n');
     assert.ok(copied[1].startsWith('Here is the **summary**') && copied[1].endsWith('Done with the markdown.'), copied[1]);
     await shot('markdown.png', message);
+  });
+
+  await step('markdown streamed in any pieces ends as it renders whole', async () => {
+    const texts = [
+      '```\ncode\n\n# not a heading\n```\nafter',
+      '- item\n\n    ```\n    x\n\n    # no heading\n    ```\n- two\n\nEnd.',
+      '1. one\n\n2. two\n\nText with **bold**.',
+      'Para\n\n~~~\nt\n\nstill code\n~~~\n\n| a | b |\n|---|---|\n| 1 | 2 |\n',
+      '> quote\n\n> more\n\n```rust\nfn x() {}\n```\n\n## Done',
+      'A ```` ```x` ```` span\n\n# Heading',
+    ];
+    const results = await page.evaluate(async (cases) => {
+      const { StreamingMarkdown, markdown } = window.__markdown;
+      const shape = (node) => ({
+        text: node.textContent.replace(/\s+/g, ' ').replace(/Copy/g, '').trim(),
+        headings: node.querySelectorAll('h1, h2').length,
+        pre: node.querySelectorAll('pre').length,
+        tables: node.querySelectorAll('table').length,
+      });
+      const out = [];
+      for (const text of cases) {
+        for (const size of [1, 3, 7]) {
+          const stream = new StreamingMarkdown('probe');
+          for (let i = 0; i < text.length; i += size) stream.append(text.slice(i, i + size));
+          stream.drawTail();
+          out.push({ text, size, streamed: shape(stream.node), whole: shape(markdown(text)) });
+        }
+      }
+      return out;
+    }, texts);
+    for (const { text, size, streamed, whole } of results) {
+      assert.deepEqual(streamed, whole, `${JSON.stringify(text)} in pieces of ${size}`);
+    }
   });
 
   await step('API errors and retries are visible', async () => {

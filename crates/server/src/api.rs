@@ -42,7 +42,7 @@ pub enum Guard {
 
 /// One route: method, path, who checks the caller, and the handler.
 pub struct Route {
-    /// `GET`, `POST`, `DELETE`.
+    /// `GET`, `POST`, `PATCH`, `DELETE`.
     pub method: &'static str,
     /// The path, with `{parameters}`.
     pub path: &'static str,
@@ -288,9 +288,7 @@ async fn delete_session(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AmendBody {
-    #[serde(default)]
     title: Option<String>,
-    #[serde(default)]
     archived: Option<bool>,
 }
 
@@ -365,12 +363,19 @@ struct DirectoriesQuery {
     prefix: String,
 }
 
-/// The most directories `GET /api/directories` answers with, and the most entries it reads.
+/// The most directories `GET /api/directories` answers with.
 pub const MAX_DIRECTORIES: usize = 50;
-const MAX_DIRECTORY_ENTRIES: usize = 5000;
+/// The most entries of a directory it reads: a larger one is completed from these alone.
+pub const MAX_DIRECTORY_ENTRIES: usize = 20_000;
+/// How long a listing may take (a slow or hung mount answers 503 meanwhile).
+const DIRECTORIES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One listing at a time: a listing is a blocking task the timeout cannot cancel, so a hung
+/// mount holds one blocking thread, not one per keystroke.
+static LISTING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// Completes a working directory: the directories whose path starts with `prefix` (an
-/// absolute path; `/home/me/pro` lists `/home/me/pro*/`, `/home/me/` lists what is in it).
+/// absolute path; `/home/me/pro` lists `/home/me/pro*`, `/home/me/` lists what is in it).
 /// Hidden ones only when the name typed so far starts with a dot. A token holder may start a
 /// session in any directory, so listing their names shows nothing a session could not.
 async fn directories(
@@ -383,31 +388,39 @@ async fn directories(
     let (parent, start) = prefix.rsplit_once('/').unwrap_or(("", ""));
     let parent = if parent.is_empty() { "/".to_owned() } else { parent.to_owned() };
     let start = start.to_owned();
-    let listed = tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        tokio::task::spawn_blocking(move || -> Vec<String> {
-            let Ok(entries) = std::fs::read_dir(&parent) else { return Vec::new() };
-            let mut found: Vec<String> = entries
-                .take(MAX_DIRECTORY_ENTRIES)
-                .filter_map(Result::ok)
-                .filter(|entry| {
-                    // A link to a directory counts: metadata follows it.
-                    std::fs::metadata(entry.path()).is_ok_and(|meta| meta.is_dir())
-                })
-                .filter_map(|entry| entry.file_name().into_string().ok())
-                .filter(|name| name.starts_with(&start))
-                .filter(|name| start.starts_with('.') || !name.starts_with('.'))
-                .map(|name| format!("{}/{name}", parent.trim_end_matches('/')))
-                .collect();
-            found.sort();
-            found.truncate(MAX_DIRECTORIES);
-            found
-        }),
-    )
-    .await;
-    match listed {
+    let busy = || ApiError::unavailable("the directory could not be listed in time; try again");
+    let permit = tokio::time::timeout(DIRECTORIES_TIMEOUT, LISTING.acquire())
+        .await
+        .map_err(|_| busy())?
+        .map_err(|_| busy())?;
+    let listing = tokio::task::spawn_blocking(move || -> Vec<String> {
+        let _permit = permit;
+        let Ok(entries) = std::fs::read_dir(&parent) else { return Vec::new() };
+        let base = parent.trim_end_matches('/');
+        let mut found: Vec<String> = entries
+            .take(MAX_DIRECTORY_ENTRIES)
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                // The name first: a stat only for the entries that match it.
+                let name = entry.file_name().into_string().ok()?;
+                if !name.starts_with(&start) || (name.starts_with('.') && !start.starts_with('.')) {
+                    return None;
+                }
+                let kind = entry.file_type().ok()?;
+                // A link to a directory counts: its target is looked at.
+                let directory = kind.is_dir()
+                    || (kind.is_symlink()
+                        && std::fs::metadata(entry.path()).is_ok_and(|meta| meta.is_dir()));
+                directory.then(|| format!("{base}/{name}"))
+            })
+            .collect();
+        found.sort();
+        found.truncate(MAX_DIRECTORIES);
+        found
+    });
+    match tokio::time::timeout(DIRECTORIES_TIMEOUT, listing).await {
         Ok(Ok(found)) => Ok(Json(found)),
-        Ok(Err(_)) | Err(_) => Err(ApiError::invalid("the directory could not be listed in time")),
+        Ok(Err(_)) | Err(_) => Err(busy()),
     }
 }
 

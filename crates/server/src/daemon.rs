@@ -108,6 +108,13 @@ pub const MAX_POLICY_FILE_BYTES: u64 = 1024 * 1024;
 /// The longest title a person may give a session, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 
+/// A character a title may not hold: controls, and the format characters that reorder or hide
+/// text (bidirectional overrides, zero-width ones), which could make one title pass for another.
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
+}
+
 /// How long reading a policy file may take.
 pub const POLICY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -411,6 +418,9 @@ pub struct Daemon {
     phase: watch::Sender<Phase>,
     /// One writer of the runs file at a time (each write is a snapshot, then a rename).
     runs_file_lock: tokio::sync::Mutex<()>,
+    /// Held by whoever reads a record, awaits, and writes it back whole (a resume, a rotation)
+    /// and by a person's rename or archive, so that neither undoes the other.
+    record_writes: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -442,6 +452,7 @@ impl Daemon {
             runs: Mutex::new(HashMap::new()),
             phase: watch::channel(Phase::Serving).0,
             runs_file_lock: tokio::sync::Mutex::new(()),
+            record_writes: tokio::sync::Mutex::new(()),
         });
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
@@ -752,6 +763,7 @@ impl Daemon {
         if self.live(id).is_some_and(|live| live.handle().is_some()) {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }
+        let writing = self.record_writes.lock().await;
         let mut record = self
             .store
             .get_session(id)
@@ -776,6 +788,7 @@ impl Daemon {
         record.updated_ms = now_ms();
         self.store.update_session(&record).await?;
         self.start(record, config, transport, last + 1, None).await?;
+        drop(writing);
         self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
     }
 
@@ -1033,8 +1046,10 @@ impl Daemon {
                     "the title is longer than {MAX_TITLE_CHARS} characters"
                 )));
             }
-            Some(title) if title.chars().any(char::is_control) => {
-                return Err(DaemonError::Invalid("the title has a control character".into()));
+            Some(title) if title.chars().any(invisible) => {
+                return Err(DaemonError::Invalid(
+                    "the title has a control, bidirectional or invisible character".into(),
+                ));
             }
             other => other.map(str::to_owned),
         };
@@ -1046,12 +1061,19 @@ impl Daemon {
                 record.archived = archived;
             }
         };
+        let _writing = self.record_writes.lock().await;
         if let Some(live) = self.live(id) {
-            if let Ok(mut record) = live.record.lock() {
+            let record = {
+                let mut record = live
+                    .record
+                    .lock()
+                    .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
                 change(&mut record);
-            }
-            self.record_changed(id, &live).await;
-            return current_record(&live).ok_or_else(|| DaemonError::NotFound(id.to_owned()));
+                record.clone()
+            };
+            self.store.update_session(&record).await?;
+            self.announce(&record);
+            return Ok(record);
         }
         let mut record = self
             .store
@@ -1077,6 +1099,7 @@ impl Daemon {
         seen: &mut HashMap<String, String>,
     ) -> Result<(String, Arc<LiveSession>, u64, u64), DaemonError> {
         let poisoned = || DaemonError::Internal("daemon state poisoned".into());
+        let writing = self.record_writes.lock().await;
         let mut old = current_record(live).ok_or_else(poisoned)?;
         if let Some(previous) = &old.claude_session_id {
             seen.insert(previous.clone(), id.to_owned());
@@ -1130,6 +1153,7 @@ impl Daemon {
             (record, 0)
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
+        drop(writing);
         if let Ok(mut current) = self.relay_current.lock() {
             if current.as_deref() == Some(id) {
                 *current = Some(next_id.clone());

@@ -56,6 +56,15 @@ impl ApiError {
         }
     }
 
+    /// 503: the daemon cannot answer now; the same request may work later.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "unavailable",
+            message: message.into(),
+        }
+    }
+
     /// 409.
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::CONFLICT, code, message: message.into() }

@@ -117,10 +117,23 @@ function copyButton(text, label = 'Copy', className = 'copy') {
   return button;
 }
 
-/// Markdown, sanitised (model output is untrusted), with tables that scroll on their own and
-/// code blocks that name their language and copy.
+// Model output and tool inputs are untrusted. Besides scripts, markdown may not bring styles,
+// forms or controls (which could restyle or stand in for the approval buttons), ids, or classes
+// (which the page finds its own parts by): only a code block's `language-*` stays.
+const SANITIZE = {
+  FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'option', 'dialog', 'label', 'details', 'summary'],
+  FORBID_ATTR: ['style', 'id', 'name', 'for', 'tabindex', 'contenteditable'],
+};
+DOMPurify.addHook('uponSanitizeAttribute', (node, data) => {
+  if (data.attrName === 'class') {
+    data.keepAttr = node.nodeName === 'CODE' && /^language-[\w+#.-]{1,40}$/.test(data.attrValue);
+  }
+});
+
+/// Markdown, sanitised, with tables that scroll on their own and code blocks that name their
+/// language and copy.
 function markdown(text, { highlightCode = true } = {}) {
-  const html = DOMPurify.sanitize(marked.parse(text ?? '', { gfm: true, breaks: false }));
+  const html = DOMPurify.sanitize(marked.parse(text ?? '', { gfm: true, breaks: false }), SANITIZE);
   const box = el('div', { class: 'md' });
   box.innerHTML = html;
   for (const table of $$('table', box)) {
@@ -171,23 +184,46 @@ class StreamingMarkdown {
     this.settled = 0; // text before this is rendered for good
     this.scanned = 0; // lines before this are scanned
     this.fence = null; // the open fence (``` or ~~~), if any
+    this.blank = null; // where the text after a blank line starts, until the next line says
     this.frame = null;
+    this.onDraw = () => {};
   }
 
   append(more) {
     this.text += more;
     let boundary = this.settled;
     for (let end = this.text.indexOf('\n', this.scanned); end >= 0; end = this.text.indexOf('\n', this.scanned)) {
-      const line = this.text.slice(this.scanned, end);
+      const start = this.scanned;
+      const line = this.text.slice(start, end);
       this.scanned = end + 1;
+      if (!this.fence && !line.trim()) {
+        this.blank ??= this.scanned;
+        continue;
+      }
+      // A blank line ends a block only if what follows starts a new one at the margin: an
+      // indented line or a list item may still belong to the block before (a list, a fence
+      // inside a list item).
+      if (this.blank !== null && !this.fence) {
+        if (/^\S/.test(line) && !/^([-*+]|\d{1,9}[.)])(\s|$)/.test(line)) boundary = start;
+        this.blank = null;
+      }
       const fence = line.match(/^ {0,3}(`{3,}|~{3,})(.*)$/);
-      if (fence && !this.fence) {
+      if (fence && !this.fence && !(fence[1][0] === '`' && fence[2].includes('`'))) {
         this.fence = fence[1];
       } else if (fence && this.fence && fence[1][0] === this.fence[0] && fence[1].length >= this.fence.length && !fence[2].trim()) {
         this.fence = null;
+        if (/^`|^~/.test(line)) boundary = this.scanned;
+      }
+    }
+    // The line being written may already say whether the block before the blank line ended.
+    const rest = this.text.slice(this.scanned);
+    if (this.blank !== null && !this.fence && rest) {
+      const list = /^([-*+]|\d{1,9}[.)])(\s|$)/.test(rest) || /^\d{1,9}$/.test(rest);
+      if (/^\s/.test(rest) || list) {
+        if (/^\s|\s/.test(rest)) this.blank = null; // decided: it continues the block before
+      } else {
         boundary = this.scanned;
-      } else if (!this.fence && !line.trim()) {
-        boundary = this.scanned;
+        this.blank = null;
       }
     }
     if (boundary > this.settled) {
@@ -201,6 +237,7 @@ class StreamingMarkdown {
     this.frame = null;
     // The open block is drawn without highlighting: it changes every frame.
     this.tailBox.replaceChildren(...markdown(this.text.slice(this.settled), { highlightCode: false }).childNodes);
+    this.onDraw();
   }
 }
 
@@ -301,8 +338,8 @@ function decisionText(decision) {
     case 'link_closed': text = 'Claude Code went away before an answer'; break;
     default: text = verb;
   }
-  const generic = [`${by.who} denied this tool call`, `allowed by ${by.who}`];
-  const reason = !allowed && by.kind === 'person' && decision.message && !generic.includes(decision.message) ? decision.message : null;
+  // The daemon's own words for a denial without a reason are not a reason.
+  const reason = !allowed && by.kind === 'person' && decision.message && decision.message !== `${by.who} denied this tool call` ? decision.message : null;
   return reason ? `${text}: ${reason}` : text;
 }
 
@@ -494,8 +531,7 @@ function watchDashboard() {
 // waits for it.
 
 class Transcript {
-  constructor(root, session) {
-    this.root = root;
+  constructor(session) {
     this.session = session;
     this.cwd = null;
     this.messages = new Map(); // message id -> {box, blocks: Map(index -> {node, text, stream})}
@@ -506,13 +542,14 @@ class Transcript {
     this.older = false; // drawing an older page: its cards are never the latest
     this.queued = []; // bubbles of prompts that wait for the turn before them
     this.onChange = () => {}; // pending permissions or context changed
+    this.onGrow = () => {}; // streamed text was drawn
     this.context = null; // context tokens of the last main message
     this.contextWindow = null;
   }
 
   /// Where an update goes: the subagent's nest inside its Task card, or the chunk.
   container(parent, chunk) {
-    if (parent && this.tools.has(parent)) return $('.nest', this.tools.get(parent)) ?? chunk;
+    if (parent && this.tools.has(parent)) return slot(this.tools.get(parent), 'nest') ?? chunk;
     return chunk;
   }
 
@@ -630,6 +667,7 @@ class Transcript {
         return;
       }
       const stream = new StreamingMarkdown('block text streaming');
+      stream.onDraw = () => this.onGrow();
       stream.append((block?.text ?? '') + more);
       this.place(update, chunk, stream.node, stream.text, 'text');
       message.blocks.get(update.index).stream = stream;
@@ -658,6 +696,9 @@ class Transcript {
         el('div', { class: 'thinking-text' }, block.redacted ? '(redacted)' : block.thinking));
     } else if (block.kind === 'tool_use') {
       const known = this.tools.get(block.tool_use_id);
+      // A call rebuilt from its stream never replaces the CLI's own report of it (an older
+      // page can bring the rebuilt one after the newer page drew the CLI's).
+      if (block.rebuilt && known?.dataset.rebuilt === 'false') return;
       node = this.toolCard(block, update.parent_tool_use_id, known);
     } else node = el('div', { class: 'block' }, codeBlock(JSON.stringify(block.value, null, 2), 'json'));
     const message = this.place(update, chunk, node, text, block.kind);
@@ -673,11 +714,12 @@ class Transcript {
     const name = call.name ?? '';
     const input = call.input ?? {};
     const cwd = this.cwd ?? sessions.get(this.session)?.cwd;
-    const card = el('div', { class: `block tool tool-${name.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: call.tool_use_id, tool: name } });
+    const card = el('div', { class: `block tool tool-${name.replace(/[^A-Za-z0-9_-]/g, '')}`, dataset: { toolUseId: call.tool_use_id, tool: name, rebuilt: String(Boolean(call.rebuilt)) } });
     const label = name.startsWith('mcp__') ? name.split('__').slice(1).join(' · ') : name;
     const [, target] = wants(name, input, cwd);
     const summary = name === 'Bash' ? (input.description || input.command || '')
-      : name === 'Read' && (input.offset || input.limit) ? `${target} lines ${input.offset ?? 1}–${(input.offset ?? 1) + (input.limit ?? 0) - 1}`
+      : name === 'Read' && input.limit ? `${target} lines ${input.offset ?? 1}–${(input.offset ?? 1) + input.limit - 1}`
+        : name === 'Read' && input.offset ? `${target} from line ${input.offset}`
         : name === 'TodoWrite' ? plural(input.todos?.length ?? 0, 'item')
           : target ?? '';
     const head = el('button', { type: 'button', class: 'tool-head', 'aria-expanded': 'true', title: 'Show or hide the details' },
@@ -722,19 +764,24 @@ class Transcript {
     card.append(el('div', { class: 'tool-permission' }), el('div', { class: 'tool-result' }));
     if (known) {
       // The CLI's own input replaces a rebuilt one: its result, permission and state move along.
-      for (const slot of ['.tool-permission', '.tool-result']) $(slot, card).replaceWith($(slot, known));
-      const nest = $('.nest', known);
-      if (nest && $('.nest', card)) $('.nest', card).replaceWith(nest);
+      for (const name of ['tool-permission', 'tool-result', 'nest']) {
+        const moved = slot(known, name);
+        if (moved && slot(card, name)) slot(card, name).replaceWith(moved);
+      }
       for (const state of ['done', 'errored', 'denied', 'waiting']) card.classList.toggle(state, known.classList.contains(state));
       if (known.dataset.user) card.dataset.user = known.dataset.user;
       card.dataset.detail = known.dataset.detail ?? '';
     }
     this.tools.set(call.tool_use_id, card);
+    // The newest card of its conversation: a replaced card keeps its place; a new one takes
+    // it, unless it comes from an older page.
     const scope = parent ?? '';
-    const before = this.latest.get(scope);
-    if (!this.older) {
+    const latest = this.latest.get(scope);
+    if (known) {
+      if (latest === known) this.latest.set(scope, card);
+    } else if (!this.older) {
       this.latest.set(scope, card);
-      if (before && before !== known) this.settle(before);
+      if (latest) this.settle(latest);
     }
     for (const waiting of this.orphans.get(call.tool_use_id) ?? []) waiting(card);
     this.orphans.delete(call.tool_use_id);
@@ -750,8 +797,8 @@ class Transcript {
     const open = card.dataset.user ? card.dataset.user === 'open'
       : has('waiting') || (has('errored') && !has('denied')) || !has('done') || Boolean(scope);
     card.classList.toggle('collapsed', !open);
-    $('.tool-head', card)?.setAttribute('aria-expanded', String(open));
-    const outcome = $('.outcome', card);
+    slot(card, 'tool-head')?.setAttribute('aria-expanded', String(open));
+    const outcome = slot(card, 'tool-head')?.querySelector('.outcome');
     if (!outcome) return;
     if (has('waiting')) outcome.replaceChildren(icon('bell'), 'waiting for you');
     else if (has('denied')) outcome.replaceChildren(icon('x'), 'denied');
@@ -773,7 +820,7 @@ class Transcript {
   /// A result goes to its card, wherever that is (or waits for it).
   toolResult(result) {
     this.withCard(result.tool_use_id, (card) => {
-      $('.tool-result', card).replaceChildren(resultView(result));
+      slot(card, 'tool-result').replaceChildren(resultView(result));
       card.classList.toggle('errored', Boolean(result.is_error));
       card.classList.add('done');
       card.dataset.detail = resultDetail(card, result);
@@ -808,7 +855,7 @@ class Transcript {
     };
     if (request.tool_use_id && this.tools.has(request.tool_use_id)) {
       const card = this.tools.get(request.tool_use_id);
-      draw($('.tool-permission', card));
+      draw(slot(card, 'tool-permission'));
       card.classList.toggle('waiting', !entry.decided);
       this.settle(card);
     } else {
@@ -836,10 +883,10 @@ class Transcript {
       // own): shown on the tool's card, unless a request's box is there already.
       if (decision.tool_use_id) {
         this.withCard(decision.tool_use_id, (card) => {
-          const slot = $('.tool-permission', card);
-          if (slot && !slot.firstChild) {
+          const place = slot(card, 'tool-permission');
+          if (place && !place.firstChild) {
             const box = el('div', { class: 'permission' });
-            slot.append(box);
+            place.append(box);
             showDecision(box, decision);
           }
           mark(card);
@@ -857,6 +904,12 @@ class Transcript {
   pending() {
     return [...this.permissions.values()].filter((entry) => entry.request && !entry.decided && entry.box?.isConnected);
   }
+}
+
+/// A card's own part (not one of a card nested in it): `tool-head`, `tool-body`,
+/// `tool-permission`, `tool-result`, or the subagent's `nest`.
+function slot(card, name) {
+  return card.querySelector(name === 'nest' ? ':scope > .tool-body > .nest' : `:scope > .${name}`);
 }
 
 function image(picture) {
@@ -891,12 +944,12 @@ function resultDetail(card, result) {
     case 'Bash': return lines ? plural(lines, 'line') + ' of output' : 'no output';
     case 'Read': return result.images?.length ? 'an image' : plural(lines, 'line');
     case 'Edit': case 'MultiEdit': {
-      const diffs = $$('.diff', card);
+      const diffs = [...slot(card, 'tool-body').querySelectorAll(':scope > .diff')];
       const sum = (key) => diffs.reduce((total, diff) => total + Number(diff.dataset[key] ?? 0), 0);
       return `+${sum('added')} −${sum('removed')}`;
     }
     case 'Write': {
-      const written = $('.tool-body code', card)?.textContent.replace(/\n$/, '').split('\n').length ?? 0;
+      const written = slot(card, 'tool-body')?.querySelector('code')?.textContent.replace(/\n$/, '').split('\n').length ?? 0;
       return `${plural(written, 'line')} written`;
     }
     case 'Grep': case 'Glob': return plural(lines, 'match', 'matches');
@@ -959,9 +1012,11 @@ function permissionBox(session, request, cwd) {
 
   const message = el('input', { class: 'deny-message', placeholder: 'Reason to deny (Claude reads it)', 'aria-label': 'Reason to deny' });
   const editor = el('textarea', { class: 'edit-input', rows: 4, hidden: true, 'aria-label': 'Edited input' }, JSON.stringify(request.input ?? {}, null, 2));
-  const suggestion = (request.suggestions ?? []).find((s) => s.type === 'addRules');
-  const rule = suggestion?.rules?.map((r) => `${r.toolName}${r.ruleContent ? `(${r.ruleContent})` : ''}`).join(', ');
-  const always = rule ? `Allow ${rule} for the rest of this session` : 'Allow this for the rest of this session';
+  // What "allow always" grants, as the daemon says (a Bash command exactly; any other tool
+  // wholly): said before the click, never understated.
+  const rule = request.always_allows || '';
+  const grant = !rule ? 'the same call' : rule.includes('(') ? rule : `every ${rule} call`;
+  const always = `Allow ${grant} for the rest of this session`;
   box.append(editor,
     el('div', { class: 'actions' },
       el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
@@ -973,7 +1028,7 @@ function permissionBox(session, request, cwd) {
       el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
     el('div', { class: 'secondary' }, message,
       el('button', { type: 'button', class: 'edit ghost', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
-    rule ? el('div', { class: 'always-rule muted' }, `Allow always adds the rule ${rule} to this session.`) : '');
+    el('div', { class: 'always-rule muted' }, `Allow always: ${grant}, for the rest of this session.`));
   return box;
 }
 
@@ -1009,10 +1064,15 @@ class SessionView {
       el('span', { class: 'what' }), el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
     this.composer = this.makeComposer();
     this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.composer);
-    this.transcript = new Transcript(this.live, id);
+    this.transcript = new Transcript(id);
     this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
+    // Following the end: true until the person scrolls away from it, again once they are back.
+    // Only scrolling changes it, so text that grows between two frames does not.
+    this.follow = true;
+    this.transcript.onGrow = () => { if (this.follow) this.scrollToEnd(); };
     let ticking = false;
     this.scroller.addEventListener('scroll', () => {
+      this.follow = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;
       if (this.scroller.scrollTop < 200) this.loadOlder();
       if (!ticking) { ticking = true; requestAnimationFrame(() => { ticking = false; this.refreshWaiting(); }); }
     });
@@ -1066,12 +1126,11 @@ class SessionView {
         if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
         // One event's updates come in one frame: an event is drawn whole, once.
         if (frame.type !== 'view' || typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
-        const atEnd = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;
         this.draw(frame.updates, this.live);
         this.lastSeq = frame.seq;
         this.seqs.push(frame.seq);
         if (frame.updates.some((update) => update.update === 'turn_ended' && !update.parent_tool_use_id)) this.loadUsage();
-        if (atEnd) this.scrollToEnd();
+        if (this.follow) this.scrollToEnd();
         this.refreshWaiting();
       };
       socket.onclose = () => {
@@ -1124,6 +1183,11 @@ class SessionView {
   showWaiting() {
     const first = this.transcript.pending()[0];
     if (!first) return;
+    // A card folded by hand (a subagent's, say) opens to show it.
+    for (let card = first.box.closest('.tool.collapsed'); card; card = card.parentElement?.closest('.tool.collapsed')) {
+      card.dataset.user = 'open';
+      this.transcript.settle(card);
+    }
     first.box.scrollIntoView({ block: 'center' });
     $('.allow, .choice', first.box)?.focus({ preventScroll: true });
     this.refreshWaiting();
@@ -1292,6 +1356,9 @@ class SessionView {
   }
 
   async loadUsage() {
+    // A hidden panel (a phone, a narrow window) asks when it shows again.
+    if (this.stats.offsetParent === null) { this.usageStale = true; return; }
+    this.usageStale = false;
     if (this.usageLoading) { this.usageAgain = true; return; }
     this.usageLoading = true;
     try {
@@ -1395,9 +1462,8 @@ function recentDirectories() {
   return [...new Set(seen.filter(Boolean))].slice(0, 8);
 }
 
-function newSessionForm(prefill = {}) {
+function newSessionForm() {
   const form = $('#new-session-form').content.firstElementChild.cloneNode(true);
-  for (const [key, value] of Object.entries(prefill)) if (form.elements[key]) form.elements[key].value = value;
   const cwd = form.elements.cwd;
   const recent = recentDirectories();
   if (recent[0] && !cwd.value) cwd.value = recent[0];
@@ -1509,11 +1575,15 @@ function renderOverview() {
 // pending request, n opens the new-session form, / searches the sessions.
 document.addEventListener('keydown', (event) => {
   const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement?.tagName);
-  if (event.key === 'Escape' && view && !typing) { event.preventDefault(); view.interrupt(); return; }
+  if (event.key === 'Escape' && view && !typing) {
+    event.preventDefault();
+    if (view.head && !view.head.interrupt.disabled && !view.head.interrupt.hidden) view.interrupt();
+    return;
+  }
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
   if (event.key === 'n') { location.hash = '#/new'; event.preventDefault(); }
   if (event.key === '/') { $('#session-search').focus(); event.preventDefault(); }
-  const box = $('.permission:not(.decided)', view?.root ?? document.createElement('div'));
+  const box = view?.transcript.pending()[0]?.box;
   if (!box) return;
   if (event.key === 'a') $('.allow', box)?.click();
   if (event.key === 'd') $('.deny', box)?.click();
@@ -1523,7 +1593,13 @@ document.addEventListener('click', () => {
   if ('Notification' in window && Notification.permission === 'default') Notification.requestPermission().catch(() => {});
 }, { once: true });
 
+// For the browser tests: the streaming renderer, to compare with a whole rendering.
+window.__markdown = { StreamingMarkdown, markdown };
+
 $('#session-search').addEventListener('input', renderList);
+window.addEventListener('resize', () => { if (view?.usageStale) view.loadUsage(); });
+// The chart's colours follow the system's scheme.
+matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => { if (view?.usage) view.drawUsage(); });
 $('#show-archived').addEventListener('change', renderList);
 window.addEventListener('hashchange', route);
 setInterval(renderList, 30000); // "3 min ago" moves on

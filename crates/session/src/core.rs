@@ -1090,6 +1090,7 @@ impl SessionCore {
                     agent_id: request.agent_id.clone(),
                     timeout_secs: self.policy.ask_timeout.as_secs(),
                     asked_at_ms: now_ms(),
+                    always_allows: session_rule(request),
                 };
                 self.asked.insert(
                     request_id.to_owned(),
@@ -1451,16 +1452,19 @@ impl SessionCore {
     /// Our own session rule, so the CLI asking again (it does, for compound commands) is
     /// answered without a person.
     fn remember_locally(&mut self, request: &CanUseToolRequest) {
-        let rule = match (
-            request.tool_name.as_str(),
-            request.input.get("command").and_then(Value::as_str),
-        ) {
-            ("Bash", Some(command)) => format!("Bash({command})"),
-            (tool, _) => tool.to_owned(),
-        };
+        let rule = session_rule(request);
         if let Err(error) = self.policy.add_allow(&rule) {
             tracing::warn!(%rule, %error, "cannot remember the session rule");
         }
+    }
+}
+
+/// The rule "allow always" adds to the session's policy: the exact command of a Bash call,
+/// every call of any other tool.
+fn session_rule(request: &CanUseToolRequest) -> String {
+    match (request.tool_name.as_str(), request.input.get("command").and_then(Value::as_str)) {
+        ("Bash", Some(command)) => format!("Bash({command})"),
+        (tool, _) => tool.to_owned(),
     }
 }
 

@@ -116,6 +116,11 @@ pub struct PendingPermission {
     pub timeout_secs: u64,
     /// When it was asked (Unix milliseconds).
     pub asked_at_ms: u64,
+    /// The rule "allow always" (`remember`) adds to the session's policy: `Bash(<command>)`
+    /// for a shell command, the tool's name (every call of it) otherwise. Empty in logs
+    /// written before it was told.
+    #[serde(default)]
+    pub always_allows: String,
 }
 
 /// A hook callback waiting for an answer.

@@ -537,6 +537,14 @@ impl Projector {
         self.interrupting = false;
     }
 
+    /// The main conversation's model, from one of its messages. The CLI's own messages (an API
+    /// error it reports as an answer) name `<synthetic>`, which no result counts.
+    fn note_main_model(&mut self, model: Option<&str>) {
+        if let Some(model) = model.filter(|model| !model.starts_with('<')) {
+            self.main_model = Some(model.to_owned());
+        }
+    }
+
     /// Projects one event into a list.
     pub fn updates(&mut self, event: &SessionEvent) -> Vec<Update> {
         let mut updates = Vec::new();
@@ -641,8 +649,8 @@ impl Projector {
                 let Some(id) = line.message.id.clone().or_else(|| line.uuid.clone()) else {
                     return;
                 };
-                if parent.is_none() && line.message.model.is_some() {
-                    self.main_model.clone_from(&line.message.model);
+                if parent.is_none() {
+                    self.note_main_model(line.message.model.as_deref());
                 }
                 if !self.messages.contains_key(&id) {
                     self.open_message(&id);
@@ -758,8 +766,8 @@ impl Projector {
             if context.is_some() && parent.is_none() {
                 self.view.context_tokens = context;
             }
-            if parent.is_none() && start.message.model.is_some() {
-                self.main_model.clone_from(&start.message.model);
+            if parent.is_none() {
+                self.note_main_model(start.message.model.as_deref());
             }
             if !self.messages.contains_key(&id) {
                 self.open_message(&id);
@@ -1106,14 +1114,18 @@ fn image_of(source: &ImageSource) -> Image {
 /// The context window of the model that answered, from a result's per-model totals.
 ///
 /// The CLI reports the model of a message as the API named it (`claude-opus-5-5`) and keys
-/// its totals the same way, sometimes with a date or a `[1m]` suffix: a key that starts with
-/// the model's name counts. With no model known, a result with a single model's window is
-/// unambiguous; several are not.
+/// its totals the same way, sometimes with a date or a `[1m]` suffix, or without the date the
+/// message has: a key that starts with the model's name, or that the name starts with, counts.
+/// With no model known, a result with a single model's window is unambiguous; several are not.
 fn context_window_of(models: &[ModelTotals], main: Option<&str>) -> Option<u64> {
     if let Some(main) = main {
         let exact = models.iter().find(|m| m.model == main).and_then(|m| m.context_window);
-        let prefixed =
-            || models.iter().find(|m| m.model.starts_with(main)).and_then(|m| m.context_window);
+        let prefixed = || {
+            models
+                .iter()
+                .find(|m| m.model.starts_with(main) || main.starts_with(&m.model))
+                .and_then(|m| m.context_window)
+        };
         if let Some(window) = exact.or_else(prefixed) {
             return Some(window);
         }

@@ -66,7 +66,8 @@ pub struct SessionRecord {
     pub updated_ms: u64,
     /// How the session was started (the create request), for resuming it.
     pub config: serde_json::Value,
-    /// Put away by a person: lists show it only when asked (`PATCH /api/sessions/{id}`).
+    /// Put away by a person (`PATCH /api/sessions/{id}`): the API lists it, marked; the web
+    /// UI hides it until asked.
     #[serde(default)]
     pub archived: bool,
 }

@@ -424,6 +424,22 @@ async fn browser() {
                     .when_prompt("STREAM")
                     .hold_after(3),
             )
+            // A call that fails, then one that works: the failed card stays open.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch /nonexistent-switchboard/x", "description": "fail"}),
+                )
+                .when_prompt("FAILME"),
+            )
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch after.txt && ls", "description": "after"}),
+                )
+                .when_tool_result_contains("nonexistent-switchboard"),
+            )
+            .reply(Reply::text("After the failure.").when_tool_result_contains("after.txt"))
             // Markdown the UI styles: a table, a quote, inline code, a fenced block.
             .reply(
                 Reply::text(MARKDOWN_REPLY).when_prompt("MARKDOWN"),

@@ -417,6 +417,7 @@ fn the_view_follows_model_mode_and_permissions() {
         agent_id: None,
         timeout_secs: 60,
         asked_at_ms: 1,
+        always_allows: String::new(),
     };
     run(
         &mut projector,
@@ -485,6 +486,7 @@ fn every_stored_event_reads_back_as_it_was() {
             agent_id: Some("a".into()),
             timeout_secs: 60,
             asked_at_ms: 5,
+            always_allows: String::new(),
         }),
         SessionEvent::decided(
             "p1",
@@ -664,4 +666,5 @@ fn the_context_window_is_the_answering_models() {
     assert_eq!(context_window_of(&totals(&[("a", 7)]), None), Some(7));
     assert_eq!(context_window_of(&totals(&[("a", 7), ("b", 9)]), None), None);
     assert_eq!(context_window_of(&totals(&[("a-20250101", 7), ("b", 9)]), Some("a")), Some(7));
+    assert_eq!(context_window_of(&totals(&[("a", 7), ("b", 9)]), Some("a-20250101")), Some(7));
 }
