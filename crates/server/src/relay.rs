@@ -59,12 +59,14 @@ pub(crate) async fn frontend(
     State(daemon): State<Arc<Daemon>>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Response {
+    // Subscribed before the handshake answers: a CLI that connects as soon as the frontend's
+    // socket opens is never announced before the frontend listens.
+    let mut feed = daemon.relay_subscribe();
     upgrade
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let (mut sink, incoming) = socket.split();
-            let mut feed = daemon.relay_subscribe();
             let reader_daemon = daemon.clone();
             let (reader, mut replies) = crate::socket::spawn_frame_reader(incoming, move |text| {
                 let daemon = reader_daemon.clone();
