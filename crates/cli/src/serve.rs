@@ -136,6 +136,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         allowed_env: args.allow_env.clone(),
         runs_file: Some(data_dir.runs_file()),
         store_retry_limit: None,
+        relay_stall_limit: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let auth = AuthConfig {

@@ -3,7 +3,8 @@
 //! minimal forwarder (tokio-tungstenite, broadcast, no persistence) in the same run, each in
 //! its own process: delivered messages/s, p50/p99 latency from the CLI writing a line to a
 //! subscriber reading it, loss, CPU-µs per delivered message, peak RSS. Then the daemon's
-//! memory per idle session. Prints Markdown tables.
+//! memory per idle session and per finished one. Prints Markdown tables. (The relay's own
+//! bench, CLIs at `/` and frontends at `/ws` in four load shapes, is `benches/relay.rs`.)
 //!
 //! `cargo bench -p switchboard-server --bench load -- [--sessions N] [--rate R]
 //!  [--subscribers M] [--seconds S] [--idle K]`
@@ -415,200 +416,6 @@ async fn child_baseline(params: Params) -> Value {
     result
 }
 
-/// A simulated external CLI on a WebSocket: answers `initialize`, announces a session, then
-/// streams `stream_event` lines stamped with their send time.
-async fn simulated_cli(
-    url: String,
-    params: Params,
-    index: usize,
-    go: std::sync::Arc<tokio::sync::Barrier>,
-) {
-    let (socket, _) = tokio_tungstenite::connect_async(url.as_str()).await.unwrap();
-    let (mut sink, mut incoming) = socket.split();
-    // Keep reading (answers pings, takes initialize) on its own task.
-    let (init_tx, mut init_rx) = tokio::sync::mpsc::channel::<String>(4);
-    tokio::spawn(async move {
-        while let Some(Ok(frame)) = incoming.next().await {
-            if let WsMessage::Text(text) = frame {
-                if text.contains("\"initialize\"") {
-                    let value: Value = serde_json::from_str(text.trim()).unwrap_or(Value::Null);
-                    let _ =
-                        init_tx.send(value["request_id"].as_str().unwrap_or("").to_owned()).await;
-                }
-            }
-        }
-    });
-    let session = format!("sim-{index}");
-    if let Ok(Some(request_id)) = tokio::time::timeout(Duration::from_secs(5), init_rx.recv()).await
-    {
-        let reply = json!({"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": {}}});
-        sink.send(WsMessage::Text(format!("{reply}\n").into())).await.unwrap();
-    }
-    let init = json!({"type": "system", "subtype": "init", "session_id": session, "cwd": "/", "model": "sim"});
-    sink.send(WsMessage::Text(format!("{init}\n").into())).await.unwrap();
-    go.wait().await;
-    let interval = Duration::from_secs_f64(1.0 / params.rate);
-    let start = Instant::now();
-    for line in 0..params.lines_per_session() {
-        tokio::time::sleep_until((start + interval.mul_f64(line as f64)).into()).await;
-        let frame = json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
-            "delta": {"type": "text_delta", "text": format!("t={}", now_ns())}},
-            "session_id": session, "parent_tool_use_id": null,
-            // Shaped like the real CLI's (v4 UUIDs).
-            "uuid": format!("{index:08x}-0000-4000-8000-{line:012x}")});
-        if sink.send(WsMessage::Text(format!("{frame}\n").into())).await.is_err() {
-            return;
-        }
-    }
-    // Hold the connection until the frontends have everything.
-    tokio::time::sleep(Duration::from_secs_f64(params.seconds + 5.0)).await;
-}
-
-/// Frontends on `/ws`-like endpoints: each sees every CLI's lines.
-async fn run_frontends(
-    url: String,
-    params: &Params,
-    deadline: Instant,
-    connected: Arc<tokio::sync::Barrier>,
-) -> (u64, Vec<u64>, Instant) {
-    let expected = params.lines_per_session() * params.sessions as u64;
-    run_subscribers(vec![url], params.subscribers, expected, deadline, connected, false).await
-}
-
-async fn relay_run(
-    name: &str,
-    cli_url: String,
-    frontend_url: String,
-    params: Params,
-    stored: impl std::future::Future<Output = u64>,
-) -> Value {
-    let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
-    let frontend_params = params.clone();
-    let connected = Arc::new(tokio::sync::Barrier::new(params.subscribers + 1));
-    let frontends_connected = connected.clone();
-    let frontends = tokio::spawn(async move {
-        run_frontends(frontend_url, &frontend_params, deadline, frontends_connected).await
-    });
-    connected.wait().await;
-    let go = std::sync::Arc::new(tokio::sync::Barrier::new(params.sessions + 1));
-    for index in 0..params.sessions {
-        tokio::spawn(simulated_cli(cli_url.clone(), params.clone(), index, go.clone()));
-    }
-    go.wait().await;
-    let cpu_start = cpu_micros();
-    let started = Instant::now();
-    let (delivered, latencies, last) = frontends.await.unwrap();
-    let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
-    let cpu = cpu_micros() - cpu_start;
-    let mut result = report(name, &params, delivered, latencies, cpu, wall);
-    result["stored_lines"] = json!(stored.await);
-    result
-}
-
-/// The daemon's seed-003 relay: CLIs at `/`, frontends at `/ws`, every line stored.
-/// With `memory`, on the in-memory store (what persistence costs, by difference).
-async fn child_relay(params: Params, memory: bool) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = if memory {
-        Arc::new(switchboard_store::MemoryStore::default())
-    } else {
-        Arc::new(SqliteStore::open(dir.path().join("db")).unwrap())
-    };
-    let daemon = Daemon::open(store.clone(), DaemonConfig::default()).await.unwrap();
-    let auth = AuthConfig { token: None, allowed_origins: vec![] };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let served = daemon.clone();
-    tokio::spawn(async move {
-        switchboard_server::serve(listener, served, auth, std::future::pending()).await.unwrap()
-    });
-    let stored = async move {
-        let mut count = 0;
-        for session in store.list_sessions().await.unwrap() {
-            count += store
-                .events_after(&session.id, 0, 10_000_000)
-                .await
-                .unwrap()
-                .iter()
-                .filter(|e| e.payload.contains("\"t="))
-                .count() as u64;
-        }
-        count
-    };
-    let name = if memory {
-        "switchboard relay (memory store)"
-    } else {
-        "switchboard relay (/ and /ws, every line stored)"
-    };
-    relay_run(name, format!("ws://{address}/"), format!("ws://{address}/ws"), params, stored).await
-}
-
-/// The minimal relay: CLI frames broadcast to every frontend, nothing else.
-async fn child_relay_baseline(params: Params) -> Value {
-    let (tx, _) = broadcast::channel::<Arc<str>>(4096);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let accept_tx = tx.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let tx = accept_tx.clone();
-            tokio::spawn(async move {
-                let mut path = String::new();
-                let callback = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
-                                response: tokio_tungstenite::tungstenite::handshake::server::Response| {
-                    path = request.uri().path().to_owned();
-                    Ok(response)
-                };
-                let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-                    .read_buffer_size(4 * 1024);
-                let Ok(socket) =
-                    tokio_tungstenite::accept_hdr_async_with_config(stream, callback, Some(config))
-                        .await
-                else {
-                    return;
-                };
-                let (mut sink, mut incoming) = socket.split();
-                if path == "/ws" {
-                    let mut rx = tx.subscribe();
-                    loop {
-                        match rx.recv().await {
-                            Ok(line) => {
-                                if sink
-                                    .send(WsMessage::Text(line.to_string().into()))
-                                    .await
-                                    .is_err()
-                                {
-                                    break;
-                                }
-                            }
-                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                            Err(broadcast::error::RecvError::Closed) => break,
-                        }
-                    }
-                } else {
-                    let init = json!({"type": "control_request", "request_id": "i", "request": {"subtype": "initialize"}});
-                    let _ = sink.send(WsMessage::Text(format!("{init}\n").into())).await;
-                    while let Some(Ok(frame)) = incoming.next().await {
-                        if let WsMessage::Text(text) = frame {
-                            for line in text.split('\n').filter(|line| !line.is_empty()) {
-                                let _ = tx.send(Arc::from(line));
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    relay_run(
-        "minimal relay (no persistence)",
-        format!("ws://{address}/"),
-        format!("ws://{address}/ws"),
-        params,
-        async { 0 },
-    )
-    .await
-}
-
 /// Memory per idle session: K sessions of fake-claude's echo mode, started and left idle.
 async fn child_idle(params: Params) -> Value {
     let dir = tempfile::tempdir().unwrap();
@@ -644,6 +451,78 @@ async fn child_idle(params: Params) -> Value {
     });
     daemon.stop_all().await;
     result
+}
+
+/// What a finished session costs: sessions of fake-claude that stream 100 lines to a
+/// subscriber each and exit, in waves of 50, after a first wave that warms the allocator up;
+/// the daemon's RSS before and after K of them (none purged).
+async fn child_finished(params: Params) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("finish.json");
+    let steps = json!([
+        {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+        {"expect": "user"},
+        {"stream_lines": {"rate": 10_000.0, "count": 100}},
+        {"turn": "done"},
+        {"exit": 0},
+    ]);
+    std::fs::write(&script, steps.to_string()).unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let config = DaemonConfig {
+        claude: Some(fake_claude()),
+        env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store, config).await.unwrap();
+    let wave = |count: usize| {
+        let daemon = daemon.clone();
+        let cwd = dir.path().to_owned();
+        async move {
+            let mut followers = Vec::new();
+            for _ in 0..count {
+                let record = daemon
+                    .create(CreateSession {
+                        cwd: cwd.clone(),
+                        prompt: Some("go".into()),
+                        ..CreateSession::default()
+                    })
+                    .await
+                    .unwrap();
+                let mut subscription = daemon.subscribe(&record.id, 0);
+                followers.push(tokio::spawn(async move {
+                    while let Some(Ok(item)) = subscription.next().await {
+                        if let switchboard_server::Subscribed::Event(event) = item {
+                            if event.kind == "exited" {
+                                break;
+                            }
+                        }
+                    }
+                }));
+            }
+            for follower in followers {
+                follower.await.unwrap();
+            }
+        }
+    };
+    wave(50).await;
+    let before = rss_kib("VmRSS:");
+    let started = Instant::now();
+    let mut done = 0;
+    while done < params.idle {
+        let count = (params.idle - done).min(50);
+        wave(count).await;
+        done += count;
+    }
+    // Let the store fold what waits (its memory is the journal's, not the sessions').
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = rss_kib("VmRSS:");
+    json!({
+        "finished_sessions": done,
+        "seconds": started.elapsed().as_secs_f64(),
+        "rss_before_mib": before as f64 / 1024.0,
+        "rss_after_mib": after as f64 / 1024.0,
+        "kib_per_session": (after.saturating_sub(before)) as f64 / done.max(1) as f64,
+    })
 }
 
 async fn wait_idle(daemon: &Daemon, id: &str) {
@@ -702,9 +581,7 @@ fn main() {
                 "daemon-memory" => child_daemon(params, true).await,
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
-                "relay" => child_relay(params, false).await,
-                "relay-memory" => child_relay(params, true).await,
-                "relay-baseline" => child_relay_baseline(params).await,
+                "finished" => child_finished(params).await,
                 other => json!({"error": format!("unknown mode {other}")}),
             }
         });
@@ -725,15 +602,6 @@ fn main() {
     );
     let ratio = print_table(&baseline, &daemon, &[&daemon_memory]);
     println!("\nCPU per delivered message, daemon / forwarder: {ratio:.2}x");
-    let relay_baseline = run_child("relay-baseline", &params);
-    let relay = run_child("relay", &params);
-    let relay_memory = run_child("relay-memory", &params);
-    println!(
-        "\nRelay: {} external CLIs × {} lines/s for {} s into `/`, {} frontends on `/ws` each seeing every line\n",
-        params.sessions, params.rate, params.seconds, params.subscribers
-    );
-    let ratio = print_table(&relay_baseline, &relay, &[&relay_memory]);
-    println!("\nCPU per delivered message, relay / minimal relay: {ratio:.2}x");
     if params.idle > 0 {
         let idle = run_child("idle", &params);
         println!(
@@ -743,6 +611,14 @@ fn main() {
             idle["rss_after_mib"].as_f64().unwrap_or(0.0),
             idle["kib_per_session"].as_f64().unwrap_or(0.0),
             idle["start_seconds"].as_f64().unwrap_or(0.0),
+        );
+        let finished = run_child("finished", &params);
+        println!(
+            "{} sessions run and finished (100 lines each, a subscriber each, none purged): daemon RSS {:.1} → {:.1} MiB, {:.1} KiB per finished session",
+            finished["finished_sessions"],
+            finished["rss_before_mib"].as_f64().unwrap_or(0.0),
+            finished["rss_after_mib"].as_f64().unwrap_or(0.0),
+            finished["kib_per_session"].as_f64().unwrap_or(0.0),
         );
     }
 }

@@ -33,9 +33,14 @@ pub const HISTORY_PAGE: usize = 1000;
 /// Session-level changes kept for `/api/events` dashboards that fall behind.
 pub const DASHBOARD_BUFFER: usize = 1024;
 
-/// Relay lines kept for `/ws` frontends that fall behind (they skip what they missed, as a
-/// relay does).
+/// Relay lines a `/ws` frontend may have yet to take; past that the relay's CLIs wait for it
+/// (a frontend never skips a line).
 pub const RELAY_BUFFER: usize = 1024;
+
+/// How long a relay frontend's socket may refuse what it is sent before the frontend is
+/// dropped: the relay's CLIs wait for their slowest frontend (none loses a line), and one that
+/// stopped reading must not hold them back for good.
+pub const RELAY_STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// How often a CLI's WebSocket is pinged (the CLI pings every 10 s itself).
 pub const PING_INTERVAL: Duration = Duration::from_secs(15);
@@ -70,6 +75,9 @@ pub struct DaemonConfig {
     /// How often the daemon pings a CLI's socket (`None`: [`PING_INTERVAL`]); a socket silent
     /// for two intervals is dropped.
     pub ping_interval: Option<Duration>,
+    /// How long a relay frontend's socket may take nothing before it is dropped (`None`:
+    /// [`RELAY_STALL_LIMIT`]).
+    pub relay_stall_limit: Option<Duration>,
     /// How long events the store refuses are retried (`None`: [`STORE_RETRY_LIMIT`]).
     pub store_retry_limit: Option<Duration>,
     /// Loader variables ([`LOADER_VARIABLES`]) a request's `env` may set all the same
@@ -296,8 +304,10 @@ struct LiveSession {
     record: Mutex<SessionRecord>,
     /// The session's one projection, fed by the pump: the record reads its view.
     projector: Mutex<switchboard_session::Projector>,
-    /// The live tail, created by the first subscriber (an unwatched session pays nothing).
-    tail: std::sync::OnceLock<broadcast::Sender<Arc<EventRecord>>>,
+    /// The live tail, created by the first subscriber while a run goes on (an unwatched
+    /// session pays nothing) and dropped when the run ends: a finished session keeps no
+    /// buffer of its last events (its subscribers read them from the store).
+    tail: Mutex<Option<broadcast::Sender<Arc<EventRecord>>>>,
     /// Set by the pump when the session's CLI is gone and its last events are stored.
     finished: watch::Sender<bool>,
     /// Why the session's events cannot be stored right now (`None` while they can): the
@@ -306,6 +316,8 @@ struct LiveSession {
     /// Events the store refused for good and the log does not mention yet (noted as soon as
     /// the store takes an event of this session again, a resume's included).
     lost: std::sync::atomic::AtomicU64,
+    /// The record changed and waits for the daemon's record writer (queued once until then).
+    record_dirty: std::sync::atomic::AtomicBool,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -323,10 +335,11 @@ impl LiveSession {
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
             projector: Mutex::new(switchboard_session::Projector::new()),
-            tail: std::sync::OnceLock::new(),
+            tail: Mutex::new(None),
             finished: watch::channel(false).0,
             store_error: watch::channel(None).0,
             lost: std::sync::atomic::AtomicU64::new(0),
+            record_dirty: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -351,8 +364,28 @@ impl LiveSession {
             return false;
         }
         run.handle = None;
-        self.finished.send_replace(true);
+        self.finish();
         true
+    }
+
+    /// Says the run is over, and lets go of what only a run needs: the live tail (its
+    /// subscribers take what it still holds, then read the store and wait for a resume) and
+    /// the projection's state for open messages and calls.
+    fn finish(&self) {
+        if let Ok(mut tail) = self.tail.lock() {
+            // Under the tail's lock, which `Daemon::attach` checks `finished` under: no tail
+            // is made for a run that is over.
+            self.finished.send_replace(true);
+            *tail = None;
+        }
+        if let Ok(mut projector) = self.projector.lock() {
+            projector.end_run();
+        }
+    }
+
+    /// The live tail, if anyone follows the session.
+    fn tail(&self) -> Option<broadcast::Sender<Arc<EventRecord>>> {
+        self.tail.lock().ok()?.clone()
     }
 
     /// Ends the current run and hands its handle over (a relay CLI rotating to another
@@ -360,7 +393,7 @@ impl LiveSession {
     fn hand_over(&self) -> Result<Option<SessionHandle>, DaemonError> {
         let mut run = self.lock_run()?;
         let handle = run.handle.take();
-        self.finished.send_replace(true);
+        self.finish();
         Ok(handle)
     }
 
@@ -409,7 +442,9 @@ pub struct Daemon {
     ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
     /// Seed 003's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
     /// Relay lines as WebSocket text, shared by every frontend (a clone is a reference count).
-    relay: broadcast::Sender<axum::extract::ws::Utf8Bytes>,
+    relay: async_broadcast::Sender<axum::extract::ws::Utf8Bytes>,
+    /// Keeps the relay feed open while no frontend listens (lines then go nowhere).
+    relay_frontends: async_broadcast::InactiveReceiver<axum::extract::ws::Utf8Bytes>,
     /// The relay session frontends' messages go to (the most recently connected CLI).
     relay_current: Mutex<Option<String>>,
     /// The CLIs running now, by run id (kept in [`DaemonConfig::runs_file`]).
@@ -421,6 +456,8 @@ pub struct Daemon {
     /// Held by whoever reads a record, awaits, and writes it back whole (a resume, a rotation)
     /// and by a person's rename or archive, so that neither undoes the other.
     record_writes: tokio::sync::Mutex<()>,
+    /// Sessions whose changed record waits to be written (see [`write_records`]).
+    record_queue: mpsc::UnboundedSender<Arc<LiveSession>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -437,8 +474,11 @@ impl Daemon {
         config: DaemonConfig,
     ) -> Result<Arc<Daemon>, DaemonError> {
         let (dashboard, _) = broadcast::channel(DASHBOARD_BUFFER);
+        let (mut relay, relay_frontends) = async_broadcast::broadcast(RELAY_BUFFER);
+        relay.set_await_active(false);
         let transcripts =
             config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
+        let (record_queue, records) = mpsc::unbounded_channel();
         let daemon = Arc::new(Daemon {
             store,
             config,
@@ -447,13 +487,16 @@ impl Daemon {
             started: Notify::new(),
             transcripts,
             ingress: Arc::new(Mutex::new(HashMap::new())),
-            relay: broadcast::channel(RELAY_BUFFER).0,
+            relay,
+            relay_frontends: relay_frontends.deactivate(),
             relay_current: Mutex::new(None),
             runs: Mutex::new(HashMap::new()),
             phase: watch::channel(Phase::Serving).0,
             runs_file_lock: tokio::sync::Mutex::new(()),
             record_writes: tokio::sync::Mutex::new(()),
+            record_queue,
         });
+        tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
             if matches!(record.state.as_str(), "exited" | "crashed") {
@@ -615,19 +658,27 @@ impl Daemon {
         self.config.ping_interval.unwrap_or(PING_INTERVAL)
     }
 
+    /// How long a relay frontend may take nothing before it is dropped.
+    pub fn relay_stall_limit(&self) -> Duration {
+        self.config.relay_stall_limit.unwrap_or(RELAY_STALL_LIMIT)
+    }
+
     /// The relay's token for externally launched CLIs (`None`: no auth).
     pub fn ingress_token(&self) -> Option<&str> {
         self.config.ingress_token.as_deref()
     }
 
-    /// Sends a line to every relay frontend.
-    pub fn relay_publish(&self, line: &str) {
-        let _ = self.relay.send(axum::extract::ws::Utf8Bytes::from(line));
+    /// Sends a line to every relay frontend, waiting while the slowest of them has
+    /// [`RELAY_BUFFER`] lines it has not taken yet (no frontend loses a line; a frontend that
+    /// stays stuck is dropped after [`RELAY_STALL_LIMIT`]).
+    pub async fn relay_publish(&self, line: &str) {
+        // With no frontend listening the line goes nowhere (an `Inactive` error).
+        let _ = self.relay.broadcast_direct(axum::extract::ws::Utf8Bytes::from(line)).await;
     }
 
-    /// The relay feed for one frontend.
-    pub fn relay_subscribe(&self) -> broadcast::Receiver<axum::extract::ws::Utf8Bytes> {
-        self.relay.subscribe()
+    /// The relay feed for one frontend: every line published from now on.
+    pub fn relay_subscribe(&self) -> async_broadcast::Receiver<axum::extract::ws::Utf8Bytes> {
+        self.relay_frontends.activate_cloned()
     }
 
     /// Makes `id` the relay session frontends talk to (or none).
@@ -978,9 +1029,9 @@ impl Daemon {
         Ok(())
     }
 
-    /// Makes `record`'s session live with `handle`, in its next run (its entry is kept across
-    /// restarts, so its live tail's subscribers stay attached). Returns it and the run's
-    /// number.
+    /// Makes `record`'s session live with `handle`, in its next run (an entry still there is
+    /// reused; a finished session's is usually forgotten, and made again). Returns it and the
+    /// run's number.
     fn go_live(
         &self,
         record: SessionRecord,
@@ -996,23 +1047,43 @@ impl Daemon {
             if handle.is_some() && *self.phase.borrow() != Phase::Serving {
                 return Err(DaemonError::ShuttingDown);
             }
-            sessions
+            let live = sessions
                 .entry(record.id.clone())
                 .or_insert_with(|| Arc::new(LiveSession::new(record.clone())))
-                .clone()
+                .clone();
+            if let Ok(mut slot) = live.record.lock() {
+                *slot = record;
+            }
+            // Begun under the map's lock: a finished session is forgotten under it too
+            // ([`Daemon::forget_if_finished`]), so a run never begins on a forgotten entry.
+            let run = live.begin(handle)?;
+            (live, run)
         };
-        if let Ok(mut slot) = live.record.lock() {
-            *slot = record;
-        }
-        let run = live.begin(handle)?;
-        Ok((live, run))
+        Ok(live)
     }
 
-    /// Stores a session's changed record and tells the dashboards.
-    async fn record_changed(&self, id: &str, live: &LiveSession) {
+    /// Lets go of a session whose run has ended: a finished session costs what its stored
+    /// record costs, not its live machinery. Kept while it owes the log a `lost` note or its
+    /// store is failing (its record then lives only here). A resume makes it live again, as
+    /// after a restart of the daemon; its subscribers wait for that and read the store.
+    fn forget_if_finished(&self, id: &str, live: &Arc<LiveSession>) {
+        let Ok(mut sessions) = self.sessions.lock() else { return };
+        let finished = *live.finished.borrow()
+            && live.handle().is_none()
+            && live.lost.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && live.store_error.borrow().is_none();
+        if finished && sessions.get(id).is_some_and(|entry| Arc::ptr_eq(entry, live)) {
+            sessions.remove(id);
+        }
+    }
+
+    /// Tells the dashboards a session's record changed, and has it stored by the record
+    /// writer: nothing waits for that write (a pump that did held every later event of its
+    /// session back while the store's writer thread was busy folding).
+    fn record_changed(&self, live: &Arc<LiveSession>) {
         let Some(record) = current_record(live) else { return };
-        if let Err(error) = self.store.update_session(&record).await {
-            tracing::error!(session = %id, %error, "cannot update the session record");
+        if !live.record_dirty.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let _ = self.record_queue.send(live.clone());
         }
         self.announce(&record);
     }
@@ -1114,7 +1185,7 @@ impl Daemon {
         });
         let rotated = event_record(id, seq + 1, "switchboard", "rotated", payload.to_string());
         self.store.append(std::slice::from_ref(&rotated)).await?;
-        if let Some(tail) = live.tail.get() {
+        if let Some(tail) = live.tail() {
             let _ = tail.send(Arc::new(rotated));
         }
         let state = std::mem::replace(&mut old.state, "exited".into());
@@ -1123,7 +1194,7 @@ impl Daemon {
             *record = old.clone();
         }
         let handle = live.hand_over()?;
-        self.record_changed(id, live).await;
+        self.record_changed(live);
 
         // The new one carries on.
         let now = now_ms();
@@ -1160,7 +1231,7 @@ impl Daemon {
             }
         }
         if existing {
-            self.record_changed(&next_id, &next).await;
+            self.record_changed(&next);
         } else {
             let _ = self.dashboard.send(
                 json!({"event": "session_created", "session": public_record(record.clone())}),
@@ -1175,10 +1246,13 @@ impl Daemon {
     fn attach(&self, id: &str) -> Option<Attached> {
         let live = self.live(id)?;
         let finished = live.finished.subscribe();
-        if *finished.borrow() {
-            return None;
-        }
-        let tail = live.tail.get_or_init(|| broadcast::channel(LIVE_BUFFER).0).subscribe();
+        let tail = {
+            let mut tail = live.tail.lock().ok()?;
+            if *finished.borrow() {
+                return None;
+            }
+            tail.get_or_insert_with(|| broadcast::channel(LIVE_BUFFER).0).subscribe()
+        };
         Some(Attached { tail, finished, store_error: live.store_error.subscribe() })
     }
 
@@ -1391,6 +1465,10 @@ impl Subscription {
                             None => Subscribed::StoreRecovered,
                         }));
                     }
+                    // The session was let go of (its run ended): what the tail still held
+                    // is in the store; read it there, then wait for a resume.
+                    self.tail = None;
+                    self.need_history = true;
                 }
                 received = tail.recv() => match received {
                     Ok(event) if event.seq <= self.sent => {}
@@ -1416,6 +1494,30 @@ impl Subscription {
                     self.need_history = true;
                 }
             }
+        }
+    }
+}
+
+/// The daemon's record writer: stores each changed session record, one at a time, as the store
+/// takes them. A session queued several times before its turn is written once, as it is then
+/// (records are whole values: the last one written is the newest). Ends with the daemon.
+async fn write_records(
+    daemon: std::sync::Weak<Daemon>,
+    mut queue: mpsc::UnboundedReceiver<Arc<LiveSession>>,
+) {
+    while let Some(live) = queue.recv().await {
+        let Some(daemon) = daemon.upgrade() else { return };
+        // Under the lock a rename, a resume and a rotation write under: each write is of the
+        // record as it is when written.
+        let _writing = daemon.record_writes.lock().await;
+        // Cleared before the record is read: a change after this queues the session again.
+        // Already clear: its run's last write had it (a rename since then must not be undone).
+        if !live.record_dirty.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        let Some(record) = current_record(&live) else { continue };
+        if let Err(error) = daemon.store.update_session(&record).await {
+            tracing::error!(session = %record.id, %error, "cannot update the session record");
         }
     }
 }
@@ -1494,13 +1596,18 @@ async fn pump(
     // This run is over: its record is stored (exited or crashed) and the run ends, unless a
     // resume began the next run meanwhile (then the record and the end are that run's).
     if live.run_number() == run {
+        let _writing = daemon.record_writes.lock().await;
+        // This write has the record as it ends: one still queued is not needed.
+        live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         if let Some(record) = current_record(&live) {
             let _ = daemon.store.update_session(&record).await;
         }
     }
-    live.end(run);
+    if live.end(run) {
+        daemon.forget_if_finished(&id, &live);
+    }
     if relay {
-        daemon.relay_publish(&relay_status("claude code disconnected"));
+        daemon.relay_publish(&relay_status("claude code disconnected")).await;
     }
 }
 
@@ -1572,19 +1679,18 @@ async fn publish(
         for event in batch {
             if let SessionEvent::Line(line) = event {
                 if line.direction == LineDirection::FromCli {
-                    daemon.relay_publish(&line.raw);
+                    daemon.relay_publish(&line.raw).await;
                 }
             }
         }
     }
-    let tail = live.tail.get();
-    if let Some(tail) = tail {
+    if let Some(tail) = live.tail() {
         for record in records {
             let _ = tail.send(record);
         }
     }
     if changed {
-        daemon.record_changed(id, live).await;
+        daemon.record_changed(live);
     }
     true
 }
@@ -1654,7 +1760,7 @@ async fn note_lost(
     *seq += 1;
     *lost = 0;
     live.store_error.send_if_modified(|error| error.take().is_some());
-    if let Some(tail) = live.tail.get() {
+    if let Some(tail) = live.tail() {
         let _ = tail.send(record);
     }
     true
@@ -1677,7 +1783,7 @@ async fn fail_session(daemon: &Arc<Daemon>, id: &str, live: &Arc<LiveSession>, r
     let _ = daemon
         .dashboard
         .send(json!({"event": "session_failed", "session_id": id, "error": reason}));
-    daemon.record_changed(id, live).await;
+    daemon.record_changed(live);
 }
 
 /// Waits until a session's pump has finished (or its sender is gone).

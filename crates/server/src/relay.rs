@@ -47,7 +47,7 @@ pub(crate) async fn cli(
                 }
             };
             daemon.set_relay_current(Some(record.id.clone()));
-            daemon.relay_publish(&status("claude code connected"));
+            daemon.relay_publish(&status("claude code connected")).await;
             // The CLI's lines reach the frontends from the session's pump, once stored (and
             // de-duplicated); so does "disconnected", after the last of them.
             crate::socket::pipe(socket, slot, daemon.ping_interval()).await;
@@ -76,6 +76,7 @@ pub(crate) async fn frontend(
                 let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
             }
             let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
+            let stall_limit = daemon.relay_stall_limit();
             loop {
                 tokio::select! {
                     drain = drain_watch.next() => {
@@ -83,22 +84,30 @@ pub(crate) async fn frontend(
                             break;
                         }
                     }
-                    line = feed.recv() => match line {
+                    line = feed.recv_direct() => match line {
                         Ok(line) => {
                             // Lines already waiting go out in the same write (one flush).
-                            let mut sent = sink.feed(WsMessage::Text(line)).await.is_ok();
-                            let mut queued = 1;
-                            while sent && queued < crate::socket::MAX_FRAMES_PER_FLUSH {
-                                let Ok(line) = feed.try_recv() else { break };
-                                sent = sink.feed(WsMessage::Text(line)).await.is_ok();
-                                queued += 1;
-                            }
-                            if !sent || sink.flush().await.is_err() {
-                                break;
+                            let write = async {
+                                sink.feed(WsMessage::Text(line)).await?;
+                                let mut queued = 1;
+                                while queued < crate::socket::MAX_FRAMES_PER_FLUSH {
+                                    let Ok(line) = feed.try_recv() else { break };
+                                    sink.feed(WsMessage::Text(line)).await?;
+                                    queued += 1;
+                                }
+                                sink.flush().await
+                            };
+                            match tokio::time::timeout(stall_limit, write).await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(_)) => break,
+                                Err(_) => {
+                                    tracing::warn!("a relay frontend took nothing for {stall_limit:?}; dropping it");
+                                    break;
+                                }
                             }
                         }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        // The feed never overflows (its sender waits); closed: the daemon ends.
+                        Err(_) => break,
                     },
                     reply = replies.recv() => match reply {
                         Some(reply) => {

@@ -20,6 +20,7 @@ use switchboard_protocol::{
 use switchboard_transport::stdio::{self, CliOptions, ShutdownStep, TransportEvent};
 use switchboard_transport::TransportError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio_util::time::DelayQueue;
 
 use crate::core::{
     AnswerError, ControlFailure, Effect, PermissionAnswer, SessionCore, SessionSnapshot, Timer,
@@ -105,7 +106,6 @@ enum Command {
     AnswerPermission(String, PermissionAnswer, String, oneshot::Sender<Result<(), AnswerError>>),
     AnswerHook(String, Value, String, oneshot::Sender<Result<(), AnswerError>>),
     Shutdown(Duration, oneshot::Sender<ShutdownStep>),
-    Timer(Timer),
 }
 
 /// A cheap handle to a running session. Clone it freely; every clone can steer the session and
@@ -155,7 +155,7 @@ pub fn spawn_session_on(
         core,
         link,
         commands: commands_rx,
-        self_commands: commands_tx.downgrade(),
+        timers: DelayQueue::new(),
         events: events_tx,
         observers: observers.clone(),
         snapshot: snapshot_tx,
@@ -171,7 +171,10 @@ struct Actor {
     core: SessionCore,
     link: stdio::CliLink,
     commands: mpsc::Receiver<Command>,
-    self_commands: mpsc::WeakSender<Command>,
+    /// The core's timers, kept by the actor itself: no task per timer, and none outlives the
+    /// session (a spawned sleeper kept the command queue's memory for up to its whole
+    /// duration after the session ended).
+    timers: DelayQueue<Timer>,
     events: mpsc::Sender<SessionEvent>,
     observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
@@ -206,6 +209,10 @@ impl Actor {
                     };
                     self.apply(effects).await;
                 }
+                Some(expired) = std::future::poll_fn(|cx| self.timers.poll_expired(cx)), if !self.timers.is_empty() => {
+                    let effects = self.core.on_timer(expired.into_inner());
+                    self.apply(effects).await;
+                }
                 command = self.commands.recv(), if commands_open => {
                     let Some(command) = command else {
                         // Every handle is gone: end the CLI, and keep reading until it exits.
@@ -238,10 +245,6 @@ impl Actor {
                         Command::Shutdown(grace, reply) => {
                             shutdown_waiters.push(reply);
                             self.begin_shutdown(grace).await;
-                        }
-                        Command::Timer(timer) => {
-                            let effects = self.core.on_timer(timer);
-                            self.apply(effects).await;
                         }
                     }
                 }
@@ -300,13 +303,7 @@ impl Actor {
                     let _ = self.events.send(event).await;
                 }
                 Effect::StartTimer(timer, after) => {
-                    let commands = self.self_commands.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(after).await;
-                        if let Some(commands) = commands.upgrade() {
-                            let _ = commands.send(Command::Timer(timer)).await;
-                        }
-                    });
+                    self.timers.insert(timer, after);
                 }
                 Effect::ControlDone(request_id, result) => {
                     if let Some(reply) = self.control_replies.remove(&request_id) {

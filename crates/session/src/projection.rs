@@ -408,6 +408,18 @@ impl Projector {
         Self::default()
     }
 
+    /// The session's CLI is gone: forgets what only a running CLI continues (messages still
+    /// streaming, tool names by call id, the drifts already told) and keeps the view. A
+    /// finished session then holds no more than its view; a resume's CLI starts these afresh.
+    pub fn end_run(&mut self) {
+        self.messages = HashMap::new();
+        self.message_order = VecDeque::new();
+        self.current = HashMap::new();
+        self.tools = HashMap::new();
+        self.drifts_told = std::collections::HashSet::new();
+        self.interrupting = false;
+    }
+
     /// The session as the updates so far leave it.
     pub fn view(&self) -> &View {
         &self.view

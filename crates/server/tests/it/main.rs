@@ -53,6 +53,7 @@ impl Server {
             allowed_env: Vec::new(),
             runs_file: None,
             store_retry_limit: None,
+            relay_stall_limit: None,
         };
         let mut config = config;
         configure(&mut config);
@@ -101,6 +102,21 @@ impl Server {
             .await
             .unwrap();
         (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A WebSocket client whose socket has a small receive buffer (4 KiB), so that what it
+    /// does not read stays with the daemon rather than in the kernel.
+    async fn ws_small_buffer(&self, path: &str) -> Ws {
+        let url = format!("{}{path}", self.base.replace("http://", "ws://"));
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let address = self.base.trim_start_matches("http://").parse().unwrap();
+        let stream = socket.connect(address).await.unwrap();
+        let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+        let (socket, _) = tokio_tungstenite::client_async(request, stream).await.unwrap();
+        Ws { socket }
     }
 
     async fn ws(&self, path: &str) -> Ws {
@@ -1194,6 +1210,106 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
     server.stop().await;
 }
 
+/// A relay CLI at `/` that sends `count` stamped `stream_event` lines as fast as its socket
+/// takes them, answering pings meanwhile; `sent` hears of every thousand lines written. Returns
+/// the socket's halves once every line is written (keep them: dropping them ends the session).
+async fn flood_relay(
+    server: &Server,
+    count: usize,
+    sent: tokio::sync::mpsc::UnboundedSender<usize>,
+) -> (impl Sized, tokio::task::JoinHandle<()>) {
+    let (mut sink, mut incoming) = server.relay_cli().await.split();
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = incoming.next().await {} });
+    let padding = "x".repeat(1000);
+    let sending = tokio::spawn(async move {
+        for n in 0..count {
+            let line = json!({"type": "stream_event", "session_id": "s-1", "parent_tool_use_id": null,
+                "uuid": format!("00000000-0000-4000-8000-{n:012x}"),
+                "event": {"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": format!("n={n} {padding}")}}});
+            sink.feed(WsMessage::Text(format!("{line}\n").into())).await.unwrap();
+            if n % 1000 == 999 {
+                sink.flush().await.unwrap();
+                let _ = sent.send(n + 1);
+            }
+        }
+        sink.flush().await.unwrap();
+        sink
+    });
+    let sink = tokio::time::timeout(WAIT, sending).await.expect("the CLI could not send").unwrap();
+    (sink, reader)
+}
+
+/// Reads a relay frontend until it has had flood lines `0..count`, each once and in order.
+async fn read_flood(frontend: &mut Ws, count: usize) {
+    let mut next = 0;
+    while next < count {
+        let frame = frontend.next().await;
+        if frame["type"] != "stream_event" {
+            continue;
+        }
+        let text = frame["event"]["delta"]["text"].as_str().unwrap();
+        let n: usize = text[2..text.find(' ').unwrap()].parse().unwrap();
+        assert_eq!(n, next, "line {next} is missing or out of order");
+        next += 1;
+    }
+}
+
+/// A relay frontend that falls behind misses nothing: the CLIs wait for it. (Lines that
+/// outran a frontend by the relay's buffer of 1,024 used to be skipped.) The frontend reads
+/// nothing until the CLI has sent 4,000 lines (4 MB), then reads every line, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_frontend_that_falls_behind_misses_no_line() {
+    const LINES: usize = 8_000;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.relay_stall_limit = Some(WAIT);
+    })
+    .await;
+    let mut frontend = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
+    let (sent, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let flood = async { flood_relay(&server, LINES, sent).await };
+    let reading = async {
+        while progress.recv().await.is_some_and(|sent| sent < 4_000) {}
+        read_flood(&mut frontend, LINES).await;
+    };
+    let ((_cli, reader), ()) = tokio::join!(flood, reading);
+    reader.abort();
+    server.stop().await;
+}
+
+/// A relay frontend that stops reading is dropped after the stall limit, and the CLI and the
+/// other frontends go on: the one that reads gets every line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_relay_frontend_is_dropped_and_holds_no_one_back() {
+    const LINES: usize = 12_000;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.relay_stall_limit = Some(Duration::from_millis(500));
+    })
+    .await;
+    let mut reading = server.ws(&format!("/ws?token={TOKEN}")).await;
+    // Never read: its socket fills, and it holds the CLI back until it is dropped.
+    let stuck = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
+    let reader_task = tokio::spawn(async move {
+        read_flood(&mut reading, LINES).await;
+        reading
+    });
+    let (sent, _progress) = tokio::sync::mpsc::unbounded_channel();
+    let (_cli, reader) = flood_relay(&server, LINES, sent).await;
+    tokio::time::timeout(WAIT, reader_task)
+        .await
+        .expect("the reading frontend was held back")
+        .unwrap();
+    drop(stuck);
+    reader.abort();
+    server.stop().await;
+}
+
 /// A CLI socket that goes silent (it answers no ping) is dropped: the session records the
 /// disconnection. (The client here completes the handshake, then never reads again.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1529,6 +1645,8 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
 struct FailingStore {
     inner: switchboard_store::MemoryStore,
     failing: std::sync::atomic::AtomicBool,
+    /// Held (written) by a test: session record updates wait, as behind a busy writer thread.
+    records: tokio::sync::RwLock<()>,
 }
 
 impl FailingStore {
@@ -1559,6 +1677,7 @@ impl Store for FailingStore {
         &self,
         record: &switchboard_store::SessionRecord,
     ) -> Result<(), switchboard_store::StoreError> {
+        let _records = self.records.read().await;
         self.inner.update_session(record).await
     }
     async fn get_session(
@@ -1650,6 +1769,58 @@ async fn a_store_that_refuses_events_loses_none_and_says_so() {
     let (_, sessions) = server.get("/api/sessions").await;
     assert_eq!(sessions.as_array().unwrap().len(), 1, "the refused session left nothing behind");
     server.stop().await;
+}
+
+/// Nothing a subscriber sees waits for a session record's write: with every record update
+/// held (a store writer busy folding), a whole turn, its state changes included, reaches the
+/// subscriber; the record catches up once the store takes it. (The pump used to wait for each
+/// record update before its next events.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_events_never_wait_for_a_record_write() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store = Arc::new(FailingStore::default());
+    let config = DaemonConfig {
+        claude: Some(real_cli(CliVersion::V2_1_330)),
+        env: sandbox.env(&api.base_url()).into_iter().collect(),
+        clear_env: true,
+        ..DaemonConfig::default()
+    };
+    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let held = store.records.write().await;
+    let record = daemon
+        .create(switchboard_server::CreateSession {
+            cwd: sandbox.workdir(),
+            prompt: Some("first".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut subscription = daemon.subscribe(&record.id, 0);
+    let mut kinds = Vec::new();
+    loop {
+        let item = tokio::time::timeout(WAIT, subscription.next())
+            .await
+            .expect("a live event waited for a record write")
+            .unwrap()
+            .unwrap();
+        let switchboard_server::Subscribed::Event(event) = item else { continue };
+        kinds.push(event.kind.clone());
+        if event.kind == "state"
+            && event.payload.contains("\"idle\"")
+            && kinds.contains(&"cost_changed".to_owned())
+        {
+            break;
+        }
+    }
+    // The store has not had the record since the session began...
+    assert_eq!(store.inner.get_session(&record.id).await.unwrap().unwrap().state, "starting");
+    // ...and has it once it takes writes again (the stop's final write follows the others).
+    drop(held);
+    daemon.stop(&record.id, false).await.unwrap();
+    let stored = store.inner.get_session(&record.id).await.unwrap().unwrap();
+    assert_eq!(stored.state, "exited");
+    assert!(stored.cost_usd > 0.0, "{stored:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
