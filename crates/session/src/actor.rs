@@ -20,7 +20,7 @@ use switchboard_protocol::{
 use switchboard_transport::stdio::{self, CliOptions, ShutdownStep, TransportEvent};
 use switchboard_transport::TransportError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tokio_util::time::DelayQueue;
+use tokio::task::JoinSet;
 
 use crate::core::{
     AnswerError, ControlFailure, Effect, PermissionAnswer, SessionCore, SessionSnapshot, Timer,
@@ -106,6 +106,7 @@ enum Command {
     AnswerPermission(String, PermissionAnswer, String, oneshot::Sender<Result<(), AnswerError>>),
     AnswerHook(String, Value, String, oneshot::Sender<Result<(), AnswerError>>),
     Shutdown(Duration, oneshot::Sender<ShutdownStep>),
+    Timer(Timer),
 }
 
 /// A cheap handle to a running session. Clone it freely; every clone can steer the session and
@@ -155,7 +156,8 @@ pub fn spawn_session_on(
         core,
         link,
         commands: commands_rx,
-        timers: DelayQueue::new(),
+        self_commands: commands_tx.downgrade(),
+        timers: JoinSet::new(),
         events: events_tx,
         observers: observers.clone(),
         snapshot: snapshot_tx,
@@ -171,10 +173,12 @@ struct Actor {
     core: SessionCore,
     link: stdio::CliLink,
     commands: mpsc::Receiver<Command>,
-    /// The core's timers, kept by the actor itself: no task per timer, and none outlives the
-    /// session (a spawned sleeper kept the command queue's memory for up to its whole
-    /// duration after the session ended).
-    timers: DelayQueue<Timer>,
+    self_commands: mpsc::WeakSender<Command>,
+    /// The core's timers: each a task that sleeps and sends [`Command::Timer`] back. Owned
+    /// here, so that none outlives the session (dropping the set aborts them): a sleeper left
+    /// behind kept the command queue's memory for up to its whole duration after the session
+    /// ended. (A `DelayQueue` instead cost every idle session about 5 KiB for its wheel.)
+    timers: JoinSet<()>,
     events: mpsc::Sender<SessionEvent>,
     observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
@@ -209,10 +213,6 @@ impl Actor {
                     };
                     self.apply(effects).await;
                 }
-                Some(expired) = std::future::poll_fn(|cx| self.timers.poll_expired(cx)), if !self.timers.is_empty() => {
-                    let effects = self.core.on_timer(expired.into_inner());
-                    self.apply(effects).await;
-                }
                 command = self.commands.recv(), if commands_open => {
                     let Some(command) = command else {
                         // Every handle is gone: end the CLI, and keep reading until it exits.
@@ -245,6 +245,10 @@ impl Actor {
                         Command::Shutdown(grace, reply) => {
                             shutdown_waiters.push(reply);
                             self.begin_shutdown(grace).await;
+                        }
+                        Command::Timer(timer) => {
+                            let effects = self.core.on_timer(timer);
+                            self.apply(effects).await;
                         }
                     }
                 }
@@ -303,7 +307,15 @@ impl Actor {
                     let _ = self.events.send(event).await;
                 }
                 Effect::StartTimer(timer, after) => {
-                    self.timers.insert(timer, after);
+                    // Timers that have fired leave the set here (it holds their results).
+                    while self.timers.try_join_next().is_some() {}
+                    let commands = self.self_commands.clone();
+                    self.timers.spawn(async move {
+                        tokio::time::sleep(after).await;
+                        if let Some(commands) = commands.upgrade() {
+                            let _ = commands.send(Command::Timer(timer)).await;
+                        }
+                    });
                 }
                 Effect::ControlDone(request_id, result) => {
                     if let Some(reply) = self.control_replies.remove(&request_id) {
