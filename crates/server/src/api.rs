@@ -242,7 +242,7 @@ async fn list_sessions(
         daemon.store().list_sessions().await.map_err(crate::daemon::DaemonError::from)?;
     let mut views = Vec::with_capacity(sessions.len());
     for stored in sessions {
-        let record = daemon.record(&stored.id).await?.unwrap_or(stored);
+        let record = daemon.live_record(&stored.id).unwrap_or(stored);
         views.push(view(&daemon, record));
     }
     Ok(Json(views))

@@ -1068,7 +1068,9 @@ impl Daemon {
     /// after a restart of the daemon; its subscribers wait for that and read the store.
     fn forget_if_finished(&self, id: &str, live: &Arc<LiveSession>) {
         let Ok(mut sessions) = self.sessions.lock() else { return };
-        let finished = *live.finished.borrow()
+        // Copied first: the watch's guard must not be held while the run's lock is taken.
+        let ended = *live.finished.borrow();
+        let finished = ended
             && live.handle().is_none()
             && live.lost.load(std::sync::atomic::Ordering::SeqCst) == 0
             && live.store_error.borrow().is_none();
@@ -1194,7 +1196,17 @@ impl Daemon {
             *record = old.clone();
         }
         let handle = live.hand_over()?;
-        self.record_changed(live);
+        // Written now, under the lock already held (not queued): the connection may come
+        // back to this session at once, and then reads its record from the store.
+        live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
+        let old_stored = match self.store.update_session(&old).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(session = %id, %error, "cannot store the rotated session's record");
+                false
+            }
+        };
+        self.announce(&old);
 
         // The new one carries on.
         let now = now_ms();
@@ -1238,6 +1250,9 @@ impl Daemon {
             );
         }
         self.started.notify_waiters();
+        if old_stored {
+            self.forget_if_finished(id, live);
+        }
         Ok((next_id, next, number, last))
     }
 
@@ -1282,12 +1297,16 @@ impl Daemon {
 
     /// A session's record (the live projection when running).
     pub async fn record(&self, id: &str) -> Result<Option<SessionRecord>, DaemonError> {
-        if let Some(live) = self.live(id) {
-            if let Ok(record) = live.record.lock() {
-                return Ok(Some(record.clone()));
-            }
+        match self.live_record(id) {
+            Some(record) => Ok(Some(record)),
+            None => Ok(self.store.get_session(id).await?),
         }
-        Ok(self.store.get_session(id).await?)
+    }
+
+    /// A session's record as the daemon holds it, while it does (a session that runs, or
+    /// whose run ended but is not forgotten yet); the store has the others.
+    pub fn live_record(&self, id: &str) -> Option<SessionRecord> {
+        self.live(id).and_then(|live| current_record(&live))
     }
 
     /// Pending permission requests of a session (none when it is not running).
@@ -1595,15 +1614,20 @@ async fn pump(
     }
     // This run is over: its record is stored (exited or crashed) and the run ends, unless a
     // resume began the next run meanwhile (then the record and the end are that run's).
+    let mut record_stored = true;
     if live.run_number() == run {
         let _writing = daemon.record_writes.lock().await;
         // This write has the record as it ends: one still queued is not needed.
         live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
         if let Some(record) = current_record(&live) {
-            let _ = daemon.store.update_session(&record).await;
+            if let Err(error) = daemon.store.update_session(&record).await {
+                tracing::error!(session = %id, %error, "cannot store the session's last record");
+                record_stored = false;
+            }
         }
     }
-    if live.end(run) {
+    // A record the store refused lives on in memory, where `Daemon::record` finds it.
+    if live.end(run) && record_stored {
         daemon.forget_if_finished(&id, &live);
     }
     if relay {

@@ -72,38 +72,37 @@ pub(crate) async fn frontend(
                 let daemon = reader_daemon.clone();
                 async move { forward(&daemon, text.as_str()).await }
             });
+            // Every write to the frontend is bounded: while one waits, the frontend takes no
+            // line from the feed, and the feed holds every relay CLI back.
+            let limit = daemon.relay_stall_limit();
             if daemon.relay_handle().is_some() {
-                let _ = sink.send(WsMessage::Text(status("claude code is connected").into())).await;
+                let connected = WsMessage::Text(status("claude code is connected").into());
+                if !within(limit, sink.send(connected)).await {
+                    reader.abort();
+                    return;
+                }
             }
             let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
-            let stall_limit = daemon.relay_stall_limit();
             loop {
                 tokio::select! {
                     drain = drain_watch.next() => {
-                        if !crate::socket::send_drain(&mut sink, drain).await {
+                        let step = crate::socket::send_drain(&mut sink, drain);
+                        if !matches!(tokio::time::timeout(limit, step).await, Ok(true)) {
                             break;
                         }
                     }
                     line = feed.recv_direct() => match line {
                         Ok(line) => {
                             // Lines already waiting go out in the same write (one flush).
-                            let write = async {
-                                sink.feed(WsMessage::Text(line)).await?;
-                                let mut queued = 1;
-                                while queued < crate::socket::MAX_FRAMES_PER_FLUSH {
-                                    let Ok(line) = feed.try_recv() else { break };
-                                    sink.feed(WsMessage::Text(line)).await?;
-                                    queued += 1;
-                                }
-                                sink.flush().await
-                            };
-                            match tokio::time::timeout(stall_limit, write).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(_)) => break,
-                                Err(_) => {
-                                    tracing::warn!("a relay frontend took nothing for {stall_limit:?}; dropping it");
-                                    break;
-                                }
+                            let mut written = within(limit, sink.feed(WsMessage::Text(line))).await;
+                            let mut queued = 1;
+                            while written && queued < crate::socket::MAX_FRAMES_PER_FLUSH {
+                                let Ok(line) = feed.try_recv() else { break };
+                                written = within(limit, sink.feed(WsMessage::Text(line))).await;
+                                queued += 1;
+                            }
+                            if !written || !within(limit, sink.flush()).await {
+                                break;
                             }
                         }
                         // The feed never overflows (its sender waits); closed: the daemon ends.
@@ -111,7 +110,7 @@ pub(crate) async fn frontend(
                     },
                     reply = replies.recv() => match reply {
                         Some(reply) => {
-                            if sink.send(WsMessage::Text(reply.into())).await.is_err() {
+                            if !within(limit, sink.send(WsMessage::Text(reply.into()))).await {
                                 break;
                             }
                         }
@@ -122,6 +121,22 @@ pub(crate) async fn frontend(
             }
             reader.abort();
         })
+}
+
+/// One write to a relay frontend (a frame, a flush): whether it was done within `limit`. One
+/// that was not gets the frontend dropped (logged).
+async fn within<E>(
+    limit: std::time::Duration,
+    write: impl std::future::Future<Output = Result<(), E>>,
+) -> bool {
+    match tokio::time::timeout(limit, write).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!("a relay frontend took nothing for {limit:?}; dropping it");
+            false
+        }
+    }
 }
 
 /// What a frontend sent, to the CLI: user messages and interrupts go through the session (so

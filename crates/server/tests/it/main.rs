@@ -1310,6 +1310,42 @@ async fn a_stuck_relay_frontend_is_dropped_and_holds_no_one_back() {
     server.stop().await;
 }
 
+/// A relay frontend that is sent replies it never reads is dropped too: every write to a
+/// frontend is bounded, not only the feed's (a reply that could not be written held its
+/// frontend's feed, and so every relay CLI, for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_frontend_stuck_on_its_replies_holds_no_one_back() {
+    const LINES: usize = 4_000;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.relay_stall_limit = Some(Duration::from_millis(500));
+    })
+    .await;
+    let mut reading = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let mut stuck = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
+    // 60,000 lines the relay refuses, in one frame: their replies (about 6 MB) are more than
+    // the stuck frontend's socket takes, and it never reads them.
+    let refused =
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": "x"}});
+    let frame = format!("{refused}\n").repeat(60_000);
+    stuck.socket.send(WsMessage::Text(frame.into())).await.unwrap();
+    let reader_task = tokio::spawn(async move {
+        read_flood(&mut reading, LINES).await;
+        reading
+    });
+    let (sent, _progress) = tokio::sync::mpsc::unbounded_channel();
+    let (_cli, reader) = flood_relay(&server, LINES, sent).await;
+    tokio::time::timeout(WAIT, reader_task)
+        .await
+        .expect("the reading frontend was held back")
+        .unwrap();
+    drop(stuck);
+    reader.abort();
+    server.stop().await;
+}
+
 /// A CLI socket that goes silent (it answers no ping) is dropped: the session records the
 /// disconnection. (The client here completes the handshake, then never reads again.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
