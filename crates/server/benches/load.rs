@@ -104,7 +104,9 @@ fn script(dir: &std::path::Path, params: &Params) -> PathBuf {
     let steps = json!([
         {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
         {"expect": "user"},
-        {"stream_lines": {"rate": params.rate, "count": params.lines_per_session()}},
+        // A permission request every second or so: its decision is timed as well.
+        {"stream_lines": {"rate": params.rate, "count": params.lines_per_session(),
+            "ask_every": params.rate.round().max(1.0) as u64}},
         {"turn": "done"},
         {"wait_eof": true},
     ]);
@@ -134,6 +136,10 @@ fn rss_kib(field: &str) -> u64 {
         .and_then(|value| value.parse().ok())
         .unwrap_or(0)
 }
+
+/// How long each decision on a permission request took to reach a subscriber, from the CLI
+/// asking (µs): the event that used to wait for a session record's write.
+static DECIDED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 
 /// The `t=` timestamp of a streamed line inside a frame, if it is one.
 fn sent_at(text: &str) -> Option<u128> {
@@ -186,6 +192,18 @@ async fn run_subscribers(
                         _ => break,
                     };
                     if let WsMessage::Text(text) = frame {
+                        // A decision on a stamped permission request: timed on its own.
+                        if text.contains("\"permission_decided\"") {
+                            if let (Some(sent), Ok(mut decided)) = (sent_at(&text), DECIDED.lock())
+                            {
+                                decided.push(((now_ns().saturating_sub(sent)) / 1000) as u64);
+                            }
+                            continue;
+                        }
+                        // Only the streamed lines count (not the requests, nor our answers).
+                        if !text.contains("text_delta") {
+                            continue;
+                        }
                         if let Some(sent) = sent_at(&text) {
                             latencies.push(((now_ns().saturating_sub(sent)) / 1000) as u64);
                             seen += 1;
@@ -255,7 +273,14 @@ fn report(
             .unwrap_or(0)
     };
     let expected = params.lines_per_session() * params.sessions as u64 * params.subscribers as u64;
+    let mut decided = DECIDED.lock().map(|decided| decided.clone()).unwrap_or_default();
+    decided.sort_unstable();
+    let decided_p99 = decided
+        .get(((decided.len() as f64 * 0.99) as usize).min(decided.len().saturating_sub(1)))
+        .map(|&us| us as f64 / 1000.0);
     json!({
+        "decisions": decided.len(),
+        "decided_p99_ms": decided_p99,
         "name": name,
         "delivered": delivered,
         "expected": expected,
@@ -281,6 +306,8 @@ async fn child_daemon(params: Params, memory: bool) -> Value {
     let config = DaemonConfig {
         claude: Some(fake_claude()),
         env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        // Every permission request allowed, as in the real-CLI runs of issue 17.
+        default_policy: Some(switchboard_session::Policy::allow_all()),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
@@ -324,7 +351,7 @@ async fn child_daemon(params: Params, memory: bool) -> Value {
             .await
             .unwrap()
             .iter()
-            .filter(|e| e.payload.contains("\"t="))
+            .filter(|e| e.payload.contains("\"t=") && e.payload.contains("text_delta"))
             .count();
     }
     result["stored_lines"] = json!(stored);
@@ -537,15 +564,19 @@ async fn wait_idle(daemon: &Daemon, id: &str) {
 /// Prints the baseline, the measured run and `others` as a Markdown table; returns the CPU per
 /// message of `measured` over `baseline`.
 fn print_table(baseline: &Value, measured: &Value, others: &[&Value]) -> f64 {
-    println!("| | delivered/s | p50 ms | p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| | delivered/s | p50 ms | p99 ms | decisions p99 ms | lost | stored | CPU µs/msg | peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for result in [baseline, measured].into_iter().chain(others.iter().copied()) {
         println!(
-            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {:.1} | {:.0} |",
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {:.1} | {:.0} |",
             result["name"].as_str().unwrap_or("?"),
             result["per_second"].as_f64().unwrap_or(0.0),
             result["p50_ms"].as_f64().unwrap_or(0.0),
             result["p99_ms"].as_f64().unwrap_or(0.0),
+            match result["decided_p99_ms"].as_f64() {
+                Some(ms) => format!("{ms:.2} ({})", result["decisions"]),
+                None => "–".into(),
+            },
             result["lost"],
             result["stored_lines"],
             result["cpu_us_per_message"].as_f64().unwrap_or(0.0),

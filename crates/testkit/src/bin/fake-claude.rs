@@ -14,7 +14,9 @@
 //! - `{"turn": "text"}`: a whole turn: system/init, assistant text, result.
 //! - `{"stderr": "text"}`: write to stderr.
 //! - `{"stream_lines": {"rate": R, "count": N}}`: N `stream_event` text deltas at R lines per
-//!   second, each text `t=<unix nanoseconds when written>` (for latency measurements).
+//!   second, each text `t=<unix nanoseconds when written>` (for latency measurements); with
+//!   `"ask_every": K`, a `can_use_tool` request after every K lines whose `request_id` is
+//!   `t=<unix nanoseconds>` too.
 //! - `{"wait_eof": true}`: wait until stdin closes, then exit 0.
 //! - `{"sleep_ms": N}`, `{"exit": CODE}`, `{"crash": true}` (abort),
 //!   `{"hang_ignoring_term": true}` (become a shell that ignores SIGTERM and never exits).
@@ -191,6 +193,9 @@ impl Fake {
         } else if let Some(stream) = step.get("stream_lines") {
             let rate = stream.get("rate").and_then(Value::as_f64).unwrap_or(50.0).max(0.001);
             let count = stream.get("count").and_then(Value::as_u64).unwrap_or(100);
+            // Every this many lines, a permission request (`can_use_tool`) whose id is the
+            // time it was sent: what a daemon decides about it can be timed too.
+            let ask_every = stream.get("ask_every").and_then(Value::as_u64).unwrap_or(0);
             let interval = std::time::Duration::from_secs_f64(1.0 / rate);
             let start = std::time::Instant::now();
             for index in 0..count {
@@ -207,6 +212,13 @@ impl Fake {
                     "delta": {"type": "text_delta", "text": format!("t={sent}")}},
                     "session_id": self.session, "parent_tool_use_id": null,
                     "uuid": uuid::Uuid::new_v4().to_string()}));
+                // Each process asks at its own phase: many fake CLIs started together do not
+                // all ask at the same moment.
+                if ask_every > 0 && (index + u64::from(std::process::id())) % ask_every == 0 {
+                    self.write(&json!({"type": "control_request", "request_id": format!("t={sent}"),
+                        "request": {"subtype": "can_use_tool", "tool_name": "Bash",
+                            "input": {"command": "true"}, "tool_use_id": format!("toolu_{index}")}}));
+                }
             }
         } else if step.get("wait_eof").is_some() {
             while rx.recv().is_ok() {}
