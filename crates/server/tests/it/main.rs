@@ -1284,30 +1284,7 @@ async fn a_relay_frontend_that_falls_behind_misses_no_line() {
 /// other frontends go on: the one that reads gets every line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_relay_frontend_is_dropped_and_holds_no_one_back() {
-    const LINES: usize = 12_000;
-    let api = FakeApi::start(Scenario::new()).await.unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.relay_stall_limit = Some(Duration::from_millis(500));
-    })
-    .await;
-    let mut reading = server.ws(&format!("/ws?token={TOKEN}")).await;
-    // Never read: its socket fills, and it holds the CLI back until it is dropped.
-    let stuck = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
-    let reader_task = tokio::spawn(async move {
-        read_flood(&mut reading, LINES).await;
-        reading
-    });
-    let (sent, _progress) = tokio::sync::mpsc::unbounded_channel();
-    let (_cli, reader) = flood_relay(&server, LINES, sent).await;
-    tokio::time::timeout(WAIT, reader_task)
-        .await
-        .expect("the reading frontend was held back")
-        .unwrap();
-    drop(stuck);
-    reader.abort();
-    server.stop().await;
+    relay_with_a_stuck_frontend(12_000, None).await;
 }
 
 /// A relay frontend that is sent replies it never reads is dropped too: every write to a
@@ -1315,7 +1292,17 @@ async fn a_stuck_relay_frontend_is_dropped_and_holds_no_one_back() {
 /// frontend's feed, and so every relay CLI, for good).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_frontend_stuck_on_its_replies_holds_no_one_back() {
-    const LINES: usize = 4_000;
+    // 60,000 lines the relay refuses, in one frame: their replies (about 6 MB) are more than
+    // the stuck frontend's socket takes.
+    let refused =
+        json!({"type": "control_response", "response": {"subtype": "success", "request_id": "x"}});
+    relay_with_a_stuck_frontend(4_000, Some(format!("{refused}\n").repeat(60_000))).await;
+}
+
+/// A relay with a 500 ms stall limit and two frontends: one reads `lines` flooded lines and must
+/// get them all; the other sends `stuck_frame` (if any) and never reads (its 4 KiB socket
+/// fills, and it holds the CLI back until it is dropped).
+async fn relay_with_a_stuck_frontend(lines: usize, stuck_frame: Option<String>) {
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
@@ -1325,18 +1312,15 @@ async fn a_relay_frontend_stuck_on_its_replies_holds_no_one_back() {
     .await;
     let mut reading = server.ws(&format!("/ws?token={TOKEN}")).await;
     let mut stuck = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
-    // 60,000 lines the relay refuses, in one frame: their replies (about 6 MB) are more than
-    // the stuck frontend's socket takes, and it never reads them.
-    let refused =
-        json!({"type": "control_response", "response": {"subtype": "success", "request_id": "x"}});
-    let frame = format!("{refused}\n").repeat(60_000);
-    stuck.socket.send(WsMessage::Text(frame.into())).await.unwrap();
+    if let Some(frame) = stuck_frame {
+        stuck.socket.send(WsMessage::Text(frame.into())).await.unwrap();
+    }
     let reader_task = tokio::spawn(async move {
-        read_flood(&mut reading, LINES).await;
+        read_flood(&mut reading, lines).await;
         reading
     });
     let (sent, _progress) = tokio::sync::mpsc::unbounded_channel();
-    let (_cli, reader) = flood_relay(&server, LINES, sent).await;
+    let (_cli, reader) = flood_relay(&server, lines, sent).await;
     tokio::time::timeout(WAIT, reader_task)
         .await
         .expect("the reading frontend was held back")
