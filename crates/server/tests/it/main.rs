@@ -1791,6 +1791,24 @@ async fn a_store_that_refuses_events_loses_none_and_says_so() {
     server.stop().await;
 }
 
+/// A daemon on a [`FailingStore`], running the real CLI against `api` (with a store retry
+/// limit, if given).
+async fn daemon_on_failing_store(
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    store_retry_limit: Option<Duration>,
+) -> (Arc<Daemon>, Arc<FailingStore>) {
+    let store = Arc::new(FailingStore::default());
+    let config = DaemonConfig {
+        claude: Some(real_cli(CliVersion::V2_1_330)),
+        env: sandbox.env(&api.base_url()).into_iter().collect(),
+        clear_env: true,
+        store_retry_limit,
+        ..DaemonConfig::default()
+    };
+    (Daemon::open(store.clone(), config).await.unwrap(), store)
+}
+
 /// Nothing a subscriber sees waits for a session record's write: with every record update
 /// held (a store writer busy folding), a whole turn, its state changes included, reaches the
 /// subscriber; the record catches up once the store takes it. (The pump used to wait for each
@@ -1799,14 +1817,7 @@ async fn a_store_that_refuses_events_loses_none_and_says_so() {
 async fn live_events_never_wait_for_a_record_write() {
     let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store = Arc::new(FailingStore::default());
-    let config = DaemonConfig {
-        claude: Some(real_cli(CliVersion::V2_1_330)),
-        env: sandbox.env(&api.base_url()).into_iter().collect(),
-        clear_env: true,
-        ..DaemonConfig::default()
-    };
-    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let (daemon, store) = daemon_on_failing_store(&api, &sandbox, None).await;
     let held = store.records.write().await;
     let record = daemon
         .create(switchboard_server::CreateSession {
@@ -1847,15 +1858,8 @@ async fn live_events_never_wait_for_a_record_write() {
 async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
     let api = FakeApi::start(Scenario::new().reply(Reply::text("hello"))).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store = Arc::new(FailingStore::default());
-    let config = DaemonConfig {
-        claude: Some(real_cli(CliVersion::V2_1_330)),
-        env: sandbox.env(&api.base_url()).into_iter().collect(),
-        clear_env: true,
-        store_retry_limit: Some(Duration::from_millis(300)),
-        ..DaemonConfig::default()
-    };
-    let daemon = Daemon::open(store.clone(), config).await.unwrap();
+    let (daemon, store) =
+        daemon_on_failing_store(&api, &sandbox, Some(Duration::from_millis(300))).await;
     let record = daemon
         .create(switchboard_server::CreateSession {
             cwd: sandbox.workdir(),
