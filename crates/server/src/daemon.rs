@@ -672,7 +672,10 @@ impl Daemon {
     /// [`RELAY_BUFFER`] lines it has not taken yet (no frontend loses a line; a frontend that
     /// stays stuck is dropped after [`RELAY_STALL_LIMIT`]).
     pub async fn relay_publish(&self, line: &str) {
-        // With no frontend listening the line goes nowhere (an `Inactive` error).
+        // With no frontend listening the line goes nowhere: not even copied.
+        if self.relay.receiver_count() == 0 {
+            return;
+        }
         let _ = self.relay.broadcast_direct(axum::extract::ws::Utf8Bytes::from(line)).await;
     }
 
