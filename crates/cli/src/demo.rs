@@ -96,6 +96,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         runs_file: None,
         store_retry_limit: None,
         relay_stall_limit: None,
+        warm: Vec::new(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

@@ -231,7 +231,7 @@ async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiErr
         daemon.store().list_sessions().await.map_err(crate::daemon::DaemonError::from)?;
     let running = sessions.iter().filter(|s| daemon.handle(&s.id).is_ok()).count();
     Ok(Json(
-        json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "sessions": sessions.len(), "running": running}),
+        json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "sessions": sessions.len(), "running": running, "warm": daemon.warm_status()}),
     ))
 }
 

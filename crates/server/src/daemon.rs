@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
 use switchboard_session::{
-    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionHandle,
+    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionHandle, WarmCli,
+    WarmPool, WarmStatus,
 };
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -86,6 +87,27 @@ pub struct DaemonConfig {
     /// Where the daemon records the CLIs it runs (pid, start time, run id), so that after a
     /// `kill -9` the next start ends what was left (`None`: not recorded).
     pub runs_file: Option<PathBuf>,
+    /// CLIs to keep started ahead of their sessions (`switchboard serve --warm`); at most
+    /// [`MAX_WARM_CLIS`] in all.
+    pub warm: Vec<WarmSpec>,
+}
+
+/// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
+/// 200 MiB.
+pub const MAX_WARM_CLIS: usize = 16;
+
+/// CLIs kept warm for new sessions in one directory: a session there with the daemon's
+/// default policy, CLI and environment, this model, no request-specific flags and any
+/// permission mode but `bypassPermissions` takes one and skips the CLI's cold start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmSpec {
+    /// The sessions' working directory (absolute).
+    pub cwd: PathBuf,
+    /// Their model (`None`: the CLI's default). It is fixed at launch: switching a CLI's model
+    /// costs an API call on 2.1.330.
+    pub model: Option<String>,
+    /// How many to keep.
+    pub count: usize,
 }
 
 /// Environment variables that make a program load or run code of the caller's choosing
@@ -458,6 +480,8 @@ pub struct Daemon {
     record_writes: tokio::sync::Mutex<()>,
     /// Sessions whose changed record waits to be written (see [`write_records`]).
     record_queue: mpsc::UnboundedSender<Arc<LiveSession>>,
+    /// CLIs started ahead of their sessions ([`DaemonConfig::warm`]).
+    warm: WarmPool,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -479,6 +503,12 @@ impl Daemon {
         let transcripts =
             config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
         let (record_queue, records) = mpsc::unbounded_channel();
+        let warm_total: usize = config.warm.iter().map(|spec| spec.count).sum();
+        if warm_total > MAX_WARM_CLIS {
+            return Err(DaemonError::Invalid(format!(
+                "{warm_total} warm CLIs asked for; at most {MAX_WARM_CLIS} (each idle CLI holds about 200 MiB)"
+            )));
+        }
         let daemon = Arc::new(Daemon {
             store,
             config,
@@ -495,7 +525,17 @@ impl Daemon {
             runs_file_lock: tokio::sync::Mutex::new(()),
             record_writes: tokio::sync::Mutex::new(()),
             record_queue,
+            warm: WarmPool::new(),
         });
+        for spec in &daemon.config.warm {
+            let launch =
+                Launch { cwd: spec.cwd.clone(), model: spec.model.clone(), ..Launch::default() };
+            let (config, _) =
+                daemon.session_config(&launch, None, false, None).await.map_err(|error| {
+                    DaemonError::Invalid(format!("warm CLIs for {}: {error}", spec.cwd.display()))
+                })?;
+            daemon.warm.keep(config, spec.count);
+        }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
@@ -785,12 +825,18 @@ impl Daemon {
             config: serde_json::to_value(&launch).unwrap_or(Value::Null),
         };
         self.check_transport(&config, &transport).await?;
+        let warm = match transport {
+            // A resumed or forked conversation is chosen at launch: never a warm CLI's.
+            Transport::Stdio if request.resume.is_none() => self.warm.take(&config).await,
+            _ => None,
+        };
+        let warmed = warm.is_some();
         self.store.create_session(&record).await?;
         // The log's first event, before any CLI runs: a log that cannot be written refuses the
         // session here, not after it started.
         let started = async {
-            self.note_started(&id, 0, false).await?;
-            self.start(record.clone(), config, transport, 1, request.prompt.clone()).await
+            self.note_started(&id, 0, false, warmed).await?;
+            self.start(record.clone(), config, transport, warm, 1, request.prompt.clone()).await
         };
         if let Err(error) = started.await {
             let _ = self.store.delete_session(&id).await;
@@ -837,11 +883,11 @@ impl Daemon {
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
         let last = self.store.last_seq(id).await?;
-        self.note_started(id, last, true).await?;
+        self.note_started(id, last, true, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
         self.store.update_session(&record).await?;
-        self.start(record, config, transport, last + 1, None).await?;
+        self.start(record, config, transport, None, last + 1, None).await?;
         drop(writing);
         self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
     }
@@ -957,23 +1003,43 @@ impl Daemon {
     }
 
     /// Appends the `started` event that opens each run of a session's CLI (`resumed`: not its
-    /// first run), right after `last`.
-    async fn note_started(&self, id: &str, last: u64, resumed: bool) -> Result<(), DaemonError> {
-        let payload = json!({"event": "started", "resumed": resumed});
+    /// first run; `warm`: its CLI came from the warm pool), right after `last`.
+    async fn note_started(
+        &self,
+        id: &str,
+        last: u64,
+        resumed: bool,
+        warm: bool,
+    ) -> Result<(), DaemonError> {
+        let payload = json!({"event": "started", "resumed": resumed, "warm": warm});
         let record = event_record(id, last + 1, "switchboard", "started", payload.to_string());
         self.store.append(std::slice::from_ref(&record)).await?;
         Ok(())
     }
 
-    /// Spawns the session's CLI over the transport the request chose, and the session on it.
+    /// Spawns the session's CLI over the transport the request chose (or takes `warm`'s), and
+    /// the session on it.
     async fn start(
         self: &Arc<Self>,
         record: SessionRecord,
         config: SessionConfig,
         transport: Transport,
+        warm: Option<WarmCli>,
         last_seq: u64,
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
+        if let Some(warm) = warm {
+            match warm.into_session(config.clone()) {
+                Ok((handle, events)) => {
+                    return self.run(record, handle, events, last_seq, prompt).await;
+                }
+                // The pool hands out only CLIs that fit: this one is ended, and a new one started.
+                Err(unfit) => {
+                    tracing::warn!(pid = unfit.pid(), "a warm CLI did not fit its session");
+                    tokio::spawn(unfit.end());
+                }
+            }
+        }
         let options = config.launch_options();
         let spawned = match transport {
             Transport::Stdio => switchboard_transport::stdio::spawn(&options),
@@ -1367,9 +1433,20 @@ impl Daemon {
         self.phase.send_replace(Phase::Closed);
     }
 
-    /// Stops every running session and waits until each one's last events are stored (for
-    /// shutting the daemon down).
+    /// How the warm CLIs stand, per [`WarmSpec`].
+    pub fn warm_status(&self) -> Vec<WarmStatus> {
+        self.warm.status()
+    }
+
+    /// Follows [`Daemon::warm_status`].
+    pub fn watch_warm(&self) -> watch::Receiver<Vec<WarmStatus>> {
+        self.warm.watch()
+    }
+
+    /// Stops every running session and waits until each one's last events are stored, and
+    /// ends the warm CLIs (for shutting the daemon down).
     pub async fn stop_all(&self) {
+        self.warm.close().await;
         let ids: Vec<String> = self
             .sessions
             .lock()

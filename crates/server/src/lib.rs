@@ -24,7 +24,8 @@ pub use api::router;
 pub use auth::{generate_token, AuthConfig};
 pub use daemon::Phase;
 pub use daemon::{
-    CreateSession, Daemon, DaemonConfig, DaemonError, Launch, Subscribed, Subscription,
+    CreateSession, Daemon, DaemonConfig, DaemonError, Launch, Subscribed, Subscription, WarmSpec,
+    MAX_WARM_CLIS,
 };
 pub use data_dir::{DaemonInfo, DataDir};
 pub use error::ApiError;

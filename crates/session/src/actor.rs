@@ -144,6 +144,24 @@ pub fn spawn_session_on(
     config: SessionConfig,
     link: stdio::CliLink,
 ) -> (SessionHandle, mpsc::Receiver<SessionEvent>) {
+    start_actor(config, link, None)
+}
+
+/// What a warm CLI brings to its session ([`crate::pool::WarmCli`]): the `initialize` line
+/// the pool already wrote, what the CLI said meanwhile (its answer first), and the permission
+/// mode to set before the first prompt.
+pub(crate) struct WarmStart {
+    pub(crate) sent: Arc<str>,
+    pub(crate) received: Vec<TransportEvent>,
+    pub(crate) mode: Option<PermissionMode>,
+}
+
+/// Starts the actor on `link`; a warm one skips writing what the pool wrote.
+pub(crate) fn start_actor(
+    config: SessionConfig,
+    link: stdio::CliLink,
+    warm: Option<WarmStart>,
+) -> (SessionHandle, mpsc::Receiver<SessionEvent>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut core =
         SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
@@ -165,7 +183,7 @@ pub fn spawn_session_on(
     };
     let cli_run = actor.link.process.run().cloned();
     let initialize = ControlRequestPayload::Initialize(config.initialize.unwrap_or_default());
-    tokio::spawn(actor.run(initialize));
+    tokio::spawn(actor.run(initialize, warm));
     (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
 }
 
@@ -186,32 +204,46 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, initialize: ControlRequestPayload) {
-        let effects = self.core.on_started(Some(initialize));
-        self.apply(effects).await;
+    async fn run(mut self, initialize: ControlRequestPayload, warm: Option<WarmStart>) {
+        let mut effects = self.core.on_started(Some(initialize));
+        let mut exited = false;
+        match warm {
+            None => self.apply(effects).await,
+            Some(warm) => {
+                // The pool wrote this `initialize` when it warmed the CLI: the log records it
+                // here all the same, but it is not written twice.
+                let mut skipped = false;
+                effects.retain(|effect| match effect {
+                    Effect::Send(line) if !skipped && **line == *warm.sent => {
+                        skipped = true;
+                        false
+                    }
+                    _ => true,
+                });
+                self.apply(effects).await;
+                // What the CLI said meanwhile: `initialize`'s answer, first.
+                for event in warm.received {
+                    if !exited {
+                        exited = self.on_transport(event).await;
+                    }
+                }
+                if let Some(mode) = warm.mode.filter(|_| !exited) {
+                    let request =
+                        SetPermissionModeRequest { mode, ..SetPermissionModeRequest::default() };
+                    let (_, effects) = self
+                        .core
+                        .control_before_prompts(ControlRequestPayload::SetPermissionMode(request));
+                    self.apply(effects).await;
+                }
+            }
+        }
         let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
         let mut commands_open = true;
-        loop {
+        while !exited {
             tokio::select! {
                 event = self.link.events.recv() => {
                     let Some(event) = event else { break };
-                    let effects = match event {
-                        TransportEvent::Line(received) => self.core.on_line(*received),
-                        TransportEvent::BadLine(error) => self.core.on_bad_line(error),
-                        TransportEvent::Stderr(line) => self.core.on_stderr(line),
-                        TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
-                        TransportEvent::Disconnected => self.core.on_disconnected(),
-                        TransportEvent::Undelivered(line) => self.core.on_undelivered(&line),
-                        TransportEvent::Sent(line) => self.core.on_sent(&line),
-                        TransportEvent::Resent(line) => self.core.on_resent(&line),
-                        TransportEvent::Exited(exit) => {
-                            let description = exit.describe();
-                            let effects = self.core.on_exit(exit.code, exit.signal, description);
-                            self.apply(effects).await;
-                            break;
-                        }
-                    };
-                    self.apply(effects).await;
+                    exited = self.on_transport(event).await;
                 }
                 command = self.commands.recv(), if commands_open => {
                     let Some(command) = command else {
@@ -259,6 +291,28 @@ impl Actor {
             let _ = waiter.send(step);
         }
         let _ = self.snapshot.send(self.core.snapshot());
+    }
+
+    /// Feeds one event of the CLI's to the core; returns whether the CLI exited.
+    async fn on_transport(&mut self, event: TransportEvent) -> bool {
+        let effects = match event {
+            TransportEvent::Line(received) => self.core.on_line(*received),
+            TransportEvent::BadLine(error) => self.core.on_bad_line(error),
+            TransportEvent::Stderr(line) => self.core.on_stderr(line),
+            TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
+            TransportEvent::Disconnected => self.core.on_disconnected(),
+            TransportEvent::Undelivered(line) => self.core.on_undelivered(&line),
+            TransportEvent::Sent(line) => self.core.on_sent(&line),
+            TransportEvent::Resent(line) => self.core.on_resent(&line),
+            TransportEvent::Exited(exit) => {
+                let description = exit.describe();
+                let effects = self.core.on_exit(exit.code, exit.signal, description);
+                self.apply(effects).await;
+                return true;
+            }
+        };
+        self.apply(effects).await;
+        false
     }
 
     /// Interrupts a running turn, closes the CLI's input, and starts the SIGTERM / SIGKILL

@@ -265,9 +265,11 @@ pub struct SessionCore {
     answered: VecDeque<String>,
     answered_set: HashSet<String>,
     /// User messages held until `initialize` is answered (2.1.37 refuses `initialize` after
-    /// the first user message, so it must go first).
+    /// the first user message, so it must go first), and whatever else was sent before the
+    /// first prompt ([`SessionCore::control_before_prompts`]).
     held: Vec<Arc<str>>,
-    awaiting_initialize: Option<String>,
+    /// The request ids of those: `initialize`'s first.
+    awaiting: Vec<String>,
     /// Set when we asked the CLI to end.
     shutdown_requested: bool,
     snapshot: SessionSnapshot,
@@ -301,7 +303,7 @@ impl SessionCore {
             answered: VecDeque::new(),
             answered_set: HashSet::new(),
             held: Vec::new(),
-            awaiting_initialize: None,
+            awaiting: Vec::new(),
             initialize: None,
             calls: indexmap::IndexMap::new(),
             decided: indexmap::IndexMap::new(),
@@ -385,7 +387,7 @@ impl SessionCore {
         match initialize {
             Some(payload) => {
                 let (request_id, mut sent) = self.control(payload);
-                self.awaiting_initialize = Some(request_id);
+                self.awaiting.push(request_id);
                 effects.append(&mut sent);
             }
             None => self.set_state(SessionState::Idle, &mut effects),
@@ -406,7 +408,7 @@ impl SessionCore {
         let mut effects = Vec::new();
         let raw = self.write(Message::User(message), &mut effects);
         self.snapshot.queued_turns += 1;
-        if self.awaiting_initialize.is_some() {
+        if !self.awaiting.is_empty() {
             // Hold the line itself; its `Line` event was emitted, the write waits.
             effects.retain(|effect| !matches!(effect, Effect::Send(_)));
             self.held.push(raw);
@@ -414,6 +416,20 @@ impl SessionCore {
             self.set_state(SessionState::Working, &mut effects);
         }
         effects
+    }
+
+    /// Sends one of our control requests before the first prompt, which waits for its answer
+    /// as it waits for `initialize`'s: a warm CLI's permission mode is set so before it runs
+    /// anything ([`crate::pool`]). Call it before the first [`SessionCore::send_user`].
+    pub fn control_before_prompts(
+        &mut self,
+        payload: ControlRequestPayload,
+    ) -> (String, Vec<Effect>) {
+        let (request_id, effects) = self.control(payload);
+        if !self.state.is_final() {
+            self.awaiting.push(request_id.clone());
+        }
+        (request_id, effects)
     }
 
     /// Sends one of our control requests; returns its request id. The answer comes as
@@ -908,9 +924,7 @@ impl SessionCore {
                             seconds: self.control_timeout.as_secs(),
                         }),
                     ));
-                    if self.awaiting_initialize.as_deref() == Some(request_id.as_str()) {
-                        self.initialize_settled(&mut effects);
-                    }
+                    self.awaited(&request_id, &mut effects);
                 }
             }
             Timer::Permission(request_id) => {
@@ -972,7 +986,7 @@ impl SessionCore {
 
     fn resume_working(&mut self, effects: &mut Vec<Effect>) {
         if matches!(self.state, SessionState::Idle | SessionState::Starting)
-            && self.awaiting_initialize.is_none()
+            && self.awaiting.is_empty()
         {
             self.set_state(SessionState::Working, effects);
         }
@@ -1335,9 +1349,7 @@ impl SessionCore {
             }),
         };
         effects.push(Effect::ControlDone(request_id.to_owned(), result));
-        if self.awaiting_initialize.as_deref() == Some(request_id) {
-            self.initialize_settled(effects);
-        }
+        self.awaited(request_id, effects);
     }
 
     fn take_initialize_response(&mut self, success: &ControlSuccess, effects: &mut Vec<Effect>) {
@@ -1359,9 +1371,18 @@ impl SessionCore {
         }
     }
 
-    /// `initialize` was answered (or timed out): release held user messages.
-    fn initialize_settled(&mut self, effects: &mut Vec<Effect>) {
-        self.awaiting_initialize = None;
+    /// One of the requests user messages wait for was answered (or timed out): the last one
+    /// releases them.
+    fn awaited(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
+        let before = self.awaiting.len();
+        self.awaiting.retain(|awaited| awaited != request_id);
+        if self.awaiting.is_empty() && before > 0 {
+            self.release_held(effects);
+        }
+    }
+
+    /// Nothing is awaited before the first prompt any more: release held user messages.
+    fn release_held(&mut self, effects: &mut Vec<Effect>) {
         let held = std::mem::take(&mut self.held);
         if held.is_empty() {
             if self.state == SessionState::Starting {

@@ -5,6 +5,7 @@
 //!   the returned event stream reports everything, in order.
 //! - [`core::SessionCore`] is the sans-IO state machine behind it.
 //! - [`policy::Policy`] is the permission engine's pure core.
+//! - [`pool::WarmPool`] keeps CLIs started ahead of their sessions.
 //! - [`projection::Projector`] turns a session's events into the one typed stream of what they
 //!   mean ([`Update`]) and one snapshot ([`View`]): every face reads that, never the lines.
 
@@ -12,10 +13,12 @@ pub mod actor;
 pub mod core;
 pub mod event;
 pub mod policy;
+pub mod pool;
 pub mod projection;
 
 pub use actor::{spawn_session, spawn_session_on, SessionConfig, SessionError, SessionHandle};
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 pub use policy::{Behavior, Decision, MatchContext, Policy, PolicyError};
+pub use pool::{WarmCli, WarmPool, WarmStatus};
 pub use projection::{Projector, Update, View};

@@ -14,6 +14,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 mod drops;
 mod matrix;
 mod ui;
+mod warm;
 
 const TOKEN: &str = "test-token-0123456789";
 const WAIT: Duration = Duration::from_secs(90);
@@ -54,6 +55,7 @@ impl Server {
             runs_file: None,
             store_retry_limit: None,
             relay_stall_limit: None,
+            warm: Vec::new(),
         };
         let mut config = config;
         configure(&mut config);

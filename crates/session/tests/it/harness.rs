@@ -68,6 +68,16 @@ impl Harness {
         Harness { api, sandbox, handle, events, log: Vec::new(), cursor: 0 }
     }
 
+    /// A harness around a session started elsewhere (on a warm CLI, say).
+    pub(crate) fn around(
+        api: FakeApi,
+        sandbox: CliSandbox,
+        handle: SessionHandle,
+        events: mpsc::Receiver<SessionEvent>,
+    ) -> Harness {
+        Harness { api, sandbox, handle, events, log: Vec::new(), cursor: 0 }
+    }
+
     /// Waits for the next event (after those already looked at) that satisfies `predicate`.
     pub(crate) async fn until(
         &mut self,

@@ -4,3 +4,4 @@
 mod fake;
 mod harness;
 mod real;
+mod warm;

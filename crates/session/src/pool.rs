@@ -1,0 +1,561 @@
+//! The warm pool: CLIs started ahead of their sessions, so that a new session skips the CLI's
+//! cold start (0.4 s on 2.1.330, 1.2 s or more on 2.1.37, before it reads its first line).
+//!
+//! A warm CLI is spawned with a session's launch options and sent the session's `initialize`;
+//! once that is answered it waits, idle, for a session that fits it. It has made no API call
+//! (a CLI asks the API nothing before its first prompt). When a session takes it, the session's
+//! actor logs the `initialize` line and its answer as if it had sent them itself, so a warm
+//! session's log is a cold one's.
+//!
+//! **What fits.** Everything fixed at spawn must be equal: the program, the working directory,
+//! the whole environment, every flag, and the `initialize` line. Two things may differ, because
+//! the CLI changes them at run time without a word to the API:
+//!
+//! - the permission mode: a warm CLI launched without one is set to the session's with
+//!   `set_permission_mode` before its first prompt, which waits for the answer. Not
+//!   `bypassPermissions`: 2.1.330 refuses to switch to it unless it was launched for it, so a
+//!   session that asks for it fits only a CLI launched with it;
+//! - nothing else. The model is part of the key: `set_model` on 2.1.330 makes a one-token API
+//!   call to validate the model (billed) and adds a replayed user message to the conversation,
+//!   so a warm CLI is launched with the model its sessions use.
+//!
+//! A pool keeps each configuration's count of CLIs: it starts one at a time per configuration
+//! (a cold start takes a core for most of a second), replaces one taken or lost, and backs off
+//! (1 s, doubling to 5 min) while starts fail or idle CLIs die. [`WarmPool::close`] ends them.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use switchboard_protocol::control::ControlResponseBody;
+use switchboard_protocol::{ControlRequestPayload, Message, PermissionMode};
+use switchboard_transport::stdio::{self, CliLink, TransportEvent};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio_util::task::TaskTracker;
+
+use crate::actor::{start_actor, SessionConfig, SessionHandle, WarmStart};
+use crate::core::{Effect, SessionCore};
+use crate::event::SessionEvent;
+use crate::policy::MatchContext;
+
+/// How long a warm CLI may take to answer `initialize` before it counts as failed.
+pub const WARM_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The most events an idle warm CLI may write (stderr lines, say) before it is ended as
+/// misbehaving: it holds them for its session, so they are bounded.
+pub const MAX_IDLE_EVENTS: usize = 64;
+
+/// The first wait after a failed start; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest wait between failed starts.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How long a warm CLI gets to exit after its input closes, when the pool ends it.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything of a CLI fixed at spawn, which a session must match to take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WarmKey {
+    program: PathBuf,
+    cwd: PathBuf,
+    clear_env: bool,
+    env: BTreeMap<String, String>,
+    /// Every argument but `--permission-mode`.
+    args: Vec<OsString>,
+    /// The `initialize` line, as the session would write it.
+    initialize: Arc<str>,
+}
+
+/// The key of `config`'s CLI, and the permission mode it launches with.
+fn key_of(config: &SessionConfig) -> (WarmKey, Option<PermissionMode>) {
+    let mut options = config.launch_options();
+    let mode = options.permission_mode.take();
+    let key = WarmKey {
+        program: options.program(),
+        cwd: options.cwd.clone(),
+        clear_env: options.clear_env,
+        env: options.env.clone(),
+        args: options.args(),
+        initialize: initialize_line(config),
+    };
+    (key, mode)
+}
+
+/// The `initialize` line a session on `config` writes first: computed by the session core
+/// itself, so the pool writes exactly what the session would.
+fn initialize_line(config: &SessionConfig) -> Arc<str> {
+    let mut core = SessionCore::new(
+        config.policy.clone(),
+        MatchContext { cwd: config.cli.cwd.clone(), home: None },
+    );
+    let payload = ControlRequestPayload::Initialize(config.initialize.clone().unwrap_or_default());
+    core.on_started(Some(payload))
+        .into_iter()
+        .find_map(|effect| match effect {
+            Effect::Send(line) => Some(line),
+            _ => None,
+        })
+        .unwrap_or_else(|| Arc::from(""))
+}
+
+/// Whether a session asking for `wanted` may take a CLI launched with `launched`, and which
+/// mode it must then set before its first prompt.
+fn mode_change(
+    launched: &Option<PermissionMode>,
+    wanted: &Option<PermissionMode>,
+) -> Result<Option<PermissionMode>, ()> {
+    let bypass = |mode: &Option<PermissionMode>| {
+        mode.as_ref().is_some_and(|mode| matches!(mode, PermissionMode::BypassPermissions))
+    };
+    match (launched, wanted) {
+        (launched, wanted) if launched == wanted => Ok(None),
+        // Only a CLI launched without a mode follows its settings' default; one launched with
+        // a mode cannot be sent back to "whatever the settings say".
+        (None, Some(wanted)) if !bypass(&Some(wanted.clone())) => Ok(Some(wanted.clone())),
+        _ => Err(()),
+    }
+}
+
+/// A CLI that answered `initialize` and waits for a session.
+pub struct WarmCli {
+    link: CliLink,
+    key: WarmKey,
+    received: Vec<TransportEvent>,
+    launched: Option<PermissionMode>,
+}
+
+impl std::fmt::Debug for WarmCli {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmCli").field("pid", &self.link.process.pid()).finish()
+    }
+}
+
+impl WarmCli {
+    /// Starts `config`'s CLI and sends it `initialize`; returns once the CLI answered (within
+    /// [`WARM_UP_LIMIT`]). A CLI that did not is ended.
+    pub async fn start(config: &SessionConfig) -> Result<WarmCli, String> {
+        let (key, launched) = key_of(config);
+        let mut link = stdio::spawn(&config.launch_options()).map_err(|error| error.to_string())?;
+        let request_id = request_id_of(&key.initialize);
+        link.process
+            .enqueue(bytes::Bytes::from(key.initialize.as_bytes().to_vec()))
+            .await
+            .map_err(|error| format!("the CLI took no input: {error}"))?;
+        let mut received = Vec::new();
+        let answered = tokio::time::timeout(WARM_UP_LIMIT, async {
+            loop {
+                let Some(event) = link.events.recv().await else {
+                    return Err("its output ended before it answered initialize".to_owned());
+                };
+                let answer = match &event {
+                    TransportEvent::Line(line) => match &line.message {
+                        Message::ControlResponse(response)
+                            if response.request_id() == request_id.as_deref() =>
+                        {
+                            Some(matches!(response.response, ControlResponseBody::Success(_)))
+                        }
+                        _ => None,
+                    },
+                    TransportEvent::Exited(exit) => {
+                        let stderr = received.iter().rev().find_map(|event| match event {
+                            TransportEvent::Stderr(line) => Some(format!(": {line}")),
+                            _ => None,
+                        });
+                        return Err(format!(
+                            "it {} before it answered initialize{}",
+                            exit.describe(),
+                            stderr.unwrap_or_default()
+                        ));
+                    }
+                    _ => None,
+                };
+                received.push(event);
+                match answer {
+                    Some(true) => return Ok(()),
+                    Some(false) => return Err("it refused initialize".to_owned()),
+                    None if received.len() > MAX_IDLE_EVENTS => {
+                        return Err(format!(
+                            "it wrote more than {MAX_IDLE_EVENTS} lines before it answered initialize"
+                        ));
+                    }
+                    None => {}
+                }
+            }
+        })
+        .await;
+        match answered {
+            Ok(Ok(())) => Ok(WarmCli { link, key, received, launched }),
+            Ok(Err(error)) => Err(error),
+            Err(_) => {
+                Err(format!("it did not answer initialize within {} s", WARM_UP_LIMIT.as_secs()))
+            }
+        }
+    }
+
+    /// The CLI's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.link.process.pid()
+    }
+
+    /// Whether a session on `config` may take this CLI.
+    pub fn fits(&self, config: &SessionConfig) -> bool {
+        let (key, wanted) = key_of(config);
+        key == self.key && mode_change(&self.launched, &wanted).is_ok()
+    }
+
+    /// Starts a session on this CLI, as [`crate::spawn_session`] would on a new one, if it
+    /// fits `config` ([`WarmCli::fits`]); gives the CLI back if it does not.
+    #[allow(clippy::result_large_err)] // the CLI itself comes back
+    pub fn into_session(
+        self,
+        config: SessionConfig,
+    ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), WarmCli> {
+        let (key, wanted) = key_of(&config);
+        let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
+        if key != self.key {
+            return Err(self);
+        }
+        let warm = WarmStart { sent: self.key.initialize, received: self.received, mode };
+        Ok(start_actor(config, self.link, Some(warm)))
+    }
+
+    /// Ends the CLI: closes its input, then signals it if it stays.
+    pub async fn end(mut self) {
+        self.link.process.shutdown(CLOSE_GRACE).await;
+    }
+}
+
+/// The request id in an `initialize` line the core wrote.
+fn request_id_of(line: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(line.trim_end()).ok()?;
+    value.get("request_id")?.as_str().map(str::to_owned)
+}
+
+/// How one configuration of a pool stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WarmStatus {
+    /// Its working directory.
+    pub cwd: PathBuf,
+    /// Its model (`None`: the CLI's default).
+    pub model: Option<String>,
+    /// How many CLIs it keeps warm.
+    pub count: usize,
+    /// How many are warm now.
+    pub ready: usize,
+    /// Whether one is starting.
+    pub starting: bool,
+    /// How many sessions took one.
+    pub served: u64,
+    /// Failed starts and idle deaths since one last served (the back-off grows with them).
+    pub failures: u32,
+    /// Why the last start failed or the last idle CLI died.
+    pub last_error: Option<String>,
+    /// The warm CLIs' process ids.
+    pub pids: Vec<u32>,
+}
+
+/// CLIs kept warm for sessions to take; see the module's documentation. Cheap to clone.
+#[derive(Clone)]
+pub struct WarmPool {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for WarmPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WarmPool").field("status", &*self.shared.status.borrow()).finish()
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    status: watch::Sender<Vec<WarmStatus>>,
+    closed: watch::Sender<bool>,
+    tasks: TaskTracker,
+}
+
+struct State {
+    entries: Vec<Entry>,
+    closed: bool,
+    next_ticket: u64,
+}
+
+/// One configuration.
+struct Entry {
+    config: SessionConfig,
+    key: WarmKey,
+    launched: Option<PermissionMode>,
+    /// The idle CLIs, oldest first: each a way to ask its watcher for it.
+    ready: Vec<Ticket>,
+    status: WarmStatus,
+    wake: Arc<Notify>,
+}
+
+struct Ticket {
+    id: u64,
+    pid: u32,
+    ask: oneshot::Sender<oneshot::Sender<WarmCli>>,
+}
+
+impl Default for WarmPool {
+    fn default() -> Self {
+        WarmPool::new()
+    }
+}
+
+impl WarmPool {
+    /// An empty pool.
+    pub fn new() -> WarmPool {
+        let shared = Shared {
+            state: Mutex::new(State { entries: Vec::new(), closed: false, next_ticket: 0 }),
+            status: watch::channel(Vec::new()).0,
+            closed: watch::channel(false).0,
+            tasks: TaskTracker::new(),
+        };
+        WarmPool { shared: Arc::new(shared) }
+    }
+
+    /// Keeps `count` CLIs warm for sessions on `config` (its permission mode included: leave it
+    /// out to serve every mode but `bypassPermissions`).
+    pub fn keep(&self, config: SessionConfig, count: usize) {
+        let (key, launched) = key_of(&config);
+        let status = WarmStatus {
+            cwd: config.cli.cwd.clone(),
+            model: config.cli.model.clone(),
+            count,
+            ready: 0,
+            starting: false,
+            served: 0,
+            failures: 0,
+            last_error: None,
+            pids: Vec::new(),
+        };
+        let wake = Arc::new(Notify::new());
+        let index = {
+            let Ok(mut state) = self.shared.state.lock() else { return };
+            if state.closed {
+                return;
+            }
+            state.entries.push(Entry { config, key, launched, ready: Vec::new(), status, wake });
+            state.entries.len() - 1
+        };
+        self.shared.publish();
+        self.shared.tasks.spawn(keep(self.shared.clone(), index));
+    }
+
+    /// A warm CLI that fits `config` ([`WarmCli::fits`]), if one is ready; the pool starts
+    /// another in its place.
+    pub async fn take(&self, config: &SessionConfig) -> Option<WarmCli> {
+        let (key, wanted) = key_of(config);
+        loop {
+            let ticket = {
+                let mut state = self.shared.state.lock().ok()?;
+                let entry = state.entries.iter_mut().find(|entry| {
+                    entry.key == key
+                        && mode_change(&entry.launched, &wanted).is_ok()
+                        && !entry.ready.is_empty()
+                })?;
+                let ticket = entry.ready.remove(0);
+                entry.status.served += 1;
+                entry.status.failures = 0;
+                entry.wake.notify_one();
+                ticket
+            };
+            self.shared.publish();
+            let (reply, cli) = oneshot::channel();
+            if ticket.ask.send(reply).is_err() {
+                continue;
+            }
+            if let Ok(cli) = cli.await {
+                return Some(cli);
+            }
+        }
+    }
+
+    /// How each configuration stands.
+    pub fn status(&self) -> Vec<WarmStatus> {
+        self.shared.status.borrow().clone()
+    }
+
+    /// Follows [`WarmPool::status`].
+    pub fn watch(&self) -> watch::Receiver<Vec<WarmStatus>> {
+        self.shared.status.subscribe()
+    }
+
+    /// Ends every warm CLI and stops starting new ones; returns once they have exited.
+    pub async fn close(&self) {
+        if let Ok(mut state) = self.shared.state.lock() {
+            state.closed = true;
+            for entry in &mut state.entries {
+                // Each watcher sees its ticket dropped and ends its CLI.
+                entry.ready.clear();
+            }
+        }
+        self.shared.closed.send_replace(true);
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+        self.shared.publish();
+    }
+}
+
+impl Shared {
+    fn publish(&self) {
+        let Ok(mut state) = self.state.lock() else { return };
+        let list = state
+            .entries
+            .iter_mut()
+            .map(|entry| {
+                entry.status.ready = entry.ready.len();
+                entry.status.pids = entry.ready.iter().map(|ticket| ticket.pid).collect();
+                entry.status.clone()
+            })
+            .collect();
+        drop(state);
+        self.status.send_replace(list);
+    }
+
+    /// Changes entry `index`'s status.
+    fn note(&self, index: usize, change: impl FnOnce(&mut WarmStatus)) {
+        if let Ok(mut state) = self.state.lock() {
+            if let Some(entry) = state.entries.get_mut(index) {
+                change(&mut entry.status);
+            }
+        }
+        self.publish();
+    }
+}
+
+/// The wait before the next start after `failures` failures in a row.
+fn backoff(failures: u32) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    FIRST_BACKOFF.saturating_mul(1 << (failures - 1).min(16)).min(MAX_BACKOFF)
+}
+
+/// Keeps entry `index` at its count: one start at a time, backing off after failures.
+async fn keep(shared: Arc<Shared>, index: usize) {
+    let mut closed = shared.closed.subscribe();
+    loop {
+        let (config, wake, wait) = {
+            let Ok(state) = shared.state.lock() else { return };
+            if state.closed {
+                return;
+            }
+            let Some(entry) = state.entries.get(index) else { return };
+            let need = entry.ready.len() < entry.status.count;
+            let wait = need.then(|| backoff(entry.status.failures));
+            (entry.config.clone(), entry.wake.clone(), wait)
+        };
+        let Some(wait) = wait else {
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = closed.wait_for(|closed| *closed) => return,
+            }
+            continue;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = closed.wait_for(|closed| *closed) => return,
+        }
+        shared.note(index, |status| status.starting = true);
+        // Cancelled by a close, the start drops its CLI, which kills it.
+        let started = tokio::select! {
+            started = WarmCli::start(&config) => started,
+            _ = closed.wait_for(|closed| *closed) => return,
+        };
+        match started {
+            Ok(cli) => {
+                let (ask, asked) = oneshot::channel();
+                let pid = cli.pid().unwrap_or_default();
+                let refused = {
+                    let Ok(mut state) = shared.state.lock() else { return };
+                    if state.closed {
+                        Some(cli)
+                    } else {
+                        state.next_ticket += 1;
+                        let id = state.next_ticket;
+                        if let Some(entry) = state.entries.get_mut(index) {
+                            entry.status.starting = false;
+                            entry.ready.push(Ticket { id, pid, ask });
+                        }
+                        shared.tasks.spawn(watch_idle(shared.clone(), index, id, cli, asked));
+                        None
+                    }
+                };
+                if let Some(cli) = refused {
+                    cli.end().await;
+                    return;
+                }
+                shared.publish();
+            }
+            Err(error) => {
+                tracing::warn!(cwd = %config.cli.cwd.display(), %error, "a warm CLI failed to start");
+                shared.note(index, |status| {
+                    status.starting = false;
+                    status.failures += 1;
+                    status.last_error = Some(format!("a warm CLI failed to start: {error}"));
+                });
+            }
+        }
+    }
+}
+
+/// Holds an idle warm CLI until a session asks for it (through its ticket), the pool closes
+/// (the ticket is dropped), or the CLI dies or misbehaves (its ticket is withdrawn).
+async fn watch_idle(
+    shared: Arc<Shared>,
+    index: usize,
+    ticket: u64,
+    mut cli: WarmCli,
+    mut asked: oneshot::Receiver<oneshot::Sender<WarmCli>>,
+) {
+    let why = loop {
+        tokio::select! {
+            biased;
+            asked = &mut asked => {
+                match asked {
+                    Ok(reply) => {
+                        if let Err(cli) = reply.send(cli) {
+                            cli.end().await;
+                        }
+                    }
+                    Err(_) => cli.end().await,
+                }
+                return;
+            }
+            event = cli.link.events.recv() => match event {
+                None => break "its output ended while it was idle".to_owned(),
+                Some(TransportEvent::Exited(exit)) => {
+                    break format!("a warm CLI {} while it was idle", exit.describe());
+                }
+                Some(event) => {
+                    cli.received.push(event);
+                    if cli.received.len() > MAX_IDLE_EVENTS {
+                        break format!(
+                            "a warm CLI wrote more than {MAX_IDLE_EVENTS} lines while idle, so it was ended"
+                        );
+                    }
+                }
+            },
+        }
+    };
+    tracing::warn!(pid = cli.pid(), %why, "a warm CLI is gone");
+    let wake = {
+        let Ok(mut state) = shared.state.lock() else { return };
+        state.entries.get_mut(index).map(|entry| {
+            entry.ready.retain(|held| held.id != ticket);
+            entry.status.failures += 1;
+            entry.status.last_error = Some(why);
+            entry.wake.clone()
+        })
+    };
+    shared.publish();
+    if let Some(wake) = wake {
+        wake.notify_one();
+    }
+    cli.end().await;
+}
