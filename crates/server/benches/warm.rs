@@ -1,7 +1,8 @@
 //! Warm-pool benchmark: how long a new session takes from the request to its CLI's
 //! `system/init`, cold (the daemon spawns the CLI) and warm (`serve --warm`: a CLI started
 //! ahead takes the session), per CLI version, in one run, against the scripted fake API. Also
-//! counts the API requests warm CLIs make while they wait (there must be none). Prints a
+//! counts the API requests beyond the sessions' prompts, which warm CLIs would have made while
+//! they started and waited (there must be none). Prints a
 //! Markdown table.
 //!
 //! `cargo bench -p switchboard-server --bench warm -- [--samples N] [--versions 2.1.330,2.1.37]
@@ -51,7 +52,7 @@ fn parse_args() -> Args {
 struct Measured {
     /// Request to `system/init`, per session.
     ready: Vec<Duration>,
-    /// Requests to the API made by idle warm CLIs.
+    /// Requests to the API beyond the sessions' prompts (made by CLIs before their first).
     idle_requests: usize,
 }
 
@@ -74,15 +75,12 @@ async fn measure(version: &str, samples: usize, warm: bool) -> Measured {
     let daemon = Daemon::open(store, config).await.unwrap();
     let mut pool = daemon.watch_warm();
     let mut ready = Vec::new();
-    let mut idle_requests = 0;
     for _ in 0..samples {
-        let before = api.requests().len();
         if warm {
             tokio::time::timeout(WAIT, pool.wait_for(|list| list[0].ready == 1))
                 .await
                 .expect("the pool warms up")
                 .unwrap();
-            idle_requests += api.requests().len() - before;
         }
         let request = CreateSession {
             cwd: sandbox.workdir(),
@@ -118,6 +116,9 @@ async fn measure(version: &str, samples: usize, warm: bool) -> Measured {
         daemon.stop(&record.id, false).await.unwrap();
     }
     daemon.stop_all().await;
+    // Each session asked the API one thing, its prompt: anything more came from CLIs while
+    // they started and waited in the pool.
+    let idle_requests = api.requests().len().saturating_sub(samples);
     Measured { ready, idle_requests }
 }
 
@@ -160,7 +161,7 @@ async fn main() {
         args.samples
     );
     println!(
-        "| CLI | cold | warm | warm, slowest | cold / warm | API requests by idle warm CLIs |"
+        "| CLI | cold | warm | warm, slowest | cold / warm | API requests beyond the prompts |"
     );
     println!("|---|--:|--:|--:|--:|--:|");
     for row in rows {

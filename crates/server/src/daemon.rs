@@ -509,7 +509,7 @@ impl Daemon {
                 "{warm_total} warm CLIs asked for; at most {MAX_WARM_CLIS} (each idle CLI holds about 200 MiB)"
             )));
         }
-        let daemon = Arc::new(Daemon {
+        let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             store,
             config,
             sessions: Mutex::new(HashMap::new()),
@@ -525,17 +525,18 @@ impl Daemon {
             runs_file_lock: tokio::sync::Mutex::new(()),
             record_writes: tokio::sync::Mutex::new(()),
             record_queue,
-            warm: WarmPool::new(),
+            warm: WarmPool::with_runs({
+                let me = me.clone();
+                Arc::new(move |run: &switchboard_transport::CliRun, running: bool| {
+                    let (me, run) = (me.clone(), run.clone());
+                    tokio::spawn(async move {
+                        if let Some(daemon) = me.upgrade() {
+                            daemon.record_run(&run, running).await;
+                        }
+                    });
+                })
+            }),
         });
-        for spec in &daemon.config.warm {
-            let launch =
-                Launch { cwd: spec.cwd.clone(), model: spec.model.clone(), ..Launch::default() };
-            let (config, _) =
-                daemon.session_config(&launch, None, false, None).await.map_err(|error| {
-                    DaemonError::Invalid(format!("warm CLIs for {}: {error}", spec.cwd.display()))
-                })?;
-            daemon.warm.keep(config, spec.count);
-        }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
@@ -560,6 +561,20 @@ impl Daemon {
             record.state = "exited".into();
             record.updated_ms = now_ms();
             daemon.store.update_session(&record).await?;
+        }
+        // Last: a daemon that failed to open starts no CLI.
+        let mut configs = Vec::new();
+        for spec in &daemon.config.warm {
+            let launch =
+                Launch { cwd: spec.cwd.clone(), model: spec.model.clone(), ..Launch::default() };
+            let (config, _) =
+                daemon.session_config(&launch, None, false, None).await.map_err(|error| {
+                    DaemonError::Invalid(format!("warm CLIs for {}: {error}", spec.cwd.display()))
+                })?;
+            configs.push((config, spec.count));
+        }
+        for (config, count) in configs {
+            daemon.warm.keep(config, count);
         }
         Ok(daemon)
     }
@@ -1446,7 +1461,6 @@ impl Daemon {
     /// Stops every running session and waits until each one's last events are stored, and
     /// ends the warm CLIs (for shutting the daemon down).
     pub async fn stop_all(&self) {
-        self.warm.close().await;
         let ids: Vec<String> = self
             .sessions
             .lock()
@@ -1457,7 +1471,15 @@ impl Daemon {
                 tracing::warn!(session = %id, %error, "stopping the session failed");
             }
         });
-        futures::future::join_all(stops).await;
+        futures::future::join(self.warm.close(), futures::future::join_all(stops)).await;
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // A daemon dropped without `stop_all` (one that failed to open, a test's) ends its warm
+        // CLIs all the same.
+        self.warm.close_now();
     }
 }
 

@@ -220,6 +220,9 @@ impl Actor {
                     }
                     _ => true,
                 });
+                // Prompts wait until the mode is set, and the session stays `starting` until
+                // then, as a cold one does until `initialize` is answered.
+                self.core.hold_prompts();
                 self.apply(effects).await;
                 // What the CLI said meanwhile: `initialize`'s answer, first.
                 for event in warm.received {
@@ -235,6 +238,8 @@ impl Actor {
                         .control_before_prompts(ControlRequestPayload::SetPermissionMode(request));
                     self.apply(effects).await;
                 }
+                let effects = self.core.release_prompts();
+                self.apply(effects).await;
             }
         }
         let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
@@ -376,6 +381,7 @@ impl Actor {
                         let _ = reply.send(result);
                     }
                 }
+                Effect::End => Box::pin(self.begin_shutdown(SHUTDOWN_GRACE)).await,
             }
         }
     }

@@ -78,6 +78,9 @@ pub enum Effect {
     StartTimer(Timer, Duration),
     /// Our control request `request_id` ended.
     ControlDone(String, Result<ControlSuccess, ControlFailure>),
+    /// End the CLI: the session cannot go on as it was asked to (a request its prompts
+    /// waited for failed; they were reported undelivered).
+    End,
 }
 
 /// A timer the core asked for.
@@ -270,6 +273,10 @@ pub struct SessionCore {
     held: Vec<Arc<str>>,
     /// The request ids of those: `initialize`'s first.
     awaiting: Vec<String>,
+    /// Those of them whose failure refuses every prompt ([`SessionCore::control_before_prompts`]).
+    required: Vec<String>,
+    /// Why prompts are refused: a request they waited for failed.
+    refused: Option<String>,
     /// Set when we asked the CLI to end.
     shutdown_requested: bool,
     snapshot: SessionSnapshot,
@@ -304,6 +311,8 @@ impl SessionCore {
             answered_set: HashSet::new(),
             held: Vec::new(),
             awaiting: Vec::new(),
+            required: Vec::new(),
+            refused: None,
             initialize: None,
             calls: indexmap::IndexMap::new(),
             decided: indexmap::IndexMap::new(),
@@ -408,7 +417,11 @@ impl SessionCore {
         let mut effects = Vec::new();
         let raw = self.write(Message::User(message), &mut effects);
         self.snapshot.queued_turns += 1;
-        if !self.awaiting.is_empty() {
+        if self.refused.is_some() {
+            // Never written: the session cannot run it as it was asked to.
+            effects.retain(|effect| !matches!(effect, Effect::Send(_)));
+            effects.append(&mut self.on_undelivered(raw.as_bytes()));
+        } else if !self.awaiting.is_empty() {
             // Hold the line itself; its `Line` event was emitted, the write waits.
             effects.retain(|effect| !matches!(effect, Effect::Send(_)));
             self.held.push(raw);
@@ -420,7 +433,9 @@ impl SessionCore {
 
     /// Sends one of our control requests before the first prompt, which waits for its answer
     /// as it waits for `initialize`'s: a warm CLI's permission mode is set so before it runs
-    /// anything ([`crate::pool`]). Call it before the first [`SessionCore::send_user`].
+    /// anything ([`crate::pool`]). If it fails (refused, or no answer in time), no prompt is
+    /// ever written (each is reported undelivered) and the CLI is ended ([`Effect::End`]): the
+    /// session must not run in another mode than it asked for.
     pub fn control_before_prompts(
         &mut self,
         payload: ControlRequestPayload,
@@ -428,8 +443,23 @@ impl SessionCore {
         let (request_id, effects) = self.control(payload);
         if !self.state.is_final() {
             self.awaiting.push(request_id.clone());
+            self.required.push(request_id.clone());
         }
         (request_id, effects)
+    }
+
+    /// Holds prompts until [`SessionCore::release_prompts`], as if a request were awaited: a
+    /// warm CLI's session replays the CLI's answer to `initialize` and then sets its mode, and
+    /// must not look idle in between.
+    pub fn hold_prompts(&mut self) {
+        self.awaiting.push(String::new());
+    }
+
+    /// Ends [`SessionCore::hold_prompts`].
+    pub fn release_prompts(&mut self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        self.awaited("", true, &mut effects);
+        effects
     }
 
     /// Sends one of our control requests; returns its request id. The answer comes as
@@ -924,7 +954,7 @@ impl SessionCore {
                             seconds: self.control_timeout.as_secs(),
                         }),
                     ));
-                    self.awaited(&request_id, &mut effects);
+                    self.awaited(&request_id, false, &mut effects);
                 }
             }
             Timer::Permission(request_id) => {
@@ -1348,8 +1378,9 @@ impl SessionCore {
                 pending: Vec::new(),
             }),
         };
+        let ok = result.is_ok();
         effects.push(Effect::ControlDone(request_id.to_owned(), result));
-        self.awaited(request_id, effects);
+        self.awaited(request_id, ok, effects);
     }
 
     fn take_initialize_response(&mut self, success: &ControlSuccess, effects: &mut Vec<Effect>) {
@@ -1371,12 +1402,22 @@ impl SessionCore {
         }
     }
 
-    /// One of the requests user messages wait for was answered (or timed out): the last one
-    /// releases them.
-    fn awaited(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
+    /// One of the requests user messages wait for was answered (`ok`: with success) or timed
+    /// out: the last one releases them, and a required one that failed refuses them.
+    fn awaited(&mut self, request_id: &str, ok: bool, effects: &mut Vec<Effect>) {
         let before = self.awaiting.len();
         self.awaiting.retain(|awaited| awaited != request_id);
-        if self.awaiting.is_empty() && before > 0 {
+        let required = self.required.iter().any(|id| id == request_id);
+        self.required.retain(|id| id != request_id);
+        if required && !ok && self.refused.is_none() {
+            self.refused = Some(request_id.to_owned());
+            for raw in std::mem::take(&mut self.held) {
+                effects.append(&mut self.on_undelivered(raw.as_bytes()));
+            }
+            effects.push(Effect::End);
+            return;
+        }
+        if self.awaiting.is_empty() && before > 0 && self.refused.is_none() {
             self.release_held(effects);
         }
     }

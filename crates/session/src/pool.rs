@@ -57,8 +57,18 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How long a warm CLI gets to exit after its input closes, when the pool ends it.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-/// Everything of a CLI fixed at spawn, which a session must match to take it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How long a warm CLI waits before the pool replaces it with a fresh one: it read its settings,
+/// memory files and MCP servers when it started, and a session should not get a CLI much
+/// staler than a cold start's (those files are also checked at every take).
+pub const MAX_IDLE: Duration = Duration::from_secs(600);
+
+/// A warm CLI that waited this long before it died counts as healthy: its death does not add
+/// to the back-off.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
+/// Everything of a CLI fixed at spawn, which a session must match to take it. (No `Debug`:
+/// the environment's values may be secrets.)
+#[derive(Clone, PartialEq, Eq)]
 struct WarmKey {
     program: PathBuf,
     cwd: PathBuf,
@@ -83,6 +93,39 @@ fn key_of(config: &SessionConfig) -> (WarmKey, Option<PermissionMode>) {
         initialize: initialize_line(config),
     };
     (key, mode)
+}
+
+/// The files a CLI reads when it starts, which a session's CLI must see as they are now: its
+/// program, the settings and memory files of its directory and its home, and the project's
+/// MCP servers. Each with its size and modification time (`None`: absent).
+type Fingerprint = Vec<(PathBuf, Option<(u64, std::time::SystemTime)>)>;
+
+fn fingerprint(config: &SessionConfig) -> Fingerprint {
+    let cli = &config.cli;
+    let home = cli.env.get("HOME").map(PathBuf::from).or_else(|| {
+        (!cli.clear_env).then(|| std::env::var_os("HOME").map(PathBuf::from)).flatten()
+    });
+    let mut files = vec![
+        cli.program(),
+        cli.cwd.join(".claude/settings.json"),
+        cli.cwd.join(".claude/settings.local.json"),
+        cli.cwd.join(".mcp.json"),
+        cli.cwd.join("CLAUDE.md"),
+        cli.cwd.join(".claude/CLAUDE.md"),
+    ];
+    if let Some(home) = home {
+        files.push(home.join(".claude/settings.json"));
+        files.push(home.join(".claude/CLAUDE.md"));
+    }
+    files
+        .into_iter()
+        .map(|path| {
+            let stamp = std::fs::metadata(&path)
+                .ok()
+                .and_then(|meta| Some((meta.len(), meta.modified().ok()?)));
+            (path, stamp)
+        })
+        .collect()
 }
 
 /// The `initialize` line a session on `config` writes first: computed by the session core
@@ -126,6 +169,10 @@ pub struct WarmCli {
     key: WarmKey,
     received: Vec<TransportEvent>,
     launched: Option<PermissionMode>,
+    /// What its start read, as it was then.
+    fingerprint: Fingerprint,
+    /// When it answered `initialize`.
+    ready_at: std::time::Instant,
 }
 
 impl std::fmt::Debug for WarmCli {
@@ -139,6 +186,7 @@ impl WarmCli {
     /// [`WARM_UP_LIMIT`]). A CLI that did not is ended.
     pub async fn start(config: &SessionConfig) -> Result<WarmCli, String> {
         let (key, launched) = key_of(config);
+        let fingerprint = fingerprint(config);
         let mut link = stdio::spawn(&config.launch_options()).map_err(|error| error.to_string())?;
         let request_id = request_id_of(&key.initialize);
         link.process
@@ -188,7 +236,14 @@ impl WarmCli {
         })
         .await;
         match answered {
-            Ok(Ok(())) => Ok(WarmCli { link, key, received, launched }),
+            Ok(Ok(())) => Ok(WarmCli {
+                link,
+                key,
+                received,
+                launched,
+                fingerprint,
+                ready_at: std::time::Instant::now(),
+            }),
             Ok(Err(error)) => Err(error),
             Err(_) => {
                 Err(format!("it did not answer initialize within {} s", WARM_UP_LIMIT.as_secs()))
@@ -201,10 +256,18 @@ impl WarmCli {
         self.link.process.pid()
     }
 
-    /// Whether a session on `config` may take this CLI.
+    /// The CLI's run (process id, start time, run id), for a record of the CLIs running.
+    pub fn run(&self) -> Option<&switchboard_transport::CliRun> {
+        self.link.process.run()
+    }
+
+    /// Whether a session on `config` may take this CLI: it was launched as the session's
+    /// would be, and the files it read at its start have not changed since.
     pub fn fits(&self, config: &SessionConfig) -> bool {
         let (key, wanted) = key_of(config);
-        key == self.key && mode_change(&self.launched, &wanted).is_ok()
+        key == self.key
+            && mode_change(&self.launched, &wanted).is_ok()
+            && fingerprint(config) == self.fingerprint
     }
 
     /// Starts a session on this CLI, as [`crate::spawn_session`] would on a new one, if it
@@ -214,11 +277,11 @@ impl WarmCli {
         self,
         config: SessionConfig,
     ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), WarmCli> {
-        let (key, wanted) = key_of(&config);
-        let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
-        if key != self.key {
+        if !self.fits(&config) {
             return Err(self);
         }
+        let (_, wanted) = key_of(&config);
+        let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
         let warm = WarmStart { sent: self.key.initialize, received: self.received, mode };
         Ok(start_actor(config, self.link, Some(warm)))
     }
@@ -275,7 +338,11 @@ struct Shared {
     status: watch::Sender<Vec<WarmStatus>>,
     closed: watch::Sender<bool>,
     tasks: TaskTracker,
+    runs: Option<RunObserver>,
 }
+
+/// Told of each warm CLI that starts (`true`) and each that ends unused (`false`).
+pub type RunObserver = Arc<dyn Fn(&switchboard_transport::CliRun, bool) + Send + Sync>;
 
 struct State {
     entries: Vec<Entry>,
@@ -309,11 +376,22 @@ impl Default for WarmPool {
 impl WarmPool {
     /// An empty pool.
     pub fn new() -> WarmPool {
+        WarmPool::build(None)
+    }
+
+    /// An empty pool that tells `runs` of each CLI it starts and each it ends unused (so that
+    /// a daemon killed with its warm CLIs can end what they left, as it does for sessions').
+    pub fn with_runs(runs: RunObserver) -> WarmPool {
+        WarmPool::build(Some(runs))
+    }
+
+    fn build(runs: Option<RunObserver>) -> WarmPool {
         let shared = Shared {
             state: Mutex::new(State { entries: Vec::new(), closed: false, next_ticket: 0 }),
             status: watch::channel(Vec::new()).0,
             closed: watch::channel(false).0,
             tasks: TaskTracker::new(),
+            runs,
         };
         WarmPool { shared: Arc::new(shared) }
     }
@@ -347,31 +425,45 @@ impl WarmPool {
     }
 
     /// A warm CLI that fits `config` ([`WarmCli::fits`]), if one is ready; the pool starts
-    /// another in its place.
+    /// another in its place. One whose start files changed since is ended instead.
     pub async fn take(&self, config: &SessionConfig) -> Option<WarmCli> {
         let (key, wanted) = key_of(config);
         loop {
-            let ticket = {
+            let (index, ticket) = {
                 let mut state = self.shared.state.lock().ok()?;
-                let entry = state.entries.iter_mut().find(|entry| {
+                let (index, entry) = state.entries.iter_mut().enumerate().find(|(_, entry)| {
                     entry.key == key
                         && mode_change(&entry.launched, &wanted).is_ok()
                         && !entry.ready.is_empty()
                 })?;
                 let ticket = entry.ready.remove(0);
-                entry.status.served += 1;
-                entry.status.failures = 0;
                 entry.wake.notify_one();
-                ticket
+                (index, ticket)
             };
             self.shared.publish();
             let (reply, cli) = oneshot::channel();
             if ticket.ask.send(reply).is_err() {
                 continue;
             }
-            if let Ok(cli) = cli.await {
-                return Some(cli);
+            let Ok(cli) = cli.await else { continue };
+            if !cli.fits(config) {
+                tracing::info!(
+                    pid = cli.pid(),
+                    "a warm CLI's settings changed since it started; ending it"
+                );
+                self.shared.note(index, |status| {
+                    status.last_error = Some(
+                        "a warm CLI was ended: files it read at its start (settings, CLAUDE.md, .mcp.json, the program) changed".into(),
+                    );
+                });
+                self.shared.ended(cli).await;
+                continue;
             }
+            self.shared.note(index, |status| {
+                status.served += 1;
+                status.failures = 0;
+            });
+            return Some(cli);
         }
     }
 
@@ -385,8 +477,16 @@ impl WarmPool {
         self.shared.status.subscribe()
     }
 
-    /// Ends every warm CLI and stops starting new ones; returns once they have exited.
+    /// Ends every warm CLI and stops starting new ones; returns once they have exited (a start
+    /// under way is killed).
     pub async fn close(&self) {
+        self.close_now();
+        self.shared.tasks.wait().await;
+        self.shared.publish();
+    }
+
+    /// Begins [`WarmPool::close`] without waiting: for an owner going away without a word.
+    pub fn close_now(&self) {
         if let Ok(mut state) = self.shared.state.lock() {
             state.closed = true;
             for entry in &mut state.entries {
@@ -396,12 +496,19 @@ impl WarmPool {
         }
         self.shared.closed.send_replace(true);
         self.shared.tasks.close();
-        self.shared.tasks.wait().await;
-        self.shared.publish();
     }
 }
 
 impl Shared {
+    /// Ends a warm CLI that no session takes, and tells the run observer.
+    async fn ended(&self, cli: WarmCli) {
+        let run = cli.run().cloned();
+        cli.end().await;
+        if let (Some(runs), Some(run)) = (&self.runs, run) {
+            runs(&run, false);
+        }
+    }
+
     fn publish(&self) {
         let Ok(mut state) = self.state.lock() else { return };
         let list = state
@@ -469,6 +576,9 @@ async fn keep(shared: Arc<Shared>, index: usize) {
         };
         match started {
             Ok(cli) => {
+                if let (Some(runs), Some(run)) = (&shared.runs, cli.run()) {
+                    runs(run, true);
+                }
                 let (ask, asked) = oneshot::channel();
                 let pid = cli.pid().unwrap_or_default();
                 let refused = {
@@ -487,7 +597,7 @@ async fn keep(shared: Arc<Shared>, index: usize) {
                     }
                 };
                 if let Some(cli) = refused {
-                    cli.end().await;
+                    shared.ended(cli).await;
                     return;
                 }
                 shared.publish();
@@ -505,7 +615,8 @@ async fn keep(shared: Arc<Shared>, index: usize) {
 }
 
 /// Holds an idle warm CLI until a session asks for it (through its ticket), the pool closes
-/// (the ticket is dropped), or the CLI dies or misbehaves (its ticket is withdrawn).
+/// (the ticket is dropped), it has waited [`MAX_IDLE`], or it dies or misbehaves (its ticket is
+/// withdrawn).
 async fn watch_idle(
     shared: Arc<Shared>,
     index: usize,
@@ -513,6 +624,8 @@ async fn watch_idle(
     mut cli: WarmCli,
     mut asked: oneshot::Receiver<oneshot::Sender<WarmCli>>,
 ) {
+    let stale = tokio::time::sleep_until((cli.ready_at + MAX_IDLE).into());
+    tokio::pin!(stale);
     let why = loop {
         tokio::select! {
             biased;
@@ -520,36 +633,45 @@ async fn watch_idle(
                 match asked {
                     Ok(reply) => {
                         if let Err(cli) = reply.send(cli) {
-                            cli.end().await;
+                            shared.ended(cli).await;
                         }
                     }
-                    Err(_) => cli.end().await,
+                    Err(_) => shared.ended(cli).await,
                 }
                 return;
             }
             event = cli.link.events.recv() => match event {
-                None => break "its output ended while it was idle".to_owned(),
+                None => break Some("its output ended while it was idle".to_owned()),
                 Some(TransportEvent::Exited(exit)) => {
-                    break format!("a warm CLI {} while it was idle", exit.describe());
+                    break Some(format!("a warm CLI {} while it was idle", exit.describe()));
                 }
                 Some(event) => {
                     cli.received.push(event);
                     if cli.received.len() > MAX_IDLE_EVENTS {
-                        break format!(
+                        break Some(format!(
                             "a warm CLI wrote more than {MAX_IDLE_EVENTS} lines while idle, so it was ended"
-                        );
+                        ));
                     }
                 }
             },
+            () = &mut stale => break None,
         }
     };
-    tracing::warn!(pid = cli.pid(), %why, "a warm CLI is gone");
+    // Withdrawn first: a take that asks meanwhile gets no answer and tries the next one.
+    drop(asked);
+    let healthy = cli.ready_at.elapsed() >= HEALTHY_AFTER;
+    if let Some(why) = &why {
+        tracing::warn!(pid = cli.pid(), %why, "a warm CLI is gone");
+    }
     let wake = {
         let Ok(mut state) = shared.state.lock() else { return };
         state.entries.get_mut(index).map(|entry| {
             entry.ready.retain(|held| held.id != ticket);
-            entry.status.failures += 1;
-            entry.status.last_error = Some(why);
+            if let Some(why) = why {
+                // A CLI that waited a good while was healthy: its death starts no back-off.
+                entry.status.failures = if healthy { 0 } else { entry.status.failures + 1 };
+                entry.status.last_error = Some(why);
+            }
             entry.wake.clone()
         })
     };
@@ -557,5 +679,5 @@ async fn watch_idle(
     if let Some(wake) = wake {
         wake.notify_one();
     }
-    cli.end().await;
+    shared.ended(cli).await;
 }

@@ -2,7 +2,8 @@
 
 use serde_json::json;
 use switchboard_protocol::codec::Received;
-use switchboard_protocol::control::InterruptRequest;
+use switchboard_protocol::control::{InterruptRequest, SetPermissionModeRequest};
+use switchboard_protocol::PermissionMode;
 
 use super::*;
 
@@ -73,6 +74,62 @@ fn user_messages_wait_for_initialize_then_go_in_order() {
     assert_eq!(core.state(), SessionState::Working);
     assert_eq!(core.snapshot().slash_commands, ["compact"]);
     assert_eq!(core.snapshot().available_models, ["opus"]);
+}
+
+/// A warm CLI's start: `initialize` answered, prompts held, then the session's mode set.
+fn warm_start_with_a_mode(core: &mut SessionCore) -> String {
+    core.on_started(Some(ControlRequestPayload::Initialize(Default::default())));
+    core.hold_prompts();
+    core.on_line(line(r#"{"type":"control_response","response":{"subtype":"success","request_id":"sb-1","response":{}}}"#));
+    assert_eq!(core.state(), SessionState::Starting, "not idle while the mode is still unset");
+    let request = SetPermissionModeRequest { mode: PermissionMode::Plan, ..Default::default() };
+    let (request_id, effects) =
+        core.control_before_prompts(ControlRequestPayload::SetPermissionMode(request));
+    assert_eq!(sent(&effects)[0]["request"]["subtype"], "set_permission_mode");
+    assert!(core.release_prompts().is_empty());
+    let effects = core.send_user(UserMessage::prompt("plan this"));
+    assert!(sent(&effects).is_empty(), "held until the mode is set");
+    request_id
+}
+
+#[test]
+fn a_warm_sessions_prompt_runs_only_once_its_mode_is_set() {
+    let mut core = core("");
+    let request_id = warm_start_with_a_mode(&mut core);
+    let effects = core.on_line(line(&json!({"type":"control_response","response":{"subtype":"success","request_id":request_id,"response":{"mode":"plan"}}}).to_string()));
+    let written = sent(&effects);
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0]["message"]["content"], "plan this");
+    assert_eq!(core.snapshot().permission_mode.as_deref(), Some("plan"));
+}
+
+#[test]
+fn a_warm_session_whose_mode_is_refused_runs_no_prompt_and_ends() {
+    for refusal in ["refused", "timed out"] {
+        let mut core = core("");
+        let request_id = warm_start_with_a_mode(&mut core);
+        let effects = if refusal == "refused" {
+            core.on_line(line(&json!({"type":"control_response","response":{"subtype":"error","request_id":request_id,"error":"no"}}).to_string()))
+        } else {
+            core.on_timer(Timer::Control(request_id.clone()))
+        };
+        assert!(sent(&effects).is_empty(), "{refusal}: the prompt never goes: {effects:?}");
+        assert!(
+            events(&effects)
+                .iter()
+                .any(|event| matches!(event, SessionEvent::Undelivered { prompt: true, .. })),
+            "{refusal}: the prompt is reported undelivered: {effects:?}"
+        );
+        assert!(
+            effects.iter().any(|effect| matches!(effect, Effect::End)),
+            "{refusal}: the CLI is ended"
+        );
+        let effects = core.send_user(UserMessage::prompt("and this"));
+        assert!(sent(&effects).is_empty(), "{refusal}: nor does a later one");
+        assert!(events(&effects)
+            .iter()
+            .any(|event| matches!(event, SessionEvent::Undelivered { .. })));
+    }
 }
 
 #[test]

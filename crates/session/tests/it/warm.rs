@@ -140,8 +140,30 @@ both!(
         let refilled = until_status(&pool, |status| status.ready == 1 && status.served == 1).await;
         assert_ne!(refilled.pids[0], first_pid);
         h.finish().await;
+
+        // A settings file it read at its start changes: it no longer fits, and is ended.
+        let settings = h.sandbox.workdir().join(".claude");
+        std::fs::create_dir_all(&settings).unwrap();
+        std::fs::write(settings.join("settings.json"), r#"{"permissions":{"deny":["WebFetch"]}}"#)
+            .unwrap();
+        assert!(
+            pool.take(&config).await.is_none(),
+            "a CLI that read older settings is not handed out"
+        );
+        let status = pool.status()[0].clone();
+        assert!(
+            status.last_error.as_deref().is_some_and(|error| error.contains("changed")),
+            "{status:?}"
+        );
+        assert!(!alive(refilled.pids[0]), "the stale CLI was ended");
+        let fresh = until_status(&pool, |status| status.ready == 1).await;
+        let cli = pool.take(&config).await.expect("a CLI started after the change fits");
+        assert_eq!(cli.pid(), Some(fresh.pids[0]));
+        cli.end().await;
+
+        let last = until_status(&pool, |status| status.ready == 1).await;
         pool.close().await;
-        assert!(!alive(refilled.pids[0]), "close ends the warm CLIs");
+        assert!(!alive(last.pids[0]), "close ends the warm CLIs");
         assert!(pool.take(&config).await.is_none());
     }
 );
@@ -184,13 +206,15 @@ async fn a_warm_cli_that_cannot_start_is_reported_and_retried_later() {
     let pool = WarmPool::new();
     pool.keep(config.clone(), 2);
     let failed = until_status(&pool, |status| status.failures >= 1).await;
+    let first = std::time::Instant::now();
     assert_eq!(failed.ready, 0);
     assert!(
         failed.last_error.as_deref().is_some_and(|error| error.contains("no-such-claude")),
         "the error names the program: {failed:?}"
     );
-    // It backs off (1 s, then 2 s, ...) rather than retrying at once.
-    assert!(pool.status()[0].failures <= 2, "{:?}", pool.status());
     assert!(pool.take(&config).await.is_none());
+    // It tries again after a back-off of a second (then two, then four, ...), not at once.
+    until_status(&pool, |status| status.failures >= 2).await;
+    assert!(first.elapsed() >= Duration::from_millis(900), "retried after {:?}", first.elapsed());
     pool.close().await;
 }
