@@ -415,8 +415,14 @@ try {
     assert.equal(await thinking.evaluate((node) => node.open), true, 'unfolds');
   });
 
-  await step('a Write shows its content, highlighted', async () => {
+  await step('a Write shows its content as the model writes it, highlighted', async () => {
     await send('WRITEME');
+    // Its input is held part-way: the card shows what has streamed, parsed by the daemon.
+    const writing = transcript().locator('.tool-Write.streaming-input', { hasText: 'new.rs' });
+    await writing.locator('pre.code', { hasText: 'fn' }).waitFor();
+    assert.ok(!(await writing.textContent()).includes('println'), 'only part of the content so far');
+    assert.equal(await writing.locator('.outcome').textContent(), 'writing…');
+    await release();
     const card = transcript().locator('.tool-Write', { hasText: 'new.rs' });
     await card.locator('.permission .allow').waitFor();
     await card.locator('pre.code .hljs-keyword', { hasText: 'fn' }).first().waitFor();

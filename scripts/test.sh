@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 ./scripts/install-clis.sh
 # Chromium and playwright-core for the web UI's browser tests.
 ./scripts/install-browser.sh
+# grpcio-tools (PyPI), for the Python client of the gRPC API (in a venv outside the repo).
+./scripts/install-python.sh
 
 suite_log="$(mktemp)"
 doc_log="$(mktemp)"

@@ -546,7 +546,10 @@ impl Rendered {
                     events.push((false, json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": "fake-signature"}})));
                 }
                 Block::ToolUse(tool) => {
-                    events.push((true, json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": tool.input.to_string()}})));
+                    // In pieces, as the API streams a tool's input: a client sees it grow.
+                    for piece in words(&tool.input.to_string()) {
+                        events.push((true, json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}})));
+                    }
                 }
             }
             events.push((false, json!({"type": "content_block_stop", "index": index})));

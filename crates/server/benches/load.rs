@@ -6,8 +6,12 @@
 //! memory per idle session and per finished one. Prints Markdown tables. (The relay's own
 //! bench, CLIs at `/` and frontends at `/ws` in four load shapes, is `benches/relay.rs`.)
 //!
+//! With `--faces`, the subscribers' faces instead, under the same load and in one run: the
+//! WebSocket's stored events, the WebSocket's view (`?view=true`, the projection's updates) and
+//! gRPC's `Subscribe` (the same updates, typed), with gRPC's CPU per message over each.
+//!
 //! `cargo bench -p switchboard-server --bench load -- [--sessions N] [--rate R]
-//!  [--subscribers M] [--seconds S] [--idle K]`
+//!  [--subscribers M] [--seconds S] [--idle K] [--faces]`
 //! (build fake-claude first: `cargo build --release -p switchboard-testkit --bins`).
 
 #![allow(
@@ -296,6 +300,101 @@ fn report(
 /// The daemon: sessions started in-process, subscribers over its WebSocket API. With
 /// `memory`, on the in-memory store (what persistence costs, by difference).
 async fn child_daemon(params: Params, memory: bool) -> Value {
+    child_face(params, memory, Face::Events).await
+}
+
+/// How the subscribers follow the sessions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Face {
+    /// The WebSocket, stored events.
+    Events,
+    /// The WebSocket, the view's updates.
+    View,
+    /// gRPC `Subscribe`.
+    Grpc,
+}
+
+/// gRPC subscribers: as [`run_subscribers`], each a connection of its own calling `Subscribe`
+/// on every session.
+async fn run_grpc_subscribers(
+    address: std::net::SocketAddr,
+    ids: Vec<String>,
+    subscribers: usize,
+    expected_per_stream: u64,
+    deadline: Instant,
+    connected: Arc<tokio::sync::Barrier>,
+) -> (u64, Vec<u64>, Instant) {
+    use switchboard_server::grpc::pb;
+    use switchboard_server::grpc::pb::session_event::Event;
+    let delivered = Arc::new(AtomicU64::new(0));
+    let last_arrival = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut tasks = Vec::new();
+    for _ in 0..subscribers {
+        for id in &ids {
+            let id = id.clone();
+            let delivered = delivered.clone();
+            let last_arrival = last_arrival.clone();
+            let connected = connected.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(expected_per_stream as usize);
+                let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap();
+                let mut client = pb::switchboard_client::SwitchboardClient::new(channel);
+                let mut stream = client
+                    .subscribe(pb::SubscribeRequest { id, after_seq: 0 })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                // Its first event: history is replayed before the live tail.
+                let _ = stream.message().await;
+                connected.wait().await;
+                let mut seen = 0;
+                while seen < expected_per_stream {
+                    let event =
+                        match tokio::time::timeout_at(deadline.into(), stream.message()).await {
+                            Ok(Ok(Some(event))) => event,
+                            _ => break,
+                        };
+                    let stamp =
+                        |text: &str| text.strip_prefix("t=").and_then(|ns| ns.parse::<u128>().ok());
+                    match event.event {
+                        Some(Event::PermissionDecision(decision)) => {
+                            if let (Some(sent), Ok(mut decided)) =
+                                (stamp(&decision.request_id), DECIDED.lock())
+                            {
+                                decided.push(((now_ns().saturating_sub(sent)) / 1000) as u64);
+                            }
+                        }
+                        Some(Event::TextDelta(delta)) => {
+                            if let Some(sent) = stamp(&delta.text) {
+                                latencies.push(((now_ns().saturating_sub(sent)) / 1000) as u64);
+                                seen += 1;
+                                delivered.fetch_add(1, Ordering::Relaxed);
+                                if let Ok(mut last) = last_arrival.lock() {
+                                    *last = (*last).max(Instant::now());
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                latencies
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap_or_default());
+    }
+    let last = last_arrival.lock().map(|last| *last).unwrap_or_else(|_| Instant::now());
+    (delivered.load(Ordering::Relaxed), all, last)
+}
+
+/// The daemon with subscribers on `face`.
+async fn child_face(params: Params, memory: bool, face: Face) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), &params);
     let store: Arc<dyn Store> = if memory {
@@ -326,20 +425,42 @@ async fn child_daemon(params: Params, memory: bool) -> Value {
             .unwrap();
         ids.push(record.id);
     }
-    let urls: Vec<String> = ids
-        .iter()
-        .map(|id| format!("ws://{address}/api/sessions/{id}/subscribe?after=0"))
-        .collect();
-    let (delivered, latencies, cpu, wall) = drive(urls, &params, true, async {
+    let start = async {
         for id in &ids {
             daemon.handle(id).unwrap().send_text("go").await.unwrap();
         }
-    })
-    .await;
-    let name = if memory {
-        "switchboard daemon (memory store)"
+    };
+    let (delivered, latencies, cpu, wall) = if face == Face::Grpc {
+        let deadline = Instant::now() + Duration::from_secs_f64(params.seconds * 3.0 + 30.0);
+        let connected = Arc::new(tokio::sync::Barrier::new(ids.len() * params.subscribers + 1));
+        let subscribers = tokio::spawn(run_grpc_subscribers(
+            address,
+            ids.clone(),
+            params.subscribers,
+            params.lines_per_session(),
+            deadline,
+            connected.clone(),
+        ));
+        connected.wait().await;
+        let cpu_start = cpu_micros();
+        let started = Instant::now();
+        start.await;
+        let (delivered, latencies, last) = subscribers.await.unwrap();
+        let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
+        (delivered, latencies, cpu_micros() - cpu_start, wall)
     } else {
-        "switchboard daemon (SQLite, every line stored)"
+        let query = if face == Face::View { "&view=true" } else { "" };
+        let urls: Vec<String> = ids
+            .iter()
+            .map(|id| format!("ws://{address}/api/sessions/{id}/subscribe?after=0{query}"))
+            .collect();
+        drive(urls, &params, true, start).await
+    };
+    let name = match (face, memory) {
+        (Face::Grpc, _) => "gRPC Subscribe (typed updates)",
+        (Face::View, _) => "WebSocket, the view's updates",
+        (Face::Events, true) => "switchboard daemon (memory store)",
+        (Face::Events, false) => "switchboard daemon (SQLite, every line stored)",
     };
     let mut result = report(name, &params, delivered, latencies, cpu, wall);
     // Every line persisted?
@@ -610,6 +731,8 @@ fn main() {
             match mode.as_str() {
                 "daemon" => child_daemon(params, false).await,
                 "daemon-memory" => child_daemon(params, true).await,
+                "face-view" => child_face(params, false, Face::View).await,
+                "face-grpc" => child_face(params, false, Face::Grpc).await,
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
                 "finished" => child_finished(params).await,
@@ -620,6 +743,26 @@ fn main() {
         return;
     }
     eprintln!("load: {params:?}");
+    if std::env::args().any(|arg| arg == "--faces") {
+        let events = run_child("daemon", &params);
+        let view = run_child("face-view", &params);
+        let grpc = run_child("face-grpc", &params);
+        println!(
+            "{} sessions × {} lines/s for {} s, {} subscribers each following every session ({} streams per face; every line stored)\n",
+            params.sessions,
+            params.rate,
+            params.seconds,
+            params.subscribers,
+            params.sessions * params.subscribers
+        );
+        let over_events = print_table(&events, &grpc, &[&view]);
+        let cpu = |result: &Value| result["cpu_us_per_message"].as_f64().unwrap_or(0.0);
+        println!(
+            "\nCPU per delivered message, gRPC / WebSocket events: {over_events:.2}x; gRPC / WebSocket view: {:.2}x",
+            cpu(&grpc) / cpu(&view).max(0.001)
+        );
+        return;
+    }
     let baseline = run_child("baseline", &params);
     let daemon = run_child("daemon", &params);
     let daemon_memory = run_child("daemon-memory", &params);

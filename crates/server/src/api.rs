@@ -204,18 +204,19 @@ async fn not_found() -> ApiError {
 
 /// A session as the API shows it.
 #[derive(Debug, Serialize)]
-struct SessionView {
+pub(crate) struct SessionView {
     #[serde(flatten)]
-    record: SessionRecord,
+    pub(crate) record: SessionRecord,
     /// Whether its CLI is running.
-    running: bool,
+    pub(crate) running: bool,
     /// Permission requests waiting for a person.
-    pending_permissions: Vec<PendingPermission>,
+    pub(crate) pending_permissions: Vec<PendingPermission>,
     /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
     disconnected_since_ms: Option<u64>,
 }
 
-fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
+/// A session as every face shows it: its public record, whether it runs, what waits.
+pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
     let running = snapshot.is_some() && !is_final_state(&record.state);
@@ -431,7 +432,8 @@ struct MessageBody {
     content: Value,
 }
 
-fn user_message(content: Value) -> Result<UserMessage, ApiError> {
+/// A prompt's content (a string, or content blocks) as a user message; empty is refused.
+pub(crate) fn user_message(content: Value) -> Result<UserMessage, ApiError> {
     match content {
         Value::String(text) if !text.is_empty() => Ok(UserMessage::prompt(text)),
         Value::String(_) => Err(ApiError::invalid("content is empty")),
@@ -506,13 +508,7 @@ async fn set_permission_mode(
     Path(id): Path<String>,
     Body(body): Body<ModeBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let mode: PermissionMode = body.mode.parse().unwrap_or_default();
-    if let PermissionMode::Other(other) = &mode {
-        return Err(ApiError::invalid(format!(
-            "unknown mode {other:?} (one of: {})",
-            PermissionMode::KNOWN.join(", ")
-        )));
-    }
+    let mode = permission_mode(&body.mode)?;
     daemon
         .running(&id)
         .await?
@@ -520,6 +516,18 @@ async fn set_permission_mode(
         .await
         .map_err(crate::daemon::DaemonError::from)?;
     Ok(Json(json!({"mode": body.mode})))
+}
+
+/// A permission mode's name, or an error that lists the known ones.
+pub(crate) fn permission_mode(name: &str) -> Result<PermissionMode, ApiError> {
+    let mode: PermissionMode = name.parse().unwrap_or_default();
+    if let PermissionMode::Other(other) = &mode {
+        return Err(ApiError::invalid(format!(
+            "unknown mode {other:?} (one of: {})",
+            PermissionMode::KNOWN.join(", ")
+        )));
+    }
+    Ok(mode)
 }
 
 async fn resume(
@@ -650,7 +658,11 @@ async fn session_view(
 
 /// A viewer that has projected a session's events up to `after`, silently: the state they
 /// leave, for updates from there on.
-async fn viewer_at(daemon: &Daemon, id: &str, after: u64) -> Result<crate::view::Viewer, ApiError> {
+pub(crate) async fn viewer_at(
+    daemon: &Daemon,
+    id: &str,
+    after: u64,
+) -> Result<crate::view::Viewer, ApiError> {
     replay(daemon, id, after, &mut |_, _| {}).await
 }
 

@@ -4,6 +4,7 @@
 //! - [`daemon::Daemon`]: sessions, the pump that stores then publishes every event, gap-free
 //!   subscriptions, restart recovery.
 //! - [`api::router`]: the REST + WebSocket API behind [`auth::require_auth`].
+//! - [`grpc::router`]: the gRPC API (`proto/switchboard/v1/switchboard.proto`) on the same port.
 
 pub mod api;
 pub mod auth;
@@ -13,6 +14,7 @@ pub mod data_dir;
 pub mod error;
 mod extract;
 pub mod frames;
+pub mod grpc;
 mod relay;
 mod serve;
 pub mod socket;

@@ -1,6 +1,10 @@
 //! Serving the router on a listener: what `axum::serve` does, plus the limits a daemon facing
-//! untrusted clients needs. Every connection gets `TCP_NODELAY`, must finish its request
-//! headers within [`ServeOptions::header_read_timeout`], and counts against
+//! untrusted clients needs. One port serves REST and WebSocket over HTTP/1.1 and gRPC over
+//! HTTP/2 (cleartext, as gRPC clients speak it from their first byte): a connection that opens
+//! with HTTP/2's preface is served as HTTP/2, any other as HTTP/1.1, and a request whose
+//! content type is `application/grpc` goes to the gRPC router. Every connection gets
+//! `TCP_NODELAY`, must finish its request headers (or its preface) within
+//! [`ServeOptions::header_read_timeout`], and counts against
 //! [`ServeOptions::max_connections`] (past it, new connections are closed at once, before
 //! they can hold a file descriptor of the daemon's). On shutdown the listener closes first,
 //! then open connections finish their requests, then every session is stopped.
@@ -9,7 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -62,7 +66,12 @@ pub async fn serve_with(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let app = crate::api::router(daemon.clone(), auth);
+    let rest = crate::api::router(daemon.clone(), auth.clone());
+    let grpc = crate::grpc::router(daemon.clone(), auth).await;
+    let app = tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+        let router = if crate::grpc::is_grpc(&request) { grpc.clone() } else { rest.clone() };
+        tower::ServiceExt::oneshot(router, request)
+    });
     let slots = Arc::new(Semaphore::new(options.max_connections));
     // Dropped to tell every connection to finish gracefully.
     let (stop, stopping) = watch::channel(());
@@ -93,14 +102,47 @@ pub async fn serve_with(
         let header_read_timeout = options.header_read_timeout;
         // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
         // free again when the socket is dropped.
-        let stream = Counted { stream, _slot: slot };
+        let mut stream = Counted { stream, _slot: slot };
         tokio::spawn(async move {
-            // HTTP/1.1 only: its header timer runs from the connection's first moment (a
-            // version-sniffing server waits for a first byte with no timer at all).
+            // The version is read under the same timer as the headers (hyper's own sniffing
+            // would wait for a first byte with no timer at all).
+            let (http2, prefix) = match sniff(&mut stream, header_read_timeout).await {
+                Ok(sniffed) => sniffed,
+                Err(error) => {
+                    tracing::trace!(%peer, %error, "connection ended before its first request");
+                    return;
+                }
+            };
+            let io = TokioIo::new(Prefixed { prefix, read: 0, inner: stream });
+            if http2 {
+                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .keep_alive_interval(Some(H2_KEEP_ALIVE))
+                    .keep_alive_timeout(H2_KEEP_ALIVE)
+                    .max_concurrent_streams(H2_MAX_STREAMS)
+                    .serve_connection(io, service);
+                tokio::pin!(connection);
+                let mut told = false;
+                loop {
+                    tokio::select! {
+                        result = connection.as_mut() => {
+                            if let Err(error) = result {
+                                tracing::trace!(%peer, %error, "connection ended with an error");
+                            }
+                            break;
+                        }
+                        _ = stopping.changed(), if !told => {
+                            told = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                }
+                return;
+            }
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(io, service)
                 .with_upgrades();
             tokio::pin!(connection);
             let mut told = false;
@@ -138,6 +180,104 @@ pub async fn serve_with(
 fn no_delay(stream: &tokio::net::TcpStream) {
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+    }
+}
+
+/// What every HTTP/2 connection opens with (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How often an HTTP/2 connection is pinged, and how long its answer may take: a peer gone
+/// without a word frees its place.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
+/// Streams (calls) one HTTP/2 connection may have open at once.
+const H2_MAX_STREAMS: u32 = 256;
+
+/// Reads a connection's first bytes, up to HTTP/2's preface or the first byte that differs from
+/// it, within `limit`: whether it speaks HTTP/2, and the bytes read (served again to hyper).
+async fn sniff(stream: &mut Counted, limit: Duration) -> std::io::Result<(bool, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut prefix = Vec::with_capacity(H2_PREFACE.len());
+    let deadline = tokio::time::Instant::now() + limit;
+    while prefix.len() < H2_PREFACE.len() {
+        let mut chunk = [0u8; 24];
+        let want = H2_PREFACE.len() - prefix.len();
+        let read = tokio::time::timeout_at(deadline, stream.stream.read(&mut chunk[..want]))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if read == 0 {
+            break;
+        }
+        prefix.extend_from_slice(&chunk[..read]);
+        if !H2_PREFACE.starts_with(&prefix) {
+            return Ok((false, prefix));
+        }
+    }
+    Ok((prefix == H2_PREFACE, prefix))
+}
+
+/// A connection whose first bytes were read to tell its HTTP version: they are read again
+/// first.
+struct Prefixed {
+    prefix: Vec<u8>,
+    read: usize,
+    inner: Counted,
+}
+
+impl tokio::io::AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffer: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.read < self.prefix.len() {
+            let rest = &self.prefix[self.read..];
+            let take = rest.len().min(buffer.remaining());
+            buffer.put_slice(&rest[..take]);
+            self.read += take;
+            if self.read == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.read = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(context, buffer)
+    }
+}
+
+impl tokio::io::AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(context, bytes)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+        buffers: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(context)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(context)
     }
 }
 

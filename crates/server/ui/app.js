@@ -539,6 +539,7 @@ class Transcript {
     this.orphans = new Map(); // tool_use_id -> [fn(card)] waiting for the card
     this.permissions = new Map(); // request_id -> {request, decided, box}
     this.latest = new Map(); // scope (the parent call, or '') -> the newest card in it
+    this.inputs = new Map(); // tool_use_id -> its tool_use_started, while its input streams
     this.older = false; // drawing an older page: its cards are never the latest
     this.queued = []; // bubbles of prompts that wait for the turn before them
     this.onChange = () => {}; // pending permissions or context changed
@@ -576,7 +577,9 @@ class Transcript {
       case 'tool_use_started':
         // An older page's start of a call a newer page drew whole changes nothing.
         if (this.messages.get(update.message_id)?.blocks.get(update.index)?.done) return undefined;
+        this.inputs.set(update.tool_use_id, update);
         return this.place(update, chunk, el('div', { class: 'block tool pending-input' }, `Preparing ${update.name}…`), null);
+      case 'tool_input_delta': return this.inputGrew(update, chunk);
       case 'state':
         // A run that ended runs none of the prompts it still held.
         if (['exited', 'crashed'].includes(update.to)) this.unqueueAll();
@@ -590,7 +593,7 @@ class Transcript {
       case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${update.to}` }, 'continue there'), '.'));
       case 'lost': return this.notice(chunk, 'error', `${update.count} events could not be stored and are missing here: ${update.reason}`);
       case 'unreadable': return this.notice(chunk, 'error', `An event could not be read back: ${update.reason}`);
-      // model, mode, claude_session, run, tool_input_delta: the header and the list show those.
+      // model, mode, claude_session, run: the header and the list show those.
       default: return undefined;
     }
   }
@@ -682,6 +685,20 @@ class Transcript {
     const body = el('div', { class: 'thinking-text' }, text);
     this.place(update, chunk, el('details', { class: 'block thinking streaming' }, el('summary', {}, 'Thinking…'), body), text, 'thinking');
     message.blocks.get(update.index).thinking = body;
+  }
+
+  /// A call's input as it streams (the daemon parses it as far as it goes): its card fills in
+  /// while the model writes it, a Write's content growing line by line.
+  inputGrew(update, chunk) {
+    const started = this.inputs.get(update.tool_use_id);
+    if (!started || !update.partial_input) return undefined;
+    if (this.messages.get(started.message_id)?.blocks.get(started.index)?.done) return undefined;
+    const call = { tool_use_id: update.tool_use_id, name: started.name, input: update.partial_input, rebuilt: true };
+    const card = this.toolCard(call, started.parent_tool_use_id, this.tools.get(update.tool_use_id));
+    card.classList.add('streaming-input');
+    card.querySelector('.tool-head .outcome').textContent = 'writing…';
+    this.place(started, chunk, card, null, 'tool_use');
+    return undefined;
   }
 
   finished(update, chunk) {

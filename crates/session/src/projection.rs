@@ -32,6 +32,10 @@ use crate::policy::Behavior;
 /// input (a long `Write`) is not rebuilt from its fragments: the CLI's final line carries it.
 pub const MAX_REBUILT_INPUT_BYTES: usize = 4 * 1024 * 1024;
 
+/// How many bytes a streamed tool input grows by, at least, between two
+/// [`Update::ToolInputDelta`]s that carry it parsed.
+pub const PARTIAL_INPUT_STEP: usize = 16;
+
 /// How many assistant messages' streaming state is kept (older ones are finished).
 const OPEN_MESSAGES: usize = 64;
 
@@ -117,6 +121,13 @@ pub enum Update {
         partial_json: String,
         /// Bytes of input received so far.
         received_bytes: u64,
+        /// The input so far, parsed with its open strings, arrays and objects closed where
+        /// they stand (a Write's `content` grows in it), when the text so far parses that way.
+        /// Given with the first fragments and then whenever the input has grown by
+        /// [`PARTIAL_INPUT_STEP`] bytes and an eighth since the last one (so that a long input
+        /// costs a bounded multiple of its size); never past [`MAX_REBUILT_INPUT_BYTES`].
+        #[serde(skip_serializing_if = "Option::is_none")]
+        partial_input: Option<Value>,
     },
     /// A content block is complete.
     Block {
@@ -369,6 +380,8 @@ struct OpenBlock {
     rebuilt: Option<Value>,
     /// Bytes of input received (also past the rebuilding cap).
     received: u64,
+    /// The length of `json` when it was last parsed as a partial input.
+    parsed: usize,
 }
 
 /// Streaming state of one assistant message.
@@ -843,10 +856,24 @@ impl Projector {
                         } else if !open.overflowed {
                             open.json.push_str(&json.partial_json);
                         }
+                        let grown = open.json.len() - open.parsed.min(open.json.len());
+                        let partial_input = if !open.overflowed
+                            && (open.parsed == 0
+                                || grown >= PARTIAL_INPUT_STEP.max(open.parsed / 8))
+                        {
+                            let parsed = partial_input(&open.json);
+                            if parsed.is_some() {
+                                open.parsed = open.json.len();
+                            }
+                            parsed
+                        } else {
+                            None
+                        };
                         emit(Update::ToolInputDelta {
                             tool_use_id,
                             partial_json: json.partial_json.clone(),
                             received_bytes: open.received,
+                            partial_input,
                         });
                     }
                     _ => {}
@@ -947,6 +974,43 @@ impl Projector {
             images,
             interrupted,
         }
+    }
+}
+
+/// A tool input's JSON text so far, read as far as it goes: an unfinished string ends where it
+/// stands, open arrays and objects are closed, and a key without its value yet is left out.
+/// `None` unless that reads as an object.
+pub fn partial_input(text: &str) -> Option<Value> {
+    let parsed = jiter::JsonValue::parse_with_config(
+        text.as_bytes(),
+        false,
+        jiter::PartialMode::TrailingStrings,
+    )
+    .ok()?;
+    let value = from_jiter(parsed);
+    value.is_object().then_some(value)
+}
+
+fn from_jiter(value: jiter::JsonValue<'_>) -> Value {
+    use jiter::JsonValue as J;
+    match value {
+        J::Null => Value::Null,
+        J::Bool(bool) => Value::Bool(bool),
+        J::Int(int) => Value::from(int),
+        J::BigInt(big) => {
+            serde_json::from_str(&big.to_string()).unwrap_or_else(|_| Value::from(big.to_string()))
+        }
+        J::Float(float) => serde_json::Number::from_f64(float).map_or(Value::Null, Value::Number),
+        J::Str(text) => Value::String(text.into_owned()),
+        J::Array(items) => Value::Array(
+            std::sync::Arc::unwrap_or_clone(items).into_iter().map(from_jiter).collect(),
+        ),
+        J::Object(fields) => Value::Object(
+            std::sync::Arc::unwrap_or_clone(fields)
+                .into_iter()
+                .map(|(key, value)| (key.into_owned(), from_jiter(value)))
+                .collect(),
+        ),
     }
 }
 

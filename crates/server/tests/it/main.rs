@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 mod drops;
+mod grpc;
 mod matrix;
 mod ui;
 mod warm;
@@ -1517,18 +1518,20 @@ async fn a_client_that_trickles_its_headers_is_cut_off() {
             && waited < switchboard_server::HEADER_READ_TIMEOUT * 2,
         "closed after the header timeout, not before: {waited:?}"
     );
-    // A client that sends nothing at all is cut off the same way.
-    let started = tokio::time::Instant::now();
-    let answer = raw_exchange(&address, b"", Duration::from_secs(3600))
-        .await
-        .expect("the daemon closes a silent connection");
-    assert_eq!(answer, "");
-    let waited = started.elapsed();
-    assert!(
-        waited >= switchboard_server::HEADER_READ_TIMEOUT
-            && waited < switchboard_server::HEADER_READ_TIMEOUT * 2,
-        "closed after the header timeout, not before: {waited:?}"
-    );
+    // A client that sends nothing at all, or half of HTTP/2's preface, is cut off the same way.
+    for sent in [&b""[..], b"PRI * HTTP/2.0\r\n"] {
+        let started = tokio::time::Instant::now();
+        let answer = raw_exchange(&address, sent, Duration::from_secs(3600))
+            .await
+            .expect("the daemon closes a silent connection");
+        assert_eq!(answer, "");
+        let waited = started.elapsed();
+        assert!(
+            waited >= switchboard_server::HEADER_READ_TIMEOUT
+                && waited < switchboard_server::HEADER_READ_TIMEOUT * 2,
+            "closed after the header timeout, not before: {waited:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1619,6 +1622,29 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
         Ws { socket: connect(format!("/api/sessions/{}/subscribe", record.id)).await };
     session.until(is_result).await;
     let mut dashboard = connect("/api/events".into()).await;
+    // A gRPC subscriber as well.
+    let mut grpc = {
+        use switchboard_server::grpc::pb;
+        let channel = tonic::transport::Endpoint::from_shared(base.replace("ws://", "http://"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = pb::switchboard_client::SwitchboardClient::with_interceptor(
+            channel,
+            |mut request: tonic::Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+                Ok(request)
+            },
+        );
+        client
+            .subscribe(pb::SubscribeRequest { id: record.id.clone(), after_seq: 0 })
+            .await
+            .unwrap()
+            .into_inner()
+    };
 
     stop.send(()).unwrap();
     // The subscriber hears that the daemon goes, then the session's end, then the close.
@@ -1648,6 +1674,21 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
         }
     }
     assert!(saw_notice, "the dashboard was told before it closed");
+    // The gRPC stream gets every event, the session's end included, then UNAVAILABLE.
+    let mut exited = false;
+    let ended = loop {
+        match tokio::time::timeout(WAIT, grpc.message()).await.unwrap() {
+            Ok(Some(event)) => {
+                use switchboard_server::grpc::pb::session_event::Event;
+                exited |= matches!(&event.event, Some(Event::StatusChange(change))
+                    if change.to == i32::from(switchboard_server::grpc::pb::Status::Exited));
+            }
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(status) => break status,
+        }
+    };
+    assert!(exited, "the session's end reached the gRPC subscriber");
+    assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
     tokio::time::timeout(WAIT, serving).await.unwrap().unwrap().unwrap();
     // Everything was stored: the session ended, and its end is in its log.
     let stored = store.get_session(&record.id).await.unwrap().unwrap();

@@ -555,7 +555,9 @@ async fn browser() {
                     "Write",
                     json!({"file_path": sandbox.file("new.rs"), "content": "fn main() {\n    println!(\"hi\");\n}\n"}),
                 )
-                .when_prompt("WRITEME"),
+                .when_prompt("WRITEME")
+                // Held after its input's first two pieces: the card fills in as it streams.
+                .hold_after(2),
             )
             .reply(Reply::text("Wrote it.").when_tool_result_contains("new.rs"))
             // A second prompt while the first still runs: queued, then answered.

@@ -668,3 +668,52 @@ fn the_context_window_is_the_answering_models() {
     assert_eq!(context_window_of(&totals(&[("a-20250101", 7), ("b", 9)]), Some("a")), Some(7));
     assert_eq!(context_window_of(&totals(&[("a", 7), ("b", 9)]), Some("a-20250101")), Some(7));
 }
+
+#[test]
+fn a_partial_input_reads_as_far_as_it_has_streamed() {
+    assert_eq!(
+        partial_input(r#"{"file_path":"/a.rs","content":"fn ma"#),
+        Some(json!({"file_path":"/a.rs","content":"fn ma"}))
+    );
+    assert_eq!(
+        partial_input(r#"{"command":"ls","desc"#),
+        Some(json!({"command":"ls"})),
+        "a key without its value is left out"
+    );
+    assert_eq!(
+        partial_input(r#"{"edits":[{"old_string":"a","new_string":"b"},{"old"#),
+        Some(json!({"edits":[{"old_string":"a","new_string":"b"},{}]}))
+    );
+    assert_eq!(partial_input(r#"{"n":12"#), Some(json!({"n":12})));
+    assert_eq!(partial_input(""), None);
+    assert_eq!(partial_input("[1, 2"), None, "an input is an object");
+    assert_eq!(partial_input("{\"a\": tru}"), None, "not JSON");
+}
+
+#[test]
+fn a_streamed_input_is_given_parsed_often_at_first_then_at_a_bounded_total_cost() {
+    let mut projector = Projector::new();
+    // A Write of 64 KiB in 8-byte fragments: 8,000 deltas.
+    let content = "abcdefg ".repeat(8 * 1024);
+    let text = json!({"file_path": "/tmp/big.txt", "content": content}).to_string();
+    let fragments: Vec<&str> =
+        text.as_bytes().chunks(8).map(|chunk| std::str::from_utf8(chunk).unwrap()).collect();
+    let updates = run(&mut projector, &tool_stream("m1", &fragments));
+    let parsed: Vec<&Value> = updates
+        .iter()
+        .filter_map(|update| match update {
+            Update::ToolInputDelta { partial_input: Some(input), .. } => Some(input),
+            _ => None,
+        })
+        .collect();
+    let sizes: Vec<usize> =
+        parsed.iter().map(|input| input["content"].as_str().map_or(0, str::len)).collect();
+    assert!(sizes.windows(2).all(|pair| pair[0] <= pair[1]), "the content only grows");
+    assert!(parsed.len() > 10 && parsed.len() < 200, "{} parses of 8,000 fragments", parsed.len());
+    let total: usize = parsed.iter().map(|input| input.to_string().len()).sum();
+    assert!(
+        total < 12 * text.len(),
+        "what is carried stays a bounded multiple of the input: {total}"
+    );
+    assert!(*sizes.last().unwrap() > content.len() * 7 / 8, "the last one is close to whole");
+}

@@ -1,0 +1,840 @@
+//! The gRPC face: `proto/switchboard/v1/switchboard.proto`, served on the daemon's own port
+//! (requests whose content type is `application/grpc` come here, over HTTP/2) with the same
+//! token. It calls the daemon as the REST handlers do, and a session's events are the one
+//! projection's updates ([`crate::view::Viewer`]), typed.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::Response;
+use futures::Stream;
+use serde_json::Value;
+use switchboard_session::projection::{Block, ModelTotals};
+use switchboard_session::{
+    AnswerBehavior, Behavior as SessionBehavior, DecidedBy, PendingPermission, PermissionAnswer,
+    SessionState, Update,
+};
+use switchboard_store::EventRecord;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status};
+
+use crate::auth::AuthConfig;
+use crate::daemon::{CreateSession, Daemon, DaemonError, Phase, Subscribed};
+use crate::error::ApiError;
+use crate::view::{DaemonUpdate, ViewUpdate};
+
+/// The code generated from the `.proto`, and its encoded descriptors (for reflection).
+pub mod pb {
+    #![allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
+    tonic::include_proto!("switchboard.v1");
+
+    /// The encoded `FileDescriptorSet` of `switchboard.v1`.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/switchboard_descriptor.bin"));
+}
+
+use pb::switchboard_server::{Switchboard, SwitchboardServer};
+
+/// Events a subscriber's stream holds before its task waits (the daemon's subscription reads
+/// the store when it falls behind, so nothing is lost meanwhile).
+pub const STREAM_BUFFER: usize = 256;
+
+/// The gRPC routes: the `Switchboard` service and server reflection behind the token, and
+/// `grpc.health.v1.Health` open (for probes), on one router.
+pub async fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> axum::Router {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<SwitchboardServer<Api>>().await;
+    {
+        // Not serving once the daemon drains.
+        let mut phase = daemon.phase();
+        tokio::spawn(async move {
+            if phase.wait_for(|phase| *phase != Phase::Serving).await.is_ok() {
+                reporter.set_not_serving::<SwitchboardServer<Api>>().await;
+                reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+            }
+        });
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the descriptor set compiled from the .proto is valid");
+    let service = SwitchboardServer::new(Api { daemon })
+        .max_decoding_message_size(crate::api::MAX_BODY_BYTES);
+    tonic::service::Routes::new(service)
+        .add_service(reflection)
+        .add_service(health)
+        .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(auth, require_token))
+        .layer(axum::middleware::map_response(too_large_is_resource_exhausted))
+}
+
+/// tonic answers a request message over the limit with OutOfRange; gRPC's code for it is
+/// ResourceExhausted, which clients (and the docs) expect.
+async fn too_large_is_resource_exhausted(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let out_of_range = headers.get("grpc-status").is_some_and(|status| status == "11");
+    let too_large = headers
+        .get("grpc-message")
+        .and_then(|message| message.to_str().ok())
+        .is_some_and(|message| message.contains("too%20large") || message.contains("too large"));
+    if out_of_range && too_large {
+        headers.insert("grpc-status", axum::http::HeaderValue::from_static("8"));
+    }
+    response
+}
+
+/// Whether a request is a gRPC call (its content type is `application/grpc`, `+proto` or
+/// another).
+pub fn is_grpc<B>(request: &axum::http::Request<B>) -> bool {
+    request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/grpc"))
+}
+
+/// Middleware: every call but health needs the token (`authorization: Bearer TOKEN`), and no
+/// call may come from a browser (one that says its `Origin`).
+async fn require_token(
+    State(auth): State<AuthConfig>,
+    request: Request<Body>,
+    next: Next,
+) -> Response {
+    if request.uri().path().starts_with("/grpc.health.v1.Health/") {
+        return next.run(request).await;
+    }
+    if request.headers().contains_key(header::ORIGIN) {
+        return Status::permission_denied("the gRPC API does not serve browsers").into_http();
+    }
+    if auth.token.is_some()
+        && !crate::auth::bearer(request.headers()).is_some_and(|token| auth.accepts(token))
+    {
+        return Status::unauthenticated(
+            "a valid token is required: `authorization: Bearer TOKEN` metadata",
+        )
+        .into_http();
+    }
+    next.run(request).await
+}
+
+/// The `Switchboard` service.
+struct Api {
+    daemon: Arc<Daemon>,
+}
+
+/// A server stream.
+type Streamed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Switchboard for Api {
+    async fn create_session(
+        &self,
+        request: tonic::Request<pb::CreateSessionRequest>,
+    ) -> Result<tonic::Response<pb::Session>, Status> {
+        let request = request.into_inner();
+        let create = CreateSession {
+            prompt: request.prompt,
+            cwd: request.cwd.into(),
+            model: request.model,
+            permission_mode: request.permission_mode,
+            policy: request.policy,
+            resume: request.resume,
+            fork: request.fork,
+            resume_at: request.resume_at,
+            allowed_tools: request.allowed_tools,
+            disallowed_tools: request.disallowed_tools,
+            system_prompt: request.system_prompt,
+            append_system_prompt: request.append_system_prompt,
+            max_turns: request.max_turns,
+            mcp_config: request.mcp_config,
+            claude: request.claude.map(Into::into),
+            transport: request.transport,
+            env: request.env.into_iter().collect(),
+        };
+        let record = self.daemon.create(create).await.map_err(status)?;
+        Ok(tonic::Response::new(session(&self.daemon, record)))
+    }
+
+    async fn list_sessions(
+        &self,
+        _request: tonic::Request<pb::ListSessionsRequest>,
+    ) -> Result<tonic::Response<pb::ListSessionsResponse>, Status> {
+        let stored =
+            self.daemon.store().list_sessions().await.map_err(|error| status(error.into()))?;
+        let sessions = stored
+            .into_iter()
+            .map(|record| {
+                let record = self.daemon.live_record(&record.id).unwrap_or(record);
+                session(&self.daemon, record)
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn get_session(
+        &self,
+        request: tonic::Request<pb::GetSessionRequest>,
+    ) -> Result<tonic::Response<pb::Session>, Status> {
+        let id = request.into_inner().id;
+        let record = self.record(&id).await?;
+        Ok(tonic::Response::new(session(&self.daemon, record)))
+    }
+
+    async fn stop_session(
+        &self,
+        request: tonic::Request<pb::StopSessionRequest>,
+    ) -> Result<tonic::Response<pb::StopSessionResponse>, Status> {
+        let request = request.into_inner();
+        self.daemon.stop(&request.id, request.purge).await.map_err(status)?;
+        let session = if request.purge {
+            None
+        } else {
+            Some(session(&self.daemon, self.record(&request.id).await?))
+        };
+        Ok(tonic::Response::new(pb::StopSessionResponse { session }))
+    }
+
+    async fn resume_session(
+        &self,
+        request: tonic::Request<pb::ResumeSessionRequest>,
+    ) -> Result<tonic::Response<pb::Session>, Status> {
+        let record = self.daemon.resume(&request.into_inner().id).await.map_err(status)?;
+        Ok(tonic::Response::new(session(&self.daemon, record)))
+    }
+
+    async fn send_message(
+        &self,
+        request: tonic::Request<pb::SendMessageRequest>,
+    ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
+        let request = request.into_inner();
+        let mut message =
+            crate::api::user_message(Value::String(request.text)).map_err(api_status)?;
+        let uuid = uuid::Uuid::new_v4().to_string();
+        message.uuid = Some(uuid.clone());
+        let handle = self.daemon.running(&request.id).await.map_err(status)?;
+        handle.send_message(message).await.map_err(|error| status(error.into()))?;
+        Ok(tonic::Response::new(pb::SendMessageResponse { uuid }))
+    }
+
+    async fn interrupt(
+        &self,
+        request: tonic::Request<pb::InterruptRequest>,
+    ) -> Result<tonic::Response<pb::InterruptResponse>, Status> {
+        let handle = self.daemon.running(&request.into_inner().id).await.map_err(status)?;
+        handle.interrupt().await.map_err(|error| status(error.into()))?;
+        Ok(tonic::Response::new(pb::InterruptResponse {}))
+    }
+
+    async fn set_model(
+        &self,
+        request: tonic::Request<pb::SetModelRequest>,
+    ) -> Result<tonic::Response<pb::SetModelResponse>, Status> {
+        let request = request.into_inner();
+        if request.model.trim().is_empty() {
+            return Err(Status::invalid_argument("model is empty"));
+        }
+        let handle = self.daemon.running(&request.id).await.map_err(status)?;
+        handle.set_model(request.model.clone()).await.map_err(|error| status(error.into()))?;
+        Ok(tonic::Response::new(pb::SetModelResponse { model: request.model }))
+    }
+
+    async fn set_permission_mode(
+        &self,
+        request: tonic::Request<pb::SetPermissionModeRequest>,
+    ) -> Result<tonic::Response<pb::SetPermissionModeResponse>, Status> {
+        let request = request.into_inner();
+        let mode = crate::api::permission_mode(&request.mode).map_err(api_status)?;
+        let handle = self.daemon.running(&request.id).await.map_err(status)?;
+        handle.set_permission_mode(mode).await.map_err(|error| status(error.into()))?;
+        Ok(tonic::Response::new(pb::SetPermissionModeResponse { mode: request.mode }))
+    }
+
+    async fn answer_permission(
+        &self,
+        request: tonic::Request<pb::AnswerPermissionRequest>,
+    ) -> Result<tonic::Response<pb::AnswerPermissionResponse>, Status> {
+        let request = request.into_inner();
+        let behavior = match pb::Behavior::try_from(request.behavior) {
+            Ok(pb::Behavior::Allow) => AnswerBehavior::Allow,
+            Ok(pb::Behavior::Deny) => AnswerBehavior::Deny,
+            _ => return Err(Status::invalid_argument("behavior must be ALLOW or DENY")),
+        };
+        let answer = PermissionAnswer {
+            behavior,
+            updated_input: request.updated_input.map(|input| from_struct(&input)),
+            message: request.message,
+            remember: request.remember,
+            updated_permissions: None,
+            answers: None,
+            interrupt: request.interrupt,
+        };
+        let who = request.by.unwrap_or_else(|| "grpc".to_owned());
+        let handle = self.daemon.running(&request.id).await.map_err(status)?;
+        handle
+            .respond_permission(&request.request_id, answer, &who)
+            .await
+            .map_err(|error| status(error.into()))?;
+        Ok(tonic::Response::new(pb::AnswerPermissionResponse {
+            request_id: request.request_id,
+            behavior: request.behavior,
+        }))
+    }
+
+    type SubscribeStream = Streamed<pb::SessionEvent>;
+
+    async fn subscribe(
+        &self,
+        request: tonic::Request<pb::SubscribeRequest>,
+    ) -> Result<tonic::Response<Self::SubscribeStream>, Status> {
+        let request = request.into_inner();
+        self.record(&request.id).await?;
+        let viewer = crate::api::viewer_at(&self.daemon, &request.id, request.after_seq)
+            .await
+            .map_err(api_status)?;
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(follow(self.daemon.clone(), request.id, request.after_seq, viewer, sender));
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    type WatchSessionsStream = Streamed<pb::SessionChange>;
+
+    async fn watch_sessions(
+        &self,
+        _request: tonic::Request<pb::WatchSessionsRequest>,
+    ) -> Result<tonic::Response<Self::WatchSessionsStream>, Status> {
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(watch(self.daemon.clone(), sender));
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+}
+
+impl Api {
+    /// A session's record, or NotFound.
+    async fn record(&self, id: &str) -> Result<switchboard_store::SessionRecord, Status> {
+        self.daemon
+            .record(id)
+            .await
+            .map_err(status)?
+            .ok_or_else(|| Status::not_found(format!("no session {id}")))
+    }
+}
+
+/// Feeds a subscriber: a session's events after `after` as the viewer projects them, until the
+/// subscriber goes or the daemon closes (then what is stored goes out first, and the stream
+/// ends Unavailable).
+async fn follow(
+    daemon: Arc<Daemon>,
+    id: String,
+    after: u64,
+    mut viewer: crate::view::Viewer,
+    sender: mpsc::Sender<Result<pb::SessionEvent, Status>>,
+) {
+    let mut events = daemon.subscribe(&id, after);
+    let mut phase = daemon.phase();
+    loop {
+        let item = tokio::select! {
+            biased;
+            item = events.next() => item,
+            () = sender.closed() => return,
+            closed = closed(&mut phase) => {
+                if closed {
+                    // Every session's last events are stored by now: send them, then end.
+                    let last = daemon.store().last_seq(&id).await.unwrap_or(0);
+                    while events.position() < last {
+                        let Ok(Some(item)) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
+                        if !deliver(&mut viewer, item, &sender).await {
+                            return;
+                        }
+                    }
+                }
+                let _ = sender.send(Err(Status::unavailable("the daemon is shutting down"))).await;
+                return;
+            }
+        };
+        let Some(item) = item else { return };
+        if !deliver(&mut viewer, item, &sender).await {
+            return;
+        }
+    }
+}
+
+/// Waits until the daemon has closed (every session stopped and stored); `false` if it went
+/// away first.
+async fn closed(phase: &mut tokio::sync::watch::Receiver<Phase>) -> bool {
+    phase.wait_for(|phase| *phase == Phase::Closed).await.is_ok()
+}
+
+/// Sends what one subscription item means; whether the subscriber is still there (and the
+/// subscription goes on).
+async fn deliver(
+    viewer: &mut crate::view::Viewer,
+    item: Result<Subscribed, DaemonError>,
+    sender: &mpsc::Sender<Result<pb::SessionEvent, Status>>,
+) -> bool {
+    let events = match item {
+        Ok(Subscribed::Event(record)) => session_events(viewer, &record),
+        // The subscription reads the store itself: nothing is missing.
+        Ok(Subscribed::Lagged) => return true,
+        Ok(Subscribed::StoreFailing(reason)) => {
+            vec![daemon_notice("warn", "store_failing", reason)]
+        }
+        Ok(Subscribed::StoreRecovered) => vec![daemon_notice(
+            "info",
+            "store_recovered",
+            "the store takes the session's events again".into(),
+        )],
+        Err(error) => {
+            let _ = sender.send(Err(status(error))).await;
+            return false;
+        }
+    };
+    for event in events {
+        if sender.send(Ok(event)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A notice about the stream itself, not a stored event: seq 0.
+fn daemon_notice(level: &str, kind: &str, text: String) -> pb::SessionEvent {
+    pb::SessionEvent {
+        seq: 0,
+        ts_ms: 0,
+        part: 0,
+        event: Some(pb::session_event::Event::Notice(pb::Notice {
+            level: level.into(),
+            kind: kind.into(),
+            text,
+        })),
+    }
+}
+
+/// What one stored event means, typed: its updates in order (a turn's end is its result,
+/// then its usage), or, for an event that means nothing more, the event itself as a raw line.
+pub fn session_events(
+    viewer: &mut crate::view::Viewer,
+    record: &EventRecord,
+) -> Vec<pb::SessionEvent> {
+    use pb::session_event::Event;
+    let mut typed: Vec<Event> = Vec::new();
+    viewer.apply(record, &mut |update| typed.extend(events_of(update)));
+    if typed.is_empty() {
+        typed.push(Event::RawLine(raw_line(record)));
+    }
+    typed
+        .into_iter()
+        .enumerate()
+        .map(|(part, event)| pb::SessionEvent {
+            seq: record.seq,
+            ts_ms: i64::try_from(record.ts_ms).unwrap_or(i64::MAX),
+            part: u32::try_from(part).unwrap_or(u32::MAX),
+            event: Some(event),
+        })
+        .collect()
+}
+
+/// A stored event as a raw line: for a protocol line, the exact line; for the daemon's own
+/// events, the event as stored.
+fn raw_line(record: &EventRecord) -> pb::RawLine {
+    #[derive(serde::Deserialize)]
+    struct Stored<'a> {
+        #[serde(borrow)]
+        line: &'a serde_json::value::RawValue,
+    }
+    let line = match serde_json::from_str::<Stored<'_>>(&record.payload) {
+        Ok(stored) if record.kind == "line" => stored.line.get().to_owned(),
+        _ => record.payload.clone(),
+    };
+    pb::RawLine { direction: record.dir.clone(), line }
+}
+
+/// The typed events of one update.
+fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
+    use pb::session_event::Event;
+    let update = match update {
+        ViewUpdate::Daemon(DaemonUpdate::Run { resumed }) => {
+            return vec![Event::RunStarted(pb::RunStarted { resumed })];
+        }
+        ViewUpdate::Daemon(DaemonUpdate::Rotated { to }) => {
+            return vec![Event::Rotated(pb::Rotated { to })];
+        }
+        ViewUpdate::Daemon(DaemonUpdate::Lost { count, reason }) => {
+            return vec![Event::Lost(pb::Lost { count, reason })];
+        }
+        ViewUpdate::Daemon(DaemonUpdate::Unreadable { reason }) => {
+            return vec![Event::Notice(pb::Notice {
+                level: "error".into(),
+                kind: "unreadable".into(),
+                text: reason,
+            })];
+        }
+        ViewUpdate::Session(update) => update,
+    };
+    let event = match update {
+        Update::Started { cwd, model, permission_mode, cli_version } => {
+            Event::CliStarted(pb::CliStarted { cwd, model, permission_mode, cli_version })
+        }
+        Update::Prompt { text, images, uuid, queued } => {
+            Event::Prompt(pb::Prompt { text, images: count(images.len()), uuid, queued })
+        }
+        Update::Dequeued => Event::PromptDequeued(pb::PromptDequeued {}),
+        Update::MessageStarted { message_id, parent_tool_use_id, model, context_tokens } => {
+            Event::MessageStart(pb::MessageStart {
+                message_id,
+                parent_tool_use_id,
+                model,
+                context_tokens,
+            })
+        }
+        Update::TextDelta { message_id, index, parent_tool_use_id, text } => {
+            Event::TextDelta(pb::TextDelta { message_id, index, parent_tool_use_id, text })
+        }
+        Update::ThinkingDelta { message_id, index, parent_tool_use_id, thinking } => {
+            Event::ThinkingDelta(pb::ThinkingDelta {
+                message_id,
+                index,
+                parent_tool_use_id,
+                thinking,
+            })
+        }
+        Update::ToolUseStarted { message_id, index, parent_tool_use_id, tool_use_id, name } => {
+            Event::ToolUseStart(pb::ToolUseStart {
+                message_id,
+                index,
+                parent_tool_use_id,
+                tool_use_id,
+                name,
+            })
+        }
+        Update::ToolInputDelta { tool_use_id, partial_json, received_bytes, partial_input } => {
+            Event::ToolInputDelta(pb::ToolInputDelta {
+                tool_use_id,
+                partial_json,
+                received_bytes,
+                partial_input: partial_input.as_ref().and_then(to_struct),
+            })
+        }
+        Update::Block { message_id, index, parent_tool_use_id, uuid: _, block } => match block {
+            Block::Text { text } => {
+                Event::TextBlock(pb::TextBlock { message_id, index, parent_tool_use_id, text })
+            }
+            Block::Thinking { thinking, redacted } => Event::ThinkingBlock(pb::ThinkingBlock {
+                message_id,
+                index,
+                parent_tool_use_id,
+                thinking,
+                redacted,
+            }),
+            Block::ToolUse { tool_use_id, name, input, rebuilt } => Event::ToolUse(pb::ToolUse {
+                message_id,
+                index,
+                parent_tool_use_id,
+                tool_use_id,
+                name,
+                input: to_struct(&input),
+                rebuilt,
+            }),
+            Block::Other { value } => Event::OtherBlock(pb::OtherBlock {
+                message_id,
+                index,
+                parent_tool_use_id,
+                json: value.to_string(),
+            }),
+        },
+        Update::ToolResult {
+            tool_use_id,
+            tool_name,
+            parent_tool_use_id,
+            is_error,
+            text,
+            images,
+            interrupted,
+        } => Event::ToolResult(pb::ToolResult {
+            tool_use_id,
+            tool_name,
+            parent_tool_use_id,
+            is_error,
+            text,
+            interrupted,
+            images: count(images.len()),
+        }),
+        Update::PermissionAsked(pending) => Event::PermissionRequest(permission_request(pending)),
+        Update::PermissionDecided {
+            request_id,
+            tool_name,
+            behavior,
+            by,
+            message,
+            tool_use_id,
+            decided_at_ms,
+        } => Event::PermissionDecision(pb::PermissionDecision {
+            request_id,
+            tool_name,
+            behavior: match behavior {
+                SessionBehavior::Allow => pb::Behavior::Allow,
+                _ => pb::Behavior::Deny,
+            }
+            .into(),
+            decided_by: decided_by(&by),
+            message,
+            tool_use_id,
+            decided_at_ms: i64::try_from(decided_at_ms).unwrap_or(i64::MAX),
+        }),
+        Update::TurnEnded {
+            parent_tool_use_id,
+            subtype,
+            interrupted,
+            failed,
+            result,
+            duration_ms,
+            input_tokens,
+            output_tokens,
+            cost_usd,
+            total_cost_usd,
+            models,
+            context_tokens,
+            context_window,
+        } => {
+            return vec![
+                Event::TurnResult(pb::TurnResult {
+                    parent_tool_use_id: parent_tool_use_id.clone(),
+                    subtype,
+                    interrupted,
+                    failed,
+                    result,
+                    duration_ms,
+                }),
+                Event::UsageReport(pb::UsageReport {
+                    parent_tool_use_id,
+                    input_tokens,
+                    output_tokens,
+                    cost_usd,
+                    total_cost_usd,
+                    context_tokens,
+                    context_window,
+                    models: models.into_iter().map(model_usage).collect(),
+                }),
+            ];
+        }
+        Update::State { from, to } => Event::StatusChange(pb::StatusChange {
+            from: status_of(from).into(),
+            to: status_of(to).into(),
+        }),
+        Update::Model { model } => Event::ModelChange(pb::ModelChange { model }),
+        Update::Mode { mode } => Event::ModeChange(pb::ModeChange { mode }),
+        Update::ClaudeSession { claude_session_id } => {
+            Event::ClaudeSession(pb::ClaudeSession { claude_session_id })
+        }
+        Update::Notice { level, kind, text } => Event::Notice(pb::Notice {
+            level: serde_json::to_value(level)
+                .ok()
+                .and_then(|value| value.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            kind: kind.into(),
+            text,
+        }),
+    };
+    vec![event]
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn model_usage(totals: ModelTotals) -> pb::ModelUsage {
+    pb::ModelUsage {
+        model: totals.model,
+        input_tokens: totals.input_tokens,
+        output_tokens: totals.output_tokens,
+        cost_usd: totals.cost_usd,
+        context_window: totals.context_window,
+    }
+}
+
+/// Who decided, as one word: `policy`, `policy:<rule>`, `person:<who>`, `timeout`,
+/// `cancelled`, `link_closed`, `cli`.
+fn decided_by(by: &DecidedBy) -> String {
+    match by {
+        DecidedBy::Policy { rule: Some(rule) } => format!("policy:{rule}"),
+        DecidedBy::Policy { rule: None } => "policy".into(),
+        DecidedBy::Person { who } => format!("person:{who}"),
+        DecidedBy::Timeout => "timeout".into(),
+        DecidedBy::Cancelled => "cancelled".into(),
+        DecidedBy::LinkClosed => "link_closed".into(),
+        DecidedBy::Cli => "cli".into(),
+    }
+}
+
+fn status_of(state: SessionState) -> pb::Status {
+    status_named(state.as_str())
+}
+
+/// A session state's name as the enum (UNSPECIFIED for one this schema does not know).
+fn status_named(state: &str) -> pb::Status {
+    match state {
+        "starting" => pb::Status::Starting,
+        "idle" => pb::Status::Idle,
+        "working" => pb::Status::Working,
+        "awaiting_permission" => pb::Status::AwaitingPermission,
+        "compacting" => pb::Status::Compacting,
+        "exited" => pb::Status::Exited,
+        "crashed" => pb::Status::Crashed,
+        _ => pb::Status::Unspecified,
+    }
+}
+
+fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
+    pb::PermissionRequest {
+        input: to_struct(&pending.input),
+        request_id: pending.request_id,
+        tool_name: pending.tool_name,
+        tool_use_id: pending.tool_use_id,
+        reason: pending.reason,
+        agent_id: pending.agent_id,
+        timeout_secs: pending.timeout_secs,
+        asked_at_ms: i64::try_from(pending.asked_at_ms).unwrap_or(i64::MAX),
+        always_allows: pending.always_allows,
+    }
+}
+
+/// A session as the API shows it ([`crate::api::view`]), as the message.
+fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Session {
+    let view = crate::api::view(daemon, record);
+    let record = view.record;
+    pb::Session {
+        status: status_named(&record.state).into(),
+        id: record.id,
+        claude_session_id: record.claude_session_id,
+        cwd: record.cwd,
+        model: record.model,
+        permission_mode: record.permission_mode,
+        state: record.state,
+        title: record.title,
+        cost_usd: record.cost_usd,
+        created_ms: i64::try_from(record.created_ms).unwrap_or(i64::MAX),
+        updated_ms: i64::try_from(record.updated_ms).unwrap_or(i64::MAX),
+        archived: record.archived,
+        running: view.running,
+        pending_permissions: view.pending_permissions.into_iter().map(permission_request).collect(),
+    }
+}
+
+/// Follows the dashboard's feed for one `WatchSessions` stream.
+async fn watch(daemon: Arc<Daemon>, sender: mpsc::Sender<Result<pb::SessionChange, Status>>) {
+    let mut changes = daemon.dashboard();
+    let mut phase = daemon.phase();
+    loop {
+        let change = tokio::select! {
+            change = changes.recv() => change,
+            () = sender.closed() => return,
+            _ = closed(&mut phase) => {
+                let _ = sender.send(Err(Status::unavailable("the daemon is shutting down"))).await;
+                return;
+            }
+        };
+        let change = match change {
+            Ok(change) => session_change(&daemon, &change).await,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                pb::SessionChange { event: "lagged".into(), missed, ..Default::default() }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if sender.send(Ok(change)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One of the dashboard's changes (its JSON), as the message, with the session as it stands.
+async fn session_change(daemon: &Daemon, change: &Value) -> pb::SessionChange {
+    let text = |value: &Value| value.as_str().map(str::to_owned);
+    let event = text(&change["event"]).unwrap_or_default();
+    let id =
+        text(&change["session_id"]).or_else(|| text(&change["session"]["id"])).unwrap_or_default();
+    let session = match event.as_str() {
+        "session_created" | "session_changed" => {
+            let record = match daemon.live_record(&id) {
+                Some(record) => Some(record),
+                None => daemon.record(&id).await.ok().flatten(),
+            };
+            record.map(|record| session(daemon, record))
+        }
+        _ => None,
+    };
+    pb::SessionChange { event, id, session, error: text(&change["error"]), missed: 0 }
+}
+
+/// A daemon error as a status: the REST API's classification ([`ApiError`]), in gRPC's codes.
+fn status(error: DaemonError) -> Status {
+    api_status(ApiError::from(error))
+}
+
+fn api_status(error: ApiError) -> Status {
+    use axum::http::StatusCode;
+    let code = match error.status {
+        StatusCode::BAD_REQUEST => Code::InvalidArgument,
+        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::CONFLICT => Code::FailedPrecondition,
+        StatusCode::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
+        StatusCode::BAD_GATEWAY => Code::FailedPrecondition,
+        _ => Code::Internal,
+    };
+    Status::new(code, format!("{} ({})", error.message, error.code))
+}
+
+/// A JSON object as a `Struct` (`None` for anything else).
+fn to_struct(value: &Value) -> Option<prost_types::Struct> {
+    let Value::Object(fields) = value else { return None };
+    Some(prost_types::Struct {
+        fields: fields.iter().map(|(key, value)| (key.clone(), to_value(value))).collect(),
+    })
+}
+
+fn to_value(value: &Value) -> prost_types::Value {
+    use prost_types::value::Kind;
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(bool) => Kind::BoolValue(*bool),
+        Value::Number(number) => Kind::NumberValue(number.as_f64().unwrap_or_default()),
+        Value::String(text) => Kind::StringValue(text.clone()),
+        Value::Array(items) => {
+            Kind::ListValue(prost_types::ListValue { values: items.iter().map(to_value).collect() })
+        }
+        Value::Object(_) => Kind::StructValue(to_struct(value).unwrap_or_default()),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+fn from_struct(value: &prost_types::Struct) -> Value {
+    Value::Object(
+        value.fields.iter().map(|(key, value)| (key.clone(), from_value(value))).collect(),
+    )
+}
+
+fn from_value(value: &prost_types::Value) -> Value {
+    use prost_types::value::Kind;
+    match &value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(bool)) => Value::Bool(*bool),
+        Some(Kind::NumberValue(number)) => {
+            // A whole number stays one (a Struct has only doubles).
+            if number.fract() == 0.0 && number.abs() < 9.0e15 {
+                Value::from(*number as i64)
+            } else {
+                serde_json::Number::from_f64(*number).map_or(Value::Null, Value::Number)
+            }
+        }
+        Some(Kind::StringValue(text)) => Value::String(text.clone()),
+        Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(from_value).collect()),
+        Some(Kind::StructValue(fields)) => from_struct(fields),
+    }
+}
