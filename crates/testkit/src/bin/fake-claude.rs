@@ -13,8 +13,8 @@
 //! - `{"emit_big": N}`: write an assistant line whose text is N bytes.
 //! - `{"turn": "text"}`: a whole turn: system/init, assistant text, result.
 //! - `{"stderr": "text"}`: write to stderr.
-//! - `{"stream_lines": {"rate": R, "count": N}}`: N `stream_event` text deltas at R lines per
-//!   second, each text `t=<unix nanoseconds when written>` (for latency measurements); with
+//! - `{"stream_lines": {"rate": R, "count": N}}`: a `message_start` and a text block's start,
+//!   then N `stream_event` text deltas at R lines per second, each text `t=<unix nanoseconds when written>` (for latency measurements); with
 //!   `"ask_every": K`, a `can_use_tool` request after every K lines whose `request_id` is
 //!   `t=<unix nanoseconds>` too.
 //! - `{"wait_eof": true}`: wait until stdin closes, then exit 0.
@@ -197,6 +197,17 @@ impl Fake {
             // time it was sent: what a daemon decides about it can be timed too.
             let ask_every = stream.get("ask_every").and_then(Value::as_u64).unwrap_or(0);
             let interval = std::time::Duration::from_secs_f64(1.0 / rate);
+            // The message and its text block open first, as the API streams them: the deltas
+            // belong to a message a projection knows.
+            for event in [
+                json!({"type": "message_start", "message": {"id": "msg_stream", "type": "message",
+                    "role": "assistant", "model": "fake-model", "content": [], "stop_reason": null,
+                    "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ] {
+                self.write(&json!({"type": "stream_event", "event": event, "session_id": self.session,
+                    "parent_tool_use_id": null, "uuid": uuid::Uuid::new_v4().to_string()}));
+            }
             let start = std::time::Instant::now();
             for index in 0..count {
                 // Pace against the start, so a slow write does not slow the whole stream.
