@@ -59,14 +59,20 @@ pub async fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> axum::Router {
             }
         });
     }
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .expect("the descriptor set compiled from the .proto is valid");
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+    };
+    // v1, and v1alpha for the clients that know only it (older grpcurl, grpcui).
+    let reflection_v1 =
+        reflection().build_v1().expect("the descriptor set compiled from the .proto is valid");
+    let reflection_v1alpha =
+        reflection().build_v1alpha().expect("the descriptor set compiled from the .proto is valid");
     let service = SwitchboardServer::new(Api { daemon })
         .max_decoding_message_size(crate::api::MAX_BODY_BYTES);
     tonic::service::Routes::new(service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(health)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(auth, require_token))

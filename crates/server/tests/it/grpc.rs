@@ -392,6 +392,28 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
     };
     let names: Vec<&str> = services.service.iter().map(|service| service.name.as_str()).collect();
     assert!(names.contains(&"switchboard.v1.Switchboard"), "{names:?}");
+    {
+        use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+        let mut older = ServerReflectionClient::with_interceptor(
+            channel(&server).await,
+            Box::new(|mut request: Request<()>| {
+                request
+                    .metadata_mut()
+                    .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+                Ok(request)
+            }) as Interceptor,
+        );
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers =
+            older.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+        let answer = format!("{:?}", answers.message().await.unwrap().unwrap());
+        assert!(answer.contains("switchboard.v1.Switchboard"), "v1alpha too: {answer}");
+    }
     let mut anonymous = ServerReflectionClient::new(channel(&server).await);
     let refused = anonymous.server_reflection_info(list()).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated);

@@ -205,8 +205,10 @@ impl Fake {
                     "usage": {"input_tokens": 1, "output_tokens": 1}}}),
                 json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
             ] {
-                self.write(&json!({"type": "stream_event", "event": event, "session_id": self.session,
-                    "parent_tool_use_id": null, "uuid": uuid::Uuid::new_v4().to_string()}));
+                self.write(
+                    &json!({"type": "stream_event", "event": event, "session_id": self.session,
+                    "parent_tool_use_id": null, "uuid": uuid::Uuid::new_v4().to_string()}),
+                );
             }
             let start = std::time::Instant::now();
             for index in 0..count {
