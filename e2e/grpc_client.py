@@ -21,9 +21,8 @@ from grpc_tools import protoc
 PROTO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proto")
 
 
-def generate():
-    """Generates the client code into a temporary directory and imports it."""
-    out = tempfile.mkdtemp(prefix="switchboard-grpc-")
+def generate(out):
+    """Generates the client code into `out` and imports it."""
     well_known = str(importlib.resources.files("grpc_tools") / "_proto")
     status = protoc.main([
         "protoc", f"-I{PROTO}", f"-I{well_known}", f"--python_out={out}",
@@ -37,7 +36,11 @@ def generate():
 
 
 def main():
-    pb, rpc = generate()
+    with tempfile.TemporaryDirectory(prefix="switchboard-grpc-") as out:
+        run(*generate(out))
+
+
+def run(pb, rpc):
     address = os.environ["SWITCHBOARD_GRPC"]
     metadata = [("authorization", "Bearer " + os.environ["SWITCHBOARD_TOKEN"])]
     stub = rpc.SwitchboardStub(grpc.insecure_channel(address))
@@ -49,7 +52,7 @@ def main():
     events = stub.Subscribe(pb.SubscribeRequest(id=session.id, after_seq=0),
                             metadata=metadata, timeout=120)
     for event in events:
-        seen["seqs"].append([event.seq, event.part])
+        seen["seqs"].append([event.seq, event.part, event.parts])
         kind = event.WhichOneof("event")
         if kind == "text_delta":
             seen["text"] += event.text_delta.text

@@ -116,7 +116,7 @@ pub async fn require_auth(
 
 /// `--no-auth` (loopback only): a page on another site that rebinds its name to 127.0.0.1
 /// reaches the daemon with its own `Host`; only loopback names get in.
-fn check_host(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_host(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     if auth.token.is_none() && !loopback_host(headers) {
         return Err(ApiError::forbidden("without auth, only loopback host names are served"));
     }

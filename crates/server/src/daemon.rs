@@ -356,7 +356,8 @@ impl LiveSession {
         LiveSession {
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
-            projector: Mutex::new(switchboard_session::Projector::new()),
+            // Its updates feed only the record: no tool input is parsed as it streams.
+            projector: Mutex::new(switchboard_session::Projector::without_partial_inputs()),
             tail: Mutex::new(None),
             finished: watch::channel(false).0,
             store_error: watch::channel(None).0,

@@ -16,7 +16,7 @@ use serde_json::Value;
 use switchboard_session::projection::{Block, ModelTotals};
 use switchboard_session::{
     AnswerBehavior, Behavior as SessionBehavior, DecidedBy, PendingPermission, PermissionAnswer,
-    SessionState, Update,
+    SessionEvent, SessionState, Update,
 };
 use switchboard_store::EventRecord;
 use tokio::sync::mpsc;
@@ -44,6 +44,17 @@ use pb::switchboard_server::{Switchboard, SwitchboardServer};
 /// the store when it falls behind, so nothing is lost meanwhile).
 pub const STREAM_BUFFER: usize = 256;
 
+/// Streams (`Subscribe`, `WatchSessions`) open at once, daemon-wide; more are refused with
+/// RESOURCE_EXHAUSTED. As many as the connections the daemon serves: one connection can carry
+/// many streams.
+pub const MAX_STREAMS: usize = crate::serve::MAX_CONNECTIONS;
+
+/// The largest health request taken (a service's name): the health check needs no token.
+const MAX_HEALTH_MESSAGE_BYTES: usize = 1024;
+
+/// The one call open without the token.
+const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
 /// The gRPC routes: the `Switchboard` service and server reflection behind the token, and
 /// `grpc.health.v1.Health` open (for probes), on one router.
 pub async fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> axum::Router {
@@ -68,8 +79,10 @@ pub async fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> axum::Router {
         reflection().build_v1().expect("the descriptor set compiled from the .proto is valid");
     let reflection_v1alpha =
         reflection().build_v1alpha().expect("the descriptor set compiled from the .proto is valid");
-    let service = SwitchboardServer::new(Api { daemon })
+    let streams = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
+    let service = SwitchboardServer::new(Api { daemon, streams })
         .max_decoding_message_size(crate::api::MAX_BODY_BYTES);
+    let health = health.max_decoding_message_size(MAX_HEALTH_MESSAGE_BYTES);
     tonic::service::Routes::new(service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -104,14 +117,15 @@ pub fn is_grpc<B>(request: &axum::http::Request<B>) -> bool {
         .is_some_and(|value| value.starts_with("application/grpc"))
 }
 
-/// Middleware: every call but health needs the token (`authorization: Bearer TOKEN`), and no
-/// call may come from a browser (one that says its `Origin`).
+/// Middleware: every call but the health check needs the token (`authorization: Bearer
+/// TOKEN`; without auth, a loopback host name), and no call may come from a browser (one that
+/// says its `Origin`).
 async fn require_token(
     State(auth): State<AuthConfig>,
     request: Request<Body>,
     next: Next,
 ) -> Response {
-    if request.uri().path().starts_with("/grpc.health.v1.Health/") {
+    if request.uri().path() == HEALTH_CHECK {
         return next.run(request).await;
     }
     if request.headers().contains_key(header::ORIGIN) {
@@ -125,12 +139,17 @@ async fn require_token(
         )
         .into_http();
     }
+    if let Err(error) = crate::auth::check_host(&auth, request.headers()) {
+        return api_status(error).into_http();
+    }
     next.run(request).await
 }
 
 /// The `Switchboard` service.
 struct Api {
     daemon: Arc<Daemon>,
+    /// Places for open streams ([`MAX_STREAMS`]).
+    streams: Arc<tokio::sync::Semaphore>,
 }
 
 /// A server stream.
@@ -298,12 +317,17 @@ impl Switchboard for Api {
         request: tonic::Request<pb::SubscribeRequest>,
     ) -> Result<tonic::Response<Self::SubscribeStream>, Status> {
         let request = request.into_inner();
+        let place = self.place()?;
         self.record(&request.id).await?;
         let viewer = crate::api::viewer_at(&self.daemon, &request.id, request.after_seq)
             .await
             .map_err(api_status)?;
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(follow(self.daemon.clone(), request.id, request.after_seq, viewer, sender));
+        let daemon = self.daemon.clone();
+        tokio::spawn(async move {
+            follow(daemon, request.id, request.after_seq, viewer, sender).await;
+            drop(place);
+        });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 
@@ -313,13 +337,27 @@ impl Switchboard for Api {
         &self,
         _request: tonic::Request<pb::WatchSessionsRequest>,
     ) -> Result<tonic::Response<Self::WatchSessionsStream>, Status> {
+        let place = self.place()?;
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(watch(self.daemon.clone(), sender));
+        let daemon = self.daemon.clone();
+        tokio::spawn(async move {
+            watch(daemon, sender).await;
+            drop(place);
+        });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 }
 
 impl Api {
+    /// A place for one more stream, or RESOURCE_EXHAUSTED.
+    fn place(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.streams.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "{MAX_STREAMS} streams are open already; close one, or try again later"
+            ))
+        })
+    }
+
     /// A session's record, or NotFound.
     async fn record(&self, id: &str) -> Result<switchboard_store::SessionRecord, Status> {
         self.daemon
@@ -351,14 +389,23 @@ async fn follow(
                 if closed {
                     // Every session's last events are stored by now: send them, then end.
                     let last = daemon.store().last_seq(&id).await.unwrap_or(0);
-                    while events.position() < last {
-                        let Ok(Some(item)) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
-                        if !deliver(&mut viewer, item, &sender).await {
-                            return;
+                    // Bounded, reading and writing alike: a client that reads no more cannot
+                    // hold this task (and the daemon) past the grace.
+                    let rest = async {
+                        while events.position() < last {
+                            let Some(item) = events.next().await else { break };
+                            if !deliver(&mut viewer, item, &sender).await {
+                                return false;
+                            }
                         }
+                        true
+                    };
+                    if !matches!(tokio::time::timeout(crate::CLOSE_GRACE, rest).await, Ok(true)) {
+                        return;
                     }
                 }
-                let _ = sender.send(Err(Status::unavailable("the daemon is shutting down"))).await;
+                let goodbye = sender.send(Err(Status::unavailable("the daemon is shutting down")));
+                let _ = tokio::time::timeout(crate::CLOSE_GRACE, goodbye).await;
                 return;
             }
         };
@@ -413,6 +460,7 @@ fn daemon_notice(level: &str, kind: &str, text: String) -> pb::SessionEvent {
         seq: 0,
         ts_ms: 0,
         part: 0,
+        parts: 1,
         event: Some(pb::session_event::Event::Notice(pb::Notice {
             level: level.into(),
             kind: kind.into(),
@@ -433,28 +481,25 @@ pub fn session_events(
     if typed.is_empty() {
         typed.push(Event::RawLine(raw_line(record)));
     }
+    let parts = count(typed.len());
     typed
         .into_iter()
         .enumerate()
         .map(|(part, event)| pb::SessionEvent {
             seq: record.seq,
             ts_ms: i64::try_from(record.ts_ms).unwrap_or(i64::MAX),
-            part: u32::try_from(part).unwrap_or(u32::MAX),
+            part: count(part),
+            parts,
             event: Some(event),
         })
         .collect()
 }
 
-/// A stored event as a raw line: for a protocol line, the exact line; for the daemon's own
-/// events, the event as stored.
+/// A stored event as a raw line: for a protocol line, the exact line (read back by the session
+/// crate, which wrote it); for the daemon's own events, the event as stored.
 fn raw_line(record: &EventRecord) -> pb::RawLine {
-    #[derive(serde::Deserialize)]
-    struct Stored<'a> {
-        #[serde(borrow)]
-        line: &'a serde_json::value::RawValue,
-    }
-    let line = match serde_json::from_str::<Stored<'_>>(&record.payload) {
-        Ok(stored) if record.kind == "line" => stored.line.get().to_owned(),
+    let line = match SessionEvent::from_stored(&record.kind, &record.payload) {
+        Ok(SessionEvent::Line(line)) => line.raw.to_string(),
         _ => record.payload.clone(),
     };
     pb::RawLine { direction: record.dir.clone(), line }

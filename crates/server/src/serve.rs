@@ -97,7 +97,7 @@ pub async fn serve_with(
             continue;
         };
         no_delay(&stream);
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let mut stopping = stopping.clone();
         let header_read_timeout = options.header_read_timeout;
         // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
@@ -115,12 +115,30 @@ pub async fn serve_with(
             };
             let io = TokioIo::new(Prefixed { prefix, read: 0, inner: stream });
             if http2 {
+                // Its calls are counted (a response holds its call until its body ends): a
+                // connection with none for `H2_IDLE` is closed, as HTTP/1.1's header timer
+                // closes an idle one, so that idle connections cannot hold every place.
+                let calls = Arc::new(Calls::default());
+                let counted = {
+                    let calls = calls.clone();
+                    tower::service_fn(move |request| {
+                        let call = Call::begin(&calls);
+                        let answer = tower::ServiceExt::oneshot(app.clone(), request);
+                        async move {
+                            let response = answer.await?;
+                            Ok::<_, std::convert::Infallible>(
+                                response
+                                    .map(|body| axum::body::Body::new(Held { body, _call: call })),
+                            )
+                        }
+                    })
+                };
                 let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .timer(TokioTimer::new())
                     .keep_alive_interval(Some(H2_KEEP_ALIVE))
                     .keep_alive_timeout(H2_KEEP_ALIVE)
                     .max_concurrent_streams(H2_MAX_STREAMS)
-                    .serve_connection(io, service);
+                    .serve_connection(io, TowerToHyperService::new(counted));
                 tokio::pin!(connection);
                 let mut told = false;
                 loop {
@@ -135,10 +153,16 @@ pub async fn serve_with(
                             told = true;
                             connection.as_mut().graceful_shutdown();
                         }
+                        () = calls.idle(H2_IDLE), if !told => {
+                            tracing::trace!(%peer, "an HTTP/2 connection without a call; closing it");
+                            told = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
                     }
                 }
                 return;
             }
+            let service = TowerToHyperService::new(app);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
@@ -192,6 +216,81 @@ const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
 
 /// Streams (calls) one HTTP/2 connection may have open at once.
 const H2_MAX_STREAMS: u32 = 256;
+
+/// How long an HTTP/2 connection may have no call open before it is closed.
+pub const H2_IDLE: Duration = Duration::from_secs(60);
+
+/// The calls open on one HTTP/2 connection.
+#[derive(Default)]
+struct Calls {
+    open: std::sync::atomic::AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+impl Calls {
+    /// Resolves once no call has been open for `limit`.
+    async fn idle(&self, limit: Duration) {
+        use std::sync::atomic::Ordering;
+        loop {
+            if self.open.load(Ordering::SeqCst) == 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(limit) => {
+                        if self.open.load(Ordering::SeqCst) == 0 {
+                            return;
+                        }
+                    }
+                    () = self.changed.notified() => {}
+                }
+            } else {
+                self.changed.notified().await;
+            }
+        }
+    }
+}
+
+/// One open call: counted from its request until its response's body ends (or is dropped).
+struct Call(Arc<Calls>);
+
+impl Call {
+    fn begin(calls: &Arc<Calls>) -> Call {
+        calls.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        calls.changed.notify_one();
+        Call(calls.clone())
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.changed.notify_one();
+    }
+}
+
+/// A response body that keeps its call open until it ends.
+struct Held {
+    body: axum::body::Body,
+    _call: Call,
+}
+
+impl http_body::Body for Held {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(context)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// Reads a connection's first bytes, up to HTTP/2's preface or the first byte that differs from
 /// it, within `limit`: whether it speaks HTTP/2, and the bytes read (served again to hyper).

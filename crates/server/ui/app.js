@@ -712,6 +712,7 @@ class Transcript {
       node = el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
         el('div', { class: 'thinking-text' }, block.redacted ? '(redacted)' : block.thinking));
     } else if (block.kind === 'tool_use') {
+      this.inputs.delete(block.tool_use_id);
       const known = this.tools.get(block.tool_use_id);
       // A call rebuilt from its stream never replaces the CLI's own report of it (an older
       // page can bring the rebuilt one after the newer page drew the CLI's).

@@ -413,12 +413,21 @@ pub struct Projector {
     /// The drifts noticed so far (type/subtype and the part left out): each is told once, not
     /// once per line (a changed stream event would otherwise be thousands of notices a turn).
     drifts_told: std::collections::HashSet<(String, String)>,
+    /// Leave [`Update::ToolInputDelta`]'s `partial_input` out (a projector whose updates no
+    /// one reads one by one: the daemon's own, for the record).
+    no_partial_inputs: bool,
 }
 
 impl Projector {
     /// A projector for a new session.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A projector that leaves [`Update::ToolInputDelta`]'s `partial_input` out: for one whose
+    /// updates feed only the [`View`].
+    pub fn without_partial_inputs() -> Self {
+        Projector { no_partial_inputs: true, ..Self::default() }
     }
 
     /// The session's CLI is gone: forgets what only a running CLI continues (messages still
@@ -782,6 +791,7 @@ impl Projector {
         parent: Option<String>,
         emit: &mut impl FnMut(Update),
     ) {
+        let partial_inputs = !self.no_partial_inputs;
         if let StreamEvent::MessageStart(start) = event {
             let Some(id) = named.map(str::to_owned).or_else(|| start.message.id.clone()) else {
                 return;
@@ -858,14 +868,14 @@ impl Projector {
                         }
                         let grown = open.json.len() - open.parsed.min(open.json.len());
                         let partial_input = if !open.overflowed
+                            && partial_inputs
                             && (open.parsed == 0
                                 || grown >= PARTIAL_INPUT_STEP.max(open.parsed / 8))
                         {
-                            let parsed = partial_input(&open.json);
-                            if parsed.is_some() {
-                                open.parsed = open.json.len();
-                            }
-                            parsed
+                            // Counted as tried, parsed or not: text that stopped parsing is
+                            // not read again at every fragment.
+                            open.parsed = open.json.len();
+                            partial_input(&open.json)
                         } else {
                             None
                         };

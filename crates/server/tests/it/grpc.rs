@@ -67,20 +67,16 @@ fn is_permission_request(event: &pb::SessionEvent) -> bool {
 /// Stored events are delivered in order, every seq once and none skipped (several parts may
 /// share one).
 fn assert_gap_free(events: &[pb::SessionEvent], after: u64) {
-    let mut expected = after + 1;
-    let mut last: Option<(u64, u32)> = None;
+    // Every seq from `after + 1`, each with all of its parts in order, nothing twice.
+    let mut expected = (after + 1, 0);
     for event in events.iter().filter(|event| event.seq != 0) {
-        match last {
-            Some((seq, part)) if seq == event.seq => {
-                assert_eq!(event.part, part + 1, "parts of seq {seq} in order");
-            }
-            _ => {
-                assert_eq!(event.seq, expected, "seq {expected} next, without a gap");
-                assert_eq!(event.part, 0);
-                expected += 1;
-            }
-        }
-        last = Some((event.seq, event.part));
+        assert_eq!((event.seq, event.part), expected, "next without a gap: {event:?}");
+        assert!(event.part < event.parts, "{event:?}");
+        expected = if event.part + 1 == event.parts {
+            (event.seq + 1, 0)
+        } else {
+            (event.seq, event.part + 1)
+        };
     }
 }
 
@@ -502,18 +498,20 @@ async fn a_python_client_generated_from_the_proto_creates_subscribes_and_approve
     assert!(seen["output_tokens"].as_u64().unwrap() > 0, "{seen}");
     assert_eq!(seen["idle"], true, "{seen}");
     assert_eq!(seen["without_token"], "UNAUTHENTICATED", "{seen}");
-    let seqs: Vec<(u64, u64)> = seen["seqs"]
+    let seqs: Vec<(u64, u64, u64)> = seen["seqs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|pair| (pair[0].as_u64().unwrap(), pair[1].as_u64().unwrap()))
+        .map(|event| {
+            (event[0].as_u64().unwrap(), event[1].as_u64().unwrap(), event[2].as_u64().unwrap())
+        })
         .collect();
-    let mut expected = 1;
-    for (seq, part) in seqs {
-        if part == 0 {
-            assert_eq!(seq, expected, "gap-free in Python too");
-            expected += 1;
-        }
+    // Every seq from 1, each with all of its parts in order, nothing twice.
+    let mut expected = (1, 0);
+    for (seq, part, parts) in seqs.into_iter().filter(|(seq, _, _)| *seq != 0) {
+        assert_eq!((seq, part), expected, "gap-free in Python too");
+        assert!(part < parts, "{part} of {parts}");
+        expected = if part + 1 == parts { (seq + 1, 0) } else { (seq, part + 1) };
     }
     server.stop().await;
 }

@@ -1534,6 +1534,48 @@ async fn a_client_that_trickles_its_headers_is_cut_off() {
     }
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_http2_connection_without_a_call_is_closed() {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
+    // A well-behaved HTTP/2 client (it answers the daemon's pings) that calls nothing.
+    let socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (_client, connection) = h2::client::handshake(socket).await.unwrap();
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(switchboard_server::H2_IDLE * 3, connection)
+        .await
+        .expect("the daemon closes it")
+        .expect("with a GOAWAY, not an error");
+    let waited = started.elapsed();
+    assert!(
+        waited >= switchboard_server::H2_IDLE && waited < switchboard_server::H2_IDLE * 2,
+        "closed once idle, not before: {waited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rest_path_called_as_grpc_needs_the_token_too() {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
+    for path in ["/api/sessions", "/", "/ui/app.js", "/grpc.health.v1.Health/Watch"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/grpc\r\ncontent-length: 0\r\n\r\n"
+        );
+        let answer = raw_exchange(&address, request.as_bytes(), Duration::from_secs(5))
+            .await
+            .expect("an answer");
+        assert!(answer.contains("grpc-status: 16"), "{path}: unauthenticated: {answer}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
     use tokio::io::AsyncWriteExt;
