@@ -515,3 +515,80 @@ async fn a_python_client_generated_from_the_proto_creates_subscribes_and_approve
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_events_name_the_call_they_belong_to() {
+    let sandbox = CliSandbox::new().unwrap();
+    let sub = sandbox.file("sub.txt");
+    std::fs::write(&sub, "SUBFILE_CONTENT\n").unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Agent|Task",
+                    serde_json::json!({"description": "Read the sub file", "subagent_type": "general-purpose",
+                        "prompt": "SUBAGENT_PROMPT: read the sub file", "run_in_background": false}),
+                )
+                .when_prompt("SUBAGENT"),
+            )
+            .reply(Reply::tool_use("Read", serde_json::json!({"file_path": sub})).when_prompt("SUBAGENT_PROMPT"))
+            .reply(Reply::text("The sub file says hello.").when_tool_result_contains("SUBFILE_CONTENT"))
+            .reply(Reply::text("Main agent done.").when_tool_result_contains("sub file says")),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut grpc = client(&server).await;
+    let session = grpc
+        .create_session(pb::CreateSessionRequest {
+            cwd: sandbox.workdir().display().to_string(),
+            prompt: Some("SUBAGENT please".into()),
+            policy: Some("auto-approve".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut stream = grpc
+        .subscribe(pb::SubscribeRequest { id: session.id.clone(), after_seq: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let events = until(&mut stream, |event| {
+        matches!(&event.event, Some(Event::TurnResult(result)) if result.parent_tool_use_id.is_none())
+    })
+    .await;
+    let agent = events
+        .iter()
+        .find_map(|event| match &event.event {
+            Some(Event::ToolUse(call)) if call.name == "Agent" || call.name == "Task" => {
+                Some(call.tool_use_id.clone())
+            }
+            _ => None,
+        })
+        .expect("the Agent call");
+    // The subagent's own call and its result say which call they belong to.
+    let read = events.iter().find_map(|event| match &event.event {
+        Some(Event::ToolUse(call)) if call.name == "Read" => Some(call.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        read.expect("the subagent's Read").parent_tool_use_id.as_deref(),
+        Some(agent.as_str())
+    );
+    let read_result = events.iter().find_map(|event| match &event.event {
+        Some(Event::ToolResult(result)) if result.text.contains("SUBFILE_CONTENT") => {
+            Some(result.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(
+        read_result.expect("its result").parent_tool_use_id.as_deref(),
+        Some(agent.as_str())
+    );
+    let Some(Event::TurnResult(done)) = &events.last().unwrap().event else { unreachable!() };
+    assert_eq!(done.result.as_deref(), Some("Main agent done."));
+    server.stop().await;
+}
