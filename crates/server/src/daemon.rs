@@ -753,6 +753,25 @@ impl Daemon {
         self.handle(&id).ok()
     }
 
+    /// The running relay sessions (CLIs that connected at `/`), with their Claude session ids.
+    pub fn relay_handles(&self) -> Vec<(Option<String>, SessionHandle)> {
+        let live: Vec<Arc<LiveSession>> = self
+            .sessions
+            .lock()
+            .map(|sessions| sessions.values().cloned().collect())
+            .unwrap_or_default();
+        live.into_iter()
+            .filter_map(|live| {
+                let (relay, claude_session_id) = {
+                    let record = live.record.lock().ok()?;
+                    (record.config["transport"] == "relay", record.claude_session_id.clone())
+                };
+                let handle = live.handle()?;
+                relay.then_some((claude_session_id, handle))
+            })
+            .collect()
+    }
+
     /// The `--sdk-url` slot with this id, while its session accepts connections.
     pub fn ingress_slot(
         &self,

@@ -1,10 +1,11 @@
-//! Seed 003's relay, so frontends written for it work unchanged: a Claude Code CLI launched
-//! elsewhere with `--sdk-url ws://DAEMON/` connects at `/` (with the ingress token); frontends
-//! connect at `/ws` and get every raw line the CLIs send plus
-//! `{"type":"status","text":"claude code connected"|"claude code disconnected"}`; what a
-//! frontend sends goes to the most recently connected CLI. Each connection is its own
-//! Switchboard session (stored, steerable, with permissions decided by the daemon's policy;
-//! `auto-approve` is one), so nothing about it is lost either.
+//! The agents-ui relay protocol, so frontends written for it work unchanged: a Claude Code CLI
+//! launched elsewhere with `--sdk-url ws://DAEMON/` connects at `/` (with the ingress token);
+//! frontends connect at `/ws` and get every raw line the CLIs send plus
+//! `{"type":"status","text":"claude code connected"|"claude code disconnected"}`. A frontend's
+//! user message goes to the CLI its `session_id` names (else the most recently connected), and
+//! its permission answers (both of the protocol's forms) are a person's. Each connection is its
+//! own Switchboard session (stored, steerable, with permissions decided by the daemon's policy
+//! or a person; `auto-approve` is a policy), so nothing about it is lost either.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use switchboard_protocol::{ControlRequestPayload, Message};
+use switchboard_session::{AnswerBehavior, PermissionAnswer};
 
 use crate::daemon::{relay_status as status, Daemon};
 use crate::error::ApiError;
@@ -139,22 +141,42 @@ async fn within<E>(
     }
 }
 
-/// What a frontend sent, to the CLI: user messages and interrupts go through the session (so
-/// they are logged); anything else is refused with a status line.
+/// Who a relay frontend's answers are recorded as.
+pub(crate) const RELAY_FRONTEND: &str = "relay frontend";
+
+/// What a frontend sent, to the CLI: user messages (to the CLI whose Claude session id they
+/// name, else the most recent one) and interrupts go through the session (so they are logged);
+/// a permission answer, in either of the relay protocol's forms, is a person's decision;
+/// anything else is refused with a status line.
 async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
-    let Some(handle) = daemon.relay_handle() else {
+    let Some(current) = daemon.relay_handle() else {
         return Some(status("no claude code is connected"));
     };
     let mut replies = Vec::new();
     for line in text.split('\n').filter(|line| !line.trim().is_empty()) {
+        if let Some(answer) = permission_answer(line) {
+            if let Err(message) = answer_permission(daemon, answer).await {
+                replies.push(status(&message));
+            }
+            continue;
+        }
         let result = match Message::decode(line.as_bytes()) {
             Ok(Message::User(user)) => {
+                // Routed by the Claude session id it names, as the relay protocol routes.
+                let named = user.session_id.as_deref().filter(|id| !id.is_empty());
+                let handle = named
+                    .and_then(|named| {
+                        daemon.relay_handles().into_iter().find_map(|(id, handle)| {
+                            (id.as_deref() == Some(named)).then_some(handle)
+                        })
+                    })
+                    .unwrap_or_else(|| current.clone());
                 handle.send_message(user).await.map_err(|error| error.to_string())
             }
             Ok(Message::ControlRequest(request))
                 if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
             {
-                handle.interrupt().await.map_err(|error| error.to_string())
+                current.interrupt().await.map_err(|error| error.to_string())
             }
             Ok(Message::Drift(drift)) => Err(format!(
                 "a {} line that does not fit the protocol: {}",
@@ -162,7 +184,7 @@ async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
                 drift.reason
             )),
             Ok(other) => Err(format!(
-                "the relay forwards user messages and interrupts; {} is decided by Switchboard",
+                "the relay takes user messages, interrupts and permission answers; {} is decided by Switchboard",
                 other.type_name().unwrap_or("this message")
             )),
             Err(error) => Err(format!("unreadable line: {error}")),
@@ -172,4 +194,76 @@ async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
         }
     }
     (!replies.is_empty()).then(|| replies.join("\n"))
+}
+
+/// A frontend's answer to a permission request.
+struct FrontendAnswer {
+    request_id: String,
+    answer: PermissionAnswer,
+}
+
+/// A permission answer in either form the relay protocol shows, if `line` is one:
+/// `{"type":"control_response","response":{"subtype":"success","request_id":…,
+/// "response":{"behavior":"allow"|"deny","updatedInput":…,"message":…}}}`, or the agents-ui
+/// relay's `{"type":"control_response","request_id":…,"permission":{"allow":true}}`.
+fn permission_answer(line: &str) -> Option<FrontendAnswer> {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    if value.get("type")?.as_str()? != "control_response" {
+        return None;
+    }
+    let text = |value: &serde_json::Value| value.as_str().map(str::to_owned);
+    if let Some(permission) = value.get("permission") {
+        let allow = permission.get("allow").and_then(serde_json::Value::as_bool) == Some(true);
+        return Some(FrontendAnswer {
+            request_id: text(value.get("request_id")?)?,
+            answer: PermissionAnswer {
+                behavior: if allow { AnswerBehavior::Allow } else { AnswerBehavior::Deny },
+                message: permission.get("message").and_then(text),
+                ..PermissionAnswer::default()
+            },
+        });
+    }
+    let response = value.get("response")?;
+    let request_id = text(response.get("request_id")?)?;
+    let decision = response.get("response");
+    let allow = response.get("subtype").and_then(serde_json::Value::as_str) == Some("success")
+        && decision
+            .and_then(|decision| decision.get("behavior"))
+            .and_then(serde_json::Value::as_str)
+            == Some("allow");
+    Some(FrontendAnswer {
+        request_id,
+        answer: PermissionAnswer {
+            behavior: if allow { AnswerBehavior::Allow } else { AnswerBehavior::Deny },
+            updated_input: decision
+                .and_then(|decision| decision.get("updatedInput"))
+                .filter(|input| input.is_object())
+                .cloned(),
+            message: decision
+                .and_then(|decision| decision.get("message"))
+                .and_then(text)
+                .or_else(|| response.get("error").and_then(text)),
+            ..PermissionAnswer::default()
+        },
+    })
+}
+
+/// Answers a relay session's waiting request as a person (first answer wins), whichever relay
+/// CLI asked it.
+async fn answer_permission(daemon: &Daemon, answer: FrontendAnswer) -> Result<(), String> {
+    let asked = daemon.relay_handles().into_iter().find_map(|(_, handle)| {
+        let waiting = handle
+            .snapshot()
+            .pending_permissions
+            .iter()
+            .any(|pending| pending.request_id == answer.request_id);
+        waiting.then_some(handle)
+    });
+    let Some(handle) = asked else {
+        return Err(format!("no permission request {} is waiting", answer.request_id));
+    };
+    handle
+        .respond_permission(&answer.request_id, answer.answer, RELAY_FRONTEND)
+        .await
+        .map_err(|error| error.to_string())
 }

@@ -1156,10 +1156,18 @@ async fn hybrid_post_ingress_feeds_the_session() {
 /// at `/ws` sees the status lines and every raw line, and its user message reaches the CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
-    let api =
-        FakeApi::start(Scenario::new().reply(Reply::text("relayed answer").when_prompt("RELAY")))
-            .await
-            .unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("relayed answer").when_prompt("RELAY"))
+            .reply(Reply::tool_use("Bash", touch_and_ls("relay-allowed.txt")).when_prompt("TOOLS"))
+            .reply(
+                Reply::tool_use("Bash", touch_and_ls("relay-denied.txt"))
+                    .when_tool_result_contains("relay-allowed.txt"),
+            )
+            .reply(Reply::text("Fine, not that one.").when_tool_result_contains("no thanks")),
+    )
+    .await
+    .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
@@ -1188,9 +1196,44 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         frames.iter().any(|f| f["type"] == "system" && f["subtype"] == "init"),
         "raw lines reach the frontend"
     );
+    // An answer to nothing waiting is refused with a status line.
     frontend.send(json!({"type": "control_response", "response": {"subtype": "success", "request_id": "x"}})).await;
     let refused = frontend.until(|frame| frame["type"] == "status").await;
-    assert!(refused.last().unwrap()["text"].as_str().unwrap().contains("decided by Switchboard"));
+    assert!(refused.last().unwrap()["text"].as_str().unwrap().contains("no permission request x"));
+    // Frontends answer permission requests, in either of the relay protocol's forms: the
+    // agents-ui relay's allow, then the standard form's deny with a message for the model. The
+    // user line names its CLI by Claude session id.
+    let claude_session = frames
+        .iter()
+        .find_map(|frame| frame["session_id"].as_str().filter(|id| !id.is_empty()))
+        .unwrap()
+        .to_owned();
+    frontend
+        .send(json!({"type": "user", "message": {"role": "user", "content": "TOOLS please"}, "parent_tool_use_id": null, "session_id": claude_session}))
+        .await;
+    let asked = frontend.until(|frame| frame["request"]["subtype"] == "can_use_tool").await;
+    let first = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
+    frontend
+        .send(
+            json!({"type": "control_response", "request_id": first, "permission": {"allow": true}}),
+        )
+        .await;
+    let asked = frontend.until(|frame| frame["request"]["subtype"] == "can_use_tool").await;
+    assert!(sandbox.file("relay-allowed.txt").exists(), "the frontend's allow ran the call");
+    let second = asked.last().unwrap()["request_id"].as_str().unwrap().to_owned();
+    frontend
+        .send(json!({"type": "control_response", "response": {"subtype": "success", "request_id": second,
+            "response": {"behavior": "deny", "message": "no thanks"}}}))
+        .await;
+    let frames = frontend.until(|frame| frame["type"] == "result").await;
+    assert_eq!(frames.last().unwrap()["result"], "Fine, not that one.");
+    assert!(!sandbox.file("relay-denied.txt").exists(), "the frontend's deny held");
+    // A second answer to the same request is refused: the first one won.
+    frontend
+        .send(json!({"type": "control_response", "request_id": second, "permission": {"allow": true}}))
+        .await;
+    let refused = frontend.until(|frame| frame["type"] == "status").await;
+    assert!(refused.last().unwrap()["text"].as_str().unwrap().contains("no permission request"));
 
     // The relay session is a Switchboard session like any other: stored and listed.
     let (_, sessions) = server.get("/api/sessions").await;
@@ -1206,6 +1249,22 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         sandbox.workdir().display().to_string(),
         "the cwd comes from system/init"
     );
+    // The frontend's decisions are recorded as a person's, from a relay frontend.
+    let (_, events) =
+        server.get(&format!("/api/sessions/{}/events", relay["id"].as_str().unwrap())).await;
+    let decided: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| &event["event"])
+        .filter(|event| event["event"] == "permission_decided")
+        .collect();
+    assert_eq!(decided.len(), 2, "{decided:?}");
+    for event in &decided {
+        assert_eq!(event["by"], json!({"kind": "person", "who": "relay frontend"}), "{event}");
+    }
+    assert_eq!(decided[0]["behavior"], "allow");
+    assert_eq!(decided[1]["behavior"], "deny");
     cli.kill().await.unwrap();
     frontend
         .until(|frame| frame["type"] == "status" && frame["text"] == "claude code disconnected")
