@@ -1,6 +1,8 @@
 //! The `--sdk-url` transport: the CLI is started with `--sdk-url ws://…/v1/sessions/ws/SLOT`
-//! and connects to us over WebSocket, carrying a per-session bearer token
-//! (`CLAUDE_CODE_SESSION_ACCESS_TOKEN`).
+//! and connects to us over WebSocket, carrying a per-session bearer token. The token reaches it
+//! on a file descriptor (`CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR`), never in its
+//! environment, which its tools inherit; a CLI launched by hand can be given it as
+//! `CLAUDE_CODE_SESSION_ACCESS_TOKEN`.
 //!
 //! [`spawn`] starts the CLI and returns the usual [`CliLink`] plus an [`IngressSlot`]: the
 //! server's WebSocket handler authenticates the CLI against the slot and moves bytes between
@@ -38,6 +40,10 @@ use crate::stdio::{
 
 /// The environment variable that carries the session's token to the CLI.
 pub const SESSION_TOKEN_ENV: &str = "CLAUDE_CODE_SESSION_ACCESS_TOKEN";
+
+/// The variable that names the file descriptor a CLI reads its session token from instead
+/// ([`stdio::SECRET_FD`]).
+pub const AUTH_FD_ENV: &str = "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR";
 
 /// The newest CLI that connects to a non-Anthropic `--sdk-url` (2.1.121 refuses).
 pub const MAX_SDK_URL_VERSION: (u32, u32, u32) = (2, 1, 120);
@@ -570,8 +576,10 @@ pub fn spawn(
     options.no_permission_prompt_tool = true;
     // The CLI's echo of each prompt is how the slot knows it arrived.
     options.replay_user_messages = true;
-    options.env.insert(SESSION_TOKEN_ENV.to_owned(), token.clone());
-    let (mut child, run) = stdio::start(&options)?;
+    // Through a file descriptor, not the environment, which the CLI's tools inherit (every
+    // CLI that takes a non-Anthropic `--sdk-url`, 1.0.112 to 2.1.120, reads it).
+    options.env.remove(SESSION_TOKEN_ENV);
+    let (mut child, run) = stdio::start_with_secret(&options, Some((AUTH_FD_ENV, token.as_str())))?;
     let pid = child.id();
     // The CLI reads from the socket, not stdin; stdin stays open (held by the child handle)
     // so that it does not read an end of input.

@@ -54,6 +54,7 @@ pub const NESTED_SESSION_VARIABLES: &[&str] = &[
     "CLAUDE_CODE_ENTRYPOINT",
     "CLAUDE_CODE_SSE_PORT",
     "CLAUDE_CODE_SESSION_ACCESS_TOKEN",
+    "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR",
     "CLAUDE_AGENT_SDK_VERSION",
 ];
 
@@ -453,6 +454,26 @@ pub struct CliRun {
 
 /// Checks the cwd and starts the CLI process, marked with a new run id.
 pub(crate) fn start(options: &CliOptions) -> Result<(Child, CliRun), TransportError> {
+    start_with_secret(options, None)
+}
+
+/// The file descriptor a secret reaches the CLI on ([`start_with_secret`]).
+pub const SECRET_FD: i32 = 3;
+
+/// Starts the CLI; with `secret`, hands it over on file descriptor [`SECRET_FD`], named by
+/// `secret.0`, the variable the CLI reads the descriptor's number from: the secret is never in
+/// the CLI's environment (`/proc/PID/environ`), nor in its tools', which inherit that.
+///
+/// The descriptor is an anonymous memory file (`memfd`), not a pipe: the CLI reads it again
+/// through `/proc/self/fd/3` each time it reconnects (2.1.37 does), and a pipe is empty after
+/// the first read. The CLI does not close it, so its children inherit it: a tool that reads
+/// its descriptor 3 can find the secret, as it could in the environment before, but nothing
+/// shows it by accident.
+#[allow(unsafe_code)] // `pre_exec`; see the SAFETY note
+pub(crate) fn start_with_secret(
+    options: &CliOptions,
+    secret: Option<(&str, &str)>,
+) -> Result<(Child, CliRun), TransportError> {
     if !options.cwd.is_dir() {
         return Err(TransportError::NoSuchCwd(options.cwd.clone()));
     }
@@ -460,7 +481,36 @@ pub(crate) fn start(options: &CliOptions) -> Result<(Child, CliRun), TransportEr
     let run_id = crate::procs::new_run_id();
     let mut command = cli_command(options);
     command.env(crate::procs::RUN_VARIABLE, &run_id);
-    let child = command.spawn().map_err(|source| {
+    // Held until the child is spawned; its own copy is made in the child.
+    let mut handed = None;
+    if let Some((variable, secret)) = secret {
+        let spawn_error =
+            |source: std::io::Error| TransportError::Spawn { program: program.clone(), source };
+        let read = secret_file(secret).map_err(spawn_error)?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&read);
+        command.env(variable, SECRET_FD.to_string());
+        // SAFETY: runs in the child between fork and exec; `dup2` and `fcntl` are
+        // async-signal-safe system calls, and nothing is allocated.
+        unsafe {
+            command.pre_exec(move || {
+                let done = if raw == SECRET_FD {
+                    // Already there: only its close-on-exec flag goes.
+                    nix::libc::fcntl(raw, nix::libc::F_SETFD, 0)
+                } else {
+                    // The copy is not closed on exec.
+                    nix::libc::dup2(raw, SECRET_FD)
+                };
+                if done < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        handed = Some(read);
+    }
+    let spawned = command.spawn();
+    drop(handed);
+    let child = spawned.map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             TransportError::NotFound { program: program.clone() }
         } else {
@@ -471,6 +521,24 @@ pub(crate) fn start(options: &CliOptions) -> Result<(Child, CliRun), TransportEr
     tracing::debug!(pid, program = %program.display(), "spawned claude");
     let start_time = crate::procs::start_time(pid).unwrap_or(0);
     Ok((child, CliRun { pid, start_time, run_id }))
+}
+
+/// An anonymous memory file (close-on-exec) holding `secret`.
+#[allow(unsafe_code)] // `memfd_create`, whose descriptor is owned at once
+fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::io::Write;
+    // SAFETY: a valid NUL-terminated name and flags; the result is checked before it is
+    // owned, and nothing else owns it.
+    let fd =
+        unsafe { nix::libc::memfd_create(c"switchboard-secret".as_ptr(), nix::libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut file = std::fs::File::from(owned);
+    file.write_all(secret.as_bytes())?;
+    Ok(file.into())
 }
 
 /// The CLI's version: the first word `claude --version` prints (`2.1.37`), run with the same

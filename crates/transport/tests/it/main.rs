@@ -281,3 +281,35 @@ async fn a_full_queue_cannot_lose_the_end_of_a_connection() {
     assert_eq!(tail, ["disconnected", "exited"], "{seen:?}");
     assert_eq!(seen.first(), Some(&"connected"));
 }
+
+#[tokio::test]
+async fn an_sdk_url_cli_reads_its_token_from_a_descriptor_not_its_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("print-secrets");
+    // The CLI's environment, and what its descriptor holds, read twice (as a CLI that
+    // reconnects reads it).
+    std::fs::write(
+        &program,
+        format!(
+            "#!/bin/sh\nenv > '{dir}/env.txt'\ncat /proc/self/fd/3 > '{dir}/token.txt'\ncat /proc/self/fd/3 > '{dir}/again.txt'\n",
+            dir = dir.path().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let mut options = CliOptions::new(dir.path());
+    options.program = Some(program);
+    let (mut link, slot) =
+        switchboard_transport::sdk_url::spawn(&options, "ws://127.0.0.1:9/v1/sessions/ws/")
+            .unwrap();
+    until_exit(&mut link).await;
+    let env = std::fs::read_to_string(dir.path().join("env.txt")).unwrap();
+    assert!(!env.contains(slot.token()), "the token is not in the environment: {env}");
+    assert!(!env.contains("CLAUDE_CODE_SESSION_ACCESS_TOKEN"), "{env}");
+    assert!(env.contains("CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR=3"), "{env}");
+    let token = std::fs::read_to_string(dir.path().join("token.txt")).unwrap();
+    assert_eq!(token, slot.token(), "the descriptor holds the token");
+    let again = std::fs::read_to_string(dir.path().join("again.txt")).unwrap();
+    assert_eq!(again, slot.token(), "and again, for a reconnect");
+}
