@@ -45,9 +45,9 @@ use pb::switchboard_server::{Switchboard, SwitchboardServer};
 pub const STREAM_BUFFER: usize = 256;
 
 /// Streams (`Subscribe`, `WatchSessions`) open at once, daemon-wide; more are refused with
-/// RESOURCE_EXHAUSTED. As many as the connections the daemon serves: one connection can carry
-/// many streams.
-pub const MAX_STREAMS: usize = crate::serve::MAX_CONNECTIONS;
+/// RESOURCE_EXHAUSTED. As many as the connections the daemon serves (`serve::MAX_CONNECTIONS`):
+/// one connection can carry many streams.
+pub const MAX_STREAMS: usize = 4096;
 
 /// The largest health request taken (a service's name): the health check needs no token.
 const MAX_HEALTH_MESSAGE_BYTES: usize = 1024;
