@@ -154,14 +154,19 @@ pub(crate) struct AnswerArgs {
     connection: Connection,
 }
 
-struct Client {
-    base: String,
+pub(crate) struct Client {
+    pub(crate) base: String,
     token: Option<String>,
     http: reqwest::Client,
 }
 
 impl Connection {
-    fn client(&self) -> Result<Client, String> {
+    /// Whether `--json` was asked for.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
+    pub(crate) fn client(&self) -> Result<Client, String> {
         let data_dir = switchboard_server::DataDir::new(self.data.resolve());
         let base = match &self.url {
             Some(url) => url.trim_end_matches('/').to_owned(),
@@ -195,7 +200,7 @@ impl Client {
         pick(name, &ids)
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -347,7 +352,7 @@ pub(crate) async fn new(args: NewArgs) -> ExitCode {
     finish(result)
 }
 
-fn read_policy(path: &std::path::Path) -> Result<String, String> {
+pub(crate) fn read_policy(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read as _;
     let shown = path.display();
     let file =
@@ -489,10 +494,18 @@ fn finish(result: Result<(), String>) -> ExitCode {
     }
 }
 
-async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Result<(), String> {
-    // A person reads the session's view (the daemon's one projection of its lines); a script
-    // reads the events as stored.
-    let view = if json_output { "" } else { "&view=true" };
+/// A session's subscriber socket: its events as stored after `after`, or (with `view`) the
+/// updates of its view.
+pub(crate) async fn subscribe(
+    client: &Client,
+    id: &str,
+    after: u64,
+    view: bool,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    String,
+> {
+    let view = if view { "&view=true" } else { "" };
     let url = format!(
         "{}/api/sessions/{id}/subscribe?after={after}{view}",
         client.base.replacen("http", "ws", 1)
@@ -504,9 +517,16 @@ async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Resul
             .map_err(|_| "the token is not a valid header value".to_owned())?;
         request.headers_mut().insert("authorization", value);
     }
-    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+    let (socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .map_err(|error| format!("cannot subscribe: {error}"))?;
+    Ok(socket)
+}
+
+async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Result<(), String> {
+    // A person reads the session's view (the daemon's one projection of its lines); a script
+    // reads the events as stored.
+    let mut socket = subscribe(client, id, after, !json_output).await?;
     let mut reader = Reader { session: id.to_owned(), ..Reader::default() };
     let mut stdout = std::io::stdout();
     while let Some(frame) = socket.next().await {

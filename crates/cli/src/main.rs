@@ -15,6 +15,7 @@ mod doctor;
 mod fake_api;
 mod run;
 mod serve;
+mod tasks;
 
 /// Run, watch, steer and audit Claude Code sessions.
 #[derive(Debug, Parser)]
@@ -87,6 +88,17 @@ enum Command {
     FakeApi(fake_api::FakeApiArgs),
     /// Start a session on the daemon and print its id (--follow: then follow it).
     New(client::NewArgs),
+    /// Run a list of tasks on the daemon, each in a fresh session, and sum them up.
+    ///
+    /// The tasks come from a file or stdin: one prompt per line, or JSON lines with `prompt`,
+    /// `cwd`, `model` and `policy`. Each gets its own CLI process and Claude session, stopped
+    /// once its turn ends; they run one after another, or --parallel N at once, and show live
+    /// in the web UI meanwhile. Each finished task prints its result, cost, duration and
+    /// session id (--json: one object per task, then a summary).
+    ///
+    /// Exit status: 0 every task succeeded; 1 one failed (or the daemon could not be reached);
+    /// 2 the task list is unreadable; 130 interrupted (Ctrl-C stops the running sessions).
+    Loop(tasks::LoopArgs),
     /// Send a message to a session (queued while a turn runs).
     Send(client::SendArgs),
     /// Start an exited session's CLI again, where it stopped.
@@ -123,6 +135,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => block_on(demo::demo(args)),
         Command::FakeApi(args) => block_on(fake_api::fake_api(args)),
         Command::New(args) => block_on(client::new(args)),
+        Command::Loop(args) => block_on(tasks::run(args)),
         Command::Send(args) => block_on(client::send(args)),
         Command::Resume(args) => block_on(client::act(args, "resume")),
         Command::Interrupt(args) => block_on(client::act(args, "interrupt")),

@@ -774,3 +774,63 @@ async fn sigterm_stops_every_session_stores_it_and_exits_zero() {
     let runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
     assert_eq!(runs.trim(), "[]", "no CLI left running");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loop_runs_each_task_in_a_fresh_session_and_sums_them_up() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first done").when_prompt("TASK one"))
+            .reply(Reply::text("second done").when_prompt("TASK two"))
+            .reply(
+                Reply::http_error(400, "invalid_request_error", "this task cannot run", 10)
+                    .when_prompt("TASK fail"),
+            ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let workdir = sandbox.workdir().display().to_string();
+    let tasks = sandbox.file("tasks.txt");
+    std::fs::write(&tasks, "# three tasks\nTASK one\n\n{\"prompt\": \"TASK two\"}\nTASK fail\n")
+        .unwrap();
+    let (code, out, err) = client(
+        data.path(),
+        &["loop", tasks.to_str().unwrap(), "--cwd", &workdir, "--parallel", "2", "--json"],
+    )
+    .await;
+    assert_eq!(code, Some(1), "one task failed: {out}{err}");
+    let lines: Vec<Value> = out.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    let mut outcomes: Vec<&Value> = lines[..3].iter().collect();
+    outcomes.sort_by_key(|outcome| outcome["task"].as_u64());
+    assert_eq!(outcomes[0]["result"], "first done");
+    assert_eq!(outcomes[0]["ok"], true);
+    assert_eq!(outcomes[1]["result"], "second done");
+    assert_eq!(outcomes[2]["ok"], false, "{}", outcomes[2]);
+    assert!(outcomes.iter().all(|outcome| outcome["duration_ms"].as_u64().unwrap() > 0));
+    assert!(outcomes[0]["cost_usd"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines[3]["summary"]["failed"], 1);
+    assert_eq!(lines[3]["summary"]["tasks"], 3);
+    // Each task had a session of its own (its own CLI and Claude session), stopped at its end.
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let sessions = http(&daemon.url, &token, reqwest::Method::GET, "/api/sessions", None).await;
+    let sessions = sessions.as_array().unwrap();
+    assert_eq!(sessions.len(), 3);
+    let ids: std::collections::HashSet<&str> =
+        outcomes.iter().map(|outcome| outcome["session_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3);
+    let claude: std::collections::HashSet<&str> =
+        sessions.iter().filter_map(|session| session["claude_session_id"].as_str()).collect();
+    assert_eq!(claude.len(), 3, "a fresh Claude session each: {sessions:?}");
+    assert!(sessions.iter().all(|session| session["running"] == false), "{sessions:?}");
+
+    // A task list with a mistake is refused before anything runs, naming the line.
+    std::fs::write(&tasks, "TASK one\n{\"prompt\": 3}\n").unwrap();
+    let (code, _, err) = client(data.path(), &["loop", tasks.to_str().unwrap()]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("line 2") && err.contains("prompt"), "{err}");
+    let sessions = http(&daemon.url, &token, reqwest::Method::GET, "/api/sessions", None).await;
+    assert_eq!(sessions.as_array().unwrap().len(), 3, "nothing ran");
+}
