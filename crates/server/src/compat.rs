@@ -7,8 +7,9 @@
 //!   connect, then new ones as the file grows (pushed on file notifications, not polled).
 //!   The client sends `{"type":"user_message","content":…}` (which takes the session over:
 //!   Switchboard resumes it, or writes to the session already resuming it) and optionally
-//!   `{"type":"subscribe","fromUuid":…}` (send again everything after that message); failures
-//!   come back as `{"type":"error","error":…}`.
+//!   `{"type":"subscribe","fromUuid":…}` (send again everything after that message), and may
+//!   acknowledge lines with `{"type":"ack","uuid":…}` (taken silently: nothing is dropped
+//!   either way); failures come back as `{"type":"error","error":…}`.
 
 use std::sync::Arc;
 
@@ -206,6 +207,10 @@ async fn handle_frame(
             .get("fromUuid")
             .and_then(Value::as_str)
             .map(|uuid| ClientRequest::ReplayFrom(uuid.to_owned())),
+        // The web-UI backend's message acknowledgement: taken, with nothing to do. Every line
+        // stays in the transcript, and a client that missed some asks for them again with
+        // `subscribe` and `fromUuid`.
+        Some("ack") => None,
         Some(other) => error(format!("unknown message type {other:?}")),
         None => error("a message needs a type".into()),
     }

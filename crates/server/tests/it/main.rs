@@ -877,9 +877,12 @@ async fn claude_transcripts_are_served_pushed_and_taken_over() {
         frames.iter().any(|f| f["type"] == "user" && f["message"]["content"] == "SECOND"),
         "the prompt is in the transcript"
     );
+    // An acknowledgement is taken silently; an unknown message is not.
+    compat.send(json!({"type": "ack", "uuid": "appended-1"})).await;
     compat.send(json!({"type": "bogus"})).await;
     let error = compat.until(|frame| frame["type"] == "error").await;
-    assert!(error.last().unwrap()["error"].as_str().unwrap().contains("unknown message type"));
+    let error = error.last().unwrap()["error"].as_str().unwrap();
+    assert!(error.contains("unknown message type \"bogus\""), "the ack got no error: {error}");
     server.stop().await;
 }
 
