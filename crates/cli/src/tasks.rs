@@ -239,7 +239,8 @@ async fn run_task(
         duration_ms: 0,
         error: None,
     };
-    let mut body = json!({"cwd": task.cwd, "prompt": task.prompt});
+    // Shown to relay frontends too, as the relay protocol's loop shows its tasks.
+    let mut body = json!({"cwd": task.cwd, "prompt": task.prompt, "relay": true});
     for (name, value) in
         [("model", task.model), ("policy", task.policy), ("permission_mode", permission_mode)]
     {

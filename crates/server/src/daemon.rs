@@ -217,6 +217,10 @@ pub struct CreateSession {
     /// Extra environment for the CLI.
     #[serde(default)]
     pub env: HashMap<String, String>,
+    /// Show the session to relay frontends (`/ws`) as a relay CLI: its CLI's lines, with the
+    /// connected and disconnected status lines (`switchboard loop`'s tasks are).
+    #[serde(default)]
+    pub relay: bool,
 }
 
 /// How a session's CLI is launched: what its record keeps for a resume. It is the create
@@ -252,6 +256,8 @@ pub struct Launch {
     pub transport: Option<String>,
     /// Extra environment for the CLI.
     pub env: HashMap<String, String>,
+    /// Shown to relay frontends ([`CreateSession::relay`]).
+    pub relay: bool,
 }
 
 impl From<&CreateSession> for Launch {
@@ -270,6 +276,7 @@ impl From<&CreateSession> for Launch {
             claude: request.claude.clone(),
             transport: request.transport.clone(),
             env: request.env.clone(),
+            relay: request.relay,
         }
     }
 }
@@ -1119,6 +1126,12 @@ impl Daemon {
         if let Some(run) = &run {
             self.record_run(run, true).await;
         }
+        // Shown to relay frontends: as a relay CLI that connects, it is announced and becomes
+        // the one their plain messages go to.
+        if live.record.lock().is_ok_and(|record| record.config["relay"] == true) {
+            self.set_relay_current(Some(id.clone()));
+            self.relay_publish(&relay_status("claude code connected")).await;
+        }
         let daemon = self.clone();
         tokio::spawn(async move {
             pump(daemon.clone(), id, live, number, events, last_seq).await;
@@ -1683,8 +1696,14 @@ async fn pump(
     mut events: mpsc::Receiver<SessionEvent>,
     mut seq: u64,
 ) {
-    let relay =
-        live.record.lock().map(|record| record.config["transport"] == "relay").unwrap_or(false);
+    let (relay, relayed) = live
+        .record
+        .lock()
+        .map(|record| {
+            let relay = record.config["transport"] == "relay";
+            (relay, relay || record.config["relay"] == true)
+        })
+        .unwrap_or((false, false));
     // This connection's Claude session ids and their Switchboard sessions.
     let mut seen: HashMap<String, String> = HashMap::new();
     // Grows to what the session needs (an idle session holds no room for 256 events).
@@ -1709,7 +1728,7 @@ async fn pump(
                 None => (rest, &[][..]),
             };
             let stored = (lost == 0 || note_lost(&daemon, &id, &live, &mut seq, &mut lost).await)
-                && publish(&daemon, &id, &live, now, &mut seq, relay).await;
+                && publish(&daemon, &id, &live, now, &mut seq, relayed).await;
             if !stored {
                 lost += now.len() as u64;
             }
@@ -1752,7 +1771,7 @@ async fn pump(
     if live.end(run) && record_stored {
         daemon.forget_if_finished(&id, &live);
     }
-    if relay {
+    if relayed {
         daemon.relay_publish(&relay_status("claude code disconnected")).await;
     }
 }

@@ -180,6 +180,7 @@ impl Switchboard for Api {
             claude: request.claude.map(Into::into),
             transport: request.transport,
             env: request.env.into_iter().collect(),
+            relay: request.relay,
         };
         let record = self.daemon.create(create).await.map_err(status)?;
         Ok(tonic::Response::new(session(&self.daemon, record)))

@@ -795,6 +795,33 @@ async fn loop_runs_each_task_in_a_fresh_session_and_sums_them_up() {
     let tasks = sandbox.file("tasks.txt");
     std::fs::write(&tasks, "# three tasks\nTASK one\n\n{\"prompt\": \"TASK two\"}\nTASK fail\n")
         .unwrap();
+    // A relay frontend watches: every task shows there too, as a relay CLI that connects,
+    // streams and goes.
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let (mut frontend, _) = tokio_tungstenite::connect_async(format!(
+        "{}/ws?token={}",
+        daemon.url.replace("http://", "ws://"),
+        token.trim()
+    ))
+    .await
+    .unwrap();
+    let watched = tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut frames = Vec::new();
+        let mut gone = 0;
+        while gone < 3 {
+            let Ok(Some(Ok(frame))) =
+                tokio::time::timeout(Duration::from_secs(120), frontend.next()).await
+            else {
+                break;
+            };
+            let Ok(text) = frame.into_text() else { continue };
+            let frame: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            gone += usize::from(frame["text"] == "claude code disconnected");
+            frames.push(frame);
+        }
+        frames
+    });
     let (code, out, err) = client(
         data.path(),
         &["loop", tasks.to_str().unwrap(), "--cwd", &workdir, "--parallel", "2", "--json"],
@@ -813,8 +840,13 @@ async fn loop_runs_each_task_in_a_fresh_session_and_sums_them_up() {
     assert!(outcomes[0]["cost_usd"].as_f64().unwrap() > 0.0);
     assert_eq!(lines[3]["summary"]["failed"], 1);
     assert_eq!(lines[3]["summary"]["tasks"], 3);
+    let frames = watched.await.unwrap();
+    let count = |text: &str| frames.iter().filter(|frame| frame["text"] == text).count();
+    assert_eq!(count("claude code connected"), 3, "{frames:?}");
+    assert_eq!(count("claude code disconnected"), 3, "{frames:?}");
+    let results: Vec<&Value> = frames.iter().filter(|frame| frame["type"] == "result").collect();
+    assert_eq!(results.len(), 3, "each task's lines reach the frontend: {frames:?}");
     // Each task had a session of its own (its own CLI and Claude session), stopped at its end.
-    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
     let sessions = http(&daemon.url, &token, reqwest::Method::GET, "/api/sessions", None).await;
     let sessions = sessions.as_array().unwrap();
     assert_eq!(sessions.len(), 3);
