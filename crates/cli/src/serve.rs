@@ -66,6 +66,25 @@ pub(crate) struct ServeArgs {
     /// starts cold.
     #[arg(long, value_name = "MODEL")]
     warm_model: Option<String>,
+    /// Also serve the agents-ui relay protocol (`/` for CLIs, `/ws` for frontends) on the first
+    /// free port of this range, on the --listen address: its frontends look for a relay on
+    /// 8765-8774. A frontend there needs no token if its page's origin is one --allow-origin
+    /// names; anyone else needs the token, as on the main port.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_ports)]
+    relay_ports: Option<(u16, u16)>,
+}
+
+/// `8765-8774` (or one port).
+fn parse_ports(text: &str) -> Result<(u16, u16), String> {
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
+    let port = |part: &str| {
+        part.trim().parse::<u16>().map_err(|_| format!("{part:?} is not a port (1-65535)"))
+    };
+    let (first, last) = (port(first)?, port(last)?);
+    if first == 0 || first > last {
+        return Err(format!("{text:?} is not a range of ports like 8765-8774"));
+    }
+    Ok((first, last))
 }
 
 /// `--data-dir`, shared by the daemon and the client commands.
@@ -178,7 +197,42 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     // Stops accepting on the first SIGINT or SIGTERM, then stops every session (interrupt,
     // close stdin, SIGTERM, SIGKILL), so no CLI outlives us, and waits until their last
     // events are stored; a second signal ends the daemon at once.
-    let served = switchboard_server::serve(listener, daemon, auth, shutdown_signal()).await;
+    // One signal stops both ports.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let Some((first, last)) = args.relay_ports {
+        let mut relay = None;
+        for port in first..=last {
+            if let Ok(listener) = tokio::net::TcpListener::bind((args.listen.ip(), port)).await {
+                relay = Some(listener);
+                break;
+            }
+        }
+        let Some(listener) = relay else {
+            return Err((1, format!("no port of {first}-{last} is free for the relay")));
+        };
+        let relay_address = listener.local_addr().map_err(|error| (1, error.to_string()))?;
+        println!(
+            "  relay: ws://{relay_address}/ for CLIs (--sdk-url), ws://{relay_address}/ws for frontends"
+        );
+        let _ = std::io::stdout().flush();
+        let mut stopped = stopped.clone();
+        let (daemon, auth) = (daemon.clone(), auth.clone());
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            };
+            if let Err(error) =
+                switchboard_server::serve_relay(listener, daemon, auth, shutdown).await
+            {
+                tracing::error!(%error, "the relay port failed");
+            }
+        });
+    }
+    let shutdown = async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    };
+    let served = switchboard_server::serve(listener, daemon, auth, shutdown).await;
     // Fold the journal into the database and release the data directory.
     sqlite.close();
     data_dir.remove_info();

@@ -125,6 +125,49 @@ pub(crate) async fn frontend(
         })
 }
 
+/// The relay alone, for the port agents-ui frontends discover (`switchboard serve
+/// --relay-ports`): `/` for CLIs (the ingress token, as on the main port) and `/ws` for
+/// frontends. A frontend there may come without the API token if its page's `Origin` is one
+/// the daemon allows (`--allow-origin`): a frontend written for the relay protocol sends no
+/// token, and only the origins a person named can reach it that way.
+pub(crate) fn router(daemon: Arc<Daemon>, auth: crate::auth::AuthConfig) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/", get(cli_checked))
+        .route(
+            "/ws",
+            get(frontend).layer(axum::middleware::from_fn_with_state(auth.clone(), frontend_auth)),
+        )
+        .layer(axum::Extension(auth))
+        .with_state(daemon)
+}
+
+/// `/` on the relay port: the checks `/` has on the main port, then the CLI's socket.
+async fn cli_checked(
+    State(daemon): State<Arc<Daemon>>,
+    axum::Extension(auth): axum::Extension<crate::auth::AuthConfig>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    crate::auth::check_outside_auth(&auth, &headers)?;
+    cli(State(daemon), headers, upgrade).await
+}
+
+/// `/ws` on the relay port: a page from an allowed origin comes in as it is; anyone else needs
+/// what the API needs.
+async fn frontend_auth(
+    State(auth): State<crate::auth::AuthConfig>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<Response, ApiError> {
+    let origin =
+        request.headers().get(axum::http::header::ORIGIN).and_then(|origin| origin.to_str().ok());
+    if origin.is_some_and(|origin| auth.allowed_origins.iter().any(|allowed| allowed == origin)) {
+        return Ok(next.run(request).await);
+    }
+    crate::auth::require_auth(State(auth), request, next).await
+}
+
 /// One write to a relay frontend (a frame, a flush): whether it was done within `limit`. One
 /// that was not gets the frontend dropped (logged).
 async fn within<E>(

@@ -68,8 +68,45 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let rest = crate::api::router(daemon.clone(), auth.clone());
     let grpc = crate::grpc::router(daemon.clone(), auth).await;
+    let app = Routers { rest, grpc: Some(grpc) };
+    accept(listener, daemon, app, options, shutdown, true).await
+}
+
+/// Serves the agents-ui relay protocol alone on `listener` (the port its frontends discover:
+/// `switchboard serve --relay-ports`) until `shutdown` resolves: `/` for CLIs, `/ws` for
+/// frontends (a page from an allowed origin needs no token there). It stops nothing: the
+/// daemon's main [`serve_with`] drains the sessions.
+pub async fn serve_relay(
+    listener: TcpListener,
+    daemon: Arc<Daemon>,
+    auth: AuthConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let app = Routers { rest: crate::relay::router(daemon.clone(), auth), grpc: None };
+    accept(listener, daemon, app, ServeOptions::default(), shutdown, false).await
+}
+
+/// What a port serves: its HTTP routes, and gRPC's (for requests of its content type).
+#[derive(Clone)]
+struct Routers {
+    rest: axum::Router,
+    grpc: Option<axum::Router>,
+}
+
+/// The accept loop: see [`serve_with`]; `drain`: stop every session at the end.
+async fn accept(
+    listener: TcpListener,
+    daemon: Arc<Daemon>,
+    routers: Routers,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+    drain: bool,
+) -> std::io::Result<()> {
     let app = tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
-        let router = if crate::grpc::is_grpc(&request) { grpc.clone() } else { rest.clone() };
+        let router = match &routers.grpc {
+            Some(grpc) if crate::grpc::is_grpc(&request) => grpc.clone(),
+            _ => routers.rest.clone(),
+        };
         tower::ServiceExt::oneshot(router, request)
     });
     let slots = Arc::new(Semaphore::new(options.max_connections));
@@ -190,7 +227,9 @@ pub async fn serve_with(
     drop(listener);
     drop(stop);
     // Client sockets are told, every session stops and is stored, then the sockets close.
-    daemon.drain().await;
+    if drain {
+        daemon.drain().await;
+    }
     // Wait (bounded) for the connections to send their close frames and end.
     let everyone = u32::try_from(options.max_connections).unwrap_or(u32::MAX);
     if tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(everyone)).await.is_err() {

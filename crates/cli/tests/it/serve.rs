@@ -866,3 +866,73 @@ async fn loop_runs_each_task_in_a_fresh_session_and_sums_them_up() {
     let sessions = http(&daemon.url, &token, reqwest::Method::GET, "/api/sessions", None).await;
     assert_eq!(sessions.as_array().unwrap().len(), 3, "nothing ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn relay_ports_serve_the_relay_where_agents_ui_frontends_look() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    // The range's first port is taken: the relay takes the next free one.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let first = taken.local_addr().unwrap().port();
+    let range = format!("{first}-{}", first.saturating_add(20));
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .arg("--claude")
+        .arg(real_cli(CliVersion::V2_1_330))
+        .args(["--relay-ports", &range, "--allow-origin", "http://agents.example"])
+        .env_remove("SWITCHBOARD_TOKEN")
+        .envs(sandbox.env(&api.base_url()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let relay = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("the daemon says where the relay is");
+        if let Some(rest) = line.trim().strip_prefix("relay: ws://") {
+            break rest.split('/').next().unwrap().to_owned();
+        }
+    };
+    let port: u16 = relay.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(port > first && port <= first + 20, "{relay} in {range}, past the taken {first}");
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let frontend = |origin: Option<&str>, token: Option<&str>| {
+        let url = match token {
+            Some(token) => format!("ws://{relay}/ws?token={}", token.trim()),
+            None => format!("ws://{relay}/ws"),
+        };
+        let mut request = url.into_client_request().unwrap();
+        if let Some(origin) = origin {
+            request.headers_mut().insert("origin", origin.parse().unwrap());
+        }
+        tokio_tungstenite::connect_async(request)
+    };
+    // A frontend written for the relay protocol (no token) from the allowed page gets in...
+    assert!(frontend(Some("http://agents.example"), None).await.is_ok());
+    // ...and nothing else without the token.
+    for origin in [None, Some("https://evil.example")] {
+        let refused = frontend(origin, None).await.unwrap_err().to_string();
+        assert!(refused.contains("401"), "{origin:?}: {refused}");
+    }
+    assert!(frontend(None, Some(&token)).await.is_ok(), "the token works there too");
+    // A CLI needs the ingress token; the API is not served on the relay port.
+    let refused = tokio_tungstenite::connect_async(format!("ws://{relay}/")).await.unwrap_err();
+    assert!(refused.to_string().contains("401"), "{refused}");
+    let api_there = reqwest::Client::new()
+        .get(format!("http://{relay}/api/sessions"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api_there.status(), 404);
+    drop(taken);
+}
