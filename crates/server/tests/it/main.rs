@@ -2307,3 +2307,47 @@ async fn a_relay_cli_is_held_by_the_policy_too() {
     let _ = cli.kill().await;
     server.stop().await;
 }
+
+/// The relay protocol's relay-level auto-approve is `--policy auto-approve`: a relay CLI's
+/// calls run without anyone asked, and frontends see them run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_approve_lets_a_relay_clis_calls_run_as_the_relay_protocol_says() {
+    let sandbox = CliSandbox::new().unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("auto.txt")).when_prompt("RELAY"))
+            .reply(Reply::text("ran it").when_tool_result_contains("auto.txt")),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.default_policy = Some(switchboard_session::Policy::allow_all());
+    })
+    .await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let mut cli = launch_relay_cli(&sandbox, &api, &root);
+    frontend
+        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
+        .await;
+    frontend
+        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY it"}, "parent_tool_use_id": null, "session_id": ""}))
+        .await;
+    let frames = frontend.until(|frame| frame["type"] == "result").await;
+    assert_eq!(frames.last().unwrap()["result"], "ran it");
+    assert!(sandbox.file("auto.txt").exists(), "the call ran");
+    let (_, sessions) = server.get("/api/sessions").await;
+    let relay = &sessions.as_array().unwrap()[0];
+    assert!(relay["pending_permissions"].as_array().unwrap().is_empty());
+    let (_, events) =
+        server.get(&format!("/api/sessions/{}/events", relay["id"].as_str().unwrap())).await;
+    let asked_a_person = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|event| event["event"]["event"] == "permission_requested");
+    assert!(!asked_a_person, "no one was asked");
+    let _ = cli.kill().await;
+    server.stop().await;
+}
