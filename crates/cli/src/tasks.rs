@@ -6,7 +6,7 @@
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
@@ -43,6 +43,11 @@ pub(crate) struct LoopArgs {
     /// The permission mode of every task.
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
+    /// Give up on a task whose turn has not ended after this many seconds (its session is
+    /// stopped, and it counts as failed). Default: wait as long as it takes (a task may wait
+    /// for a person's approval).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
     #[command(flatten)]
     connection: Connection,
 }
@@ -86,35 +91,41 @@ pub(crate) async fn run(args: LoopArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let permission_mode = args.permission_mode.clone();
     let total = tasks.len();
-    // Sessions started and not yet stopped: a Ctrl-C stops them.
-    let running: Arc<Mutex<Vec<String>>> = Arc::default();
+    // Told on a Ctrl-C: tasks not started yet do not start, and running ones stop their
+    // sessions (one whose session is being created stops it as soon as it exists).
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
+    let settings = Settings {
+        permission_mode: args.permission_mode.clone(),
+        timeout: args.timeout.map(std::time::Duration::from_secs),
+    };
     let runs = futures::stream::iter(tasks.into_iter().map(|task| {
-        let (client, running, mode) = (client.clone(), running.clone(), permission_mode.clone());
-        async move { run_task(&client, task, mode, &running).await }
+        let (client, settings, cancelled) = (client.clone(), settings.clone(), cancelled.clone());
+        async move { run_task(&client, task, &settings, cancelled).await }
     }))
     .buffer_unordered(usize::from(args.parallel));
     tokio::pin!(runs);
+    let interrupt = interrupted();
+    tokio::pin!(interrupt);
     let mut outcomes = Vec::with_capacity(total);
-    let interrupted = loop {
+    let mut interrupted = false;
+    loop {
         tokio::select! {
             outcome = runs.next() => match outcome {
                 Some(outcome) => {
-                    report(&outcome, total, json_output);
-                    outcomes.push(outcome);
+                    // A task the interrupt kept from starting is not reported as run.
+                    if !(interrupted && outcome.session_id.is_none()) {
+                        report(&outcome, total, json_output);
+                        outcomes.push(outcome);
+                    }
                 }
-                None => break false,
+                None => break,
             },
-            () = crate::serve::shutdown_signal() => break true,
-        }
-    };
-    if interrupted {
-        let ids: Vec<String> = running.lock().map(|ids| ids.clone()).unwrap_or_default();
-        eprintln!("switchboard loop: interrupted; stopping {} running session(s)", ids.len());
-        for id in ids {
-            let _ =
-                client.request(reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None).await;
+            () = &mut interrupt, if !interrupted => {
+                interrupted = true;
+                eprintln!("switchboard loop: interrupted; stopping the running tasks' sessions");
+                let _ = cancel.send(true);
+            }
         }
     }
     outcomes.sort_by_key(|outcome| outcome.task);
@@ -199,7 +210,9 @@ fn read_tasks(args: &LoopArgs) -> Result<Vec<Task>, String> {
             Task {
                 number,
                 prompt: prompt.ok_or_else(|| format!("line {at}: the task has no prompt"))?,
-                cwd: field("cwd")?.map(PathBuf::from).unwrap_or_else(|| cwd.clone()),
+                cwd: field("cwd")?
+                    .map(|dir| std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir)))
+                    .unwrap_or_else(|| cwd.clone()),
                 model: field("model")?.or_else(|| args.model.clone()),
                 policy: field("policy")?.or_else(|| policy.clone()),
             }
@@ -220,13 +233,37 @@ fn read_tasks(args: &LoopArgs) -> Result<Vec<Task>, String> {
     Ok(tasks)
 }
 
+/// What every task shares.
+#[derive(Debug, Clone)]
+struct Settings {
+    permission_mode: Option<String>,
+    timeout: Option<std::time::Duration>,
+}
+
+/// Resolves on the first Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
 /// Runs one task in a session of its own, to its result; then stops the session, so that the
-/// next task gets a fresh CLI and Claude session.
+/// next task gets a fresh CLI and Claude session. A cancelled task stops its session (or
+/// starts none).
 async fn run_task(
     client: &Client,
     task: Task,
-    permission_mode: Option<String>,
-    running: &Mutex<Vec<String>>,
+    settings: &Settings,
+    mut cancelled: tokio::sync::watch::Receiver<bool>,
 ) -> Outcome {
     let started = Instant::now();
     let mut outcome = Outcome {
@@ -239,10 +276,14 @@ async fn run_task(
         duration_ms: 0,
         error: None,
     };
+    if *cancelled.borrow() {
+        outcome.error = Some("interrupted before it started".into());
+        return outcome;
+    }
     // Shown to relay frontends too, as the relay protocol's loop shows its tasks.
     let mut body = json!({"cwd": task.cwd, "prompt": task.prompt, "relay": true});
-    for (name, value) in
-        [("model", task.model), ("policy", task.policy), ("permission_mode", permission_mode)]
+    let mode = settings.permission_mode.clone();
+    for (name, value) in [("model", task.model), ("policy", task.policy), ("permission_mode", mode)]
     {
         if let Some(value) = value {
             body[name] = json!(value);
@@ -255,12 +296,24 @@ async fn run_task(
             return outcome;
         }
     };
-    let id = session["id"].as_str().unwrap_or_default().to_owned();
+    let Some(id) = session["id"].as_str().filter(|id| !id.is_empty()).map(str::to_owned) else {
+        outcome.error = Some(format!("the daemon answered without a session id: {session}"));
+        return outcome;
+    };
     outcome.session_id = Some(id.clone());
-    if let Ok(mut ids) = running.lock() {
-        ids.push(id.clone());
-    }
-    match until_result(client, &id).await {
+    let waited = async {
+        match settings.timeout {
+            Some(limit) => tokio::time::timeout(limit, until_result(client, &id))
+                .await
+                .unwrap_or_else(|_| Err(format!("no result within {} s", limit.as_secs()))),
+            None => until_result(client, &id).await,
+        }
+    };
+    let ended = tokio::select! {
+        ended = waited => ended,
+        _ = cancelled.wait_for(|cancelled| *cancelled) => Err("interrupted".to_owned()),
+    };
+    match ended {
         Ok(result) => {
             outcome.ok = result["subtype"] == "success" && result["is_error"] != true;
             outcome.result = result["result"].as_str().map(str::to_owned);
@@ -275,9 +328,10 @@ async fn run_task(
         Err(error) => outcome.error = Some(error),
     }
     // Its CLI ends here: the next task starts fresh.
-    let _ = client.request(reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None).await;
-    if let Ok(mut ids) = running.lock() {
-        ids.retain(|running| *running != id);
+    if let Err(error) =
+        client.request(reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None).await
+    {
+        eprintln!("switchboard loop: cannot stop session {id}: {error}");
     }
     outcome.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     outcome

@@ -756,12 +756,25 @@ impl Daemon {
 
     /// The handle of the relay session frontends talk to.
     pub fn relay_handle(&self) -> Option<SessionHandle> {
-        let id = self.relay_current.lock().ok()?.clone()?;
-        self.handle(&id).ok()
+        let current = self.relay_current.lock().ok()?.clone();
+        if let Some(handle) = current.and_then(|id| self.handle(&id).ok()) {
+            return Some(handle);
+        }
+        // The current one has ended: the newest one still running takes its place.
+        self.relay_live()
+            .into_iter()
+            .max_by_key(|(created, _, _)| *created)
+            .map(|(_, _, handle)| handle)
     }
 
-    /// The running relay sessions (CLIs that connected at `/`), with their Claude session ids.
+    /// The running sessions relay frontends see (CLIs that connected at `/`, and sessions
+    /// created with `relay`), with their Claude session ids.
     pub fn relay_handles(&self) -> Vec<(Option<String>, SessionHandle)> {
+        self.relay_live().into_iter().map(|(_, id, handle)| (id, handle)).collect()
+    }
+
+    /// [`Daemon::relay_handles`], with when each was created.
+    fn relay_live(&self) -> Vec<(u64, Option<String>, SessionHandle)> {
         let live: Vec<Arc<LiveSession>> = self
             .sessions
             .lock()
@@ -769,12 +782,14 @@ impl Daemon {
             .unwrap_or_default();
         live.into_iter()
             .filter_map(|live| {
-                let (relay, claude_session_id) = {
+                let (relayed, created, claude_session_id) = {
                     let record = live.record.lock().ok()?;
-                    (record.config["transport"] == "relay", record.claude_session_id.clone())
+                    let relayed =
+                        record.config["transport"] == "relay" || record.config["relay"] == true;
+                    (relayed, record.created_ms, record.claude_session_id.clone())
                 };
                 let handle = live.handle()?;
-                relay.then_some((claude_session_id, handle))
+                relayed.then_some((created, claude_session_id, handle))
             })
             .collect()
     }

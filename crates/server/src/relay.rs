@@ -184,6 +184,9 @@ async fn within<E>(
     }
 }
 
+/// The most lines one frame from a frontend may carry.
+pub(crate) const MAX_LINES_PER_FRAME: usize = 64;
+
 /// Who a relay frontend's answers are recorded as.
 pub(crate) const RELAY_FRONTEND: &str = "relay frontend";
 
@@ -192,29 +195,49 @@ pub(crate) const RELAY_FRONTEND: &str = "relay frontend";
 /// a permission answer, in either of the relay protocol's forms, is a person's decision;
 /// anything else is refused with a status line.
 async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
-    let Some(current) = daemon.relay_handle() else {
-        return Some(status("no claude code is connected"));
-    };
     let mut replies = Vec::new();
-    for line in text.split('\n').filter(|line| !line.trim().is_empty()) {
-        if let Some(answer) = permission_answer(line) {
-            if let Err(message) = answer_permission(daemon, answer).await {
-                replies.push(status(&message));
+    let lines: Vec<&str> = text.split('\n').filter(|line| !line.trim().is_empty()).collect();
+    if lines.len() > MAX_LINES_PER_FRAME {
+        return Some(status(&format!(
+            "a frame may carry {MAX_LINES_PER_FRAME} lines at most; this one was not read"
+        )));
+    }
+    for line in lines {
+        match permission_answer(line) {
+            Some(Ok(answer)) => {
+                if let Err(message) = answer_permission(daemon, answer).await {
+                    replies.push(status(&message));
+                }
+                continue;
             }
-            continue;
+            Some(Err(message)) => {
+                replies.push(status(&message));
+                continue;
+            }
+            None => {}
         }
+        let Some(current) = daemon.relay_handle() else {
+            replies.push(status("no claude code is connected"));
+            continue;
+        };
         let result = match Message::decode(line.as_bytes()) {
             Ok(Message::User(user)) => {
-                // Routed by the Claude session id it names, as the relay protocol routes.
-                let named = user.session_id.as_deref().filter(|id| !id.is_empty());
-                let handle = named
-                    .and_then(|named| {
-                        daemon.relay_handles().into_iter().find_map(|(id, handle)| {
-                            (id.as_deref() == Some(named)).then_some(handle)
-                        })
-                    })
-                    .unwrap_or_else(|| current.clone());
-                handle.send_message(user).await.map_err(|error| error.to_string())
+                // Routed by the Claude session id it names, as the relay protocol routes; one
+                // that names none goes to the newest CLI.
+                let named = user.session_id.clone().filter(|id| !id.is_empty());
+                let handle = match &named {
+                    None => Some(current.clone()),
+                    Some(named) => daemon.relay_handles().into_iter().find_map(|(id, handle)| {
+                        (id.as_deref() == Some(named.as_str())).then_some(handle)
+                    }),
+                };
+                match handle {
+                    Some(handle) => handle.send_message(user).await.map_err(|error| error.to_string()),
+                    None => Err(format!(
+                        "no claude code with session {} is connected",
+                        named.unwrap_or_default()
+                    )),
+                }
             }
             Ok(Message::ControlRequest(request))
                 if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
@@ -249,46 +272,59 @@ struct FrontendAnswer {
 /// `{"type":"control_response","response":{"subtype":"success","request_id":…,
 /// "response":{"behavior":"allow"|"deny","updatedInput":…,"message":…}}}`, or the agents-ui
 /// relay's `{"type":"control_response","request_id":…,"permission":{"allow":true}}`.
-fn permission_answer(line: &str) -> Option<FrontendAnswer> {
+/// It is `Err` (refused, with why) when it cannot be read one way: both forms at once, or an
+/// `updatedInput` that is not an object. An allow needs `"allow": true`, or `"behavior":
+/// "allow"` in a `success`; anything else denies.
+fn permission_answer(line: &str) -> Option<Result<FrontendAnswer, String>> {
     let value: serde_json::Value = serde_json::from_str(line).ok()?;
     if value.get("type")?.as_str()? != "control_response" {
         return None;
     }
     let text = |value: &serde_json::Value| value.as_str().map(str::to_owned);
-    if let Some(permission) = value.get("permission") {
+    let (permission, response) = (value.get("permission"), value.get("response"));
+    if permission.is_some() && response.is_some() {
+        return Some(Err(
+            "a permission answer in both forms at once (permission and response) was not taken"
+                .into(),
+        ));
+    }
+    if let Some(permission) = permission {
         let allow = permission.get("allow").and_then(serde_json::Value::as_bool) == Some(true);
-        return Some(FrontendAnswer {
+        return Some(Ok(FrontendAnswer {
             request_id: text(value.get("request_id")?)?,
             answer: PermissionAnswer {
                 behavior: if allow { AnswerBehavior::Allow } else { AnswerBehavior::Deny },
                 message: permission.get("message").and_then(text),
                 ..PermissionAnswer::default()
             },
-        });
+        }));
     }
-    let response = value.get("response")?;
+    let response = response?;
     let request_id = text(response.get("request_id")?)?;
     let decision = response.get("response");
+    let updated_input = decision.and_then(|decision| decision.get("updatedInput"));
+    if updated_input.is_some_and(|input| !input.is_object()) {
+        return Some(Err(format!(
+            "the answer to {request_id} has an updatedInput that is not an object; it was not taken"
+        )));
+    }
     let allow = response.get("subtype").and_then(serde_json::Value::as_str) == Some("success")
         && decision
             .and_then(|decision| decision.get("behavior"))
             .and_then(serde_json::Value::as_str)
             == Some("allow");
-    Some(FrontendAnswer {
+    Some(Ok(FrontendAnswer {
         request_id,
         answer: PermissionAnswer {
             behavior: if allow { AnswerBehavior::Allow } else { AnswerBehavior::Deny },
-            updated_input: decision
-                .and_then(|decision| decision.get("updatedInput"))
-                .filter(|input| input.is_object())
-                .cloned(),
+            updated_input: updated_input.cloned(),
             message: decision
                 .and_then(|decision| decision.get("message"))
                 .and_then(text)
                 .or_else(|| response.get("error").and_then(text)),
             ..PermissionAnswer::default()
         },
-    })
+    }))
 }
 
 /// Answers a relay session's waiting request as a person (first answer wins), whichever relay
@@ -309,4 +345,44 @@ async fn answer_permission(daemon: &Daemon, answer: FrontendAnswer) -> Result<()
         .respond_permission(&answer.request_id, answer.answer, RELAY_FRONTEND)
         .await
         .map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permission_answer;
+    use switchboard_session::AnswerBehavior;
+
+    fn behavior(line: &str) -> Result<AnswerBehavior, String> {
+        permission_answer(line).expect("a permission answer").map(|answer| answer.answer.behavior)
+    }
+
+    #[test]
+    fn frontend_answers_allow_only_when_they_say_so_plainly() {
+        let allow = [
+            r#"{"type":"control_response","request_id":"r","permission":{"allow":true}}"#,
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"r","response":{"behavior":"allow"}}}"#,
+        ];
+        for line in allow {
+            assert_eq!(behavior(line), Ok(AnswerBehavior::Allow), "{line}");
+        }
+        let deny = [
+            r#"{"type":"control_response","request_id":"r","permission":{"allow":"yes"}}"#,
+            r#"{"type":"control_response","request_id":"r","permission":{}}"#,
+            r#"{"type":"control_response","response":{"subtype":"error","request_id":"r","response":{"behavior":"allow"}}}"#,
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"r"}}"#,
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"r","response":{"behavior":"ask"}}}"#,
+        ];
+        for line in deny {
+            assert_eq!(behavior(line), Ok(AnswerBehavior::Deny), "{line}");
+        }
+        let refused = [
+            r#"{"type":"control_response","request_id":"r","permission":{"allow":true},"response":{"subtype":"success","request_id":"r","response":{"behavior":"deny"}}}"#,
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"r","response":{"behavior":"allow","updatedInput":"rm -rf /"}}}"#,
+        ];
+        for line in refused {
+            assert!(behavior(line).is_err(), "{line}");
+        }
+        assert!(permission_answer(r#"{"type":"user"}"#).is_none());
+        assert!(permission_answer("not json").is_none());
+    }
 }

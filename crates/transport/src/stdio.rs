@@ -523,14 +523,14 @@ pub(crate) fn start_with_secret(
     Ok((child, CliRun { pid, start_time, run_id }))
 }
 
-/// An anonymous memory file (close-on-exec) holding `secret`.
+/// An anonymous memory file (close-on-exec, sealed) holding `secret`.
 #[allow(unsafe_code)] // `memfd_create`, whose descriptor is owned at once
 fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::io::Write;
     // SAFETY: a valid NUL-terminated name and flags; the result is checked before it is
     // owned, and nothing else owns it.
-    let fd =
-        unsafe { nix::libc::memfd_create(c"switchboard-secret".as_ptr(), nix::libc::MFD_CLOEXEC) };
+    let flags = nix::libc::MFD_CLOEXEC | nix::libc::MFD_ALLOW_SEALING;
+    let fd = unsafe { nix::libc::memfd_create(c"switchboard-secret".as_ptr(), flags) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -538,6 +538,19 @@ fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
     let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     let mut file = std::fs::File::from(owned);
     file.write_all(secret.as_bytes())?;
+    // Sealed: neither the CLI nor a tool that inherits it can change or empty it (which would
+    // break the CLI's next reconnect).
+    let seals = nix::libc::F_SEAL_WRITE
+        | nix::libc::F_SEAL_SHRINK
+        | nix::libc::F_SEAL_GROW
+        | nix::libc::F_SEAL_SEAL;
+    // SAFETY: `fcntl` on a descriptor `file` owns, with an integer argument.
+    let sealed = unsafe {
+        nix::libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&file), nix::libc::F_ADD_SEALS, seals)
+    };
+    if sealed < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok(file.into())
 }
 

@@ -936,3 +936,46 @@ async fn relay_ports_serve_the_relay_where_agents_ui_frontends_look() {
     assert_eq!(api_there.status(), 404);
     drop(taken);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn an_interrupted_loop_stops_its_running_sessions_and_exits_130() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("a task that goes on and on").when_prompt("SLOW").hold_after(1)),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let tasks = sandbox.file("tasks.txt");
+    std::fs::write(&tasks, "SLOW one\nSLOW two\n").unwrap();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["loop", tasks.to_str().unwrap(), "--cwd", &sandbox.workdir().display().to_string()])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The first task is streaming (held by the fake API).
+    api.wait_for(|request| request.last_user_text().contains("SLOW one")).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the loop ends")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("1 not run (interrupted)"));
+    let sessions = http(&daemon.url, &token, reqwest::Method::GET, "/api/sessions", None).await;
+    let sessions = sessions.as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "the second task never started: {sessions:?}");
+    assert_eq!(sessions[0]["running"], false, "the first one's session was stopped");
+}

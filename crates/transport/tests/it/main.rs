@@ -291,7 +291,7 @@ async fn an_sdk_url_cli_reads_its_token_from_a_descriptor_not_its_environment() 
     std::fs::write(
         &program,
         format!(
-            "#!/bin/sh\nenv > '{dir}/env.txt'\ncat /proc/self/fd/3 > '{dir}/token.txt'\ncat /proc/self/fd/3 > '{dir}/again.txt'\n",
+            "#!/bin/sh\nenv > '{dir}/env.txt'\ncat /proc/self/fd/3 > '{dir}/token.txt'\necho spoiled > /proc/self/fd/3 2>/dev/null\ncat /proc/self/fd/3 > '{dir}/again.txt'\n",
             dir = dir.path().display()
         ),
     )
@@ -311,5 +311,5 @@ async fn an_sdk_url_cli_reads_its_token_from_a_descriptor_not_its_environment() 
     let token = std::fs::read_to_string(dir.path().join("token.txt")).unwrap();
     assert_eq!(token, slot.token(), "the descriptor holds the token");
     let again = std::fs::read_to_string(dir.path().join("again.txt")).unwrap();
-    assert_eq!(again, slot.token(), "and again, for a reconnect");
+    assert_eq!(again, slot.token(), "and again, for a reconnect: nothing can change it");
 }
