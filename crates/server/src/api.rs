@@ -904,6 +904,9 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<St
 }
 
 async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade) -> Response {
+    // Subscribed before the handshake answers: a change made as soon as the socket opens is
+    // not missed.
+    let mut changes = daemon.dashboard();
     upgrade
         .max_message_size(64 * 1024)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
@@ -912,7 +915,6 @@ async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade)
             // The client sends nothing of use: the reader only tells when it goes.
             let (reader, mut client) =
                 crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
-            let mut changes = daemon.dashboard();
             let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
             loop {
                 let change = tokio::select! {

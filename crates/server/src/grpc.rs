@@ -339,10 +339,12 @@ impl Switchboard for Api {
         _request: tonic::Request<pb::WatchSessionsRequest>,
     ) -> Result<tonic::Response<Self::WatchSessionsStream>, Status> {
         let place = self.place()?;
+        // Subscribed before the call answers: no change made meanwhile is missed.
+        let changes = self.daemon.dashboard();
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
-            watch(daemon, sender).await;
+            watch(daemon, changes, sender).await;
             drop(place);
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
@@ -778,8 +780,11 @@ fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Ses
 }
 
 /// Follows the dashboard's feed for one `WatchSessions` stream.
-async fn watch(daemon: Arc<Daemon>, sender: mpsc::Sender<Result<pb::SessionChange, Status>>) {
-    let mut changes = daemon.dashboard();
+async fn watch(
+    daemon: Arc<Daemon>,
+    mut changes: tokio::sync::broadcast::Receiver<Value>,
+    sender: mpsc::Sender<Result<pb::SessionChange, Status>>,
+) {
     let mut phase = daemon.phase();
     loop {
         let change = tokio::select! {
