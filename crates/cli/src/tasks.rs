@@ -314,14 +314,14 @@ async fn run_task(
         _ = cancelled.wait_for(|cancelled| *cancelled) => Err("interrupted".to_owned()),
     };
     match ended {
-        Ok(result) => {
-            outcome.ok = result["subtype"] == "success" && result["is_error"] != true;
-            outcome.result = result["result"].as_str().map(str::to_owned);
-            outcome.cost_usd = result["total_cost_usd"].as_f64().unwrap_or(0.0);
+        Ok(turn) => {
+            outcome.ok = turn["failed"] == false && turn["interrupted"] == false;
+            outcome.result = turn["result"].as_str().map(str::to_owned);
+            outcome.cost_usd = turn["total_cost_usd"].as_f64().unwrap_or(0.0);
             if !outcome.ok {
                 outcome.error = Some(format!(
                     "the turn ended with {}",
-                    result["subtype"].as_str().unwrap_or("an error")
+                    turn["subtype"].as_str().unwrap_or("an error")
                 ));
             }
         }
@@ -337,21 +337,23 @@ async fn run_task(
     outcome
 }
 
-/// Follows a session's stored events until its first result line; an error if its CLI ends
-/// first.
+/// Follows a session's view (the daemon's one projection of its lines) until its first turn
+/// ends: that update; an error if its CLI ends first.
 async fn until_result(client: &Client, id: &str) -> Result<Value, String> {
-    let mut socket = crate::client::subscribe(client, id, 0, false).await?;
+    let mut socket = crate::client::subscribe(client, id, 0, true).await?;
     while let Some(frame) = socket.next().await {
         let frame = frame.map_err(|error| format!("the connection broke: {error}"))?;
         let WsMessage::Text(text) = frame else { continue };
         let frame: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let event = &frame["event"];
-        if event["event"] == "line" && event["line"]["type"] == "result" {
-            return Ok(event["line"].clone());
-        }
-        if event["event"] == "exited" {
-            let why = event["description"].as_str().unwrap_or("it exited");
-            return Err(format!("the CLI ended before its result: {why}"));
+        for update in frame["updates"].as_array().into_iter().flatten() {
+            // The main conversation's turn (a subagent's own result has its call as parent).
+            if update["update"] == "turn_ended" && update["parent_tool_use_id"].is_null() {
+                return Ok(update.clone());
+            }
+            if update["update"] == "notice" && update["kind"] == "exited" {
+                let why = update["text"].as_str().unwrap_or("it exited");
+                return Err(format!("the CLI ended before its result: {why}"));
+            }
         }
     }
     Err("the daemon closed the session's stream before its result".to_owned())

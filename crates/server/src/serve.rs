@@ -139,18 +139,18 @@ async fn accept(
         let header_read_timeout = options.header_read_timeout;
         // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
         // free again when the socket is dropped.
-        let mut stream = Counted { stream, _slot: slot };
+        let mut stream = Counted { stream, prefix: Vec::new(), read: 0, _slot: slot };
         tokio::spawn(async move {
             // The version is read under the same timer as the headers (hyper's own sniffing
             // would wait for a first byte with no timer at all).
-            let (http2, prefix) = match sniff(&mut stream, header_read_timeout).await {
-                Ok(sniffed) => sniffed,
+            let http2 = match sniff(&mut stream, header_read_timeout).await {
+                Ok(http2) => http2,
                 Err(error) => {
                     tracing::trace!(%peer, %error, "connection ended before its first request");
                     return;
                 }
             };
-            let io = TokioIo::new(Prefixed { prefix, read: 0, inner: stream });
+            let io = TokioIo::new(stream);
             if http2 {
                 // Its calls are counted (a response holds its call until its body ends): a
                 // connection with none for `H2_IDLE` is closed, as HTTP/1.1's header timer
@@ -332,37 +332,37 @@ impl http_body::Body for Held {
 }
 
 /// Reads a connection's first bytes, up to HTTP/2's preface or the first byte that differs from
-/// it, within `limit`: whether it speaks HTTP/2, and the bytes read (served again to hyper).
-async fn sniff(stream: &mut Counted, limit: Duration) -> std::io::Result<(bool, Vec<u8>)> {
+/// it, within `limit`: whether it speaks HTTP/2. The bytes read are kept to be read again.
+async fn sniff(stream: &mut Counted, limit: Duration) -> std::io::Result<bool> {
     use tokio::io::AsyncReadExt;
-    let mut prefix = Vec::with_capacity(H2_PREFACE.len());
     let deadline = tokio::time::Instant::now() + limit;
-    while prefix.len() < H2_PREFACE.len() {
+    while stream.prefix.len() < H2_PREFACE.len() {
         let mut chunk = [0u8; 24];
-        let want = H2_PREFACE.len() - prefix.len();
+        let want = H2_PREFACE.len() - stream.prefix.len();
         let read = tokio::time::timeout_at(deadline, stream.stream.read(&mut chunk[..want]))
             .await
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
         if read == 0 {
             break;
         }
-        prefix.extend_from_slice(&chunk[..read]);
-        if !H2_PREFACE.starts_with(&prefix) {
-            return Ok((false, prefix));
+        stream.prefix.extend_from_slice(&chunk[..read]);
+        if !H2_PREFACE.starts_with(&stream.prefix) {
+            return Ok(false);
         }
     }
-    Ok((prefix == H2_PREFACE, prefix))
+    Ok(stream.prefix == H2_PREFACE)
 }
 
-/// A connection whose first bytes were read to tell its HTTP version: they are read again
-/// first.
-struct Prefixed {
+/// A connection's socket and its place among [`ServeOptions::max_connections`], with the
+/// first bytes read to tell its HTTP version ([`sniff`]): they are read again first.
+struct Counted {
+    stream: tokio::net::TcpStream,
     prefix: Vec<u8>,
     read: usize,
-    inner: Counted,
+    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
-impl tokio::io::AsyncRead for Prefixed {
+impl tokio::io::AsyncRead for Counted {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         context: &mut std::task::Context<'_>,
@@ -379,58 +379,6 @@ impl tokio::io::AsyncRead for Prefixed {
             }
             return std::task::Poll::Ready(Ok(()));
         }
-        std::pin::Pin::new(&mut self.inner).poll_read(context, buffer)
-    }
-}
-
-impl tokio::io::AsyncWrite for Prefixed {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-        bytes: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(context, bytes)
-    }
-
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-        buffers: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write_vectored(context, buffers)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(context)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(context)
-    }
-}
-
-/// A connection's socket and its place among [`ServeOptions::max_connections`].
-struct Counted {
-    stream: tokio::net::TcpStream,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tokio::io::AsyncRead for Counted {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-        buffer: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.stream).poll_read(context, buffer)
     }
 }
