@@ -135,7 +135,7 @@ async fn accept(
         };
         no_delay(&stream);
         let app = app.clone();
-        let mut stopping = stopping.clone();
+        let stopping = stopping.clone();
         let header_read_timeout = options.header_read_timeout;
         // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
         // free again when the socket is dropped.
@@ -176,51 +176,28 @@ async fn accept(
                     .keep_alive_timeout(H2_KEEP_ALIVE)
                     .max_concurrent_streams(H2_MAX_STREAMS)
                     .serve_connection(io, TowerToHyperService::new(counted));
-                tokio::pin!(connection);
-                let mut told = false;
-                loop {
-                    tokio::select! {
-                        result = connection.as_mut() => {
-                            if let Err(error) = result {
-                                tracing::trace!(%peer, %error, "connection ended with an error");
-                            }
-                            break;
-                        }
-                        _ = stopping.changed(), if !told => {
-                            told = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
-                        () = calls.idle(H2_IDLE), if !told => {
-                            tracing::trace!(%peer, "an HTTP/2 connection without a call; closing it");
-                            told = true;
-                            connection.as_mut().graceful_shutdown();
-                        }
-                    }
-                }
+                let idle = async move {
+                    calls.idle(H2_IDLE).await;
+                    tracing::trace!(%peer, "an HTTP/2 connection without a call; closing it");
+                };
+                drive(
+                    connection,
+                    stopping,
+                    idle,
+                    |connection| connection.graceful_shutdown(),
+                    peer,
+                )
+                .await;
                 return;
             }
-            let service = TowerToHyperService::new(app);
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
-                .serve_connection(io, service)
+                .serve_connection(io, TowerToHyperService::new(app))
                 .with_upgrades();
-            tokio::pin!(connection);
-            let mut told = false;
-            loop {
-                tokio::select! {
-                    result = connection.as_mut() => {
-                        if let Err(error) = result {
-                            tracing::trace!(%peer, %error, "connection ended with an error");
-                        }
-                        break;
-                    }
-                    _ = stopping.changed(), if !told => {
-                        told = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                }
-            }
+            let never = std::future::pending::<()>();
+            drive(connection, stopping, never, |connection| connection.graceful_shutdown(), peer)
+                .await;
         });
     }
     // Nothing new is accepted; requests in flight finish.
@@ -243,6 +220,41 @@ async fn accept(
 fn no_delay(stream: &tokio::net::TcpStream) {
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY on a connection");
+    }
+}
+
+/// Runs a connection to its end; it is asked to finish gracefully when the daemon stops or
+/// `idle` resolves (whichever comes first, once).
+async fn drive<C, E>(
+    connection: C,
+    mut stopping: watch::Receiver<()>,
+    idle: impl Future<Output = ()>,
+    graceful_shutdown: impl Fn(std::pin::Pin<&mut C>),
+    peer: std::net::SocketAddr,
+) where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    tokio::pin!(connection);
+    tokio::pin!(idle);
+    let mut told = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::trace!(%peer, %error, "connection ended with an error");
+                }
+                break;
+            }
+            _ = stopping.changed(), if !told => {
+                told = true;
+                graceful_shutdown(connection.as_mut());
+            }
+            () = &mut idle, if !told => {
+                told = true;
+                graceful_shutdown(connection.as_mut());
+            }
+        }
     }
 }
 
