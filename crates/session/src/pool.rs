@@ -277,11 +277,11 @@ impl WarmCli {
         self,
         config: SessionConfig,
     ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), WarmCli> {
-        if !self.fits(&config) {
+        let (key, wanted) = key_of(&config);
+        let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
+        if key != self.key || fingerprint(&config) != self.fingerprint {
             return Err(self);
         }
-        let (_, wanted) = key_of(&config);
-        let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
         let warm = WarmStart { sent: self.key.initialize, received: self.received, mode };
         Ok(start_actor(config, self.link, Some(warm)))
     }

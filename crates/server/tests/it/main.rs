@@ -2262,6 +2262,30 @@ fn launch_relay_cli(sandbox: &CliSandbox, api: &FakeApi, root: &str) -> tokio::p
         .unwrap()
 }
 
+/// A daemon with `policy`, a relay CLI at `/`, and one turn ("RELAY it") sent by a frontend:
+/// the daemon, the CLI, and the frames the frontend read up to the turn's result.
+async fn relay_turn(
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    policy: switchboard_session::Policy,
+) -> (Server, tokio::process::Child, Vec<Value>) {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server =
+        Server::start_with(store, api, sandbox, |config| config.default_policy = Some(policy))
+            .await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let root = format!("{}/", server.base.replace("http://", "ws://"));
+    let cli = launch_relay_cli(sandbox, api, &root);
+    frontend
+        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
+        .await;
+    frontend
+        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY it"}, "parent_tool_use_id": null, "session_id": ""}))
+        .await;
+    let frames = frontend.until(|frame| frame["type"] == "result").await;
+    (server, cli, frames)
+}
+
 /// The policy holds for a CLI that connected on its own: no `--disallowedTools` of ours reach
 /// it, so its `initialize`'s hook is all that stands between the model and a read the CLI
 /// allows by itself (relative rules resolved against the CLI's own cwd).
@@ -2279,26 +2303,11 @@ async fn a_relay_cli_is_held_by_the_policy_too() {
     )
     .await
     .unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.default_policy = Some(
-            switchboard_session::Policy::from_toml(
-                "[permissions]\ndeny = [\"Read(./.env)\"]\ndefault = \"allow\"",
-            )
-            .unwrap(),
-        );
-    })
-    .await;
-    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let root = format!("{}/", server.base.replace("http://", "ws://"));
-    let mut cli = launch_relay_cli(&sandbox, &api, &root);
-    frontend
-        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
-        .await;
-    frontend
-        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY it"}, "parent_tool_use_id": null, "session_id": ""}))
-        .await;
-    frontend.until(|frame| frame["type"] == "result").await;
+    let policy = switchboard_session::Policy::from_toml(
+        "[permissions]\ndeny = [\"Read(./.env)\"]\ndefault = \"allow\"",
+    )
+    .unwrap();
+    let (server, mut cli, _) = relay_turn(&api, &sandbox, policy).await;
     let request = api.wait_for(|request| !request.tool_results().is_empty()).await;
     let (_, content, is_error) = request.tool_results()[0].clone();
     assert!(is_error, "{content}");
@@ -2320,21 +2329,8 @@ async fn auto_approve_lets_a_relay_clis_calls_run_as_the_relay_protocol_says() {
     )
     .await
     .unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.default_policy = Some(switchboard_session::Policy::allow_all());
-    })
-    .await;
-    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let root = format!("{}/", server.base.replace("http://", "ws://"));
-    let mut cli = launch_relay_cli(&sandbox, &api, &root);
-    frontend
-        .until(|frame| frame["type"] == "status" && frame["text"] == "claude code connected")
-        .await;
-    frontend
-        .send(json!({"type": "user", "message": {"role": "user", "content": "RELAY it"}, "parent_tool_use_id": null, "session_id": ""}))
-        .await;
-    let frames = frontend.until(|frame| frame["type"] == "result").await;
+    let (server, mut cli, frames) =
+        relay_turn(&api, &sandbox, switchboard_session::Policy::allow_all()).await;
     assert_eq!(frames.last().unwrap()["result"], "ran it");
     assert!(sandbox.file("auto.txt").exists(), "the call ran");
     let (_, sessions) = server.get("/api/sessions").await;
