@@ -501,26 +501,34 @@ pub(crate) async fn subscribe(
     id: &str,
     after: u64,
     view: bool,
-) -> Result<
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
-    String,
-> {
+) -> Result<Socket, String> {
     let view = if view { "&view=true" } else { "" };
-    let url = format!(
-        "{}/api/sessions/{id}/subscribe?after={after}{view}",
-        client.base.replacen("http", "ws", 1)
-    );
-    let mut request = url.into_client_request().map_err(|error| error.to_string())?;
-    if let Some(token) = &client.token {
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| "the token is not a valid header value".to_owned())?;
-        request.headers_mut().insert("authorization", value);
-    }
-    let (socket, _) = tokio_tungstenite::connect_async(request)
+    client
+        .websocket(&format!("/api/sessions/{id}/subscribe?after={after}{view}"))
         .await
-        .map_err(|error| format!("cannot subscribe: {error}"))?;
-    Ok(socket)
+        .map_err(|error| format!("cannot subscribe: {error}"))
+}
+
+/// A WebSocket to the daemon.
+pub(crate) type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl Client {
+    /// Opens the daemon's WebSocket at `path`, with the token.
+    pub(crate) async fn websocket(&self, path: &str) -> Result<Socket, String> {
+        let url = format!("{}{path}", self.base.replacen("http", "ws", 1));
+        let mut request = url.into_client_request().map_err(|error| error.to_string())?;
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| "the token is not a valid header value".to_owned())?;
+            request.headers_mut().insert("authorization", value);
+        }
+        let (socket, _) = tokio_tungstenite::connect_async(request)
+            .await
+            .map_err(|error| format!("cannot reach the daemon at {}: {error}", self.base))?;
+        Ok(socket)
+    }
 }
 
 async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Result<(), String> {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod claude;
 mod client;
 mod config;
 mod decode;
@@ -107,6 +108,17 @@ enum Command {
     Interrupt(client::SessionArg),
     /// Open the web UI in a browser, signed in (at a session, when one is named).
     Open(client::OpenArgs),
+    /// Run the interactive Claude Code CLI in this terminal, as a session the daemon shows.
+    ///
+    /// The terminal behaves as if Switchboard were not there: raw mode, resizes and the CLI's
+    /// exit status pass through. The session's history is the CLI's own transcript, followed
+    /// live; a message sent from the web UI or the API is typed into the CLI, and an interrupt
+    /// presses Esc. Permission prompts stay in the terminal, where the CLI asks them.
+    ///
+    /// Give the CLI's own arguments after `claude` (`switchboard claude --model opus`; put `--`
+    /// first when one is also a switchboard option). Exit status: the CLI's (128 + N when
+    /// signal N ended it); 2 when it could not start (no terminal, no daemon, --print).
+    Claude(claude::ClaudeArgs),
     /// Print a shell completion script: `switchboard completions bash > ~/.local/share/bash-completion/completions/switchboard`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -140,6 +152,7 @@ fn main() -> ExitCode {
         Command::Resume(args) => block_on(client::act(args, "resume")),
         Command::Interrupt(args) => block_on(client::act(args, "interrupt")),
         Command::Open(args) => block_on(client::open(args)),
+        Command::Claude(args) => block_on(claude::claude(args)),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

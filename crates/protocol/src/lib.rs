@@ -13,6 +13,8 @@
 //!   `parent_tool_use_id`) without building the message.
 //! - [`codec`]: bytes in, lines out, with a line limit and error items that do not end the
 //!   stream.
+//! - [`transcript`]: what a line of the CLI's own transcript means where it differs (a prompt
+//!   the CLI wrote, a turn's end without a `result`).
 //!
 //! ```
 //! use switchboard_protocol::{codec::Decoder, Message};
@@ -37,6 +39,7 @@ pub mod message;
 pub mod permission;
 pub mod stream;
 pub mod system;
+pub mod transcript;
 mod wire;
 
 pub use codec::{encode_line, Decoder, LineError, LineSplitter, Received, MAX_LINE_BYTES};

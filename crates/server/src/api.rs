@@ -89,6 +89,7 @@ pub fn routes() -> Vec<Route> {
             Guard::Api,
             get(crate::compat::subscribe),
         ),
+        route("GET", "/api/terminals", Guard::Api, get(crate::terminal::attach)),
         route("GET", "/ws", Guard::Api, get(crate::relay::frontend)),
         // The UI's files go out gzipped to browsers that take it (a third of the bytes).
         route(
@@ -461,8 +462,7 @@ async fn send_message(
     // `undelivered`.
     let uuid = uuid::Uuid::new_v4().to_string();
     message.uuid = Some(uuid.clone());
-    let handle = daemon.running(&id).await?;
-    handle.send_message(message).await.map_err(crate::daemon::DaemonError::from)?;
+    daemon.send_message(&id, message).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": true, "uuid": uuid}))).into_response())
 }
 

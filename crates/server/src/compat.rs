@@ -223,9 +223,10 @@ async fn take_over(
     info: &TranscriptInfo,
     content: &str,
 ) -> Result<(), String> {
-    if let Some(handle) = daemon.running_for_claude_session(&info.id).await {
-        return handle
-            .send_text(content.to_owned())
+    if let Some(id) = daemon.running_for_claude_session(&info.id).await {
+        // A terminal's session types it into the CLI there, as the web-UI backend does.
+        return daemon
+            .send_message(&id, switchboard_protocol::UserMessage::prompt(content))
             .await
             .map_err(|error| format!("Failed to send message to session: {error}"));
     }

@@ -360,11 +360,15 @@ struct Run {
 
 impl LiveSession {
     fn new(record: SessionRecord) -> LiveSession {
+        // Its updates feed only the record: no tool input is parsed as it streams.
+        let mut projector = switchboard_session::Projector::without_partial_inputs();
+        if is_terminal(&record) {
+            projector.set_transcript();
+        }
         LiveSession {
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
-            // Its updates feed only the record: no tool input is parsed as it streams.
-            projector: Mutex::new(switchboard_session::Projector::without_partial_inputs()),
+            projector: Mutex::new(projector),
             tail: Mutex::new(None),
             finished: watch::channel(false).0,
             store_error: watch::channel(None).0,
@@ -716,6 +720,90 @@ impl Daemon {
         Ok((record, slot))
     }
 
+    /// A session for an interactive CLI in a person's terminal (`switchboard claude`): its
+    /// history is the CLI's transcript, which the terminal hands in line by line through the
+    /// returned [`TranscriptIn`](switchboard_transport::terminal::TranscriptIn), and what the session sends goes back to the terminal as keys. The
+    /// session ends when the terminal says the CLI exited, or goes away.
+    pub async fn attach_terminal(
+        self: &Arc<Self>,
+        hello: TerminalHello,
+    ) -> Result<
+        (
+            SessionRecord,
+            switchboard_transport::terminal::TranscriptIn,
+            switchboard_transport::terminal::KeysOut,
+        ),
+        DaemonError,
+    > {
+        self.check_serving()?;
+        if !hello.cwd.is_absolute() {
+            return Err(DaemonError::Invalid(format!(
+                "cwd must be an absolute path, not {:?}",
+                hello.cwd
+            )));
+        }
+        if let Some(claude) = &hello.claude_session_id {
+            if claude.is_empty()
+                || claude.len() > 128
+                || !claude.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(DaemonError::Invalid(
+                    "claude_session_id must be a Claude session id (letters, digits, - and _)"
+                        .into(),
+                ));
+            }
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let now = now_ms();
+        let record = SessionRecord {
+            archived: false,
+            id: id.clone(),
+            claude_session_id: hello.claude_session_id.clone(),
+            cwd: hello.cwd.display().to_string(),
+            model: None,
+            permission_mode: None,
+            state: "starting".into(),
+            title: None,
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            config: json!({"transport": "terminal", "cli_version": hello.cli_version}),
+        };
+        let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
+        config.transcript = true;
+        let (link, lines, keys) = switchboard_transport::terminal::attached();
+        let (handle, events) = switchboard_session::spawn_session_on(config, link);
+        self.store.create_session(&record).await?;
+        self.note_started(&id, 0, false, false, true).await?;
+        self.run(record.clone(), handle, events, 1, None).await?;
+        let _ = self
+            .dashboard
+            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
+        Ok((record, lines, keys))
+    }
+
+    /// Sends a person's message to a running session. One typed into a terminal
+    /// ([`Daemon::attach_terminal`]) must be text a terminal can take, and is refused here,
+    /// with the reason, if not.
+    pub async fn send_message(
+        &self,
+        id: &str,
+        message: switchboard_protocol::UserMessage,
+    ) -> Result<(), DaemonError> {
+        let handle = self.running(id).await?;
+        let terminal = self
+            .live(id)
+            .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
+            .unwrap_or(false);
+        if terminal {
+            let line = switchboard_protocol::Message::User(message.clone()).encode();
+            switchboard_transport::terminal::keys_of(line.as_bytes())
+                .map_err(DaemonError::Invalid)?;
+        }
+        handle.send_message(message).await?;
+        Ok(())
+    }
+
     /// How often CLI sockets are pinged.
     pub fn ping_interval(&self) -> Duration {
         self.config.ping_interval.unwrap_or(PING_INTERVAL)
@@ -817,21 +905,19 @@ impl Daemon {
         &self.transcripts
     }
 
-    /// A running session of this daemon that continues the Claude session `claude_session_id`.
-    pub async fn running_for_claude_session(
-        &self,
-        claude_session_id: &str,
-    ) -> Option<SessionHandle> {
+    /// The id of a running session of this daemon that continues the Claude session
+    /// `claude_session_id`.
+    pub async fn running_for_claude_session(&self, claude_session_id: &str) -> Option<String> {
         let live: Vec<Arc<LiveSession>> = self
             .sessions
             .lock()
             .map(|sessions| sessions.values().cloned().collect())
             .unwrap_or_default();
         live.into_iter().find_map(|live| {
-            let same =
-                live.record.lock().ok()?.claude_session_id.as_deref() == Some(claude_session_id);
-            let handle = live.handle()?;
-            same.then_some(handle)
+            let record = live.record.lock().ok()?;
+            let same = record.claude_session_id.as_deref() == Some(claude_session_id);
+            live.handle()?;
+            same.then(|| record.id.clone())
         })
     }
 
@@ -892,7 +978,7 @@ impl Daemon {
         // The log's first event, before any CLI runs: a log that cannot be written refuses the
         // session here, not after it started.
         let started = async {
-            self.note_started(&id, 0, false, warmed).await?;
+            self.note_started(&id, 0, false, warmed, false).await?;
             self.start(record.clone(), config, transport, warm, 1, request.prompt.clone()).await
         };
         if let Err(error) = started.await {
@@ -926,6 +1012,12 @@ impl Daemon {
             .get_session(id)
             .await?
             .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if is_terminal(&record) {
+            let claude = record.claude_session_id.as_deref().unwrap_or("ID");
+            return Err(DaemonError::Invalid(format!(
+                "session {id} ran in a person's terminal; continue it in one: switchboard claude --resume {claude}"
+            )));
+        }
         let claude_session_id = record.claude_session_id.clone().ok_or_else(|| {
             DaemonError::Invalid(format!(
                 "session {id} never reached the CLI's first turn, so there is nothing to resume"
@@ -940,7 +1032,7 @@ impl Daemon {
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
         let last = self.store.last_seq(id).await?;
-        self.note_started(id, last, true, false).await?;
+        self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
         self.store.update_session(&record).await?;
@@ -1060,15 +1152,20 @@ impl Daemon {
     }
 
     /// Appends the `started` event that opens each run of a session's CLI (`resumed`: not its
-    /// first run; `warm`: its CLI came from the warm pool), right after `last`.
+    /// first run; `warm`: its CLI came from the warm pool; `transcript`: its lines are an
+    /// interactive CLI's transcript), right after `last`.
     async fn note_started(
         &self,
         id: &str,
         last: u64,
         resumed: bool,
         warm: bool,
+        transcript: bool,
     ) -> Result<(), DaemonError> {
-        let payload = json!({"event": "started", "resumed": resumed, "warm": warm});
+        let mut payload = json!({"event": "started", "resumed": resumed, "warm": warm});
+        if transcript {
+            payload["transcript"] = json!(true);
+        }
         let record = event_record(id, last + 1, "switchboard", "started", payload.to_string());
         self.store.append(std::slice::from_ref(&record)).await?;
         Ok(())
@@ -2162,6 +2259,27 @@ fn hide_values(map: &mut serde_json::Map<String, Value>) {
     for value in map.values_mut() {
         *value = Value::from("(hidden)");
     }
+}
+
+/// Whether the session is an interactive CLI in a person's terminal
+/// ([`Daemon::attach_terminal`]).
+pub fn is_terminal(record: &SessionRecord) -> bool {
+    record.config["transport"] == "terminal"
+}
+
+/// What a terminal says of the interactive CLI it runs, as it registers it
+/// ([`Daemon::attach_terminal`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalHello {
+    /// Where the CLI runs.
+    pub cwd: PathBuf,
+    /// The Claude session its transcript belongs to, when known.
+    #[serde(default)]
+    pub claude_session_id: Option<String>,
+    /// The CLI's version, when known.
+    #[serde(default)]
+    pub cli_version: Option<String>,
 }
 
 /// Whether a session state string is final.

@@ -242,8 +242,7 @@ impl Switchboard for Api {
             crate::api::user_message(Value::String(request.text)).map_err(api_status)?;
         let uuid = uuid::Uuid::new_v4().to_string();
         message.uuid = Some(uuid.clone());
-        let handle = self.daemon.running(&request.id).await.map_err(status)?;
-        handle.send_message(message).await.map_err(|error| status(error.into()))?;
+        self.daemon.send_message(&request.id, message).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SendMessageResponse { uuid }))
     }
 

@@ -18,6 +18,7 @@ pub mod grpc;
 mod relay;
 mod serve;
 pub mod socket;
+pub mod terminal;
 pub mod transcripts;
 mod ui;
 pub mod view;

@@ -96,6 +96,9 @@ impl Viewer {
             daemon(match record.kind.as_str() {
                 "started" => {
                     self.projector.new_run();
+                    if value.get("transcript").and_then(|v| v.as_bool()) == Some(true) {
+                        self.projector.set_transcript();
+                    }
                     DaemonUpdate::Run {
                         resumed: value.get("resumed").and_then(|v| v.as_bool()).unwrap_or(false),
                     }

@@ -53,6 +53,10 @@ pub struct SessionConfig {
     pub initialize: Option<InitializeRequest>,
     /// How long our control requests wait for the CLI.
     pub control_timeout: Duration,
+    /// The CLI is interactive, in a person's terminal, and the session reads its transcript
+    /// ([`SessionCore::set_transcript`]): no `initialize` is sent, and only prompts and
+    /// interrupts reach it.
+    pub transcript: bool,
 }
 
 impl SessionConfig {
@@ -63,6 +67,7 @@ impl SessionConfig {
             policy,
             initialize: None,
             control_timeout: crate::core::CONTROL_TIMEOUT,
+            transcript: false,
         }
     }
 
@@ -166,6 +171,9 @@ pub(crate) fn start_actor(
     let mut core =
         SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
     core.set_control_timeout(config.control_timeout);
+    if config.transcript {
+        core.set_transcript();
+    }
     let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
     let (snapshot_tx, snapshot_rx) = watch::channel(core.snapshot());
@@ -182,7 +190,8 @@ pub(crate) fn start_actor(
         control_replies: HashMap::new(),
     };
     let cli_run = actor.link.process.run().cloned();
-    let initialize = ControlRequestPayload::Initialize(config.initialize.unwrap_or_default());
+    let initialize = (!config.transcript)
+        .then(|| ControlRequestPayload::Initialize(config.initialize.unwrap_or_default()));
     tokio::spawn(actor.run(initialize, warm));
     (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
 }
@@ -204,8 +213,8 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, initialize: ControlRequestPayload, warm: Option<WarmStart>) {
-        let mut effects = self.core.on_started(Some(initialize));
+    async fn run(mut self, initialize: Option<ControlRequestPayload>, warm: Option<WarmStart>) {
+        let mut effects = self.core.on_started(initialize);
         let mut exited = false;
         match warm {
             None => self.apply(effects).await,

@@ -293,6 +293,9 @@ pub struct SessionCore {
     /// [`ANSWERED_MEMORY`]): a CLI that asks again, its answer lost with a socket, gets the
     /// same answer, and nobody is asked twice.
     decided: indexmap::IndexMap<String, DecidedAnswer>,
+    /// The lines are an interactive CLI's transcript, not the stream-json protocol
+    /// ([`SessionCore::set_transcript`]).
+    transcript: bool,
 }
 
 impl SessionCore {
@@ -336,7 +339,16 @@ impl SessionCore {
             },
             changed: true,
             resync: None,
+            transcript: false,
         }
+    }
+
+    /// The CLI is interactive (in a person's terminal) and its lines are its transcript
+    /// ([`switchboard_protocol::transcript`]): a prompt is a `user` line the CLI wrote, a
+    /// turn ends at `turn_duration` or an interruption, and of our control requests only
+    /// `interrupt` can reach it (as the Esc key, which the CLI does not answer).
+    pub fn set_transcript(&mut self) {
+        self.transcript = true;
     }
 
     /// Whether the snapshot may have changed since the last call (so the shell publishes it
@@ -475,6 +487,28 @@ impl SessionCore {
                 request_id.clone(),
                 Err(ControlFailure::LinkClosed { subtype }),
             ));
+            return (request_id, effects);
+        }
+        if self.transcript {
+            // A terminal takes keys, not requests: an interrupt is the Esc key, done once
+            // typed; nothing else can be asked of it.
+            let done = if matches!(payload, ControlRequestPayload::Interrupt(_)) {
+                self.write(
+                    Message::ControlRequest(ControlRequest::new(request_id.clone(), payload)),
+                    &mut effects,
+                );
+                Ok(ControlSuccess { request_id: request_id.clone(), ..ControlSuccess::default() })
+            } else {
+                Err(ControlFailure::Refused {
+                    error: format!(
+                        "an interactive session in a terminal takes prompts and interrupts only; use its terminal for {subtype}"
+                    ),
+                    subtype,
+                    error_code: None,
+                    pending: Vec::new(),
+                })
+            };
+            effects.push(Effect::ControlDone(request_id.clone(), done));
             return (request_id, effects);
         }
         self.outgoing.insert(request_id.clone(), OutgoingControl { subtype });
@@ -627,6 +661,9 @@ impl SessionCore {
         }
         if !matches!(message.as_ref(), Message::StreamEvent(_)) {
             self.changed = true;
+        }
+        if self.transcript {
+            self.on_transcript_line(&message, &mut effects);
         }
         match message.readable() {
             Message::Drift(drift) => self.on_drift(drift, &mut effects),
@@ -991,6 +1028,23 @@ impl SessionCore {
     }
 
     // ----- internals ----------------------------------------------------------------------
+
+    /// What a transcript says that the protocol says otherwise: a prompt begins work (one the
+    /// person typed in the terminal, or ours coming back), and a turn's end.
+    fn on_transcript_line(&mut self, message: &Message, effects: &mut Vec<Effect>) {
+        use switchboard_protocol::transcript;
+        if transcript::prompt(message).is_some() {
+            if matches!(self.state, SessionState::Idle) {
+                self.set_state(SessionState::Working, effects);
+            }
+        } else if transcript::turn_end(message).is_some() {
+            self.snapshot.turns += 1;
+            self.snapshot.queued_turns = self.snapshot.queued_turns.saturating_sub(1);
+            if self.snapshot.queued_turns == 0 && !self.state.is_final() {
+                self.set_state(SessionState::Idle, effects);
+            }
+        }
+    }
 
     fn write(&mut self, message: Message, effects: &mut Vec<Effect>) -> Arc<str> {
         let mut raw = message.encode();

@@ -416,6 +416,8 @@ pub struct Projector {
     /// Leave [`Update::ToolInputDelta`]'s `partial_input` out (a projector whose updates no
     /// one reads one by one: the daemon's own, for the record).
     no_partial_inputs: bool,
+    /// The lines are an interactive CLI's transcript ([`Projector::set_transcript`]).
+    transcript: bool,
 }
 
 impl Projector {
@@ -428,6 +430,14 @@ impl Projector {
     /// updates feed only the [`View`].
     pub fn without_partial_inputs() -> Self {
         Projector { no_partial_inputs: true, ..Self::default() }
+    }
+
+    /// The session's lines are an interactive CLI's transcript
+    /// ([`switchboard_protocol::transcript`]): its prompts are the CLI's own `user` lines (ours,
+    /// typed into its terminal, show when the CLI writes them), and a turn ends at
+    /// `turn_duration` or an interruption, with no cost (a transcript tells none).
+    pub fn set_transcript(&mut self) {
+        self.transcript = true;
     }
 
     /// The session's CLI is gone: forgets what only a running CLI continues (messages still
@@ -450,6 +460,9 @@ impl Projector {
     /// Projects one event; its updates go to `emit`, in order.
     pub fn apply(&mut self, event: &SessionEvent, emit: &mut impl FnMut(Update)) {
         match event {
+            SessionEvent::Line(line) if self.transcript => {
+                self.transcript_line(line.direction, &line.message, emit)
+            }
             SessionEvent::Line(line) => match line.direction {
                 LineDirection::FromCli => self.cli_line(&line.message, emit),
                 LineDirection::ToCli => self.our_line(&line.message, emit),
@@ -549,11 +562,16 @@ impl Projector {
                     },
                 ))
             }
-            SessionEvent::Exited { requested, description, .. } => emit(notice(
-                if *requested { Level::Info } else { Level::Error },
-                "exited",
-                format!("The CLI {description}"),
-            )),
+            SessionEvent::Exited { code, requested, description, .. } => {
+                // The description says "the CLI …" already: only its first letter changes.
+                let mut text = description.clone();
+                if let Some(first) = text.get(..1) {
+                    text.replace_range(..1, &first.to_uppercase());
+                }
+                let level =
+                    if *requested || *code == Some(0) { Level::Info } else { Level::Error };
+                emit(notice(level, "exited", text))
+            }
             SessionEvent::HookRequested(_)
             | SessionEvent::HookAnswered { .. }
             | SessionEvent::Sent { .. }
@@ -623,6 +641,52 @@ impl Projector {
                 self.interrupting = true;
             }
             _ => {}
+        }
+    }
+
+    fn transcript_line(
+        &mut self,
+        direction: LineDirection,
+        message: &Message,
+        emit: &mut impl FnMut(Update),
+    ) {
+        use switchboard_protocol::transcript;
+        match direction {
+            // What we typed: the prompt shows when the CLI takes it (its transcript line).
+            LineDirection::ToCli if matches!(message.readable(), Message::User(_)) => {}
+            LineDirection::ToCli => self.our_line(message, emit),
+            LineDirection::FromCli if transcript::prompt(message).is_some() => {
+                self.our_line(message, emit)
+            }
+            LineDirection::FromCli => match transcript::turn_end(message) {
+                Some(end) => {
+                    self.interrupting = false;
+                    self.view.turns += 1;
+                    if self.view.open_turns > 0 {
+                        self.view.open_turns -= 1;
+                        if self.view.open_turns > 0 {
+                            emit(Update::Dequeued);
+                        }
+                    }
+                    emit(Update::TurnEnded {
+                        parent_tool_use_id: None,
+                        subtype: if end.interrupted { "interrupted" } else { "turn_duration" }
+                            .to_owned(),
+                        interrupted: end.interrupted,
+                        failed: false,
+                        result: None,
+                        duration_ms: end.duration_ms.unwrap_or(0),
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        cost_usd: 0.0,
+                        total_cost_usd: self.view.cost_usd,
+                        models: Vec::new(),
+                        context_tokens: self.view.context_tokens,
+                        context_window: self.view.context_window,
+                    });
+                }
+                None => self.cli_line(message, emit),
+            },
         }
     }
 

@@ -96,6 +96,9 @@ pub fn fake_cli() -> PathBuf {
     path
 }
 
+/// The dummy API key the sandbox's CLI gets.
+const API_KEY: &str = "sk-ant-test-not-a-real-key";
+
 /// A scratch HOME and working directory, removed on drop, and the environment that points the
 /// CLI at a fake API.
 pub struct CliSandbox {
@@ -150,13 +153,27 @@ impl CliSandbox {
         command
     }
 
+    /// Prepares the scratch HOME for the interactive CLI (`claude` in a terminal), which asks
+    /// a new user first: onboarding done, the working directory trusted, the dummy API key
+    /// approved (the CLI keeps a key's last 20 characters).
+    pub fn prepare_interactive(&self) -> std::io::Result<()> {
+        let key = API_KEY;
+        let config = serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "projects": {self.workdir().display().to_string(): {"hasTrustDialogAccepted": true}},
+            "customApiKeyResponses": {"approved": [&key[key.len() - 20..]], "rejected": []},
+        });
+        std::fs::write(self.home().join(".claude.json"), config.to_string())
+    }
+
     /// The environment for a CLI talking to `api_base_url`: `ANTHROPIC_BASE_URL`, a dummy key,
     /// non-essential traffic off, the scratch HOME and TMPDIR, two API retries (so error tests
     /// end quickly).
     pub fn env(&self, api_base_url: &str) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         env.insert("ANTHROPIC_BASE_URL".into(), api_base_url.to_owned());
-        env.insert("ANTHROPIC_API_KEY".into(), "sk-ant-test-not-a-real-key".into());
+        env.insert("ANTHROPIC_API_KEY".into(), API_KEY.into());
         env.insert("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into());
         env.insert("DISABLE_AUTOUPDATER".into(), "1".into());
         env.insert("CLAUDE_CODE_MAX_RETRIES".into(), "2".into());

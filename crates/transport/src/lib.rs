@@ -4,6 +4,8 @@
 //! - [`stdio`]: spawn `claude` and speak over its stdin/stdout (every current CLI).
 //! - [`sdk_url`]: spawn `claude --sdk-url` and speak over the WebSocket it opens to us
 //!   (CLIs up to 2.1.120).
+//! - [`terminal`]: an interactive CLI in a person's terminal: its transcript's lines in, keys
+//!   out (`switchboard claude`).
 //! - [`procs`]: no process outlives its session (run ids, the sweep, leftovers of a killed
 //!   daemon).
 //! - [`random`]: tokens and ids from the OS's random source.
@@ -12,6 +14,7 @@ pub mod procs;
 pub mod random;
 pub mod sdk_url;
 pub mod stdio;
+pub mod terminal;
 
 pub use stdio::{
     cli_command, spawn, CliLink, CliOptions, CliProcess, CliRun, ExitInfo, TransportError,

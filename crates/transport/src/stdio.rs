@@ -209,7 +209,7 @@ impl CliOptions {
 /// (or only `PATH` with `clear_env`), minus [`NESTED_SESSION_VARIABLES`] and the daemon's own
 /// `SWITCHBOARD_*` variables ([`DAEMON_VARIABLE_PREFIX`]), plus `options.env`.
 pub fn cli_command(options: &CliOptions) -> Command {
-    let mut command = base_command(options);
+    let mut command = base_command(options, true);
     command
         .args(options.args())
         .current_dir(&options.cwd)
@@ -219,10 +219,22 @@ pub fn cli_command(options: &CliOptions) -> Command {
     command
 }
 
-/// The program with the environment rules, its own process group and the parent-death signal.
+/// Builds the command for an interactive CLI in a person's terminal (`switchboard claude`):
+/// `options`' program, cwd and environment rules and the parent-death signal, as
+/// [`cli_command`]; the person's `args` as they are; and no pipes or process group of its
+/// own, since whoever runs it makes it a new session whose controlling terminal is a PTY (a
+/// process group leader could not).
+pub fn interactive_command(options: &CliOptions, args: &[OsString]) -> Command {
+    let mut command = base_command(options, false);
+    command.args(args).current_dir(&options.cwd);
+    command
+}
+
+/// The program with the environment rules and the parent-death signal, and with `own_group`
+/// a process group of its own.
 #[allow(clippy::disallowed_methods)] // this is the one spawn function
 #[allow(unsafe_code)] // `pre_exec`; see the SAFETY note
-fn base_command(options: &CliOptions) -> Command {
+fn base_command(options: &CliOptions, own_group: bool) -> Command {
     let mut command = Command::new(options.program());
     if options.clear_env {
         command.env_clear();
@@ -253,7 +265,10 @@ fn base_command(options: &CliOptions) -> Command {
             Ok(())
         });
     }
-    command.process_group(0).kill_on_drop(true);
+    if own_group {
+        command.process_group(0);
+    }
+    command.kill_on_drop(true);
     command
 }
 
@@ -558,7 +573,7 @@ fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
 /// program and environment rules as a session (`options.program`, `options.env`).
 pub async fn cli_version(options: &CliOptions) -> Result<String, TransportError> {
     let program = options.program();
-    let output = base_command(options)
+    let output = base_command(options, true)
         .arg("--version")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

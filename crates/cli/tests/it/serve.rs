@@ -11,14 +11,14 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "serve-test-token-0123456789";
 
-struct Daemon {
+pub(crate) struct Daemon {
     child: tokio::process::Child,
-    url: String,
+    pub(crate) url: String,
     stderr: tokio::task::JoinHandle<String>,
 }
 
 /// Starts `switchboard serve` on port 0 with the real CLI and reads the URL it prints.
-async fn start_daemon(
+pub(crate) async fn start_daemon(
     data_dir: &Path,
     api: &FakeApi,
     sandbox: &CliSandbox,
@@ -128,7 +128,7 @@ async fn create_session(url: &str, token: &str, sandbox: &CliSandbox, prompt: &s
     created["id"].as_str().unwrap().to_owned()
 }
 
-async fn http(
+pub(crate) async fn http(
     url: &str,
     token: &str,
     method: reqwest::Method,

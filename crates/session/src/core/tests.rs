@@ -592,3 +592,40 @@ fn an_unreadable_answer_to_a_resync_ends_no_pending_request() {
     );
     assert_eq!(core.snapshot().pending_permissions.len(), 1);
 }
+
+#[test]
+fn a_transcript_session_works_from_a_typed_prompt_to_its_turns_end_and_takes_only_interrupts() {
+    let mut core = core("");
+    core.set_transcript();
+    started(&mut core);
+    // A prompt the person typed in the terminal: the session works.
+    core.on_line(line(
+        r#"{"type":"user","message":{"role":"user","content":"LIST"},"uuid":"u1","sessionId":"s"}"#,
+    ));
+    assert_eq!(core.state(), SessionState::Working);
+    core.on_line(line(
+        r#"{"type":"system","subtype":"turn_duration","durationMs":449,"uuid":"x"}"#,
+    ));
+    assert_eq!(core.state(), SessionState::Idle);
+    assert_eq!(core.snapshot().turns, 1);
+    // Ours, then an interruption ends it.
+    let effects = core.send_user(UserMessage::prompt("SLOW"));
+    assert_eq!(sent(&effects).len(), 1);
+    assert_eq!(core.state(), SessionState::Working);
+    let (_, effects) = core.control(ControlRequestPayload::Interrupt(InterruptRequest::default()));
+    assert_eq!(sent(&effects)[0]["request"]["subtype"], "interrupt");
+    assert!(matches!(done(&effects)[..], [(_, Ok(_))]), "an interrupt is done once typed");
+    core.on_line(line(r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]},"uuid":"u2"}"#));
+    assert_eq!(core.state(), SessionState::Idle);
+    // Anything else is refused, and nothing is written.
+    let request = SetPermissionModeRequest {
+        mode: PermissionMode::Plan,
+        ..SetPermissionModeRequest::default()
+    };
+    let (_, effects) = core.control(ControlRequestPayload::SetPermissionMode(request));
+    assert!(sent(&effects).is_empty());
+    assert!(
+        matches!(done(&effects)[..], [(_, Err(ControlFailure::Refused { error, .. }))] if error.contains("terminal")),
+        "{effects:?}"
+    );
+}

@@ -717,3 +717,48 @@ fn a_streamed_input_is_given_parsed_often_at_first_then_at_a_bounded_total_cost(
     );
     assert!(*sizes.last().unwrap() > content.len() * 7 / 8, "the last one is close to whole");
 }
+
+#[test]
+fn a_transcript_shows_the_clis_prompts_once_and_ends_turns_without_a_result() {
+    let mut projector = Projector::new();
+    projector.set_transcript();
+    let typed = cli(
+        json!({"type":"user","message":{"role":"user","content":"LIST the files"},"uuid":"t1","sessionId":"s","promptSource":"typed"}),
+    );
+    let updates = run(
+        &mut projector,
+        &[
+            // Ours, typed into the terminal: shown when the CLI writes it, not twice.
+            prompt("LIST the files"),
+            typed,
+            assistant("m1", None, json!({"type":"text","text":"Listing."})),
+            cli(json!({"type":"mode","mode":"normal","sessionId":"s"})),
+            cli(json!({"type":"system","subtype":"turn_duration","durationMs":449,"uuid":"x"})),
+        ],
+    );
+    let prompts: Vec<_> =
+        updates.iter().filter(|update| matches!(update, Update::Prompt { .. })).collect();
+    assert_eq!(prompts.len(), 1, "{updates:?}");
+    assert!(
+        matches!(prompts[0], Update::Prompt { text, uuid, .. } if text == "LIST the files" && uuid.as_deref() == Some("t1"))
+    );
+    assert!(updates.iter().any(|update| matches!(
+        update,
+        Update::TurnEnded { duration_ms: 449, interrupted: false, failed: false, .. }
+    )));
+    assert_eq!(projector.view().turns, 1);
+    assert_eq!(projector.view().open_turns, 0);
+    let stopped = run(
+        &mut projector,
+        &[
+            cli(json!({"type":"user","message":{"role":"user","content":"SLOW"},"uuid":"t2"})),
+            cli(
+                json!({"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]},"uuid":"t3"}),
+            ),
+        ],
+    );
+    assert!(stopped
+        .iter()
+        .any(|update| matches!(update, Update::TurnEnded { interrupted: true, .. })));
+    assert_eq!(projector.view().turns, 2);
+}

@@ -1,0 +1,540 @@
+//! `switchboard claude [ARGS…]`: the interactive Claude Code CLI in a PTY, in the person's own
+//! terminal, registered with the daemon as a session.
+//!
+//! - The terminal behaves as without Switchboard: it is put in raw mode (every key goes to the
+//!   CLI, Ctrl-C included), a resize reaches the CLI, and the CLI's exit status is this
+//!   command's (128 + N when a signal N ended it).
+//! - The session's history is the CLI's own transcript (`~/.claude/projects/…/<id>.jsonl`),
+//!   read here as it grows and handed to the daemon (`GET /api/terminals`).
+//! - A message sent from the browser or the API is typed into the CLI one character at a time
+//!   (a prompt pasted at once would be taken as a paste), then Enter; an interrupt is Esc.
+//!
+//! Which transcript: the CLI is started with `--session-id` (a new id) unless the person's
+//! arguments name a session (`--session-id`, `--resume ID`). With `--continue`, a bare
+//! `--resume` (the picker) or `--fork-session`, the id is learnt once the CLI writes it: from
+//! `~/.claude/sessions/<pid>.json` (2.1.330 writes one), else from the newest transcript of
+//! the working directory changed since the start.
+
+#![allow(clippy::print_stderr)]
+
+use std::ffi::OsString;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use switchboard_server::transcripts::{watch_file, TranscriptTail, Transcripts};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::client::{Connection, Socket};
+
+/// How long the daemon has to answer the terminal's `hello`.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The pause after each typed character, so that the CLI reads them one by one (characters
+/// that arrive together are taken as a paste, and an Enter in a paste is a new line).
+const CHAR_PAUSE: Duration = Duration::from_millis(2);
+
+/// The pause before the Enter that sends a typed prompt.
+const ENTER_PAUSE: Duration = Duration::from_millis(50);
+
+/// How often the transcript's file is looked for until it exists.
+const FIND_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long the CLI's last output may take to drain after it exits (a process it left behind
+/// may hold the terminal open).
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// `switchboard claude`
+#[derive(Debug, Args)]
+pub(crate) struct ClaudeArgs {
+    #[command(flatten)]
+    connection: Connection,
+    /// The Claude Code CLI to run (default: `claude` on PATH).
+    #[arg(long, value_name = "PATH", env = "SWITCHBOARD_CLAUDE")]
+    claude: Option<PathBuf>,
+    /// The CLI's own arguments, as you would give them to `claude` (put `--` before them when
+    /// one of them is also a switchboard option).
+    #[arg(value_name = "ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+/// Which Claude session the CLI will write, from the person's arguments.
+#[derive(Debug, PartialEq, Eq)]
+enum SessionChoice {
+    /// Start it with `--session-id` and this new id.
+    New(String),
+    /// The arguments name it.
+    Named(String),
+    /// Learnt once the CLI writes it.
+    Unknown,
+}
+
+fn session_choice(args: &[OsString]) -> Result<SessionChoice, String> {
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect();
+    let value_of = |names: &[&str]| -> Option<Option<String>> {
+        args.iter().enumerate().find_map(|(index, arg)| {
+            names.iter().find_map(|name| {
+                if arg == name {
+                    let next = args.get(index + 1).filter(|next| !next.starts_with('-'));
+                    Some(next.cloned())
+                } else {
+                    arg.strip_prefix(&format!("{name}=")).map(|value| Some(value.to_owned()))
+                }
+            })
+        })
+    };
+    if args.iter().any(|arg| arg == "-p" || arg == "--print" || arg.starts_with("--print=")) {
+        return Err("switchboard claude runs the interactive CLI; for --print use `switchboard run` or `switchboard new`".into());
+    }
+    let fork = args.iter().any(|arg| arg == "--fork-session");
+    if let Some(id) = value_of(&["--session-id"]) {
+        return id.map(SessionChoice::Named).ok_or_else(|| "--session-id needs a value".to_owned());
+    }
+    if args.iter().any(|arg| arg == "-c" || arg == "--continue") || fork {
+        return Ok(SessionChoice::Unknown);
+    }
+    match value_of(&["--resume", "-r"]) {
+        Some(Some(id)) => Ok(SessionChoice::Named(id)),
+        Some(None) => Ok(SessionChoice::Unknown),
+        None => Ok(SessionChoice::New(uuid::Uuid::new_v4().to_string())),
+    }
+}
+
+/// The person's terminal, put back as it was when this ends.
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    fn enter() -> std::io::Result<RawMode> {
+        let stdin = std::io::stdin();
+        let saved = rustix::termios::tcgetattr(&stdin)?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &raw)?;
+        Ok(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+fn terminal_size() -> Option<pty_process::Size> {
+    let size = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (size.ws_row > 0 && size.ws_col > 0).then(|| pty_process::Size::new(size.ws_row, size.ws_col))
+}
+
+/// What goes into the CLI's terminal.
+enum Input {
+    /// The person's keys, as read.
+    Keys(Vec<u8>),
+    /// A prompt to type.
+    Prompt(String),
+    /// The Esc key.
+    Escape,
+    /// The person's terminal took this size.
+    Resize(pty_process::Size),
+}
+
+pub(crate) async fn claude(args: ClaudeArgs) -> ExitCode {
+    match run(args).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("switchboard claude: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
+    let choice = session_choice(&args.args)?;
+    if !rustix::termios::isatty(std::io::stdin()) || !rustix::termios::isatty(std::io::stdout()) {
+        return Err("needs a terminal on stdin and stdout; for scripts use `switchboard run` or `switchboard new`".into());
+    }
+    let cwd = std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?;
+    let client = args.connection.client()?;
+    let mut socket = client.websocket("/api/terminals").await?;
+    let known = match &choice {
+        SessionChoice::New(id) | SessionChoice::Named(id) => Some(id.clone()),
+        SessionChoice::Unknown => None,
+    };
+    let hello = json!({"type": "hello", "cwd": cwd, "claude_session_id": known});
+    let session = register(&mut socket, hello).await?;
+
+    let mut cli_args = args.args.clone();
+    if let SessionChoice::New(id) = &choice {
+        cli_args.push("--session-id".into());
+        cli_args.push(id.into());
+    }
+    let mut options = switchboard_transport::CliOptions::new(&cwd);
+    options.program = args.claude.clone();
+    let (pty, pts) = pty_process::open().map_err(|error| format!("cannot open a PTY: {error}"))?;
+    if let Some(size) = terminal_size() {
+        let _ = pty.resize(size);
+    }
+    let command: pty_process::Command =
+        switchboard_transport::stdio::interactive_command(&options, &cli_args).into();
+    let started = Instant::now();
+    let started_ms = switchboard_store::now_ms();
+    let mut child = command
+        .spawn(pts)
+        .map_err(|error| format!("cannot start {}: {error}", options.program().display()))?;
+    let pid = child.id();
+    let raw = RawMode::enter()
+        .map_err(|error| format!("cannot put the terminal in raw mode: {error}"))?;
+
+    let (pty_out, pty_in) = pty.into_split();
+    let (input_tx, input_rx) = mpsc::channel::<Input>(64);
+    spawn_stdin_reader(input_tx.clone());
+    let writer = tokio::spawn(write_input(pty_in, input_rx));
+    let output = tokio::spawn(copy_output(pty_out));
+    let (stop_following, following) = oneshot::channel();
+    let (lines_tx, lines_rx) = mpsc::channel::<Vec<String>>(16);
+    let config_dir = claude_config_dir();
+    let follower =
+        tokio::spawn(follow(config_dir, known, pid, cwd.clone(), started_ms, lines_tx, following));
+    let (exit_tx, exit_rx) = oneshot::channel::<Value>();
+    let daemon = tokio::spawn(talk(socket, lines_rx, input_tx.clone(), exit_rx));
+
+    let mut resized = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        .map_err(|error| format!("cannot watch the terminal's size: {error}"))?;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = resized.recv() => {
+                // The writer's task holds the PTY's writing half, which resizes it.
+                if let Some(size) = terminal_size() {
+                    let _ = input_tx.send(Input::Resize(size)).await;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_LIMIT, output).await;
+    drop(raw);
+    // The CLI wrote its transcript's last lines before it exited: they go first, then the exit.
+    let _ = stop_following.send(());
+    let _ = follower.await;
+    let (code, signal) = match &status {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            (status.code(), status.signal())
+        }
+        Err(_) => (None, None),
+    };
+    let _ = exit_tx.send(json!({"type": "exit", "code": code, "signal": signal}));
+    let ended = daemon.await.unwrap_or(Ended::Lost);
+    writer.abort();
+    match ended {
+        Ended::Told => {}
+        Ended::Detached => eprintln!(
+            "switchboard: session {session} was stopped in Switchboard; the CLI ran on without it"
+        ),
+        Ended::Lost => eprintln!(
+            "switchboard: lost the daemon while the CLI ran; session {session} holds the transcript only up to then"
+        ),
+    }
+    tracing::debug!(elapsed = ?started.elapsed(), "the interactive CLI ended");
+    Ok(match (code, signal) {
+        (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
+        (None, Some(signal)) => ExitCode::from(u8::try_from((128 + signal) & 0xff).unwrap_or(1)),
+        (None, None) => ExitCode::from(1),
+    })
+}
+
+async fn register(socket: &mut Socket, hello: Value) -> Result<String, String> {
+    socket
+        .send(WsMessage::Text(hello.to_string().into()))
+        .await
+        .map_err(|error| format!("cannot register with the daemon: {error}"))?;
+    let answer = tokio::time::timeout(REGISTER_TIMEOUT, socket.next())
+        .await
+        .map_err(|_| "the daemon did not answer the registration".to_owned())?;
+    let Some(Ok(WsMessage::Text(text))) = answer else {
+        return Err("the daemon closed the connection".into());
+    };
+    let value: Value = serde_json::from_str(&text).unwrap_or_default();
+    match value["type"].as_str() {
+        Some("registered") => Ok(value["session"].as_str().unwrap_or_default().to_owned()),
+        _ => Err(format!(
+            "the daemon refused the session: {}",
+            value["error"].as_str().unwrap_or(text.as_str())
+        )),
+    }
+}
+
+/// The person's keys, read on a thread of its own (a read of the terminal blocks, and must not
+/// hold up the runtime's end).
+fn spawn_stdin_reader(input: mpsc::Sender<Input>) {
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin();
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stdin.read(&mut buffer) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => {
+                    if input.blocking_send(Input::Keys(buffer[..read].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Writes the person's keys and the daemon's prompts into the CLI's terminal, in order.
+async fn write_input(mut pty: pty_process::OwnedWritePty, mut input: mpsc::Receiver<Input>) {
+    while let Some(next) = input.recv().await {
+        let written = match next {
+            Input::Keys(bytes) => pty.write_all(&bytes).await,
+            Input::Escape => pty.write_all(b"\x1b").await,
+            Input::Prompt(text) => type_prompt(&mut pty, &text).await,
+            Input::Resize(size) => {
+                let _ = pty.resize(size);
+                Ok(())
+            }
+        };
+        if written.is_err() || pty.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Types `text` one character at a time (a newline as Ctrl-J: a new line of the prompt),
+/// then Enter.
+async fn type_prompt(pty: &mut pty_process::OwnedWritePty, text: &str) -> std::io::Result<()> {
+    let mut buffer = [0u8; 4];
+    for c in text.chars() {
+        pty.write_all(c.encode_utf8(&mut buffer).as_bytes()).await?;
+        pty.flush().await?;
+        tokio::time::sleep(CHAR_PAUSE).await;
+    }
+    tokio::time::sleep(ENTER_PAUSE).await;
+    pty.write_all(b"\r").await
+}
+
+/// Copies the CLI's output to the person's terminal until the CLI's side closes.
+async fn copy_output(mut pty: pty_process::OwnedReadPty) {
+    let mut stdout = tokio::io::stdout();
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        match pty.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                if stdout.write_all(&buffer[..read]).await.is_err() || stdout.flush().await.is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// `$CLAUDE_CONFIG_DIR`, else `~/.claude`: where the CLI, which inherits this environment,
+/// writes its transcripts.
+fn claude_config_dir() -> PathBuf {
+    std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(".claude")
+    })
+}
+
+/// The Claude session the CLI `pid` says it writes (2.1.330's `sessions/<pid>.json`).
+fn announced_session(config_dir: &Path, pid: Option<u32>) -> Option<String> {
+    let path = config_dir.join("sessions").join(format!("{}.json", pid?));
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["sessionId"].as_str().map(str::to_owned)
+}
+
+/// Finds the transcript's file: the named session's, else the one the CLI announces, else the
+/// newest of this working directory changed since the start.
+fn find_transcript(
+    config_dir: &Path,
+    known: Option<&str>,
+    pid: Option<u32>,
+    cwd: &Path,
+    started_ms: u64,
+) -> Option<PathBuf> {
+    let transcripts = Transcripts::new(config_dir);
+    if let Some(id) = known.map(str::to_owned).or_else(|| announced_session(config_dir, pid)) {
+        return transcripts.find(&id).map(|info| info.path);
+    }
+    let cwd = cwd.to_string_lossy();
+    transcripts
+        .list()
+        .ok()?
+        .into_iter()
+        .find(|info| info.modified_ms >= started_ms && info.cwd.as_deref() == Some(&cwd))
+        .map(|info| info.path)
+}
+
+/// Reads the transcript as it grows and hands its lines on, until told to stop (then what is
+/// left is read, and handed on too).
+async fn follow(
+    config_dir: PathBuf,
+    known: Option<String>,
+    pid: Option<u32>,
+    cwd: PathBuf,
+    started_ms: u64,
+    lines: mpsc::Sender<Vec<String>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let path = loop {
+        let found = {
+            let (config_dir, known, cwd) = (config_dir.clone(), known.clone(), cwd.clone());
+            tokio::task::spawn_blocking(move || {
+                find_transcript(&config_dir, known.as_deref(), pid, &cwd, started_ms)
+            })
+            .await
+            .ok()
+            .flatten()
+        };
+        if let Some(path) = found {
+            break path;
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(FIND_INTERVAL) => {}
+        }
+    };
+    let (_watcher, mut changed) = match watch_file(&path) {
+        Ok(watch) => watch,
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "cannot watch the transcript");
+            return;
+        }
+    };
+    let mut tail = TranscriptTail::new(&path);
+    let mut stopping = false;
+    loop {
+        loop {
+            let batch;
+            (tail, batch) = tokio::task::spawn_blocking(move || {
+                let batch = tail.read_available(switchboard_server::terminal::MAX_LINES_PER_FRAME);
+                (tail, batch)
+            })
+            .await
+            .unwrap_or_else(|_| (TranscriptTail::new(&path), Vec::new()));
+            if batch.is_empty() {
+                break;
+            }
+            if lines.send(batch).await.is_err() {
+                return;
+            }
+        }
+        if stopping {
+            return;
+        }
+        tokio::select! {
+            change = changed.recv() => if change.is_none() { return },
+            _ = &mut stop => stopping = true,
+        }
+    }
+}
+
+/// How the daemon's side ended.
+enum Ended {
+    /// The exit was told.
+    Told,
+    /// The session was stopped in Switchboard.
+    Detached,
+    /// The connection broke.
+    Lost,
+}
+
+/// The daemon's socket: transcript lines out, keys in, then the exit.
+async fn talk(
+    mut socket: Socket,
+    mut lines: mpsc::Receiver<Vec<String>>,
+    input: mpsc::Sender<Input>,
+    mut exit: oneshot::Receiver<Value>,
+) -> Ended {
+    let mut lines_open = true;
+    loop {
+        tokio::select! {
+            batch = lines.recv(), if lines_open => match batch {
+                Some(batch) => {
+                    let frame = json!({"type": "lines", "lines": batch});
+                    if socket.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                        return Ended::Lost;
+                    }
+                }
+                None => lines_open = false,
+            },
+            exit_frame = &mut exit, if !lines_open => {
+                let Ok(frame) = exit_frame else { return Ended::Lost };
+                if socket.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                    return Ended::Lost;
+                }
+                let _ = socket.close(None).await;
+                return Ended::Told;
+            }
+            incoming = socket.next() => {
+                let text = match incoming {
+                    Some(Ok(WsMessage::Text(text))) => text,
+                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => return Ended::Lost,
+                    Some(Ok(_)) => continue,
+                };
+                let value: Value = serde_json::from_str(&text).unwrap_or_default();
+                let next = match value["type"].as_str() {
+                    Some("prompt") => Input::Prompt(value["text"].as_str().unwrap_or_default().to_owned()),
+                    Some("escape") => Input::Escape,
+                    Some("detached") => return Ended::Detached,
+                    _ => {
+                        tracing::warn!(frame = %text.as_str(), "an unexpected frame from the daemon");
+                        continue;
+                    }
+                };
+                if input.send(next).await.is_err() {
+                    return Ended::Lost;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_session_comes_from_the_arguments_or_is_made_or_is_learnt() {
+        assert!(matches!(session_choice(&args(&["--model", "opus"])), Ok(SessionChoice::New(_))));
+        assert_eq!(
+            session_choice(&args(&["--session-id", "abc"])),
+            Ok(SessionChoice::Named("abc".into()))
+        );
+        assert_eq!(
+            session_choice(&args(&["--resume=abc"])),
+            Ok(SessionChoice::Named("abc".into()))
+        );
+        assert_eq!(session_choice(&args(&["-r", "abc"])), Ok(SessionChoice::Named("abc".into())));
+        assert_eq!(session_choice(&args(&["--resume"])), Ok(SessionChoice::Unknown));
+        assert_eq!(session_choice(&args(&["--resume", "--verbose"])), Ok(SessionChoice::Unknown));
+        assert_eq!(session_choice(&args(&["-c"])), Ok(SessionChoice::Unknown));
+        assert_eq!(
+            session_choice(&args(&["--resume", "abc", "--fork-session"])),
+            Ok(SessionChoice::Unknown)
+        );
+        assert!(session_choice(&args(&["-p", "hi"])).unwrap_err().contains("switchboard run"));
+    }
+}

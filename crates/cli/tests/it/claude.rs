@@ -1,0 +1,323 @@
+//! `switchboard claude`: the interactive CLI in a PTY, driven from a PTY of the test's own, as
+//! a person's terminal would.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::serve::{http, start_daemon};
+
+/// A person's terminal: a PTY running `switchboard claude`, everything it shows kept.
+struct Terminal {
+    child: tokio::process::Child,
+    writer: pty_process::OwnedWritePty,
+    screen: Arc<Mutex<Vec<u8>>>,
+    master: std::os::fd::OwnedFd,
+}
+
+impl Terminal {
+    /// Runs `switchboard claude --url … --token … ARGS` in `cwd` with `env`, in a 30×100 PTY.
+    fn start(
+        url: &str,
+        token: &str,
+        cwd: &Path,
+        env: Vec<(String, String)>,
+        claude: &Path,
+    ) -> Self {
+        let (pty, pts) = pty_process::open().unwrap();
+        pty.resize(pty_process::Size::new(30, 100)).unwrap();
+        let master = rustix::io::dup(&pty).unwrap();
+        let child = pty_process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["claude", "--url", url, "--token", token])
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("TERM", "xterm-256color")
+            .envs(env)
+            .env("SWITCHBOARD_CLAUDE", claude)
+            .kill_on_drop(true)
+            .spawn(pts)
+            .unwrap();
+        let (mut reader, writer) = pty.into_split();
+        let screen = Arc::new(Mutex::new(Vec::new()));
+        let shown = screen.clone();
+        tokio::spawn(async move {
+            let mut buffer = vec![0u8; 8192];
+            while let Ok(read) = reader.read(&mut buffer).await {
+                if read == 0 {
+                    break;
+                }
+                shown.lock().unwrap().extend_from_slice(&buffer[..read]);
+            }
+        });
+        Terminal { child, writer, screen, master }
+    }
+
+    /// What the terminal showed so far, without escape sequences or white space (a TUI moves
+    /// its cursor instead of writing spaces).
+    fn text(&self) -> String {
+        let bytes = self.screen.lock().unwrap().clone();
+        let text = String::from_utf8_lossy(&strip_ansi_escapes::strip(bytes)).into_owned();
+        text.split_whitespace().collect()
+    }
+
+    /// Waits (bounded) until the screen shows `text` (white space aside).
+    async fn shows(&self, text: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let text: String = text.split_whitespace().collect();
+        while !self.text().contains(&text) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the terminal never showed {text:?}:\n{}",
+                self.text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Types `bytes` as the person would.
+    async fn keys(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+        self.writer.flush().await.unwrap();
+    }
+
+    /// The terminal's local modes now (as the program in it set them).
+    fn local_modes(&self) -> rustix::termios::LocalModes {
+        rustix::termios::tcgetattr(&self.master).unwrap().local_modes
+    }
+
+    async fn exit_code(&mut self) -> Option<i32> {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("switchboard claude ends")
+            .unwrap()
+            .code()
+    }
+}
+
+/// The one terminal session of the daemon at `url`, once it shows.
+async fn terminal_session(url: &str, token: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let sessions = http(url, token, reqwest::Method::GET, "/api/sessions", None).await;
+        if let Some(session) = sessions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|session| session["config"]["transport"] == "terminal")
+        {
+            return session.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no terminal session: {sessions}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until the session's view holds an update that `predicate` accepts.
+async fn view_has(url: &str, token: &str, id: &str, predicate: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let view =
+            http(url, token, reqwest::Method::GET, &format!("/api/sessions/{id}/view"), None).await;
+        if let Some(update) =
+            view["updates"].as_array().into_iter().flatten().find(|u| predicate(u))
+        {
+            return update.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "the view never had it: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn token(data_dir: &Path) -> String {
+    std::fs::read_to_string(data_dir.join("token")).unwrap().trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_interrupt_it() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("typed answer").when_prompt("TYPED"))
+            .reply(Reply::text("api answer").when_prompt("FROM THE API"))
+            .reply(Reply::text("one two three four").when_prompt("SLOW").hold_after(1)),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    sandbox.prepare_interactive().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = token(data.path());
+    let env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    let claude = real_cli(CliVersion::V2_1_330);
+    let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &claude);
+
+    // The session shows as soon as the CLI runs, and the terminal is in raw mode.
+    let session = terminal_session(&daemon.url, &token).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let claude_session = session["claude_session_id"].as_str().unwrap().to_owned();
+    terminal.shows("Claude Code v2.1.330").await;
+    let modes = terminal.local_modes();
+    assert!(!modes.contains(rustix::termios::LocalModes::ICANON), "raw mode: {modes:?}");
+    assert!(!modes.contains(rustix::termios::LocalModes::ECHO), "raw mode: {modes:?}");
+
+    // The person types a prompt: the session's history is the transcript, followed live.
+    terminal.keys(b"TYPED hello").await;
+    terminal.shows("TYPED hello").await;
+    terminal.keys(b"\r").await;
+    view_has(&daemon.url, &token, &id, |u| u["update"] == "prompt" && u["text"] == "TYPED hello")
+        .await;
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "typed answer"
+    })
+    .await;
+    view_has(&daemon.url, &token, &id, |u| u["update"] == "turn_ended").await;
+
+    // The API sends a message: typed into the CLI (a new line of it as a new line), answered,
+    // shown in the terminal, and written to the same transcript.
+    let sent = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "FROM THE API\nsecond line"})),
+    )
+    .await;
+    assert_eq!(sent["queued"], true, "{sent}");
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "prompt" && u["text"] == "FROM THE API\nsecond line"
+    })
+    .await;
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "api answer"
+    })
+    .await;
+    terminal.shows("api answer").await;
+    let prompts = api.conversation_requests();
+    assert!(
+        prompts.iter().any(|request| request.last_user_text() == "FROM THE API\nsecond line"),
+        "the model got the message as one prompt"
+    );
+    let transcript = sandbox
+        .home()
+        .join(".claude/projects")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .map(|project| project.path().join(format!("{claude_session}.jsonl")))
+        .find(|path| path.exists())
+        .expect("the CLI wrote the transcript the session follows");
+    assert!(std::fs::read_to_string(transcript).unwrap().contains("FROM THE API"));
+
+    // What a terminal cannot type is refused at once, by name.
+    let refused = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/messages", daemon.url))
+        .bearer_auth(&token)
+        .json(&json!({"content": "escape \u{1b}[A"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    assert!(refused.text().await.unwrap().contains("U+001B"));
+    let mode = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/model", daemon.url))
+        .bearer_auth(&token)
+        .json(&json!({"model": "opus"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(mode.text().await.unwrap().contains("terminal"));
+
+    // An interrupt from the API presses Esc: the turn ends, interrupted.
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "SLOW please"})),
+    )
+    .await;
+    api.wait_for(|request| request.last_user_text().contains("SLOW")).await;
+    terminal.shows("one").await;
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/interrupt"),
+        None,
+    )
+    .await;
+    view_has(&daemon.url, &token, &id, |u| u["update"] == "turn_ended" && u["interrupted"] == true)
+        .await;
+    api.release();
+
+    // The person quits (Ctrl-C twice): the CLI's exit status is switchboard's, the terminal is
+    // as it was, and the session has ended.
+    terminal.keys(b"\x03").await;
+    terminal.shows("again to exit").await;
+    terminal.keys(b"\x03").await;
+    assert_eq!(terminal.exit_code().await, Some(0));
+    let modes = terminal.local_modes();
+    assert!(modes.contains(rustix::termios::LocalModes::ICANON), "restored: {modes:?}");
+    let ended =
+        http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+    assert_eq!(ended["state"], "exited", "{ended}");
+    assert_eq!(ended["title"], "TYPED hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_the_token() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = token(data.path());
+    // A stand-in for the CLI that shows what it gets: its terminal's size after each line it
+    // reads (in the cooked mode a new terminal starts in), the token's variable, then an exit
+    // status of its own.
+    let program = sandbox.file("fake-interactive");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\nstty size\nwhile read line; do\n  echo \"got:$line\"; stty size\n  [ \"$line\" = env ] && echo \"token:${SWITCHBOARD_TOKEN:-none}\"\n  [ \"$line\" = quit ] && exit 7\ndone\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    env.push(("SWITCHBOARD_TOKEN".into(), token.clone()));
+    let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &program);
+    terminal.shows("30 100").await;
+    terminal_session(&daemon.url, &token).await;
+
+    terminal.keys(b"env\r").await;
+    terminal.shows("token:none").await;
+
+    // The person's terminal grows: the program's does too (the next line it reads says so).
+    let (pty_rows, pty_cols) = (40, 120);
+    rustix::termios::tcsetwinsize(
+        &terminal.master,
+        rustix::termios::Winsize { ws_row: pty_rows, ws_col: pty_cols, ws_xpixel: 0, ws_ypixel: 0 },
+    )
+    .unwrap();
+    // (The resize and the next keys take separate ways through switchboard: a line may come
+    // first, and the next one then tells.)
+    for tries in 1.. {
+        assert!(tries < 200, "the size never passed through:\n{}", terminal.text());
+        let line = format!("size{tries}");
+        terminal.keys(format!("{line}\r").as_bytes()).await;
+        terminal.shows(&format!("got:{line}")).await;
+        let after = format!("got:{line}");
+        let text = terminal.text();
+        let rest = &text[text.find(&after).unwrap() + after.len()..];
+        if rest.starts_with("40120") {
+            break;
+        }
+    }
+
+    terminal.keys(b"quit\r").await;
+    assert_eq!(terminal.exit_code().await, Some(7));
+}

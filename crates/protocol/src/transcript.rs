@@ -1,0 +1,137 @@
+//! What a line of Claude Code's own transcript (`~/.claude/projects/<cwd>/<session>.jsonl`)
+//! means where it differs from the stream-json protocol. An interactive CLI (one in a
+//! terminal) speaks no protocol: its transcript is all there is to read, and its lines are
+//! the protocol's `user`, `assistant` and `system` messages plus entries of its own
+//! (`attachment`, `mode`, `file-history-snapshot`, …, kept as [`Message::Unknown`]).
+//!
+//! Two things a stream-json session learns from lines it never sees in a transcript:
+//!
+//! - **A prompt** is a `user` line the CLI wrote (a host's prompts are its own lines in
+//!   stream-json): [`prompt`].
+//! - **The end of a turn** has no `result` line. 2.1.330 writes `system/turn_duration` when a
+//!   turn ends, and a `user` line `[Request interrupted by user]` (no `turn_duration`) when the
+//!   person interrupts it: [`turn_end`].
+
+use serde_json::Value;
+
+use crate::content::ContentBlock;
+use crate::message::{Message, UserMessage};
+use crate::system::SystemMessage;
+use crate::wire::TextOr;
+
+/// The text the CLI writes as a `user` line when the person interrupts a turn (2.1.330; the
+/// tool-use variant adds ` for tool use`).
+pub const INTERRUPTED_MARKER: &str = "[Request interrupted by user";
+
+/// How a transcript's turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// The person interrupted it.
+    pub interrupted: bool,
+    /// How long it took, when the CLI says (`turn_duration`'s `durationMs`).
+    pub duration_ms: Option<u64>,
+}
+
+/// The end of a turn, if `message` marks one.
+pub fn turn_end(message: &Message) -> Option<TurnEnd> {
+    match message.readable() {
+        Message::System(SystemMessage::Unknown(value))
+            if value.get("subtype").and_then(Value::as_str) == Some("turn_duration") =>
+        {
+            Some(TurnEnd {
+                interrupted: false,
+                duration_ms: value.get("durationMs").and_then(Value::as_u64),
+            })
+        }
+        Message::User(user) if is_main(user) && is_interruption(user) => {
+            Some(TurnEnd { interrupted: true, duration_ms: None })
+        }
+        _ => None,
+    }
+}
+
+/// The person's prompt, if `message` is one: a `user` line of the main conversation with
+/// text, not a tool result, not a note the CLI made for itself (`isMeta`: a slash command's
+/// output, a caveat) and not an interruption's marker.
+pub fn prompt(message: &Message) -> Option<&UserMessage> {
+    let Message::User(user) = message.readable() else { return None };
+    let meta = user.extra.get("isMeta").and_then(Value::as_bool) == Some(true);
+    if meta || !is_main(user) || is_interruption(user) {
+        return None;
+    }
+    let has_text = match &user.message.content {
+        TextOr::Text(text) => !text.is_empty(),
+        TextOr::Items(blocks) => {
+            blocks
+                .iter()
+                .any(|block| matches!(block, ContentBlock::Text(_) | ContentBlock::Image(_)))
+                && !blocks.iter().any(|block| matches!(block, ContentBlock::ToolResult(_)))
+        }
+    };
+    has_text.then_some(user)
+}
+
+/// Not a subagent's line (`isSidechain`, or a Task call's `parent_tool_use_id`).
+fn is_main(user: &UserMessage) -> bool {
+    user.parent_tool_use_id.is_none()
+        && user.extra.get("isSidechain").and_then(Value::as_bool) != Some(true)
+}
+
+fn is_interruption(user: &UserMessage) -> bool {
+    let first = match &user.message.content {
+        TextOr::Text(text) => Some(text.as_str()),
+        TextOr::Items(blocks) => blocks.iter().find_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        }),
+    };
+    first.is_some_and(|text| text.starts_with(INTERRUPTED_MARKER))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Message {
+        Message::decode(text.as_bytes()).expect("decodes")
+    }
+
+    #[test]
+    fn a_typed_prompt_is_a_prompt_and_a_tool_result_is_not() {
+        let typed = line(
+            r#"{"type":"user","message":{"role":"user","content":"LIST the files"},"uuid":"u1","sessionId":"s","promptSource":"typed"}"#,
+        );
+        assert!(prompt(&typed).is_some());
+        assert!(turn_end(&typed).is_none());
+        let result = line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]},"uuid":"u2"}"#,
+        );
+        assert!(prompt(&result).is_none());
+        let meta = line(
+            r#"{"type":"user","isMeta":true,"message":{"role":"user","content":"<local-command-caveat>"},"uuid":"u3"}"#,
+        );
+        assert!(prompt(&meta).is_none());
+        let side = line(
+            r#"{"type":"user","isSidechain":true,"message":{"role":"user","content":"a subagent's task"},"uuid":"u4"}"#,
+        );
+        assert!(prompt(&side).is_none());
+    }
+
+    #[test]
+    fn a_turn_ends_at_its_duration_or_at_an_interruption() {
+        let done = line(
+            r#"{"type":"system","subtype":"turn_duration","durationMs":449,"messageCount":16,"isMeta":false,"uuid":"x"}"#,
+        );
+        assert_eq!(turn_end(&done), Some(TurnEnd { interrupted: false, duration_ms: Some(449) }));
+        let stopped = line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"[Request interrupted by user]"}]},"uuid":"u5"}"#,
+        );
+        assert_eq!(turn_end(&stopped), Some(TurnEnd { interrupted: true, duration_ms: None }));
+        assert!(prompt(&stopped).is_none());
+        let for_tool = line(
+            r#"{"type":"user","message":{"role":"user","content":"[Request interrupted by user for tool use]"}}"#,
+        );
+        assert!(turn_end(&for_tool).is_some_and(|end| end.interrupted));
+        assert!(turn_end(&line(r#"{"type":"mode","mode":"normal","sessionId":"s"}"#)).is_none());
+    }
+}

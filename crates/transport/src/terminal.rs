@@ -1,0 +1,173 @@
+//! An interactive CLI in a person's own terminal (`switchboard claude`). It speaks no protocol
+//! and Switchboard holds no pipe to it: what it says comes from its transcript (read where it
+//! runs, and handed in here line by line), and what the session writes goes back as keys, a
+//! prompt typed one character at a time and an interrupt as the Esc key.
+//!
+//! The session's own lines pass through unchanged (the session records them as written); this
+//! module reads them only to turn each into [`Keys`]. A prompt that cannot be typed (an image,
+//! a control character that the terminal would take as a key) is reported undelivered.
+
+use bytes::Bytes;
+use switchboard_protocol::codec::Received;
+use switchboard_protocol::content::ContentBlock;
+use switchboard_protocol::{ControlRequestPayload, Message, TextOr};
+use tokio::sync::{mpsc, watch};
+
+use crate::stdio::{self, CliLink, CliProcess, ExitInfo, TransportEvent, WriterCommand};
+
+/// What to type into the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// A prompt: its characters one at a time (a newline in it as Ctrl-J, which the CLI takes
+    /// as a new line of the prompt), then Enter.
+    Prompt(String),
+    /// The Esc key: the CLI interrupts its turn.
+    Escape,
+}
+
+/// Whether `text` can be typed into the CLI's prompt as it is: no control character other
+/// than a newline (a carriage return, a tab, an escape would each be a key of its own).
+pub fn typable(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("the message is empty".to_owned());
+    }
+    match text.chars().find(|c| c.is_control() && *c != '\n') {
+        Some(c) => Err(format!(
+            "a message for an interactive session is typed into its terminal, and U+{:04X} would be a key there, not text: remove it",
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The keys a line the session wrote stands for: `Ok(None)` for a line a terminal has no key
+/// for (nothing to do), `Err` for a prompt that cannot be typed.
+pub fn keys_of(line: &[u8]) -> Result<Option<Keys>, String> {
+    let message = Message::decode(line).map_err(|error| error.to_string())?;
+    match message {
+        Message::User(user) => {
+            let text = match &user.message.content {
+                TextOr::Text(text) => text.clone(),
+                TextOr::Items(blocks) => {
+                    let mut texts = Vec::new();
+                    for block in blocks {
+                        match block {
+                            ContentBlock::Text(text) => texts.push(text.text.as_str()),
+                            _ => return Err("only text can be typed into a terminal".to_owned()),
+                        }
+                    }
+                    texts.join("\n\n")
+                }
+            };
+            let text = text.replace("\r\n", "\n");
+            typable(&text)?;
+            Ok(Some(Keys::Prompt(text)))
+        }
+        Message::ControlRequest(request)
+            if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
+        {
+            Ok(Some(Keys::Escape))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The terminal's end of a session: the transcript's lines in, and the CLI's exit.
+#[derive(Debug)]
+pub struct TranscriptIn {
+    events: mpsc::Sender<TransportEvent>,
+    exited: watch::Sender<bool>,
+    lines: u64,
+}
+
+/// The terminal's end of a session: the keys to type.
+#[derive(Debug)]
+pub struct KeysOut {
+    events: mpsc::Sender<TransportEvent>,
+    writer: mpsc::Receiver<WriterCommand>,
+}
+
+/// A session's link to a CLI in a terminal, and the two halves its terminal uses.
+pub fn attached() -> (CliLink, TranscriptIn, KeysOut) {
+    let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
+    let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+    let (exited_tx, exited) = watch::channel(false);
+    let lines = TranscriptIn { events: events_tx.clone(), exited: exited_tx, lines: 0 };
+    let keys = KeysOut { events: events_tx, writer: writer_rx };
+    (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, lines, keys)
+}
+
+impl TranscriptIn {
+    /// One line of the CLI's transcript; false once the session is gone.
+    pub async fn line(&mut self, line: Vec<u8>) -> bool {
+        self.lines += 1;
+        let position = switchboard_protocol::codec::Position { line: self.lines, offset: 0 };
+        let event = match Received::decode(line.clone()) {
+            Ok(received) => TransportEvent::Line(Box::new(received)),
+            Err(error) => TransportEvent::BadLine(switchboard_protocol::LineError {
+                position,
+                preview: switchboard_protocol::codec::preview(&line),
+                kind: switchboard_protocol::codec::LineErrorKind::Malformed(error.to_string()),
+                control_request: None,
+            }),
+        };
+        self.events.send(event).await.is_ok()
+    }
+
+    /// The CLI ended (`code`/`signal` as its terminal saw them; both `None` when the terminal
+    /// went away without saying).
+    pub async fn ended(self, code: Option<i32>, signal: Option<i32>, note: &str) {
+        let exit =
+            ExitInfo { code, signal, stderr_tail: note.to_owned(), wrote_output: self.lines > 0 };
+        let _ = self.events.send(TransportEvent::Exited(exit)).await;
+        let _ = self.exited.send(true);
+    }
+}
+
+impl KeysOut {
+    /// The next keys to type, in the order the session wrote them. A line that cannot be
+    /// typed is reported undelivered and skipped. `None` once the session closed its input
+    /// (it was stopped: the CLI goes on in its terminal without Switchboard).
+    pub async fn next_keys(&mut self) -> Option<Keys> {
+        loop {
+            let WriterCommand::Line(line, done) = self.writer.recv().await?;
+            let _ = done.send(Ok(()));
+            match keys_of(&line) {
+                Ok(Some(keys)) => return Some(keys),
+                Ok(None) => {}
+                Err(reason) => {
+                    tracing::warn!(%reason, "a line for a terminal session cannot be typed");
+                    let _ =
+                        self.events.send(TransportEvent::Undelivered(Bytes::clone(&line))).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_become_typed_text_and_an_interrupt_the_esc_key() {
+        let prompt = br#"{"type":"user","message":{"role":"user","content":"two\r\nlines"},"parent_tool_use_id":null,"session_id":"","uuid":"u"}"#;
+        assert_eq!(keys_of(prompt), Ok(Some(Keys::Prompt("two\nlines".into()))));
+        let interrupt =
+            br#"{"type":"control_request","request_id":"sb-1","request":{"subtype":"interrupt"}}"#;
+        assert_eq!(keys_of(interrupt), Ok(Some(Keys::Escape)));
+        let image = br#"{"type":"user","message":{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]},"parent_tool_use_id":null}"#;
+        assert!(keys_of(image).is_err());
+        let keep_alive = br#"{"type":"keep_alive"}"#;
+        assert_eq!(keys_of(keep_alive), Ok(None));
+    }
+
+    #[test]
+    fn control_characters_are_refused_by_name() {
+        assert!(typable("fix the build\nthen test").is_ok());
+        let error = typable("stop\u{1b}[A").unwrap_err();
+        assert!(error.contains("U+001B"), "{error}");
+        assert!(typable("tab\there").unwrap_err().contains("U+0009"));
+        assert!(typable("  \n").is_err());
+    }
+}
