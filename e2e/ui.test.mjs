@@ -670,6 +670,70 @@ try {
     await page.emulateMedia({ colorScheme: 'light' });
   });
 
+  await step('a CLI in a terminal: its transcript shows, and a message is typed into it', async () => {
+    // The page plays `switchboard claude`'s part on the daemon's terminal socket: it registers a
+    // terminal, hands in transcript lines, and keeps the keys the daemon sends back.
+    await page.goto(`${base}/#/`);
+    const id = await page.evaluate(async (cwd) => {
+      const socket = new WebSocket(`${location.origin.replace('http', 'ws')}/api/terminals`);
+      window.terminalFrames = [];
+      window.terminalSocket = socket;
+      await new Promise((resolve) => { socket.onopen = resolve; });
+      socket.send(JSON.stringify({ type: 'hello', cwd, claude_session_id: 'c0ffee00-0000-4000-8000-000000000001' }));
+      return new Promise((resolve) => {
+        socket.onmessage = (event) => {
+          const frame = JSON.parse(event.data);
+          window.terminalFrames.push(frame);
+          if (frame.type === 'registered') resolve(frame.session);
+        };
+      });
+    }, workdir);
+    const line = (value) => JSON.stringify({ sessionId: 'c0ffee00-0000-4000-8000-000000000001', cwd: workdir, ...value });
+    // Each transcript line goes as a binary frame of its own.
+    const feed = (lines) => page.evaluate((lines) => {
+      for (const line of lines) window.terminalSocket.send(new TextEncoder().encode(line));
+    }, lines);
+    await feed([
+      line({ type: 'mode', mode: 'normal' }),
+      line({ type: 'user', uuid: 't1', message: { role: 'user', content: 'Hello from the terminal' } }),
+      line({ type: 'assistant', uuid: 'a1', message: { id: 'msg_t1', type: 'message', role: 'assistant', model: 'claude-test', content: [{ type: 'text', text: 'A **reply** in the terminal.' }], stop_reason: 'end_turn' } }),
+      line({ type: 'system', subtype: 'turn_duration', durationMs: 420, uuid: 's1' }),
+    ]);
+    await page.goto(`${base}/#/s/${id}`);
+    await transcript().locator('.msg.user', { hasText: 'Hello from the terminal' }).waitFor();
+    await transcript().locator('.msg.assistant strong', { hasText: 'reply' }).waitFor();
+    await page.locator('.session-head .cwd', { hasText: 'in a terminal' }).waitFor();
+    assert.equal(await page.locator('.session-head select.model').isVisible(), false);
+    assert.equal(await page.locator('.session-head select.mode').isVisible(), false);
+    // A message from the browser goes to the terminal as keys; it shows once the CLI takes it.
+    const input = page.locator('.composer-input');
+    assert.match(await input.getAttribute('placeholder'), /typed into its terminal/);
+    await input.fill('Typed from the browser');
+    await input.press('Control+Enter');
+    await page.waitForFunction(() => window.terminalFrames.some((f) => f.type === 'prompt' && f.text === 'Typed from the browser'));
+    assert.equal(await transcript().locator('.msg.user', { hasText: 'Typed from the browser' }).count(), 0);
+    await feed([line({ type: 'user', uuid: 't2', message: { role: 'user', content: 'Typed from the browser' } })]);
+    await transcript().locator('.msg.user', { hasText: 'Typed from the browser' }).waitFor();
+    // While the CLI works, a message waits: keys typed now could answer a dialog of the CLI's.
+    await input.fill('Held until idle');
+    await input.press('Control+Enter');
+    await feed([line({ type: 'assistant', uuid: 'a2', message: { id: 'msg_t2', type: 'message', role: 'assistant', model: 'claude-test', content: [{ type: 'text', text: 'Still working on it.' }], stop_reason: null } })]);
+    await transcript().locator('.msg.assistant', { hasText: 'Still working on it.' }).waitFor();
+    assert.equal(await page.evaluate(() => window.terminalFrames.some((f) => f.text === 'Held until idle')), false);
+    await feed([line({ type: 'system', subtype: 'turn_duration', durationMs: 90, uuid: 's2' })]);
+    await page.waitForFunction(() => window.terminalFrames.some((f) => f.type === 'prompt' && f.text === 'Held until idle'));
+    await feed([line({ type: 'user', uuid: 't4', message: { role: 'user', content: 'Held until idle' } })]);
+    await transcript().locator('.msg.user', { hasText: 'Held until idle' }).waitFor();
+    await page.locator('.session-head .interrupt').click();
+    await page.waitForFunction(() => window.terminalFrames.some((f) => f.type === 'escape'));
+    await feed([line({ type: 'user', uuid: 't3', message: { role: 'user', content: [{ type: 'text', text: '[Request interrupted by user]' }] } })]);
+    await badge().filter({ hasText: /idle/i }).waitFor();
+    await shot('terminal-session.png');
+    await page.evaluate(() => window.terminalSocket.send(JSON.stringify({ type: 'exit', code: 0, signal: null })));
+    await badge().filter({ hasText: /exited|ended/i }).waitFor();
+    assert.equal(await page.locator('.session-head .resume').isVisible(), false);
+  });
+
   await step('no errors in the page', async () => {
     assert.deepEqual(problems, []);
   });

@@ -43,12 +43,26 @@ const CHAR_PAUSE: Duration = Duration::from_millis(2);
 /// The pause before the Enter that sends a typed prompt.
 const ENTER_PAUSE: Duration = Duration::from_millis(50);
 
+/// Transcript lines read at once (then sent, then read again).
+const LINES_PER_READ: usize = 512;
+
 /// How often the transcript's file is looked for until it exists.
 const FIND_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long the CLI's last output may take to drain after it exits (a process it left behind
 /// may hold the terminal open).
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// The pause after Esc: a key right behind it would make the two one (Alt + that key).
+const ESCAPE_PAUSE: Duration = Duration::from_millis(100);
+
+/// How long the CLI has to announce its session (`sessions/<pid>.json`) before the newest
+/// transcript of the working directory is taken instead (a CLI that announces none).
+const ANNOUNCE_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long the transcript's last lines, and then the exit, may take to reach the daemon once
+/// the CLI has exited.
+const FAREWELL_LIMIT: Duration = Duration::from_secs(5);
 
 /// `switchboard claude`
 #[derive(Debug, Args)]
@@ -100,8 +114,9 @@ fn session_choice(args: &[OsString]) -> Result<SessionChoice, String> {
         return Ok(SessionChoice::Unknown);
     }
     match value_of(&["--resume", "-r"]) {
-        Some(Some(id)) => Ok(SessionChoice::Named(id)),
-        Some(None) => Ok(SessionChoice::Unknown),
+        // A session id; anything else is a search term for the CLI's picker.
+        Some(Some(id)) if uuid::Uuid::parse_str(&id).is_ok() => Ok(SessionChoice::Named(id)),
+        Some(_) => Ok(SessionChoice::Unknown),
         None => Ok(SessionChoice::New(uuid::Uuid::new_v4().to_string())),
     }
 }
@@ -187,8 +202,15 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     }
     let command: pty_process::Command =
         switchboard_transport::stdio::interactive_command(&options, &cli_args).into();
-    let started = Instant::now();
-    let started_ms = switchboard_store::now_ms();
+    // Watched before the CLI starts, so that no resize is missed.
+    let watch = |kind| {
+        tokio::signal::unix::signal(kind).map_err(|error| format!("cannot watch signals: {error}"))
+    };
+    use tokio::signal::unix::SignalKind;
+    let mut resized = watch(SignalKind::window_change())?;
+    let mut terminated = watch(SignalKind::terminate())?;
+    let mut hung_up = watch(SignalKind::hangup())?;
+    let started = (Instant::now(), switchboard_store::now_ms());
     let mut child = command
         .spawn(pts)
         .map_err(|error| format!("cannot start {}: {error}", options.program().display()))?;
@@ -205,15 +227,16 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     let (lines_tx, lines_rx) = mpsc::channel::<Vec<String>>(16);
     let config_dir = claude_config_dir();
     let follower =
-        tokio::spawn(follow(config_dir, known, pid, cwd.clone(), started_ms, lines_tx, following));
+        tokio::spawn(follow(config_dir, known, pid, cwd.clone(), started, lines_tx, following));
     let (exit_tx, exit_rx) = oneshot::channel::<Value>();
     let daemon = tokio::spawn(talk(socket, lines_rx, input_tx.clone(), exit_rx));
 
-    let mut resized = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
-        .map_err(|error| format!("cannot watch the terminal's size: {error}"))?;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
+            // Passed on: the CLI ends as it would without Switchboard, and this with it.
+            _ = terminated.recv() => forward(pid, rustix::process::Signal::TERM),
+            _ = hung_up.recv() => forward(pid, rustix::process::Signal::HUP),
             _ = resized.recv() => {
                 // The writer's task holds the PTY's writing half, which resizes it.
                 if let Some(size) = terminal_size() {
@@ -222,11 +245,13 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
             }
         }
     };
+    // Nothing more is typed into a terminal whose CLI is gone.
+    writer.abort();
     let _ = tokio::time::timeout(DRAIN_LIMIT, output).await;
     drop(raw);
     // The CLI wrote its transcript's last lines before it exited: they go first, then the exit.
     let _ = stop_following.send(());
-    let _ = follower.await;
+    let _ = tokio::time::timeout(FAREWELL_LIMIT, follower).await;
     let (code, signal) = match &status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
@@ -235,8 +260,11 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         Err(_) => (None, None),
     };
     let _ = exit_tx.send(json!({"type": "exit", "code": code, "signal": signal}));
-    let ended = daemon.await.unwrap_or(Ended::Lost);
-    writer.abort();
+    let ended = tokio::time::timeout(FAREWELL_LIMIT, daemon)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or(Ended::Lost);
     match ended {
         Ended::Told => {}
         Ended::Detached => eprintln!(
@@ -246,7 +274,7 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
             "switchboard: lost the daemon while the CLI ran; session {session} holds the transcript only up to then"
         ),
     }
-    tracing::debug!(elapsed = ?started.elapsed(), "the interactive CLI ended");
+    tracing::debug!(elapsed = ?started.0.elapsed(), "the interactive CLI ended");
     Ok(match (code, signal) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
         (None, Some(signal)) => ExitCode::from(u8::try_from((128 + signal) & 0xff).unwrap_or(1)),
@@ -299,7 +327,12 @@ async fn write_input(mut pty: pty_process::OwnedWritePty, mut input: mpsc::Recei
     while let Some(next) = input.recv().await {
         let written = match next {
             Input::Keys(bytes) => pty.write_all(&bytes).await,
-            Input::Escape => pty.write_all(b"\x1b").await,
+            Input::Escape => {
+                let written = pty.write_all(b"\x1b").await;
+                let _ = pty.flush().await;
+                tokio::time::sleep(ESCAPE_PAUSE).await;
+                written
+            }
             Input::Prompt(text) => type_prompt(&mut pty, &text).await,
             Input::Resize(size) => {
                 let _ = pty.resize(size);
@@ -342,6 +375,14 @@ async fn copy_output(mut pty: pty_process::OwnedReadPty) {
     }
 }
 
+/// Passes a signal on to the CLI.
+fn forward(pid: Option<u32>, signal: rustix::process::Signal) {
+    let pid = pid.and_then(|pid| i32::try_from(pid).ok()).and_then(rustix::process::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
 /// `$CLAUDE_CONFIG_DIR`, else `~/.claude`: where the CLI, which inherits this environment,
 /// writes its transcripts.
 fn claude_config_dir() -> PathBuf {
@@ -361,18 +402,23 @@ fn announced_session(config_dir: &Path, pid: Option<u32>) -> Option<String> {
     value["sessionId"].as_str().map(str::to_owned)
 }
 
-/// Finds the transcript's file: the named session's, else the one the CLI announces, else the
-/// newest of this working directory changed since the start.
+/// Finds the transcript's file: the named session's, else the one the CLI announces, else
+/// (once the CLI had [`ANNOUNCE_LIMIT`] to announce one) the newest of this working directory
+/// changed since the start.
 fn find_transcript(
     config_dir: &Path,
     known: Option<&str>,
     pid: Option<u32>,
     cwd: &Path,
-    started_ms: u64,
+    started: (Instant, u64),
 ) -> Option<PathBuf> {
     let transcripts = Transcripts::new(config_dir);
     if let Some(id) = known.map(str::to_owned).or_else(|| announced_session(config_dir, pid)) {
         return transcripts.find(&id).map(|info| info.path);
+    }
+    let (started, started_ms) = started;
+    if started.elapsed() < ANNOUNCE_LIMIT {
+        return None;
     }
     let cwd = cwd.to_string_lossy();
     transcripts
@@ -390,42 +436,46 @@ async fn follow(
     known: Option<String>,
     pid: Option<u32>,
     cwd: PathBuf,
-    started_ms: u64,
+    started: (Instant, u64),
     lines: mpsc::Sender<Vec<String>>,
     mut stop: oneshot::Receiver<()>,
 ) {
+    let mut stopping = false;
     let path = loop {
         let found = {
             let (config_dir, known, cwd) = (config_dir.clone(), known.clone(), cwd.clone());
             tokio::task::spawn_blocking(move || {
-                find_transcript(&config_dir, known.as_deref(), pid, &cwd, started_ms)
+                find_transcript(&config_dir, known.as_deref(), pid, &cwd, started)
             })
             .await
             .ok()
             .flatten()
         };
-        if let Some(path) = found {
-            break path;
+        match found {
+            Some(path) => break path,
+            // The CLI ended without writing one (or it was looked for one last time).
+            None if stopping => return,
+            None => {}
         }
         tokio::select! {
-            _ = &mut stop => return,
+            _ = &mut stop => stopping = true,
             _ = tokio::time::sleep(FIND_INTERVAL) => {}
         }
     };
+    // No warning on the terminal: the CLI's screen is there.
     let (_watcher, mut changed) = match watch_file(&path) {
         Ok(watch) => watch,
         Err(error) => {
-            tracing::warn!(%error, path = %path.display(), "cannot watch the transcript");
+            tracing::debug!(%error, path = %path.display(), "cannot watch the transcript");
             return;
         }
     };
     let mut tail = TranscriptTail::new(&path);
-    let mut stopping = false;
     loop {
         loop {
             let batch;
             (tail, batch) = tokio::task::spawn_blocking(move || {
-                let batch = tail.read_available(switchboard_server::terminal::MAX_LINES_PER_FRAME);
+                let batch = tail.read_available(LINES_PER_READ);
                 (tail, batch)
             })
             .await
@@ -468,9 +518,14 @@ async fn talk(
     loop {
         tokio::select! {
             batch = lines.recv(), if lines_open => match batch {
+                // One binary frame per line, as the CLI wrote it.
                 Some(batch) => {
-                    let frame = json!({"type": "lines", "lines": batch});
-                    if socket.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                    for line in batch {
+                        if socket.feed(WsMessage::Binary(line.into_bytes().into())).await.is_err() {
+                            return Ended::Lost;
+                        }
+                    }
+                    if socket.flush().await.is_err() {
                         return Ended::Lost;
                     }
                 }
@@ -496,13 +551,12 @@ async fn talk(
                     Some("escape") => Input::Escape,
                     Some("detached") => return Ended::Detached,
                     _ => {
-                        tracing::warn!(frame = %text.as_str(), "an unexpected frame from the daemon");
+                        tracing::debug!(frame = %text.as_str(), "an unexpected frame from the daemon");
                         continue;
                     }
                 };
-                if input.send(next).await.is_err() {
-                    return Ended::Lost;
-                }
+                // Once the CLI is gone nothing takes keys: the exit is still to be told.
+                let _ = input.send(next).await;
             }
         }
     }

@@ -71,6 +71,21 @@ pub fn prompt(message: &Message) -> Option<&UserMessage> {
     has_text.then_some(user)
 }
 
+/// The Claude session a transcript line belongs to: its `sessionId` (every entry has one; only
+/// some also carry the protocol's `session_id`).
+pub fn session_id(message: &Message) -> Option<&str> {
+    let extra = match message.readable() {
+        Message::User(user) => &user.extra,
+        Message::Assistant(assistant) => &assistant.extra,
+        Message::Unknown(value) => return value.get("sessionId").and_then(Value::as_str),
+        Message::System(SystemMessage::Unknown(value)) => {
+            return value.get("sessionId").and_then(Value::as_str)
+        }
+        _ => return message.session_id(),
+    };
+    extra.get("sessionId").and_then(Value::as_str).or_else(|| message.session_id())
+}
+
 /// Not a subagent's line (`isSidechain`, or a Task call's `parent_tool_use_id`).
 fn is_main(user: &UserMessage) -> bool {
     user.parent_tool_use_id.is_none()
@@ -133,5 +148,18 @@ mod tests {
         );
         assert!(turn_end(&for_tool).is_some_and(|end| end.interrupted));
         assert!(turn_end(&line(r#"{"type":"mode","mode":"normal","sessionId":"s"}"#)).is_none());
+    }
+
+    #[test]
+    fn every_entry_names_its_session() {
+        let typed =
+            line(r#"{"type":"user","message":{"role":"user","content":"hi"},"sessionId":"s1"}"#);
+        assert_eq!(session_id(&typed), Some("s1"));
+        assert_eq!(
+            session_id(&line(r#"{"type":"mode","mode":"normal","sessionId":"s2"}"#)),
+            Some("s2")
+        );
+        let done = line(r#"{"type":"system","subtype":"turn_duration","sessionId":"s3"}"#);
+        assert_eq!(session_id(&done), Some("s3"));
     }
 }

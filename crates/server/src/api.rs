@@ -874,10 +874,7 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<St
         let handle = daemon.running(id).await?;
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
-                handle
-                    .send_message(user_message(message.content)?)
-                    .await
-                    .map_err(crate::daemon::DaemonError::from)?;
+                daemon.send_message(id, user_message(message.content)?).await?;
                 None
             }
             ClientFrame::PermissionResponse(body) => {

@@ -732,6 +732,7 @@ impl Daemon {
             SessionRecord,
             switchboard_transport::terminal::TranscriptIn,
             switchboard_transport::terminal::KeysOut,
+            watch::Receiver<switchboard_session::SessionSnapshot>,
         ),
         DaemonError,
     > {
@@ -773,13 +774,14 @@ impl Daemon {
         config.transcript = true;
         let (link, lines, keys) = switchboard_transport::terminal::attached();
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
+        let snapshot = handle.watch();
         self.store.create_session(&record).await?;
         self.note_started(&id, 0, false, false, true).await?;
         self.run(record.clone(), handle, events, 1, None).await?;
         let _ = self
             .dashboard
             .send(json!({"event": "session_created", "session": public_record(record.clone())}));
-        Ok((record, lines, keys))
+        Ok((record, lines, keys, snapshot))
     }
 
     /// Sends a person's message to a running session. One typed into a terminal

@@ -3,6 +3,7 @@
 //! and takes back the keys to type (a prompt sent from the browser or the API, the Esc of an
 //! interrupt). The session is [`Daemon::attach_terminal`]'s; see `docs/api.md` for the frames.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,10 @@ use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
+use switchboard_session::{SessionSnapshot, SessionState};
+use switchboard_transport::terminal::Bytes;
 use switchboard_transport::terminal::{Keys, KeysOut, TranscriptIn};
+use tokio::sync::watch;
 
 use crate::daemon::{Daemon, TerminalHello};
 use crate::error::ApiError;
@@ -20,15 +24,15 @@ use crate::error::ApiError;
 /// How long the terminal has to say `hello` after the socket opens.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The most transcript lines one `lines` frame may carry.
-pub const MAX_LINES_PER_FRAME: usize = 1024;
+/// How long a prompt typed into the terminal may take to show in its transcript before the
+/// next one is typed anyway (the CLI may have been busy with a dialog of its own).
+pub const PROMPT_START_LIMIT: Duration = Duration::from_secs(10);
 
-/// What the terminal sends after its `hello`.
+/// What the terminal sends after its `hello` (besides its transcript's lines, one binary
+/// frame each).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum FromTerminal {
-    /// Transcript lines, in order, each without its newline.
-    Lines { lines: Vec<String> },
     /// The CLI exited.
     Exit {
         #[serde(default)]
@@ -52,7 +56,8 @@ pub(crate) async fn attach(
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
     Ok(upgrade
-        .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
+        // A transcript line is a frame of its own, at most a protocol line long.
+        .max_message_size(switchboard_protocol::MAX_LINE_BYTES + 1024)
         .read_buffer_size(crate::socket::CLI_WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| serve(daemon, socket)))
 }
@@ -80,66 +85,94 @@ async fn serve(daemon: Arc<Daemon>, mut socket: WebSocket) {
             return refuse(socket, format!("no hello within {seconds} s")).await;
         }
     };
-    let (record, lines, keys) = match daemon.attach_terminal(hello).await {
+    let (record, lines, keys, snapshot) = match daemon.attach_terminal(hello).await {
         Ok(attached) => attached,
         Err(error) => return refuse(socket, error.to_string()).await,
     };
     let registered = json!({"type": "registered", "session": record.id});
     if socket.send(frame(registered)).await.is_err() {
-        lines.ended(None, None, "the terminal went away").await;
+        lines.ended(None, None, "the terminal went away", Vec::new()).await;
         return;
     }
-    relay(socket, lines, keys).await;
+    relay(socket, lines, keys, snapshot).await;
 }
 
 /// Moves transcript lines in and keys out until the CLI exits, the terminal goes away, or the
 /// session is stopped (then the CLI goes on in its terminal, without Switchboard).
-async fn relay(socket: WebSocket, mut lines: TranscriptIn, mut keys: KeysOut) {
+///
+/// A prompt is typed only while the CLI is idle, and the next only once the transcript shows
+/// the CLI took it (or [`PROMPT_START_LIMIT`] passed): keys typed while the CLI works could
+/// land in a dialog of its own, a permission prompt whose default Enter would accept.
+async fn relay(
+    socket: WebSocket,
+    mut lines: TranscriptIn,
+    mut keys: KeysOut,
+    mut snapshot: watch::Receiver<SessionSnapshot>,
+) {
     let (mut sink, mut stream) = socket.split();
+    let mut held: VecDeque<(String, Bytes)> = VecDeque::new();
+    // When the last prompt was typed, until the CLI takes it.
+    let mut typed_at: Option<tokio::time::Instant> = None;
     let (code, signal, note) = loop {
+        let idle = snapshot.borrow().state == SessionState::Idle;
+        if typed_at.is_some() && !idle {
+            typed_at = None;
+        }
+        if typed_at.is_some_and(|at| at.elapsed() >= PROMPT_START_LIMIT) {
+            typed_at = None;
+        }
+        if idle && typed_at.is_none() {
+            if let Some((text, line)) = held.pop_front() {
+                if sink.send(frame(json!({"type": "prompt", "text": text}))).await.is_err() {
+                    held.push_front((text, line));
+                    break (None, None, "the terminal went away".to_owned());
+                }
+                typed_at = Some(tokio::time::Instant::now());
+            }
+        }
+        let recheck = typed_at.map(|at| at + PROMPT_START_LIMIT);
         tokio::select! {
-            incoming = stream.next() => {
-                let text = match incoming {
-                    Some(Ok(WsMessage::Text(text))) => text,
-                    Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
-                        break (None, None, "the terminal went away".to_owned());
+            incoming = stream.next() => match incoming {
+                Some(Ok(WsMessage::Binary(line))) => {
+                    if !lines.line(line.to_vec()).await {
+                        return;
                     }
-                    Some(Ok(_)) => continue,
-                };
-                match serde_json::from_str::<FromTerminal>(&text) {
-                    Ok(FromTerminal::Lines { lines: batch }) if batch.len() <= MAX_LINES_PER_FRAME => {
-                        for line in batch {
-                            if !lines.line(line.into_bytes()).await {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(FromTerminal::Lines { lines: batch }) => {
-                        let error = format!("a frame carries at most {MAX_LINES_PER_FRAME} lines, not {}", batch.len());
-                        let _ = sink.send(frame(json!({"type": "error", "error": error}))).await;
-                    }
+                }
+                Some(Ok(WsMessage::Text(text))) => match serde_json::from_str::<FromTerminal>(&text) {
                     Ok(FromTerminal::Exit { code, signal }) => break (code, signal, String::new()),
                     Err(error) => {
                         let error = format!("unreadable frame: {error}");
                         let _ = sink.send(frame(json!({"type": "error", "error": error}))).await;
                     }
-                }
-            }
-            next = keys.next_keys() => {
-                let out = match next {
-                    Some(Keys::Prompt(text)) => json!({"type": "prompt", "text": text}),
-                    Some(Keys::Escape) => json!({"type": "escape"}),
-                    None => {
-                        let _ = sink.send(frame(json!({"type": "detached"}))).await;
-                        let _ = sink.close().await;
-                        break (None, None, "stopped: the CLI goes on in its terminal, without Switchboard".to_owned());
-                    }
-                };
-                if sink.send(frame(out)).await.is_err() {
+                },
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
                     break (None, None, "the terminal went away".to_owned());
                 }
-            }
+                Some(Ok(_)) => {}
+            },
+            next = keys.next_keys() => match next {
+                Some(Keys::Prompt { text, line }) => held.push_back((text, line)),
+                Some(Keys::Escape) => {
+                    if sink.send(frame(json!({"type": "escape"}))).await.is_err() {
+                        break (None, None, "the terminal went away".to_owned());
+                    }
+                }
+                None => {
+                    let _ = sink.send(frame(json!({"type": "detached"}))).await;
+                    let _ = sink.close().await;
+                    break (None, None, "stopped: the CLI goes on in its terminal, without Switchboard".to_owned());
+                }
+            },
+            changed = snapshot.changed() => if changed.is_err() { return },
+            _ = sleep_until(recheck) => {}
         }
     };
-    lines.ended(code, signal, &note).await;
+    lines.ended(code, signal, &note, held.into_iter().map(|(_, line)| line).collect()).await;
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }

@@ -520,6 +520,10 @@ function watchDashboard() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The composer's hint: a message to an interactive CLI is typed into its terminal.
+const PLACEHOLDER = 'Message Claude (Ctrl+Enter sends; queued while a turn runs)';
+const TERMINAL_PLACEHOLDER = 'Message Claude (typed into its terminal; Ctrl+Enter sends)';
+
 // The transcript: the session's view in, DOM out.
 //
 // The daemon interprets the CLI's lines (`GET …/view`, `…/subscribe?view=true`); this draws the
@@ -853,11 +857,16 @@ class Transcript {
       if (turn.context_window != null) this.contextWindow = turn.context_window;
       this.onChange();
     }
-    const parts = [`${(turn.duration_ms / 1000).toFixed(1)} s`, `${tokens(turn.input_tokens)} in`, `${tokens(turn.output_tokens)} out`, money(turn.cost_usd)];
-    const label = turn.interrupted ? 'Interrupted · '
-      : turn.failed ? `Turn ended: ${turn.subtype}${turn.result ? ` — ${turn.result}` : ''} · `
-        : 'Turn done · ';
-    into.append(el('div', { class: `turn-end${turn.failed ? ' error' : ''}${turn.interrupted ? ' interrupted' : ''}` }, label, parts.join(' · ')));
+    // A terminal's transcript tells a turn's duration (not an interrupted one's) but no tokens
+    // or cost: no zeros are made up for them.
+    const transcript = turn.subtype === 'turn_duration' || turn.subtype === 'interrupted';
+    const duration = `${(turn.duration_ms / 1000).toFixed(1)} s`;
+    const parts = transcript ? (turn.duration_ms ? [duration] : [])
+      : [duration, `${tokens(turn.input_tokens)} in`, `${tokens(turn.output_tokens)} out`, money(turn.cost_usd)];
+    const label = turn.interrupted ? 'Interrupted'
+      : turn.failed ? `Turn ended: ${turn.subtype}${turn.result ? ` — ${turn.result}` : ''}`
+        : 'Turn done';
+    into.append(el('div', { class: `turn-end${turn.failed ? ' error' : ''}${turn.interrupted ? ' interrupted' : ''}` }, [label, ...parts].join(' · ')));
   }
 
   permissionRequested(request, chunk) {
@@ -1256,7 +1265,10 @@ class SessionView {
     const h = this.head;
     h.icon.replaceChildren(stateIcon(state));
     if (!this.renaming) h.title.textContent = titleOf(session);
-    h.cwd.textContent = session.cwd ?? '';
+    // An interactive CLI in someone's terminal: messages are typed into it; its model, mode and
+    // resume belong to that terminal.
+    const terminal = session.config?.transport === 'terminal';
+    h.cwd.textContent = terminal ? `${session.cwd ?? ''} · in a terminal` : (session.cwd ?? '');
     h.cwd.title = session.cwd ?? '';
     h.badge.className = `badge state-${state}`;
     h.badge.dataset.state = session.state ?? '';
@@ -1270,10 +1282,13 @@ class SessionView {
       h.model.value = current;
     }
     if (document.activeElement !== h.mode) h.mode.value = session.permission_mode ?? 'default';
+    h.model.hidden = terminal;
+    h.mode.hidden = terminal;
+    if (this.input) this.input.placeholder = terminal ? TERMINAL_PLACEHOLDER : PLACEHOLDER;
     // Interrupt stops a turn: none runs while the session is idle.
     h.interrupt.hidden = !running;
     h.interrupt.disabled = !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
-    h.resume.hidden = running;
+    h.resume.hidden = running || terminal;
     h.fork.hidden = !session.claude_session_id;
     h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
   }
@@ -1338,7 +1353,7 @@ class SessionView {
   }
 
   makeComposer() {
-    const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: 'Message Claude (Ctrl+Enter sends; queued while a turn runs)', 'aria-label': 'Message' });
+    const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: PLACEHOLDER, 'aria-label': 'Message' });
     const send = async () => {
       const content = input.value.trim();
       if (!content) return;

@@ -296,6 +296,11 @@ pub struct SessionCore {
     /// The lines are an interactive CLI's transcript, not the stream-json protocol
     /// ([`SessionCore::set_transcript`]).
     transcript: bool,
+    /// Our prompts the CLI has not echoed yet (by `uuid`; at most [`ANSWERED_MEMORY`]).
+    unechoed: indexmap::IndexSet<String>,
+    /// The CLI's socket came back since the session was last idle: a turn may have ended
+    /// while it was away, its `result` lost with the old socket (2.1.37 sends nothing again).
+    results_may_be_lost: bool,
 }
 
 impl SessionCore {
@@ -340,6 +345,8 @@ impl SessionCore {
             changed: true,
             resync: None,
             transcript: false,
+            unechoed: indexmap::IndexSet::new(),
+            results_may_be_lost: false,
         }
     }
 
@@ -427,6 +434,12 @@ impl SessionCore {
             message.uuid = Some(uuid::Uuid::new_v4().to_string());
         }
         let mut effects = Vec::new();
+        if let Some(uuid) = &message.uuid {
+            if self.unechoed.len() >= ANSWERED_MEMORY {
+                self.unechoed.shift_remove_index(0);
+            }
+            self.unechoed.insert(uuid.clone());
+        }
         let raw = self.write(Message::User(message), &mut effects);
         self.snapshot.queued_turns += 1;
         if self.refused.is_some() {
@@ -437,7 +450,8 @@ impl SessionCore {
             // Hold the line itself; its `Line` event was emitted, the write waits.
             effects.retain(|effect| !matches!(effect, Effect::Send(_)));
             self.held.push(raw);
-        } else if matches!(self.state, SessionState::Idle) {
+        } else if matches!(self.state, SessionState::Idle) && !self.transcript {
+            // (A terminal's CLI works once its transcript says it took the prompt.)
             self.set_state(SessionState::Working, &mut effects);
         }
         effects
@@ -652,7 +666,12 @@ impl SessionCore {
             raw: Arc::from(received.raw),
             message: message.clone(),
         })));
-        if let Some(session_id) = message.session_id() {
+        let session_id = if self.transcript {
+            switchboard_protocol::transcript::session_id(&message)
+        } else {
+            message.session_id()
+        };
+        if let Some(session_id) = session_id {
             if self.snapshot.claude_session_id.as_deref() != Some(session_id) {
                 self.snapshot.claude_session_id = Some(session_id.to_owned());
                 self.changed = true;
@@ -682,6 +701,9 @@ impl SessionCore {
                 self.resume_working(&mut effects);
             }
             Message::User(user) => {
+                if let Some(uuid) = &user.uuid {
+                    self.unechoed.shift_remove(uuid);
+                }
                 for result in user.tool_results() {
                     self.on_tool_result(
                         &result.tool_use_id,
@@ -694,6 +716,15 @@ impl SessionCore {
             Message::Result(result) => {
                 self.snapshot.turns += 1;
                 self.snapshot.queued_turns = self.snapshot.queued_turns.saturating_sub(1);
+                // After a reconnect, a turn's result may never come: when every prompt has
+                // come back (the CLI took them all) and this result ends the last turn the CLI
+                // has, no other is still to run.
+                if self.results_may_be_lost && self.unechoed.is_empty() {
+                    self.snapshot.queued_turns = 0;
+                }
+                if self.snapshot.queued_turns == 0 {
+                    self.results_may_be_lost = false;
+                }
                 self.snapshot.last_result = result.result.clone();
                 self.snapshot.last_result_is_error = result.is_error;
                 if let Some(cost) = result.cost_usd() {
@@ -728,6 +759,7 @@ impl SessionCore {
         self.snapshot.disconnected_since_ms = None;
         let mut effects = vec![Effect::Emit(SessionEvent::Connected { reconnect })];
         if reconnect && !self.state.is_final() {
+            self.results_may_be_lost = self.snapshot.queued_turns > 0;
             // The same payload as at start: the policy's hook stays registered.
             let initialize = self.initialize.clone().unwrap_or_default();
             let (request_id, mut sent) =
@@ -1029,18 +1061,19 @@ impl SessionCore {
 
     // ----- internals ----------------------------------------------------------------------
 
-    /// What a transcript says that the protocol says otherwise: a prompt begins work (one the
-    /// person typed in the terminal, or ours coming back), and a turn's end.
+    /// What a transcript says that the protocol says otherwise: a prompt begins a turn (one
+    /// the person typed in the terminal, or ours, typed only while the CLI is idle), and a
+    /// turn's end leaves the CLI idle (whoever typed it: the CLI runs one turn at a time).
     fn on_transcript_line(&mut self, message: &Message, effects: &mut Vec<Effect>) {
         use switchboard_protocol::transcript;
         if transcript::prompt(message).is_some() {
+            self.snapshot.queued_turns = self.snapshot.queued_turns.saturating_sub(1);
             if matches!(self.state, SessionState::Idle) {
                 self.set_state(SessionState::Working, effects);
             }
         } else if transcript::turn_end(message).is_some() {
             self.snapshot.turns += 1;
-            self.snapshot.queued_turns = self.snapshot.queued_turns.saturating_sub(1);
-            if self.snapshot.queued_turns == 0 && !self.state.is_final() {
+            if !self.state.is_final() {
                 self.set_state(SessionState::Idle, effects);
             }
         }

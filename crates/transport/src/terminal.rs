@@ -7,7 +7,7 @@
 //! module reads them only to turn each into [`Keys`]. A prompt that cannot be typed (an image,
 //! a control character that the terminal would take as a key) is reported undelivered.
 
-use bytes::Bytes;
+pub use bytes::Bytes;
 use switchboard_protocol::codec::Received;
 use switchboard_protocol::content::ContentBlock;
 use switchboard_protocol::{ControlRequestPayload, Message, TextOr};
@@ -20,16 +20,38 @@ use crate::stdio::{self, CliLink, CliProcess, ExitInfo, TransportEvent, WriterCo
 pub enum Keys {
     /// A prompt: its characters one at a time (a newline in it as Ctrl-J, which the CLI takes
     /// as a new line of the prompt), then Enter.
-    Prompt(String),
+    Prompt {
+        /// The text.
+        text: String,
+        /// The session's line it came from (reported undelivered if it is never typed).
+        line: Bytes,
+    },
     /// The Esc key: the CLI interrupts its turn.
     Escape,
 }
 
-/// Whether `text` can be typed into the CLI's prompt as it is: no control character other
-/// than a newline (a carriage return, a tab, an escape would each be a key of its own).
+/// The longest prompt typed into a terminal, in characters (each takes a moment to type).
+pub const MAX_TYPED_CHARS: usize = 16 * 1024;
+
+/// Whether `text` can be typed into the CLI's prompt as it is, as a prompt and nothing else:
+/// not empty; not beginning with `/`, `!` or `#`, which the CLI takes as a slash command, a
+/// shell command it runs without asking, or a note to its memory; at most
+/// [`MAX_TYPED_CHARS`]; and no control character other than a newline (a carriage return, a
+/// tab, an escape would each be a key of its own).
 pub fn typable(text: &str) -> Result<(), String> {
     if text.trim().is_empty() {
         return Err("the message is empty".to_owned());
+    }
+    if let Some(first) = text.chars().next().filter(|c| matches!(c, '/' | '!' | '#')) {
+        return Err(format!(
+            "a message for an interactive session is typed into its terminal, where a first {first:?} makes it a command, not a prompt: type commands in the terminal"
+        ));
+    }
+    let length = text.chars().count();
+    if length > MAX_TYPED_CHARS {
+        return Err(format!(
+            "a message for an interactive session is typed one character at a time, and this one has {length} characters (at most {MAX_TYPED_CHARS}): put the text in a file and name it"
+        ));
     }
     match text.chars().find(|c| c.is_control() && *c != '\n') {
         Some(c) => Err(format!(
@@ -61,7 +83,7 @@ pub fn keys_of(line: &[u8]) -> Result<Option<Keys>, String> {
             };
             let text = text.replace("\r\n", "\n");
             typable(&text)?;
-            Ok(Some(Keys::Prompt(text)))
+            Ok(Some(Keys::Prompt { text, line: Bytes::copy_from_slice(line) }))
         }
         Message::ControlRequest(request)
             if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
@@ -115,8 +137,17 @@ impl TranscriptIn {
     }
 
     /// The CLI ended (`code`/`signal` as its terminal saw them; both `None` when the terminal
-    /// went away without saying).
-    pub async fn ended(self, code: Option<i32>, signal: Option<i32>, note: &str) {
+    /// went away without saying). `untyped`: the session's lines it never got.
+    pub async fn ended(
+        self,
+        code: Option<i32>,
+        signal: Option<i32>,
+        note: &str,
+        untyped: Vec<Bytes>,
+    ) {
+        for line in untyped {
+            let _ = self.events.send(TransportEvent::Undelivered(line)).await;
+        }
         let exit =
             ExitInfo { code, signal, stderr_tail: note.to_owned(), wrote_output: self.lines > 0 };
         let _ = self.events.send(TransportEvent::Exited(exit)).await;
@@ -127,7 +158,8 @@ impl TranscriptIn {
 impl KeysOut {
     /// The next keys to type, in the order the session wrote them. A line that cannot be
     /// typed is reported undelivered and skipped. `None` once the session closed its input
-    /// (it was stopped: the CLI goes on in its terminal without Switchboard).
+    /// (it was stopped: the CLI goes on in its terminal without Switchboard). Cancel-safe:
+    /// nothing taken is lost when the future is dropped between lines.
     pub async fn next_keys(&mut self) -> Option<Keys> {
         loop {
             let WriterCommand::Line(line, done) = self.writer.recv().await?;
@@ -137,8 +169,11 @@ impl KeysOut {
                 Ok(None) => {}
                 Err(reason) => {
                     tracing::warn!(%reason, "a line for a terminal session cannot be typed");
-                    let _ =
-                        self.events.send(TransportEvent::Undelivered(Bytes::clone(&line))).await;
+                    // On a task of its own: this future may be dropped at any await.
+                    let events = self.events.clone();
+                    tokio::spawn(async move {
+                        let _ = events.send(TransportEvent::Undelivered(line)).await;
+                    });
                 }
             }
         }
@@ -152,7 +187,9 @@ mod tests {
     #[test]
     fn prompts_become_typed_text_and_an_interrupt_the_esc_key() {
         let prompt = br#"{"type":"user","message":{"role":"user","content":"two\r\nlines"},"parent_tool_use_id":null,"session_id":"","uuid":"u"}"#;
-        assert_eq!(keys_of(prompt), Ok(Some(Keys::Prompt("two\nlines".into()))));
+        assert!(
+            matches!(keys_of(prompt), Ok(Some(Keys::Prompt { text, .. })) if text == "two\nlines")
+        );
         let interrupt =
             br#"{"type":"control_request","request_id":"sb-1","request":{"subtype":"interrupt"}}"#;
         assert_eq!(keys_of(interrupt), Ok(Some(Keys::Escape)));
@@ -169,5 +206,10 @@ mod tests {
         assert!(error.contains("U+001B"), "{error}");
         assert!(typable("tab\there").unwrap_err().contains("U+0009"));
         assert!(typable("  \n").is_err());
+        for command in ["/clear", "!rm -rf .", "# remember this"] {
+            assert!(typable(command).unwrap_err().contains("command"), "{command}");
+        }
+        assert!(typable("fix /tmp/x, then run !important # later").is_ok());
+        assert!(typable(&"x".repeat(MAX_TYPED_CHARS + 1)).unwrap_err().contains("file"));
     }
 }

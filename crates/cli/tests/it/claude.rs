@@ -143,7 +143,8 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
         Scenario::new()
             .reply(Reply::text("typed answer").when_prompt("TYPED"))
             .reply(Reply::text("api answer").when_prompt("FROM THE API"))
-            .reply(Reply::text("one two three four").when_prompt("SLOW").hold_after(1)),
+            .reply(Reply::text("held-back reply goes on").when_prompt("SLOW").hold_after(1))
+            .reply(Reply::text("queued answer").when_prompt("QUEUED")),
     )
     .await
     .unwrap();
@@ -223,6 +224,14 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
         .unwrap();
     assert_eq!(refused.status(), 400);
     assert!(refused.text().await.unwrap().contains("U+001B"));
+    let command = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/messages", daemon.url))
+        .bearer_auth(&token)
+        .json(&json!({"content": "/clear"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(command.status(), 400, "a slash command is not a prompt");
     let mode = reqwest::Client::new()
         .post(format!("{}/api/sessions/{id}/model", daemon.url))
         .bearer_auth(&token)
@@ -241,8 +250,21 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
         Some(json!({"content": "SLOW please"})),
     )
     .await;
+    // The CLI took it (its transcript says so) and waits on the model's held stream (the
+    // interactive CLI shows no text of a block until the block is done).
+    view_has(&daemon.url, &token, &id, |u| u["update"] == "prompt" && u["text"] == "SLOW please")
+        .await;
     api.wait_for(|request| request.last_user_text().contains("SLOW")).await;
-    terminal.shows("one").await;
+    // Sent while the CLI works: typed once it is idle again (keys typed now could land in a
+    // dialog of the CLI's), here after the interrupt.
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "QUEUED while busy"})),
+    )
+    .await;
     http(
         &daemon.url,
         &token,
@@ -251,9 +273,24 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
         None,
     )
     .await;
-    view_has(&daemon.url, &token, &id, |u| u["update"] == "turn_ended" && u["interrupted"] == true)
-        .await;
+    let interrupted = view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "turn_ended" && u["interrupted"] == true
+    })
+    .await;
     api.release();
+    let queued = view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "prompt" && u["text"] == "QUEUED while busy"
+    })
+    .await;
+    assert!(queued["seq"].as_u64() > interrupted["seq"].as_u64(), "{queued} after {interrupted}");
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "queued answer"
+    })
+    .await;
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "turn_ended" && u["seq"].as_u64() > queued["seq"].as_u64()
+    })
+    .await;
 
     // The person quits (Ctrl-C twice): the CLI's exit status is switchboard's, the terminal is
     // as it was, and the session has ended.

@@ -611,7 +611,12 @@ fn a_transcript_session_works_from_a_typed_prompt_to_its_turns_end_and_takes_onl
     // Ours, then an interruption ends it.
     let effects = core.send_user(UserMessage::prompt("SLOW"));
     assert_eq!(sent(&effects).len(), 1);
+    assert_eq!(core.state(), SessionState::Idle, "working once the CLI takes it");
+    assert_eq!(core.snapshot().queued_turns, 1);
+    core.on_line(line(r#"{"type":"user","message":{"role":"user","content":"SLOW"},"uuid":"u9","sessionId":"s2"}"#));
     assert_eq!(core.state(), SessionState::Working);
+    assert_eq!(core.snapshot().queued_turns, 0);
+    assert_eq!(core.snapshot().claude_session_id.as_deref(), Some("s2"), "from sessionId");
     let (_, effects) = core.control(ControlRequestPayload::Interrupt(InterruptRequest::default()));
     assert_eq!(sent(&effects)[0]["request"]["subtype"], "interrupt");
     assert!(matches!(done(&effects)[..], [(_, Ok(_))]), "an interrupt is done once typed");
@@ -628,4 +633,40 @@ fn a_transcript_session_works_from_a_typed_prompt_to_its_turns_end_and_takes_onl
         matches!(done(&effects)[..], [(_, Err(ControlFailure::Refused { error, .. }))] if error.contains("terminal")),
         "{effects:?}"
     );
+}
+
+#[test]
+fn a_result_lost_with_a_socket_does_not_leave_the_session_working_for_good() {
+    let mut core = core("");
+    started(&mut core);
+    let prompt = |uuid: &str| {
+        let mut message = UserMessage::prompt(uuid.to_uppercase());
+        message.uuid = Some(uuid.to_owned());
+        message
+    };
+    let echo = |uuid: &str| {
+        line(&json!({"type":"user","message":{"role":"user","content":uuid.to_uppercase()},"session_id":"s","parent_tool_use_id":null,"uuid":uuid,"isReplay":true}).to_string())
+    };
+    let result = |text: &str| {
+        line(&json!({"type":"result","subtype":"success","is_error":false,"result":text,"session_id":"s"}).to_string())
+    };
+    // Without a reconnect, results count turns: one still queued keeps the session working.
+    core.send_user(prompt("a"));
+    core.send_user(prompt("b"));
+    core.on_line(echo("a"));
+    core.on_line(echo("b"));
+    core.on_line(result("a"));
+    assert_eq!(core.state(), SessionState::Working);
+    core.on_line(result("b"));
+    assert_eq!(core.state(), SessionState::Idle);
+    // The socket drops mid-turn and the CLI (2.1.37) never sends that turn's result: once it
+    // has every prompt and ends a turn, nothing else is to run.
+    core.send_user(prompt("one"));
+    core.send_user(prompt("two"));
+    core.on_disconnected();
+    core.on_connected(true);
+    core.on_line(echo("one"));
+    core.on_line(echo("two"));
+    core.on_line(result("second"));
+    assert_eq!(core.state(), SessionState::Idle, "{:?}", core.snapshot());
 }
