@@ -43,6 +43,17 @@ const CHAR_PAUSE: Duration = Duration::from_millis(2);
 /// The pause before the Enter that sends a typed prompt.
 const ENTER_PAUSE: Duration = Duration::from_millis(50);
 
+/// How often the CLI's announcement is read again, for a move to another session (`/clear`).
+const SWITCH_CHECK: Duration = Duration::from_secs(1);
+
+/// Ctrl-Z, as a terminal in raw mode reads it.
+const CTRL_Z: u8 = 0x1a;
+
+/// What puts a terminal back after a CLI that did not end on its own terms: the cursor shown,
+/// the main screen, no bracketed paste, no mouse reports, the keyboard protocol popped.
+const TERMINAL_RESET: &[u8] =
+    b"\x1b[?25h\x1b[?1049l\x1b[?2004l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[<u";
+
 /// Transcript lines read at once (then sent, then read again).
 const LINES_PER_READ: usize = 512;
 
@@ -215,12 +226,15 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         .spawn(pts)
         .map_err(|error| format!("cannot start {}: {error}", options.program().display()))?;
     let pid = child.id();
-    let raw = RawMode::enter()
-        .map_err(|error| format!("cannot put the terminal in raw mode: {error}"))?;
+    let mut raw = Some(
+        RawMode::enter()
+            .map_err(|error| format!("cannot put the terminal in raw mode: {error}"))?,
+    );
 
     let (pty_out, pty_in) = pty.into_split();
     let (input_tx, input_rx) = mpsc::channel::<Input>(64);
-    spawn_stdin_reader(input_tx.clone());
+    let (suspend_tx, mut suspended) = mpsc::channel::<()>(1);
+    spawn_stdin_reader(input_tx.clone(), suspend_tx);
     let writer = tokio::spawn(write_input(pty_in, input_rx));
     let output = tokio::spawn(copy_output(pty_out));
     let (stop_following, following) = oneshot::channel();
@@ -243,11 +257,26 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
                     let _ = input_tx.send(Input::Resize(size)).await;
                 }
             }
+            // Ctrl-Z: the CLI would stop itself, but in a terminal of its own no shell would
+            // ever continue it. This command stops instead, the shell's job as it would be;
+            // `fg` continues it, and the CLI, which ran on meanwhile, draws its screen again.
+            _ = suspended.recv() => {
+                drop(raw.take());
+                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TSTP);
+                raw = RawMode::enter().ok();
+                forward(pid, rustix::process::Signal::WINCH);
+            }
         }
     };
     // Nothing more is typed into a terminal whose CLI is gone.
     writer.abort();
     let _ = tokio::time::timeout(DRAIN_LIMIT, output).await;
+    if status.as_ref().map_or(true, |status| !status.success()) {
+        // A CLI that did not end on its own terms may have left its screen modes on.
+        let mut stdout = std::io::stdout();
+        let _ = std::io::Write::write_all(&mut stdout, TERMINAL_RESET);
+        let _ = std::io::Write::flush(&mut stdout);
+    }
     drop(raw);
     // The CLI wrote its transcript's last lines before it exited: they go first, then the exit.
     let _ = stop_following.send(());
@@ -304,14 +333,17 @@ async fn register(socket: &mut Socket, hello: Value) -> Result<String, String> {
 }
 
 /// The person's keys, read on a thread of its own (a read of the terminal blocks, and must not
-/// hold up the runtime's end).
-fn spawn_stdin_reader(input: mpsc::Sender<Input>) {
+/// hold up the runtime's end). Ctrl-Z on its own is not passed on: it suspends this command.
+fn spawn_stdin_reader(input: mpsc::Sender<Input>, suspend: mpsc::Sender<()>) {
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin();
         let mut buffer = [0u8; 4096];
         loop {
             match stdin.read(&mut buffer) {
                 Ok(0) | Err(_) => return,
+                Ok(1) if buffer[0] == CTRL_Z => {
+                    let _ = suspend.try_send(());
+                }
                 Ok(read) => {
                     if input.blocking_send(Input::Keys(buffer[..read].to_vec())).is_err() {
                         return;
@@ -462,8 +494,10 @@ async fn follow(
             _ = tokio::time::sleep(FIND_INTERVAL) => {}
         }
     };
+    let mut path = path;
+    let mut following = transcript_id(&path);
     // No warning on the terminal: the CLI's screen is there.
-    let (_watcher, mut changed) = match watch_file(&path) {
+    let (mut _watcher, mut changed) = match watch_file(&path) {
         Ok(watch) => watch,
         Err(error) => {
             tracing::debug!(%error, path = %path.display(), "cannot watch the transcript");
@@ -471,20 +505,36 @@ async fn follow(
         }
     };
     let mut tail = TranscriptTail::new(&path);
+    let mut next: Option<PathBuf> = None;
     loop {
         loop {
             let batch;
+            let fresh = TranscriptTail::new(&path);
             (tail, batch) = tokio::task::spawn_blocking(move || {
                 let batch = tail.read_available(LINES_PER_READ);
                 (tail, batch)
             })
             .await
-            .unwrap_or_else(|_| (TranscriptTail::new(&path), Vec::new()));
+            .unwrap_or_else(|_| (fresh, Vec::new()));
             if batch.is_empty() {
                 break;
             }
             if lines.send(batch).await.is_err() {
                 return;
+            }
+        }
+        // The CLI moved to another session (`/clear`, `/resume`): the old transcript is read
+        // to its end, then the new one from its start.
+        if let Some(new) = next.take() {
+            match watch_file(&new) {
+                Ok((watcher, notices)) => {
+                    (_watcher, changed) = (watcher, notices);
+                    following = transcript_id(&new);
+                    tail = TranscriptTail::new(&new);
+                    path = new;
+                    continue;
+                }
+                Err(error) => tracing::debug!(%error, "cannot watch the new transcript"),
             }
         }
         if stopping {
@@ -493,8 +543,24 @@ async fn follow(
         tokio::select! {
             change = changed.recv() => if change.is_none() { return },
             _ = &mut stop => stopping = true,
+            _ = tokio::time::sleep(SWITCH_CHECK) => {
+                let (config_dir, following) = (config_dir.clone(), following.clone());
+                next = tokio::task::spawn_blocking(move || {
+                    let id = announced_session(&config_dir, pid)?;
+                    (Some(&id) != following.as_ref()).then_some(())?;
+                    Transcripts::new(&config_dir).find(&id).map(|info| info.path)
+                })
+                .await
+                .ok()
+                .flatten();
+            }
         }
     }
+}
+
+/// The Claude session a transcript's file holds (its name).
+fn transcript_id(path: &Path) -> Option<String> {
+    path.file_stem().map(|stem| stem.to_string_lossy().into_owned())
 }
 
 /// How the daemon's side ended.
@@ -577,11 +643,14 @@ mod tests {
             session_choice(&args(&["--session-id", "abc"])),
             Ok(SessionChoice::Named("abc".into()))
         );
+        let id = "5f1c0a3e-9d7b-4c2a-8e61-0b9f4d2c7a10";
         assert_eq!(
-            session_choice(&args(&["--resume=abc"])),
-            Ok(SessionChoice::Named("abc".into()))
+            session_choice(&args(&[&format!("--resume={id}")])),
+            Ok(SessionChoice::Named(id.into()))
         );
-        assert_eq!(session_choice(&args(&["-r", "abc"])), Ok(SessionChoice::Named("abc".into())));
+        assert_eq!(session_choice(&args(&["-r", id])), Ok(SessionChoice::Named(id.into())));
+        // Not an id: a search term for the CLI's picker.
+        assert_eq!(session_choice(&args(&["--resume", "login bug"])), Ok(SessionChoice::Unknown));
         assert_eq!(session_choice(&args(&["--resume"])), Ok(SessionChoice::Unknown));
         assert_eq!(session_choice(&args(&["--resume", "--verbose"])), Ok(SessionChoice::Unknown));
         assert_eq!(session_choice(&args(&["-c"])), Ok(SessionChoice::Unknown));

@@ -111,7 +111,7 @@ enum Command {
     /// Run the interactive Claude Code CLI in this terminal, as a session the daemon shows.
     ///
     /// The terminal behaves as if Switchboard were not there: raw mode, resizes and the CLI's
-    /// exit status pass through. The session's history is the CLI's own transcript, followed
+    /// exit status pass through, and Ctrl-Z hands the terminal back to the shell until `fg`. The session's history is the CLI's own transcript, followed
     /// live; a message sent from the web UI or the API is typed into the CLI, and an interrupt
     /// presses Esc. Permission prompts stay in the terminal, where the CLI asks them.
     ///

@@ -222,12 +222,18 @@ impl TranscriptTail {
     }
 }
 
+/// Whether a file-system event changes the file. Not a read: opening and closing the file to
+/// read it are events too, and a reader woken by its own reads would never rest.
+fn is_change(kind: &notify::EventKind) -> bool {
+    !matches!(kind, notify::EventKind::Access(_))
+}
+
 /// Notifications that `path` changed. The watcher lives as long as the returned value.
 pub fn watch_file(path: &Path) -> notify::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
     use notify::Watcher;
     let (tx, rx) = mpsc::channel(1);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        if event.is_ok_and(|event| is_change(&event.kind)) {
             // A full channel already says "changed": coalesce.
             let _ = tx.try_send(());
         }
@@ -241,6 +247,15 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+
+    #[test]
+    fn a_read_of_the_file_is_no_change() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, ModifyKind};
+        assert!(!is_change(&notify::EventKind::Access(AccessKind::Open(AccessMode::Read))));
+        assert!(!is_change(&notify::EventKind::Access(AccessKind::Close(AccessMode::Read))));
+        assert!(is_change(&notify::EventKind::Modify(ModifyKind::Data(DataChange::Any))));
+        assert!(is_change(&notify::EventKind::Create(CreateKind::File)));
+    }
 
     #[test]
     fn reads_incrementally_and_holds_a_partial_line() {

@@ -20,7 +20,7 @@ struct Terminal {
 }
 
 impl Terminal {
-    /// Runs `switchboard claude --url … --token … ARGS` in `cwd` with `env`, in a 30×100 PTY.
+    /// Runs `switchboard claude --url … --token …` in `cwd` with `env`, in a 30×100 PTY.
     fn start(
         url: &str,
         token: &str,
@@ -28,11 +28,24 @@ impl Terminal {
         env: Vec<(String, String)>,
         claude: &Path,
     ) -> Self {
+        let args = ["claude", "--url", url, "--token", token];
+        Self::spawn(Path::new(env!("CARGO_BIN_EXE_switchboard")), &args, cwd, env, claude)
+    }
+
+    /// Runs `program ARGS` in `cwd` with `env` (and `claude` as `SWITCHBOARD_CLAUDE`), in a
+    /// 30×100 PTY.
+    fn spawn(
+        program: &Path,
+        args: &[&str],
+        cwd: &Path,
+        env: Vec<(String, String)>,
+        claude: &Path,
+    ) -> Self {
         let (pty, pts) = pty_process::open().unwrap();
         pty.resize(pty_process::Size::new(30, 100)).unwrap();
         let master = rustix::io::dup(&pty).unwrap();
-        let child = pty_process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-            .args(["claude", "--url", url, "--token", token])
+        let child = pty_process::Command::new(program)
+            .args(args)
             .current_dir(cwd)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -74,6 +87,22 @@ impl Terminal {
                 std::time::Instant::now() < deadline,
                 "the terminal never showed {text:?}:\n{}",
                 self.text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (bounded) until the screen shows `text` after the last `mark` (white space aside).
+    async fn shows_after(&self, mark: &str, text: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let shown = self.text();
+            if shown.rfind(mark).is_some_and(|at| shown[at..].contains(text)) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never {text:?} after {mark:?}:\n{shown}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -133,6 +162,21 @@ async fn view_has(url: &str, token: &str, id: &str, predicate: impl Fn(&Value) -
     }
 }
 
+/// A stand-in for the interactive CLI that shows what it gets: its terminal's size after each
+/// line it reads (in the cooked mode a new terminal starts in), the token's variable, then an
+/// exit status of its own.
+fn stand_in(sandbox: &CliSandbox) -> std::path::PathBuf {
+    let program = sandbox.file("fake-interactive");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\nstty size\nwhile read line; do\n  echo \"got:$line\"; stty size\n  [ \"$line\" = env ] && echo \"token:${SWITCHBOARD_TOKEN:-none}\"\n  [ \"$line\" = quit ] && exit 7\ndone\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    program
+}
+
 fn token(data_dir: &Path) -> String {
     std::fs::read_to_string(data_dir.join("token")).unwrap().trim().to_owned()
 }
@@ -144,7 +188,8 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
             .reply(Reply::text("typed answer").when_prompt("TYPED"))
             .reply(Reply::text("api answer").when_prompt("FROM THE API"))
             .reply(Reply::text("held-back reply goes on").when_prompt("SLOW").hold_after(1))
-            .reply(Reply::text("queued answer").when_prompt("QUEUED")),
+            .reply(Reply::text("queued answer").when_prompt("QUEUED"))
+            .reply(Reply::text("a fresh start").when_prompt("AFTER CLEAR")),
     )
     .await
     .unwrap();
@@ -292,6 +337,39 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
     })
     .await;
 
+    // The person starts over (`/clear`): the CLI moves to another Claude session, and the
+    // session follows it there.
+    terminal.keys(b"/clear").await;
+    terminal.shows("/clear").await;
+    terminal.keys(b"\r").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let now =
+            http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None)
+                .await;
+        let moved = now["claude_session_id"].as_str().is_some_and(|new| new != claude_session);
+        if moved {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never followed the new session: {now}\n{}",
+            terminal.text()
+        );
+        // (The new transcript is written once the new conversation has a line.)
+        if terminal.text().contains("AFTERCLEAR") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        terminal.keys(b"AFTER CLEAR").await;
+        terminal.shows("AFTER CLEAR").await;
+        terminal.keys(b"\r").await;
+    }
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "a fresh start"
+    })
+    .await;
+
     // The person quits (Ctrl-C twice): the CLI's exit status is switchboard's, the terminal is
     // as it was, and the session has ended.
     terminal.keys(b"\x03").await;
@@ -313,17 +391,7 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
     let token = token(data.path());
-    // A stand-in for the CLI that shows what it gets: its terminal's size after each line it
-    // reads (in the cooked mode a new terminal starts in), the token's variable, then an exit
-    // status of its own.
-    let program = sandbox.file("fake-interactive");
-    std::fs::write(
-        &program,
-        "#!/bin/sh\nstty size\nwhile read line; do\n  echo \"got:$line\"; stty size\n  [ \"$line\" = env ] && echo \"token:${SWITCHBOARD_TOKEN:-none}\"\n  [ \"$line\" = quit ] && exit 7\ndone\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    let program = stand_in(&sandbox);
     let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
     env.push(("SWITCHBOARD_TOKEN".into(), token.clone()));
     let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &program);
@@ -357,4 +425,40 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
 
     terminal.keys(b"quit\r").await;
     assert_eq!(terminal.exit_code().await, Some(7));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_z_hands_the_terminal_back_to_the_shell_and_fg_brings_the_cli_back() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = token(data.path());
+    let program = stand_in(&sandbox);
+    // A shell with job control, as a person has.
+    let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    env.push(("PS1".into(), "shell$ ".into()));
+    let bash = Path::new("/bin/bash");
+    let args = ["--norc", "--noprofile", "-i"];
+    let mut terminal = Terminal::spawn(bash, &args, &sandbox.workdir(), env, &program);
+    terminal.shows("shell$").await;
+    let command = format!(
+        "{} claude --url {} --token {token}\r",
+        env!("CARGO_BIN_EXE_switchboard"),
+        daemon.url
+    );
+    terminal.keys(command.as_bytes()).await;
+    terminal.shows("30 100").await;
+    terminal.keys(b"\x1a").await;
+    terminal.shows("Stopped").await;
+    terminal.keys(b"fg\r").await;
+    terminal.keys(b"after\r").await;
+    terminal.shows("got:after").await;
+    terminal.keys(b"quit\r").await;
+    // Back at the shell's prompt (keys typed before would go to the command still running).
+    terminal.shows_after("got:quit", "shell$").await;
+    terminal.keys(b"echo status:$?\r").await;
+    terminal.shows("status:7").await;
+    terminal.keys(b"exit\r").await;
+    terminal.exit_code().await;
 }
