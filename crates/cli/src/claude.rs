@@ -46,6 +46,9 @@ const ENTER_PAUSE: Duration = Duration::from_millis(50);
 /// How often the CLI's announcement is read again, for a move to another session (`/clear`).
 const SWITCH_CHECK: Duration = Duration::from_secs(1);
 
+/// The largest announcement file read (`sessions/<pid>.json`).
+const ANNOUNCEMENT_MAX_BYTES: u64 = 64 * 1024;
+
 /// Ctrl-Z, as a terminal in raw mode reads it.
 const CTRL_Z: u8 = 0x1a;
 
@@ -243,7 +246,9 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     let follower =
         tokio::spawn(follow(config_dir, known, pid, cwd.clone(), started, lines_tx, following));
     let (exit_tx, exit_rx) = oneshot::channel::<Value>();
-    let daemon = tokio::spawn(talk(socket, lines_rx, input_tx.clone(), exit_rx));
+    let (ready_tx, ready_rx) = oneshot::channel();
+    let ready_watch = tokio::spawn(watch_ready(claude_config_dir(), pid, ready_tx));
+    let daemon = tokio::spawn(talk(socket, lines_rx, input_tx.clone(), ready_rx, exit_rx));
 
     let status = loop {
         tokio::select! {
@@ -257,19 +262,24 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
                     let _ = input_tx.send(Input::Resize(size)).await;
                 }
             }
-            // Ctrl-Z: the CLI would stop itself, but in a terminal of its own no shell would
-            // ever continue it. This command stops instead, the shell's job as it would be;
-            // `fg` continues it, and the CLI, which ran on meanwhile, draws its screen again.
-            _ = suspended.recv() => {
+            // Ctrl-Z: the CLI would stop itself, but in a session of its own its SIGTSTP is
+            // discarded and no shell would continue it. So this command stops it (SIGSTOP),
+            // then itself, the shell's job as it would be; `fg` continues both, and the CLI
+            // draws its screen again. (`None`: the person's terminal is gone; nothing to do.)
+            Some(()) = suspended.recv() => {
+                use rustix::process::Signal;
                 drop(raw.take());
-                let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TSTP);
+                forward(pid, Signal::STOP);
+                let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::TSTP);
                 raw = RawMode::enter().ok();
-                forward(pid, rustix::process::Signal::WINCH);
+                forward(pid, Signal::CONT);
+                forward(pid, Signal::WINCH);
             }
         }
     };
     // Nothing more is typed into a terminal whose CLI is gone.
     writer.abort();
+    ready_watch.abort();
     let _ = tokio::time::timeout(DRAIN_LIMIT, output).await;
     if status.as_ref().map_or(true, |status| !status.success()) {
         // A CLI that did not end on its own terms may have left its screen modes on.
@@ -280,7 +290,11 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     drop(raw);
     // The CLI wrote its transcript's last lines before it exited: they go first, then the exit.
     let _ = stop_following.send(());
-    let _ = tokio::time::timeout(FAREWELL_LIMIT, follower).await;
+    let follower_abort = follower.abort_handle();
+    if tokio::time::timeout(FAREWELL_LIMIT, follower).await.is_err() {
+        // Its lines' channel closes with it, and the exit can be told.
+        follower_abort.abort();
+    }
     let (code, signal) = match &status {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;
@@ -426,12 +440,20 @@ fn claude_config_dir() -> PathBuf {
     })
 }
 
-/// The Claude session the CLI `pid` says it writes (2.1.330's `sessions/<pid>.json`).
-fn announced_session(config_dir: &Path, pid: Option<u32>) -> Option<String> {
+/// What the CLI `pid` announces of itself (2.1.330's `sessions/<pid>.json`): its session and
+/// its status (`idle`, `busy`).
+fn announcement(config_dir: &Path, pid: Option<u32>) -> Option<Value> {
     let path = config_dir.join("sessions").join(format!("{}.json", pid?));
-    let text = std::fs::read_to_string(path).ok()?;
-    let value: Value = serde_json::from_str(&text).ok()?;
-    value["sessionId"].as_str().map(str::to_owned)
+    let file = std::fs::File::open(path).ok()?;
+    // A small file; a bigger one is not the CLI's.
+    let mut text = String::new();
+    file.take(ANNOUNCEMENT_MAX_BYTES).read_to_string(&mut text).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The Claude session the CLI `pid` says it writes.
+fn announced_session(config_dir: &Path, pid: Option<u32>) -> Option<String> {
+    announcement(config_dir, pid)?["sessionId"].as_str().map(str::to_owned)
 }
 
 /// Finds the transcript's file: the named session's, else the one the CLI announces, else
@@ -506,6 +528,7 @@ async fn follow(
     };
     let mut tail = TranscriptTail::new(&path);
     let mut next: Option<PathBuf> = None;
+    let mut last_look = false;
     loop {
         loop {
             let batch;
@@ -537,24 +560,56 @@ async fn follow(
                 Err(error) => tracing::debug!(%error, "cannot watch the new transcript"),
             }
         }
-        if stopping {
-            return;
-        }
-        tokio::select! {
-            change = changed.recv() => if change.is_none() { return },
-            _ = &mut stop => stopping = true,
-            _ = tokio::time::sleep(SWITCH_CHECK) => {
-                let (config_dir, following) = (config_dir.clone(), following.clone());
-                next = tokio::task::spawn_blocking(move || {
+        let check_switch = || {
+            let (config_dir, following) = (config_dir.clone(), following.clone());
+            async move {
+                tokio::task::spawn_blocking(move || {
                     let id = announced_session(&config_dir, pid)?;
                     (Some(&id) != following.as_ref()).then_some(())?;
                     Transcripts::new(&config_dir).find(&id).map(|info| info.path)
                 })
                 .await
                 .ok()
-                .flatten();
+                .flatten()
             }
+        };
+        if stopping {
+            // One last look: a conversation begun just before the CLI exited.
+            if !last_look {
+                last_look = true;
+                next = check_switch().await;
+                if next.is_some() {
+                    continue;
+                }
+            }
+            return;
         }
+        tokio::select! {
+            change = changed.recv() => if change.is_none() { return },
+            _ = &mut stop => stopping = true,
+            _ = tokio::time::sleep(SWITCH_CHECK) => next = check_switch().await,
+        }
+    }
+}
+
+/// Tells `ready` once the CLI `pid` announces itself idle (2.1.330's `sessions/<pid>.json`):
+/// its screen is up and past any dialog of its start, so keys typed now make a prompt.
+async fn watch_ready(config_dir: PathBuf, pid: Option<u32>, ready: oneshot::Sender<()>) {
+    loop {
+        let config_dir = config_dir.clone();
+        let idle = tokio::task::spawn_blocking(move || {
+            announcement(&config_dir, pid).is_some_and(|value| value["status"] == "idle")
+        })
+        .await
+        .unwrap_or(false);
+        if ready.is_closed() {
+            return;
+        }
+        if idle {
+            let _ = ready.send(());
+            return;
+        }
+        tokio::time::sleep(FIND_INTERVAL).await;
     }
 }
 
@@ -578,11 +633,22 @@ async fn talk(
     mut socket: Socket,
     mut lines: mpsc::Receiver<Vec<String>>,
     input: mpsc::Sender<Input>,
+    mut ready: oneshot::Receiver<()>,
     mut exit: oneshot::Receiver<Value>,
 ) -> Ended {
     let mut lines_open = true;
+    let mut ready_told = false;
     loop {
         tokio::select! {
+            told = &mut ready, if !ready_told => {
+                ready_told = true;
+                if told.is_ok() {
+                    let frame = json!({"type": "ready"});
+                    if socket.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                        return Ended::Lost;
+                    }
+                }
+            }
             batch = lines.recv(), if lines_open => match batch {
                 // One binary frame per line, as the CLI wrote it.
                 Some(batch) => {

@@ -55,7 +55,9 @@ pub fn turn_end(message: &Message) -> Option<TurnEnd> {
 /// output, a caveat) and not an interruption's marker.
 pub fn prompt(message: &Message) -> Option<&UserMessage> {
     let Message::User(user) = message.readable() else { return None };
-    let meta = user.extra.get("isMeta").and_then(Value::as_bool) == Some(true);
+    let flag = |name: &str| user.extra.get(name).and_then(Value::as_bool) == Some(true);
+    // `isCompactSummary`: the summary a `/compact` leaves, written as a user line.
+    let meta = flag("isMeta") || flag("isCompactSummary");
     if meta || !is_main(user) || is_interruption(user) {
         return None;
     }
@@ -130,6 +132,10 @@ mod tests {
             r#"{"type":"user","isSidechain":true,"message":{"role":"user","content":"a subagent's task"},"uuid":"u4"}"#,
         );
         assert!(prompt(&side).is_none());
+        let summary = line(
+            r#"{"type":"user","isCompactSummary":true,"message":{"role":"user","content":"This session is being continued…"},"uuid":"u6"}"#,
+        );
+        assert!(prompt(&summary).is_none());
     }
 
     #[test]

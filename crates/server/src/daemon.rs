@@ -737,6 +737,13 @@ impl Daemon {
         DaemonError,
     > {
         self.check_serving()?;
+        if hello.cwd.as_os_str().len() > 4096
+            || hello.cli_version.as_ref().is_some_and(|version| version.len() > 64)
+        {
+            return Err(DaemonError::Invalid(
+                "cwd is at most 4096 bytes and cli_version at most 64".into(),
+            ));
+        }
         if !hello.cwd.is_absolute() {
             return Err(DaemonError::Invalid(format!(
                 "cwd must be an absolute path, not {:?}",

@@ -25,14 +25,26 @@ use crate::error::ApiError;
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a prompt typed into the terminal may take to show in its transcript before the
-/// next one is typed anyway (the CLI may have been busy with a dialog of its own).
+/// next one is typed anyway (the CLI may have been busy with a dialog of its own), plus
+/// [`PROMPT_TYPING_ALLOWANCE`] per character for the typing itself.
 pub const PROMPT_START_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long the terminal may take to type one character of a prompt (it pauses after each).
+pub const PROMPT_TYPING_ALLOWANCE: Duration = Duration::from_millis(10);
+
+/// Prompts held at most while the CLI works; more are reported undelivered at once.
+pub const MAX_HELD_PROMPTS: usize = 64;
+
+/// The largest `hello` frame.
+pub const MAX_HELLO_BYTES: usize = 64 * 1024;
 
 /// What the terminal sends after its `hello` (besides its transcript's lines, one binary
 /// frame each).
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 enum FromTerminal {
+    /// The CLI's screen is up and idle, past any dialog of its start: a prompt may be typed.
+    Ready,
     /// The CLI exited.
     Exit {
         #[serde(default)]
@@ -73,6 +85,9 @@ async fn refuse(mut socket: WebSocket, error: String) {
 
 async fn serve(daemon: Arc<Daemon>, mut socket: WebSocket) {
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, socket.recv()).await {
+        Ok(Some(Ok(WsMessage::Text(text)))) if text.len() > MAX_HELLO_BYTES => {
+            return refuse(socket, format!("a hello is at most {MAX_HELLO_BYTES} bytes")).await
+        }
         Ok(Some(Ok(WsMessage::Text(text)))) => match serde_json::from_str::<Hello>(&text) {
             Ok(Hello::Hello { hello }) => hello,
             Err(error) => {
@@ -102,7 +117,10 @@ async fn serve(daemon: Arc<Daemon>, mut socket: WebSocket) {
 ///
 /// A prompt is typed only while the CLI is idle, and the next only once the transcript shows
 /// the CLI took it (or [`PROMPT_START_LIMIT`] passed): keys typed while the CLI works could
-/// land in a dialog of its own, a permission prompt whose default Enter would accept.
+/// land in a dialog of its own, a permission prompt whose default Enter would accept. Nor is
+/// one typed before the CLI is known to be past the dialogs of its start (the terminal says
+/// `ready`, or a turn has ended). Esc is pressed only while the CLI works (when idle, it would
+/// clear the person's draft, and a second one open the CLI's rewind).
 async fn relay(
     socket: WebSocket,
     mut lines: TranscriptIn,
@@ -111,26 +129,33 @@ async fn relay(
 ) {
     let (mut sink, mut stream) = socket.split();
     let mut held: VecDeque<(String, Bytes)> = VecDeque::new();
-    // When the last prompt was typed, until the CLI takes it.
-    let mut typed_at: Option<tokio::time::Instant> = None;
+    // Until when the last prompt typed may take to show (the CLI taking it ends the wait).
+    let mut typed_until: Option<tokio::time::Instant> = None;
+    let mut ready = false;
     let (code, signal, note) = loop {
-        let idle = snapshot.borrow().state == SessionState::Idle;
-        if typed_at.is_some() && !idle {
-            typed_at = None;
+        let (idle, turns) = {
+            let now = snapshot.borrow();
+            (now.state == SessionState::Idle, now.turns)
+        };
+        ready |= turns > 0;
+        if typed_until.is_some() && !idle {
+            typed_until = None;
         }
-        if typed_at.is_some_and(|at| at.elapsed() >= PROMPT_START_LIMIT) {
-            typed_at = None;
+        if typed_until.is_some_and(|until| tokio::time::Instant::now() >= until) {
+            typed_until = None;
         }
-        if idle && typed_at.is_none() {
+        if ready && idle && typed_until.is_none() {
             if let Some((text, line)) = held.pop_front() {
                 if sink.send(frame(json!({"type": "prompt", "text": text}))).await.is_err() {
                     held.push_front((text, line));
                     break (None, None, "the terminal went away".to_owned());
                 }
-                typed_at = Some(tokio::time::Instant::now());
+                let typing = PROMPT_TYPING_ALLOWANCE
+                    .saturating_mul(u32::try_from(text.chars().count()).unwrap_or(u32::MAX));
+                typed_until = Some(tokio::time::Instant::now() + PROMPT_START_LIMIT + typing);
             }
         }
-        let recheck = typed_at.map(|at| at + PROMPT_START_LIMIT);
+        let recheck = typed_until;
         tokio::select! {
             incoming = stream.next() => match incoming {
                 Some(Ok(WsMessage::Binary(line))) => {
@@ -139,6 +164,7 @@ async fn relay(
                     }
                 }
                 Some(Ok(WsMessage::Text(text))) => match serde_json::from_str::<FromTerminal>(&text) {
+                    Ok(FromTerminal::Ready) => ready = true,
                     Ok(FromTerminal::Exit { code, signal }) => break (code, signal, String::new()),
                     Err(error) => {
                         let error = format!("unreadable frame: {error}");
@@ -151,7 +177,11 @@ async fn relay(
                 Some(Ok(_)) => {}
             },
             next = keys.next_keys() => match next {
+                Some(Keys::Prompt { line, .. }) if held.len() >= MAX_HELD_PROMPTS => {
+                    lines.undelivered(line).await;
+                }
                 Some(Keys::Prompt { text, line }) => held.push_back((text, line)),
+                Some(Keys::Escape) if snapshot.borrow().state == SessionState::Idle => {}
                 Some(Keys::Escape) => {
                     if sink.send(frame(json!({"type": "escape"}))).await.is_err() {
                         break (None, None, "the terminal went away".to_owned());

@@ -225,7 +225,12 @@ impl TranscriptTail {
 /// Whether a file-system event changes the file. Not a read: opening and closing the file to
 /// read it are events too, and a reader woken by its own reads would never rest.
 fn is_change(kind: &notify::EventKind) -> bool {
-    !matches!(kind, notify::EventKind::Access(_))
+    use notify::event::ModifyKind;
+    // (A read changes the access time, a metadata change, on a `strictatime` mount.)
+    !matches!(
+        kind,
+        notify::EventKind::Access(_) | notify::EventKind::Modify(ModifyKind::Metadata(_))
+    )
 }
 
 /// Notifications that `path` changed. The watcher lives as long as the returned value.
@@ -255,6 +260,8 @@ mod tests {
         assert!(!is_change(&notify::EventKind::Access(AccessKind::Close(AccessMode::Read))));
         assert!(is_change(&notify::EventKind::Modify(ModifyKind::Data(DataChange::Any))));
         assert!(is_change(&notify::EventKind::Create(CreateKind::File)));
+        let touched = ModifyKind::Metadata(notify::event::MetadataKind::AccessTime);
+        assert!(!is_change(&notify::EventKind::Modify(touched)));
     }
 
     #[test]

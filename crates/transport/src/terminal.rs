@@ -42,7 +42,8 @@ pub fn typable(text: &str) -> Result<(), String> {
     if text.trim().is_empty() {
         return Err("the message is empty".to_owned());
     }
-    if let Some(first) = text.chars().next().filter(|c| matches!(c, '/' | '!' | '#')) {
+    // (The CLI looks past leading blanks.)
+    if let Some(first) = text.trim_start().chars().next().filter(|c| matches!(c, '/' | '!' | '#')) {
         return Err(format!(
             "a message for an interactive session is typed into its terminal, where a first {first:?} makes it a command, not a prompt: type commands in the terminal"
         ));
@@ -136,6 +137,11 @@ impl TranscriptIn {
         self.events.send(event).await.is_ok()
     }
 
+    /// One of the session's lines that will never be typed.
+    pub async fn undelivered(&self, line: Bytes) {
+        let _ = self.events.send(TransportEvent::Undelivered(line)).await;
+    }
+
     /// The CLI ended (`code`/`signal` as its terminal saw them; both `None` when the terminal
     /// went away without saying). `untyped`: the session's lines it never got.
     pub async fn ended(
@@ -206,7 +212,7 @@ mod tests {
         assert!(error.contains("U+001B"), "{error}");
         assert!(typable("tab\there").unwrap_err().contains("U+0009"));
         assert!(typable("  \n").is_err());
-        for command in ["/clear", "!rm -rf .", "# remember this"] {
+        for command in ["/clear", "!rm -rf .", "# remember this", "  /clear"] {
             assert!(typable(command).unwrap_err().contains("command"), "{command}");
         }
         assert!(typable("fix /tmp/x, then run !important # later").is_ok());

@@ -396,7 +396,19 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
     env.push(("SWITCHBOARD_TOKEN".into(), token.clone()));
     let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &program);
     terminal.shows("30 100").await;
-    terminal_session(&daemon.url, &token).await;
+    let session = terminal_session(&daemon.url, &token).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    // A CLI that never says it is ready (this one announces nothing, and no turn of its ever
+    // ends) is never typed into: a message waits, and is reported undelivered at its exit.
+    let sent = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "never typed"})),
+    )
+    .await;
+    assert_eq!(sent["queued"], true, "{sent}");
 
     terminal.keys(b"env\r").await;
     terminal.shows("token:none").await;
@@ -425,6 +437,28 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
 
     terminal.keys(b"quit\r").await;
     assert_eq!(terminal.exit_code().await, Some(7));
+    assert!(!terminal.text().contains("nevertyped"), "typed into a CLI not known ready");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = http(
+            &daemon.url,
+            &token,
+            reqwest::Method::GET,
+            &format!("/api/sessions/{id}/events"),
+            None,
+        )
+        .await;
+        let undelivered = events
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|event| event["event"]["event"] == "undelivered");
+        if undelivered {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no undelivered: {events}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
