@@ -177,6 +177,23 @@ fn stand_in(sandbox: &CliSandbox) -> std::path::PathBuf {
     program
 }
 
+/// POSTs `body` to the daemon's `path`: the status and the answer.
+async fn post(url: &str, token: &str, path: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+/// Sends a message to session `id` as the API would.
+async fn say(url: &str, token: &str, id: &str, text: &str) -> (u16, Value) {
+    post(url, token, &format!("/api/sessions/{id}/messages"), json!({ "content": text })).await
+}
+
 fn token(data_dir: &Path) -> String {
     std::fs::read_to_string(data_dir.join("token")).unwrap().trim().to_owned()
 }
@@ -225,14 +242,7 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
 
     // The API sends a message: typed into the CLI (a new line of it as a new line), answered,
     // shown in the terminal, and written to the same transcript.
-    let sent = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "FROM THE API\nsecond line"})),
-    )
-    .await;
+    let sent = say(&daemon.url, &token, &id, "FROM THE API\nsecond line").await.1;
     assert_eq!(sent["queued"], true, "{sent}");
     view_has(&daemon.url, &token, &id, |u| {
         u["update"] == "prompt" && u["text"] == "FROM THE API\nsecond line"
@@ -260,41 +270,18 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
     assert!(std::fs::read_to_string(transcript).unwrap().contains("FROM THE API"));
 
     // What a terminal cannot type is refused at once, by name.
-    let refused = reqwest::Client::new()
-        .post(format!("{}/api/sessions/{id}/messages", daemon.url))
-        .bearer_auth(&token)
-        .json(&json!({"content": "escape \u{1b}[A"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 400);
-    assert!(refused.text().await.unwrap().contains("U+001B"));
-    let command = reqwest::Client::new()
-        .post(format!("{}/api/sessions/{id}/messages", daemon.url))
-        .bearer_auth(&token)
-        .json(&json!({"content": "/clear"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(command.status(), 400, "a slash command is not a prompt");
-    let mode = reqwest::Client::new()
-        .post(format!("{}/api/sessions/{id}/model", daemon.url))
-        .bearer_auth(&token)
-        .json(&json!({"model": "opus"}))
-        .send()
-        .await
-        .unwrap();
-    assert!(mode.text().await.unwrap().contains("terminal"));
+    let refused = say(&daemon.url, &token, &id, "escape \u{1b}[A").await;
+    assert_eq!(refused.0, 400);
+    assert!(refused.1.to_string().contains("U+001B"), "{}", refused.1);
+    let command = say(&daemon.url, &token, &id, "/clear").await;
+    assert_eq!(command.0, 400, "a slash command is not a prompt");
+    let mode =
+        post(&daemon.url, &token, &format!("/api/sessions/{id}/model"), json!({"model": "opus"}))
+            .await;
+    assert!(mode.1.to_string().contains("terminal"), "{}", mode.1);
 
     // An interrupt from the API presses Esc: the turn ends, interrupted.
-    http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "SLOW please"})),
-    )
-    .await;
+    assert_eq!(say(&daemon.url, &token, &id, "SLOW please").await.0, 202);
     // The CLI took it (its transcript says so) and waits on the model's held stream (the
     // interactive CLI shows no text of a block until the block is done).
     view_has(&daemon.url, &token, &id, |u| u["update"] == "prompt" && u["text"] == "SLOW please")
@@ -302,14 +289,7 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
     api.wait_for(|request| request.last_user_text().contains("SLOW")).await;
     // Sent while the CLI works: typed once it is idle again (keys typed now could land in a
     // dialog of the CLI's), here after the interrupt.
-    http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "QUEUED while busy"})),
-    )
-    .await;
+    assert_eq!(say(&daemon.url, &token, &id, "QUEUED while busy").await.0, 202);
     http(
         &daemon.url,
         &token,
@@ -400,14 +380,7 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
     let id = session["id"].as_str().unwrap().to_owned();
     // A CLI that never says it is ready (this one announces nothing, and no turn of its ever
     // ends) is never typed into: a message waits, and is reported undelivered at its exit.
-    let sent = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "never typed"})),
-    )
-    .await;
+    let sent = say(&daemon.url, &token, &id, "never typed").await.1;
     assert_eq!(sent["queued"], true, "{sent}");
 
     terminal.keys(b"env\r").await;
