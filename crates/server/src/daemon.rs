@@ -805,9 +805,7 @@ impl Daemon {
             .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
             .unwrap_or(false);
         if terminal {
-            let line = switchboard_protocol::Message::User(message.clone()).encode();
-            switchboard_transport::terminal::keys_of(line.as_bytes())
-                .map_err(DaemonError::Invalid)?;
+            switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
         }
         handle.send_message(message).await?;
         Ok(())

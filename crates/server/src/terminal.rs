@@ -159,7 +159,7 @@ async fn relay(
         tokio::select! {
             incoming = stream.next() => match incoming {
                 Some(Ok(WsMessage::Binary(line))) => {
-                    if !lines.line(line.to_vec()).await {
+                    if !lines.line(line).await {
                         return;
                     }
                 }

@@ -10,7 +10,7 @@
 pub use bytes::Bytes;
 use switchboard_protocol::codec::Received;
 use switchboard_protocol::content::ContentBlock;
-use switchboard_protocol::{ControlRequestPayload, Message, TextOr};
+use switchboard_protocol::{ControlRequestPayload, Message, TextOr, UserMessage};
 use tokio::sync::{mpsc, watch};
 
 use crate::stdio::{self, CliLink, CliProcess, ExitInfo, TransportEvent, WriterCommand};
@@ -63,29 +63,32 @@ pub fn typable(text: &str) -> Result<(), String> {
     }
 }
 
+/// The text a prompt is typed as, or why it cannot be typed into a terminal.
+pub fn prompt_text(user: &UserMessage) -> Result<String, String> {
+    let text = match &user.message.content {
+        TextOr::Text(text) => text.clone(),
+        TextOr::Items(blocks) => {
+            let mut texts = Vec::new();
+            for block in blocks {
+                match block {
+                    ContentBlock::Text(text) => texts.push(text.text.as_str()),
+                    _ => return Err("only text can be typed into a terminal".to_owned()),
+                }
+            }
+            texts.join("\n\n")
+        }
+    };
+    let text = text.replace("\r\n", "\n");
+    typable(&text)?;
+    Ok(text)
+}
+
 /// The keys a line the session wrote stands for: `Ok(None)` for a line a terminal has no key
 /// for (nothing to do), `Err` for a prompt that cannot be typed.
-pub fn keys_of(line: &[u8]) -> Result<Option<Keys>, String> {
-    let message = Message::decode(line).map_err(|error| error.to_string())?;
+pub fn keys_of(line: Bytes) -> Result<Option<Keys>, String> {
+    let message = Message::decode(&line).map_err(|error| error.to_string())?;
     match message {
-        Message::User(user) => {
-            let text = match &user.message.content {
-                TextOr::Text(text) => text.clone(),
-                TextOr::Items(blocks) => {
-                    let mut texts = Vec::new();
-                    for block in blocks {
-                        match block {
-                            ContentBlock::Text(text) => texts.push(text.text.as_str()),
-                            _ => return Err("only text can be typed into a terminal".to_owned()),
-                        }
-                    }
-                    texts.join("\n\n")
-                }
-            };
-            let text = text.replace("\r\n", "\n");
-            typable(&text)?;
-            Ok(Some(Keys::Prompt { text, line: Bytes::copy_from_slice(line) }))
-        }
+        Message::User(user) => Ok(Some(Keys::Prompt { text: prompt_text(&user)?, line })),
         Message::ControlRequest(request)
             if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
         {
@@ -121,15 +124,18 @@ pub fn attached() -> (CliLink, TranscriptIn, KeysOut) {
 }
 
 impl TranscriptIn {
-    /// One line of the CLI's transcript; false once the session is gone.
-    pub async fn line(&mut self, line: Vec<u8>) -> bool {
+    /// One line of the CLI's transcript (taken without a copy when it is the only holder of
+    /// its bytes); false once the session is gone.
+    pub async fn line(&mut self, line: Bytes) -> bool {
         self.lines += 1;
         let position = switchboard_protocol::codec::Position { line: self.lines, offset: 0 };
-        let event = match Received::decode(line.clone()) {
+        // The error's preview reads only the line's head.
+        let preview = switchboard_protocol::codec::preview(&line);
+        let event = match Received::decode(Vec::from(line)) {
             Ok(received) => TransportEvent::Line(Box::new(received)),
             Err(error) => TransportEvent::BadLine(switchboard_protocol::LineError {
                 position,
-                preview: switchboard_protocol::codec::preview(&line),
+                preview,
                 kind: switchboard_protocol::codec::LineErrorKind::Malformed(error.to_string()),
                 control_request: None,
             }),
@@ -170,7 +176,7 @@ impl KeysOut {
         loop {
             let WriterCommand::Line(line, done) = self.writer.recv().await?;
             let _ = done.send(Ok(()));
-            match keys_of(&line) {
+            match keys_of(line.clone()) {
                 Ok(Some(keys)) => return Some(keys),
                 Ok(None) => {}
                 Err(reason) => {
@@ -194,15 +200,15 @@ mod tests {
     fn prompts_become_typed_text_and_an_interrupt_the_esc_key() {
         let prompt = br#"{"type":"user","message":{"role":"user","content":"two\r\nlines"},"parent_tool_use_id":null,"session_id":"","uuid":"u"}"#;
         assert!(
-            matches!(keys_of(prompt), Ok(Some(Keys::Prompt { text, .. })) if text == "two\nlines")
+            matches!(keys_of(Bytes::from_static(prompt)), Ok(Some(Keys::Prompt { text, .. })) if text == "two\nlines")
         );
         let interrupt =
             br#"{"type":"control_request","request_id":"sb-1","request":{"subtype":"interrupt"}}"#;
-        assert_eq!(keys_of(interrupt), Ok(Some(Keys::Escape)));
+        assert_eq!(keys_of(Bytes::from_static(interrupt)), Ok(Some(Keys::Escape)));
         let image = br#"{"type":"user","message":{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]},"parent_tool_use_id":null}"#;
-        assert!(keys_of(image).is_err());
+        assert!(keys_of(Bytes::from_static(image)).is_err());
         let keep_alive = br#"{"type":"keep_alive"}"#;
-        assert_eq!(keys_of(keep_alive), Ok(None));
+        assert_eq!(keys_of(Bytes::from_static(keep_alive)), Ok(None));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 mod drops;
 mod grpc;
 mod matrix;
+mod terminal;
 mod ui;
 mod warm;
 
