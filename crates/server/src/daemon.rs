@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
 use switchboard_session::{
-    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionHandle, WarmCli,
-    WarmPool, WarmStatus,
+    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionEvents,
+    SessionHandle, WarmCli, WarmPool, WarmStatus,
 };
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -1224,7 +1224,7 @@ impl Daemon {
         self: &Arc<Self>,
         record: SessionRecord,
         handle: SessionHandle,
-        events: mpsc::Receiver<SessionEvent>,
+        events: SessionEvents,
         last_seq: u64,
         prompt: Option<String>,
     ) -> Result<(), DaemonError> {
@@ -1797,7 +1797,7 @@ async fn write_records(
 
 /// Drains the events of a session that was refused before it went live (nothing of it is
 /// stored), so that its actor is never held up while its CLI is stopped.
-async fn pump_discarding(mut events: mpsc::Receiver<SessionEvent>) {
+async fn pump_discarding(mut events: SessionEvents) {
     while events.recv().await.is_some() {}
 }
 
@@ -1812,7 +1812,7 @@ async fn pump(
     mut id: String,
     mut live: Arc<LiveSession>,
     mut run: u64,
-    mut events: mpsc::Receiver<SessionEvent>,
+    mut events: SessionEvents,
     mut seq: u64,
 ) {
     let (relay, relayed) = live
@@ -1830,14 +1830,10 @@ async fn pump(
     // Events the store refused for good (the session was stopped for it), not yet noted in
     // the log (an earlier run's too).
     let mut lost: u64 = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
-    while let Some(first) = events.recv().await {
+    loop {
         batch.clear();
-        batch.push(first);
-        while batch.len() < APPEND_BATCH {
-            match events.try_recv() {
-                Ok(event) => batch.push(event),
-                Err(_) => break,
-            }
+        if !events.recv_many(&mut batch, APPEND_BATCH).await {
+            break;
         }
         let mut rest: &[SessionEvent] = &batch;
         while !rest.is_empty() {

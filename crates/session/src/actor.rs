@@ -28,8 +28,13 @@ use crate::core::{
 use crate::event::SessionEvent;
 use crate::policy::{MatchContext, Policy};
 
-/// Events queued for the session's owner before the actor waits (and, behind it, the CLI).
-pub const EVENT_QUEUE: usize = 1024;
+/// Batches of events queued for the session's owner before the actor waits (and, behind it,
+/// the CLI). A batch is what one wake-up of the actor made: at most [`TRANSPORT_BATCH`] of the
+/// CLI's lines, or one command.
+pub const EVENT_QUEUE: usize = 32;
+
+/// What the CLI said that the actor takes in one wake-up, and hands on as one batch.
+pub const TRANSPORT_BATCH: usize = 32;
 
 /// Commands queued for the actor.
 pub const COMMAND_QUEUE: usize = 64;
@@ -105,13 +110,67 @@ pub enum SessionError {
     Payload(String),
 }
 
+/// What a handle asks of the actor. The payloads are boxed: a queue holds its slots from the
+/// start (tokio allocates them 32 at a time), and this keeps an idle session's at 24 bytes each.
 enum Command {
-    SendUser(UserMessage),
-    Control(ControlRequestPayload, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
-    AnswerPermission(String, PermissionAnswer, String, oneshot::Sender<Result<(), AnswerError>>),
-    AnswerHook(String, Value, String, oneshot::Sender<Result<(), AnswerError>>),
+    SendUser(Box<UserMessage>),
+    Control(Box<ControlRequestPayload>, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
+    AnswerPermission(Box<Answer<PermissionAnswer>>, oneshot::Sender<Result<(), AnswerError>>),
+    AnswerHook(Box<Answer<Value>>, oneshot::Sender<Result<(), AnswerError>>),
     Shutdown(Duration, oneshot::Sender<ShutdownStep>),
     Timer(Timer),
+}
+
+/// An answer to a request of the CLI's, and who gave it.
+struct Answer<T> {
+    request_id: String,
+    answer: T,
+    who: String,
+}
+
+/// A session's events, every one in order and none lost: what [`spawn_session`] returns beside
+/// the handle.
+///
+/// The actor hands them over in batches, one per wake-up (the CLI's lines it found waiting, or
+/// one command), so a busy session costs one queue operation per batch rather than per event,
+/// and an idle one holds a queue of small slots. The actor waits while [`EVENT_QUEUE`] batches
+/// are queued.
+pub struct SessionEvents {
+    batches: mpsc::Receiver<Vec<SessionEvent>>,
+    ready: std::vec::IntoIter<SessionEvent>,
+}
+
+impl SessionEvents {
+    /// The next event; `None` once the session has ended and every event was taken. Cancel
+    /// safe.
+    pub async fn recv(&mut self) -> Option<SessionEvent> {
+        loop {
+            if let Some(event) = self.ready.next() {
+                return Some(event);
+            }
+            self.ready = self.batches.recv().await?.into_iter();
+        }
+    }
+
+    /// Appends what is waiting to `into`, up to about `limit` events (whole batches), waiting
+    /// for the next batch when nothing is. False, with nothing added, once the session has
+    /// ended and every event was taken. Cancel safe.
+    pub async fn recv_many(&mut self, into: &mut Vec<SessionEvent>, limit: usize) -> bool {
+        into.extend(self.ready.by_ref());
+        if into.is_empty() {
+            match self.batches.recv().await {
+                Some(batch) => into.extend(batch),
+                None => return false,
+            }
+        }
+        while into.len() < limit {
+            match self.batches.try_recv() {
+                Ok(batch) => into.extend(batch),
+                Err(_) => break,
+            }
+        }
+        true
+    }
 }
 
 /// A cheap handle to a running session. Clone it freely; every clone can steer the session and
@@ -135,7 +194,7 @@ type Observers = Arc<OnceLock<broadcast::Sender<Arc<SessionEvent>>>>;
 /// and calls [`spawn_session_on`].
 pub fn spawn_session(
     config: SessionConfig,
-) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), SessionError> {
+) -> Result<(SessionHandle, SessionEvents), SessionError> {
     let link = stdio::spawn(&config.launch_options())?;
     Ok(spawn_session_on(config, link))
 }
@@ -148,7 +207,7 @@ pub fn spawn_session(
 pub fn spawn_session_on(
     config: SessionConfig,
     link: stdio::CliLink,
-) -> (SessionHandle, mpsc::Receiver<SessionEvent>) {
+) -> (SessionHandle, SessionEvents) {
     start_actor(config, link, None)
 }
 
@@ -166,7 +225,7 @@ pub(crate) fn start_actor(
     config: SessionConfig,
     link: stdio::CliLink,
     warm: Option<WarmStart>,
-) -> (SessionHandle, mpsc::Receiver<SessionEvent>) {
+) -> (SessionHandle, SessionEvents) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut core =
         SessionCore::new(config.policy.clone(), MatchContext { cwd: config.cli.cwd.clone(), home });
@@ -185,6 +244,7 @@ pub(crate) fn start_actor(
         self_commands: commands_tx.downgrade(),
         timers: JoinSet::new(),
         events: events_tx,
+        pending: Vec::new(),
         observers: observers.clone(),
         snapshot: snapshot_tx,
         control_replies: HashMap::new(),
@@ -193,7 +253,8 @@ pub(crate) fn start_actor(
     let initialize = (!config.transcript)
         .then(|| ControlRequestPayload::Initialize(config.initialize.unwrap_or_default()));
     tokio::spawn(actor.run(initialize, warm));
-    (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events_rx)
+    let events = SessionEvents { batches: events_rx, ready: Vec::new().into_iter() };
+    (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events)
 }
 
 struct Actor {
@@ -206,7 +267,9 @@ struct Actor {
     /// behind kept the command queue's memory for up to its whole duration after the session
     /// ended. (A `DelayQueue` instead cost every idle session about 5 KiB for its wheel.)
     timers: JoinSet<()>,
-    events: mpsc::Sender<SessionEvent>,
+    events: mpsc::Sender<Vec<SessionEvent>>,
+    /// Events of this wake-up, handed on together by [`Actor::flush`].
+    pending: Vec<SessionEvent>,
     observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
     control_replies: HashMap<String, oneshot::Sender<Result<ControlSuccess, ControlFailure>>>,
@@ -251,6 +314,7 @@ impl Actor {
                 self.apply(effects).await;
             }
         }
+        self.flush().await;
         let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
         let mut commands_open = true;
         while !exited {
@@ -258,6 +322,17 @@ impl Actor {
                 event = self.link.events.recv() => {
                     let Some(event) = event else { break };
                     exited = self.on_transport(event).await;
+                    // What else the CLI said meanwhile goes out in the same batch.
+                    for _ in 1..TRANSPORT_BATCH {
+                        if exited {
+                            break;
+                        }
+                        match self.link.events.try_recv() {
+                            Ok(event) => exited = self.on_transport(event).await,
+                            Err(_) => break,
+                        }
+                    }
+                    self.flush().await;
                 }
                 command = self.commands.recv(), if commands_open => {
                     let Some(command) = command else {
@@ -268,24 +343,28 @@ impl Actor {
                     };
                     match command {
                         Command::SendUser(message) => {
-                            let effects = self.core.send_user(message);
+                            let effects = self.core.send_user(*message);
                             self.apply(effects).await;
                         }
                         Command::Control(payload, reply) => {
-                            let (request_id, effects) = self.core.control(payload);
+                            let (request_id, effects) = self.core.control(*payload);
                             self.control_replies.insert(request_id, reply);
                             self.apply(effects).await;
                         }
-                        Command::AnswerPermission(request_id, answer, who, reply) => {
+                        Command::AnswerPermission(answer, reply) => {
+                            let Answer { request_id, answer, who } = *answer;
                             let result = self.core.answer_permission(&request_id, answer, &who);
                             let (effects, result) = split(result);
                             self.apply(effects).await;
+                            self.flush().await;
                             let _ = reply.send(result);
                         }
-                        Command::AnswerHook(request_id, output, who, reply) => {
-                            let result = self.core.answer_hook(&request_id, output, &who);
+                        Command::AnswerHook(answer, reply) => {
+                            let Answer { request_id, answer, who } = *answer;
+                            let result = self.core.answer_hook(&request_id, answer, &who);
                             let (effects, result) = split(result);
                             self.apply(effects).await;
+                            self.flush().await;
                             let _ = reply.send(result);
                         }
                         Command::Shutdown(grace, reply) => {
@@ -297,9 +376,11 @@ impl Actor {
                             self.apply(effects).await;
                         }
                     }
+                    self.flush().await;
                 }
             }
         }
+        self.flush().await;
         let step = ShutdownStep::InputClosed;
         for waiter in shutdown_waiters {
             let _ = waiter.send(step);
@@ -311,7 +392,7 @@ impl Actor {
     async fn on_transport(&mut self, event: TransportEvent) -> bool {
         let effects = match event {
             TransportEvent::Line(received) => self.core.on_line(*received),
-            TransportEvent::BadLine(error) => self.core.on_bad_line(error),
+            TransportEvent::BadLine(error) => self.core.on_bad_line(*error),
             TransportEvent::Stderr(line) => self.core.on_stderr(line),
             TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
             TransportEvent::Disconnected => self.core.on_disconnected(),
@@ -372,7 +453,7 @@ impl Actor {
                     if let Some(observers) = self.observers.get() {
                         let _ = observers.send(Arc::new(event.clone()));
                     }
-                    let _ = self.events.send(event).await;
+                    self.pending.push(event);
                 }
                 Effect::StartTimer(timer, after) => {
                     // Timers that have fired leave the set here (it holds their results).
@@ -387,11 +468,23 @@ impl Actor {
                 }
                 Effect::ControlDone(request_id, result) => {
                     if let Some(reply) = self.control_replies.remove(&request_id) {
+                        // Whoever waits for the answer finds its events handed on.
+                        Box::pin(self.flush()).await;
                         let _ = reply.send(result);
                     }
                 }
                 Effect::End => Box::pin(self.begin_shutdown(SHUTDOWN_GRACE)).await,
             }
+        }
+    }
+}
+
+impl Actor {
+    /// Hands this wake-up's events on, in one batch; waits while the owner's queue is full.
+    async fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            let batch = std::mem::take(&mut self.pending);
+            let _ = self.events.send(batch).await;
         }
     }
 }
@@ -431,7 +524,8 @@ impl SessionHandle {
 
     /// Sends a user message. While a turn runs the CLI queues it and runs it as its own turn.
     pub async fn send_message(&self, message: UserMessage) -> Result<(), SessionError> {
-        self.commands.send(Command::SendUser(message)).await.map_err(|_| SessionError::Ended)
+        let command = Command::SendUser(Box::new(message));
+        self.commands.send(command).await.map_err(|_| SessionError::Ended)
     }
 
     /// Sends any control request and waits for the CLI's answer.
@@ -439,7 +533,7 @@ impl SessionHandle {
         &self,
         payload: ControlRequestPayload,
     ) -> Result<ControlSuccess, SessionError> {
-        Ok(self.call(|reply| Command::Control(payload, reply)).await??)
+        Ok(self.call(|reply| Command::Control(Box::new(payload), reply)).await??)
     }
 
     /// Re-sends `initialize` (2.1.330 accepts it any time; 2.1.37 answers "Already
@@ -544,11 +638,8 @@ impl SessionHandle {
         answer: PermissionAnswer,
         who: &str,
     ) -> Result<(), SessionError> {
-        Ok(self
-            .call(|reply| {
-                Command::AnswerPermission(request_id.to_owned(), answer, who.to_owned(), reply)
-            })
-            .await??)
+        let answer = Answer { request_id: request_id.to_owned(), answer, who: who.to_owned() };
+        Ok(self.call(|reply| Command::AnswerPermission(Box::new(answer), reply)).await??)
     }
 
     /// Answers a pending hook callback.
@@ -560,9 +651,9 @@ impl SessionHandle {
     ) -> Result<(), SessionError> {
         let output = serde_json::to_value(output)
             .map_err(|error| SessionError::Payload(error.to_string()))?;
-        Ok(self
-            .call(|reply| Command::AnswerHook(request_id.to_owned(), output, who.to_owned(), reply))
-            .await??)
+        let answer =
+            Answer { request_id: request_id.to_owned(), answer: output, who: who.to_owned() };
+        Ok(self.call(|reply| Command::AnswerHook(Box::new(answer), reply)).await??)
     }
 
     /// What the session looks like now.

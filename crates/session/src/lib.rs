@@ -16,7 +16,9 @@ pub mod policy;
 pub mod pool;
 pub mod projection;
 
-pub use actor::{spawn_session, spawn_session_on, SessionConfig, SessionError, SessionHandle};
+pub use actor::{
+    spawn_session, spawn_session_on, SessionConfig, SessionError, SessionEvents, SessionHandle,
+};
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 pub use policy::{Behavior, Decision, MatchContext, Policy, PolicyError};

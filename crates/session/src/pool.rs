@@ -33,12 +33,11 @@ use serde::Serialize;
 use switchboard_protocol::control::ControlResponseBody;
 use switchboard_protocol::{ControlRequestPayload, Message, PermissionMode};
 use switchboard_transport::stdio::{self, CliLink, TransportEvent};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 use tokio_util::task::TaskTracker;
 
-use crate::actor::{start_actor, SessionConfig, SessionHandle, WarmStart};
+use crate::actor::{start_actor, SessionConfig, SessionEvents, SessionHandle, WarmStart};
 use crate::core::{Effect, SessionCore};
-use crate::event::SessionEvent;
 use crate::policy::MatchContext;
 
 /// How long a warm CLI may take to answer `initialize` before it counts as failed.
@@ -276,7 +275,7 @@ impl WarmCli {
     pub fn into_session(
         self,
         config: SessionConfig,
-    ) -> Result<(SessionHandle, mpsc::Receiver<SessionEvent>), WarmCli> {
+    ) -> Result<(SessionHandle, SessionEvents), WarmCli> {
         let (key, wanted) = key_of(&config);
         let Ok(mode) = mode_change(&self.launched, &wanted) else { return Err(self) };
         if key != self.key || fingerprint(&config) != self.fingerprint {

@@ -328,7 +328,7 @@ impl IngressSlot {
                 self.note_incoming(&received);
                 TransportEvent::Line(Box::new(received))
             }
-            Err(error) => TransportEvent::BadLine(error),
+            Err(error) => TransportEvent::BadLine(Box::new(error)),
         };
         self.events.send(event).await.is_ok()
     }
@@ -543,7 +543,7 @@ impl Drop for ConnectionEnd {
                 wrote_output: true,
             };
             if let Some(permit) = self.exited.take() {
-                permit.send(TransportEvent::Exited(exit));
+                permit.send(TransportEvent::Exited(Box::new(exit)));
             }
         }
     }

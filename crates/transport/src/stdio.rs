@@ -303,8 +303,9 @@ pub enum TransportEvent {
     /// A decoded line (boxed: a typed message is large, and every idle session's event queue
     /// holds a block of these).
     Line(Box<Received>),
-    /// A line that could not be decoded (oversize, malformed); the stream goes on.
-    BadLine(LineError),
+    /// A line that could not be decoded (oversize, malformed); the stream goes on. (Boxed,
+    /// as `Exited` is, to keep the queue's slots small.)
+    BadLine(Box<LineError>),
     /// A line the CLI wrote to stderr, ANSI codes stripped.
     Stderr(String),
     /// `--sdk-url`: the CLI's WebSocket is up (`reconnect`: not for the first time).
@@ -325,7 +326,7 @@ pub enum TransportEvent {
     /// control request whose send failed, or, before the exit, whatever never reached the CLI.
     Undelivered(bytes::Bytes),
     /// The CLI exited.
-    Exited(ExitInfo),
+    Exited(Box<ExitInfo>),
 }
 
 /// How the CLI ended.
@@ -637,7 +638,11 @@ pub(crate) async fn supervise(
         let _ = events.send(event).await;
     }
     let _ = events
-        .send(TransportEvent::Exited(ExitInfo::from_status(status, stderr_tail, wrote_output)))
+        .send(TransportEvent::Exited(Box::new(ExitInfo::from_status(
+            status,
+            stderr_tail,
+            wrote_output,
+        ))))
         .await;
 }
 
@@ -669,7 +674,7 @@ async fn read_stdout(mut stdout: ChildStdout, events: &mpsc::Sender<TransportEve
 fn to_event(item: Result<Received, LineError>) -> TransportEvent {
     match item {
         Ok(received) => TransportEvent::Line(Box::new(received)),
-        Err(error) => TransportEvent::BadLine(error),
+        Err(error) => TransportEvent::BadLine(Box::new(error)),
     }
 }
 

@@ -133,12 +133,12 @@ impl TranscriptIn {
         let preview = switchboard_protocol::codec::preview(&line);
         let event = match Received::decode(Vec::from(line)) {
             Ok(received) => TransportEvent::Line(Box::new(received)),
-            Err(error) => TransportEvent::BadLine(switchboard_protocol::LineError {
+            Err(error) => TransportEvent::BadLine(Box::new(switchboard_protocol::LineError {
                 position,
                 preview,
                 kind: switchboard_protocol::codec::LineErrorKind::Malformed(error.to_string()),
                 control_request: None,
-            }),
+            })),
         };
         self.events.send(event).await.is_ok()
     }
@@ -162,7 +162,7 @@ impl TranscriptIn {
         }
         let exit =
             ExitInfo { code, signal, stderr_tail: note.to_owned(), wrote_output: self.lines > 0 };
-        let _ = self.events.send(TransportEvent::Exited(exit)).await;
+        let _ = self.events.send(TransportEvent::Exited(Box::new(exit))).await;
         let _ = self.exited.send(true);
     }
 }

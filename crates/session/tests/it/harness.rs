@@ -5,10 +5,9 @@ use std::time::Duration;
 use switchboard_protocol::{Message, ResultMessage};
 use switchboard_session::{
     spawn_session, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
-    SessionHandle,
+    SessionEvents, SessionHandle,
 };
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Scenario};
-use tokio::sync::mpsc;
 
 /// How long any one wait may take before the test fails (generous: CI has 2 cores).
 pub(crate) const WAIT: Duration = Duration::from_secs(90);
@@ -17,7 +16,7 @@ pub(crate) struct Harness {
     pub(crate) api: FakeApi,
     pub(crate) sandbox: CliSandbox,
     pub(crate) handle: SessionHandle,
-    events: mpsc::Receiver<SessionEvent>,
+    events: SessionEvents,
     /// Every event seen so far.
     pub(crate) log: Vec<SessionEvent>,
     /// How far `until` has looked.
@@ -73,7 +72,7 @@ impl Harness {
         api: FakeApi,
         sandbox: CliSandbox,
         handle: SessionHandle,
-        events: mpsc::Receiver<SessionEvent>,
+        events: SessionEvents,
     ) -> Harness {
         Harness { api, sandbox, handle, events, log: Vec::new(), cursor: 0 }
     }
