@@ -302,7 +302,14 @@ fn start_relay(name: &str) -> Result<Relay, String> {
         command.arg(script);
         command
     } else {
-        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        let mut command = match std::env::var("BENCH_WRAP") {
+            Ok(wrap) if name == "switchboard" => {
+                let mut command = std::process::Command::new(wrap);
+                command.arg(std::env::current_exe().unwrap());
+                command
+            }
+            _ => std::process::Command::new(std::env::current_exe().unwrap()),
+        };
         command.arg("--serve").arg(name);
         command
     };

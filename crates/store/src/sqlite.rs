@@ -629,8 +629,14 @@ fn insert_events<'e>(
     let mut insert = connection.prepare_cached(
         "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
+    // In (session, seq) order: each session's index entries then go in side by side, so the
+    // index's B-tree is walked to each session's leaf once per fold, not once per event.
+    let mut keyed = Vec::new();
     for event in events {
-        let key = session_key(connection, keys, &event.session_id)?;
+        keyed.push((session_key(connection, keys, &event.session_id)?, event));
+    }
+    keyed.sort_unstable_by_key(|(key, event)| (*key, event.seq));
+    for (key, event) in keyed {
         insert.execute(params![
             key,
             event.seq as i64,

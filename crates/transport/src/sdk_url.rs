@@ -25,7 +25,7 @@
 //! `Undelivered` before the CLI's exit. Only CLIs up to 2.1.120 accept a non-Anthropic
 //! `--sdk-url` ([`MAX_SDK_URL_VERSION`]).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -48,8 +48,9 @@ pub const AUTH_FD_ENV: &str = "CLAUDE_CODE_WEBSOCKET_AUTH_FILE_DESCRIPTOR";
 /// The newest CLI that connects to a non-Anthropic `--sdk-url` (2.1.121 refuses).
 pub const MAX_SDK_URL_VERSION: (u32, u32, u32) = (2, 1, 120);
 
-/// Message uuids remembered to drop lines the CLI sends twice.
-pub const SEEN_UUIDS: usize = 4096;
+/// Line uuids remembered to drop lines the CLI sends twice: a reconnecting CLI replays from a
+/// buffer of its last 1,000 messages.
+pub const SEEN_UUIDS: usize = 1024;
 
 type OutgoingQueue = Arc<tokio::sync::Mutex<mpsc::Receiver<WriterCommand>>>;
 
@@ -65,7 +66,7 @@ pub struct IngressSlot {
     connected_before: AtomicBool,
     /// The session closed its input: refuse new connections.
     closed: AtomicBool,
-    seen: Mutex<(HashSet<SeenKey>, VecDeque<SeenKey>)>,
+    seen: Mutex<SeenLines>,
     /// The newest claim on the slot: a connection holds it while this is its ticket. A new
     /// connection (or [`IngressSlot::disconnect`]) takes the next ticket, and the one up now
     /// lets go at once.
@@ -156,7 +157,7 @@ impl IngressSlot {
             events,
             connected_before: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            seen: Mutex::new((HashSet::new(), VecDeque::new())),
+            seen: Mutex::new(SeenLines::default()),
             claim: watch::channel(0).0,
             tickets: std::sync::atomic::AtomicU64::new(0),
             external_exit,
@@ -346,38 +347,60 @@ impl IngressSlot {
     fn first_time(&self, uuid: Option<&str>) -> bool {
         let Some(uuid) = uuid else { return true };
         let Ok(mut seen) = self.seen.lock() else { return true };
-        let (set, order) = &mut *seen;
-        let key = SeenKey::of(uuid);
-        if set.contains(&key) {
+        seen.first_time(fingerprint(uuid))
+    }
+}
+
+/// The last [`SEEN_UUIDS`] line uuids of a connection, as 64-bit fingerprints in a ring, at
+/// most 8 KiB however long the CLI stays (a hash set and a queue of the uuids themselves took
+/// about 400 KB per long-lived connection). Looking one up scans the ring, which the compiler
+/// vectorises: about a quarter of a microsecond when full.
+#[derive(Debug, Default)]
+struct SeenLines {
+    ring: Vec<u64>,
+    /// Where the next fingerprint goes once the ring is full (the oldest's place).
+    next: usize,
+}
+
+impl SeenLines {
+    /// Whether `fingerprint` is new; it is remembered either way.
+    fn first_time(&mut self, fingerprint: u64) -> bool {
+        // Eight at a time without an early exit, so that the loop is vectorised.
+        let mut chunks = self.ring.chunks_exact(8);
+        let seen = chunks
+            .by_ref()
+            .any(|chunk| chunk.iter().fold(false, |seen, &x| seen | (x == fingerprint)))
+            || chunks.remainder().contains(&fingerprint);
+        if seen {
             return false;
         }
-        set.insert(key.clone());
-        order.push_back(key);
-        if order.len() > SEEN_UUIDS {
-            if let Some(old) = order.pop_front() {
-                set.remove(&old);
-            }
+        if self.ring.len() < SEEN_UUIDS {
+            self.ring.push(fingerprint);
+        } else {
+            self.ring[self.next] = fingerprint;
+            self.next = (self.next + 1) % SEEN_UUIDS;
         }
         true
     }
 }
 
-/// A remembered line `uuid`: the CLI's are UUIDs, kept as the 128-bit number they spell (no
-/// allocation, nothing to follow when comparing); anything else is kept as text.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum SeenKey {
-    Uuid(u128),
-    Text(Arc<str>),
-}
-
-impl SeenKey {
-    fn of(uuid: &str) -> SeenKey {
-        // Only the canonical spelling (36 characters, lowercase): another spelling of the
-        // same number stays another text.
-        let canonical = uuid.len() == 36 && !uuid.bytes().any(|byte| byte.is_ascii_uppercase());
-        match uuid::Uuid::try_parse(uuid) {
-            Ok(parsed) if canonical => SeenKey::Uuid(parsed.as_u128()),
-            _ => SeenKey::Text(Arc::from(uuid)),
+/// A line uuid's fingerprint. The CLI's are random UUIDs: their 128 bits folded to 64 (the
+/// canonical spelling only; another spelling of the same number is another text). Anything
+/// else is hashed with fixed keys. A new line is taken for one of the last 1,024 with a chance
+/// of 1,024 in 2^64 (about 1 in 10^16), and a CLI that made fingerprints collide on purpose
+/// would only drop lines of its own session.
+fn fingerprint(uuid: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let canonical = uuid.len() == 36 && !uuid.bytes().any(|byte| byte.is_ascii_uppercase());
+    match uuid::Uuid::try_parse(uuid) {
+        Ok(parsed) if canonical => {
+            let (high, low) = parsed.as_u64_pair();
+            high ^ low
+        }
+        _ => {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            uuid.hash(&mut hasher);
+            hasher.finish()
         }
     }
 }
@@ -629,6 +652,26 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_connection_remembers_its_last_line_uuids_in_bounded_memory() {
+        let mut seen = SeenLines::default();
+        let uuid = |n: usize| format!("{n:08x}-0000-4000-8000-{:012x}", n * 7919);
+        for n in 0..3 * SEEN_UUIDS {
+            assert!(seen.first_time(fingerprint(&uuid(n))), "line {n} is new");
+            // A replay of any of the last 1,024 is dropped.
+            assert!(!seen.first_time(fingerprint(&uuid(n))));
+            assert!(!seen.first_time(fingerprint(&uuid(n.saturating_sub(SEEN_UUIDS - 1)))));
+        }
+        assert_eq!(seen.ring.len(), SEEN_UUIDS);
+        assert!(seen.ring.capacity() <= SEEN_UUIDS * 2, "the ring stays bounded");
+        // Older ones are forgotten (a CLI replays no further back).
+        assert!(seen.first_time(fingerprint(&uuid(0))));
+        // Uuids that are not UUIDs, and other spellings of one, are texts of their own.
+        assert!(seen.first_time(fingerprint("not-a-uuid")));
+        assert!(!seen.first_time(fingerprint("not-a-uuid")));
+        assert!(seen.first_time(fingerprint(&uuid(3 * SEEN_UUIDS - 1).to_uppercase())));
+    }
 
     #[test]
     fn versions_that_accept_a_custom_sdk_url() {
