@@ -1,8 +1,9 @@
 //! The daemon's sessions: starting and resuming them, pumping their events into the store and
 //! out to subscribers, and the session records as projections of those events.
 //!
-//! For each live session one pump task takes the session's events in order, gives each the
-//! next sequence number, appends them to the store in batches, and only then publishes them.
+//! For each live session a pump, called in the session actor's own task (an [`EventSink`]),
+//! takes the session's events in order, gives each the next sequence number, appends them to
+//! the store in batches, and only then publishes them.
 //! [`Daemon::subscribe`] reads history from the store and then follows the live tail, so a
 //! subscriber sees every event exactly once, in order, however it joins or falls behind.
 
@@ -15,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
 use switchboard_session::{
-    LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent, SessionEvents,
-    SessionHandle, WarmCli, WarmPool, WarmStatus,
+    EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
+    SessionEvents, SessionHandle, SinkFuture, WarmCli, WarmPool, WarmStatus,
 };
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -24,9 +25,6 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 /// Live events kept per session for subscribers that fall behind; past that they are told they
 /// lagged and catch up from the store. Allocated when the first subscriber arrives.
 pub const LIVE_BUFFER: usize = 2048;
-
-/// Events appended to the store in one batch at most.
-pub const APPEND_BATCH: usize = 256;
 
 /// Events a subscriber reads from the store per query while catching up.
 pub const HISTORY_PAGE: usize = 1000;
@@ -1251,13 +1249,7 @@ impl Daemon {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
-        let daemon = self.clone();
-        tokio::spawn(async move {
-            pump(daemon.clone(), id, live, number, events, last_seq).await;
-            if let Some(run) = run {
-                daemon.record_run(&run, false).await;
-            }
-        });
+        events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
         if let Some(prompt) = prompt {
             handle.send_text(prompt).await?;
@@ -1801,61 +1793,82 @@ async fn pump_discarding(mut events: SessionEvents) {
     while events.recv().await.is_some() {}
 }
 
-/// Moves a session's events into the store and out to subscribers, and keeps its record.
+/// Moves a session's events into the store and out to subscribers, and keeps its record: the
+/// session's [`EventSink`], called in its actor's task (one task fewer on every event's path
+/// than a pump of its own, which also cost every idle session its task and queue).
 ///
 /// A relay session (an external CLI at `/`) follows seed 003's rotation rule: each distinct
 /// Claude session id on the connection is its own Switchboard session. When the CLI moves to
 /// another Claude session, the current one ends with a `rotated` event and the pump goes on
 /// with the session of the new id (a new one, or the one this connection had for it before).
-async fn pump(
+struct Pump {
     daemon: Arc<Daemon>,
-    mut id: String,
-    mut live: Arc<LiveSession>,
-    mut run: u64,
-    mut events: SessionEvents,
-    mut seq: u64,
-) {
-    let (relay, relayed) = live
-        .record
-        .lock()
-        .map(|record| {
-            let relay = record.config["transport"] == "relay";
-            (relay, relay || record.config["relay"] == true)
-        })
-        .unwrap_or((false, false));
-    // This connection's Claude session ids and their Switchboard sessions.
-    let mut seen: HashMap<String, String> = HashMap::new();
-    // Grows to what the session needs (an idle session holds no room for 256 events).
-    let mut batch = Vec::new();
-    // Events the store refused for good (the session was stopped for it), not yet noted in
-    // the log (an earlier run's too).
-    let mut lost: u64 = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
-    loop {
-        batch.clear();
-        if !events.recv_many(&mut batch, APPEND_BATCH).await {
-            break;
-        }
+    id: String,
+    live: Arc<LiveSession>,
+    /// The run's number: only this run's end ends the session's run.
+    run: u64,
+    /// The last sequence number used.
+    seq: u64,
+    /// A relay CLI's session (rotations apply), and whether relay frontends see its lines.
+    relay: bool,
+    relayed: bool,
+    /// This connection's Claude session ids and their Switchboard sessions.
+    seen: HashMap<String, String>,
+    /// Events the store refused for good (the session was stopped for it), not yet noted in
+    /// the log (an earlier run's too).
+    lost: u64,
+    /// The CLI process, marked ended in the runs file when the session ends.
+    cli_run: Option<switchboard_transport::CliRun>,
+}
+
+impl Pump {
+    fn new(
+        daemon: Arc<Daemon>,
+        id: String,
+        live: Arc<LiveSession>,
+        run: u64,
+        seq: u64,
+        cli_run: Option<switchboard_transport::CliRun>,
+    ) -> Pump {
+        let (relay, relayed) = live
+            .record
+            .lock()
+            .map(|record| {
+                let relay = record.config["transport"] == "relay";
+                (relay, relay || record.config["relay"] == true)
+            })
+            .unwrap_or((false, false));
+        let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
+        Pump { daemon, id, live, run, seq, relay, relayed, seen: HashMap::new(), lost, cli_run }
+    }
+
+    async fn take(&mut self, batch: Vec<SessionEvent>) {
+        let daemon = self.daemon.clone();
         let mut rest: &[SessionEvent] = &batch;
         while !rest.is_empty() {
-            let rotation = if relay { rotation_point(&live, rest) } else { None };
+            let rotation = if self.relay { rotation_point(&self.live, rest) } else { None };
             let (now, later) = match &rotation {
                 Some((at, _)) => rest.split_at(*at),
                 None => (rest, &[][..]),
             };
-            let stored = (lost == 0 || note_lost(&daemon, &id, &live, &mut seq, &mut lost).await)
-                && publish(&daemon, &id, &live, now, &mut seq, relayed).await;
+            let Pump { id, live, seq, lost, relayed, .. } = self;
+            let stored = (*lost == 0 || note_lost(&daemon, id, live, seq, lost).await)
+                && publish(&daemon, id, live, now, seq, *relayed).await;
             if !stored {
-                lost += now.len() as u64;
+                *lost += now.len() as u64;
             }
             if let Some((_, claude_session_id)) = rotation {
-                match daemon.rotate(&id, &live, seq, &claude_session_id, &mut seen).await {
+                let rotated =
+                    daemon.rotate(id, live, *seq, &claude_session_id, &mut self.seen).await;
+                match rotated {
                     Ok((next_id, next_live, next_run, next_seq)) => {
-                        (id, live, run, seq) = (next_id, next_live, next_run, next_seq);
+                        (self.id, self.live, self.run, self.seq) =
+                            (next_id, next_live, next_run, next_seq);
                     }
                     Err(error) => {
-                        tracing::error!(session = %id, %error, "cannot rotate the relay session");
+                        tracing::error!(session = %self.id, %error, "cannot rotate the relay session");
                         // Go on in the same session rather than lose lines.
-                        if let Ok(mut record) = live.record.lock() {
+                        if let Ok(mut record) = self.live.record.lock() {
                             record.claude_session_id = Some(claude_session_id);
                         }
                     }
@@ -1864,30 +1877,48 @@ async fn pump(
             rest = later;
         }
     }
-    if lost > 0 && !note_lost(&daemon, &id, &live, &mut seq, &mut lost).await {
-        // Noted when this session stores an event again (a resume).
-        live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
-    }
-    // This run is over: its record is stored (exited or crashed) and the run ends, unless a
-    // resume began the next run meanwhile (then the record and the end are that run's).
-    let mut record_stored = true;
-    if live.run_number() == run {
-        let _writing = daemon.record_writes.lock().await;
-        // This write has the record as it ends: one still queued is not needed.
-        live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
-        if let Some(record) = current_record(&live) {
-            if let Err(error) = daemon.store.update_session(&record).await {
-                tracing::error!(session = %id, %error, "cannot store the session's last record");
-                record_stored = false;
+
+    async fn end(self) {
+        let Pump { daemon, id, live, run, mut seq, mut lost, relayed, cli_run, .. } = self;
+        let (daemon, id, live, run) = (&daemon, &id, &live, &run);
+        if lost > 0 && !note_lost(daemon, id, live, &mut seq, &mut lost).await {
+            // Noted when this session stores an event again (a resume).
+            live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
+        }
+        // This run is over: its record is stored (exited or crashed) and the run ends, unless
+        // a resume began the next run meanwhile (then the record and the end are that run's).
+        let mut record_stored = true;
+        if live.run_number() == *run {
+            let _writing = daemon.record_writes.lock().await;
+            // This write has the record as it ends: one still queued is not needed.
+            live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
+            if let Some(record) = current_record(live) {
+                if let Err(error) = daemon.store.update_session(&record).await {
+                    tracing::error!(session = %id, %error, "cannot store the session's last record");
+                    record_stored = false;
+                }
             }
         }
+        // A record the store refused lives on in memory, where `Daemon::record` finds it.
+        if live.end(*run) && record_stored {
+            daemon.forget_if_finished(id, live);
+        }
+        if relayed {
+            daemon.relay_publish(&relay_status("claude code disconnected")).await;
+        }
+        if let Some(cli_run) = &cli_run {
+            daemon.record_run(cli_run, false).await;
+        }
     }
-    // A record the store refused lives on in memory, where `Daemon::record` finds it.
-    if live.end(run) && record_stored {
-        daemon.forget_if_finished(&id, &live);
+}
+
+impl EventSink for Pump {
+    fn take(&mut self, events: Vec<SessionEvent>) -> SinkFuture<'_> {
+        Box::pin(Pump::take(self, events))
     }
-    if relayed {
-        daemon.relay_publish(&relay_status("claude code disconnected")).await;
+
+    fn end(self: Box<Self>) -> SinkFuture<'static> {
+        Box::pin(Pump::end(*self))
     }
 }
 

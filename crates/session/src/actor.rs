@@ -135,12 +135,68 @@ struct Answer<T> {
 /// one command), so a busy session costs one queue operation per batch rather than per event,
 /// and an idle one holds a queue of small slots. The actor waits while [`EVENT_QUEUE`] batches
 /// are queued.
+///
+/// Or the owner hands them to an [`EventSink`] ([`SessionEvents::hand_to`]), which the actor
+/// then calls itself: no task of the owner's, and no queue, on an event's path.
 pub struct SessionEvents {
     batches: mpsc::Receiver<Vec<SessionEvent>>,
     ready: std::vec::IntoIter<SessionEvent>,
+    handover: oneshot::Sender<Handover>,
+}
+
+/// What an [`EventSink`] call returns.
+pub type SinkFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
+/// Takes a session's events in the session actor's own task ([`SessionEvents::hand_to`]).
+///
+/// The actor waits for each call, which holds the CLI back as a full queue would. Nothing a
+/// sink does may wait for its own session's actor (a [`SessionHandle`] call from a sink would
+/// never be answered): spawn such work.
+pub trait EventSink: Send + 'static {
+    /// The next events, in order (at least one).
+    fn take(&mut self, events: Vec<SessionEvent>) -> SinkFuture<'_>;
+    /// The session ended: every event was taken.
+    fn end(self: Box<Self>) -> SinkFuture<'static>;
+}
+
+/// A sink, and the events queued before it was handed over (they go to it first).
+struct Handover {
+    sink: Box<dyn EventSink>,
+    batches: mpsc::Receiver<Vec<SessionEvent>>,
+    ready: Vec<SessionEvent>,
+}
+
+impl Handover {
+    /// The events queued before the hand-over, in order: what was taken out of the queue, then
+    /// what is still in it (its sender, the actor, sends nothing meanwhile, or is gone).
+    fn queued(&mut self) -> Vec<SessionEvent> {
+        let mut events = std::mem::take(&mut self.ready);
+        while let Ok(batch) = self.batches.try_recv() {
+            events.extend(batch);
+        }
+        events
+    }
 }
 
 impl SessionEvents {
+    /// Hands every event, from the first not yet taken, to `sink`, called in the actor's own
+    /// task from its next wake-up on. If the session has already ended, a task of its own
+    /// gives the sink what is left and ends it.
+    pub fn hand_to(self, sink: Box<dyn EventSink>) {
+        let SessionEvents { batches, ready, handover: slot } = self;
+        let handover = Handover { sink, batches, ready: ready.collect() };
+        if let Err(mut handover) = slot.send(handover) {
+            // The actor is gone: nothing sends any more, and the queue holds the rest.
+            tokio::spawn(async move {
+                let events = handover.queued();
+                if !events.is_empty() {
+                    handover.sink.take(events).await;
+                }
+                handover.sink.end().await;
+            });
+        }
+    }
+
     /// The next event; `None` once the session has ended and every event was taken. Cancel
     /// safe.
     pub async fn recv(&mut self) -> Option<SessionEvent> {
@@ -235,6 +291,7 @@ pub(crate) fn start_actor(
     }
     let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+    let (handover_tx, handover_rx) = oneshot::channel();
     let (snapshot_tx, snapshot_rx) = watch::channel(core.snapshot());
     let observers: Observers = Arc::new(OnceLock::new());
     let actor = Actor {
@@ -243,7 +300,8 @@ pub(crate) fn start_actor(
         commands: commands_rx,
         self_commands: commands_tx.downgrade(),
         timers: JoinSet::new(),
-        events: events_tx,
+        out: Out::Queue(events_tx),
+        handover: Some(handover_rx),
         pending: Vec::new(),
         observers: observers.clone(),
         snapshot: snapshot_tx,
@@ -253,7 +311,8 @@ pub(crate) fn start_actor(
     let initialize = (!config.transcript)
         .then(|| ControlRequestPayload::Initialize(config.initialize.unwrap_or_default()));
     tokio::spawn(actor.run(initialize, warm));
-    let events = SessionEvents { batches: events_rx, ready: Vec::new().into_iter() };
+    let events =
+        SessionEvents { batches: events_rx, ready: Vec::new().into_iter(), handover: handover_tx };
     (SessionHandle { cli_run, commands: commands_tx, snapshot: snapshot_rx, observers }, events)
 }
 
@@ -267,7 +326,11 @@ struct Actor {
     /// behind kept the command queue's memory for up to its whole duration after the session
     /// ended. (A `DelayQueue` instead cost every idle session about 5 KiB for its wheel.)
     timers: JoinSet<()>,
-    events: mpsc::Sender<Vec<SessionEvent>>,
+    /// Where events go: the owner's queue, until it hands them to a sink.
+    out: Out,
+    /// Where a sink arrives ([`SessionEvents::hand_to`]); `None` once one did, or the owner
+    /// let the stream go.
+    handover: Option<oneshot::Receiver<Handover>>,
     /// Events of this wake-up, handed on together by [`Actor::flush`].
     pending: Vec<SessionEvent>,
     observers: Observers,
@@ -380,7 +443,7 @@ impl Actor {
                 }
             }
         }
-        self.flush().await;
+        self.finish().await;
         let step = ShutdownStep::InputClosed;
         for waiter in shutdown_waiters {
             let _ = waiter.send(step);
@@ -482,11 +545,83 @@ impl Actor {
 impl Actor {
     /// Hands this wake-up's events on, in one batch; waits while the owner's queue is full.
     async fn flush(&mut self) {
-        if !self.pending.is_empty() {
-            let batch = std::mem::take(&mut self.pending);
-            let _ = self.events.send(batch).await;
+        self.take_handover().await;
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.pending);
+        loop {
+            let arrived = match (&mut self.out, self.handover.as_mut()) {
+                (Out::Sink(sink), _) => return sink.take(batch).await,
+                (Out::Gone, _) => return,
+                // A closed queue (the owner let the stream go) drops the batch.
+                (Out::Queue(queue), None) => {
+                    if let Ok(permit) = queue.reserve().await {
+                        permit.send(batch);
+                    }
+                    return;
+                }
+                // Waits for room, or for the owner to hand the events to a sink meanwhile
+                // (with the queue this would wait on).
+                (Out::Queue(queue), Some(handover)) => tokio::select! {
+                    permit = queue.reserve() => {
+                        if let Ok(permit) = permit {
+                            permit.send(batch);
+                        }
+                        return;
+                    }
+                    arrived = handover => arrived,
+                },
+            };
+            self.handover = None;
+            if let Ok(handover) = arrived {
+                self.install(handover).await;
+            }
         }
     }
+
+    /// Takes a sink the owner handed over since the last look, if any.
+    async fn take_handover(&mut self) {
+        let Some(handover) = self.handover.as_mut() else { return };
+        match handover.try_recv() {
+            Ok(handover) => {
+                self.handover = None;
+                self.install(handover).await;
+            }
+            Err(oneshot::error::TryRecvError::Closed) => self.handover = None,
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+    }
+
+    /// From now on events go to `handover`'s sink, after what was queued before it came.
+    async fn install(&mut self, mut handover: Handover) {
+        let queued = handover.queued();
+        let mut sink = handover.sink;
+        if !queued.is_empty() {
+            sink.take(queued).await;
+        }
+        self.out = Out::Sink(sink);
+    }
+
+    /// The run is over: the last events go out, and a sink hears the end.
+    async fn finish(&mut self) {
+        self.flush().await;
+        // A sink that came after the last flush still gets what was queued for it.
+        self.take_handover().await;
+        if let Out::Sink(sink) = std::mem::replace(&mut self.out, Out::Gone) {
+            sink.end().await;
+        }
+    }
+}
+
+/// Where the actor's events go.
+enum Out {
+    /// The owner's queue ([`SessionEvents`]).
+    Queue(mpsc::Sender<Vec<SessionEvent>>),
+    /// A sink the owner handed the events to.
+    Sink(Box<dyn EventSink>),
+    /// The run is over.
+    Gone,
 }
 
 fn split(result: Result<Vec<Effect>, AnswerError>) -> (Vec<Effect>, Result<(), AnswerError>) {

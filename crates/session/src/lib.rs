@@ -17,7 +17,8 @@ pub mod pool;
 pub mod projection;
 
 pub use actor::{
-    spawn_session, spawn_session_on, SessionConfig, SessionError, SessionEvents, SessionHandle,
+    spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
+    SessionHandle, SinkFuture,
 };
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};

@@ -130,3 +130,98 @@ async fn a_control_request_the_cli_never_answers_times_out() {
     handle.shutdown(Duration::from_millis(200)).await.unwrap();
     assert_eq!(drain.await.unwrap(), 1);
 }
+
+/// A sink that records the kinds of the events it takes, and says when it is ended.
+struct Recorder {
+    kinds: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl switchboard_session::EventSink for Recorder {
+    fn take(&mut self, events: Vec<SessionEvent>) -> switchboard_session::SinkFuture<'_> {
+        assert!(!events.is_empty(), "a sink is never called with nothing");
+        assert!(self.ended.is_some(), "nothing comes after the end");
+        self.kinds.lock().unwrap().extend(events.iter().map(|event| event.kind().to_owned()));
+        Box::pin(async {})
+    }
+
+    fn end(mut self: Box<Self>) -> switchboard_session::SinkFuture<'static> {
+        let _ = self.ended.take().unwrap().send(());
+        Box::pin(async {})
+    }
+}
+
+fn a_short_turn() -> serde_json::Value {
+    json!([
+        {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+        {"expect": "user"},
+        {"emit": {"type": "system", "subtype": "init", "session_id": "$SESSION"}},
+        {"emit": {"type": "assistant", "session_id": "$SESSION", "message": {"id": "m", "type": "message", "role": "assistant", "model": "x", "content": [{"type": "text", "text": "hi"}]}}},
+        {"emit": {"type": "result", "subtype": "success", "session_id": "$SESSION", "is_error": false, "duration_ms": 1, "duration_api_ms": 1, "num_turns": 1, "result": "hi", "total_cost_usd": 0.0}},
+    ])
+}
+
+/// The kinds of every event of a session that answers `initialize`, runs a turn and is shut
+/// down: the first two read from the queue, the rest from the queue too or, with `sink`,
+/// handed to a [`Recorder`] then.
+async fn a_session_s_event_kinds(dir: &std::path::Path, sink: bool) -> Vec<String> {
+    let (handle, mut events) = spawn_session(config(dir, Some(a_short_turn()))).unwrap();
+    let mut kinds = vec![
+        events.recv().await.unwrap().kind().to_owned(),
+        events.recv().await.unwrap().kind().to_owned(),
+    ];
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (ended, end) = tokio::sync::oneshot::channel();
+    if sink {
+        events.hand_to(Box::new(Recorder { kinds: taken.clone(), ended: Some(ended) }));
+    } else {
+        let taken = taken.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                taken.lock().unwrap().push(event.kind().to_owned());
+            }
+            let _ = ended.send(());
+        });
+    }
+    handle.send_text("go").await.unwrap();
+    let mut state = handle.watch();
+    state
+        .wait_for(|snapshot| snapshot.turns == 1 && snapshot.state == SessionState::Idle)
+        .await
+        .unwrap();
+    handle.shutdown(Duration::from_secs(5)).await.unwrap();
+    end.await.expect("the events end");
+    kinds.extend(taken.lock().unwrap().iter().cloned());
+    kinds
+}
+
+#[tokio::test]
+async fn events_handed_to_a_sink_follow_those_read_before_in_order_and_end_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = a_session_s_event_kinds(dir.path(), false).await;
+    assert!(all.iter().any(|kind| kind == "exited"), "{all:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let handed = a_session_s_event_kinds(dir.path(), true).await;
+    assert_eq!(handed, all, "the same events, in the same order, none twice");
+
+    // Handed over only after the session ended: a task of its own gives the sink the rest.
+    let dir = tempfile::tempdir().unwrap();
+    let (handle, mut events) = spawn_session(config(dir.path(), Some(a_short_turn()))).unwrap();
+    let mut kinds = vec![
+        events.recv().await.unwrap().kind().to_owned(),
+        events.recv().await.unwrap().kind().to_owned(),
+    ];
+    handle.send_text("go").await.unwrap();
+    let mut state = handle.watch();
+    state
+        .wait_for(|snapshot| snapshot.turns == 1 && snapshot.state == SessionState::Idle)
+        .await
+        .unwrap();
+    handle.shutdown(Duration::from_secs(5)).await.unwrap();
+    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (ended, end) = tokio::sync::oneshot::channel();
+    events.hand_to(Box::new(Recorder { kinds: taken.clone(), ended: Some(ended) }));
+    end.await.expect("the sink is ended");
+    kinds.extend(taken.lock().unwrap().iter().cloned());
+    assert_eq!(kinds, all);
+}
