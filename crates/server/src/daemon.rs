@@ -1819,6 +1819,35 @@ struct Pump {
     lost: u64,
     /// The CLI process, marked ended in the runs file when the session ends.
     cli_run: Option<switchboard_transport::CliRun>,
+    /// Whether [`Pump::end`] began: a pump dropped without it by a panic (of its actor, or of
+    /// its own code) ends the run from a task of its own, or the session would never be
+    /// finished and a stop would wait for it forever. (Dropped otherwise, its runtime is
+    /// shutting down, and there is nothing to end.)
+    ended: bool,
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        if self.ended || !std::thread::panicking() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        tracing::error!(session = %self.id, "a session's actor ended without ending its pump; ending it");
+        let orphan = Pump {
+            daemon: self.daemon.clone(),
+            id: std::mem::take(&mut self.id),
+            live: self.live.clone(),
+            run: self.run,
+            seq: self.seq,
+            relay: self.relay,
+            relayed: self.relayed,
+            seen: HashMap::new(),
+            lost: self.lost,
+            cli_run: self.cli_run.take(),
+            ended: false,
+        };
+        runtime.spawn(orphan.end());
+    }
 }
 
 impl Pump {
@@ -1839,7 +1868,8 @@ impl Pump {
             })
             .unwrap_or((false, false));
         let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
-        Pump { daemon, id, live, run, seq, relay, relayed, seen: HashMap::new(), lost, cli_run }
+        let seen = HashMap::new();
+        Pump { daemon, id, live, run, seq, relay, relayed, seen, lost, cli_run, ended: false }
     }
 
     async fn take(&mut self, batch: Vec<SessionEvent>) {
@@ -1878,9 +1908,14 @@ impl Pump {
         }
     }
 
-    async fn end(self) {
-        let Pump { daemon, id, live, run, mut seq, mut lost, relayed, cli_run, .. } = self;
-        let (daemon, id, live, run) = (&daemon, &id, &live, &run);
+    async fn end(mut self) {
+        self.ended = true;
+        let (daemon, live, run, relayed) =
+            (self.daemon.clone(), self.live.clone(), self.run, self.relayed);
+        let (daemon, live, run) = (&daemon, &live, &run);
+        let id = std::mem::take(&mut self.id);
+        let id = &id;
+        let (mut seq, mut lost) = (self.seq, self.lost);
         if lost > 0 && !note_lost(daemon, id, live, &mut seq, &mut lost).await {
             // Noted when this session stores an event again (a resume).
             live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
@@ -1906,7 +1941,7 @@ impl Pump {
         if relayed {
             daemon.relay_publish(&relay_status("claude code disconnected")).await;
         }
-        if let Some(cli_run) = &cli_run {
+        if let Some(cli_run) = &self.cli_run {
             daemon.record_run(cli_run, false).await;
         }
     }

@@ -212,8 +212,9 @@ impl SessionEvents {
     /// for the next batch when nothing is. False, with nothing added, once the session has
     /// ended and every event was taken. Cancel safe.
     pub async fn recv_many(&mut self, into: &mut Vec<SessionEvent>, limit: usize) -> bool {
+        let before = into.len();
         into.extend(self.ready.by_ref());
-        if into.is_empty() {
+        if into.len() == before {
             match self.batches.recv().await {
                 Some(batch) => into.extend(batch),
                 None => return false,
@@ -382,6 +383,15 @@ impl Actor {
         let mut commands_open = true;
         while !exited {
             tokio::select! {
+                // A sink handed over is taken at once: what was queued before it must not wait
+                // for the CLI's next line (an idle session may say nothing for hours).
+                arrived = handover(&mut self.handover), if self.handover.is_some() => {
+                    self.handover = None;
+                    if let Ok(handover) = arrived {
+                        self.install(handover).await;
+                    }
+                    self.flush().await;
+                }
                 event = self.link.events.recv() => {
                     let Some(event) = event else { break };
                     exited = self.on_transport(event).await;
@@ -402,6 +412,7 @@ impl Actor {
                         // Every handle is gone: end the CLI, and keep reading until it exits.
                         commands_open = false;
                         self.begin_shutdown(SHUTDOWN_GRACE).await;
+                        self.flush().await;
                         continue;
                     };
                     match command {
@@ -606,11 +617,26 @@ impl Actor {
     /// The run is over: the last events go out, and a sink hears the end.
     async fn finish(&mut self) {
         self.flush().await;
+        // No hand-over is taken after this one: a later `hand_to` finds the way closed and
+        // serves its sink from a task of its own (`close` keeps one sent before it).
+        if let Some(handover) = self.handover.as_mut() {
+            handover.close();
+        }
         // A sink that came after the last flush still gets what was queued for it.
         self.take_handover().await;
         if let Out::Sink(sink) = std::mem::replace(&mut self.out, Out::Gone) {
             sink.end().await;
         }
+    }
+}
+
+/// A sink's arrival; pending forever once none can come (see the `select!` guard).
+async fn handover(
+    slot: &mut Option<oneshot::Receiver<Handover>>,
+) -> Result<Handover, oneshot::error::RecvError> {
+    match slot {
+        Some(receiver) => receiver.await,
+        None => std::future::pending().await,
     }
 }
 

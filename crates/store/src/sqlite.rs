@@ -635,7 +635,8 @@ fn insert_events<'e>(
     for event in events {
         keyed.push((session_key(connection, keys, &event.session_id)?, event));
     }
-    keyed.sort_unstable_by_key(|(key, event)| (*key, event.seq));
+    // Stable: of an event the journal holds twice, the first appended is the one kept.
+    keyed.sort_by_key(|(key, event)| (*key, event.seq));
     for (key, event) in keyed {
         insert.execute(params![
             key,

@@ -134,14 +134,31 @@ async fn a_control_request_the_cli_never_answers_times_out() {
 /// A sink that records the kinds of the events it takes, and says when it is ended.
 struct Recorder {
     kinds: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    took: std::sync::Arc<tokio::sync::Notify>,
     ended: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A [`Recorder`], what it took, a wake-up after each take, and its end.
+type Recording = (
+    Box<Recorder>,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    std::sync::Arc<tokio::sync::Notify>,
+    tokio::sync::oneshot::Receiver<()>,
+);
+
+fn recorder() -> Recording {
+    let kinds = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let took = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (ended, end) = tokio::sync::oneshot::channel();
+    let sink = Recorder { kinds: kinds.clone(), took: took.clone(), ended: Some(ended) };
+    (Box::new(sink), kinds, took, end)
 }
 
 impl switchboard_session::EventSink for Recorder {
     fn take(&mut self, events: Vec<SessionEvent>) -> switchboard_session::SinkFuture<'_> {
         assert!(!events.is_empty(), "a sink is never called with nothing");
-        assert!(self.ended.is_some(), "nothing comes after the end");
         self.kinds.lock().unwrap().extend(events.iter().map(|event| event.kind().to_owned()));
+        self.took.notify_one();
         Box::pin(async {})
     }
 
@@ -158,70 +175,159 @@ fn a_short_turn() -> serde_json::Value {
         {"emit": {"type": "system", "subtype": "init", "session_id": "$SESSION"}},
         {"emit": {"type": "assistant", "session_id": "$SESSION", "message": {"id": "m", "type": "message", "role": "assistant", "model": "x", "content": [{"type": "text", "text": "hi"}]}}},
         {"emit": {"type": "result", "subtype": "success", "session_id": "$SESSION", "is_error": false, "duration_ms": 1, "duration_api_ms": 1, "num_turns": 1, "result": "hi", "total_cost_usd": 0.0}},
+        {"wait_eof": true},
     ])
 }
 
+/// How a test hands a session's events over, after reading the first two from the queue.
+#[derive(Clone, Copy, PartialEq)]
+enum Handing {
+    /// Never: the rest is read from the queue too.
+    Never,
+    /// Before the prompt.
+    Early,
+    /// Racing the shutdown, once the turn is over.
+    AtTheEnd,
+}
+
 /// The kinds of every event of a session that answers `initialize`, runs a turn and is shut
-/// down: the first two read from the queue, the rest from the queue too or, with `sink`,
-/// handed to a [`Recorder`] then.
-async fn a_session_s_event_kinds(dir: &std::path::Path, sink: bool) -> Vec<String> {
+/// down: the first two read from the queue, the rest as `handing` says.
+async fn a_session_s_event_kinds(dir: &std::path::Path, handing: Handing) -> Vec<String> {
     let (handle, mut events) = spawn_session(config(dir, Some(a_short_turn()))).unwrap();
     let mut kinds = vec![
         events.recv().await.unwrap().kind().to_owned(),
         events.recv().await.unwrap().kind().to_owned(),
     ];
-    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (ended, end) = tokio::sync::oneshot::channel();
-    if sink {
-        events.hand_to(Box::new(Recorder { kinds: taken.clone(), ended: Some(ended) }));
-    } else {
-        let taken = taken.clone();
-        tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                taken.lock().unwrap().push(event.kind().to_owned());
-            }
-            let _ = ended.send(());
-        });
+    let (sink, taken, _, mut end) = recorder();
+    let mut sink = Some(sink);
+    let mut events = Some(events);
+    match handing {
+        Handing::Never => {
+            let (taken, (ended, end_rx)) = (taken.clone(), tokio::sync::oneshot::channel());
+            let mut events = events.take().unwrap();
+            tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    taken.lock().unwrap().push(event.kind().to_owned());
+                }
+                let _ = ended.send(());
+            });
+            end = end_rx;
+        }
+        Handing::Early => events.take().unwrap().hand_to(sink.take().unwrap()),
+        Handing::AtTheEnd => {}
     }
     handle.send_text("go").await.unwrap();
     let mut state = handle.watch();
-    state
-        .wait_for(|snapshot| snapshot.turns == 1 && snapshot.state == SessionState::Idle)
+    let over = |snapshot: &switchboard_session::SessionSnapshot| {
+        snapshot.turns == 1 && snapshot.state == SessionState::Idle
+    };
+    state.wait_for(over).await.unwrap();
+    if handing == Handing::AtTheEnd {
+        let stopping = handle.clone();
+        let stopped = tokio::spawn(async move { stopping.shutdown(Duration::from_secs(5)).await });
+        events.take().unwrap().hand_to(sink.take().unwrap());
+        stopped.await.unwrap().unwrap();
+    } else {
+        handle.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(30), end)
         .await
-        .unwrap();
-    handle.shutdown(Duration::from_secs(5)).await.unwrap();
-    end.await.expect("the events end");
+        .expect("the sink is ended in time")
+        .expect("the sink is ended");
     kinds.extend(taken.lock().unwrap().iter().cloned());
     kinds
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_handed_to_a_sink_follow_those_read_before_in_order_and_end_once() {
     let dir = tempfile::tempdir().unwrap();
-    let all = a_session_s_event_kinds(dir.path(), false).await;
+    let all = a_session_s_event_kinds(dir.path(), Handing::Never).await;
     assert!(all.iter().any(|kind| kind == "exited"), "{all:?}");
     let dir = tempfile::tempdir().unwrap();
-    let handed = a_session_s_event_kinds(dir.path(), true).await;
-    assert_eq!(handed, all, "the same events, in the same order, none twice");
+    assert_eq!(a_session_s_event_kinds(dir.path(), Handing::Early).await, all);
+    // Handed over as the actor ends: it takes the sink, or `hand_to` serves it from a task of
+    // its own; never neither (a sink that is never ended fails the timeout above).
+    for _ in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(a_session_s_event_kinds(dir.path(), Handing::AtTheEnd).await, all);
+    }
+}
 
-    // Handed over only after the session ended: a task of its own gives the sink the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_handed_to_an_idle_session_gets_what_was_queued_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (handle, mut events) = spawn_session(config(dir.path(), Some(a_short_turn()))).unwrap();
-    let mut kinds = vec![
-        events.recv().await.unwrap().kind().to_owned(),
-        events.recv().await.unwrap().kind().to_owned(),
-    ];
-    handle.send_text("go").await.unwrap();
+    let script = json!([
+        {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+        {"wait_eof": true},
+    ]);
+    let (handle, events) = spawn_session(config(dir.path(), Some(script))).unwrap();
     let mut state = handle.watch();
-    state
-        .wait_for(|snapshot| snapshot.turns == 1 && snapshot.state == SessionState::Idle)
-        .await
-        .unwrap();
+    state.wait_for(|snapshot| snapshot.state == SessionState::Idle).await.unwrap();
+    // The CLI says nothing more: nothing wakes the actor but the hand-over itself.
+    let (sink, taken, took, end) = recorder();
+    events.hand_to(sink);
+    let idle = || taken.lock().unwrap().iter().any(|kind| kind == "state");
+    while !idle() {
+        tokio::time::timeout(Duration::from_secs(10), took.notified())
+            .await
+            .expect("the queued events reach the sink without waiting for the CLI");
+    }
     handle.shutdown(Duration::from_secs(5)).await.unwrap();
-    let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (ended, end) = tokio::sync::oneshot::channel();
-    events.hand_to(Box::new(Recorder { kinds: taken.clone(), ended: Some(ended) }));
     end.await.expect("the sink is ended");
-    kinds.extend(taken.lock().unwrap().iter().cloned());
-    assert_eq!(kinds, all);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_handed_over_while_the_queue_is_full_gets_every_event() {
+    let script = json!([
+        {"expect": "control_request", "subtype": "initialize"}, {"reply": {}},
+        {"expect": "user"},
+        {"stream_lines": {"rate": 1_000_000, "count": 3000}},
+        {"wait_eof": true},
+    ]);
+    let run = |handed: bool| {
+        let script = script.clone();
+        async move {
+            let dir = tempfile::tempdir().unwrap();
+            let (handle, mut events) = spawn_session(config(dir.path(), Some(script))).unwrap();
+            let mut observer = handle.subscribe();
+            handle.send_text("go").await.unwrap();
+            // Events made and not read: the queue (32 batches, of a wake-up's lines each) is
+            // full, or about to be, and the actor waits for room. (Not more than it surely
+            // makes before it waits: 32 batches may hold as few as 32 events.)
+            let mut made = 0;
+            while made < 30 {
+                match observer.recv().await {
+                    Ok(_) => made += 1,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => made += n,
+                    Err(error) => panic!("{error}"),
+                }
+            }
+            let (sink, taken, _, end) = recorder();
+            let reader = if handed {
+                events.hand_to(sink);
+                None
+            } else {
+                let taken = taken.clone();
+                Some(tokio::spawn(async move {
+                    while let Some(event) = events.recv().await {
+                        taken.lock().unwrap().push(event.kind().to_owned());
+                    }
+                    drop(sink);
+                }))
+            };
+            // The CLI finishes its lines, then sees its input closed and exits.
+            handle.shutdown(Duration::from_secs(30)).await.unwrap();
+            match reader {
+                Some(reader) => reader.await.unwrap(),
+                None => end.await.expect("the sink is ended"),
+            }
+            let mut kinds = taken.lock().unwrap().clone();
+            // When the shutdown landed among the lines is the machine's: compared as a whole.
+            kinds.sort();
+            kinds
+        }
+    };
+    let read = run(false).await;
+    assert!(read.iter().filter(|kind| *kind == "line").count() > 3000, "{}", read.len());
+    assert_eq!(run(true).await, read);
 }
