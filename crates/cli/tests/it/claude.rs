@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::serve::{http, start_daemon};
+use crate::serve::{http, session_events, start_daemon};
 
 /// A person's terminal: a PTY running `switchboard claude`, everything it shows kept.
 struct Terminal {
@@ -194,6 +194,28 @@ async fn say(url: &str, token: &str, id: &str, text: &str) -> (u16, Value) {
     post(url, token, &format!("/api/sessions/{id}/messages"), json!({ "content": text })).await
 }
 
+/// A daemon with its token, and the stand-in CLI ([`stand_in`]) in a sandbox.
+struct StandIn {
+    api: FakeApi,
+    sandbox: CliSandbox,
+    _data: tempfile::TempDir,
+    daemon: crate::serve::Daemon,
+    token: String,
+    program: std::path::PathBuf,
+}
+
+impl StandIn {
+    async fn start() -> StandIn {
+        let api = FakeApi::start(Scenario::new()).await.unwrap();
+        let sandbox = CliSandbox::new().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+        let token = token(data.path());
+        let program = stand_in(&sandbox);
+        StandIn { api, sandbox, _data: data, daemon, token, program }
+    }
+}
+
 fn token(data_dir: &Path) -> String {
     std::fs::read_to_string(data_dir.join("token")).unwrap().trim().to_owned()
 }
@@ -366,12 +388,7 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_the_token() {
-    let api = FakeApi::start(Scenario::new()).await.unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
-    let token = token(data.path());
-    let program = stand_in(&sandbox);
+    let StandIn { api, sandbox, _data, daemon, token, program } = StandIn::start().await;
     let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
     env.push(("SWITCHBOARD_TOKEN".into(), token.clone()));
     let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &program);
@@ -413,14 +430,7 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
     assert!(!terminal.text().contains("nevertyped"), "typed into a CLI not known ready");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let events = http(
-            &daemon.url,
-            &token,
-            reqwest::Method::GET,
-            &format!("/api/sessions/{id}/events"),
-            None,
-        )
-        .await;
+        let events = session_events(&daemon.url, &token, &id).await;
         let undelivered = events
             .as_array()
             .into_iter()
@@ -436,12 +446,7 @@ async fn resizes_and_the_exit_status_pass_through_and_the_clis_tools_never_see_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_z_hands_the_terminal_back_to_the_shell_and_fg_brings_the_cli_back() {
-    let api = FakeApi::start(Scenario::new()).await.unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
-    let token = token(data.path());
-    let program = stand_in(&sandbox);
+    let StandIn { api, sandbox, _data, daemon, token, program } = StandIn::start().await;
     // A shell with job control, as a person has.
     let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
     env.push(("PS1".into(), "shell$ ".into()));

@@ -143,6 +143,11 @@ pub(crate) async fn http(
     request.send().await.unwrap().json().await.unwrap_or(Value::Null)
 }
 
+/// A session's stored events (`GET /api/sessions/{id}/events`).
+pub(crate) async fn session_events(url: &str, token: &str, id: &str) -> Value {
+    http(url, token, reqwest::Method::GET, &format!("/api/sessions/{id}/events"), None).await
+}
+
 /// Polls the API until `predicate` holds for the session (bounded).
 async fn wait_session(
     url: &str,
@@ -258,14 +263,7 @@ async fn serve_approve_sigkill_and_recover() {
     let session =
         http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
     assert_eq!(session["state"], "exited", "{session}");
-    let events = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::GET,
-        &format!("/api/sessions/{id}/events"),
-        None,
-    )
-    .await;
+    let events = session_events(&daemon.url, &token, &id).await;
     let events = events.as_array().unwrap();
     assert_eq!(
         events.len() as u64,
