@@ -340,7 +340,12 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, initialize: Option<ControlRequestPayload>, warm: Option<WarmStart>) {
+    /// The run's start: `initialize` (or a warm CLI's state); whether the CLI exited already.
+    async fn start(
+        &mut self,
+        initialize: Option<ControlRequestPayload>,
+        warm: Option<WarmStart>,
+    ) -> bool {
         let mut effects = self.core.on_started(initialize);
         let mut exited = false;
         match warm {
@@ -379,87 +384,117 @@ impl Actor {
             }
         }
         self.flush().await;
+        exited
+    }
+
+    async fn run(mut self, initialize: Option<ControlRequestPayload>, warm: Option<WarmStart>) {
+        // Boxed, as each wake-up's work is (see below).
+        let mut exited = Box::pin(self.start(initialize, warm)).await;
         let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
         let mut commands_open = true;
         while !exited {
-            tokio::select! {
-                // A sink handed over is taken at once: what was queued before it must not wait
-                // for the CLI's next line (an idle session may say nothing for hours).
+            let wake = tokio::select! {
                 arrived = handover(&mut self.handover), if self.handover.is_some() => {
-                    self.handover = None;
-                    if let Ok(handover) = arrived {
-                        self.install(handover).await;
-                    }
-                    self.flush().await;
+                    Wake::Handover(arrived)
                 }
-                event = self.link.events.recv() => {
-                    let Some(event) = event else { break };
-                    exited = self.on_transport(event).await;
-                    // What else the CLI said meanwhile goes out in the same batch.
-                    for _ in 1..TRANSPORT_BATCH {
-                        if exited {
-                            break;
-                        }
-                        match self.link.events.try_recv() {
-                            Ok(event) => exited = self.on_transport(event).await,
-                            Err(_) => break,
-                        }
-                    }
-                    self.flush().await;
-                }
-                command = self.commands.recv(), if commands_open => {
-                    let Some(command) = command else {
-                        // Every handle is gone: end the CLI, and keep reading until it exits.
-                        commands_open = false;
-                        self.begin_shutdown(SHUTDOWN_GRACE).await;
-                        self.flush().await;
-                        continue;
-                    };
-                    match command {
-                        Command::SendUser(message) => {
-                            let effects = self.core.send_user(*message);
-                            self.apply(effects).await;
-                        }
-                        Command::Control(payload, reply) => {
-                            let (request_id, effects) = self.core.control(*payload);
-                            self.control_replies.insert(request_id, reply);
-                            self.apply(effects).await;
-                        }
-                        Command::AnswerPermission(answer, reply) => {
-                            let Answer { request_id, answer, who } = *answer;
-                            let result = self.core.answer_permission(&request_id, answer, &who);
-                            let (effects, result) = split(result);
-                            self.apply(effects).await;
-                            self.flush().await;
-                            let _ = reply.send(result);
-                        }
-                        Command::AnswerHook(answer, reply) => {
-                            let Answer { request_id, answer, who } = *answer;
-                            let result = self.core.answer_hook(&request_id, answer, &who);
-                            let (effects, result) = split(result);
-                            self.apply(effects).await;
-                            self.flush().await;
-                            let _ = reply.send(result);
-                        }
-                        Command::Shutdown(grace, reply) => {
-                            shutdown_waiters.push(reply);
-                            self.begin_shutdown(grace).await;
-                        }
-                        Command::Timer(timer) => {
-                            let effects = self.core.on_timer(timer);
-                            self.apply(effects).await;
-                        }
-                    }
-                    self.flush().await;
-                }
+                event = self.link.events.recv() => match event {
+                    Some(event) => Wake::Transport(event),
+                    None => break,
+                },
+                command = self.commands.recv(), if commands_open => Wake::Command(command),
+            };
+            // Boxed: what a wake-up's work holds lives only while it runs, so that a waiting
+            // session's task holds its actor, not the largest of those states (about 3 KiB).
+            let woken = Box::pin(self.wake(wake, &mut shutdown_waiters)).await;
+            match woken {
+                Woken::Exited => exited = true,
+                Woken::CommandsClosed => commands_open = false,
+                Woken::Done => {}
             }
         }
-        self.finish().await;
+        Box::pin(self.finish()).await;
         let step = ShutdownStep::InputClosed;
         for waiter in shutdown_waiters {
             let _ = waiter.send(step);
         }
         let _ = self.snapshot.send(self.core.snapshot());
+    }
+
+    /// One wake-up's work; its events go out together at the end.
+    async fn wake(
+        &mut self,
+        wake: Wake,
+        shutdown_waiters: &mut Vec<oneshot::Sender<ShutdownStep>>,
+    ) -> Woken {
+        let mut woken = Woken::Done;
+        match wake {
+            // A sink handed over is taken at once: what was queued before it must not wait
+            // for the CLI's next line (an idle session may say nothing for hours).
+            Wake::Handover(arrived) => {
+                self.handover = None;
+                if let Ok(handover) = arrived {
+                    self.install(handover).await;
+                }
+            }
+            Wake::Transport(event) => {
+                let mut exited = self.on_transport(event).await;
+                // What else the CLI said meanwhile goes out in the same batch.
+                for _ in 1..TRANSPORT_BATCH {
+                    if exited {
+                        break;
+                    }
+                    match self.link.events.try_recv() {
+                        Ok(event) => exited = self.on_transport(event).await,
+                        Err(_) => break,
+                    }
+                }
+                if exited {
+                    woken = Woken::Exited;
+                }
+            }
+            Wake::Command(None) => {
+                // Every handle is gone: end the CLI, and keep reading until it exits.
+                self.begin_shutdown(SHUTDOWN_GRACE).await;
+                woken = Woken::CommandsClosed;
+            }
+            Wake::Command(Some(command)) => match command {
+                Command::SendUser(message) => {
+                    let effects = self.core.send_user(*message);
+                    self.apply(effects).await;
+                }
+                Command::Control(payload, reply) => {
+                    let (request_id, effects) = self.core.control(*payload);
+                    self.control_replies.insert(request_id, reply);
+                    self.apply(effects).await;
+                }
+                Command::AnswerPermission(answer, reply) => {
+                    let Answer { request_id, answer, who } = *answer;
+                    let result = self.core.answer_permission(&request_id, answer, &who);
+                    let (effects, result) = split(result);
+                    self.apply(effects).await;
+                    self.flush().await;
+                    let _ = reply.send(result);
+                }
+                Command::AnswerHook(answer, reply) => {
+                    let Answer { request_id, answer, who } = *answer;
+                    let result = self.core.answer_hook(&request_id, answer, &who);
+                    let (effects, result) = split(result);
+                    self.apply(effects).await;
+                    self.flush().await;
+                    let _ = reply.send(result);
+                }
+                Command::Shutdown(grace, reply) => {
+                    shutdown_waiters.push(reply);
+                    self.begin_shutdown(grace).await;
+                }
+                Command::Timer(timer) => {
+                    let effects = self.core.on_timer(timer);
+                    self.apply(effects).await;
+                }
+            },
+        }
+        self.flush().await;
+        woken
     }
 
     /// Feeds one event of the CLI's to the core; returns whether the CLI exited.
@@ -628,6 +663,22 @@ impl Actor {
             sink.end().await;
         }
     }
+}
+
+/// What woke the actor.
+enum Wake {
+    Handover(Result<Handover, oneshot::error::RecvError>),
+    Transport(TransportEvent),
+    Command(Option<Command>),
+}
+
+/// What a wake-up's work left to the loop.
+enum Woken {
+    Done,
+    /// The CLI exited: the run is over.
+    Exited,
+    /// Every handle is gone: no command will come.
+    CommandsClosed,
 }
 
 /// A sink's arrival; pending forever once none can come (see the `select!` guard).
