@@ -207,27 +207,6 @@ impl SessionEvents {
             self.ready = self.batches.recv().await?.into_iter();
         }
     }
-
-    /// Appends what is waiting to `into`, up to about `limit` events (whole batches), waiting
-    /// for the next batch when nothing is. False, with nothing added, once the session has
-    /// ended and every event was taken. Cancel safe.
-    pub async fn recv_many(&mut self, into: &mut Vec<SessionEvent>, limit: usize) -> bool {
-        let before = into.len();
-        into.extend(self.ready.by_ref());
-        if into.len() == before {
-            match self.batches.recv().await {
-                Some(batch) => into.extend(batch),
-                None => return false,
-            }
-        }
-        while into.len() < limit {
-            match self.batches.try_recv() {
-                Ok(batch) => into.extend(batch),
-                Err(_) => break,
-            }
-        }
-        true
-    }
 }
 
 /// A cheap handle to a running session. Clone it freely; every clone can steer the session and
@@ -470,18 +449,12 @@ impl Actor {
                 Command::AnswerPermission(answer, reply) => {
                     let Answer { request_id, answer, who } = *answer;
                     let result = self.core.answer_permission(&request_id, answer, &who);
-                    let (effects, result) = split(result);
-                    self.apply(effects).await;
-                    self.flush().await;
-                    let _ = reply.send(result);
+                    self.answered(result, reply).await;
                 }
                 Command::AnswerHook(answer, reply) => {
                     let Answer { request_id, answer, who } = *answer;
                     let result = self.core.answer_hook(&request_id, answer, &who);
-                    let (effects, result) = split(result);
-                    self.apply(effects).await;
-                    self.flush().await;
-                    let _ = reply.send(result);
+                    self.answered(result, reply).await;
                 }
                 Command::Shutdown(grace, reply) => {
                     shutdown_waiters.push(reply);
@@ -591,7 +564,6 @@ impl Actor {
 impl Actor {
     /// Hands this wake-up's events on, in one batch; waits while the owner's queue is full.
     async fn flush(&mut self) {
-        self.take_handover().await;
         if self.pending.is_empty() {
             return;
         }
@@ -626,17 +598,16 @@ impl Actor {
         }
     }
 
-    /// Takes a sink the owner handed over since the last look, if any.
-    async fn take_handover(&mut self) {
-        let Some(handover) = self.handover.as_mut() else { return };
-        match handover.try_recv() {
-            Ok(handover) => {
-                self.handover = None;
-                self.install(handover).await;
-            }
-            Err(oneshot::error::TryRecvError::Closed) => self.handover = None,
-            Err(oneshot::error::TryRecvError::Empty) => {}
-        }
+    /// Applies an answer's effects, and replies once its events are handed on.
+    async fn answered(
+        &mut self,
+        result: Result<Vec<Effect>, AnswerError>,
+        reply: oneshot::Sender<Result<(), AnswerError>>,
+    ) {
+        let (effects, result) = split(result);
+        self.apply(effects).await;
+        self.flush().await;
+        let _ = reply.send(result);
     }
 
     /// From now on events go to `handover`'s sink, after what was queued before it came.
@@ -653,12 +624,14 @@ impl Actor {
     async fn finish(&mut self) {
         self.flush().await;
         // No hand-over is taken after this one: a later `hand_to` finds the way closed and
-        // serves its sink from a task of its own (`close` keeps one sent before it).
-        if let Some(handover) = self.handover.as_mut() {
+        // serves its sink from a task of its own (`close` keeps one sent before it, and that
+        // sink still gets what was queued for it).
+        if let Some(mut handover) = self.handover.take() {
             handover.close();
+            if let Ok(handover) = handover.try_recv() {
+                self.install(handover).await;
+            }
         }
-        // A sink that came after the last flush still gets what was queued for it.
-        self.take_handover().await;
         if let Out::Sink(sink) = std::mem::replace(&mut self.out, Out::Gone) {
             sink.end().await;
         }
