@@ -655,6 +655,36 @@ try {
     await transcript().locator(`.tool[data-tool-use-id="${id}"]:not(.collapsed) .tool-body`).waitFor();
   });
 
+  await step('on a phone with an approve token: the request and its answer, nothing that steers', async () => {
+    const made = await (await fetch(`${base}/api/tokens`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'phone', scope: 'approve' }),
+    })).json();
+    const session = new URL(page.url()).hash;
+    await send('PHONEAPPROVE please');
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    const approver = await phone.newPage();
+    approver.setDefaultTimeout(TIMEOUT);
+    approver.on('pageerror', (error) => problems.push(`approver: ${error.message}`));
+    await approver.goto(`${base}/?token=${made.token}`);
+    await approver.goto(`${base}/${session}`);
+    const card = approver.locator('.transcript .tool-Bash', { hasText: 'touch phone.txt' }).last();
+    await card.locator('.permission .allow').waitFor();
+    assert.equal(await approver.locator('#whoami').textContent(), 'phone · approve');
+    assert.equal(await approver.locator('.composer').isVisible(), false, 'no composer');
+    assert.equal(await approver.locator('.session-head .controls').isVisible(), false, 'no session controls');
+    await approver.goto(`${base}/#/`);
+    assert.equal(await approver.locator('#new-session').isVisible(), false, 'no New');
+    await approver.goto(`${base}/${session}`);
+    await card.locator('.permission .allow').waitFor();
+    await shot('phone-approve-token.png', approver);
+    await card.locator('.permission .allow').click();
+    await card.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
+    await approver.locator('.msg.assistant', { hasText: 'Phone approved.' }).waitFor();
+    await phone.close();
+  });
+
   await step('dark mode follows the system', async () => {
     await page.emulateMedia({ colorScheme: 'dark' });
     const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);

@@ -763,3 +763,100 @@ mod tests {
         assert_eq!(text, expected);
     }
 }
+
+/// `switchboard token …`
+#[derive(Debug, Args)]
+pub(crate) struct TokenArgs {
+    #[command(subcommand)]
+    command: TokenCommand,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Make a token and print it (once: the daemon keeps only its digest).
+    Create {
+        /// Its name: 1-64 letters, digits, '.', '_' or '-' (what decisions made with it are
+        /// recorded as).
+        name: String,
+        /// What it may do: read (watch), approve (also answer requests), operate (also start
+        /// and steer sessions) or admin (also set a session's claude, env or MCP servers, and
+        /// manage tokens).
+        #[arg(long, value_parser = ["read", "approve", "operate", "admin"])]
+        scope: String,
+    },
+    /// List the tokens: name, scope, when made and last used (never the tokens).
+    List,
+    /// Revoke a token: refused at once, and sockets opened with it take no more frames.
+    Revoke {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// `switchboard token create|list|revoke`, through the daemon's API (an admin token).
+pub(crate) async fn token(args: TokenArgs) -> ExitCode {
+    let json_output = args.connection.json;
+    let result = async {
+        let client = args.connection.client()?;
+        match args.command {
+            TokenCommand::Create { name, scope } => {
+                let body = json!({"name": name, "scope": scope});
+                let made = client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
+                if json_output {
+                    println!("{made}");
+                } else {
+                    let token = made["token"].as_str().unwrap_or_default();
+                    println!("{token}");
+                    eprintln!(
+                        "token {name} ({scope}): shown this once; the daemon keeps only its digest"
+                    );
+                }
+            }
+            TokenCommand::List => {
+                let list = client.request(reqwest::Method::GET, "/api/tokens", None).await?;
+                if json_output {
+                    println!("{list}");
+                } else {
+                    println!("{:<24} {:<8} {:<29} LAST USED", "NAME", "SCOPE", "CREATED");
+                    for token in list.as_array().into_iter().flatten() {
+                        let time = |field: &str| match token[field].as_u64() {
+                            Some(ms) if ms > 0 => format_ms(ms),
+                            _ => "-".to_owned(),
+                        };
+                        let created = if token["builtin"] == true {
+                            "(the daemon's own)".to_owned()
+                        } else {
+                            time("created_ms")
+                        };
+                        println!(
+                            "{:<24} {:<8} {:<29} {}",
+                            token["name"].as_str().unwrap_or("?"),
+                            token["scope"].as_str().unwrap_or("?"),
+                            created,
+                            time("last_used_ms"),
+                        );
+                    }
+                }
+            }
+            TokenCommand::Revoke { name } => {
+                let path = format!("/api/tokens/{}", query_escape(&name));
+                let revoked = client.request(reqwest::Method::DELETE, &path, None).await?;
+                if json_output {
+                    println!("{revoked}");
+                } else {
+                    println!("revoked {name}");
+                }
+            }
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// Milliseconds since the epoch as an HTTP date (`Tue, 24 Nov 2026 02:19:40 GMT`).
+fn format_ms(ms: u64) -> String {
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}

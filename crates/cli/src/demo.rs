@@ -100,7 +100,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();
-    let auth = AuthConfig { token: Some(Arc::from(token.as_str())), allowed_origins: Vec::new() };
+    let auth = AuthConfig::with_token(&token);
 
     // The tour: a first turn that answers in markdown, and the tour itself queued behind it.
     let request: CreateSession = serde_json::from_value(json!({

@@ -66,6 +66,13 @@ enum Command {
     Sessions(client::SessionsArgs),
     /// Allow a pending permission request.
     Approve(client::AnswerArgs),
+    /// Make, list or revoke named API tokens, each with a scope: read, approve, operate or
+    /// admin (the daemon's own token is admin).
+    ///
+    /// A phone that only approves gets an approve token: `switchboard token create phone
+    /// --scope approve`. Decisions made with a token are recorded under its name. Needs the
+    /// daemon running, and an admin token (the data directory's, by default).
+    Token(client::TokenArgs),
     /// Deny a pending permission request.
     Deny(client::AnswerArgs),
     /// Check this machine: the `claude` it finds (path, version, whether the version is in
@@ -143,6 +150,7 @@ fn main() -> ExitCode {
         Command::Sessions(args) => block_on(client::sessions(args)),
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
+        Command::Token(args) => block_on(client::token(args)),
         Command::Doctor(args) => block_on(doctor::doctor(args)),
         Command::Demo(args) => block_on(demo::demo(args)),
         Command::FakeApi(args) => block_on(fake_api::fake_api(args)),

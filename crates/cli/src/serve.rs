@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, WarmSpec};
+use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
 use switchboard_store::{SqliteStore, Store};
 
@@ -143,6 +143,15 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             .map_err(|message| (2, message))?;
         (Some(api), Some(ingress))
     };
+    // The named tokens are read before anything starts: a daemon does not run with tokens it
+    // cannot account for.
+    let auth = match &token {
+        Some(token) => AuthConfig::new(
+            Tokens::load(token, data_dir.tokens_file()).map_err(|error| (1, error.to_string()))?,
+        ),
+        None => AuthConfig::no_auth(),
+    }
+    .allowing(args.allow_origin.clone());
     let default_policy = match &args.policy {
         Some(path) if path.as_os_str() == "auto-approve" => Some(Policy::allow_all()),
         Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
@@ -176,10 +185,6 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };
         (code, error.to_string())
     })?;
-    let auth = AuthConfig {
-        token: token.as_deref().map(Arc::from),
-        allowed_origins: args.allow_origin.clone(),
-    };
     let url = format!("http://{address}");
     data_dir
         .write_info(&DaemonInfo { url: url.clone(), pid: std::process::id() })

@@ -410,7 +410,7 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
-    let auth = AuthConfig { token: None, allowed_origins: vec![] };
+    let auth = AuthConfig::no_auth();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let served = daemon.clone();

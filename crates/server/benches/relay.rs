@@ -190,7 +190,7 @@ async fn serve_switchboard() -> Value {
     let policy = switchboard_session::Policy::allow_all();
     let config = DaemonConfig { default_policy: Some(policy), ..DaemonConfig::default() };
     let daemon = Daemon::open(store.clone(), config).await.unwrap();
-    let auth = AuthConfig { token: None, allowed_origins: vec![] };
+    let auth = AuthConfig::no_auth();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("listening {}", listener.local_addr().unwrap());
     let served = daemon.clone();

@@ -7,6 +7,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
+use axum::Extension;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -15,11 +16,12 @@ use switchboard_protocol::{ContentBlock, PermissionMode, TextOr, UserMessage};
 use switchboard_session::PendingPermission;
 use switchboard_store::SessionRecord;
 
-use crate::auth::{require_auth, AuthConfig};
+use crate::auth::{require_auth, require_scope, AuthConfig};
 use crate::daemon::{is_final_state, CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
 use crate::extract::{Body, Params, Upgrade};
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
+use crate::tokens::{Caller, Scope};
 
 /// The largest request body accepted (prompts may carry base64 images).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -33,8 +35,8 @@ pub const MAX_EVENTS_PAGE: usize = 5000;
 /// Who checks a route's caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Guard {
-    /// The API's token ([`require_auth`]).
-    Api,
+    /// The API's token ([`require_auth`]), with at least this scope ([`require_scope`]).
+    Api(Scope),
     /// A token of the route's own, checked by its handler: a CLI's per-session token, the
     /// relay's ingress token, or the page at `/` (which shows the login form).
     Own,
@@ -57,45 +59,64 @@ pub fn routes() -> Vec<Route> {
     use axum::routing::delete;
     let route = |method, path, guard, handler| Route { method, path, guard, handler };
     vec![
-        route("GET", "/api/health", Guard::Api, get(health)),
-        route("GET", "/api/sessions", Guard::Api, get(list_sessions)),
-        route("POST", "/api/sessions", Guard::Api, post(create_session)),
-        route("GET", "/api/sessions/{id}", Guard::Api, get(get_session)),
-        route("DELETE", "/api/sessions/{id}", Guard::Api, delete(delete_session)),
-        route("PATCH", "/api/sessions/{id}", Guard::Api, patch(amend_session)),
-        route("GET", "/api/sessions/{id}/usage", Guard::Api, get(session_usage)),
-        route("GET", "/api/directories", Guard::Api, get(directories)),
-        route("POST", "/api/sessions/{id}/messages", Guard::Api, post(send_message)),
-        route("POST", "/api/sessions/{id}/interrupt", Guard::Api, post(interrupt)),
-        route("POST", "/api/sessions/{id}/model", Guard::Api, post(set_model)),
-        route("POST", "/api/sessions/{id}/permission-mode", Guard::Api, post(set_permission_mode)),
-        route("POST", "/api/sessions/{id}/resume", Guard::Api, post(resume)),
-        route("GET", "/api/sessions/{id}/permissions", Guard::Api, get(list_permissions)),
+        route("GET", "/api/health", Guard::Api(Scope::Read), get(health)),
+        route("GET", "/api/me", Guard::Api(Scope::Read), get(me)),
+        route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(list_tokens)),
+        route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
+        route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
+        route("GET", "/api/sessions", Guard::Api(Scope::Read), get(list_sessions)),
+        route("POST", "/api/sessions", Guard::Api(Scope::Operate), post(create_session)),
+        route("GET", "/api/sessions/{id}", Guard::Api(Scope::Read), get(get_session)),
+        route("DELETE", "/api/sessions/{id}", Guard::Api(Scope::Operate), delete(delete_session)),
+        route("PATCH", "/api/sessions/{id}", Guard::Api(Scope::Operate), patch(amend_session)),
+        route("GET", "/api/sessions/{id}/usage", Guard::Api(Scope::Read), get(session_usage)),
+        route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
+        route(
+            "POST",
+            "/api/sessions/{id}/messages",
+            Guard::Api(Scope::Operate),
+            post(send_message),
+        ),
+        route("POST", "/api/sessions/{id}/interrupt", Guard::Api(Scope::Operate), post(interrupt)),
+        route("POST", "/api/sessions/{id}/model", Guard::Api(Scope::Operate), post(set_model)),
+        route(
+            "POST",
+            "/api/sessions/{id}/permission-mode",
+            Guard::Api(Scope::Operate),
+            post(set_permission_mode),
+        ),
+        route("POST", "/api/sessions/{id}/resume", Guard::Api(Scope::Operate), post(resume)),
+        route(
+            "GET",
+            "/api/sessions/{id}/permissions",
+            Guard::Api(Scope::Read),
+            get(list_permissions),
+        ),
         route(
             "POST",
             "/api/sessions/{id}/permissions/{request_id}",
-            Guard::Api,
+            Guard::Api(Scope::Approve),
             post(answer_permission),
         ),
-        route("GET", "/api/sessions/{id}/events", Guard::Api, get(list_events)),
-        route("GET", "/api/sessions/{id}/view", Guard::Api, get(session_view)),
-        route("GET", "/api/sessions/{id}/subscribe", Guard::Api, get(subscribe)),
-        route("GET", "/api/events", Guard::Api, get(dashboard)),
-        route("GET", "/api/claude/sessions", Guard::Api, get(crate::compat::list)),
-        route("GET", "/api/claude/sessions/{id}", Guard::Api, get(crate::compat::get)),
+        route("GET", "/api/sessions/{id}/events", Guard::Api(Scope::Read), get(list_events)),
+        route("GET", "/api/sessions/{id}/view", Guard::Api(Scope::Read), get(session_view)),
+        route("GET", "/api/sessions/{id}/subscribe", Guard::Api(Scope::Read), get(subscribe)),
+        route("GET", "/api/events", Guard::Api(Scope::Read), get(dashboard)),
+        route("GET", "/api/claude/sessions", Guard::Api(Scope::Read), get(crate::compat::list)),
+        route("GET", "/api/claude/sessions/{id}", Guard::Api(Scope::Read), get(crate::compat::get)),
         route(
             "GET",
             "/api/claude/sessions/{id}/subscribe",
-            Guard::Api,
+            Guard::Api(Scope::Read),
             get(crate::compat::subscribe),
         ),
-        route("GET", "/api/terminals", Guard::Api, get(crate::terminal::attach)),
-        route("GET", "/ws", Guard::Api, get(crate::relay::frontend)),
+        route("GET", "/api/terminals", Guard::Api(Scope::Operate), get(crate::terminal::attach)),
+        route("GET", "/ws", Guard::Api(Scope::Read), get(crate::relay::frontend)),
         // The UI's files go out gzipped to browsers that take it (a third of the bytes).
         route(
             "GET",
             "/ui/{*path}",
-            Guard::Api,
+            Guard::Api(Scope::Read),
             get(crate::ui::asset).layer(tower_http::compression::CompressionLayer::new()),
         ),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
@@ -111,7 +132,11 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
     let mut own = Router::new();
     for route in routes() {
         match route.guard {
-            Guard::Api => api = api.route(route.path, route.handler),
+            Guard::Api(scope) => {
+                let checked =
+                    route.handler.layer(axum::middleware::from_fn_with_state(scope, require_scope));
+                api = api.route(route.path, checked);
+            }
             Guard::Own => own = own.route(route.path, route.handler),
         }
     }
@@ -119,6 +144,7 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(crate::extract::method_not_allowed)
         .with_state(daemon.clone())
+        .layer(axum::Extension(auth.clone()))
         .layer(axum::middleware::from_fn_with_state(auth.clone(), require_auth));
     let own = own
         .method_not_allowed_fallback(crate::extract::method_not_allowed)
@@ -237,6 +263,52 @@ async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiErr
     ))
 }
 
+/// The token this request presents: its name and scope (the web UI shows what it allows).
+async fn me(Extension(caller): Extension<Caller>) -> Json<Value> {
+    Json(json!({"name": &*caller.name, "scope": caller.scope}))
+}
+
+/// The daemon's tokens; with `--no-auth` there are none to manage.
+fn tokens(auth: &AuthConfig) -> Result<&crate::tokens::Tokens, ApiError> {
+    auth.tokens.as_deref().ok_or_else(|| {
+        ApiError::invalid("the daemon runs with --no-auth: it has no tokens to manage")
+    })
+}
+
+async fn list_tokens(
+    Extension(auth): Extension<AuthConfig>,
+) -> Result<Json<Vec<crate::tokens::TokenInfo>>, ApiError> {
+    Ok(Json(tokens(&auth)?.list()))
+}
+
+/// `POST /api/tokens`: `{name, scope}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateToken {
+    name: String,
+    scope: Scope,
+}
+
+async fn create_token(
+    Extension(auth): Extension<AuthConfig>,
+    Extension(caller): Extension<Caller>,
+    Body(body): Body<CreateToken>,
+) -> Result<Response, ApiError> {
+    let made = tokens(&auth)?.create(&body.name, body.scope)?;
+    tracing::info!(name = %body.name, scope = %body.scope, by = %caller.name, "token created");
+    Ok((StatusCode::CREATED, Json(made)).into_response())
+}
+
+async fn revoke_token(
+    Extension(auth): Extension<AuthConfig>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Json<crate::tokens::TokenInfo>, ApiError> {
+    let revoked = tokens(&auth)?.revoke(&name)?;
+    tracing::info!(%name, by = %caller.name, "token revoked");
+    Ok(Json(revoked))
+}
+
 async fn list_sessions(
     State(daemon): State<Arc<Daemon>>,
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
@@ -252,8 +324,10 @@ async fn list_sessions(
 
 async fn create_session(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Body(request): Body<CreateSession>,
 ) -> Result<Response, ApiError> {
+    crate::tokens::check_create(&caller, &request)?;
     let record = daemon.create(request).await?;
     Ok((StatusCode::CREATED, Json(view(&daemon, record))).into_response())
 }
@@ -550,13 +624,14 @@ async fn list_permissions(
 
 async fn answer_permission(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path((id, request_id)): Path<(String, String)>,
     Body(body): Body<PermissionBody>,
 ) -> Result<Json<Value>, ApiError> {
     if body.request_id.as_ref().is_some_and(|named| *named != request_id) {
         return Err(ApiError::invalid("the body names another request_id than the path"));
     }
-    let (answer, who) = body.into_answer("api");
+    let (answer, who) = body.into_answer(&caller, "api");
     let behavior = answer.behavior;
     daemon
         .running(&id)
@@ -703,6 +778,7 @@ struct SubscribeQuery {
 
 async fn subscribe(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Params(query): Params<SubscribeQuery>,
     Upgrade(upgrade): Upgrade,
@@ -726,7 +802,7 @@ async fn subscribe(
             } else {
                 Framer::Events
             };
-            serve_subscriber(daemon, id, query.after, framer, socket).await
+            serve_subscriber(daemon, caller, id, query.after, framer, socket).await
         },
     ))
 }
@@ -755,6 +831,7 @@ impl Framer {
 
 async fn serve_subscriber(
     daemon: Arc<Daemon>,
+    caller: Caller,
     id: String,
     after: u64,
     mut framer: Framer,
@@ -764,8 +841,8 @@ async fn serve_subscriber(
     let (reader, mut replies) = {
         let (daemon, id) = (daemon.clone(), id.clone());
         crate::socket::spawn_frame_reader(incoming, move |text| {
-            let (daemon, id) = (daemon.clone(), id.clone());
-            async move { handle_client_frame(&daemon, &id, &text).await }
+            let (daemon, caller, id) = (daemon.clone(), caller.clone(), id.clone());
+            async move { handle_client_frame(&daemon, &caller, &id, &text).await }
         })
     };
     let mut events = daemon.subscribe(&id, after);
@@ -866,11 +943,18 @@ fn subscription_frame(
 }
 
 /// Acts on a frame from a subscriber ([`ClientFrame`]) and returns the ack or the error to
-/// send back (the socket stays open either way).
-async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<String> {
+/// send back (the socket stays open either way). Each frame needs its scope: a `read` token
+/// watches, an `approve` token also answers, an `operate` token also steers.
+async fn handle_client_frame(
+    daemon: &Daemon,
+    caller: &Caller,
+    id: &str,
+    text: &str,
+) -> Option<String> {
     let result: Result<ServerFrame, ApiError> = async {
         let frame = ClientFrame::parse(text)?;
         let of = frame.kind();
+        caller.require(frame.scope())?;
         let handle = daemon.running(id).await?;
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
@@ -882,7 +966,7 @@ async fn handle_client_frame(daemon: &Daemon, id: &str, text: &str) -> Option<St
                     .request_id
                     .clone()
                     .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
-                let (answer, who) = body.into_answer("websocket");
+                let (answer, who) = body.into_answer(caller, "websocket");
                 handle
                     .respond_permission(&request_id, answer, &who)
                     .await

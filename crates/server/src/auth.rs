@@ -1,4 +1,5 @@
-//! Bearer-token auth for every endpoint, and the Origin check for browser WebSocket upgrades.
+//! Bearer-token auth for every endpoint, each route's scope ([`crate::tokens`]), and the Origin
+//! check for browser WebSocket upgrades.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+use crate::tokens::{Caller, Scope, Tokens};
 
 /// The cookie a browser may carry the token in.
 pub const TOKEN_COOKIE: &str = "switchboard_token";
@@ -17,20 +19,59 @@ pub const TOKEN_COOKIE: &str = "switchboard_token";
 /// Who may call the API.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
-    /// The token every request must present; `None` with `--no-auth` (loopback only).
-    pub token: Option<Arc<str>>,
+    /// The tokens a request may present; `None` with `--no-auth` (loopback only).
+    pub tokens: Option<Arc<Tokens>>,
     /// Origins allowed to open WebSockets besides the daemon's own.
     pub allowed_origins: Vec<String>,
 }
 
+/// The caller with `--no-auth`.
+pub const LOCAL: &str = "local";
+
 impl AuthConfig {
-    /// Whether `presented` is the token, compared in constant time.
-    pub fn accepts(&self, presented: &str) -> bool {
-        match &self.token {
-            None => true,
-            Some(token) => tokens_match(token, presented),
+    /// Requests must present one of `tokens`.
+    pub fn new(tokens: Tokens) -> AuthConfig {
+        AuthConfig { tokens: Some(Arc::new(tokens)), allowed_origins: Vec::new() }
+    }
+
+    /// Requests must present `token` (admin) or a named token made since, kept in memory.
+    pub fn with_token(token: &str) -> AuthConfig {
+        AuthConfig::new(Tokens::new(token))
+    }
+
+    /// `--no-auth`: no token; only loopback host names are served, each caller an admin.
+    pub fn no_auth() -> AuthConfig {
+        AuthConfig { tokens: None, allowed_origins: Vec::new() }
+    }
+
+    /// Also let WebSockets come from pages at `origins`.
+    pub fn allowing(mut self, origins: Vec<String>) -> AuthConfig {
+        self.allowed_origins = origins;
+        self
+    }
+
+    /// Whether requests need a token.
+    pub fn enabled(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// Who presents `presented`: a token's holder, or with `--no-auth` anyone (an admin).
+    pub fn caller(&self, presented: &str) -> Option<Caller> {
+        match &self.tokens {
+            None => Some(Caller::unnamed(LOCAL, Scope::Admin)),
+            Some(tokens) => tokens.caller(presented),
         }
     }
+}
+
+/// Route middleware: the caller ([`require_auth`] put it in the request) must have `needed`.
+pub async fn require_scope(
+    State(needed): State<Scope>,
+    request: Request<Body>,
+    next: Next,
+) -> Result<Response, ApiError> {
+    request.extensions().get::<Caller>().ok_or_else(ApiError::unauthorized)?.require(needed)?;
+    Ok(next.run(request).await)
 }
 
 /// A new random token: 32 bytes, hex.
@@ -92,15 +133,21 @@ pub async fn require_auth(
     request: Request<Body>,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let mut request = request;
     let mut by_cookie = false;
-    if auth.token.is_some() {
+    let caller = if auth.enabled() {
         match presented(&request) {
-            Some((token, cookie)) if auth.accepts(&token) => by_cookie = cookie,
-            _ => return Err(ApiError::unauthorized()),
+            Some((token, cookie)) => {
+                by_cookie = cookie;
+                auth.caller(&token).ok_or_else(ApiError::unauthorized)?
+            }
+            None => return Err(ApiError::unauthorized()),
         }
     } else {
         check_host(&auth, request.headers())?;
-    }
+        Caller::unnamed(LOCAL, Scope::Admin)
+    };
+    request.extensions_mut().insert(caller);
     let browser_change =
         !request.method().is_safe() && request.headers().get(header::ORIGIN).is_some();
     if is_websocket_upgrade(request.headers()) || browser_change {
@@ -117,7 +164,7 @@ pub async fn require_auth(
 /// `--no-auth` (loopback only): a page on another site that rebinds its name to 127.0.0.1
 /// reaches the daemon with its own `Host`; only loopback names get in.
 pub(crate) fn check_host(auth: &AuthConfig, headers: &HeaderMap) -> Result<(), ApiError> {
-    if auth.token.is_none() && !loopback_host(headers) {
+    if !auth.enabled() && !loopback_host(headers) {
         return Err(ApiError::forbidden("without auth, only loopback host names are served"));
     }
     Ok(())
@@ -223,11 +270,13 @@ mod tests {
 
     #[test]
     fn tokens_are_compared_exactly() {
-        let auth = AuthConfig { token: Some(Arc::from("secret")), allowed_origins: Vec::new() };
-        assert!(auth.accepts("secret"));
-        assert!(!auth.accepts("secret2"));
-        assert!(!auth.accepts("secre"));
-        assert!(!auth.accepts(""));
+        let auth = AuthConfig::with_token("secret");
+        assert!(auth.caller("secret").is_some_and(|caller| caller.scope == Scope::Admin));
+        assert!(auth.caller("secret2").is_none());
+        assert!(auth.caller("secre").is_none());
+        assert!(auth.caller("").is_none());
+        let open = AuthConfig::no_auth().caller("").unwrap();
+        assert_eq!((&*open.name, open.scope), (LOCAL, Scope::Admin));
         assert_eq!(generate_token().len(), 64);
         assert_ne!(generate_token(), generate_token());
     }

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::{CreateSession, Daemon};
 use crate::error::ApiError;
+use crate::tokens::{Caller, Scope};
 use crate::transcripts::{watch_file, TranscriptInfo, TranscriptTail};
 
 /// Transcript lines sent per read while replaying a file.
@@ -58,6 +59,7 @@ async fn find(daemon: &Daemon, id: &str) -> Result<TranscriptInfo, ApiError> {
 
 pub(crate) async fn subscribe(
     State(daemon): State<Arc<Daemon>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
@@ -65,7 +67,7 @@ pub(crate) async fn subscribe(
     Ok(upgrade
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(daemon, info, socket)))
+        .on_upgrade(move |socket| serve(daemon, caller, info, socket)))
 }
 
 /// What the socket's reader hands to its writer.
@@ -76,7 +78,7 @@ enum ClientRequest {
     Reply(String),
 }
 
-async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
+async fn serve(daemon: Arc<Daemon>, caller: Caller, info: TranscriptInfo, socket: WebSocket) {
     let (mut sink, incoming) = socket.split();
     // Watch before reading, so an append between the two is not missed.
     let (watcher, mut changed) = match watch_file(&info.path) {
@@ -91,8 +93,8 @@ async fn serve(daemon: Arc<Daemon>, info: TranscriptInfo, socket: WebSocket) {
     let (reader, mut requests) = {
         let (daemon, info) = (daemon.clone(), info.clone());
         crate::socket::spawn_frame_reader(incoming, move |text| {
-            let (daemon, info) = (daemon.clone(), info.clone());
-            async move { handle_frame(&daemon, &info, &text).await }
+            let (daemon, caller, info) = (daemon.clone(), caller.clone(), info.clone());
+            async move { handle_frame(&daemon, &caller, &info, &text).await }
         })
     };
     let mut tail = TranscriptTail::new(&info.path);
@@ -178,9 +180,11 @@ fn skip_through(tail: &mut TranscriptTail, uuid: &str) -> bool {
     false
 }
 
-/// Acts on a client frame; returns what the writer must do.
+/// Acts on a client frame; returns what the writer must do. A message (which starts or steers
+/// a session) needs the `operate` scope.
 async fn handle_frame(
     daemon: &Arc<Daemon>,
+    caller: &Caller,
     info: &TranscriptInfo,
     text: &str,
 ) -> Option<ClientRequest> {
@@ -198,6 +202,9 @@ async fn handle_frame(
             else {
                 return error("user_message needs a non-empty content string".into());
             };
+            if let Err(refused) = caller.require(Scope::Operate) {
+                return error(refused.to_string());
+            }
             match take_over(daemon, info, content).await {
                 Ok(()) => None,
                 Err(message) => error(message),

@@ -3,7 +3,8 @@
 //! keeps its mode.
 //!
 //! - `switchboard.db` (with its journal `switchboard.db.log-*` and lock `switchboard.db.lock`);
-//! - `token`: the API token; `ingress-token`: the relay's token for externally launched CLIs;
+//! - `token`: the API token (admin); `ingress-token`: the relay's token for externally launched
+//!   CLIs; `tokens.json`: the named tokens' digests;
 //! - `daemon.json`: where the running daemon listens ([`DaemonInfo`]), for client commands;
 //! - `cli-runs.json`: the CLIs running now ([`crate::DaemonConfig::runs_file`]).
 
@@ -54,6 +55,11 @@ impl DataDir {
     /// The database file.
     pub fn database(&self) -> PathBuf {
         self.path.join("switchboard.db")
+    }
+
+    /// The named tokens' digests.
+    pub fn tokens_file(&self) -> PathBuf {
+        self.path.join("tokens.json")
     }
 
     /// The record of running CLIs.
@@ -127,7 +133,7 @@ impl DataDir {
                 return Ok(token);
             }
         }
-        let token = crate::auth::generate_token();
+        let token = switchboard_transport::random::random_hex(32);
         write_private(&path, &token)
             .map_err(|error| format!("cannot write the token to {}: {error}", path.display()))?;
         Ok(token)
@@ -135,7 +141,7 @@ impl DataDir {
 }
 
 /// Writes `contents` to `path`, readable by the owner only.
-fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .write(true)

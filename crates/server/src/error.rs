@@ -124,3 +124,21 @@ impl From<DaemonError> for ApiError {
         }
     }
 }
+
+impl From<crate::tokens::ScopeError> for ApiError {
+    fn from(error: crate::tokens::ScopeError) -> ApiError {
+        ApiError::forbidden(error.to_string())
+    }
+}
+
+impl From<crate::tokens::TokenError> for ApiError {
+    fn from(error: crate::tokens::TokenError) -> ApiError {
+        use crate::tokens::TokenError;
+        match error {
+            TokenError::Invalid(message) => ApiError::invalid(message),
+            TokenError::Exists(_) => ApiError::conflict("exists", error.to_string()),
+            TokenError::NotFound(_) => ApiError::not_found(error.to_string()),
+            TokenError::File(message) => ApiError::internal(message),
+        }
+    }
+}

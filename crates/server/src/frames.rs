@@ -12,6 +12,7 @@ use switchboard_session::{AnswerBehavior, PermissionAnswer};
 use switchboard_store::EventRecord;
 
 use crate::error::ApiError;
+use crate::tokens::{Caller, Scope};
 
 /// A frame the daemon sends (other than an event: see [`event_frame`]).
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +127,14 @@ impl ClientFrame {
         })
     }
 
+    /// The scope it needs: an answer `approve`, the others `operate`.
+    pub fn scope(&self) -> Scope {
+        match self {
+            ClientFrame::PermissionResponse(_) => Scope::Approve,
+            ClientFrame::UserMessage(_) | ClientFrame::Interrupt(_) => Scope::Operate,
+        }
+    }
+
     /// Its `type`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -162,15 +171,16 @@ pub struct PermissionBody {
     #[serde(default)]
     /// Deny and end the turn.
     interrupt: bool,
-    /// Who answers (recorded with the decision).
+    /// Who answers (recorded with the decision, before the token's name).
     #[serde(default)]
     by: Option<String>,
 }
 
 impl PermissionBody {
-    /// The answer and who gave it (`default_who` when the body does not say).
-    pub(crate) fn into_answer(self, default_who: &str) -> (PermissionAnswer, String) {
-        let who = self.by.unwrap_or_else(|| default_who.to_owned());
+    /// The answer and who gave it: the caller's token and `channel`, after the name the body
+    /// gives in `by`, if any ([`Caller::who`]).
+    pub(crate) fn into_answer(self, caller: &Caller, channel: &str) -> (PermissionAnswer, String) {
+        let who = caller.who(channel, self.by);
         (
             PermissionAnswer {
                 behavior: self.behavior,

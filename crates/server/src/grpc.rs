@@ -26,6 +26,7 @@ use tonic::{Code, Status};
 use crate::auth::AuthConfig;
 use crate::daemon::{CreateSession, Daemon, DaemonError, Phase, Subscribed};
 use crate::error::ApiError;
+use crate::tokens::{Caller, Scope};
 use crate::view::{DaemonUpdate, ViewUpdate};
 
 /// The code generated from the `.proto`, and its encoded descriptors (for reflection).
@@ -54,6 +55,46 @@ const MAX_HEALTH_MESSAGE_BYTES: usize = 1024;
 
 /// The one call open without the token.
 const HEALTH_CHECK: &str = "/grpc.health.v1.Health/Check";
+
+/// The `Switchboard` service's path prefix.
+const SERVICE: &str = "/switchboard.v1.Switchboard/";
+
+/// The scope each `Switchboard` method needs, as its REST twin does. A call not named here
+/// needs `admin` (fails closed); server reflection needs `read`.
+pub const METHOD_SCOPES: &[(&str, Scope)] = &[
+    ("CreateSession", Scope::Operate),
+    ("ListSessions", Scope::Read),
+    ("GetSession", Scope::Read),
+    ("StopSession", Scope::Operate),
+    ("ResumeSession", Scope::Operate),
+    ("SendMessage", Scope::Operate),
+    ("Interrupt", Scope::Operate),
+    ("SetModel", Scope::Operate),
+    ("SetPermissionMode", Scope::Operate),
+    ("AnswerPermission", Scope::Approve),
+    ("Subscribe", Scope::Read),
+    ("WatchSessions", Scope::Read),
+];
+
+/// The scope a call to `path` needs ([`METHOD_SCOPES`]).
+fn scope_of(path: &str) -> Scope {
+    if path.starts_with("/grpc.reflection.") {
+        return Scope::Read;
+    }
+    path.strip_prefix(SERVICE)
+        .and_then(|method| METHOD_SCOPES.iter().find(|(name, _)| *name == method))
+        .map_or(Scope::Admin, |(_, scope)| *scope)
+}
+
+/// The caller `require_token` put in a call's extensions (a call without one is refused
+/// before it gets here).
+fn caller<T>(request: &tonic::Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("no caller"))
+}
 
 /// The gRPC routes: the `Switchboard` service and server reflection behind the token, and
 /// `grpc.health.v1.Health` open (for probes), on one router.
@@ -131,17 +172,21 @@ async fn require_token(
     if request.headers().contains_key(header::ORIGIN) {
         return Status::permission_denied("the gRPC API does not serve browsers").into_http();
     }
-    if auth.token.is_some()
-        && !crate::auth::bearer(request.headers()).is_some_and(|token| auth.accepts(token))
-    {
+    let presented = crate::auth::bearer(request.headers()).unwrap_or("");
+    let Some(caller) = auth.caller(presented) else {
         return Status::unauthenticated(
             "a valid token is required: `authorization: Bearer TOKEN` metadata",
         )
         .into_http();
-    }
+    };
     if let Err(error) = crate::auth::check_host(&auth, request.headers()) {
         return api_status(error).into_http();
     }
+    if let Err(refused) = caller.require(scope_of(request.uri().path())) {
+        return Status::permission_denied(refused.to_string()).into_http();
+    }
+    let mut request = request;
+    request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
@@ -161,6 +206,7 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::CreateSessionRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let create = CreateSession {
             prompt: request.prompt,
@@ -182,6 +228,8 @@ impl Switchboard for Api {
             env: request.env.into_iter().collect(),
             relay: request.relay,
         };
+        crate::tokens::check_create(&caller, &create)
+            .map_err(|refused| Status::permission_denied(refused.to_string()))?;
         let record = self.daemon.create(create).await.map_err(status)?;
         Ok(tonic::Response::new(session(&self.daemon, record)))
     }
@@ -283,6 +331,7 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::AnswerPermissionRequest>,
     ) -> Result<tonic::Response<pb::AnswerPermissionResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let behavior = match pb::Behavior::try_from(request.behavior) {
             Ok(pb::Behavior::Allow) => AnswerBehavior::Allow,
@@ -298,7 +347,7 @@ impl Switchboard for Api {
             answers: None,
             interrupt: request.interrupt,
         };
-        let who = request.by.unwrap_or_else(|| "grpc".to_owned());
+        let who = caller.who("grpc", request.by);
         let handle = self.daemon.running(&request.id).await.map_err(status)?;
         handle
             .respond_permission(&request.request_id, answer, &who)
@@ -892,5 +941,31 @@ fn from_value(value: &prost_types::Value) -> Value {
         Some(Kind::StringValue(text)) => Value::String(text.clone()),
         Some(Kind::ListValue(list)) => Value::Array(list.values.iter().map(from_value).collect()),
         Some(Kind::StructValue(fields)) => from_struct(fields),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_has_its_scope() {
+        let proto = include_str!("../../../proto/switchboard/v1/switchboard.proto");
+        let methods: Vec<&str> = proto
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("rpc "))
+            .filter_map(|rest| rest.split('(').next())
+            .collect();
+        assert!(methods.len() >= 12, "the proto is read: {methods:?}");
+        for method in &methods {
+            assert!(
+                METHOD_SCOPES.iter().any(|(name, _)| name == method),
+                "{method} has no scope in METHOD_SCOPES"
+            );
+        }
+        assert_eq!(METHOD_SCOPES.len(), methods.len(), "METHOD_SCOPES names only the proto's");
+        assert_eq!(scope_of("/switchboard.v1.Switchboard/AnswerPermission"), Scope::Approve);
+        assert_eq!(scope_of("/switchboard.v1.Switchboard/Unknown"), Scope::Admin);
+        assert_eq!(scope_of("/other.Service/ListSessions"), Scope::Admin);
     }
 }

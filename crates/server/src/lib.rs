@@ -19,6 +19,7 @@ mod relay;
 mod serve;
 pub mod socket;
 pub mod terminal;
+pub mod tokens;
 pub mod transcripts;
 mod ui;
 pub mod view;
@@ -36,3 +37,4 @@ pub use serve::{
     serve, serve_relay, serve_with, ServeOptions, CLOSE_GRACE, H2_IDLE, HEADER_READ_TIMEOUT,
     MAX_CONNECTIONS,
 };
+pub use tokens::{Caller, Scope, Tokens};

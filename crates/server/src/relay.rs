@@ -19,6 +19,7 @@ use switchboard_session::{AnswerBehavior, PermissionAnswer};
 
 use crate::daemon::{relay_status as status, Daemon};
 use crate::error::ApiError;
+use crate::tokens::{Caller, Scope};
 
 /// `GET /`: an externally launched CLI connects. Its session is made once the upgrade is
 /// done: a client that goes away before the `101` leaves nothing behind (a session made
@@ -59,6 +60,7 @@ pub(crate) async fn cli(
 /// `GET /ws`: a frontend.
 pub(crate) async fn frontend(
     State(daemon): State<Arc<Daemon>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Response {
     // Subscribed before the handshake answers: a CLI that connects as soon as the frontend's
@@ -71,8 +73,8 @@ pub(crate) async fn frontend(
             let (mut sink, incoming) = socket.split();
             let reader_daemon = daemon.clone();
             let (reader, mut replies) = crate::socket::spawn_frame_reader(incoming, move |text| {
-                let daemon = reader_daemon.clone();
-                async move { forward(&daemon, text.as_str()).await }
+                let (daemon, caller) = (reader_daemon.clone(), caller.clone());
+                async move { forward(&daemon, &caller, text.as_str()).await }
             });
             // Every write to the frontend is bounded: while one waits, the frontend takes no
             // line from the feed, and the feed holds every relay CLI back.
@@ -163,6 +165,8 @@ async fn frontend_auth(
     let origin =
         request.headers().get(axum::http::header::ORIGIN).and_then(|origin| origin.to_str().ok());
     if origin.is_some_and(|origin| auth.allowed_origins.iter().any(|allowed| allowed == origin)) {
+        let mut request = request;
+        request.extensions_mut().insert(Caller::unnamed(RELAY_FRONTEND, Scope::Operate));
         return Ok(next.run(request).await);
     }
     crate::auth::require_auth(State(auth), request, next).await
@@ -187,14 +191,16 @@ async fn within<E>(
 /// The most lines one frame from a frontend may carry.
 pub(crate) const MAX_LINES_PER_FRAME: usize = 64;
 
-/// Who a relay frontend's answers are recorded as.
+/// Who a relay frontend that came without a token (from an allowed origin) is: it may steer
+/// and answer, as the relay protocol's frontends do.
 pub(crate) const RELAY_FRONTEND: &str = "relay frontend";
 
 /// What a frontend sent, to the CLI: user messages (to the CLI whose Claude session id they
 /// name, else the most recent one) and interrupts go through the session (so they are logged);
 /// a permission answer, in either of the relay protocol's forms, is a person's decision;
-/// anything else is refused with a status line.
-async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
+/// anything else is refused with a status line. An answer needs the `approve` scope, the rest
+/// `operate`.
+async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String> {
     let mut replies = Vec::new();
     let lines: Vec<&str> = text.split('\n').filter(|line| !line.trim().is_empty()).collect();
     if lines.len() > MAX_LINES_PER_FRAME {
@@ -203,9 +209,17 @@ async fn forward(daemon: &Daemon, text: &str) -> Option<String> {
         )));
     }
     for line in lines {
-        match permission_answer(line) {
+        let answer = permission_answer(line);
+        let needed = if answer.is_some() { Scope::Approve } else { Scope::Operate };
+        if let Err(refused) = caller.require(needed) {
+            replies.push(status(&refused.to_string()));
+            continue;
+        }
+        match answer {
             Some(Ok(answer)) => {
-                if let Err(message) = answer_permission(daemon, answer).await {
+                if let Err(message) =
+                    answer_permission(daemon, answer, &caller.who("relay", None)).await
+                {
                     replies.push(status(&message));
                 }
                 continue;
@@ -329,7 +343,11 @@ fn permission_answer(line: &str) -> Option<Result<FrontendAnswer, String>> {
 
 /// Answers a relay session's waiting request as a person (first answer wins), whichever relay
 /// CLI asked it.
-async fn answer_permission(daemon: &Daemon, answer: FrontendAnswer) -> Result<(), String> {
+async fn answer_permission(
+    daemon: &Daemon,
+    answer: FrontendAnswer,
+    who: &str,
+) -> Result<(), String> {
     let asked = daemon.relay_handles().into_iter().find_map(|(_, handle)| {
         let waiting = handle
             .snapshot()
@@ -342,7 +360,7 @@ async fn answer_permission(daemon: &Daemon, answer: FrontendAnswer) -> Result<()
         return Err(format!("no permission request {} is waiting", answer.request_id));
     };
     handle
-        .respond_permission(&answer.request_id, answer.answer, RELAY_FRONTEND)
+        .respond_permission(&answer.request_id, answer.answer, who)
         .await
         .map_err(|error| error.to_string())
 }

@@ -52,11 +52,11 @@ pub(crate) async fn root(
         };
     }
     if let Some(token) = query.token {
-        if auth.token.is_some() && !auth.accepts(&token) {
+        if auth.enabled() && auth.caller(&token).is_none() {
             return login(StatusCode::UNAUTHORIZED, "That token is not this daemon's.");
         }
         let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-        if auth.token.is_some() {
+        if auth.enabled() {
             let cookie = format!("{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
@@ -64,8 +64,9 @@ pub(crate) async fn root(
         }
         return response;
     }
-    let signed_in = auth.token.is_none()
-        || crate::auth::cookie(&headers, TOKEN_COOKIE).is_some_and(|token| auth.accepts(&token));
+    let signed_in = !auth.enabled()
+        || crate::auth::cookie(&headers, TOKEN_COOKIE)
+            .is_some_and(|token| auth.caller(&token).is_some());
     if !signed_in {
         return login(StatusCode::UNAUTHORIZED, "");
     }

@@ -330,7 +330,7 @@ function decisionText(decision) {
   const verb = allowed ? 'Allowed' : 'Denied';
   let text;
   switch (by.kind) {
-    case 'person': text = `${verb} by ${by.who === 'browser' ? 'you' : by.who}`; break;
+    case 'person': text = `${verb} by ${by.who === 'browser' || by.who.startsWith('browser, ') ? 'you' : by.who}`; break;
     case 'policy': text = `${verb} by ${by.rule ? `policy rule ${by.rule}` : "the policy's default"}`; break;
     case 'cli': text = `${verb} by Claude Code's own settings`; break;
     case 'timeout': text = 'Nobody answered in time: denied'; break;
@@ -396,6 +396,25 @@ const connection = {
     $('#banner').hidden = true;
   },
 };
+
+// What the signed-in token may do (GET /api/me): the page hides what it may not
+// (`.needs-approve`, `.needs-operate`); the daemon refuses it all the same.
+const SCOPES = ['read', 'approve', 'operate', 'admin'];
+let scope = 'admin';
+
+function can(needed) {
+  return SCOPES.indexOf(scope) >= SCOPES.indexOf(needed);
+}
+
+async function loadScope() {
+  try {
+    const me = await api('GET', '/api/me');
+    scope = SCOPES.includes(me.scope) ? me.scope : 'read';
+    document.body.dataset.scope = scope;
+    $('#whoami').textContent = scope === 'admin' ? '' : `${me.name} · ${scope}`;
+    $('#whoami').title = scope === 'admin' ? '' : `Signed in with the token ${me.name}, which may ${scope === 'read' ? 'watch' : scope === 'approve' ? 'watch and answer requests' : 'start and steer sessions'}`;
+  } catch (_) { /* signed out, or unreachable: the banner says so */ }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The session list (the sidebar), kept live by /api/events: waiting sessions first, then the
@@ -727,7 +746,7 @@ class Transcript {
     message.blocks.get(update.index).done = true;
     if (update.uuid) message.box.dataset.uuid = update.uuid;
     if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.actions)) {
-      message.actions.append(el('button', { type: 'button', class: 'fork-here', title: 'Start a new session from this point of the conversation',
+      message.actions.append(el('button', { type: 'button', class: 'fork-here needs-operate', title: 'Start a new session from this point of the conversation',
         onclick: () => view?.fork(message.box.dataset.uuid) }, 'Fork from here'));
     }
   }
@@ -1045,7 +1064,7 @@ function permissionBox(session, request, cwd) {
   const grant = !rule ? 'the same call' : rule.includes('(') ? rule : `every ${rule} call`;
   const always = `Allow ${grant} for the rest of this session`;
   box.append(editor,
-    el('div', { class: 'actions' },
+    el('div', { class: 'actions needs-approve' },
       el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
         if (!editor.hidden) {
           try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
@@ -1053,9 +1072,9 @@ function permissionBox(session, request, cwd) {
       } }, icon('check'), 'Allow'),
       el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always'),
       el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
-    el('div', { class: 'secondary' }, message,
+    el('div', { class: 'secondary needs-approve' }, message,
       el('button', { type: 'button', class: 'edit ghost', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
-    el('div', { class: 'always-rule muted' }, `Allow always: ${grant}, for the rest of this session.`));
+    el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`));
   return box;
 }
 
@@ -1260,7 +1279,7 @@ class SessionView {
         el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
       this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
         h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost,
-        el('div', { class: 'controls' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
+        el('div', { class: 'controls needs-operate' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
     }
     const h = this.head;
     h.icon.replaceChildren(stateIcon(state));
@@ -1364,7 +1383,7 @@ class SessionView {
       if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
     });
     this.input = input;
-    return el('form', { class: 'composer', onsubmit: (event) => { event.preventDefault(); send(); } }, input, el('button', { type: 'submit', class: 'primary send' }, 'Send'));
+    return el('form', { class: 'composer needs-operate', onsubmit: (event) => { event.preventDefault(); send(); } }, input, el('button', { type: 'submit', class: 'primary send' }, 'Send'));
   }
 
   // --- The stats panel: every turn's cost (from the server, not the page), context, models.
@@ -1610,14 +1629,14 @@ document.addEventListener('keydown', (event) => {
   const typing = ['INPUT', 'TEXTAREA', 'SELECT'].includes(document.activeElement?.tagName);
   if (event.key === 'Escape' && view && !typing) {
     event.preventDefault();
-    if (view.head && !view.head.interrupt.disabled && !view.head.interrupt.hidden) view.interrupt();
+    if (view.head && can('operate') && !view.head.interrupt.disabled && !view.head.interrupt.hidden) view.interrupt();
     return;
   }
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
-  if (event.key === 'n') { location.hash = '#/new'; event.preventDefault(); }
+  if (event.key === 'n' && can('operate')) { location.hash = '#/new'; event.preventDefault(); }
   if (event.key === '/') { $('#session-search').focus(); event.preventDefault(); }
   const box = view?.transcript.pending()[0]?.box;
-  if (!box) return;
+  if (!box || !can('approve')) return;
   if (event.key === 'a') $('.allow', box)?.click();
   if (event.key === 'd') $('.deny', box)?.click();
 });
@@ -1638,3 +1657,4 @@ window.addEventListener('hashchange', route);
 setInterval(renderList, 30000); // "3 min ago" moves on
 loadSessions().catch(() => {}).finally(route);
 watchDashboard();
+loadScope();

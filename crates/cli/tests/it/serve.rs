@@ -977,3 +977,81 @@ async fn an_interrupted_loop_stops_its_running_sessions_and_exits_130() {
     assert_eq!(sessions.len(), 1, "the second task never started: {sessions:?}");
     assert_eq!(sessions[0]["running"], false, "the first one's session was stopped");
 }
+
+/// `switchboard token`: a named token made on the command line works at once with its scope,
+/// is kept as a digest across a restart, is listed without its secret, and is refused once
+/// revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let (code, phone, stderr) =
+        client(data.path(), &["token", "create", "phone", "--scope", "approve"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let phone = phone.trim().to_owned();
+    assert!(phone.starts_with("sb_"), "the token alone on stdout: {phone}");
+    assert!(stderr.contains("shown this once"), "{stderr}");
+    let (code, _, stderr) =
+        client(data.path(), &["token", "create", "phone", "--scope", "read"]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("a token named phone exists"), "{stderr}");
+    let (code, _, stderr) = client(data.path(), &["token", "create", "x", "--scope", "root"]).await;
+    assert_eq!(code, Some(2), "clap refuses an unknown scope: {stderr}");
+
+    let status = |url: String, token: String, method: reqwest::Method| async move {
+        let response = reqwest::Client::new()
+            .request(method, url)
+            .bearer_auth(token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    let sessions = format!("{}/api/sessions", daemon.url);
+    assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::GET).await, 200);
+    assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::POST).await, 403);
+    // The phone's token cannot manage tokens.
+    #[allow(clippy::disallowed_methods)] // tests run our own binary
+    let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["token", "list", "--url", &daemon.url, "--token", &phone])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("the admin scope"));
+
+    // Kept as a digest, private, and good after a restart.
+    let kept = std::fs::read_to_string(data.path().join("tokens.json")).unwrap();
+    assert!(kept.contains("\"phone\"") && !kept.contains(&phone), "{kept}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(data.path().join("tokens.json")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+    let pid = nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    daemon.child.wait().await.unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let sessions = format!("{}/api/sessions", daemon.url);
+    assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::GET).await, 200);
+
+    let (code, list, _) = client(data.path(), &["token", "list"]).await;
+    assert_eq!(code, Some(0));
+    let lines: Vec<&str> = list.lines().collect();
+    assert!(lines[0].starts_with("NAME") && lines[1].starts_with("admin"), "{list}");
+    assert!(lines[2].starts_with("phone") && lines[2].contains("approve"), "{list}");
+    assert!(!list.contains(&phone), "{list}");
+    let (_, json_list, _) = client(data.path(), &["token", "list", "--json"]).await;
+    let json_list: Value = serde_json::from_str(&json_list).unwrap();
+    assert_eq!(json_list[1]["name"], "phone");
+    assert!(json_list[1]["last_used_ms"].is_u64(), "{json_list}");
+
+    let (code, revoked, stderr) = client(data.path(), &["token", "revoke", "phone"]).await;
+    assert_eq!((code, revoked.trim()), (Some(0), "revoked phone"), "{stderr}");
+    assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::GET).await, 401);
+    let (code, _, stderr) = client(data.path(), &["token", "revoke", "../sessions"]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no token named ../sessions"), "{stderr}");
+}

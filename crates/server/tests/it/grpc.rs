@@ -188,7 +188,7 @@ async fn a_grpc_client_streams_approves_denies_and_resubscribes_without_a_gap() 
     });
     let decided = decided.expect("a decision event");
     assert_eq!(decided.behavior, i32::from(pb::Behavior::Allow));
-    assert_eq!(decided.decided_by, "person:grpc-test");
+    assert_eq!(decided.decided_by, "person:grpc-test, token admin (grpc)");
     let Some(Event::PermissionRequest(second)) = &events.last().unwrap().event else {
         unreachable!()
     };

@@ -14,6 +14,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 mod drops;
 mod grpc;
 mod matrix;
+mod scopes;
 mod terminal;
 mod ui;
 mod warm;
@@ -62,7 +63,7 @@ impl Server {
         let mut config = config;
         configure(&mut config);
         let daemon = Daemon::open(store, config).await.unwrap();
-        let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+        let auth = AuthConfig::with_token(TOKEN);
         let base = format!("http://{address}");
         let served = daemon.clone();
         let task = tokio::spawn(async move {
@@ -78,14 +79,7 @@ impl Server {
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .client()
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+        self.request_as(TOKEN, reqwest::Method::GET, path, None).await
     }
 
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
@@ -97,14 +91,23 @@ impl Server {
     }
 
     async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .client()
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(TOKEN)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        self.request_as(TOKEN, method, path, Some(body)).await
+    }
+
+    /// A request with `token`: its status and JSON body (`null` when it has none).
+    async fn request_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut request =
+            self.client().request(method, format!("{}{path}", self.base)).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
         (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
     }
 
@@ -124,9 +127,14 @@ impl Server {
     }
 
     async fn ws(&self, path: &str) -> Ws {
+        self.ws_as(TOKEN, path).await
+    }
+
+    /// A WebSocket at `path`, opened with `token`.
+    async fn ws_as(&self, token: &str, path: &str) -> Ws {
         let url = format!("{}{path}", self.base.replace("http://", "ws://"));
         let mut request = url.into_client_request().unwrap();
-        request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
         let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
         Ws { socket }
     }
@@ -244,12 +252,8 @@ async fn a_session_streams_and_a_tool_is_approved_over_the_api() {
     assert_eq!(again["error"]["code"], "already_answered");
 
     let frames = ws.until(is_result).await;
-    assert!(
-        frames
-            .iter()
-            .any(|f| f["event"]["event"] == "permission_decided"
-                && f["event"]["by"]["who"] == "alice")
-    );
+    assert!(frames.iter().any(|f| f["event"]["event"] == "permission_decided"
+        && f["event"]["by"]["who"] == "alice, token admin (api)"));
     assert!(sandbox.file("approved.txt").exists(), "the approved tool ran");
 
     // The same history over REST.
@@ -628,7 +632,7 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
 async fn without_auth_the_relay_socket_refuses_other_sites() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
-    let app = router(daemon.clone(), AuthConfig { token: None, allowed_origins: vec![] });
+    let app = router(daemon.clone(), AuthConfig::no_auth());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -718,6 +722,29 @@ async fn every_route_is_served_and_documented() {
             route.1
         );
     }
+    // The Auth section's table gives every API route's scope, as the router checks it.
+    let scopes: Vec<String> = switchboard_server::api::routes()
+        .iter()
+        .filter_map(|route| match route.guard {
+            switchboard_server::api::Guard::Api(scope) => {
+                Some(format!("| `{} {}` | {scope} |", route.method, route.path))
+            }
+            switchboard_server::api::Guard::Own => None,
+        })
+        .collect();
+    let table: Vec<&str> = docs.lines().filter(|line| line.starts_with("| `")).collect();
+    for row in &scopes {
+        assert!(table.contains(&row.as_str()), "docs/api.md's scope table lacks {row}");
+    }
+    let rows = table
+        .iter()
+        .filter(|line| {
+            ["GET", "POST", "PATCH", "DELETE"]
+                .iter()
+                .any(|method| line.starts_with(&format!("| `{method} /")))
+        })
+        .count();
+    assert_eq!(rows, scopes.len(), "the scope table has a row for each API route, no more");
     for (method, path) in routes.iter().filter(|(_, path)| !path.contains("{slot}")) {
         let concrete = path.replace("{id}", "some-id").replace("{request_id}", "some-request");
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
@@ -865,6 +892,19 @@ async fn claude_transcripts_are_served_pushed_and_taken_over() {
         json!({"type": "note", "uuid": "appended-1"})
     };
     assert_eq!(compat.next().await, expected_next);
+
+    // A read token follows the transcript but may not take it over.
+    let (_, made) = server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;
+    let mut watcher = server
+        .ws_as(
+            made["token"].as_str().unwrap(),
+            &format!("/api/claude/sessions/{claude_id}/subscribe"),
+        )
+        .await;
+    watcher.send(json!({"type": "user_message", "content": "NOT ME"})).await;
+    let refused = watcher.until(|frame| frame["type"] == "error").await;
+    let refused = refused.last().unwrap()["error"].as_str().unwrap().to_owned();
+    assert!(refused.contains("the operate scope"), "{refused}");
 
     // A user message takes the session over: Switchboard resumes it and the CLI's new lines
     // arrive on this socket.
@@ -1253,7 +1293,7 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         sandbox.workdir().display().to_string(),
         "the cwd comes from system/init"
     );
-    // The frontend's decisions are recorded as a person's, from a relay frontend.
+    // The frontend's decisions are recorded as a person's: its token's, on the relay.
     let (_, events) =
         server.get(&format!("/api/sessions/{}/events", relay["id"].as_str().unwrap())).await;
     let decided: Vec<&Value> = events
@@ -1265,7 +1305,7 @@ async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
         .collect();
     assert_eq!(decided.len(), 2, "{decided:?}");
     for event in &decided {
-        assert_eq!(event["by"], json!({"kind": "person", "who": "relay frontend"}), "{event}");
+        assert_eq!(event["by"], json!({"kind": "person", "who": "token admin (relay)"}), "{event}");
     }
     assert_eq!(decided[0]["behavior"], "allow");
     assert_eq!(decided[1]["behavior"], "deny");
@@ -1563,7 +1603,7 @@ async fn a_client_that_trickles_its_headers_is_cut_off() {
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let auth = AuthConfig::with_token(TOKEN);
     tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
     // Half a request, then nothing: with time paused, the wait jumps to the daemon's timer.
     let started = tokio::time::Instant::now();
@@ -1603,7 +1643,7 @@ async fn an_http2_connection_without_a_call_is_closed() {
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let auth = AuthConfig::with_token(TOKEN);
     tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
     // A well-behaved HTTP/2 client (it answers the daemon's pings) that calls nothing.
     let socket = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -1626,7 +1666,7 @@ async fn a_rest_path_called_as_grpc_needs_the_token_too() {
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let auth = AuthConfig::with_token(TOKEN);
     tokio::spawn(switchboard_server::serve(listener, daemon, auth, std::future::pending()));
     for path in ["/api/sessions", "/", "/ui/app.js", "/grpc.health.v1.Health/Watch"] {
         let request = format!(
@@ -1646,7 +1686,7 @@ async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let auth = AuthConfig::with_token(TOKEN);
     let options = switchboard_server::ServeOptions { max_connections: 3, ..Default::default() };
     tokio::spawn(switchboard_server::serve_with(
         listener,
@@ -1700,7 +1740,7 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
     let daemon = Daemon::open(store.clone(), config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("ws://{}", listener.local_addr().unwrap());
-    let auth = AuthConfig { token: Some(Arc::from(TOKEN)), allowed_origins: vec![] };
+    let auth = AuthConfig::with_token(TOKEN);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(switchboard_server::serve(listener, daemon.clone(), auth, async {
         let _ = stopped.await;

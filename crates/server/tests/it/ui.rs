@@ -550,6 +550,15 @@ async fn browser() {
                     .hold_after(2),
             )
             .reply(thinking_then("Weighing the options carefully.", "Thought it through.").when_prompt("THINK"))
+            // Answered on a phone signed in with an approve token.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch phone.txt && echo PHONE_MARK", "description": "from a phone"}),
+                )
+                .when_prompt("PHONEAPPROVE"),
+            )
+            .reply(Reply::text("Phone approved.").when_tool_result_contains("PHONE_MARK"))
             .reply(
                 Reply::tool_use(
                     "Write",
@@ -644,7 +653,7 @@ async fn without_auth_only_loopback_pages_get_in() {
     )
     .await
     .unwrap();
-    let auth = switchboard_server::AuthConfig { token: None, allowed_origins: vec![] };
+    let auth = switchboard_server::AuthConfig::no_auth();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move {

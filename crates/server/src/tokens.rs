@@ -1,0 +1,575 @@
+//! Named, scoped API tokens (`switchboard token create NAME --scope SCOPE`).
+//!
+//! A token's scope is what it may do, each scope allowing what the ones before it allow:
+//!
+//! - `read`: see sessions, their events and their pending requests;
+//! - `approve`: also answer permission requests and questions;
+//! - `operate`: also start, steer, stop and resume sessions;
+//! - `admin`: also choose the CLI's program (`claude`), its environment (`env`) or MCP servers
+//!   (`mcp_config`, which start programs), and manage tokens.
+//!
+//! The daemon's own token (the data directory's `token`, or `--token`) is `admin`, named
+//! `admin`. Named tokens are kept as SHA-256 digests (never the token itself) in the data
+//! directory's `tokens.json`, written whole and renamed over the old one; the token is shown
+//! once, when it is made. A token is 32 random bytes, so one unsalted digest is enough: there
+//! is nothing to guess from it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// What a token may do; each scope allows what the ones before it allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// See sessions, events and pending requests.
+    Read,
+    /// Also answer permission requests and questions.
+    Approve,
+    /// Also start, steer, stop and resume sessions.
+    Operate,
+    /// Also set a session's `claude`, `env` or `mcp_config`, and manage tokens.
+    Admin,
+}
+
+impl Scope {
+    /// Every scope, weakest first.
+    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Approve, Scope::Operate, Scope::Admin];
+
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Approve => "approve",
+            Scope::Operate => "operate",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// The next weaker scope (`None` for `read`).
+    pub fn below(self) -> Option<Scope> {
+        match self {
+            Scope::Read => None,
+            Scope::Approve => Some(Scope::Read),
+            Scope::Operate => Some(Scope::Approve),
+            Scope::Admin => Some(Scope::Operate),
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Scope, String> {
+        Scope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == text)
+            .ok_or_else(|| format!("unknown scope {text:?}: read, approve, operate or admin"))
+    }
+}
+
+/// Who made a request: the token's name and scope (`--no-auth`: `local`, admin).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The token's name.
+    pub name: Arc<str>,
+    /// What it may do.
+    pub scope: Scope,
+    /// Whether a token names it (else [`Caller::unnamed`]).
+    token: bool,
+    /// Set when the token is revoked: a socket opened with it takes no more frames.
+    revoked: Arc<AtomicBool>,
+}
+
+impl Caller {
+    /// A caller that no token names (`--no-auth`, a relay frontend from an allowed origin).
+    pub fn unnamed(name: &str, scope: Scope) -> Caller {
+        Caller {
+            name: Arc::from(name),
+            scope,
+            token: false,
+            revoked: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether it may do what `needed` allows: refused (403) with the scope it lacks, or
+    /// because its token was revoked since the socket opened.
+    pub fn require(&self, needed: Scope) -> Result<(), ScopeError> {
+        if self.revoked.load(Ordering::Relaxed) {
+            return Err(ScopeError::Revoked { name: self.name.clone() });
+        }
+        if self.scope < needed {
+            return Err(ScopeError::Lacks { name: self.name.clone(), scope: self.scope, needed });
+        }
+        Ok(())
+    }
+
+    /// How a person's decision made with this token is recorded: `token NAME (CHANNEL)` (an
+    /// unnamed caller's `NAME (CHANNEL)`), after the name a client gives (`by`), if any.
+    pub fn who(&self, channel: &str, by: Option<String>) -> String {
+        let token = if self.token {
+            format!("token {} ({channel})", self.name)
+        } else {
+            format!("{} ({channel})", self.name)
+        };
+        match by.filter(|by| !by.trim().is_empty()) {
+            Some(by) => format!("{by}, {token}"),
+            None => token,
+        }
+    }
+}
+
+/// A caller may not do this.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ScopeError {
+    /// Its scope is too weak.
+    #[error("this needs a token with the {needed} scope; token {name} has {scope}")]
+    Lacks {
+        /// The token.
+        name: Arc<str>,
+        /// Its scope.
+        scope: Scope,
+        /// The scope needed.
+        needed: Scope,
+    },
+    /// The request sets fields that only `admin` may set.
+    #[error("setting {fields} needs a token with the admin scope; token {name} has {scope}")]
+    Fields {
+        /// The token.
+        name: Arc<str>,
+        /// Its scope.
+        scope: Scope,
+        /// The fields, comma-separated.
+        fields: String,
+    },
+    /// The token was revoked.
+    #[error("token {name} was revoked")]
+    Revoked {
+        /// The token.
+        name: Arc<str>,
+    },
+}
+
+/// Whether `caller` may start a session as `request` asks: `claude`, `env` and `mcp_config`
+/// (whose servers are programs) choose what the daemon runs, so they need `admin`.
+pub fn check_create(
+    caller: &Caller,
+    request: &crate::daemon::CreateSession,
+) -> Result<(), ScopeError> {
+    let fields: Vec<&str> = [
+        ("claude", request.claude.is_some()),
+        ("env", !request.env.is_empty()),
+        ("mcp_config", !request.mcp_config.is_empty()),
+    ]
+    .into_iter()
+    .filter_map(|(field, set)| set.then_some(field))
+    .collect();
+    let needed = if fields.is_empty() { Scope::Operate } else { Scope::Admin };
+    caller.require(needed).map_err(|error| match error {
+        ScopeError::Lacks { name, scope, .. } => {
+            ScopeError::Fields { name, scope, fields: fields.join(", ") }
+        }
+        other => other,
+    })
+}
+
+/// The longest token name.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// The most named tokens a daemon keeps.
+pub const MAX_TOKENS: usize = 1000;
+
+/// The daemon's own token's name.
+pub const ADMIN_NAME: &str = "admin";
+
+/// A named token as listed (never the token itself).
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenInfo {
+    /// Its name.
+    pub name: String,
+    /// What it may do.
+    pub scope: Scope,
+    /// When it was made (ms since the epoch; 0 for the daemon's own).
+    pub created_ms: u64,
+    /// When it was last presented, since the daemon started (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_used_ms: Option<u64>,
+    /// The daemon's own token (the data directory's `token`, or `--token`): it cannot be
+    /// revoked here.
+    pub builtin: bool,
+}
+
+/// A made token: its details and, this once, the token.
+#[derive(Debug, Clone, Serialize)]
+pub struct NewToken {
+    /// Its details.
+    #[serde(flatten)]
+    pub info: TokenInfo,
+    /// The token; it is not kept, so it cannot be shown again.
+    pub token: String,
+}
+
+/// Why a token could not be made, revoked or kept.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Bad name or too many tokens.
+    #[error("{0}")]
+    Invalid(String),
+    /// The name is taken.
+    #[error("a token named {0} exists; revoke it first, or choose another name")]
+    Exists(String),
+    /// No token has that name.
+    #[error("no token named {0}")]
+    NotFound(String),
+    /// The tokens file could not be read or written.
+    #[error("{0}")]
+    File(String),
+}
+
+/// The tokens file's shape.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TokensFile {
+    tokens: Vec<StoredToken>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredToken {
+    name: String,
+    scope: Scope,
+    /// The token's SHA-256, hex.
+    sha256: String,
+    created_ms: u64,
+}
+
+struct Entry {
+    stored: StoredToken,
+    last_used_ms: AtomicU64,
+    revoked: Arc<AtomicBool>,
+}
+
+/// The tokens a daemon accepts: its own (admin) and the named ones.
+pub struct Tokens {
+    admin: Arc<str>,
+    admin_revoked: Arc<AtomicBool>,
+    admin_used_ms: AtomicU64,
+    /// `tokens.json`; `None`: kept in memory only (tests, `switchboard demo`).
+    file: Option<PathBuf>,
+    named: RwLock<HashMap<[u8; 32], Arc<Entry>>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens.
+        f.debug_struct("Tokens").field("file", &self.file).finish_non_exhaustive()
+    }
+}
+
+impl Tokens {
+    /// The daemon's own token and no named ones, kept in memory.
+    pub fn new(admin: &str) -> Tokens {
+        Tokens {
+            admin: Arc::from(admin),
+            admin_revoked: Arc::new(AtomicBool::new(false)),
+            admin_used_ms: AtomicU64::new(0),
+            file: None,
+            named: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The daemon's own token and the named ones kept in `file` (none if it does not exist).
+    /// A file that cannot be read, or holds what it should not, is an error: the daemon does
+    /// not start with tokens it cannot account for.
+    pub fn load(admin: &str, file: PathBuf) -> Result<Tokens, TokenError> {
+        let mut tokens = Tokens::new(admin);
+        let stored: TokensFile = match std::fs::read_to_string(&file) {
+            Ok(text) => serde_json::from_str(&text).map_err(|error| {
+                TokenError::File(format!("{} is unreadable: {error}", file.display()))
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => TokensFile::default(),
+            Err(error) => {
+                return Err(TokenError::File(format!("cannot read {}: {error}", file.display())))
+            }
+        };
+        let named = tokens.named.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for token in stored.tokens {
+            let digest = parse_digest(&token.sha256).ok_or_else(|| {
+                TokenError::File(format!(
+                    "{}: token {} has no readable sha256",
+                    file.display(),
+                    token.name
+                ))
+            })?;
+            check_name(&token.name)
+                .map_err(|error| TokenError::File(format!("{}: {error}", file.display())))?;
+            named.insert(digest, Arc::new(Entry::new(token)));
+        }
+        tokens.file = Some(file);
+        Ok(tokens)
+    }
+
+    /// Who presents `token`, if anyone: the daemon's own token (compared in constant time),
+    /// else a named token (by its digest, so nothing about the others leaks).
+    pub fn caller(&self, token: &str) -> Option<Caller> {
+        let now = now_ms();
+        if bool::from(self.admin.as_bytes().ct_eq(token.as_bytes())) {
+            self.admin_used_ms.store(now, Ordering::Relaxed);
+            return Some(Caller {
+                name: Arc::from(ADMIN_NAME),
+                scope: Scope::Admin,
+                token: true,
+                revoked: self.admin_revoked.clone(),
+            });
+        }
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let entry = named.get(&digest)?;
+        entry.last_used_ms.store(now, Ordering::Relaxed);
+        Some(Caller {
+            name: Arc::from(entry.stored.name.as_str()),
+            scope: entry.stored.scope,
+            token: true,
+            revoked: entry.revoked.clone(),
+        })
+    }
+
+    /// Every token, the daemon's own first, then by name.
+    pub fn list(&self) -> Vec<TokenInfo> {
+        let used = self.admin_used_ms.load(Ordering::Relaxed);
+        let mut list = vec![TokenInfo {
+            name: ADMIN_NAME.to_owned(),
+            scope: Scope::Admin,
+            created_ms: 0,
+            last_used_ms: (used != 0).then_some(used),
+            builtin: true,
+        }];
+        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut rest: Vec<TokenInfo> = named.values().map(|entry| entry.info()).collect();
+        rest.sort_by(|a, b| a.name.cmp(&b.name));
+        list.extend(rest);
+        list
+    }
+
+    /// Makes a token named `name` with `scope`, kept before it is returned.
+    pub fn create(&self, name: &str, scope: Scope) -> Result<NewToken, TokenError> {
+        check_name(name)?;
+        if name == ADMIN_NAME {
+            return Err(TokenError::Exists(name.to_owned()));
+        }
+        let token = format!("sb_{}", switchboard_transport::random::random_hex(32));
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let stored = StoredToken {
+            name: name.to_owned(),
+            scope,
+            sha256: hex(&digest),
+            created_ms: now_ms(),
+        };
+        let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if named.values().any(|entry| entry.stored.name == name) {
+            return Err(TokenError::Exists(name.to_owned()));
+        }
+        if named.len() >= MAX_TOKENS {
+            return Err(TokenError::Invalid(format!(
+                "a daemon keeps at most {MAX_TOKENS} named tokens; revoke some first"
+            )));
+        }
+        let entry = Arc::new(Entry::new(stored));
+        named.insert(digest, entry.clone());
+        if let Err(error) = self.save(&named) {
+            named.remove(&digest);
+            return Err(error);
+        }
+        Ok(NewToken { info: entry.info(), token })
+    }
+
+    /// Revokes the token named `name`: refused from now on, and sockets opened with it take
+    /// no more frames. Kept before it returns.
+    pub fn revoke(&self, name: &str) -> Result<TokenInfo, TokenError> {
+        if name == ADMIN_NAME {
+            return Err(TokenError::Invalid(
+                "the daemon's own token cannot be revoked; restart `switchboard serve` with a new --token, or delete the data directory's `token` file first".to_owned(),
+            ));
+        }
+        let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let digest = named
+            .iter()
+            .find_map(|(digest, entry)| (entry.stored.name == name).then_some(*digest))
+            .ok_or_else(|| TokenError::NotFound(name.to_owned()))?;
+        let entry = named.remove(&digest).expect("found above");
+        if let Err(error) = self.save(&named) {
+            named.insert(digest, entry);
+            return Err(error);
+        }
+        entry.revoked.store(true, Ordering::Relaxed);
+        Ok(entry.info())
+    }
+
+    /// Writes the named tokens whole to a new file, then renames it over the old one: a crash
+    /// leaves one or the other.
+    fn save(&self, named: &HashMap<[u8; 32], Arc<Entry>>) -> Result<(), TokenError> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let mut tokens: Vec<StoredToken> =
+            named.values().map(|entry| entry.stored.clone()).collect();
+        tokens.sort_by(|a, b| a.name.cmp(&b.name));
+        let text = serde_json::to_string_pretty(&TokensFile { tokens })
+            .map_err(|error| TokenError::File(error.to_string()))?;
+        let temporary = file.with_extension("json.new");
+        crate::data_dir::write_private(&temporary, &text)
+            .and_then(|()| std::fs::rename(&temporary, file))
+            .map_err(|error| TokenError::File(format!("cannot write {}: {error}", file.display())))
+    }
+}
+
+impl Entry {
+    fn new(stored: StoredToken) -> Entry {
+        Entry { stored, last_used_ms: AtomicU64::new(0), revoked: Arc::new(AtomicBool::new(false)) }
+    }
+
+    fn info(&self) -> TokenInfo {
+        let used = self.last_used_ms.load(Ordering::Relaxed);
+        TokenInfo {
+            name: self.stored.name.clone(),
+            scope: self.stored.scope,
+            created_ms: self.stored.created_ms,
+            last_used_ms: (used != 0).then_some(used),
+            builtin: false,
+        }
+    }
+}
+
+/// A name: 1–64 of letters, digits, `.`, `_`, `-`, starting with a letter or digit.
+fn check_name(name: &str) -> Result<(), TokenError> {
+    let fits = !name.is_empty()
+        && name.chars().count() <= MAX_NAME_CHARS
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if fits {
+        Ok(())
+    } else {
+        Err(TokenError::Invalid(format!(
+            "a token name is 1-{MAX_NAME_CHARS} letters, digits, '.', '_' or '-', starting with a letter or digit; not {:?}",
+            name.chars().take(MAX_NAME_CHARS + 1).collect::<String>()
+        )))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn parse_digest(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (index, byte) in digest.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).ok()?;
+    }
+    Some(digest)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_ordered_and_named() {
+        assert!(Scope::Read < Scope::Approve && Scope::Approve < Scope::Operate);
+        assert!(Scope::Operate < Scope::Admin);
+        for scope in Scope::ALL {
+            assert_eq!(scope.as_str().parse::<Scope>(), Ok(scope));
+        }
+        assert!("root".parse::<Scope>().unwrap_err().contains("read, approve, operate or admin"));
+        assert_eq!(Scope::Read.below(), None);
+        assert_eq!(Scope::Admin.below(), Some(Scope::Operate));
+    }
+
+    #[test]
+    fn named_tokens_are_kept_as_digests_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.json");
+        let tokens = Tokens::load("the-daemons-own-token", file.clone()).unwrap();
+        let phone = tokens.create("phone", Scope::Approve).unwrap();
+        assert!(phone.token.starts_with("sb_") && phone.token.len() == 67, "{}", phone.token);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(!text.contains(&phone.token), "the token itself is not kept: {text}");
+        assert!(text.contains(&hex(&Sha256::digest(phone.token.as_bytes()))));
+        let mode = std::os::unix::fs::PermissionsExt::mode(&file.metadata().unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600);
+
+        let again = Tokens::load("the-daemons-own-token", file.clone()).unwrap();
+        let caller = again.caller(&phone.token).expect("the token works after a restart");
+        assert_eq!((&*caller.name, caller.scope), ("phone", Scope::Approve));
+        let admin = again.caller("the-daemons-own-token").unwrap();
+        assert_eq!((&*admin.name, admin.scope), (ADMIN_NAME, Scope::Admin));
+        assert!(again.caller("sb_0000").is_none() && again.caller("").is_none());
+        let names: Vec<String> = again.list().into_iter().map(|info| info.name).collect();
+        assert_eq!(names, ["admin", "phone"]);
+
+        again.revoke("phone").unwrap();
+        assert!(again.caller(&phone.token).is_none());
+        assert!(caller.require(Scope::Read).unwrap_err().to_string().contains("revoked"));
+        let reloaded = Tokens::load("the-daemons-own-token", file).unwrap();
+        assert!(reloaded.caller(&phone.token).is_none(), "the revocation was kept");
+    }
+
+    #[test]
+    fn names_are_checked_and_unique() {
+        let tokens = Tokens::new("the-daemons-own-token");
+        tokens.create("ci-bot.1", Scope::Operate).unwrap();
+        assert!(matches!(tokens.create("ci-bot.1", Scope::Read), Err(TokenError::Exists(_))));
+        assert!(matches!(tokens.create("admin", Scope::Read), Err(TokenError::Exists(_))));
+        for bad in ["", "-x", "a b", "a/b", "é", &"x".repeat(MAX_NAME_CHARS + 1)] {
+            assert!(
+                matches!(tokens.create(bad, Scope::Read), Err(TokenError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(tokens.revoke("nobody"), Err(TokenError::NotFound(_))));
+        assert!(matches!(tokens.revoke("admin"), Err(TokenError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_bad_tokens_file_stops_the_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.json");
+        std::fs::write(&file, "{not json").unwrap();
+        assert!(Tokens::load("t", file.clone()).unwrap_err().to_string().contains("unreadable"));
+        std::fs::write(
+            &file,
+            r#"{"tokens":[{"name":"x","scope":"read","sha256":"zz","created_ms":0}]}"#,
+        )
+        .unwrap();
+        assert!(Tokens::load("t", file).unwrap_err().to_string().contains("sha256"));
+    }
+
+    #[test]
+    fn scopes_are_required_and_decisions_name_the_token() {
+        let tokens = Tokens::new("the-daemons-own-token");
+        let made = tokens.create("phone", Scope::Approve).unwrap();
+        let caller = tokens.caller(&made.token).unwrap();
+        assert!(caller.require(Scope::Approve).is_ok() && caller.require(Scope::Read).is_ok());
+        let refused = caller.require(Scope::Operate).unwrap_err().to_string();
+        assert_eq!(refused, "this needs a token with the operate scope; token phone has approve");
+        assert_eq!(caller.who("api", None), "token phone (api)");
+        assert_eq!(caller.who("api", Some("alice".into())), "alice, token phone (api)");
+        let frontend = Caller::unnamed("relay frontend", Scope::Operate);
+        assert_eq!(frontend.who("relay", None), "relay frontend (relay)");
+    }
+}
