@@ -97,6 +97,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         store_retry_limit: None,
         relay_stall_limit: None,
         warm: Vec::new(),
+        links: Default::default(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
+use switchboard_server::links::LinkConfig;
 use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
 use switchboard_store::{SqliteStore, Store};
@@ -48,6 +49,10 @@ pub(crate) struct ServeArgs {
     /// A browser origin (besides the daemon's own) allowed to open WebSockets.
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+    /// The daemon's address as people reach it (behind a proxy or a tunnel), for the approval
+    /// links notifications carry; default: the address it listens on.
+    #[arg(long, value_name = "URL", env = "SWITCHBOARD_PUBLIC_URL")]
+    public_url: Option<String>,
     /// A loader variable (`LD_PRELOAD`, `NODE_OPTIONS`, ...) that a session's `env` may set
     /// all the same; refused otherwise. Repeat for more.
     #[arg(long, value_name = "NAME")]
@@ -180,6 +185,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         store_retry_limit: None,
         relay_stall_limit: None,
         warm: warm_specs(&args)?,
+        links: LinkConfig {
+            key: Some(data_dir.link_key().map_err(|message| (1, message))?),
+            public_url: Some(public_url(args.public_url.as_deref(), address)?),
+        },
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };
@@ -289,4 +298,16 @@ pub(crate) async fn shutdown_signal() {
 fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
     use tokio::signal::unix::{signal, SignalKind};
     Ok((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?))
+}
+
+/// `--public-url` (an `http://` or `https://` address, without a trailing `/`), or the address
+/// the daemon listens on.
+fn public_url(given: Option<&str>, address: std::net::SocketAddr) -> Result<String, (u8, String)> {
+    let Some(url) = given else { return Ok(format!("http://{address}")) };
+    let url = url.trim_end_matches('/');
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(url.to_owned()),
+        _ => Err((2, format!("--public-url must be an http:// or https:// address, not {url:?}"))),
+    }
 }

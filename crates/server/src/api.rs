@@ -119,6 +119,9 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Read),
             get(crate::ui::asset).layer(tower_http::compression::CompressionLayer::new()),
         ),
+        // One-tap approval links: the link is the credential ([`crate::links`]).
+        route("GET", "/a/{link}", Guard::Own, get(crate::approval::page)),
+        route("POST", "/a/{link}", Guard::Own, post(crate::approval::answer)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
         route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),
         // The relay's CLI socket (an upgrade) or the web UI's page.

@@ -88,6 +88,8 @@ pub struct DaemonConfig {
     /// CLIs to keep started ahead of their sessions (`switchboard serve --warm`); at most
     /// [`MAX_WARM_CLIS`] in all.
     pub warm: Vec<WarmSpec>,
+    /// One-tap approval links: their key and the daemon's public address.
+    pub links: crate::links::LinkConfig,
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -492,6 +494,8 @@ pub struct Daemon {
     record_queue: mpsc::UnboundedSender<Arc<LiveSession>>,
     /// CLIs started ahead of their sessions ([`DaemonConfig::warm`]).
     warm: WarmPool,
+    /// What signs approval links ([`DaemonConfig::links`], or a key for this run).
+    link_key: crate::links::LinkKey,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -519,7 +523,9 @@ impl Daemon {
                 "{warm_total} warm CLIs asked for; at most {MAX_WARM_CLIS} (each idle CLI holds about 200 MiB)"
             )));
         }
+        let link_key = config.links.key.clone().unwrap_or_default();
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
+            link_key,
             store,
             config,
             sessions: Mutex::new(HashMap::new()),
@@ -817,6 +823,27 @@ impl Daemon {
     /// How long a relay frontend may take nothing before it is dropped.
     pub fn relay_stall_limit(&self) -> Duration {
         self.config.relay_stall_limit.unwrap_or(RELAY_STALL_LIMIT)
+    }
+
+    /// What signs approval links.
+    pub fn link_key(&self) -> &crate::links::LinkKey {
+        &self.link_key
+    }
+
+    /// The one-tap link to `pending` (a request of session `id`) for `channel`: a full URL
+    /// with the daemon's public address, else its path. It expires when the request would
+    /// time out.
+    pub fn approval_link(&self, id: &str, pending: &PendingPermission, channel: &str) -> String {
+        let claim = crate::links::LinkClaim {
+            session: id.to_owned(),
+            request: pending.request_id.clone(),
+            expires_ms: pending
+                .asked_at_ms
+                .saturating_add(pending.timeout_secs.saturating_mul(1000)),
+            channel: channel.to_owned(),
+        };
+        let base = self.config.links.public_url.as_deref().unwrap_or("");
+        format!("{base}/a/{}", self.link_key.sign(&claim))
     }
 
     /// The relay's token for externally launched CLIs (`None`: no auth).

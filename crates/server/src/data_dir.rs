@@ -4,7 +4,7 @@
 //!
 //! - `switchboard.db` (with its journal `switchboard.db.log-*` and lock `switchboard.db.lock`);
 //! - `token`: the API token (admin); `ingress-token`: the relay's token for externally launched
-//!   CLIs; `tokens.json`: the named tokens' digests;
+//!   CLIs; `tokens.json`: the named tokens' digests; `link-key`: what signs approval links;
 //! - `daemon.json`: where the running daemon listens ([`DaemonInfo`]), for client commands;
 //! - `cli-runs.json`: the CLIs running now ([`crate::DaemonConfig::runs_file`]).
 
@@ -55,6 +55,13 @@ impl DataDir {
     /// The database file.
     pub fn database(&self) -> PathBuf {
         self.path.join("switchboard.db")
+    }
+
+    /// The key that signs approval links (generated and kept on first use).
+    pub fn link_key(&self) -> Result<crate::links::LinkKey, String> {
+        let text = self.token(None, "", "link-key")?;
+        crate::links::LinkKey::from_hex(&text)
+            .map_err(|error| format!("{}: {error}", self.path.join("link-key").display()))
     }
 
     /// The named tokens' digests.

@@ -7,6 +7,7 @@
 //! - [`grpc::router`]: the gRPC API (`proto/switchboard/v1/switchboard.proto`) on the same port.
 
 pub mod api;
+mod approval;
 pub mod auth;
 mod compat;
 pub mod daemon;
@@ -15,6 +16,7 @@ pub mod error;
 mod extract;
 pub mod frames;
 pub mod grpc;
+pub mod links;
 mod relay;
 mod serve;
 pub mod socket;

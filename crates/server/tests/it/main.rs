@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 mod drops;
 mod grpc;
+mod links;
 mod matrix;
 mod scopes;
 mod terminal;
@@ -59,6 +60,7 @@ impl Server {
             store_retry_limit: None,
             relay_stall_limit: None,
             warm: Vec::new(),
+            links: Default::default(),
         };
         let mut config = config;
         configure(&mut config);

@@ -1,0 +1,282 @@
+//! The pages behind one-tap approval links ([`crate::links`]): `GET /a/{link}` shows the
+//! request (tool, input, session, directory, why it asks) with Approve, and Deny with a
+//! reason; `POST /a/{link}` answers it. A GET changes nothing, so a link previewer that
+//! fetches the link cannot approve. The link is the only credential, and only for its one
+//! request; a used link (its request answered, by anyone) and an expired one get a page that
+//! says which. The pages are plain HTML forms: no script, readable on a phone.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::Value;
+use switchboard_session::{AnswerBehavior, PendingPermission, PermissionAnswer};
+
+use crate::daemon::Daemon;
+use crate::links::LinkClaim;
+
+/// The longest deny reason taken from the form.
+pub(crate) const MAX_REASON_CHARS: usize = 2000;
+
+/// How far back in a session's log a decision is looked for (a used link's page says who).
+const DECISION_LOOKBACK: usize = 5000;
+
+/// The most of a tool's input the page shows.
+const MAX_INPUT_CHARS: usize = 8000;
+
+/// No script, nothing from elsewhere, no framing; the form posts to the page itself.
+const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; \
+     frame-ancestors 'none'; base-uri 'none'";
+
+/// Where a link's request stands.
+enum Standing {
+    /// Waiting: the page offers the answers.
+    Waiting(PendingPermission),
+    /// Answered (`behavior`, by whom), or decided otherwise (a timeout, the CLI).
+    Decided { behavior: String, by: String },
+    /// Past the link's expiry.
+    Expired,
+    /// Not waiting, and no decision found (the session ended, or the daemon restarted).
+    Gone,
+}
+
+async fn standing(daemon: &Daemon, claim: &LinkClaim) -> Standing {
+    let pending = daemon
+        .pending_permissions(&claim.session)
+        .into_iter()
+        .find(|pending| pending.request_id == claim.request);
+    if let Some(pending) = pending {
+        if switchboard_store::now_ms() >= claim.expires_ms {
+            return Standing::Expired;
+        }
+        return Standing::Waiting(pending);
+    }
+    if let Some((behavior, by)) = decision(daemon, claim).await {
+        return Standing::Decided { behavior, by };
+    }
+    if switchboard_store::now_ms() >= claim.expires_ms {
+        Standing::Expired
+    } else {
+        Standing::Gone
+    }
+}
+
+/// The decision on the link's request, from the session's log: its behavior and who made it.
+async fn decision(daemon: &Daemon, claim: &LinkClaim) -> Option<(String, String)> {
+    let events =
+        daemon.store().events_before(&claim.session, u64::MAX, DECISION_LOOKBACK).await.ok()?;
+    events.iter().rev().filter(|record| record.kind == "permission_decided").find_map(|record| {
+        let event: Value = serde_json::from_str(&record.payload).ok()?;
+        if event["request_id"].as_str()? != claim.request {
+            return None;
+        }
+        let by = &event["by"];
+        let by = match by["kind"].as_str() {
+            Some("person") => by["who"].as_str().unwrap_or("a person").to_owned(),
+            Some("policy") => match by["rule"].as_str() {
+                Some(rule) => format!("the policy ({rule})"),
+                None => "the policy".to_owned(),
+            },
+            Some("timeout") => "the timeout".to_owned(),
+            Some(other) => other.replace('_', " "),
+            None => "someone".to_owned(),
+        };
+        Some((event["behavior"].as_str().unwrap_or("decided").to_owned(), by))
+    })
+}
+
+/// `GET /a/{link}`: the request and its answers, or why there are none. Changes nothing.
+pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<String>) -> Response {
+    let Some(claim) = daemon.link_key().verify(&link) else {
+        return not_a_link();
+    };
+    match standing(&daemon, &claim).await {
+        Standing::Waiting(pending) => {
+            let record = daemon.record(&claim.session).await.ok().flatten();
+            let (title, cwd) = record
+                .map(|record| (record.title.unwrap_or_default(), record.cwd))
+                .unwrap_or_default();
+            let input = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
+            let input: String = input.chars().take(MAX_INPUT_CHARS).collect();
+            let body = format!(
+                "<h1>Claude wants to use <code>{tool}</code></h1>\
+                 <p class=muted>{why}</p>\
+                 <pre>{input}</pre>\
+                 <dl><dt>Session</dt><dd>{title}</dd><dt>Directory</dt><dd><code>{cwd}</code></dd>\
+                 <dt>Asked</dt><dd>{asked} through {channel}; expires {expires}</dd></dl>\
+                 <form method=post>\
+                 <button name=decision value=allow class=allow>Approve</button>\
+                 <label>Reason to deny (Claude reads it)\
+                 <input name=message maxlength={MAX_REASON_CHARS} autocomplete=off></label>\
+                 <button name=decision value=deny class=deny>Deny</button>\
+                 </form>",
+                tool = escape(&pending.tool_name),
+                why = escape(&pending.reason),
+                input = escape(&input),
+                title = escape(if title.is_empty() { &claim.session } else { &title }),
+                cwd = escape(&cwd),
+                asked = time(pending.asked_at_ms),
+                channel = escape(&claim.channel),
+                expires = time(claim.expires_ms),
+            );
+            html(StatusCode::OK, "Approve?", &body)
+        }
+        other => closed(other),
+    }
+}
+
+/// The form's fields.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AnswerForm {
+    decision: String,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// `POST /a/{link}`: answers the link's request, as `link (CHANNEL)`.
+pub(crate) async fn answer(
+    State(daemon): State<Arc<Daemon>>,
+    Path(link): Path<String>,
+    form: Result<axum::Form<AnswerForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let Some(claim) = daemon.link_key().verify(&link) else {
+        return not_a_link();
+    };
+    let Ok(axum::Form(form)) = form else {
+        return html(StatusCode::BAD_REQUEST, "Not an answer", "<p>Choose Approve or Deny.</p>");
+    };
+    let behavior = match form.decision.as_str() {
+        "allow" => AnswerBehavior::Allow,
+        "deny" => AnswerBehavior::Deny,
+        _ => {
+            return html(StatusCode::BAD_REQUEST, "Not an answer", "<p>Choose Approve or Deny.</p>")
+        }
+    };
+    let message = form
+        .message
+        .map(|message| message.trim().chars().take(MAX_REASON_CHARS).collect::<String>())
+        .filter(|message| !message.is_empty());
+    if !matches!(standing(&daemon, &claim).await, Standing::Waiting(_)) {
+        return closed(standing(&daemon, &claim).await);
+    }
+    let Ok(handle) = daemon.running(&claim.session).await else {
+        return closed(Standing::Gone);
+    };
+    let who = format!("link ({})", claim.channel);
+    let answer = PermissionAnswer {
+        behavior,
+        message: if behavior == AnswerBehavior::Deny { message } else { None },
+        ..PermissionAnswer::default()
+    };
+    match handle.respond_permission(&claim.request, answer, &who).await {
+        Ok(()) => {
+            let (title, text) = if behavior == AnswerBehavior::Allow {
+                ("Approved", "Approved. Claude goes on.")
+            } else {
+                ("Denied", "Denied. Claude is told why, if you said.")
+            };
+            html(StatusCode::OK, title, &format!("<h1>{text}</h1>"))
+        }
+        // Someone answered first.
+        Err(_) => closed(standing(&daemon, &claim).await),
+    }
+}
+
+/// The page for a link whose request is not waiting.
+fn closed(standing: Standing) -> Response {
+    match standing {
+        Standing::Waiting(_) => html(StatusCode::OK, "Waiting", "<p>Reload to answer.</p>"),
+        Standing::Decided { behavior, by } => {
+            let verb = if behavior == "allow" { "approved" } else { "denied" };
+            html(
+                StatusCode::GONE,
+                "Already answered",
+                &format!(
+                    "<h1>This link was used</h1><p>The request was already {verb} by {}.</p>",
+                    escape(&by)
+                ),
+            )
+        }
+        Standing::Expired => html(
+            StatusCode::GONE,
+            "Expired",
+            "<h1>This link expired</h1><p>The request timed out; its policy decided it.</p>",
+        ),
+        Standing::Gone => html(
+            StatusCode::GONE,
+            "No longer waiting",
+            "<h1>This request is no longer waiting</h1><p>Its session ended or the daemon restarted.</p>",
+        ),
+    }
+}
+
+fn not_a_link() -> Response {
+    html(
+        StatusCode::NOT_FOUND,
+        "Not a link",
+        "<h1>This is not a valid approval link</h1><p>It may be cut short, or from another daemon.</p>",
+    )
+}
+
+/// A page: the strict CSP, no caching, no referrer (the link is a credential).
+fn html(status: StatusCode, title: &str, body: &str) -> Response {
+    let page = format!(
+        "<!doctype html><html lang=en><head><meta charset=utf-8>\
+         <meta name=viewport content=\"width=device-width, initial-scale=1\">\
+         <meta name=robots content=noindex><title>{title} · Switchboard</title><style>{STYLE}</style>\
+         </head><body><main>{body}</main></body></html>",
+        title = escape(title),
+    );
+    let mut response = (status, page).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert("x-robots-tag", HeaderValue::from_static("noindex"));
+    response
+}
+
+const STYLE: &str = "body{font:16px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d2129}\
+main{max-width:40rem;margin:0 auto;padding:1rem}h1{font-size:1.25rem}\
+pre{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.6rem;overflow:auto;max-height:50vh;white-space:pre-wrap;word-break:break-word}\
+dl{display:grid;grid-template-columns:auto 1fr;gap:.2rem .8rem}dt{color:#5c6670}dd{margin:0;word-break:break-all}\
+form{display:grid;gap:.6rem;margin-top:1rem}label{display:grid;gap:.2rem;color:#5c6670}\
+input{font:inherit;padding:.5rem;border:1px solid #c4cbd3;border-radius:6px}\
+button{font:inherit;padding:.75rem;border-radius:6px;border:1px solid #c4cbd3;background:#fff}\
+.allow{background:#2f5bea;border-color:#2f5bea;color:#fff;font-weight:600}.deny{color:#b3261e}.muted{color:#5c6670}\
+@media(prefers-color-scheme:dark){body{background:#15181c;color:#e4e7eb}pre,button,input{background:#1f2328;color:inherit;border-color:#39414a}}";
+
+/// Unix milliseconds as an HTTP date (UTC).
+fn time(ms: u64) -> String {
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+/// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(
+            super::escape(r#"<script>alert("x" & 'y')</script>"#),
+            "&lt;script&gt;alert(&quot;x&quot; &amp; &#39;y&#39;)&lt;/script&gt;"
+        );
+    }
+}
