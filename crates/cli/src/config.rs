@@ -7,6 +7,8 @@
 //! data_dir = "/srv/switchboard"     # SWITCHBOARD_DATA_DIR (--data-dir)
 //! policy = "/etc/switchboard.toml"  # SWITCHBOARD_POLICY   (serve and run --policy; or auto-approve)
 //! claude = "/usr/local/bin/claude"  # SWITCHBOARD_CLAUDE   (--claude)
+//! notify = "notify.toml"            # SWITCHBOARD_NOTIFY   (serve --notify)
+//! public_url = "https://sb.example" # SWITCHBOARD_PUBLIC_URL (serve --public-url)
 //! ```
 
 use std::path::PathBuf;
@@ -24,6 +26,8 @@ struct Config {
     data_dir: Option<PathBuf>,
     policy: Option<PathBuf>,
     claude: Option<PathBuf>,
+    notify: Option<PathBuf>,
+    public_url: Option<String>,
 }
 
 /// Where the config file is looked for.
@@ -62,6 +66,8 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_LISTEN", config.listen.map(PathBuf::from)),
         ("SWITCHBOARD_DATA_DIR", anchored(config.data_dir)),
         ("SWITCHBOARD_POLICY", policy),
+        ("SWITCHBOARD_NOTIFY", anchored(config.notify)),
+        ("SWITCHBOARD_PUBLIC_URL", config.public_url.map(PathBuf::from)),
         // A bare program name (`claude`) is looked up on PATH, as on the command line.
         (
             "SWITCHBOARD_CLAUDE",

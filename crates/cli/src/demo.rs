@@ -98,6 +98,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         relay_stall_limit: None,
         warm: Vec::new(),
         links: Default::default(),
+        notify: Default::default(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

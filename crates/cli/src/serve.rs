@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use switchboard_server::links::LinkConfig;
+use switchboard_server::notify::NotifyConfig;
 use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
 use switchboard_store::{SqliteStore, Store};
@@ -53,6 +54,10 @@ pub(crate) struct ServeArgs {
     /// links notifications carry; default: the address it listens on.
     #[arg(long, value_name = "URL", env = "SWITCHBOARD_PUBLIC_URL")]
     public_url: Option<String>,
+    /// A notify file: the channels (webhook, ntfy, Slack) that hear of permission requests,
+    /// questions and finished or failed turns, with one-tap links (docs/notifications.md).
+    #[arg(long, value_name = "FILE", env = "SWITCHBOARD_NOTIFY")]
+    notify: Option<std::path::PathBuf>,
     /// A loader variable (`LD_PRELOAD`, `NODE_OPTIONS`, ...) that a session's `env` may set
     /// all the same; refused otherwise. Repeat for more.
     #[arg(long, value_name = "NAME")]
@@ -188,6 +193,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         links: LinkConfig {
             key: Some(data_dir.link_key().map_err(|message| (1, message))?),
             public_url: Some(public_url(args.public_url.as_deref(), address)?),
+        },
+        notify: match &args.notify {
+            Some(path) => NotifyConfig::from_file(path).map_err(|message| (2, message))?,
+            None => NotifyConfig::default(),
         },
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use switchboard_protocol::PermissionMode;
+use switchboard_protocol::{Message, PermissionMode};
 use switchboard_session::{
     EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
     SessionEvents, SessionHandle, SinkFuture, WarmCli, WarmPool, WarmStatus,
@@ -90,6 +90,8 @@ pub struct DaemonConfig {
     pub warm: Vec<WarmSpec>,
     /// One-tap approval links: their key and the daemon's public address.
     pub links: crate::links::LinkConfig,
+    /// Where notifications go (`switchboard serve --notify FILE`).
+    pub notify: crate::notify::NotifyConfig,
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -496,6 +498,10 @@ pub struct Daemon {
     warm: WarmPool,
     /// What signs approval links ([`DaemonConfig::links`], or a key for this run).
     link_key: crate::links::LinkKey,
+    /// Queues notifications ([`DaemonConfig::notify`]; `None` without channels).
+    notifier: Option<crate::notify::Notifier>,
+    /// Dropped with the daemon: the notification senders end.
+    _notifying: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -524,8 +530,14 @@ impl Daemon {
             )));
         }
         let link_key = config.links.key.clone().unwrap_or_default();
+        config.notify.check().map_err(DaemonError::Invalid)?;
+        let (notifying, notifying_watch) = watch::channel(false);
+        let notifier =
+            crate::notify::Notifier::start(&config.notify, store.clone(), notifying_watch);
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             link_key,
+            notifier,
+            _notifying: notifying,
             store,
             config,
             sessions: Mutex::new(HashMap::new()),
@@ -2046,6 +2058,9 @@ async fn publish(
     if !store_with_retries(daemon, id, live, &records).await {
         return false;
     }
+    if let Some(notifier) = &daemon.notifier {
+        notify(daemon, notifier, id, live, batch, *seq);
+    }
     *seq += records.len() as u64;
     let changed = project(live, batch);
     if relay {
@@ -2066,6 +2081,92 @@ async fn publish(
         daemon.record_changed(live);
     }
     true
+}
+
+/// Queues a notice for each event of `batch` (stored after `before`) a person may want to
+/// hear of: a permission request or a question (with its link), a turn's end, a CLI that
+/// ended unasked.
+fn notify(
+    daemon: &Daemon,
+    notifier: &crate::notify::Notifier,
+    id: &str,
+    live: &LiveSession,
+    batch: &[SessionEvent],
+    before: u64,
+) {
+    use crate::notify::{Notice, Topic};
+    let (title, cwd) = live
+        .record
+        .lock()
+        .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
+        .unwrap_or_default();
+    let session = json!({"id": id, "title": title, "cwd": cwd});
+    let name = if title.is_empty() { id.to_owned() } else { title.clone() };
+    for (event, seq) in batch.iter().zip(before + 1..) {
+        let (topic, key, title, text, request, extra) = match event {
+            SessionEvent::PermissionRequested(pending) => {
+                let question = pending.tool_name == "AskUserQuestion";
+                let topic = if question { Topic::Question } else { Topic::PermissionRequested };
+                let text = crate::notify::summary(&pending.tool_name, &pending.input);
+                let title = if question {
+                    format!("Claude asks, in {name}")
+                } else {
+                    format!("{} wants approval, in {name}", pending.tool_name)
+                };
+                let (input, cut) = crate::notify::bounded_input(&pending.input);
+                let extra = json!({"request": {
+                    "request_id": pending.request_id, "tool_name": pending.tool_name,
+                    "input": input, "input_truncated": cut, "reason": pending.reason,
+                    "asked_at_ms": pending.asked_at_ms,
+                    "expires_ms": pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000)),
+                }});
+                let key = format!("{id}:{}", pending.request_id);
+                (topic, key, title, text, Some(pending.clone()), extra)
+            }
+            SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
+                let Message::Result(result) = &*line.message else { continue };
+                let failed = result.is_error;
+                let text: String = if failed {
+                    result.errors.clone().unwrap_or_default().join("; ")
+                } else {
+                    result.result.clone().unwrap_or_default()
+                };
+                let text = if text.is_empty() { result.subtype.clone() } else { text };
+                let text: String = text.chars().take(500).collect();
+                let topic = if failed { Topic::SessionFailed } else { Topic::SessionFinished };
+                let title =
+                    if failed { format!("Failed: {name}") } else { format!("Done: {name}") };
+                let extra = json!({"result": {"subtype": result.subtype, "is_error": failed}});
+                (topic, format!("{id}:{seq}"), title, text, None, extra)
+            }
+            SessionEvent::Exited { requested: false, code, description, .. }
+                if *code != Some(0) =>
+            {
+                let extra = json!({"exit": {"code": code, "description": description}});
+                let title = format!("Ended: {name}");
+                (
+                    Topic::SessionFailed,
+                    format!("{id}:{seq}"),
+                    title,
+                    description.clone(),
+                    None,
+                    extra,
+                )
+            }
+            _ => continue,
+        };
+        let mut body = json!({
+            "id": key, "event": topic.as_str(), "ts_ms": switchboard_store::now_ms(),
+            "session": session, "title": title, "text": text,
+        });
+        if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+            body.extend(extra);
+        }
+        let notice = Notice { topic, key, body, request: request.clone() };
+        notifier.queue(notice, |channel| {
+            request.as_ref().map(|pending| daemon.approval_link(id, pending, channel))
+        });
+    }
 }
 
 /// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they

@@ -17,6 +17,7 @@ mod extract;
 pub mod frames;
 pub mod grpc;
 pub mod links;
+pub mod notify;
 mod relay;
 mod serve;
 pub mod socket;

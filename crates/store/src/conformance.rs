@@ -36,6 +36,34 @@ pub async fn run(store: &dyn Store) {
     append_and_read(store).await;
     sequence_is_enforced(store).await;
     delete_removes_events(store).await;
+    outbox(store).await;
+}
+
+async fn outbox(store: &dyn Store) {
+    use crate::NewOutboxItem;
+    let item = |channel: &str, key: &str| NewOutboxItem {
+        channel: channel.into(),
+        key: key.into(),
+        body: format!("{{\"key\":\"{key}\"}}"),
+    };
+    assert!(store.outbox("hooks", 10).await.unwrap().is_empty());
+    store
+        .enqueue_outbox(&[item("hooks", "k1"), item("phone", "k1"), item("hooks", "k2")])
+        .await
+        .unwrap();
+    // The same key again while it waits is not queued twice.
+    store.enqueue_outbox(&[item("hooks", "k1"), item("hooks", "k3")]).await.unwrap();
+    let waiting = store.outbox("hooks", 10).await.unwrap();
+    let keys: Vec<&str> = waiting.iter().map(|item| item.key.as_str()).collect();
+    assert_eq!(keys, ["k1", "k2", "k3"], "in queue order, per channel");
+    assert!(waiting.windows(2).all(|pair| pair[0].id < pair[1].id));
+    assert_eq!(waiting[1].body, "{\"key\":\"k2\"}");
+    assert_eq!(store.outbox("hooks", 2).await.unwrap().len(), 2, "at most the limit");
+    store.outbox_done(waiting[0].id).await.unwrap();
+    let keys: Vec<String> =
+        store.outbox("hooks", 10).await.unwrap().into_iter().map(|item| item.key).collect();
+    assert_eq!(keys, ["k2", "k3"]);
+    assert_eq!(store.outbox("phone", 10).await.unwrap().len(), 1, "other channels keep theirs");
 }
 
 async fn sessions(store: &dyn Store) {

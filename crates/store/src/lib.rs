@@ -145,6 +145,40 @@ pub trait Store: Send + Sync + fmt::Debug {
     ) -> Result<Vec<EventRecord>, StoreError>;
     /// The last seq of a session (0 when it has none).
     async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError>;
+    /// Queues notifications for delivery, atomically; one whose `(channel, key)` waits
+    /// already is not queued twice.
+    async fn enqueue_outbox(&self, items: &[NewOutboxItem]) -> Result<(), StoreError>;
+    /// The oldest notifications waiting for `channel`, in the order they were queued, at most
+    /// `limit`.
+    async fn outbox(&self, channel: &str, limit: usize) -> Result<Vec<OutboxItem>, StoreError>;
+    /// A notification went out: it waits no more.
+    async fn outbox_done(&self, id: u64) -> Result<(), StoreError>;
+}
+
+/// A notification to queue ([`Store::enqueue_outbox`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewOutboxItem {
+    /// The channel it goes out on.
+    pub channel: String,
+    /// What it is about, unique per channel (its idempotency key).
+    pub key: String,
+    /// What is sent (JSON).
+    pub body: String,
+}
+
+/// A notification waiting to go out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxItem {
+    /// Its place in the outbox (increasing in queue order).
+    pub id: u64,
+    /// The channel.
+    pub channel: String,
+    /// Its idempotency key.
+    pub key: String,
+    /// What is sent.
+    pub body: String,
+    /// When it was queued (Unix milliseconds).
+    pub created_ms: u64,
 }
 
 /// Now, in Unix milliseconds.

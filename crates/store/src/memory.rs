@@ -15,6 +15,8 @@ pub struct MemoryStore {
 struct Inner {
     sessions: HashMap<String, SessionRecord>,
     events: HashMap<String, BTreeMap<u64, EventRecord>>,
+    outbox: Vec<crate::OutboxItem>,
+    next_outbox_id: u64,
 }
 
 impl MemoryStore {
@@ -137,5 +139,47 @@ impl Store for MemoryStore {
             .get(session_id)
             .and_then(|log| log.keys().next_back().copied())
             .unwrap_or(0))
+    }
+
+    async fn enqueue_outbox(&self, items: &[crate::NewOutboxItem]) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        for item in items {
+            let waiting = inner
+                .outbox
+                .iter()
+                .any(|queued| queued.channel == item.channel && queued.key == item.key);
+            if !waiting {
+                inner.next_outbox_id += 1;
+                let id = inner.next_outbox_id;
+                inner.outbox.push(crate::OutboxItem {
+                    id,
+                    channel: item.channel.clone(),
+                    key: item.key.clone(),
+                    body: item.body.clone(),
+                    created_ms: crate::now_ms(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn outbox(
+        &self,
+        channel: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::OutboxItem>, StoreError> {
+        Ok(self
+            .lock()?
+            .outbox
+            .iter()
+            .filter(|item| item.channel == channel)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn outbox_done(&self, id: u64) -> Result<(), StoreError> {
+        self.lock()?.outbox.retain(|item| item.id != id);
+        Ok(())
     }
 }

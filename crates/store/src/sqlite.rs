@@ -124,6 +124,15 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO journal (id, segment, offset) VALUES (1, 0, 0);",
     // A person can put a session away (the web UI's "Archive").
     "ALTER TABLE sessions ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;",
+    // Notifications waiting to go out, per channel, in order (`Store::enqueue_outbox`).
+    "CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY,
+        channel TEXT NOT NULL,
+        key TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        UNIQUE (channel, key)
+    );",
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
@@ -139,6 +148,8 @@ pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 enum WriteOp {
     CreateSession(SessionRecord),
     UpdateSession(SessionRecord),
+    EnqueueOutbox(Vec<crate::NewOutboxItem>),
+    OutboxDone(u64),
 }
 
 struct Write {
@@ -714,6 +725,18 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 return Err(StoreError::NotFound(record.id.clone()));
             }
         }
+        WriteOp::EnqueueOutbox(items) => {
+            let mut statement = connection.prepare_cached(
+                "INSERT OR IGNORE INTO outbox (channel, key, body, created_ms) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            let now = crate::now_ms() as i64;
+            for item in items {
+                statement.execute(params![item.channel, item.key, item.body, now])?;
+            }
+        }
+        WriteOp::OutboxDone(id) => {
+            connection.execute("DELETE FROM outbox WHERE id = ?1", params![*id as i64])?;
+        }
     }
     Ok(())
 }
@@ -909,6 +932,41 @@ impl Store for SqliteStore {
         }
         let session_id = session_id.to_owned();
         self.read(move |connection| last_seq(connection, &session_id)).await
+    }
+
+    async fn enqueue_outbox(&self, items: &[crate::NewOutboxItem]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.write(WriteOp::EnqueueOutbox(items.to_vec())).await
+    }
+
+    async fn outbox(
+        &self,
+        channel: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::OutboxItem>, StoreError> {
+        let channel = channel.to_owned();
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(
+                "SELECT id, channel, key, body, created_ms FROM outbox WHERE channel = ?1 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = statement.query_map(params![channel, limit as i64], |row| {
+                Ok(crate::OutboxItem {
+                    id: row.get::<_, i64>(0)? as u64,
+                    channel: row.get(1)?,
+                    key: row.get(2)?,
+                    body: row.get(3)?,
+                    created_ms: row.get::<_, i64>(4)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn outbox_done(&self, id: u64) -> Result<(), StoreError> {
+        self.write(WriteOp::OutboxDone(id)).await
     }
 }
 

@@ -1055,3 +1055,40 @@ async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("no token named ../sessions"), "{stderr}");
 }
+
+/// A notify file that names a channel wrongly, or a public URL that is not one, stops `serve`
+/// before it listens, with the reason (and never the secret).
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn serve_refuses_a_bad_notify_file_or_public_url() {
+    let data = tempfile::tempdir().unwrap();
+    let notify = data.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        "[[channel]]\nname = \"ops\"\nkind = \"webhook\"\nurl = \"https://h.example/x\"\nsecret = \"short-secret\"\n",
+    )
+    .unwrap();
+    let run = |extra: Vec<String>| {
+        let data = data.path().to_owned();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(&data)
+                .args(extra)
+                .env_remove("SWITCHBOARD_NOTIFY")
+                .env_remove("SWITCHBOARD_PUBLIC_URL")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let output = run(vec!["--notify".into(), notify.display().to_string()]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("channel ops") && stderr.contains("at least 16"), "{stderr}");
+    assert!(!stderr.contains("short-secret"), "{stderr}");
+    let output = run(vec!["--public-url".into(), "ftp://sb.example".into()]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--public-url must be"), "{stderr}");
+}

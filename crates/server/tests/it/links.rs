@@ -13,7 +13,7 @@ use crate::{is_result, Server};
 
 /// A link's page: its status and text.
 async fn open(server: &Server, link: &str) -> (u16, String) {
-    let response = server.client().get(format!("{}{link}", server.base)).send().await.unwrap();
+    let response = server.client().get(link).send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
@@ -21,7 +21,7 @@ async fn open(server: &Server, link: &str) -> (u16, String) {
 async fn post(server: &Server, link: &str, form: &str) -> (u16, String) {
     let response = server
         .client()
-        .post(format!("{}{link}", server.base))
+        .post(link)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(form.to_owned())
         .send()
@@ -64,7 +64,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let pending = server.daemon.pending_permissions(&id).remove(0);
     let link = server.daemon.approval_link(&id, &pending, "test");
-    assert!(link.starts_with("/a/"), "a path without a public URL: {link}");
+    assert!(link.starts_with(&format!("{}/a/", server.base)), "at the public URL: {link}");
 
     // The page shows the request and changes nothing, however often it is fetched.
     for _ in 0..2 {
@@ -77,7 +77,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
         assert!(page.contains("<form method=post>") && page.contains("value=deny"), "{page}");
     }
     assert_eq!(server.daemon.pending_permissions(&id).len(), 1, "a GET answers nothing");
-    let response = server.client().get(format!("{}{link}", server.base)).send().await.unwrap();
+    let response = server.client().get(&link).send().await.unwrap();
     let csp = response.headers()["content-security-policy"].to_str().unwrap().to_owned();
     assert!(csp.contains("default-src 'none'"), "{csp}");
     assert_eq!(response.headers()["cache-control"], "no-store");
@@ -90,7 +90,8 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     assert_eq!(open(&server, &forged).await.0, 404);
     assert_eq!(post(&server, &forged, "decision=allow").await.0, 404);
     let expired = format!(
-        "/a/{}",
+        "{}/a/{}",
+        server.base,
         server.daemon.link_key().sign(&LinkClaim {
             session: id.clone(),
             request: pending.request_id.clone(),

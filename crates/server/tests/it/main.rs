@@ -15,6 +15,7 @@ mod drops;
 mod grpc;
 mod links;
 mod matrix;
+mod notify;
 mod scopes;
 mod terminal;
 mod ui;
@@ -60,7 +61,11 @@ impl Server {
             store_retry_limit: None,
             relay_stall_limit: None,
             warm: Vec::new(),
-            links: Default::default(),
+            links: switchboard_server::links::LinkConfig {
+                key: None,
+                public_url: Some(format!("http://{address}")),
+            },
+            notify: Default::default(),
         };
         let mut config = config;
         configure(&mut config);
@@ -1929,6 +1934,22 @@ impl Store for FailingStore {
     }
     async fn last_seq(&self, id: &str) -> Result<u64, switchboard_store::StoreError> {
         self.inner.last_seq(id).await
+    }
+    async fn enqueue_outbox(
+        &self,
+        items: &[switchboard_store::NewOutboxItem],
+    ) -> Result<(), switchboard_store::StoreError> {
+        self.inner.enqueue_outbox(items).await
+    }
+    async fn outbox(
+        &self,
+        channel: &str,
+        limit: usize,
+    ) -> Result<Vec<switchboard_store::OutboxItem>, switchboard_store::StoreError> {
+        self.inner.outbox(channel, limit).await
+    }
+    async fn outbox_done(&self, id: u64) -> Result<(), switchboard_store::StoreError> {
+        self.inner.outbox_done(id).await
     }
 }
 

@@ -1,0 +1,624 @@
+//! Notifications: what happens in sessions, sent to a person wherever they are, through
+//! channels the daemon's notify file names (`switchboard serve --notify FILE`; see
+//! `docs/notifications.md`):
+//!
+//! - `webhook`: the notice as JSON, signed with HMAC-SHA256
+//!   (`x-switchboard-signature: t=UNIX_SECONDS,v1=HEX` over `t.body`), with its idempotency key
+//!   in `x-switchboard-delivery`;
+//! - `ntfy`: a message to an ntfy topic with Approve, Deny and Open buttons;
+//! - `slack`: a Slack-compatible incoming webhook, with a button to the request's page.
+//!
+//! Delivery is at least once. The daemon queues a notice in the store's outbox
+//! ([`Store::enqueue_outbox`]) once the event it is about is stored, one item per channel,
+//! keyed by what it is about; each channel's sender takes its items in order and forgets one
+//! only when its receiver answered `2xx`, retrying with a backoff (1 s, doubling, up to
+//! 5 min) meanwhile. A receiver that was down gets everything once it is back, and a daemon
+//! that restarts sends what was still waiting. A receiver that sees a key twice (its answer
+//! was lost) has had that notice already.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{KeyInit as _, Mac as _};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use switchboard_store::{NewOutboxItem, OutboxItem, Store};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// What a channel may be told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topic {
+    /// A tool call waits for a person's permission.
+    PermissionRequested,
+    /// Claude asks a question (`AskUserQuestion`).
+    Question,
+    /// A turn ended: Claude is done and waits.
+    SessionFinished,
+    /// A turn ended in an error, or the CLI ended unasked.
+    SessionFailed,
+}
+
+impl Topic {
+    /// Every topic.
+    pub const ALL: [Topic; 4] =
+        [Topic::PermissionRequested, Topic::Question, Topic::SessionFinished, Topic::SessionFailed];
+
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::PermissionRequested => "permission_requested",
+            Topic::Question => "question",
+            Topic::SessionFinished => "session_finished",
+            Topic::SessionFailed => "session_failed",
+        }
+    }
+}
+
+/// How a channel delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelKind {
+    /// Signed JSON to a URL.
+    Webhook,
+    /// An ntfy topic (`https://ntfy.sh/TOPIC`, or a server of your own).
+    Ntfy,
+    /// A Slack-compatible incoming webhook.
+    Slack,
+}
+
+/// One channel of the notify file (`[[channel]]`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    /// Its name: 1-64 letters, digits, `.`, `_`, `-` (decisions made through its links are
+    /// recorded as `link (KIND:NAME)`).
+    pub name: String,
+    /// How it delivers.
+    pub kind: ChannelKind,
+    /// Where to.
+    pub url: String,
+    /// `webhook`: the HMAC key its receiver checks signatures with (required).
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// `ntfy`: an access token, sent as `Authorization: Bearer`.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// What it is told about (default: everything).
+    #[serde(default)]
+    pub events: Option<Vec<Topic>>,
+}
+
+impl std::fmt::Debug for ChannelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret or the token.
+        f.debug_struct("ChannelConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelConfig {
+    /// Its name as decisions record it: `KIND:NAME`.
+    pub fn label(&self) -> String {
+        let kind = match self.kind {
+            ChannelKind::Webhook => "webhook",
+            ChannelKind::Ntfy => "ntfy",
+            ChannelKind::Slack => "slack",
+        };
+        format!("{kind}:{}", self.name)
+    }
+
+    /// Whether it is told about `topic`.
+    pub fn wants(&self, topic: Topic) -> bool {
+        self.events.as_ref().is_none_or(|events| events.contains(&topic))
+    }
+}
+
+/// The notify file: its channels, and how deliveries are retried.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// The channels.
+    #[serde(default, rename = "channel")]
+    pub channels: Vec<ChannelConfig>,
+    /// The first wait before a failed delivery is tried again (doubling from there).
+    #[serde(skip, default = "default_retry_initial")]
+    pub retry_initial: Duration,
+    /// The longest wait between tries.
+    #[serde(skip, default = "default_retry_max")]
+    pub retry_max: Duration,
+}
+
+fn default_retry_initial() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_retry_max() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for NotifyConfig {
+    fn default() -> NotifyConfig {
+        NotifyConfig {
+            channels: Vec::new(),
+            retry_initial: default_retry_initial(),
+            retry_max: default_retry_max(),
+        }
+    }
+}
+
+/// The most channels a notify file may name.
+pub const MAX_CHANNELS: usize = 64;
+
+/// The largest notify file read.
+pub const MAX_NOTIFY_FILE_BYTES: u64 = 64 * 1024;
+
+/// How long one delivery may take.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most of a tool's input a notice carries (as JSON text); more is cut, and the notice
+/// says so.
+pub const MAX_INPUT_BYTES: usize = 16 * 1024;
+
+impl NotifyConfig {
+    /// Reads a notify file; the error names the problem (and never a secret).
+    pub fn from_file(path: &std::path::Path) -> Result<NotifyConfig, String> {
+        use std::io::Read as _;
+        let shown = path.display();
+        let file =
+            std::fs::File::open(path).map_err(|error| format!("cannot read {shown}: {error}"))?;
+        let mut text = String::new();
+        file.take(MAX_NOTIFY_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|error| format!("cannot read {shown}: {error}"))?;
+        if text.len() as u64 > MAX_NOTIFY_FILE_BYTES {
+            return Err(format!("{shown} is larger than {} KiB", MAX_NOTIFY_FILE_BYTES / 1024));
+        }
+        NotifyConfig::from_toml(&text).map_err(|error| format!("{shown}: {error}"))
+    }
+
+    /// Reads a notify file's text.
+    pub fn from_toml(text: &str) -> Result<NotifyConfig, String> {
+        let config: NotifyConfig = toml::from_str(text).map_err(|error| error.to_string())?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Names are unique and well formed, URLs are http(s), webhooks have a secret.
+    pub fn check(&self) -> Result<(), String> {
+        if self.channels.len() > MAX_CHANNELS {
+            return Err(format!("at most {MAX_CHANNELS} channels"));
+        }
+        for (index, channel) in self.channels.iter().enumerate() {
+            let name = &channel.name;
+            let fits = !name.is_empty()
+                && name.len() <= 64
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !fits {
+                return Err(format!(
+                    "channel {}: a name is 1-64 letters, digits, '.', '_' or '-'",
+                    index + 1
+                ));
+            }
+            if self.channels[..index].iter().any(|other| other.name == *name) {
+                return Err(format!("two channels are named {name}"));
+            }
+            let url = channel.url.as_str();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!("channel {name}: url must be http:// or https://"));
+            }
+            if channel.kind == ChannelKind::Webhook
+                && channel.secret.as_deref().is_none_or(|secret| secret.len() < 16)
+            {
+                return Err(format!(
+                    "channel {name}: a webhook needs a secret of at least 16 characters (its receiver checks the signature with it)"
+                ));
+            }
+            if channel.kind == ChannelKind::Ntfy && ntfy_topic(url).is_none() {
+                return Err(format!("channel {name}: an ntfy url is https://SERVER/TOPIC"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a notice is about, for the daemon to make the channels' items from.
+#[derive(Debug, Clone)]
+pub struct Notice {
+    /// Its topic.
+    pub topic: Topic,
+    /// What it is about, unique (the idempotency key, with the channel's name).
+    pub key: String,
+    /// The notice as a webhook gets it, without its `link` (which is per channel).
+    pub body: Value,
+    /// The permission request it is about, if any: each channel's notice carries a link to it.
+    pub request: Option<switchboard_session::PendingPermission>,
+}
+
+/// The daemon's side of notifications: queues notices for the channels and wakes their
+/// senders. `None` channels: it does nothing at all.
+pub struct Notifier {
+    channels: Arc<Vec<ChannelConfig>>,
+    queue: mpsc::UnboundedSender<Vec<NewOutboxItem>>,
+}
+
+impl Notifier {
+    /// Starts a sender per channel, and the task that queues what [`Notifier::queue`] is
+    /// given; they end when `closed` turns true. `None` without channels.
+    pub fn start(
+        config: &NotifyConfig,
+        store: Arc<dyn Store>,
+        closed: watch::Receiver<bool>,
+    ) -> Option<Notifier> {
+        if config.channels.is_empty() {
+            return None;
+        }
+        let channels = Arc::new(config.channels.clone());
+        let client = reqwest::Client::builder()
+            .timeout(DELIVERY_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .ok()?;
+        let wakers: Vec<Arc<Notify>> = channels.iter().map(|_| Arc::new(Notify::new())).collect();
+        for (channel, wake) in channels.iter().zip(&wakers) {
+            let sender = Sender {
+                channel: channel.clone(),
+                store: store.clone(),
+                client: client.clone(),
+                wake: wake.clone(),
+                retry_initial: config.retry_initial,
+                retry_max: config.retry_max,
+            };
+            tokio::spawn(sender.run(closed.clone()));
+        }
+        let (queue, mut queued) = mpsc::unbounded_channel::<Vec<NewOutboxItem>>();
+        let names: Vec<String> = channels.iter().map(|channel| channel.name.clone()).collect();
+        tokio::spawn(async move {
+            while let Some(items) = queued.recv().await {
+                // The store retries nothing here: a failure is logged, and the notice is lost
+                // only if the store cannot take it at all.
+                if let Err(error) = store.enqueue_outbox(&items).await {
+                    tracing::error!(%error, "notifications could not be queued");
+                    continue;
+                }
+                for (name, wake) in names.iter().zip(&wakers) {
+                    if items.iter().any(|item| item.channel == *name) {
+                        wake.notify_one();
+                    }
+                }
+            }
+        });
+        Some(Notifier { channels, queue })
+    }
+
+    /// The channels.
+    pub fn channels(&self) -> &[ChannelConfig] {
+        &self.channels
+    }
+
+    /// Queues `notice` for every channel that wants it, its link (for a request) made by
+    /// `link` from the channel's label.
+    pub fn queue(&self, notice: Notice, link: impl Fn(&str) -> Option<String>) {
+        let items: Vec<NewOutboxItem> = self
+            .channels
+            .iter()
+            .filter(|channel| channel.wants(notice.topic))
+            .map(|channel| {
+                let mut body = notice.body.clone();
+                body["channel"] = json!(channel.name);
+                if notice.request.is_some() {
+                    body["link"] = json!(link(&channel.label()));
+                }
+                NewOutboxItem {
+                    channel: channel.name.clone(),
+                    key: notice.key.clone(),
+                    body: body.to_string(),
+                }
+            })
+            .collect();
+        if !items.is_empty() {
+            let _ = self.queue.send(items);
+        }
+    }
+}
+
+/// One channel's sender.
+struct Sender {
+    channel: ChannelConfig,
+    store: Arc<dyn Store>,
+    client: reqwest::Client,
+    wake: Arc<Notify>,
+    retry_initial: Duration,
+    retry_max: Duration,
+}
+
+impl Sender {
+    /// Sends what waits, in order, each until its receiver takes it; then waits for more.
+    async fn run(self, mut closed: watch::Receiver<bool>) {
+        let mut backoff = self.retry_initial;
+        loop {
+            if *closed.borrow() {
+                return;
+            }
+            let waiting = match self.store.outbox(&self.channel.name, 32).await {
+                Ok(waiting) => waiting,
+                Err(error) => {
+                    tracing::warn!(channel = %self.channel.name, %error, "the outbox cannot be read");
+                    Vec::new()
+                }
+            };
+            if waiting.is_empty() {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    changed = closed.changed() => if changed.is_err() { return },
+                }
+                continue;
+            }
+            for item in waiting {
+                loop {
+                    match self.deliver(&item).await {
+                        Ok(()) => {
+                            backoff = self.retry_initial;
+                            if let Err(error) = self.store.outbox_done(item.id).await {
+                                tracing::warn!(channel = %self.channel.name, %error, "a sent notification stays queued");
+                            }
+                            break;
+                        }
+                        Err(why) => {
+                            tracing::warn!(
+                                channel = %self.channel.name,
+                                key = %item.key,
+                                retry_in = ?backoff,
+                                "a notification was not taken: {why}"
+                            );
+                            tokio::select! {
+                                () = tokio::time::sleep(backoff) => {}
+                                changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
+                            }
+                            backoff = (backoff * 2).min(self.retry_max);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One try: `Ok` when the receiver answered `2xx`.
+    async fn deliver(&self, item: &OutboxItem) -> Result<(), String> {
+        let notice: Value = serde_json::from_str(&item.body).map_err(|error| error.to_string())?;
+        let request = match self.channel.kind {
+            ChannelKind::Webhook => {
+                let secret = self.channel.secret.as_deref().unwrap_or_default();
+                let timestamp = switchboard_store::now_ms() / 1000;
+                self.client
+                    .post(&self.channel.url)
+                    .header("content-type", "application/json")
+                    .header("x-switchboard-event", notice["event"].as_str().unwrap_or(""))
+                    .header("x-switchboard-delivery", &item.key)
+                    .header("x-switchboard-signature", signature(secret, timestamp, &item.body))
+                    .body(item.body.clone())
+            }
+            ChannelKind::Ntfy => {
+                let (server, topic) =
+                    ntfy_topic(&self.channel.url).ok_or("not an ntfy topic url")?;
+                let mut request = self
+                    .client
+                    .post(server)
+                    .header("content-type", "application/json")
+                    .body(ntfy_message(topic, &notice).to_string());
+                if let Some(token) = &self.channel.token {
+                    request = request.bearer_auth(token);
+                }
+                request
+            }
+            ChannelKind::Slack => self
+                .client
+                .post(&self.channel.url)
+                .header("content-type", "application/json")
+                .body(slack_message(&notice).to_string()),
+        };
+        let response = request.send().await.map_err(|error| without_url(&error))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("the receiver answered {status}"))
+        }
+    }
+}
+
+/// A request error without its URL (an ntfy topic or a Slack webhook URL is a secret).
+fn without_url(error: &reqwest::Error) -> String {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "could not connect"
+    } else {
+        "failed"
+    };
+    format!("the request {kind}")
+}
+
+/// A line for people about a tool call: a Bash command, a file's path, a question, else the
+/// tool and its input, at most 300 characters.
+pub fn summary(tool: &str, input: &Value) -> String {
+    let text = match tool {
+        "Bash" => input["command"].as_str().map(str::to_owned),
+        "AskUserQuestion" => input["questions"][0]["question"].as_str().map(str::to_owned),
+        _ => input["file_path"]
+            .as_str()
+            .or_else(|| input["path"].as_str())
+            .or_else(|| input["url"].as_str())
+            .map(|target| format!("{tool} {target}")),
+    };
+    let text = text.unwrap_or_else(|| format!("{tool} {input}"));
+    let mut cut: String = text.chars().take(300).collect();
+    if cut.len() < text.len() {
+        cut.push('…');
+    }
+    cut
+}
+
+/// A tool's input as a notice carries it: whole, or (over [`MAX_INPUT_BYTES`] as JSON) its
+/// JSON text cut short, and whether it was cut.
+pub fn bounded_input(input: &Value) -> (Value, bool) {
+    let text = input.to_string();
+    if text.len() <= MAX_INPUT_BYTES {
+        return (input.clone(), false);
+    }
+    let mut end = MAX_INPUT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (Value::String(text[..end].to_owned()), true)
+}
+
+/// `t=UNIX_SECONDS,v1=HEX`: HMAC-SHA256 under `secret` of `UNIX_SECONDS.BODY`.
+pub fn signature(secret: &str, timestamp: u64, body: &str) -> String {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(format!("{timestamp}.").as_bytes());
+    mac.update(body.as_bytes());
+    let digest = mac.finalize().into_bytes();
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("t={timestamp},v1={hex}")
+}
+
+/// `https://SERVER/TOPIC` → (`https://SERVER/`, `TOPIC`): ntfy takes JSON at its root.
+fn ntfy_topic(url: &str) -> Option<(&str, &str)> {
+    let scheme_end = url.find("://")? + 3;
+    let slash = scheme_end + url[scheme_end..].find('/')?;
+    let topic = &url[slash + 1..];
+    let fits = !topic.is_empty()
+        && topic.len() <= 64
+        && topic.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    fits.then_some((&url[..=slash], topic))
+}
+
+/// An ntfy message: the notice's text, and for a request Approve, Deny and Open buttons (the
+/// first two post the link's form; Open shows its page).
+fn ntfy_message(topic: &str, notice: &Value) -> Value {
+    let mut message = json!({
+        "topic": topic,
+        "title": notice["title"],
+        "message": notice["text"],
+        "tags": [if notice["event"] == "session_failed" { "warning" } else { "robot" }],
+        "priority": if notice["link"].is_string() { 4 } else { 3 },
+    });
+    if let Some(link) = notice["link"].as_str() {
+        let answer = |label: &str, decision: &str| {
+            json!({"action": "http", "label": label, "url": link, "method": "POST",
+                   "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+                   "body": format!("decision={decision}"), "clear": true})
+        };
+        message["click"] = json!(link);
+        message["actions"] = json!([
+            answer("Approve", "allow"),
+            answer("Deny", "deny"),
+            {"action": "view", "label": "Open", "url": link, "clear": false},
+        ]);
+    }
+    message
+}
+
+/// A Slack message: the notice's text, and for a request a button to its page.
+fn slack_message(notice: &Value) -> Value {
+    let escape = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let title = escape(notice["title"].as_str().unwrap_or("Switchboard"));
+    let text = escape(notice["text"].as_str().unwrap_or(""));
+    let mut blocks = vec![json!({"type": "section",
+        "text": {"type": "mrkdwn", "text": format!("*{title}*\n{text}")}})];
+    if let Some(link) = notice["link"].as_str() {
+        blocks.push(json!({"type": "actions", "elements": [
+            {"type": "button", "style": "primary", "url": link,
+             "text": {"type": "plain_text", "text": "Review and answer"}}]}));
+    }
+    json!({"text": format!("{title}: {text}"), "blocks": blocks})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notify_files_are_read_strictly() {
+        let config = NotifyConfig::from_toml(
+            r#"
+            [[channel]]
+            name = "ops"
+            kind = "webhook"
+            url = "https://hooks.example/switchboard"
+            secret = "0123456789abcdef"
+            events = ["permission_requested", "question"]
+
+            [[channel]]
+            name = "phone"
+            kind = "ntfy"
+            url = "https://ntfy.sh/my-agents"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.channels.len(), 2);
+        assert!(config.channels[0].wants(Topic::Question));
+        assert!(!config.channels[0].wants(Topic::SessionFinished));
+        assert!(config.channels[1].wants(Topic::SessionFinished), "everything by default");
+        assert_eq!(config.channels[1].label(), "ntfy:phone");
+        assert!(
+            !format!("{:?}", config.channels[0]).contains("0123456789abcdef"),
+            "no secret in logs"
+        );
+        for (bad, why) in [
+            ("[[channel]]\nname = \"x\"\nkind = \"webhook\"\nurl = \"https://a/b\"", "secret"),
+            ("[[channel]]\nname = \"x\"\nkind = \"pager\"\nurl = \"https://a/b\"", "unknown variant"),
+            ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"ftp://a/b\"", "http"),
+            ("[[channel]]\nname = \"a b\"\nkind = \"slack\"\nurl = \"https://a/b\"", "name"),
+            ("[[channel]]\nname = \"x\"\nkind = \"ntfy\"\nurl = \"https://ntfy.sh/\"", "TOPIC"),
+            ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"https://a/b\"\ncolour = 1", "colour"),
+            (
+                "[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"https://a/b\"\n[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"https://a/c\"",
+                "two channels",
+            ),
+        ] {
+            let error = NotifyConfig::from_toml(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn signatures_cover_the_time_and_the_body() {
+        let one = signature("0123456789abcdef", 1_800_000_000, "{\"a\":1}");
+        assert!(one.starts_with("t=1800000000,v1=") && one.len() == "t=1800000000,v1=".len() + 64);
+        assert_ne!(one, signature("0123456789abcdef", 1_800_000_001, "{\"a\":1}"));
+        assert_ne!(one, signature("0123456789abcdef", 1_800_000_000, "{\"a\":2}"));
+        assert_ne!(one, signature("another-secret-123", 1_800_000_000, "{\"a\":1}"));
+    }
+
+    #[test]
+    fn ntfy_and_slack_messages_carry_the_link() {
+        assert_eq!(
+            ntfy_topic("https://ntfy.sh/my-agents"),
+            Some(("https://ntfy.sh/", "my-agents"))
+        );
+        assert_eq!(ntfy_topic("http://127.0.0.1:80/t"), Some(("http://127.0.0.1:80/", "t")));
+        assert_eq!(ntfy_topic("https://ntfy.sh/a/b"), None);
+        let notice = json!({"event": "permission_requested", "title": "Bash <in> app",
+            "text": "touch x & ls", "link": "http://d/a/L"});
+        let message = ntfy_message("t", &notice);
+        assert_eq!(message["actions"][0]["body"], "decision=allow");
+        assert_eq!(message["actions"][1]["body"], "decision=deny");
+        assert_eq!(message["actions"][2]["url"], "http://d/a/L");
+        assert_eq!(message["click"], "http://d/a/L");
+        let slack = slack_message(&notice);
+        assert_eq!(slack["blocks"][1]["elements"][0]["url"], "http://d/a/L");
+        assert!(slack["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Bash &lt;in&gt; app"));
+        let finished = json!({"event": "session_finished", "title": "Done", "text": "ok"});
+        assert!(ntfy_message("t", &finished).get("actions").is_none());
+        assert_eq!(slack_message(&finished)["blocks"].as_array().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,291 @@
+//! Notifications with the real CLI, to local receivers: a webhook receiver that checks every
+//! signature and is down at first, and an ntfy-compatible fake whose Approve button the test
+//! presses as a phone would. Nothing is lost, nothing is doubled, a request is approved from
+//! the notification and another denied through a webhook's link with a reason the model reads;
+//! a notice still waiting when a daemon stops goes out from the next one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use switchboard_server::notify::{ChannelConfig, ChannelKind, NotifyConfig};
+use switchboard_store::{MemoryStore, Store};
+use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::{is_result, touch_and_ls, Server, WAIT};
+
+const SECRET: &str = "webhook-secret-0123456789";
+
+/// What a receiver got: each request's headers and body, in order; it answers `503` while
+/// `down` is above zero (counting down), `200` after.
+#[derive(Default)]
+struct Received {
+    requests: Vec<(HeaderMap, String)>,
+    down: usize,
+    refused: usize,
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Received>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Receiver {
+    /// Serves on port 0; its base URL.
+    async fn start(&self) -> String {
+        async fn take(
+            State(receiver): State<Receiver>,
+            headers: HeaderMap,
+            body: String,
+        ) -> StatusCode {
+            let status = {
+                let mut got = receiver.got.lock().unwrap();
+                if got.down > 0 {
+                    got.down -= 1;
+                    got.refused += 1;
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    got.requests.push((headers, body));
+                    StatusCode::OK
+                }
+            };
+            receiver.changed.notify_waiters();
+            status
+        }
+        let app = axum::Router::new().fallback(take).with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{address}")
+    }
+
+    fn set_down(&self, count: usize) {
+        self.got.lock().unwrap().down = count;
+    }
+
+    /// What was taken (headers, the body as sent, parsed), once `done` holds for the bodies.
+    async fn until(&self, done: impl Fn(&[Value]) -> bool) -> Vec<(HeaderMap, String, Value)> {
+        tokio::time::timeout(WAIT, async {
+            loop {
+                let changed = self.changed.notified();
+                let taken = self.taken();
+                let bodies: Vec<Value> = taken.iter().map(|(_, _, body)| body.clone()).collect();
+                if done(&bodies) {
+                    return taken;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .expect("the receiver got what was expected in time")
+    }
+
+    fn taken(&self) -> Vec<(HeaderMap, String, Value)> {
+        let got = self.got.lock().unwrap();
+        got.requests
+            .iter()
+            .map(|(headers, body)| {
+                (headers.clone(), body.clone(), serde_json::from_str(body).unwrap())
+            })
+            .collect()
+    }
+}
+
+fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
+    let secret = (kind == ChannelKind::Webhook).then(|| SECRET.to_owned());
+    ChannelConfig { name: name.into(), kind, url, secret, token: None, events: None }
+}
+
+fn fast(channels: Vec<ChannelConfig>) -> NotifyConfig {
+    NotifyConfig {
+        channels,
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(200),
+    }
+}
+
+/// Checks a webhook's signature as a receiver would: `t=SECONDS,v1=HEX` over `SECONDS.BODY`.
+fn signed(headers: &HeaderMap, body: &str) -> bool {
+    let header = headers["x-switchboard-signature"].to_str().unwrap();
+    let timestamp: u64 = header
+        .strip_prefix("t=")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap();
+    header == switchboard_server::notify::signature(SECRET, timestamp, body)
+}
+
+fn keys(bodies: &[Value], event: &str) -> Vec<String> {
+    bodies
+        .iter()
+        .filter(|body| body["event"] == event)
+        .map(|body| body["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Does what an ntfy client does when its button is pressed: the action's request.
+async fn press(action: &Value) -> (u16, String) {
+    let mut request = reqwest::Client::new()
+        .request(
+            reqwest::Method::from_bytes(action["method"].as_str().unwrap().as_bytes()).unwrap(),
+            action["url"].as_str().unwrap(),
+        )
+        .body(action["body"].as_str().unwrap().to_owned());
+    for (name, value) in action["headers"].as_object().unwrap() {
+        request = request.header(name.as_str(), value.as_str().unwrap());
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_a_webhook_that_was_down_and_a_phone_that_approves_them() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("from-ntfy.txt")).when_prompt("FIRST"))
+            .reply(Reply::text("First done.").when_tool_result_contains("from-ntfy.txt"))
+            .reply(Reply::tool_use("Bash", touch_and_ls("denied.txt")).when_prompt("SECOND"))
+            .reply(Reply::text("Fine, I will not.").when_tool_result_contains("not on a friday")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let hooks = Receiver::default();
+    hooks.set_down(3);
+    let hooks_url = hooks.start().await;
+    let phone = Receiver::default();
+    let phone_url = phone.start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.notify = fast(vec![
+            channel("ops", ChannelKind::Webhook, format!("{hooks_url}/hook")),
+            channel("phone", ChannelKind::Ntfy, format!("{phone_url}/agents")),
+        ]);
+    })
+    .await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+
+    // The phone hears of the request, with Approve, Deny and Open; Approve is pressed.
+    let got = phone.until(|bodies| !bodies.is_empty()).await;
+    let message = &got[0].2;
+    assert_eq!(message["topic"], "agents");
+    assert!(message["message"].as_str().unwrap().contains("touch from-ntfy.txt"), "{message}");
+    let link = message["click"].as_str().unwrap().to_owned();
+    assert!(link.starts_with(&format!("{}/a/", server.base)), "{link}");
+    let (status, page) = press(&message["actions"][0]).await;
+    assert!(status == 200 && page.contains("Approved"), "{status} {page}");
+    let frames = ws.until(is_result).await;
+    let decided = frames.iter().find(|f| f["event"]["event"] == "permission_decided").unwrap();
+    assert_eq!(decided["event"]["by"], json!({"kind": "person", "who": "link (ntfy:phone)"}));
+    assert!(sandbox.file("from-ntfy.txt").exists());
+
+    // The webhook was down for its first three tries; it gets the request and the turn's end,
+    // each once, in order, signed.
+    let taken = hooks.until(|bodies| keys(bodies, "session_finished").len() == 1).await;
+    assert_eq!(hooks.got.lock().unwrap().refused, 3, "it was down, and tried again");
+    let bodies: Vec<Value> = taken.iter().map(|(_, _, body)| body.clone()).collect();
+    let events: Vec<&str> = bodies.iter().map(|body| body["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["permission_requested", "session_finished"], "in order, none twice");
+    for (headers, raw, body) in &taken {
+        assert!(signed(headers, raw), "a valid signature: {headers:?}");
+        assert_eq!(headers["x-switchboard-delivery"], body["id"].as_str().unwrap());
+        assert_eq!(headers["x-switchboard-event"], body["event"].as_str().unwrap());
+    }
+    let request = &bodies[0];
+    assert_eq!(request["session"]["id"], id.as_str());
+    assert_eq!(request["request"]["tool_name"], "Bash");
+    assert_eq!(request["channel"], "ops");
+    assert_ne!(request["link"], message["click"], "each channel's link names it");
+    assert_eq!(bodies[1]["text"], "First done.");
+    // A forged signature would not pass the receiver's check.
+    let mut forged = taken[0].0.clone();
+    forged.insert("x-switchboard-signature", "t=1,v1=00".parse().unwrap());
+    assert!(!signed(&forged, &taken[0].1));
+
+    // Denied through the webhook's link, with a reason the model reads.
+    ws.send(json!({"type": "user_message", "content": "SECOND"})).await;
+    let taken = hooks.until(|bodies| keys(bodies, "permission_requested").len() == 2).await;
+    let link = taken.last().unwrap().2["link"].as_str().unwrap().to_owned();
+    let response = reqwest::Client::new()
+        .post(&link)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("decision=deny&message=not+on+a+friday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let frames = ws.until(is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Fine, I will not.");
+    assert!(!sandbox.file("denied.txt").exists());
+    // Every notice reached the webhook exactly once.
+    let taken = hooks.until(|bodies| keys(bodies, "session_finished").len() == 2).await;
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (_, _, body) in &taken {
+        *seen.entry(body["id"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    assert!(seen.values().all(|count| *count == 1), "nothing doubled: {seen:?}");
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_waiting_when_the_daemon_stops_goes_out_from_the_next_one() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("All done.").when_prompt("HELLO")))
+        .await
+        .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let hooks = Receiver::default();
+    hooks.set_down(usize::MAX);
+    let url = format!("{}/hook", hooks.start().await);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let config = |config: &mut switchboard_server::DaemonConfig| {
+        config.notify = fast(vec![channel("ops", ChannelKind::Webhook, url.clone())]);
+    };
+    let server = Server::start_with(store.clone(), &api, &sandbox, config).await;
+    let (_, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HELLO"})).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(is_result).await;
+    // Refused at least once: it waits in the outbox.
+    tokio::time::timeout(WAIT, async {
+        while hooks.got.lock().unwrap().refused == 0 {
+            hooks.changed.notified().await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(store.outbox("ops", 10).await.unwrap().len(), 1);
+    drop(ws);
+    server.stop().await;
+    // The first daemon and its senders are gone before the next starts.
+    tokio::time::timeout(WAIT, async {
+        while Arc::strong_count(&store) > 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first daemon let go of the store");
+    hooks.set_down(0);
+    let server = Server::start_with(store.clone(), &api, &sandbox, config).await;
+    let taken = hooks.until(|bodies| !bodies.is_empty()).await;
+    assert_eq!(taken[0].2["event"], "session_finished");
+    assert_eq!(taken[0].2["session"]["id"], id.as_str());
+    tokio::time::timeout(WAIT, async {
+        while !store.outbox("ops", 10).await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the outbox empties once the receiver took it");
+    assert_eq!(hooks.taken().len(), 1, "sent once");
+    server.stop().await;
+}
