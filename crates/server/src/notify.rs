@@ -19,7 +19,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use hmac::{KeyInit as _, Mac as _};
+use http_body_util::Full;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use switchboard_store::{NewOutboxItem, OutboxItem, Store};
@@ -87,6 +89,10 @@ pub struct ChannelConfig {
     /// What it is told about (default: everything).
     #[serde(default)]
     pub events: Option<Vec<Topic>>,
+    /// A PEM file of certificate authorities to trust for this channel besides the system's
+    /// (a receiver of your own with a private CA).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for ChannelConfig {
@@ -257,17 +263,19 @@ impl Notifier {
             return None;
         }
         let channels = Arc::new(config.channels.clone());
-        let client = reqwest::Client::builder()
-            .timeout(DELIVERY_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .ok()?;
         let wakers: Vec<Arc<Notify>> = channels.iter().map(|_| Arc::new(Notify::new())).collect();
         for (channel, wake) in channels.iter().zip(&wakers) {
+            let client = match http_client(channel.ca_file.as_deref()) {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::error!(channel = %channel.name, "no HTTPS client for the channel: {error}");
+                    continue;
+                }
+            };
             let sender = Sender {
                 channel: channel.clone(),
                 store: store.clone(),
-                client: client.clone(),
+                client,
                 wake: wake.clone(),
                 retry_initial: config.retry_initial,
                 retry_max: config.retry_max,
@@ -329,7 +337,7 @@ impl Notifier {
 struct Sender {
     channel: ChannelConfig,
     store: Arc<dyn Store>,
-    client: reqwest::Client,
+    client: HttpClient,
     wake: Arc<Notify>,
     retry_initial: Duration,
     retry_max: Duration,
@@ -388,39 +396,47 @@ impl Sender {
 
     /// One try: `Ok` when the receiver answered `2xx`.
     async fn deliver(&self, item: &OutboxItem) -> Result<(), String> {
+        use axum::http::Request;
         let notice: Value = serde_json::from_str(&item.body).map_err(|error| error.to_string())?;
+        let post = |url: &str| {
+            Request::post(url).header(axum::http::header::CONTENT_TYPE, "application/json")
+        };
         let request = match self.channel.kind {
             ChannelKind::Webhook => {
                 let secret = self.channel.secret.as_deref().unwrap_or_default();
                 let timestamp = switchboard_store::now_ms() / 1000;
-                self.client
-                    .post(&self.channel.url)
-                    .header("content-type", "application/json")
+                post(&self.channel.url)
                     .header("x-switchboard-event", notice["event"].as_str().unwrap_or(""))
                     .header("x-switchboard-delivery", &item.key)
                     .header("x-switchboard-signature", signature(secret, timestamp, &item.body))
-                    .body(item.body.clone())
+                    .body(Full::new(Bytes::from(item.body.clone())))
             }
             ChannelKind::Ntfy => {
                 let (server, topic) =
                     ntfy_topic(&self.channel.url).ok_or("not an ntfy topic url")?;
-                let mut request = self
-                    .client
-                    .post(server)
-                    .header("content-type", "application/json")
-                    .body(ntfy_message(topic, &notice).to_string());
+                let mut request = post(server);
                 if let Some(token) = &self.channel.token {
-                    request = request.bearer_auth(token);
+                    request = request
+                        .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"));
                 }
-                request
+                request.body(Full::new(Bytes::from(ntfy_message(topic, &notice).to_string())))
             }
-            ChannelKind::Slack => self
-                .client
-                .post(&self.channel.url)
-                .header("content-type", "application/json")
-                .body(slack_message(&notice).to_string()),
+            ChannelKind::Slack => post(&self.channel.url)
+                .body(Full::new(Bytes::from(slack_message(&notice).to_string()))),
         };
-        let response = request.send().await.map_err(|error| without_url(&error))?;
+        // The error says what went wrong, never the URL (an ntfy topic or a Slack webhook URL
+        // is a secret).
+        let request = request.map_err(|_| "the request could not be made (a bad header value)")?;
+        let response = tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request))
+            .await
+            .map_err(|_| format!("no answer within {} s", DELIVERY_TIMEOUT.as_secs()))?
+            .map_err(|error| {
+                if error.is_connect() {
+                    "could not connect".to_owned()
+                } else {
+                    "the request failed".to_owned()
+                }
+            })?;
         let status = response.status();
         if status.is_success() {
             Ok(())
@@ -430,16 +446,50 @@ impl Sender {
     }
 }
 
-/// A request error without its URL (an ntfy topic or a Slack webhook URL is a secret).
-fn without_url(error: &reqwest::Error) -> String {
-    let kind = if error.is_timeout() {
-        "timed out"
-    } else if error.is_connect() {
-        "could not connect"
-    } else {
-        "failed"
-    };
-    format!("the request {kind}")
+type HttpClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+/// The most certificates a `ca_file` may hold.
+const MAX_CA_CERTIFICATES: usize = 100;
+
+/// A client for `http://` and `https://` receivers: TLS by rustls on ring, trusting the
+/// system's certificate authorities and those in `ca_file`; no redirects followed.
+fn http_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(native.certs);
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        let certificates: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
+            .take(MAX_CA_CERTIFICATES)
+            .collect::<Result<_, _>>()
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        if certificates.is_empty() {
+            return Err(format!("{} holds no PEM certificate", path.display()));
+        }
+        for certificate in certificates {
+            roots.add(certificate).map_err(|error| format!("{}: {error}", path.display()))?;
+        }
+    } else if added == 0 {
+        tracing::warn!("no system certificate authorities found: https:// receivers will fail");
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|error| error.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(connector))
 }
 
 /// A line for people about a tool call: a Bash command, a file's path, a question, else the

@@ -37,6 +37,15 @@ struct Receiver {
 impl Receiver {
     /// Serves on port 0; its base URL.
     async fn start(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = self.router();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{address}")
+    }
+
+    /// What it serves: every request taken (or refused while down).
+    fn router(&self) -> axum::Router {
         async fn take(
             State(receiver): State<Receiver>,
             headers: HeaderMap,
@@ -56,11 +65,7 @@ impl Receiver {
             receiver.changed.notify_waiters();
             status
         }
-        let app = axum::Router::new().fallback(take).with_state(self.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        format!("http://{address}")
+        axum::Router::new().fallback(take).with_state(self.clone())
     }
 
     fn set_down(&self, count: usize) {
@@ -97,7 +102,7 @@ impl Receiver {
 
 fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
     let secret = (kind == ChannelKind::Webhook).then(|| SECRET.to_owned());
-    ChannelConfig { name: name.into(), kind, url, secret, token: None, events: None }
+    ChannelConfig { name: name.into(), kind, url, secret, token: None, events: None, ca_file: None }
 }
 
 fn fast(channels: Vec<ChannelConfig>) -> NotifyConfig {
@@ -287,5 +292,80 @@ async fn a_notice_waiting_when_the_daemon_stops_goes_out_from_the_next_one() {
     .await
     .expect("the outbox empties once the receiver took it");
     assert_eq!(hooks.taken().len(), 1, "sent once");
+    server.stop().await;
+}
+
+/// The same receiver over HTTPS, with a certificate for 127.0.0.1 signed by a certificate
+/// authority of the test's own; its base URL and the authority's PEM file.
+async fn start_tls(receiver: &Receiver, dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let provider = || Arc::new(rustls::crypto::ring::default_provider());
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_certificate = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca_certificate.pem()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = receiver.router();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                // A client that does not trust the certificate ends the handshake here.
+                let Ok(tls) = acceptor.accept(stream).await else { return };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (format!("https://{address}"), ca_file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_over_https_is_reached_and_an_untrusted_one_is_not() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("Secure.").when_prompt("HELLO")))
+        .await
+        .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Receiver::default();
+    let (base, ca_file) = start_tls(&hooks, dir.path()).await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store.clone(), &api, &sandbox, |config| {
+        let mut trusted = channel("tls", ChannelKind::Webhook, format!("{base}/hook"));
+        trusted.ca_file = Some(ca_file.clone());
+        // The same receiver without its authority: the system's roots do not vouch for it.
+        let untrusted = channel("untrusted", ChannelKind::Webhook, format!("{base}/hook"));
+        config.notify = fast(vec![trusted, untrusted]);
+    })
+    .await;
+    let (_, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HELLO"})).await;
+    let taken = hooks.until(|bodies| !bodies.is_empty()).await;
+    assert_eq!(taken[0].2["event"], "session_finished");
+    assert_eq!(taken[0].2["session"]["id"], session["id"]);
+    assert_eq!(taken[0].2["channel"], "tls");
+    assert!(signed(&taken[0].0, &taken[0].1));
+    assert_eq!(store.outbox("untrusted", 10).await.unwrap().len(), 1, "kept, not sent");
+    assert_eq!(hooks.taken().len(), 1, "nothing reached the receiver without TLS trust");
     server.stop().await;
 }
