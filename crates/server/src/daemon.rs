@@ -2087,7 +2087,7 @@ async fn publish(
 /// hear of: a permission request or a question (with its link), a turn's end, a CLI that
 /// ended unasked.
 fn notify(
-    daemon: &Daemon,
+    daemon: &Arc<Daemon>,
     notifier: &crate::notify::Notifier,
     id: &str,
     live: &LiveSession,
@@ -2163,10 +2163,62 @@ fn notify(
             body.extend(extra);
         }
         let notice = Notice { topic, key, body, request: request.clone() };
-        notifier.queue(notice, |channel| {
+        let link = |channel: &str| {
             request.as_ref().map(|pending| daemon.approval_link(id, pending, channel))
-        });
+        };
+        notifier.queue(&notice, |channel| channel.escalates_after(topic).is_none(), link);
+        let Some(pending) = &request else { continue };
+        // Escalation: channels that hear of a request only if it still waits after a while.
+        for channel in notifier.channels() {
+            if let Some(after) = channel.escalates_after(topic) {
+                let name = channel.name.clone();
+                let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
+                later(daemon, id, pending, after, notice.clone(), pick);
+            }
+        }
+        // Shortly before it times out, every channel that wants to hear of it.
+        if pending.timeout_secs > 0 {
+            let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
+            let mut expiring = notice.clone();
+            expiring.topic = Topic::RequestExpiring;
+            expiring.key = format!("{}:expiring", notice.key);
+            expiring.body["id"] = json!(expiring.key);
+            expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
+            expiring.body["title"] =
+                json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
+            later(daemon, id, pending, Duration::from_secs(warn), expiring, |_| true);
+        }
     }
+}
+
+/// Queues `notice` for the channels `pick` chooses `after` the request `pending` was asked,
+/// if it still waits then.
+fn later(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    pending: &PendingPermission,
+    after: Duration,
+    notice: crate::notify::Notice,
+    pick: impl Fn(&crate::notify::ChannelConfig) -> bool + Send + 'static,
+) {
+    let (daemon, id, pending) = (Arc::downgrade(daemon), id.to_owned(), pending.clone());
+    let due =
+        pending.asked_at_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
+    let wait = Duration::from_millis(due.saturating_sub(switchboard_store::now_ms()));
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let Some(daemon) = daemon.upgrade() else { return };
+        let waiting = daemon
+            .pending_permissions(&id)
+            .iter()
+            .any(|still| still.request_id == pending.request_id);
+        if let (true, Some(notifier)) = (waiting, &daemon.notifier) {
+            let mut notice = notice;
+            notice.body["ts_ms"] = json!(switchboard_store::now_ms());
+            let link = |channel: &str| Some(daemon.approval_link(&id, &pending, channel));
+            notifier.queue(&notice, pick, link);
+        }
+    });
 }
 
 /// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they

@@ -39,12 +39,20 @@ pub enum Topic {
     SessionFinished,
     /// A turn ended in an error, or the CLI ended unasked.
     SessionFailed,
+    /// A request still waits shortly before it times out (a minute before, or halfway for a
+    /// timeout under two minutes).
+    RequestExpiring,
 }
 
 impl Topic {
     /// Every topic.
-    pub const ALL: [Topic; 4] =
-        [Topic::PermissionRequested, Topic::Question, Topic::SessionFinished, Topic::SessionFailed];
+    pub const ALL: [Topic; 5] = [
+        Topic::PermissionRequested,
+        Topic::Question,
+        Topic::SessionFinished,
+        Topic::SessionFailed,
+        Topic::RequestExpiring,
+    ];
 
     /// Its name.
     pub fn as_str(self) -> &'static str {
@@ -53,6 +61,7 @@ impl Topic {
             Topic::Question => "question",
             Topic::SessionFinished => "session_finished",
             Topic::SessionFailed => "session_failed",
+            Topic::RequestExpiring => "request_expiring",
         }
     }
 }
@@ -93,6 +102,10 @@ pub struct ChannelConfig {
     /// (a receiver of your own with a private CA).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
+    /// Escalation: this channel hears of a permission request or a question only if it still
+    /// waits this many seconds after it was asked (other notices it hears of at once).
+    #[serde(default)]
+    pub after_secs: Option<u64>,
 }
 
 impl std::fmt::Debug for ChannelConfig {
@@ -120,6 +133,12 @@ impl ChannelConfig {
     /// Whether it is told about `topic`.
     pub fn wants(&self, topic: Topic) -> bool {
         self.events.as_ref().is_none_or(|events| events.contains(&topic))
+    }
+
+    /// How long after a request is asked this channel hears of it (`None`: at once).
+    pub fn escalates_after(&self, topic: Topic) -> Option<Duration> {
+        let request = matches!(topic, Topic::PermissionRequested | Topic::Question);
+        self.after_secs.filter(|secs| request && *secs > 0).map(Duration::from_secs)
     }
 }
 
@@ -307,13 +326,18 @@ impl Notifier {
         &self.channels
     }
 
-    /// Queues `notice` for every channel that wants it, its link (for a request) made by
-    /// `link` from the channel's label.
-    pub fn queue(&self, notice: Notice, link: impl Fn(&str) -> Option<String>) {
+    /// Queues `notice` for the channels that want it and `pick` chooses, its link (for a
+    /// request) made by `link` from the channel's label.
+    pub fn queue(
+        &self,
+        notice: &Notice,
+        pick: impl Fn(&ChannelConfig) -> bool,
+        link: impl Fn(&str) -> Option<String>,
+    ) {
         let items: Vec<NewOutboxItem> = self
             .channels
             .iter()
-            .filter(|channel| channel.wants(notice.topic))
+            .filter(|channel| channel.wants(notice.topic) && pick(channel))
             .map(|channel| {
                 let mut body = notice.body.clone();
                 body["channel"] = json!(channel.name);
@@ -608,6 +632,7 @@ mod tests {
             name = "phone"
             kind = "ntfy"
             url = "https://ntfy.sh/my-agents"
+            after_secs = 300
             "#,
         )
         .unwrap();
@@ -616,6 +641,10 @@ mod tests {
         assert!(!config.channels[0].wants(Topic::SessionFinished));
         assert!(config.channels[1].wants(Topic::SessionFinished), "everything by default");
         assert_eq!(config.channels[1].label(), "ntfy:phone");
+        let after = config.channels[1].escalates_after(Topic::Question);
+        assert_eq!(after, Some(Duration::from_secs(300)), "requests and questions escalate");
+        assert_eq!(config.channels[1].escalates_after(Topic::SessionFailed), None);
+        assert_eq!(config.channels[0].escalates_after(Topic::Question), None);
         assert!(
             !format!("{:?}", config.channels[0]).contains("0123456789abcdef"),
             "no secret in logs"

@@ -102,7 +102,16 @@ impl Receiver {
 
 fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
     let secret = (kind == ChannelKind::Webhook).then(|| SECRET.to_owned());
-    ChannelConfig { name: name.into(), kind, url, secret, token: None, events: None, ca_file: None }
+    ChannelConfig {
+        name: name.into(),
+        kind,
+        url,
+        secret,
+        token: None,
+        events: None,
+        ca_file: None,
+        after_secs: None,
+    }
 }
 
 fn fast(channels: Vec<ChannelConfig>) -> NotifyConfig {
@@ -367,5 +376,83 @@ async fn a_receiver_over_https_is_reached_and_an_untrusted_one_is_not() {
     assert!(signed(&taken[0].0, &taken[0].1));
     assert_eq!(store.outbox("untrusted", 10).await.unwrap().len(), 1, "kept, not sent");
     assert_eq!(hooks.taken().len(), 1, "nothing reached the receiver without TLS trust");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_request_escalates_to_a_second_channel_and_warns_before_it_times_out() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("escalated.txt")).when_prompt("FIRST"))
+            .reply(
+                Reply::text("Escalated and approved.").when_tool_result_contains("escalated.txt"),
+            )
+            .reply(Reply::tool_use("Bash", touch_and_ls("never.txt")).when_prompt("SECOND"))
+            .reply(Reply::text("Timed out.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let first = Receiver::default();
+    let first_url = first.start().await;
+    let second = Receiver::default();
+    let second_url = second.start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        let on_call = channel("on-call", ChannelKind::Webhook, format!("{first_url}/hook"));
+        let mut lead = channel("lead", ChannelKind::Webhook, format!("{second_url}/hook"));
+        lead.after_secs = Some(1);
+        config.notify = fast(vec![on_call, lead]);
+    })
+    .await;
+    // A person has 4 s: a warning at 2 s (halfway, as the timeout is under two minutes).
+    let policy = "[permissions]\nask = [\"Bash\"]\nask_timeout_secs = 4\n";
+    let (_, session) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "FIRST", "policy": policy}),
+        )
+        .await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+
+    // The first channel hears at once; nobody answers; the second hears a second later, with a
+    // link of its own that answers it.
+    let now = first.until(|bodies| !keys(bodies, "permission_requested").is_empty()).await;
+    let asked_ms = now[0].2["request"]["asked_at_ms"].as_u64().unwrap();
+    assert!(second.taken().is_empty(), "the second channel waits");
+    let escalated = second.until(|bodies| !keys(bodies, "permission_requested").is_empty()).await;
+    let body = &escalated[0].2;
+    assert!(body["ts_ms"].as_u64().unwrap() >= asked_ms + 1000, "after a second: {body}");
+    assert_eq!(body["channel"], "lead");
+    let response = reqwest::Client::new()
+        .post(body["link"].as_str().unwrap())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("decision=allow")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let frames = ws.until(is_result).await;
+    let decided = frames.iter().find(|f| f["event"]["event"] == "permission_decided").unwrap();
+    assert_eq!(decided["event"]["by"]["who"], "link (webhook:lead)");
+
+    // Left unanswered: both channels are warned before it times out, then the policy denies.
+    ws.send(json!({"type": "user_message", "content": "SECOND"})).await;
+    let warned = first.until(|bodies| !keys(bodies, "request_expiring").is_empty()).await;
+    let warning = warned.iter().find(|(_, _, body)| body["event"] == "request_expiring").unwrap();
+    assert!(warning.2["title"].as_str().unwrap().starts_with("Expires soon"), "{}", warning.2);
+    assert!(warning.2["link"].is_string());
+    second.until(|bodies| !keys(bodies, "request_expiring").is_empty()).await;
+    let frames = ws.until(is_result).await;
+    let decided =
+        frames.iter().rev().find(|f| f["event"]["event"] == "permission_decided").unwrap();
+    assert_eq!(decided["event"]["by"]["kind"], "timeout");
+    // The first request, answered, was never warned about.
+    let warnings = keys(
+        &first.taken().into_iter().map(|(_, _, body)| body).collect::<Vec<_>>(),
+        "request_expiring",
+    );
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
     server.stop().await;
 }
