@@ -685,6 +685,39 @@ try {
     await phone.close();
   });
 
+  await step('a one-tap link on a phone: the request, Approve, then a used link', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    const session = new URL(page.url()).hash.replace('#/s/', '');
+    await send('LINKAPPROVE please');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch from-link.txt' }).last();
+    await card.locator('.permission .allow').waitFor();
+    const pending = await (await fetch(`${base}/api/sessions/${session}/permissions`, { headers })).json();
+    const made = await fetch(`${base}/api/sessions/${session}/permissions/${pending[0].request_id}/link`, { method: 'POST', headers });
+    const { link } = await made.json();
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    const tab = await phone.newPage();
+    tab.setDefaultTimeout(TIMEOUT);
+    tab.on('pageerror', (error) => problems.push(`link page: ${error.message}`));
+    await tab.goto(link);
+    const approve = tab.getByRole('button', { name: 'Approve' });
+    await approve.waitFor();
+    assert.match(await tab.locator('pre').textContent(), /touch from-link\.txt/);
+    const width = await tab.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `the page fits a phone: ${width} px`);
+    const box = await approve.boundingBox();
+    assert.ok(box.height >= 40 && box.x + box.width <= 390, `a button a thumb can press: ${JSON.stringify(box)}`);
+    await shot('phone-approval-link.png', tab);
+    await approve.click();
+    await tab.getByText('Approved. Claude goes on.').waitFor();
+    await card.locator('.decision', { hasText: 'link (api:admin)' }).waitFor();
+    await transcript().locator('.msg.assistant', { hasText: 'Approved from a link.' }).waitFor();
+    // Opened again: used, and it says by whom; nothing to press.
+    await tab.goto(link);
+    await tab.getByText('This link was used').waitFor();
+    assert.equal(await tab.getByRole('button').count(), 0);
+    await phone.close();
+  });
+
   await step('dark mode follows the system', async () => {
     await page.emulateMedia({ colorScheme: 'dark' });
     const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);

@@ -158,6 +158,9 @@ pub(crate) struct Client {
     pub(crate) base: String,
     token: Option<String>,
     http: reqwest::Client,
+    /// What the client calls itself to the daemon (`x-switchboard-client`): the turns it
+    /// starts are recorded as `token NAME (NAME-HERE)`.
+    name: Option<&'static str>,
 }
 
 impl Connection {
@@ -179,11 +182,17 @@ impl Connection {
             (None, None) => data_dir.stored_api_token(),
             (None, Some(_)) => None,
         };
-        Ok(Client { base, token, http: reqwest::Client::new() })
+        Ok(Client { base, token, http: reqwest::Client::new(), name: None })
     }
 }
 
 impl Client {
+    /// The same client, calling itself `name` to the daemon.
+    pub(crate) fn named(mut self, name: &'static str) -> Client {
+        self.name = Some(name);
+        self
+    }
+
     /// The full id of the session `name` names: itself, or the one session whose id starts
     /// with it.
     async fn resolve(&self, name: &str) -> Result<String, String> {
@@ -209,6 +218,9 @@ impl Client {
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
+        }
+        if let Some(name) = self.name {
+            request = request.header("x-switchboard-client", name);
         }
         if let Some(body) = body {
             request = request.json(&body);

@@ -140,6 +140,13 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             format!("--no-auth is only allowed on a loopback address, not {}", args.listen),
         ));
     }
+    if args.no_auth && args.public_url.is_some() {
+        // Behind a proxy every request looks local: without auth that is everyone.
+        return Err((
+            2,
+            "--no-auth cannot be used with --public-url: behind a proxy or a tunnel every request would look local".to_owned(),
+        ));
+    }
     let data_dir = DataDir::new(args.data.resolve());
     data_dir
         .create()

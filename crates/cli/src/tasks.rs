@@ -85,7 +85,7 @@ pub(crate) async fn run(args: LoopArgs) -> ExitCode {
         }
     };
     let client = match args.connection.client() {
-        Ok(client) => Arc::new(client),
+        Ok(client) => Arc::new(client.named("loop")),
         Err(message) => {
             eprintln!("switchboard loop: {message}");
             return ExitCode::from(1);

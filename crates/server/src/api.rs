@@ -98,6 +98,12 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Approve),
             post(answer_permission),
         ),
+        route(
+            "POST",
+            "/api/sessions/{id}/permissions/{request_id}/link",
+            Guard::Api(Scope::Approve),
+            post(permission_link),
+        ),
         route("GET", "/api/sessions/{id}/events", Guard::Api(Scope::Read), get(list_events)),
         route("GET", "/api/sessions/{id}/view", Guard::Api(Scope::Read), get(session_view)),
         route("GET", "/api/sessions/{id}/subscribe", Guard::Api(Scope::Read), get(subscribe)),
@@ -251,7 +257,10 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
     let running = snapshot.is_some() && !is_final_state(&record.state);
     let (pending_permissions, disconnected_since_ms) = match snapshot {
-        Some(snapshot) => (snapshot.pending_permissions, snapshot.disconnected_since_ms),
+        Some(snapshot) => (
+            daemon.with_started_by(&record.id, snapshot.pending_permissions),
+            snapshot.disconnected_since_ms,
+        ),
         None => (Vec::new(), None),
     };
     SessionView { record, running, pending_permissions, disconnected_since_ms }
@@ -328,9 +337,10 @@ async fn list_sessions(
 async fn create_session(
     State(daemon): State<Arc<Daemon>>,
     Extension(caller): Extension<Caller>,
-    Body(request): Body<CreateSession>,
+    Body(mut request): Body<CreateSession>,
 ) -> Result<Response, ApiError> {
     crate::tokens::check_create(&caller, &request)?;
+    request.started_by = Some(caller.who("api", None));
     let record = daemon.create(request).await?;
     Ok((StatusCode::CREATED, Json(view(&daemon, record))).into_response())
 }
@@ -531,6 +541,7 @@ pub(crate) fn user_message(content: Value) -> Result<UserMessage, ApiError> {
 
 async fn send_message(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Body(body): Body<MessageBody>,
 ) -> Result<Response, ApiError> {
@@ -539,7 +550,7 @@ async fn send_message(
     // `undelivered`.
     let uuid = uuid::Uuid::new_v4().to_string();
     message.uuid = Some(uuid.clone());
-    daemon.send_message(&id, message).await?;
+    daemon.send_message(&id, message, &caller.who("api", None)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": true, "uuid": uuid}))).into_response())
 }
 
@@ -634,6 +645,7 @@ async fn answer_permission(
     if body.request_id.as_ref().is_some_and(|named| *named != request_id) {
         return Err(ApiError::invalid("the body names another request_id than the path"));
     }
+    caller.require(body.scope())?;
     let (answer, who) = body.into_answer(&caller, "api");
     let behavior = answer.behavior;
     daemon
@@ -643,6 +655,26 @@ async fn answer_permission(
         .await
         .map_err(crate::daemon::DaemonError::from)?;
     Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
+}
+
+/// A one-tap link to a waiting request, to hand to whoever should answer it (it answers as
+/// `link (api:TOKEN)`); only a token that may answer may make one.
+async fn permission_link(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Path((id, request_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    if daemon.record(&id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no session {id}")));
+    }
+    let pending = daemon
+        .pending_permissions(&id)
+        .into_iter()
+        .find(|pending| pending.request_id == request_id)
+        .ok_or_else(|| ApiError::not_found(format!("no request {request_id} waits in {id}")))?;
+    let link = daemon.approval_link(&id, &pending, &format!("api:{}", caller.name));
+    let expires_ms = pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
+    Ok(Json(json!({"link": link, "expires_ms": expires_ms})))
 }
 
 /// A page of a session's log: `after` pages forward, `before` back, `limit` events at most.
@@ -961,7 +993,8 @@ async fn handle_client_frame(
         let handle = daemon.running(id).await?;
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
-                daemon.send_message(id, user_message(message.content)?).await?;
+                let by = caller.who("websocket", None);
+                daemon.send_message(id, user_message(message.content)?, &by).await?;
                 None
             }
             ClientFrame::PermissionResponse(body) => {

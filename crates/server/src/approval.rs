@@ -98,16 +98,31 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
             let (title, cwd) = record
                 .map(|record| (record.title.unwrap_or_default(), record.cwd))
                 .unwrap_or_default();
-            let input = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
-            let input: String = input.chars().take(MAX_INPUT_CHARS).collect();
+            let whole = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
+            let input: String = whole.chars().take(MAX_INPUT_CHARS).collect();
+            let hidden = whole.chars().count() - input.chars().count();
+            // Approving what is not all on the page is not offered here: a tail past the cut
+            // could hold anything. Nor is a question answered with a bare approve.
+            let question = pending.tool_name == "AskUserQuestion";
+            let approve = if hidden > 0 {
+                format!(
+                    "<p class=warn>The input goes on for {hidden} more characters than shown:                      approve it in the web UI, where it shows whole.</p>"
+                )
+            } else if question {
+                "<p class=warn>Answer the question in the web UI, which offers its options.</p>"
+                    .to_owned()
+            } else {
+                "<button name=decision value=allow class=allow>Approve</button>".to_owned()
+            };
             let body = format!(
                 "<h1>Claude wants to use <code>{tool}</code></h1>\
                  <p class=muted>{why}</p>\
                  <pre>{input}</pre>\
                  <dl><dt>Session</dt><dd>{title}</dd><dt>Directory</dt><dd><code>{cwd}</code></dd>\
-                 <dt>Asked</dt><dd>{asked} through {channel}; expires {expires}</dd></dl>\
-                 <form method=post>\
-                 <button name=decision value=allow class=allow>Approve</button>\
+                 <dt>Asked</dt><dd>{asked}</dd><dt>Started by</dt><dd>{started}</dd>\
+                 <dt>Through</dt><dd>{channel}</dd>\
+                 <dt>Expires</dt><dd>{expires}</dd></dl>\
+                 <form method=post>{approve}\
                  <label>Reason to deny (Claude reads it)\
                  <input name=message maxlength={MAX_REASON_CHARS} autocomplete=off></label>\
                  <button name=decision value=deny class=deny>Deny</button>\
@@ -118,6 +133,7 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
                 title = escape(if title.is_empty() { &claim.session } else { &title }),
                 cwd = escape(&cwd),
                 asked = time(pending.asked_at_ms),
+                started = escape(pending.started_by.as_deref().unwrap_or("unknown")),
                 channel = escape(&claim.channel),
                 expires = time(claim.expires_ms),
             );
@@ -148,6 +164,13 @@ pub(crate) async fn answer(
         return html(StatusCode::BAD_REQUEST, "Not an answer", "<p>Choose Approve or Deny.</p>");
     };
     let behavior = match form.decision.as_str() {
+        "allow" if !approvable(&daemon, &claim).await => {
+            return html(
+                StatusCode::CONFLICT,
+                "Not here",
+                "<p>Approve this request in the web UI: its input is too long to show here whole, or it is a question.</p>",
+            )
+        }
         "allow" => AnswerBehavior::Allow,
         "deny" => AnswerBehavior::Deny,
         _ => {
@@ -181,6 +204,19 @@ pub(crate) async fn answer(
         }
         // Someone answered first.
         Err(_) => closed(standing(&daemon, &claim).await),
+    }
+}
+
+/// Whether the link's page may approve its request: one whose input it shows whole, and not
+/// a question (whose answer is a choice, not an approval).
+async fn approvable(daemon: &Daemon, claim: &LinkClaim) -> bool {
+    match standing(daemon, claim).await {
+        Standing::Waiting(pending) => {
+            let shown = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
+            pending.tool_name != "AskUserQuestion" && shown.chars().count() <= MAX_INPUT_CHARS
+        }
+        // Not waiting: the answer gets the page that says why.
+        _ => true,
     }
 }
 
@@ -242,16 +278,18 @@ fn html(status: StatusCode, title: &str, body: &str) -> Response {
 const STYLE: &str = "body{font:16px/1.45 system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1d2129}\
 main{max-width:40rem;margin:0 auto;padding:1rem}h1{font-size:1.25rem}\
 pre{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.6rem;overflow:auto;max-height:50vh;white-space:pre-wrap;word-break:break-word}\
-dl{display:grid;grid-template-columns:auto 1fr;gap:.2rem .8rem}dt{color:#5c6670}dd{margin:0;word-break:break-all}\
+dl{display:grid;grid-template-columns:auto 1fr;gap:.2rem .8rem}dt{color:#5c6670}dd{margin:0;overflow-wrap:anywhere}\
 form{display:grid;gap:.6rem;margin-top:1rem}label{display:grid;gap:.2rem;color:#5c6670}\
 input{font:inherit;padding:.5rem;border:1px solid #c4cbd3;border-radius:6px}\
 button{font:inherit;padding:.75rem;border-radius:6px;border:1px solid #c4cbd3;background:#fff}\
-.allow{background:#2f5bea;border-color:#2f5bea;color:#fff;font-weight:600}.deny{color:#b3261e}.muted{color:#5c6670}\
+.warn{color:#8a5a00}.allow{background:#2f5bea;border-color:#2f5bea;color:#fff;font-weight:600}.deny{color:#b3261e}.muted{color:#5c6670}\
 @media(prefers-color-scheme:dark){body{background:#15181c;color:#e4e7eb}pre,button,input{background:#1f2328;color:inherit;border-color:#39414a}}";
 
-/// Unix milliseconds as an HTTP date (UTC).
+/// Unix milliseconds as an HTTP date (UTC); past the year 9999 (a timeout of "never"), that
+/// year's end.
 fn time(ms: u64) -> String {
-    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    const LAST: u64 = 253_402_300_799_000;
+    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.min(LAST)))
 }
 
 /// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.

@@ -147,7 +147,10 @@ pub async fn require_auth(
         check_host(&auth, request.headers())?;
         Caller::unnamed(LOCAL, Scope::Admin)
     };
-    request.extensions_mut().insert(caller);
+    // Where the request comes from, when it says: the web UI's page (its cookie), or a client
+    // that names itself (`switchboard loop`).
+    let via = if by_cookie { Some("web UI".to_owned()) } else { client_name(request.headers()) };
+    request.extensions_mut().insert(caller.through(via));
     let browser_change =
         !request.method().is_safe() && request.headers().get(header::ORIGIN).is_some();
     if is_websocket_upgrade(request.headers()) || browser_change {
@@ -159,6 +162,18 @@ pub async fn require_auth(
         ));
     }
     Ok(next.run(request).await)
+}
+
+/// The name a client gives itself in `x-switchboard-client`: 1-32 of `a-z`, `0-9`, `-`
+/// (anything else is ignored).
+fn client_name(headers: &HeaderMap) -> Option<String> {
+    let name = headers.get("x-switchboard-client")?.to_str().ok()?;
+    let fits = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-');
+    fits.then(|| name.to_owned())
 }
 
 /// `--no-auth` (loopback only): a page on another site that rebinds its name to 127.0.0.1

@@ -205,7 +205,7 @@ async fn handle_frame(
             if let Err(refused) = caller.require(Scope::Operate) {
                 return error(refused.to_string());
             }
-            match take_over(daemon, info, content).await {
+            match take_over(daemon, info, content, &caller.who("transcript", None)).await {
                 Ok(()) => None,
                 Err(message) => error(message),
             }
@@ -229,11 +229,12 @@ async fn take_over(
     daemon: &Arc<Daemon>,
     info: &TranscriptInfo,
     content: &str,
+    by: &str,
 ) -> Result<(), String> {
     if let Some(id) = daemon.running_for_claude_session(&info.id).await {
         // A terminal's session types it into the CLI there, as the web-UI backend does.
         return daemon
-            .send_message(&id, switchboard_protocol::UserMessage::prompt(content))
+            .send_message(&id, switchboard_protocol::UserMessage::prompt(content), by)
             .await
             .map_err(|error| format!("Failed to send message to session: {error}"));
     }
@@ -245,6 +246,7 @@ async fn take_over(
         cwd: cwd.into(),
         resume: Some(info.id.clone()),
         prompt: Some(content.to_owned()),
+        started_by: Some(by.to_owned()),
         ..CreateSession::default()
     };
     daemon

@@ -223,6 +223,10 @@ pub struct CreateSession {
     /// connected and disconnected status lines (`switchboard loop`'s tasks are).
     #[serde(default)]
     pub relay: bool,
+    /// Who asks (set by the daemon from the request's token, never from its body): the first
+    /// prompt's permission requests record it as who started the turn.
+    #[serde(skip)]
+    pub started_by: Option<String>,
 }
 
 /// How a session's CLI is launched: what its record keeps for a resume. It is the create
@@ -282,6 +286,9 @@ impl From<&CreateSession> for Launch {
         }
     }
 }
+
+/// A first prompt and who sent it.
+type Prompt = (String, Option<String>);
 
 /// Why a daemon operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -349,6 +356,12 @@ struct LiveSession {
     lost: std::sync::atomic::AtomicU64,
     /// The record changed and waits for the daemon's record writer (queued once until then).
     record_dirty: std::sync::atomic::AtomicBool,
+    /// Who sent the CLI its last message (`token NAME (CHANNEL)`, `relay frontend (relay)`):
+    /// a permission request records it as who started the turn.
+    sender: Mutex<Option<String>>,
+    /// Who started the turn of each waiting request (the session's own table of them does
+    /// not know): filled by the pump, emptied as they are decided.
+    started_by: Mutex<HashMap<String, String>>,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -376,7 +389,21 @@ impl LiveSession {
             store_error: watch::channel(None).0,
             lost: std::sync::atomic::AtomicU64::new(0),
             record_dirty: std::sync::atomic::AtomicBool::new(false),
+            sender: Mutex::new(None),
+            started_by: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Notes who sent the CLI its latest message.
+    fn set_sender(&self, by: Option<String>) {
+        if let Ok(mut sender) = self.sender.lock() {
+            *sender = by;
+        }
+    }
+
+    /// Who sent the CLI its latest message.
+    fn sender(&self) -> Option<String> {
+        self.sender.lock().ok().and_then(|sender| sender.clone())
     }
 
     /// Begins the next run, with `handle`; its number. A run whose CLI still runs is not
@@ -814,6 +841,7 @@ impl Daemon {
         &self,
         id: &str,
         message: switchboard_protocol::UserMessage,
+        by: &str,
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
         let terminal = self
@@ -823,8 +851,17 @@ impl Daemon {
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
         }
+        self.note_sender(id, by);
         handle.send_message(message).await?;
         Ok(())
+    }
+
+    /// Notes who sent session `id`'s CLI its latest message (a relay frontend's goes to the
+    /// handle directly): its next permission requests record them as who started the turn.
+    pub fn note_sender(&self, id: &str, by: &str) {
+        if let Some(live) = self.live(id) {
+            live.set_sender(Some(by.to_owned()));
+        }
     }
 
     /// How often CLI sockets are pinged.
@@ -887,26 +924,28 @@ impl Daemon {
     }
 
     /// The handle of the relay session frontends talk to.
-    pub fn relay_handle(&self) -> Option<SessionHandle> {
+    pub fn relay_handle(&self) -> Option<(String, SessionHandle)> {
         let current = self.relay_current.lock().ok()?.clone();
-        if let Some(handle) = current.and_then(|id| self.handle(&id).ok()) {
-            return Some(handle);
+        if let Some((id, handle)) =
+            current.and_then(|id| self.handle(&id).ok().map(|handle| (id, handle)))
+        {
+            return Some((id, handle));
         }
         // The current one has ended: the newest one still running takes its place.
         self.relay_live()
             .into_iter()
-            .max_by_key(|(created, _, _)| *created)
-            .map(|(_, _, handle)| handle)
+            .max_by_key(|(created, ..)| *created)
+            .map(|(_, id, _, handle)| (id, handle))
     }
 
     /// The running sessions relay frontends see (CLIs that connected at `/`, and sessions
-    /// created with `relay`), with their Claude session ids.
-    pub fn relay_handles(&self) -> Vec<(Option<String>, SessionHandle)> {
-        self.relay_live().into_iter().map(|(_, id, handle)| (id, handle)).collect()
+    /// created with `relay`): their ids, Claude session ids and handles.
+    pub fn relay_handles(&self) -> Vec<(String, Option<String>, SessionHandle)> {
+        self.relay_live().into_iter().map(|(_, id, claude, handle)| (id, claude, handle)).collect()
     }
 
     /// [`Daemon::relay_handles`], with when each was created.
-    fn relay_live(&self) -> Vec<(u64, Option<String>, SessionHandle)> {
+    fn relay_live(&self) -> Vec<(u64, String, Option<String>, SessionHandle)> {
         let live: Vec<Arc<LiveSession>> = self
             .sessions
             .lock()
@@ -914,14 +953,19 @@ impl Daemon {
             .unwrap_or_default();
         live.into_iter()
             .filter_map(|live| {
-                let (relayed, created, claude_session_id) = {
+                let (relayed, created, id, claude_session_id) = {
                     let record = live.record.lock().ok()?;
                     let relayed =
                         record.config["transport"] == "relay" || record.config["relay"] == true;
-                    (relayed, record.created_ms, record.claude_session_id.clone())
+                    (
+                        relayed,
+                        record.created_ms,
+                        record.id.clone(),
+                        record.claude_session_id.clone(),
+                    )
                 };
                 let handle = live.handle()?;
-                relayed.then_some((created, claude_session_id, handle))
+                relayed.then_some((created, id, claude_session_id, handle))
             })
             .collect()
     }
@@ -1023,7 +1067,8 @@ impl Daemon {
         // session here, not after it started.
         let started = async {
             self.note_started(&id, 0, false, warmed, false).await?;
-            self.start(record.clone(), config, transport, warm, 1, request.prompt.clone()).await
+            let prompt = request.prompt.clone().map(|text| (text, request.started_by.clone()));
+            self.start(record.clone(), config, transport, warm, 1, prompt).await
         };
         if let Err(error) = started.await {
             let _ = self.store.delete_session(&id).await;
@@ -1224,7 +1269,7 @@ impl Daemon {
         transport: Transport,
         warm: Option<WarmCli>,
         last_seq: u64,
-        prompt: Option<String>,
+        prompt: Option<Prompt>,
     ) -> Result<(), DaemonError> {
         if let Some(warm) = warm {
             match warm.into_session(config.clone()) {
@@ -1263,7 +1308,7 @@ impl Daemon {
         handle: SessionHandle,
         events: SessionEvents,
         last_seq: u64,
-        prompt: Option<String>,
+        prompt: Option<Prompt>,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
         let (live, number) = match self.go_live(record, Some(handle.clone())) {
@@ -1288,9 +1333,12 @@ impl Daemon {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
+        if let Some((_, by)) = &prompt {
+            live.set_sender(by.clone());
+        }
         events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
-        if let Some(prompt) = prompt {
+        if let Some((prompt, _)) = prompt {
             handle.send_text(prompt).await?;
         }
         Ok(())
@@ -1578,7 +1626,28 @@ impl Daemon {
 
     /// Pending permission requests of a session (none when it is not running).
     pub fn pending_permissions(&self, id: &str) -> Vec<PendingPermission> {
-        self.handle(id).map(|handle| handle.snapshot().pending_permissions).unwrap_or_default()
+        let pending =
+            self.handle(id).map(|handle| handle.snapshot().pending_permissions).unwrap_or_default();
+        self.with_started_by(id, pending)
+    }
+
+    /// `pending` (session `id`'s waiting requests, from its snapshot) with who started the
+    /// turn of each.
+    pub fn with_started_by(
+        &self,
+        id: &str,
+        mut pending: Vec<PendingPermission>,
+    ) -> Vec<PendingPermission> {
+        if let Some(started) = self
+            .live(id)
+            .as_ref()
+            .and_then(|live| live.started_by.lock().ok().map(|started| started.clone()))
+        {
+            for request in &mut pending {
+                request.started_by = started.get(&request.request_id).cloned();
+            }
+        }
+        pending
     }
 
     /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.
@@ -1911,8 +1980,36 @@ impl Pump {
         Pump { daemon, id, live, run, seq, relay, relayed, seen, lost, cli_run, ended: false }
     }
 
-    async fn take(&mut self, batch: Vec<SessionEvent>) {
+    async fn take(&mut self, mut batch: Vec<SessionEvent>) {
         let daemon = self.daemon.clone();
+        // A permission request records who started the turn: whoever sent the CLI its latest
+        // message.
+        let asks = |event: &SessionEvent| {
+            matches!(
+                event,
+                SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. }
+            )
+        };
+        if batch.iter().any(asks) {
+            let sender = self.live.sender();
+            let mut started = self.live.started_by.lock().ok();
+            for event in &mut batch {
+                match event {
+                    SessionEvent::PermissionRequested(pending) => {
+                        pending.started_by = pending.started_by.take().or_else(|| sender.clone());
+                        if let (Some(started), Some(by)) = (&mut started, &pending.started_by) {
+                            started.insert(pending.request_id.clone(), by.clone());
+                        }
+                    }
+                    SessionEvent::PermissionDecided { request_id, .. } => {
+                        if let Some(started) = &mut started {
+                            started.remove(request_id);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
         let mut rest: &[SessionEvent] = &batch;
         while !rest.is_empty() {
             let rotation = if self.relay { rotation_point(&self.live, rest) } else { None };
@@ -2117,11 +2214,19 @@ fn notify(
                 let extra = json!({"request": {
                     "request_id": pending.request_id, "tool_name": pending.tool_name,
                     "input": input, "input_truncated": cut, "reason": pending.reason,
+                    "started_by": pending.started_by,
                     "asked_at_ms": pending.asked_at_ms,
                     "expires_ms": pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000)),
                 }});
                 let key = format!("{id}:{}", pending.request_id);
-                (topic, key, title, text, Some(pending.clone()), extra)
+                let mut extra = extra;
+                // One tap approves only what the notice shows whole: a short shell command.
+                extra["one_tap"] =
+                    json!(pending.tool_name == "Bash" && !cut && !text.ends_with('…'));
+                // The timers keep the request's ids, not its input (up to a line's size).
+                let mut request = pending.clone();
+                request.input = Value::Null;
+                (topic, key, title, text, Some(request), extra)
             }
             SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
                 let Message::Result(result) = &*line.message else { continue };
@@ -2186,7 +2291,12 @@ fn notify(
             expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
             expiring.body["title"] =
                 json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
-            later(daemon, id, pending, Duration::from_secs(warn), expiring, |_| true);
+            // To every channel that hears of the request by then (not to a later link of the
+            // chain, which was never told of it).
+            let told = move |channel: &crate::notify::ChannelConfig| {
+                channel.escalates_after(topic).is_none_or(|after| after.as_secs() <= warn)
+            };
+            later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
         }
     }
 }

@@ -156,6 +156,8 @@ pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> 
         .mode(0o600)
         .open(path)?;
     file.write_all(contents.as_bytes())?;
+    // On the disk before anything renames it over an older file.
+    file.sync_all()?;
     // An older file may have had wider permissions.
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
 }

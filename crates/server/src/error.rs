@@ -94,6 +94,9 @@ impl From<DaemonError> for ApiError {
             DaemonError::Session(SessionError::Answer(AnswerError::Unknown(_))) => {
                 ApiError::not_found(error.to_string())
             }
+            DaemonError::Session(SessionError::Answer(AnswerError::DeniedInput(_))) => {
+                ApiError::forbidden(error.to_string())
+            }
             DaemonError::Session(SessionError::Transport(_)) => {
                 ApiError::invalid(error.to_string())
             }

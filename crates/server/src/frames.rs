@@ -127,10 +127,11 @@ impl ClientFrame {
         })
     }
 
-    /// The scope it needs: an answer `approve`, the others `operate`.
+    /// The scope it needs: an answer `approve` (one that changes the input or ends the turn,
+    /// `operate`), the others `operate`.
     pub fn scope(&self) -> Scope {
         match self {
-            ClientFrame::PermissionResponse(_) => Scope::Approve,
+            ClientFrame::PermissionResponse(body) => body.scope(),
             ClientFrame::UserMessage(_) | ClientFrame::Interrupt(_) => Scope::Operate,
         }
     }
@@ -177,6 +178,16 @@ pub struct PermissionBody {
 }
 
 impl PermissionBody {
+    /// The scope an answer needs: `approve`, or `operate` for one that runs another input
+    /// than the model's or ends the turn (steering, not answering).
+    pub fn scope(&self) -> Scope {
+        if self.updated_input.is_some() || self.interrupt {
+            Scope::Operate
+        } else {
+            Scope::Approve
+        }
+    }
+
     /// The answer and who gave it: the caller's token and `channel`, after the name the body
     /// gives in `by`, if any ([`Caller::who`]).
     pub(crate) fn into_answer(self, caller: &Caller, channel: &str) -> (PermissionAnswer, String) {

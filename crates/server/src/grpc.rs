@@ -227,6 +227,7 @@ impl Switchboard for Api {
             transport: request.transport,
             env: request.env.into_iter().collect(),
             relay: request.relay,
+            started_by: Some(caller.who("grpc", None)),
         };
         crate::tokens::check_create(&caller, &create)
             .map_err(|refused| Status::permission_denied(refused.to_string()))?;
@@ -285,12 +286,13 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::SendMessageRequest>,
     ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
+        let by = caller(&request)?.who("grpc", None);
         let request = request.into_inner();
         let mut message =
             crate::api::user_message(Value::String(request.text)).map_err(api_status)?;
         let uuid = uuid::Uuid::new_v4().to_string();
         message.uuid = Some(uuid.clone());
-        self.daemon.send_message(&request.id, message).await.map_err(status)?;
+        self.daemon.send_message(&request.id, message, &by).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SendMessageResponse { uuid }))
     }
 
@@ -333,6 +335,12 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::AnswerPermissionResponse>, Status> {
         let caller = caller(&request)?;
         let request = request.into_inner();
+        // Another input than the model's, or ending the turn, is steering: `operate`.
+        if request.updated_input.is_some() || request.interrupt {
+            caller
+                .require(Scope::Operate)
+                .map_err(|refused| Status::permission_denied(refused.to_string()))?;
+        }
         let behavior = match pb::Behavior::try_from(request.behavior) {
             Ok(pb::Behavior::Allow) => AnswerBehavior::Allow,
             Ok(pb::Behavior::Deny) => AnswerBehavior::Deny,

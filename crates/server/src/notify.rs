@@ -111,10 +111,10 @@ pub struct ChannelConfig {
 impl std::fmt::Debug for ChannelConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the secret or the token.
+        // Nor the URL: an ntfy topic or a Slack webhook URL is a secret too.
         f.debug_struct("ChannelConfig")
             .field("name", &self.name)
             .field("kind", &self.kind)
-            .field("url", &self.url)
             .finish_non_exhaustive()
     }
 }
@@ -207,7 +207,15 @@ impl NotifyConfig {
 
     /// Reads a notify file's text.
     pub fn from_toml(text: &str) -> Result<NotifyConfig, String> {
-        let config: NotifyConfig = toml::from_str(text).map_err(|error| error.to_string())?;
+        // The error says where and what is wrong, never the line itself (it may hold a secret).
+        let config: NotifyConfig = toml::from_str(text).map_err(|error| {
+            let line =
+                error.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            match line {
+                Some(line) => format!("line {line}: {}", error.message()),
+                None => error.message().to_owned(),
+            }
+        })?;
         config.check()?;
         Ok(config)
     }
@@ -244,6 +252,20 @@ impl NotifyConfig {
             }
             if channel.kind == ChannelKind::Ntfy && ntfy_topic(url).is_none() {
                 return Err(format!("channel {name}: an ntfy url is https://SERVER/TOPIC"));
+            }
+            if url.parse::<axum::http::Uri>().is_err() || url.contains(char::is_whitespace) {
+                return Err(format!("channel {name}: url is not a valid address"));
+            }
+            let header_safe = |value: &str| axum::http::HeaderValue::from_str(value).is_ok();
+            if channel
+                .token
+                .as_deref()
+                .is_some_and(|token| !header_safe(&format!("Bearer {token}")))
+            {
+                return Err(format!("channel {name}: token has characters a header cannot carry"));
+            }
+            if let Some(ca_file) = &channel.ca_file {
+                extra_roots(ca_file).map_err(|error| format!("channel {name}: {error}"))?;
             }
         }
         Ok(())
@@ -378,8 +400,13 @@ impl Sender {
             let waiting = match self.store.outbox(&self.channel.name, 32).await {
                 Ok(waiting) => waiting,
                 Err(error) => {
-                    tracing::warn!(channel = %self.channel.name, %error, "the outbox cannot be read");
-                    Vec::new()
+                    tracing::warn!(channel = %self.channel.name, %error, retry_in = ?backoff, "the outbox cannot be read");
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
+                    }
+                    backoff = (backoff * 2).min(self.retry_max);
+                    continue;
                 }
             };
             if waiting.is_empty() {
@@ -478,6 +505,23 @@ type HttpClient = hyper_util::client::legacy::Client<
 /// The most certificates a `ca_file` may hold.
 const MAX_CA_CERTIFICATES: usize = 100;
 
+/// The certificates of a channel's `ca_file` (at least one, at most
+/// [`MAX_CA_CERTIFICATES`]).
+fn extra_roots(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    let shown = path.display();
+    let pem = std::fs::read(path).map_err(|error| format!("cannot read {shown}: {error}"))?;
+    let certificates: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
+        .take(MAX_CA_CERTIFICATES)
+        .collect::<Result<_, _>>()
+        .map_err(|error| format!("{shown}: {error}"))?;
+    if certificates.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate"));
+    }
+    Ok(certificates)
+}
+
 /// A client for `http://` and `https://` receivers: TLS by rustls on ring, trusting the
 /// system's certificate authorities and those in `ca_file`; no redirects followed.
 fn http_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> {
@@ -485,16 +529,7 @@ fn http_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> 
     let native = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(native.certs);
     if let Some(path) = ca_file {
-        let pem = std::fs::read(path)
-            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-        let certificates: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice())
-            .take(MAX_CA_CERTIFICATES)
-            .collect::<Result<_, _>>()
-            .map_err(|error| format!("{}: {error}", path.display()))?;
-        if certificates.is_empty() {
-            return Err(format!("{} holds no PEM certificate", path.display()));
-        }
-        for certificate in certificates {
+        for certificate in extra_roots(path)? {
             roots.add(certificate).map_err(|error| format!("{}: {error}", path.display()))?;
         }
     } else if added == 0 {
@@ -583,17 +618,20 @@ fn ntfy_message(topic: &str, notice: &Value) -> Value {
         "priority": if notice["link"].is_string() { 4 } else { 3 },
     });
     if let Some(link) = notice["link"].as_str() {
+        message["click"] = json!(link);
+        let open = json!({"action": "view", "label": "Open", "url": link, "clear": false});
+        // Approve from the notification only what the notification shows whole (a short
+        // shell command); anything else, and a question's answer, is for the link's page.
+        if notice["one_tap"] != true {
+            message["actions"] = json!([open]);
+            return message;
+        }
         let answer = |label: &str, decision: &str| {
             json!({"action": "http", "label": label, "url": link, "method": "POST",
                    "headers": {"Content-Type": "application/x-www-form-urlencoded"},
                    "body": format!("decision={decision}"), "clear": true})
         };
-        message["click"] = json!(link);
-        message["actions"] = json!([
-            answer("Approve", "allow"),
-            answer("Deny", "deny"),
-            {"action": "view", "label": "Open", "url": link, "clear": false},
-        ]);
+        message["actions"] = json!([answer("Approve", "allow"), answer("Deny", "deny"), open]);
     }
     message
 }
@@ -684,7 +722,7 @@ mod tests {
         assert_eq!(ntfy_topic("http://127.0.0.1:80/t"), Some(("http://127.0.0.1:80/", "t")));
         assert_eq!(ntfy_topic("https://ntfy.sh/a/b"), None);
         let notice = json!({"event": "permission_requested", "title": "Bash <in> app",
-            "text": "touch x & ls", "link": "http://d/a/L"});
+            "text": "touch x & ls", "link": "http://d/a/L", "one_tap": true});
         let message = ntfy_message("t", &notice);
         assert_eq!(message["actions"][0]["body"], "decision=allow");
         assert_eq!(message["actions"][1]["body"], "decision=deny");
@@ -696,6 +734,10 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("Bash &lt;in&gt; app"));
+        let mut long = notice.clone();
+        long["one_tap"] = json!(false);
+        let actions = ntfy_message("t", &long)["actions"].clone();
+        assert_eq!(actions.as_array().unwrap().len(), 1, "only Open: {actions}");
         let finished = json!({"event": "session_finished", "title": "Done", "text": "ok"});
         assert!(ntfy_message("t", &finished).get("actions").is_none());
         assert_eq!(slack_message(&finished)["blocks"].as_array().unwrap().len(), 1);

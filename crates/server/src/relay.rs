@@ -210,7 +210,12 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
     }
     for line in lines {
         let answer = permission_answer(line);
-        let needed = if answer.is_some() { Scope::Approve } else { Scope::Operate };
+        // An answer needs `approve`; one that runs another input, and anything else, `operate`.
+        let needed = match &answer {
+            Some(Ok(answer)) if answer.answer.updated_input.is_some() => Scope::Operate,
+            Some(_) => Scope::Approve,
+            None => Scope::Operate,
+        };
         if let Err(refused) = caller.require(needed) {
             replies.push(status(&refused.to_string()));
             continue;
@@ -241,12 +246,17 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                 let named = user.session_id.clone().filter(|id| !id.is_empty());
                 let handle = match &named {
                     None => Some(current.clone()),
-                    Some(named) => daemon.relay_handles().into_iter().find_map(|(id, handle)| {
-                        (id.as_deref() == Some(named.as_str())).then_some(handle)
-                    }),
+                    Some(named) => {
+                        daemon.relay_handles().into_iter().find_map(|(id, claude, handle)| {
+                            (claude.as_deref() == Some(named.as_str())).then_some((id, handle))
+                        })
+                    }
                 };
                 match handle {
-                    Some(handle) => handle.send_message(user).await.map_err(|error| error.to_string()),
+                    Some((id, handle)) => {
+                        daemon.note_sender(&id, &caller.who("relay", None));
+                        handle.send_message(user).await.map_err(|error| error.to_string())
+                    }
                     None => Err(format!(
                         "no claude code with session {} is connected",
                         named.unwrap_or_default()
@@ -256,7 +266,7 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
             Ok(Message::ControlRequest(request))
                 if matches!(request.request, ControlRequestPayload::Interrupt(_)) =>
             {
-                current.interrupt().await.map_err(|error| error.to_string())
+                current.1.interrupt().await.map_err(|error| error.to_string())
             }
             Ok(Message::Drift(drift)) => Err(format!(
                 "a {} line that does not fit the protocol: {}",
@@ -348,7 +358,7 @@ async fn answer_permission(
     answer: FrontendAnswer,
     who: &str,
 ) -> Result<(), String> {
-    let asked = daemon.relay_handles().into_iter().find_map(|(_, handle)| {
+    let asked = daemon.relay_handles().into_iter().find_map(|(_, _, handle)| {
         let waiting = handle
             .snapshot()
             .pending_permissions

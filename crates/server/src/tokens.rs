@@ -88,6 +88,9 @@ pub struct Caller {
     pub scope: Scope,
     /// Whether a token names it (else [`Caller::unnamed`]).
     token: bool,
+    /// The channel its requests come through when the request says so: `web UI` for the
+    /// page's cookie, or a client's `x-switchboard-client` (`loop`).
+    via: Option<String>,
     /// Set when the token is revoked: a socket opened with it takes no more frames.
     revoked: Arc<AtomicBool>,
 }
@@ -99,8 +102,15 @@ impl Caller {
             name: Arc::from(name),
             scope,
             token: false,
+            via: None,
             revoked: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The same caller, its requests coming through `via` (see [`Caller::who`]).
+    pub fn through(mut self, via: Option<String>) -> Caller {
+        self.via = via;
+        self
     }
 
     /// Whether it may do what `needed` allows: refused (403) with the scope it lacks, or
@@ -115,9 +125,12 @@ impl Caller {
         Ok(())
     }
 
-    /// How a person's decision made with this token is recorded: `token NAME (CHANNEL)` (an
-    /// unnamed caller's `NAME (CHANNEL)`), after the name a client gives (`by`), if any.
+    /// How a person's decision or message made with this token is recorded: `token NAME
+    /// (CHANNEL)` (an unnamed caller's `NAME (CHANNEL)`), after the name a client gives
+    /// (`by`), if any. The channel is the request's own when it said one (`web UI`, `loop`),
+    /// else `channel`.
     pub fn who(&self, channel: &str, by: Option<String>) -> String {
+        let channel = self.via.as_deref().unwrap_or(channel);
         let token = if self.token {
             format!("token {} ({channel})", self.name)
         } else {
@@ -162,7 +175,8 @@ pub enum ScopeError {
 }
 
 /// Whether `caller` may start a session as `request` asks: `claude`, `env` and `mcp_config`
-/// (whose servers are programs) choose what the daemon runs, so they need `admin`.
+/// (whose servers are programs) choose what the daemon runs, and `policy` replaces the
+/// daemon's own (its deny rules included), so they need `admin`.
 pub fn check_create(
     caller: &Caller,
     request: &crate::daemon::CreateSession,
@@ -171,6 +185,7 @@ pub fn check_create(
         ("claude", request.claude.is_some()),
         ("env", !request.env.is_empty()),
         ("mcp_config", !request.mcp_config.is_empty()),
+        ("policy", request.policy.is_some()),
     ]
     .into_iter()
     .filter_map(|(field, set)| set.then_some(field))
@@ -312,6 +327,15 @@ impl Tokens {
             })?;
             check_name(&token.name)
                 .map_err(|error| TokenError::File(format!("{}: {error}", file.display())))?;
+            let taken = token.name == ADMIN_NAME
+                || named.values().any(|entry| entry.stored.name == token.name);
+            if taken {
+                return Err(TokenError::File(format!(
+                    "{}: the name {} is there twice (or is the daemon's own)",
+                    file.display(),
+                    token.name
+                )));
+            }
             named.insert(digest, Arc::new(Entry::new(token)));
         }
         tokens.file = Some(file);
@@ -328,6 +352,7 @@ impl Tokens {
                 name: Arc::from(ADMIN_NAME),
                 scope: Scope::Admin,
                 token: true,
+                via: None,
                 revoked: self.admin_revoked.clone(),
             });
         }
@@ -339,6 +364,7 @@ impl Tokens {
             name: Arc::from(entry.stored.name.as_str()),
             scope: entry.stored.scope,
             token: true,
+            via: None,
             revoked: entry.revoked.clone(),
         })
     }

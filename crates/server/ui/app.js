@@ -330,7 +330,7 @@ function decisionText(decision) {
   const verb = allowed ? 'Allowed' : 'Denied';
   let text;
   switch (by.kind) {
-    case 'person': text = `${verb} by ${by.who === 'browser' || by.who.startsWith('browser, ') ? 'you' : by.who}`; break;
+    case 'person': text = `${verb} by ${mine(by.who) ? 'you' : by.who}`; break;
     case 'policy': text = `${verb} by ${by.rule ? `policy rule ${by.rule}` : "the policy's default"}`; break;
     case 'cli': text = `${verb} by Claude Code's own settings`; break;
     case 'timeout': text = 'Nobody answered in time: denied'; break;
@@ -401,6 +401,15 @@ const connection = {
 // (`.needs-approve`, `.needs-operate`); the daemon refuses it all the same.
 const SCOPES = ['read', 'approve', 'operate', 'admin'];
 let scope = 'admin';
+let myName = null;
+
+// Whether a decision was this page's: made in the web UI with the token it is signed in with.
+function mine(who) {
+  if (who === 'browser') return true; // logs from before tokens had names
+  if (myName === null) return false;
+  // Without auth the page presents no token: its requests are `local`'s.
+  return who === `browser, token ${myName} (web UI)` || (myName === 'local' && who === 'browser, local (api)');
+}
 
 function can(needed) {
   return SCOPES.indexOf(scope) >= SCOPES.indexOf(needed);
@@ -410,6 +419,7 @@ async function loadScope() {
   try {
     const me = await api('GET', '/api/me');
     scope = SCOPES.includes(me.scope) ? me.scope : 'read';
+    myName = me.name;
     document.body.dataset.scope = scope;
     $('#whoami').textContent = scope === 'admin' ? '' : `${me.name} · ${scope}`;
     $('#whoami').title = scope === 'admin' ? '' : `Signed in with the token ${me.name}, which may ${scope === 'read' ? 'watch' : scope === 'approve' ? 'watch and answer requests' : 'start and steer sessions'}`;
@@ -1034,6 +1044,7 @@ function permissionBox(session, request, cwd) {
   };
   box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd)));
   if (request.reason) box.append(el('div', { class: 'permission-reason muted' }, request.reason));
+  if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, `In a turn started by ${request.started_by}`));
 
   if (request.tool_name === 'AskUserQuestion') {
     const answers = {};
@@ -1655,6 +1666,6 @@ matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => { if
 $('#show-archived').addEventListener('change', renderList);
 window.addEventListener('hashchange', route);
 setInterval(renderList, 30000); // "3 min ago" moves on
-loadSessions().catch(() => {}).finally(route);
+// What the token may do first: the page draws only what it allows, and knows its decisions.
+loadScope().finally(() => loadSessions().catch(() => {}).finally(route));
 watchDashboard();
-loadScope();

@@ -187,6 +187,9 @@ pub enum AnswerError {
     /// No such request.
     #[error("no pending request {0}")]
     Unknown(String),
+    /// The answer changes the tool's input to one the policy denies; the request still waits.
+    #[error("the policy denies the changed input: {0}")]
+    DeniedInput(String),
 }
 
 /// What a session looks like now.
@@ -548,6 +551,17 @@ impl SessionCore {
         who: &str,
     ) -> Result<Vec<Effect>, AnswerError> {
         self.changed = true;
+        // A changed input is a new call: the policy's deny rules hold for it too (the policy
+        // saw only the model's input), so an answer cannot run what the policy forbids.
+        if let (AnswerBehavior::Allow, Some(changed), Some(asked)) =
+            (answer.behavior, &answer.updated_input, self.asked.get(request_id))
+        {
+            let tool = &asked.request.tool_name;
+            let decision = self.policy.decide(tool, changed, &self.match_context);
+            if decision.behavior == Behavior::Deny {
+                return Err(AnswerError::DeniedInput(decision.reason));
+            }
+        }
         let Some(asked) = self.asked.shift_remove(request_id) else {
             return Err(if self.answered_set.contains(request_id) {
                 AnswerError::AlreadyAnswered(request_id.to_owned())
@@ -1222,6 +1236,7 @@ impl SessionCore {
                     timeout_secs: self.policy.ask_timeout.as_secs(),
                     asked_at_ms: now_ms(),
                     always_allows: session_rule(request),
+                    started_by: None,
                 };
                 self.asked.insert(
                     request_id.to_owned(),

@@ -180,6 +180,7 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
         ("claude", json!("/bin/sh")),
         ("env", json!({"X": "1"})),
         ("mcp_config", json!([r#"{"mcpServers":{}}"#])),
+        ("policy", json!("auto-approve")),
     ] {
         let mut body = json!({"cwd": cwd});
         body[field] = value;
@@ -210,6 +211,8 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
     let mut ws = server.ws_as(&watcher, &format!("/api/sessions/{id}/subscribe?after=0")).await;
     let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let request_id = frames.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+    // The request records who started the turn: the token that sent the prompt.
+    assert_eq!(frames.last().unwrap()["event"]["started_by"], "token ci (api)");
     ws.send(json!({"type": "permission_response", "request_id": request_id, "behavior": "allow"}))
         .await;
     let refused = ws.until(|frame| frame["type"] == "error").await;
@@ -225,6 +228,7 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
         .request_as(&phone, reqwest::Method::GET, &format!("/api/sessions/{id}/permissions"), None)
         .await;
     assert_eq!((status, pending.as_array().map(Vec::len)), (200, Some(1)), "{pending}");
+    assert_eq!(pending[0]["started_by"], "token ci (api)", "the waiting list says so too");
     let (status, _) = server
         .request_as(
             &phone,
@@ -234,6 +238,17 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
         )
         .await;
     assert_eq!(status, 403);
+    // Approving another input than the model's is steering: not for an approve token.
+    let (status, refused) = server
+        .request_as(
+            &phone,
+            reqwest::Method::POST,
+            &format!("/api/sessions/{id}/permissions/{request_id}"),
+            Some(json!({"behavior": "allow", "updated_input": {"command": "cat /etc/passwd"}})),
+        )
+        .await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(message(&refused).contains("the operate scope"), "{refused}");
     let (status, answer) = server
         .request_as(
             &phone,

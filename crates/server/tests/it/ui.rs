@@ -559,6 +559,15 @@ async fn browser() {
                 .when_prompt("PHONEAPPROVE"),
             )
             .reply(Reply::text("Phone approved.").when_tool_result_contains("PHONE_MARK"))
+            // Answered through a one-tap link, on a phone.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch from-link.txt && echo LINK_MARK", "description": "by a link"}),
+                )
+                .when_prompt("LINKAPPROVE"),
+            )
+            .reply(Reply::text("Approved from a link.").when_tool_result_contains("LINK_MARK"))
             .reply(
                 Reply::tool_use(
                     "Write",

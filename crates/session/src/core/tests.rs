@@ -217,6 +217,22 @@ fn ask_waits_for_a_person_and_the_first_answer_wins() {
 }
 
 #[test]
+fn a_changed_input_the_policy_denies_is_refused_and_the_request_still_waits() {
+    let mut core = core("[permissions]\nask = [\"Bash\"]\ndeny = [\"Bash(cat:*)\"]");
+    started(&mut core);
+    core.on_line(can_use_tool("r1", "touch x"));
+    let mut answer = PermissionAnswer::allow();
+    answer.updated_input = Some(json!({"command": "cat ~/.local/share/switchboard/token"}));
+    let refused = core.answer_permission("r1", answer, "mallory").unwrap_err();
+    assert!(matches!(refused, AnswerError::DeniedInput(_)), "{refused:?}");
+    assert_eq!(core.snapshot().pending_permissions.len(), 1, "it still waits");
+    // An input the policy does not deny is taken.
+    let mut answer = PermissionAnswer::allow();
+    answer.updated_input = Some(json!({"command": "touch y"}));
+    assert!(core.answer_permission("r1", answer, "alice").is_ok());
+}
+
+#[test]
 fn an_unanswered_ask_times_out_to_deny() {
     let mut core = core("[permissions]\nask_timeout_secs = 5");
     started(&mut core);

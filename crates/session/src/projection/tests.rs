@@ -418,6 +418,7 @@ fn the_view_follows_model_mode_and_permissions() {
         timeout_secs: 60,
         asked_at_ms: 1,
         always_allows: String::new(),
+        started_by: None,
     };
     run(
         &mut projector,
@@ -487,6 +488,7 @@ fn every_stored_event_reads_back_as_it_was() {
             timeout_secs: 60,
             asked_at_ms: 5,
             always_allows: String::new(),
+            started_by: None,
         }),
         SessionEvent::decided(
             "p1",
