@@ -800,7 +800,7 @@ enum TokenCommand {
     },
     /// List the tokens: name, scope, when made and last used (never the tokens).
     List,
-    /// Revoke a token: refused at once, and sockets opened with it take no more frames.
+    /// Revoke a token: refused at once, and the sockets and streams opened with it end.
     Revoke {
         /// Its name.
         name: String,

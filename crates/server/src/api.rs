@@ -837,7 +837,9 @@ async fn subscribe(
             } else {
                 Framer::Events
             };
-            serve_subscriber(daemon, caller, id, query.after, framer, socket).await
+            let revocable = caller.clone();
+            let serve = serve_subscriber(daemon, caller, id, query.after, framer, socket);
+            crate::tokens::until_revoked(&revocable, serve).await
         },
     ))
 }
@@ -1020,45 +1022,58 @@ async fn handle_client_frame(
     Some(result.unwrap_or_else(ServerFrame::from).text())
 }
 
-async fn dashboard(State(daemon): State<Arc<Daemon>>, Upgrade(upgrade): Upgrade) -> Response {
+async fn dashboard(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Upgrade(upgrade): Upgrade,
+) -> Response {
     // Subscribed before the handshake answers: a change made as soon as the socket opens is
     // not missed.
-    let mut changes = daemon.dashboard();
+    let changes = daemon.dashboard();
     upgrade
         .max_message_size(64 * 1024)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
-            let (mut sink, incoming) = socket.split();
-            // The client sends nothing of use: the reader only tells when it goes.
-            let (reader, mut client) =
-                crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
-            let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
-            loop {
-                let change = tokio::select! {
-                    change = changes.recv() => change,
-                    _ = client.recv() => break,
-                    drain = drain_watch.next() => {
-                        if !crate::socket::send_drain(&mut sink, drain).await {
-                            break;
-                        }
-                        continue;
-                    }
-                };
-                let frame = match change {
-                    Ok(change) => change,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        let lagged = ServerFrame::Lagged {
-                            message: "reload GET /api/sessions".into(),
-                            missed: Some(missed),
-                        };
-                        serde_json::to_value(lagged).unwrap_or_default()
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                };
-                if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+            crate::tokens::until_revoked(&caller, feed_dashboard(daemon, changes, socket)).await
+        })
+}
+
+/// `/api/events`: the dashboard's changes to one socket, until it or the daemon goes.
+async fn feed_dashboard(
+    daemon: Arc<Daemon>,
+    mut changes: tokio::sync::broadcast::Receiver<Value>,
+    socket: WebSocket,
+) {
+    let (mut sink, incoming) = socket.split();
+    // The client sends nothing of use: the reader only tells when it goes.
+    let (reader, mut client) =
+        crate::socket::spawn_frame_reader(incoming, |_| async { None::<()> });
+    let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
+    loop {
+        let change = tokio::select! {
+            change = changes.recv() => change,
+            _ = client.recv() => break,
+            drain = drain_watch.next() => {
+                if !crate::socket::send_drain(&mut sink, drain).await {
                     break;
                 }
+                continue;
             }
-            reader.abort();
-        })
+        };
+        let frame = match change {
+            Ok(change) => change,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                let lagged = ServerFrame::Lagged {
+                    message: "reload GET /api/sessions".into(),
+                    missed: Some(missed),
+                };
+                serde_json::to_value(lagged).unwrap_or_default()
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+        };
+        if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+            break;
+        }
+    }
+    reader.abort();
 }

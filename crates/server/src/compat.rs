@@ -67,7 +67,10 @@ pub(crate) async fn subscribe(
     Ok(upgrade
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(daemon, caller, info, socket)))
+        .on_upgrade(move |socket| async move {
+            let revocable = caller.clone();
+            crate::tokens::until_revoked(&revocable, serve(daemon, caller, info, socket)).await
+        }))
 }
 
 /// What the socket's reader hands to its writer.

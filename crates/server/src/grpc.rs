@@ -373,6 +373,7 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::SubscribeRequest>,
     ) -> Result<tonic::Response<Self::SubscribeStream>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let place = self.place()?;
         self.record(&request.id).await?;
@@ -382,7 +383,8 @@ impl Switchboard for Api {
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
-            follow(daemon, request.id, request.after_seq, viewer, sender).await;
+            let stream = follow(daemon, request.id, request.after_seq, viewer, sender);
+            crate::tokens::until_revoked(&caller, stream).await;
             drop(place);
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
@@ -392,15 +394,16 @@ impl Switchboard for Api {
 
     async fn watch_sessions(
         &self,
-        _request: tonic::Request<pb::WatchSessionsRequest>,
+        request: tonic::Request<pb::WatchSessionsRequest>,
     ) -> Result<tonic::Response<Self::WatchSessionsStream>, Status> {
+        let caller = caller(&request)?;
         let place = self.place()?;
         // Subscribed before the call answers: no change made meanwhile is missed.
         let changes = self.daemon.dashboard();
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
-            watch(daemon, changes, sender).await;
+            crate::tokens::until_revoked(&caller, watch(daemon, changes, sender)).await;
             drop(place);
         });
         Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))

@@ -65,66 +65,79 @@ pub(crate) async fn frontend(
 ) -> Response {
     // Subscribed before the handshake answers: a CLI that connects as soon as the frontend's
     // socket opens is never announced before the frontend listens.
-    let mut feed = daemon.relay_subscribe();
+    let feed = daemon.relay_subscribe();
     upgrade
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
-            let (mut sink, incoming) = socket.split();
-            let reader_daemon = daemon.clone();
-            let (reader, mut replies) = crate::socket::spawn_frame_reader(incoming, move |text| {
-                let (daemon, caller) = (reader_daemon.clone(), caller.clone());
-                async move { forward(&daemon, &caller, text.as_str()).await }
-            });
-            // Every write to the frontend is bounded: while one waits, the frontend takes no
-            // line from the feed, and the feed holds every relay CLI back.
-            let limit = daemon.relay_stall_limit();
-            if daemon.relay_handle().is_some() {
-                let connected = WsMessage::Text(status("claude code is connected").into());
-                if !within(limit, sink.send(connected)).await {
-                    reader.abort();
-                    return;
-                }
-            }
-            let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
-            loop {
-                tokio::select! {
-                    drain = drain_watch.next() => {
-                        let step = crate::socket::send_drain(&mut sink, drain);
-                        if !matches!(tokio::time::timeout(limit, step).await, Ok(true)) {
-                            break;
-                        }
-                    }
-                    line = feed.recv_direct() => match line {
-                        Ok(line) => {
-                            // Lines already waiting go out in the same write (one flush).
-                            let mut written = within(limit, sink.feed(WsMessage::Text(line))).await;
-                            let mut queued = 1;
-                            while written && queued < crate::socket::MAX_FRAMES_PER_FLUSH {
-                                let Ok(line) = feed.try_recv() else { break };
-                                written = within(limit, sink.feed(WsMessage::Text(line))).await;
-                                queued += 1;
-                            }
-                            if !written || !within(limit, sink.flush()).await {
-                                break;
-                            }
-                        }
-                        // The feed never overflows (its sender waits); closed: the daemon ends.
-                        Err(_) => break,
-                    },
-                    reply = replies.recv() => match reply {
-                        Some(reply) => {
-                            if !within(limit, sink.send(WsMessage::Text(reply.into()))).await {
-                                break;
-                            }
-                        }
-                        // The frontend went away.
-                        None => break,
-                    },
-                }
-            }
-            reader.abort();
+            let revocable = caller.clone();
+            crate::tokens::until_revoked(&revocable, feed_frontend(daemon, caller, feed, socket))
+                .await
         })
+}
+
+/// A relay frontend's socket: every relay line out, its frames in, until it or the daemon
+/// goes.
+async fn feed_frontend(
+    daemon: Arc<Daemon>,
+    caller: Caller,
+    mut feed: async_broadcast::Receiver<axum::extract::ws::Utf8Bytes>,
+    socket: axum::extract::ws::WebSocket,
+) {
+    let (mut sink, incoming) = socket.split();
+    let reader_daemon = daemon.clone();
+    let (reader, mut replies) = crate::socket::spawn_frame_reader(incoming, move |text| {
+        let (daemon, caller) = (reader_daemon.clone(), caller.clone());
+        async move { forward(&daemon, &caller, text.as_str()).await }
+    });
+    // Every write to the frontend is bounded: while one waits, the frontend takes no
+    // line from the feed, and the feed holds every relay CLI back.
+    let limit = daemon.relay_stall_limit();
+    if daemon.relay_handle().is_some() {
+        let connected = WsMessage::Text(status("claude code is connected").into());
+        if !within(limit, sink.send(connected)).await {
+            reader.abort();
+            return;
+        }
+    }
+    let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
+    loop {
+        tokio::select! {
+            drain = drain_watch.next() => {
+                let step = crate::socket::send_drain(&mut sink, drain);
+                if !matches!(tokio::time::timeout(limit, step).await, Ok(true)) {
+                    break;
+                }
+            }
+            line = feed.recv_direct() => match line {
+                Ok(line) => {
+                    // Lines already waiting go out in the same write (one flush).
+                    let mut written = within(limit, sink.feed(WsMessage::Text(line))).await;
+                    let mut queued = 1;
+                    while written && queued < crate::socket::MAX_FRAMES_PER_FLUSH {
+                        let Ok(line) = feed.try_recv() else { break };
+                        written = within(limit, sink.feed(WsMessage::Text(line))).await;
+                        queued += 1;
+                    }
+                    if !written || !within(limit, sink.flush()).await {
+                        break;
+                    }
+                }
+                // The feed never overflows (its sender waits); closed: the daemon ends.
+                Err(_) => break,
+            },
+            reply = replies.recv() => match reply {
+                Some(reply) => {
+                    if !within(limit, sink.send(WsMessage::Text(reply.into()))).await {
+                        break;
+                    }
+                }
+                // The frontend went away.
+                None => break,
+            },
+        }
+    }
+    reader.abort();
 }
 
 /// The relay alone, for the port agents-ui frontends discover (`switchboard serve

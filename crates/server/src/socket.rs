@@ -107,7 +107,7 @@ async fn next_drain(mut phase: PhaseReceiver) -> (Drain, PhaseReceiver) {
 pub(crate) fn spawn_frame_reader<T, F, Fut>(
     mut incoming: futures::stream::SplitStream<WebSocket>,
     mut handle: F,
-) -> (tokio::task::JoinHandle<()>, tokio::sync::mpsc::Receiver<T>)
+) -> (FrameReader, tokio::sync::mpsc::Receiver<T>)
 where
     T: Send + 'static,
     F: FnMut(axum::extract::ws::Utf8Bytes) -> Fut + Send + 'static,
@@ -128,7 +128,24 @@ where
             }
         }
     });
-    (task, receiver)
+    (FrameReader(task), receiver)
+}
+
+/// A socket's reading task ([`spawn_frame_reader`]): ended when dropped, so that a writer
+/// that goes away (its token revoked, say) takes the whole socket with it.
+pub(crate) struct FrameReader(tokio::task::JoinHandle<()>);
+
+impl FrameReader {
+    /// Ends the reading task.
+    pub(crate) fn abort(&self) {
+        self.0.abort();
+    }
+}
+
+impl Drop for FrameReader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Moves frames between a CLI's socket and its slot until either side ends.

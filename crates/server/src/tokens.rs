@@ -16,8 +16,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -91,8 +93,9 @@ pub struct Caller {
     /// The channel its requests come through when the request says so: `web UI` for the
     /// page's cookie, or a client's `x-switchboard-client` (`loop`).
     via: Option<String>,
-    /// Set when the token is revoked: a socket opened with it takes no more frames.
-    revoked: Arc<AtomicBool>,
+    /// Turns true when the token is revoked: a socket opened with it takes no more frames,
+    /// and one that streams ends.
+    revoked: watch::Receiver<bool>,
 }
 
 impl Caller {
@@ -103,7 +106,8 @@ impl Caller {
             scope,
             token: false,
             via: None,
-            revoked: Arc::new(AtomicBool::new(false)),
+            // No sender: never revoked.
+            revoked: watch::channel(false).1,
         }
     }
 
@@ -116,13 +120,22 @@ impl Caller {
     /// Whether it may do what `needed` allows: refused (403) with the scope it lacks, or
     /// because its token was revoked since the socket opened.
     pub fn require(&self, needed: Scope) -> Result<(), ScopeError> {
-        if self.revoked.load(Ordering::Relaxed) {
+        if *self.revoked.borrow() {
             return Err(ScopeError::Revoked { name: self.name.clone() });
         }
         if self.scope < needed {
             return Err(ScopeError::Lacks { name: self.name.clone(), scope: self.scope, needed });
         }
         Ok(())
+    }
+
+    /// Returns once the token is revoked (never, for one that cannot be): a socket that
+    /// streams ends then.
+    pub async fn revoked(&self) {
+        let mut revoked = self.revoked.clone();
+        if revoked.wait_for(|revoked| *revoked).await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 
     /// How a person's decision or message made with this token is recorded: `token NAME
@@ -139,6 +152,17 @@ impl Caller {
         match by.filter(|by| !by.trim().is_empty()) {
             Some(by) => format!("{by}, {token}"),
             None => token,
+        }
+    }
+}
+
+/// Runs `work` (a socket's or a stream's whole life) until it ends, or until `caller`'s token
+/// is revoked: then it is dropped, which closes the socket or ends the stream.
+pub async fn until_revoked(caller: &Caller, work: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        () = work => {}
+        () = caller.revoked() => {
+            tracing::info!(token = %caller.name, "a socket or stream ended: its token was revoked");
         }
     }
 }
@@ -270,13 +294,13 @@ struct StoredToken {
 struct Entry {
     stored: StoredToken,
     last_used_ms: AtomicU64,
-    revoked: Arc<AtomicBool>,
+    revoked: watch::Sender<bool>,
 }
 
 /// The tokens a daemon accepts: its own (admin) and the named ones.
 pub struct Tokens {
     admin: Arc<str>,
-    admin_revoked: Arc<AtomicBool>,
+    admin_revoked: watch::Sender<bool>,
     admin_used_ms: AtomicU64,
     /// `tokens.json`; `None`: kept in memory only (tests, `switchboard demo`).
     file: Option<PathBuf>,
@@ -295,7 +319,7 @@ impl Tokens {
     pub fn new(admin: &str) -> Tokens {
         Tokens {
             admin: Arc::from(admin),
-            admin_revoked: Arc::new(AtomicBool::new(false)),
+            admin_revoked: watch::channel(false).0,
             admin_used_ms: AtomicU64::new(0),
             file: None,
             named: RwLock::new(HashMap::new()),
@@ -353,7 +377,7 @@ impl Tokens {
                 scope: Scope::Admin,
                 token: true,
                 via: None,
-                revoked: self.admin_revoked.clone(),
+                revoked: self.admin_revoked.subscribe(),
             });
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -365,7 +389,7 @@ impl Tokens {
             scope: entry.stored.scope,
             token: true,
             via: None,
-            revoked: entry.revoked.clone(),
+            revoked: entry.revoked.subscribe(),
         })
     }
 
@@ -436,7 +460,7 @@ impl Tokens {
             named.insert(digest, entry);
             return Err(error);
         }
-        entry.revoked.store(true, Ordering::Relaxed);
+        entry.revoked.send_replace(true);
         Ok(entry.info())
     }
 
@@ -458,7 +482,7 @@ impl Tokens {
 
 impl Entry {
     fn new(stored: StoredToken) -> Entry {
-        Entry { stored, last_used_ms: AtomicU64::new(0), revoked: Arc::new(AtomicBool::new(false)) }
+        Entry { stored, last_used_ms: AtomicU64::new(0), revoked: watch::channel(false).0 }
     }
 
     fn info(&self) -> TokenInfo {

@@ -17,8 +17,8 @@ async fn open(server: &Server, link: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-/// Posts the link's form.
-async fn post(server: &Server, link: &str, form: &str) -> (u16, String) {
+/// Posts the link's form, as its page's buttons do.
+pub(crate) async fn post(server: &Server, link: &str, form: &str) -> (u16, String) {
     let response = server
         .client()
         .post(link)

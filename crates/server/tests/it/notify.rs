@@ -15,6 +15,7 @@ use switchboard_server::notify::{ChannelConfig, ChannelKind, NotifyConfig};
 use switchboard_store::{MemoryStore, Store};
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
+use crate::links::post;
 use crate::{is_result, touch_and_ls, Server, WAIT};
 
 const SECRET: &str = "webhook-secret-0123456789";
@@ -228,14 +229,8 @@ async fn requests_reach_a_webhook_that_was_down_and_a_phone_that_approves_them()
     ws.send(json!({"type": "user_message", "content": "SECOND"})).await;
     let taken = hooks.until(|bodies| keys(bodies, "permission_requested").len() == 2).await;
     let link = taken.last().unwrap().2["link"].as_str().unwrap().to_owned();
-    let response = reqwest::Client::new()
-        .post(&link)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("decision=deny&message=not+on+a+friday")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
+    let (status, _) = post(&server, &link, "decision=deny&message=not+on+a+friday").await;
+    assert_eq!(status, 200);
     let frames = ws.until(is_result).await;
     assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Fine, I will not.");
     assert!(!sandbox.file("denied.txt").exists());
@@ -425,14 +420,8 @@ async fn an_unanswered_request_escalates_to_a_second_channel_and_warns_before_it
     let body = &escalated[0].2;
     assert!(body["ts_ms"].as_u64().unwrap() >= asked_ms + 1000, "after a second: {body}");
     assert_eq!(body["channel"], "lead");
-    let response = reqwest::Client::new()
-        .post(body["link"].as_str().unwrap())
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("decision=allow")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
+    let (status, _) = post(&server, body["link"].as_str().unwrap(), "decision=allow").await;
+    assert_eq!(status, 200);
     let frames = ws.until(is_result).await;
     let decided = frames.iter().find(|f| f["event"]["event"] == "permission_decided").unwrap();
     assert_eq!(decided["event"]["by"]["who"], "link (webhook:lead)");

@@ -7,12 +7,14 @@ use std::collections::HashMap;
 use std::str::FromStr as _;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use serde_json::{json, Value};
 use switchboard_server::api::Guard;
 use switchboard_server::grpc::pb;
 use switchboard_server::Scope;
 use switchboard_store::{MemoryStore, Store};
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::{is_result, touch_and_ls, Server, TOKEN};
 
@@ -277,9 +279,22 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
     let (status, _) =
         server.request_as(&watcher, reqwest::Method::GET, "/api/sessions", None).await;
     assert_eq!(status, 401);
-    ws.send(json!({"type": "interrupt"})).await;
-    let refused = ws.until(|frame| frame["type"] == "error").await;
-    assert!(refused.last().unwrap()["error"]["message"].as_str().unwrap().contains("revoked"));
+    let mut events = server.ws_as(&phone, "/api/events").await;
+    let (status, _) = server.send(reqwest::Method::DELETE, "/api/tokens/phone", json!(null)).await;
+    assert_eq!(status, 200);
+    // Sockets that only stream end too: the subscription and the dashboard feed.
+    for (what, socket) in [("subscription", &mut ws), ("dashboard", &mut events)] {
+        let ended = tokio::time::timeout(crate::WAIT, async {
+            loop {
+                match socket.socket.next().await {
+                    None | Some(Err(_)) | Some(Ok(WsMessage::Close(_))) => break,
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the {what} ended with its token");
+    }
     let (status, _) = server.send(reqwest::Method::DELETE, "/api/tokens/admin", json!(null)).await;
     assert_eq!(status, 400, "the daemon's own token is not revoked over the API");
     server.stop().await;
