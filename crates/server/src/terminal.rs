@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::daemon::{Daemon, TerminalHello};
 use crate::error::ApiError;
+use crate::tokens::Caller;
 
 /// How long the terminal has to say `hello` after the socket opens.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,13 +66,14 @@ enum Hello {
 
 pub(crate) async fn attach(
     State(daemon): State<Arc<Daemon>>,
+    axum::Extension(caller): axum::Extension<Caller>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
     Ok(upgrade
         // A transcript line is a frame of its own, at most a protocol line long.
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES + 1024)
         .read_buffer_size(crate::socket::CLI_WS_READ_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(daemon, socket)))
+        .on_upgrade(move |socket| serve(daemon, caller, socket)))
 }
 
 fn frame(value: serde_json::Value) -> WsMessage {
@@ -83,7 +85,7 @@ async fn refuse(mut socket: WebSocket, error: String) {
     let _ = socket.close().await;
 }
 
-async fn serve(daemon: Arc<Daemon>, mut socket: WebSocket) {
+async fn serve(daemon: Arc<Daemon>, caller: Caller, mut socket: WebSocket) {
     let hello = match tokio::time::timeout(HELLO_TIMEOUT, socket.recv()).await {
         Ok(Some(Ok(WsMessage::Text(text)))) if text.len() > MAX_HELLO_BYTES => {
             return refuse(socket, format!("a hello is at most {MAX_HELLO_BYTES} bytes")).await
@@ -109,7 +111,7 @@ async fn serve(daemon: Arc<Daemon>, mut socket: WebSocket) {
         lines.ended(None, None, "the terminal went away", Vec::new()).await;
         return;
     }
-    relay(socket, lines, keys, snapshot).await;
+    relay(socket, lines, keys, snapshot, caller).await;
 }
 
 /// Moves transcript lines in and keys out until the CLI exits, the terminal goes away, or the
@@ -126,6 +128,7 @@ async fn relay(
     mut lines: TranscriptIn,
     mut keys: KeysOut,
     mut snapshot: watch::Receiver<SessionSnapshot>,
+    caller: Caller,
 ) {
     let (mut sink, mut stream) = socket.split();
     let mut held: VecDeque<(String, Bytes)> = VecDeque::new();
@@ -194,6 +197,11 @@ async fn relay(
                 }
             },
             changed = snapshot.changed() => if changed.is_err() { return },
+            // Its token revoked: the socket ends, and the session says why.
+            () = caller.revoked() => {
+                let _ = sink.close().await;
+                break (None, None, "its token was revoked".to_owned());
+            }
             _ = sleep_until(recheck) => {}
         }
     };

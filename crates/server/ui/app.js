@@ -1084,7 +1084,7 @@ function permissionBox(session, request, cwd) {
       el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always'),
       el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
     el('div', { class: 'secondary needs-approve' }, message,
-      el('button', { type: 'button', class: 'edit ghost', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
+      el('button', { type: 'button', class: 'edit ghost needs-operate', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
     el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`));
   return box;
 }

@@ -576,7 +576,10 @@ impl SessionCore {
             AnswerBehavior::Allow => {
                 let mut input =
                     answer.updated_input.clone().unwrap_or_else(|| request.input.clone());
-                if let Some(answers) = &answer.answers {
+                // Answers fill in a question's input, and no other tool's.
+                if let (Some(answers), "AskUserQuestion") =
+                    (&answer.answers, request.tool_name.as_str())
+                {
                     input = ask_user_question_input(&input, answers.clone());
                 }
                 let updates = match (&answer.updated_permissions, answer.remember) {
