@@ -726,13 +726,24 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
             }
         }
         WriteOp::EnqueueOutbox(items) => {
-            let mut statement = connection.prepare_cached(
-                "INSERT OR IGNORE INTO outbox (channel, key, body, created_ms) VALUES (?1, ?2, ?3, ?4)",
-            )?;
-            let now = crate::now_ms() as i64;
-            for item in items {
-                statement.execute(params![item.channel, item.key, item.body, now])?;
+            // Several rows in one operation: all or none (a savepoint within the writer's
+            // transaction, which other operations share).
+            connection.execute_batch("SAVEPOINT enqueue_outbox")?;
+            let inserted = (|| -> Result<(), StoreError> {
+                let mut statement = connection.prepare_cached(
+                    "INSERT OR IGNORE INTO outbox (channel, key, body, created_ms) VALUES (?1, ?2, ?3, ?4)",
+                )?;
+                let now = crate::now_ms() as i64;
+                for item in items {
+                    statement.execute(params![item.channel, item.key, item.body, now])?;
+                }
+                Ok(())
+            })();
+            if inserted.is_err() {
+                connection.execute_batch("ROLLBACK TO enqueue_outbox")?;
             }
+            connection.execute_batch("RELEASE enqueue_outbox")?;
+            inserted?;
         }
         WriteOp::OutboxDone(id) => {
             connection.execute("DELETE FROM outbox WHERE id = ?1", params![*id as i64])?;
