@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use switchboard_protocol::{Message, PermissionMode};
+use switchboard_protocol::PermissionMode;
 use switchboard_session::{
     EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
     SessionEvents, SessionHandle, SinkFuture, WarmCli, WarmPool, WarmStatus,
@@ -2155,11 +2155,12 @@ async fn publish(
     if !store_with_retries(daemon, id, live, &records).await {
         return false;
     }
+    let mut turn_ends = Vec::new();
+    let changed = project(live, batch, &mut turn_ends);
     if let Some(notifier) = &daemon.notifier {
-        notify(daemon, notifier, id, live, batch, *seq);
+        notify(daemon, notifier, id, live, batch, &turn_ends, *seq);
     }
     *seq += records.len() as u64;
-    let changed = project(live, batch);
     if relay {
         for event in batch {
             if let SessionEvent::Line(line) = event {
@@ -2180,18 +2181,30 @@ async fn publish(
     true
 }
 
+/// A turn of the main conversation that ended, as the projection read it, at `index` in its
+/// batch.
+struct TurnEnd {
+    index: usize,
+    subtype: String,
+    interrupted: bool,
+    failed: bool,
+    result: Option<String>,
+}
+
 /// Queues a notice for each event of `batch` (stored after `before`) a person may want to
-/// hear of: a permission request or a question (with its link), a turn's end, a CLI that
-/// ended unasked.
+/// hear of: a permission request or a question (with its link), a turn's end (`turn_ends`,
+/// the projection's reading of the batch; an interrupted turn is the person's own doing and
+/// is not told), a CLI that ended unasked.
 fn notify(
     daemon: &Arc<Daemon>,
     notifier: &crate::notify::Notifier,
     id: &str,
     live: &LiveSession,
     batch: &[SessionEvent],
+    turn_ends: &[TurnEnd],
     before: u64,
 ) {
-    use crate::notify::{Notice, Topic};
+    use crate::notify::Topic;
     let (title, cwd) = live
         .record
         .lock()
@@ -2199,105 +2212,138 @@ fn notify(
         .unwrap_or_default();
     let session = json!({"id": id, "title": title, "cwd": cwd});
     let name = if title.is_empty() { id.to_owned() } else { title.clone() };
-    for (event, seq) in batch.iter().zip(before + 1..) {
-        let (topic, key, title, text, request, extra) = match event {
+    // What to tell, by its place in the batch: turns' ends as the projection read them, then
+    // requests and unasked exits from the events themselves.
+    let mut notices: Vec<(usize, Told)> = turn_ends
+        .iter()
+        .filter(|turn| !turn.interrupted)
+        .map(|turn| {
+            let text = turn.result.clone().filter(|text| !text.is_empty());
+            let text = text.unwrap_or_else(|| turn.subtype.clone()).chars().take(500).collect();
+            let (topic, title) = if turn.failed {
+                (Topic::SessionFailed, format!("Failed: {name}"))
+            } else {
+                (Topic::SessionFinished, format!("Done: {name}"))
+            };
+            let extra = json!({"result": {"subtype": turn.subtype, "is_error": turn.failed}});
+            let key = format!("{id}:{}", before + 1 + turn.index as u64);
+            (turn.index, Told { topic, key, title, text, request: None, extra })
+        })
+        .collect();
+    for (index, (event, seq)) in batch.iter().zip(before + 1..).enumerate() {
+        match event {
             SessionEvent::PermissionRequested(pending) => {
                 let question = pending.tool_name == "AskUserQuestion";
                 let topic = if question { Topic::Question } else { Topic::PermissionRequested };
-                let text = crate::notify::summary(&pending.tool_name, &pending.input);
                 let title = if question {
                     format!("Claude asks, in {name}")
                 } else {
                     format!("{} wants approval, in {name}", pending.tool_name)
                 };
                 let (input, cut) = crate::notify::bounded_input(&pending.input);
-                let extra = json!({"request": {
-                    "request_id": pending.request_id, "tool_name": pending.tool_name,
-                    "input": input, "input_truncated": cut, "reason": pending.reason,
-                    "started_by": pending.started_by,
-                    "asked_at_ms": pending.asked_at_ms,
-                    "expires_ms": pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000)),
-                }});
-                let key = format!("{id}:{}", pending.request_id);
-                let mut extra = extra;
-                // One tap approves only what the notice shows whole: a short shell command.
-                extra["one_tap"] =
-                    json!(crate::notify::one_tap(&pending.tool_name, &pending.input));
+                let expires_ms =
+                    pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
+                let extra = json!({
+                    "request": {
+                        "request_id": pending.request_id, "tool_name": pending.tool_name,
+                        "input": input, "input_truncated": cut, "reason": pending.reason,
+                        "started_by": pending.started_by, "asked_at_ms": pending.asked_at_ms,
+                        "expires_ms": expires_ms,
+                    },
+                    // One tap approves only what the notice shows whole.
+                    "one_tap": crate::notify::one_tap(&pending.tool_name, &pending.input),
+                });
                 // The timers keep the request's ids, not its input (up to a line's size).
                 let mut request = pending.clone();
                 request.input = Value::Null;
-                (topic, key, title, text, Some(request), extra)
-            }
-            SessionEvent::Line(line) if line.direction == LineDirection::FromCli => {
-                let Message::Result(result) = &*line.message else { continue };
-                let failed = result.is_error;
-                let text: String = if failed {
-                    result.errors.clone().unwrap_or_default().join("; ")
-                } else {
-                    result.result.clone().unwrap_or_default()
+                let told = Told {
+                    topic,
+                    key: format!("{id}:{}", pending.request_id),
+                    title,
+                    text: crate::notify::summary(&pending.tool_name, &pending.input),
+                    request: Some(request),
+                    extra,
                 };
-                let text = if text.is_empty() { result.subtype.clone() } else { text };
-                let text: String = text.chars().take(500).collect();
-                let topic = if failed { Topic::SessionFailed } else { Topic::SessionFinished };
-                let title =
-                    if failed { format!("Failed: {name}") } else { format!("Done: {name}") };
-                let extra = json!({"result": {"subtype": result.subtype, "is_error": failed}});
-                (topic, format!("{id}:{seq}"), title, text, None, extra)
+                notices.push((index, told));
             }
             SessionEvent::Exited { requested: false, code, description, .. }
                 if *code != Some(0) =>
             {
-                let extra = json!({"exit": {"code": code, "description": description}});
-                let title = format!("Ended: {name}");
-                (
-                    Topic::SessionFailed,
-                    format!("{id}:{seq}"),
-                    title,
-                    description.clone(),
-                    None,
-                    extra,
-                )
+                let told = Told {
+                    topic: Topic::SessionFailed,
+                    key: format!("{id}:{seq}"),
+                    title: format!("Ended: {name}"),
+                    text: description.clone(),
+                    request: None,
+                    extra: json!({"exit": {"code": code, "description": description}}),
+                };
+                notices.push((index, told));
             }
-            _ => continue,
+            _ => {}
+        }
+    }
+    notices.sort_by_key(|(index, _)| *index);
+    for (_, told) in notices {
+        tell(daemon, notifier, id, &session, told);
+    }
+}
+
+/// A notice before its body is made.
+struct Told {
+    topic: crate::notify::Topic,
+    key: String,
+    title: String,
+    text: String,
+    request: Option<PendingPermission>,
+    extra: Value,
+}
+
+/// Queues `told` for the channels that hear of it at once; for a request, starts the timers of
+/// the channels that hear of it later, and of the warning before it times out.
+fn tell(
+    daemon: &Arc<Daemon>,
+    notifier: &crate::notify::Notifier,
+    id: &str,
+    session: &Value,
+    told: Told,
+) {
+    use crate::notify::{Notice, Topic};
+    let Told { topic, key, title, text, request, extra } = told;
+    let mut body = json!({
+        "id": key, "event": topic.as_str(), "ts_ms": switchboard_store::now_ms(),
+        "session": session, "title": title, "text": text,
+    });
+    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    let notice = Notice { topic, key, body, request: request.clone() };
+    let link =
+        |channel: &str| request.as_ref().map(|pending| daemon.approval_link(id, pending, channel));
+    notifier.queue(&notice, |channel| channel.escalates_after(topic).is_none(), link);
+    let Some(pending) = &request else { return };
+    // Escalation: channels that hear of a request only if it still waits after a while.
+    for channel in notifier.channels() {
+        if let Some(after) = channel.escalates_after(topic) {
+            let name = channel.name.clone();
+            let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
+            later(daemon, id, pending, after, notice.clone(), pick);
+        }
+    }
+    // Shortly before it times out, every channel that hears of it by then (not a later link
+    // of the chain, which was never told of it).
+    if pending.timeout_secs > 0 {
+        let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
+        let mut expiring = notice.clone();
+        expiring.topic = Topic::RequestExpiring;
+        expiring.key = format!("{}:expiring", notice.key);
+        expiring.body["id"] = json!(expiring.key);
+        expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
+        expiring.body["title"] =
+            json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
+        let told = move |channel: &crate::notify::ChannelConfig| {
+            channel.escalates_after(topic).is_none_or(|after| after.as_secs() <= warn)
         };
-        let mut body = json!({
-            "id": key, "event": topic.as_str(), "ts_ms": switchboard_store::now_ms(),
-            "session": session, "title": title, "text": text,
-        });
-        if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
-            body.extend(extra);
-        }
-        let notice = Notice { topic, key, body, request: request.clone() };
-        let link = |channel: &str| {
-            request.as_ref().map(|pending| daemon.approval_link(id, pending, channel))
-        };
-        notifier.queue(&notice, |channel| channel.escalates_after(topic).is_none(), link);
-        let Some(pending) = &request else { continue };
-        // Escalation: channels that hear of a request only if it still waits after a while.
-        for channel in notifier.channels() {
-            if let Some(after) = channel.escalates_after(topic) {
-                let name = channel.name.clone();
-                let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
-                later(daemon, id, pending, after, notice.clone(), pick);
-            }
-        }
-        // Shortly before it times out, every channel that wants to hear of it.
-        if pending.timeout_secs > 0 {
-            let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
-            let mut expiring = notice.clone();
-            expiring.topic = Topic::RequestExpiring;
-            expiring.key = format!("{}:expiring", notice.key);
-            expiring.body["id"] = json!(expiring.key);
-            expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
-            expiring.body["title"] =
-                json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
-            // To every channel that hears of the request by then (not to a later link of the
-            // chain, which was never told of it).
-            let told = move |channel: &crate::notify::ChannelConfig| {
-                channel.escalates_after(topic).is_none_or(|after| after.as_secs() <= warn)
-            };
-            later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
-        }
+        later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
     }
 }
 
@@ -2438,10 +2484,10 @@ fn current_record(live: &LiveSession) -> Option<SessionRecord> {
 /// The record reads only the session's one projection (state, model, mode, cost, and, where
 /// the record has none yet, a title from the first prompt and the cwd a CLI that connected on
 /// its own reports).
-fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
+fn project(live: &LiveSession, batch: &[SessionEvent], turn_ends: &mut Vec<TurnEnd>) -> bool {
     let Ok(mut projector) = live.projector.lock() else { return false };
     let mut changed = false;
-    for event in batch {
+    for (index, event) in batch.iter().enumerate() {
         // The cost follows a result, and may land in the next batch; a dropped or restored
         // CLI socket shows in the session list.
         changed |= matches!(
@@ -2450,7 +2496,22 @@ fn project(live: &LiveSession, batch: &[SessionEvent]) -> bool {
                 | SessionEvent::Connected { .. }
                 | SessionEvent::Disconnected
         );
-        projector.apply(event, &mut |update| changed |= update.changes_summary());
+        projector.apply(event, &mut |update| {
+            changed |= update.changes_summary();
+            // The main conversation's turns that ended, for notifications (a subagent's
+            // result is not the session's).
+            if let switchboard_session::Update::TurnEnded {
+                parent_tool_use_id: None,
+                subtype,
+                interrupted,
+                failed,
+                result,
+                ..
+            } = update
+            {
+                turn_ends.push(TurnEnd { index, subtype, interrupted, failed, result });
+            }
+        });
     }
     if !changed {
         return false;
