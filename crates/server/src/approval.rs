@@ -100,19 +100,9 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
                 .unwrap_or_default();
             let whole = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
             let input: String = whole.chars().take(MAX_INPUT_CHARS).collect();
-            let hidden = whole.chars().count() - input.chars().count();
-            // Approving what is not all on the page is not offered here: a tail past the cut
-            // could hold anything. Nor is a question answered with a bare approve.
-            let question = pending.tool_name == "AskUserQuestion";
-            let approve = if hidden > 0 {
-                format!(
-                    "<p class=warn>The input goes on for {hidden} more characters than shown:                      approve it in the web UI, where it shows whole.</p>"
-                )
-            } else if question {
-                "<p class=warn>Answer the question in the web UI, which offers its options.</p>"
-                    .to_owned()
-            } else {
-                "<button name=decision value=allow class=allow>Approve</button>".to_owned()
+            let approve = match refusal(&pending.tool_name, &whole) {
+                Some(why) => format!("<p class=warn>{}</p>", escape(&why)),
+                None => "<button name=decision value=allow class=allow>Approve</button>".to_owned(),
             };
             let body = format!(
                 "<h1>Claude wants to use <code>{tool}</code></h1>\
@@ -164,13 +154,6 @@ pub(crate) async fn answer(
         return html(StatusCode::BAD_REQUEST, "Not an answer", "<p>Choose Approve or Deny.</p>");
     };
     let behavior = match form.decision.as_str() {
-        "allow" if !approvable(&daemon, &claim).await => {
-            return html(
-                StatusCode::CONFLICT,
-                "Not here",
-                "<p>Approve this request in the web UI: its input is too long to show here whole, or it is a question.</p>",
-            )
-        }
         "allow" => AnswerBehavior::Allow,
         "deny" => AnswerBehavior::Deny,
         _ => {
@@ -181,8 +164,15 @@ pub(crate) async fn answer(
         .message
         .map(|message| message.trim().chars().take(MAX_REASON_CHARS).collect::<String>())
         .filter(|message| !message.is_empty());
-    if !matches!(standing(&daemon, &claim).await, Standing::Waiting(_)) {
-        return closed(standing(&daemon, &claim).await);
+    let pending = match standing(&daemon, &claim).await {
+        Standing::Waiting(pending) => pending,
+        other => return closed(other),
+    };
+    if behavior == AnswerBehavior::Allow {
+        let shown = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
+        if let Some(why) = refusal(&pending.tool_name, &shown) {
+            return html(StatusCode::CONFLICT, "Not here", &format!("<p>{}</p>", escape(&why)));
+        }
     }
     let Ok(handle) = daemon.running(&claim.session).await else {
         return closed(Standing::Gone);
@@ -207,16 +197,19 @@ pub(crate) async fn answer(
     }
 }
 
-/// Whether the link's page may approve its request: one whose input it shows whole, and not
-/// a question (whose answer is a choice, not an approval).
-async fn approvable(daemon: &Daemon, claim: &LinkClaim) -> bool {
-    match standing(daemon, claim).await {
-        Standing::Waiting(pending) => {
-            let shown = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
-            pending.tool_name != "AskUserQuestion" && shown.chars().count() <= MAX_INPUT_CHARS
-        }
-        // Not waiting: the answer gets the page that says why.
-        _ => true,
+/// Why the link's page may not approve a request, if it may not: its input (`shown`, as the
+/// page shows it) goes on past what the page shows (a tail past the cut could hold anything),
+/// or it is a question (whose answer is a choice, not an approval). It can be denied.
+fn refusal(tool: &str, shown: &str) -> Option<String> {
+    let hidden = shown.chars().count().saturating_sub(MAX_INPUT_CHARS);
+    if hidden > 0 {
+        Some(format!(
+            "The input goes on for {hidden} more characters than shown: approve it in the web UI, where it shows whole."
+        ))
+    } else if tool == "AskUserQuestion" {
+        Some("Answer the question in the web UI, which offers its options.".to_owned())
+    } else {
+        None
     }
 }
 

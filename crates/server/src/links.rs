@@ -35,15 +35,9 @@ impl Default for LinkKey {
 impl LinkKey {
     /// A key from its hex form (64 hex digits).
     pub fn from_hex(text: &str) -> Result<LinkKey, String> {
-        let text = text.trim();
         let mut key = [0u8; 32];
-        if text.len() != 64 || !text.is_ascii() {
-            return Err("a link key is 64 hex digits".to_owned());
-        }
-        for (index, byte) in key.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16)
-                .map_err(|_| "a link key is 64 hex digits".to_owned())?;
-        }
+        hex::decode_to_slice(text.trim(), &mut key)
+            .map_err(|_| "a link key is 64 hex digits".to_owned())?;
         Ok(LinkKey(key))
     }
 

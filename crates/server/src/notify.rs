@@ -631,9 +631,7 @@ pub fn signature(secret: &str, timestamp: u64, body: &str) -> String {
         .expect("HMAC takes a key of any length");
     mac.update(format!("{timestamp}.").as_bytes());
     mac.update(body.as_bytes());
-    let digest = mac.finalize().into_bytes();
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("t={timestamp},v1={hex}")
+    format!("t={timestamp},v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// `https://SERVER/TOPIC` → (`https://SERVER/`, `TOPIC`): ntfy takes JSON at its root.

@@ -421,7 +421,7 @@ impl Tokens {
         let stored = StoredToken {
             name: name.to_owned(),
             scope,
-            sha256: hex(&digest),
+            sha256: hex::encode(digest),
             created_ms: now_ms(),
         };
         let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -527,18 +527,9 @@ fn check_name(name: &str) -> Result<(), TokenError> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
 fn parse_digest(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
     let mut digest = [0u8; 32];
-    for (index, byte) in digest.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[index * 2..index * 2 + 2], 16).ok()?;
-    }
+    hex::decode_to_slice(text, &mut digest).ok()?;
     Some(digest)
 }
 
@@ -573,7 +564,7 @@ mod tests {
         assert!(phone.token.starts_with("sb_") && phone.token.len() == 67, "{}", phone.token);
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(!text.contains(&phone.token), "the token itself is not kept: {text}");
-        assert!(text.contains(&hex(&Sha256::digest(phone.token.as_bytes()))));
+        assert!(text.contains(&hex::encode(Sha256::digest(phone.token.as_bytes()))));
         let mode = std::os::unix::fs::PermissionsExt::mode(&file.metadata().unwrap().permissions());
         assert_eq!(mode & 0o777, 0o600);
 

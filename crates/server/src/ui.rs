@@ -83,7 +83,7 @@ pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Respo
     let Some(file) = Assets::get(&path) else {
         return crate::error::ApiError::not_found(format!("no UI file {path}")).into_response();
     };
-    let etag = format!("\"{}\"", hex(&file.metadata.sha256_hash()[..16]));
+    let etag = format!("\"{}\"", hex::encode(&file.metadata.sha256_hash()[..16]));
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|value| value.to_str().ok())
@@ -103,10 +103,6 @@ pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Respo
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// An HTML page with the headers every page gets.

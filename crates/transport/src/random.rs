@@ -9,7 +9,7 @@
 pub fn random_hex(bytes: usize) -> String {
     let mut buffer = vec![0u8; bytes];
     getrandom::fill(&mut buffer).expect("the operating system's random source failed");
-    buffer.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex::encode(buffer)
 }
 
 #[cfg(test)]
