@@ -4,6 +4,8 @@
 // test's own API calls), FAKE_API_URL (POST /_fake/release lets held
 // streams go on), WORKDIR, CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import http from 'node:http';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -120,6 +122,62 @@ async function assertInOrder() {
   const seqs = await page.evaluate(() => window.__switchboard.view.seqs);
   assert.ok(seqs.length > 0);
   for (let i = 1; i < seqs.length; i += 1) assert.ok(seqs[i] > seqs[i - 1], `seq ${seqs[i]} after ${seqs[i - 1]}`);
+}
+
+/// A push service on 127.0.0.1: keeps each push (headers, body) and answers 201.
+async function pushService() {
+  const got = [];
+  const waiting = [];
+  const server = http.createServer((request, response) => {
+    const chunks = [];
+    request.on('data', (chunk) => chunks.push(chunk));
+    request.on('end', () => {
+      got.push({ headers: request.headers, body: Buffer.concat(chunks) });
+      response.writeHead(201).end();
+      for (const wake of waiting.splice(0)) wake();
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    async nth(count) {
+      while (got.length < count) await new Promise((resolve) => waiting.push(resolve));
+      return got[count - 1];
+    },
+    close: () => server.close(),
+  };
+}
+
+/// What a browser does with a push: RFC 8291's decryption with its own key and auth secret,
+/// written here from the RFC with Node's crypto (apart from the daemon's Rust).
+function decryptPush(body, browserKey, auth) {
+  const salt = body.subarray(0, 16);
+  const idLength = body[20];
+  const sender = body.subarray(21, 21 + idLength);
+  const sealed = body.subarray(21 + idLength);
+  const shared = browserKey.computeSecret(sender);
+  const info = Buffer.concat([Buffer.from('WebPush: info\0'), browserKey.getPublicKey(), sender]);
+  const ikm = Buffer.from(crypto.hkdfSync('sha256', shared, auth, info, 32));
+  const key = Buffer.from(crypto.hkdfSync('sha256', ikm, salt, Buffer.from('Content-Encoding: aes128gcm\0'), 16));
+  const nonce = Buffer.from(crypto.hkdfSync('sha256', ikm, salt, Buffer.from('Content-Encoding: nonce\0'), 12));
+  const decipher = crypto.createDecipheriv('aes-128-gcm', key, nonce);
+  decipher.setAuthTag(sealed.subarray(sealed.length - 16));
+  const plain = Buffer.concat([decipher.update(sealed.subarray(0, sealed.length - 16)), decipher.final()]);
+  let end = plain.length;
+  while (end > 0 && plain[end - 1] === 0) end -= 1;
+  assert.equal(plain[end - 1], 2, 'the last record\'s delimiter');
+  return JSON.parse(plain.subarray(0, end - 1).toString());
+}
+
+/// A push service's check of the VAPID header: ES256 by the key it names, the daemon's.
+function checkVapid(header, publicKey) {
+  const [, token, key] = header.match(/^vapid t=([^,]+), k=(.+)$/);
+  assert.equal(key, publicKey);
+  const point = Buffer.from(key, 'base64url');
+  const verifier = crypto.createPublicKey({ format: 'jwk', key: { kty: 'EC', crv: 'P-256', x: point.subarray(1, 33).toString('base64url'), y: point.subarray(33).toString('base64url') } });
+  const signed = token.slice(0, token.lastIndexOf('.'));
+  const signature = Buffer.from(token.slice(token.lastIndexOf('.') + 1), 'base64url');
+  assert.ok(crypto.verify('sha256', Buffer.from(signed), { key: verifier, dsaEncoding: 'ieee-p1363' }, signature), 'a valid VAPID signature');
 }
 
 try {
@@ -716,6 +774,84 @@ try {
     await tab.getByText('This link was used').waitFor();
     assert.equal(await tab.getByRole('button').count(), 0);
     await phone.close();
+  });
+
+  await step('Web Push on a phone: subscribe, a test arrives encrypted, the service worker shows a request', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}` };
+    const service = await pushService();
+    const browserKey = crypto.createECDH('prime256v1');
+    browserKey.generateKeys();
+    const auth = crypto.randomBytes(16);
+    const phone = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    await phone.grantPermissions(['notifications'], { origin: base });
+    const tab = await phone.newPage();
+    tab.setDefaultTimeout(TIMEOUT);
+    tab.on('pageerror', (error) => problems.push(`push page: ${error.message}`));
+    // Offline, this browser has no push service to subscribe at: its subscription is the
+    // test's, with the keys above, at the test's push service.
+    await tab.addInitScript(({ endpoint, p256dh, auth }) => {
+      const made = { endpoint, options: {}, toJSON: () => ({ endpoint, expirationTime: null, keys: { p256dh, auth } }), unsubscribe: async () => true };
+      let current = null;
+      PushManager.prototype.subscribe = async function (options) { made.options = options; window.__pushKey = options.applicationServerKey; current = made; return made; };
+      PushManager.prototype.getSubscription = async function () { return current; };
+    }, { endpoint: `${service.url}/push/phone`, p256dh: browserKey.getPublicKey().toString('base64url'), auth: auth.toString('base64url') });
+    await tab.goto(`${base}/?token=${token}`);
+    await tab.goto(`${base}/#/`);
+    await tab.locator('#push-toggle').click();
+    await tab.locator('#push-toggle.on').waitFor();
+    const { public_key: publicKey } = await (await fetch(`${base}/api/push/key`, { headers })).json();
+    const subscribedWith = await tab.evaluate(() => btoa(String.fromCharCode(...new Uint8Array(window.__pushKey))));
+    assert.equal(Buffer.from(subscribedWith, 'base64').toString('base64url'), publicKey, 'subscribed with the daemon\'s key');
+    await tab.evaluate(() => { document.querySelectorAll('.toast').forEach((note) => note.remove()); document.activeElement?.blur(); });
+    await tab.mouse.move(0, 0);
+    await shot('phone-push-on.png', tab);
+
+    // A test, as the push service gets it: signed by the daemon, readable only by the browser.
+    await tab.locator('#push-test').click();
+    const test = await service.nth(1);
+    checkVapid(test.headers.authorization, publicKey);
+    assert.equal(test.headers['content-encoding'], 'aes128gcm');
+    assert.equal(decryptPush(test.body, browserKey, auth).event, 'test');
+
+    // A request, pushed; the service worker shows it with Approve and Deny.
+    await send('PUSHAPPROVE please');
+    let pushed;
+    for (let count = 2; !pushed; count += 1) {
+      const notice = decryptPush((await service.nth(count)).body, browserKey, auth);
+      if (notice.event === 'permission_requested') pushed = notice;
+    }
+    assert.equal(pushed.one_tap, true);
+    assert.match(pushed.text, /touch from-push\.txt/);
+    const cdp = await phone.newCDPSession(tab);
+    const registered = new Promise((resolve) => {
+      cdp.on('ServiceWorker.workerRegistrationUpdated', ({ registrations }) => {
+        const found = registrations.find((r) => r.scopeURL === `${base}/ui/` && !r.isDeleted);
+        if (found) resolve(found.registrationId);
+      });
+    });
+    await cdp.send('ServiceWorker.enable');
+    const registrationId = await registered;
+    await cdp.send('ServiceWorker.deliverPushMessage', { origin: base, registrationId, data: JSON.stringify(pushed) });
+    const shownHandle = await tab.waitForFunction(async () => {
+      const registration = await navigator.serviceWorker.getRegistration('/ui/');
+      const notes = await registration.getNotifications();
+      const note = notes.find((n) => n.title.startsWith('Bash wants approval'));
+      return note && { title: note.title, body: note.body, actions: note.actions.map((a) => a.action), link: note.data.link, sticky: note.requireInteraction };
+    });
+    const shown = await shownHandle.jsonValue();
+    assert.deepEqual(shown.actions, ['approve', 'deny']);
+    assert.equal(shown.link, pushed.link);
+    assert.equal(shown.sticky, true, 'a request stays until answered');
+    assert.match(shown.body, /touch from-push\.txt/);
+
+    // Its Approve posts the pushed link's form, as the service worker does.
+    const answered = await fetch(pushed.link, { method: 'POST', body: new URLSearchParams({ decision: 'allow' }) });
+    assert.equal(answered.status, 200);
+    await transcript().locator('.msg.assistant', { hasText: 'Approved from a push.' }).waitFor();
+    await transcript().locator('.decision', { hasText: 'link (web push:' }).waitFor();
+    await cdp.detach();
+    await phone.close();
+    service.close();
   });
 
   await step('dark mode follows the system', async () => {

@@ -201,9 +201,13 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             key: Some(data_dir.link_key().map_err(|message| (1, message))?),
             public_url: Some(public_url(args.public_url.as_deref(), address)?),
         },
-        notify: match &args.notify {
-            Some(path) => NotifyConfig::from_file(path).map_err(|message| (2, message))?,
-            None => NotifyConfig::default(),
+        notify: NotifyConfig {
+            vapid_key: Some(data_dir.vapid_key().map_err(|message| (1, message))?),
+            push_file: Some(data_dir.push_file()),
+            ..match &args.notify {
+                Some(path) => NotifyConfig::from_file(path).map_err(|message| (2, message))?,
+                None => NotifyConfig::default(),
+            }
         },
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| {

@@ -64,6 +64,21 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(list_tokens)),
         route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
         route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
+        route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(push_key)),
+        route("GET", "/api/push/subscriptions", Guard::Api(Scope::Admin), get(push_subscriptions)),
+        route("POST", "/api/push/subscriptions", Guard::Api(Scope::Approve), post(push_subscribe)),
+        route(
+            "DELETE",
+            "/api/push/subscriptions/{id}",
+            Guard::Api(Scope::Approve),
+            delete(push_unsubscribe),
+        ),
+        route(
+            "POST",
+            "/api/push/subscriptions/{id}/test",
+            Guard::Api(Scope::Approve),
+            post(push_test),
+        ),
         route("GET", "/api/sessions", Guard::Api(Scope::Read), get(list_sessions)),
         route("POST", "/api/sessions", Guard::Api(Scope::Operate), post(create_session)),
         route("GET", "/api/sessions/{id}", Guard::Api(Scope::Read), get(get_session)),
@@ -319,6 +334,65 @@ async fn revoke_token(
     let revoked = tokens(&auth)?.revoke(&name)?;
     tracing::info!(%name, by = %caller.name, "token revoked");
     Ok(Json(revoked))
+}
+
+async fn push_key(State(daemon): State<Arc<Daemon>>) -> Json<Value> {
+    Json(json!({"public_key": daemon.notifier().push_key()}))
+}
+
+/// A subscription as the API shows it: its push service's host, not its endpoint (a
+/// capability to wake the browser), nor its keys.
+fn push_view(subscription: &crate::push::Subscription) -> Value {
+    let host = subscription
+        .endpoint
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|uri| uri.host().map(str::to_owned));
+    json!({
+        "id": subscription.id, "name": subscription.name, "by": subscription.by,
+        "created_ms": subscription.created_ms, "events": subscription.events,
+        "service": host,
+    })
+}
+
+async fn push_subscriptions(State(daemon): State<Arc<Daemon>>) -> Json<Vec<Value>> {
+    Json(daemon.notifier().push_subscriptions().iter().map(push_view).collect())
+}
+
+async fn push_subscribe(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Body(body): Body<crate::push::NewSubscription>,
+) -> Result<Response, ApiError> {
+    let (subscription, created) = daemon.notifier().subscribe(body, &caller.name)?;
+    tracing::info!(id = %subscription.id, by = %caller.name, created, "push subscription");
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(push_view(&subscription))).into_response())
+}
+
+async fn push_unsubscribe(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    match daemon.notifier().unsubscribe(&id)? {
+        Some(_) => {
+            tracing::info!(%id, by = %caller.name, "push subscription removed");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        None => Err(ApiError::not_found(format!("no push subscription {id}"))),
+    }
+}
+
+async fn push_test(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if daemon.push_test(&id) {
+        Ok(StatusCode::ACCEPTED)
+    } else {
+        Err(ApiError::not_found(format!("no push subscription {id}")))
+    }
 }
 
 async fn list_sessions(

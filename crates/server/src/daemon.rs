@@ -525,8 +525,8 @@ pub struct Daemon {
     warm: WarmPool,
     /// What signs approval links ([`DaemonConfig::links`], or a key for this run).
     link_key: crate::links::LinkKey,
-    /// Queues notifications ([`DaemonConfig::notify`]; `None` without channels).
-    notifier: Option<crate::notify::Notifier>,
+    /// Queues notifications ([`DaemonConfig::notify`]), keeps push subscriptions.
+    notifier: crate::notify::Notifier,
     /// Dropped with the daemon: the notification senders end.
     _notifying: watch::Sender<bool>,
 }
@@ -559,8 +559,13 @@ impl Daemon {
         let link_key = config.links.key.clone().unwrap_or_default();
         config.notify.check().map_err(DaemonError::Invalid)?;
         let (notifying, notifying_watch) = watch::channel(false);
-        let notifier =
-            crate::notify::Notifier::start(&config.notify, store.clone(), notifying_watch);
+        let notifier = crate::notify::Notifier::start(
+            &config.notify,
+            store.clone(),
+            notifying_watch,
+            config.links.public_url.as_deref(),
+        )
+        .map_err(DaemonError::Invalid)?;
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             link_key,
             notifier,
@@ -872,6 +877,34 @@ impl Daemon {
     /// How long a relay frontend may take nothing before it is dropped.
     pub fn relay_stall_limit(&self) -> Duration {
         self.config.relay_stall_limit.unwrap_or(RELAY_STALL_LIMIT)
+    }
+
+    /// Notifications and push subscriptions.
+    pub fn notifier(&self) -> &crate::notify::Notifier {
+        &self.notifier
+    }
+
+    /// Sends a test notice to the push subscription `id`; whether there is one.
+    pub fn push_test(&self, id: &str) -> bool {
+        let Some(subscription) =
+            self.notifier.push_subscriptions().into_iter().find(|found| found.id == id)
+        else {
+            return false;
+        };
+        let key = format!("test:{}", switchboard_transport::random::random_hex(8));
+        let notice = crate::notify::Notice {
+            topic: crate::notify::Topic::Test,
+            key: key.clone(),
+            body: json!({
+                "id": key, "event": "test", "ts_ms": switchboard_store::now_ms(),
+                "session": {"id": null}, "title": "Switchboard",
+                "text": format!("Notifications reach {}.", if subscription.name.is_empty() { "this device" } else { subscription.name.as_str() }),
+            }),
+            request: None,
+        };
+        let channel = subscription.channel();
+        self.notifier.queue(&notice, |candidate| candidate.name == channel, |_| None);
+        true
     }
 
     /// What signs approval links.
@@ -2157,8 +2190,8 @@ async fn publish(
     }
     let mut turn_ends = Vec::new();
     let changed = project(live, batch, &mut turn_ends);
-    if let Some(notifier) = &daemon.notifier {
-        notify(daemon, notifier, id, live, batch, &turn_ends, *seq);
+    if !daemon.notifier.is_idle() {
+        notify(daemon, &daemon.notifier, id, live, batch, &turn_ends, *seq);
     }
     *seq += records.len() as u64;
     if relay {
@@ -2322,7 +2355,7 @@ fn tell(
     notifier.queue(&notice, |channel| channel.escalates_after(topic).is_none(), link);
     let Some(pending) = &request else { return };
     // Escalation: channels that hear of a request only if it still waits after a while.
-    for channel in notifier.channels() {
+    for channel in notifier.channels().iter() {
         if let Some(after) = channel.escalates_after(topic) {
             let name = channel.name.clone();
             let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
@@ -2368,11 +2401,11 @@ fn later(
             .pending_permissions(&id)
             .iter()
             .any(|still| still.request_id == pending.request_id);
-        if let (true, Some(notifier)) = (waiting, &daemon.notifier) {
+        if waiting {
             let mut notice = notice;
             notice.body["ts_ms"] = json!(switchboard_store::now_ms());
             let link = |channel: &str| Some(daemon.approval_link(&id, &pending, channel));
-            notifier.queue(&notice, pick, link);
+            daemon.notifier.queue(&notice, pick, link);
         }
     });
 }

@@ -5,11 +5,11 @@
 //! - `switchboard.db` (with its journal `switchboard.db.log-*` and lock `switchboard.db.lock`);
 //! - `token`: the API token (admin); `ingress-token`: the relay's token for externally launched
 //!   CLIs; `tokens.json`: the named tokens' digests; `link-key`: what signs approval links;
+//! - `vapid-key`: what signs Web Push requests; `push.json`: the browsers' push subscriptions;
 //! - `daemon.json`: where the running daemon listens ([`DaemonInfo`]), for client commands;
 //! - `cli-runs.json`: the CLIs running now ([`crate::DaemonConfig::runs_file`]).
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +64,18 @@ impl DataDir {
             .map_err(|error| format!("{}: {error}", self.path.join("link-key").display()))
     }
 
+    /// The key that signs Web Push requests (VAPID; generated and kept on first use).
+    pub fn vapid_key(&self) -> Result<crate::push::VapidKey, String> {
+        let text = self.token(None, "", "vapid-key")?;
+        crate::push::VapidKey::from_hex(&text)
+            .map_err(|error| format!("{}: {error}", self.path.join("vapid-key").display()))
+    }
+
+    /// The browsers' push subscriptions.
+    pub fn push_file(&self) -> PathBuf {
+        self.path.join("push.json")
+    }
+
     /// The named tokens' digests.
     pub fn tokens_file(&self) -> PathBuf {
         self.path.join("tokens.json")
@@ -100,7 +112,7 @@ impl DataDir {
     /// Says where the daemon listens, for client commands.
     pub fn write_info(&self, info: &DaemonInfo) -> Result<(), String> {
         let path = self.info_file();
-        write_private(&path, &serde_json::to_string(info).unwrap_or_default())
+        crate::files::write_private(&path, &serde_json::to_string(info).unwrap_or_default())
             .map_err(|error| format!("cannot write {}: {error}", path.display()))
     }
 
@@ -141,23 +153,8 @@ impl DataDir {
             }
         }
         let token = switchboard_transport::random::random_hex(32);
-        write_private(&path, &token)
+        crate::files::write_private(&path, &token)
             .map_err(|error| format!("cannot write the token to {}: {error}", path.display()))?;
         Ok(token)
     }
-}
-
-/// Writes `contents` to `path`, readable by the owner only.
-pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    file.write_all(contents.as_bytes())?;
-    // On the disk before anything renames it over an older file.
-    file.sync_all()?;
-    // An older file may have had wider permissions.
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
 }

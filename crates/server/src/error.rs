@@ -71,6 +71,18 @@ impl ApiError {
     }
 }
 
+impl From<crate::push::PushError> for ApiError {
+    fn from(error: crate::push::PushError) -> Self {
+        match error {
+            crate::push::PushError::Invalid(message) => ApiError::invalid(message),
+            crate::push::PushError::File(message) => {
+                tracing::error!("push subscriptions: {message}");
+                ApiError::internal("the push subscriptions could not be saved")
+            }
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(json!({"error": {"code": self.code, "message": self.message}})))

@@ -6,7 +6,9 @@
 //!   (`x-switchboard-signature: t=UNIX_SECONDS,v1=HEX` over `t.body`), with its idempotency key
 //!   in `x-switchboard-delivery`;
 //! - `ntfy`: a message to an ntfy topic with Approve, Deny and Open buttons;
-//! - `slack`: a Slack-compatible incoming webhook, with a button to the request's page.
+//! - `slack`: a Slack-compatible incoming webhook, with a button to the request's page;
+//! - Web Push ([`crate::push`]): one channel per browser subscribed from the web UI, added and
+//!   removed while the daemon runs.
 //!
 //! Delivery is at least once. The daemon queues a notice in the store's outbox
 //! ([`Store::enqueue_outbox`]) once the event it is about is stored, one item per channel,
@@ -16,7 +18,8 @@
 //! that restarts sends what was still waiting. A receiver that sees a key twice (its answer
 //! was lost) has had that notice already.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -28,7 +31,7 @@ use switchboard_store::{NewOutboxItem, OutboxItem, Store};
 use tokio::sync::{mpsc, watch, Notify};
 
 /// What a channel may be told about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Topic {
     /// A tool call waits for a person's permission.
@@ -42,6 +45,10 @@ pub enum Topic {
     /// A request still waits shortly before it times out (a minute before, or halfway for a
     /// timeout under two minutes).
     RequestExpiring,
+    /// A test a person asked for (`POST /api/push/subscriptions/{id}/test`); every channel
+    /// that is sent one takes it.
+    #[serde(skip)]
+    Test,
 }
 
 impl Topic {
@@ -54,6 +61,19 @@ impl Topic {
         Topic::RequestExpiring,
     ];
 
+    /// Topics by name; the error names one that is not a topic.
+    pub fn parse_all(names: &[String]) -> Result<Vec<Topic>, String> {
+        names
+            .iter()
+            .map(|name| {
+                Topic::ALL.into_iter().find(|topic| topic.as_str() == name).ok_or_else(|| {
+                    let known: Vec<&str> = Topic::ALL.iter().map(|topic| topic.as_str()).collect();
+                    format!("events: {name:?} is not one of {}", known.join(", "))
+                })
+            })
+            .collect()
+    }
+
     /// Its name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -62,6 +82,7 @@ impl Topic {
             Topic::SessionFinished => "session_finished",
             Topic::SessionFailed => "session_failed",
             Topic::RequestExpiring => "request_expiring",
+            Topic::Test => "test",
         }
     }
 }
@@ -76,6 +97,18 @@ pub enum ChannelKind {
     Ntfy,
     /// A Slack-compatible incoming webhook.
     Slack,
+    /// A browser's push subscription (made from the web UI, not the notify file).
+    #[serde(skip)]
+    WebPush,
+}
+
+/// A push subscription's channel: where its messages are encrypted to, and the device's name.
+#[derive(Debug, Clone)]
+pub struct PushChannel {
+    /// The browser's keys.
+    pub target: crate::push::Target,
+    /// What the person called the device.
+    pub device: String,
 }
 
 /// One channel of the notify file (`[[channel]]`).
@@ -106,6 +139,9 @@ pub struct ChannelConfig {
     /// waits this many seconds after it was asked (other notices it hears of at once).
     #[serde(default)]
     pub after_secs: Option<u64>,
+    /// A push subscription's keys ([`ChannelKind::WebPush`] only).
+    #[serde(skip)]
+    pub push: Option<PushChannel>,
 }
 
 impl std::fmt::Debug for ChannelConfig {
@@ -126,13 +162,39 @@ impl ChannelConfig {
             ChannelKind::Webhook => "webhook",
             ChannelKind::Ntfy => "ntfy",
             ChannelKind::Slack => "slack",
+            ChannelKind::WebPush => "web push",
         };
-        format!("{kind}:{}", self.name)
+        match &self.push {
+            Some(push) => format!("{kind}:{}", push.device),
+            None => format!("{kind}:{}", self.name),
+        }
     }
 
     /// Whether it is told about `topic`.
     pub fn wants(&self, topic: Topic) -> bool {
-        self.events.as_ref().is_none_or(|events| events.contains(&topic))
+        topic == Topic::Test || self.events.as_ref().is_none_or(|events| events.contains(&topic))
+    }
+
+    /// A push subscription's channel.
+    pub fn web_push(subscription: &crate::push::Subscription) -> Result<ChannelConfig, String> {
+        let target = crate::push::Target::from_keys(&subscription.p256dh, &subscription.auth)?;
+        let events =
+            subscription.events.as_ref().map(|events| Topic::parse_all(events)).transpose()?;
+        let device = match subscription.name.as_str() {
+            "" => format!("push-{}", &subscription.id[..8.min(subscription.id.len())]),
+            name => name.to_owned(),
+        };
+        Ok(ChannelConfig {
+            name: subscription.channel(),
+            kind: ChannelKind::WebPush,
+            url: subscription.endpoint.clone(),
+            secret: None,
+            token: None,
+            events,
+            ca_file: None,
+            after_secs: None,
+            push: Some(PushChannel { target, device }),
+        })
     }
 
     /// How long after a request is asked this channel hears of it (`None`: at once).
@@ -155,6 +217,15 @@ pub struct NotifyConfig {
     /// The longest wait between tries.
     #[serde(skip, default = "default_retry_max")]
     pub retry_max: Duration,
+    /// Web Push settings (`[push]`).
+    #[serde(default)]
+    pub push: crate::push::PushConfig,
+    /// The daemon's VAPID key (`DATA_DIR/vapid-key`; `None`: a new one for this run).
+    #[serde(skip)]
+    pub vapid_key: Option<crate::push::VapidKey>,
+    /// Where push subscriptions are kept (`DATA_DIR/push.json`; `None`: in memory).
+    #[serde(skip)]
+    pub push_file: Option<std::path::PathBuf>,
 }
 
 fn default_retry_initial() -> Duration {
@@ -171,6 +242,9 @@ impl Default for NotifyConfig {
             channels: Vec::new(),
             retry_initial: default_retry_initial(),
             retry_max: default_retry_max(),
+            push: crate::push::PushConfig::default(),
+            vapid_key: None,
+            push_file: None,
         }
     }
 }
@@ -240,6 +314,7 @@ impl NotifyConfig {
 
     /// Names are unique and well formed, URLs are http(s), webhooks have a secret.
     pub fn check(&self) -> Result<(), String> {
+        self.push.check()?;
         if self.channels.len() > MAX_CHANNELS {
             return Err(format!("at most {MAX_CHANNELS} channels"));
         }
@@ -304,45 +379,94 @@ pub struct Notice {
 }
 
 /// The daemon's side of notifications: queues notices for the channels and wakes their
-/// senders. `None` channels: it does nothing at all.
+/// senders; keeps the browsers' push subscriptions, each a channel of its own.
 pub struct Notifier {
-    channels: Arc<Vec<ChannelConfig>>,
+    shared: Arc<Shared>,
     queue: mpsc::UnboundedSender<Vec<NewOutboxItem>>,
 }
 
+/// What the notifier and its senders share.
+struct Shared {
+    store: Arc<dyn Store>,
+    closed: watch::Receiver<bool>,
+    retry_initial: Duration,
+    retry_max: Duration,
+    /// The notify file's channels, then one per push subscription.
+    channels: RwLock<Arc<Vec<ChannelConfig>>>,
+    /// What wakes each channel's sender, and stops it, by name.
+    wakers: std::sync::Mutex<HashMap<String, Waker>>,
+    /// Web Push.
+    push: Push,
+}
+
+/// Web Push: the daemon's key, who it says it is, where subscriptions may be, and them.
+struct Push {
+    key: crate::push::VapidKey,
+    subject: String,
+    config: crate::push::PushConfig,
+    subscriptions: crate::push::Subscriptions,
+}
+
+/// What wakes a channel's sender (new items) and stops it (its channel is gone).
+struct Waker {
+    wake: Arc<Notify>,
+    stop: watch::Sender<bool>,
+}
+
+/// Why a delivery did not go out.
+enum Failure {
+    /// Try it again later.
+    Retry(String),
+    /// The receiver will never take this one: forget it and go on.
+    Refused(String),
+    /// The receiver is gone for good (a push subscription that ended).
+    Gone,
+}
+
 impl Notifier {
-    /// Starts a sender per channel, and the task that queues what [`Notifier::queue`] is
-    /// given; they end when `closed` turns true. `None` without channels.
+    /// Starts a sender per channel and per push subscription kept, and the task that queues
+    /// what [`Notifier::queue`] is given; they end when `closed` turns true. `public_url` is
+    /// the daemon's, for the push services (who sends). An error when the push subscriptions
+    /// cannot be read.
     pub fn start(
         config: &NotifyConfig,
         store: Arc<dyn Store>,
         closed: watch::Receiver<bool>,
-    ) -> Option<Notifier> {
-        if config.channels.is_empty() {
-            return None;
+        public_url: Option<&str>,
+    ) -> Result<Notifier, String> {
+        let subscriptions = match &config.push_file {
+            Some(file) => crate::push::Subscriptions::load(file.clone())?,
+            None => crate::push::Subscriptions::in_memory(),
+        };
+        let subject = config.push.subject.clone().unwrap_or_else(|| match public_url {
+            Some(url) if url.starts_with("https://") => url.to_owned(),
+            _ => "mailto:switchboard@localhost".to_owned(),
+        });
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            closed,
+            retry_initial: config.retry_initial,
+            retry_max: config.retry_max,
+            channels: RwLock::new(Arc::new(Vec::new())),
+            wakers: std::sync::Mutex::new(HashMap::new()),
+            push: Push {
+                key: config.vapid_key.clone().unwrap_or_default(),
+                subject,
+                config: config.push.clone(),
+                subscriptions,
+            },
+        });
+        for channel in &config.channels {
+            shared.start(channel.clone());
         }
-        let channels = Arc::new(config.channels.clone());
-        let wakers: Vec<Arc<Notify>> = channels.iter().map(|_| Arc::new(Notify::new())).collect();
-        for (channel, wake) in channels.iter().zip(&wakers) {
-            let client = match http_client(channel.ca_file.as_deref()) {
-                Ok(client) => client,
-                Err(error) => {
-                    tracing::error!(channel = %channel.name, "no HTTPS client for the channel: {error}");
-                    continue;
-                }
-            };
-            let sender = Sender {
-                channel: channel.clone(),
-                store: store.clone(),
-                client,
-                wake: wake.clone(),
-                retry_initial: config.retry_initial,
-                retry_max: config.retry_max,
-            };
-            tokio::spawn(sender.run(closed.clone()));
+        for subscription in shared.push.subscriptions.list() {
+            match ChannelConfig::web_push(&subscription) {
+                Ok(channel) => shared.start(channel),
+                Err(error) => tracing::error!(subscription = %subscription.id, "{error}"),
+            }
         }
         let (queue, mut queued) = mpsc::unbounded_channel::<Vec<NewOutboxItem>>();
-        let names: Vec<String> = channels.iter().map(|channel| channel.name.clone()).collect();
+        let waking = shared.clone();
         tokio::spawn(async move {
             while let Some(items) = queued.recv().await {
                 // The store retries nothing here: a failure is logged, and the notice is lost
@@ -351,19 +475,22 @@ impl Notifier {
                     tracing::error!(%error, "notifications could not be queued");
                     continue;
                 }
-                for (name, wake) in names.iter().zip(&wakers) {
-                    if items.iter().any(|item| item.channel == *name) {
-                        wake.notify_one();
-                    }
+                for item in &items {
+                    waking.wake(&item.channel);
                 }
             }
         });
-        Some(Notifier { channels, queue })
+        Ok(Notifier { shared, queue })
     }
 
-    /// The channels.
-    pub fn channels(&self) -> &[ChannelConfig] {
-        &self.channels
+    /// The channels: the notify file's, then one per push subscription.
+    pub fn channels(&self) -> Arc<Vec<ChannelConfig>> {
+        self.shared.channels()
+    }
+
+    /// Whether there is no channel to tell anything (a cheap test before making notices).
+    pub fn is_idle(&self) -> bool {
+        self.shared.channels.read().is_ok_and(|channels| channels.is_empty())
     }
 
     /// Queues `notice` for the channels that want it and `pick` chooses, its link (for a
@@ -375,7 +502,7 @@ impl Notifier {
         link: impl Fn(&str) -> Option<String>,
     ) {
         let items: Vec<NewOutboxItem> = self
-            .channels
+            .channels()
             .iter()
             .filter(|channel| channel.wants(notice.topic) && pick(channel))
             .map(|channel| {
@@ -395,30 +522,143 @@ impl Notifier {
             let _ = self.queue.send(items);
         }
     }
+
+    /// The public key browsers subscribe with (base64url).
+    pub fn push_key(&self) -> String {
+        self.shared.push.key.public_key()
+    }
+
+    /// The push subscriptions.
+    pub fn push_subscriptions(&self) -> Vec<crate::push::Subscription> {
+        self.shared.push.subscriptions.list()
+    }
+
+    /// Adds a browser's subscription (by the token `by`) and starts its sender; the same
+    /// endpoint again replaces the old one's keys. It, and whether it is new; the error says
+    /// what is wrong with it.
+    pub fn subscribe(
+        &self,
+        new: crate::push::NewSubscription,
+        by: &str,
+    ) -> Result<(crate::push::Subscription, bool), crate::push::PushError> {
+        let push = &self.shared.push;
+        if let Some(events) = &new.events {
+            Topic::parse_all(events).map_err(crate::push::PushError::Invalid)?;
+        }
+        let (subscription, created) = push.subscriptions.add(new, by, &push.config)?;
+        let channel =
+            ChannelConfig::web_push(&subscription).map_err(crate::push::PushError::Invalid)?;
+        self.shared.drop_channel(&channel.name);
+        self.shared.start(channel);
+        Ok((subscription, created))
+    }
+
+    /// Removes a subscription: its sender ends and what waited for it is forgotten. It, if
+    /// there was one.
+    pub fn unsubscribe(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::push::Subscription>, crate::push::PushError> {
+        let removed = self.shared.push.subscriptions.remove(id)?;
+        if let Some(subscription) = &removed {
+            self.shared.drop_channel(&subscription.channel());
+        }
+        Ok(removed)
+    }
+}
+
+impl Shared {
+    fn channels(&self) -> Arc<Vec<ChannelConfig>> {
+        self.channels.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    fn wakers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waker>> {
+        self.wakers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn wake(&self, channel: &str) {
+        if let Some(waker) = self.wakers().get(channel) {
+            waker.wake.notify_one();
+        }
+    }
+
+    /// Adds `channel` and starts its sender (a channel without an HTTPS client is logged and
+    /// left out).
+    fn start(self: &Arc<Shared>, channel: ChannelConfig) {
+        let client = match http_client(channel.ca_file.as_deref()) {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(channel = %channel.name, "no HTTPS client for the channel: {error}");
+                return;
+            }
+        };
+        let wake = Arc::new(Notify::new());
+        let (stop, stopped) = watch::channel(false);
+        self.wakers().insert(channel.name.clone(), Waker { wake: wake.clone(), stop });
+        {
+            let mut channels =
+                self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut next = channels.as_ref().clone();
+            next.push(channel.clone());
+            *channels = Arc::new(next);
+        }
+        let sender = Sender { channel, shared: self.clone(), client, wake, stopped };
+        tokio::spawn(sender.run());
+    }
+
+    /// Removes the channel `name`: its sender ends, and forgets what waited for it unless
+    /// another sender took the channel over.
+    fn drop_channel(&self, name: &str) {
+        {
+            let mut channels =
+                self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if channels.iter().any(|channel| channel.name == name) {
+                let next =
+                    channels.iter().filter(|channel| channel.name != name).cloned().collect();
+                *channels = Arc::new(next);
+            }
+        }
+        if let Some(waker) = self.wakers().remove(name) {
+            waker.stop.send_replace(true);
+        }
+    }
 }
 
 /// One channel's sender.
 struct Sender {
     channel: ChannelConfig,
-    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
     client: HttpClient,
     wake: Arc<Notify>,
-    retry_initial: Duration,
-    retry_max: Duration,
+    /// Turns true when its channel is removed.
+    stopped: watch::Receiver<bool>,
 }
 
 impl Sender {
     /// Sends what waits, in order, each until its receiver takes it; then waits for more.
-    async fn run(self, mut closed: watch::Receiver<bool>) {
-        let mut backoff = self.retry_initial;
+    /// Ends when the daemon closes, or when its channel is removed (forgetting what waited
+    /// then, unless another sender took the channel over).
+    async fn run(self) {
+        let shared = self.shared.clone();
+        let mut closed = shared.closed.clone();
+        let mut stopped = self.stopped.clone();
+        let mut backoff = shared.retry_initial;
         loop {
             if *closed.borrow() {
                 return;
             }
-            let waiting = match self.store.outbox(&self.channel.name, 32).await {
+            if *stopped.borrow() {
+                if !shared.wakers().contains_key(&self.channel.name) {
+                    if let Err(error) = shared.store.outbox_forget(&self.channel.name).await {
+                        tracing::warn!(channel = %self.channel.name, %error, "the removed channel's notifications stay queued");
+                    }
+                }
+                return;
+            }
+            let waiting = match shared.store.outbox(&self.channel.name, 32).await {
                 Ok(waiting) => {
                     if waiting.is_empty() {
-                        backoff = self.retry_initial;
+                        backoff = shared.retry_initial;
                     }
                     waiting
                 }
@@ -426,55 +666,76 @@ impl Sender {
                     tracing::warn!(channel = %self.channel.name, %error, retry_in = ?backoff, "the outbox cannot be read");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
+                        _ = stopped.changed() => {}
                         changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
                     }
-                    backoff = (backoff * 2).min(self.retry_max);
+                    backoff = (backoff * 2).min(shared.retry_max);
                     continue;
                 }
             };
             if waiting.is_empty() {
                 tokio::select! {
                     () = self.wake.notified() => {}
+                    _ = stopped.changed() => {}
                     changed = closed.changed() => if changed.is_err() { return },
                 }
                 continue;
             }
             for item in waiting {
                 loop {
-                    match self.deliver(&item).await {
-                        Ok(()) => {
-                            backoff = self.retry_initial;
-                            if let Err(error) = self.store.outbox_done(item.id).await {
-                                tracing::warn!(channel = %self.channel.name, %error, "a sent notification stays queued");
+                    let outcome = self.deliver(&item).await;
+                    let done = match &outcome {
+                        Ok(()) => true,
+                        Err(Failure::Refused(why)) => {
+                            tracing::warn!(channel = %self.channel.name, key = %item.key, "a notification was refused for good, and dropped: {why}");
+                            true
+                        }
+                        Err(Failure::Gone) => {
+                            tracing::info!(channel = %self.channel.name, "the push subscription ended (its service says it is gone): removed");
+                            let id = self.channel.name.trim_start_matches("push-");
+                            if let Err(error) = shared.push.subscriptions.remove(id) {
+                                tracing::warn!(channel = %self.channel.name, "{error}");
                             }
+                            shared.drop_channel(&self.channel.name);
                             break;
                         }
-                        Err(why) => {
+                        Err(Failure::Retry(why)) => {
                             tracing::warn!(
                                 channel = %self.channel.name,
                                 key = %item.key,
                                 retry_in = ?backoff,
                                 "a notification was not taken: {why}"
                             );
-                            tokio::select! {
-                                () = tokio::time::sleep(backoff) => {}
-                                changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
-                            }
-                            backoff = (backoff * 2).min(self.retry_max);
+                            false
                         }
+                    };
+                    if done {
+                        backoff = shared.retry_initial;
+                        if let Err(error) = shared.store.outbox_done(item.id).await {
+                            tracing::warn!(channel = %self.channel.name, %error, "a sent notification stays queued");
+                        }
+                        break;
                     }
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        _ = stopped.changed() => break,
+                        changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
+                    }
+                    backoff = (backoff * 2).min(shared.retry_max);
+                }
+                if *stopped.borrow() {
+                    break;
                 }
             }
         }
     }
 
     /// One try: `Ok` when the receiver answered `2xx`.
-    async fn deliver(&self, item: &OutboxItem) -> Result<(), String> {
-        use axum::http::Request;
-        let notice: Value = serde_json::from_str(&item.body).map_err(|error| error.to_string())?;
-        let post = |url: &str| {
-            Request::post(url).header(axum::http::header::CONTENT_TYPE, "application/json")
-        };
+    async fn deliver(&self, item: &OutboxItem) -> Result<(), Failure> {
+        use axum::http::{header, Request};
+        let notice: Value = serde_json::from_str(&item.body)
+            .map_err(|error| Failure::Refused(error.to_string()))?;
+        let post = |url: &str| Request::post(url).header(header::CONTENT_TYPE, "application/json");
         let request = match self.channel.kind {
             ChannelKind::Webhook => {
                 let secret = self.channel.secret.as_deref().unwrap_or_default();
@@ -486,37 +747,79 @@ impl Sender {
                     .body(Full::new(Bytes::from(item.body.clone())))
             }
             ChannelKind::Ntfy => {
-                let (server, topic) =
-                    ntfy_topic(&self.channel.url).ok_or("not an ntfy topic url")?;
+                let (server, topic) = ntfy_topic(&self.channel.url)
+                    .ok_or(Failure::Refused("not an ntfy topic url".into()))?;
                 let mut request = post(server);
                 if let Some(token) = &self.channel.token {
-                    request = request
-                        .header(axum::http::header::AUTHORIZATION, format!("Bearer {token}"));
+                    request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
                 }
                 request.body(Full::new(Bytes::from(ntfy_message(topic, &notice).to_string())))
             }
             ChannelKind::Slack => post(&self.channel.url)
                 .body(Full::new(Bytes::from(slack_message(&notice).to_string()))),
+            ChannelKind::WebPush => self.web_push(&notice)?,
         };
-        // The error says what went wrong, never the URL (an ntfy topic or a Slack webhook URL
-        // is a secret).
-        let request = request.map_err(|_| "the request could not be made (a bad header value)")?;
+        // The error says what went wrong, never the URL (an ntfy topic, a Slack webhook URL or
+        // a push endpoint is a secret).
+        let request = request.map_err(|_| {
+            Failure::Refused("the request could not be made (a bad header value)".into())
+        })?;
         let response = tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request))
             .await
-            .map_err(|_| format!("no answer within {} s", DELIVERY_TIMEOUT.as_secs()))?
+            .map_err(|_| {
+                Failure::Retry(format!("no answer within {} s", DELIVERY_TIMEOUT.as_secs()))
+            })?
             .map_err(|error| {
-                if error.is_connect() {
+                Failure::Retry(if error.is_connect() {
                     "could not connect".to_owned()
                 } else {
                     "the request failed".to_owned()
-                }
+                })
             })?;
         let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the receiver answered {status}"))
+        match (status.as_u16(), self.channel.kind) {
+            _ if status.is_success() => Ok(()),
+            // RFC 8030 §7.3: the subscription expired or was removed.
+            (404 | 410, ChannelKind::WebPush) => Err(Failure::Gone),
+            // A push service's other 4xx (too large, a bad key) are this message's for good.
+            (400..=499, ChannelKind::WebPush) if !matches!(status.as_u16(), 408 | 429) => {
+                Err(Failure::Refused(format!("the push service answered {status}")))
+            }
+            _ => Err(Failure::Retry(format!("the receiver answered {status}"))),
         }
+    }
+
+    /// A push message (RFC 8030): the notice cut to fit, encrypted to the browser (RFC 8291),
+    /// signed as this daemon's (RFC 8292). It lives until its request would time out (a day
+    /// for other notices), and a request's is urgent.
+    fn web_push(
+        &self,
+        notice: &Value,
+    ) -> Result<Result<axum::http::Request<Full<Bytes>>, axum::http::Error>, Failure> {
+        use axum::http::{header, Request};
+        let push = &self.shared.push;
+        let target = &self.channel.push.as_ref().ok_or(Failure::Gone)?.target;
+        let endpoint: axum::http::Uri = self.channel.url.parse().map_err(|_| Failure::Gone)?;
+        let body = target.encrypt(&crate::push::message(notice)).map_err(Failure::Refused)?;
+        let now_ms = switchboard_store::now_ms();
+        let ttl = match notice["request"]["expires_ms"].as_u64() {
+            Some(expires_ms) => expires_ms.saturating_sub(now_ms) / 1000,
+            None => 24 * 3600,
+        };
+        let urgent = matches!(
+            notice["event"].as_str(),
+            Some("permission_requested" | "question" | "request_expiring")
+        );
+        Ok(Request::post(endpoint.clone())
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .header(header::CONTENT_ENCODING, "aes128gcm")
+            .header("ttl", ttl)
+            .header("urgency", if urgent { "high" } else { "normal" })
+            .header(
+                header::AUTHORIZATION,
+                push.key.authorization(&endpoint, &push.subject, now_ms / 1000),
+            )
+            .body(Full::new(Bytes::from(body))))
     }
 }
 

@@ -331,7 +331,7 @@ impl Tokens {
     /// not start with tokens it cannot account for.
     pub fn load(admin: &str, file: PathBuf) -> Result<Tokens, TokenError> {
         let mut tokens = Tokens::new(admin);
-        let stored: TokensFile = match read_bounded(&file) {
+        let stored: TokensFile = match crate::files::read_bounded(&file, MAX_TOKENS_FILE_BYTES) {
             Ok(text) => serde_json::from_str(&text).map_err(|error| {
                 TokenError::File(format!("{} is unreadable: {error}", file.display()))
             })?,
@@ -473,9 +473,7 @@ impl Tokens {
         tokens.sort_by(|a, b| a.name.cmp(&b.name));
         let text = serde_json::to_string_pretty(&TokensFile { tokens })
             .map_err(|error| TokenError::File(error.to_string()))?;
-        let temporary = file.with_extension("json.new");
-        crate::data_dir::write_private(&temporary, &text)
-            .and_then(|()| std::fs::rename(&temporary, file))
+        crate::files::replace_private(file, &text)
             .map_err(|error| TokenError::File(format!("cannot write {}: {error}", file.display())))
     }
 }
@@ -499,17 +497,6 @@ impl Entry {
 
 /// The largest tokens file read (a thousand tokens take about 150 KB).
 const MAX_TOKENS_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
-/// `file`'s text, refused past [`MAX_TOKENS_FILE_BYTES`].
-fn read_bounded(file: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    std::fs::File::open(file)?.take(MAX_TOKENS_FILE_BYTES + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_TOKENS_FILE_BYTES {
-        return Err(std::io::Error::other("it is larger than 4 MiB"));
-    }
-    Ok(text)
-}
 
 /// A name: 1–64 of letters, digits, `.`, `_`, `-`, starting with a letter or digit.
 fn check_name(name: &str) -> Result<(), TokenError> {

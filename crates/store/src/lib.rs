@@ -153,6 +153,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn outbox(&self, channel: &str, limit: usize) -> Result<Vec<OutboxItem>, StoreError>;
     /// A notification went out: it waits no more.
     async fn outbox_done(&self, id: u64) -> Result<(), StoreError>;
+    /// Forgets everything waiting for `channel` (a channel that is gone, such as a browser's
+    /// push subscription that ended).
+    async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError>;
 }
 
 /// A notification to queue ([`Store::enqueue_outbox`]).

@@ -182,4 +182,9 @@ impl Store for MemoryStore {
         self.lock()?.outbox.retain(|item| item.id != id);
         Ok(())
     }
+
+    async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError> {
+        self.lock()?.outbox.retain(|item| item.channel != channel);
+        Ok(())
+    }
 }

@@ -150,6 +150,7 @@ enum WriteOp {
     UpdateSession(SessionRecord),
     EnqueueOutbox(Vec<crate::NewOutboxItem>),
     OutboxDone(u64),
+    OutboxForget(String),
 }
 
 struct Write {
@@ -748,6 +749,9 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
         WriteOp::OutboxDone(id) => {
             connection.execute("DELETE FROM outbox WHERE id = ?1", params![*id as i64])?;
         }
+        WriteOp::OutboxForget(channel) => {
+            connection.execute("DELETE FROM outbox WHERE channel = ?1", params![channel])?;
+        }
     }
     Ok(())
 }
@@ -978,6 +982,10 @@ impl Store for SqliteStore {
 
     async fn outbox_done(&self, id: u64) -> Result<(), StoreError> {
         self.write(WriteOp::OutboxDone(id)).await
+    }
+
+    async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError> {
+        self.write(WriteOp::OutboxForget(channel.to_owned())).await
     }
 }
 

@@ -12,6 +12,13 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(buffer)
 }
 
+/// `N` random bytes from the OS (see [`random_hex`] for when it panics).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buffer = [0u8; N];
+    getrandom::fill(&mut buffer).expect("the operating system's random source failed");
+    buffer
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

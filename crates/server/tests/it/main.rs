@@ -16,6 +16,7 @@ mod grpc;
 mod links;
 mod matrix;
 mod notify;
+mod push;
 mod scopes;
 mod terminal;
 mod ui;
@@ -1950,6 +1951,9 @@ impl Store for FailingStore {
     }
     async fn outbox_done(&self, id: u64) -> Result<(), switchboard_store::StoreError> {
         self.inner.outbox_done(id).await
+    }
+    async fn outbox_forget(&self, channel: &str) -> Result<(), switchboard_store::StoreError> {
+        self.inner.outbox_forget(channel).await
     }
 }
 

@@ -112,14 +112,16 @@ fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
         events: None,
         ca_file: None,
         after_secs: None,
+        push: None,
     }
 }
 
-fn fast(channels: Vec<ChannelConfig>) -> NotifyConfig {
+pub(crate) fn fast(channels: Vec<ChannelConfig>) -> NotifyConfig {
     NotifyConfig {
         channels,
         retry_initial: Duration::from_millis(20),
         retry_max: Duration::from_millis(200),
+        ..NotifyConfig::default()
     }
 }
 

@@ -568,6 +568,15 @@ async fn browser() {
                 .when_prompt("LINKAPPROVE"),
             )
             .reply(Reply::text("Approved from a link.").when_tool_result_contains("LINK_MARK"))
+            // Pushed to a phone (Web Push), answered through the pushed link.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch from-push.txt && echo PUSH_MARK", "description": "by a push"}),
+                )
+                .when_prompt("PUSHAPPROVE"),
+            )
+            .reply(Reply::text("Approved from a push.").when_tool_result_contains("PUSH_MARK"))
             .reply(
                 Reply::tool_use(
                     "Write",
@@ -594,7 +603,11 @@ async fn browser() {
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     seed_long_session(&store, "long-session", 1000).await;
-    let server = Server::start(store, &api, &sandbox).await;
+    // The browser test's push service listens on 127.0.0.1.
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.notify.push.hosts = vec!["127.0.0.1".into()];
+    })
+    .await;
 
     let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
         .map(PathBuf::from)
