@@ -854,6 +854,28 @@ try {
     service.close();
   });
 
+  await step('a session paused at its budget: the page says why, and raising it lets it go on', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    const made = await (await fetch(`${base}/api/sessions`, {
+      method: 'POST', headers, body: JSON.stringify({ cwd: workdir, prompt: 'BUDGET please', max_budget_usd: 0.000001 }),
+    })).json();
+    await page.goto(`${base}/#/s/${made.id}`);
+    const bar = page.locator('.paused-bar');
+    await bar.waitFor();
+    assert.match(await bar.locator('.why').textContent(), /^Paused: its budget of \$0\.000001 is spent/);
+    await badge().filter({ hasText: 'paused: budget' }).waitFor();
+    assert.equal(await page.locator('.session-item.current .badge').textContent(), 'paused: budget');
+    await shot('session-paused-budget.png');
+    await bar.locator('input.budget-input').fill('5');
+    await bar.locator('button.raise').click();
+    await badge().filter({ hasText: /^idle$/ }).waitFor();
+    assert.equal(await bar.isVisible(), false);
+    const session = await (await fetch(`${base}/api/sessions/${made.id}`, { headers })).json();
+    assert.equal(session.config.max_budget_usd, 5);
+    await send('AFTER RAISE');
+    await transcript().locator('.msg.assistant').nth(1).waitFor();
+  });
+
   await step('dark mode follows the system', async () => {
     await page.emulateMedia({ colorScheme: 'dark' });
     const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);

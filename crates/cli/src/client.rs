@@ -797,6 +797,10 @@ enum TokenCommand {
         /// manage tokens).
         #[arg(long, value_parser = ["read", "approve", "operate", "admin"])]
         scope: String,
+        /// What turns this token starts may spend per day (UTC), in US dollars; past it, its
+        /// sessions pause and it starts nothing more that day (`PATCH /api/budget` changes it).
+        #[arg(long, value_name = "USD")]
+        daily_budget_usd: Option<f64>,
     },
     /// List the tokens: name, scope, when made and last used (never the tokens).
     List,
@@ -813,9 +817,18 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
     let result = async {
         let client = args.connection.client()?;
         match args.command {
-            TokenCommand::Create { name, scope } => {
+            TokenCommand::Create { name, scope, daily_budget_usd } => {
+                if let Some(usd) = daily_budget_usd {
+                    switchboard_server::budget::check_limit("--daily-budget-usd", usd)?;
+                }
                 let body = json!({"name": name, "scope": scope});
-                let made = client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
+                let mut made =
+                    client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
+                if let Some(usd) = daily_budget_usd {
+                    let limit = json!({"token_daily_usd": {&name: usd}});
+                    client.request(reqwest::Method::PATCH, "/api/budget", Some(limit)).await?;
+                    made["daily_budget_usd"] = json!(usd);
+                }
                 if json_output {
                     println!("{made}");
                 } else {

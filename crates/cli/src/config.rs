@@ -9,6 +9,7 @@
 //! claude = "/usr/local/bin/claude"  # SWITCHBOARD_CLAUDE   (--claude)
 //! notify = "notify.toml"            # SWITCHBOARD_NOTIFY   (serve --notify)
 //! public_url = "https://sb.example" # SWITCHBOARD_PUBLIC_URL (serve --public-url)
+//! daily_budget_usd = 20             # SWITCHBOARD_DAILY_BUDGET_USD (serve --daily-budget-usd)
 //! ```
 
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ struct Config {
     claude: Option<PathBuf>,
     notify: Option<PathBuf>,
     public_url: Option<String>,
+    daily_budget_usd: Option<f64>,
 }
 
 /// Where the config file is looked for.
@@ -68,6 +70,10 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_POLICY", policy),
         ("SWITCHBOARD_NOTIFY", anchored(config.notify)),
         ("SWITCHBOARD_PUBLIC_URL", config.public_url.map(PathBuf::from)),
+        (
+            "SWITCHBOARD_DAILY_BUDGET_USD",
+            config.daily_budget_usd.map(|usd| PathBuf::from(usd.to_string())),
+        ),
         // A bare program name (`claude`) is looked up on PATH, as on the command line.
         (
             "SWITCHBOARD_CLAUDE",

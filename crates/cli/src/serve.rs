@@ -58,6 +58,11 @@ pub(crate) struct ServeArgs {
     /// questions and finished or failed turns, with one-tap links (docs/notifications.md).
     #[arg(long, value_name = "FILE", env = "SWITCHBOARD_NOTIFY")]
     notify: Option<std::path::PathBuf>,
+    /// What all sessions together may spend per day (UTC), in US dollars, as their CLIs report
+    /// it; reached, sessions pause until it is raised (PATCH /api/budget) or the day ends.
+    /// Kept in the data directory (budget.json) when given; default: what was set before.
+    #[arg(long, value_name = "USD", env = "SWITCHBOARD_DAILY_BUDGET_USD")]
+    daily_budget_usd: Option<f64>,
     /// A loader variable (`LD_PRELOAD`, `NODE_OPTIONS`, ...) that a session's `env` may set
     /// all the same; refused otherwise. Repeat for more.
     #[arg(long, value_name = "NAME")]
@@ -200,6 +205,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         links: LinkConfig {
             key: Some(data_dir.link_key().map_err(|message| (1, message))?),
             public_url: Some(public_url(args.public_url.as_deref(), address)?),
+        },
+        budget: switchboard_server::budget::BudgetConfig {
+            file: Some(data_dir.budget_file()),
+            daily_usd: args.daily_budget_usd,
         },
         notify: NotifyConfig {
             vapid_key: Some(data_dir.vapid_key().map_err(|message| (1, message))?),

@@ -64,6 +64,8 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(list_tokens)),
         route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
         route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
+        route("GET", "/api/budget", Guard::Api(Scope::Read), get(budget)),
+        route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(change_budget)),
         route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(push_key)),
         route("GET", "/api/push/subscriptions", Guard::Api(Scope::Admin), get(push_subscriptions)),
         route("POST", "/api/push/subscriptions", Guard::Api(Scope::Approve), post(push_subscribe)),
@@ -264,6 +266,9 @@ pub(crate) struct SessionView {
     pub(crate) pending_permissions: Vec<PendingPermission>,
     /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
     disconnected_since_ms: Option<u64>,
+    /// Why the session is paused (`state` is `paused`): the budget it reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: Option<String>,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
@@ -278,7 +283,8 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
         ),
         None => (Vec::new(), None),
     };
-    SessionView { record, running, pending_permissions, disconnected_since_ms }
+    let paused = daemon.paused(&record.id);
+    SessionView { record, running, pending_permissions, disconnected_since_ms, paused }
 }
 
 async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {
@@ -334,6 +340,20 @@ async fn revoke_token(
     let revoked = tokens(&auth)?.revoke(&name)?;
     tracing::info!(%name, by = %caller.name, "token revoked");
     Ok(Json(revoked))
+}
+
+async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {
+    Json(daemon.budget())
+}
+
+async fn change_budget(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Body(change): Body<crate::budget::LimitChange>,
+) -> Result<Json<crate::budget::Spend>, ApiError> {
+    let spend = daemon.change_budget(&change)?;
+    tracing::info!(by = %caller.name, daily_usd = ?spend.daily_usd, "daily budgets changed");
+    Ok(Json(spend))
 }
 
 async fn push_key(State(daemon): State<Arc<Daemon>>) -> Json<Value> {
@@ -453,6 +473,9 @@ async fn delete_session(
 struct AmendBody {
     title: Option<String>,
     archived: Option<bool>,
+    /// A new budget (`null`: none).
+    #[serde(default, deserialize_with = "crate::budget::some_or_null")]
+    max_budget_usd: Option<Option<f64>>,
 }
 
 /// Renames a session or puts it away (`{"title"}`, `{"archived"}`, or both).
@@ -461,10 +484,11 @@ async fn amend_session(
     Path(id): Path<String>,
     Body(body): Body<AmendBody>,
 ) -> Result<Json<SessionView>, ApiError> {
-    if body.title.is_none() && body.archived.is_none() {
-        return Err(ApiError::invalid("give `title`, `archived`, or both"));
+    if body.title.is_none() && body.archived.is_none() && body.max_budget_usd.is_none() {
+        return Err(ApiError::invalid("give `title`, `archived`, `max_budget_usd`, or several"));
     }
-    let record = daemon.amend(&id, body.title.as_deref(), body.archived).await?;
+    let record =
+        daemon.amend(&id, body.title.as_deref(), body.archived, body.max_budget_usd).await?;
     Ok(Json(view(&daemon, record)))
 }
 

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use switchboard_protocol::PermissionMode;
 use switchboard_session::{
     EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
-    SessionEvents, SessionHandle, SinkFuture, WarmCli, WarmPool, WarmStatus,
+    SessionEvents, SessionHandle, SessionState, SinkFuture, WarmCli, WarmPool, WarmStatus,
 };
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
@@ -92,6 +92,8 @@ pub struct DaemonConfig {
     pub links: crate::links::LinkConfig,
     /// Where notifications go (`switchboard serve --notify FILE`).
     pub notify: crate::notify::NotifyConfig,
+    /// Daily budgets ([`crate::budget`]).
+    pub budget: crate::budget::BudgetConfig,
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -205,6 +207,10 @@ pub struct CreateSession {
     /// `--max-turns`.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// What the session may spend (US dollars, as its CLI reports it): reached, the session
+    /// pauses until a person raises it.
+    #[serde(default)]
+    pub max_budget_usd: Option<f64>,
     /// MCP servers (`--mcp-config`): each a JSON config (`{"mcpServers": {...}}`) or a path
     /// to one.
     #[serde(default)]
@@ -254,6 +260,8 @@ pub struct Launch {
     pub append_system_prompt: Option<String>,
     /// `--max-turns`.
     pub max_turns: Option<u32>,
+    /// What the session may spend ([`CreateSession::max_budget_usd`]).
+    pub max_budget_usd: Option<f64>,
     /// MCP servers (`--mcp-config`).
     pub mcp_config: Vec<String>,
     /// The CLI binary.
@@ -278,6 +286,7 @@ impl From<&CreateSession> for Launch {
             system_prompt: request.system_prompt.clone(),
             append_system_prompt: request.append_system_prompt.clone(),
             max_turns: request.max_turns,
+            max_budget_usd: request.max_budget_usd,
             mcp_config: request.mcp_config.clone(),
             claude: request.claude.clone(),
             transport: request.transport.clone(),
@@ -317,6 +326,9 @@ pub enum DaemonError {
     /// Something inside the daemon failed (a poisoned lock, a task that died).
     #[error("internal error: {0}")]
     Internal(String),
+    /// A budget is spent: the sentence says which, and how to go on.
+    #[error("{0}")]
+    Budget(String),
 }
 
 /// One item of a subscription.
@@ -362,6 +374,8 @@ struct LiveSession {
     /// Who started the turn of each waiting request (the session's own table of them does
     /// not know): filled by the pump, emptied as they are decided.
     started_by: Mutex<HashMap<String, String>>,
+    /// Why the session is paused (a budget it reached), while it is.
+    paused: Mutex<Option<String>>,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -380,6 +394,7 @@ impl LiveSession {
         if is_terminal(&record) {
             projector.set_transcript();
         }
+        projector.continue_from_cost(record.cost_usd);
         LiveSession {
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
@@ -391,7 +406,21 @@ impl LiveSession {
             record_dirty: std::sync::atomic::AtomicBool::new(false),
             sender: Mutex::new(None),
             started_by: Mutex::new(HashMap::new()),
+            paused: Mutex::new(None),
         }
+    }
+
+    /// Why the session is paused, if it is.
+    fn paused(&self) -> Option<String> {
+        self.paused.lock().ok().and_then(|paused| paused.clone())
+    }
+
+    /// Pauses the session for `why`, or (`None`) lets it go on; whether it was paused.
+    fn set_paused(&self, why: Option<String>) -> bool {
+        self.paused
+            .lock()
+            .map(|mut paused| std::mem::replace(&mut *paused, why).is_some())
+            .unwrap_or(false)
     }
 
     /// Notes who sent the CLI its latest message.
@@ -529,6 +558,8 @@ pub struct Daemon {
     notifier: crate::notify::Notifier,
     /// Dropped with the daemon: the notification senders end.
     _notifying: watch::Sender<bool>,
+    /// Daily budgets and today's spend ([`DaemonConfig::budget`]).
+    budgets: crate::budget::Budgets,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -566,7 +597,16 @@ impl Daemon {
             config.links.public_url.as_deref(),
         )
         .map_err(DaemonError::Invalid)?;
+        if let Some(daily) = config.budget.daily_usd {
+            crate::budget::check_limit("the daily budget", daily).map_err(DaemonError::Invalid)?;
+        }
+        let budgets = match &config.budget.file {
+            Some(file) => crate::budget::Budgets::load(file.clone(), config.budget.daily_usd)
+                .map_err(DaemonError::Invalid)?,
+            None => crate::budget::Budgets::in_memory(config.budget.daily_usd),
+        };
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
+            budgets,
             link_key,
             notifier,
             _notifying: notifying,
@@ -849,6 +889,12 @@ impl Daemon {
         by: &str,
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
+        if let Some(why) = self.live(id).and_then(|live| live.paused()) {
+            return Err(DaemonError::Budget(format!(
+                "session {id} is paused: {why}; raise its budget (PATCH /api/sessions/{id} with max_budget_usd) or the daily one (PATCH /api/budget), or stop it"
+            )));
+        }
+        self.daily_limit(Some(by))?;
         let terminal = self
             .live(id)
             .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
@@ -867,6 +913,134 @@ impl Daemon {
         if let Some(live) = self.live(id) {
             live.set_sender(Some(by.to_owned()));
         }
+    }
+
+    /// Why the session `id` is paused, if it is.
+    pub fn paused(&self, id: &str) -> Option<String> {
+        self.live(id).and_then(|live| live.paused())
+    }
+
+    /// Today's spend and the daily limits.
+    pub fn budget(&self) -> crate::budget::Spend {
+        self.budgets.today()
+    }
+
+    /// Changes the daily limits; sessions they paused go on if no limit holds them any more
+    /// (and sessions now over one pause).
+    pub fn change_budget(
+        self: &Arc<Self>,
+        change: &crate::budget::LimitChange,
+    ) -> Result<crate::budget::Spend, DaemonError> {
+        let spend = self.budgets.change(change).map_err(DaemonError::Invalid)?;
+        let live: Vec<(String, Arc<LiveSession>)> = self
+            .sessions
+            .lock()
+            .map(|sessions| sessions.iter().map(|(id, live)| (id.clone(), live.clone())).collect())
+            .unwrap_or_default();
+        for (id, live) in live {
+            if live.handle().is_some() {
+                self.check_budget(&id, &live);
+            }
+        }
+        Ok(spend)
+    }
+
+    /// A daily limit that refuses new work started by `by` (who asks), if one does.
+    fn daily_limit(&self, by: Option<&str>) -> Result<(), DaemonError> {
+        match self.budgets.over(by.and_then(crate::budget::token_of)) {
+            Some(why) => Err(DaemonError::Budget(format!(
+                "{why}; an admin raises it (PATCH /api/budget), or it starts again tomorrow (UTC)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// What the session's turns cost (`usd`): today's spend, the daemon's and the token's
+    /// that sent the CLI its latest message; then the session pauses if a limit is reached.
+    fn spend(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>, usd: f64) {
+        let sender = live.sender();
+        self.budgets.charge(sender.as_deref().and_then(crate::budget::token_of), usd);
+        self.check_budget(id, live);
+    }
+
+    /// The limit the session is over, if any: its own `max_budget_usd`, the daemon's daily
+    /// one, or that of the token that sent its latest message.
+    fn over_budget(&self, live: &LiveSession) -> Option<String> {
+        let (cost, max) = live
+            .record
+            .lock()
+            .map(|record| {
+                (record.cost_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
+            })
+            .ok()?;
+        if let Some(max) = max.filter(|max| cost >= *max) {
+            return Some(format!(
+                "its budget of {} is spent ({})",
+                crate::budget::dollars(max),
+                crate::budget::dollars(cost)
+            ));
+        }
+        let sender = live.sender();
+        self.budgets.over(sender.as_deref().and_then(crate::budget::token_of))
+    }
+
+    /// Pauses the session if a limit is reached (interrupting a turn that runs, telling the
+    /// channels), or lets a paused one go on once none is.
+    fn check_budget(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>) {
+        let why = self.over_budget(live);
+        let was_paused = live.set_paused(why.clone());
+        let state = live.handle().map(|handle| handle.snapshot().state);
+        match (was_paused, why) {
+            (false, Some(why)) => {
+                tracing::info!(session = %id, "paused: {why}");
+                if let Ok(mut record) = live.record.lock() {
+                    if !is_final_state(&record.state) {
+                        record.state = "paused".into();
+                    }
+                }
+                self.record_changed(live);
+                // A turn still running (a subagent's result crossed the limit, or a queued
+                // message began) stops here.
+                if let (Some(handle), Some(state)) = (live.handle(), state) {
+                    if matches!(state, SessionState::Working | SessionState::AwaitingPermission) {
+                        tokio::spawn(async move {
+                            let _ = handle.interrupt().await;
+                        });
+                    }
+                }
+                self.tell_budget(id, live, &why);
+            }
+            (true, None) => {
+                tracing::info!(session = %id, "goes on: its budget allows it");
+                if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
+                    record.state = state.as_str().to_owned();
+                }
+                self.record_changed(live);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells the channels a session paused at a budget.
+    fn tell_budget(self: &Arc<Self>, id: &str, live: &LiveSession, why: &str) {
+        if self.notifier.is_idle() {
+            return;
+        }
+        let (title, cwd) = live
+            .record
+            .lock()
+            .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
+            .unwrap_or_default();
+        let name = if title.is_empty() { id.to_owned() } else { title.clone() };
+        let told = Told {
+            topic: crate::notify::Topic::BudgetReached,
+            key: format!("{id}:budget:{}", now_ms()),
+            title: format!("Paused (budget): {name}"),
+            text: format!("Paused: {why}. Raise the budget to go on, or stop the session."),
+            request: None,
+            extra: json!({"budget": {"reason": why}}),
+        };
+        tell(self, &self.notifier, id, &json!({"id": id, "title": title, "cwd": cwd}), told);
     }
 
     /// How often CLI sockets are pinged.
@@ -1063,6 +1237,10 @@ impl Daemon {
                 "resume_at needs resume (the Claude session id)".into(),
             ));
         }
+        if let Some(max) = request.max_budget_usd {
+            crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
+        }
+        self.daily_limit(request.started_by.as_deref())?;
         let launch = Launch::from(&request);
         let (config, transport) = self
             .session_config(
@@ -1150,6 +1328,14 @@ impl Daemon {
         let launch: Launch = serde_json::from_value(record.config.clone()).map_err(|error| {
             DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
         })?;
+        if let Some(max) = launch.max_budget_usd.filter(|max| record.cost_usd >= *max) {
+            return Err(DaemonError::Budget(format!(
+                "session {id}'s budget of {} is spent ({}); raise it first (PATCH /api/sessions/{id} with max_budget_usd)",
+                crate::budget::dollars(max),
+                crate::budget::dollars(record.cost_usd)
+            )));
+        }
+        self.daily_limit(None)?;
         let (config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
@@ -1449,17 +1635,24 @@ impl Daemon {
             "claude_session_id": record.claude_session_id,
             "permission_mode": record.permission_mode, "title": record.title,
             "archived": record.archived, "disconnected_since_ms": disconnected_since_ms,
+            "paused": self.paused(&record.id),
         }));
     }
 
-    /// A person renames a session or puts it away (`None`: unchanged). A title is trimmed,
-    /// must not be empty, and is kept to [`MAX_TITLE_CHARS`] characters.
+    /// A person renames a session, puts it away, or changes its budget (`None`: unchanged;
+    /// a budget of `Some(None)` is removed). A title is trimmed, must not be empty, and is
+    /// kept to [`MAX_TITLE_CHARS`] characters. A session paused at its budget goes on once
+    /// the new one allows it (and one over the new budget pauses).
     pub async fn amend(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         title: Option<&str>,
         archived: Option<bool>,
+        max_budget_usd: Option<Option<f64>>,
     ) -> Result<SessionRecord, DaemonError> {
+        if let Some(Some(max)) = max_budget_usd {
+            crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
+        }
         let title = match title.map(str::trim) {
             Some("") => return Err(DaemonError::Invalid("the title is empty".into())),
             Some(title) if title.chars().count() > MAX_TITLE_CHARS => {
@@ -1481,6 +1674,9 @@ impl Daemon {
             if let Some(archived) = archived {
                 record.archived = archived;
             }
+            if let (Some(max), Some(config)) = (max_budget_usd, record.config.as_object_mut()) {
+                config.insert("max_budget_usd".into(), json!(max));
+            }
         };
         let _writing = self.record_writes.lock().await;
         if let Some(live) = self.live(id) {
@@ -1494,6 +1690,10 @@ impl Daemon {
             };
             self.store.update_session(&record).await?;
             self.announce(&record);
+            if max_budget_usd.is_some() && live.handle().is_some() {
+                self.check_budget(id, &live);
+                return Ok(current_record(&live).unwrap_or(record));
+            }
             return Ok(record);
         }
         let mut record = self
@@ -2189,9 +2389,13 @@ async fn publish(
         return false;
     }
     let mut turn_ends = Vec::new();
-    let changed = project(live, batch, &mut turn_ends);
+    let mut spent = 0.0;
+    let changed = project(live, batch, &mut turn_ends, &mut spent);
     if !daemon.notifier.is_idle() {
         notify(daemon, &daemon.notifier, id, live, batch, &turn_ends, *seq);
+    }
+    if spent > 0.0 {
+        daemon.spend(id, live, spent);
     }
     *seq += records.len() as u64;
     if relay {
@@ -2517,7 +2721,12 @@ fn current_record(live: &LiveSession) -> Option<SessionRecord> {
 /// The record reads only the session's one projection (state, model, mode, cost, and, where
 /// the record has none yet, a title from the first prompt and the cwd a CLI that connected on
 /// its own reports).
-fn project(live: &LiveSession, batch: &[SessionEvent], turn_ends: &mut Vec<TurnEnd>) -> bool {
+fn project(
+    live: &LiveSession,
+    batch: &[SessionEvent],
+    turn_ends: &mut Vec<TurnEnd>,
+    spent: &mut f64,
+) -> bool {
     let Ok(mut projector) = live.projector.lock() else { return false };
     let mut changed = false;
     for (index, event) in batch.iter().enumerate() {
@@ -2531,6 +2740,12 @@ fn project(live: &LiveSession, batch: &[SessionEvent], turn_ends: &mut Vec<TurnE
         );
         projector.apply(event, &mut |update| {
             changed |= update.changes_summary();
+            // What the batch's turns (a subagent's too) cost, for the budgets.
+            if let switchboard_session::Update::TurnEnded { cost_usd, .. } = &update {
+                if cost_usd.is_finite() && *cost_usd > 0.0 {
+                    *spent += cost_usd;
+                }
+            }
             // The main conversation's turns that ended, for notifications (a subagent's
             // result is not the session's).
             if let switchboard_session::Update::TurnEnded {
@@ -2552,7 +2767,9 @@ fn project(live: &LiveSession, batch: &[SessionEvent], turn_ends: &mut Vec<TurnE
     let Ok(mut record) = live.record.lock() else { return false };
     let view = projector.view();
     if let Some(state) = view.state {
-        record.state = state.as_str().to_owned();
+        // A paused session reads so until it is let go on or ends.
+        let paused = !state.is_final() && live.paused().is_some();
+        record.state = if paused { "paused".to_owned() } else { state.as_str().to_owned() };
     }
     if view.claude_session_id.is_some() {
         record.claude_session_id.clone_from(&view.claude_session_id);

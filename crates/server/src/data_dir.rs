@@ -6,6 +6,7 @@
 //! - `token`: the API token (admin); `ingress-token`: the relay's token for externally launched
 //!   CLIs; `tokens.json`: the named tokens' digests; `link-key`: what signs approval links;
 //! - `vapid-key`: what signs Web Push requests; `push.json`: the browsers' push subscriptions;
+//! - `budget.json`: the daily budgets and today's spend;
 //! - `daemon.json`: where the running daemon listens ([`DaemonInfo`]), for client commands;
 //! - `cli-runs.json`: the CLIs running now ([`crate::DaemonConfig::runs_file`]).
 
@@ -69,6 +70,11 @@ impl DataDir {
         let text = self.token(None, "", "vapid-key")?;
         crate::push::VapidKey::from_hex(&text)
             .map_err(|error| format!("{}: {error}", self.path.join("vapid-key").display()))
+    }
+
+    /// The daily budgets and today's spend.
+    pub fn budget_file(&self) -> PathBuf {
+        self.path.join("budget.json")
     }
 
     /// The browsers' push subscriptions.

@@ -126,6 +126,7 @@ impl From<DaemonError> for ApiError {
                 message: error.to_string(),
             },
             DaemonError::Internal(_) => ApiError::internal(error.to_string()),
+            DaemonError::Budget(_) => ApiError::conflict("budget_reached", error.to_string()),
             DaemonError::ShuttingDown => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "shutting_down",

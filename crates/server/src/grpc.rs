@@ -222,6 +222,7 @@ impl Switchboard for Api {
             system_prompt: request.system_prompt,
             append_system_prompt: request.append_system_prompt,
             max_turns: request.max_turns,
+            max_budget_usd: request.max_budget_usd,
             mcp_config: request.mcp_config,
             claude: request.claude.map(Into::into),
             transport: request.transport,
@@ -798,6 +799,7 @@ fn status_named(state: &str) -> pb::Status {
         "compacting" => pb::Status::Compacting,
         "exited" => pb::Status::Exited,
         "crashed" => pb::Status::Crashed,
+        "paused" => pb::Status::Paused,
         _ => pb::Status::Unspecified,
     }
 }

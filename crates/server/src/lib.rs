@@ -9,6 +9,7 @@
 pub mod api;
 mod approval;
 pub mod auth;
+pub mod budget;
 mod compat;
 pub mod daemon;
 pub mod data_dir;

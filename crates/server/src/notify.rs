@@ -45,6 +45,8 @@ pub enum Topic {
     /// A request still waits shortly before it times out (a minute before, or halfway for a
     /// timeout under two minutes).
     RequestExpiring,
+    /// A session paused at a budget.
+    BudgetReached,
     /// A test a person asked for (`POST /api/push/subscriptions/{id}/test`); every channel
     /// that is sent one takes it.
     #[serde(skip)]
@@ -53,12 +55,13 @@ pub enum Topic {
 
 impl Topic {
     /// Every topic.
-    pub const ALL: [Topic; 5] = [
+    pub const ALL: [Topic; 6] = [
         Topic::PermissionRequested,
         Topic::Question,
         Topic::SessionFinished,
         Topic::SessionFailed,
         Topic::RequestExpiring,
+        Topic::BudgetReached,
     ];
 
     /// Topics by name; the error names one that is not a topic.
@@ -82,6 +85,7 @@ impl Topic {
             Topic::SessionFinished => "session_finished",
             Topic::SessionFailed => "session_failed",
             Topic::RequestExpiring => "request_expiring",
+            Topic::BudgetReached => "budget_reached",
             Topic::Test => "test",
         }
     }

@@ -558,6 +558,18 @@ mod tests {
         let again = Tokens::load("the-daemons-own-token", file.clone()).unwrap();
         let caller = again.caller(&phone.token).expect("the token works after a restart");
         assert_eq!((&*caller.name, caller.scope), ("phone", Scope::Approve));
+        // What budgets read back from a sender's record: the token, and nothing a client says.
+        let who = caller.clone().through(Some("loop".into())).who("api", None);
+        assert_eq!(crate::budget::token_of(&who), Some("phone"));
+        let forged = caller.who("api", Some("token admin (x)".into()));
+        assert_eq!(crate::budget::token_of(&forged), Some("phone"), "not the client's: {forged}");
+        let forged =
+            Caller::unnamed("local", Scope::Admin).who("api", Some("token admin (x)".into()));
+        assert_eq!(crate::budget::token_of(&forged), None, "{forged}");
+        assert_eq!(
+            crate::budget::token_of(&Caller::unnamed("local", Scope::Admin).who("api", None)),
+            None
+        );
         let admin = again.caller("the-daemons-own-token").unwrap();
         assert_eq!((&*admin.name, admin.scope), (ADMIN_NAME, Scope::Admin));
         assert!(again.caller("sb_0000").is_none() && again.caller("").is_none());

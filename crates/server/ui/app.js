@@ -288,6 +288,7 @@ function stateLabel(session) {
   if (session.disconnected_since_ms && !['exited', 'crashed'].includes(session.state)) {
     return ['disconnected', `disconnected since ${new Date(session.disconnected_since_ms).toLocaleTimeString()}`];
   }
+  if (session.state === 'paused') return ['paused', 'paused: budget'];
   return [session.state ?? 'starting', session.state ?? 'starting'];
 }
 
@@ -632,6 +633,7 @@ function watchDashboard() {
           running: !['exited', 'crashed'].includes(change.state),
           pending_permissions: known.length === change.pending_permissions ? known : new Array(change.pending_permissions).fill({}),
           disconnected_since_ms: change.disconnected_since_ms ?? null,
+          paused: change.paused ?? null,
         });
         sessions.set(session.id, session);
         if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') {
@@ -1224,7 +1226,14 @@ class SessionView {
     this.waitingBar = el('div', { class: 'waiting-bar', hidden: true, role: 'status' }, icon('bell'),
       el('span', { class: 'what' }), el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
     this.composer = this.makeComposer();
-    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.composer);
+    // A session paused at a budget: why, and what a person may do (raise it, or stop).
+    this.budgetInput = el('input', { type: 'number', min: '0', step: '0.5', class: 'budget-input', 'aria-label': 'New budget in US dollars' });
+    this.pausedBar = el('div', { class: 'paused-bar', hidden: true, role: 'status' },
+      el('span', { class: 'why' }),
+      el('label', { class: 'raise needs-operate' }, '$', this.budgetInput),
+      el('button', { type: 'button', class: 'primary raise needs-operate', onclick: () => this.raiseBudget() }, 'Raise and go on'),
+      el('button', { type: 'button', class: 'stop needs-operate', onclick: () => this.stop() }, 'Stop'));
+    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
     this.transcript = new Transcript(id);
     this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
     // Following the end: true until the person scrolls away from it, again once they are back.
@@ -1425,6 +1434,37 @@ class SessionView {
     h.resume.hidden = running || terminal;
     h.fork.hidden = !session.claude_session_id;
     h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
+    this.drawPaused(session);
+  }
+
+  drawPaused(session) {
+    const paused = session.state === 'paused';
+    const own = paused && !/daily budget/.test(session.paused ?? '');
+    this.pausedBar.hidden = !paused;
+    if (!paused) return;
+    $('.why', this.pausedBar).textContent = `Paused: ${session.paused ?? 'a budget is spent'}.`;
+    for (const control of this.pausedBar.querySelectorAll('.raise')) control.hidden = !own;
+    if (own && document.activeElement !== this.budgetInput) {
+      // A suggestion: twice what it has cost, at least a dollar more.
+      const cost = session.cost_usd ?? 0;
+      this.budgetInput.value = String(Math.ceil(Math.max(cost * 2, cost + 1)));
+    }
+  }
+
+  async raiseBudget() {
+    const usd = Number(this.budgetInput.value);
+    if (!Number.isFinite(usd) || usd <= 0) { toast('A budget is a number of dollars.'); return; }
+    try {
+      const session = await api('PATCH', `/api/sessions/${this.id}`, { max_budget_usd: usd });
+      sessions.set(this.id, { ...sessions.get(this.id), ...session });
+      this.header();
+      renderList();
+      if (session.state === 'paused') toast(`Still paused: ${session.paused}`);
+    } catch (error) { toast(error.message); }
+  }
+
+  async stop() {
+    try { await api('DELETE', `/api/sessions/${this.id}`); } catch (error) { toast(error.message); }
   }
 
   rename() {

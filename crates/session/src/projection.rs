@@ -432,6 +432,13 @@ impl Projector {
         Projector { no_partial_inputs: true, ..Self::default() }
     }
 
+    /// Goes on from a session whose reported cost so far is `total_usd` (a record's, when the
+    /// daemon takes a stored session up again): the next result's cost is its step from there.
+    pub fn continue_from_cost(&mut self, total_usd: f64) {
+        self.last_total_cost = total_usd;
+        self.view.cost_usd = total_usd;
+    }
+
     /// The session's lines are an interactive CLI's transcript
     /// ([`switchboard_protocol::transcript`]): its prompts are the CLI's own `user` lines (ours,
     /// typed into its terminal, show when the CLI writes them), and a turn ends at

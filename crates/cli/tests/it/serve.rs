@@ -999,6 +999,21 @@ async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
     assert!(stderr.contains("a token named phone exists"), "{stderr}");
     let (code, _, stderr) = client(data.path(), &["token", "create", "x", "--scope", "root"]).await;
     assert_eq!(code, Some(2), "clap refuses an unknown scope: {stderr}");
+    // A token with a daily budget of its own.
+    let (code, made, stderr) = client(
+        data.path(),
+        &["token", "create", "ci", "--scope", "operate", "--daily-budget-usd", "2.5", "--json"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&made).unwrap()["daily_budget_usd"], 2.5);
+    let (code, _, stderr) = client(
+        data.path(),
+        &["token", "create", "ci2", "--scope", "operate", "--daily-budget-usd=-1"],
+    )
+    .await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--daily-budget-usd is a number of US dollars"), "{stderr}");
 
     let status = |url: String, token: String, method: reqwest::Method| async move {
         let response = reqwest::Client::new()
@@ -1033,20 +1048,37 @@ async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
     let pid = nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     daemon.child.wait().await.unwrap();
-    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--daily-budget-usd", "7"]).await;
     let sessions = format!("{}/api/sessions", daemon.url);
     assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::GET).await, 200);
+    // The budgets were kept (the token's), and the flag set the daemon's.
+    let admin = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let budget: Value = reqwest::Client::new()
+        .get(format!("{}/api/budget", daemon.url))
+        .bearer_auth(admin.trim())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (budget["daily_usd"].as_f64(), budget["token_daily_usd"]["ci"].as_f64()),
+        (Some(7.0), Some(2.5)),
+        "{budget}"
+    );
 
     let (code, list, _) = client(data.path(), &["token", "list"]).await;
     assert_eq!(code, Some(0));
     let lines: Vec<&str> = list.lines().collect();
     assert!(lines[0].starts_with("NAME") && lines[1].starts_with("admin"), "{list}");
-    assert!(lines[2].starts_with("phone") && lines[2].contains("approve"), "{list}");
+    assert!(lines[2].starts_with("ci") && lines[3].starts_with("phone"), "{list}");
+    assert!(lines[3].contains("approve"), "{list}");
     assert!(!list.contains(&phone), "{list}");
     let (_, json_list, _) = client(data.path(), &["token", "list", "--json"]).await;
     let json_list: Value = serde_json::from_str(&json_list).unwrap();
-    assert_eq!(json_list[1]["name"], "phone");
-    assert!(json_list[1]["last_used_ms"].is_u64(), "{json_list}");
+    assert_eq!(json_list[2]["name"], "phone");
+    assert!(json_list[2]["last_used_ms"].is_u64(), "{json_list}");
 
     let (code, revoked, stderr) = client(data.path(), &["token", "revoke", "phone"]).await;
     assert_eq!((code, revoked.trim()), (Some(0), "revoked phone"), "{stderr}");

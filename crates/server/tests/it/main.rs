@@ -11,6 +11,7 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scen
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+mod budget;
 mod drops;
 mod grpc;
 mod links;
@@ -67,6 +68,7 @@ impl Server {
                 public_url: Some(format!("http://{address}")),
             },
             notify: Default::default(),
+            budget: Default::default(),
         };
         let mut config = config;
         configure(&mut config);

@@ -23,21 +23,21 @@ const SECRET: &str = "webhook-secret-0123456789";
 /// What a receiver got: each request's headers and body, in order; it answers `503` while
 /// `down` is above zero (counting down), `200` after.
 #[derive(Default)]
-struct Received {
+pub(crate) struct Received {
     requests: Vec<(HeaderMap, String)>,
     down: usize,
     refused: usize,
 }
 
 #[derive(Clone, Default)]
-struct Receiver {
+pub(crate) struct Receiver {
     got: Arc<Mutex<Received>>,
     changed: Arc<tokio::sync::Notify>,
 }
 
 impl Receiver {
     /// Serves on port 0; its base URL.
-    async fn start(&self) -> String {
+    pub(crate) async fn start(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let app = self.router();
@@ -74,7 +74,10 @@ impl Receiver {
     }
 
     /// What was taken (headers, the body as sent, parsed), once `done` holds for the bodies.
-    async fn until(&self, done: impl Fn(&[Value]) -> bool) -> Vec<(HeaderMap, String, Value)> {
+    pub(crate) async fn until(
+        &self,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<(HeaderMap, String, Value)> {
         tokio::time::timeout(WAIT, async {
             loop {
                 let changed = self.changed.notified();
@@ -101,7 +104,7 @@ impl Receiver {
     }
 }
 
-fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
+pub(crate) fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConfig {
     let secret = (kind == ChannelKind::Webhook).then(|| SECRET.to_owned());
     ChannelConfig {
         name: name.into(),
@@ -136,7 +139,7 @@ fn signed(headers: &HeaderMap, body: &str) -> bool {
     header == switchboard_server::notify::signature(SECRET, timestamp, body)
 }
 
-fn keys(bodies: &[Value], event: &str) -> Vec<String> {
+pub(crate) fn keys(bodies: &[Value], event: &str) -> Vec<String> {
     bodies
         .iter()
         .filter(|body| body["event"] == event)
