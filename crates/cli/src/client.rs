@@ -826,7 +826,15 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                     client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
                 if let Some(usd) = daily_budget_usd {
                     let limit = json!({"token_daily_usd": {&name: usd}});
-                    client.request(reqwest::Method::PATCH, "/api/budget", Some(limit)).await?;
+                    // The token exists now: shown even if its budget could not be set.
+                    if let Err(error) =
+                        client.request(reqwest::Method::PATCH, "/api/budget", Some(limit)).await
+                    {
+                        println!("{}", made["token"].as_str().unwrap_or_default());
+                        return Err(format!(
+                            "token {name} was made (above, shown once), but its daily budget was not set: {error}"
+                        ));
+                    }
                     made["daily_budget_usd"] = json!(usd);
                 }
                 if json_output {

@@ -333,12 +333,15 @@ async fn create_token(
 }
 
 async fn revoke_token(
+    State(daemon): State<Arc<Daemon>>,
     Extension(auth): Extension<AuthConfig>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<crate::tokens::TokenInfo>, ApiError> {
     let revoked = tokens(&auth)?.revoke(&name)?;
-    tracing::info!(%name, by = %caller.name, "token revoked");
+    // Its devices hear no more (a push carries links that answer without a token).
+    let devices = daemon.notifier().unsubscribe_by(&name).await;
+    tracing::info!(%name, by = %caller.name, devices, "token revoked");
     Ok(Json(revoked))
 }
 
@@ -395,7 +398,7 @@ async fn push_unsubscribe(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    match daemon.notifier().unsubscribe(&id)? {
+    match daemon.notifier().unsubscribe(&id).await? {
         Some(_) => {
             tracing::info!(%id, by = %caller.name, "push subscription removed");
             Ok(StatusCode::NO_CONTENT)

@@ -24,7 +24,7 @@ pub struct BudgetConfig {
 }
 
 /// The largest budget file read.
-const MAX_FILE_BYTES: u64 = 256 * 1024;
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The most tokens with a daily limit of their own.
 pub const MAX_TOKEN_LIMITS: usize = 1000;

@@ -207,6 +207,10 @@ pub struct CreateSession {
     /// `--max-turns`.
     #[serde(default)]
     pub max_turns: Option<u32>,
+    /// The notify file's channels that hear of this session (default: its policy's, else
+    /// every channel; `web-push`: every browser subscribed).
+    #[serde(default)]
+    pub notify: Option<Vec<String>>,
     /// What the session may spend (US dollars, as its CLI reports it): reached, the session
     /// pauses until a person raises it.
     #[serde(default)]
@@ -260,6 +264,8 @@ pub struct Launch {
     pub append_system_prompt: Option<String>,
     /// `--max-turns`.
     pub max_turns: Option<u32>,
+    /// The channels that hear of it ([`CreateSession::notify`]).
+    pub notify: Option<Vec<String>>,
     /// What the session may spend ([`CreateSession::max_budget_usd`]).
     pub max_budget_usd: Option<f64>,
     /// MCP servers (`--mcp-config`).
@@ -287,6 +293,7 @@ impl From<&CreateSession> for Launch {
             append_system_prompt: request.append_system_prompt.clone(),
             max_turns: request.max_turns,
             max_budget_usd: request.max_budget_usd,
+            notify: request.notify.clone(),
             mcp_config: request.mcp_config.clone(),
             claude: request.claude.clone(),
             transport: request.transport.clone(),
@@ -376,6 +383,10 @@ struct LiveSession {
     started_by: Mutex<HashMap<String, String>>,
     /// Why the session is paused (a budget it reached), while it is.
     paused: Mutex<Option<String>>,
+    /// Who hears of it: its policy's `[notify]`, with its own `notify` channels.
+    route: Mutex<switchboard_session::NotifyRoute>,
+    /// Held while its budget is checked and its pause changed (by its pump, a person's raise).
+    budget_check: Mutex<()>,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -407,7 +418,14 @@ impl LiveSession {
             sender: Mutex::new(None),
             started_by: Mutex::new(HashMap::new()),
             paused: Mutex::new(None),
+            route: Mutex::new(switchboard_session::NotifyRoute::default()),
+            budget_check: Mutex::new(()),
         }
+    }
+
+    /// Who hears of the session.
+    fn route(&self) -> switchboard_session::NotifyRoute {
+        self.route.lock().map(|route| route.clone()).unwrap_or_default()
     }
 
     /// Why the session is paused, if it is.
@@ -445,6 +463,8 @@ impl LiveSession {
         run.number += 1;
         run.handle = handle;
         self.finished.send_replace(false);
+        // A new run is not paused (a resume is refused while a budget holds it).
+        self.set_paused(None);
         Ok(run.number)
     }
 
@@ -801,7 +821,7 @@ impl Daemon {
         let (link, slot) = switchboard_transport::sdk_url::external(&id);
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;
-        self.run(record.clone(), handle, events, 0, None).await?;
+        self.run(record.clone(), handle, events, 0, None, Default::default()).await?;
         let _ = self
             .dashboard
             .send(json!({"event": "session_created", "session": public_record(record.clone())}));
@@ -872,7 +892,7 @@ impl Daemon {
         let snapshot = handle.watch();
         self.store.create_session(&record).await?;
         self.note_started(&id, 0, false, false, true).await?;
-        self.run(record.clone(), handle, events, 1, None).await?;
+        self.run(record.clone(), handle, events, 1, None, Default::default()).await?;
         let _ = self
             .dashboard
             .send(json!({"event": "session_created", "session": public_record(record.clone())}));
@@ -889,12 +909,7 @@ impl Daemon {
         by: &str,
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
-        if let Some(why) = self.live(id).and_then(|live| live.paused()) {
-            return Err(DaemonError::Budget(format!(
-                "session {id} is paused: {why}; raise its budget (PATCH /api/sessions/{id} with max_budget_usd) or the daily one (PATCH /api/budget), or stop it"
-            )));
-        }
-        self.daily_limit(Some(by))?;
+        self.may_send(id, by)?;
         let terminal = self
             .live(id)
             .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
@@ -945,6 +960,45 @@ impl Daemon {
         Ok(spend)
     }
 
+    /// A route names only channels there are: the notify file's, or `web-push`.
+    fn check_route(&self, route: &switchboard_session::NotifyRoute) -> Result<(), DaemonError> {
+        route.check().map_err(DaemonError::Invalid)?;
+        let channels = self.notifier.channels();
+        let known = |name: &str| {
+            name == crate::notify::WEB_PUSH
+                || channels.iter().any(|channel| {
+                    channel.name == name && channel.kind != crate::notify::ChannelKind::WebPush
+                })
+        };
+        let named =
+            route.channels.iter().flatten().chain(route.escalate.iter().map(|step| &step.channel));
+        for name in named {
+            if !known(name) {
+                return Err(DaemonError::Invalid(format!(
+                    "notify: there is no channel {name:?} (the notify file's channels, or {:?} for the browsers subscribed to Web Push)",
+                    crate::notify::WEB_PUSH
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `by` may send session `id` a message now: not while it is paused (checked
+    /// again first: a daily limit ends with its day), nor past a daily limit of `by`'s.
+    pub fn may_send(&self, id: &str, by: &str) -> Result<(), DaemonError> {
+        if let Some(live) = self.live(id) {
+            if live.paused().is_some() {
+                self.lift_pause(id, &live);
+            }
+            if let Some(why) = live.paused() {
+                return Err(DaemonError::Budget(format!(
+                    "session {id} is paused: {why}; raise its budget (PATCH /api/sessions/{id} with max_budget_usd) or the daily one (PATCH /api/budget), or stop it"
+                )));
+            }
+        }
+        self.daily_limit(Some(by))
+    }
+
     /// A daily limit that refuses new work started by `by` (who asks), if one does.
     fn daily_limit(&self, by: Option<&str>) -> Result<(), DaemonError> {
         match self.budgets.over(by.and_then(crate::budget::token_of)) {
@@ -960,6 +1014,15 @@ impl Daemon {
     fn spend(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>, usd: f64) {
         let sender = live.sender();
         self.budgets.charge(sender.as_deref().and_then(crate::budget::token_of), usd);
+        // What the session spent in all, over every run and CLI (a CLI's own total may start
+        // again from zero on a resume): kept in its record.
+        if let Ok(mut record) = live.record.lock() {
+            let spent = record.config.get("spent_usd").and_then(Value::as_f64).unwrap_or(0.0);
+            if let Some(config) = record.config.as_object_mut() {
+                config.insert("spent_usd".into(), json!(spent + usd));
+            }
+        }
+        self.record_changed(live);
         self.check_budget(id, live);
     }
 
@@ -970,7 +1033,9 @@ impl Daemon {
             .record
             .lock()
             .map(|record| {
-                (record.cost_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
+                let spent = record.config.get("spent_usd").and_then(Value::as_f64);
+                let max = record.config.get("max_budget_usd").and_then(Value::as_f64);
+                (spent.unwrap_or(0.0).max(record.cost_usd), max)
             })
             .ok()?;
         if let Some(max) = max.filter(|max| cost >= *max) {
@@ -984,40 +1049,48 @@ impl Daemon {
         self.budgets.over(sender.as_deref().and_then(crate::budget::token_of))
     }
 
+    /// Lets a paused session go on if no limit holds it any more.
+    fn lift_pause(&self, id: &str, live: &Arc<LiveSession>) {
+        let _checking = live.budget_check.lock();
+        if live.paused().is_none() || self.over_budget(live).is_some() {
+            return;
+        }
+        live.set_paused(None);
+        tracing::info!(session = %id, "goes on: its budget allows it");
+        let state = live.handle().map(|handle| handle.snapshot().state);
+        if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
+            record.state = state.as_str().to_owned();
+        }
+        self.record_changed(live);
+    }
+
     /// Pauses the session if a limit is reached (interrupting a turn that runs, telling the
     /// channels), or lets a paused one go on once none is.
     fn check_budget(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>) {
-        let why = self.over_budget(live);
-        let was_paused = live.set_paused(why.clone());
+        let Some(why) = self.over_budget(live) else {
+            return self.lift_pause(id, live);
+        };
+        let _checking = live.budget_check.lock();
+        let was_paused = live.set_paused(Some(why.clone()));
+        // A turn running while paused (a subagent's result crossed the limit, or a message
+        // the CLI had queued began) stops here.
         let state = live.handle().map(|handle| handle.snapshot().state);
-        match (was_paused, why) {
-            (false, Some(why)) => {
-                tracing::info!(session = %id, "paused: {why}");
-                if let Ok(mut record) = live.record.lock() {
-                    if !is_final_state(&record.state) {
-                        record.state = "paused".into();
-                    }
-                }
-                self.record_changed(live);
-                // A turn still running (a subagent's result crossed the limit, or a queued
-                // message began) stops here.
-                if let (Some(handle), Some(state)) = (live.handle(), state) {
-                    if matches!(state, SessionState::Working | SessionState::AwaitingPermission) {
-                        tokio::spawn(async move {
-                            let _ = handle.interrupt().await;
-                        });
-                    }
-                }
-                self.tell_budget(id, live, &why);
+        if matches!(state, Some(SessionState::Working | SessionState::AwaitingPermission)) {
+            if let Some(handle) = live.handle() {
+                tokio::spawn(async move {
+                    let _ = handle.interrupt().await;
+                });
             }
-            (true, None) => {
-                tracing::info!(session = %id, "goes on: its budget allows it");
-                if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
-                    record.state = state.as_str().to_owned();
+        }
+        if !was_paused {
+            tracing::info!(session = %id, "paused: {why}");
+            if let Ok(mut record) = live.record.lock() {
+                if !is_final_state(&record.state) {
+                    record.state = "paused".into();
                 }
-                self.record_changed(live);
             }
-            _ => {}
+            self.record_changed(live);
+            self.tell_budget(id, live, &why);
         }
     }
 
@@ -1040,7 +1113,8 @@ impl Daemon {
             request: None,
             extra: json!({"budget": {"reason": why}}),
         };
-        tell(self, &self.notifier, id, &json!({"id": id, "title": title, "cwd": cwd}), told);
+        let session = json!({"id": id, "title": title, "cwd": cwd});
+        tell(self, &self.notifier, id, &session, &live.route(), told);
     }
 
     /// How often CLI sockets are pinged.
@@ -1267,6 +1341,7 @@ impl Daemon {
             config: serde_json::to_value(&launch).unwrap_or(Value::Null),
         };
         self.check_transport(&config, &transport).await?;
+        self.check_route(&route_of(&config.policy, &record))?;
         let warm = match transport {
             // A resumed or forked conversation is chosen at launch: never a warm CLI's.
             Transport::Stdio if request.resume.is_none() => self.warm.take(&config).await,
@@ -1339,6 +1414,7 @@ impl Daemon {
         let (config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
+        self.check_route(&route_of(&config.policy, &record))?;
         let last = self.store.last_seq(id).await?;
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
@@ -1490,10 +1566,11 @@ impl Daemon {
         last_seq: u64,
         prompt: Option<Prompt>,
     ) -> Result<(), DaemonError> {
+        let route = route_of(&config.policy, &record);
         if let Some(warm) = warm {
             match warm.into_session(config.clone()) {
                 Ok((handle, events)) => {
-                    return self.run(record, handle, events, last_seq, prompt).await;
+                    return self.run(record, handle, events, last_seq, prompt, route).await;
                 }
                 // The pool hands out only CLIs that fit: this one is ended, and a new one started.
                 Err(unfit) => {
@@ -1517,7 +1594,7 @@ impl Daemon {
         };
         let link = spawned.map_err(|error| DaemonError::Session(error.into()))?;
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
-        self.run(record, handle, events, last_seq, prompt).await
+        self.run(record, handle, events, last_seq, prompt, route).await
     }
 
     /// Registers a started session and its pump.
@@ -1528,6 +1605,7 @@ impl Daemon {
         events: SessionEvents,
         last_seq: u64,
         prompt: Option<Prompt>,
+        route: switchboard_session::NotifyRoute,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
         let (live, number) = match self.go_live(record, Some(handle.clone())) {
@@ -1555,6 +1633,9 @@ impl Daemon {
         // A new run starts with no sender but its first prompt's (a resumed CLI's turns are
         // not the last run's sender's).
         live.set_sender(prompt.as_ref().and_then(|(_, by)| by.clone()));
+        if let Ok(mut slot) = live.route.lock() {
+            *slot = route;
+        }
         events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
         if let Some((prompt, _)) = prompt {
@@ -1784,6 +1865,11 @@ impl Daemon {
             (record, 0)
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
+        // The same CLI goes on: its next result's cost is a step from its last total.
+        let total = live.projector.lock().map(|projector| projector.view().cost_usd).unwrap_or(0.0);
+        if let Ok(mut projector) = next.projector.lock() {
+            projector.continue_from_cost(total);
+        }
         drop(writing);
         if let Ok(mut current) = self.relay_current.lock() {
             if current.as_deref() == Some(id) {
@@ -2396,6 +2482,13 @@ async fn publish(
     }
     if spent > 0.0 {
         daemon.spend(id, live, spent);
+    } else if live.paused().is_some()
+        && batch
+            .iter()
+            .any(|event| matches!(event, SessionEvent::State { to: SessionState::Working, .. }))
+    {
+        // A turn began while paused (one the CLI had queued): it stops.
+        daemon.check_budget(id, live);
     }
     *seq += records.len() as u64;
     if relay {
@@ -2520,8 +2613,9 @@ fn notify(
         }
     }
     notices.sort_by_key(|(index, _)| *index);
+    let route = live.route();
     for (_, told) in notices {
-        tell(daemon, notifier, id, &session, told);
+        tell(daemon, notifier, id, &session, &route, told);
     }
 }
 
@@ -2542,6 +2636,7 @@ fn tell(
     notifier: &crate::notify::Notifier,
     id: &str,
     session: &Value,
+    route: &switchboard_session::NotifyRoute,
     told: Told,
 ) {
     use crate::notify::{Notice, Topic};
@@ -2556,11 +2651,11 @@ fn tell(
     let notice = Notice { topic, key, body, request: request.clone() };
     let link =
         |channel: &str| request.as_ref().map(|pending| daemon.approval_link(id, pending, channel));
-    notifier.queue(&notice, |channel| channel.escalates_after(topic).is_none(), link);
+    notifier.queue(&notice, |channel| channel.hears(topic, route) == Some(None), link);
     let Some(pending) = &request else { return };
     // Escalation: channels that hear of a request only if it still waits after a while.
     for channel in notifier.channels().iter() {
-        if let Some(after) = channel.escalates_after(topic) {
+        if let Some(Some(after)) = channel.hears(topic, route) {
             let name = channel.name.clone();
             let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
             later(daemon, id, pending, after, notice.clone(), pick);
@@ -2577,8 +2672,12 @@ fn tell(
         expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
         expiring.body["title"] =
             json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
-        let told = move |channel: &crate::notify::ChannelConfig| {
-            channel.escalates_after(topic).is_none_or(|after| after.as_secs() <= warn)
+        let route = route.clone();
+        let told = move |channel: &crate::notify::ChannelConfig| match channel.hears(topic, &route)
+        {
+            Some(None) => true,
+            Some(Some(after)) => after.as_secs() <= warn,
+            None => false,
         };
         later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
     }
@@ -2709,6 +2808,18 @@ async fn fail_session(daemon: &Arc<Daemon>, id: &str, live: &Arc<LiveSession>, r
 async fn ended(finished: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns is dropped at once: it must not live across an await.
     let _ = finished.wait_for(|finished| *finished).await.map(|_| ());
+}
+
+/// Who hears of a session: its policy's `[notify]`, its own channels (`notify` at create)
+/// replacing the policy's.
+fn route_of(policy: &Policy, record: &SessionRecord) -> switchboard_session::NotifyRoute {
+    let mut route = policy.notify.clone();
+    if let Some(channels) = record.config.get("notify").and_then(|value| {
+        serde_json::from_value::<Option<Vec<String>>>(value.clone()).ok().flatten()
+    }) {
+        route.channels = Some(channels);
+    }
+    route
 }
 
 fn current_record(live: &LiveSession) -> Option<SessionRecord> {

@@ -223,6 +223,7 @@ impl Switchboard for Api {
             append_system_prompt: request.append_system_prompt,
             max_turns: request.max_turns,
             max_budget_usd: request.max_budget_usd,
+            notify: (!request.notify.is_empty()).then_some(request.notify),
             mcp_config: request.mcp_config,
             claude: request.claude.map(Into::into),
             transport: request.transport,

@@ -201,6 +201,35 @@ impl ChannelConfig {
         })
     }
 
+    /// Whether a session with `route` (its policy's `[notify]`, its own channels) tells this
+    /// channel of `topic`, and when: `None`, never; `Some(None)`, at once; `Some(Some(wait))`,
+    /// once a request still waits after `wait`. A route's chain decides for requests and
+    /// questions; else the channel's own `after_secs`.
+    pub fn hears(
+        &self,
+        topic: Topic,
+        route: &switchboard_session::NotifyRoute,
+    ) -> Option<Option<Duration>> {
+        // `web-push` names every browser subscribed.
+        let named = |name: &str| {
+            name == self.name || (name == WEB_PUSH && self.kind == ChannelKind::WebPush)
+        };
+        if route.channels.as_ref().is_some_and(|only| !only.iter().any(|name| named(name))) {
+            return None;
+        }
+        let request = matches!(topic, Topic::PermissionRequested | Topic::Question);
+        if request && !route.escalate.is_empty() {
+            let after = route
+                .escalate
+                .iter()
+                .filter(|step| named(&step.channel))
+                .map(|step| step.after_secs)
+                .min()?;
+            return Some((after > 0).then(|| Duration::from_secs(after)));
+        }
+        Some(self.escalates_after(topic))
+    }
+
     /// How long after a request is asked this channel hears of it (`None`: at once).
     pub fn escalates_after(&self, topic: Topic) -> Option<Duration> {
         let request = matches!(topic, Topic::PermissionRequested | Topic::Question);
@@ -252,6 +281,9 @@ impl Default for NotifyConfig {
         }
     }
 }
+
+/// The name a route uses for every browser subscribed to Web Push.
+pub const WEB_PUSH: &str = "web-push";
 
 /// The most channels a notify file may name.
 pub const MAX_CHANNELS: usize = 64;
@@ -336,6 +368,11 @@ impl NotifyConfig {
             if self.channels[..index].iter().any(|other| other.name == *name) {
                 return Err(format!("two channels are named {name}"));
             }
+            if name == WEB_PUSH || name.starts_with("push-") {
+                return Err(format!(
+                    "channel {name}: `{WEB_PUSH}` and names starting `push-` are Web Push's"
+                ));
+            }
             let url = channel.url.as_str();
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!("channel {name}: url must be http:// or https://"));
@@ -405,6 +442,8 @@ struct Shared {
 
 /// Web Push: the daemon's key, who it says it is, where subscriptions may be, and them.
 struct Push {
+    /// The client every subscription's sender shares.
+    client: Result<HttpClient, String>,
     key: crate::push::VapidKey,
     subject: String,
     config: crate::push::PushConfig,
@@ -439,7 +478,7 @@ impl Notifier {
         public_url: Option<&str>,
     ) -> Result<Notifier, String> {
         let subscriptions = match &config.push_file {
-            Some(file) => crate::push::Subscriptions::load(file.clone())?,
+            Some(file) => crate::push::Subscriptions::load(file.clone(), &config.push)?,
             None => crate::push::Subscriptions::in_memory(),
         };
         let subject = config.push.subject.clone().unwrap_or_else(|| match public_url {
@@ -454,6 +493,7 @@ impl Notifier {
             channels: RwLock::new(Arc::new(Vec::new())),
             wakers: std::sync::Mutex::new(HashMap::new()),
             push: Push {
+                client: http_client(None),
                 key: config.vapid_key.clone().unwrap_or_default(),
                 subject,
                 config: config.push.clone(),
@@ -546,28 +586,51 @@ impl Notifier {
         by: &str,
     ) -> Result<(crate::push::Subscription, bool), crate::push::PushError> {
         let push = &self.shared.push;
+        let mut new = new;
+        // Kept by their names, each once.
         if let Some(events) = &new.events {
-            Topic::parse_all(events).map_err(crate::push::PushError::Invalid)?;
+            let topics = Topic::parse_all(events).map_err(crate::push::PushError::Invalid)?;
+            let mut names: Vec<String> = Vec::new();
+            for topic in topics {
+                if !names.iter().any(|name| name == topic.as_str()) {
+                    names.push(topic.as_str().to_owned());
+                }
+            }
+            new.events = Some(names);
         }
         let (subscription, created) = push.subscriptions.add(new, by, &push.config)?;
         let channel =
             ChannelConfig::web_push(&subscription).map_err(crate::push::PushError::Invalid)?;
-        self.shared.drop_channel(&channel.name);
+        // Replaces the sender of the same subscription, if any, keeping what waits for it.
         self.shared.start(channel);
         Ok((subscription, created))
     }
 
     /// Removes a subscription: its sender ends and what waited for it is forgotten. It, if
     /// there was one.
-    pub fn unsubscribe(
+    pub async fn unsubscribe(
         &self,
         id: &str,
     ) -> Result<Option<crate::push::Subscription>, crate::push::PushError> {
         let removed = self.shared.push.subscriptions.remove(id)?;
         if let Some(subscription) = &removed {
-            self.shared.drop_channel(&subscription.channel());
+            self.shared.remove(&subscription.channel()).await;
         }
         Ok(removed)
+    }
+
+    /// Removes every subscription the token `by` made (it was revoked: its devices hear no
+    /// more, and get no more links). How many.
+    pub async fn unsubscribe_by(&self, by: &str) -> usize {
+        let mut removed = 0;
+        for subscription in self.push_subscriptions().into_iter().filter(|found| found.by == by) {
+            match self.unsubscribe(&subscription.id).await {
+                Ok(Some(_)) => removed += 1,
+                Ok(None) => {}
+                Err(error) => tracing::warn!(subscription = %subscription.id, "{error}"),
+            }
+        }
+        removed
     }
 }
 
@@ -589,7 +652,13 @@ impl Shared {
     /// Adds `channel` and starts its sender (a channel without an HTTPS client is logged and
     /// left out).
     fn start(self: &Arc<Shared>, channel: ChannelConfig) {
-        let client = match http_client(channel.ca_file.as_deref()) {
+        // Every push subscription shares one client (the system's roots, made once); a
+        // notify-file channel has its own (it may add authorities).
+        let client = match channel.kind {
+            ChannelKind::WebPush => self.push.client.clone(),
+            _ => http_client(channel.ca_file.as_deref()),
+        };
+        let client = match client {
             Ok(client) => client,
             Err(error) => {
                 tracing::error!(channel = %channel.name, "no HTTPS client for the channel: {error}");
@@ -598,11 +667,18 @@ impl Shared {
         };
         let wake = Arc::new(Notify::new());
         let (stop, stopped) = watch::channel(false);
-        self.wakers().insert(channel.name.clone(), Waker { wake: wake.clone(), stop });
+        // The channel and its sender change together, under both locks (wakers first): a
+        // sender it replaces is stopped, and the list never names a channel twice.
         {
+            let mut wakers = self.wakers();
             let mut channels =
                 self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let mut next = channels.as_ref().clone();
+            let replaced = wakers.insert(channel.name.clone(), Waker { wake: wake.clone(), stop });
+            if let Some(replaced) = replaced {
+                replaced.stop.send_replace(true);
+            }
+            let mut next: Vec<ChannelConfig> =
+                channels.iter().filter(|other| other.name != channel.name).cloned().collect();
             next.push(channel.clone());
             *channels = Arc::new(next);
         }
@@ -610,20 +686,23 @@ impl Shared {
         tokio::spawn(sender.run());
     }
 
-    /// Removes the channel `name`: its sender ends, and forgets what waited for it unless
-    /// another sender took the channel over.
-    fn drop_channel(&self, name: &str) {
+    /// Removes the channel `name` and stops its sender; then forgets what waited for it.
+    async fn remove(&self, name: &str) {
         {
+            let mut wakers = self.wakers();
             let mut channels =
                 self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(waker) = wakers.remove(name) {
+                waker.stop.send_replace(true);
+            }
             if channels.iter().any(|channel| channel.name == name) {
                 let next =
                     channels.iter().filter(|channel| channel.name != name).cloned().collect();
                 *channels = Arc::new(next);
             }
         }
-        if let Some(waker) = self.wakers().remove(name) {
-            waker.stop.send_replace(true);
+        if let Err(error) = self.store.outbox_forget(name).await {
+            tracing::warn!(channel = %name, %error, "the removed channel's notifications stay queued");
         }
     }
 }
@@ -651,12 +730,9 @@ impl Sender {
             if *closed.borrow() {
                 return;
             }
+            // Removed, or replaced by another sender of the same channel (a browser that
+            // subscribed again): whoever removed it forgets what waited.
             if *stopped.borrow() {
-                if !shared.wakers().contains_key(&self.channel.name) {
-                    if let Err(error) = shared.store.outbox_forget(&self.channel.name).await {
-                        tracing::warn!(channel = %self.channel.name, %error, "the removed channel's notifications stay queued");
-                    }
-                }
                 return;
             }
             let waiting = match shared.store.outbox(&self.channel.name, 32).await {
@@ -670,7 +746,7 @@ impl Sender {
                     tracing::warn!(channel = %self.channel.name, %error, retry_in = ?backoff, "the outbox cannot be read");
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
-                        _ = stopped.changed() => {}
+                        changed = stopped.changed() => if changed.is_err() { return },
                         changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
                     }
                     backoff = (backoff * 2).min(shared.retry_max);
@@ -680,7 +756,7 @@ impl Sender {
             if waiting.is_empty() {
                 tokio::select! {
                     () = self.wake.notified() => {}
-                    _ = stopped.changed() => {}
+                    changed = stopped.changed() => if changed.is_err() { return },
                     changed = closed.changed() => if changed.is_err() { return },
                 }
                 continue;
@@ -700,8 +776,8 @@ impl Sender {
                             if let Err(error) = shared.push.subscriptions.remove(id) {
                                 tracing::warn!(channel = %self.channel.name, "{error}");
                             }
-                            shared.drop_channel(&self.channel.name);
-                            break;
+                            shared.remove(&self.channel.name).await;
+                            return;
                         }
                         Err(Failure::Retry(why)) => {
                             tracing::warn!(
@@ -722,13 +798,13 @@ impl Sender {
                     }
                     tokio::select! {
                         () = tokio::time::sleep(backoff) => {}
-                        _ = stopped.changed() => break,
+                        _ = stopped.changed() => return,
                         changed = closed.changed() => if changed.is_err() || *closed.borrow() { return },
                     }
                     backoff = (backoff * 2).min(shared.retry_max);
                 }
                 if *stopped.borrow() {
-                    break;
+                    return;
                 }
             }
         }
@@ -806,8 +882,9 @@ impl Sender {
         let endpoint: axum::http::Uri = self.channel.url.parse().map_err(|_| Failure::Gone)?;
         let body = target.encrypt(&crate::push::message(notice)).map_err(Failure::Refused)?;
         let now_ms = switchboard_store::now_ms();
+        // Push services keep a message four weeks at most.
         let ttl = match notice["request"]["expires_ms"].as_u64() {
-            Some(expires_ms) => expires_ms.saturating_sub(now_ms) / 1000,
+            Some(expires_ms) => (expires_ms.saturating_sub(now_ms) / 1000).min(28 * 24 * 3600),
             None => 24 * 3600,
         };
         let urgent = matches!(

@@ -36,6 +36,9 @@ pub const PUSH_SERVICES: [&str; 4] =
 /// The most subscriptions a daemon keeps.
 pub const MAX_SUBSCRIPTIONS: usize = 100;
 
+/// The most subscriptions one token makes (its devices).
+pub const MAX_SUBSCRIPTIONS_PER_TOKEN: usize = 10;
+
 /// The longest endpoint accepted.
 pub const MAX_ENDPOINT_BYTES: usize = 2048;
 
@@ -93,6 +96,9 @@ impl PushConfig {
         }
         let uri: axum::http::Uri =
             endpoint.parse().map_err(|_| "endpoint is not a valid address".to_owned())?;
+        if uri.authority().is_some_and(|authority| authority.as_str().contains('@')) {
+            return Err("endpoint may not carry a user name or password".into());
+        }
         let host = uri.host().unwrap_or("").to_ascii_lowercase();
         let under = |service: &str| {
             host == service || host.strip_suffix(service).is_some_and(|rest| rest.ends_with('.'))
@@ -165,7 +171,12 @@ impl VapidKey {
     /// token names the push service (`aud`), expires in 12 hours and says who sends (`sub`).
     pub fn authorization(&self, endpoint: &axum::http::Uri, subject: &str, now_s: u64) -> String {
         let scheme = endpoint.scheme_str().unwrap_or("https");
-        let authority = endpoint.authority().map_or("", |authority| authority.as_str());
+        // The origin: the host, and a port only when it is not the scheme's own.
+        let host = endpoint.host().unwrap_or("");
+        let authority = match (endpoint.port_u16(), scheme) {
+            (Some(443), "https") | (Some(80), "http") | (None, _) => host.to_owned(),
+            (Some(port), _) => format!("{host}:{port}"),
+        };
         let header = URL_SAFE_NO_PAD.encode(br#"{"typ":"JWT","alg":"ES256"}"#);
         let claims = serde_json::json!({
             "aud": format!("{scheme}://{authority}"),
@@ -356,9 +367,10 @@ impl Subscriptions {
         Subscriptions { file: None, list: Mutex::new(Vec::new()) }
     }
 
-    /// Those kept in `file` (none if it does not exist). A file that cannot be read is an
-    /// error, which names it.
-    pub fn load(file: PathBuf) -> Result<Subscriptions, String> {
+    /// Those kept in `file` (none if it does not exist), but any that is no longer good (its
+    /// keys, or its endpoint where `allowed` no longer sends), which is dropped with a line in
+    /// the log. A file that cannot be read is an error, which names it.
+    pub fn load(file: PathBuf, allowed: &PushConfig) -> Result<Subscriptions, String> {
         let shown = file.display();
         let stored: SubscriptionsFile = match crate::files::read_bounded(&file, MAX_FILE_BYTES) {
             Ok(text) => serde_json::from_str(&text)
@@ -368,11 +380,23 @@ impl Subscriptions {
             }
             Err(error) => return Err(format!("cannot read {shown}: {error}")),
         };
-        for subscription in &stored.subscriptions {
-            Target::from_keys(&subscription.p256dh, &subscription.auth)
-                .map_err(|error| format!("{shown}: subscription {}: {error}", subscription.id))?;
+        let mut kept = Vec::new();
+        for subscription in stored.subscriptions {
+            let good = (subscription.id.len() == 32
+                && subscription.id.bytes().all(|byte| byte.is_ascii_hexdigit()))
+            .then_some(())
+            .ok_or_else(|| "its id is not 32 hex digits".to_owned())
+            .and_then(|()| Target::from_keys(&subscription.p256dh, &subscription.auth))
+            .and_then(|_| allowed.allows(&subscription.endpoint));
+            match good {
+                Ok(_) if kept.len() < MAX_SUBSCRIPTIONS => kept.push(subscription),
+                Ok(_) => tracing::warn!(
+                    "{shown}: more than {MAX_SUBSCRIPTIONS} subscriptions; the rest are dropped"
+                ),
+                Err(error) => tracing::warn!("{shown}: a push subscription is dropped: {error}"),
+            }
         }
-        Ok(Subscriptions { file: Some(file), list: Mutex::new(stored.subscriptions) })
+        Ok(Subscriptions { file: Some(file), list: Mutex::new(kept) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscription>> {
@@ -394,19 +418,29 @@ impl Subscriptions {
         allowed: &PushConfig,
     ) -> Result<(Subscription, bool), PushError> {
         allowed.allows(&new.endpoint).map_err(PushError::Invalid)?;
-        Target::from_keys(&new.keys.p256dh, &new.keys.auth).map_err(PushError::Invalid)?;
+        let target =
+            Target::from_keys(&new.keys.p256dh, &new.keys.auth).map_err(PushError::Invalid)?;
         let name = new.name.unwrap_or_default();
-        if name.chars().count() > 64 || name.contains(char::is_control) {
+        let invisible = |c: char| {
+            c.is_control()
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        };
+        if name.chars().count() > 64 || name.chars().any(invisible) {
             return Err(PushError::Invalid(
-                "name is at most 64 characters, without control characters".into(),
+                "name is at most 64 characters, without control, bidirectional or invisible characters".into(),
             ));
+        }
+        if new.events.as_ref().is_some_and(|events| events.len() > 16) {
+            return Err(PushError::Invalid("events names at most 16 topics".into()));
         }
         let mut list = self.lock();
         let mut subscription = Subscription {
             id: switchboard_transport::random::random_hex(16),
             endpoint: new.endpoint,
-            p256dh: new.keys.p256dh,
-            auth: new.keys.auth,
+            // Kept as the keys decoded, not as given (a key with a megabyte of padding is a
+            // key of 65 bytes).
+            p256dh: URL_SAFE_NO_PAD.encode(target.key.to_sec1_point(false).as_bytes()),
+            auth: URL_SAFE_NO_PAD.encode(target.auth),
             name,
             by: by.to_owned(),
             created_ms: switchboard_store::now_ms(),
@@ -414,6 +448,7 @@ impl Subscriptions {
         };
         let mut next = list.clone();
         let full = next.len() >= MAX_SUBSCRIPTIONS;
+        let mine = next.iter().filter(|old| old.by == by).count() >= MAX_SUBSCRIPTIONS_PER_TOKEN;
         let created = match next.iter_mut().find(|old| old.endpoint == subscription.endpoint) {
             Some(old) => {
                 subscription.id = old.id.clone();
@@ -423,6 +458,11 @@ impl Subscriptions {
             None if full => {
                 return Err(PushError::Invalid(format!(
                     "this daemon keeps at most {MAX_SUBSCRIPTIONS} push subscriptions; remove one first"
+                )));
+            }
+            None if mine => {
+                return Err(PushError::Invalid(format!(
+                    "a token subscribes at most {MAX_SUBSCRIPTIONS_PER_TOKEN} devices; remove one first"
                 )));
             }
             None => {
@@ -582,7 +622,7 @@ mod tests {
     fn subscriptions_are_kept_and_replaced_by_endpoint() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("push.json");
-        let subscriptions = Subscriptions::load(file.clone()).unwrap();
+        let subscriptions = Subscriptions::load(file.clone(), &PushConfig::default()).unwrap();
         let ua = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
         let new = |endpoint: &str, name: &str| NewSubscription {
             endpoint: endpoint.into(),
@@ -601,7 +641,7 @@ mod tests {
             .unwrap();
         assert!(!created);
         assert_eq!((again.id.as_str(), again.name.as_str()), (first.id.as_str(), "my phone"));
-        let reloaded = Subscriptions::load(file.clone()).unwrap();
+        let reloaded = Subscriptions::load(file.clone(), &PushConfig::default()).unwrap();
         assert_eq!(reloaded.list(), vec![again.clone()]);
         assert!(subscriptions
             .add(new("https://example.com/push", "x"), "ops", &config)
@@ -610,7 +650,24 @@ mod tests {
             .contains("push service"));
         assert_eq!(subscriptions.remove(&first.id).unwrap(), Some(again));
         assert_eq!(subscriptions.remove(&first.id).unwrap(), None);
-        assert!(Subscriptions::load(file).unwrap().list().is_empty());
+        assert!(Subscriptions::load(file.clone(), &PushConfig::default())
+            .unwrap()
+            .list()
+            .is_empty());
+        // A key given with padding is kept as the key; a stored subscription no longer allowed
+        // is dropped at load.
+        let mut padded = new("https://fcm.googleapis.com/fcm/send/b", "pad");
+        padded.keys.auth = format!("BTBZMqHH6r4Tts7J_aSIgg{}", "=".repeat(10_000));
+        let (kept, _) = subscriptions.add(padded, "ops", &config).unwrap();
+        assert_eq!(kept.auth, "BTBZMqHH6r4Tts7J_aSIgg");
+        let own = PushConfig { hosts: vec!["push.internal".into()], ..PushConfig::default() };
+        subscriptions.add(new("https://push.internal/x", "own"), "ops", &own).unwrap();
+        assert_eq!(Subscriptions::load(file.clone(), &own).unwrap().list().len(), 2);
+        assert_eq!(
+            Subscriptions::load(file, &config).unwrap().list().len(),
+            1,
+            "no longer allowed"
+        );
     }
 
     #[test]

@@ -267,8 +267,14 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                 };
                 match handle {
                     Some((id, handle)) => {
-                        daemon.note_sender(&id, &caller.who("relay", None));
-                        handle.send_message(user).await.map_err(|error| error.to_string())
+                        let by = caller.who("relay", None);
+                        match daemon.may_send(&id, &by) {
+                            Ok(()) => {
+                                daemon.note_sender(&id, &by);
+                                handle.send_message(user).await.map_err(|error| error.to_string())
+                            }
+                            Err(refused) => Err(refused.to_string()),
+                        }
                     }
                     None => Err(format!(
                         "no claude code with session {} is connected",

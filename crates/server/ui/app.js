@@ -501,6 +501,13 @@ function setupPush() {
   if (!pushing.supported() || !can('approve')) return;
   $('#push-row').hidden = false;
   renderPush();
+  // A subscription this browser no longer has (cleared, or its site data wiped) is off.
+  if (pushing.id()) {
+    navigator.serviceWorker.getRegistration('/ui/')
+      .then((registration) => registration?.pushManager.getSubscription())
+      .then((subscription) => { if (!subscription) { localStorage.removeItem('sb-push-id'); renderPush(); } })
+      .catch(() => {});
+  }
   $('#push-toggle').addEventListener('click', async (event) => {
     const button = event.currentTarget;
     button.disabled = true;

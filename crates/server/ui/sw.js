@@ -34,6 +34,22 @@ function show(notice) {
   });
 }
 
+// The browser replaced its subscription (its push service renewed it): the daemon gets the new
+// one, with the page's cookie, as the page would hand it over. The old one ends when its push
+// service says it is gone.
+self.addEventListener('pushsubscriptionchange', (event) => {
+  event.waitUntil((async () => {
+    const subscription = event.newSubscription
+      ?? await self.registration.pushManager.subscribe(event.oldSubscription?.options ?? { userVisibleOnly: true });
+    await fetch('/api/push/subscriptions', {
+      method: 'POST',
+      credentials: 'same-origin',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...subscription.toJSON(), name: 'renewed by the browser' }),
+    });
+  })());
+});
+
 self.addEventListener('notificationclick', (event) => {
   const { link, session } = event.notification.data || {};
   event.notification.close();

@@ -22,6 +22,8 @@ pub use actor::{
 };
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
-pub use policy::{Behavior, Decision, MatchContext, Policy, PolicyError};
+pub use policy::{
+    Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
+};
 pub use pool::{WarmCli, WarmPool, WarmStatus};
 pub use projection::{Projector, Update, View};

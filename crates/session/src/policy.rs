@@ -12,6 +12,20 @@
 //! on_timeout = "deny"
 //! ```
 //!
+//! A policy may also say who hears of its sessions, by the names the daemon's notify file gives
+//! its channels, and escalate its requests along a chain:
+//!
+//! ```toml
+//! [notify]
+//! channels = ["phone", "team"]   # only these hear of its sessions (default: every channel)
+//!
+//! [[notify.escalate]]            # requests and questions: the phone at once,
+//! channel = "phone"
+//! [[notify.escalate]]            # the lead if nobody answered in five minutes
+//! channel = "lead"
+//! after_secs = 300
+//! ```
+//!
 //! Deny beats ask beats allow. A Bash command is split into its subcommands (`&&`, `||`, `;`,
 //! `|`, `&`, newlines, outside quotes): one denied subcommand denies the whole, one asked
 //! subcommand asks, and it is allowed only when every subcommand is. Nothing here does I/O.
@@ -72,6 +86,64 @@ pub struct Policy {
     pub ask_timeout: Duration,
     /// What an unanswered `ask` becomes (`allow` is refused: timeouts fail closed).
     pub on_timeout: Behavior,
+    /// Who hears of its sessions (`[notify]`).
+    pub notify: NotifyRoute,
+}
+
+/// Who hears of a policy's sessions: channel names of the daemon's notify file (`web-push`:
+/// every browser subscribed to Web Push). The daemon checks the names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyRoute {
+    /// Only these channels hear of its sessions (`None`: every channel).
+    #[serde(default)]
+    pub channels: Option<Vec<String>>,
+    /// Requests and questions go to these, each once it has waited `after_secs` (and only to
+    /// these); empty: to every channel, as its own `after_secs` says.
+    #[serde(default)]
+    pub escalate: Vec<EscalationStep>,
+}
+
+/// One link of an escalation chain.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct EscalationStep {
+    /// The channel's name.
+    pub channel: String,
+    /// How long the request waits before this channel hears of it (0: at once).
+    #[serde(default)]
+    pub after_secs: u64,
+}
+
+/// The most steps, and channels, a route names.
+pub const MAX_ROUTE_NAMES: usize = 64;
+
+impl NotifyRoute {
+    /// Names are channel names (1-64 of letters, digits, `.`, `_`, `-`), at most
+    /// [`MAX_ROUTE_NAMES`] of each, and delays at most a week.
+    pub fn check(&self) -> Result<(), String> {
+        let named =
+            self.channels.iter().flatten().chain(self.escalate.iter().map(|step| &step.channel));
+        for name in named {
+            let fits = !name.is_empty()
+                && name.len() <= 64
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !fits {
+                return Err(format!(
+                    "notify: {name:?} is not a channel name (1-64 letters, digits, '.', '_', '-')"
+                ));
+            }
+        }
+        if self.channels.as_ref().is_some_and(|channels| channels.len() > MAX_ROUTE_NAMES)
+            || self.escalate.len() > MAX_ROUTE_NAMES
+        {
+            return Err(format!("notify: at most {MAX_ROUTE_NAMES} channels and steps"));
+        }
+        if let Some(step) = self.escalate.iter().find(|step| step.after_secs > 7 * 24 * 3600) {
+            return Err(format!("notify: {} waits more than a week", step.channel));
+        }
+        Ok(())
+    }
 }
 
 impl Default for Policy {
@@ -84,6 +156,7 @@ impl Default for Policy {
             default: Behavior::Ask,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             on_timeout: Behavior::Deny,
+            notify: NotifyRoute::default(),
         }
     }
 }
@@ -107,6 +180,9 @@ pub enum PolicyError {
         "on_timeout must be \"deny\" (or \"ask\", which also denies): permissions fail closed"
     )]
     TimeoutAllows,
+    /// Its `[notify]` table names something wrongly.
+    #[error("policy is not valid: {0}")]
+    Notify(String),
     /// The file could not be read.
     #[error("cannot read policy file {path:?}: {source}")]
     Read {
@@ -122,6 +198,8 @@ pub enum PolicyError {
 struct PolicyFile {
     #[serde(default)]
     permissions: PermissionsSection,
+    #[serde(default)]
+    notify: NotifyRoute,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +220,8 @@ impl Policy {
     /// Parses a policy from TOML text.
     pub fn from_toml(text: &str) -> Result<Policy, PolicyError> {
         let file: PolicyFile = toml::from_str(text)?;
+        file.notify.check().map_err(PolicyError::Notify)?;
+        let notify = file.notify;
         let section = file.permissions;
         let parse = |rules: &[String]| {
             rules.iter().map(|rule| Rule::parse(rule)).collect::<Result<Vec<_>, _>>()
@@ -160,6 +240,7 @@ impl Policy {
                 .map(Duration::from_secs)
                 .unwrap_or(DEFAULT_ASK_TIMEOUT),
             on_timeout,
+            notify,
         })
     }
 

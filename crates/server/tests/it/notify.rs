@@ -450,3 +450,87 @@ async fn an_unanswered_request_escalates_to_a_second_channel_and_warns_before_it
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     server.stop().await;
 }
+
+/// A policy's own chain and channels, and a session's own channels: the policy's sessions ask
+/// one channel at once and a second a second later, and never a third; a session that names
+/// its channel is heard there only; names that are not channels are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_escalates_along_its_own_chain_and_a_session_picks_its_channels() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("Bash", touch_and_ls("chained.txt")).when_prompt("CHAIN"))
+            .reply(Reply::text("Chained and approved.").when_tool_result_contains("chained.txt"))
+            .reply(Reply::text("Only c.").when_prompt("ONLYC")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let (a, b, c) = (Receiver::default(), Receiver::default(), Receiver::default());
+    let (a_url, b_url, c_url) = (a.start().await, b.start().await, c.start().await);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.notify = fast(vec![
+            channel("a", ChannelKind::Webhook, format!("{a_url}/hook")),
+            channel("b", ChannelKind::Webhook, format!("{b_url}/hook")),
+            channel("c", ChannelKind::Webhook, format!("{c_url}/hook")),
+        ]);
+    })
+    .await;
+    let policy = "[permissions]\nask = [\"Bash\"]\n\n[notify]\nchannels = [\"a\", \"b\"]\n\n\
+                  [[notify.escalate]]\nchannel = \"a\"\n\n\
+                  [[notify.escalate]]\nchannel = \"b\"\nafter_secs = 1\n";
+    // Names that are not channels are refused, saying which.
+    for (bad, name) in [
+        (json!({"notify": ["nope"]}), "nope"),
+        (json!({"policy": "[notify]\nchannels = [\"zzz\"]\n"}), "zzz"),
+        (json!({"policy": "[[notify.escalate]]\nchannel = \"b c\"\n"}), "b c"),
+    ] {
+        let mut body = json!({"cwd": sandbox.workdir()});
+        body.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
+        let (status, refused) = server.post("/api/sessions", body).await;
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["error"]["message"].as_str().unwrap().contains(name), "{refused}");
+    }
+
+    let (status, session) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "CHAIN", "policy": policy}),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let now = a.until(|bodies| !keys(bodies, "permission_requested").is_empty()).await;
+    let asked_ms = now[0].2["request"]["asked_at_ms"].as_u64().unwrap();
+    assert!(b.taken().is_empty(), "b waits its second");
+    let escalated = b.until(|bodies| !keys(bodies, "permission_requested").is_empty()).await;
+    let body = &escalated[0].2;
+    assert!(body["ts_ms"].as_u64().unwrap() >= asked_ms + 1000, "after a second: {body}");
+    let (status, _) = post(&server, body["link"].as_str().unwrap(), "decision=allow").await;
+    assert_eq!(status, 200);
+    ws.until(is_result).await;
+    // The turn's end goes to the policy's channels at once; c hears nothing of this session.
+    a.until(|bodies| !keys(bodies, "session_finished").is_empty()).await;
+    b.until(|bodies| !keys(bodies, "session_finished").is_empty()).await;
+
+    // A session that names its channel: only c hears of it.
+    let (status, only) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "ONLYC", "notify": ["c"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{only}");
+    assert_eq!(only["config"]["notify"], json!(["c"]));
+    let heard = c.until(|bodies| !keys(bodies, "session_finished").is_empty()).await;
+    assert!(
+        heard.iter().all(|(_, _, body)| body["session"]["id"] == only["id"]),
+        "c hears only its session"
+    );
+    let of_only = |receiver: &Receiver| {
+        receiver.taken().iter().filter(|(_, _, body)| body["session"]["id"] == only["id"]).count()
+    };
+    assert_eq!((of_only(&a), of_only(&b)), (0, 0), "a and b hear nothing of it");
+    server.stop().await;
+}

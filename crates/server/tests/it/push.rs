@@ -273,5 +273,19 @@ async fn a_subscribed_browser_hears_a_request_and_its_link_approves_it() {
         .await;
     assert_eq!(status, 404);
     assert_eq!(service.got.lock().unwrap().len(), 4, "nothing more went to it");
+
+    // A phone's approve token subscribes its device; revoking the token removes it.
+    let (_, made) = server.post("/api/tokens", json!({"name": "phone", "scope": "approve"})).await;
+    let phone = made["token"].as_str().unwrap().to_owned();
+    let other = Browser::new().subscription(&format!("http://{host}/push/phone-2"));
+    let (status, made) = server
+        .request_as(&phone, reqwest::Method::POST, "/api/push/subscriptions", Some(other))
+        .await;
+    assert_eq!((status, made["by"].as_str()), (201, Some("phone")), "{made}");
+    let (status, _) =
+        server.request_as(crate::TOKEN, reqwest::Method::DELETE, "/api/tokens/phone", None).await;
+    assert_eq!(status, 200);
+    let (_, list) = server.get("/api/push/subscriptions").await;
+    assert_eq!(list, json!([]), "the revoked token's device hears no more");
     server.stop().await;
 }
