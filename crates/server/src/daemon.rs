@@ -476,6 +476,8 @@ impl LiveSession {
             return false;
         }
         run.handle = None;
+        // A session that ended is not paused (a resume checks its budget again).
+        self.set_paused(None);
         self.finish();
         true
     }

@@ -509,10 +509,32 @@ impl Notifier {
                 Err(error) => tracing::error!(subscription = %subscription.id, "{error}"),
             }
         }
+        // What waits for a channel that is no more (taken out of the notify file, a push
+        // subscription dropped at load) is forgotten.
+        let forgetting = shared.clone();
+        tokio::spawn(async move {
+            match forgetting.store.outbox_channels().await {
+                Ok(waiting) => {
+                    let gone = |name: &String| !forgetting.wakers().contains_key(name);
+                    for channel in waiting.iter().filter(|channel| gone(channel)) {
+                        tracing::info!(%channel, "notifications for a channel that is no more are forgotten");
+                        if let Err(error) = forgetting.store.outbox_forget(channel).await {
+                            tracing::warn!(%channel, %error, "they stay queued");
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "the outbox cannot be read"),
+            }
+        });
         let (queue, mut queued) = mpsc::unbounded_channel::<Vec<NewOutboxItem>>();
         let waking = shared.clone();
         tokio::spawn(async move {
-            while let Some(items) = queued.recv().await {
+            while let Some(mut items) = queued.recv().await {
+                // Not for a channel removed meanwhile (its queue was forgotten).
+                items.retain(|item| waking.wakers().contains_key(&item.channel));
+                if items.is_empty() {
+                    continue;
+                }
                 // The store retries nothing here: a failure is logged, and the notice is lost
                 // only if the store cannot take it at all.
                 if let Err(error) = store.enqueue_outbox(&items).await {

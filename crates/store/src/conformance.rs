@@ -64,7 +64,9 @@ async fn outbox(store: &dyn Store) {
         store.outbox("hooks", 10).await.unwrap().into_iter().map(|item| item.key).collect();
     assert_eq!(keys, ["k2", "k3"]);
     assert_eq!(store.outbox("phone", 10).await.unwrap().len(), 1, "other channels keep theirs");
+    assert_eq!(store.outbox_channels().await.unwrap(), ["hooks", "phone"]);
     store.outbox_forget("hooks").await.unwrap();
+    assert_eq!(store.outbox_channels().await.unwrap(), ["phone"]);
     assert!(store.outbox("hooks", 10).await.unwrap().is_empty(), "a forgotten channel's are gone");
     assert_eq!(store.outbox("phone", 10).await.unwrap().len(), 1, "only that channel's");
 }

@@ -156,6 +156,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Forgets everything waiting for `channel` (a channel that is gone, such as a browser's
     /// push subscription that ended).
     async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError>;
+    /// The channels that have notifications waiting.
+    async fn outbox_channels(&self) -> Result<Vec<String>, StoreError>;
 }
 
 /// A notification to queue ([`Store::enqueue_outbox`]).

@@ -187,4 +187,10 @@ impl Store for MemoryStore {
         self.lock()?.outbox.retain(|item| item.channel != channel);
         Ok(())
     }
+
+    async fn outbox_channels(&self) -> Result<Vec<String>, StoreError> {
+        let channels: std::collections::BTreeSet<String> =
+            self.lock()?.outbox.iter().map(|item| item.channel.clone()).collect();
+        Ok(channels.into_iter().collect())
+    }
 }

@@ -987,6 +987,16 @@ impl Store for SqliteStore {
     async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError> {
         self.write(WriteOp::OutboxForget(channel.to_owned())).await
     }
+
+    async fn outbox_channels(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|connection| {
+            let mut statement = connection
+                .prepare_cached("SELECT DISTINCT channel FROM outbox ORDER BY channel")?;
+            let rows = statement.query_map([], |row| row.get(0))?;
+            Ok(rows.collect::<Result<Vec<String>, _>>()?)
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

@@ -1957,6 +1957,9 @@ impl Store for FailingStore {
     async fn outbox_forget(&self, channel: &str) -> Result<(), switchboard_store::StoreError> {
         self.inner.outbox_forget(channel).await
     }
+    async fn outbox_channels(&self) -> Result<Vec<String>, switchboard_store::StoreError> {
+        self.inner.outbox_channels().await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -534,3 +534,39 @@ async fn a_policy_escalates_along_its_own_chain_and_a_session_picks_its_channels
     assert_eq!((of_only(&a), of_only(&b)), (0, 0), "a and b hear nothing of it");
     server.stop().await;
 }
+
+/// What waits for a channel the notify file no longer names is forgotten when the daemon
+/// starts; a channel it names keeps its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_for_a_channel_that_is_no_more_are_forgotten_at_start() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let hooks = Receiver::default();
+    hooks.set_down(usize::MAX);
+    let hooks_url = hooks.start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let item = |channel: &str| switchboard_store::NewOutboxItem {
+        channel: channel.into(),
+        key: format!("{channel}:1"),
+        body: json!({"id": format!("{channel}:1"), "event": "session_finished"}).to_string(),
+    };
+    store.enqueue_outbox(&[item("removed"), item("ops")]).await.unwrap();
+    let server = Server::start_with(store.clone(), &api, &sandbox, |config| {
+        config.notify =
+            fast(vec![channel("ops", ChannelKind::Webhook, format!("{hooks_url}/hook"))]);
+    })
+    .await;
+    let forgotten = tokio::time::timeout(WAIT, async {
+        while !store.outbox("removed", 10).await.unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(forgotten.is_ok(), "the removed channel's notice is forgotten");
+    assert_eq!(
+        store.outbox("ops", 10).await.unwrap().len(),
+        1,
+        "ops keeps its own (its receiver is down)"
+    );
+    server.stop().await;
+}
