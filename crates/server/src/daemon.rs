@@ -659,6 +659,11 @@ impl Daemon {
                 })
             }),
         });
+        if let Some(policy) = &daemon.config.default_policy {
+            daemon
+                .check_route(&policy.notify)
+                .map_err(|error| DaemonError::Invalid(format!("the daemon's policy: {error}")))?;
+        }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
@@ -817,13 +822,15 @@ impl Daemon {
             config: json!({"transport": "relay"}),
         };
         let policy = self.config.default_policy.clone().unwrap_or_default();
+        let config_policy = policy.clone();
         // Where the CLI runs is not known yet: the session learns it from the CLI's lines
         // (its rules are resolved against that, not against the daemon's own cwd).
         let config = SessionConfig::new(PathBuf::new(), policy);
         let (link, slot) = switchboard_transport::sdk_url::external(&id);
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;
-        self.run(record.clone(), handle, events, 0, None, Default::default()).await?;
+        let route = self.known_route(route_of(&config_policy, &record));
+        self.run(record.clone(), handle, events, 0, None, route).await?;
         let _ = self
             .dashboard
             .send(json!({"event": "session_created", "session": public_record(record.clone())}));
@@ -962,16 +969,37 @@ impl Daemon {
         Ok(spend)
     }
 
+    /// Whether `name` is a channel a route may name: the notify file's, or `web-push`.
+    fn known_channel(&self, name: &str) -> bool {
+        name == crate::notify::WEB_PUSH
+            || self.notifier.channels().iter().any(|channel| {
+                channel.name == name && channel.kind != crate::notify::ChannelKind::WebPush
+            })
+    }
+
+    /// `route` without the names that are not channels (each said in the log).
+    fn known_route(
+        &self,
+        mut route: switchboard_session::NotifyRoute,
+    ) -> switchboard_session::NotifyRoute {
+        let known = |name: &String| {
+            let known = self.known_channel(name);
+            if !known {
+                tracing::warn!(channel = %name, "a route names a channel that is no more: left out");
+            }
+            known
+        };
+        if let Some(channels) = &mut route.channels {
+            channels.retain(known);
+        }
+        route.escalate.retain(|step| known(&step.channel));
+        route
+    }
+
     /// A route names only channels there are: the notify file's, or `web-push`.
     fn check_route(&self, route: &switchboard_session::NotifyRoute) -> Result<(), DaemonError> {
         route.check().map_err(DaemonError::Invalid)?;
-        let channels = self.notifier.channels();
-        let known = |name: &str| {
-            name == crate::notify::WEB_PUSH
-                || channels.iter().any(|channel| {
-                    channel.name == name && channel.kind != crate::notify::ChannelKind::WebPush
-                })
-        };
+        let known = |name: &str| self.known_channel(name);
         let named =
             route.channels.iter().flatten().chain(route.escalate.iter().map(|step| &step.channel));
         for name in named {
@@ -991,6 +1019,15 @@ impl Daemon {
         if let Some(live) = self.live(id) {
             if live.paused().is_some() {
                 self.lift_pause(id, &live);
+            } else if let Some(why) = self.over_budget(&live) {
+                // Over a limit it had not met yet (a resume's first message): it pauses now.
+                let _checking = live.budget_check.lock();
+                if !live.set_paused(Some(why)) {
+                    if let Ok(mut record) = live.record.lock() {
+                        record.state = "paused".into();
+                    }
+                    self.record_changed(&live);
+                }
             }
             if let Some(why) = live.paused() {
                 return Err(DaemonError::Budget(format!(
@@ -1019,7 +1056,7 @@ impl Daemon {
         // What the session spent in all, over every run and CLI (a CLI's own total may start
         // again from zero on a resume): kept in its record.
         if let Ok(mut record) = live.record.lock() {
-            let spent = record.config.get("spent_usd").and_then(Value::as_f64).unwrap_or(0.0);
+            let spent = spent(&record);
             if let Some(config) = record.config.as_object_mut() {
                 config.insert("spent_usd".into(), json!(spent + usd));
             }
@@ -1035,9 +1072,7 @@ impl Daemon {
             .record
             .lock()
             .map(|record| {
-                let spent = record.config.get("spent_usd").and_then(Value::as_f64);
-                let max = record.config.get("max_budget_usd").and_then(Value::as_f64);
-                (spent.unwrap_or(0.0).max(record.cost_usd), max)
+                (spent(&record), record.config.get("max_budget_usd").and_then(Value::as_f64))
             })
             .ok()?;
         if let Some(max) = max.filter(|max| cost >= *max) {
@@ -1054,6 +1089,11 @@ impl Daemon {
     /// Lets a paused session go on if no limit holds it any more.
     fn lift_pause(&self, id: &str, live: &Arc<LiveSession>) {
         let _checking = live.budget_check.lock();
+        self.lift_checked(id, live);
+    }
+
+    /// [`Daemon::lift_pause`], its session's budget lock held.
+    fn lift_checked(&self, id: &str, live: &Arc<LiveSession>) {
         if live.paused().is_none() || self.over_budget(live).is_some() {
             return;
         }
@@ -1069,10 +1109,10 @@ impl Daemon {
     /// Pauses the session if a limit is reached (interrupting a turn that runs, telling the
     /// channels), or lets a paused one go on once none is.
     fn check_budget(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>) {
-        let Some(why) = self.over_budget(live) else {
-            return self.lift_pause(id, live);
-        };
         let _checking = live.budget_check.lock();
+        let Some(why) = self.over_budget(live) else {
+            return self.lift_checked(id, live);
+        };
         let was_paused = live.set_paused(Some(why.clone()));
         // A turn running while paused (a subagent's result crossed the limit, or a message
         // the CLI had queued began) stops here.
@@ -1316,6 +1356,11 @@ impl Daemon {
         if let Some(max) = request.max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
         }
+        if request.notify.as_ref().is_some_and(Vec::is_empty) {
+            return Err(DaemonError::Invalid(
+                "notify names no channel; name at least one, or leave it out".into(),
+            ));
+        }
         self.daily_limit(request.started_by.as_deref())?;
         let launch = Launch::from(&request);
         let (config, transport) = self
@@ -1405,18 +1450,17 @@ impl Daemon {
         let launch: Launch = serde_json::from_value(record.config.clone()).map_err(|error| {
             DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
         })?;
-        if let Some(max) = launch.max_budget_usd.filter(|max| record.cost_usd >= *max) {
+        if let Some(max) = launch.max_budget_usd.filter(|max| spent(&record) >= *max) {
             return Err(DaemonError::Budget(format!(
                 "session {id}'s budget of {} is spent ({}); raise it first (PATCH /api/sessions/{id} with max_budget_usd)",
                 crate::budget::dollars(max),
-                crate::budget::dollars(record.cost_usd)
+                crate::budget::dollars(spent(&record))
             )));
         }
         self.daily_limit(None)?;
         let (config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
-        self.check_route(&route_of(&config.policy, &record))?;
         let last = self.store.last_seq(id).await?;
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
@@ -1568,7 +1612,8 @@ impl Daemon {
         last_seq: u64,
         prompt: Option<Prompt>,
     ) -> Result<(), DaemonError> {
-        let route = route_of(&config.policy, &record);
+        // Names no longer in the notify file are dropped (a resume still works).
+        let route = self.known_route(route_of(&config.policy, &record));
         if let Some(warm) = warm {
             match warm.into_session(config.clone()) {
                 Ok((handle, events)) => {
@@ -1853,7 +1898,7 @@ impl Daemon {
             let last = self.store.last_seq(&next_id).await?;
             (record, last)
         } else {
-            let record = SessionRecord {
+            let mut record = SessionRecord {
                 archived: false,
                 id: next_id.clone(),
                 claude_session_id: Some(claude_session_id.to_owned()),
@@ -1863,6 +1908,10 @@ impl Daemon {
                 updated_ms: now,
                 ..old
             };
+            // A new session has spent nothing yet.
+            if let Some(config) = record.config.as_object_mut() {
+                config.insert("spent_usd".into(), json!(0.0));
+            }
             self.store.create_session(&record).await?;
             (record, 0)
         };
@@ -2655,18 +2704,28 @@ fn tell(
         |channel: &str| request.as_ref().map(|pending| daemon.approval_link(id, pending, channel));
     notifier.queue(&notice, |channel| channel.hears(topic, route) == Some(None), link);
     let Some(pending) = &request else { return };
-    // Escalation: channels that hear of a request only if it still waits after a while.
+    // Escalation: channels that hear of a request only if it still waits after a while (a
+    // link of the chain after the request times out is never reached: no timer).
+    let timeout = Duration::from_secs(pending.timeout_secs);
+    let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
+    let mut told = Vec::new();
     for channel in notifier.channels().iter() {
-        if let Some(Some(after)) = channel.hears(topic, route) {
-            let name = channel.name.clone();
-            let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
-            later(daemon, id, pending, after, notice.clone(), pick);
+        match channel.hears(topic, route) {
+            Some(None) => told.push(channel.name.clone()),
+            Some(Some(after)) if pending.timeout_secs == 0 || after < timeout => {
+                if after.as_secs() <= warn {
+                    told.push(channel.name.clone());
+                }
+                let name = channel.name.clone();
+                let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
+                later(daemon, id, pending, after, notice.clone(), pick);
+            }
+            _ => {}
         }
     }
-    // Shortly before it times out, every channel that hears of it by then (not a later link
-    // of the chain, which was never told of it).
+    // Shortly before it times out, the channels told of it by then (not a later link of the
+    // chain, nor a channel that came after it was asked).
     if pending.timeout_secs > 0 {
-        let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
         let mut expiring = notice.clone();
         expiring.topic = Topic::RequestExpiring;
         expiring.key = format!("{}:expiring", notice.key);
@@ -2674,13 +2733,7 @@ fn tell(
         expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
         expiring.body["title"] =
             json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
-        let route = route.clone();
-        let told = move |channel: &crate::notify::ChannelConfig| match channel.hears(topic, &route)
-        {
-            Some(None) => true,
-            Some(Some(after)) => after.as_secs() <= warn,
-            None => false,
-        };
+        let told = move |channel: &crate::notify::ChannelConfig| told.contains(&channel.name);
         later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
     }
 }
@@ -2821,7 +2874,18 @@ fn route_of(policy: &Policy, record: &SessionRecord) -> switchboard_session::Not
     }) {
         route.channels = Some(channels);
     }
+    // A chain reaches only channels the session hears on; with none of them left, requests
+    // go to those channels at once.
+    if let Some(channels) = &route.channels {
+        route.escalate.retain(|step| channels.contains(&step.channel));
+    }
     route
+}
+
+/// What a session has spent in all: the sum of its turns' costs (`config.spent_usd`), or, for
+/// a record from before that was kept, what its CLI last reported.
+fn spent(record: &SessionRecord) -> f64 {
+    record.config.get("spent_usd").and_then(Value::as_f64).unwrap_or(record.cost_usd)
 }
 
 fn current_record(live: &LiveSession) -> Option<SessionRecord> {

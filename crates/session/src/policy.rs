@@ -142,6 +142,18 @@ impl NotifyRoute {
         if let Some(step) = self.escalate.iter().find(|step| step.after_secs > 7 * 24 * 3600) {
             return Err(format!("notify: {} waits more than a week", step.channel));
         }
+        if let Some(channels) = &self.channels {
+            if channels.is_empty() {
+                return Err("notify: channels names no channel; name one, or leave it out".into());
+            }
+            let reached = self.escalate.iter().any(|step| channels.contains(&step.channel));
+            if !self.escalate.is_empty() && !reached {
+                return Err(
+                    "notify: no channel of the escalation chain is among its channels: requests would reach nobody"
+                        .into(),
+                );
+            }
+        }
         Ok(())
     }
 }

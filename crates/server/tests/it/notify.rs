@@ -460,7 +460,10 @@ async fn a_policy_escalates_along_its_own_chain_and_a_session_picks_its_channels
         Scenario::new()
             .reply(Reply::tool_use("Bash", touch_and_ls("chained.txt")).when_prompt("CHAIN"))
             .reply(Reply::text("Chained and approved.").when_tool_result_contains("chained.txt"))
-            .reply(Reply::text("Only c.").when_prompt("ONLYC")),
+            .reply(Reply::text("Only c.").when_prompt("ONLYC"))
+            .reply(Reply::tool_use("Bash", touch_and_ls("to-c.txt")).when_prompt("ASKC"))
+            .reply(Reply::text("Asked c.").when_tool_result_contains("to-c.txt"))
+            .reply(Reply::text("Marked.").when_prompt("MARK")),
     )
     .await
     .unwrap();
@@ -484,6 +487,11 @@ async fn a_policy_escalates_along_its_own_chain_and_a_session_picks_its_channels
         (json!({"notify": ["nope"]}), "nope"),
         (json!({"policy": "[notify]\nchannels = [\"zzz\"]\n"}), "zzz"),
         (json!({"policy": "[[notify.escalate]]\nchannel = \"b c\"\n"}), "b c"),
+        (json!({"notify": []}), "names no channel"),
+        (
+            json!({"policy": "[notify]\nchannels = [\"c\"]\n[[notify.escalate]]\nchannel = \"a\"\n"}),
+            "reach nobody",
+        ),
     ] {
         let mut body = json!({"cwd": sandbox.workdir()});
         body.as_object_mut().unwrap().extend(bad.as_object().unwrap().clone());
@@ -528,10 +536,40 @@ async fn a_policy_escalates_along_its_own_chain_and_a_session_picks_its_channels
         heard.iter().all(|(_, _, body)| body["session"]["id"] == only["id"]),
         "c hears only its session"
     );
-    let of_only = |receiver: &Receiver| {
-        receiver.taken().iter().filter(|(_, _, body)| body["session"]["id"] == only["id"]).count()
-    };
-    assert_eq!((of_only(&a), of_only(&b)), (0, 0), "a and b hear nothing of it");
+
+    // The policy's chain with a session's own channel: the chain names none of them, so its
+    // requests go to that channel at once.
+    let (status, asking) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "ASKC", "policy": policy, "notify": ["c"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{asking}");
+    let asked = c.until(|bodies| !keys(bodies, "permission_requested").is_empty()).await;
+    let request =
+        &asked.iter().find(|(_, _, body)| body["event"] == "permission_requested").unwrap().2;
+    assert_eq!(request["session"]["id"], asking["id"]);
+    let (status, _) = post(&server, request["link"].as_str().unwrap(), "decision=allow").await;
+    assert_eq!(status, 200);
+    c.until(|bodies| keys(bodies, "session_finished").len() == 2).await;
+
+    // A last session every channel hears of: each channel delivers in order, so once a and b
+    // have it, nothing of the two sessions before reached them.
+    let (status, _) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "MARK"})).await;
+    assert_eq!(status, 201);
+    for receiver in [&a, &b] {
+        let taken =
+            receiver.until(|bodies| bodies.iter().any(|body| body["text"] == "Marked.")).await;
+        let leaked = taken
+            .iter()
+            .filter(|(_, _, body)| {
+                body["session"]["id"] == only["id"] || body["session"]["id"] == asking["id"]
+            })
+            .count();
+        assert_eq!(leaked, 0, "a and b hear nothing of the sessions that chose c");
+    }
     server.stop().await;
 }
 

@@ -206,3 +206,26 @@ fn directory_searches_in_a_denied_directory_are_denied() {
     // Deny rules are listed as written (the CLI gets them as --disallowedTools).
     assert_eq!(policy.deny_rules().collect::<Vec<_>>(), ["Read(./secrets/**)", "Read(./.env)"]);
 }
+
+#[test]
+fn a_notify_table_names_channels_and_a_chain() {
+    let read = policy(
+        "[notify]\nchannels = [\"phone\", \"lead\"]\n\n[[notify.escalate]]\nchannel = \"phone\"\n\n\
+         [[notify.escalate]]\nchannel = \"lead\"\nafter_secs = 300\n",
+    );
+    assert_eq!(read.notify.channels.as_deref(), Some(&["phone".to_owned(), "lead".to_owned()][..]));
+    let steps: Vec<(&str, u64)> =
+        read.notify.escalate.iter().map(|step| (step.channel.as_str(), step.after_secs)).collect();
+    assert_eq!(steps, [("phone", 0), ("lead", 300)]);
+    assert_eq!(policy("").notify, NotifyRoute::default(), "none: every channel");
+    for (bad, says) in [
+        ("[notify]\nchannels = [\"a b\"]\n", "not a channel name"),
+        ("[notify]\nchannels = []\n", "names no channel"),
+        ("[[notify.escalate]]\nchannel = \"x\"\nafter_secs = 99999999\n", "more than a week"),
+        ("[notify]\nchannels = [\"a\"]\n[[notify.escalate]]\nchannel = \"b\"\n", "reach nobody"),
+        ("[notify]\nchanels = [\"a\"]\n", "unknown field"),
+    ] {
+        let error = Policy::from_toml(bad).unwrap_err().to_string();
+        assert!(error.contains(says), "{bad}: {error}");
+    }
+}
