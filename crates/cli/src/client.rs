@@ -98,6 +98,10 @@ pub(crate) struct NewArgs {
     /// The permission mode (default, acceptEdits, plan, bypassPermissions).
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
+    /// Run in a git worktree of its own: a new branch (switchboard/<short id>) from the
+    /// repository's HEAD, in a folder beside the repository.
+    #[arg(long)]
+    worktree: bool,
     /// Follow the session after starting it, as `sessions tail` does.
     #[arg(long)]
     follow: bool,
@@ -338,6 +342,9 @@ pub(crate) async fn new(args: NewArgs) -> ExitCode {
         };
         let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
         let mut body = json!({"cwd": cwd, "prompt": args.prompt});
+        if args.worktree {
+            body["worktree"] = json!(true);
+        }
         if let Some(model) = &args.model {
             body["model"] = json!(model);
         }

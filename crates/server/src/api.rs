@@ -87,6 +87,7 @@ pub fn routes() -> Vec<Route> {
         route("DELETE", "/api/sessions/{id}", Guard::Api(Scope::Operate), delete(delete_session)),
         route("PATCH", "/api/sessions/{id}", Guard::Api(Scope::Operate), patch(amend_session)),
         route("GET", "/api/sessions/{id}/usage", Guard::Api(Scope::Read), get(session_usage)),
+        route("GET", "/api/sessions/{id}/diff", Guard::Api(Scope::Read), get(session_diff)),
         route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
         route(
             "POST",
@@ -345,6 +346,13 @@ async fn revoke_token(
     Ok(Json(revoked))
 }
 
+async fn session_diff(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(daemon.diff(&id).await?))
+}
+
 async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {
     Json(daemon.budget())
 }
@@ -455,6 +463,12 @@ async fn get_session(
 struct DeleteQuery {
     #[serde(default)]
     purge: bool,
+    /// With `purge`: remove the session's worktree even with changes in it.
+    #[serde(default)]
+    force: bool,
+    /// With `purge`: delete the worktree's branch too.
+    #[serde(default)]
+    delete_branch: bool,
 }
 
 async fn delete_session(
@@ -462,10 +476,11 @@ async fn delete_session(
     Path(id): Path<String>,
     Params(query): Params<DeleteQuery>,
 ) -> Result<Response, ApiError> {
-    daemon.stop(&id, query.purge).await?;
     if query.purge {
+        daemon.delete(&id, query.force, query.delete_branch).await?;
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
+    daemon.stop(&id, false).await?;
     let record =
         daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
     Ok(Json(view(&daemon, record)).into_response())

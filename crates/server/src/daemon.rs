@@ -22,6 +22,8 @@ use switchboard_session::{
 use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
+use crate::text::invisible;
+
 /// Live events kept per session for subscribers that fall behind; past that they are told they
 /// lagged and catch up from the store. Allocated when the first subscriber arrives.
 pub const LIVE_BUFFER: usize = 2048;
@@ -142,13 +144,6 @@ pub const MAX_POLICY_FILE_BYTES: u64 = 1024 * 1024;
 /// The longest title a person may give a session, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
 
-/// A character a title may not hold: controls, and the format characters that reorder or hide
-/// text (bidirectional overrides, zero-width ones), which could make one title pass for another.
-fn invisible(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
-}
-
 /// How long reading a policy file may take.
 pub const POLICY_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -211,6 +206,10 @@ pub struct CreateSession {
     /// every channel; `web-push`: every browser subscribed).
     #[serde(default)]
     pub notify: Option<Vec<String>>,
+    /// Run in a git worktree of its own, on a new branch from the repository's HEAD
+    /// ([`crate::worktree`]).
+    #[serde(default)]
+    pub worktree: bool,
     /// What the session may spend (US dollars, as its CLI reports it): reached, the session
     /// pauses until a person raises it.
     #[serde(default)]
@@ -266,6 +265,8 @@ pub struct Launch {
     pub max_turns: Option<u32>,
     /// The channels that hear of it ([`CreateSession::notify`]).
     pub notify: Option<Vec<String>>,
+    /// Its git worktree ([`CreateSession::worktree`]); `cwd` is in it.
+    pub worktree: Option<crate::worktree::Worktree>,
     /// What the session may spend ([`CreateSession::max_budget_usd`]).
     pub max_budget_usd: Option<f64>,
     /// MCP servers (`--mcp-config`).
@@ -294,6 +295,7 @@ impl From<&CreateSession> for Launch {
             max_turns: request.max_turns,
             max_budget_usd: request.max_budget_usd,
             notify: request.notify.clone(),
+            worktree: None,
             mcp_config: request.mcp_config.clone(),
             claude: request.claude.clone(),
             transport: request.transport.clone(),
@@ -336,6 +338,9 @@ pub enum DaemonError {
     /// A budget is spent: the sentence says which, and how to go on.
     #[error("{0}")]
     Budget(String),
+    /// The session's worktree is not as the request needs it (changes in it, or none).
+    #[error("{0}")]
+    Worktree(String),
 }
 
 /// One item of a subscription.
@@ -1362,7 +1367,38 @@ impl Daemon {
             ));
         }
         self.daily_limit(request.started_by.as_deref())?;
-        let launch = Launch::from(&request);
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut launch = Launch::from(&request);
+        if request.worktree {
+            if !request.cwd.is_absolute() || !request.cwd.is_dir() {
+                return Err(DaemonError::Invalid(format!(
+                    "cwd {} is not an absolute path of a directory",
+                    request.cwd.display()
+                )));
+            }
+            let (tree, cwd) = crate::worktree::create(&request.cwd, &id[..8])
+                .await
+                .map_err(DaemonError::Invalid)?;
+            launch.cwd = cwd;
+            launch.worktree = Some(tree);
+        }
+        let made = self.create_in(id, request, launch.clone()).await;
+        if let (Err(_), Some(tree)) = (&made, &launch.worktree) {
+            // Nothing half-made: the worktree and its branch go with the session that failed.
+            if let Err(error) = crate::worktree::remove(tree, true, true).await {
+                tracing::warn!("the failed session's worktree stays: {error}");
+            }
+        }
+        made
+    }
+
+    /// [`Daemon::create`], once its worktree (if any) is made.
+    async fn create_in(
+        self: &Arc<Self>,
+        id: String,
+        request: CreateSession,
+        launch: Launch,
+    ) -> Result<SessionRecord, DaemonError> {
         let (config, transport) = self
             .session_config(
                 &launch,
@@ -1371,13 +1407,12 @@ impl Daemon {
                 request.resume_at.clone(),
             )
             .await?;
-        let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
             id: id.clone(),
             claude_session_id: request.resume.clone().filter(|_| !request.fork),
-            cwd: request.cwd.display().to_string(),
+            cwd: launch.cwd.display().to_string(),
             model: request.model.clone(),
             permission_mode: request.permission_mode.clone(),
             state: "starting".into(),
@@ -2040,6 +2075,54 @@ impl Daemon {
             let _ = self.dashboard.send(json!({"event": "session_deleted", "session_id": id}));
         }
         Ok(())
+    }
+
+    /// Deletes a session with its record and log (stopping it first) and its worktree, if it
+    /// has one: refused while the worktree has changes unless `force` (nothing is deleted
+    /// then); its branch is deleted too when `delete_branch`.
+    pub async fn delete(
+        &self,
+        id: &str,
+        force: bool,
+        delete_branch: bool,
+    ) -> Result<(), DaemonError> {
+        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        let tree = worktree_of(&record);
+        if let (Some(tree), false) = (&tree, force) {
+            if tree.path.exists()
+                && !crate::worktree::is_clean(tree).await.map_err(DaemonError::Worktree)?
+            {
+                return Err(DaemonError::Worktree(format!(
+                    "session {id}'s worktree {} has changes; commit or discard them, or delete with force=true",
+                    tree.path.display()
+                )));
+            }
+        }
+        self.stop(id, false).await?;
+        if let Some(tree) = &tree {
+            crate::worktree::remove(tree, force, delete_branch)
+                .await
+                .map_err(DaemonError::Worktree)?;
+        }
+        self.stop(id, true).await
+    }
+
+    /// The session's whole change in its worktree ([`crate::worktree::diff`]).
+    pub async fn diff(&self, id: &str) -> Result<Value, DaemonError> {
+        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        let tree = worktree_of(&record).ok_or_else(|| {
+            DaemonError::Worktree(format!(
+                "session {id} has no worktree (start one with \"worktree\": true)"
+            ))
+        })?;
+        if !tree.path.exists() {
+            return Err(DaemonError::Worktree(format!("session {id}'s worktree is gone")));
+        }
+        let files = crate::worktree::diff(&tree).await.map_err(DaemonError::Worktree)?;
+        Ok(json!({
+            "base": tree.base, "branch": tree.branch, "base_branch": tree.base_branch,
+            "path": tree.path, "files": files,
+        }))
     }
 
     /// Every event of a session after `after`, then the live tail, with no gap and no
@@ -2880,6 +2963,11 @@ fn route_of(policy: &Policy, record: &SessionRecord) -> switchboard_session::Not
         route.escalate.retain(|step| channels.contains(&step.channel));
     }
     route
+}
+
+/// A session's worktree, if it has one.
+fn worktree_of(record: &SessionRecord) -> Option<crate::worktree::Worktree> {
+    serde_json::from_value(record.config.get("worktree")?.clone()).ok()
 }
 
 /// What a session has spent in all: the sum of its turns' costs (`config.spent_usd`), or, for

@@ -224,6 +224,7 @@ impl Switchboard for Api {
             max_turns: request.max_turns,
             max_budget_usd: request.max_budget_usd,
             notify: (!request.notify.is_empty()).then_some(request.notify),
+            worktree: request.worktree,
             mcp_config: request.mcp_config,
             claude: request.claude.map(Into::into),
             transport: request.transport,
@@ -267,7 +268,14 @@ impl Switchboard for Api {
         request: tonic::Request<pb::StopSessionRequest>,
     ) -> Result<tonic::Response<pb::StopSessionResponse>, Status> {
         let request = request.into_inner();
-        self.daemon.stop(&request.id, request.purge).await.map_err(status)?;
+        if request.purge {
+            self.daemon
+                .delete(&request.id, request.force, request.delete_branch)
+                .await
+                .map_err(status)?;
+        } else {
+            self.daemon.stop(&request.id, false).await.map_err(status)?;
+        }
         let session = if request.purge {
             None
         } else {

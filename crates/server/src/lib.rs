@@ -25,10 +25,12 @@ mod relay;
 mod serve;
 pub mod socket;
 pub mod terminal;
+mod text;
 pub mod tokens;
 pub mod transcripts;
 mod ui;
 pub mod view;
+pub mod worktree;
 
 pub use api::router;
 pub use auth::{generate_token, AuthConfig};

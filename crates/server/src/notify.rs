@@ -1009,12 +1009,7 @@ pub fn one_tap(tool: &str, input: &Value) -> bool {
     tool == "Bash"
         && fields.keys().all(|key| matches!(key.as_str(), "command" | "description" | "timeout"))
         && command.chars().count() <= 300
-        && !command.chars().any(|c| c.is_control() || is_invisible(c))
-}
-
-/// Characters that change how text shows without showing: bidirectional controls, zero-width.
-fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        && !command.chars().any(crate::text::invisible)
 }
 
 /// A tool's input as a notice carries it: whole, or (over [`MAX_INPUT_BYTES`] as JSON) its

@@ -421,11 +421,7 @@ impl Subscriptions {
         let target =
             Target::from_keys(&new.keys.p256dh, &new.keys.auth).map_err(PushError::Invalid)?;
         let name = new.name.unwrap_or_default();
-        let invisible = |c: char| {
-            c.is_control()
-                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-        };
-        if name.chars().count() > 64 || name.chars().any(invisible) {
+        if name.chars().count() > 64 || name.chars().any(crate::text::invisible) {
             return Err(PushError::Invalid(
                 "name is at most 64 characters, without control, bidirectional or invisible characters".into(),
             ));

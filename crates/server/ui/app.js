@@ -1715,6 +1715,7 @@ function newSessionForm() {
     }
     if (body.model === '__other') body.model = (data.get('model_other') ?? '').trim() || undefined;
     if (data.get('fork')) body.fork = true;
+    if (data.get('worktree')) body.worktree = true;
     const mcp = (data.get('mcp_config') ?? '').trim();
     if (mcp) body.mcp_config = [mcp];
     const error = $('.form-error', form);

@@ -271,7 +271,7 @@ async fn a_grpc_client_streams_approves_denies_and_resubscribes_without_a_gap() 
     assert_eq!(listed.sessions[0].status, i32::from(pb::Status::Idle));
     assert!(listed.sessions[0].running);
     let stopped = grpc
-        .stop_session(pb::StopSessionRequest { id: id.clone(), purge: false })
+        .stop_session(pb::StopSessionRequest { id: id.clone(), ..Default::default() })
         .await
         .unwrap()
         .into_inner();
@@ -336,7 +336,7 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
         .await
         .unwrap()
         .into_inner();
-    grpc.stop_session(pb::StopSessionRequest { id: session.id.clone(), purge: false })
+    grpc.stop_session(pb::StopSessionRequest { id: session.id.clone(), ..Default::default() })
         .await
         .unwrap();
     let stopped = grpc

@@ -1,0 +1,153 @@
+//! A git worktree per session, with the real CLI in a scratch repository: two sessions change
+//! the same file, each in its own worktree, without touching the other or the repository; the
+//! diff shows each one's whole change (an untracked file too); a worktree with changes is kept
+//! unless the delete forces it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchboard_store::{MemoryStore, Store};
+use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::{is_result, Server, TOKEN};
+
+/// Runs git in `dir`, as a person would set a repository up.
+fn git(dir: &Path, args: &[&str]) -> String {
+    #[allow(clippy::disallowed_methods)] // the test's own setup, not the daemon's
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn bash(command: &str) -> Value {
+    json!({"command": command, "description": "change the file"})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_shows_each() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", bash("echo one >> shared.txt && echo ONE_MARK"))
+                    .when_prompt("ONE"),
+            )
+            .reply(Reply::text("One.").when_tool_result_contains("ONE_MARK"))
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    bash("echo two >> shared.txt && printf 'new\\n' > fresh.txt && echo TWO_MARK"),
+                )
+                .when_prompt("TWO"),
+            )
+            .reply(Reply::text("Two.").when_tool_result_contains("TWO_MARK")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir();
+    std::fs::write(repo.join("shared.txt"), "base\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "shared.txt"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let policy = "[permissions]\ndefault = \"allow\"\n";
+
+    let mut sessions = Vec::new();
+    for prompt in ["ONE", "TWO"] {
+        let body = json!({"cwd": repo, "prompt": prompt, "worktree": true, "policy": policy});
+        let (status, session) = server.post("/api/sessions", body).await;
+        assert_eq!(status, 201, "{session}");
+        let id = session["id"].as_str().unwrap().to_owned();
+        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        ws.until(is_result).await;
+        sessions.push(session);
+    }
+    // Each in its own folder and branch; the repository itself is as it was.
+    let (one, two) = (&sessions[0], &sessions[1]);
+    let tree = |session: &Value| session["config"]["worktree"].clone();
+    assert_ne!(one["cwd"], two["cwd"]);
+    assert_eq!(one["cwd"], tree(one)["path"]);
+    assert_eq!(tree(one)["base"], base.as_str());
+    assert_eq!(tree(one)["base_branch"], "main");
+    let short = &one["id"].as_str().unwrap()[..8];
+    assert_eq!(tree(one)["branch"], format!("switchboard/{short}"));
+    assert_eq!(std::fs::read_to_string(repo.join("shared.txt")).unwrap(), "base\n");
+    let one_path = Path::new(one["cwd"].as_str().unwrap()).to_owned();
+    assert_eq!(std::fs::read_to_string(one_path.join("shared.txt")).unwrap(), "base\none\n");
+
+    // The diff: each session's own change, against the commit it started from.
+    let (status, diff) =
+        server.get(&format!("/api/sessions/{}/diff", one["id"].as_str().unwrap())).await;
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(diff["base"], base.as_str());
+    let files = diff["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{diff}");
+    assert_eq!(
+        (files[0]["path"].as_str(), files[0]["status"].as_str()),
+        (Some("shared.txt"), Some("modified"))
+    );
+    assert_eq!((files[0]["added"].as_u64(), files[0]["removed"].as_u64()), (Some(1), Some(0)));
+    let patch = files[0]["patch"].as_str().unwrap();
+    assert!(patch.contains("\n+one\n") && !patch.contains("two"), "{patch}");
+    let (_, diff) =
+        server.get(&format!("/api/sessions/{}/diff", two["id"].as_str().unwrap())).await;
+    let files = diff["files"].as_array().unwrap();
+    let paths: Vec<(&str, &str)> = files
+        .iter()
+        .map(|file| (file["path"].as_str().unwrap(), file["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(paths, [("fresh.txt", "untracked"), ("shared.txt", "modified")], "{diff}");
+    assert!(files[0]["patch"].as_str().unwrap().contains("+new"), "{diff}");
+    assert!(files[1]["patch"].as_str().unwrap().contains("\n+two\n"), "{diff}");
+
+    // Not in a git repository: refused, saying so; no worktree for a session without one.
+    let plain = sandbox.home().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let (status, refused) =
+        server.post("/api/sessions", json!({"cwd": plain, "worktree": true})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("not in a git repository"),
+        "{refused}"
+    );
+    let (_, bare) = server.post("/api/sessions", json!({"cwd": plain})).await;
+    let (status, refused) =
+        server.get(&format!("/api/sessions/{}/diff", bare["id"].as_str().unwrap())).await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("worktree")), "{refused}");
+
+    // Deleting: a worktree with changes is kept (and so is the session) unless forced; forced,
+    // it goes, and its branch when asked.
+    let id = one["id"].as_str().unwrap();
+    let (status, kept) = server
+        .request_as(TOKEN, reqwest::Method::DELETE, &format!("/api/sessions/{id}?purge=true"), None)
+        .await;
+    assert_eq!(status, 409, "{kept}");
+    assert!(kept["error"]["message"].as_str().unwrap().contains("has changes"), "{kept}");
+    assert!(one_path.exists());
+    assert_eq!(server.get(&format!("/api/sessions/{id}")).await.0, 200, "nothing deleted");
+    let (status, _) = server
+        .request_as(
+            TOKEN,
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{id}?purge=true&force=true&delete_branch=true"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert!(!one_path.exists(), "the worktree is gone");
+    assert_eq!(git(&repo, &["branch", "--list", &format!("switchboard/{short}")]).trim(), "");
+    assert!(
+        !git(&repo, &["branch", "--list", "switchboard/*"]).trim().is_empty(),
+        "the other stays"
+    );
+    server.stop().await;
+}
