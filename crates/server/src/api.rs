@@ -88,6 +88,19 @@ pub fn routes() -> Vec<Route> {
         route("PATCH", "/api/sessions/{id}", Guard::Api(Scope::Operate), patch(amend_session)),
         route("GET", "/api/sessions/{id}/usage", Guard::Api(Scope::Read), get(session_usage)),
         route("GET", "/api/sessions/{id}/diff", Guard::Api(Scope::Read), get(session_diff)),
+        route(
+            "POST",
+            "/api/sessions/{id}/commit",
+            Guard::Api(Scope::Operate),
+            post(session_commit),
+        ),
+        route("POST", "/api/sessions/{id}/merge", Guard::Api(Scope::Operate), post(session_merge)),
+        route(
+            "POST",
+            "/api/sessions/{id}/discard",
+            Guard::Api(Scope::Operate),
+            post(session_discard),
+        ),
         route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
         route(
             "POST",
@@ -351,6 +364,57 @@ async fn session_diff(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(daemon.diff(&id).await?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    #[serde(default)]
+    message: Option<String>,
+}
+
+async fn session_commit(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<CommitBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(daemon.commit(&id, body.message.as_deref()).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MergeBody {
+    mode: crate::worktree::MergeMode,
+}
+
+async fn session_merge(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<MergeBody>,
+) -> Result<Response, ApiError> {
+    use crate::worktree::MergeRefused;
+    Ok(match daemon.merge(&id, body.mode).await? {
+        Ok(merged) => Json(merged).into_response(),
+        Err(MergeRefused::Conflicts(files)) => {
+            let message = format!(
+                "{} file(s) conflict; nothing was merged: {}",
+                files.len(),
+                files.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
+            );
+            let body =
+                json!({"error": {"code": "merge_conflict", "message": message, "files": files}});
+            (StatusCode::CONFLICT, Json(body)).into_response()
+        }
+        Err(MergeRefused::Other(why)) => ApiError::conflict("worktree", why).into_response(),
+    })
+}
+
+async fn session_discard(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    daemon.discard(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {

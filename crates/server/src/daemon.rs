@@ -2107,8 +2107,11 @@ impl Daemon {
         self.stop(id, true).await
     }
 
-    /// The session's whole change in its worktree ([`crate::worktree::diff`]).
-    pub async fn diff(&self, id: &str) -> Result<Value, DaemonError> {
+    /// The session's worktree, if it has one that is still there.
+    async fn worktree(
+        &self,
+        id: &str,
+    ) -> Result<(SessionRecord, crate::worktree::Worktree), DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let tree = worktree_of(&record).ok_or_else(|| {
             DaemonError::Worktree(format!(
@@ -2118,6 +2121,48 @@ impl Daemon {
         if !tree.path.exists() {
             return Err(DaemonError::Worktree(format!("session {id}'s worktree is gone")));
         }
+        Ok((record, tree))
+    }
+
+    /// Commits the session's changes on its branch, with `message` (default: its title).
+    pub async fn commit(&self, id: &str, message: Option<&str>) -> Result<Value, DaemonError> {
+        let (record, tree) = self.worktree(id).await?;
+        let message = match message.map(str::trim).filter(|message| !message.is_empty()) {
+            Some(message) => message.to_owned(),
+            None => record
+                .title
+                .clone()
+                .unwrap_or_else(|| format!("Session {}", &id[..8.min(id.len())])),
+        };
+        if message.len() > 64 * 1024 || message.contains('\0') {
+            return Err(DaemonError::Invalid("message is at most 64 KiB, without NUL".into()));
+        }
+        let commit =
+            crate::worktree::commit(&tree, &message).await.map_err(DaemonError::Worktree)?;
+        Ok(json!({"commit": commit, "branch": tree.branch, "message": message}))
+    }
+
+    /// Merges the session's branch into the branch it started from.
+    pub async fn merge(
+        &self,
+        id: &str,
+        mode: crate::worktree::MergeMode,
+    ) -> Result<Result<Value, crate::worktree::MergeRefused>, DaemonError> {
+        let (_, tree) = self.worktree(id).await?;
+        Ok(crate::worktree::merge(&tree, mode).await.map(
+            |commit| json!({"commit": commit, "into": tree.base_branch, "branch": tree.branch}),
+        ))
+    }
+
+    /// Puts the session's worktree back at its base commit.
+    pub async fn discard(&self, id: &str) -> Result<(), DaemonError> {
+        let (_, tree) = self.worktree(id).await?;
+        crate::worktree::discard(&tree).await.map_err(DaemonError::Worktree)
+    }
+
+    /// The session's whole change in its worktree ([`crate::worktree::diff`]).
+    pub async fn diff(&self, id: &str) -> Result<Value, DaemonError> {
+        let (_, tree) = self.worktree(id).await?;
         let files = crate::worktree::diff(&tree).await.map_err(DaemonError::Worktree)?;
         Ok(json!({
             "base": tree.base, "branch": tree.branch, "base_branch": tree.base_branch,

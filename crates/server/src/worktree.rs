@@ -64,6 +64,17 @@ pub struct FileChange {
 
 /// Runs `git` in `dir` with `args`: its standard output, or an error with what git said.
 async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+    let output = run_git(dir, args).await?;
+    if !output.status.success() {
+        let said = String::from_utf8_lossy(&output.stderr);
+        let said: String = said.trim().chars().take(500).collect();
+        return Err(format!("git {}: {said}", args[0]));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Runs `git` in `dir` with `args`, whatever its exit status: what it wrote, within bounds.
+async fn run_git(dir: &Path, args: &[&str]) -> Result<std::process::Output, String> {
     #[allow(clippy::disallowed_methods)] // git, not the CLI
     let mut command = tokio::process::Command::new("git");
     command
@@ -82,15 +93,10 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
         .await
         .map_err(|_| format!("git {} took more than {} s", args[0], GIT_TIMEOUT.as_secs()))?
         .map_err(|error| format!("cannot run git ({error}): is it installed?"))?;
-    if !output.status.success() {
-        let said = String::from_utf8_lossy(&output.stderr);
-        let said: String = said.trim().chars().take(500).collect();
-        return Err(format!("git {}: {said}", args[0]));
-    }
     if output.stdout.len() > MAX_GIT_OUTPUT {
         return Err(format!("git {} said more than {} MiB", args[0], MAX_GIT_OUTPUT >> 20));
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    Ok(output)
 }
 
 /// Makes a worktree for the session `short` (its id's start) from the repository `cwd` is in,
@@ -151,6 +157,121 @@ pub async fn remove(worktree: &Worktree, force: bool, delete_branch: bool) -> Re
         git(&worktree.repo, &["branch", "-D", &worktree.branch]).await?;
     }
     Ok(())
+}
+
+/// Commits everything in the worktree (new files too) on its branch, with `message`; the
+/// author is git's own (the repository's config). The commit's id.
+pub async fn commit(worktree: &Worktree, message: &str) -> Result<String, String> {
+    if is_clean(worktree).await? {
+        return Err("nothing to commit: the worktree has no changes".into());
+    }
+    git(&worktree.path, &["add", "-A"]).await?;
+    git(&worktree.path, &["commit", "-q", "-m", message]).await?;
+    Ok(git(&worktree.path, &["rev-parse", "HEAD"]).await?.trim().to_owned())
+}
+
+/// Puts the worktree back as it was when the session started: its branch at the base commit,
+/// its changes and new files gone.
+pub async fn discard(worktree: &Worktree) -> Result<(), String> {
+    git(&worktree.path, &["reset", "-q", "--hard", &worktree.base]).await?;
+    git(&worktree.path, &["clean", "-q", "-f", "-d"]).await?;
+    Ok(())
+}
+
+/// How a merge goes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MergeMode {
+    /// Only by fast-forward: the base branch has not moved since the session started.
+    FastForward,
+    /// With a merge commit.
+    Merge,
+}
+
+/// Why a merge did not happen; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeRefused {
+    /// These files conflict.
+    Conflicts(Vec<String>),
+    /// Something else: the sentence says what.
+    Other(String),
+}
+
+/// Merges the session's branch into the branch the repository had checked out when it
+/// started, in the repository's own checkout (which must still be on that branch, and clean).
+/// Conflicts are found first, without touching anything (`git merge-tree`): a merge either
+/// happens whole or not at all. The base branch's new commit.
+pub async fn merge(worktree: &Worktree, mode: MergeMode) -> Result<String, MergeRefused> {
+    let refused = MergeRefused::Other;
+    let repo = &worktree.repo;
+    let target = worktree.base_branch.as_deref().ok_or_else(|| {
+        refused("the repository had no branch checked out when the session started".into())
+    })?;
+    if !is_clean(worktree).await.map_err(refused)? {
+        return Err(refused("the worktree has changes: commit or discard them first".into()));
+    }
+    let current =
+        git(repo, &["symbolic-ref", "--quiet", "--short", "HEAD"]).await.unwrap_or_default();
+    if current.trim() != target {
+        return Err(refused(format!(
+            "the repository's checkout is on {}, not {target}: check out {target} to merge into it",
+            if current.trim().is_empty() { "no branch" } else { current.trim() }
+        )));
+    }
+    if !git(repo, &["status", "--porcelain", "--untracked-files=no"])
+        .await
+        .map_err(refused)?
+        .trim()
+        .is_empty()
+    {
+        return Err(refused(format!(
+            "{} has uncommitted changes: commit or stash them first",
+            repo.display()
+        )));
+    }
+    let branch = worktree.branch.as_str();
+    let ahead = git(repo, &["rev-list", "--count", &format!("{target}..{branch}")])
+        .await
+        .map_err(refused)?;
+    if ahead.trim() == "0" {
+        return Err(refused(format!("{branch} has nothing {target} does not have: commit first")));
+    }
+    let fast = git(repo, &["merge-base", "--is-ancestor", target, branch]).await.is_ok();
+    match (mode, fast) {
+        (MergeMode::FastForward, false) => {
+            return Err(refused(format!(
+                "{target} moved on since the session started: a fast-forward is not possible (merge with a merge commit)"
+            )))
+        }
+        (MergeMode::FastForward, true) => {
+            git(repo, &["merge", "-q", "--ff-only", branch]).await.map_err(refused)?;
+        }
+        (MergeMode::Merge, _) => {
+            // Found first, touching nothing.
+            let listed = conflicts(repo, target, branch).await;
+            if !listed.is_empty() {
+                return Err(MergeRefused::Conflicts(listed));
+            }
+            let message = format!("Merge {branch} (a Switchboard session)");
+            git(repo, &["merge", "-q", "--no-ff", "--no-edit", "-m", &message, branch])
+                .await
+                .map_err(refused)?;
+        }
+    }
+    Ok(git(repo, &["rev-parse", target]).await.map_err(refused)?.trim().to_owned())
+}
+
+/// The files `git merge-tree` finds in conflict (listed after the tree it would write).
+async fn conflicts(repo: &Path, target: &str, branch: &str) -> Vec<String> {
+    let args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", target, branch];
+    let Ok(output) = run_git(repo, &args).await else { return Vec::new() };
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .skip(1)
+        .filter(|line| !line.is_empty())
+        .take(1000)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The session's whole change: its worktree against the commit it started from (what it

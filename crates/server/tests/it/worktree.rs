@@ -54,6 +54,9 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     let repo = sandbox.workdir();
     std::fs::write(repo.join("shared.txt"), "base\n").unwrap();
     git(&repo, &["init", "-q", "-b", "main"]);
+    // Who commits: the repository's own config, as a person's git has it.
+    git(&repo, &["config", "user.name", "Test Person"]);
+    git(&repo, &["config", "user.email", "person@example.com"]);
     git(&repo, &["add", "shared.txt"]);
     git(&repo, &["commit", "-q", "-m", "base"]);
     let base = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
@@ -134,20 +137,64 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     assert!(kept["error"]["message"].as_str().unwrap().contains("has changes"), "{kept}");
     assert!(one_path.exists());
     assert_eq!(server.get(&format!("/api/sessions/{id}")).await.0, 200, "nothing deleted");
+    // Review: TWO commits, and merges into main by fast-forward; the checkout has its change.
+    let two_id = two["id"].as_str().unwrap();
+    let (status, made) =
+        server.post(&format!("/api/sessions/{two_id}/commit"), json!({"message": "Add two"})).await;
+    assert_eq!(status, 200, "{made}");
+    let (status, merged) = server
+        .post(&format!("/api/sessions/{two_id}/merge"), json!({"mode": "fast_forward"}))
+        .await;
+    assert_eq!(status, 200, "{merged}");
+    assert_eq!(merged["commit"], made["commit"]);
+    assert_eq!(std::fs::read_to_string(repo.join("shared.txt")).unwrap(), "base\ntwo\n");
+    assert!(repo.join("fresh.txt").exists());
+    let log = git(&repo, &["log", "-1", "--format=%s|%an"]);
+    assert_eq!(log.trim(), "Add two|Test Person", "the author is git's own");
+
+    // ONE, committed, cannot fast-forward (main moved on) and conflicts in shared.txt: refused,
+    // saying which file, and nothing changes.
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let (status, _) = server.post(&format!("/api/sessions/{id}/commit"), json!({})).await;
+    assert_eq!(status, 200);
+    let (status, refused) =
+        server.post(&format!("/api/sessions/{id}/merge"), json!({"mode": "fast_forward"})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("moved on"), "{refused}");
+    let (status, refused) =
+        server.post(&format!("/api/sessions/{id}/merge"), json!({"mode": "merge"})).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (409, Some("merge_conflict")),
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["files"], json!(["shared.txt"]));
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head, "nothing merged");
+    assert_eq!(git(&repo, &["status", "--porcelain"]).trim(), "", "the checkout is as it was");
+    // Discarded, its worktree is back at its base: no change; then it deletes without force,
+    // and its branch stays.
+    let (status, _) = server.post(&format!("/api/sessions/{id}/discard"), json!({})).await;
+    assert_eq!(status, 204);
+    let (_, diff) = server.get(&format!("/api/sessions/{id}/diff")).await;
+    assert_eq!(diff["files"], json!([]), "{diff}");
+    let (status, _) = server
+        .request_as(TOKEN, reqwest::Method::DELETE, &format!("/api/sessions/{id}?purge=true"), None)
+        .await;
+    assert_eq!(status, 204);
+    assert!(!one_path.exists(), "the worktree is gone");
+    let branch = format!("switchboard/{short}");
+    assert_eq!(git(&repo, &["branch", "--list", &branch]).trim(), branch, "its branch stays");
+    // Asked to, the delete takes the branch too.
     let (status, _) = server
         .request_as(
             TOKEN,
             reqwest::Method::DELETE,
-            &format!("/api/sessions/{id}?purge=true&force=true&delete_branch=true"),
+            &format!("/api/sessions/{two_id}?purge=true&delete_branch=true"),
             None,
         )
         .await;
     assert_eq!(status, 204);
-    assert!(!one_path.exists(), "the worktree is gone");
-    assert_eq!(git(&repo, &["branch", "--list", &format!("switchboard/{short}")]).trim(), "");
-    assert!(
-        !git(&repo, &["branch", "--list", "switchboard/*"]).trim().is_empty(),
-        "the other stays"
-    );
+    let two_branch = format!("switchboard/{}", &two_id[..8]);
+    assert_eq!(git(&repo, &["branch", "--list", &two_branch]).trim(), "");
     server.stop().await;
 }
