@@ -4,7 +4,9 @@
 // test's own API calls), FAKE_API_URL (POST /_fake/release lets held
 // streams go on), WORKDIR, CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -874,6 +876,45 @@ try {
     assert.equal(session.config.max_budget_usd, 5);
     await send('AFTER RAISE');
     await transcript().locator('.msg.assistant').nth(1).waitFor();
+  });
+
+  await step('review a worktree session: its change, a line comment to Claude, commit, fast-forward', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    const repo = path.join(workdir, 'review-repo');
+    fs.mkdirSync(repo, { recursive: true });
+    const git = (...args) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' });
+    git('init', '-q', '-b', 'main');
+    git('config', 'user.name', 'Test Person');
+    git('config', 'user.email', 'person@example.com');
+    fs.writeFileSync(path.join(repo, 'notes.txt'), 'first\n');
+    git('add', 'notes.txt');
+    git('commit', '-q', '-m', 'first');
+    await page.setViewportSize({ width: 1400, height: 900 });
+    const made = await (await fetch(`${base}/api/sessions`, {
+      method: 'POST', headers,
+      body: JSON.stringify({ cwd: repo, prompt: 'REVIEWME please', worktree: true, policy: '[permissions]\ndefault = "allow"\n' }),
+    })).json();
+    await page.goto(`${base}/#/s/${made.id}`);
+    await transcript().locator('.msg.assistant', { hasText: 'Changed notes.' }).waitFor();
+    await page.locator('.session-head .review-open').click();
+    const file = page.locator('.review-file', { hasText: 'notes.txt' });
+    const added = file.locator('.line.add', { hasText: 'reviewed' });
+    await added.waitFor();
+    assert.equal(await added.locator('.no').textContent(), '2', 'the new file\'s line number');
+    await added.click();
+    await page.locator('.line-comment textarea').fill('say why this line');
+    await page.getByRole('button', { name: 'Send to Claude' }).click();
+    await page.locator('.line-comment.sent').waitFor();
+    await transcript().locator('.msg.user', { hasText: 'notes.txt:2: say why this line' }).waitFor();
+    await shot('review.png');
+    await page.locator('.review .commit').click();
+    await page.locator('.toast', { hasText: 'Committed' }).waitFor();
+    await page.locator('.review .fast-forward').click();
+    await page.locator('.toast', { hasText: 'main is at' }).waitFor();
+    assert.equal(fs.readFileSync(path.join(repo, 'notes.txt'), 'utf8'), 'first\nreviewed\n');
+    assert.match(git('log', '-1', '--format=%an'), /Test Person/);
+    await page.locator('.review .close').click();
+    await page.setViewportSize({ width: 390, height: 844 });
   });
 
   await step('dark mode follows the system', async () => {

@@ -577,6 +577,15 @@ async fn browser() {
                 .when_prompt("PUSHAPPROVE"),
             )
             .reply(Reply::text("Approved from a push.").when_tool_result_contains("PUSH_MARK"))
+            // A worktree session's change, reviewed.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "echo reviewed >> notes.txt && echo REVIEW_MARK", "description": "change the notes"}),
+                )
+                .when_prompt("REVIEWME"),
+            )
+            .reply(Reply::text("Changed notes.").when_tool_result_contains("REVIEW_MARK"))
             .reply(
                 Reply::tool_use(
                     "Write",
