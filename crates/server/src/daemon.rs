@@ -587,6 +587,9 @@ pub struct Daemon {
     _notifying: watch::Sender<bool>,
     /// Daily budgets and today's spend ([`DaemonConfig::budget`]).
     budgets: crate::budget::Budgets,
+    /// One commit, merge, discard or worktree removal at a time (two merges into one branch
+    /// would each pass the other's conflict check).
+    worktree_ops: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -633,6 +636,7 @@ impl Daemon {
             None => crate::budget::Budgets::in_memory(config.budget.daily_usd),
         };
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
+            worktree_ops: tokio::sync::Mutex::new(()),
             budgets,
             link_key,
             notifier,
@@ -2088,17 +2092,19 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let tree = worktree_of(&record);
+        let _one_at_a_time = self.worktree_ops.lock().await;
+        // Stopped first: nothing writes in the worktree while it is looked at.
+        self.stop(id, false).await?;
         if let (Some(tree), false) = (&tree, force) {
             if tree.path.exists()
                 && !crate::worktree::is_clean(tree).await.map_err(DaemonError::Worktree)?
             {
                 return Err(DaemonError::Worktree(format!(
-                    "session {id}'s worktree {} has changes; commit or discard them, or delete with force=true",
+                    "session {id}'s worktree {} has changes; commit or discard them, or delete with force=true (the session is stopped; nothing was deleted)",
                     tree.path.display()
                 )));
             }
         }
-        self.stop(id, false).await?;
         if let Some(tree) = &tree {
             crate::worktree::remove(tree, force, delete_branch)
                 .await
@@ -2137,6 +2143,7 @@ impl Daemon {
         if message.len() > 64 * 1024 || message.contains('\0') {
             return Err(DaemonError::Invalid("message is at most 64 KiB, without NUL".into()));
         }
+        let _one_at_a_time = self.worktree_ops.lock().await;
         let commit =
             crate::worktree::commit(&tree, &message).await.map_err(DaemonError::Worktree)?;
         Ok(json!({"commit": commit, "branch": tree.branch, "message": message}))
@@ -2149,6 +2156,7 @@ impl Daemon {
         mode: crate::worktree::MergeMode,
     ) -> Result<Result<Value, crate::worktree::MergeRefused>, DaemonError> {
         let (_, tree) = self.worktree(id).await?;
+        let _one_at_a_time = self.worktree_ops.lock().await;
         Ok(crate::worktree::merge(&tree, mode).await.map(
             |commit| json!({"commit": commit, "into": tree.base_branch, "branch": tree.branch}),
         ))
@@ -2157,6 +2165,22 @@ impl Daemon {
     /// Puts the session's worktree back at its base commit.
     pub async fn discard(&self, id: &str) -> Result<(), DaemonError> {
         let (_, tree) = self.worktree(id).await?;
+        // Not under Claude's feet.
+        let busy =
+            self.handle(id).ok().map(|handle| handle.snapshot().state).is_some_and(|state| {
+                matches!(
+                    state,
+                    SessionState::Working
+                        | SessionState::AwaitingPermission
+                        | SessionState::Compacting
+                )
+            });
+        if busy {
+            return Err(DaemonError::Worktree(format!(
+                "session {id} is working: interrupt it first, then discard"
+            )));
+        }
+        let _one_at_a_time = self.worktree_ops.lock().await;
         crate::worktree::discard(&tree).await.map_err(DaemonError::Worktree)
     }
 

@@ -6,9 +6,16 @@
 //!
 //! Through the `git` program, as the person's own git does it: its worktree bookkeeping,
 //! config, attributes and ignore rules are exactly the user's, with nothing to build (libgit2
-//! is C; gix does not yet add worktrees). Each call has a time limit and a bounded output; the
-//! repository's hooks do not run (`core.hooksPath` is emptied), and `GIT_*` variables of the
-//! daemon's environment do not reach it.
+//! is C; gix does not yet add worktrees). Needs git 2.38 or newer (`git merge-tree
+//! --write-tree`). Each call has a time limit and a bounded output; the repository's hooks and
+//! fsmonitor do not run, pathspecs are literal, and `GIT_*` variables of the daemon's
+//! environment do not reach it.
+//!
+//! The worktree's folder is the session's to write in, its `.git` file too: a session that
+//! pointed it at a repository of its own making (with a config that runs a program) would have
+//! the daemon's next git command run it. So every command on a worktree names its git folder
+//! (inside the repository's, recorded when the worktree was made) and its work tree itself,
+//! and never reads the `.git` file.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,6 +44,8 @@ pub struct Worktree {
     pub base: String,
     /// The branch the repository had checked out then (what a merge goes into), if any.
     pub base_branch: Option<String>,
+    /// Its git folder, in the repository's (`.git/worktrees/<name>`).
+    pub git_dir: PathBuf,
 }
 
 /// One file of a session's change.
@@ -62,9 +71,19 @@ pub struct FileChange {
     pub too_large: bool,
 }
 
-/// Runs `git` in `dir` with `args`: its standard output, or an error with what git said.
+/// Runs `git` in the repository `dir` with `args`: its standard output, or an error with
+/// what git said.
 async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let output = run_git(dir, args).await?;
+    checked(run_git(dir, None, args).await?, args)
+}
+
+/// Runs `git` on the worktree (its git folder and work tree named, its `.git` file unread).
+async fn tree_git(worktree: &Worktree, args: &[&str]) -> Result<String, String> {
+    checked(run_git(&worktree.path, Some(&worktree.git_dir), args).await?, args)
+}
+
+/// Standard output of a command that succeeded; else what git said.
+fn checked(output: std::process::Output, args: &[&str]) -> Result<String, String> {
     if !output.status.success() {
         let said = String::from_utf8_lossy(&output.stderr);
         let said: String = said.trim().chars().take(500).collect();
@@ -74,13 +93,23 @@ async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 /// Runs `git` in `dir` with `args`, whatever its exit status: what it wrote, within bounds.
-async fn run_git(dir: &Path, args: &[&str]) -> Result<std::process::Output, String> {
+/// With `git_dir`, `dir` is a work tree of that git folder.
+async fn run_git(
+    dir: &Path,
+    git_dir: Option<&Path>,
+    args: &[&str],
+) -> Result<std::process::Output, String> {
     #[allow(clippy::disallowed_methods)] // git, not the CLI
     let mut command = tokio::process::Command::new("git");
+    command.arg("-C").arg(dir);
+    if let Some(git_dir) = git_dir {
+        command.arg(format!("--git-dir={}", git_dir.display()));
+        command.arg(format!("--work-tree={}", dir.display()));
+    }
     command
-        .arg("-C")
-        .arg(dir)
+        .args(["--literal-pathspecs", "--no-optional-locks"])
         .args(["-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false"])
+        .args(["-c", "core.fsmonitor=false"])
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -123,6 +152,17 @@ pub async fn create(cwd: &Path, short: &str) -> Result<(Worktree, PathBuf), Stri
     let branch = format!("switchboard/{short}");
     let shown = path.display().to_string();
     git(&repo, &["worktree", "add", "-b", &branch, &shown, &base]).await?;
+    // Its git folder, read now that git wrote the `.git` file, and checked to be the
+    // repository's.
+    let common = git(&repo, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;
+    let git_dir = git(&path, &["rev-parse", "--absolute-git-dir"]).await?;
+    let git_dir = PathBuf::from(git_dir.trim());
+    if !git_dir.starts_with(common.trim()) {
+        return Err(format!(
+            "the new worktree's git folder {} is not the repository's",
+            git_dir.display()
+        ));
+    }
     let inside = cwd.canonicalize().ok().and_then(|cwd| {
         let repo = repo.canonicalize().ok()?;
         cwd.strip_prefix(&repo).ok().map(Path::to_path_buf)
@@ -131,18 +171,53 @@ pub async fn create(cwd: &Path, short: &str) -> Result<(Worktree, PathBuf), Stri
         Some(sub) if !sub.as_os_str().is_empty() => path.join(sub),
         _ => path.clone(),
     };
-    Ok((Worktree { repo, path, branch, base, base_branch }, cwd))
+    Ok((Worktree { repo, path, branch, base, base_branch, git_dir }, cwd))
 }
 
 /// Whether the worktree has nothing uncommitted (untracked files count).
 pub async fn is_clean(worktree: &Worktree) -> Result<bool, String> {
-    Ok(git(&worktree.path, &["status", "--porcelain"]).await?.trim().is_empty())
+    Ok(tree_git(worktree, &["status", "--porcelain"]).await?.trim().is_empty())
+}
+
+/// The worktree still has its own branch checked out (a session may switch it: then what a
+/// commit or a discard would touch is not the session's branch).
+async fn on_its_branch(worktree: &Worktree) -> Result<(), String> {
+    let head = tree_git(worktree, &["symbolic-ref", "-q", "HEAD"]).await.unwrap_or_default();
+    if head.trim() == format!("refs/heads/{}", worktree.branch) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the worktree is not on {} any more (the session checked out something else): check it out again first",
+            worktree.branch
+        ))
+    }
 }
 
 /// Removes the worktree (refused with changes in it unless `force`), and its branch when
 /// `delete_branch`.
 pub async fn remove(worktree: &Worktree, force: bool, delete_branch: bool) -> Result<(), String> {
+    if !worktree.repo.exists() {
+        // The repository is gone, and the worktree's bookkeeping with it.
+        return Ok(());
+    }
     let path = worktree.path.display().to_string();
+    if delete_branch && !force {
+        // A branch with commits its base branch does not have is work: kept unless forced.
+        let merged = match &worktree.base_branch {
+            Some(base) => {
+                let (branch, base) =
+                    (format!("refs/heads/{}", worktree.branch), format!("refs/heads/{base}"));
+                git(&worktree.repo, &["merge-base", "--is-ancestor", &branch, &base]).await.is_ok()
+            }
+            None => false,
+        };
+        if !merged {
+            return Err(format!(
+                "{} has commits its base branch does not have: merge it, or delete with force=true",
+                worktree.branch
+            ));
+        }
+    }
     if worktree.path.exists() {
         let mut args = vec!["worktree", "remove"];
         if force {
@@ -154,7 +229,15 @@ pub async fn remove(worktree: &Worktree, force: bool, delete_branch: bool) -> Re
         git(&worktree.repo, &["worktree", "prune"]).await?;
     }
     if delete_branch {
-        git(&worktree.repo, &["branch", "-D", &worktree.branch]).await?;
+        let exists = git(
+            &worktree.repo,
+            &["rev-parse", "--verify", "-q", &format!("refs/heads/{}", worktree.branch)],
+        )
+        .await
+        .is_ok();
+        if exists {
+            git(&worktree.repo, &["branch", "-D", &worktree.branch]).await?;
+        }
     }
     Ok(())
 }
@@ -162,19 +245,21 @@ pub async fn remove(worktree: &Worktree, force: bool, delete_branch: bool) -> Re
 /// Commits everything in the worktree (new files too) on its branch, with `message`; the
 /// author is git's own (the repository's config). The commit's id.
 pub async fn commit(worktree: &Worktree, message: &str) -> Result<String, String> {
+    on_its_branch(worktree).await?;
     if is_clean(worktree).await? {
         return Err("nothing to commit: the worktree has no changes".into());
     }
-    git(&worktree.path, &["add", "-A"]).await?;
-    git(&worktree.path, &["commit", "-q", "-m", message]).await?;
-    Ok(git(&worktree.path, &["rev-parse", "HEAD"]).await?.trim().to_owned())
+    tree_git(worktree, &["add", "-A"]).await?;
+    tree_git(worktree, &["commit", "-q", "-m", message]).await?;
+    Ok(tree_git(worktree, &["rev-parse", "HEAD"]).await?.trim().to_owned())
 }
 
 /// Puts the worktree back as it was when the session started: its branch at the base commit,
 /// its changes and new files gone.
 pub async fn discard(worktree: &Worktree) -> Result<(), String> {
-    git(&worktree.path, &["reset", "-q", "--hard", &worktree.base]).await?;
-    git(&worktree.path, &["clean", "-q", "-f", "-d"]).await?;
+    on_its_branch(worktree).await?;
+    tree_git(worktree, &["reset", "-q", "--hard", &worktree.base]).await?;
+    tree_git(worktree, &["clean", "-q", "-f", "-d"]).await?;
     Ok(())
 }
 
@@ -210,12 +295,14 @@ pub async fn merge(worktree: &Worktree, mode: MergeMode) -> Result<String, Merge
     if !is_clean(worktree).await.map_err(refused)? {
         return Err(refused("the worktree has changes: commit or discard them first".into()));
     }
-    let current =
-        git(repo, &["symbolic-ref", "--quiet", "--short", "HEAD"]).await.unwrap_or_default();
-    if current.trim() != target {
+    // By full names: a tag of the same name never stands in for a branch.
+    let (target_ref, branch_ref) =
+        (format!("refs/heads/{target}"), format!("refs/heads/{}", worktree.branch));
+    let current = git(repo, &["symbolic-ref", "--quiet", "HEAD"]).await.unwrap_or_default();
+    if current.trim() != target_ref {
+        let shown = current.trim().strip_prefix("refs/heads/").unwrap_or("no branch");
         return Err(refused(format!(
-            "the repository's checkout is on {}, not {target}: check out {target} to merge into it",
-            if current.trim().is_empty() { "no branch" } else { current.trim() }
+            "the repository's checkout is on {shown}, not {target}: check out {target} to merge into it"
         )));
     }
     if !git(repo, &["status", "--porcelain", "--untracked-files=no"])
@@ -230,13 +317,13 @@ pub async fn merge(worktree: &Worktree, mode: MergeMode) -> Result<String, Merge
         )));
     }
     let branch = worktree.branch.as_str();
-    let ahead = git(repo, &["rev-list", "--count", &format!("{target}..{branch}")])
+    let ahead = git(repo, &["rev-list", "--count", &format!("{target_ref}..{branch_ref}")])
         .await
         .map_err(refused)?;
     if ahead.trim() == "0" {
         return Err(refused(format!("{branch} has nothing {target} does not have: commit first")));
     }
-    let fast = git(repo, &["merge-base", "--is-ancestor", target, branch]).await.is_ok();
+    let fast = git(repo, &["merge-base", "--is-ancestor", &target_ref, &branch_ref]).await.is_ok();
     match (mode, fast) {
         (MergeMode::FastForward, false) => {
             return Err(refused(format!(
@@ -244,69 +331,118 @@ pub async fn merge(worktree: &Worktree, mode: MergeMode) -> Result<String, Merge
             )))
         }
         (MergeMode::FastForward, true) => {
-            git(repo, &["merge", "-q", "--ff-only", branch]).await.map_err(refused)?;
+            git(repo, &["merge", "-q", "--ff-only", &branch_ref]).await.map_err(refused)?;
         }
         (MergeMode::Merge, _) => {
             // Found first, touching nothing.
-            let listed = conflicts(repo, target, branch).await;
+            let listed = conflicts(repo, &target_ref, &branch_ref).await?;
             if !listed.is_empty() {
                 return Err(MergeRefused::Conflicts(listed));
             }
             let message = format!("Merge {branch} (a Switchboard session)");
-            git(repo, &["merge", "-q", "--no-ff", "--no-edit", "-m", &message, branch])
-                .await
-                .map_err(refused)?;
+            let merged =
+                git(repo, &["merge", "-q", "--no-ff", "--no-edit", "-m", &message, &branch_ref])
+                    .await;
+            if let Err(said) = merged {
+                // Never left half-done in the person's checkout.
+                if git(repo, &["rev-parse", "-q", "--verify", "MERGE_HEAD"]).await.is_ok() {
+                    let _ = git(repo, &["merge", "--abort"]).await;
+                }
+                return Err(refused(said));
+            }
         }
     }
-    Ok(git(repo, &["rev-parse", target]).await.map_err(refused)?.trim().to_owned())
+    Ok(git(repo, &["rev-parse", &target_ref]).await.map_err(refused)?.trim().to_owned())
 }
 
-/// The files `git merge-tree` finds in conflict (listed after the tree it would write).
-async fn conflicts(repo: &Path, target: &str, branch: &str) -> Vec<String> {
-    let args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", target, branch];
-    let Ok(output) = run_git(repo, &args).await else { return Vec::new() };
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .skip(1)
-        .filter(|line| !line.is_empty())
-        .take(1000)
-        .map(str::to_owned)
-        .collect()
+/// The files `git merge-tree` finds in conflict (listed after the tree it would write; it
+/// exits 1 then, 0 with none). Anything else refuses the merge.
+async fn conflicts(repo: &Path, target: &str, branch: &str) -> Result<Vec<String>, MergeRefused> {
+    let args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", target, branch];
+    let output = run_git(repo, None, &args).await.map_err(MergeRefused::Other)?;
+    match output.status.code() {
+        Some(0) => Ok(Vec::new()),
+        Some(1) => Ok(String::from_utf8_lossy(&output.stdout)
+            .split('\0')
+            .skip(1)
+            .filter(|name| !name.is_empty())
+            .take(1000)
+            .map(str::to_owned)
+            .collect()),
+        _ => Err(MergeRefused::Other(format!(
+            "git could not check the merge for conflicts (git 2.38 or newer is needed): {}",
+            String::from_utf8_lossy(&output.stderr).trim().chars().take(300).collect::<String>()
+        ))),
+    }
 }
 
 /// The session's whole change: its worktree against the commit it started from (what it
 /// committed and what it did not), and the files it made that git does not track, per file.
 pub async fn diff(worktree: &Worktree) -> Result<Vec<FileChange>, String> {
-    let dir = &worktree.path;
     let base = worktree.base.as_str();
-    // Paths NUL-separated: any name survives. Renames found (-M).
-    let statuses = git(dir, &["diff", "--no-ext-diff", "-M", "--name-status", "-z", base]).await?;
-    let numstat = git(dir, &["diff", "--no-ext-diff", "-M", "--numstat", "-z", base]).await?;
+    // Paths NUL-separated: any name survives. Renames found (-M). No textconv drivers.
+    let statuses = tree_git(
+        worktree,
+        &["diff", "--no-ext-diff", "--no-textconv", "-M", "--name-status", "-z", base],
+    )
+    .await?;
+    let numstat = tree_git(
+        worktree,
+        &["diff", "--no-ext-diff", "--no-textconv", "-M", "--numstat", "-z", base],
+    )
+    .await?;
     let mut changes = parse_name_status(&statuses);
     apply_numstat(&mut changes, &numstat);
-    for change in &mut changes {
+    for (index, change) in changes.iter_mut().enumerate() {
         if change.binary {
             continue;
         }
-        let mut args = vec!["diff", "--no-ext-diff", "--no-color", "-M", base, "--"];
+        // The first files are shown whole; past that, listed.
+        if index >= MAX_FILES_SHOWN {
+            change.too_large = true;
+            continue;
+        }
+        let mut args =
+            vec!["diff", "--no-ext-diff", "--no-textconv", "--no-color", "-M", base, "--"];
         if let Some(old) = &change.old_path {
             args.push(old);
         }
         args.push(&change.path);
-        let patch = git(dir, &args).await?;
-        if patch.len() > MAX_FILE_DIFF_BYTES {
-            change.too_large = true;
-        } else {
-            change.patch = Some(patch);
+        match tree_git(worktree, &args).await {
+            Ok(patch) if patch.len() <= MAX_FILE_DIFF_BYTES => change.patch = Some(patch),
+            // Too large to show (or to take): listed, not shown.
+            _ => change.too_large = true,
         }
     }
-    let untracked = git(dir, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
-    for path in untracked.split('\0').filter(|path| !path.is_empty()) {
-        changes.push(untracked_file(dir, path));
-    }
+    let untracked =
+        tree_git(worktree, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let names: Vec<String> = untracked
+        .split('\0')
+        .filter(|path| !path.is_empty())
+        .take(MAX_UNTRACKED)
+        .map(str::to_owned)
+        .collect();
+    let dir = worktree.path.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let root = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        names
+            .iter()
+            .enumerate()
+            .map(|(index, path)| untracked_file(&root, path, index < MAX_FILES_SHOWN))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|_| "reading the new files failed".to_owned())?;
+    changes.extend(read);
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(changes)
 }
+
+/// The most files whose content a diff shows (the rest are listed, marked `too_large`).
+pub const MAX_FILES_SHOWN: usize = 300;
+
+/// The most untracked files a diff lists.
+pub const MAX_UNTRACKED: usize = 2000;
 
 /// `--name-status -z`: `STATUS\0PATH\0`, or `R100\0OLD\0NEW\0` for a rename.
 fn parse_name_status(text: &str) -> Vec<FileChange> {
@@ -368,7 +504,10 @@ fn apply_numstat(changes: &mut [FileChange], text: &str) {
 }
 
 /// A file git does not track, as a change: all its lines added (text), or binary.
-fn untracked_file(dir: &Path, path: &str) -> FileChange {
+/// Read inside `root` only (a path through a link that leads out is not read), without
+/// following a link or blocking on a pipe, at most [`MAX_FILE_DIFF_BYTES`]; `show`: its
+/// content too.
+fn untracked_file(root: &Path, path: &str, show: bool) -> FileChange {
     let mut change = FileChange {
         path: path.to_owned(),
         old_path: None,
@@ -379,13 +518,37 @@ fn untracked_file(dir: &Path, path: &str) -> FileChange {
         patch: None,
         too_large: false,
     };
-    let full = dir.join(path);
-    let Ok(metadata) = std::fs::symlink_metadata(&full) else { return change };
-    if !metadata.is_file() || metadata.len() > MAX_FILE_DIFF_BYTES as u64 {
-        change.too_large = metadata.is_file();
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let full = root.join(path);
+    // The folder it is in must be the worktree's own (a link to elsewhere is not followed).
+    let inside = full
+        .parent()
+        .and_then(|parent| parent.canonicalize().ok())
+        .is_some_and(|parent| parent.starts_with(root));
+    if !inside || !show {
+        change.too_large = true;
         return change;
     }
-    let Ok(bytes) = std::fs::read(&full) else { return change };
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(&full);
+    let Ok(file) = opened else {
+        change.too_large = true;
+        return change;
+    };
+    if !file.metadata().is_ok_and(|metadata| metadata.is_file()) {
+        change.too_large = true;
+        return change;
+    }
+    let mut bytes = Vec::new();
+    if file.take(MAX_FILE_DIFF_BYTES as u64 + 1).read_to_end(&mut bytes).is_err()
+        || bytes.len() > MAX_FILE_DIFF_BYTES
+    {
+        change.too_large = true;
+        return change;
+    }
     if bytes.iter().take(8000).any(|byte| *byte == 0) {
         change.binary = true;
         return change;

@@ -1505,10 +1505,11 @@ class SessionView {
     else {
       // The new file's line numbers, from each hunk's header.
       let line = 0;
+      let inHunk = false;
       for (const text of file.patch.split('\n')) {
         const hunk = text.match(/^@@ -\d+(?:,\d+)? \+(\d+)/);
-        if (hunk) { line = Number(hunk[1]); body.append(el('div', { class: 'hunk' }, text)); continue; }
-        if (!line || text === '' || text.startsWith('\\')) continue;
+        if (hunk) { line = Number(hunk[1]); inHunk = true; body.append(el('div', { class: 'hunk' }, text)); continue; }
+        if (!inHunk || text === '' || text.startsWith('\\')) continue;
         const kind = text[0] === '+' ? 'add' : text[0] === '-' ? 'del' : 'ctx';
         const number = kind === 'del' ? null : line;
         if (kind !== 'del') line += 1;

@@ -184,6 +184,49 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     assert!(!one_path.exists(), "the worktree is gone");
     let branch = format!("switchboard/{short}");
     assert_eq!(git(&repo, &["branch", "--list", &branch]).trim(), branch, "its branch stays");
+
+    // The worktree's `.git` file is the session's to write: pointed at a repository of its own
+    // making, whose config would run a program, it is not read; a link to a file outside the
+    // worktree is listed, not read.
+    let (_, third) = server.post("/api/sessions", json!({"cwd": repo, "worktree": true})).await;
+    let third_id = third["id"].as_str().unwrap().to_owned();
+    let third_path = Path::new(third["cwd"].as_str().unwrap()).to_owned();
+    // A copy of the repository's git folder (with its index, which git then refreshes through
+    // the fsmonitor program): unpinned, `git diff` in the worktree runs it.
+    let evil = sandbox.home().join("evil.git");
+    #[allow(clippy::disallowed_methods)] // the test's own setup
+    let copied =
+        std::process::Command::new("cp").arg("-r").arg(repo.join(".git")).arg(&evil).status();
+    assert!(copied.unwrap().success());
+    let marker = sandbox.home().join("ran");
+    git(&evil, &["config", "core.fsmonitor", &format!("touch {};", marker.display())]);
+    // And a work tree elsewhere (what a discard would then wipe).
+    let victim = sandbox.home().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("shared.txt"), "victim\n").unwrap();
+    git(&evil, &["config", "core.bare", "false"]);
+    git(&evil, &["config", "core.worktree", victim.to_str().unwrap()]);
+    std::fs::write(third_path.join(".git"), format!("gitdir: {}\n", evil.display())).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", third_path.join("link.txt")).unwrap();
+    let (status, diff) = server.get(&format!("/api/sessions/{third_id}/diff")).await;
+    assert_eq!(status, 200, "{diff}");
+    assert!(!marker.exists(), "the session's git config ran nothing");
+    let listed: Vec<&str> = diff["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|file| file["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["link.txt"], "the worktree's own change, not another folder's: {diff}");
+    let link =
+        diff["files"].as_array().unwrap().iter().find(|file| file["path"] == "link.txt").cloned();
+    let link = link.expect("the link is listed");
+    assert_eq!(
+        (link["patch"].clone(), link["too_large"].clone()),
+        (Value::Null, json!(true)),
+        "{link}"
+    );
+
     // Asked to, the delete takes the branch too.
     let (status, _) = server
         .request_as(
