@@ -95,6 +95,7 @@ pub fn routes() -> Vec<Route> {
             post(session_commit),
         ),
         route("POST", "/api/sessions/{id}/merge", Guard::Api(Scope::Operate), post(session_merge)),
+        route("POST", "/api/sessions/{id}/push", Guard::Api(Scope::Operate), post(session_push)),
         route(
             "POST",
             "/api/sessions/{id}/discard",
@@ -407,6 +408,21 @@ async fn session_merge(
         }
         Err(MergeRefused::Other(why)) => ApiError::conflict("worktree", why).into_response(),
     })
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PushBody {
+    #[serde(default)]
+    remote: Option<String>,
+}
+
+async fn session_push(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<PushBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(daemon.push(&id, body.remote.as_deref().unwrap_or("origin")).await?))
 }
 
 async fn session_discard(

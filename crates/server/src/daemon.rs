@@ -2162,6 +2162,14 @@ impl Daemon {
         ))
     }
 
+    /// Pushes the session's branch to the repository's remote `remote`.
+    pub async fn push(&self, id: &str, remote: &str) -> Result<Value, DaemonError> {
+        let (_, tree) = self.worktree(id).await?;
+        let _one_at_a_time = self.worktree_ops.lock().await;
+        crate::worktree::push(&tree, remote).await.map_err(DaemonError::Worktree)?;
+        Ok(json!({"remote": remote, "branch": tree.branch}))
+    }
+
     /// Puts the session's worktree back at its base commit.
     pub async fn discard(&self, id: &str) -> Result<(), DaemonError> {
         let (_, tree) = self.worktree(id).await?;

@@ -118,6 +118,8 @@ async fn run_git(
             command.env_remove(name);
         }
     }
+    // A push never waits for a password nobody will type.
+    command.env("GIT_TERMINAL_PROMPT", "0");
     let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
         .await
         .map_err(|_| format!("git {} took more than {} s", args[0], GIT_TIMEOUT.as_secs()))?
@@ -252,6 +254,23 @@ pub async fn commit(worktree: &Worktree, message: &str) -> Result<String, String
     tree_git(worktree, &["add", "-A"]).await?;
     tree_git(worktree, &["commit", "-q", "-m", message]).await?;
     Ok(tree_git(worktree, &["rev-parse", "HEAD"]).await?.trim().to_owned())
+}
+
+/// Pushes the session's branch to the repository's remote `remote` (its name: `origin`),
+/// under the same name, with the person's own git credentials. No hook runs.
+pub async fn push(worktree: &Worktree, remote: &str) -> Result<(), String> {
+    let fits = !remote.is_empty()
+        && remote.len() <= 64
+        && !remote.starts_with('-')
+        && remote.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !fits {
+        return Err("remote is a remote's name (letters, digits, '.', '_', '-')".into());
+    }
+    if git(&worktree.repo, &["remote", "get-url", remote]).await.is_err() {
+        return Err(format!("the repository has no remote {remote}"));
+    }
+    let refspec = format!("refs/heads/{0}:refs/heads/{0}", worktree.branch);
+    git(&worktree.repo, &["push", "--quiet", remote, &refspec]).await.map(|_| ())
 }
 
 /// Puts the worktree back as it was when the session started: its branch at the base commit,

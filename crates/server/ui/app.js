@@ -1484,6 +1484,7 @@ class SessionView {
         message,
         act('Commit', async () => { const made = await api('POST', `/api/sessions/${this.id}/commit`, { message: message.value }); toast(`Committed ${made.commit.slice(0, 8)}.`, 'ok'); }, 'primary commit'),
         act(`Merge into ${into}`, async () => { const merged = await api('POST', `/api/sessions/${this.id}/merge`, { mode: 'merge' }); toast(`Merged into ${merged.into} (${merged.commit.slice(0, 8)}).`, 'ok'); }, 'merge'),
+        act('Push', async () => { const pushed = await api('POST', `/api/sessions/${this.id}/push`, {}); toast(`Pushed ${pushed.branch} to ${pushed.remote}.`, 'ok'); }, 'push'),
         act('Fast-forward', async () => { const merged = await api('POST', `/api/sessions/${this.id}/merge`, { mode: 'fast_forward' }); toast(`${merged.into} is at ${merged.commit.slice(0, 8)}.`, 'ok'); }, 'fast-forward'),
         act('Discard', async () => {
           if (!confirm('Discard every change of this session (back to the commit it started from)?')) return;

@@ -227,6 +227,27 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
         "{link}"
     );
 
+    // Pushed to the repository's remote (a local bare one), under its own name; a remote that
+    // is not there is refused.
+    let remote = sandbox.home().join("remote.git");
+    git(&sandbox.home(), &["init", "-q", "--bare", remote.to_str().unwrap()]);
+    let (status, refused) = server.post(&format!("/api/sessions/{two_id}/push"), json!({})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("no remote origin"),
+        "{refused}"
+    );
+    git(&repo, &["remote", "add", "origin", remote.to_str().unwrap()]);
+    let (status, pushed) = server.post(&format!("/api/sessions/{two_id}/push"), json!({})).await;
+    assert_eq!(status, 200, "{pushed}");
+    let two_branch = format!("switchboard/{}", &two_id[..8]);
+    let at_remote = git(&remote, &["rev-parse", &format!("refs/heads/{two_branch}")]);
+    assert_eq!(at_remote.trim(), made["commit"].as_str().unwrap());
+    let (status, _) = server
+        .post(&format!("/api/sessions/{two_id}/push"), json!({"remote": "--upload-pack=x"}))
+        .await;
+    assert_eq!(status, 409, "an option is not a remote");
+
     // Asked to, the delete takes the branch too.
     let (status, _) = server
         .request_as(
@@ -237,7 +258,6 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
         )
         .await;
     assert_eq!(status, 204);
-    let two_branch = format!("switchboard/{}", &two_id[..8]);
     assert_eq!(git(&repo, &["branch", "--list", &two_branch]).trim(), "");
     server.stop().await;
 }
