@@ -84,10 +84,7 @@ pub fn check_limit(what: &str, usd: f64) -> Result<(), String> {
 pub fn token_of(who: &str) -> Option<&str> {
     let (head, _) = who.strip_suffix(')')?.rsplit_once(" (")?;
     let (_, name) = head.rsplit_once("token ")?;
-    let fits = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    fits.then_some(name)
+    crate::text::is_name(name).then_some(name)
 }
 
 /// An amount as people read it: cents from a cent up, else to the millionth.
@@ -227,10 +224,7 @@ impl Budgets {
             if let Some(limit) = limit {
                 check_limit(&format!("token_daily_usd.{name}"), *limit)?;
             }
-            let fits = !name.is_empty()
-                && name.len() <= 64
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-            if !fits {
+            if !crate::text::is_name(name) {
                 return Err("token_daily_usd: names are token names".into());
             }
         }

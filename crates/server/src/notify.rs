@@ -119,7 +119,7 @@ pub struct PushChannel {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
-    /// Its name: 1-64 letters, digits, `.`, `_`, `-` (decisions made through its links are
+    /// Its name: 1-64 letters, digits, `.`, `_`, `-`, starting with a letter or digit (decisions made through its links are
     /// recorded as `link (KIND:NAME)`).
     pub name: String,
     /// How it delivers.
@@ -356,12 +356,9 @@ impl NotifyConfig {
         }
         for (index, channel) in self.channels.iter().enumerate() {
             let name = &channel.name;
-            let fits = !name.is_empty()
-                && name.len() <= 64
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-            if !fits {
+            if !crate::text::is_name(name) {
                 return Err(format!(
-                    "channel {}: a name is 1-64 letters, digits, '.', '_' or '-'",
+                    "channel {}: a name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
                     index + 1
                 ));
             }

@@ -8,6 +8,15 @@ pub(crate) fn invisible(c: char) -> bool {
         || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
 }
 
+/// A name a person gives (a token, a notify channel, a git remote): 1-64 of letters, digits,
+/// `.`, `_`, `-`, starting with a letter or digit (so never taken for an option).
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -17,6 +26,16 @@ mod tests {
         }
         for c in ['a', 'é', '😀', ' ', '-'] {
             assert!(!super::invisible(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_short_plain_and_never_options() {
+        for good in ["ops", "phone-2", "a.b_c", &"x".repeat(64)] {
+            assert!(super::is_name(good), "{good}");
+        }
+        for bad in ["", "-x", ".ops", "a b", "é", "token admin (x)", &"x".repeat(65)] {
+            assert!(!super::is_name(bad), "{bad}");
         }
     }
 }

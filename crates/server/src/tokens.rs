@@ -500,11 +500,7 @@ const MAX_TOKENS_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// A name: 1–64 of letters, digits, `.`, `_`, `-`, starting with a letter or digit.
 fn check_name(name: &str) -> Result<(), TokenError> {
-    let fits = !name.is_empty()
-        && name.chars().count() <= MAX_NAME_CHARS
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if fits {
+    if crate::text::is_name(name) {
         Ok(())
     } else {
         Err(TokenError::Invalid(format!(

@@ -71,6 +71,22 @@ pub struct FileChange {
     pub too_large: bool,
 }
 
+impl FileChange {
+    /// A change of `path`, its lines and patch not read yet.
+    fn new(path: &str, status: &'static str) -> FileChange {
+        FileChange {
+            path: path.to_owned(),
+            old_path: None,
+            status,
+            binary: false,
+            added: 0,
+            removed: 0,
+            patch: None,
+            too_large: false,
+        }
+    }
+}
+
 /// Runs `git` in the repository `dir` with `args`: its standard output, or an error with
 /// what git said.
 async fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
@@ -259,11 +275,7 @@ pub async fn commit(worktree: &Worktree, message: &str) -> Result<String, String
 /// Pushes the session's branch to the repository's remote `remote` (its name: `origin`),
 /// under the same name, with the person's own git credentials. No hook runs.
 pub async fn push(worktree: &Worktree, remote: &str) -> Result<(), String> {
-    let fits = !remote.is_empty()
-        && remote.len() <= 64
-        && !remote.starts_with('-')
-        && remote.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if !fits {
+    if !crate::text::is_name(remote) {
         return Err("remote is a remote's name (letters, digits, '.', '_', '-')".into());
     }
     if git(&worktree.repo, &["remote", "get-url", remote]).await.is_err() {
@@ -468,20 +480,12 @@ fn parse_name_status(text: &str) -> Vec<FileChange> {
     let mut fields = text.split('\0').filter(|field| !field.is_empty());
     let mut changes = Vec::new();
     while let Some(status) = fields.next() {
-        let change = |path: &str, old_path: Option<String>, status| FileChange {
-            path: path.to_owned(),
-            old_path,
-            status,
-            binary: false,
-            added: 0,
-            removed: 0,
-            patch: None,
-            too_large: false,
-        };
         match status.chars().next() {
             Some('R') | Some('C') => {
                 let (Some(old), Some(new)) = (fields.next(), fields.next()) else { break };
-                changes.push(change(new, Some(old.to_owned()), "renamed"));
+                let mut change = FileChange::new(new, "renamed");
+                change.old_path = Some(old.to_owned());
+                changes.push(change);
             }
             Some(kind) => {
                 let Some(path) = fields.next() else { break };
@@ -490,7 +494,7 @@ fn parse_name_status(text: &str) -> Vec<FileChange> {
                     'D' => "deleted",
                     _ => "modified",
                 };
-                changes.push(change(path, None, status));
+                changes.push(FileChange::new(path, status));
             }
             None => break,
         }
@@ -527,16 +531,7 @@ fn apply_numstat(changes: &mut [FileChange], text: &str) {
 /// following a link or blocking on a pipe, at most [`MAX_FILE_DIFF_BYTES`]; `show`: its
 /// content too.
 fn untracked_file(root: &Path, path: &str, show: bool) -> FileChange {
-    let mut change = FileChange {
-        path: path.to_owned(),
-        old_path: None,
-        status: "untracked",
-        binary: false,
-        added: 0,
-        removed: 0,
-        patch: None,
-        too_large: false,
-    };
+    let mut change = FileChange::new(path, "untracked");
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let full = root.join(path);
