@@ -878,6 +878,62 @@ try {
     await transcript().locator('.msg.assistant').nth(1).waitFor();
   });
 
+  await step('images: dropped, pasted and picked into the message box, a wrong one refused, sent as image blocks', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    await page.setViewportSize({ width: 1400, height: 900 });
+    const made = await (await fetch(`${base}/api/sessions`, { method: 'POST', headers, body: JSON.stringify({ cwd: workdir }) })).json();
+    await page.goto(`${base}/#/s/${made.id}`);
+    const composer = page.locator('form.composer');
+    await composer.waitFor();
+    // A 96×64 PNG, dropped onto the composer and pasted into the box as the browser hands them in.
+    const png = 'iVBORw0KGgoAAAANSUhEUgAAAGAAAABACAIAAABqVuVZAAAAkUlEQVR42u3YMQ3AMAwEQMPpVhRFEYAlUyQh0WD4Mc5Jv/qlv9F1jxnl/yrK7v0FCBAgQIAAAQIECBAgQIAAAQLUDOi0wWk/IECAAAECBAgQIECAAAECBAhQN6D04HqfKLv3AwIECBAgQIAAAQIECBAgQIAAdQM6bXD8MAMECBAgQIAAAQIECBAgQIAAAeoFtACeQKv/vnEixAAAAABJRU5ErkJggg==';
+    const handIn = (kind, name, type, data) => page.evaluate(({ kind, name, type, data }) => {
+      const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+      const transfer = new DataTransfer();
+      transfer.items.add(new File([bytes], name, { type }));
+      if (kind === 'drop') {
+        const form = document.querySelector('form.composer');
+        form.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+        form.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+      } else {
+        document.querySelector('.composer-input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true, cancelable: true }));
+      }
+    }, { kind, name, type, data });
+    await handIn('drop', 'square.png', 'image/png', png);
+    await handIn('paste', 'clip.png', 'image/png', png);
+    await page.locator('.attachment img').nth(1).waitFor();
+    // Refused with the reason, before anything is sent: not an image, a name that lies, too large.
+    await handIn('drop', 'drawing.svg', 'image/svg+xml', btoa('<svg onload="alert(1)"/>'));
+    await page.locator('.toast', { hasText: 'drawing.svg is not a PNG, JPEG, GIF or WebP image' }).waitFor();
+    await handIn('paste', 'photo.jpg', 'image/jpeg', png);
+    await page.locator('.toast', { hasText: 'photo.jpg says it is image/jpeg but is image/png' }).waitFor();
+    await page.locator('input[type=file][aria-label="Attach images"]').setInputFiles({ name: 'huge.png', mimeType: 'image/png', buffer: Buffer.alloc(5 * 1024 * 1024 + 1) });
+    await page.locator('.toast', { hasText: 'huge.png is 5.0 MiB; an image may be at most 5 MiB' }).waitFor();
+    // One removed again; one picked with the file chooser's input.
+    await page.getByRole('button', { name: 'Remove clip.png' }).click();
+    await page.locator('input[type=file][aria-label="Attach images"]').setInputFiles({ name: 'picked.png', mimeType: 'image/png', buffer: Buffer.from(png, 'base64') });
+    await page.locator('.attachment img').nth(1).waitFor();
+    assert.equal(await page.locator('.attachment').count(), 2);
+    await page.locator('.composer-input').fill('PICTURE: what is this?');
+    await page.evaluate(() => document.querySelectorAll('.toast').forEach((toast) => toast.remove()));
+    await shot('image-attach.png', composer);
+    await page.locator('.composer-input').press('Control+Enter');
+    const sent = transcript().locator('.msg.user', { hasText: 'PICTURE: what is this?' });
+    await sent.locator('img.image').nth(1).waitFor();
+    await transcript().locator('.msg.assistant', { hasText: 'A green square.' }).waitFor();
+    assert.equal(await page.locator('.attachment').count(), 0, 'the strip is emptied once sent');
+    // At the fake Messages API: the text and both images, as blocks.
+    const requests = await (await fetch(`${fake}/_fake/requests`)).json();
+    // The newest user message (the CLI may put its environment's system message after it).
+    const asked = requests.filter((request) => request.kind === 'conversation').map((request) => request.body.messages.filter((message) => message.role === 'user').at(-1))
+      .find((message) => JSON.stringify(message).includes('PICTURE: what is this?'));
+    assert.ok(asked, 'the prompt reached the API');
+    const images = asked.content.filter((block) => block.type === 'image');
+    assert.equal(images.length, 2);
+    for (const picture of images) assert.deepEqual(picture.source, { type: 'base64', media_type: 'image/png', data: png });
+    await shot('image-sent.png');
+  });
+
   await step('review a worktree session: its change, a line comment to Claude, commit, fast-forward', async () => {
     const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
     const repo = path.join(workdir, 'review-repo');

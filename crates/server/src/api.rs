@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use switchboard_protocol::{ContentBlock, PermissionMode, TextOr, UserMessage};
+use switchboard_protocol::{PermissionMode, UserMessage};
 use switchboard_session::PendingPermission;
 use switchboard_store::SessionRecord;
 
@@ -716,23 +716,10 @@ struct MessageBody {
     content: Value,
 }
 
-/// A prompt's content (a string, or content blocks) as a user message; empty is refused.
+/// A prompt's content (a string, or text and image blocks) as a user message, checked by
+/// [`crate::prompt`].
 pub(crate) fn user_message(content: Value) -> Result<UserMessage, ApiError> {
-    match content {
-        Value::String(text) if !text.is_empty() => Ok(UserMessage::prompt(text)),
-        Value::String(_) => Err(ApiError::invalid("content is empty")),
-        Value::Array(_) => {
-            let blocks: TextOr<ContentBlock> =
-                serde_json::from_str(&content.to_string()).map_err(|error| {
-                    ApiError::invalid(format!("content blocks are not valid: {error}"))
-                })?;
-            match blocks {
-                TextOr::Items(blocks) if !blocks.is_empty() => Ok(UserMessage::blocks(blocks)),
-                _ => Err(ApiError::invalid("content is empty")),
-            }
-        }
-        _ => Err(ApiError::invalid("content must be a string or an array of content blocks")),
-    }
+    crate::prompt::user_message(content).map_err(ApiError::invalid)
 }
 
 async fn send_message(

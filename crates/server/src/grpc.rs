@@ -298,8 +298,18 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
         let by = caller(&request)?.who("grpc", None);
         let request = request.into_inner();
-        let mut message =
-            crate::api::user_message(Value::String(request.text)).map_err(api_status)?;
+        let mut message = if request.images.is_empty() {
+            crate::api::user_message(Value::String(request.text)).map_err(api_status)?
+        } else {
+            let text = (!request.text.is_empty())
+                .then(|| switchboard_protocol::ContentBlock::text(request.text));
+            let images = request
+                .images
+                .iter()
+                .map(|image| crate::prompt::image_block(&image.data, &image.media_type));
+            crate::prompt::message_of(text.into_iter().chain(images).collect())
+                .map_err(|why| api_status(ApiError::invalid(why)))?
+        };
         let uuid = uuid::Uuid::new_v4().to_string();
         message.uuid = Some(uuid.clone());
         self.daemon.send_message(&request.id, message, &by).await.map_err(status)?;

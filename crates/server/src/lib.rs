@@ -20,6 +20,7 @@ pub mod frames;
 pub mod grpc;
 pub mod links;
 pub mod notify;
+mod prompt;
 pub mod push;
 mod relay;
 mod serve;

@@ -1081,6 +1081,45 @@ function slot(card, name) {
   return card.querySelector(name === 'nest' ? ':scope > .tool-body > .nest' : `:scope > .${name}`);
 }
 
+// The images the Messages API takes, and its limits (the daemon checks them again).
+const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
+const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
+const MAX_IMAGES = 20;
+
+function mebibytes(bytes) { return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`; }
+
+/// Why an image may not be sent, or null: its type is read from its first bytes, as the
+/// daemon reads it (a file's name or the browser's guess may say otherwise).
+async function imageProblem(file, count) {
+  const name = file.name || 'The pasted image';
+  if (count >= MAX_IMAGES) return `A message may carry at most ${MAX_IMAGES} images.`;
+  if (file.size > MAX_IMAGE_BYTES) return `${name} is ${mebibytes(file.size)}; an image may be at most 5 MiB.`;
+  if (!file.size) return `${name} is empty.`;
+  const head = new Uint8Array(await file.slice(0, 12).arrayBuffer());
+  const found = sniffImage(head);
+  if (!found) return `${name} is not a PNG, JPEG, GIF or WebP image.`;
+  if (found !== file.type) return `${name} says it is ${file.type || 'of no type'} but is ${found}.`;
+  return null;
+}
+
+function sniffImage(head) {
+  const starts = (bytes) => bytes.every((byte, i) => head[i] === byte);
+  if (starts([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])) return 'image/png';
+  if (starts([0xff, 0xd8, 0xff])) return 'image/jpeg';
+  if (starts([0x47, 0x49, 0x46, 0x38])) return 'image/gif';
+  if (starts([0x52, 0x49, 0x46, 0x46]) && String.fromCharCode(...head.slice(8, 12)) === 'WEBP') return 'image/webp';
+  return null;
+}
+
+function base64Of(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(String(reader.result).split(',', 2)[1] ?? '');
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
 function image(picture) {
   if (picture.source === 'base64') return el('img', { class: 'image', src: `data:${picture.media_type};base64,${picture.data}`, alt: 'image' });
   if (picture.source === 'url') return el('img', { class: 'image', src: picture.url, alt: 'image' });
@@ -1634,17 +1673,65 @@ class SessionView {
 
   makeComposer() {
     const input = el('textarea', { class: 'composer-input', rows: 2, placeholder: PLACEHOLDER, 'aria-label': 'Message' });
+    // Images to send with the next message: pasted, dropped or picked; checked here as the
+    // daemon checks them again (type from the bytes, size, count), so a mistake shows at once.
+    let pictures = [];
+    const strip = el('div', { class: 'attachments', hidden: true, 'aria-label': 'Images to send' });
+    const drawStrip = () => {
+      strip.replaceChildren(...pictures.map((picture, index) => el('figure', { class: 'attachment' },
+        el('img', { src: `data:${picture.media_type};base64,${picture.data}`, alt: picture.name }),
+        el('button', { type: 'button', class: 'remove', title: `Remove ${picture.name}`, 'aria-label': `Remove ${picture.name}`, onclick: () => { pictures.splice(index, 1); drawStrip(); } }, '×'))));
+      strip.hidden = !pictures.length;
+    };
+    const add = async (files) => {
+      for (const file of files) {
+        const problem = await imageProblem(file, pictures.length);
+        if (problem) { toast(problem); continue; }
+        pictures.push({ name: file.name || 'pasted image', media_type: file.type, data: await base64Of(file) });
+      }
+      drawStrip();
+    };
+    const picker = el('input', { type: 'file', accept: IMAGE_TYPES.join(','), multiple: true, hidden: true, 'aria-label': 'Attach images', onchange: () => { add([...picker.files]); picker.value = ''; } });
     const send = async () => {
-      const content = input.value.trim();
-      if (!content) return;
+      const text = input.value.trim();
+      if (!text && !pictures.length) return;
+      const sending = pictures;
+      const content = sending.length
+        ? [...(text ? [{ type: 'text', text }] : []), ...sending.map((picture) => ({ type: 'image', source: { type: 'base64', media_type: picture.media_type, data: picture.data } }))]
+        : text;
       input.value = '';
-      try { await api('POST', `/api/sessions/${this.id}/messages`, { content }); } catch (error) { input.value = content; toast(error.message); }
+      pictures = [];
+      drawStrip();
+      try { await api('POST', `/api/sessions/${this.id}/messages`, { content }); } catch (error) {
+        input.value = text;
+        pictures = sending;
+        drawStrip();
+        toast(error.message);
+      }
     };
     input.addEventListener('keydown', (event) => {
       if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
     });
+    input.addEventListener('paste', (event) => {
+      const files = [...(event.clipboardData?.files ?? [])];
+      if (files.length) { event.preventDefault(); add(files); }
+    });
     this.input = input;
-    return el('form', { class: 'composer needs-operate', onsubmit: (event) => { event.preventDefault(); send(); } }, input, el('button', { type: 'submit', class: 'primary send' }, 'Send'));
+    const form = el('form', { class: 'composer needs-operate', onsubmit: (event) => { event.preventDefault(); send(); } },
+      el('div', { class: 'composer-main' }, strip, input),
+      picker,
+      el('button', { type: 'button', class: 'attach', title: 'Attach images (or paste, or drop them here)', 'aria-label': 'Attach images', onclick: () => picker.click() }, el('span', { class: 'label' }, 'Image'), el('span', { class: 'icon', 'aria-hidden': 'true' }, '+')),
+      el('button', { type: 'submit', class: 'primary send' }, 'Send'));
+    form.addEventListener('dragover', (event) => {
+      if ([...(event.dataTransfer?.types ?? [])].includes('Files')) { event.preventDefault(); form.classList.add('dropping'); }
+    });
+    form.addEventListener('dragleave', () => form.classList.remove('dropping'));
+    form.addEventListener('drop', (event) => {
+      form.classList.remove('dropping');
+      const files = [...(event.dataTransfer?.files ?? [])];
+      if (files.length) { event.preventDefault(); add(files); }
+    });
+    return form;
   }
 
   // --- The stats panel: every turn's cost (from the server, not the page), context, models.

@@ -322,7 +322,7 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
     assert_eq!(invalid.code(), Code::InvalidArgument, "no behavior: {invalid:?}");
     let huge = "x".repeat(switchboard_server::api::MAX_BODY_BYTES + 1);
     let too_big = grpc
-        .send_message(pb::SendMessageRequest { id: "nope".into(), text: huge })
+        .send_message(pb::SendMessageRequest { id: "nope".into(), text: huge, images: vec![] })
         .await
         .unwrap_err();
     assert_eq!(too_big.code(), Code::ResourceExhausted, "{:?}", too_big.message());
@@ -339,8 +339,24 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
     grpc.stop_session(pb::StopSessionRequest { id: session.id.clone(), ..Default::default() })
         .await
         .unwrap();
+    // An image whose bytes are not of its type is refused before the session is looked at.
+    let image = pb::Image { media_type: "image/gif".into(), data: b"\x89PNG\r\n\x1a\n".to_vec() };
+    let invalid = grpc
+        .send_message(pb::SendMessageRequest {
+            id: session.id.clone(),
+            text: String::new(),
+            images: vec![image],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(invalid.code(), Code::InvalidArgument, "{invalid:?}");
+    assert!(invalid.message().contains("says it is image/gif but is image/png"), "{invalid:?}");
     let stopped = grpc
-        .send_message(pb::SendMessageRequest { id: session.id.clone(), text: "hi".into() })
+        .send_message(pb::SendMessageRequest {
+            id: session.id.clone(),
+            text: "hi".into(),
+            images: vec![],
+        })
         .await
         .unwrap_err();
     assert_eq!(stopped.code(), Code::FailedPrecondition, "{stopped:?}");

@@ -22,6 +22,7 @@ mod scopes;
 mod terminal;
 mod ui;
 mod warm;
+mod workbench;
 mod worktree;
 
 const TOKEN: &str = "test-token-0123456789";

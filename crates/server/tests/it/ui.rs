@@ -586,6 +586,7 @@ async fn browser() {
                 .when_prompt("REVIEWME"),
             )
             .reply(Reply::text("Changed notes.").when_tool_result_contains("REVIEW_MARK"))
+            .reply(Reply::text("A green square.").when_prompt("PICTURE"))
             .reply(
                 Reply::tool_use(
                     "Write",
