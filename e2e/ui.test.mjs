@@ -934,6 +934,49 @@ try {
     await shot('image-sent.png');
   });
 
+  await step('slash commands: a picker of the CLI\'s commands; /compact compacts', async () => {
+    const input = page.locator('.composer-input');
+    await input.fill('');
+    await input.pressSequentially('/comp');
+    const picker = page.locator('.command-picker');
+    const compact = picker.locator('.command', { hasText: '/compact' });
+    await compact.waitFor();
+    assert.ok((await compact.locator('.command-description').textContent()).length > 0, 'each command says what it does');
+    await shot('slash-commands.png', page.locator('.session'));
+    // Arrows move, Escape closes, typing opens it again; Enter picks.
+    await input.press('Escape');
+    assert.equal(await picker.isHidden(), true);
+    await input.pressSequentially('a');
+    await input.press('Backspace');
+    await picker.locator('.command.active', { hasText: '/compact' }).waitFor();
+    await input.press('Enter');
+    assert.equal(await input.inputValue(), '/compact ');
+    await input.press('Control+Enter');
+    await transcript().locator('.notice', { hasText: 'The conversation was compacted.' }).waitFor();
+  });
+
+  await step('rewind: the files put back as they were before a message', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    const file = path.join(workdir, 'rewind.txt');
+    fs.writeFileSync(file, 'before\n');
+    const made = await (await fetch(`${base}/api/sessions`, {
+      method: 'POST', headers, body: JSON.stringify({ cwd: workdir, prompt: 'REWRITEME please', policy: '[permissions]\ndefault = "allow"\n' }),
+    })).json();
+    await page.goto(`${base}/#/s/${made.id}`);
+    await transcript().locator('.msg.assistant', { hasText: 'Rewrote it.' }).waitFor();
+    assert.equal(fs.readFileSync(file, 'utf8'), 'after\n');
+    let asked = '';
+    page.once('dialog', (dialog) => { asked = dialog.message(); dialog.accept(); });
+    const prompt = transcript().locator('.msg.user', { hasText: 'REWRITEME please' });
+    await prompt.click();
+    await prompt.getByRole('button', { name: 'Rewind files' }).click();
+    await page.locator('.toast', { hasText: '1 file put back' }).waitFor();
+    assert.match(asked, /Put 1 file back as they were before this message/);
+    assert.match(asked, /rewind\.txt/);
+    assert.equal(fs.readFileSync(file, 'utf8'), 'before\n');
+    await transcript().locator('.notice', { hasText: 'The files were put back' }).waitFor();
+  });
+
   await step('review a worktree session: its change, a line comment to Claude, commit, fast-forward', async () => {
     const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
     const repo = path.join(workdir, 'review-repo');

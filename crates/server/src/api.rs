@@ -102,6 +102,12 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Operate),
             post(session_discard),
         ),
+        route(
+            "POST",
+            "/api/sessions/{id}/rewind",
+            Guard::Api(Scope::Operate),
+            post(session_rewind),
+        ),
         route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
         route(
             "POST",
@@ -284,6 +290,8 @@ pub(crate) struct SessionView {
     /// Why the session is paused (`state` is `paused`): the budget it reached.
     #[serde(skip_serializing_if = "Option::is_none")]
     paused: Option<String>,
+    /// The slash commands and skills its CLI offers, while it runs.
+    slash_commands: Vec<switchboard_session::SlashCommandInfo>,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
@@ -291,15 +299,23 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
     let running = snapshot.is_some() && !is_final_state(&record.state);
-    let (pending_permissions, disconnected_since_ms) = match snapshot {
+    let (pending_permissions, disconnected_since_ms, slash_commands) = match snapshot {
         Some(snapshot) => (
             daemon.with_started_by(&record.id, snapshot.pending_permissions),
             snapshot.disconnected_since_ms,
+            snapshot.slash_commands,
         ),
-        None => (Vec::new(), None),
+        None => (Vec::new(), None, Vec::new()),
     };
     let paused = daemon.paused(&record.id);
-    SessionView { record, running, pending_permissions, disconnected_since_ms, paused }
+    SessionView {
+        record,
+        running,
+        pending_permissions,
+        disconnected_since_ms,
+        paused,
+        slash_commands,
+    }
 }
 
 async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {
@@ -423,6 +439,23 @@ async fn session_push(
     Body(body): Body<PushBody>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(daemon.push(&id, body.remote.as_deref().unwrap_or("origin")).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewindBody {
+    /// The prompt's `uuid`: the files go back to how they were before it ran.
+    message: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn session_rewind(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Body(body): Body<RewindBody>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(daemon.rewind(&id, &body.message, body.dry_run).await?))
 }
 
 async fn session_discard(

@@ -38,6 +38,9 @@ pub const DASHBOARD_BUFFER: usize = 1024;
 /// (a frontend never skips a line).
 pub const RELAY_BUFFER: usize = 1024;
 
+/// The most paths a rewind's dry run lists (its count is whole).
+const MAX_REWIND_PATHS: usize = 1000;
+
 /// How long a relay frontend's socket may refuse what it is sent before the frontend is
 /// dropped: the relay's CLIs wait for their slowest frontend (none loses a line), and one that
 /// stopped reading must not hold them back for good.
@@ -341,6 +344,10 @@ pub enum DaemonError {
     /// The session's worktree is not as the request needs it (changes in it, or none).
     #[error("{0}")]
     Worktree(String),
+    /// The CLI cannot put the files back (no checkpoint for that message, checkpointing off,
+    /// the session working).
+    #[error("{0}")]
+    Rewind(String),
 }
 
 /// One item of a subscription.
@@ -2170,20 +2177,87 @@ impl Daemon {
         Ok(json!({"remote": remote, "branch": tree.branch}))
     }
 
+    /// Whether the session's CLI is in a turn (its tools may be changing files).
+    fn is_working(&self, id: &str) -> bool {
+        self.handle(id).ok().map(|handle| handle.snapshot().state).is_some_and(|state| {
+            matches!(
+                state,
+                SessionState::Working | SessionState::AwaitingPermission | SessionState::Compacting
+            )
+        })
+    }
+
+    /// Puts the files the session's tools changed back as they were before the prompt
+    /// `message` (its `uuid`), through the CLI's file checkpoints (`rewind_files`); with
+    /// `dry_run`, only says what would change. The conversation is not changed: fork it at
+    /// the same message for that (`resume_at`).
+    pub async fn rewind(
+        &self,
+        id: &str,
+        message: &str,
+        dry_run: bool,
+    ) -> Result<Value, DaemonError> {
+        let valid = !message.is_empty()
+            && message.len() <= 100
+            && message.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if !valid {
+            return Err(DaemonError::Invalid(
+                "message must be a prompt's uuid (letters, digits and -)".to_owned(),
+            ));
+        }
+        let handle = self.running(id).await?;
+        if !dry_run && self.is_working(id) {
+            return Err(DaemonError::Rewind(format!(
+                "session {id} is working: interrupt it first, then rewind"
+            )));
+        }
+        let success = match handle.rewind_files(message, dry_run).await {
+            Ok(success) => success,
+            Err(switchboard_session::SessionError::Control(failure)) => {
+                return Err(DaemonError::Rewind(format!("the CLI cannot rewind: {failure}")))
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let answer: Value = success
+            .response
+            .as_ref()
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        let number = |key: &str| answer.get(key).and_then(Value::as_u64);
+        let can_rewind = answer.get("canRewind").and_then(Value::as_bool).unwrap_or(!dry_run);
+        let mut reply = json!({"can_rewind": can_rewind, "dry_run": dry_run});
+        if dry_run {
+            // The CLI answers the paths it would change (`filesChanged`, not the count the
+            // SDK's types say); both are read.
+            let paths: Option<Vec<String>> =
+                answer.get("filesChanged").and_then(Value::as_array).map(|paths| {
+                    paths
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .take(MAX_REWIND_PATHS)
+                        .map(str::to_owned)
+                        .collect()
+                });
+            let count = answer
+                .get("filesChanged")
+                .and_then(|changed| changed.as_array().map(|paths| paths.len() as u64))
+                .or_else(|| number("filesChanged"));
+            reply["files_changed"] = json!(count);
+            reply["files"] = json!(paths);
+            reply["insertions"] = json!(number("insertions"));
+            reply["deletions"] = json!(number("deletions"));
+        }
+        if let Some(error) = answer.get("error").and_then(Value::as_str) {
+            reply["reason"] = json!(error.chars().take(500).collect::<String>());
+        }
+        Ok(reply)
+    }
+
     /// Puts the session's worktree back at its base commit.
     pub async fn discard(&self, id: &str) -> Result<(), DaemonError> {
         let (_, tree) = self.worktree(id).await?;
         // Not under Claude's feet.
-        let busy =
-            self.handle(id).ok().map(|handle| handle.snapshot().state).is_some_and(|state| {
-                matches!(
-                    state,
-                    SessionState::Working
-                        | SessionState::AwaitingPermission
-                        | SessionState::Compacting
-                )
-            });
-        if busy {
+        if self.is_working(id) {
             return Err(DaemonError::Worktree(format!(
                 "session {id} is working: interrupt it first, then discard"
             )));

@@ -756,9 +756,16 @@ class Transcript {
     const box = el('div', { class: 'msg user' });
     if (update.text) box.append(el('div', { class: 'text' }, update.text));
     for (const picture of update.images ?? []) box.append(image(picture));
-    if (update.text) {
+    const actions = [];
+    if (update.text) actions.push(copyButton(update.text));
+    // The files as they were before this prompt ran, from the CLI's checkpoints.
+    if (update.uuid) {
+      actions.push(el('button', { type: 'button', class: 'rewind-here needs-operate', title: 'Put the files back as they were before this message',
+        onclick: () => view?.rewind(update.uuid) }, 'Rewind files'));
+    }
+    if (actions.length) {
       box.tabIndex = -1;
-      box.append(el('div', { class: 'msg-actions' }, copyButton(update.text)));
+      box.append(el('div', { class: 'msg-actions' }, ...actions));
     }
     chunk.append(box);
     if (update.queued) {
@@ -1663,6 +1670,22 @@ class SessionView {
     try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
   }
 
+  async rewind(uuid) {
+    const path = `/api/sessions/${this.id}/rewind`;
+    if (sessions.get(this.id)?.config?.transport === 'terminal') { toast('A CLI in a terminal rewinds there: Esc twice.'); return; }
+    try {
+      const preview = await api('POST', path, { message: uuid, dry_run: true });
+      if (!preview.can_rewind) { toast(`The files cannot be put back: ${preview.reason ?? 'no checkpoint for this message'}`); return; }
+      if (!preview.files_changed) { toast('No file has changed since this message.'); return; }
+      const files = (preview.files ?? []).slice(0, 12).map((file) => `  ${file}`).join('\n');
+      const more = (preview.files?.length ?? 0) > 12 ? `\n  and ${preview.files.length - 12} more` : '';
+      const question = `Put ${plural(preview.files_changed, 'file')} back as they were before this message (+${preview.insertions ?? 0} −${preview.deletions ?? 0})?\n${files}${more}\n\nThe conversation stays as it is; "Fork from here" starts a new one at this point.`;
+      if (!confirm(question)) return;
+      await api('POST', path, { message: uuid });
+      toast(`${plural(preview.files_changed, 'file')} put back`);
+    } catch (error) { toast(error.message); }
+  }
+
   async fork(uuid) {
     const session = sessions.get(this.id);
     try {
@@ -1709,7 +1732,9 @@ class SessionView {
         toast(error.message);
       }
     };
+    const picker_ = this.commandPicker(input);
     input.addEventListener('keydown', (event) => {
+      if (picker_.key(event)) return;
       if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
     });
     input.addEventListener('paste', (event) => {
@@ -1718,7 +1743,7 @@ class SessionView {
     });
     this.input = input;
     const form = el('form', { class: 'composer needs-operate', onsubmit: (event) => { event.preventDefault(); send(); } },
-      el('div', { class: 'composer-main' }, strip, input),
+      el('div', { class: 'composer-main' }, picker_.list, strip, input),
       picker,
       el('button', { type: 'button', class: 'attach', title: 'Attach images (or paste, or drop them here)', 'aria-label': 'Attach images', onclick: () => picker.click() }, el('span', { class: 'label' }, 'Image'), el('span', { class: 'icon', 'aria-hidden': 'true' }, '+')),
       el('button', { type: 'submit', class: 'primary send' }, 'Send'));
@@ -1732,6 +1757,71 @@ class SessionView {
       if (files.length) { event.preventDefault(); add(files); }
     });
     return form;
+  }
+
+  /// The slash-command picker: typing `/` at the start of the message box lists the commands
+  /// and skills the session's CLI offers (`slash_commands` of the session), narrowed as one
+  /// types; arrows move, Enter or Tab picks, Esc closes. A picked command is sent as the CLI
+  /// takes it, as the message's text (`/compact`, `/review …`).
+  commandPicker(input) {
+    const list = el('div', { class: 'command-picker', role: 'listbox', id: `commands-${this.id}`, 'aria-label': 'Slash commands', hidden: true });
+    input.setAttribute('aria-controls', list.id);
+    input.setAttribute('aria-autocomplete', 'list');
+    let commands = null; // fetched when first asked for
+    let shown = [];
+    let active = 0;
+    const close = () => { list.hidden = true; shown = []; input.removeAttribute('aria-activedescendant'); };
+    const pick = (command) => {
+      input.value = `/${command.name} `;
+      close();
+      input.focus();
+    };
+    const draw = () => {
+      list.replaceChildren(...shown.map((command, index) => el('div', {
+        class: `command${index === active ? ' active' : ''}`, role: 'option', id: `${list.id}-${index}`, 'aria-selected': String(index === active),
+        onmousedown: (event) => { event.preventDefault(); pick(command); },
+      },
+      el('span', { class: 'command-name' }, `/${command.name}`),
+      command.argument_hint ? el('span', { class: 'command-hint muted' }, ` ${command.argument_hint}`) : '',
+      command.skill ? el('span', { class: 'command-skill' }, 'skill') : '',
+      command.description ? el('span', { class: 'command-description muted' }, command.description) : '')));
+      list.hidden = !shown.length;
+      if (shown.length) {
+        input.setAttribute('aria-activedescendant', `${list.id}-${active}`);
+        list.children[active]?.scrollIntoView({ block: 'nearest' });
+      }
+    };
+    const update = async () => {
+      const typed = /^\/(\S*)$/.exec(input.value);
+      if (!typed) { close(); return; }
+      if (!commands) {
+        commands = [];
+        try { commands = (await api('GET', `/api/sessions/${this.id}`)).slash_commands ?? []; } catch { commands = null; return; }
+      }
+      const query = typed[1].toLowerCase();
+      const starts = commands.filter((command) => command.name.toLowerCase().startsWith(query));
+      const contains = commands.filter((command) => !command.name.toLowerCase().startsWith(query) && command.name.toLowerCase().includes(query));
+      shown = [...starts, ...contains].slice(0, 50);
+      active = 0;
+      draw();
+    };
+    input.addEventListener('input', update);
+    input.addEventListener('blur', close);
+    const key = (event) => {
+      if (list.hidden || !shown.length) return false;
+      if (event.key === 'ArrowDown' || event.key === 'ArrowUp') {
+        active = (active + (event.key === 'ArrowDown' ? 1 : shown.length - 1)) % shown.length;
+        draw();
+      } else if ((event.key === 'Enter' && !event.ctrlKey && !event.metaKey) || event.key === 'Tab') {
+        pick(shown[active]);
+      } else if (event.key === 'Escape') {
+        close();
+      } else return false;
+      event.preventDefault();
+      event.stopPropagation();
+      return true;
+    };
+    return { list, key, forget: () => { commands = null; } };
   }
 
   // --- The stats panel: every turn's cost (from the server, not the page), context, models.

@@ -192,6 +192,47 @@ pub enum AnswerError {
     DeniedInput(String),
 }
 
+/// The most slash commands a snapshot keeps, the longest name, and the longest description
+/// (cut at a character boundary): a CLI's list is its own output, so it is bounded.
+pub const MAX_COMMANDS: usize = 500;
+const MAX_COMMAND_NAME_CHARS: usize = 100;
+const MAX_COMMAND_DESCRIPTION_CHARS: usize = 300;
+
+/// A slash command or skill the CLI offers, for a picker.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlashCommandInfo {
+    /// Its name, without the `/`.
+    pub name: String,
+    /// What it does (from `initialize`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its arguments' syntax (from `initialize`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub argument_hint: Option<String>,
+    /// A skill (named in `system/init`'s `skills`) rather than a built-in command.
+    pub skill: bool,
+}
+
+/// A command's name as a picker may offer it: without a leading `/`, no spaces or controls.
+fn command_name(name: &str) -> Option<String> {
+    let name = name.trim_start_matches('/');
+    (!name.is_empty()
+        && name.chars().count() <= MAX_COMMAND_NAME_CHARS
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace()))
+    .then(|| name.to_owned())
+}
+
+fn short_text(text: Option<&str>) -> Option<String> {
+    let text = text?.trim();
+    if text.is_empty() || text.chars().any(|c| c.is_control() && c != '\n') {
+        return None;
+    }
+    Some(match text.char_indices().nth(MAX_COMMAND_DESCRIPTION_CHARS) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    })
+}
+
 /// What a session looks like now.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionSnapshot {
@@ -218,8 +259,9 @@ pub struct SessionSnapshot {
     pub pending_permissions: Vec<PendingPermission>,
     /// Hook callbacks waiting for an answer.
     pub pending_hooks: Vec<PendingHook>,
-    /// Slash commands (from `initialize` or `system/init`).
-    pub slash_commands: Vec<String>,
+    /// Slash commands and skills the CLI offers (from `initialize`, with what each does, and
+    /// `system/init`), at most [`MAX_COMMANDS`].
+    pub slash_commands: Vec<SlashCommandInfo>,
     /// Models offered by `initialize`.
     pub available_models: Vec<String>,
     /// The last result's text.
@@ -1139,8 +1181,27 @@ impl SessionCore {
                 if let Some(mode) = &init.permission_mode {
                     self.note_mode(mode.as_str(), effects);
                 }
-                if let Some(commands) = &init.slash_commands {
-                    self.snapshot.slash_commands = commands.clone();
+                if let Some(names) = &init.slash_commands {
+                    let skills: HashSet<&str> = init
+                        .skills
+                        .iter()
+                        .flatten()
+                        .map(|skill| skill.trim_start_matches('/'))
+                        .collect();
+                    let commands = &mut self.snapshot.slash_commands;
+                    for name in names.iter().filter_map(|name| command_name(name)) {
+                        let skill = skills.contains(name.as_str());
+                        if let Some(known) = commands.iter_mut().find(|known| known.name == name) {
+                            known.skill = skill;
+                        } else if commands.len() < MAX_COMMANDS {
+                            commands.push(SlashCommandInfo {
+                                name,
+                                description: None,
+                                argument_hint: None,
+                                skill,
+                            });
+                        }
+                    }
                 }
                 self.resume_working(effects);
             }
@@ -1491,8 +1552,18 @@ impl SessionCore {
     fn take_initialize_response(&mut self, success: &ControlSuccess, effects: &mut Vec<Effect>) {
         if let Some(Ok(response)) = success.payload::<InitializeResponse>() {
             if let Some(commands) = response.commands {
-                self.snapshot.slash_commands =
-                    commands.into_iter().map(|command| command.name).collect();
+                self.snapshot.slash_commands = commands
+                    .into_iter()
+                    .filter_map(|command| {
+                        Some(SlashCommandInfo {
+                            name: command_name(&command.name)?,
+                            description: short_text(command.description.as_deref()),
+                            argument_hint: short_text(command.argument_hint.as_deref()),
+                            skill: false,
+                        })
+                    })
+                    .take(MAX_COMMANDS)
+                    .collect();
             }
             if let Some(models) = response.models {
                 self.snapshot.available_models =

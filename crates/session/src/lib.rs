@@ -20,7 +20,7 @@ pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
     SessionHandle, SinkFuture,
 };
-pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot};
+pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo};
 pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
 pub use policy::{
     Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,

@@ -418,7 +418,12 @@ pub struct Projector {
     no_partial_inputs: bool,
     /// The lines are an interactive CLI's transcript ([`Projector::set_transcript`]).
     transcript: bool,
+    /// `rewind_files` requests sent (not dry runs) whose answer has not come: request id.
+    rewinds: std::collections::HashSet<String>,
 }
+
+/// The most `rewind_files` requests waiting for their answer that a projector remembers.
+const MAX_OPEN_REWINDS: usize = 64;
 
 impl Projector {
     /// A projector for a new session.
@@ -647,6 +652,14 @@ impl Projector {
             Message::ControlRequest(request) if request.subtype() == Some("interrupt") => {
                 self.interrupting = true;
             }
+            Message::ControlRequest(request) => {
+                use switchboard_protocol::control::ControlRequestPayload;
+                if let ControlRequestPayload::RewindFiles(rewind) = &request.request {
+                    if rewind.dry_run != Some(true) && self.rewinds.len() < MAX_OPEN_REWINDS {
+                        self.rewinds.insert(request.request_id.clone());
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -742,6 +755,28 @@ impl Projector {
             }
             Message::System(SystemMessage::CompactBoundary(_)) => {
                 emit(notice(Level::Info, "compacted", "The conversation was compacted.".into()))
+            }
+            Message::ControlResponse(response) => {
+                use switchboard_protocol::control::ControlResponseBody;
+                match &response.response {
+                    ControlResponseBody::Success(success)
+                        if self.rewinds.remove(&success.request_id) =>
+                    {
+                        emit(notice(
+                            Level::Info,
+                            "rewound",
+                            "The files were put back as they were before that message.".into(),
+                        ))
+                    }
+                    ControlResponseBody::Error(error) if self.rewinds.remove(&error.request_id) => {
+                        emit(notice(
+                            Level::Warn,
+                            "rewind_failed",
+                            format!("The files could not be put back: {}", error.error),
+                        ))
+                    }
+                    _ => {}
+                }
             }
             Message::StreamEvent(line) => {
                 let parent = line.parent_tool_use_id.clone();

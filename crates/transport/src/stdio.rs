@@ -46,6 +46,11 @@ pub const MAX_STDERR_LINE_BYTES: usize = 8 * 1024;
 /// would hand it to the model.
 pub const DAEMON_VARIABLE_PREFIX: &str = "SWITCHBOARD_";
 
+/// Turns the CLI's file checkpointing on in SDK mode (an interactive CLI has it on by itself):
+/// before each prompt the CLI keeps a copy of the files its tools are about to change, and the
+/// `rewind_files` control request puts them back.
+pub const FILE_CHECKPOINTING_VARIABLE: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";
+
 /// Environment variables the CLI sets for its own children. A `claude` started from inside a
 /// Claude Code session (a daemon launched from a Bash tool, say) must not inherit them: the
 /// child would believe it is nested.
@@ -208,8 +213,15 @@ impl CliOptions {
 /// ends: a daemon killed with `kill -9` takes its CLIs along), and the environment: inherited
 /// (or only `PATH` with `clear_env`), minus [`NESTED_SESSION_VARIABLES`] and the daemon's own
 /// `SWITCHBOARD_*` variables ([`DAEMON_VARIABLE_PREFIX`]), plus `options.env`.
+///
+/// File checkpointing is on ([`FILE_CHECKPOINTING_VARIABLE`]) unless `options.env` says
+/// otherwise, so that `rewind_files` can put a session's files back; a
+/// `CLAUDE_CODE_DISABLE_FILE_CHECKPOINTING` the CLI inherits still turns it off.
 pub fn cli_command(options: &CliOptions) -> Command {
     let mut command = base_command(options, true);
+    if !options.env.contains_key(FILE_CHECKPOINTING_VARIABLE) {
+        command.env(FILE_CHECKPOINTING_VARIABLE, "true");
+    }
     command
         .args(options.args())
         .current_dir(&options.cwd)

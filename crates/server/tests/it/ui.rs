@@ -418,6 +418,16 @@ async fn browser() {
     std::fs::write(&picture, RED_PNG).unwrap();
     let api = FakeApi::start(
         Scenario::new()
+            // A Write the browser test rewinds (first: its tool result is answered here, not by
+            // a later step's reply).
+            .reply(
+                Reply::tool_use(
+                    "Write",
+                    json!({"file_path": sandbox.file("rewind.txt"), "content": "after\n"}),
+                )
+                .when_prompt("REWRITEME"),
+            )
+            .reply(Reply::text("Rewrote it.").when_tool_result_contains("rewind.txt"))
             // Streamed text, held after three words until the test releases it.
             .reply(
                 Reply::text("## Plan\n\nStreaming **progressively** word by word until the very end.")

@@ -87,3 +87,124 @@ async fn an_image_in_a_prompt_reaches_the_model_as_an_image_block() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_puts_the_files_back_as_they_were_before_a_message() {
+    let sandbox = CliSandbox::new().unwrap();
+    let file = sandbox.workdir().join("notes.txt");
+    std::fs::write(&file, "as it was\n").unwrap();
+    let created = sandbox.workdir().join("fresh.txt");
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Write", json!({"file_path": file, "content": "changed\n"}))
+                    .when_prompt("CHANGE"),
+            )
+            .reply(
+                Reply::tool_use("Write", json!({"file_path": created, "content": "new\n"}))
+                    .when_tool_result(),
+            )
+            .reply(Reply::text("Changed them.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let policy = "[permissions]\ndefault = \"allow\"\n";
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "policy": policy})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (status, sent) = server
+        .post(&format!("/api/sessions/{id}/messages"), json!({"content": "CHANGE the notes"}))
+        .await;
+    assert_eq!(status, 202, "{sent}");
+    let uuid = sent["uuid"].as_str().unwrap().to_owned();
+    ws.until(is_result).await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "changed\n");
+    assert_eq!(std::fs::read_to_string(&created).unwrap(), "new\n");
+
+    // A dry run says what would change, and changes nothing.
+    let rewind = format!("/api/sessions/{id}/rewind");
+    let (status, preview) = server.post(&rewind, json!({"message": uuid, "dry_run": true})).await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["can_rewind"], true, "{preview}");
+    assert_eq!(preview["files_changed"], 2, "{preview}");
+    let mut paths: Vec<&str> =
+        preview["files"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    paths.sort_unstable();
+    assert_eq!(paths, [created.to_str().unwrap(), file.to_str().unwrap()], "{preview}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "changed\n");
+
+    // Refused with the reason: no such message, not a uuid.
+    let (status, unknown) =
+        server.post(&rewind, json!({"message": "00000000-0000-4000-8000-000000000000"})).await;
+    assert_eq!(status, 409, "{unknown}");
+    assert_eq!(unknown["error"]["code"], "cannot_rewind", "{unknown}");
+    let (status, invalid) = server.post(&rewind, json!({"message": "../x"})).await;
+    assert_eq!(status, 400, "{invalid}");
+
+    // The files go back: the changed one as it was, the new one gone.
+    let (status, done) = server.post(&rewind, json!({"message": uuid})).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["can_rewind"], true, "{done}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "as it was\n");
+    assert!(!created.exists(), "the file Claude created is removed");
+    // The log says so, for every face.
+    ws.until(|frame| frame.to_string().contains("rewind_files")).await;
+    let (_, view) = server.get(&format!("/api/sessions/{id}/view")).await;
+    let rewound = view["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|update| update["update"] == "notice" && update["kind"] == "rewound");
+    assert!(rewound, "{view}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_s_slash_commands_are_listed_and_compact_compacts() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("Hello there.").when_prompt("HELLO"))
+            .reply(Reply::text("Summary: a greeting was exchanged.")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HELLO"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(is_result).await;
+
+    // The commands the CLI offers, with what each does, for a picker.
+    let (_, session) = server.get(&format!("/api/sessions/{id}")).await;
+    let commands = session["slash_commands"].as_array().expect("slash_commands").clone();
+    let compact = commands.iter().find(|command| command["name"] == "compact");
+    let compact = compact.unwrap_or_else(|| panic!("no compact in {commands:?}"));
+    assert!(compact["description"].as_str().is_some_and(|text| !text.is_empty()), "{compact}");
+    assert!(commands.iter().all(|command| !command["name"].as_str().unwrap().starts_with('/')));
+
+    // Sent as a message, /compact compacts: the log says so.
+    let (status, sent) =
+        server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "/compact"})).await;
+    assert_eq!(status, 202, "{sent}");
+    ws.until(|frame| {
+        frame["event"]["line"]["type"] == "system"
+            && frame["event"]["line"]["subtype"] == "compact_boundary"
+    })
+    .await;
+    let (_, view) = server.get(&format!("/api/sessions/{id}/view")).await;
+    let compacted = view["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|update| update["update"] == "notice" && update["kind"] == "compacted");
+    assert!(compacted, "{view}");
+    server.stop().await;
+}

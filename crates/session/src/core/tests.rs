@@ -72,8 +72,42 @@ fn user_messages_wait_for_initialize_then_go_in_order() {
     assert_eq!(written.len(), 1);
     assert_eq!(written[0]["message"]["content"], "first");
     assert_eq!(core.state(), SessionState::Working);
-    assert_eq!(core.snapshot().slash_commands, ["compact"]);
+    let snapshot = core.snapshot();
+    let names: Vec<&str> =
+        snapshot.slash_commands.iter().map(|command| command.name.as_str()).collect();
+    assert_eq!(names, ["compact"]);
     assert_eq!(core.snapshot().available_models, ["opus"]);
+}
+
+#[test]
+fn slash_commands_merge_initialize_and_init_and_stay_bounded() {
+    let mut core = core("");
+    core.on_started(Some(ControlRequestPayload::Initialize(Default::default())));
+    let long = "x".repeat(1000);
+    let answer = json!({"type":"control_response","response":{"subtype":"success","request_id":"sb-1","response":{"commands":[
+        {"name":"compact","description":"Free up context","argumentHint":"<instructions>"},
+        {"name":"review","description": long},
+        {"name":"bad name"}, {"name":"/"}, {"name":"evil\u{1b}[2J"}
+    ]}}});
+    core.on_line(line(&answer.to_string()));
+    let init = json!({"type":"system","subtype":"init","session_id":"s","cwd":"/","tools":[],"model":"m",
+        "permissionMode":"default","slash_commands":["compact","/review","my-skill","a b"],"skills":["my-skill"]});
+    core.on_line(line(&init.to_string()));
+    let commands = core.snapshot().slash_commands;
+    let names: Vec<(&str, bool)> =
+        commands.iter().map(|command| (command.name.as_str(), command.skill)).collect();
+    assert_eq!(names, [("compact", false), ("review", false), ("my-skill", true)]);
+    assert_eq!(commands[0].description.as_deref(), Some("Free up context"));
+    assert_eq!(commands[0].argument_hint.as_deref(), Some("<instructions>"));
+    let cut = commands[1].description.as_deref().unwrap();
+    assert_eq!(cut.chars().count(), 301, "cut at 300 characters and marked");
+    assert!(cut.ends_with('…'));
+
+    let many: Vec<String> = (0..2 * MAX_COMMANDS).map(|i| format!("c{i}")).collect();
+    let init = json!({"type":"system","subtype":"init","session_id":"s","cwd":"/","tools":[],"model":"m",
+        "permissionMode":"default","slash_commands": many});
+    core.on_line(line(&init.to_string()));
+    assert_eq!(core.snapshot().slash_commands.len(), MAX_COMMANDS);
 }
 
 /// A warm CLI's start: `initialize` answered, prompts held, then the session's mode set.
