@@ -65,6 +65,12 @@ pub(crate) struct RunArgs {
     /// Print every event as one JSON object per line on stdout, instead of text.
     #[arg(long)]
     json: bool,
+    /// Run in a git worktree of its own: a new branch `switchboard/<8 characters>` from the
+    /// directory's HEAD, in `<repo>.worktrees/` beside the repository. The worktree stays for
+    /// you to review and merge (its path and branch are printed at the end); one where
+    /// nothing changed is removed.
+    #[arg(long, conflicts_with = "resume")]
+    worktree: bool,
     /// The prompt.
     #[arg(required = true)]
     prompt: String,
@@ -91,6 +97,23 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
         None => std::env::current_dir()
             .map_err(|error| (EXIT_USAGE, format!("no working directory: {error}")))?,
     };
+    let tree = if args.worktree {
+        let short = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+        let (tree, inside) = switchboard_server::worktree::create(&cwd, &short)
+            .await
+            .map_err(|error| (EXIT_USAGE, error))?;
+        if !args.json {
+            eprintln!(
+                "switchboard run: in a worktree of its own: {} (branch {})",
+                tree.path.display(),
+                tree.branch
+            );
+        }
+        Some((tree, inside))
+    } else {
+        None
+    };
+    let cwd = tree.as_ref().map_or(cwd, |(_, inside)| inside.clone());
     let mut config = SessionConfig::new(cwd, policy);
     config.cli.program = args.claude.clone();
     config.cli.model = args.model.clone();
@@ -169,7 +192,65 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
         }
     }
     printer.finish_text();
+    if let Some((tree, _)) = tree {
+        report_worktree(&tree, args.json).await;
+    }
     Ok(outcome.unwrap_or(EXIT_CRASHED))
+}
+
+/// Says where a `--worktree` run's change is and how to take it (or removes the worktree when
+/// nothing changed): on stderr, or as a last JSON line with `--json`.
+async fn report_worktree(tree: &switchboard_server::worktree::Worktree, json: bool) {
+    use switchboard_server::worktree;
+    let files = match worktree::diff(tree).await {
+        Ok(files) => files,
+        Err(error) => {
+            eprintln!("switchboard run: cannot read the worktree's change: {error}");
+            return;
+        }
+    };
+    // Nothing against the base (committed or not): removed; `remove` keeps a worktree with
+    // changes or a branch with commits of its own.
+    let removed = files.is_empty() && worktree::remove(tree, false, true).await.is_ok();
+    if json {
+        let files: Vec<Value> = files
+            .iter()
+            .map(|file| {
+                serde_json::json!({"path": file.path, "status": file.status,
+                    "added": file.added, "removed": file.removed, "binary": file.binary})
+            })
+            .collect();
+        let line = serde_json::json!({"worktree": {
+            "repo": tree.repo, "path": tree.path, "branch": tree.branch, "base": tree.base,
+            "base_branch": tree.base_branch, "removed": removed, "files": files,
+        }});
+        println!("{line}");
+        return;
+    }
+    if removed {
+        eprintln!("switchboard run: nothing changed; the worktree and its branch are removed");
+        return;
+    }
+    let (added, deleted) =
+        files.iter().fold((0, 0), |(a, r), file| (a + file.added, r + file.removed));
+    let files_changed = files.len();
+    let files_word = if files_changed == 1 { "file" } else { "files" };
+    let base = tree.base_branch.as_deref().unwrap_or(&tree.base[..tree.base.len().min(12)]);
+    eprintln!(
+        "switchboard run: the change is in {} on branch {} ({files_changed} {files_word} changed, +{added} -{deleted}; from {base}).",
+        tree.path.display(),
+        tree.branch,
+    );
+    for file in files.iter().take(20) {
+        eprintln!("  {:<10} {} (+{} -{})", file.status, file.path, file.added, file.removed);
+    }
+    if files.len() > 20 {
+        eprintln!("  and {} more", files.len() - 20);
+    }
+    let (path, branch, repo) = (tree.path.display(), &tree.branch, tree.repo.display());
+    eprintln!(
+        "  review: git -C {path} diff\n  take it: git -C {path} commit -am '…' && git -C {repo} merge {branch}\n  drop it: git -C {repo} worktree remove --force {path} && git -C {repo} branch -D {branch}"
+    );
 }
 
 /// Puts a permission request to the person at the terminal, or denies it when there is none.

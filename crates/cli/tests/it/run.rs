@@ -311,3 +311,84 @@ pub(crate) async fn interrupt_run(
         .unwrap();
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
+
+/// Runs git in `dir` for the test's own setup.
+fn git(dir: &Path, args: &[&str]) -> String {
+    #[allow(clippy::disallowed_methods)] // the test's own setup
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_run_in_a_worktree_leaves_its_change_on_a_branch_and_says_where() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "echo more >> notes.txt && echo WT_MARK", "description": "add a line"}),
+                )
+                .when_prompt("CHANGE"),
+            )
+            .reply(Reply::text("Added.").when_tool_result_contains("WT_MARK"))
+            .reply(Reply::text("Nothing to do.").when_prompt("LOOK")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir();
+    std::fs::write(repo.join("notes.txt"), "base\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "notes.txt"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    let claude = real_cli(CliVersion::V2_1_330);
+
+    let out = switchboard_run(
+        &api,
+        &sandbox,
+        Some(&claude),
+        &["--worktree", "--policy", "auto-approve", "CHANGE the notes"],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(repo.join("notes.txt")).unwrap(), "base\n");
+    let branches = git(&repo, &["branch", "--list", "switchboard/*", "--format=%(refname:short)"]);
+    let branch = branches.trim();
+    assert!(branch.starts_with("switchboard/") && branch.len() == 20, "{branches}");
+    let short = &branch["switchboard/".len()..];
+    let name = repo.file_name().unwrap().to_str().unwrap();
+    let tree = repo.parent().unwrap().join(format!("{name}.worktrees")).join(short);
+    assert_eq!(std::fs::read_to_string(tree.join("notes.txt")).unwrap(), "base\nmore\n");
+    assert!(out.stderr.contains(&format!("on branch {branch}")), "{}", out.stderr);
+    assert!(out.stderr.contains("modified   notes.txt (+1 -0)"), "{}", out.stderr);
+    assert!(out.stderr.contains("from main"), "{}", out.stderr);
+
+    // Nothing changed: the worktree and its branch are gone again; --json says so.
+    let out = switchboard_run(
+        &api,
+        &sandbox,
+        Some(&claude),
+        &["--worktree", "--json", "--policy", "auto-approve", "LOOK around"],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let last: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["worktree"]["removed"], true, "{last}");
+    assert_eq!(last["worktree"]["files"], json!([]), "{last}");
+    assert!(!Path::new(last["worktree"]["path"].as_str().unwrap()).exists());
+    let branches = git(&repo, &["branch", "--list", "switchboard/*", "--format=%(refname:short)"]);
+    assert_eq!(branches.trim(), branch, "only the first run's branch is left");
+
+    // Not a repository: refused before any CLI starts.
+    let plain = CliSandbox::new().unwrap();
+    let out = switchboard_run(&api, &plain, Some(&claude), &["--worktree", "CHANGE"]).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("is not in a git repository"), "{}", out.stderr);
+}
