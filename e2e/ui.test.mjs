@@ -2,7 +2,7 @@
 // `browser`), which runs the daemon with the real Claude Code CLI against the scripted fake API
 // and passes: SWITCHBOARD_URL, SWITCHBOARD_TOKEN (for the sign-in URL), API_TOKEN (for the
 // test's own API calls), FAKE_API_URL (POST /_fake/release lets held
-// streams go on), WORKDIR, CHROMIUM, SCREENSHOTS.
+// streams go on), WORKDIR, CHROMIUM, SCREENSHOTS, CLI_2_1_37 (an older CLI, for plan mode).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -975,6 +975,27 @@ try {
     assert.match(asked, /rewind\.txt/);
     assert.equal(fs.readFileSync(file, 'utf8'), 'before\n');
     await transcript().locator('.notice', { hasText: 'The files were put back' }).waitFor();
+  });
+
+  await step('plan mode: the plan shown as a plan, sent back with comments, then approved', async () => {
+    const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
+    const made = await (await fetch(`${base}/api/sessions`, {
+      method: 'POST', headers, body: JSON.stringify({ cwd: workdir, prompt: 'PLANME the rename', permission_mode: 'plan', claude: process.env.CLI_2_1_37 }),
+    })).json();
+    assert.ok(made.id, JSON.stringify(made));
+    await page.goto(`${base}/#/s/${made.id}`);
+    const first = transcript().locator('.tool', { hasText: 'Fix the callers' }).last();
+    await first.locator('.plan li', { hasText: 'Fix the callers' }).waitFor();
+    await first.locator('.plan h2', { hasText: 'Rename' }).waitFor();
+    await first.locator('.plan-comments').fill('ALIAS_PLEASE: keep the old name working');
+    await page.evaluate(() => document.querySelectorAll('.toast').forEach((toast) => toast.remove()));
+    await shot('plan-review.png', page.locator('.session'));
+    await first.getByRole('button', { name: 'Send back' }).click();
+    const second = transcript().locator('.tool', { hasText: 'Keep util as an alias' });
+    await second.locator('.approve-plan').click();
+    await transcript().locator('.msg.assistant', { hasText: 'Carrying out the plan.' }).waitFor();
+    const requests = await (await fetch(`${fake}/_fake/requests`)).json();
+    assert.ok(requests.some((request) => JSON.stringify(request.body).includes('ALIAS_PLEASE: keep the old name working')), 'the comments reached Claude');
   });
 
   await step('review a worktree session: its change, a line comment to Claude, commit, fast-forward', async () => {

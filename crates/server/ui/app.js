@@ -922,6 +922,11 @@ class Transcript {
         body.append(el('details', { class: 'agent-prompt' }, el('summary', {}, 'Prompt'), markdown(input.prompt ?? '')));
         body.append(el('div', { class: 'nest' }));
         break;
+      case 'ExitPlanMode':
+        body.append(input.plan
+          ? el('div', { class: 'plan' }, markdown(input.plan))
+          : el('p', { class: 'muted' }, 'No plan came with the request (Claude did not write its plan file).'));
+        break;
       case 'AskUserQuestion':
         for (const question of input.questions ?? []) {
           body.append(el('div', { class: 'question' }, el('strong', {}, question.question),
@@ -1223,6 +1228,20 @@ function permissionBox(session, request, cwd) {
       box.append(group);
     }
     box.append(el('div', { class: 'actions' }, el('button', { type: 'button', class: 'deny', onclick: () => answer({ behavior: 'deny', message: 'The user declined to answer.' }) }, 'Decline')));
+    return box;
+  }
+
+  // A plan from plan mode: approved (Claude leaves plan mode and carries it out), or sent back
+  // with what to change (Claude reads it and keeps planning). The plan itself is on the card.
+  if (request.tool_name === 'ExitPlanMode') {
+    const comments = el('textarea', { class: 'plan-comments', rows: 3, placeholder: 'What should change in the plan? (Claude reads it and plans again)', 'aria-label': 'Comments on the plan' });
+    box.append(el('div', { class: 'actions needs-approve' },
+      el('button', { type: 'button', class: 'allow primary approve-plan', title: 'Approve the plan (a)', onclick: () => answer({ behavior: 'allow' }) }, icon('check'), 'Approve plan'),
+      el('button', { type: 'button', class: 'deny send-back', title: 'Send the plan back with your comments (d)', onclick: () => {
+        const text = comments.value.trim();
+        answer({ behavior: 'deny', message: text ? `The user wants the plan changed before it is carried out: ${text}` : 'The user sent the plan back: keep planning.' });
+      } }, icon('x'), 'Send back')),
+    el('div', { class: 'secondary needs-approve' }, comments));
     return box;
   }
 

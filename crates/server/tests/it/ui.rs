@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use switchboard_store::{EventRecord, MemoryStore, SessionRecord, Store};
-use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
 use crate::{Server, TOKEN};
 
@@ -428,6 +428,22 @@ async fn browser() {
                 .when_prompt("REWRITEME"),
             )
             .reply(Reply::text("Rewrote it.").when_tool_result_contains("rewind.txt"))
+            // A plan (2.1.37 carries it in ExitPlanMode's input), sent back, then approved.
+            .reply(
+                Reply::tool_use(
+                    "ExitPlanMode",
+                    json!({"plan": "## Rename\n\n1. Rename `util` to `helpers`\n2. Fix the callers"}),
+                )
+                .when_prompt("PLANME"),
+            )
+            .reply(
+                Reply::tool_use(
+                    "ExitPlanMode",
+                    json!({"plan": "## Rename\n\n1. Rename `util` to `helpers`\n2. Fix the callers\n3. Keep `util` as an alias"}),
+                )
+                .when_tool_result_contains("ALIAS_PLEASE"),
+            )
+            .reply(Reply::text("Carrying out the plan.").when_tool_result_contains("User has approved"))
             // Streamed text, held after three words until the test releases it.
             .reply(
                 Reply::text("## Plan\n\nStreaming **progressively** word by word until the very end.")
@@ -642,6 +658,7 @@ async fn browser() {
         .env("API_TOKEN", TOKEN)
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOTS", &screenshots)
+        .env("CLI_2_1_37", real_cli(CliVersion::V2_1_37))
         .kill_on_drop(true)
         .output()
         .await

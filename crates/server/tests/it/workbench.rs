@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use switchboard_store::{MemoryStore, Store};
-use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
 use crate::{is_result, Server};
 
@@ -206,5 +206,72 @@ async fn the_cli_s_slash_commands_are_listed_and_compact_compacts() {
         .iter()
         .any(|update| update["update"] == "notice" && update["kind"] == "compacted");
     assert!(compacted, "{view}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_is_sent_back_with_comments_then_approved() {
+    let plan = |text: &str| Reply::tool_use("ExitPlanMode", json!({"plan": text}));
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(plan("1. Rename the module\n2. Fix the callers").when_prompt("PLAN"))
+            .reply(
+                plan("1. Rename the module\n2. Fix the callers\n3. Keep the old name as an alias")
+                    .when_tool_result_contains("KEEP_ALIAS"),
+            )
+            .reply(Reply::text("Carrying out the plan.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, session) = server
+        .post(
+            "/api/sessions",
+            // 2.1.37's ExitPlanMode carries the plan in its input; newer CLIs read it from the
+            // plan file the model wrote (into the same `plan` field), which a scripted model
+            // cannot know the name of.
+            json!({"cwd": sandbox.workdir(), "prompt": "PLAN the rename", "permission_mode": "plan",
+                   "claude": real_cli(CliVersion::V2_1_37)}),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let asked = |frame: &Value| frame["event"]["event"] == "permission_requested";
+
+    // The plan waits for a person (plan mode or not, no policy answers it by itself).
+    let frames = ws.until(asked).await;
+    let request = &frames.last().unwrap()["event"];
+    assert_eq!(request["tool_name"], "ExitPlanMode", "{request}");
+    assert!(request["input"]["plan"].as_str().unwrap().contains("Fix the callers"));
+    let request_id = request["request_id"].as_str().unwrap();
+    // Sent back with comments: Claude reads them and plans again.
+    let comment = "The user wants the plan changed: KEEP_ALIAS for the old name";
+    let (status, answered) = server
+        .post(
+            &format!("/api/sessions/{id}/permissions/{request_id}"),
+            json!({"behavior": "deny", "message": comment}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answered}");
+    let frames = ws.until(asked).await;
+    let request = &frames.last().unwrap()["event"];
+    assert!(request["input"]["plan"].as_str().unwrap().contains("alias"), "{request}");
+    let sent_back = api.conversation_requests().iter().any(|request| {
+        request.body.to_string().contains("KEEP_ALIAS")
+            && request.body.to_string().contains("tool_result")
+    });
+    assert!(sent_back, "the comments reached the model as the plan's answer");
+    // Approved: Claude leaves plan mode and goes on.
+    let request_id = request["request_id"].as_str().unwrap();
+    let (status, answered) = server
+        .post(&format!("/api/sessions/{id}/permissions/{request_id}"), json!({"behavior": "allow"}))
+        .await;
+    assert_eq!(status, 200, "{answered}");
+    ws.until(is_result).await;
+    let (_, session) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_ne!(session["permission_mode"], "plan", "{session}");
     server.stop().await;
 }
