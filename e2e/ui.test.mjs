@@ -977,6 +977,24 @@ try {
     await transcript().locator('.notice', { hasText: 'The files were put back' }).waitFor();
   });
 
+  await step('files: the session\'s directory read-only, what it touched marked, a file highlighted', async () => {
+    fs.mkdirSync(path.join(workdir, 'lib'), { recursive: true });
+    fs.writeFileSync(path.join(workdir, 'lib', 'util.js'), 'export const answer = () => 42;\n');
+    await page.locator('.session-head .files-open').click();
+    const panel = page.locator('.files-panel');
+    const touched = panel.locator('.tree-file.is-touched', { hasText: 'rewind.txt' });
+    await touched.waitFor();
+    await panel.locator('.tree-dir', { hasText: 'lib/' }).click();
+    await panel.locator('.tree-file', { hasText: 'util.js' }).click();
+    await panel.locator('.file-view code.hljs, .file-view pre code').first().waitFor();
+    assert.match(await panel.locator('.file-view').textContent(), /answer = \(\) => 42/);
+    await shot('files.png', page.locator('.session'));
+    await touched.click();
+    await panel.locator('.file-view .touched', { hasText: 'changed by the session' }).waitFor();
+    assert.match(await panel.locator('.file-view').textContent(), /before/);
+    await panel.locator('.close').click();
+  });
+
   await step('plan mode: the plan shown as a plan, sent back with comments, then approved', async () => {
     const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
     const made = await (await fetch(`${base}/api/sessions`, {

@@ -108,6 +108,8 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Operate),
             post(session_rewind),
         ),
+        route("GET", "/api/sessions/{id}/files", Guard::Api(Scope::Operate), get(session_files)),
+        route("GET", "/api/sessions/{id}/file", Guard::Api(Scope::Operate), get(session_file)),
         route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
         route(
             "POST",
@@ -456,6 +458,41 @@ async fn session_rewind(
     Body(body): Body<RewindBody>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(daemon.rewind(&id, &body.message, body.dry_run).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BrowseQuery {
+    /// From the session's directory; empty for the directory itself.
+    #[serde(default)]
+    path: String,
+}
+
+async fn session_files(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Params(query): Params<BrowseQuery>,
+) -> Result<Json<crate::browse::Listing>, ApiError> {
+    let path = query.path;
+    let found = daemon.browse(&id, move |root, touched| crate::browse::list(root, &path, touched));
+    Ok(Json(found.await?.map_err(browse_error)?))
+}
+
+async fn session_file(
+    State(daemon): State<Arc<Daemon>>,
+    Path(id): Path<String>,
+    Params(query): Params<BrowseQuery>,
+) -> Result<Json<crate::browse::FileView>, ApiError> {
+    let path = query.path;
+    let found = daemon.browse(&id, move |root, touched| crate::browse::read(root, &path, touched));
+    Ok(Json(found.await?.map_err(browse_error)?))
+}
+
+fn browse_error(error: crate::browse::BrowseError) -> ApiError {
+    match error {
+        crate::browse::BrowseError::NotFound(_) => ApiError::not_found(error.to_string()),
+        crate::browse::BrowseError::Invalid(_) => ApiError::invalid(error.to_string()),
+    }
 }
 
 async fn session_discard(

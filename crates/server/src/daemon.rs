@@ -41,6 +41,9 @@ pub const RELAY_BUFFER: usize = 1024;
 /// The most paths a rewind's dry run lists (its count is whole).
 const MAX_REWIND_PATHS: usize = 1000;
 
+/// How long reading a session's directory for the Files view may take.
+pub const BROWSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long a relay frontend's socket may refuse what it is sent before the frontend is
 /// dropped: the relay's CLIs wait for their slowest frontend (none loses a line), and one that
 /// stopped reading must not hold them back for good.
@@ -344,6 +347,9 @@ pub enum DaemonError {
     /// The session's worktree is not as the request needs it (changes in it, or none).
     #[error("{0}")]
     Worktree(String),
+    /// Something the daemon waited on did not finish in time (a slow disk): try again.
+    #[error("{0}")]
+    Busy(String),
     /// The CLI cannot put the files back (no checkpoint for that message, checkpointing off,
     /// the session working).
     #[error("{0}")]
@@ -2175,6 +2181,38 @@ impl Daemon {
         let _one_at_a_time = self.worktree_ops.lock().await;
         crate::worktree::push(&tree, remote).await.map_err(DaemonError::Worktree)?;
         Ok(json!({"remote": remote, "branch": tree.branch}))
+    }
+
+    /// The files the session's tools changed, as its live view has them (empty for a
+    /// session whose CLI is not running).
+    pub fn touched_files(&self, id: &str) -> Vec<String> {
+        self.live(id)
+            .and_then(|live| {
+                live.projector.lock().ok().map(|projector| projector.view().touched_files.clone())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Reads the session's directory for the Files view ([`crate::browse`]): off the async
+    /// threads, within [`BROWSE_TIMEOUT`].
+    pub async fn browse<T: Send + 'static>(
+        &self,
+        id: &str,
+        read: impl FnOnce(&std::path::Path, &[String]) -> Result<T, crate::browse::BrowseError>
+            + Send
+            + 'static,
+    ) -> Result<Result<T, crate::browse::BrowseError>, DaemonError> {
+        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        let root = std::path::PathBuf::from(&record.cwd);
+        let touched = self.touched_files(id);
+        let reading = tokio::task::spawn_blocking(move || read(&root, &touched));
+        match tokio::time::timeout(BROWSE_TIMEOUT, reading).await {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(_)) | Err(_) => Err(DaemonError::Busy(format!(
+                "session {id}'s directory took more than {} s to read",
+                BROWSE_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     /// Whether the session's CLI is in a turn (its tools may be changing files).

@@ -128,6 +128,11 @@ impl From<DaemonError> for ApiError {
             DaemonError::Internal(_) => ApiError::internal(error.to_string()),
             DaemonError::Budget(_) => ApiError::conflict("budget_reached", error.to_string()),
             DaemonError::Worktree(_) => ApiError::conflict("worktree", error.to_string()),
+            DaemonError::Busy(_) => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "unavailable",
+                message: error.to_string(),
+            },
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
             DaemonError::ShuttingDown => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,

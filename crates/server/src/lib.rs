@@ -9,6 +9,7 @@
 pub mod api;
 mod approval;
 pub mod auth;
+pub mod browse;
 pub mod budget;
 mod compat;
 pub mod daemon;

@@ -1098,6 +1098,12 @@ const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp'];
 const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
 const MAX_IMAGES = 20;
 
+function bytes(count) {
+  if (count < 1024) return `${count} B`;
+  if (count < 1024 * 1024) return `${(count / 1024).toFixed(1)} KiB`;
+  return `${(count / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
 function mebibytes(bytes) { return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`; }
 
 /// Why an image may not be sent, or null: its type is read from its first bytes, as the
@@ -1467,6 +1473,7 @@ class SessionView {
         interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', 'aria-label': 'Interrupt', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Interrupt')),
         resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
         review: el('button', { type: 'button', class: 'review-open', hidden: true, title: 'The session\'s whole change in its worktree: comment, commit, merge', onclick: () => this.toggleReview() }, 'Review'),
+        files: el('button', { type: 'button', class: 'files-open needs-operate', title: 'The session\'s directory, read-only: the files it touched are marked', onclick: () => this.toggleFiles() }, 'Files'),
         fork: item('fork', 'Fork this conversation', () => this.fork()),
         archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
         menu,
@@ -1475,7 +1482,7 @@ class SessionView {
       menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
         el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
       this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
-        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review,
+        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review, h.files,
         el('div', { class: 'controls needs-operate' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
     }
     const h = this.head;
@@ -1514,6 +1521,55 @@ class SessionView {
   // The Review view: the session's whole change in its worktree, file by file; a line's
   // comment goes to Claude as a message; commit, merge into the branch it started from, or
   // discard.
+  /// The Files view: the session's directory as a tree (folders open on a click), and the
+  /// file picked, highlighted; what the session's tools changed is marked. Read-only.
+  async toggleFiles() {
+    if (this.filesPanel) {
+      this.filesPanel.remove();
+      this.filesPanel = null;
+      return;
+    }
+    const tree = el('ul', { class: 'file-tree', role: 'tree', 'aria-label': 'Files' });
+    const shown = el('div', { class: 'file-view', 'aria-live': 'polite' }, el('p', { class: 'muted' }, 'Pick a file. Files the session changed are marked ●.'));
+    this.filesPanel = el('section', { class: 'files-panel', 'aria-label': 'Files' },
+      el('div', { class: 'files-head' }, el('strong', {}, 'Files'), el('span', { class: 'muted' }, sessions.get(this.id)?.cwd ?? ''),
+        el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleFiles() }, 'Close')),
+      el('div', { class: 'files-body' }, tree, shown));
+    this.root.querySelector('.session-body').before(this.filesPanel);
+    const open = async (path, into) => {
+      try {
+        const listing = await api('GET', `/api/sessions/${this.id}/files?path=${encodeURIComponent(path)}`);
+        into.replaceChildren(...listing.entries.map((entry) => {
+          const mark = entry.touched ? el('span', { class: 'touched', title: 'Changed by the session' }, '●') : '';
+          if (entry.kind === 'dir') {
+            const children = el('ul', { role: 'group', hidden: true });
+            const row = el('button', { type: 'button', class: 'tree-dir', 'aria-expanded': 'false', onclick: async () => {
+              const opening = children.hidden;
+              children.hidden = !opening;
+              row.setAttribute('aria-expanded', String(opening));
+              if (opening && !children.childElementCount) await open(entry.path, children);
+            } }, `${entry.name}/`, mark);
+            return el('li', { role: 'treeitem' }, row, children);
+          }
+          return el('li', { role: 'treeitem' }, el('button', { type: 'button', class: `tree-file${entry.touched ? ' is-touched' : ''}`, onclick: () => show(entry.path) },
+            entry.name, mark, entry.size != null ? el('span', { class: 'muted size' }, bytes(entry.size)) : ''));
+        }));
+        if (listing.truncated) into.append(el('li', { class: 'muted' }, 'and more (not listed)'));
+      } catch (error) { into.replaceChildren(el('li', { class: 'muted' }, error.message)); }
+    };
+    const show = async (path) => {
+      try {
+        const file = await api('GET', `/api/sessions/${this.id}/file?path=${encodeURIComponent(path)}`);
+        const head = el('div', { class: 'file-view-head' }, el('code', {}, file.path), file.touched ? el('span', { class: 'touched' }, '● changed by the session') : '',
+          el('span', { class: 'muted' }, bytes(file.size)));
+        const body = file.binary ? el('p', { class: 'muted' }, 'A binary file: not shown.')
+          : codeBlock(file.text ?? '', languageOf(file.path));
+        shown.replaceChildren(head, body, file.truncated ? el('p', { class: 'muted' }, `Only the first ${bytes(file.text?.length ?? 0)} are shown.`) : '');
+      } catch (error) { shown.replaceChildren(el('p', { class: 'muted' }, error.message)); }
+    };
+    await open('', tree);
+  }
+
   async toggleReview() {
     if (this.review) {
       this.review.remove();

@@ -365,6 +365,10 @@ pub struct View {
     pub pending_permissions: Vec<PendingPermission>,
     /// The subagent tree, in the order they started.
     pub subagents: Vec<SubagentNode>,
+    /// The files the session's tools changed (Write, Edit, MultiEdit, NotebookEdit whose
+    /// result was not an error), as the tools named them, first change first; at most
+    /// [`MAX_TOUCHED_FILES`].
+    pub touched_files: Vec<String>,
 }
 
 /// Streaming state of one content block.
@@ -420,6 +424,22 @@ pub struct Projector {
     transcript: bool,
     /// `rewind_files` requests sent (not dry runs) whose answer has not come: request id.
     rewinds: std::collections::HashSet<String>,
+    /// File-changing tool calls whose result has not come: call id → the file.
+    touching: HashMap<String, String>,
+}
+
+/// The most files a view lists as touched, and the most file-changing calls awaited at once.
+pub const MAX_TOUCHED_FILES: usize = 1000;
+
+/// The tools that change a file, and the input field that names it.
+fn touched_by(name: &str, input: &Value) -> Option<String> {
+    let field = match name {
+        "Write" | "Edit" | "MultiEdit" => "file_path",
+        "NotebookEdit" => "notebook_path",
+        _ => return None,
+    };
+    let path = input.get(field)?.as_str()?;
+    (!path.is_empty() && path.len() <= 4096 && !path.contains('\0')).then(|| path.to_owned())
 }
 
 /// The most `rewind_files` requests waiting for their answer that a projector remembers.
@@ -786,6 +806,15 @@ impl Projector {
             Message::Assistant(line) => {
                 let parent = line.parent_tool_use_id.clone();
                 self.count_subagent_message(parent.as_deref());
+                for block in &line.message.content {
+                    if let ContentBlock::ToolUse(tool) = block {
+                        if let Some(path) = touched_by(&tool.name, &tool.input) {
+                            if self.touching.len() < MAX_TOUCHED_FILES {
+                                self.touching.insert(tool.id.clone(), path);
+                            }
+                        }
+                    }
+                }
                 let Some(id) = line.message.id.clone().or_else(|| line.uuid.clone()) else {
                     return;
                 };
@@ -1045,6 +1074,15 @@ impl Projector {
         parent: &Option<String>,
     ) -> Update {
         let tool_name = self.tools.get(&result.tool_use_id).cloned();
+        if let Some(path) = self.touching.remove(&result.tool_use_id) {
+            let touched = &mut self.view.touched_files;
+            if result.is_error != Some(true)
+                && touched.len() < MAX_TOUCHED_FILES
+                && !touched.contains(&path)
+            {
+                touched.push(path);
+            }
+        }
         if let Some(node) =
             self.view.subagents.iter_mut().find(|s| s.tool_use_id == result.tool_use_id)
         {

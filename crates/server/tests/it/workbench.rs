@@ -275,3 +275,74 @@ async fn a_plan_is_sent_back_with_comments_then_approved() {
     assert_ne!(session["permission_mode"], "plan", "{session}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_of_a_session_read_only_with_what_it_touched() {
+    let sandbox = CliSandbox::new().unwrap();
+    let dir = sandbox.workdir();
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "pub fn old() {}\n").unwrap();
+    std::fs::write(dir.join("logo.png"), b"\x89PNG\r\n\x1a\n\0\0\0").unwrap();
+    let outside = sandbox.home().join("secret.txt");
+    std::fs::write(&outside, "not yours").unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("sneaky")).unwrap();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Write",
+                    json!({"file_path": dir.join("src/lib.rs"), "content": "pub fn new() {}\n"}),
+                )
+                .when_prompt("EDIT"),
+            )
+            .reply(Reply::text("Edited.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let policy = "[permissions]\ndefault = \"allow\"\n";
+    let (_, session) = server
+        .post("/api/sessions", json!({"cwd": dir, "prompt": "EDIT lib", "policy": policy}))
+        .await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(is_result).await;
+
+    let (status, top) = server.get(&format!("/api/sessions/{id}/files")).await;
+    assert_eq!(status, 200, "{top}");
+    let entries: Vec<(&str, &str, bool)> = top["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["kind"].as_str().unwrap(), e["touched"] == true))
+        .collect();
+    assert!(entries.contains(&("src", "dir", true)), "{top}");
+    assert!(entries.contains(&("logo.png", "file", false)), "{top}");
+    let (_, src) = server.get(&format!("/api/sessions/{id}/files?path=src")).await;
+    assert_eq!(src["entries"][0]["path"], "src/lib.rs", "{src}");
+    assert_eq!(src["entries"][0]["touched"], true, "{src}");
+
+    let (status, file) = server.get(&format!("/api/sessions/{id}/file?path=src/lib.rs")).await;
+    assert_eq!(status, 200, "{file}");
+    assert_eq!(file["text"], "pub fn new() {}\n");
+    assert_eq!(file["touched"], true);
+    let (_, png) = server.get(&format!("/api/sessions/{id}/file?path=logo.png")).await;
+    assert_eq!((png["binary"].as_bool(), png["size"].as_u64()), (Some(true), Some(11)), "{png}");
+    assert!(png.get("text").is_none());
+
+    // Nothing outside the directory, by any path.
+    for (path, expected) in [("../secret.txt", 400), ("sneaky", 404), ("%2Fetc%2Fpasswd", 400)] {
+        let (status, refused) = server.get(&format!("/api/sessions/{id}/file?path={path}")).await;
+        assert_eq!(status, expected, "{path}: {refused}");
+        assert!(!refused.to_string().contains("not yours"));
+    }
+    // A watcher's token may not read the files.
+    let (_, made) = server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;
+    let watcher = made["token"].as_str().unwrap();
+    let (status, _) = server
+        .request_as(watcher, reqwest::Method::GET, &format!("/api/sessions/{id}/files"), None)
+        .await;
+    assert_eq!(status, 403);
+    server.stop().await;
+}

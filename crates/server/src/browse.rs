@@ -1,0 +1,304 @@
+//! A session's directory, read-only: one folder's entries and one file's text, for the web
+//! UI's Files view (`GET /api/sessions/{id}/files`, `…/file`).
+//!
+//! Every path is the client's, so hostile: it is relative to the session's directory, with no
+//! `..`, and what it names must still be inside the directory once its links are followed.
+//! The last component is opened without following a link (a link swapped in after the check
+//! is refused), and reads are bounded: at most [`MAX_ENTRIES`] entries of a folder and
+//! [`MAX_FILE_BYTES`] of a file. A file with a NUL byte or that is not UTF-8 is binary: its
+//! size is told, not its bytes. These run on the blocking threads, each within a time limit.
+
+use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+/// The most entries of one folder listed (the first ones by name; `truncated` says so).
+pub const MAX_ENTRIES: usize = 1000;
+
+/// The most bytes of a file shown (`truncated` says when there are more).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The longest path accepted.
+const MAX_PATH_BYTES: usize = 4096;
+
+/// Folders never listed: git's own.
+const HIDDEN: [&str; 1] = [".git"];
+
+/// One entry of a folder.
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    /// Its name.
+    pub name: String,
+    /// Its path from the session's directory.
+    pub path: String,
+    /// `dir`, `file`, `link` or `other`.
+    pub kind: &'static str,
+    /// A file's size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The session's tools changed it (a folder: something in it).
+    pub touched: bool,
+}
+
+/// A folder's entries: folders first, then by name.
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    /// The folder, from the session's directory (`""` for the directory itself).
+    pub path: String,
+    /// Its entries.
+    pub entries: Vec<Entry>,
+    /// More entries than [`MAX_ENTRIES`] (or names that are not UTF-8) were left out.
+    pub truncated: bool,
+}
+
+/// A file, as the Files view shows it.
+#[derive(Debug, Serialize)]
+pub struct FileView {
+    /// The file, from the session's directory.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Not text: no `text`.
+    pub binary: bool,
+    /// Its text (the first [`MAX_FILE_BYTES`], cut at a character).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Only its start is in `text`.
+    pub truncated: bool,
+    /// The session's tools changed it.
+    pub touched: bool,
+}
+
+/// Why a path cannot be shown: the message says which (and never shows more of the disk).
+#[derive(Debug, thiserror::Error)]
+pub enum BrowseError {
+    /// The path is not one the view takes.
+    #[error("{0}")]
+    Invalid(String),
+    /// Nothing there (or outside the directory, which is the same to the client).
+    #[error("{0} is not in the session's directory")]
+    NotFound(String),
+}
+
+/// The client's `path` as a relative path with no `..`, or why not.
+fn relative(path: &str) -> Result<PathBuf, BrowseError> {
+    if path.len() > MAX_PATH_BYTES || path.contains('\0') {
+        return Err(BrowseError::Invalid(format!(
+            "a path is at most {MAX_PATH_BYTES} bytes, without NUL"
+        )));
+    }
+    let mut relative = PathBuf::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) => relative.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(BrowseError::Invalid(
+                    "path is relative to the session's directory, without ..".to_owned(),
+                ))
+            }
+        }
+    }
+    Ok(relative)
+}
+
+/// `path` under `root`, its links followed, still under `root`.
+fn resolve(root: &Path, path: &str) -> Result<(PathBuf, PathBuf, PathBuf), BrowseError> {
+    let relative = relative(path)?;
+    let missing =
+        || BrowseError::NotFound(if path.is_empty() { ".".to_owned() } else { path.to_owned() });
+    let root = root.canonicalize().map_err(|_| missing())?;
+    let full = root.join(&relative).canonicalize().map_err(|_| missing())?;
+    if !full.starts_with(&root)
+        || relative.components().any(|part| HIDDEN.iter().any(|hidden| part.as_os_str() == *hidden))
+    {
+        return Err(missing());
+    }
+    Ok((root, full, relative))
+}
+
+/// The touched files under `root`, as paths from it.
+fn touched_under(root: &Path, touched: &[String]) -> Vec<PathBuf> {
+    touched
+        .iter()
+        .filter_map(|path| {
+            let path = Path::new(path);
+            // As the tools named them (absolute, maybe through a link), or already relative.
+            let absolute = if path.is_absolute() { path.to_path_buf() } else { root.join(path) };
+            let absolute = absolute.canonicalize().unwrap_or(absolute);
+            absolute.strip_prefix(root).ok().map(Path::to_path_buf)
+        })
+        .collect()
+}
+
+fn shown(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The entries of the folder `path` of `root`.
+pub fn list(root: &Path, path: &str, touched: &[String]) -> Result<Listing, BrowseError> {
+    let (root, full, relative) = resolve(root, path)?;
+    if !full.is_dir() {
+        return Err(BrowseError::Invalid(format!("{path} is not a folder")));
+    }
+    let touched = touched_under(&root, touched);
+    let mut names = Vec::new();
+    let mut truncated = false;
+    let reading = std::fs::read_dir(&full)
+        .map_err(|error| BrowseError::Invalid(format!("cannot read {path}: {error}")))?;
+    for entry in reading.flatten() {
+        match entry.file_name().into_string() {
+            Ok(name) if !HIDDEN.contains(&name.as_str()) => names.push((name, entry)),
+            Ok(_) => {}
+            Err(_) => truncated = true,
+        }
+        // Bounded even for a folder of millions: a few past the limit tell it is cut.
+        if names.len() > 4 * MAX_ENTRIES {
+            truncated = true;
+            break;
+        }
+    }
+    let mut entries: Vec<Entry> = names
+        .into_iter()
+        .map(|(name, entry)| {
+            let kind = match entry.file_type() {
+                Ok(kind) if kind.is_symlink() => "link",
+                Ok(kind) if kind.is_dir() => "dir",
+                Ok(kind) if kind.is_file() => "file",
+                _ => "other",
+            };
+            let size =
+                (kind == "file").then(|| entry.metadata().map(|meta| meta.len()).unwrap_or(0));
+            let path = relative.join(&name);
+            let touched = touched.iter().any(|touched| touched.starts_with(&path));
+            Entry { path: shown(&path), name, kind, size, touched }
+        })
+        .collect();
+    entries.sort_by(|a, b| (a.kind != "dir", &a.name).cmp(&(b.kind != "dir", &b.name)));
+    if entries.len() > MAX_ENTRIES {
+        entries.truncate(MAX_ENTRIES);
+        truncated = true;
+    }
+    Ok(Listing { path: shown(&relative), entries, truncated })
+}
+
+/// The file `path` of `root`: its text, or that it is binary.
+pub fn read(root: &Path, path: &str, touched: &[String]) -> Result<FileView, BrowseError> {
+    let (root, full, relative) = resolve(root, path)?;
+    let touched = touched_under(&root, touched).contains(&relative);
+    // The checked path, opened without following a link a writer may have put there since.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(&full)
+        .map_err(|_| BrowseError::NotFound(path.to_owned()))?;
+    let meta = file.metadata().map_err(|_| BrowseError::NotFound(path.to_owned()))?;
+    if !meta.is_file() {
+        return Err(BrowseError::Invalid(format!("{path} is not a file")));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|error| BrowseError::Invalid(format!("cannot read {path}: {error}")))?;
+    let truncated = meta.len() > bytes.len() as u64;
+    let text = if bytes.contains(&0) {
+        None
+    } else {
+        match String::from_utf8(bytes) {
+            Ok(text) => Some(text),
+            // Cut inside a character by the limit: the whole characters before it.
+            Err(error) if truncated && error.utf8_error().error_len().is_none() => {
+                let valid = error.utf8_error().valid_up_to();
+                let mut bytes = error.into_bytes();
+                bytes.truncate(valid);
+                String::from_utf8(bytes).ok()
+            }
+            Err(_) => None,
+        }
+    };
+    Ok(FileView {
+        path: shown(&relative),
+        size: meta.len(),
+        binary: text.is_none(),
+        text,
+        truncated,
+        touched,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src/deep")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("src/main.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(root.join("src/deep/x.rs"), "x").unwrap();
+        std::fs::write(root.join("README.md"), "# hi\n").unwrap();
+        std::fs::write(root.join("logo.png"), b"\x89PNG\r\n\x1a\n\0\0").unwrap();
+        std::fs::write(root.join(".git/config"), "secret").unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_folder_lists_folders_first_hides_git_and_marks_what_was_touched() {
+        let dir = tree();
+        let touched = vec![dir.path().join("src/deep/x.rs").display().to_string()];
+        let listing = list(dir.path(), "", &touched).unwrap();
+        let names: Vec<(&str, &str, bool)> =
+            listing.entries.iter().map(|e| (e.name.as_str(), e.kind, e.touched)).collect();
+        assert_eq!(
+            names,
+            [("src", "dir", true), ("README.md", "file", false), ("logo.png", "file", false)]
+        );
+        let listing = list(dir.path(), "src/deep", &touched).unwrap();
+        assert_eq!(listing.entries[0].path, "src/deep/x.rs");
+        assert!(listing.entries[0].touched);
+        assert_eq!(listing.entries[0].size, Some(1));
+    }
+
+    #[test]
+    fn a_file_is_text_or_binary_and_bounded() {
+        let dir = tree();
+        let file = read(dir.path(), "./src/main.rs", &[]).unwrap();
+        assert_eq!(file.text.as_deref(), Some("fn main() {}\n"));
+        assert!(!file.binary && !file.truncated);
+        let png = read(dir.path(), "logo.png", &[]).unwrap();
+        assert!(png.binary && png.text.is_none());
+        assert_eq!(png.size, 10);
+        // Over the limit, with a character cut by it: the whole characters before.
+        let mut big = "a".repeat(MAX_FILE_BYTES as usize - 1);
+        big.push('é');
+        std::fs::write(dir.path().join("big.txt"), &big).unwrap();
+        let file = read(dir.path(), "big.txt", &[]).unwrap();
+        assert!(file.truncated && !file.binary);
+        assert_eq!(file.text.unwrap().len(), MAX_FILE_BYTES as usize - 1);
+    }
+
+    #[test]
+    fn nothing_outside_the_directory_is_shown() {
+        let dir = tree();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("s")).unwrap();
+        for path in
+            ["../x", "/etc/passwd", "src/../../x", "escape/secret", "s", ".git/config", "a\0b"]
+        {
+            let listed = list(dir.path(), path, &[]).map(|_| ());
+            let read = read(dir.path(), path, &[]).map(|_| ());
+            assert!(listed.is_err() && read.is_err(), "{path}");
+        }
+        assert!(matches!(read(dir.path(), "src", &[]), Err(BrowseError::Invalid(_))));
+        assert!(matches!(list(dir.path(), "README.md", &[]), Err(BrowseError::Invalid(_))));
+        // A link inside the directory to a file inside it is followed.
+        std::os::unix::fs::symlink(dir.path().join("README.md"), dir.path().join("readme"))
+            .unwrap();
+        assert_eq!(read(dir.path(), "readme", &[]).unwrap().text.as_deref(), Some("# hi\n"));
+    }
+}
