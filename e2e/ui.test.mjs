@@ -995,6 +995,19 @@ try {
     await panel.locator('.close').click();
   });
 
+  await step('a terminal: a shell in the session\'s directory, through xterm.js', async () => {
+    await page.locator('.session-head .shell-open').click();
+    const panel = page.locator('.shell-panel');
+    await panel.locator('.shell-status', { hasText: ' in ' }).waitFor();
+    await panel.locator('.xterm-helper-textarea').focus();
+    await page.keyboard.type('echo TERM_$((6*7)) && ls lib\n');
+    await panel.locator('.xterm-rows', { hasText: 'TERM_42' }).waitFor();
+    await panel.locator('.xterm-rows', { hasText: 'util.js' }).waitFor();
+    await shot('terminal.png', page.locator('.session'));
+    await panel.locator('.close').click();
+    assert.equal(await page.locator('.shell-panel').count(), 0);
+  });
+
   await step('plan mode: the plan shown as a plan, sent back with comments, then approved', async () => {
     const headers = { authorization: `Bearer ${process.env.API_TOKEN}`, 'content-type': 'application/json' };
     const made = await (await fetch(`${base}/api/sessions`, {

@@ -19,6 +19,9 @@ files=(
   "diff@9.0.0 dist/diff.min.js diff.min.js"
   "uplot@1.6.32 dist/uPlot.esm.js uPlot.esm.js"
   "uplot@1.6.32 dist/uPlot.min.css uPlot.min.css"
+  "@xterm/xterm@6.0.0 lib/xterm.mjs xterm.mjs"
+  "@xterm/xterm@6.0.0 css/xterm.css xterm.css"
+  "@xterm/addon-fit@0.11.0 lib/addon-fit.mjs addon-fit.mjs"
 )
 
 work=$(mktemp -d)

@@ -157,6 +157,7 @@ pub fn routes() -> Vec<Route> {
             get(crate::compat::subscribe),
         ),
         route("GET", "/api/terminals", Guard::Api(Scope::Operate), get(crate::terminal::attach)),
+        route("GET", "/api/sessions/{id}/shell", Guard::Api(Scope::Admin), get(crate::shell::open)),
         route("GET", "/ws", Guard::Api(Scope::Read), get(crate::relay::frontend)),
         // The UI's files go out gzipped to browsers that take it (a third of the bytes).
         route(

@@ -25,6 +25,7 @@ mod prompt;
 pub mod push;
 mod relay;
 mod serve;
+mod shell;
 pub mod socket;
 pub mod terminal;
 mod text;

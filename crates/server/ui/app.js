@@ -1473,6 +1473,7 @@ class SessionView {
         interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', 'aria-label': 'Interrupt', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Interrupt')),
         resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
         review: el('button', { type: 'button', class: 'review-open', hidden: true, title: 'The session\'s whole change in its worktree: comment, commit, merge', onclick: () => this.toggleReview() }, 'Review'),
+        shell: el('button', { type: 'button', class: 'shell-open needs-admin', title: 'A shell in the session\'s directory (ends with the session)', onclick: () => this.toggleShell() }, 'Terminal'),
         files: el('button', { type: 'button', class: 'files-open needs-operate', title: 'The session\'s directory, read-only: the files it touched are marked', onclick: () => this.toggleFiles() }, 'Files'),
         fork: item('fork', 'Fork this conversation', () => this.fork()),
         archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
@@ -1482,7 +1483,7 @@ class SessionView {
       menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
         el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
       this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
-        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review, h.files,
+        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review, h.files, h.shell,
         el('div', { class: 'controls needs-operate' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
     }
     const h = this.head;
@@ -1521,6 +1522,61 @@ class SessionView {
   // The Review view: the session's whole change in its worktree, file by file; a line's
   // comment goes to Claude as a message; commit, merge into the branch it started from, or
   // discard.
+  /// The terminal: a shell in the session's directory, in a PTY on the daemon, drawn by
+  /// xterm.js (loaded when first opened). Keys go to it as they are typed; it follows the
+  /// panel's size; it ends with the session (the daemon ends it) or when closed here.
+  async toggleShell() {
+    if (this.shellPanel) {
+      this.shellPanel.socket?.close();
+      this.shellPanel.terminal?.dispose();
+      this.shellPanel.observer?.disconnect();
+      this.shellPanel.box.remove();
+      this.shellPanel = null;
+      return;
+    }
+    const screen = el('div', { class: 'shell-screen' });
+    const status = el('span', { class: 'muted shell-status' }, 'starting…');
+    const box = el('section', { class: 'shell-panel', 'aria-label': 'Terminal' },
+      el('div', { class: 'files-head' }, el('strong', {}, 'Terminal'), status,
+        el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleShell() }, 'Close')),
+      screen);
+    const panel = { box };
+    this.shellPanel = panel;
+    this.root.querySelector('.session-body').before(box);
+    const [{ Terminal }, { FitAddon }] = await Promise.all([import('./vendor/xterm.mjs'), import('./vendor/addon-fit.mjs')]);
+    if (this.shellPanel !== panel) return;
+    const dark = matchMedia('(prefers-color-scheme: dark)').matches;
+    const terminal = new Terminal({ cursorBlink: true, fontSize: 13, scrollback: 5000, convertEol: false,
+      theme: dark ? { background: '#0b1020' } : { background: '#ffffff', foreground: '#1f2430', cursor: '#1f2430', selectionBackground: '#c8d3f5' } });
+    const fit = new FitAddon();
+    terminal.loadAddon(fit);
+    terminal.open(screen);
+    panel.terminal = terminal;
+    const socket = new WebSocket(socketUrl(`/api/sessions/${this.id}/shell`));
+    socket.binaryType = 'arraybuffer';
+    panel.socket = socket;
+    const encoder = new TextEncoder();
+    const resize = () => {
+      try { fit.fit(); } catch { return; }
+      if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: 'resize', cols: terminal.cols, rows: terminal.rows }));
+    };
+    socket.onopen = () => { resize(); terminal.focus(); };
+    socket.onmessage = (event) => {
+      if (typeof event.data !== 'string') { terminal.write(new Uint8Array(event.data)); return; }
+      const frame = JSON.parse(event.data);
+      if (frame.type === 'started') status.textContent = `${frame.shell} in ${frame.cwd}`;
+      else if (frame.type === 'exit') { status.textContent = `ended: ${frame.reason}`; box.classList.add('ended'); }
+      else if (frame.type === 'error') toast(frame.error);
+    };
+    socket.onclose = (event) => {
+      if (!box.classList.contains('ended')) status.textContent = event.code === 1006 ? 'could not connect (the session must be running, and this needs an admin token)' : 'closed';
+      box.classList.add('ended');
+    };
+    terminal.onData((data) => { if (socket.readyState === WebSocket.OPEN) socket.send(encoder.encode(data)); });
+    panel.observer = new ResizeObserver(() => resize());
+    panel.observer.observe(screen);
+  }
+
   /// The Files view: the session's directory as a tree (folders open on a click), and the
   /// file picked, highlighted; what the session's tools changed is marked. Read-only.
   async toggleFiles() {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -239,6 +239,26 @@ pub fn cli_command(options: &CliOptions) -> Command {
 pub fn interactive_command(options: &CliOptions, args: &[OsString]) -> Command {
     let mut command = base_command(options, false);
     command.args(args).current_dir(&options.cwd);
+    command
+}
+
+/// Builds the command for a person's shell in `cwd` (the web UI's terminal, in a PTY): the
+/// environment rules and parent-death signal of [`cli_command`] (no daemon secret reaches it,
+/// nor the variables that would make a `claude` typed there think it is nested), `TERM` for
+/// xterm.js, and `run_id` in [`crate::procs::RUN_VARIABLE`] so that what it leaves running can
+/// be ended with it ([`crate::procs::end_run`]). The PTY makes it a session of its own.
+pub fn shell_command(shell: &Path, cwd: &Path, run_id: &str) -> Command {
+    let options = CliOptions {
+        program: Some(shell.to_path_buf()),
+        cwd: cwd.to_path_buf(),
+        ..CliOptions::default()
+    };
+    let mut command = base_command(&options, false);
+    command
+        .current_dir(cwd)
+        .env("TERM", "xterm-256color")
+        .env("COLORTERM", "truecolor")
+        .env(crate::procs::RUN_VARIABLE, run_id);
     command
 }
 

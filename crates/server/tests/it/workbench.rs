@@ -346,3 +346,102 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
     assert_eq!(status, 403);
     server.stop().await;
 }
+
+/// Reads the shell's output until it contains `wanted`; returns all of it.
+async fn shell_output(ws: &mut crate::Ws, seen: &mut String, wanted: &str) {
+    use futures::StreamExt as _;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    while !seen.contains(wanted) {
+        let frame = tokio::time::timeout(crate::WAIT, ws.socket.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {wanted:?} in time; so far: {seen}"))
+            .expect("open")
+            .expect("a frame");
+        match frame {
+            WsMessage::Binary(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            WsMessage::Text(text) => seen.push_str(&text),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_in_the_session_s_directory_ends_with_the_session() {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (_, session) = server.post("/api/sessions", json!({"cwd": sandbox.workdir()})).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/sessions/{id}/shell");
+
+    // Only a token that may run anything: an operate token is refused before the upgrade.
+    let (_, made) = server.post("/api/tokens", json!({"name": "op", "scope": "operate"})).await;
+    let operate = made["token"].as_str().unwrap();
+    let (status, refused) = server.request_as(operate, reqwest::Method::GET, &path, None).await;
+    assert_eq!(status, 403, "{refused}");
+
+    let mut ws = server.ws(&path).await;
+    let mut seen = String::new();
+    shell_output(&mut ws, &mut seen, "\"started\"").await;
+    let started: Value = serde_json::from_str(seen.trim()).unwrap();
+    let shell_pid = started["pid"].as_u64().unwrap() as i32;
+    let resize = json!({"type": "resize", "cols": 120, "rows": 40}).to_string();
+    ws.socket.send(WsMessage::Text(resize.into())).await.unwrap();
+    let typed = "echo SB_$((6*7)) $(pwd) $(stty size) ${SWITCHBOARD_TOKEN:-no-token}; nohup sleep 300 >/dev/null 2>&1 & echo BG''=$! END''MARK\r";
+    ws.socket.send(WsMessage::Binary(typed.as_bytes().to_vec().into())).await.unwrap();
+    let mut seen = String::new();
+    // The output, not the echo of what was typed (which has the quotes).
+    shell_output(&mut ws, &mut seen, "ENDMARK").await;
+    let workdir = sandbox.workdir().canonicalize().unwrap();
+    // After bash's own escape sequences (bracketed paste off), the echo's output.
+    let line = seen.split("SB_42").nth(1).and_then(|rest| rest.lines().next());
+    let line = line.map(|rest| format!("SB_42{rest}")).unwrap_or_else(|| panic!("{seen}"));
+    assert_eq!(
+        line.trim_end(),
+        format!("SB_42 {} 40 120 no-token", workdir.display()),
+        "in the session's directory, at the page's size, without the daemon's secrets"
+    );
+    let background: i32 = seen
+        .split("BG=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("{seen}"));
+    // Running: in /proc and not a zombie waiting for init to reap it.
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+            .unwrap_or(false)
+    };
+    assert!(alive(shell_pid) && alive(background));
+
+    // The session stops: the shell ends, and what it left running with it.
+    let (status, _) = server
+        .request_as(crate::TOKEN, reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None)
+        .await;
+    assert!(status < 300, "{status}");
+    let mut seen = String::new();
+    shell_output(&mut ws, &mut seen, "the session ended").await;
+    assert!(seen.contains("\"exit\""), "{seen}");
+    // Ended before the daemon said so.
+    assert!(!alive(shell_pid), "the shell is gone");
+    assert!(!alive(background), "its background job is gone");
+
+    // A stopped session has no shell to open.
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let url = format!("{}{path}", server.base.replace("http://", "ws://"));
+    let mut request = url.into_client_request().unwrap();
+    let bearer = format!("Bearer {}", crate::TOKEN).parse().unwrap();
+    request.headers_mut().insert("authorization", bearer);
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 409, "not running")
+        }
+        other => panic!("opened a shell of a stopped session: {:?}", other.map(|_| ())),
+    }
+    server.stop().await;
+}

@@ -1,0 +1,207 @@
+//! `GET /api/sessions/{id}/shell`: a shell in a running session's directory, in a PTY on the
+//! daemon, spoken to over a WebSocket by xterm.js in the web UI.
+//!
+//! A shell runs any program as the daemon's user, past every policy: only an `admin` token may
+//! open one (the route's guard). It ends with the session: when the session's CLI is stopped
+//! or exits, the shell's whole session gets SIGHUP, then SIGKILL, and every process it
+//! started that still carries its run id is ended too ([`switchboard_transport::procs`]). At
+//! most [`MAX_SHELLS`] run at once.
+//!
+//! Frames: binary both ways are the terminal's bytes (keys in, output out); text frames are
+//! JSON: from the page `{"type":"resize","cols":C,"rows":R}`; from the daemon
+//! `{"type":"started","shell":…,"pid":…,"cwd":…}` first and `{"type":"exit","code":…,"reason":…}`
+//! last.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{Message as WsMessage, WebSocket};
+use axum::extract::{Path as UrlPath, State};
+use axum::response::Response;
+use futures::SinkExt as _;
+use serde::Deserialize;
+use serde_json::json;
+use switchboard_session::SessionState;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+
+/// The most shells open at once, across the daemon's sessions.
+pub(crate) const MAX_SHELLS: usize = 16;
+
+/// The largest frame the page may send (keys pasted at once).
+pub(crate) const MAX_INPUT_FRAME_BYTES: usize = 64 * 1024;
+
+/// How long a hung-up shell has to end before it is killed.
+const HANGUP_GRACE: Duration = Duration::from_secs(2);
+
+/// The shells open now.
+static OPEN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SHELLS);
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum Control {
+    Resize { cols: u16, rows: u16 },
+}
+
+/// The shell to run: the daemon's `$SHELL` when it names a program, else bash, else sh.
+fn shell() -> PathBuf {
+    let usable = |path: &Path| path.is_absolute() && path.is_file();
+    std::env::var_os("SHELL")
+        .map(PathBuf::from)
+        .filter(|path| usable(path))
+        .or_else(|| ["/bin/bash", "/bin/sh"].map(PathBuf::from).into_iter().find(|p| usable(p)))
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+}
+
+pub(crate) async fn open(
+    State(daemon): State<Arc<Daemon>>,
+    UrlPath(id): UrlPath<String>,
+    crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
+) -> Result<Response, ApiError> {
+    // Checked before the upgrade, so that a refusal is a plain HTTP error.
+    let handle = daemon.running(&id).await?;
+    let record =
+        daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
+    let cwd = PathBuf::from(&record.cwd);
+    if !cwd.is_dir() {
+        return Err(ApiError::invalid(format!(
+            "session {id}'s directory {} is gone",
+            cwd.display()
+        )));
+    }
+    let permit = OPEN.try_acquire().map_err(|_| ApiError {
+        status: axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        code: "unavailable",
+        message: format!("{MAX_SHELLS} shells are open already: close one first"),
+    })?;
+    Ok(upgrade.max_message_size(MAX_INPUT_FRAME_BYTES).on_upgrade(move |socket| async move {
+        let _permit = permit;
+        serve(socket, handle, cwd).await;
+    }))
+}
+
+fn text(value: serde_json::Value) -> WsMessage {
+    WsMessage::Text(value.to_string().into())
+}
+
+async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle, cwd: PathBuf) {
+    let program = shell();
+    let run_id = switchboard_transport::procs::new_run_id();
+    let started = pty_process::open().and_then(|(pty, pts)| {
+        let _ = pty.resize(pty_process::Size::new(24, 80));
+        let command: pty_process::Command =
+            switchboard_transport::stdio::shell_command(&program, &cwd, &run_id).into();
+        command.spawn(pts).map(|child| (pty, child))
+    });
+    let (pty, mut child) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            let reason = format!("cannot start {}: {error}", program.display());
+            let _ =
+                socket.send(text(json!({"type": "exit", "code": null, "reason": reason}))).await;
+            return;
+        }
+    };
+    let pid = child.id();
+    let hello = json!({"type": "started", "shell": program, "pid": pid, "cwd": cwd});
+    let (mut output, mut input) = pty.into_split();
+    let mut snapshot = handle.watch();
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut reason = if socket.send(text(hello)).await.is_err() {
+        Some("the page went away".to_owned())
+    } else {
+        None
+    };
+    let mut code = None;
+    let mut reaped = false;
+    while reason.is_none() {
+        tokio::select! {
+            read = output.read(&mut buffer) => match read {
+                // The PTY ends (EIO) when the shell and everything on its terminal are gone.
+                Ok(0) | Err(_) => {
+                    let status = child.wait().await;
+                    reaped = status.is_ok();
+                    code = status.ok().and_then(|status| status.code());
+                    reason = Some("the shell ended".to_owned());
+                }
+                Ok(read) => {
+                    let bytes = axum::body::Bytes::copy_from_slice(&buffer[..read]);
+                    if socket.send(WsMessage::Binary(bytes)).await.is_err() {
+                        reason = Some("the page went away".to_owned());
+                    }
+                }
+            },
+            frame = socket.recv() => match frame {
+                Some(Ok(WsMessage::Binary(bytes))) => {
+                    if input.write_all(&bytes).await.is_err() || input.flush().await.is_err() {
+                        reason = Some("the shell's terminal closed".to_owned());
+                    }
+                }
+                Some(Ok(WsMessage::Text(frame))) => match serde_json::from_str::<Control>(&frame) {
+                    Ok(Control::Resize { cols, rows }) if (1..=1000).contains(&cols) && (1..=1000).contains(&rows) => {
+                        let _ = input.resize(pty_process::Size::new(rows, cols));
+                    }
+                    Ok(Control::Resize { .. }) => {
+                        let _ = socket.send(text(json!({"type": "error", "error": "cols and rows are 1 to 1000"}))).await;
+                    }
+                    Err(error) => {
+                        let _ = socket.send(text(json!({"type": "error", "error": format!("not a control frame: {error}")}))).await;
+                    }
+                },
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
+                    reason = Some("the page went away".to_owned());
+                }
+                Some(Ok(_)) => {}
+            },
+            () = session_ended(&mut snapshot) => {
+                reason = Some("the session ended".to_owned());
+            }
+        }
+    }
+    end(&mut child, if reaped { None } else { pid }, &run_id).await;
+    let reason = reason.unwrap_or_default();
+    let _ = socket.send(text(json!({"type": "exit", "code": code, "reason": reason}))).await;
+    let _ = socket.close().await;
+}
+
+/// Resolves when the session's CLI is gone (stopped, exited, crashed).
+async fn session_ended(
+    snapshot: &mut tokio::sync::watch::Receiver<switchboard_session::SessionSnapshot>,
+) {
+    loop {
+        let state = snapshot.borrow_and_update().state;
+        if matches!(state, SessionState::Exited | SessionState::Crashed) {
+            return;
+        }
+        if snapshot.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Ends the shell's whole terminal session: SIGHUP (as a closed terminal would), then SIGKILL
+/// after [`HANGUP_GRACE`], then whatever still carries its run id. `pid` is `None` once the
+/// shell was reaped (its number may belong to someone else by then): only the run id's sweep.
+async fn end(child: &mut tokio::process::Child, pid: Option<u32>, run_id: &str) {
+    use nix::sys::signal::{killpg, Signal};
+    let group = pid.and_then(|pid| i32::try_from(pid).ok()).map(nix::unistd::Pid::from_raw);
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGHUP);
+        let _ = killpg(group, Signal::SIGCONT);
+    }
+    if tokio::time::timeout(HANGUP_GRACE, child.wait()).await.is_err() {
+        if let Some(group) = group {
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+        let _ = child.kill().await;
+    }
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let run_id = run_id.to_owned();
+    let _ =
+        tokio::task::spawn_blocking(move || switchboard_transport::procs::end_run(&run_id)).await;
+}
