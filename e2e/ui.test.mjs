@@ -1064,6 +1064,19 @@ try {
     await page.locator('.toast', { hasText: 'main is at' }).waitFor();
     assert.equal(fs.readFileSync(path.join(repo, 'notes.txt'), 'utf8'), 'first\nreviewed\n');
     assert.match(git('log', '-1', '--format=%an'), /Test Person/);
+    // Pushed to a GitHub remote (git's insteadOf sends it to a local bare repository, so
+    // nothing leaves the machine): the page that opens its pull request is offered.
+    const bare = path.join(workdir, 'review-remote.git');
+    execFileSync('git', ['init', '-q', '--bare', bare]);
+    git('remote', 'add', 'origin', 'https://github.com/acme/notes.git');
+    git('config', `url.${bare}.insteadOf`, 'https://github.com/acme/notes.git');
+    await page.locator('.review .push').click();
+    const pr = page.locator('.review a.pull-request');
+    await pr.waitFor();
+    const branch = `switchboard/${made.id.slice(0, 8)}`;
+    assert.equal(await pr.getAttribute('href'), `https://github.com/acme/notes/compare/main...${branch}?expand=1`);
+    assert.equal(await pr.getAttribute('rel'), 'noopener noreferrer');
+    assert.match(execFileSync('git', ['-C', bare, 'branch', '--list'], { encoding: 'utf8' }), new RegExp(branch));
     await page.locator('.review .close').click();
     await page.setViewportSize({ width: 390, height: 844 });
   });

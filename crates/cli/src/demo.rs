@@ -94,6 +94,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         ping_interval: None,
         allowed_env: Vec::new(),
         runs_file: None,
+        data_dir: None,
         store_retry_limit: None,
         relay_stall_limit: None,
         warm: Vec::new(),

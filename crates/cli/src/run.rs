@@ -97,6 +97,15 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
         None => std::env::current_dir()
             .map_err(|error| (EXIT_USAGE, format!("no working directory: {error}")))?,
     };
+    if let Some(mode) = &args.permission_mode {
+        if let PermissionMode::Other(other) = mode.parse().unwrap_or(PermissionMode::Default) {
+            let known = PermissionMode::KNOWN.join(", ");
+            return Err((
+                EXIT_USAGE,
+                format!("unknown permission mode {other:?} (one of: {known})"),
+            ));
+        }
+    }
     let tree = if args.worktree {
         let short = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
         let (tree, inside) = switchboard_server::worktree::create(&cwd, &short)
@@ -120,24 +129,31 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
     config.cli.resume = args.resume.clone();
     config.cli.fork_session = args.fork;
     if let Some(mode) = &args.permission_mode {
-        let mode: PermissionMode = mode.parse().unwrap_or(PermissionMode::Default);
-        if let PermissionMode::Other(other) = &mode {
-            let known = PermissionMode::KNOWN.join(", ");
-            return Err((
-                EXIT_USAGE,
-                format!("unknown permission mode {other:?} (one of: {known})"),
-            ));
-        }
-        config.cli.permission_mode = Some(mode);
+        // Checked above, before any worktree was made.
+        config.cli.permission_mode = Some(mode.parse().unwrap_or(PermissionMode::Default));
     }
-    let (handle, mut events) = spawn_session(config).map_err(|error| match error {
-        SessionError::Transport(error) => (EXIT_NOT_STARTED, error.to_string()),
-        other => (EXIT_CRASHED, other.to_string()),
-    })?;
-    handle
-        .send_text(args.prompt.clone())
-        .await
-        .map_err(|error| (EXIT_CRASHED, error.to_string()))?;
+    let started = match spawn_session(config) {
+        Ok(started) => Ok(started),
+        Err(SessionError::Transport(error)) => Err((EXIT_NOT_STARTED, error.to_string())),
+        Err(other) => Err((EXIT_CRASHED, other.to_string())),
+    };
+    let started = match started {
+        Ok((handle, events)) => match handle.send_text(args.prompt.clone()).await {
+            Ok(()) => Ok((handle, events)),
+            Err(error) => Err((EXIT_CRASHED, error.to_string())),
+        },
+        Err(error) => Err(error),
+    };
+    let (handle, mut events) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            // Nothing ran in it: the worktree and its branch go again.
+            if let Some((tree, _)) = &tree {
+                let _ = switchboard_server::worktree::remove(tree, true, true).await;
+            }
+            return Err(error);
+        }
+    };
 
     let interactive = std::io::stdin().is_terminal();
     let mut printer = Printer::new(args.json);
@@ -247,9 +263,17 @@ async fn report_worktree(tree: &switchboard_server::worktree::Worktree, json: bo
     if files.len() > 20 {
         eprintln!("  and {} more", files.len() - 20);
     }
-    let (path, branch, repo) = (tree.path.display(), &tree.branch, tree.repo.display());
+    let quote = |path: &std::path::Path| {
+        let text = path.display().to_string();
+        if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,=:@".contains(c)) {
+            text
+        } else {
+            format!("'{}'", text.replace('\'', r"'\''"))
+        }
+    };
+    let (path, branch, repo) = (quote(&tree.path), &tree.branch, quote(&tree.repo));
     eprintln!(
-        "  review: git -C {path} diff\n  take it: git -C {path} commit -am '…' && git -C {repo} merge {branch}\n  drop it: git -C {repo} worktree remove --force {path} && git -C {repo} branch -D {branch}"
+        "  review: git -C {path} status && git -C {path} diff\n  take it: git -C {path} add -A && git -C {path} commit -m '…' && git -C {repo} merge {branch}\n  drop it: git -C {repo} worktree remove --force {path} && git -C {repo} branch -D {branch}"
     );
 }
 

@@ -199,6 +199,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         ping_interval: None,
         allowed_env: args.allow_env.clone(),
         runs_file: Some(data_dir.runs_file()),
+        data_dir: Some(data_dir.path().to_path_buf()),
         store_retry_limit: None,
         relay_stall_limit: None,
         warm: warm_specs(&args)?,

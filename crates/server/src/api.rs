@@ -475,7 +475,9 @@ async fn session_files(
     Params(query): Params<BrowseQuery>,
 ) -> Result<Json<crate::browse::Listing>, ApiError> {
     let path = query.path;
-    let found = daemon.browse(&id, move |root, touched| crate::browse::list(root, &path, touched));
+    let found = daemon.browse(&id, move |root, touched, refuse| {
+        crate::browse::list(root, &path, touched, refuse)
+    });
     Ok(Json(found.await?.map_err(browse_error)?))
 }
 
@@ -485,7 +487,9 @@ async fn session_file(
     Params(query): Params<BrowseQuery>,
 ) -> Result<Json<crate::browse::FileView>, ApiError> {
     let path = query.path;
-    let found = daemon.browse(&id, move |root, touched| crate::browse::read(root, &path, touched));
+    let found = daemon.browse(&id, move |root, touched, refuse| {
+        crate::browse::read(root, &path, touched, refuse)
+    });
     Ok(Json(found.await?.map_err(browse_error)?))
 }
 

@@ -1,20 +1,32 @@
 //! A session's directory, read-only: one folder's entries and one file's text, for the web
 //! UI's Files view (`GET /api/sessions/{id}/files`, `…/file`).
 //!
-//! Every path is the client's, so hostile: it is relative to the session's directory, with no
-//! `..`, and what it names must still be inside the directory once its links are followed.
-//! The last component is opened without following a link (a link swapped in after the check
-//! is refused), and reads are bounded: at most [`MAX_ENTRIES`] entries of a folder and
-//! [`MAX_FILE_BYTES`] of a file. A file with a NUL byte or that is not UTF-8 is binary: its
-//! size is told, not its bytes. These run on the blocking threads, each within a time limit.
+//! Every path is the client's, so hostile. It is relative to the session's directory, with no
+//! `..`, and is opened with `openat2` beneath the directory's own descriptor: the kernel
+//! refuses any link on the way (`RESOLVE_NO_SYMLINKS`: a link is listed, never followed, so a
+//! folder swapped for a link between a check and a read changes nothing), any step out of it,
+//! and any other file system (`RESOLVE_NO_XDEV`: not `/proc` from `/`). git's `.git` is never
+//! shown, and the daemon refuses more by its own rule (its data directory; what the session's
+//! policy denies to `Read`), checked on the real path (there is no link in it). Reads are
+//! bounded: at most [`MAX_ENTRIES`] entries of a folder and [`MAX_FILE_BYTES`] of a file. A file
+//! with a NUL byte or that is not UTF-8 is binary: its size is told, not its bytes. These run on
+//! the blocking threads, at most [`MAX_READERS`] at once, each within a time limit.
 
 use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use serde::Serialize;
 
-/// The most entries of one folder listed (the first ones by name; `truncated` says so).
+/// The most directory reads at once: a hung file system holds a blocking thread each.
+pub const MAX_READERS: usize = 4;
+
+/// Held by each read of a session's directory.
+pub static READERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_READERS);
+
+/// The most entries of one folder listed (`truncated` says when there were more; of a folder
+/// of more than four times as many, those the file system gave first).
 pub const MAX_ENTRIES: usize = 1000;
 
 /// The most bytes of a file shown (`truncated` says when there are more).
@@ -104,23 +116,66 @@ fn relative(path: &str) -> Result<PathBuf, BrowseError> {
     Ok(relative)
 }
 
-/// `path` under `root`, its links followed, still under `root`.
-fn resolve(root: &Path, path: &str) -> Result<(PathBuf, PathBuf, PathBuf), BrowseError> {
+/// What the daemon refuses to show beyond the kernel's rules: called with the real absolute
+/// path of a folder or file (no link in it), `true` to refuse.
+pub type Refuse<'a> = &'a (dyn Fn(&Path) -> bool + Sync);
+
+/// Opens `relative` beneath the directory `root` as the module's rules say.
+fn open_beneath(root: &OwnedFd, relative: &Path, directory: bool) -> nix::Result<OwnedFd> {
+    let mut flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+    if directory {
+        flags |= OFlag::O_DIRECTORY;
+    }
+    let how = OpenHow::new().flags(flags).resolve(
+        ResolveFlag::RESOLVE_BENEATH
+            | ResolveFlag::RESOLVE_NO_SYMLINKS
+            | ResolveFlag::RESOLVE_NO_MAGICLINKS
+            | ResolveFlag::RESOLVE_NO_XDEV,
+    );
+    let path = if relative.as_os_str().is_empty() { Path::new(".") } else { relative };
+    nix::fcntl::openat2(root, path, how)
+}
+
+/// The client's `path`, checked, opened beneath `root`: the descriptor, the real absolute
+/// path, and the path from `root`.
+fn open(
+    root: &Path,
+    path: &str,
+    directory: bool,
+    refuse: Refuse<'_>,
+) -> Result<(OwnedFd, PathBuf, PathBuf), BrowseError> {
     let relative = relative(path)?;
     let missing =
         || BrowseError::NotFound(if path.is_empty() { ".".to_owned() } else { path.to_owned() });
-    let root = root.canonicalize().map_err(|_| missing())?;
-    let full = root.join(&relative).canonicalize().map_err(|_| missing())?;
-    if !full.starts_with(&root)
-        || relative.components().any(|part| HIDDEN.iter().any(|hidden| part.as_os_str() == *hidden))
-    {
+    if relative.components().any(|part| HIDDEN.iter().any(|hidden| part.as_os_str() == *hidden)) {
         return Err(missing());
     }
-    Ok((root, full, relative))
+    let root = root.canonicalize().map_err(|_| missing())?;
+    let root_fd = nix::fcntl::open(
+        &root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|_| missing())?;
+    let full = root.join(&relative);
+    if refuse(&full) {
+        return Err(missing());
+    }
+    match open_beneath(&root_fd, &relative, directory) {
+        Ok(fd) => Ok((fd, full, relative)),
+        Err(nix::errno::Errno::ENOTDIR) if directory => {
+            Err(BrowseError::Invalid(format!("{path} is not a folder")))
+        }
+        Err(nix::errno::Errno::ENOSYS) => Err(BrowseError::Invalid(
+            "the Files view needs Linux 5.6 or newer (openat2)".to_owned(),
+        )),
+        Err(_) => Err(missing()),
+    }
 }
 
 /// The touched files under `root`, as paths from it.
 fn touched_under(root: &Path, touched: &[String]) -> Vec<PathBuf> {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     touched
         .iter()
         .filter_map(|path| {
@@ -128,7 +183,7 @@ fn touched_under(root: &Path, touched: &[String]) -> Vec<PathBuf> {
             // As the tools named them (absolute, maybe through a link), or already relative.
             let absolute = if path.is_absolute() { path.to_path_buf() } else { root.join(path) };
             let absolute = absolute.canonicalize().unwrap_or(absolute);
-            absolute.strip_prefix(root).ok().map(Path::to_path_buf)
+            absolute.strip_prefix(&root).ok().map(Path::to_path_buf)
         })
         .collect()
 }
@@ -138,22 +193,30 @@ fn shown(path: &Path) -> String {
 }
 
 /// The entries of the folder `path` of `root`.
-pub fn list(root: &Path, path: &str, touched: &[String]) -> Result<Listing, BrowseError> {
-    let (root, full, relative) = resolve(root, path)?;
-    if !full.is_dir() {
-        return Err(BrowseError::Invalid(format!("{path} is not a folder")));
-    }
-    let touched = touched_under(&root, touched);
+pub fn list(
+    root: &Path,
+    path: &str,
+    touched: &[String],
+    refuse: Refuse<'_>,
+) -> Result<Listing, BrowseError> {
+    let (fd, _, relative) = open(root, path, true, refuse)?;
+    let touched = touched_under(root, touched);
+    let stat_fd = fd
+        .try_clone()
+        .map_err(|error| BrowseError::Invalid(format!("cannot read {path}: {error}")))?;
+    let mut dir = nix::dir::Dir::from_fd(fd)
+        .map_err(|error| BrowseError::Invalid(format!("cannot read {path}: {error}")))?;
     let mut names = Vec::new();
     let mut truncated = false;
-    let reading = std::fs::read_dir(&full)
-        .map_err(|error| BrowseError::Invalid(format!("cannot read {path}: {error}")))?;
-    for entry in reading.flatten() {
-        match entry.file_name().into_string() {
-            Ok(name) if !HIDDEN.contains(&name.as_str()) => names.push((name, entry)),
-            Ok(_) => {}
-            Err(_) => truncated = true,
+    for entry in dir.iter().flatten() {
+        let Ok(name) = entry.file_name().to_str() else {
+            truncated = true;
+            continue;
+        };
+        if name == "." || name == ".." || HIDDEN.contains(&name) {
+            continue;
         }
+        names.push(name.to_owned());
         // Bounded even for a folder of millions: a few past the limit tell it is cut.
         if names.len() > 4 * MAX_ENTRIES {
             truncated = true;
@@ -162,15 +225,22 @@ pub fn list(root: &Path, path: &str, touched: &[String]) -> Result<Listing, Brow
     }
     let mut entries: Vec<Entry> = names
         .into_iter()
-        .map(|(name, entry)| {
-            let kind = match entry.file_type() {
-                Ok(kind) if kind.is_symlink() => "link",
-                Ok(kind) if kind.is_dir() => "dir",
-                Ok(kind) if kind.is_file() => "file",
-                _ => "other",
+        .map(|name| {
+            use nix::sys::stat::SFlag;
+            let stat = nix::sys::stat::fstatat(
+                &stat_fd,
+                name.as_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            );
+            let (kind, size) = match stat {
+                Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
+                    SFlag::S_IFDIR => ("dir", None),
+                    SFlag::S_IFREG => ("file", Some(u64::try_from(stat.st_size).unwrap_or(0))),
+                    SFlag::S_IFLNK => ("link", None),
+                    _ => ("other", None),
+                },
+                Err(_) => ("other", None),
             };
-            let size =
-                (kind == "file").then(|| entry.metadata().map(|meta| meta.len()).unwrap_or(0));
             let path = relative.join(&name);
             let touched = touched.iter().any(|touched| touched.starts_with(&path));
             Entry { path: shown(&path), name, kind, size, touched }
@@ -185,15 +255,15 @@ pub fn list(root: &Path, path: &str, touched: &[String]) -> Result<Listing, Brow
 }
 
 /// The file `path` of `root`: its text, or that it is binary.
-pub fn read(root: &Path, path: &str, touched: &[String]) -> Result<FileView, BrowseError> {
-    let (root, full, relative) = resolve(root, path)?;
-    let touched = touched_under(&root, touched).contains(&relative);
-    // The checked path, opened without following a link a writer may have put there since.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(&full)
-        .map_err(|_| BrowseError::NotFound(path.to_owned()))?;
+pub fn read(
+    root: &Path,
+    path: &str,
+    touched: &[String],
+    refuse: Refuse<'_>,
+) -> Result<FileView, BrowseError> {
+    let (fd, _, relative) = open(root, path, false, refuse)?;
+    let touched = touched_under(root, touched).contains(&relative);
+    let file = std::fs::File::from(fd);
     let meta = file.metadata().map_err(|_| BrowseError::NotFound(path.to_owned()))?;
     if !meta.is_file() {
         return Err(BrowseError::Invalid(format!("{path} is not a file")));
@@ -245,18 +315,20 @@ mod tests {
         dir
     }
 
+    const NONE: &(dyn Fn(&Path) -> bool + Sync) = &|_: &Path| false;
+
     #[test]
     fn a_folder_lists_folders_first_hides_git_and_marks_what_was_touched() {
         let dir = tree();
         let touched = vec![dir.path().join("src/deep/x.rs").display().to_string()];
-        let listing = list(dir.path(), "", &touched).unwrap();
+        let listing = list(dir.path(), "", &touched, NONE).unwrap();
         let names: Vec<(&str, &str, bool)> =
             listing.entries.iter().map(|e| (e.name.as_str(), e.kind, e.touched)).collect();
         assert_eq!(
             names,
             [("src", "dir", true), ("README.md", "file", false), ("logo.png", "file", false)]
         );
-        let listing = list(dir.path(), "src/deep", &touched).unwrap();
+        let listing = list(dir.path(), "src/deep", &touched, NONE).unwrap();
         assert_eq!(listing.entries[0].path, "src/deep/x.rs");
         assert!(listing.entries[0].touched);
         assert_eq!(listing.entries[0].size, Some(1));
@@ -265,40 +337,64 @@ mod tests {
     #[test]
     fn a_file_is_text_or_binary_and_bounded() {
         let dir = tree();
-        let file = read(dir.path(), "./src/main.rs", &[]).unwrap();
+        let file = read(dir.path(), "./src/main.rs", &[], NONE).unwrap();
         assert_eq!(file.text.as_deref(), Some("fn main() {}\n"));
         assert!(!file.binary && !file.truncated);
-        let png = read(dir.path(), "logo.png", &[]).unwrap();
+        let png = read(dir.path(), "logo.png", &[], NONE).unwrap();
         assert!(png.binary && png.text.is_none());
         assert_eq!(png.size, 10);
         // Over the limit, with a character cut by it: the whole characters before.
         let mut big = "a".repeat(MAX_FILE_BYTES as usize - 1);
         big.push('é');
         std::fs::write(dir.path().join("big.txt"), &big).unwrap();
-        let file = read(dir.path(), "big.txt", &[]).unwrap();
+        let file = read(dir.path(), "big.txt", &[], NONE).unwrap();
         assert!(file.truncated && !file.binary);
         assert_eq!(file.text.unwrap().len(), MAX_FILE_BYTES as usize - 1);
     }
 
     #[test]
-    fn nothing_outside_the_directory_is_shown() {
+    fn nothing_outside_the_directory_nor_through_a_link_is_shown() {
         let dir = tree();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "s").unwrap();
-        std::os::unix::fs::symlink(outside.path(), dir.path().join("escape")).unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("s")).unwrap();
-        for path in
-            ["../x", "/etc/passwd", "src/../../x", "escape/secret", "s", ".git/config", "a\0b"]
-        {
-            let listed = list(dir.path(), path, &[]).map(|_| ());
-            let read = read(dir.path(), path, &[]).map(|_| ());
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, dir.path().join(name)).unwrap()
+        };
+        link(outside.path(), "escape");
+        link(&outside.path().join("secret"), "s");
+        // Links inside the directory are not followed either: one to .git would show it.
+        link(&dir.path().join(".git"), "g");
+        link(&dir.path().join("README.md"), "readme");
+        link(&dir.path().join("src"), "source");
+        for path in [
+            "../x",
+            "/etc/passwd",
+            "src/../../x",
+            "escape/secret",
+            "s",
+            ".git/config",
+            "src/../.git/config",
+            "g/config",
+            "readme",
+            "source/main.rs",
+            "a\0b",
+        ] {
+            let listed = list(dir.path(), path, &[], NONE).map(|_| ());
+            let read = read(dir.path(), path, &[], NONE).map(|_| ());
             assert!(listed.is_err() && read.is_err(), "{path}");
         }
-        assert!(matches!(read(dir.path(), "src", &[]), Err(BrowseError::Invalid(_))));
-        assert!(matches!(list(dir.path(), "README.md", &[]), Err(BrowseError::Invalid(_))));
-        // A link inside the directory to a file inside it is followed.
-        std::os::unix::fs::symlink(dir.path().join("README.md"), dir.path().join("readme"))
-            .unwrap();
-        assert_eq!(read(dir.path(), "readme", &[]).unwrap().text.as_deref(), Some("# hi\n"));
+        // Listed as links, never opened.
+        let listing = list(dir.path(), "", &[], NONE).unwrap();
+        let g = listing.entries.iter().find(|entry| entry.name == "g").unwrap();
+        assert_eq!(g.kind, "link");
+        assert!(matches!(read(dir.path(), "src", &[], NONE), Err(BrowseError::Invalid(_))));
+        assert!(matches!(list(dir.path(), "README.md", &[], NONE), Err(BrowseError::Invalid(_))));
+        // The daemon's own refusals (its data directory, the policy's Read denials).
+        let refuse = |path: &Path| path.ends_with("src/main.rs");
+        assert!(matches!(
+            read(dir.path(), "src/main.rs", &[], &refuse),
+            Err(BrowseError::NotFound(_))
+        ));
+        assert!(read(dir.path(), "README.md", &[], &refuse).is_ok());
     }
 }

@@ -93,6 +93,9 @@ pub struct DaemonConfig {
     /// Where the daemon records the CLIs it runs (pid, start time, run id), so that after a
     /// `kill -9` the next start ends what was left (`None`: not recorded).
     pub runs_file: Option<PathBuf>,
+    /// The daemon's data directory (its token, keys, database): never shown by the Files view,
+    /// whatever a session's directory is.
+    pub data_dir: Option<PathBuf>,
     /// CLIs to keep started ahead of their sessions (`switchboard serve --warm`); at most
     /// [`MAX_WARM_CLIS`] in all.
     pub warm: Vec<WarmSpec>,
@@ -2179,8 +2182,9 @@ impl Daemon {
     pub async fn push(&self, id: &str, remote: &str) -> Result<Value, DaemonError> {
         let (_, tree) = self.worktree(id).await?;
         let _one_at_a_time = self.worktree_ops.lock().await;
-        crate::worktree::push(&tree, remote).await.map_err(DaemonError::Worktree)?;
-        Ok(json!({"remote": remote, "branch": tree.branch}))
+        let pull_request_url =
+            crate::worktree::push(&tree, remote).await.map_err(DaemonError::Worktree)?;
+        Ok(json!({"remote": remote, "branch": tree.branch, "pull_request_url": pull_request_url}))
     }
 
     /// The files the session's tools changed, as its live view has them (empty for a
@@ -2198,14 +2202,49 @@ impl Daemon {
     pub async fn browse<T: Send + 'static>(
         &self,
         id: &str,
-        read: impl FnOnce(&std::path::Path, &[String]) -> Result<T, crate::browse::BrowseError>
+        read: impl FnOnce(
+                &std::path::Path,
+                &[String],
+                crate::browse::Refuse<'_>,
+            ) -> Result<T, crate::browse::BrowseError>
             + Send
             + 'static,
     ) -> Result<Result<T, crate::browse::BrowseError>, DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let root = std::path::PathBuf::from(&record.cwd);
         let touched = self.touched_files(id);
-        let reading = tokio::task::spawn_blocking(move || read(&root, &touched));
+        // What the session's own policy denies to Read is not shown either, nor the daemon's
+        // data directory, nor the kernel's own trees.
+        let policy = match record.config.get("policy").and_then(Value::as_str) {
+            Some(text) => load_policy(text).await?,
+            None => self.config.default_policy.clone().unwrap_or_default(),
+        };
+        let context = switchboard_session::MatchContext {
+            cwd: root.clone(),
+            home: std::env::var_os("HOME").map(PathBuf::from),
+        };
+        let private = self
+            .config
+            .data_dir
+            .as_ref()
+            .map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()));
+        let refuse = move |path: &std::path::Path| {
+            private.as_ref().is_some_and(|dir| path.starts_with(dir))
+                || ["/proc", "/sys", "/dev"].iter().any(|kernel| path.starts_with(kernel))
+                || policy.decide("Read", &json!({"file_path": path}), &context).behavior
+                    == switchboard_session::Behavior::Deny
+        };
+        let Ok(permit) = crate::browse::READERS.try_acquire() else {
+            return Err(DaemonError::Busy(format!(
+                "{} reads of session directories are under way: try again",
+                crate::browse::MAX_READERS
+            )));
+        };
+        let reading = tokio::task::spawn_blocking(move || {
+            // Held until the read is done, even past the time limit below.
+            let _permit = permit;
+            read(&root, &touched, &refuse)
+        });
         match tokio::time::timeout(BROWSE_TIMEOUT, reading).await {
             Ok(Ok(found)) => Ok(found),
             Ok(Err(_)) | Err(_) => Err(DaemonError::Busy(format!(

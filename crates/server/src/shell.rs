@@ -107,7 +107,11 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
     };
     let pid = child.id();
     let hello = json!({"type": "started", "shell": program, "pid": pid, "cwd": cwd});
-    let (mut output, mut input) = pty.into_split();
+    let (mut output, input) = pty.into_split();
+    // Keys are written by a task of their own: a shell that does not read its terminal must
+    // not stop this loop from seeing the session end or the page go.
+    let (keys, keys_rx) = tokio::sync::mpsc::channel::<ToShell>(KEY_QUEUE);
+    let writer = tokio::spawn(write_keys(input, keys_rx));
     let mut snapshot = handle.watch();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut reason = if socket.send(text(hello)).await.is_err() {
@@ -122,9 +126,11 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
             read = output.read(&mut buffer) => match read {
                 // The PTY ends (EIO) when the shell and everything on its terminal are gone.
                 Ok(0) | Err(_) => {
-                    let status = child.wait().await;
-                    reaped = status.is_ok();
-                    code = status.ok().and_then(|status| status.code());
+                    // Its terminal is closed, which it may outlive (`exec >/dev/null`).
+                    if let Ok(Ok(status)) = tokio::time::timeout(HANGUP_GRACE, child.wait()).await {
+                        reaped = true;
+                        code = status.code();
+                    }
                     reason = Some("the shell ended".to_owned());
                 }
                 Ok(read) => {
@@ -135,14 +141,19 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
                 }
             },
             frame = socket.recv() => match frame {
-                Some(Ok(WsMessage::Binary(bytes))) => {
-                    if input.write_all(&bytes).await.is_err() || input.flush().await.is_err() {
+                Some(Ok(WsMessage::Binary(bytes))) => match keys.try_send(ToShell::Keys(bytes)) {
+                    Ok(()) => {}
+                    Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                        let error = "the shell is not reading its terminal: keys were dropped";
+                        let _ = socket.send(text(json!({"type": "error", "error": error}))).await;
+                    }
+                    Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
                         reason = Some("the shell's terminal closed".to_owned());
                     }
-                }
+                },
                 Some(Ok(WsMessage::Text(frame))) => match serde_json::from_str::<Control>(&frame) {
                     Ok(Control::Resize { cols, rows }) if (1..=1000).contains(&cols) && (1..=1000).contains(&rows) => {
-                        let _ = input.resize(pty_process::Size::new(rows, cols));
+                        let _ = keys.try_send(ToShell::Resize(pty_process::Size::new(rows, cols)));
                     }
                     Ok(Control::Resize { .. }) => {
                         let _ = socket.send(text(json!({"type": "error", "error": "cols and rows are 1 to 1000"}))).await;
@@ -161,10 +172,39 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
             }
         }
     }
+    writer.abort();
     end(&mut child, if reaped { None } else { pid }, &run_id).await;
     let reason = reason.unwrap_or_default();
     let _ = socket.send(text(json!({"type": "exit", "code": code, "reason": reason}))).await;
     let _ = socket.close().await;
+}
+
+/// How many frames of keys wait for the shell to read them.
+const KEY_QUEUE: usize = 64;
+
+/// What the page sends on to the shell's terminal.
+enum ToShell {
+    Keys(axum::body::Bytes),
+    Resize(pty_process::Size),
+}
+
+/// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is.
+async fn write_keys(
+    mut input: pty_process::OwnedWritePty,
+    mut keys: tokio::sync::mpsc::Receiver<ToShell>,
+) {
+    while let Some(next) = keys.recv().await {
+        match next {
+            ToShell::Keys(bytes) => {
+                if input.write_all(&bytes).await.is_err() || input.flush().await.is_err() {
+                    return;
+                }
+            }
+            ToShell::Resize(size) => {
+                let _ = input.resize(size);
+            }
+        }
+    }
 }
 
 /// Resolves when the session's CLI is gone (stopped, exited, crashed).

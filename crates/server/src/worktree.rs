@@ -273,16 +273,87 @@ pub async fn commit(worktree: &Worktree, message: &str) -> Result<String, String
 }
 
 /// Pushes the session's branch to the repository's remote `remote` (its name: `origin`),
-/// under the same name, with the person's own git credentials. No hook runs.
-pub async fn push(worktree: &Worktree, remote: &str) -> Result<(), String> {
+/// under the same name, with the person's own git credentials. No hook runs. Returns the page
+/// that opens a pull request of it into its base branch, when the remote is on a forge whose
+/// page is known ([`pull_request_url`]).
+pub async fn push(worktree: &Worktree, remote: &str) -> Result<Option<String>, String> {
     if !crate::text::is_name(remote) {
         return Err("remote is a remote's name (letters, digits, '.', '_', '-')".into());
     }
-    if git(&worktree.repo, &["remote", "get-url", remote]).await.is_err() {
+    // The URL as configured (`get-url` would apply `insteadOf` rewrites).
+    let Ok(url) = git(&worktree.repo, &["config", "--get", &format!("remote.{remote}.url")]).await
+    else {
         return Err(format!("the repository has no remote {remote}"));
-    }
+    };
     let refspec = format!("refs/heads/{0}:refs/heads/{0}", worktree.branch);
-    git(&worktree.repo, &["push", "--quiet", remote, &refspec]).await.map(|_| ())
+    git(&worktree.repo, &["push", "--quiet", remote, &refspec]).await?;
+    Ok(worktree
+        .base_branch
+        .as_deref()
+        .and_then(|base| pull_request_url(url.trim(), &worktree.branch, base)))
+}
+
+/// The forge's page that opens a pull (merge) request of `branch` into `base`, from a remote's
+/// URL (`https://host/owner/repo.git`, `ssh://git@host/owner/repo`, `git@host:owner/repo`),
+/// for GitHub, GitLab, Bitbucket and Codeberg; `None` for another host or a path that is not
+/// plainly a repository's. Nothing is sent anywhere: a person opens the page.
+pub fn pull_request_url(remote_url: &str, branch: &str, base: &str) -> Option<String> {
+    let (host, path) = if let Some(rest) = remote_url
+        .strip_prefix("https://")
+        .or_else(|| remote_url.strip_prefix("http://"))
+        .or_else(|| remote_url.strip_prefix("ssh://"))
+        .or_else(|| remote_url.strip_prefix("git://"))
+    {
+        let (authority, path) = rest.split_once('/')?;
+        let host = authority.rsplit('@').next()?;
+        (host.split(':').next()?, path)
+    } else {
+        // scp-like: [user@]host:owner/repo
+        let (authority, path) = remote_url.split_once(':')?;
+        if authority.contains('/') {
+            return None;
+        }
+        (authority.rsplit('@').next()?, path)
+    };
+    let path = path.trim_end_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    let parts: Vec<&str> = path.split('/').collect();
+    let plain = |part: &&str| {
+        !part.is_empty()
+            && *part != "."
+            && *part != ".."
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    };
+    if parts.len() < 2 || !parts.iter().all(plain) {
+        return None;
+    }
+    let encode = |text: &str| -> String {
+        text.bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'/' => {
+                    (byte as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect()
+    };
+    let (branch, base) = (encode(branch), encode(base));
+    let host = host.to_ascii_lowercase();
+    let two = parts.len() == 2;
+    match host.as_str() {
+        "github.com" if two => {
+            Some(format!("https://github.com/{path}/compare/{base}...{branch}?expand=1"))
+        }
+        "codeberg.org" if two => Some(format!("https://codeberg.org/{path}/compare/{base}...{branch}")),
+        "bitbucket.org" if two => Some(format!(
+            "https://bitbucket.org/{path}/pull-requests/new?source={branch}&dest={base}"
+        )),
+        // GitLab groups nest: owner/group/…/repo.
+        "gitlab.com" => Some(format!(
+            "https://gitlab.com/{path}/-/merge_requests/new?merge_request%5Bsource_branch%5D={branch}&merge_request%5Btarget_branch%5D={base}"
+        )),
+        _ => None,
+    }
 }
 
 /// Puts the worktree back as it was when the session started: its branch at the base commit,
@@ -583,6 +654,46 @@ fn untracked_file(root: &Path, path: &str, show: bool) -> FileChange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pull_request_page_from_a_remote_s_url() {
+        let url = |remote: &str| pull_request_url(remote, "switchboard/ab12cd34", "main");
+        let github = "https://github.com/acme/app/compare/main...switchboard/ab12cd34?expand=1";
+        for remote in [
+            "https://github.com/acme/app.git",
+            "https://user@github.com/acme/app",
+            "git@github.com:acme/app.git",
+            "ssh://git@github.com:22/acme/app.git",
+            "https://GitHub.com/acme/app/",
+        ] {
+            assert_eq!(url(remote).as_deref(), Some(github), "{remote}");
+        }
+        assert_eq!(
+            url("git@gitlab.com:group/sub/app.git").as_deref(),
+            Some("https://gitlab.com/group/sub/app/-/merge_requests/new?merge_request%5Bsource_branch%5D=switchboard/ab12cd34&merge_request%5Btarget_branch%5D=main")
+        );
+        assert_eq!(
+            url("https://bitbucket.org/acme/app.git").as_deref(),
+            Some("https://bitbucket.org/acme/app/pull-requests/new?source=switchboard/ab12cd34&dest=main")
+        );
+        assert_eq!(
+            pull_request_url("https://codeberg.org/a/b", "x y&z", "main").as_deref(),
+            Some("https://codeberg.org/a/b/compare/main...x%20y%26z")
+        );
+        // Another host, a local path, or a path that is not plainly owner/repo: no page.
+        for remote in [
+            "/srv/git/app.git",
+            "file:///srv/git/app.git",
+            "https://git.example.com/acme/app.git",
+            "https://github.com/acme",
+            "https://github.com/acme/app/extra",
+            "https://github.com/../app",
+            "https://github.com/acme/app?x=<script>",
+            "git@github.com:acme/a\"pp",
+        ] {
+            assert_eq!(url(remote), None, "{remote}");
+        }
+    }
 
     #[test]
     fn name_status_and_numstat_are_read_with_renames_and_binaries() {

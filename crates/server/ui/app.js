@@ -1352,6 +1352,8 @@ class SessionView {
     this.closed = true;
     this.socket?.close();
     this.chart?.destroy();
+    // A shell open here ends when the page leaves the session (the daemon ends it).
+    if (this.shellPanel) this.toggleShell();
   }
 
   draw(updates, chunk) {
@@ -1661,7 +1663,13 @@ class SessionView {
         message,
         act('Commit', async () => { const made = await api('POST', `/api/sessions/${this.id}/commit`, { message: message.value }); toast(`Committed ${made.commit.slice(0, 8)}.`, 'ok'); }, 'primary commit'),
         act(`Merge into ${into}`, async () => { const merged = await api('POST', `/api/sessions/${this.id}/merge`, { mode: 'merge' }); toast(`Merged into ${merged.into} (${merged.commit.slice(0, 8)}).`, 'ok'); }, 'merge'),
-        act('Push', async () => { const pushed = await api('POST', `/api/sessions/${this.id}/push`, {}); toast(`Pushed ${pushed.branch} to ${pushed.remote}.`, 'ok'); }, 'push'),
+        act('Push', async () => {
+          const pushed = await api('POST', `/api/sessions/${this.id}/push`, {});
+          toast(`Pushed ${pushed.branch} to ${pushed.remote}.`, 'ok');
+          // On a known forge: the page that opens the pull request (nothing is sent there).
+          this.pullRequestUrl = /^https:\/\//.test(pushed.pull_request_url ?? '') ? pushed.pull_request_url : null;
+        }, 'push'),
+        this.pullRequestUrl ? el('a', { class: 'button pull-request', href: this.pullRequestUrl, target: '_blank', rel: 'noopener noreferrer' }, 'Open a pull request') : '',
         act('Fast-forward', async () => { const merged = await api('POST', `/api/sessions/${this.id}/merge`, { mode: 'fast_forward' }); toast(`${merged.into} is at ${merged.commit.slice(0, 8)}.`, 'ok'); }, 'fast-forward'),
         act('Discard', async () => {
           if (!confirm('Discard every change of this session (back to the commit it started from)?')) return;
@@ -1926,8 +1934,11 @@ class SessionView {
       const typed = /^\/(\S*)$/.exec(input.value);
       if (!typed) { close(); return; }
       if (!commands) {
-        commands = [];
-        try { commands = (await api('GET', `/api/sessions/${this.id}`)).slash_commands ?? []; } catch { commands = null; return; }
+        // Not kept while empty: the CLI says its commands once it has started.
+        let fetched = [];
+        try { fetched = (await api('GET', `/api/sessions/${this.id}`)).slash_commands ?? []; } catch { return; }
+        if (!fetched.length) { close(); return; }
+        commands = fetched;
       }
       const query = typed[1].toLowerCase();
       const starts = commands.filter((command) => command.name.toLowerCase().startsWith(query));
@@ -1952,7 +1963,7 @@ class SessionView {
       event.stopPropagation();
       return true;
     };
-    return { list, key, forget: () => { commands = null; } };
+    return { list, key };
   }
 
   // --- The stats panel: every turn's cost (from the server, not the page), context, models.

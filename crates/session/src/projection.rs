@@ -482,6 +482,9 @@ impl Projector {
         self.tools = HashMap::new();
         self.drifts_told = std::collections::HashSet::new();
         self.interrupting = false;
+        // What a CLI that is gone was asked never gets its answer.
+        self.rewinds = std::collections::HashSet::new();
+        self.touching = HashMap::new();
     }
 
     /// The session as the updates so far leave it.
@@ -595,6 +598,8 @@ impl Projector {
                 ))
             }
             SessionEvent::Exited { code, requested, description, .. } => {
+                self.rewinds.clear();
+                self.touching.clear();
                 // The description says "the CLI …" already: only its first letter changes.
                 let mut text = description.clone();
                 if let Some(first) = text.get(..1) {
@@ -780,7 +785,15 @@ impl Projector {
                 use switchboard_protocol::control::ControlResponseBody;
                 match &response.response {
                     ControlResponseBody::Success(success)
-                        if self.rewinds.remove(&success.request_id) =>
+                        if self.rewinds.remove(&success.request_id)
+                            && success
+                                .response
+                                .as_ref()
+                                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+                                .and_then(|answer| {
+                                    answer.get("canRewind").and_then(Value::as_bool)
+                                })
+                                != Some(false) =>
                     {
                         emit(notice(
                             Level::Info,

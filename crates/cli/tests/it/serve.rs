@@ -602,6 +602,32 @@ async fn the_daemons_secrets_never_reach_a_sessions_tools() {
     assert!(!output.contains(ingress.trim()), "the ingress token reached a tool");
     assert!(!output.contains("SWITCHBOARD_"), "{output}");
     wait_session(&daemon.url, TOKEN, &id, |s| s["state"] == "idle").await;
+
+    // Nor a person's shell in the session's directory (the web UI's terminal).
+    use futures::{SinkExt as _, StreamExt as _};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let url = format!("{}/api/sessions/{id}/shell", daemon.url.replace("http://", "ws://"));
+    let mut request = url.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut shell, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let typed = "env; echo EN''D\r";
+    shell.send(WsMessage::Binary(typed.as_bytes().to_vec().into())).await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("\nEND") {
+        let frame = tokio::time::timeout(Duration::from_secs(30), shell.next())
+            .await
+            .unwrap_or_else(|_| panic!("no END: {seen}"))
+            .unwrap()
+            .unwrap();
+        if let WsMessage::Binary(bytes) = frame {
+            seen.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    assert!(seen.contains("PATH="), "the shell ran env: {seen}");
+    assert!(!seen.contains(TOKEN), "the API token reached the shell");
+    assert!(!seen.contains(ingress.trim()), "the ingress token reached the shell");
+    assert!(!seen.contains("SWITCHBOARD_"), "{seen}");
 }
 
 #[tokio::test]

@@ -62,6 +62,8 @@ impl Server {
             ping_interval: None,
             allowed_env: Vec::new(),
             runs_file: None,
+            // Nothing is kept there by the test daemon; the Files view must not show it.
+            data_dir: Some(sandbox.home().join(".local/share/switchboard")),
             store_retry_limit: None,
             relay_stall_limit: None,
             warm: Vec::new(),

@@ -286,6 +286,10 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
     let outside = sandbox.home().join("secret.txt");
     std::fs::write(&outside, "not yours").unwrap();
     std::os::unix::fs::symlink(&outside, dir.join("sneaky")).unwrap();
+    std::fs::create_dir_all(dir.join(".git")).unwrap();
+    std::fs::write(dir.join(".git/config"), "[remote] url = https://token@example.com").unwrap();
+    std::os::unix::fs::symlink(dir.join(".git"), dir.join("g")).unwrap();
+    std::fs::write(dir.join(".env"), "API_KEY=not-yours").unwrap();
     let api = FakeApi::start(
         Scenario::new()
             .reply(
@@ -301,7 +305,7 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let policy = "[permissions]\ndefault = \"allow\"\n";
+    let policy = "[permissions]\ndefault = \"allow\"\ndeny = [\"Read(./.env)\"]\n";
     let (_, session) = server
         .post("/api/sessions", json!({"cwd": dir, "prompt": "EDIT lib", "policy": policy}))
         .await;
@@ -332,11 +336,39 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
     assert!(png.get("text").is_none());
 
     // Nothing outside the directory, by any path.
-    for (path, expected) in [("../secret.txt", 400), ("sneaky", 404), ("%2Fetc%2Fpasswd", 400)] {
+    // Nor git's own folder (through a link either), nor what the session's policy denies to
+    // Read.
+    for (path, expected) in [
+        ("../secret.txt", 400),
+        ("sneaky", 404),
+        ("%2Fetc%2Fpasswd", 400),
+        (".git/config", 404),
+        ("g/config", 404),
+        (".env", 404),
+    ] {
         let (status, refused) = server.get(&format!("/api/sessions/{id}/file?path={path}")).await;
         assert_eq!(status, expected, "{path}: {refused}");
         assert!(!refused.to_string().contains("not yours"));
+        assert!(!refused.to_string().contains("token@"));
     }
+    // The daemon's data directory is never shown, even from a session in the home folder.
+    let data = sandbox.home().join(".local/share/switchboard");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("token"), "not yours").unwrap();
+    let (status, home) = server.post("/api/sessions", json!({"cwd": sandbox.home()})).await;
+    assert_eq!(status, 201, "{home}");
+    let home_id = home["id"].as_str().unwrap();
+    for path in [".local/share/switchboard/token", ".local/share/switchboard"] {
+        let (status, refused) =
+            server.get(&format!("/api/sessions/{home_id}/file?path={path}")).await;
+        assert_eq!(status, 404, "{path}: {refused}");
+        let (status, refused) =
+            server.get(&format!("/api/sessions/{home_id}/files?path={path}")).await;
+        assert!(status == 404 || status == 400, "{path}: {refused}");
+    }
+    let (status, _) = server.get(&format!("/api/sessions/{home_id}/files?path=.local/share")).await;
+    assert_eq!(status, 200, "the folders around it are shown");
+
     // A watcher's token may not read the files.
     let (_, made) = server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;
     let watcher = made["token"].as_str().unwrap();
@@ -390,7 +422,7 @@ async fn a_shell_in_the_session_s_directory_ends_with_the_session() {
     let shell_pid = started["pid"].as_u64().unwrap() as i32;
     let resize = json!({"type": "resize", "cols": 120, "rows": 40}).to_string();
     ws.socket.send(WsMessage::Text(resize.into())).await.unwrap();
-    let typed = "echo SB_$((6*7)) $(pwd) $(stty size) ${SWITCHBOARD_TOKEN:-no-token}; nohup sleep 300 >/dev/null 2>&1 & echo BG''=$! END''MARK\r";
+    let typed = "echo SB_$((6*7)) $(pwd) $(stty size); nohup sleep 300 >/dev/null 2>&1 & echo BG''=$! END''MARK\r";
     ws.socket.send(WsMessage::Binary(typed.as_bytes().to_vec().into())).await.unwrap();
     let mut seen = String::new();
     // The output, not the echo of what was typed (which has the quotes).
@@ -401,8 +433,8 @@ async fn a_shell_in_the_session_s_directory_ends_with_the_session() {
     let line = line.map(|rest| format!("SB_42{rest}")).unwrap_or_else(|| panic!("{seen}"));
     assert_eq!(
         line.trim_end(),
-        format!("SB_42 {} 40 120 no-token", workdir.display()),
-        "in the session's directory, at the page's size, without the daemon's secrets"
+        format!("SB_42 {} 40 120", workdir.display()),
+        "in the session's directory, at the page's size"
     );
     let background: i32 = seen
         .split("BG=")

@@ -243,6 +243,20 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     let two_branch = format!("switchboard/{}", &two_id[..8]);
     let at_remote = git(&remote, &["rev-parse", &format!("refs/heads/{two_branch}")]);
     assert_eq!(at_remote.trim(), made["commit"].as_str().unwrap());
+    assert_eq!(pushed["pull_request_url"], Value::Null, "a local remote has no forge page");
+    // A GitHub remote (sent to the local one by git's own insteadOf, so nothing leaves the
+    // machine): pushed there, and the page that opens the pull request.
+    let github = "https://github.com/acme/app.git";
+    git(&repo, &["remote", "add", "github", github]);
+    git(&repo, &["config", &format!("url.{}.insteadOf", remote.display()), github]);
+    let (status, pushed) =
+        server.post(&format!("/api/sessions/{two_id}/push"), json!({"remote": "github"})).await;
+    assert_eq!(status, 200, "{pushed}");
+    assert_eq!(
+        pushed["pull_request_url"],
+        format!("https://github.com/acme/app/compare/main...{two_branch}?expand=1"),
+        "{pushed}"
+    );
     let (status, _) = server
         .post(&format!("/api/sessions/{two_id}/push"), json!({"remote": "--upload-pack=x"}))
         .await;
