@@ -71,13 +71,22 @@ enum SessionsCommand {
         #[arg(long, default_value_t = 0)]
         after: u64,
     },
-    /// Stop a session (its record stays), or delete it with --purge.
+    /// Stop a session (its record stays), or delete it with --purge. A worktree session's
+    /// worktree goes with --purge when it has no uncommitted change (--force: even then); its
+    /// branch stays unless --delete-branch.
     Rm {
         /// The session: its id or a unique prefix.
         id: String,
-        /// Also delete its record and event log.
+        /// Also delete its record and event log (and its worktree, when clean).
         #[arg(long)]
         purge: bool,
+        /// With --purge: remove the worktree even with changes, and a branch with commits of
+        /// its own.
+        #[arg(long, requires = "purge")]
+        force: bool,
+        /// With --purge: delete the worktree's branch too.
+        #[arg(long, requires = "purge")]
+        delete_branch: bool,
     },
 }
 
@@ -275,9 +284,19 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                 let id = client.resolve(&id).await?;
                 tail(&client, &id, after, json_output).await?
             }
-            SessionsCommand::Rm { id, purge } => {
+            SessionsCommand::Rm { id, purge, force, delete_branch } => {
                 let id = client.resolve(&id).await?;
-                let path = format!("/api/sessions/{id}{}", if purge { "?purge=true" } else { "" });
+                let mut query = Vec::new();
+                for (flag, name) in
+                    [(purge, "purge"), (force, "force"), (delete_branch, "delete_branch")]
+                {
+                    if flag {
+                        query.push(format!("{name}=true"));
+                    }
+                }
+                let query =
+                    if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+                let path = format!("/api/sessions/{id}{query}");
                 client.request(reqwest::Method::DELETE, &path, None).await?;
                 if !json_output {
                     println!("{} {id}", if purge { "deleted" } else { "stopped" });

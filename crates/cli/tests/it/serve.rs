@@ -1150,3 +1150,74 @@ async fn serve_refuses_a_bad_notify_file_or_public_url() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--public-url must be"), "{stderr}");
 }
+
+/// Runs git in `dir` for the test's own setup.
+fn git(dir: &Path, args: &[&str]) {
+    #[allow(clippy::disallowed_methods)] // the test's own setup
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_session_is_removed_with_its_worktree_only_when_asked_to_force() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "echo more >> notes.txt && echo RM_MARK", "description": "add"}),
+                )
+                .when_prompt("CHANGE"),
+            )
+            .reply(Reply::text("Changed.").when_tool_result_contains("RM_MARK")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir();
+    std::fs::write(repo.join("notes.txt"), "base\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "notes.txt"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
+    let repo_arg = repo.to_str().unwrap();
+    let (code, out, err) = client(
+        data.path(),
+        &["new", "--worktree", "--cwd", repo_arg, "--json", "CHANGE the notes"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    let made: Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}"));
+    let id = made["id"].as_str().unwrap().to_owned();
+    let tree = std::path::PathBuf::from(made["config"]["worktree"]["path"].as_str().unwrap());
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    wait_session(&daemon.url, token.trim(), &id, |s| s["state"] == "idle").await;
+    assert_eq!(std::fs::read_to_string(tree.join("notes.txt")).unwrap(), "base\nmore\n");
+
+    // --force and --delete-branch need --purge; a purge keeps a worktree with changes.
+    let (code, _, err) = client(data.path(), &["sessions", "rm", &id, "--force"]).await;
+    assert_eq!(code, Some(2), "{err}");
+    let (code, _, err) = client(data.path(), &["sessions", "rm", &id, "--purge"]).await;
+    assert_ne!(code, Some(0));
+    assert!(err.contains("has changes"), "{err}");
+    assert!(tree.exists());
+    let (code, out, err) =
+        client(data.path(), &["sessions", "rm", &id, "--purge", "--force", "--delete-branch"])
+            .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("deleted"), "{out}");
+    assert!(!tree.exists(), "the worktree is gone");
+    #[allow(clippy::disallowed_methods)] // the test's own check
+    let branches = std::process::Command::new("git")
+        .args(["-C", repo_arg, "branch", "--list", "switchboard/*"])
+        .output()
+        .unwrap();
+    assert!(branches.stdout.is_empty(), "the branch is gone");
+}
