@@ -13,7 +13,8 @@ pub mod sandbox;
 pub mod ws_proxy;
 
 pub use sandbox::{
-    fake_cli, pinned_versions, processes_running, real_cli, real_cli_of, CliSandbox, CliVersion,
+    fake_cli, git, git_repository, pinned_versions, processes_running, real_cli, real_cli_of,
+    CliSandbox, CliVersion,
 };
 pub use scenario::{Block, Reply, Scenario, When};
 pub use switchboard_fake_api::{scenario, server as fake_api};

@@ -199,3 +199,29 @@ pub fn processes_running(needle: &str) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Runs git in `dir` as a person sets a repository up (a test's own setup: an author is
+/// given, hooks are the repository's); panics with git's words when it fails. Its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    #[allow(clippy::disallowed_methods)] // a test's own setup, not the daemon's
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Makes `dir` a git repository on `main` whose one commit ("base") holds `files`
+/// (path, content).
+pub fn git_repository(dir: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        std::fs::write(dir.join(path), content).expect("a file of the repository");
+    }
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "base"]);
+}

@@ -4,7 +4,9 @@ use std::path::Path;
 use std::process::Stdio;
 
 use serde_json::{json, Value};
-use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
+use switchboard_testkit::{
+    git, git_repository, real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario,
+};
 
 pub(crate) struct Outcome {
     pub(crate) code: Option<i32>,
@@ -312,20 +314,6 @@ pub(crate) async fn interrupt_run(
     (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
-/// Runs git in `dir` for the test's own setup.
-fn git(dir: &Path, args: &[&str]) -> String {
-    #[allow(clippy::disallowed_methods)] // the test's own setup
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[tokio::test]
 async fn a_run_in_a_worktree_leaves_its_change_on_a_branch_and_says_where() {
     let api = FakeApi::start(
@@ -344,10 +332,7 @@ async fn a_run_in_a_worktree_leaves_its_change_on_a_branch_and_says_where() {
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let repo = sandbox.workdir();
-    std::fs::write(repo.join("notes.txt"), "base\n").unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "notes.txt"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
+    git_repository(&repo, &[("notes.txt", "base\n")]);
     let claude = real_cli(CliVersion::V2_1_330);
 
     let out = switchboard_run(

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use switchboard_store::{SqliteStore, Store};
-use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
+use switchboard_testkit::{
+    git, git_repository, real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 const TOKEN: &str = "serve-test-token-0123456789";
@@ -1151,19 +1153,6 @@ async fn serve_refuses_a_bad_notify_file_or_public_url() {
     assert!(stderr.contains("--public-url must be"), "{stderr}");
 }
 
-/// Runs git in `dir` for the test's own setup.
-fn git(dir: &Path, args: &[&str]) {
-    #[allow(clippy::disallowed_methods)] // the test's own setup
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worktree_session_is_removed_with_its_worktree_only_when_asked_to_force() {
     let api = FakeApi::start(
@@ -1181,10 +1170,7 @@ async fn a_worktree_session_is_removed_with_its_worktree_only_when_asked_to_forc
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let repo = sandbox.workdir();
-    std::fs::write(repo.join("notes.txt"), "base\n").unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "notes.txt"]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
+    git_repository(&repo, &[("notes.txt", "base\n")]);
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
     let repo_arg = repo.to_str().unwrap();
@@ -1214,10 +1200,6 @@ async fn a_worktree_session_is_removed_with_its_worktree_only_when_asked_to_forc
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("deleted"), "{out}");
     assert!(!tree.exists(), "the worktree is gone");
-    #[allow(clippy::disallowed_methods)] // the test's own check
-    let branches = std::process::Command::new("git")
-        .args(["-C", repo_arg, "branch", "--list", "switchboard/*"])
-        .output()
-        .unwrap();
-    assert!(branches.stdout.is_empty(), "the branch is gone");
+    let branches = git(&repo, &["branch", "--list", "switchboard/*"]);
+    assert!(branches.is_empty(), "the branch is gone: {branches}");
 }

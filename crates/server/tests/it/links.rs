@@ -56,11 +56,8 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) =
+        server.open_session(json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let pending = server.daemon.pending_permissions(&id).remove(0);
     let link = server.daemon.approval_link(&id, &pending, "test");

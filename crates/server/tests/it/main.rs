@@ -140,6 +140,15 @@ impl Server {
         Ws { socket }
     }
 
+    /// Creates a session from `body` (checked made) and follows its events from the start.
+    async fn open_session(&self, body: Value) -> (String, Ws) {
+        let (status, session) = self.post("/api/sessions", body).await;
+        assert_eq!(status, 201, "{session}");
+        let id = session["id"].as_str().unwrap().to_owned();
+        let ws = self.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        (id, ws)
+    }
+
     async fn ws(&self, path: &str) -> Ws {
         self.ws_as(TOKEN, path).await
     }

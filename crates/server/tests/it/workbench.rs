@@ -111,11 +111,8 @@ async fn rewind_puts_the_files_back_as_they_were_before_a_message() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
     let policy = "[permissions]\ndefault = \"allow\"\n";
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "policy": policy})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) =
+        server.open_session(json!({"cwd": sandbox.workdir(), "policy": policy})).await;
     let (status, sent) = server
         .post(&format!("/api/sessions/{id}/messages"), json!({"content": "CHANGE the notes"}))
         .await;
@@ -175,11 +172,8 @@ async fn the_cli_s_slash_commands_are_listed_and_compact_compacts() {
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HELLO"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) =
+        server.open_session(json!({"cwd": sandbox.workdir(), "prompt": "HELLO"})).await;
     ws.until(is_result).await;
 
     // The commands the CLI offers, with what each does, for a picker.

@@ -8,23 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use switchboard_store::{MemoryStore, Store};
-use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use switchboard_testkit::{git, CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::{is_result, Server, TOKEN};
-
-/// Runs git in `dir`, as a person would set a repository up.
-fn git(dir: &Path, args: &[&str]) -> String {
-    #[allow(clippy::disallowed_methods)] // the test's own setup, not the daemon's
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 fn bash(command: &str) -> Value {
     json!({"command": command, "description": "change the file"})
