@@ -294,7 +294,7 @@ pub(crate) struct SessionView {
     #[serde(skip_serializing_if = "Option::is_none")]
     paused: Option<String>,
     /// The slash commands and skills its CLI offers, while it runs.
-    slash_commands: Vec<switchboard_session::SlashCommandInfo>,
+    pub(crate) slash_commands: Vec<switchboard_session::SlashCommandInfo>,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
@@ -457,7 +457,7 @@ async fn session_rewind(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
     Body(body): Body<RewindBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<crate::daemon::Rewind>, ApiError> {
     Ok(Json(daemon.rewind(&id, &body.message, body.dry_run).await?))
 }
 

@@ -41,6 +41,30 @@ pub const RELAY_BUFFER: usize = 1024;
 /// The most paths a rewind's dry run lists (its count is whole).
 const MAX_REWIND_PATHS: usize = 1000;
 
+/// What a rewind did, or would do ([`Daemon::rewind`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct Rewind {
+    /// The CLI can put the files back (a rewind: it did).
+    pub can_rewind: bool,
+    /// Only asked what would change.
+    pub dry_run: bool,
+    /// A dry run: how many files would change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files_changed: Option<u64>,
+    /// A dry run: which (absolute paths, at most [`MAX_REWIND_PATHS`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    /// A dry run: lines that would come back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub insertions: Option<u64>,
+    /// A dry run: lines that would go.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletions: Option<u64>,
+    /// Why not, in the CLI's words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// How long reading a session's directory for the Files view may take.
 pub const BROWSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -2273,7 +2297,7 @@ impl Daemon {
         id: &str,
         message: &str,
         dry_run: bool,
-    ) -> Result<Value, DaemonError> {
+    ) -> Result<Rewind, DaemonError> {
         let valid = !message.is_empty()
             && message.len() <= 100
             && message.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
@@ -2301,33 +2325,37 @@ impl Daemon {
             .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or(Value::Null);
         let number = |key: &str| answer.get(key).and_then(Value::as_u64);
-        let can_rewind = answer.get("canRewind").and_then(Value::as_bool).unwrap_or(!dry_run);
-        let mut reply = json!({"can_rewind": can_rewind, "dry_run": dry_run});
+        let mut rewind = Rewind {
+            can_rewind: answer.get("canRewind").and_then(Value::as_bool).unwrap_or(!dry_run),
+            dry_run,
+            files_changed: None,
+            files: None,
+            insertions: None,
+            deletions: None,
+            reason: answer
+                .get("error")
+                .and_then(Value::as_str)
+                .map(|error| error.chars().take(500).collect()),
+        };
         if dry_run {
             // The CLI answers the paths it would change (`filesChanged`, not the count the
             // SDK's types say); both are read.
-            let paths: Option<Vec<String>> =
-                answer.get("filesChanged").and_then(Value::as_array).map(|paths| {
-                    paths
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .take(MAX_REWIND_PATHS)
-                        .map(str::to_owned)
-                        .collect()
-                });
-            let count = answer
-                .get("filesChanged")
-                .and_then(|changed| changed.as_array().map(|paths| paths.len() as u64))
-                .or_else(|| number("filesChanged"));
-            reply["files_changed"] = json!(count);
-            reply["files"] = json!(paths);
-            reply["insertions"] = json!(number("insertions"));
-            reply["deletions"] = json!(number("deletions"));
+            let changed = answer.get("filesChanged");
+            let paths = changed.and_then(Value::as_array);
+            rewind.files_changed =
+                paths.map(|paths| paths.len() as u64).or_else(|| number("filesChanged"));
+            rewind.files = paths.map(|paths| {
+                paths
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .take(MAX_REWIND_PATHS)
+                    .map(str::to_owned)
+                    .collect()
+            });
+            rewind.insertions = number("insertions");
+            rewind.deletions = number("deletions");
         }
-        if let Some(error) = answer.get("error").and_then(Value::as_str) {
-            reply["reason"] = json!(error.chars().take(500).collect::<String>());
-        }
-        Ok(reply)
+        Ok(rewind)
     }
 
     /// Puts the session's worktree back at its base commit.

@@ -72,6 +72,7 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("SetModel", Scope::Operate),
     ("SetPermissionMode", Scope::Operate),
     ("AnswerPermission", Scope::Approve),
+    ("RewindFiles", Scope::Operate),
     ("Subscribe", Scope::Read),
     ("WatchSessions", Scope::Read),
 ];
@@ -323,6 +324,27 @@ impl Switchboard for Api {
         let handle = self.daemon.running(&request.into_inner().id).await.map_err(status)?;
         handle.interrupt().await.map_err(|error| status(error.into()))?;
         Ok(tonic::Response::new(pb::InterruptResponse {}))
+    }
+
+    async fn rewind_files(
+        &self,
+        request: tonic::Request<pb::RewindFilesRequest>,
+    ) -> Result<tonic::Response<pb::RewindFilesResponse>, Status> {
+        let request = request.into_inner();
+        let rewind = self
+            .daemon
+            .rewind(&request.id, &request.message, request.dry_run)
+            .await
+            .map_err(status)?;
+        Ok(tonic::Response::new(pb::RewindFilesResponse {
+            can_rewind: rewind.can_rewind,
+            dry_run: rewind.dry_run,
+            files_changed: rewind.files_changed,
+            files: rewind.files.unwrap_or_default(),
+            insertions: rewind.insertions,
+            deletions: rewind.deletions,
+            reason: rewind.reason,
+        }))
     }
 
     async fn set_model(
@@ -856,6 +878,16 @@ fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Ses
         archived: record.archived,
         running: view.running,
         pending_permissions: view.pending_permissions.into_iter().map(permission_request).collect(),
+        slash_commands: view
+            .slash_commands
+            .into_iter()
+            .map(|command| pb::SlashCommand {
+                name: command.name,
+                description: command.description,
+                argument_hint: command.argument_hint,
+                skill: command.skill,
+            })
+            .collect(),
     }
 }
 

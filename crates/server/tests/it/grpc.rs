@@ -17,7 +17,7 @@ use crate::{touch_and_ls, Server, TOKEN, WAIT};
 /// Adds the token to every call.
 type Interceptor = Box<dyn FnMut(Request<()>) -> Result<Request<()>, tonic::Status> + Send>;
 
-type Client = SwitchboardClient<InterceptedService<Channel, Interceptor>>;
+pub(crate) type Client = SwitchboardClient<InterceptedService<Channel, Interceptor>>;
 
 async fn channel(server: &Server) -> Channel {
     tonic::transport::Endpoint::from_shared(server.base.clone()).unwrap().connect().await.unwrap()
@@ -36,7 +36,7 @@ async fn client_with(server: &Server, token: Option<&str>) -> Client {
     SwitchboardClient::with_interceptor(channel(server).await, interceptor)
 }
 
-async fn client(server: &Server) -> Client {
+pub(crate) async fn client(server: &Server) -> Client {
     client_with(server, Some(TOKEN)).await
 }
 

@@ -133,6 +133,17 @@ async fn rewind_puts_the_files_back_as_they_were_before_a_message() {
     paths.sort_unstable();
     assert_eq!(paths, [created.to_str().unwrap(), file.to_str().unwrap()], "{preview}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "changed\n");
+    // gRPC's twin says the same.
+    let mut grpc = crate::grpc::client(&server).await;
+    let request = switchboard_server::grpc::pb::RewindFilesRequest {
+        id: id.clone(),
+        message: uuid.clone(),
+        dry_run: true,
+    };
+    let answer = grpc.rewind_files(request).await.unwrap().into_inner();
+    assert!(answer.can_rewind && answer.dry_run);
+    assert_eq!(answer.files_changed, Some(2));
+    assert_eq!(answer.files.len(), 2);
 
     // Refused with the reason: no such message, not a uuid.
     let (status, unknown) =
@@ -183,6 +194,12 @@ async fn the_cli_s_slash_commands_are_listed_and_compact_compacts() {
     let compact = compact.unwrap_or_else(|| panic!("no compact in {commands:?}"));
     assert!(compact["description"].as_str().is_some_and(|text| !text.is_empty()), "{compact}");
     assert!(commands.iter().all(|command| !command["name"].as_str().unwrap().starts_with('/')));
+    // gRPC's Session lists the same.
+    let mut grpc = crate::grpc::client(&server).await;
+    let request = switchboard_server::grpc::pb::GetSessionRequest { id: id.clone() };
+    let listed = grpc.get_session(request).await.unwrap().into_inner().slash_commands;
+    assert_eq!(listed.len(), commands.len());
+    assert!(listed.iter().any(|command| command.name == "compact"));
 
     // Sent as a message, /compact compacts: the log says so.
     let (status, sent) =
