@@ -117,8 +117,15 @@ fn relative(path: &str) -> Result<PathBuf, BrowseError> {
 }
 
 /// What the daemon refuses to show beyond the kernel's rules: called with the real absolute
-/// path of a folder or file (no link in it), `true` to refuse.
-pub type Refuse<'a> = &'a (dyn Fn(&Path) -> bool + Sync);
+/// path of a folder or file (no link in it) and, once it is open, its device and inode (a
+/// hard link to a refused file has another path but the same inode); `true` to refuse.
+pub type Refuse<'a> = &'a (dyn Fn(&Path, Option<(u64, u64)>) -> bool + Sync);
+
+/// A descriptor's device and inode.
+fn identity(fd: &OwnedFd) -> Option<(u64, u64)> {
+    let stat = nix::sys::stat::fstat(fd).ok()?;
+    Some((stat.st_dev, stat.st_ino))
+}
 
 /// Opens `relative` beneath the directory `root` as the module's rules say.
 fn open_beneath(root: &OwnedFd, relative: &Path, directory: bool) -> nix::Result<OwnedFd> {
@@ -151,17 +158,18 @@ fn open(
         return Err(missing());
     }
     let root = root.canonicalize().map_err(|_| missing())?;
-    let root_fd = nix::fcntl::open(
-        &root,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|_| missing())?;
+    // Its real path, opened with no link on the way: a folder swapped for a link since it was
+    // resolved is refused, not followed.
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let root_fd = nix::fcntl::openat2(nix::fcntl::AT_FDCWD, &root, how).map_err(|_| missing())?;
     let full = root.join(&relative);
-    if refuse(&full) {
+    if refuse(&full, None) {
         return Err(missing());
     }
     match open_beneath(&root_fd, &relative, directory) {
+        Ok(fd) if refuse(&full, identity(&fd)) => Err(missing()),
         Ok(fd) => Ok((fd, full, relative)),
         Err(nix::errno::Errno::ENOTDIR) if directory => {
             Err(BrowseError::Invalid(format!("{path} is not a folder")))
@@ -199,7 +207,7 @@ pub fn list(
     touched: &[String],
     refuse: Refuse<'_>,
 ) -> Result<Listing, BrowseError> {
-    let (fd, _, relative) = open(root, path, true, refuse)?;
+    let (fd, full, relative) = open(root, path, true, refuse)?;
     let touched = touched_under(root, touched);
     let stat_fd = fd
         .try_clone()
@@ -213,7 +221,8 @@ pub fn list(
             truncated = true;
             continue;
         };
-        if name == "." || name == ".." || HIDDEN.contains(&name) {
+        // What may not be shown is not listed either (its name and size tell of it).
+        if name == "." || name == ".." || HIDDEN.contains(&name) || refuse(&full.join(name), None) {
             continue;
         }
         names.push(name.to_owned());
@@ -315,7 +324,7 @@ mod tests {
         dir
     }
 
-    const NONE: &(dyn Fn(&Path) -> bool + Sync) = &|_: &Path| false;
+    const NONE: Refuse<'static> = &|_: &Path, _: Option<(u64, u64)>| false;
 
     #[test]
     fn a_folder_lists_folders_first_hides_git_and_marks_what_was_touched() {
@@ -390,11 +399,27 @@ mod tests {
         assert!(matches!(read(dir.path(), "src", &[], NONE), Err(BrowseError::Invalid(_))));
         assert!(matches!(list(dir.path(), "README.md", &[], NONE), Err(BrowseError::Invalid(_))));
         // The daemon's own refusals (its data directory, the policy's Read denials).
-        let refuse = |path: &Path| path.ends_with("src/main.rs");
+        let refuse = |path: &Path, _: Option<(u64, u64)>| path.ends_with("src/main.rs");
         assert!(matches!(
             read(dir.path(), "src/main.rs", &[], &refuse),
             Err(BrowseError::NotFound(_))
         ));
         assert!(read(dir.path(), "README.md", &[], &refuse).is_ok());
+        let listing = list(dir.path(), "src", &[], &refuse).unwrap();
+        assert!(listing.entries.iter().all(|entry| entry.name != "main.rs"), "not even listed");
+        // A hard link to a refused file is the same file.
+        let secret = outside.path().join("secret");
+        let (dev, ino) = {
+            use std::os::unix::fs::MetadataExt as _;
+            let meta = std::fs::metadata(&secret).unwrap();
+            (meta.dev(), meta.ino())
+        };
+        if std::fs::hard_link(&secret, dir.path().join("hard")).is_ok() {
+            let by_inode = move |_: &Path, id: Option<(u64, u64)>| id == Some((dev, ino));
+            assert!(matches!(
+                read(dir.path(), "hard", &[], &by_inode),
+                Err(BrowseError::NotFound(_))
+            ));
+        }
     }
 }

@@ -41,6 +41,66 @@ pub const RELAY_BUFFER: usize = 1024;
 /// The most paths a rewind's dry run lists (its count is whole).
 const MAX_REWIND_PATHS: usize = 1000;
 
+/// What the Files view never shows of a session's directory ([`crate::browse`]): the daemon's
+/// data directory (by path, and its files by inode, so a hard link to its token is refused
+/// too), the kernel's trees, and what the session's policy denies to `Read`. The policy is
+/// asked of the real path with the real directory and home, and of the same file under the
+/// directory as the session names it: `Read(./.env)` holds whether the session's `cwd` was
+/// given through a link or with `./` in it.
+struct Refusals {
+    private: Option<PathBuf>,
+    inodes: std::collections::HashSet<(u64, u64)>,
+    policy: Policy,
+    real: switchboard_session::MatchContext,
+    named: switchboard_session::MatchContext,
+}
+
+impl Refusals {
+    /// Blocking: resolves paths and reads the data directory's entries.
+    fn new(root: &std::path::Path, private: Option<&std::path::Path>, policy: Policy) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let real_of =
+            |path: &std::path::Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let private = private.map(real_of);
+        let mut inodes = std::collections::HashSet::new();
+        if let Some(dir) = &private {
+            if let Ok(meta) = std::fs::metadata(dir) {
+                inodes.insert((meta.dev(), meta.ino()));
+            }
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten().take(1000) {
+                if let Ok(meta) = entry.metadata() {
+                    inodes.insert((meta.dev(), meta.ino()));
+                }
+            }
+        }
+        Refusals {
+            private,
+            inodes,
+            policy,
+            real: switchboard_session::MatchContext {
+                cwd: real_of(root),
+                home: home.as_deref().map(real_of),
+            },
+            named: switchboard_session::MatchContext { cwd: root.to_path_buf(), home },
+        }
+    }
+
+    fn refuses(&self, path: &std::path::Path, id: Option<(u64, u64)>) -> bool {
+        let denied = |path: &std::path::Path, context: &switchboard_session::MatchContext| {
+            self.policy.decide("Read", &json!({"file_path": path}), context).behavior
+                == switchboard_session::Behavior::Deny
+        };
+        let named =
+            path.strip_prefix(&self.real.cwd).ok().map(|inside| self.named.cwd.join(inside));
+        self.private.as_ref().is_some_and(|dir| path.starts_with(dir))
+            || id.is_some_and(|id| self.inodes.contains(&id))
+            || ["/proc", "/sys", "/dev"].iter().any(|kernel| path.starts_with(kernel))
+            || denied(path, &self.real)
+            || named.is_some_and(|named| denied(&named, &self.named))
+    }
+}
+
 /// What a rewind did, or would do ([`Daemon::rewind`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Rewind {
@@ -2243,21 +2303,7 @@ impl Daemon {
             Some(text) => load_policy(text).await?,
             None => self.config.default_policy.clone().unwrap_or_default(),
         };
-        let context = switchboard_session::MatchContext {
-            cwd: root.clone(),
-            home: std::env::var_os("HOME").map(PathBuf::from),
-        };
-        let private = self
-            .config
-            .data_dir
-            .as_ref()
-            .map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone()));
-        let refuse = move |path: &std::path::Path| {
-            private.as_ref().is_some_and(|dir| path.starts_with(dir))
-                || ["/proc", "/sys", "/dev"].iter().any(|kernel| path.starts_with(kernel))
-                || policy.decide("Read", &json!({"file_path": path}), &context).behavior
-                    == switchboard_session::Behavior::Deny
-        };
+        let private = self.config.data_dir.clone();
         let Ok(permit) = crate::browse::READERS.try_acquire() else {
             return Err(DaemonError::Busy(format!(
                 "{} reads of session directories are under way: try again",
@@ -2267,7 +2313,8 @@ impl Daemon {
         let reading = tokio::task::spawn_blocking(move || {
             // Held until the read is done, even past the time limit below.
             let _permit = permit;
-            read(&root, &touched, &refuse)
+            let refuse = Refusals::new(&root, private.as_deref(), policy);
+            read(&root, &touched, &|path, id| refuse.refuses(path, id))
         });
         match tokio::time::timeout(BROWSE_TIMEOUT, reading).await {
             Ok(Ok(found)) => Ok(found),
@@ -2325,18 +2372,20 @@ impl Daemon {
             .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or(Value::Null);
         let number = |key: &str| answer.get(key).and_then(Value::as_u64);
+        let error = answer.get("error").and_then(Value::as_str);
         let mut rewind = Rewind {
-            can_rewind: answer.get("canRewind").and_then(Value::as_bool).unwrap_or(!dry_run),
+            can_rewind: answer.get("canRewind").and_then(Value::as_bool).unwrap_or(error.is_none()),
             dry_run,
             files_changed: None,
             files: None,
             insertions: None,
             deletions: None,
-            reason: answer
-                .get("error")
-                .and_then(Value::as_str)
-                .map(|error| error.chars().take(500).collect()),
+            reason: error.map(|error| error.chars().take(500).collect()),
         };
+        if !dry_run && !rewind.can_rewind {
+            let reason = rewind.reason.as_deref().unwrap_or("it says it cannot");
+            return Err(DaemonError::Rewind(format!("the CLI cannot rewind: {reason}")));
+        }
         if dry_run {
             // The CLI answers the paths it would change (`filesChanged`, not the count the
             // SDK's types say); both are read.

@@ -127,11 +127,14 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
                 // The PTY ends (EIO) when the shell and everything on its terminal are gone.
                 Ok(0) | Err(_) => {
                     // Its terminal is closed, which it may outlive (`exec >/dev/null`).
-                    if let Ok(Ok(status)) = tokio::time::timeout(HANGUP_GRACE, child.wait()).await {
-                        reaped = true;
-                        code = status.code();
-                    }
-                    reason = Some("the shell ended".to_owned());
+                    reason = Some(match tokio::time::timeout(HANGUP_GRACE, child.wait()).await {
+                        Ok(Ok(status)) => {
+                            reaped = true;
+                            code = status.code();
+                            "the shell ended".to_owned()
+                        }
+                        _ => "the shell closed its terminal".to_owned(),
+                    });
                 }
                 Ok(read) => {
                     let bytes = axum::body::Bytes::copy_from_slice(&buffer[..read]);
@@ -232,14 +235,13 @@ async fn end(child: &mut tokio::process::Child, pid: Option<u32>, run_id: &str) 
         let _ = killpg(group, Signal::SIGHUP);
         let _ = killpg(group, Signal::SIGCONT);
     }
-    if tokio::time::timeout(HANGUP_GRACE, child.wait()).await.is_err() {
+    // Killed while the shell is not reaped yet (its number is then still its group's, never
+    // someone else's); what left the group carries the run id.
+    if group.is_some() && tokio::time::timeout(HANGUP_GRACE, child.wait()).await.is_err() {
         if let Some(group) = group {
             let _ = killpg(group, Signal::SIGKILL);
         }
         let _ = child.kill().await;
-    }
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
     }
     let run_id = run_id.to_owned();
     let _ =

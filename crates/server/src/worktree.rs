@@ -221,13 +221,16 @@ pub async fn remove(worktree: &Worktree, force: bool, delete_branch: bool) -> Re
     let path = worktree.path.display().to_string();
     if delete_branch && !force {
         // A branch with commits its base branch does not have is work: kept unless forced.
+        let branch = format!("refs/heads/{}", worktree.branch);
         let merged = match &worktree.base_branch {
             Some(base) => {
-                let (branch, base) =
-                    (format!("refs/heads/{}", worktree.branch), format!("refs/heads/{base}"));
+                let base = format!("refs/heads/{base}");
                 git(&worktree.repo, &["merge-base", "--is-ancestor", &branch, &base]).await.is_ok()
             }
-            None => false,
+            // From a detached HEAD: no commit of its own while it is still at its base.
+            None => git(&worktree.repo, &["rev-parse", "--verify", "-q", &branch])
+                .await
+                .is_ok_and(|tip| tip.trim() == worktree.base),
         };
         if !merged {
             return Err(format!(
@@ -280,11 +283,14 @@ pub async fn push(worktree: &Worktree, remote: &str) -> Result<Option<String>, S
     if !crate::text::is_name(remote) {
         return Err("remote is a remote's name (letters, digits, '.', '_', '-')".into());
     }
-    // The URL as configured (`get-url` would apply `insteadOf` rewrites).
+    // The URL as configured (`get-url` would apply `insteadOf` rewrites); where git pushes,
+    // its `pushurl` when it has one (a fork's).
     let Ok(url) = git(&worktree.repo, &["config", "--get", &format!("remote.{remote}.url")]).await
     else {
         return Err(format!("the repository has no remote {remote}"));
     };
+    let push_key = format!("remote.{remote}.pushurl");
+    let url = git(&worktree.repo, &["config", "--get", &push_key]).await.unwrap_or(url);
     let refspec = format!("refs/heads/{0}:refs/heads/{0}", worktree.branch);
     git(&worktree.repo, &["push", "--quiet", remote, &refspec]).await?;
     Ok(worktree

@@ -236,7 +236,8 @@ pub enum Update {
         /// `info`, `warn` or `error`.
         level: Level,
         /// What: `stderr`, `bad_line`, `drift`, `exited`, `api_retry`, `compacted`, `disconnected`,
-        /// `undelivered`, `control_timed_out`, `unsupported_control_request`.
+        /// `undelivered`, `control_timed_out`, `unsupported_control_request`, `rewound`,
+        /// `rewind_failed`.
         kind: &'static str,
         /// The text.
         text: String,
@@ -783,33 +784,42 @@ impl Projector {
             }
             Message::ControlResponse(response) => {
                 use switchboard_protocol::control::ControlResponseBody;
-                match &response.response {
+                let failure = match &response.response {
                     ControlResponseBody::Success(success)
-                        if self.rewinds.remove(&success.request_id)
-                            && success
-                                .response
-                                .as_ref()
-                                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-                                .and_then(|answer| {
-                                    answer.get("canRewind").and_then(Value::as_bool)
-                                })
-                                != Some(false) =>
+                        if self.rewinds.remove(&success.request_id) =>
                     {
-                        emit(notice(
-                            Level::Info,
-                            "rewound",
-                            "The files were put back as they were before that message.".into(),
-                        ))
+                        // A success may still say it could not (`canRewind: false`).
+                        let answer: Option<Value> = success
+                            .response
+                            .as_ref()
+                            .and_then(|raw| serde_json::from_str(raw.get()).ok());
+                        let field = |key: &str| answer.as_ref().and_then(|a| a.get(key).cloned());
+                        match field("canRewind").and_then(|can| can.as_bool()) {
+                            Some(false) => Some(
+                                field("error")
+                                    .and_then(|error| error.as_str().map(str::to_owned))
+                                    .unwrap_or_else(|| "the CLI says it cannot".to_owned()),
+                            ),
+                            _ => None,
+                        }
                     }
                     ControlResponseBody::Error(error) if self.rewinds.remove(&error.request_id) => {
-                        emit(notice(
-                            Level::Warn,
-                            "rewind_failed",
-                            format!("The files could not be put back: {}", error.error),
-                        ))
+                        Some(error.error.clone())
                     }
-                    _ => {}
-                }
+                    _ => return,
+                };
+                emit(match failure {
+                    None => notice(
+                        Level::Info,
+                        "rewound",
+                        "The files were put back as they were before that message.".into(),
+                    ),
+                    Some(why) => notice(
+                        Level::Warn,
+                        "rewind_failed",
+                        format!("The files could not be put back: {why}"),
+                    ),
+                });
             }
             Message::StreamEvent(line) => {
                 let parent = line.parent_tool_use_id.clone();

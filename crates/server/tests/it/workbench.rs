@@ -377,8 +377,29 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
             server.get(&format!("/api/sessions/{home_id}/files?path={path}")).await;
         assert!(status == 404 || status == 400, "{path}: {refused}");
     }
-    let (status, _) = server.get(&format!("/api/sessions/{home_id}/files?path=.local/share")).await;
-    assert_eq!(status, 200, "the folders around it are shown");
+    let (status, around) =
+        server.get(&format!("/api/sessions/{home_id}/files?path=.local/share")).await;
+    assert_eq!(status, 200, "the folders around it are shown: {around}");
+    assert!(!around.to_string().contains("switchboard"), "and it is not listed: {around}");
+    // A hard link to its token, in a session's directory, is the same file.
+    if std::fs::hard_link(data.join("token"), dir.join("hard-token")).is_ok() {
+        let (status, refused) =
+            server.get(&format!("/api/sessions/{id}/file?path=hard-token")).await;
+        assert_eq!(status, 404, "{refused}");
+    }
+    // A session whose directory is named through a link and with ./ in it: the policy's
+    // Read(./.env) still holds, and .env is not even listed.
+    let linked = sandbox.home().join("linked");
+    std::os::unix::fs::symlink(&dir, &linked).unwrap();
+    let body = json!({"cwd": format!("{}/./", linked.display()), "policy": policy});
+    let (status, named) = server.post("/api/sessions", body).await;
+    assert_eq!(status, 201, "{named}");
+    let named_id = named["id"].as_str().unwrap();
+    let (status, refused) = server.get(&format!("/api/sessions/{named_id}/file?path=.env")).await;
+    assert_eq!(status, 404, "{refused}");
+    let (_, top) = server.get(&format!("/api/sessions/{named_id}/files")).await;
+    assert!(!top.to_string().contains(".env"), "{top}");
+    assert!(top.to_string().contains("logo.png"), "{top}");
 
     // A watcher's token may not read the files.
     let (_, made) = server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;

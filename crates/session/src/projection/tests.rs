@@ -764,3 +764,53 @@ fn a_transcript_shows_the_clis_prompts_once_and_ends_turns_without_a_result() {
         .any(|update| matches!(update, Update::TurnEnded { interrupted: true, .. })));
     assert_eq!(projector.view().turns, 2);
 }
+
+#[test]
+fn a_rewind_is_told_once_answered_and_one_that_could_not_says_why() {
+    let rewind = |id: &str, dry_run: bool| {
+        line(
+            LineDirection::ToCli,
+            json!({"type":"control_request","request_id":id,"request":{"subtype":"rewind_files","user_message_id":"u-1","dry_run":dry_run}}),
+        )
+    };
+    let answer = |id: &str, response: Value| {
+        cli(
+            json!({"type":"control_response","response":{"subtype":"success","request_id":id,"response":response}}),
+        )
+    };
+    let kinds = |updates: &[Update]| -> Vec<(&'static str, String)> {
+        updates
+            .iter()
+            .filter_map(|update| match update {
+                Update::Notice { kind, text, .. } => Some((*kind, text.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut projector = Projector::new();
+    // A dry run tells nothing; a rewind that could not says why; one that did says so.
+    let updates = run(
+        &mut projector,
+        &[
+            rewind("r1", true),
+            answer("r1", json!({"canRewind": true, "filesChanged": ["/a"]})),
+            rewind("r2", false),
+            answer(
+                "r2",
+                json!({"canRewind": false, "error": "No file checkpoint found for this message."}),
+            ),
+            rewind("r3", false),
+            answer("r3", json!({"canRewind": true})),
+        ],
+    );
+    let told = kinds(&updates);
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[0].0, "rewind_failed");
+    assert!(told[0].1.contains("No file checkpoint"), "{told:?}");
+    assert_eq!(told[1].0, "rewound");
+    // A rewind whose CLI exits before it answers is forgotten with it.
+    run(&mut projector, &[rewind("r4", false)]);
+    projector.end_run();
+    let updates = run(&mut projector, &[answer("r4", json!({"canRewind": true}))]);
+    assert!(kinds(&updates).is_empty());
+}
