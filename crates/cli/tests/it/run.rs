@@ -371,6 +371,15 @@ async fn a_run_in_a_worktree_leaves_its_change_on_a_branch_and_says_where() {
     let branches = git(&repo, &["branch", "--list", "switchboard/*", "--format=%(refname:short)"]);
     assert_eq!(branches.trim(), branch, "only the first run's branch is left");
 
+    // A CLI that cannot start: exit 4, and no worktree or branch is left behind.
+    let missing = sandbox.home().join("no-such-claude");
+    let out = switchboard_run(&api, &sandbox, Some(&missing), &["--worktree", "CHANGE"]).await;
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    let branches = git(&repo, &["branch", "--list", "switchboard/*", "--format=%(refname:short)"]);
+    assert_eq!(branches.trim(), branch, "no branch of the run that never started");
+    let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 2, "{worktrees}");
+
     // Not a repository: refused before any CLI starts.
     let plain = CliSandbox::new().unwrap();
     let out = switchboard_run(&api, &plain, Some(&claude), &["--worktree", "CHANGE"]).await;
