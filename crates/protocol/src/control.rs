@@ -387,6 +387,44 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// The payload of a `rewind_files` success: `{"canRewind": true}`, and for a dry run what
+    /// would change. The real CLI's `filesChanged` is an array of the paths (the SDK's types
+    /// say a number): [`RewindFilesResponse::files`] and [`RewindFilesResponse::count`] read
+    /// either. A dry run that cannot answers `canRewind: false` with an `error`.
+    pub struct RewindFilesResponse {
+        /// Whether the files can be (a rewind: were) put back.
+        opt can_rewind: bool = "canRewind",
+        /// The paths that would change (or their number).
+        opt files_changed: Value = "filesChanged",
+        /// Lines that would come back.
+        opt insertions: u64 = "insertions",
+        /// Lines that would go.
+        opt deletions: u64 = "deletions",
+        /// Why not.
+        opt error: String = "error",
+    }
+}
+
+impl RewindFilesResponse {
+    /// Whether it could (without `canRewind`: when it says no error).
+    pub fn can(&self) -> bool {
+        self.can_rewind.unwrap_or(self.error.is_none())
+    }
+
+    /// The paths that would change, when the CLI listed them.
+    pub fn files(&self) -> Option<Vec<&str>> {
+        let paths = self.files_changed.as_ref()?.as_array()?;
+        Some(paths.iter().filter_map(Value::as_str).collect())
+    }
+
+    /// How many files would change.
+    pub fn count(&self) -> Option<u64> {
+        let changed = self.files_changed.as_ref()?;
+        changed.as_array().map(|paths| paths.len() as u64).or_else(|| changed.as_u64())
+    }
+}
+
+wire_struct! {
     /// The payload of the `initialize` success response.
     pub struct InitializeResponse {
         /// Slash commands: `{name, description, argumentHint}`.

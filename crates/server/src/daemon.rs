@@ -2366,43 +2366,28 @@ impl Daemon {
             }
             Err(error) => return Err(error.into()),
         };
-        let answer: Value = success
-            .response
-            .as_ref()
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or(Value::Null);
-        let number = |key: &str| answer.get(key).and_then(Value::as_u64);
-        let error = answer.get("error").and_then(Value::as_str);
+        let answer: switchboard_protocol::control::RewindFilesResponse =
+            success.payload().and_then(Result::ok).unwrap_or_default();
         let mut rewind = Rewind {
-            can_rewind: answer.get("canRewind").and_then(Value::as_bool).unwrap_or(error.is_none()),
+            can_rewind: answer.can(),
             dry_run,
             files_changed: None,
             files: None,
             insertions: None,
             deletions: None,
-            reason: error.map(|error| error.chars().take(500).collect()),
+            reason: answer.error.as_ref().map(|error| error.chars().take(500).collect()),
         };
+        if dry_run {
+            rewind.files_changed = answer.count();
+            rewind.files = answer
+                .files()
+                .map(|paths| paths.into_iter().take(MAX_REWIND_PATHS).map(str::to_owned).collect());
+            rewind.insertions = answer.insertions;
+            rewind.deletions = answer.deletions;
+        }
         if !dry_run && !rewind.can_rewind {
             let reason = rewind.reason.as_deref().unwrap_or("it says it cannot");
             return Err(DaemonError::Rewind(format!("the CLI cannot rewind: {reason}")));
-        }
-        if dry_run {
-            // The CLI answers the paths it would change (`filesChanged`, not the count the
-            // SDK's types say); both are read.
-            let changed = answer.get("filesChanged");
-            let paths = changed.and_then(Value::as_array);
-            rewind.files_changed =
-                paths.map(|paths| paths.len() as u64).or_else(|| number("filesChanged"));
-            rewind.files = paths.map(|paths| {
-                paths
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .take(MAX_REWIND_PATHS)
-                    .map(str::to_owned)
-                    .collect()
-            });
-            rewind.insertions = number("insertions");
-            rewind.deletions = number("deletions");
         }
         Ok(rewind)
     }

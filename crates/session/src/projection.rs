@@ -789,19 +789,11 @@ impl Projector {
                         if self.rewinds.remove(&success.request_id) =>
                     {
                         // A success may still say it could not (`canRewind: false`).
-                        let answer: Option<Value> = success
-                            .response
-                            .as_ref()
-                            .and_then(|raw| serde_json::from_str(raw.get()).ok());
-                        let field = |key: &str| answer.as_ref().and_then(|a| a.get(key).cloned());
-                        match field("canRewind").and_then(|can| can.as_bool()) {
-                            Some(false) => Some(
-                                field("error")
-                                    .and_then(|error| error.as_str().map(str::to_owned))
-                                    .unwrap_or_else(|| "the CLI says it cannot".to_owned()),
-                            ),
-                            _ => None,
-                        }
+                        let answer: switchboard_protocol::control::RewindFilesResponse =
+                            success.payload().and_then(Result::ok).unwrap_or_default();
+                        (!answer.can()).then(|| {
+                            answer.error.unwrap_or_else(|| "the CLI says it cannot".to_owned())
+                        })
                     }
                     ControlResponseBody::Error(error) if self.rewinds.remove(&error.request_id) => {
                         Some(error.error.clone())
