@@ -863,8 +863,9 @@ impl Daemon {
         self.save_runs().await;
     }
 
-    /// Notes a CLI that runs now (or, with `running` false, that it ended) in the runs file.
-    async fn record_run(&self, run: &switchboard_transport::CliRun, running: bool) {
+    /// Notes a CLI (or a shell: [`crate::shell`]) that runs now (or, with `running` false,
+    /// that it ended) in the runs file, so that a successor ends what it leaves.
+    pub(crate) async fn record_run(&self, run: &switchboard_transport::CliRun, running: bool) {
         if let Ok(mut runs) = self.runs.lock() {
             if running {
                 runs.insert(run.run_id.clone(), run.clone());

@@ -79,7 +79,7 @@ pub(crate) async fn open(
     })?;
     Ok(upgrade.max_message_size(MAX_INPUT_FRAME_BYTES).on_upgrade(move |socket| async move {
         let _permit = permit;
-        serve(socket, handle, cwd).await;
+        serve(socket, &daemon, handle, cwd).await;
     }))
 }
 
@@ -87,7 +87,12 @@ fn text(value: serde_json::Value) -> WsMessage {
     WsMessage::Text(value.to_string().into())
 }
 
-async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle, cwd: PathBuf) {
+async fn serve(
+    mut socket: WebSocket,
+    daemon: &Daemon,
+    handle: switchboard_session::SessionHandle,
+    cwd: PathBuf,
+) {
     let program = shell();
     let run_id = switchboard_transport::procs::new_run_id();
     let started = pty_process::open().and_then(|(pty, pts)| {
@@ -106,6 +111,16 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
         }
     };
     let pid = child.id();
+    // Recorded as a CLI's run is: a daemon killed with -9 takes the shell along (its
+    // parent-death signal), and its successor ends what the shell left (the run id).
+    let run = pid.map(|pid| switchboard_transport::CliRun {
+        pid,
+        start_time: switchboard_transport::procs::start_time(pid).unwrap_or(0),
+        run_id: run_id.clone(),
+    });
+    if let Some(run) = &run {
+        daemon.record_run(run, true).await;
+    }
     let hello = json!({"type": "started", "shell": program, "pid": pid, "cwd": cwd});
     let (mut output, input) = pty.into_split();
     // Keys are written by a task of their own: a shell that does not read its terminal must
@@ -177,6 +192,9 @@ async fn serve(mut socket: WebSocket, handle: switchboard_session::SessionHandle
     }
     writer.abort();
     end(&mut child, if reaped { None } else { pid }, &run_id).await;
+    if let Some(run) = &run {
+        daemon.record_run(run, false).await;
+    }
     let reason = reason.unwrap_or_default();
     let _ = socket.send(text(json!({"type": "exit", "code": code, "reason": reason}))).await;
     let _ = socket.close().await;

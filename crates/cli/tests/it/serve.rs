@@ -696,6 +696,38 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
         serde_json::from_str(&std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap())
             .unwrap();
     let cli = runs[0]["pid"].as_u64().unwrap() as i32;
+    // A person's shell in the session's directory leaves a job of its own too.
+    let shell_sleeper = "sleep 3141";
+    // Kept open: the daemon dies with the shell still running.
+    let _shell = {
+        use futures::{SinkExt as _, StreamExt as _};
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        use tokio_tungstenite::tungstenite::Message as WsMessage;
+        let url = format!("{}/api/sessions/{id}/shell", daemon.url.replace("http://", "ws://"));
+        let mut request = url.into_client_request().unwrap();
+        let bearer = format!("Bearer {}", token.trim()).parse().unwrap();
+        request.headers_mut().insert("authorization", bearer);
+        let (mut shell, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        let typed = format!("nohup {shell_sleeper} >/dev/null 2>&1 & echo STAR''TED\r");
+        shell.send(WsMessage::Binary(typed.into_bytes().into())).await.unwrap();
+        let mut seen = String::new();
+        while !seen.contains("STARTED") {
+            let frame = tokio::time::timeout(Duration::from_secs(30), shell.next())
+                .await
+                .unwrap_or_else(|_| panic!("no STARTED: {seen}"))
+                .unwrap()
+                .unwrap();
+            if let WsMessage::Binary(bytes) = frame {
+                seen.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+        shell
+    };
+    // Started in the background: running once it has replaced the shell's fork.
+    eventually("the shell's job runs", || {
+        switchboard_testkit::processes_running(shell_sleeper).len() == 1
+    })
+    .await;
     // kill -9: no graceful stop runs.
     let pid = daemon.child.id().unwrap();
     nix::sys::signal::kill(
@@ -724,6 +756,11 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
         switchboard_testkit::processes_running(sleeper),
         Vec::<u32>::new(),
         "the successor ended the leftover"
+    );
+    assert_eq!(
+        switchboard_testkit::processes_running(shell_sleeper),
+        Vec::<u32>::new(),
+        "and the shell's"
     );
 }
 
