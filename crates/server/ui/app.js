@@ -1815,13 +1815,13 @@ class SessionView {
     try {
       const preview = await api('POST', path, { message: uuid, dry_run: true });
       if (!preview.can_rewind) { toast(`The files cannot be put back: ${preview.reason ?? 'no checkpoint for this message'}`); return; }
-      if (!preview.files_changed) { toast('No file has changed since this message.'); return; }
+      if (!preview.files_changed) { toast('No file has changed since this message.', 'ok'); return; }
       const files = (preview.files ?? []).slice(0, 12).map((file) => `  ${file}`).join('\n');
       const more = (preview.files?.length ?? 0) > 12 ? `\n  and ${preview.files.length - 12} more` : '';
       const question = `Put ${plural(preview.files_changed, 'file')} back as they were before this message (+${preview.insertions ?? 0} −${preview.deletions ?? 0})?\n${files}${more}\n\nThe conversation stays as it is; "Fork from here" starts a new one at this point.`;
       if (!confirm(question)) return;
       await api('POST', path, { message: uuid });
-      toast(`${plural(preview.files_changed, 'file')} put back`);
+      toast(`${plural(preview.files_changed, 'file')} put back`, 'ok');
     } catch (error) { toast(error.message); }
   }
 
