@@ -54,7 +54,7 @@ pub(crate) fn message_of(blocks: Vec<ContentBlock>) -> Result<UserMessage, Strin
             other => {
                 return Err(format!(
                     "content[{index}]: a prompt's blocks are text or image, not {}",
-                    kind_of(other)
+                    other.tag().unwrap_or("a block of no type")
                 ))
             }
         }
@@ -146,13 +146,6 @@ pub(crate) fn sniff(bytes: &[u8]) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-fn kind_of(block: &ContentBlock) -> String {
-    serde_json::to_value(block)
-        .ok()
-        .and_then(|value| value.get("type").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_else(|| "that".to_owned())
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use axum::response::Response;
 use futures::SinkExt as _;
 use serde::Deserialize;
 use serde_json::json;
-use switchboard_session::SessionState;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::daemon::Daemon;
@@ -233,8 +232,7 @@ async fn session_ended(
     snapshot: &mut tokio::sync::watch::Receiver<switchboard_session::SessionSnapshot>,
 ) {
     loop {
-        let state = snapshot.borrow_and_update().state;
-        if matches!(state, SessionState::Exited | SessionState::Crashed) {
+        if snapshot.borrow_and_update().state.is_final() {
             return;
         }
         if snapshot.changed().await.is_err() {

@@ -1104,14 +1104,12 @@ function bytes(count) {
   return `${(count / (1024 * 1024)).toFixed(1)} MiB`;
 }
 
-function mebibytes(bytes) { return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`; }
-
 /// Why an image may not be sent, or null: its type is read from its first bytes, as the
 /// daemon reads it (a file's name or the browser's guess may say otherwise).
 async function imageProblem(file, count) {
   const name = file.name || 'The pasted image';
   if (count >= MAX_IMAGES) return `A message may carry at most ${MAX_IMAGES} images.`;
-  if (file.size > MAX_IMAGE_BYTES) return `${name} is ${mebibytes(file.size)}; an image may be at most 5 MiB.`;
+  if (file.size > MAX_IMAGE_BYTES) return `${name} is ${bytes(file.size)}; an image may be at most 5 MiB.`;
   if (!file.size) return `${name} is empty.`;
   const head = new Uint8Array(await file.slice(0, 12).arrayBuffer());
   const found = sniffImage(head);
