@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 ./scripts/install-browser.sh
 # grpcio-tools (PyPI), for the Python client of the gRPC API (in a venv outside the repo).
 ./scripts/install-python.sh
+# Debian's PostgreSQL and NATS for the fleet's tests (each test starts its own instance).
+./scripts/install-servers.sh
 
 suite_log="$(mktemp)"
 doc_log="$(mktemp)"

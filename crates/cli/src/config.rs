@@ -10,6 +10,8 @@
 //! notify = "notify.toml"            # SWITCHBOARD_NOTIFY   (serve --notify)
 //! public_url = "https://sb.example" # SWITCHBOARD_PUBLIC_URL (serve --public-url)
 //! daily_budget_usd = 20             # SWITCHBOARD_DAILY_BUDGET_USD (serve --daily-budget-usd)
+//! database_url = "postgres://sb@db.internal/switchboard" # SWITCHBOARD_DATABASE_URL (serve --database-url)
+//! node = "build-01"                 # SWITCHBOARD_NODE     (serve --node)
 //! ```
 
 use std::path::PathBuf;
@@ -30,6 +32,8 @@ struct Config {
     notify: Option<PathBuf>,
     public_url: Option<String>,
     daily_budget_usd: Option<f64>,
+    database_url: Option<String>,
+    node: Option<String>,
 }
 
 /// Where the config file is looked for.
@@ -70,6 +74,8 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_POLICY", policy),
         ("SWITCHBOARD_NOTIFY", anchored(config.notify)),
         ("SWITCHBOARD_PUBLIC_URL", config.public_url.map(PathBuf::from)),
+        ("SWITCHBOARD_DATABASE_URL", config.database_url.map(PathBuf::from)),
+        ("SWITCHBOARD_NODE", config.node.map(PathBuf::from)),
         (
             "SWITCHBOARD_DAILY_BUDGET_USD",
             config.daily_budget_usd.map(|usd| PathBuf::from(usd.to_string())),

@@ -101,6 +101,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         links: Default::default(),
         notify: Default::default(),
         budget: Default::default(),
+        node: None,
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

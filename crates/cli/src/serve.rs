@@ -15,7 +15,7 @@ use switchboard_server::links::LinkConfig;
 use switchboard_server::notify::NotifyConfig;
 use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
-use switchboard_store::{SqliteStore, Store};
+use switchboard_store::{PostgresStore, SqliteStore, Store};
 
 /// Where the daemon listens unless told otherwise: loopback only.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
@@ -87,6 +87,37 @@ pub(crate) struct ServeArgs {
     /// names; anyone else needs the token, as on the main port.
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_ports)]
     relay_ports: Option<(u16, u16)>,
+    /// Keep sessions in this PostgreSQL database instead of the data directory's SQLite file,
+    /// so that several daemons share one record (docs/fleet.md):
+    /// postgres://USER:PASSWORD@HOST:PORT/DBNAME. The schema is created or migrated at start.
+    #[arg(long, value_name = "URL", env = "SWITCHBOARD_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// This daemon's name among those sharing the --database-url (default: the host's name).
+    /// Sessions show the node that runs them; at start a daemon ends only its own node's
+    /// leftover sessions, so two daemons must never share a name.
+    #[arg(long, value_name = "NAME", env = "SWITCHBOARD_NODE", value_parser = parse_node)]
+    node: Option<String>,
+}
+
+/// A node's name: 1 to 64 letters, digits, `.`, `_` or `-`.
+fn parse_node(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text.len() <= 64
+        && text.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"._-".contains(&byte));
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("{text:?} is not a node name (1 to 64 letters, digits, '.', '_' or '-')"))
+    }
+}
+
+/// The host's name, as a node's default name (`node` when it is not one).
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .and_then(|name| parse_node(name.as_str()).ok())
+        .unwrap_or_else(|| "node".to_owned())
 }
 
 /// `8765-8774` (or one port).
@@ -179,15 +210,38 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
         None => None,
     };
-    let sqlite = Arc::new(
-        SqliteStore::open(data_dir.database())
-            .map_err(|error| (1, format!("cannot open the database: {error}")))?,
-    );
+    // The data directory's SQLite file, or a PostgreSQL shared with other daemons.
+    let (store, node): (OpenStore, Option<String>) = match &args.database_url {
+        Some(url) => {
+            let postgres = PostgresStore::connect(url)
+                .await
+                .map_err(|error| (1, format!("cannot open the database: {error}")))?;
+            let node = args.node.clone().unwrap_or_else(host_name);
+            tracing::info!(database = postgres.database(), %node, "sessions are kept in PostgreSQL");
+            (OpenStore::Postgres(Arc::new(postgres)), Some(node))
+        }
+        None if args.node.is_some() => {
+            return Err((
+                2,
+                "--node names a daemon among several sharing a --database-url; give one".to_owned(),
+            ))
+        }
+        None => (
+            OpenStore::Sqlite(Arc::new(
+                SqliteStore::open(data_dir.database())
+                    .map_err(|error| (1, format!("cannot open the database: {error}")))?,
+            )),
+            None,
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|error| (1, format!("cannot listen on {}: {error}", args.listen)))?;
     let address = listener.local_addr().map_err(|error| (1, error.to_string()))?;
-    let store: Arc<dyn Store> = sqlite.clone();
+    let shared: Arc<dyn Store> = match &store {
+        OpenStore::Sqlite(sqlite) => sqlite.clone(),
+        OpenStore::Postgres(postgres) => postgres.clone(),
+    };
     let config = DaemonConfig {
         claude: args.claude.clone(),
         default_policy,
@@ -219,8 +273,9 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
                 None => NotifyConfig::default(),
             }
         },
+        node,
     };
-    let daemon = Daemon::open(store, config).await.map_err(|error| {
+    let daemon = Daemon::open(shared, config).await.map_err(|error| {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };
         (code, error.to_string())
     })?;
@@ -277,10 +332,20 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         let _ = stop.send(true);
     };
     let served = switchboard_server::serve(listener, daemon, auth, shutdown).await;
-    // Fold the journal into the database and release the data directory.
-    sqlite.close();
+    // Fold the journal into the database and release the data directory (or close the
+    // PostgreSQL pool).
+    match store {
+        OpenStore::Sqlite(sqlite) => sqlite.close(),
+        OpenStore::Postgres(postgres) => postgres.close(),
+    }
     data_dir.remove_info();
     served.map_err(|error| (1, format!("the server failed: {error}")))
+}
+
+/// The store a daemon opened, kept to be closed at the end.
+enum OpenStore {
+    Sqlite(Arc<SqliteStore>),
+    Postgres(Arc<PostgresStore>),
 }
 
 /// The `--warm` directories, made absolute against the current one.

@@ -189,6 +189,10 @@ pub struct DaemonConfig {
     pub notify: crate::notify::NotifyConfig,
     /// Daily budgets ([`crate::budget`]).
     pub budget: crate::budget::BudgetConfig,
+    /// This daemon's name among several sharing one database (`serve --node`): its sessions'
+    /// records carry it, and at start it ends only the sessions it ran itself. `None` on a
+    /// daemon of its own.
+    pub node: Option<String>,
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -441,6 +445,9 @@ pub enum DaemonError {
     /// the session working).
     #[error("{0}")]
     Rewind(String),
+    /// The session runs on another daemon that shares this one's database.
+    #[error("{0}")]
+    OtherNode(String),
 }
 
 /// One item of a subscription.
@@ -776,7 +783,11 @@ impl Daemon {
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
-            if matches!(record.state.as_str(), "exited" | "crashed") {
+            // Another node's sessions are that node's to end (several daemons on one
+            // database).
+            if matches!(record.state.as_str(), "exited" | "crashed")
+                || record.node != daemon.config.node
+            {
                 continue;
             }
             let last = daemon.store.last_seq(&record.id).await?;
@@ -919,6 +930,7 @@ impl Daemon {
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
+            node: self.config.node.clone(),
             id: id.clone(),
             claude_session_id: None,
             cwd: String::new(),
@@ -992,6 +1004,7 @@ impl Daemon {
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
+            node: self.config.node.clone(),
             id: id.clone(),
             claude_session_id: hello.claude_session_id.clone(),
             cwd: hello.cwd.display().to_string(),
@@ -1515,6 +1528,7 @@ impl Daemon {
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
+            node: self.config.node.clone(),
             id: id.clone(),
             claude_session_id: request.resume.clone().filter(|_| !request.fork),
             cwd: launch.cwd.display().to_string(),
@@ -1574,6 +1588,13 @@ impl Daemon {
             .get_session(id)
             .await?
             .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if record.node != self.config.node && !matches!(record.state.as_str(), "exited" | "crashed")
+        {
+            let node = record.node.as_deref().unwrap_or("a daemon of its own");
+            return Err(DaemonError::OtherNode(format!(
+                "session {id} runs on {node}; resume it there, or once it has stopped"
+            )));
+        }
         if is_terminal(&record) {
             let claude = record.claude_session_id.as_deref().unwrap_or("ID");
             return Err(DaemonError::Invalid(format!(
@@ -1605,6 +1626,7 @@ impl Daemon {
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
+        record.node = self.config.node.clone();
         self.store.update_session(&record).await?;
         self.start(record, config, transport, None, last + 1, None).await?;
         drop(writing);
@@ -1903,6 +1925,7 @@ impl Daemon {
             "claude_session_id": record.claude_session_id,
             "permission_mode": record.permission_mode, "title": record.title,
             "archived": record.archived, "disconnected_since_ms": disconnected_since_ms,
+            "node": record.node,
             "paused": self.paused(&record.id),
         }));
     }
@@ -2040,6 +2063,7 @@ impl Daemon {
         } else {
             let mut record = SessionRecord {
                 archived: false,
+                node: self.config.node.clone(),
                 id: next_id.clone(),
                 claude_session_id: Some(claude_session_id.to_owned()),
                 state,
@@ -3520,6 +3544,7 @@ mod tests {
     fn record() -> SessionRecord {
         SessionRecord {
             archived: false,
+            node: None,
             id: "s".into(),
             claude_session_id: None,
             cwd: "/".into(),

@@ -134,6 +134,7 @@ impl From<DaemonError> for ApiError {
                 message: error.to_string(),
             },
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
+            DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
             DaemonError::ShuttingDown => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "shutting_down",

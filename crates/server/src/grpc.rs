@@ -876,6 +876,7 @@ fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Ses
         created_ms: i64::try_from(record.created_ms).unwrap_or(i64::MAX),
         updated_ms: i64::try_from(record.updated_ms).unwrap_or(i64::MAX),
         archived: record.archived,
+        node: record.node,
         running: view.running,
         pending_permissions: view.pending_permissions.into_iter().map(permission_request).collect(),
         slash_commands: view

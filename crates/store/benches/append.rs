@@ -49,6 +49,7 @@ async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) ->
     for id in &ids {
         let record = SessionRecord {
             archived: false,
+            node: None,
             id: id.clone(),
             claude_session_id: None,
             cwd: "/".into(),

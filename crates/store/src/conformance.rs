@@ -5,6 +5,7 @@ use crate::{now_ms, EventRecord, SessionRecord, Store, StoreError};
 fn session(id: &str, updated_ms: u64) -> SessionRecord {
     SessionRecord {
         archived: false,
+        node: None,
         id: id.to_owned(),
         claude_session_id: None,
         cwd: "/work".to_owned(),
@@ -85,6 +86,7 @@ async fn sessions(store: &dyn Store) {
     a.claude_session_id = Some("claude-1".into());
     a.updated_ms = 40;
     a.archived = true;
+    a.node = Some("node-1".into());
     store.update_session(&a).await.unwrap();
     assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
     assert_eq!(store.list_sessions().await.unwrap()[0].id, "a");

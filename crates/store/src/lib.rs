@@ -1,9 +1,10 @@
 //! The durable event log. Every event of every session gets a per-session sequence number and
 //! is appended here **before** anyone sees it; session records are projections of it.
 //!
-//! [`Store`] is the trait (a PostgreSQL store for several daemons is meant to be one more
-//! implementation); [`SqliteStore`] is the embedded default (WAL, migrations, batched writes on
-//! a dedicated writer thread); [`MemoryStore`] serves tests. Both pass `conformance::run` (the `conformance` feature, for tests).
+//! [`Store`] is the trait; [`SqliteStore`] is the embedded default (WAL, migrations, batched
+//! writes on a dedicated writer thread); [`PostgresStore`] is one database shared by several
+//! daemons; [`MemoryStore`] serves tests. All three pass `conformance::run` (the `conformance`
+//! feature, for tests).
 //!
 //! The store treats payloads as opaque text: it never parses them.
 
@@ -15,10 +16,12 @@ use serde::{Deserialize, Serialize};
 pub mod conformance;
 mod journal;
 mod memory;
+mod postgres;
 mod sqlite;
 
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use memory::MemoryStore;
+pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE};
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
     SEGMENT_BYTES, WAL_RESTART_BYTES,
@@ -70,6 +73,10 @@ pub struct SessionRecord {
     /// UI hides it until asked.
     #[serde(default)]
     pub archived: bool,
+    /// The daemon that runs it, or ran it last, when several share one database (`serve
+    /// --node`); `None` on a daemon of its own.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// Why a store operation failed.

@@ -133,6 +133,8 @@ const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL,
         UNIQUE (channel, key)
     );",
+    // The daemon that runs a session, when several share a database.
+    "ALTER TABLE sessions ADD COLUMN node TEXT;",
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
@@ -703,23 +705,23 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
     match op {
         WriteOp::CreateSession(record) => {
             connection.execute(
-                "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
-                    record.archived
+                    record.archived, record.node
                 ],
             )?;
         }
         WriteOp::UpdateSession(record) => {
             let changed = connection.execute(
                 "UPDATE sessions SET claude_session_id = ?2, cwd = ?3, model = ?4, permission_mode = ?5, state = ?6,
-                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12 WHERE id = ?1",
+                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12, node = ?13 WHERE id = ?1",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
-                    record.archived
+                    record.archived, record.node
                 ],
             )?;
             if changed == 0 {
@@ -793,11 +795,12 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> 
         updated_ms: row.get::<_, i64>(9)? as u64,
         config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
         archived: row.get(11)?,
+        node: row.get(12)?,
     })
 }
 
 const SESSION_COLUMNS: &str =
-    "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived";
+    "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node";
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
@@ -1024,6 +1027,7 @@ mod tests {
             let store = SqliteStore::open(&path).unwrap();
             let record = SessionRecord {
                 archived: false,
+                node: None,
                 id: "x".into(),
                 claude_session_id: None,
                 cwd: "/".into(),

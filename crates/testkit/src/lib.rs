@@ -8,8 +8,10 @@
 //!   CLI at the fake.
 //! - `fake-claude` (a binary of this crate): a fake CLI that speaks the stdio protocol from a
 //!   script, for failure paths the real CLI cannot be made to produce on demand.
+//! - [`servers`]: a real PostgreSQL per test, for the fleet's tests.
 
 pub mod sandbox;
+pub mod servers;
 pub mod ws_proxy;
 
 pub use sandbox::{

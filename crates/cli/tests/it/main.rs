@@ -3,6 +3,7 @@
 mod claude;
 mod decode;
 mod demo;
+mod fleet;
 mod matrix;
 mod run;
 mod serve;

@@ -14,9 +14,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const TOKEN: &str = "serve-test-token-0123456789";
 
 pub(crate) struct Daemon {
-    child: tokio::process::Child,
+    pub(crate) child: tokio::process::Child,
     pub(crate) url: String,
-    stderr: tokio::task::JoinHandle<String>,
+    pub(crate) stderr: tokio::task::JoinHandle<String>,
 }
 
 /// Starts `switchboard serve` on port 0 with the real CLI and reads the URL it prints.
@@ -30,7 +30,7 @@ pub(crate) async fn start_daemon(
 }
 
 /// [`start_daemon`] with more environment for the daemon.
-async fn start_daemon_with_env(
+pub(crate) async fn start_daemon_with_env(
     data_dir: &Path,
     api: &FakeApi,
     sandbox: &CliSandbox,
@@ -85,7 +85,7 @@ async fn spawn_serve(
 }
 
 #[allow(clippy::disallowed_methods)] // tests run our own binary
-async fn client(data_dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+pub(crate) async fn client(data_dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .args(args)
         .arg("--data-dir")
@@ -118,7 +118,12 @@ fn spawn_client(data_dir: &Path, args: &[&str]) -> tokio::process::Child {
 }
 
 /// Starts a session in the sandbox with `prompt`; its id.
-async fn create_session(url: &str, token: &str, sandbox: &CliSandbox, prompt: &str) -> String {
+pub(crate) async fn create_session(
+    url: &str,
+    token: &str,
+    sandbox: &CliSandbox,
+    prompt: &str,
+) -> String {
     let created = http(
         url,
         token,
@@ -151,7 +156,7 @@ pub(crate) async fn session_events(url: &str, token: &str, id: &str) -> Value {
 }
 
 /// Polls the API until `predicate` holds for the session (bounded).
-async fn wait_session(
+pub(crate) async fn wait_session(
     url: &str,
     token: &str,
     id: &str,

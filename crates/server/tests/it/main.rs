@@ -73,6 +73,7 @@ impl Server {
             },
             notify: Default::default(),
             budget: Default::default(),
+            node: None,
         };
         let mut config = config;
         configure(&mut config);
@@ -509,6 +510,7 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
     // One that exists but does not run is 409.
     let stopped = switchboard_store::SessionRecord {
         archived: false,
+        node: None,
         id: "stopped".into(),
         claude_session_id: None,
         cwd: "/tmp".into(),

@@ -314,6 +314,7 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
     store
         .create_session(&SessionRecord {
             archived: false,
+            node: None,
             id: id.into(),
             claude_session_id: Some(format!("claude-{id}")),
             cwd: "/tmp/long-project".into(),

@@ -1,6 +1,7 @@
 //! Both stores pass the conformance suite; the SQLite store keeps everything across reopening
 //! and is concurrent-safe.
 
+mod postgres;
 use std::sync::Arc;
 
 use switchboard_store::{conformance, EventRecord, MemoryStore, SqliteStore, Store};

@@ -1,0 +1,190 @@
+//! `switchboard serve --database-url`: daemons on one PostgreSQL (a real server of the test's
+//! own; skipped with a message where PostgreSQL is not installed), with the real CLI.
+
+use serde_json::{json, Value};
+use switchboard_store::{PostgresStore, Store};
+use switchboard_testkit::servers::Postgres;
+use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::serve::{
+    client, create_session, http, session_events, start_daemon_with_env, wait_session, Daemon,
+};
+
+/// A password PostgreSQL's trust authentication ignores: it must never reach a log.
+const PASSWORD: &str = "hunter2-not-for-logs";
+
+async fn start_node(
+    data: &std::path::Path,
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    url: &str,
+    node: &str,
+) -> (Daemon, String) {
+    let daemon = start_daemon_with_env(
+        data,
+        api,
+        sandbox,
+        &["--node", node],
+        &[("SWITCHBOARD_DATABASE_URL", url)],
+    )
+    .await;
+    let token = std::fs::read_to_string(data.join("token")).unwrap();
+    (daemon, token)
+}
+
+async fn sigkill(mut daemon: Daemon) -> String {
+    let pid = daemon.child.id().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.child.wait().await.unwrap();
+    daemon.stderr.await.unwrap()
+}
+
+/// A session on node alpha, kept in PostgreSQL: approved, then alpha is SIGKILLed while a
+/// permission waits. Every committed event is in the database, in sequence. Node beta, on the
+/// same database, shows the session as alpha left it and will not resume it (it is alpha's);
+/// alpha, started again, ends it with a note and resumes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_on_postgres_approve_sigkill_and_recover() {
+    let Some(server) = Postgres::start() else { return };
+    let url = server.url().replacen("switchboard@", &format!("switchboard:{PASSWORD}@"), 1);
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch one.txt", "description": "x"}))
+                    .when_prompt("FIRST"),
+            )
+            .reply(Reply::text("first done").when_tool_result())
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch never.txt", "description": "x"}))
+                    .when_prompt("SECOND"),
+            ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let alpha_dir = tempfile::tempdir().unwrap();
+    let (alpha, token) = start_node(alpha_dir.path(), &api, &sandbox, &url, "alpha").await;
+
+    let id = create_session(&alpha.url, &token, &sandbox, "FIRST").await;
+    let session = wait_session(&alpha.url, &token, &id, |s| {
+        !s["pending_permissions"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(session["node"], "alpha", "{session}");
+    let request_id = session["pending_permissions"][0]["request_id"].as_str().unwrap().to_owned();
+    let (code, _, err) = client(alpha_dir.path(), &["approve", &id, &request_id]).await;
+    assert_eq!(code, Some(0), "{err}");
+    wait_session(&alpha.url, &token, &id, |s| s["state"] == "idle").await;
+    assert!(sandbox.file("one.txt").exists());
+    http(
+        &alpha.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "SECOND"})),
+    )
+    .await;
+    wait_session(&alpha.url, &token, &id, |s| s["state"] == "awaiting_permission").await;
+    let logs = sigkill(alpha).await;
+    assert!(!logs.contains(PASSWORD), "the database password never reaches the logs");
+    assert!(logs.contains("sessions are kept in PostgreSQL"), "{logs}");
+
+    // Everything committed is in PostgreSQL, from 1 without a gap.
+    let store = PostgresStore::connect(&server.url()).await.unwrap();
+    let events = store.events_after(&id, 0, 100_000).await.unwrap();
+    assert!(events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1), "contiguous from 1");
+    assert!(
+        events.iter().any(|e| e.kind == "permission_requested" && e.payload.contains("never.txt")),
+        "the pending request was committed"
+    );
+    let committed = events.len();
+
+    // Beta shares the database: it lists alpha's session as alpha left it, and leaves it be.
+    let beta_dir = tempfile::tempdir().unwrap();
+    let (beta, beta_token) = start_node(beta_dir.path(), &api, &sandbox, &url, "beta").await;
+    let listed = http(&beta.url, &beta_token, reqwest::Method::GET, "/api/sessions", None).await;
+    let seen = listed.as_array().unwrap().iter().find(|s| s["id"] == id.as_str()).unwrap().clone();
+    assert_eq!(seen["node"], "alpha", "{seen}");
+    assert_eq!(seen["state"], "awaiting_permission", "beta does not end alpha's sessions");
+    let refused = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/resume", beta.url))
+        .bearer_auth(&beta_token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "other_node", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("runs on alpha"), "{body}");
+    assert_eq!(store.events_after(&id, 0, 100_000).await.unwrap().len(), committed);
+
+    // Alpha again: its leftover ends with a note, and it resumes.
+    let (alpha, token) = start_node(alpha_dir.path(), &api, &sandbox, &url, "alpha").await;
+    let session =
+        http(&alpha.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+    assert_eq!(session["state"], "exited", "{session}");
+    let events = session_events(&alpha.url, &token, &id).await;
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), committed + 1, "history plus the note that the daemon stopped");
+    assert!(events.last().unwrap()["event"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("daemon stopped"));
+    let resumed = http(
+        &alpha.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    assert_eq!(resumed["node"], "alpha");
+    assert!(!sandbox.file("never.txt").exists(), "the unanswered tool never ran");
+    drop(beta);
+}
+
+/// `--node` means nothing without a shared database; a URL PostgreSQL cannot read, or one
+/// where nothing answers, stops the daemon with a message that never shows the password.
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn serve_refuses_a_node_alone_and_a_bad_database_url() {
+    let data = tempfile::tempdir().unwrap();
+    let serve = |extra: Vec<String>| {
+        let data = data.path().to_owned();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+                .arg(data)
+                .args(extra)
+                .env_remove("SWITCHBOARD_DATABASE_URL")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let output = serve(vec!["--node".into(), "alpha".into()]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--database-url"));
+    let output = serve(vec!["--node".into(), "no spaces".into()]).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a node name"));
+
+    let nowhere = tempfile::tempdir().unwrap();
+    let socket = nowhere.path().display().to_string().replace('/', "%2F");
+    for url in [
+        format!("postgres://me:{PASSWORD}@[::1/db"),
+        format!("postgres://me:{PASSWORD}@{socket}/db"),
+    ] {
+        let output = serve(vec!["--database-url".into(), url.clone()]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains("cannot open the database"), "{stderr}");
+        assert!(!stderr.contains(PASSWORD), "{stderr}");
+    }
+}

@@ -1,0 +1,658 @@
+//! The PostgreSQL store: one database shared by several daemons (docs/fleet.md).
+//!
+//! Everything lives in the schema `switchboard`, created and migrated when a store connects
+//! (under an advisory lock, so daemons starting together migrate once). A pool of connections
+//! (deadpool) serves every call; each call is one transaction.
+//!
+//! **Sequence numbers.** A session's last seq is a row of `heads`. An append moves it with a
+//! compare-and-set (`UPDATE heads SET last_seq = new WHERE last_seq = expected`, or an insert
+//! that fails if another writer created it first) in the same transaction as the events'
+//! insert, and the events' primary key is `(session_id, seq)`. Two writers on different nodes
+//! that append to one session can therefore never both succeed with the same seq, nor leave a
+//! gap: the second one's compare-and-set finds the row moved (PostgreSQL re-reads a row
+//! another transaction changed before it updates it), and its whole batch is refused as out
+//! of sequence. Only the node that runs a session appends to it; this holds even when that
+//! rule is broken (`tests/it/postgres.rs` races two stores on one session).
+//!
+//! **Durability.** `append` returns once PostgreSQL has committed (with the server's own
+//! `synchronous_commit`), so an event is committed before anyone sees it, as with SQLite.
+//!
+//! **Payloads** are stored as `bytea`: the store keeps them opaque and exact (PostgreSQL's
+//! text cannot hold a NUL).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+use crate::{EventRecord, NewOutboxItem, OutboxItem, SessionRecord, Store, StoreError};
+
+/// Connections the pool keeps at most.
+pub const POOL_SIZE: usize = 16;
+
+/// How long a call waits for a connection (from the pool, or a new one) before it fails.
+pub const CONNECT_LIMIT: Duration = Duration::from_secs(10);
+
+/// Each migration, in order; `schema_version` counts those applied.
+const MIGRATIONS: &[&str] = &[
+    // The first layout.
+    "CREATE TABLE switchboard.sessions (
+        id TEXT PRIMARY KEY,
+        claude_session_id TEXT,
+        cwd TEXT NOT NULL,
+        model TEXT,
+        permission_mode TEXT,
+        state TEXT NOT NULL,
+        title TEXT,
+        cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        config TEXT NOT NULL DEFAULT '{}',
+        archived BOOLEAN NOT NULL DEFAULT FALSE,
+        node TEXT
+    );
+    CREATE INDEX sessions_by_update ON switchboard.sessions (updated_ms DESC);
+    CREATE TABLE switchboard.heads (
+        session_id TEXT PRIMARY KEY,
+        last_seq BIGINT NOT NULL CHECK (last_seq > 0)
+    );
+    CREATE TABLE switchboard.events (
+        session_id TEXT NOT NULL,
+        seq BIGINT NOT NULL CHECK (seq > 0),
+        ts_ms BIGINT NOT NULL,
+        dir TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload BYTEA NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE TABLE switchboard.outbox (
+        id BIGSERIAL PRIMARY KEY,
+        channel TEXT NOT NULL,
+        key TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        UNIQUE (channel, key)
+    );
+    CREATE INDEX outbox_by_channel ON switchboard.outbox (channel, id);",
+];
+
+/// The store on a PostgreSQL database.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    /// Where it connects, without the password (for `Debug` and errors).
+    shown: String,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore").field("database", &self.shown).finish_non_exhaustive()
+    }
+}
+
+/// A tokio-postgres error as one readable line: the server's message (and its detail) when it
+/// sent one, the client's otherwise. Neither carries the connection's password.
+fn db(error: tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        Some(server) => StoreError::Database(match server.detail() {
+            Some(detail) => format!("{} ({detail})", server.message()),
+            None => server.message().to_owned(),
+        }),
+        None => StoreError::Database(error.to_string()),
+    }
+}
+
+fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
+    match error {
+        deadpool_postgres::PoolError::Backend(error) => db(error),
+        other => StoreError::Database(format!("no database connection: {other}")),
+    }
+}
+
+/// A seq or a time as PostgreSQL's `BIGINT`; beyond it is refused, not wrapped.
+fn big(value: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(value)
+        .map_err(|_| StoreError::Database(format!("{what} {value} is beyond PostgreSQL's BIGINT")))
+}
+
+/// A `BIGINT` read back; a negative one (written by something else) reads as 0.
+fn unsigned(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// What a connection URL names, without its password: `user@host:port/dbname`.
+fn shown(config: &tokio_postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let dbname = config.get_dbname().unwrap_or(user);
+    format!("{user}@{host}:{port}/{dbname}")
+}
+
+impl PostgresStore {
+    /// Connects to the database `url` names (`postgres://user:password@host:port/dbname`, or
+    /// libpq's `key=value` form; a host that is a directory is a Unix socket's) and migrates
+    /// its schema. Fails with a message that names what is wrong, never the password.
+    ///
+    /// TLS is not spoken: a URL that requires it (`sslmode=require`) is refused at connect. Run
+    /// the database on loopback, a Unix socket or a private network (docs/fleet.md).
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_with(url, POOL_SIZE).await
+    }
+
+    /// [`PostgresStore::connect`] with a pool of `pool_size` connections.
+    pub async fn connect_with(url: &str, pool_size: usize) -> Result<PostgresStore, StoreError> {
+        // The parser's own message may quote the URL (and so a password): not shown.
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|_| {
+            StoreError::Database(
+                "the database URL is not one PostgreSQL reads (postgres://user:password@host:port/dbname)"
+                    .to_owned(),
+            )
+        })?;
+        if config.get_application_name().is_none() {
+            config.application_name("switchboard");
+        }
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_LIMIT);
+        }
+        let shown = shown(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_LIMIT))
+            .create_timeout(Some(CONNECT_LIMIT))
+            .recycle_timeout(Some(CONNECT_LIMIT))
+            .build()
+            .map_err(|error| StoreError::Database(error.to_string()))?;
+        let store = PostgresStore { pool, shown };
+        store.migrate().await.map_err(|error| match error {
+            StoreError::Database(message) => {
+                StoreError::Database(format!("PostgreSQL at {}: {message}", store.shown))
+            }
+            other => other,
+        })?;
+        Ok(store)
+    }
+
+    /// Where the store connects, without the password: `user@host:port/dbname`.
+    pub fn database(&self) -> &str {
+        &self.shown
+    }
+
+    /// Closes the pool: calls from now on fail with [`StoreError::Closed`].
+    pub fn close(&self) {
+        self.pool.close();
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        if self.pool.is_closed() {
+            return Err(StoreError::Closed);
+        }
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let encoding: String =
+            client.query_one("SHOW server_encoding", &[]).await.map_err(db)?.get(0);
+        if encoding != "UTF8" {
+            return Err(StoreError::Database(format!(
+                "the database's encoding is {encoding}; Switchboard needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')"
+            )));
+        }
+        let transaction = client.transaction().await.map_err(db)?;
+        // One migrating daemon at a time; the others wait here, then find nothing to do.
+        transaction
+            .execute("SELECT pg_advisory_xact_lock(hashtext('switchboard.migrate'))", &[])
+            .await
+            .map_err(db)?;
+        transaction
+            .batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS switchboard;
+                 CREATE TABLE IF NOT EXISTS switchboard.schema_version (
+                     one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+                     version INTEGER NOT NULL
+                 );
+                 INSERT INTO switchboard.schema_version (version) VALUES (0) ON CONFLICT DO NOTHING;",
+            )
+            .await
+            .map_err(db)?;
+        let stored: i32 = transaction
+            .query_one("SELECT version FROM switchboard.schema_version", &[])
+            .await
+            .map_err(db)?
+            .get(0);
+        // A negative version (written by something else) is as unknown as a newer one.
+        let version = usize::try_from(stored).unwrap_or(usize::MAX);
+        if version > MIGRATIONS.len() {
+            return Err(StoreError::Database(format!(
+                "the database schema is version {stored}, newer than this Switchboard knows ({}); upgrade Switchboard",
+                MIGRATIONS.len()
+            )));
+        }
+        for migration in &MIGRATIONS[version..] {
+            transaction.batch_execute(migration).await.map_err(db)?;
+        }
+        transaction
+            .execute(
+                "UPDATE switchboard.schema_version SET version = $1",
+                &[&(MIGRATIONS.len() as i32)],
+            )
+            .await
+            .map_err(db)?;
+        transaction.commit().await.map_err(db)
+    }
+}
+
+fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
+    let config: String = row.get("config");
+    Ok(SessionRecord {
+        id: row.get("id"),
+        claude_session_id: row.get("claude_session_id"),
+        cwd: row.get("cwd"),
+        model: row.get("model"),
+        permission_mode: row.get("permission_mode"),
+        state: row.get("state"),
+        title: row.get("title"),
+        cost_usd: row.get("cost_usd"),
+        created_ms: unsigned(row.get("created_ms")),
+        updated_ms: unsigned(row.get("updated_ms")),
+        config: serde_json::from_str(&config).map_err(|error| {
+            StoreError::Database(format!(
+                "session {}: its config is not JSON: {error}",
+                row.get::<_, String>("id")
+            ))
+        })?,
+        archived: row.get("archived"),
+        node: row.get("node"),
+    })
+}
+
+fn event_row(row: &tokio_postgres::Row) -> Result<EventRecord, StoreError> {
+    let session_id: String = row.get(0);
+    let seq: i64 = row.get(1);
+    let payload: Vec<u8> = row.get(5);
+    let payload = String::from_utf8(payload).map_err(|_| {
+        StoreError::Database(format!("event {seq} of session {session_id} is not UTF-8"))
+    })?;
+    Ok(EventRecord {
+        session_id,
+        seq: unsigned(seq),
+        ts_ms: unsigned(row.get(2)),
+        dir: row.get(3),
+        kind: row.get(4),
+        payload,
+    })
+}
+
+const SESSION_COLUMNS: &str = "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node";
+
+const EVENT_COLUMNS: &str = "session_id, seq, ts_ms, dir, kind, payload";
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "INSERT INTO switchboard.sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO NOTHING"
+            ))
+            .await
+            .map_err(db)?;
+        let inserted = client
+            .execute(
+                &statement,
+                &[
+                    &record.id,
+                    &record.claude_session_id,
+                    &record.cwd,
+                    &record.model,
+                    &record.permission_mode,
+                    &record.state,
+                    &record.title,
+                    &record.cost_usd,
+                    &big(record.created_ms, "created_ms")?,
+                    &big(record.updated_ms, "updated_ms")?,
+                    &record.config.to_string(),
+                    &record.archived,
+                    &record.node,
+                ],
+            )
+            .await
+            .map_err(db)?;
+        if inserted == 0 {
+            return Err(StoreError::Database(format!("session {} already exists", record.id)));
+        }
+        Ok(())
+    }
+
+    async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "UPDATE switchboard.sessions SET claude_session_id = $2, cwd = $3, model = $4, permission_mode = $5, state = $6, title = $7, cost_usd = $8, created_ms = $9, updated_ms = $10, config = $11, archived = $12, node = $13 WHERE id = $1",
+            )
+            .await
+            .map_err(db)?;
+        let updated = client
+            .execute(
+                &statement,
+                &[
+                    &record.id,
+                    &record.claude_session_id,
+                    &record.cwd,
+                    &record.model,
+                    &record.permission_mode,
+                    &record.state,
+                    &record.title,
+                    &record.cost_usd,
+                    &big(record.created_ms, "created_ms")?,
+                    &big(record.updated_ms, "updated_ms")?,
+                    &record.config.to_string(),
+                    &record.archived,
+                    &record.node,
+                ],
+            )
+            .await
+            .map_err(db)?;
+        if updated == 0 {
+            return Err(StoreError::NotFound(record.id.clone()));
+        }
+        Ok(())
+    }
+
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM switchboard.sessions WHERE id = $1"
+            ))
+            .await
+            .map_err(db)?;
+        client
+            .query_opt(&statement, &[&id])
+            .await
+            .map_err(db)?
+            .as_ref()
+            .map(session_row)
+            .transpose()
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM switchboard.sessions ORDER BY updated_ms DESC, id COLLATE \"C\""
+            ))
+            .await
+            .map_err(db)?;
+        client.query(&statement, &[]).await.map_err(db)?.iter().map(session_row).collect()
+    }
+
+    async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(db)?;
+        for table in ["events", "heads"] {
+            transaction
+                .execute(&format!("DELETE FROM switchboard.{table} WHERE session_id = $1"), &[&id])
+                .await
+                .map_err(db)?;
+        }
+        transaction
+            .execute("DELETE FROM switchboard.sessions WHERE id = $1", &[&id])
+            .await
+            .map_err(db)?;
+        transaction.commit().await.map_err(db)
+    }
+
+    async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Each session's events in the batch must follow one another; the batch then moves
+        // each session's head from `first - 1` to `last`. Sessions in id order, so that two
+        // batches lock heads in one order (no deadlock).
+        let mut runs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for event in events {
+            match runs.get_mut(event.session_id.as_str()) {
+                Some((_, last)) if event.seq == *last + 1 => *last = event.seq,
+                Some((_, last)) => {
+                    return Err(StoreError::OutOfSequence {
+                        session_id: event.session_id.clone(),
+                        seq: event.seq,
+                        last: *last,
+                    })
+                }
+                None => {
+                    if event.seq == 0 {
+                        return Err(StoreError::OutOfSequence {
+                            session_id: event.session_id.clone(),
+                            seq: 0,
+                            last: 0,
+                        });
+                    }
+                    runs.insert(&event.session_id, (event.seq, event.seq));
+                }
+            }
+        }
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(db)?;
+        let advance = transaction
+            .prepare_cached(
+                "UPDATE switchboard.heads SET last_seq = $3 WHERE session_id = $1 AND last_seq = $2",
+            )
+            .await
+            .map_err(db)?;
+        let start = transaction
+            .prepare_cached(
+                "INSERT INTO switchboard.heads (session_id, last_seq) VALUES ($1, $2) ON CONFLICT (session_id) DO NOTHING",
+            )
+            .await
+            .map_err(db)?;
+        let head = transaction
+            .prepare_cached("SELECT last_seq FROM switchboard.heads WHERE session_id = $1")
+            .await
+            .map_err(db)?;
+        for (session_id, (first, last)) in &runs {
+            let expected = first - 1;
+            let moved = if expected == 0 {
+                transaction.execute(&start, &[session_id, &big(*last, "seq")?]).await
+            } else {
+                transaction
+                    .execute(&advance, &[session_id, &big(expected, "seq")?, &big(*last, "seq")?])
+                    .await
+            }
+            .map_err(db)?;
+            if moved == 0 {
+                let stored = transaction
+                    .query_opt(&head, &[session_id])
+                    .await
+                    .map_err(db)?
+                    .map(|row| unsigned(row.get(0)))
+                    .unwrap_or(0);
+                // Dropping the transaction rolls it back: nothing of the batch is written.
+                return Err(StoreError::OutOfSequence {
+                    session_id: (*session_id).to_owned(),
+                    seq: *first,
+                    last: stored,
+                });
+            }
+        }
+        let mut session_ids = Vec::with_capacity(events.len());
+        let mut seqs = Vec::with_capacity(events.len());
+        let mut times = Vec::with_capacity(events.len());
+        let mut dirs = Vec::with_capacity(events.len());
+        let mut kinds = Vec::with_capacity(events.len());
+        let mut payloads = Vec::with_capacity(events.len());
+        for event in events {
+            session_ids.push(event.session_id.as_str());
+            seqs.push(big(event.seq, "seq")?);
+            times.push(big(event.ts_ms, "ts_ms")?);
+            dirs.push(event.dir.as_str());
+            kinds.push(event.kind.as_str());
+            payloads.push(event.payload.as_bytes());
+        }
+        let insert = transaction
+            .prepare_cached(&format!(
+                "INSERT INTO switchboard.events ({EVENT_COLUMNS})
+                 SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::BYTEA[])"
+            ))
+            .await
+            .map_err(db)?;
+        transaction
+            .execute(&insert, &[&session_ids, &seqs, &times, &dirs, &kinds, &payloads])
+            .await
+            .map_err(db)?;
+        transaction.commit().await.map_err(db)
+    }
+
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        // Nothing is stored past BIGINT's range, so nothing follows a seq beyond it.
+        let Ok(after) = i64::try_from(after) else { return Ok(Vec::new()) };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM switchboard.events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+            ))
+            .await
+            .map_err(db)?;
+        client
+            .query(&statement, &[&session_id, &after, &limit])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(event_row)
+            .collect()
+    }
+
+    async fn events_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let before = i64::try_from(before).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM switchboard.events WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+            ))
+            .await
+            .map_err(db)?;
+        let mut page: Vec<EventRecord> = client
+            .query(&statement, &[&session_id, &before, &limit])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(event_row)
+            .collect::<Result<_, _>>()?;
+        page.reverse();
+        Ok(page)
+    }
+
+    async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached("SELECT last_seq FROM switchboard.heads WHERE session_id = $1")
+            .await
+            .map_err(db)?;
+        Ok(client
+            .query_opt(&statement, &[&session_id])
+            .await
+            .map_err(db)?
+            .map(|row| unsigned(row.get(0)))
+            .unwrap_or(0))
+    }
+
+    async fn enqueue_outbox(&self, items: &[NewOutboxItem]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(db)?;
+        let statement = transaction
+            .prepare_cached(
+                "INSERT INTO switchboard.outbox (channel, key, body, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (channel, key) DO NOTHING",
+            )
+            .await
+            .map_err(db)?;
+        let now = big(crate::now_ms(), "created_ms")?;
+        for item in items {
+            transaction
+                .execute(&statement, &[&item.channel, &item.key, &item.body, &now])
+                .await
+                .map_err(db)?;
+        }
+        transaction.commit().await.map_err(db)
+    }
+
+    async fn outbox(&self, channel: &str, limit: usize) -> Result<Vec<OutboxItem>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT id, channel, key, body, created_ms FROM switchboard.outbox WHERE channel = $1 ORDER BY id LIMIT $2",
+            )
+            .await
+            .map_err(db)?;
+        Ok(client
+            .query(&statement, &[&channel, &limit])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|row| OutboxItem {
+                id: unsigned(row.get(0)),
+                channel: row.get(1),
+                key: row.get(2),
+                body: row.get(3),
+                created_ms: unsigned(row.get(4)),
+            })
+            .collect())
+    }
+
+    async fn outbox_done(&self, id: u64) -> Result<(), StoreError> {
+        let Ok(id) = i64::try_from(id) else { return Ok(()) };
+        let client = self.client().await?;
+        client.execute("DELETE FROM switchboard.outbox WHERE id = $1", &[&id]).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("DELETE FROM switchboard.outbox WHERE channel = $1", &[&channel])
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    async fn outbox_channels(&self) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query("SELECT channel FROM switchboard.outbox GROUP BY channel ORDER BY channel COLLATE \"C\"", &[])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|row| row.get(0))
+            .collect())
+    }
+}

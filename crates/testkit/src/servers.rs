@@ -1,0 +1,230 @@
+//! Real servers for the fleet's tests: a PostgreSQL of its own per test, in a temporary
+//! directory, reached only through a Unix socket in that directory (no port, nothing another
+//! user can reach), and stopped when dropped.
+//!
+//! `scripts/install-servers.sh` installs Debian's packages. Where a server is not installed,
+//! [`Postgres::start`] prints why the test is skipped and returns `None`; with
+//! `SWITCHBOARD_REQUIRE_SERVERS=1` (set by CI) it panics instead, so a CI without the servers
+//! fails rather than passing untested.
+//!
+//! PostgreSQL refuses to run as root: under root the server runs as `nobody` (`setpriv`), and
+//! its directory is given to that user. Either way it gets a parent-death signal, so a test
+//! process killed outright takes its server along.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// The variable that turns a skip into a failure (CI sets it).
+pub const REQUIRE_SERVERS: &str = "SWITCHBOARD_REQUIRE_SERVERS";
+
+/// Says a test is skipped because `what` is missing, or panics when servers are required.
+fn skip(what: &str) {
+    if std::env::var_os(REQUIRE_SERVERS).is_some_and(|value| !value.is_empty() && value != "0") {
+        panic!("{what}, and {REQUIRE_SERVERS} is set (scripts/install-servers.sh installs it)");
+    }
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("skipped: {what} (scripts/install-servers.sh installs it)");
+    }
+}
+
+/// The newest of Debian's PostgreSQL installs (`/usr/lib/postgresql/N/bin`), or the directory
+/// `SWITCHBOARD_PG_BIN` names, or where `initdb` is on PATH.
+fn postgres_bin() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("SWITCHBOARD_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Some(bin);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .find(|dir| dir.join("initdb").is_file() && dir.join("postgres").is_file())
+}
+
+/// Whether this process is root (PostgreSQL's servers then run as `nobody`).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|line| line.starts_with("Uid:"))?;
+            line.split_whitespace().nth(2).map(|effective| effective == "0")
+        })
+        .unwrap_or(false)
+}
+
+/// `nobody`'s ids.
+const NOBODY: u32 = 65534;
+
+/// A command for a server's program: as `nobody` under root, with a parent-death signal.
+fn server_command(program: &Path) -> std::process::Command {
+    #[allow(clippy::disallowed_methods)] // a test server, not a CLI
+    let mut command = std::process::Command::new("setpriv");
+    command.arg("--pdeathsig=KILL");
+    if is_root() {
+        command.args([
+            format!("--reuid={NOBODY}"),
+            format!("--regid={NOBODY}"),
+            "--clear-groups".to_owned(),
+        ]);
+    }
+    command.arg("--").arg(program);
+    command
+}
+
+/// A PostgreSQL server of this test's own.
+pub struct Postgres {
+    child: Child,
+    socket_dir: PathBuf,
+    /// Holds the data directory and the socket; removed last.
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    /// Starts a server: `initdb` (superuser `switchboard`, trust on its socket, UTF8), then
+    /// `postgres` listening only on a Unix socket in its directory. `None` (with a message)
+    /// when PostgreSQL is not installed.
+    pub fn start() -> Option<Postgres> {
+        let Some(bin) = postgres_bin() else {
+            skip("PostgreSQL is not installed");
+            return None;
+        };
+        let dir =
+            tempfile::Builder::new().prefix("sb-pg").tempdir().expect("a temporary directory");
+        if is_root() {
+            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY))
+                .expect("the server's directory given to nobody");
+        }
+        let data = dir.path().join("data");
+        let initdb = server_command(&bin.join("initdb"))
+            .arg("--pgdata")
+            .arg(&data)
+            .args([
+                "--username=switchboard",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("initdb runs");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&initdb.stdout),
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let socket_dir = dir.path().to_path_buf();
+        let mut child = server_command(&bin.join("postgres"))
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(&socket_dir)
+            .args([
+                "-c",
+                "listen_addresses=",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=200",
+                "-c",
+                "shared_buffers=32MB",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("postgres starts");
+        // Ready when it says so; its log then keeps draining in a thread of its own.
+        let mut log = BufReader::new(child.stderr.take().expect("postgres's stderr"));
+        let deadline = Instant::now() + START_LIMIT;
+        let mut seen = String::new();
+        loop {
+            let mut line = String::new();
+            let read = log.read_line(&mut line).unwrap_or(0);
+            if read == 0 || Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("postgres did not start:\n{seen}");
+            }
+            seen.push_str(&line);
+            if line.contains("ready to accept connections") {
+                break;
+            }
+        }
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while log.read_line(&mut line).unwrap_or(0) > 0 {
+                line.clear();
+            }
+        });
+        Some(Postgres { child, socket_dir, _dir: dir })
+    }
+
+    /// The URL of database `postgres` as superuser `switchboard`, through the socket.
+    pub fn url(&self) -> String {
+        self.url_of("postgres")
+    }
+
+    /// The URL of `database` on this server.
+    pub fn url_of(&self, database: &str) -> String {
+        let host: String = self
+            .socket_dir
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c == '/' { "%2F".to_owned() } else { c.to_string() })
+            .collect();
+        format!("postgres://switchboard@{host}/{database}")
+    }
+
+    /// The directory of its socket.
+    pub fn socket_dir(&self) -> &Path {
+        &self.socket_dir
+    }
+
+    /// Ends the server at once (SIGKILL), as a crashed database host would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // `setpriv` exec'd the server, so this is the postmaster. A fast shutdown (SIGINT)
+        // returns its shared memory; SIGKILL if it takes too long. Its directory goes with
+        // `_dir`.
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGINT,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+    }
+}
