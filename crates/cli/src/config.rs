@@ -12,6 +12,7 @@
 //! daily_budget_usd = 20             # SWITCHBOARD_DAILY_BUDGET_USD (serve --daily-budget-usd)
 //! database_url = "postgres://sb@db.internal/switchboard" # SWITCHBOARD_DATABASE_URL (serve --database-url)
 //! node = "build-01"                 # SWITCHBOARD_NODE     (serve --node)
+//! nats_url = "nats://bus.internal:4222" # SWITCHBOARD_NATS_URL (serve --nats-url)
 //! ```
 
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ struct Config {
     daily_budget_usd: Option<f64>,
     database_url: Option<String>,
     node: Option<String>,
+    nats_url: Option<String>,
 }
 
 /// Where the config file is looked for.
@@ -76,6 +78,7 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_PUBLIC_URL", config.public_url.map(PathBuf::from)),
         ("SWITCHBOARD_DATABASE_URL", config.database_url.map(PathBuf::from)),
         ("SWITCHBOARD_NODE", config.node.map(PathBuf::from)),
+        ("SWITCHBOARD_NATS_URL", config.nats_url.map(PathBuf::from)),
         (
             "SWITCHBOARD_DAILY_BUDGET_USD",
             config.daily_budget_usd.map(|usd| PathBuf::from(usd.to_string())),

@@ -97,6 +97,11 @@ pub(crate) struct ServeArgs {
     /// leftover sessions, so two daemons must never share a name.
     #[arg(long, value_name = "NAME", env = "SWITCHBOARD_NODE", value_parser = parse_node)]
     node: Option<String>,
+    /// The NATS server the daemons sharing the --database-url talk through
+    /// (nats://HOST:4222, tls://…): every node then serves every session live, and answers,
+    /// messages and interrupts sent to any node reach the one that runs the session.
+    #[arg(long, value_name = "URL", env = "SWITCHBOARD_NATS_URL", hide_env_values = true)]
+    nats_url: Option<String>,
 }
 
 /// A node's name: 1 to 64 letters, digits, `.`, `_` or `-`.
@@ -220,6 +225,12 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             tracing::info!(database = postgres.database(), %node, "sessions are kept in PostgreSQL");
             (OpenStore::Postgres(Arc::new(postgres)), Some(node))
         }
+        None if args.nats_url.is_some() => {
+            return Err((
+                2,
+                "--nats-url joins daemons that share a --database-url; give one".to_owned(),
+            ))
+        }
         None if args.node.is_some() => {
             return Err((
                 2,
@@ -241,6 +252,17 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     let shared: Arc<dyn Store> = match &store {
         OpenStore::Sqlite(sqlite) => sqlite.clone(),
         OpenStore::Postgres(postgres) => postgres.clone(),
+    };
+    // With a bus, what this node stores is published to the others once committed.
+    let bus = match (&args.nats_url, &node) {
+        (Some(url), Some(node)) => Some(
+            switchboard_server::bus::Bus::connect(url, node).await.map_err(|error| (1, error))?,
+        ),
+        _ => None,
+    };
+    let shared: Arc<dyn Store> = match &bus {
+        Some(bus) => Arc::new(switchboard_server::bus::BusStore::new(shared, bus.clone())),
+        None => shared,
     };
     let config = DaemonConfig {
         claude: args.claude.clone(),
@@ -274,6 +296,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             }
         },
         node,
+        bus,
     };
     let daemon = Daemon::open(shared, config).await.map_err(|error| {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };

@@ -301,7 +301,9 @@ pub(crate) struct SessionView {
 pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
-    let running = snapshot.is_some() && !is_final_state(&record.state);
+    // A session on another node runs as its record says (that node keeps the record).
+    let running =
+        (snapshot.is_some() || daemon.runs_elsewhere(&record)) && !is_final_state(&record.state);
     let (pending_permissions, disconnected_since_ms, slash_commands) = match snapshot {
         Some(snapshot) => (
             daemon.with_started_by(&record.id, snapshot.pending_permissions),
@@ -816,7 +818,7 @@ async fn interrupt(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    daemon.running(&id).await?.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
+    daemon.interrupt(&id).await?;
     Ok(Json(json!({"interrupted": true})))
 }
 
@@ -834,12 +836,7 @@ async fn set_model(
     if body.model.trim().is_empty() {
         return Err(ApiError::invalid("model is empty"));
     }
-    daemon
-        .running(&id)
-        .await?
-        .set_model(body.model.clone())
-        .await
-        .map_err(crate::daemon::DaemonError::from)?;
+    daemon.set_model(&id, &body.model).await?;
     Ok(Json(json!({"model": body.model})))
 }
 
@@ -855,12 +852,7 @@ async fn set_permission_mode(
     Body(body): Body<ModeBody>,
 ) -> Result<Json<Value>, ApiError> {
     let mode = permission_mode(&body.mode)?;
-    daemon
-        .running(&id)
-        .await?
-        .set_permission_mode(mode)
-        .await
-        .map_err(crate::daemon::DaemonError::from)?;
+    daemon.set_permission_mode(&id, mode).await?;
     Ok(Json(json!({"mode": body.mode})))
 }
 
@@ -906,12 +898,7 @@ async fn answer_permission(
     caller.require(body.scope())?;
     let (answer, who) = body.into_answer(&caller, "api");
     let behavior = answer.behavior;
-    daemon
-        .running(&id)
-        .await?
-        .respond_permission(&request_id, answer, &who)
-        .await
-        .map_err(crate::daemon::DaemonError::from)?;
+    daemon.respond_permission(&id, &request_id, answer, &who).await?;
     Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
 }
 
@@ -1250,7 +1237,6 @@ async fn handle_client_frame(
         let frame = ClientFrame::parse(text)?;
         let of = frame.kind();
         caller.require(frame.scope())?;
-        let handle = daemon.running(id).await?;
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
                 let by = caller.who("websocket", None);
@@ -1263,14 +1249,11 @@ async fn handle_client_frame(
                     .clone()
                     .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
                 let (answer, who) = body.into_answer(caller, "websocket");
-                handle
-                    .respond_permission(&request_id, answer, &who)
-                    .await
-                    .map_err(crate::daemon::DaemonError::from)?;
+                daemon.respond_permission(id, &request_id, answer, &who).await?;
                 Some(request_id)
             }
             ClientFrame::Interrupt(_) => {
-                handle.interrupt().await.map_err(crate::daemon::DaemonError::from)?;
+                daemon.interrupt(id).await?;
                 None
             }
         };

@@ -193,6 +193,9 @@ pub struct DaemonConfig {
     /// records carry it, and at start it ends only the sessions it ran itself. `None` on a
     /// daemon of its own.
     pub node: Option<String>,
+    /// The bus between daemons sharing the database (`serve --nats-url`): the live tail of
+    /// sessions that run on other nodes, and commands forwarded to them ([`crate::bus`]).
+    pub bus: Option<Arc<crate::bus::Bus>>,
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -448,6 +451,63 @@ pub enum DaemonError {
     /// The session runs on another daemon that shares this one's database.
     #[error("{0}")]
     OtherNode(String),
+    /// The node that runs the session refused a command forwarded to it, as its API said.
+    #[error("{message}")]
+    Forwarded {
+        /// The HTTP status it answered.
+        status: u16,
+        /// Its error code.
+        code: String,
+        /// Its sentence.
+        message: String,
+    },
+}
+
+/// What a person asks of a running session ([`Daemon::command`]): carried out on the node
+/// that runs it, forwarded there over the bus as JSON when that is another node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SessionCommand {
+    /// A message from `by`.
+    Message {
+        /// The message.
+        message: switchboard_protocol::UserMessage,
+        /// Who sent it.
+        by: String,
+    },
+    /// An answer to a permission request.
+    Answer {
+        /// The request.
+        request_id: String,
+        /// The answer.
+        answer: switchboard_session::PermissionAnswer,
+        /// Who answered.
+        by: String,
+    },
+    /// Interrupt the turn.
+    Interrupt,
+    /// Switch the model.
+    SetModel {
+        /// The model.
+        model: String,
+    },
+    /// Switch the permission mode.
+    SetMode {
+        /// The mode.
+        mode: PermissionMode,
+    },
+    /// Stop the session's CLI.
+    Stop,
+}
+
+impl SessionCommand {
+    /// Says in who asked that it came through node `node`.
+    fn via(mut self, node: &str) -> SessionCommand {
+        if let SessionCommand::Message { by, .. } | SessionCommand::Answer { by, .. } = &mut self {
+            by.push_str(&format!(" via {node}"));
+        }
+        self
+    }
 }
 
 /// One item of a subscription.
@@ -1031,10 +1091,115 @@ impl Daemon {
         Ok((record, lines, keys, snapshot))
     }
 
-    /// Sends a person's message to a running session. One typed into a terminal
-    /// ([`Daemon::attach_terminal`]) must be text a terminal can take, and is refused here,
-    /// with the reason, if not.
+    /// Sends a person's message to a running session, on whichever node runs it. One typed
+    /// into a terminal ([`Daemon::attach_terminal`]) must be text a terminal can take, and is
+    /// refused here, with the reason, if not.
     pub async fn send_message(
+        &self,
+        id: &str,
+        message: switchboard_protocol::UserMessage,
+        by: &str,
+    ) -> Result<(), DaemonError> {
+        self.command(id, SessionCommand::Message { message, by: by.to_owned() }).await
+    }
+
+    /// Answers a permission request of a running session, on whichever node runs it.
+    pub async fn respond_permission(
+        &self,
+        id: &str,
+        request_id: &str,
+        answer: switchboard_session::PermissionAnswer,
+        by: &str,
+    ) -> Result<(), DaemonError> {
+        let command =
+            SessionCommand::Answer { request_id: request_id.to_owned(), answer, by: by.to_owned() };
+        self.command(id, command).await
+    }
+
+    /// Interrupts a running session's turn, on whichever node runs it.
+    pub async fn interrupt(&self, id: &str) -> Result<(), DaemonError> {
+        self.command(id, SessionCommand::Interrupt).await
+    }
+
+    /// Switches a running session's model, on whichever node runs it.
+    pub async fn set_model(&self, id: &str, model: &str) -> Result<(), DaemonError> {
+        self.command(id, SessionCommand::SetModel { model: model.to_owned() }).await
+    }
+
+    /// Switches a running session's permission mode, on whichever node runs it.
+    pub async fn set_permission_mode(
+        &self,
+        id: &str,
+        mode: PermissionMode,
+    ) -> Result<(), DaemonError> {
+        self.command(id, SessionCommand::SetMode { mode }).await
+    }
+
+    /// The bus between daemons, if this one has one.
+    pub(crate) fn bus(&self) -> Option<&Arc<crate::bus::Bus>> {
+        self.config.bus.as_ref()
+    }
+
+    /// Whether the session runs (or ran last) on another node this one reaches over the bus.
+    pub fn runs_elsewhere(&self, record: &SessionRecord) -> bool {
+        self.config.bus.is_some() && record.node.is_some() && record.node != self.config.node
+    }
+
+    /// The bus and the node that runs session `id`, when that is another node.
+    async fn remote_owner(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Arc<crate::bus::Bus>, String)>, DaemonError> {
+        let Some(bus) = &self.config.bus else { return Ok(None) };
+        if self.handle(id).is_ok() {
+            return Ok(None);
+        }
+        let record = self.store.get_session(id).await?;
+        Ok(record
+            .and_then(|record| record.node)
+            .filter(|node| Some(node) != self.config.node.as_ref())
+            .map(|node| (bus.clone(), node)))
+    }
+
+    /// Carries out `command` on session `id`: here if it runs here, else on the node that
+    /// runs it (over the bus), whose answer or refusal is this one's.
+    pub async fn command(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
+        let Some((bus, node)) = self.remote_owner(id).await? else {
+            return self.command_here(id, command).await;
+        };
+        let here = self.config.node.as_deref().unwrap_or("another node");
+        let command = command.via(here);
+        let command = serde_json::to_value(&command)
+            .map_err(|error| DaemonError::Internal(format!("a command to forward: {error}")))?;
+        match bus.forward(&node, id, command).await {
+            Ok(_) => Ok(()),
+            Err(crate::bus::ForwardError::Refused { status, code, message }) => {
+                Err(DaemonError::Forwarded { status, code, message })
+            }
+            Err(crate::bus::ForwardError::Unreachable(message)) => Err(DaemonError::Busy(message)),
+        }
+    }
+
+    /// Carries out `command` on session `id` if it runs on this node (`NotRunning`
+    /// otherwise): what a command forwarded from another node gets.
+    pub async fn command_here(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
+        match command {
+            SessionCommand::Message { message, by } => self.message_here(id, message, &by).await,
+            SessionCommand::Answer { request_id, answer, by } => {
+                Ok(self.running(id).await?.respond_permission(&request_id, answer, &by).await?)
+            }
+            SessionCommand::Interrupt => Ok(self.running(id).await?.interrupt().await?),
+            SessionCommand::SetModel { model } => {
+                Ok(self.running(id).await?.set_model(model).await?)
+            }
+            SessionCommand::SetMode { mode } => {
+                Ok(self.running(id).await?.set_permission_mode(mode).await?)
+            }
+            SessionCommand::Stop => self.stop_here(id, false).await,
+        }
+    }
+
+    async fn message_here(
         &self,
         id: &str,
         message: switchboard_protocol::UserMessage,
@@ -2117,7 +2282,7 @@ impl Daemon {
             }
             tail.get_or_insert_with(|| broadcast::channel(LIVE_BUFFER).0).subscribe()
         };
-        Some(Attached { tail, finished, store_error: live.store_error.subscribe() })
+        Some(Attached { tail, finished, store_error: live.store_error.subscribe(), _remote: None })
     }
 
     fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
@@ -2186,6 +2351,31 @@ impl Daemon {
 
     /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.
     pub async fn stop(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
+        // A session another node runs is stopped there first.
+        if let Some((bus, node)) = self.remote_owner(id).await? {
+            let running = self
+                .store
+                .get_session(id)
+                .await?
+                .is_some_and(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
+            if running {
+                let command = serde_json::to_value(SessionCommand::Stop)
+                    .map_err(|error| DaemonError::Internal(error.to_string()))?;
+                match bus.forward(&node, id, command).await {
+                    Ok(_) => {}
+                    Err(crate::bus::ForwardError::Refused { status, code, message }) => {
+                        return Err(DaemonError::Forwarded { status, code, message })
+                    }
+                    Err(crate::bus::ForwardError::Unreachable(message)) => {
+                        return Err(DaemonError::Busy(message))
+                    }
+                }
+            }
+        }
+        self.stop_here(id, purge).await
+    }
+
+    async fn stop_here(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
         if self.store.get_session(id).await?.is_none() && self.live(id).is_none() {
             return Err(DaemonError::NotFound(id.to_owned()));
         }
@@ -2508,6 +2698,8 @@ struct Attached {
     tail: broadcast::Receiver<Arc<EventRecord>>,
     finished: watch::Receiver<bool>,
     store_error: watch::Receiver<Option<String>>,
+    /// A session followed on the bus: kept while the subscription follows it.
+    _remote: Option<Arc<crate::bus::RemoteTail>>,
 }
 
 /// A subscription to one session's events: history from the store, then the live tail.
@@ -2571,7 +2763,7 @@ impl Subscription {
                 }
                 self.need_history = false;
             }
-            let Some(Attached { tail, finished, store_error }) = self.tail.as_mut() else {
+            let Some(Attached { tail, finished, store_error, .. }) = self.tail.as_mut() else {
                 // Not running: wait for a resume (armed before looking, so none is missed).
                 let started = self.daemon.started.notified();
                 tokio::pin!(started);
@@ -2588,6 +2780,25 @@ impl Subscription {
                         return Some(Err(DaemonError::NotFound(self.id.clone())));
                     }
                     Err(error) => return Some(Err(error.into())),
+                }
+                // With a bus, whatever node runs the session (this one included) publishes
+                // what it stores: follow that, then read the store once more for the seam.
+                if let Some(bus) = &self.daemon.config.bus {
+                    match bus.tail(self.daemon.store.clone(), &self.id).await {
+                        Ok((tail, remote)) => {
+                            self.tail = Some(Attached {
+                                tail,
+                                finished: remote.finished.subscribe(),
+                                store_error: remote.store_error.subscribe(),
+                                _remote: Some(remote),
+                            });
+                            self.need_history = true;
+                            continue;
+                        }
+                        Err(error) => {
+                            tracing::warn!(session = %self.id, %error, "cannot follow the session on the bus")
+                        }
+                    }
                 }
                 started.await;
                 self.need_history = true;

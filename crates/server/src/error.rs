@@ -90,6 +90,30 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An error code another node answered with, as one of this API's (`remote_error` for a code
+/// this build does not know).
+fn known_code(code: &str) -> &'static str {
+    const CODES: &[&str] = &[
+        "invalid_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "not_running",
+        "already_running",
+        "other_node",
+        "already_answered",
+        "worktree",
+        "cannot_rewind",
+        "budget_reached",
+        "cli_refused",
+        "store_error",
+        "shutting_down",
+        "unavailable",
+        "internal",
+    ];
+    CODES.iter().find(|known| **known == code).copied().unwrap_or("remote_error")
+}
+
 impl From<DaemonError> for ApiError {
     fn from(error: DaemonError) -> Self {
         use switchboard_session::{AnswerError, SessionError};
@@ -135,6 +159,11 @@ impl From<DaemonError> for ApiError {
             },
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
             DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
+            DaemonError::Forwarded { status, code, message } => ApiError {
+                status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+                code: known_code(code),
+                message: message.clone(),
+            },
             DaemonError::ShuttingDown => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "shutting_down",

@@ -321,8 +321,7 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::InterruptRequest>,
     ) -> Result<tonic::Response<pb::InterruptResponse>, Status> {
-        let handle = self.daemon.running(&request.into_inner().id).await.map_err(status)?;
-        handle.interrupt().await.map_err(|error| status(error.into()))?;
+        self.daemon.interrupt(&request.into_inner().id).await.map_err(status)?;
         Ok(tonic::Response::new(pb::InterruptResponse {}))
     }
 
@@ -355,8 +354,7 @@ impl Switchboard for Api {
         if request.model.trim().is_empty() {
             return Err(Status::invalid_argument("model is empty"));
         }
-        let handle = self.daemon.running(&request.id).await.map_err(status)?;
-        handle.set_model(request.model.clone()).await.map_err(|error| status(error.into()))?;
+        self.daemon.set_model(&request.id, &request.model).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SetModelResponse { model: request.model }))
     }
 
@@ -366,8 +364,7 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::SetPermissionModeResponse>, Status> {
         let request = request.into_inner();
         let mode = crate::api::permission_mode(&request.mode).map_err(api_status)?;
-        let handle = self.daemon.running(&request.id).await.map_err(status)?;
-        handle.set_permission_mode(mode).await.map_err(|error| status(error.into()))?;
+        self.daemon.set_permission_mode(&request.id, mode).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SetPermissionModeResponse { mode: request.mode }))
     }
 
@@ -398,11 +395,10 @@ impl Switchboard for Api {
             interrupt: request.interrupt,
         };
         let who = caller.who("grpc", request.by);
-        let handle = self.daemon.running(&request.id).await.map_err(status)?;
-        handle
-            .respond_permission(&request.request_id, answer, &who)
+        self.daemon
+            .respond_permission(&request.id, &request.request_id, answer, &who)
             .await
-            .map_err(|error| status(error.into()))?;
+            .map_err(status)?;
         Ok(tonic::Response::new(pb::AnswerPermissionResponse {
             request_id: request.request_id,
             behavior: request.behavior,

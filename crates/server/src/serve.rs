@@ -69,7 +69,11 @@ pub async fn serve_with(
     let rest = crate::api::router(daemon.clone(), auth.clone());
     let grpc = crate::grpc::router(daemon.clone(), auth).await;
     let app = Routers { rest, grpc: Some(grpc) };
-    accept(listener, daemon, app, options, shutdown, true).await
+    // Commands other nodes forward to this one (with a bus), while this one serves.
+    let commands = tokio::spawn(crate::fleet::answer_commands(daemon.clone()));
+    let served = accept(listener, daemon, app, options, shutdown, true).await;
+    commands.abort();
+    served
 }
 
 /// Serves the agents-ui relay protocol alone on `listener` (the port its frontends discover:

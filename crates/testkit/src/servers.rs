@@ -1,6 +1,6 @@
-//! Real servers for the fleet's tests: a PostgreSQL of its own per test, in a temporary
-//! directory, reached only through a Unix socket in that directory (no port, nothing another
-//! user can reach), and stopped when dropped.
+//! Real servers for the fleet's tests, each test's own and stopped when dropped: a PostgreSQL
+//! in a temporary directory, reached only through a Unix socket in that directory (no port,
+//! nothing another user can reach), and a NATS server on a free loopback port.
 //!
 //! `scripts/install-servers.sh` installs Debian's packages. Where a server is not installed,
 //! [`Postgres::start`] prints why the test is skipped and returns `None`; with
@@ -226,5 +226,81 @@ impl Drop for Postgres {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.kill();
+    }
+}
+
+/// Where `nats-server` is: `SWITCHBOARD_NATS_SERVER`, else on PATH or in `/usr/sbin` (where
+/// Debian puts it).
+fn nats_server() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SWITCHBOARD_NATS_SERVER") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("nats-server"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A NATS server of this test's own, on a free loopback port.
+pub struct Nats {
+    child: Child,
+    url: String,
+}
+
+impl Nats {
+    /// Starts `nats-server` on 127.0.0.1 with a port it picks. `None` (with a message) when it
+    /// is not installed.
+    pub fn start() -> Option<Nats> {
+        let Some(program) = nats_server() else {
+            skip("nats-server is not installed");
+            return None;
+        };
+        let mut child = server_command(&program)
+            .args(["-a", "127.0.0.1", "-p", "-1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nats-server starts");
+        let mut log = BufReader::new(child.stderr.take().expect("nats-server's stderr"));
+        let deadline = Instant::now() + START_LIMIT;
+        let mut seen = String::new();
+        let mut url = None;
+        loop {
+            let mut line = String::new();
+            let read = log.read_line(&mut line).unwrap_or(0);
+            if read == 0 || Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("nats-server did not start:\n{seen}");
+            }
+            seen.push_str(&line);
+            if let Some(address) = line.split("Listening for client connections on ").nth(1) {
+                url = Some(format!("nats://{}", address.trim()));
+            }
+            if line.contains("Server is ready") {
+                break;
+            }
+        }
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while log.read_line(&mut line).unwrap_or(0) > 0 {
+                line.clear();
+            }
+        });
+        let url = url.unwrap_or_else(|| panic!("nats-server did not say its port:\n{seen}"));
+        Some(Nats { child, url })
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 use switchboard_store::{PostgresStore, Store};
-use switchboard_testkit::servers::Postgres;
+use switchboard_testkit::servers::{Nats, Postgres};
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::serve::{
@@ -186,5 +186,159 @@ async fn serve_refuses_a_node_alone_and_a_bad_database_url() {
         assert_eq!(output.status.code(), Some(1), "{url}: {stderr}");
         assert!(stderr.contains("cannot open the database"), "{stderr}");
         assert!(!stderr.contains(PASSWORD), "{stderr}");
+    }
+}
+
+/// Opens `GET /api/sessions/{id}/subscribe?after=0` on `url`.
+async fn subscribe(
+    url: &str,
+    token: &str,
+    id: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let address =
+        format!("{}/api/sessions/{id}/subscribe?after=0", url.replace("http://", "ws://"));
+    let mut request = address.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.unwrap().0
+}
+
+/// The event frames of a subscription until `predicate` holds for one (bounded).
+async fn frames_until(
+    socket: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    predicate: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    use futures::StreamExt as _;
+    let mut frames = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(60), socket.next())
+            .await
+            .unwrap_or_else(|_| panic!("nothing more came: {frames:#?}"))
+            .unwrap()
+            .unwrap();
+        let tokio_tungstenite::tungstenite::Message::Text(text) = frame else { continue };
+        let frame: Value = serde_json::from_str(&text).unwrap();
+        if frame["type"] != "event" {
+            continue;
+        }
+        let done = predicate(&frame);
+        frames.push(frame);
+        if done {
+            return frames;
+        }
+    }
+}
+
+/// Three daemons on one PostgreSQL and one NATS. A session starts on alpha; gamma follows it
+/// from its first event (history, then live across the seam); its Bash call is approved
+/// through beta's API, which forwards the answer to alpha; a second message goes in through
+/// gamma. Gamma sees every event once, in order, without a gap, as PostgreSQL has them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_sessions_live_and_forward_commands() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch one.txt", "description": "x"}))
+                    .when_prompt("FIRST"),
+            )
+            .reply(Reply::text("first done").when_tool_result())
+            .reply(Reply::text("second done").when_prompt("SECOND")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let url = database.url();
+    let mut nodes = Vec::new();
+    for name in ["alpha", "beta", "gamma"] {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = start_daemon_with_env(
+            dir.path(),
+            &api,
+            &sandbox,
+            &["--node", name],
+            &[("SWITCHBOARD_DATABASE_URL", url.as_str()), ("SWITCHBOARD_NATS_URL", nats.url())],
+        )
+        .await;
+        let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+        nodes.push((daemon, token, dir));
+    }
+    let [(alpha, alpha_token, _), (beta, beta_token, _), (gamma, gamma_token, _)] = &nodes[..]
+    else {
+        unreachable!()
+    };
+
+    let id = create_session(&alpha.url, alpha_token, &sandbox, "FIRST").await;
+    let mut follower = subscribe(&gamma.url, gamma_token, &id).await;
+
+    // Beta lists the session as alpha's and running; its request comes from beta's log.
+    let asked =
+        frames_until(&mut follower, |frame| frame["event"]["event"] == "permission_requested")
+            .await;
+    let request_id = asked.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+    let seen =
+        http(&beta.url, beta_token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None)
+            .await;
+    assert_eq!(seen["node"], "alpha", "{seen}");
+    assert_eq!(seen["running"], true, "{seen}");
+    let answered = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/permissions/{request_id}", beta.url))
+        .bearer_auth(beta_token)
+        .json(&json!({"behavior": "allow"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status().as_u16(), 200, "{}", answered.text().await.unwrap());
+    // Answered once: the same answer again is refused as alpha refuses it.
+    let again = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/permissions/{request_id}", beta.url))
+        .bearer_auth(beta_token)
+        .json(&json!({"behavior": "allow"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 409);
+    let refusal: Value = again.json().await.unwrap();
+    assert_eq!(refusal["error"]["code"], "already_answered", "{refusal}");
+
+    let first = frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "state" && frame["event"]["to"] == "idle"
+    })
+    .await;
+    assert!(sandbox.file("one.txt").exists(), "the approved call ran on alpha");
+    let decided = first
+        .iter()
+        .find(|frame| frame["event"]["event"] == "permission_decided")
+        .expect("the decision is in the log");
+    assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via beta"), "{decided}");
+
+    // A message through gamma reaches alpha's CLI.
+    let sent = reqwest::Client::new()
+        .post(format!("{}/api/sessions/{id}/messages", gamma.url))
+        .bearer_auth(gamma_token)
+        .json(&json!({"content": "SECOND"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status().as_u16(), 202, "{}", sent.text().await.unwrap());
+    let second = frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "line"
+            && frame["event"]["line"]["type"] == "result"
+            && frame["event"]["line"]["result"] == "second done"
+    })
+    .await;
+
+    // Every event once, in order, from 1: what PostgreSQL has.
+    let frames: Vec<Value> = asked.into_iter().chain(first).chain(second).collect();
+    let seqs: Vec<u64> = frames.iter().map(|frame| frame["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gap-free from 1, no repeat");
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let stored = store.events_after(&id, 0, 100_000).await.unwrap();
+    for (frame, event) in frames.iter().zip(&stored) {
+        assert_eq!(frame["seq"].as_u64(), Some(event.seq));
+        assert_eq!(frame["event"], serde_json::from_str::<Value>(&event.payload).unwrap());
     }
 }

@@ -74,6 +74,7 @@ impl Server {
             notify: Default::default(),
             budget: Default::default(),
             node: None,
+            bus: None,
         };
         let mut config = config;
         configure(&mut config);

@@ -1,0 +1,486 @@
+//! The fleet's bus: NATS between daemons that share one PostgreSQL (`serve --nats-url`,
+//! docs/fleet.md).
+//!
+//! - **The live tail.** Every event a node stores is published on
+//!   `switchboard.events.<session>` once the store has committed it ([`BusStore`]). A node
+//!   that serves a session running elsewhere reads its history from the store and then this
+//!   subject ([`Bus::tail`]); the store fills any gap, so a message the bus lost costs a read,
+//!   never an event.
+//! - **Commands.** A person's answer, a message, an interrupt, a stop or a switch of model or
+//!   mode sent to any node is forwarded to the node that runs the session, on
+//!   `switchboard.node.<node>.commands` ([`Bus::forward`]); that node acts on it as if it had
+//!   been asked itself, and its answer (or refusal) comes back as the reply.
+//!
+//! NATS is trusted: whoever may publish on it may answer any session's permission requests.
+//! Secure it (credentials, TLS, a private network) as docs/fleet.md says.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchboard_store::{EventRecord, NewOutboxItem, OutboxItem, SessionRecord, Store, StoreError};
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// Messages waiting to be published; past this, events are not published (subscribers on other
+/// nodes read them from the store) rather than holding a session back.
+const PUBLISH_QUEUE: usize = 8192;
+
+/// How long a forwarded command waits for the node that runs the session.
+pub const FORWARD_LIMIT: Duration = Duration::from_secs(15);
+
+/// How often a remote tail with nothing new checks the store: the safety net for a
+/// publication the bus lost while the session went quiet.
+const QUIET_CHECK: Duration = Duration::from_secs(2);
+
+/// How many events a remote tail holds for slow subscribers (as the local live buffer).
+const TAIL_BUFFER: usize = 2048;
+
+/// Events read from the store per page when a remote tail fills a gap.
+const FILL_PAGE: usize = 512;
+
+/// A session id as a subject token: only what NATS takes as one plain token.
+fn subject_token(id: &str) -> Option<&str> {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+    plain.then_some(id)
+}
+
+fn events_subject(id: &str) -> Option<String> {
+    subject_token(id).map(|id| format!("switchboard.events.{id}"))
+}
+
+fn commands_subject(node: &str) -> String {
+    format!("switchboard.node.{node}.commands")
+}
+
+/// What goes on a session's subject.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Published {
+    /// The events, in order.
+    Events(Vec<EventRecord>),
+    /// Events too large for the bus: read them from the store.
+    Stored { first: u64, last: u64 },
+}
+
+/// A command forwarded to the node that runs `session`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// The session.
+    pub session: String,
+    /// What is asked (`crate::daemon::SessionCommand` as JSON).
+    pub command: Value,
+}
+
+/// The answering node's reply.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    /// Done; what the node answered.
+    Ok(Value),
+    /// Refused, as the node's API would have refused it.
+    Error {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error code.
+        code: String,
+        /// The sentence.
+        message: String,
+    },
+}
+
+/// Why a forwarded command did not get an answer.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The node answered with a refusal.
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The API's error code.
+        code: String,
+        /// The sentence.
+        message: String,
+    },
+    /// No answer: the node is down, or the bus is.
+    Unreachable(String),
+}
+
+/// A NATS connection, this node's name, and the remote tails it follows.
+pub struct Bus {
+    client: async_nats::Client,
+    node: String,
+    outgoing: mpsc::Sender<(String, bytes::Bytes)>,
+    tails: Mutex<HashMap<String, Weak<RemoteTail>>>,
+    /// Bumped at each (re)connection: remote tails then check the store.
+    connections: watch::Receiver<u64>,
+    /// Where it connects, without credentials.
+    shown: String,
+}
+
+impl std::fmt::Debug for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bus").field("nats", &self.shown).field("node", &self.node).finish()
+    }
+}
+
+/// The URL without what is between `//` and `@` (credentials).
+fn without_credentials(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl Bus {
+    /// Connects to NATS at `url` (`nats://host:4222`, `tls://…`, with `user:password@` or a
+    /// token if the server wants them) as `node`.
+    pub async fn connect(url: &str, node: &str) -> Result<Arc<Bus>, String> {
+        let shown = without_credentials(url);
+        let (connected, connections) = watch::channel(0u64);
+        let options = async_nats::ConnectOptions::new()
+            .name(format!("switchboard {node}"))
+            .connection_timeout(Duration::from_secs(10))
+            .request_timeout(Some(FORWARD_LIMIT))
+            .event_callback(move |event| {
+                let connected = connected.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Connected => {
+                            tracing::info!("connected to NATS");
+                            connected.send_modify(|count| *count += 1);
+                        }
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!("disconnected from NATS; reconnecting")
+                        }
+                        other => tracing::debug!(event = %other, "NATS"),
+                    }
+                }
+            });
+        let client = options
+            .connect(url)
+            .await
+            // The client's own message may quote the URL: not shown.
+            .map_err(|error| format!("cannot connect to NATS at {shown}: {}", error.kind()))?;
+        let (outgoing, queue) = mpsc::channel(PUBLISH_QUEUE);
+        tokio::spawn(publish(client.clone(), queue));
+        Ok(Arc::new(Bus {
+            client,
+            node: node.to_owned(),
+            outgoing,
+            tails: Mutex::new(HashMap::new()),
+            connections,
+            shown,
+        }))
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Publishes stored events on their sessions' subjects, in order, without waiting.
+    fn publish_events(&self, events: &[&EventRecord]) {
+        let max = self.client.max_payload().saturating_sub(1024).max(1024);
+        let mut start = 0;
+        while start < events.len() {
+            let id = &events[start].session_id;
+            let end = events[start..]
+                .iter()
+                .position(|event| event.session_id != *id)
+                .map_or(events.len(), |offset| start + offset);
+            if let Some(subject) = events_subject(id) {
+                let run: Vec<EventRecord> =
+                    events[start..end].iter().map(|event| (*event).clone()).collect();
+                let (first, last) = (run[0].seq, run[run.len() - 1].seq);
+                let mut body = serde_json::to_vec(&Published::Events(run)).unwrap_or_default();
+                if body.len() > max {
+                    body =
+                        serde_json::to_vec(&Published::Stored { first, last }).unwrap_or_default();
+                }
+                if self.outgoing.try_send((subject, body.into())).is_err() {
+                    tracing::warn!(session = %id, "the bus is behind; other nodes read these events from the store");
+                }
+            }
+            start = end;
+        }
+    }
+
+    /// Follows a session that runs on another node: the events stored from now on, in
+    /// order and without a gap (the store fills what the bus missed). Subscribed before it
+    /// returns, so an event committed after the caller's next read of the store is not
+    /// missed.
+    pub(crate) async fn tail(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        id: &str,
+    ) -> Result<(broadcast::Receiver<Arc<EventRecord>>, Arc<RemoteTail>), String> {
+        if let Some(tail) = self.tails.lock().ok().and_then(|tails| tails.get(id)?.upgrade()) {
+            return Ok((tail.sender.subscribe(), tail));
+        }
+        let subject =
+            events_subject(id).ok_or_else(|| format!("session {id} has no bus subject"))?;
+        let subscriber = self.client.subscribe(subject).await.map_err(|error| error.to_string())?;
+        self.round_trip().await?;
+        let last = store.last_seq(id).await.map_err(|error| error.to_string())?;
+        let (sender, receiver) = broadcast::channel(TAIL_BUFFER);
+        let (finished, _) = watch::channel(false);
+        let (store_error, _) = watch::channel(None);
+        let task = tokio::spawn(follow(
+            subscriber,
+            store,
+            id.to_owned(),
+            last,
+            sender.clone(),
+            self.connections.clone(),
+        ));
+        let tail = Arc::new(RemoteTail { sender, finished, store_error, task });
+        if let Ok(mut tails) = self.tails.lock() {
+            tails.retain(|_, tail| tail.strong_count() > 0);
+            tails.insert(id.to_owned(), Arc::downgrade(&tail));
+        }
+        Ok((receiver, tail))
+    }
+
+    /// Returns once the server has handled everything this connection sent before: a message
+    /// to an inbox of our own comes back only after the subscriptions made before it are in
+    /// place (a server handles one connection's operations in order).
+    async fn round_trip(&self) -> Result<(), String> {
+        let inbox = self.client.new_inbox();
+        let mut probe =
+            self.client.subscribe(inbox.clone()).await.map_err(|error| error.to_string())?;
+        self.client.publish(inbox, bytes::Bytes::new()).await.map_err(|error| error.to_string())?;
+        match tokio::time::timeout(FORWARD_LIMIT, probe.next()).await {
+            Ok(Some(_)) => Ok(()),
+            _ => Err("the bus did not answer".to_owned()),
+        }
+    }
+
+    /// Sends `command` to the node that runs the session and waits for its answer.
+    pub(crate) async fn forward(
+        &self,
+        node: &str,
+        session: &str,
+        command: Value,
+    ) -> Result<Value, ForwardError> {
+        let body = serde_json::to_vec(&Forwarded { session: session.to_owned(), command })
+            .map_err(|error| ForwardError::Unreachable(error.to_string()))?;
+        let answer = self.client.request(commands_subject(node), body.into()).await.map_err(
+            |error| {
+                use async_nats::client::RequestErrorKind;
+                ForwardError::Unreachable(match error.kind() {
+                    RequestErrorKind::NoResponders => {
+                        format!("node {node} is not on the bus (stopped, or lost)")
+                    }
+                    RequestErrorKind::TimedOut => format!(
+                        "node {node} did not answer within {} s",
+                        FORWARD_LIMIT.as_secs()
+                    ),
+                    RequestErrorKind::MaxPayloadExceeded => format!(
+                        "too large to forward to node {node} over the bus; send it to that node directly"
+                    ),
+                    _ => format!("the bus failed: {error}"),
+                })
+            },
+        )?;
+        match serde_json::from_slice::<Reply>(&answer.payload) {
+            Ok(Reply::Ok(value)) => Ok(value),
+            Ok(Reply::Error { status, code, message }) => {
+                Err(ForwardError::Refused { status, code, message })
+            }
+            Err(error) => Err(ForwardError::Unreachable(format!(
+                "node {node} answered something unreadable: {error}"
+            ))),
+        }
+    }
+
+    /// The commands other nodes forward to this one; answer each with [`Bus::answer`].
+    pub(crate) async fn commands(&self) -> Result<async_nats::Subscriber, String> {
+        let subscriber = self
+            .client
+            .subscribe(commands_subject(&self.node))
+            .await
+            .map_err(|error| error.to_string())?;
+        self.round_trip().await?;
+        Ok(subscriber)
+    }
+
+    /// Answers a forwarded command.
+    pub(crate) async fn answer(&self, to: Option<async_nats::Subject>, reply: &Reply) {
+        let Some(to) = to else { return };
+        let body = serde_json::to_vec(reply).unwrap_or_default();
+        if let Err(error) = self.client.publish(to, body.into()).await {
+            tracing::warn!(%error, "cannot answer a forwarded command");
+        }
+    }
+}
+
+/// Publishes what [`Bus::publish_events`] queued, in order.
+async fn publish(client: async_nats::Client, mut queue: mpsc::Receiver<(String, bytes::Bytes)>) {
+    while let Some((subject, body)) = queue.recv().await {
+        if let Err(error) = client.publish(subject, body).await {
+            tracing::warn!(%error, "cannot publish on the bus");
+        }
+    }
+}
+
+/// A session followed from another node: its events, in order, to every subscriber here.
+/// Ends (and leaves the subject) when the last subscriber lets go.
+pub(crate) struct RemoteTail {
+    sender: broadcast::Sender<Arc<EventRecord>>,
+    /// Never set: a remote session's end is an event like any other.
+    pub(crate) finished: watch::Sender<bool>,
+    /// Never set: the node that runs the session reports its store's troubles there.
+    pub(crate) store_error: watch::Sender<Option<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RemoteTail {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads a session's subject and hands its events on, filling from the store whatever the
+/// bus skipped (a gap, events published as too large, a reconnection, a quiet spell).
+async fn follow(
+    mut subscriber: async_nats::Subscriber,
+    store: Arc<dyn Store>,
+    id: String,
+    mut last: u64,
+    sender: broadcast::Sender<Arc<EventRecord>>,
+    mut connections: watch::Receiver<u64>,
+) {
+    connections.borrow_and_update();
+    loop {
+        let received = tokio::select! {
+            message = subscriber.next() => match message {
+                Some(message) => Some(message),
+                None => return,
+            },
+            changed = connections.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                None
+            }
+            () = tokio::time::sleep(QUIET_CHECK) => None,
+        };
+        let events = match received.map(|message| serde_json::from_slice(&message.payload)) {
+            Some(Ok(Published::Events(events))) => events,
+            Some(Ok(Published::Stored { last: stored, .. })) if stored <= last => continue,
+            Some(Err(error)) => {
+                tracing::warn!(session = %id, %error, "an unreadable message on the bus");
+                Vec::new()
+            }
+            // Too large for the bus, a reconnection or a quiet spell: the store has it.
+            Some(Ok(Published::Stored { .. })) | None => Vec::new(),
+        };
+        let needs_store = events.first().is_none_or(|event| event.seq > last + 1);
+        if needs_store {
+            loop {
+                match store.events_after(&id, last, FILL_PAGE).await {
+                    Ok(page) if page.is_empty() => break,
+                    Ok(page) => {
+                        for event in page {
+                            last = event.seq;
+                            let _ = sender.send(Arc::new(event));
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(session = %id, %error, "cannot read the store to follow a session");
+                        break;
+                    }
+                }
+            }
+        }
+        for event in events {
+            if event.seq == last + 1 {
+                last = event.seq;
+                let _ = sender.send(Arc::new(event));
+            }
+        }
+    }
+}
+
+/// A store that publishes on the bus what it stored: every append, once committed.
+#[derive(Debug)]
+pub struct BusStore {
+    inner: Arc<dyn Store>,
+    bus: Arc<Bus>,
+}
+
+impl BusStore {
+    /// `inner`, publishing its appends on `bus`.
+    pub fn new(inner: Arc<dyn Store>, bus: Arc<Bus>) -> BusStore {
+        BusStore { inner, bus }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for BusStore {
+    async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.inner.create_session(record).await
+    }
+    async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
+        self.inner.update_session(record).await
+    }
+    async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.inner.get_session(id).await
+    }
+    async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
+        self.inner.list_sessions().await
+    }
+    async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.delete_session(id).await
+    }
+    async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        self.inner.append(events).await?;
+        self.bus.publish_events(&events.iter().collect::<Vec<_>>());
+        Ok(())
+    }
+    async fn append_shared(&self, events: &[Arc<EventRecord>]) -> Result<(), StoreError> {
+        self.inner.append_shared(events).await?;
+        self.bus.publish_events(&events.iter().map(|event| &**event).collect::<Vec<_>>());
+        Ok(())
+    }
+    async fn events_after(
+        &self,
+        session_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events_after(session_id, after, limit).await
+    }
+    async fn events_before(
+        &self,
+        session_id: &str,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events_before(session_id, before, limit).await
+    }
+    async fn last_seq(&self, session_id: &str) -> Result<u64, StoreError> {
+        self.inner.last_seq(session_id).await
+    }
+    async fn enqueue_outbox(&self, items: &[NewOutboxItem]) -> Result<(), StoreError> {
+        self.inner.enqueue_outbox(items).await
+    }
+    async fn outbox(&self, channel: &str, limit: usize) -> Result<Vec<OutboxItem>, StoreError> {
+        self.inner.outbox(channel, limit).await
+    }
+    async fn outbox_done(&self, id: u64) -> Result<(), StoreError> {
+        self.inner.outbox_done(id).await
+    }
+    async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError> {
+        self.inner.outbox_forget(channel).await
+    }
+    async fn outbox_channels(&self) -> Result<Vec<String>, StoreError> {
+        self.inner.outbox_channels().await
+    }
+}
