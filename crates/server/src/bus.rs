@@ -33,7 +33,21 @@ pub const FORWARD_LIMIT: Duration = Duration::from_secs(15);
 
 /// How often a remote tail with nothing new checks the store: the safety net for a
 /// publication the bus lost while the session went quiet.
-const QUIET_CHECK: Duration = Duration::from_secs(2);
+pub const QUIET_CHECK: Duration = Duration::from_secs(2);
+
+/// How a [`Bus`] runs.
+#[derive(Debug, Clone)]
+pub struct BusOptions {
+    /// How often a remote tail with nothing new checks the store ([`QUIET_CHECK`]); `None`:
+    /// never (tests that must see the bus carry every event).
+    pub quiet_check: Option<Duration>,
+}
+
+impl Default for BusOptions {
+    fn default() -> Self {
+        BusOptions { quiet_check: Some(QUIET_CHECK) }
+    }
+}
 
 /// How many events a remote tail holds for slow subscribers (as the local live buffer).
 const TAIL_BUFFER: usize = 2048;
@@ -119,6 +133,7 @@ pub struct Bus {
     connections: watch::Receiver<u64>,
     /// Where it connects, without credentials.
     shown: String,
+    options: BusOptions,
 }
 
 impl std::fmt::Debug for Bus {
@@ -141,9 +156,18 @@ impl Bus {
     /// Connects to NATS at `url` (`nats://host:4222`, `tls://…`, with `user:password@` or a
     /// token if the server wants them) as `node`.
     pub async fn connect(url: &str, node: &str) -> Result<Arc<Bus>, String> {
+        Bus::connect_with(url, node, BusOptions::default()).await
+    }
+
+    /// [`Bus::connect`] with options.
+    pub async fn connect_with(
+        url: &str,
+        node: &str,
+        options: BusOptions,
+    ) -> Result<Arc<Bus>, String> {
         let shown = without_credentials(url);
         let (connected, connections) = watch::channel(0u64);
-        let options = async_nats::ConnectOptions::new()
+        let connect = async_nats::ConnectOptions::new()
             .name(format!("switchboard {node}"))
             .connection_timeout(Duration::from_secs(10))
             .request_timeout(Some(FORWARD_LIMIT))
@@ -162,7 +186,7 @@ impl Bus {
                     }
                 }
             });
-        let client = options
+        let client = connect
             .connect(url)
             .await
             // The client's own message may quote the URL: not shown.
@@ -176,6 +200,7 @@ impl Bus {
             tails: Mutex::new(HashMap::new()),
             connections,
             shown,
+            options,
         }))
     }
 
@@ -215,7 +240,7 @@ impl Bus {
     /// order and without a gap (the store fills what the bus missed). Subscribed before it
     /// returns, so an event committed after the caller's next read of the store is not
     /// missed.
-    pub(crate) async fn tail(
+    pub async fn tail(
         self: &Arc<Self>,
         store: Arc<dyn Store>,
         id: &str,
@@ -238,6 +263,7 @@ impl Bus {
             last,
             sender.clone(),
             self.connections.clone(),
+            self.options.quiet_check,
         ));
         let tail = Arc::new(RemoteTail { sender, finished, store_error, task });
         if let Ok(mut tails) = self.tails.lock() {
@@ -331,7 +357,7 @@ async fn publish(client: async_nats::Client, mut queue: mpsc::Receiver<(String, 
 
 /// A session followed from another node: its events, in order, to every subscriber here.
 /// Ends (and leaves the subject) when the last subscriber lets go.
-pub(crate) struct RemoteTail {
+pub struct RemoteTail {
     sender: broadcast::Sender<Arc<EventRecord>>,
     /// Never set: a remote session's end is an event like any other.
     pub(crate) finished: watch::Sender<bool>,
@@ -355,6 +381,7 @@ async fn follow(
     mut last: u64,
     sender: broadcast::Sender<Arc<EventRecord>>,
     mut connections: watch::Receiver<u64>,
+    quiet_check: Option<Duration>,
 ) {
     connections.borrow_and_update();
     loop {
@@ -369,7 +396,7 @@ async fn follow(
                 }
                 None
             }
-            () = tokio::time::sleep(QUIET_CHECK) => None,
+            () = quiet(quiet_check) => None,
         };
         let events = match received.map(|message| serde_json::from_slice(&message.payload)) {
             Some(Ok(Published::Events(events))) => events,
@@ -405,6 +432,14 @@ async fn follow(
                 let _ = sender.send(Arc::new(event));
             }
         }
+    }
+}
+
+/// After `check`, or never.
+async fn quiet(check: Option<Duration>) {
+    match check {
+        Some(check) => tokio::time::sleep(check).await,
+        None => std::future::pending().await,
     }
 }
 

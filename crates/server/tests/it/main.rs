@@ -12,6 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 mod budget;
+mod bus;
 mod drops;
 mod grpc;
 mod links;

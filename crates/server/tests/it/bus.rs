@@ -1,0 +1,128 @@
+//! The fleet's bus (NATS) between daemons on one PostgreSQL, each a real server of the test's
+//! own (skipped, with a message, where they are not installed). The store's safety net (a
+//! quiet session's tail checking the store) is off here: what arrives came over the bus, or
+//! was filled from the store because the bus said to.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use switchboard_server::bus::{Bus, BusOptions, BusStore};
+use switchboard_store::{EventRecord, PostgresStore, Store};
+use switchboard_testkit::servers::{Nats, Postgres};
+use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::{seqs, Server};
+
+const NO_SAFETY_NET: BusOptions = BusOptions { quiet_check: None };
+
+fn event(seq: u64, payload: String) -> EventRecord {
+    EventRecord {
+        session_id: "s1".into(),
+        seq,
+        ts_ms: 1,
+        dir: "switchboard".into(),
+        kind: "note".into(),
+        payload,
+    }
+}
+
+async fn next(tail: &mut tokio::sync::broadcast::Receiver<Arc<EventRecord>>) -> Arc<EventRecord> {
+    tokio::time::timeout(crate::WAIT, tail.recv()).await.expect("an event in time").unwrap()
+}
+
+/// A follower on node b gets what node a publishes, in order; events a stored without a word
+/// on the bus, and one too large for the bus, are read from the store when the bus shows the
+/// gap, so the follower still sees every seq once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_gets_every_event_once_and_the_store_fills_what_the_bus_skipped() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+    let a = Bus::connect_with(nats.url(), "a", NO_SAFETY_NET).await.unwrap();
+    let b = Bus::connect_with(nats.url(), "b", NO_SAFETY_NET).await.unwrap();
+    let publishing = BusStore::new(store.clone(), a.clone());
+    publishing.append(&[event(1, "{}".into())]).await.unwrap();
+
+    let (mut tail, _follow) = b.tail(store.clone(), "s1").await.unwrap();
+    publishing.append(&[event(2, "{}".into()), event(3, "{}".into())]).await.unwrap();
+    assert_eq!(next(&mut tail).await.seq, 2, "from where the follower attached");
+    assert_eq!(next(&mut tail).await.seq, 3);
+    // Stored without a word on the bus: nothing comes until the bus shows the gap.
+    store.append(&[event(4, "{}".into()), event(5, "{}".into())]).await.unwrap();
+    publishing.append(&[event(6, "{}".into())]).await.unwrap();
+    for seq in 4..=6 {
+        assert_eq!(next(&mut tail).await.seq, seq, "filled from the store, in order");
+    }
+    // Larger than the bus takes (NATS's default is 1 MiB): the bus says where to read it.
+    let large = format!("\"{}\"", "x".repeat(2 * 1024 * 1024));
+    publishing.append(&[event(7, large.clone())]).await.unwrap();
+    let seventh = next(&mut tail).await;
+    assert_eq!((seventh.seq, seventh.payload.len()), (7, large.len()));
+    assert!(tail.try_recv().is_err(), "nothing twice");
+}
+
+/// Two daemons on one database and bus: a session runs on node a; node b follows it from
+/// its first event over the bus and answers its permission request (forwarded to a); the
+/// events b sees are a's, each once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_follows_and_answers_a_session_another_node_runs() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch b.txt", "description": "x"}))
+                    .when_prompt("RUN"),
+            )
+            .reply(Reply::text("ran it").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let store: Arc<dyn Store> =
+            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+        let bus = Bus::connect_with(nats.url(), name, NO_SAFETY_NET).await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
+        nodes.push(
+            Server::start_with(store, &api, &sandbox, |config| {
+                config.node = Some(name.to_owned());
+                config.bus = Some(bus);
+            })
+            .await,
+        );
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (status, session) =
+        a.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "RUN it"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut follower = b.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let asked = follower.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    let request_id = asked.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+
+    // Answers through b are carried out on a: an unknown request is refused as a refuses it.
+    let (status, refused) =
+        b.post(&format!("/api/sessions/{id}/permissions/nope"), json!({"behavior": "allow"})).await;
+    assert_eq!(status, 404, "{refused}");
+    let (status, answered) = b
+        .post(&format!("/api/sessions/{id}/permissions/{request_id}"), json!({"behavior": "allow"}))
+        .await;
+    assert_eq!(status, 200, "{answered}");
+    let rest = follower
+        .until(|frame| {
+            frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
+        })
+        .await;
+    assert!(sandbox.file("b.txt").exists(), "the call b approved ran on a");
+    let all: Vec<serde_json::Value> = asked.into_iter().chain(rest).collect();
+    assert_eq!(seqs(&all), (1..=all.len() as u64).collect::<Vec<_>>(), "gap-free from 1");
+    let (_, on_a) = a.get(&format!("/api/sessions/{id}/events")).await;
+    for (frame, stored) in all.iter().zip(on_a.as_array().unwrap()) {
+        assert_eq!((&frame["seq"], &frame["event"]), (&stored["seq"], &stored["event"]));
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}
