@@ -86,7 +86,7 @@ enum Published {
 pub struct Forwarded {
     /// The session.
     pub session: String,
-    /// What is asked (`crate::daemon::SessionCommand` as JSON).
+    /// What is asked: the daemon's `SessionCommand`, as JSON.
     pub command: Value,
 }
 
