@@ -65,6 +65,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
         route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
         route("GET", "/api/budget", Guard::Api(Scope::Read), get(budget)),
+        route("GET", "/api/nodes", Guard::Api(Scope::Read), get(nodes)),
         route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(change_budget)),
         route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(push_key)),
         route("GET", "/api/push/subscriptions", Guard::Api(Scope::Admin), get(push_subscriptions)),
@@ -295,15 +296,21 @@ pub(crate) struct SessionView {
     paused: Option<String>,
     /// The slash commands and skills its CLI offers, while it runs.
     pub(crate) slash_commands: Vec<switchboard_session::SlashCommandInfo>,
+    /// The node that ran it is lost (several daemons on one database): it runs nowhere now,
+    /// and any node may resume it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) node_lost: bool,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
 pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
-    // A session on another node runs as its record says (that node keeps the record).
-    let running =
-        (snapshot.is_some() || daemon.runs_elsewhere(&record)) && !is_final_state(&record.state);
+    // A session on another node runs as its record says (that node keeps the record), unless
+    // that node is lost.
+    let node_lost = daemon.node_lost(&record);
+    let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
+        && !is_final_state(&record.state);
     let (pending_permissions, disconnected_since_ms, slash_commands) = match snapshot {
         Some(snapshot) => (
             daemon.with_started_by(&record.id, snapshot.pending_permissions),
@@ -320,6 +327,7 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
         disconnected_since_ms,
         paused,
         slash_commands,
+        node_lost,
     }
 }
 
@@ -508,6 +516,12 @@ async fn session_discard(
 ) -> Result<StatusCode, ApiError> {
     daemon.discard(&id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The daemons sharing this one's database and bus, as their heartbeats say (`[]` without a
+/// bus).
+async fn nodes(State(daemon): State<Arc<Daemon>>) -> Json<Vec<crate::bus::NodeStatus>> {
+    Json(daemon.bus().map(|bus| bus.nodes()).unwrap_or_default())
 }
 
 async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {

@@ -11,6 +11,10 @@
 //!   `switchboard.node.<node>.commands` ([`Bus::forward`]); that node acts on it as if it had
 //!   been asked itself, and its answer (or refusal) comes back as the reply.
 //!
+//! - **Nodes.** Each node says every [`BusOptions::heartbeat`] on `switchboard.nodes` who it
+//!   is and how busy; a node not heard from for [`BusOptions::lost_after`] is **lost**
+//!   ([`Bus::nodes`]): its sessions show as such, and another node may resume them.
+//!
 //! NATS is trusted: whoever may publish on it may answer any session's permission requests.
 //! Secure it (credentials, TLS, a private network) as docs/fleet.md says.
 
@@ -35,18 +39,67 @@ pub const FORWARD_LIMIT: Duration = Duration::from_secs(15);
 /// publication the bus lost while the session went quiet.
 pub const QUIET_CHECK: Duration = Duration::from_secs(2);
 
+/// How often a node says it is there ([`BusOptions::heartbeat`]).
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A node not heard from for this long is lost ([`BusOptions::lost_after`]).
+pub const LOST_AFTER: Duration = Duration::from_secs(5);
+
+/// The subject of heartbeats.
+const NODES_SUBJECT: &str = "switchboard.nodes";
+
+/// The subject of the dashboards' changes (sessions created, changed, deleted).
+const DASHBOARD_SUBJECT: &str = "switchboard.dashboard";
+
 /// How a [`Bus`] runs.
 #[derive(Debug, Clone)]
 pub struct BusOptions {
     /// How often a remote tail with nothing new checks the store ([`QUIET_CHECK`]); `None`:
     /// never (tests that must see the bus carry every event).
     pub quiet_check: Option<Duration>,
+    /// How often this node says it is there ([`HEARTBEAT`]).
+    pub heartbeat: Duration,
+    /// How long a silent node takes to count as lost ([`LOST_AFTER`]).
+    pub lost_after: Duration,
 }
 
 impl Default for BusOptions {
     fn default() -> Self {
-        BusOptions { quiet_check: Some(QUIET_CHECK) }
+        BusOptions { quiet_check: Some(QUIET_CHECK), heartbeat: HEARTBEAT, lost_after: LOST_AFTER }
     }
+}
+
+/// What a node says of itself in its heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its name (`serve --node`).
+    pub node: String,
+    /// Where people reach it (its public URL), if it says.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Sessions whose CLI runs there now.
+    #[serde(default)]
+    pub running: usize,
+    /// Switchboard's version there.
+    #[serde(default)]
+    pub version: String,
+    /// When it started (Unix milliseconds, its own clock).
+    #[serde(default)]
+    pub started_ms: u64,
+}
+
+/// A node as this one hears it ([`Bus::nodes`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStatus {
+    /// What it last said.
+    #[serde(flatten)]
+    pub info: NodeInfo,
+    /// How long ago it last spoke (milliseconds).
+    pub silent_ms: u64,
+    /// Not heard from for [`BusOptions::lost_after`].
+    pub lost: bool,
+    /// This node.
+    pub this: bool,
 }
 
 /// How many events a remote tail holds for slow subscribers (as the local live buffer).
@@ -134,6 +187,11 @@ pub struct Bus {
     /// Where it connects, without credentials.
     shown: String,
     options: BusOptions,
+    /// Every node heard from, with when.
+    heard: Arc<Mutex<HashMap<String, (NodeInfo, tokio::time::Instant)>>>,
+    /// When this bus connected: a node not heard from since is lost only once it has been up
+    /// long enough to have heard it.
+    since: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for Bus {
@@ -193,6 +251,11 @@ impl Bus {
             .map_err(|error| format!("cannot connect to NATS at {shown}: {}", error.kind()))?;
         let (outgoing, queue) = mpsc::channel(PUBLISH_QUEUE);
         tokio::spawn(publish(client.clone(), queue));
+        let heard = Arc::new(Mutex::new(HashMap::new()));
+        let heartbeats = client.subscribe(NODES_SUBJECT).await.map_err(|error| {
+            format!("cannot listen for other nodes on NATS at {shown}: {error}")
+        })?;
+        tokio::spawn(listen(heartbeats, Arc::downgrade(&heard)));
         Ok(Arc::new(Bus {
             client,
             node: node.to_owned(),
@@ -201,7 +264,74 @@ impl Bus {
             connections,
             shown,
             options,
+            heard,
+            since: tokio::time::Instant::now(),
         }))
+    }
+
+    /// Says every [`BusOptions::heartbeat`] what `info` gives, until `info` gives `None`
+    /// (its daemon is gone).
+    pub fn beat(self: &Arc<Self>, info: impl Fn() -> Option<NodeInfo> + Send + 'static) {
+        let bus = Arc::downgrade(self);
+        let every = self.options.heartbeat;
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let (Some(bus), Some(info)) = (bus.upgrade(), info()) else { return };
+                let Ok(body) = serde_json::to_vec(&info) else { return };
+                if let Err(error) = bus.client.publish(NODES_SUBJECT, body.into()).await {
+                    tracing::warn!(%error, "cannot send this node's heartbeat");
+                }
+            }
+        });
+    }
+
+    /// Every node heard from since this one connected (this one among them once its first
+    /// heartbeat came back), by name.
+    pub fn nodes(&self) -> Vec<NodeStatus> {
+        let now = tokio::time::Instant::now();
+        let heard = self.heard.lock().map(|heard| heard.clone()).unwrap_or_default();
+        // Not hearing ourselves means the bus is down for us: then nobody is called lost.
+        let deaf = heard.get(&self.node).is_none_or(|(_, at)| now - *at > self.options.lost_after)
+            && now - self.since > self.options.lost_after;
+        let mut nodes: Vec<NodeStatus> = heard
+            .into_values()
+            .map(|(info, at)| {
+                let silent = now - at;
+                NodeStatus {
+                    this: info.node == self.node,
+                    lost: !deaf && silent > self.options.lost_after,
+                    silent_ms: u64::try_from(silent.as_millis()).unwrap_or(u64::MAX),
+                    info,
+                }
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.info.node.cmp(&b.info.node));
+        nodes
+    }
+
+    /// Whether `node` is lost: not heard from for [`BusOptions::lost_after`] (or never, by a
+    /// node that has been up that long), while this node hears itself.
+    pub fn is_lost(&self, node: &str) -> bool {
+        if node == self.node {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        let heard = match self.heard.lock() {
+            Ok(heard) => heard,
+            Err(_) => return false,
+        };
+        let hears_itself =
+            heard.get(&self.node).is_some_and(|(_, at)| now - *at <= self.options.lost_after);
+        if !hears_itself {
+            return false;
+        }
+        match heard.get(node) {
+            Some((_, at)) => now - *at > self.options.lost_after,
+            None => now - self.since > self.options.lost_after,
+        }
     }
 
     /// This node's name.
@@ -336,12 +466,50 @@ impl Bus {
         Ok(subscriber)
     }
 
+    /// Tells the other nodes' dashboards of a change here (without waiting; a change the bus
+    /// drops is seen at their next load of the list).
+    pub(crate) fn publish_change(&self, change: &Value) {
+        let body = serde_json::json!({"node": self.node, "change": change});
+        let Ok(body) = serde_json::to_vec(&body) else { return };
+        if self.outgoing.try_send((DASHBOARD_SUBJECT.to_owned(), body.into())).is_err() {
+            tracing::warn!("the bus is behind; a dashboard change is not sent to other nodes");
+        }
+    }
+
+    /// The other nodes' dashboard changes, as `(node, change)`.
+    pub(crate) async fn changes(&self) -> Result<async_nats::Subscriber, String> {
+        self.client.subscribe(DASHBOARD_SUBJECT).await.map_err(|error| error.to_string())
+    }
+
     /// Answers a forwarded command.
     pub(crate) async fn answer(&self, to: Option<async_nats::Subject>, reply: &Reply) {
         let Some(to) = to else { return };
         let body = serde_json::to_vec(reply).unwrap_or_default();
         if let Err(error) = self.client.publish(to, body.into()).await {
             tracing::warn!(%error, "cannot answer a forwarded command");
+        }
+    }
+}
+
+/// Notes each heartbeat heard, until the bus goes.
+async fn listen(
+    mut heartbeats: async_nats::Subscriber,
+    heard: Weak<Mutex<HashMap<String, (NodeInfo, tokio::time::Instant)>>>,
+) {
+    /// The most nodes remembered: heartbeats are trusted, but bounded all the same.
+    const MAX_NODES: usize = 1024;
+    while let Some(message) = heartbeats.next().await {
+        let Some(heard) = heard.upgrade() else { return };
+        let Ok(info) = serde_json::from_slice::<NodeInfo>(&message.payload) else {
+            tracing::warn!("an unreadable heartbeat on the bus");
+            continue;
+        };
+        let mut heard = match heard.lock() {
+            Ok(heard) => heard,
+            Err(_) => return,
+        };
+        if heard.len() < MAX_NODES || heard.contains_key(&info.node) {
+            heard.insert(info.node.clone(), (info, tokio::time::Instant::now()));
         }
     }
 }

@@ -841,6 +841,41 @@ impl Daemon {
                 .map_err(|error| DaemonError::Invalid(format!("the daemon's policy: {error}")))?;
         }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
+        if let (Some(bus), Some(node)) = (&daemon.config.bus, &daemon.config.node) {
+            share_changes(&daemon, bus).await?;
+            let (me, node) = (Arc::downgrade(&daemon), node.clone());
+            let started_ms = now_ms();
+            // The dashboards hear when a node is lost or back (its sessions' `node_lost`).
+            let lost = Mutex::new(Vec::new());
+            bus.beat(move || {
+                let daemon = me.upgrade()?;
+                let now_lost: Vec<String> = daemon
+                    .config
+                    .bus
+                    .as_ref()?
+                    .nodes()
+                    .into_iter()
+                    .filter(|status| status.lost)
+                    .map(|status| status.info.node)
+                    .collect();
+                let changed = lost.lock().map(|mut lost| {
+                    let changed = *lost != now_lost;
+                    *lost = now_lost.clone();
+                    changed
+                });
+                if changed.unwrap_or(false) {
+                    let _ =
+                        daemon.dashboard.send(json!({"event": "nodes_changed", "lost": now_lost}));
+                }
+                Some(crate::bus::NodeInfo {
+                    node: node.clone(),
+                    url: daemon.config.links.public_url.clone(),
+                    running: daemon.running_count(),
+                    version: env!("CARGO_PKG_VERSION").to_owned(),
+                    started_ms,
+                })
+            });
+        }
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
             // Another node's sessions are that node's to end (several daemons on one
@@ -1133,6 +1168,25 @@ impl Daemon {
         mode: PermissionMode,
     ) -> Result<(), DaemonError> {
         self.command(id, SessionCommand::SetMode { mode }).await
+    }
+
+    /// How many sessions' CLIs run here now.
+    pub fn running_count(&self) -> usize {
+        self.sessions
+            .lock()
+            .map(|sessions| sessions.values().filter(|live| live.handle().is_some()).count())
+            .unwrap_or(0)
+    }
+
+    /// Whether the node that runs the session is lost (no heartbeat for a while, see
+    /// [`crate::bus`]): the session no longer runs anywhere, and any node may resume it.
+    pub fn node_lost(&self, record: &SessionRecord) -> bool {
+        self.runs_elsewhere(record)
+            && !matches!(record.state.as_str(), "exited" | "crashed")
+            && record
+                .node
+                .as_deref()
+                .is_some_and(|node| self.config.bus.as_ref().is_some_and(|bus| bus.is_lost(node)))
     }
 
     /// The bus between daemons, if this one has one.
@@ -1753,7 +1807,10 @@ impl Daemon {
             .get_session(id)
             .await?
             .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
-        if record.node != self.config.node && !matches!(record.state.as_str(), "exited" | "crashed")
+        let lost = self.node_lost(&record);
+        if record.node != self.config.node
+            && !matches!(record.state.as_str(), "exited" | "crashed")
+            && !lost
         {
             let node = record.node.as_deref().unwrap_or("a daemon of its own");
             return Err(DaemonError::OtherNode(format!(
@@ -1787,7 +1844,19 @@ impl Daemon {
         let (config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
-        let last = self.store.last_seq(id).await?;
+        let mut last = self.store.last_seq(id).await?;
+        if lost {
+            // Its run ended with its node: said in the log, as a daemon's restart says it.
+            let node = record.node.as_deref().unwrap_or_default();
+            let here = self.config.node.as_deref().unwrap_or_default();
+            let payload = json!({
+                "event": "exited", "code": null, "signal": null, "requested": false,
+                "description": format!("node {node} was lost while this session ran; resumed on {here}"),
+            });
+            let note = event_record(id, last + 1, "switchboard", "exited", payload.to_string());
+            self.store.append(std::slice::from_ref(&note)).await?;
+            last += 1;
+        }
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
@@ -2848,6 +2917,47 @@ impl Subscription {
             }
         }
     }
+}
+
+/// Shares the dashboards' changes with the other nodes on the bus: this node's go out, theirs
+/// come in (marked `from_node`, and never sent out again). Each node says for itself which
+/// nodes it finds lost (`nodes_changed` stays here).
+async fn share_changes(
+    daemon: &Arc<Daemon>,
+    bus: &Arc<crate::bus::Bus>,
+) -> Result<(), DaemonError> {
+    use futures::StreamExt as _;
+    let mut theirs = bus.changes().await.map_err(DaemonError::Busy)?;
+    let mut ours = daemon.dashboard.subscribe();
+    let out = bus.clone();
+    tokio::spawn(async move {
+        loop {
+            match ours.recv().await {
+                Ok(change) => {
+                    if change.get("from_node").is_none() && change["event"] != "nodes_changed" {
+                        out.publish_change(&change);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    let (me, node) = (Arc::downgrade(daemon), bus.node().to_owned());
+    tokio::spawn(async move {
+        while let Some(message) = theirs.next().await {
+            let Some(daemon) = me.upgrade() else { return };
+            let Ok(mut told) = serde_json::from_slice::<Value>(&message.payload) else { continue };
+            let from = told["node"].as_str().unwrap_or_default().to_owned();
+            let mut change = told["change"].take();
+            if from == node || !change.is_object() {
+                continue;
+            }
+            change["from_node"] = json!(from);
+            let _ = daemon.dashboard.send(change);
+        }
+    });
+    Ok(())
 }
 
 /// The daemon's record writer: stores each changed session record, one at a time, as the store

@@ -873,6 +873,7 @@ fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Ses
         updated_ms: i64::try_from(record.updated_ms).unwrap_or(i64::MAX),
         archived: record.archived,
         node: record.node,
+        node_lost: view.node_lost,
         running: view.running,
         pending_permissions: view.pending_permissions.into_iter().map(permission_request).collect(),
         slash_commands: view

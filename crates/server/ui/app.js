@@ -73,7 +73,7 @@ function icon(name, extra = '') {
 function stateIcon(state) {
   if (['working', 'starting', 'compacting'].includes(state)) return icon('spinner', `state-icon state-${state}`);
   if (state === 'waiting') return icon('bell', 'state-icon state-waiting');
-  if (state === 'crashed') return icon('x', 'state-icon state-crashed');
+  if (state === 'crashed' || state === 'lost') return icon('x', `state-icon state-${state}`);
   if (state === 'exited') return icon('stop', 'state-icon state-exited');
   const dot = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
   dot.setAttribute('viewBox', '0 0 24 24');
@@ -283,6 +283,8 @@ function relative(path, cwd) {
 }
 
 function stateLabel(session) {
+  // Its node stopped answering (several daemons on one database): it runs nowhere now.
+  if (session.node_lost) return ['lost', `node ${session.node ?? ''} lost`];
   const pending = session.pending_permissions?.length ?? session.pending ?? 0;
   if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
   if (session.disconnected_since_ms && !['exited', 'crashed'].includes(session.state)) {
@@ -570,6 +572,7 @@ function sessionItem(session, current) {
         el('span', {}, session.model ?? ''),
         el('span', {}, money(session.cost_usd)),
         el('span', { class: 'ago' }, ago(session.updated_ms)),
+        session.node ? el('span', { class: 'node', title: 'the node that runs it' }, session.node) : null,
         session.archived ? el('span', {}, 'archived') : null)));
 }
 
@@ -624,6 +627,8 @@ function watchDashboard() {
     socket.onmessage = (message) => {
       const change = JSON.parse(message.data);
       if (change.type === 'lagged') { loadSessions().catch(() => {}); return; }
+      // A node lost or back: every session's `node_lost` may have changed.
+      if (change.event === 'nodes_changed') { loadSessions().then(() => view?.header()).catch(() => {}); return; }
       if (change.event === 'session_created') {
         sessions.set(change.session.id, change.session);
       } else if (change.event === 'session_deleted') {
@@ -641,6 +646,7 @@ function watchDashboard() {
           pending_permissions: known.length === change.pending_permissions ? known : new Array(change.pending_permissions).fill({}),
           disconnected_since_ms: change.disconnected_since_ms ?? null,
           paused: change.paused ?? null,
+          node: change.node ?? session.node ?? null,
         });
         sessions.set(session.id, session);
         if (before !== 'waiting' && stateLabel(session)[0] === 'waiting') {
@@ -1493,6 +1499,7 @@ class SessionView {
     // resume belong to that terminal.
     const terminal = session.config?.transport === 'terminal';
     h.cwd.textContent = terminal ? `${session.cwd ?? ''} · in a terminal` : (session.cwd ?? '');
+    if (session.node) h.cwd.textContent += ` · on ${session.node}`;
     h.cwd.title = session.cwd ?? '';
     h.badge.className = `badge state-${state}`;
     h.badge.dataset.state = session.state ?? '';

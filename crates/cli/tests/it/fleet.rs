@@ -189,6 +189,20 @@ async fn serve_refuses_a_node_alone_and_a_bad_database_url() {
     }
 }
 
+/// Polls `GET /api/nodes` until `predicate` holds (bounded).
+async fn wait_nodes(url: &str, token: &str, predicate: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let nodes = http(url, token, reqwest::Method::GET, "/api/nodes", None).await;
+        let nodes = nodes.as_array().cloned().unwrap_or_default();
+        if predicate(&nodes) {
+            return nodes;
+        }
+        assert!(std::time::Instant::now() < deadline, "the nodes never were so: {nodes:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Opens `GET /api/sessions/{id}/subscribe?after=0` on `url`.
 async fn subscribe(
     url: &str,
@@ -271,8 +285,33 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         unreachable!()
     };
 
+    // Gamma's dashboard hears of sessions made on alpha.
+    let mut dashboard = {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let address = format!("{}/api/events", gamma.url.replace("http://", "ws://"));
+        let mut request = address.into_client_request().unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {gamma_token}").parse().unwrap());
+        tokio_tungstenite::connect_async(request).await.unwrap().0
+    };
     let id = create_session(&alpha.url, alpha_token, &sandbox, "FIRST").await;
     let mut follower = subscribe(&gamma.url, gamma_token, &id).await;
+    loop {
+        use futures::StreamExt as _;
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(60), dashboard.next())
+            .await
+            .expect("gamma's dashboard hears of the session")
+            .unwrap()
+            .unwrap();
+        let tokio_tungstenite::tungstenite::Message::Text(text) = frame else { continue };
+        let change: Value = serde_json::from_str(&text).unwrap();
+        if change["event"] == "session_created" && change["session"]["id"] == id.as_str() {
+            assert_eq!(change["from_node"], "alpha", "{change}");
+            assert_eq!(change["session"]["node"], "alpha", "{change}");
+            break;
+        }
+    }
 
     // Beta lists the session as alpha's and running; its request comes from beta's log.
     let asked =
@@ -341,4 +380,92 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         assert_eq!(frame["seq"].as_u64(), Some(event.seq));
         assert_eq!(frame["event"], serde_json::from_str::<Value>(&event.payload).unwrap());
     }
+}
+
+/// Node alpha is SIGKILLed mid-turn, a permission waiting. Within a few seconds beta shows
+/// the session as lost (and alpha as lost in `/api/nodes`); beta resumes it (the same
+/// directory and Claude Code home here), and the log goes on from where alpha's commit left
+/// it: no gap, no repeat, a note that the run ended with its node. The unanswered call never
+/// ran; a new turn runs on beta.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_nodes_session_resumes_on_another_node() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch never.txt", "description": "x"}))
+                    .when_prompt("FIRST"),
+            )
+            .reply(Reply::text("on beta now").when_prompt("AGAIN")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let url = database.url();
+    let mut started = Vec::new();
+    for name in ["alpha", "beta"] {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = start_daemon_with_env(
+            dir.path(),
+            &api,
+            &sandbox,
+            &["--node", name],
+            &[("SWITCHBOARD_DATABASE_URL", url.as_str()), ("SWITCHBOARD_NATS_URL", nats.url())],
+        )
+        .await;
+        let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+        started.push((daemon, token, dir));
+    }
+    let (beta, beta_token, _beta_dir) = started.pop().unwrap();
+    let (alpha, alpha_token, _alpha_dir) = started.pop().unwrap();
+    let id = create_session(&alpha.url, &alpha_token, &sandbox, "FIRST").await;
+    wait_session(&beta.url, &beta_token, &id, |s| s["state"] == "awaiting_permission").await;
+    // Each hears the other's heartbeat within a second.
+    let nodes = wait_nodes(&beta.url, &beta_token, |nodes| nodes.len() == 2).await;
+    let names: Vec<&str> = nodes.iter().map(|node| node["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alpha", "beta"], "{nodes:?}");
+    assert!(nodes.iter().all(|node| node["lost"] == false), "{nodes:?}");
+
+    sigkill(alpha).await;
+    let lost = wait_session(&beta.url, &beta_token, &id, |s| s["node_lost"] == true).await;
+    assert_eq!(lost["running"], false, "{lost}");
+    assert_eq!(lost["state"], "awaiting_permission", "the last state alpha stored is kept");
+    let nodes = wait_nodes(&beta.url, &beta_token, |_| true).await;
+    let alpha_status = nodes.iter().find(|node| node["node"] == "alpha").unwrap().clone();
+    assert_eq!(alpha_status["lost"], true, "{nodes:?}");
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let before = store.events_after(&id, 0, 100_000).await.unwrap();
+
+    let resumed = http(
+        &beta.url,
+        &beta_token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    assert_eq!(resumed["node"], "beta");
+    http(
+        &beta.url,
+        &beta_token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "AGAIN"})),
+    )
+    .await;
+    wait_session(&beta.url, &beta_token, &id, |s| s["state"] == "idle").await;
+    let after = store.events_after(&id, 0, 100_000).await.unwrap();
+    let seqs: Vec<u64> = after.iter().map(|event| event.seq).collect();
+    assert_eq!(seqs, (1..=after.len() as u64).collect::<Vec<_>>(), "no gap, no repeat");
+    assert_eq!(&after[..before.len()], &before[..], "what alpha stored stays as it was");
+    let note = &after[before.len()];
+    assert_eq!(note.kind, "exited");
+    assert!(note.payload.contains("node alpha was lost"), "{}", note.payload);
+    assert!(
+        after.iter().any(|event| event.kind == "line" && event.payload.contains("on beta now")),
+        "a turn ran on beta"
+    );
+    assert!(!sandbox.file("never.txt").exists(), "the unanswered call never ran");
 }

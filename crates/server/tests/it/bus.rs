@@ -13,7 +13,11 @@ use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::{seqs, Server};
 
-const NO_SAFETY_NET: BusOptions = BusOptions { quiet_check: None };
+const NO_SAFETY_NET: BusOptions = BusOptions {
+    quiet_check: None,
+    heartbeat: std::time::Duration::from_millis(100),
+    lost_after: std::time::Duration::from_millis(1500),
+};
 
 fn event(seq: u64, payload: String) -> EventRecord {
     EventRecord {
