@@ -300,6 +300,9 @@ pub(crate) struct SessionView {
     /// and any node may resume it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) node_lost: bool,
+    /// It runs (or ran last) on another node: its files, terminal and worktree are there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) elsewhere: bool,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
@@ -309,6 +312,7 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     // A session on another node runs as its record says (that node keeps the record), unless
     // that node is lost.
     let node_lost = daemon.node_lost(&record);
+    let elsewhere = daemon.runs_elsewhere(&record);
     let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
         && !is_final_state(&record.state);
     let (pending_permissions, disconnected_since_ms, slash_commands) = match snapshot {
@@ -328,6 +332,7 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
         paused,
         slash_commands,
         node_lost,
+        elsewhere,
     }
 }
 

@@ -2364,10 +2364,20 @@ impl Daemon {
         match self.handle(id) {
             Ok(handle) => Ok(handle),
             Err(not_running) => match self.store.get_session(id).await? {
+                Some(record) if self.runs_elsewhere(&record) => Err(self.elsewhere(&record)),
                 Some(_) => Err(not_running),
                 None => Err(DaemonError::NotFound(id.to_owned())),
             },
         }
+    }
+
+    /// The refusal of what only the node that runs a session can do (its process, its files).
+    fn elsewhere(&self, record: &SessionRecord) -> DaemonError {
+        let node = record.node.as_deref().unwrap_or_default();
+        DaemonError::OtherNode(format!(
+            "session {} runs on node {node}, whose machine has its files and its CLI: do this there",
+            record.id
+        ))
     }
 
     /// The handle of a running session (`NotRunning` otherwise, whether it exists or not; see
@@ -2503,6 +2513,9 @@ impl Daemon {
         id: &str,
     ) -> Result<(SessionRecord, crate::worktree::Worktree), DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if self.runs_elsewhere(&record) {
+            return Err(self.elsewhere(&record));
+        }
         let tree = worktree_of(&record).ok_or_else(|| {
             DaemonError::Worktree(format!(
                 "session {id} has no worktree (start one with \"worktree\": true)"
@@ -2579,6 +2592,9 @@ impl Daemon {
             + 'static,
     ) -> Result<Result<T, crate::browse::BrowseError>, DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if self.runs_elsewhere(&record) {
+            return Err(self.elsewhere(&record));
+        }
         let root = std::path::PathBuf::from(&record.cwd);
         let touched = self.touched_files(id);
         // What the session's own policy denies to Read is not shown either, nor the daemon's

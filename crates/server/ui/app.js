@@ -572,7 +572,7 @@ function sessionItem(session, current) {
         el('span', {}, session.model ?? ''),
         el('span', {}, money(session.cost_usd)),
         el('span', { class: 'ago' }, ago(session.updated_ms)),
-        session.node ? el('span', { class: 'node', title: 'the node that runs it' }, session.node) : null,
+        session.node ? el('span', { class: 'node', title: 'the node that runs it' }, `on ${session.node}`) : null,
         session.archived ? el('span', {}, 'archived') : null)));
 }
 
@@ -1499,7 +1499,11 @@ class SessionView {
     // resume belong to that terminal.
     const terminal = session.config?.transport === 'terminal';
     h.cwd.textContent = terminal ? `${session.cwd ?? ''} · in a terminal` : (session.cwd ?? '');
-    if (session.node) h.cwd.textContent += ` · on ${session.node}`;
+    // Several daemons on one database: the node first, where the path would cut it off.
+    if (session.node) h.cwd.textContent = `on ${session.node} · ${h.cwd.textContent}`;
+    // Its files, terminal and worktree are on the machine that runs it.
+    h.files.hidden = Boolean(session.elsewhere);
+    h.shell.hidden = Boolean(session.elsewhere);
     h.cwd.title = session.cwd ?? '';
     h.badge.className = `badge state-${state}`;
     h.badge.dataset.state = session.state ?? '';
@@ -1521,7 +1525,7 @@ class SessionView {
     h.interrupt.disabled = !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
     h.resume.hidden = running || terminal;
     h.fork.hidden = !session.claude_session_id;
-    h.review.hidden = !session.config?.worktree;
+    h.review.hidden = !session.config?.worktree || Boolean(session.elsewhere);
     h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
     this.drawPaused(session);
   }

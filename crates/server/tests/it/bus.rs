@@ -106,6 +106,11 @@ async fn a_node_follows_and_answers_a_session_another_node_runs() {
     let asked = follower.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let request_id = asked.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
 
+    // What only a's machine has (the session's files) is refused on b, naming a.
+    let (status, refused) = b.get(&format!("/api/sessions/{id}/files")).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "other_node");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("runs on node a"), "{refused}");
     // Answers through b are carried out on a: an unknown request is refused as a refuses it.
     let (status, refused) =
         b.post(&format!("/api/sessions/{id}/permissions/nope"), json!({"behavior": "allow"})).await;
@@ -126,6 +131,94 @@ async fn a_node_follows_and_answers_a_session_another_node_runs() {
     for (frame, stored) in all.iter().zip(on_a.as_array().unwrap()) {
         assert_eq!((&frame["seq"], &frame["event"]), (&stored["seq"], &stored["event"]));
     }
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// Node b's web UI approves a session that runs on node a (`e2e/fleet.test.mjs`, Playwright
+/// driving Debian's Chromium): the list shows it with its node and waiting, its page shows the
+/// request, Allow is carried out on a, and the rest of the turn arrives live over the bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI)
+async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chromium =
+        std::env::var("SWITCHBOARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        std::path::Path::new(&chromium).exists(),
+        "the browser tests need Chromium: run scripts/install-browser.sh"
+    );
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch fleet.txt && echo FLEET_MARK", "description": "x"}),
+                )
+                .when_prompt("FLEET"),
+            )
+            .reply(Reply::text("Done on node a.").when_tool_result_contains("FLEET_MARK")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        let store: Arc<dyn Store> =
+            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+        let bus = Bus::connect(nats.url(), name).await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
+        nodes.push(
+            Server::start_with(store, &api, &sandbox, |config| {
+                config.node = Some(name.to_owned());
+                config.bus = Some(bus);
+            })
+            .await,
+        );
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (status, session) =
+        a.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "FLEET run it"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut on_b = b.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    on_b.until(|frame| frame["event"]["event"] == "permission_requested").await;
+
+    let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| root.join("target/screenshots"));
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let output = tokio::process::Command::new("node")
+        .arg(root.join("e2e/fleet.test.mjs"))
+        .env("SWITCHBOARD_URL", &b.base)
+        .env("SWITCHBOARD_TOKEN", crate::TOKEN)
+        .env("SESSION", &id)
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOTS", &screenshots)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("node runs");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{log}");
+    assert!(output.status.success(), "the browser test failed:\n{log}");
+    assert!(sandbox.file("fleet.txt").exists(), "the call approved on b ran on a");
+    let (_, events) = a.get(&format!("/api/sessions/{id}/events")).await;
+    let decided = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|event| event["event"]["event"] == "permission_decided")
+        .cloned()
+        .unwrap();
+    assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via b"), "{decided}");
     for node in nodes {
         node.stop().await;
     }

@@ -1,0 +1,61 @@
+// The web UI of one node approving a session another node runs (several daemons on one
+// PostgreSQL and one NATS). Started by `cargo test` (crates/server/tests/it/bus.rs, test
+// `a_nodes_web_ui_approves_a_session_another_node_runs`), which runs two daemons, starts a
+// session on node a whose Bash call waits for a person, and passes: SWITCHBOARD_URL and
+// SWITCHBOARD_TOKEN (node b's), SESSION (the session's id), CHROMIUM, SCREENSHOTS.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, SESSION: id, CHROMIUM: executablePath,
+  SCREENSHOTS: screenshots } = process.env;
+const TIMEOUT = 60_000;
+
+const browser = await chromium.launch({
+  executablePath,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
+page.setDefaultTimeout(TIMEOUT);
+let failed = false;
+
+async function step(name, run) {
+  const started = Date.now();
+  try {
+    await run();
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (error) {
+    failed = true;
+    console.log(`FAIL ${name}: ${error.stack ?? error}`);
+    await page.screenshot({ path: path.join(screenshots, `failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
+  }
+}
+
+await step("node b's list shows node a's session, waiting, with its node", async () => {
+  await page.goto(`${base}/?token=${token}`);
+  const item = page.locator('.session-item', { hasText: 'FLEET' });
+  await item.waitFor();
+  assert.equal(await item.locator('.node').textContent(), 'on a');
+  await page.locator('.session-item.state-waiting', { hasText: 'FLEET' }).waitFor();
+});
+
+await step("approve node a's Bash call from node b's page", async () => {
+  await page.goto(`${base}/#/s/${id}`);
+  await page.locator('.session-head .session-title', { hasText: 'on a ·' }).waitFor();
+  // Its files and terminal are on node a's machine: not offered here.
+  assert.equal(await page.locator('.session-head .files-open').isHidden(), true);
+  assert.equal(await page.locator('.session-head .shell-open').isHidden(), true);
+  const card = page.locator('.transcript .tool-Bash', { hasText: 'touch fleet.txt' });
+  await card.locator('.permission .allow').waitFor();
+  await page.screenshot({ path: path.join(screenshots, 'fleet-approve-on-another-node.png') });
+  await card.locator('.permission .allow').click();
+  await card.locator('.decision', { hasText: 'Allowed by' }).waitFor();
+  // Live from node a, over the bus: the call's output, then the answer.
+  await card.locator('.result', { hasText: 'FLEET_MARK' }).waitFor();
+  await page.locator('.transcript').getByText('Done on node a.').waitFor();
+  await page.locator('.session-head .badge.state-idle').waitFor();
+});
+
+await browser.close();
+process.exit(failed ? 1 : 0);
