@@ -103,6 +103,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         budget: Default::default(),
         node: None,
         bus: None,
+        placement: Default::default(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

@@ -102,6 +102,15 @@ pub(crate) struct ServeArgs {
     /// messages and interrupts sent to any node reach the one that runs the session.
     #[arg(long, value_name = "URL", env = "SWITCHBOARD_NATS_URL", hide_env_values = true)]
     nats_url: Option<String>,
+    /// A directory whose sessions this node runs, for placing sessions among the nodes: a
+    /// session that names no node goes to the least loaded node whose root holds its
+    /// directory. Repeat for more. Without one, this node takes only sessions asked of it.
+    #[arg(long = "root", value_name = "DIR")]
+    roots: Vec<PathBuf>,
+    /// The most sessions this node runs at once when placed by load (default 100; each CLI
+    /// takes about 200 MiB).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    capacity: Option<u32>,
 }
 
 /// A node's name: 1 to 64 letters, digits, `.`, `_` or `-`.
@@ -297,6 +306,14 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         },
         node,
         bus,
+        placement: switchboard_server::daemon::Placement {
+            roots: args
+                .roots
+                .iter()
+                .map(|root| std::path::absolute(root).unwrap_or_else(|_| root.clone()))
+                .collect(),
+            capacity: args.capacity.map(|capacity| capacity as usize),
+        },
     };
     let daemon = Daemon::open(shared, config).await.map_err(|error| {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };

@@ -86,6 +86,13 @@ pub struct NodeInfo {
     /// When it started (Unix milliseconds, its own clock).
     #[serde(default)]
     pub started_ms: u64,
+    /// The directories whose sessions it runs (`serve --root`); none: only sessions asked of
+    /// it by name.
+    #[serde(default)]
+    pub roots: Vec<String>,
+    /// The most sessions it runs at once (`serve --capacity`).
+    #[serde(default)]
+    pub capacity: usize,
 }
 
 /// A node as this one hears it ([`Bus::nodes`]).

@@ -196,6 +196,29 @@ pub struct DaemonConfig {
     /// The bus between daemons sharing the database (`serve --nats-url`): the live tail of
     /// sessions that run on other nodes, and commands forwarded to them ([`crate::bus`]).
     pub bus: Option<Arc<crate::bus::Bus>>,
+    /// What this node can run, for placing new sessions among the nodes (`serve --root`,
+    /// `--capacity`).
+    pub placement: Placement,
+}
+
+/// What a node can run, as it tells the others in its heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    /// The directories whose sessions it runs (a session's `cwd` within one); none: any
+    /// directory it has, but then the others place no session here unless asked by name.
+    pub roots: Vec<PathBuf>,
+    /// The most sessions it runs at once ([`DEFAULT_CAPACITY`] when `None`); a node at it
+    /// takes no session placed by load.
+    pub capacity: Option<usize>,
+}
+
+/// A node's capacity when it gives none: what a host of ordinary size runs (each CLI takes
+/// about 200 MiB).
+pub const DEFAULT_CAPACITY: usize = 100;
+
+/// Whether `cwd` is within one of `roots` (by whole path components).
+fn within(cwd: &std::path::Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| cwd.starts_with(root))
 }
 
 /// The most CLIs a daemon keeps warm, over all its [`WarmSpec`]s: an idle CLI holds about
@@ -332,6 +355,10 @@ pub struct CreateSession {
     /// connected and disconnected status lines (`switchboard loop`'s tasks are).
     #[serde(default)]
     pub relay: bool,
+    /// The node to run it on, where several daemons share a database and a bus (`None`: the
+    /// least loaded node that can, see [`Daemon::create`]).
+    #[serde(default)]
+    pub node: Option<String>,
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
     #[serde(skip)]
@@ -498,6 +525,13 @@ pub enum SessionCommand {
     },
     /// Stop the session's CLI.
     Stop,
+    /// Start a session here (placed on this node by another).
+    Create {
+        /// The request, as the node that placed it took it.
+        request: CreateSession,
+        /// Who asked (the request's own `started_by` is never sent).
+        by: Option<String>,
+    },
 }
 
 impl SessionCommand {
@@ -873,6 +907,14 @@ impl Daemon {
                     running: daemon.running_count(),
                     version: env!("CARGO_PKG_VERSION").to_owned(),
                     started_ms,
+                    roots: daemon
+                        .config
+                        .placement
+                        .roots
+                        .iter()
+                        .map(|root| root.display().to_string())
+                        .collect(),
+                    capacity: daemon.config.placement.capacity.unwrap_or(DEFAULT_CAPACITY),
                 })
             });
         }
@@ -1190,7 +1232,7 @@ impl Daemon {
     }
 
     /// The bus between daemons, if this one has one.
-    pub(crate) fn bus(&self) -> Option<&Arc<crate::bus::Bus>> {
+    pub fn bus(&self) -> Option<&Arc<crate::bus::Bus>> {
         self.config.bus.as_ref()
     }
 
@@ -1199,34 +1241,89 @@ impl Daemon {
         self.config.bus.is_some() && record.node.is_some() && record.node != self.config.node
     }
 
-    /// The bus and the node that runs session `id`, when that is another node.
-    async fn remote_owner(
-        &self,
-        id: &str,
-    ) -> Result<Option<(Arc<crate::bus::Bus>, String)>, DaemonError> {
-        let Some(bus) = &self.config.bus else { return Ok(None) };
-        if self.handle(id).is_ok() {
-            return Ok(None);
+    /// Where a new session runs, when that is another node (`None`: here). The node the
+    /// request names; else the least loaded node (sessions running against its capacity)
+    /// that is not lost, has room, and whose roots hold the session's directory, this one
+    /// counted when it has the directory (within its roots, if it has any) and room; on a
+    /// tie, here.
+    fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
+        let here = self.config.node.as_deref();
+        let Some(bus) = &self.config.bus else {
+            return match &request.node {
+                Some(node) if Some(node.as_str()) != here => Err(DaemonError::Invalid(format!(
+                    "node {node}: this daemon shares no bus with other nodes (serve --nats-url)"
+                ))),
+                _ => Ok(None),
+            };
+        };
+        let nodes = bus.nodes();
+        if let Some(node) = &request.node {
+            if Some(node.as_str()) == here {
+                return Ok(None);
+            }
+            return match nodes.iter().find(|status| status.info.node == *node) {
+                Some(status) if !status.lost => Ok(Some(node.clone())),
+                Some(_) => Err(DaemonError::Busy(format!("node {node} is lost"))),
+                None => Err(DaemonError::Invalid(format!(
+                    "no node {node} on the bus (GET /api/nodes lists them)"
+                ))),
+            };
         }
-        let record = self.store.get_session(id).await?;
-        Ok(record
-            .and_then(|record| record.node)
-            .filter(|node| Some(node) != self.config.node.as_ref())
-            .map(|node| (bus.clone(), node)))
+        let load = |running: usize, capacity: usize| running as f64 / capacity.max(1) as f64;
+        let placement = &self.config.placement;
+        let capacity = placement.capacity.unwrap_or(DEFAULT_CAPACITY);
+        let running = self.running_count();
+        let fits_here = request.cwd.is_dir()
+            && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
+            && running < capacity;
+        let mut best: Option<(f64, Option<String>)> =
+            fits_here.then(|| (load(running, capacity), None));
+        for status in nodes.iter().filter(|status| !status.this && !status.lost) {
+            let info = &status.info;
+            let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
+            if !within(&request.cwd, &roots) || info.running >= info.capacity {
+                continue;
+            }
+            let theirs = load(info.running, info.capacity);
+            if best.as_ref().is_none_or(|(least, _)| theirs < *least) {
+                best = Some((theirs, Some(info.node.clone())));
+            }
+        }
+        Ok(best.and_then(|(_, node)| node))
     }
 
-    /// Carries out `command` on session `id`: here if it runs here, else on the node that
-    /// runs it (over the bus), whose answer or refusal is this one's.
-    pub async fn command(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
-        let Some((bus, node)) = self.remote_owner(id).await? else {
-            return self.command_here(id, command).await;
+    /// Creates the session on node `node`, over the bus.
+    async fn create_on(
+        &self,
+        node: &str,
+        mut request: CreateSession,
+    ) -> Result<SessionRecord, DaemonError> {
+        // Named, so that the node it reaches runs it and places nothing further.
+        request.node = Some(node.to_owned());
+        let by = request.started_by.take().map(|by| match &self.config.node {
+            Some(here) => format!("{by} via {here}"),
+            None => by,
+        });
+        let answer = self.forward(node, "", &SessionCommand::Create { request, by }).await?;
+        serde_json::from_value(answer).map_err(|error| {
+            DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
+        })
+    }
+
+    /// Sends `command` to `node` over the bus; its answer, or its refusal as this node's.
+    async fn forward(
+        &self,
+        node: &str,
+        id: &str,
+        command: &SessionCommand,
+    ) -> Result<Value, DaemonError> {
+        let Some(bus) = &self.config.bus else {
+            return Err(DaemonError::Internal("no bus to forward on".into()));
         };
-        let here = self.config.node.as_deref().unwrap_or("another node");
-        let command = command.via(here);
-        let command = serde_json::to_value(&command)
+        let command = serde_json::to_value(command)
             .map_err(|error| DaemonError::Internal(format!("a command to forward: {error}")))?;
-        match bus.forward(&node, id, command).await {
-            Ok(_) => Ok(()),
+        match bus.forward(node, id, command).await {
+            Ok(answer) => Ok(answer),
             Err(crate::bus::ForwardError::Refused { status, code, message }) => {
                 Err(DaemonError::Forwarded { status, code, message })
             }
@@ -1234,10 +1331,58 @@ impl Daemon {
         }
     }
 
+    /// The bus and the node that runs session `id`, when that is another node.
+    async fn remote_owner(&self, id: &str) -> Result<Option<String>, DaemonError> {
+        if self.config.bus.is_none() {
+            return Ok(None);
+        }
+        if self.handle(id).is_ok() {
+            return Ok(None);
+        }
+        let record = self.store.get_session(id).await?;
+        Ok(record
+            .and_then(|record| record.node)
+            .filter(|node| Some(node) != self.config.node.as_ref()))
+    }
+
+    /// Carries out `command` on session `id`: here if it runs here, else on the node that
+    /// runs it (over the bus), whose answer or refusal is this one's.
+    pub async fn command(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
+        let Some(node) = self.remote_owner(id).await? else {
+            return self.command_session_here(id, command).await;
+        };
+        let here = self.config.node.as_deref().unwrap_or("another node");
+        self.forward(&node, id, &command.via(here)).await.map(drop)
+    }
+
     /// Carries out `command` on session `id` if it runs on this node (`NotRunning`
-    /// otherwise): what a command forwarded from another node gets.
-    pub async fn command_here(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
+    /// otherwise): what a command forwarded from another node gets. Its answer: the new
+    /// session's record for a create, `null` otherwise.
+    pub async fn command_here(
+        self: &Arc<Self>,
+        id: &str,
+        command: SessionCommand,
+    ) -> Result<Value, DaemonError> {
+        if let SessionCommand::Create { mut request, by } = command {
+            // Here, whatever it names: a forwarded create is never placed or forwarded again.
+            request.node = self.config.node.clone();
+            request.started_by = by;
+            let record = self.create(request).await?;
+            return serde_json::to_value(public_record(record))
+                .map_err(|error| DaemonError::Internal(error.to_string()));
+        }
+        self.command_session_here(id, command).await.map(|()| Value::Null)
+    }
+
+    async fn command_session_here(
+        &self,
+        id: &str,
+        command: SessionCommand,
+    ) -> Result<(), DaemonError> {
         match command {
+            SessionCommand::Create { .. } => {
+                Err(DaemonError::Invalid("a create names no session".into()))
+            }
             SessionCommand::Message { message, by } => self.message_here(id, message, &by).await,
             SessionCommand::Answer { request_id, answer, by } => {
                 Ok(self.running(id).await?.respond_permission(&request_id, answer, &by).await?)
@@ -1685,6 +1830,9 @@ impl Daemon {
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
+        if let Some(node) = self.place(&request)? {
+            return self.create_on(&node, request).await;
+        }
         if request.prompt.as_deref().is_some_and(|prompt| prompt.trim().is_empty()) {
             return Err(DaemonError::Invalid(
                 "prompt is empty; leave it out to start a session without one".into(),
@@ -2431,24 +2579,14 @@ impl Daemon {
     /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.
     pub async fn stop(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
         // A session another node runs is stopped there first.
-        if let Some((bus, node)) = self.remote_owner(id).await? {
+        if let Some(node) = self.remote_owner(id).await? {
             let running = self
                 .store
                 .get_session(id)
                 .await?
                 .is_some_and(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
             if running {
-                let command = serde_json::to_value(SessionCommand::Stop)
-                    .map_err(|error| DaemonError::Internal(error.to_string()))?;
-                match bus.forward(&node, id, command).await {
-                    Ok(_) => {}
-                    Err(crate::bus::ForwardError::Refused { status, code, message }) => {
-                        return Err(DaemonError::Forwarded { status, code, message })
-                    }
-                    Err(crate::bus::ForwardError::Unreachable(message)) => {
-                        return Err(DaemonError::Busy(message))
-                    }
-                }
+                self.forward(&node, id, &SessionCommand::Stop).await?;
             }
         }
         self.stop_here(id, purge).await

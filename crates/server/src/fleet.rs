@@ -35,7 +35,7 @@ pub(crate) async fn answer_commands(daemon: Arc<Daemon>) {
     }
 }
 
-async fn carry_out(daemon: &Daemon, payload: &[u8]) -> Reply {
+async fn carry_out(daemon: &Arc<Daemon>, payload: &[u8]) -> Reply {
     let refused = |error: ApiError| Reply::Error {
         status: error.status.as_u16(),
         code: error.code.to_owned(),
@@ -50,7 +50,7 @@ async fn carry_out(daemon: &Daemon, payload: &[u8]) -> Reply {
         Err(error) => return refused(ApiError::invalid(format!("a forwarded command: {error}"))),
     };
     match daemon.command_here(&forwarded.session, command).await {
-        Ok(()) => Reply::Ok(serde_json::Value::Null),
+        Ok(answer) => Reply::Ok(answer),
         Err(error) => refused(error.into()),
     }
 }

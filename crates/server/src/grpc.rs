@@ -231,6 +231,7 @@ impl Switchboard for Api {
             transport: request.transport,
             env: request.env.into_iter().collect(),
             relay: request.relay,
+            node: request.node,
             started_by: Some(caller.who("grpc", None)),
         };
         crate::tokens::check_create(&caller, &create)

@@ -223,3 +223,67 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
         node.stop().await;
     }
 }
+
+/// Placement: a session that names no node goes to the least loaded node whose roots hold its
+/// directory (here first on a tie); one that names a node runs there, over the bus; an
+/// unknown node is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let mut nodes = Vec::new();
+    for (name, capacity) in [("a", 1), ("b", 4)] {
+        let store: Arc<dyn Store> =
+            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+        let bus = Bus::connect_with(nats.url(), name, NO_SAFETY_NET).await.unwrap();
+        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
+        let root = sandbox.workdir().to_path_buf();
+        nodes.push(
+            Server::start_with(store, &api, &sandbox, move |config| {
+                config.node = Some(name.to_owned());
+                config.bus = Some(bus);
+                config.placement.roots = vec![root];
+                config.placement.capacity = Some(capacity);
+            })
+            .await,
+        );
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    // Each has heard the other (heartbeats every 100 ms here).
+    for node in [a, b] {
+        let deadline = std::time::Instant::now() + crate::WAIT;
+        while node.daemon.bus().map_or(0, |bus| bus.nodes().len()) < 2 {
+            assert!(std::time::Instant::now() < deadline, "the nodes never heard each other");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    let create = |body: serde_json::Value| async move { a.post("/api/sessions", body).await };
+    // Both idle: a tie, so here.
+    let (status, first) = create(json!({"cwd": sandbox.workdir()})).await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["node"], "a");
+    // a is full (capacity 1): the next goes to b, which runs it.
+    let (status, second) = create(json!({"cwd": sandbox.workdir()})).await;
+    assert_eq!(status, 201, "{second}");
+    assert_eq!(second["node"], "b", "{second}");
+    assert_eq!(b.daemon.running_count(), 1, "b runs it");
+    assert_eq!(a.daemon.running_count(), 1);
+    // Named: there, even past its capacity (capacity steers only placement by load).
+    let (status, third) =
+        b.post("/api/sessions", json!({"cwd": sandbox.workdir(), "node": "a"})).await;
+    assert_eq!(status, 201, "{third}");
+    assert_eq!(third["node"], "a");
+    assert_eq!(a.daemon.running_count(), 2);
+    let (status, refused) =
+        b.post("/api/sessions", json!({"cwd": sandbox.workdir(), "node": "zeta"})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("no node zeta"), "{refused}");
+    // Outside every node's roots, and not a directory here: nobody can, so it is refused here.
+    let (status, refused) = create(json!({"cwd": "/nowhere/at/all"})).await;
+    assert_eq!(status, 400, "{refused}");
+    for node in nodes {
+        node.stop().await;
+    }
+}

@@ -76,6 +76,7 @@ impl Server {
             budget: Default::default(),
             node: None,
             bus: None,
+            placement: Default::default(),
         };
         let mut config = config;
         configure(&mut config);
