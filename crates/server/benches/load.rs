@@ -10,8 +10,14 @@
 //! WebSocket's stored events, the WebSocket's view (`?view=true`, the projection's updates) and
 //! gRPC's `Subscribe` (the same updates, typed), with gRPC's CPU per message over each.
 //!
+//! With `--fleet`, several daemons on one PostgreSQL and one NATS (real servers, started by the
+//! bench: `scripts/install-servers.sh`): `--nodes N` daemons, `--sessions` each, every session
+//! followed by `--subscribers` WebSockets on the *next* node, so that every line crosses the
+//! bus; against one daemon on the same PostgreSQL with its subscribers on itself. The nodes
+//! share one process (the CPU per line is all of theirs); NATS's own CPU is counted apart.
+//!
 //! `cargo bench -p switchboard-server --bench load -- [--sessions N] [--rate R]
-//!  [--subscribers M] [--seconds S] [--idle K] [--faces]`
+//!  [--subscribers M] [--seconds S] [--idle K] [--faces] [--fleet [--nodes N]]`
 //! (build fake-claude first: `cargo build --release -p switchboard-testkit --bins`).
 
 #![allow(
@@ -42,6 +48,7 @@ struct Params {
     subscribers: usize,
     seconds: f64,
     idle: usize,
+    nodes: usize,
 }
 
 impl Params {
@@ -61,13 +68,15 @@ impl Params {
             self.seconds.to_string(),
             "--idle".into(),
             self.idle.to_string(),
+            "--nodes".into(),
+            self.nodes.to_string(),
         ]
     }
 }
 
 fn parse_args() -> (Option<String>, Params) {
     let mut params =
-        Params { sessions: 100, rate: 50.0, subscribers: 10, seconds: 10.0, idle: 1000 };
+        Params { sessions: 100, rate: 50.0, subscribers: 10, seconds: 10.0, idle: 1000, nodes: 3 };
     let mut child = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -79,6 +88,7 @@ fn parse_args() -> (Option<String>, Params) {
             "--subscribers" => params.subscribers = value().parse().unwrap_or(params.subscribers),
             "--seconds" => params.seconds = value().parse().unwrap_or(params.seconds),
             "--idle" => params.idle = value().parse().unwrap_or(params.idle),
+            "--nodes" => params.nodes = value().parse().unwrap_or(params.nodes).max(1),
             _ => {} // `--bench` and friends from cargo
         }
     }
@@ -480,6 +490,115 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
     result
 }
 
+/// A process's CPU time so far (µs), from `/proc` (for a server the bench started).
+fn process_cpu_micros(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's `(...)`: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    ticks * 1_000_000 / per_second.max(1)
+}
+
+/// `nodes` daemons on one PostgreSQL (and, past one, one NATS), each running
+/// `params.sessions` sessions, each session followed by `params.subscribers` WebSockets on the
+/// next node (on itself, for one node).
+async fn child_fleet(params: Params, nodes: usize) -> Value {
+    use switchboard_server::bus::{Bus, BusStore};
+    use switchboard_testkit::servers::{Nats, Postgres};
+    let database = Postgres::start().expect("PostgreSQL is needed: scripts/install-servers.sh");
+    let nats = (nodes > 1)
+        .then(|| Nats::start().expect("nats-server is needed: scripts/install-servers.sh"));
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), &params);
+    let mut daemons = Vec::new();
+    let mut addresses = Vec::new();
+    for index in 0..nodes {
+        let node = format!("n{index}");
+        let store: Arc<dyn Store> =
+            Arc::new(switchboard_store::PostgresStore::connect(&database.url()).await.unwrap());
+        let (store, bus): (Arc<dyn Store>, _) = match &nats {
+            Some(nats) => {
+                let bus = Bus::connect(nats.url(), &node).await.unwrap();
+                (Arc::new(BusStore::new(store, bus.clone())), Some(bus))
+            }
+            None => (store, None),
+        };
+        let config = DaemonConfig {
+            claude: Some(fake_claude()),
+            env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+            default_policy: Some(switchboard_session::Policy::allow_all()),
+            node: Some(node),
+            bus,
+            ..DaemonConfig::default()
+        };
+        let daemon = Daemon::open(store, config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addresses.push(listener.local_addr().unwrap());
+        let served = daemon.clone();
+        tokio::spawn(async move {
+            let auth = AuthConfig::no_auth();
+            switchboard_server::serve(listener, served, auth, std::future::pending()).await.unwrap()
+        });
+        daemons.push(daemon);
+    }
+    let mut ids = Vec::new();
+    for (index, daemon) in daemons.iter().enumerate() {
+        for _ in 0..params.sessions {
+            let record = daemon
+                .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
+                .await
+                .unwrap();
+            ids.push((index, record.id));
+        }
+    }
+    let urls: Vec<String> = ids
+        .iter()
+        .map(|(index, id)| {
+            let address = addresses[(index + 1) % nodes];
+            format!("ws://{address}/api/sessions/{id}/subscribe?after=0")
+        })
+        .collect();
+    let start = async {
+        for (index, id) in &ids {
+            daemons[*index].handle(id).unwrap().send_text("go").await.unwrap();
+        }
+    };
+    let nats_before = nats.as_ref().map(|nats| process_cpu_micros(nats.pid()));
+    let all = Params { sessions: ids.len(), ..params.clone() };
+    let (delivered, latencies, cpu, wall) = drive(urls, &all, true, start).await;
+    let name = if nodes == 1 {
+        "1 node on PostgreSQL, subscribers on it".to_owned()
+    } else {
+        format!("{nodes} nodes on PostgreSQL + NATS, subscribers on the next node")
+    };
+    let mut result = report(&name, &all, delivered, latencies, cpu, wall);
+    if let (Some(nats), Some(before)) = (&nats, nats_before) {
+        let used = process_cpu_micros(nats.pid()).saturating_sub(before);
+        result["nats_cpu_us_per_message"] = json!(used as f64 / delivered.max(1) as f64);
+    }
+    let mut stored = 0;
+    for (index, id) in &ids {
+        stored += daemons[*index]
+            .store()
+            .events_after(id, 0, 1_000_000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.payload.contains("\"t=") && e.payload.contains("text_delta"))
+            .count();
+    }
+    result["stored_lines"] = json!(stored);
+    for daemon in &daemons {
+        daemon.stop_all().await;
+    }
+    result
+}
+
 /// The minimal forwarder: read each CLI's stdout lines, broadcast them, serve them over
 /// tokio-tungstenite. No persistence, no parsing.
 async fn child_baseline(params: Params) -> Value {
@@ -736,6 +855,11 @@ fn main() {
                 "baseline" => child_baseline(params).await,
                 "idle" => child_idle(params).await,
                 "finished" => child_finished(params).await,
+                "fleet-1" => child_fleet(params, 1).await,
+                "fleet" => {
+                    let nodes = params.nodes;
+                    child_fleet(params, nodes).await
+                }
                 other => json!({"error": format!("unknown mode {other}")}),
             }
         });
@@ -743,6 +867,21 @@ fn main() {
         return;
     }
     eprintln!("load: {params:?}");
+    if std::env::args().any(|arg| arg == "--fleet") {
+        let single = run_child("fleet-1", &params);
+        let fleet = run_child("fleet", &params);
+        println!(
+            "{} sessions × {} lines/s for {} s per node, {} subscriber(s) per session on another node (every line stored in PostgreSQL)\n",
+            params.sessions, params.rate, params.seconds, params.subscribers
+        );
+        let ratio = print_table(&single, &fleet, &[]);
+        println!(
+            "\nCPU per delivered line, {} nodes / 1 node: {ratio:.2}x (the nodes' process; NATS's own: {:.1} µs a line)",
+            params.nodes,
+            fleet["nats_cpu_us_per_message"].as_f64().unwrap_or(0.0)
+        );
+        return;
+    }
     if std::env::args().any(|arg| arg == "--faces") {
         let events = run_child("daemon", &params);
         let view = run_child("face-view", &params);

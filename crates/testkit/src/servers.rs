@@ -296,6 +296,11 @@ impl Nats {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// The server's process id (a benchmark reads its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Nats {
