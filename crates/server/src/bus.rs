@@ -28,9 +28,13 @@ use serde_json::Value;
 use switchboard_store::{EventRecord, NewOutboxItem, OutboxItem, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch};
 
-/// Messages waiting to be published; past this, events are not published (subscribers on other
-/// nodes read them from the store) rather than holding a session back.
+/// Messages waiting to be published; past this (or [`PUBLISH_BYTES`]), events are not
+/// published (subscribers on other nodes read them from the store) rather than holding a
+/// session back.
 const PUBLISH_QUEUE: usize = 8192;
+
+/// The most bytes waiting to be published.
+const PUBLISH_BYTES: usize = 64 * 1024 * 1024;
 
 /// How long a forwarded command waits for the node that runs the session.
 pub const FORWARD_LIMIT: Duration = Duration::from_secs(15);
@@ -188,6 +192,8 @@ pub struct Bus {
     client: async_nats::Client,
     node: String,
     outgoing: mpsc::Sender<(String, bytes::Bytes)>,
+    /// Bytes queued for publishing.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
     tails: Mutex<HashMap<String, Weak<RemoteTail>>>,
     /// Bumped at each (re)connection: remote tails then check the store.
     connections: watch::Receiver<u64>,
@@ -196,9 +202,9 @@ pub struct Bus {
     options: BusOptions,
     /// Every node heard from, with when.
     heard: Arc<Mutex<HashMap<String, (NodeInfo, tokio::time::Instant)>>>,
-    /// When this bus connected: a node not heard from since is lost only once it has been up
-    /// long enough to have heard it.
-    since: tokio::time::Instant,
+    /// When this bus last (re)connected: a node not heard from since is lost only once this
+    /// one has been connected long enough to have heard it.
+    since: Arc<Mutex<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for Bus {
@@ -207,13 +213,27 @@ impl std::fmt::Debug for Bus {
     }
 }
 
-/// The URL without what is between `//` and `@` (credentials).
+/// The URL without its credentials (what comes before an `@`, after any `scheme://`).
 fn without_credentials(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}{}", &url[..scheme + 3], &url[at + 1..])
-        }
+    let start = url.find("://").map_or(0, |scheme| scheme + 3);
+    match url.rfind('@') {
+        Some(at) if at >= start => format!("{}{}", &url[..start], &url[at + 1..]),
         _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_never_show() {
+        for url in ["nats://me:pw@bus:4222", "me:pw@bus:4222", "tls://tok@bus"] {
+            let shown = super::without_credentials(url);
+            assert!(
+                !shown.contains("pw") && !shown.contains("tok") && shown.contains("bus"),
+                "{shown}"
+            );
+        }
+        assert_eq!(super::without_credentials("nats://bus:4222"), "nats://bus:4222");
     }
 }
 
@@ -232,16 +252,22 @@ impl Bus {
     ) -> Result<Arc<Bus>, String> {
         let shown = without_credentials(url);
         let (connected, connections) = watch::channel(0u64);
+        let since = Arc::new(Mutex::new(tokio::time::Instant::now()));
+        let reconnected = since.clone();
         let connect = async_nats::ConnectOptions::new()
             .name(format!("switchboard {node}"))
             .connection_timeout(Duration::from_secs(10))
             .request_timeout(Some(FORWARD_LIMIT))
             .event_callback(move |event| {
                 let connected = connected.clone();
+                let reconnected = reconnected.clone();
                 async move {
                     match event {
                         async_nats::Event::Connected => {
                             tracing::info!("connected to NATS");
+                            if let Ok(mut since) = reconnected.lock() {
+                                *since = tokio::time::Instant::now();
+                            }
                             connected.send_modify(|count| *count += 1);
                         }
                         async_nats::Event::Disconnected => {
@@ -257,7 +283,8 @@ impl Bus {
             // The client's own message may quote the URL: not shown.
             .map_err(|error| format!("cannot connect to NATS at {shown}: {}", error.kind()))?;
         let (outgoing, queue) = mpsc::channel(PUBLISH_QUEUE);
-        tokio::spawn(publish(client.clone(), queue));
+        let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        tokio::spawn(publish(client.clone(), queue, queued.clone()));
         let heard = Arc::new(Mutex::new(HashMap::new()));
         let heartbeats = client.subscribe(NODES_SUBJECT).await.map_err(|error| {
             format!("cannot listen for other nodes on NATS at {shown}: {error}")
@@ -267,12 +294,13 @@ impl Bus {
             client,
             node: node.to_owned(),
             outgoing,
+            queued,
             tails: Mutex::new(HashMap::new()),
             connections,
             shown,
             options,
             heard,
-            since: tokio::time::Instant::now(),
+            since,
         }))
     }
 
@@ -301,8 +329,9 @@ impl Bus {
         let now = tokio::time::Instant::now();
         let heard = self.heard.lock().map(|heard| heard.clone()).unwrap_or_default();
         // Not hearing ourselves means the bus is down for us: then nobody is called lost.
+        // (Just after a reconnection, the others may not have spoken yet.)
         let deaf = heard.get(&self.node).is_none_or(|(_, at)| now - *at > self.options.lost_after)
-            && now - self.since > self.options.lost_after;
+            || now - self.since() <= self.options.lost_after;
         let mut nodes: Vec<NodeStatus> = heard
             .into_values()
             .map(|(info, at)| {
@@ -332,13 +361,15 @@ impl Bus {
         };
         let hears_itself =
             heard.get(&self.node).is_some_and(|(_, at)| now - *at <= self.options.lost_after);
-        if !hears_itself {
+        if !hears_itself || now - self.since() <= self.options.lost_after {
             return false;
         }
-        match heard.get(node) {
-            Some((_, at)) => now - *at > self.options.lost_after,
-            None => now - self.since > self.options.lost_after,
-        }
+        heard.get(node).is_none_or(|(_, at)| now - *at > self.options.lost_after)
+    }
+
+    /// When this bus last (re)connected.
+    fn since(&self) -> tokio::time::Instant {
+        self.since.lock().map(|since| *since).unwrap_or_else(|_| tokio::time::Instant::now())
     }
 
     /// This node's name.
@@ -365,12 +396,27 @@ impl Bus {
                     body =
                         serde_json::to_vec(&Published::Stored { first, last }).unwrap_or_default();
                 }
-                if self.outgoing.try_send((subject, body.into())).is_err() {
+                if !self.queue(subject, body) {
                     tracing::warn!(session = %id, "the bus is behind; other nodes read these events from the store");
                 }
             }
             start = end;
         }
+    }
+
+    /// Queues a message for publishing, unless the queue is full (by count or bytes).
+    fn queue(&self, subject: String, body: Vec<u8>) -> bool {
+        use std::sync::atomic::Ordering;
+        let size = body.len();
+        if self.queued.fetch_add(size, Ordering::AcqRel) + size > PUBLISH_BYTES {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            return false;
+        }
+        if self.outgoing.try_send((subject, body.into())).is_err() {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     /// Follows a session that runs on another node: the events stored from now on, in
@@ -382,9 +428,25 @@ impl Bus {
         store: Arc<dyn Store>,
         id: &str,
     ) -> Result<(broadcast::Receiver<Arc<EventRecord>>, Arc<RemoteTail>), String> {
-        if let Some(tail) = self.tails.lock().ok().and_then(|tails| tails.get(id)?.upgrade()) {
+        if let Some(tail) = self
+            .tails
+            .lock()
+            .ok()
+            .and_then(|tails| tails.get(id)?.upgrade())
+            .filter(|tail| !tail.task.is_finished())
+        {
             return Ok((tail.sender.subscribe(), tail));
         }
+        tokio::time::timeout(FORWARD_LIMIT, self.attach(store, id))
+            .await
+            .map_err(|_| "the bus did not answer".to_owned())?
+    }
+
+    async fn attach(
+        self: &Arc<Self>,
+        store: Arc<dyn Store>,
+        id: &str,
+    ) -> Result<(broadcast::Receiver<Arc<EventRecord>>, Arc<RemoteTail>), String> {
         let subject =
             events_subject(id).ok_or_else(|| format!("session {id} has no bus subject"))?;
         let subscriber = self.client.subscribe(subject).await.map_err(|error| error.to_string())?;
@@ -393,7 +455,8 @@ impl Bus {
         let (sender, receiver) = broadcast::channel(TAIL_BUFFER);
         let (finished, _) = watch::channel(false);
         let (store_error, _) = watch::channel(None);
-        let task = tokio::spawn(follow(
+        let ended = finished.clone();
+        let following = follow(
             subscriber,
             store,
             id.to_owned(),
@@ -401,7 +464,12 @@ impl Bus {
             sender.clone(),
             self.connections.clone(),
             self.options.quiet_check,
-        ));
+        );
+        let task = tokio::spawn(async move {
+            following.await;
+            // Its subscribers read the store, then follow anew.
+            ended.send_replace(true);
+        });
         let tail = Arc::new(RemoteTail { sender, finished, store_error, task });
         if let Ok(mut tails) = self.tails.lock() {
             tails.retain(|_, tail| tail.strong_count() > 0);
@@ -478,7 +546,7 @@ impl Bus {
     pub(crate) fn publish_change(&self, change: &Value) {
         let body = serde_json::json!({"node": self.node, "change": change});
         let Ok(body) = serde_json::to_vec(&body) else { return };
-        if self.outgoing.try_send((DASHBOARD_SUBJECT.to_owned(), body.into())).is_err() {
+        if !self.queue(DASHBOARD_SUBJECT.to_owned(), body) {
             tracing::warn!("the bus is behind; a dashboard change is not sent to other nodes");
         }
     }
@@ -522,8 +590,13 @@ async fn listen(
 }
 
 /// Publishes what [`Bus::publish_events`] queued, in order.
-async fn publish(client: async_nats::Client, mut queue: mpsc::Receiver<(String, bytes::Bytes)>) {
+async fn publish(
+    client: async_nats::Client,
+    mut queue: mpsc::Receiver<(String, bytes::Bytes)>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+) {
     while let Some((subject, body)) = queue.recv().await {
+        queued.fetch_sub(body.len(), std::sync::atomic::Ordering::AcqRel);
         if let Err(error) = client.publish(subject, body).await {
             tracing::warn!(%error, "cannot publish on the bus");
         }
@@ -534,7 +607,9 @@ async fn publish(client: async_nats::Client, mut queue: mpsc::Receiver<(String, 
 /// Ends (and leaves the subject) when the last subscriber lets go.
 pub struct RemoteTail {
     sender: broadcast::Sender<Arc<EventRecord>>,
-    /// Never set: a remote session's end is an event like any other.
+    /// Set if the bus stops carrying the session (the subscription ended): its subscribers
+    /// then read the store and follow it anew. A session's own end is an event like any
+    /// other.
     pub(crate) finished: watch::Sender<bool>,
     /// Never set: the node that runs the session reports its store's troubles there.
     pub(crate) store_error: watch::Sender<Option<String>>,
@@ -642,6 +717,14 @@ impl Store for BusStore {
     }
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         self.inner.get_session(id).await
+    }
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.inner.claim_session(id, from, to).await
     }
     async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
         self.inner.list_sessions().await

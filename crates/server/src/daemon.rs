@@ -535,12 +535,32 @@ pub enum SessionCommand {
 }
 
 impl SessionCommand {
-    /// Says in who asked that it came through node `node`.
+    /// Says in who asked that it came through node `node`, within the channel's parentheses
+    /// (`token phone (api via beta)`), so that the token is still read from it (its budget).
     fn via(mut self, node: &str) -> SessionCommand {
         if let SessionCommand::Message { by, .. } | SessionCommand::Answer { by, .. } = &mut self {
-            by.push_str(&format!(" via {node}"));
+            *by = via(by, node);
         }
         self
+    }
+}
+
+/// `who` through node `node`: `token phone (api)` → `token phone (api via beta)`.
+fn via(who: &str, node: &str) -> String {
+    match who.strip_suffix(')') {
+        Some(open) => format!("{open} via {node})"),
+        None => format!("{who} via {node}"),
+    }
+}
+
+#[cfg(test)]
+mod via_tests {
+    #[test]
+    fn the_token_is_still_read_from_who_came_through_another_node() {
+        let who = super::via("token phone (api)", "beta");
+        assert_eq!(who, "token phone (api via beta)");
+        assert_eq!(crate::budget::token_of(&who), Some("phone"));
+        assert_eq!(super::via("alice", "beta"), "alice via beta");
     }
 }
 
@@ -927,24 +947,30 @@ impl Daemon {
             {
                 continue;
             }
+            // The record first: if another node took the session over meanwhile (this one
+            // was lost), it is that node's now, and nothing of it is written here.
+            record.state = "exited".into();
+            record.updated_ms = now_ms();
+            match daemon.store.update_session(&record).await {
+                Ok(()) => {}
+                Err(StoreError::Moved { id, node }) => {
+                    tracing::info!(session = %id, ?node, "taken over by another node while this one was away");
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            }
             let last = daemon.store.last_seq(&record.id).await?;
             let payload = json!({
                 "event": "exited", "code": null, "signal": null, "requested": false,
                 "description": "the daemon stopped while this session ran; resume it to continue",
             });
-            daemon
-                .store
-                .append(&[event_record(
-                    &record.id,
-                    last + 1,
-                    "switchboard",
-                    "exited",
-                    payload.to_string(),
-                )])
-                .await?;
-            record.state = "exited".into();
-            record.updated_ms = now_ms();
-            daemon.store.update_session(&record).await?;
+            let note =
+                event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
+            match daemon.store.append(&[note]).await {
+                // Another node appended first (it took the session over just now): its log.
+                Ok(()) | Err(StoreError::OutOfSequence { .. }) => {}
+                Err(error) => return Err(error.into()),
+            }
         }
         // Last: a daemon that failed to open starts no CLI.
         let mut configs = Vec::new();
@@ -1301,7 +1327,7 @@ impl Daemon {
         // Named, so that the node it reaches runs it and places nothing further.
         request.node = Some(node.to_owned());
         let by = request.started_by.take().map(|by| match &self.config.node {
-            Some(here) => format!("{by} via {here}"),
+            Some(here) => via(&by, here),
             None => by,
         });
         let answer = self.forward(node, "", &SessionCommand::Create { request, by }).await?;
@@ -1339,7 +1365,12 @@ impl Daemon {
         if self.handle(id).is_ok() {
             return Ok(None);
         }
-        let record = self.store.get_session(id).await?;
+        // A session that ended is nobody's to act on: `not_running` here, as anywhere.
+        let record = self
+            .store
+            .get_session(id)
+            .await?
+            .filter(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
         Ok(record
             .and_then(|record| record.node)
             .filter(|node| Some(node) != self.config.node.as_ref()))
@@ -1992,10 +2023,23 @@ impl Daemon {
         let (config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
         self.check_transport(&config, &transport).await?;
+        // Taken from its node: of two nodes taking it at once, one wins, and the node it was
+        // taken from can no longer write its record.
+        if record.node != self.config.node
+            && !self
+                .store
+                .claim_session(id, record.node.as_deref(), self.config.node.as_deref())
+                .await?
+        {
+            return Err(DaemonError::OtherNode(format!(
+                "session {id} was just taken over by another node"
+            )));
+        }
+        let taken_from = std::mem::replace(&mut record.node, self.config.node.clone());
         let mut last = self.store.last_seq(id).await?;
         if lost {
             // Its run ended with its node: said in the log, as a daemon's restart says it.
-            let node = record.node.as_deref().unwrap_or_default();
+            let node = taken_from.as_deref().unwrap_or_default();
             let here = self.config.node.as_deref().unwrap_or_default();
             let payload = json!({
                 "event": "exited", "code": null, "signal": null, "requested": false,
@@ -2008,7 +2052,6 @@ impl Daemon {
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
-        record.node = self.config.node.clone();
         self.store.update_session(&record).await?;
         self.start(record, config, transport, None, last + 1, None).await?;
         drop(writing);
@@ -2512,7 +2555,12 @@ impl Daemon {
         match self.handle(id) {
             Ok(handle) => Ok(handle),
             Err(not_running) => match self.store.get_session(id).await? {
-                Some(record) if self.runs_elsewhere(&record) => Err(self.elsewhere(&record)),
+                Some(record)
+                    if self.runs_elsewhere(&record)
+                        && !matches!(record.state.as_str(), "exited" | "crashed") =>
+                {
+                    Err(self.elsewhere(&record))
+                }
                 Some(_) => Err(not_running),
                 None => Err(DaemonError::NotFound(id.to_owned())),
             },
@@ -2578,18 +2626,50 @@ impl Daemon {
 
     /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.
     pub async fn stop(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
-        // A session another node runs is stopped there first.
-        if let Some(node) = self.remote_owner(id).await? {
-            let running = self
-                .store
-                .get_session(id)
-                .await?
-                .is_some_and(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
-            if running {
-                self.forward(&node, id, &SessionCommand::Stop).await?;
+        // A session another node runs is stopped there first; one whose node is lost is
+        // ended here (its CLI died with its node); without a bus, it is that node's to stop.
+        if self.handle(id).is_err() {
+            if let Some(mut record) = self.store.get_session(id).await? {
+                let running = !matches!(record.state.as_str(), "exited" | "crashed");
+                if running && self.owned_elsewhere(&record) {
+                    if self.node_lost(&record) {
+                        let here = self.config.node.as_deref().unwrap_or_default();
+                        self.end_lost_run(&mut record, &format!("stopped on {here}")).await?;
+                    } else if let (Some(node), Some(_)) = (record.node.clone(), &self.config.bus) {
+                        self.forward(&node, id, &SessionCommand::Stop).await?;
+                    } else {
+                        return Err(self.elsewhere(&record));
+                    }
+                }
             }
         }
         self.stop_here(id, purge).await
+    }
+
+    /// Whether the session is (or was last) another node's, bus or not.
+    fn owned_elsewhere(&self, record: &SessionRecord) -> bool {
+        record.node.is_some() && record.node != self.config.node
+    }
+
+    /// Notes in a lost node's session that its run ended with the node (`then`: what happens
+    /// next, said after it), and marks it exited; the record stays that node's.
+    async fn end_lost_run(
+        &self,
+        record: &mut SessionRecord,
+        then: &str,
+    ) -> Result<(), DaemonError> {
+        let node = record.node.as_deref().unwrap_or_default();
+        let last = self.store.last_seq(&record.id).await?;
+        let payload = json!({
+            "event": "exited", "code": null, "signal": null, "requested": false,
+            "description": format!("node {node} was lost while this session ran; {then}"),
+        });
+        let note = event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
+        self.store.append(std::slice::from_ref(&note)).await?;
+        record.state = "exited".into();
+        record.updated_ms = now_ms();
+        self.store.update_session(record).await?;
+        Ok(())
     }
 
     async fn stop_here(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
@@ -2624,6 +2704,10 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let tree = worktree_of(&record);
+        // A worktree is on the machine of the node that ran the session.
+        if tree.is_some() && self.owned_elsewhere(&record) {
+            return Err(self.elsewhere(&record));
+        }
         let _one_at_a_time = self.worktree_ops.lock().await;
         // Stopped first: nothing writes in the worktree while it is looked at.
         self.stop(id, false).await?;
@@ -3019,7 +3103,14 @@ impl Subscription {
                             continue;
                         }
                         Err(error) => {
-                            tracing::warn!(session = %self.id, %error, "cannot follow the session on the bus")
+                            tracing::warn!(session = %self.id, %error, "cannot follow the session on the bus; trying again");
+                            // Again soon (the bus comes back), or at a start here.
+                            tokio::select! {
+                                () = started => {}
+                                () = tokio::time::sleep(crate::bus::QUIET_CHECK) => {}
+                            }
+                            self.need_history = true;
+                            continue;
                         }
                     }
                 }
@@ -3643,6 +3734,18 @@ fn later(
 
 /// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they
 /// are stored.
+/// Whether `records` (one session's, in order) are all in the store, exactly as they are.
+async fn stored_already(store: &dyn Store, records: &[Arc<EventRecord>]) -> bool {
+    let Some(first) = records.first() else { return true };
+    match store.events_after(&first.session_id, first.seq - 1, records.len()).await {
+        Ok(stored) => {
+            stored.len() == records.len()
+                && stored.iter().zip(records).all(|(stored, record)| *stored == **record)
+        }
+        Err(_) => false,
+    }
+}
+
 async fn store_with_retries(
     daemon: &Arc<Daemon>,
     id: &str,
@@ -3652,8 +3755,19 @@ async fn store_with_retries(
     let limit = daemon.config.store_retry_limit.unwrap_or(STORE_RETRY_LIMIT);
     let started = tokio::time::Instant::now();
     let mut pause = Duration::from_millis(50);
+    let mut retried = false;
     loop {
-        match daemon.store.append_shared(records).await {
+        let appended = match daemon.store.append_shared(records).await {
+            // A try that failed may have committed all the same (a database connection that
+            // dropped as it committed): then the events are there, exactly, and stored.
+            Err(StoreError::OutOfSequence { .. })
+                if retried && stored_already(&*daemon.store, records).await =>
+            {
+                Ok(())
+            }
+            other => other,
+        };
+        match appended {
             Ok(()) => {
                 // Subscribers hear of a change only (every append passes here).
                 if live.store_error.send_if_modified(|error| error.take().is_some()) {
@@ -3681,6 +3795,7 @@ async fn store_with_retries(
                     fail_session(daemon, id, live, &reason).await;
                     return false;
                 }
+                retried = true;
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
             }

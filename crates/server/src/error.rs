@@ -169,6 +169,9 @@ impl From<DaemonError> for ApiError {
                 code: "shutting_down",
                 message: error.to_string(),
             },
+            DaemonError::Store(switchboard_store::StoreError::Moved { .. }) => {
+                ApiError::conflict("other_node", error.to_string())
+            }
             DaemonError::Store(_) => ApiError {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
                 code: "store_error",

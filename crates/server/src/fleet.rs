@@ -16,11 +16,16 @@ const AT_ONCE: usize = 64;
 /// Answers forwarded commands until the bus closes (the daemon's own lifetime).
 pub(crate) async fn answer_commands(daemon: Arc<Daemon>) {
     let Some(bus) = daemon.bus().cloned() else { return };
-    let mut commands = match bus.commands().await {
-        Ok(commands) => commands,
-        Err(error) => {
-            tracing::error!(%error, "cannot take commands from other nodes");
-            return;
+    // Until it takes them: a bus that is down at the start comes back.
+    let mut pause = std::time::Duration::from_millis(200);
+    let mut commands = loop {
+        match bus.commands().await {
+            Ok(commands) => break commands,
+            Err(error) => {
+                tracing::error!(%error, "cannot take commands from other nodes yet; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(5));
+            }
         }
     };
     let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));

@@ -86,7 +86,6 @@ async fn sessions(store: &dyn Store) {
     a.claude_session_id = Some("claude-1".into());
     a.updated_ms = 40;
     a.archived = true;
-    a.node = Some("node-1".into());
     store.update_session(&a).await.unwrap();
     assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
     assert_eq!(store.list_sessions().await.unwrap()[0].id, "a");
@@ -94,6 +93,27 @@ async fn sessions(store: &dyn Store) {
         store.update_session(&session("nope", 1)).await,
         Err(StoreError::NotFound(_))
     ));
+    // Nodes: only a claim moves a session, one claim of two wins, and a node that lost it
+    // cannot write it back.
+    assert!(store.claim_session("a", None, Some("node-1")).await.unwrap());
+    assert!(!store.claim_session("a", None, Some("node-2")).await.unwrap(), "no longer None's");
+    a.node = Some("node-1".into());
+    a.title = Some("on node 1".into());
+    store.update_session(&a).await.unwrap();
+    assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
+    assert!(store.claim_session("a", Some("node-1"), Some("node-2")).await.unwrap());
+    let moved = store.update_session(&a).await.unwrap_err();
+    assert!(
+        matches!(&moved, StoreError::Moved { node: Some(node), .. } if node == "node-2"),
+        "{moved}"
+    );
+    assert_eq!(store.get_session("a").await.unwrap().unwrap().node.as_deref(), Some("node-2"));
+    assert!(matches!(
+        store.claim_session("nope", None, Some("node-1")).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.claim_session("a", Some("node-2"), None).await.unwrap());
+    a.node = None;
     assert_eq!(store.get_session("nope").await.unwrap(), None);
 }
 

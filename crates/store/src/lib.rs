@@ -21,7 +21,7 @@ mod sqlite;
 
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use memory::MemoryStore;
-pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE};
+pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE, STATEMENT_LIMIT};
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
     SEGMENT_BYTES, WAL_RESTART_BYTES,
@@ -98,6 +98,15 @@ pub enum StoreError {
     /// No such session.
     #[error("no session {0}")]
     NotFound(String),
+    /// The session's record belongs to another node now (several daemons on one database):
+    /// this one may no longer write it.
+    #[error("session {id} is run by {} now", node.as_deref().unwrap_or("no node"))]
+    Moved {
+        /// The session.
+        id: String,
+        /// The node whose it is.
+        node: Option<String>,
+    },
     /// The store is shut down.
     #[error("the store is closed")]
     Closed,
@@ -114,8 +123,18 @@ impl From<rusqlite::Error> for StoreError {
 pub trait Store: Send + Sync + fmt::Debug {
     /// Creates a session record (its id must be new).
     async fn create_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
-    /// Replaces a session record.
+    /// Replaces a session record, if the stored one is still of the record's `node`
+    /// ([`StoreError::Moved`] otherwise: a node that lost a session to another never writes it
+    /// back). Only [`Store::claim_session`] changes a record's node.
     async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
+    /// Moves session `id` to node `to` if it is still `from`'s; whether it was (several
+    /// daemons on one database: of two nodes taking over one session, one wins).
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError>;
     /// One session.
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// All sessions, most recently updated first.

@@ -46,11 +46,31 @@ impl Store for MemoryStore {
     async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
         let mut inner = self.lock()?;
         match inner.sessions.get_mut(&record.id) {
-            Some(existing) => {
+            Some(existing) if existing.node == record.node => {
                 *existing = record.clone();
                 Ok(())
             }
+            Some(existing) => {
+                Err(StoreError::Moved { id: record.id.clone(), node: existing.node.clone() })
+            }
             None => Err(StoreError::NotFound(record.id.clone())),
+        }
+    }
+
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut inner = self.lock()?;
+        match inner.sessions.get_mut(id) {
+            Some(existing) if existing.node.as_deref() == from => {
+                existing.node = to.map(str::to_owned);
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Err(StoreError::NotFound(id.to_owned())),
         }
     }
 

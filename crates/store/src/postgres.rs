@@ -36,6 +36,9 @@ pub const POOL_SIZE: usize = 16;
 /// How long a call waits for a connection (from the pool, or a new one) before it fails.
 pub const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long a statement may run, and a connection stay silent, before it fails.
+pub const STATEMENT_LIMIT: Duration = Duration::from_secs(30);
+
 /// Each migration, in order; `schema_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
     // The first layout.
@@ -162,6 +165,16 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_LIMIT);
         }
+        // A connection that goes silent (a failover, a dropped route) fails in about half a
+        // minute rather than hanging a session's appends for hours; a statement that runs
+        // longer than that fails too. The URL's own settings win.
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(STATEMENT_LIMIT);
+        }
+        config.keepalives_idle(Duration::from_secs(10));
+        if config.get_options().is_none() {
+            config.options(format!("-c statement_timeout={}", STATEMENT_LIMIT.as_millis()));
+        }
         let shown = shown(&config);
         let manager = Manager::from_config(
             config,
@@ -194,6 +207,22 @@ impl PostgresStore {
     /// Closes the pool: calls from now on fail with [`StoreError::Closed`].
     pub fn close(&self) {
         self.pool.close();
+    }
+
+    /// Why a session's row was not written: it is gone, or another node's.
+    async fn not_written(
+        &self,
+        client: &deadpool_postgres::Object,
+        id: &str,
+    ) -> Result<StoreError, StoreError> {
+        let row = client
+            .query_opt("SELECT node FROM switchboard.sessions WHERE id = $1", &[&id])
+            .await
+            .map_err(db)?;
+        Ok(match row {
+            Some(row) => StoreError::Moved { id: id.to_owned(), node: row.get(0) },
+            None => StoreError::NotFound(id.to_owned()),
+        })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
@@ -342,7 +371,7 @@ impl Store for PostgresStore {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(
-                "UPDATE switchboard.sessions SET claude_session_id = $2, cwd = $3, model = $4, permission_mode = $5, state = $6, title = $7, cost_usd = $8, created_ms = $9, updated_ms = $10, config = $11, archived = $12, node = $13 WHERE id = $1",
+                "UPDATE switchboard.sessions SET claude_session_id = $2, cwd = $3, model = $4, permission_mode = $5, state = $6, title = $7, cost_usd = $8, created_ms = $9, updated_ms = $10, config = $11, archived = $12 WHERE id = $1 AND node IS NOT DISTINCT FROM $13",
             )
             .await
             .map_err(db)?;
@@ -368,9 +397,32 @@ impl Store for PostgresStore {
             .await
             .map_err(db)?;
         if updated == 0 {
-            return Err(StoreError::NotFound(record.id.clone()));
+            return Err(self.not_written(&client, &record.id).await?);
         }
         Ok(())
+    }
+
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let claimed = client
+            .execute(
+                "UPDATE switchboard.sessions SET node = $3 WHERE id = $1 AND node IS NOT DISTINCT FROM $2",
+                &[&id, &from, &to],
+            )
+            .await
+            .map_err(db)?;
+        match claimed {
+            0 => match self.not_written(&client, id).await? {
+                StoreError::Moved { .. } => Ok(false),
+                other => Err(other),
+            },
+            _ => Ok(true),
+        }
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {

@@ -150,6 +150,7 @@ pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 enum WriteOp {
     CreateSession(SessionRecord),
     UpdateSession(SessionRecord),
+    ClaimSession { id: String, from: Option<String>, to: Option<String> },
     EnqueueOutbox(Vec<crate::NewOutboxItem>),
     OutboxDone(u64),
     OutboxForget(String),
@@ -717,7 +718,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
         WriteOp::UpdateSession(record) => {
             let changed = connection.execute(
                 "UPDATE sessions SET claude_session_id = ?2, cwd = ?3, model = ?4, permission_mode = ?5, state = ?6,
-                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12, node = ?13 WHERE id = ?1",
+                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12 WHERE id = ?1 AND node IS ?13",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
@@ -725,7 +726,16 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 ],
             )?;
             if changed == 0 {
-                return Err(StoreError::NotFound(record.id.clone()));
+                return Err(not_written(connection, &record.id)?);
+            }
+        }
+        WriteOp::ClaimSession { id, from, to } => {
+            let changed = connection.execute(
+                "UPDATE sessions SET node = ?3 WHERE id = ?1 AND node IS ?2",
+                params![id, from, to],
+            )?;
+            if changed == 0 {
+                return Err(not_written(connection, id)?);
             }
         }
         WriteOp::EnqueueOutbox(items) => {
@@ -756,6 +766,17 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// Why a session's row was not written: it is gone, or another node's.
+fn not_written(connection: &Connection, id: &str) -> Result<StoreError, StoreError> {
+    let node: Option<Option<String>> = connection
+        .query_row("SELECT node FROM sessions WHERE id = ?1", params![id], |row| row.get(0))
+        .optional()?;
+    Ok(match node {
+        Some(node) => StoreError::Moved { id: id.to_owned(), node },
+        None => StoreError::NotFound(id.to_owned()),
+    })
 }
 
 fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError> {
@@ -810,6 +831,24 @@ impl Store for SqliteStore {
 
     async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError> {
         self.write(WriteOp::UpdateSession(record.clone())).await
+    }
+
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let claim = WriteOp::ClaimSession {
+            id: id.to_owned(),
+            from: from.map(str::to_owned),
+            to: to.map(str::to_owned),
+        };
+        match self.write(claim).await {
+            Ok(()) => Ok(true),
+            Err(StoreError::Moved { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {

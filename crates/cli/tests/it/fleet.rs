@@ -352,7 +352,10 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         .iter()
         .find(|frame| frame["event"]["event"] == "permission_decided")
         .expect("the decision is in the log");
-    assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via beta"), "{decided}");
+    assert!(
+        decided["event"]["by"]["who"].as_str().unwrap().ends_with("(api via beta)"),
+        "{decided}"
+    );
 
     // A message through gamma reaches alpha's CLI.
     let sent = reqwest::Client::new()

@@ -218,7 +218,7 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
         .find(|event| event["event"]["event"] == "permission_decided")
         .cloned()
         .unwrap();
-    assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via b"), "{decided}");
+    assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via b)"), "{decided}");
     for node in nodes {
         node.stop().await;
     }

@@ -1916,6 +1916,14 @@ impl Store for FailingStore {
         let _records = self.records.read().await;
         self.inner.update_session(record).await
     }
+    async fn claim_session(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+    ) -> Result<bool, switchboard_store::StoreError> {
+        self.inner.claim_session(id, from, to).await
+    }
     async fn get_session(
         &self,
         id: &str,
