@@ -97,6 +97,9 @@ pub struct NodeInfo {
     /// The most sessions it runs at once (`serve --capacity`).
     #[serde(default)]
     pub capacity: usize,
+    /// The version of the Claude Code CLI it runs (`claude --version`), once known.
+    #[serde(default)]
+    pub cli_version: Option<String>,
 }
 
 /// A node as this one hears it ([`Bus::nodes`]).

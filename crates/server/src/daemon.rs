@@ -776,6 +776,9 @@ pub struct Daemon {
     dashboard: broadcast::Sender<Value>,
     /// Woken whenever a session (re)starts, for subscribers waiting on a stopped one.
     started: Notify,
+    /// The version of the CLI this node runs by default, once known (told to the other
+    /// nodes in its heartbeat).
+    cli_version: std::sync::OnceLock<String>,
     /// Claude Code's own transcripts.
     transcripts: crate::transcripts::Transcripts,
     /// Where `--sdk-url` CLIs connect, by slot id.
@@ -867,6 +870,7 @@ impl Daemon {
             sessions: Mutex::new(HashMap::new()),
             dashboard,
             started: Notify::new(),
+            cli_version: std::sync::OnceLock::new(),
             transcripts,
             ingress: Arc::new(Mutex::new(HashMap::new())),
             relay,
@@ -897,6 +901,24 @@ impl Daemon {
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         if let (Some(bus), Some(node)) = (&daemon.config.bus, &daemon.config.node) {
             share_changes(&daemon, bus).await?;
+            // Its CLI's version, as a session here would run it.
+            let me = Arc::downgrade(&daemon);
+            tokio::spawn(async move {
+                let Some(daemon) = me.upgrade() else { return };
+                let mut options = switchboard_transport::stdio::CliOptions {
+                    program: daemon.config.claude.clone(),
+                    clear_env: daemon.config.clear_env,
+                    ..Default::default()
+                };
+                options.env.extend(daemon.config.env.iter().cloned());
+                match switchboard_transport::stdio::cli_version(&options).await {
+                    Ok(version) if !version.is_empty() => {
+                        let _ = daemon.cli_version.set(version);
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "cannot tell this node's CLI version"),
+                }
+            });
             let (me, node) = (Arc::downgrade(&daemon), node.clone());
             let started_ms = now_ms();
             // The dashboards hear when a node is lost or back (its sessions' `node_lost`).
@@ -935,6 +957,7 @@ impl Daemon {
                         .map(|root| root.display().to_string())
                         .collect(),
                     capacity: daemon.config.placement.capacity.unwrap_or(DEFAULT_CAPACITY),
+                    cli_version: daemon.cli_version.get().cloned(),
                 })
             });
         }

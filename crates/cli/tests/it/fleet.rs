@@ -425,7 +425,12 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
     let id = create_session(&alpha.url, &alpha_token, &sandbox, "FIRST").await;
     wait_session(&beta.url, &beta_token, &id, |s| s["state"] == "awaiting_permission").await;
     // Each hears the other's heartbeat within a second.
-    let nodes = wait_nodes(&beta.url, &beta_token, |nodes| nodes.len() == 2).await;
+    // And each says which CLI it runs.
+    let nodes = wait_nodes(&beta.url, &beta_token, |nodes| {
+        nodes.len() == 2 && nodes.iter().all(|node| node["cli_version"].is_string())
+    })
+    .await;
+    assert!(nodes.iter().all(|node| node["cli_version"] == "2.1.330"), "{nodes:?}");
     let names: Vec<&str> = nodes.iter().map(|node| node["node"].as_str().unwrap()).collect();
     assert_eq!(names, ["alpha", "beta"], "{nodes:?}");
     assert!(nodes.iter().all(|node| node["lost"] == false), "{nodes:?}");
