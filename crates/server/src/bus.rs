@@ -436,7 +436,7 @@ impl Bus {
             .lock()
             .ok()
             .and_then(|tails| tails.get(id)?.upgrade())
-            .filter(|tail| !tail.task.is_finished())
+            .filter(|tail| !*tail.finished.borrow())
         {
             return Ok((tail.sender.subscribe(), tail));
         }

@@ -904,19 +904,29 @@ impl Daemon {
             // Its CLI's version, as a session here would run it.
             let me = Arc::downgrade(&daemon);
             tokio::spawn(async move {
-                let Some(daemon) = me.upgrade() else { return };
-                let mut options = switchboard_transport::stdio::CliOptions {
-                    program: daemon.config.claude.clone(),
-                    clear_env: daemon.config.clear_env,
-                    ..Default::default()
+                let options = {
+                    let Some(daemon) = me.upgrade() else { return };
+                    let mut options = switchboard_transport::stdio::CliOptions {
+                        program: daemon.config.claude.clone(),
+                        clear_env: daemon.config.clear_env,
+                        ..Default::default()
+                    };
+                    options.env.extend(daemon.config.env.iter().cloned());
+                    options
                 };
-                options.env.extend(daemon.config.env.iter().cloned());
-                match switchboard_transport::stdio::cli_version(&options).await {
-                    Ok(version) if !version.is_empty() => {
-                        let _ = daemon.cli_version.set(version);
+                let asked = switchboard_transport::stdio::cli_version(&options);
+                match tokio::time::timeout(Duration::from_secs(30), asked).await {
+                    // A version is digits and dots (`2.1.330`), not the first word of an error.
+                    Ok(Ok(version))
+                        if version.starts_with(|c: char| c.is_ascii_digit())
+                            && version.chars().all(|c| c.is_ascii_digit() || c == '.') =>
+                    {
+                        if let Some(daemon) = me.upgrade() {
+                            let _ = daemon.cli_version.set(version);
+                        }
                     }
-                    Ok(_) => {}
-                    Err(error) => tracing::warn!(%error, "cannot tell this node's CLI version"),
+                    Ok(Err(error)) => tracing::warn!(%error, "cannot tell this node's CLI version"),
+                    _ => tracing::warn!("this node's CLI did not say its version"),
                 }
             });
             let (me, node) = (Arc::downgrade(&daemon), node.clone());
@@ -972,6 +982,8 @@ impl Daemon {
             }
             // The record first: if another node took the session over meanwhile (this one
             // was lost), it is that node's now, and nothing of it is written here.
+            // The log's end before the record: a note that races a takeover is then refused.
+            let last = daemon.store.last_seq(&record.id).await?;
             record.state = "exited".into();
             record.updated_ms = now_ms();
             match daemon.store.update_session(&record).await {
@@ -982,7 +994,6 @@ impl Daemon {
                 }
                 Err(error) => return Err(error.into()),
             }
-            let last = daemon.store.last_seq(&record.id).await?;
             let payload = json!({
                 "event": "exited", "code": null, "signal": null, "requested": false,
                 "description": "the daemon stopped while this session ran; resume it to continue",
@@ -2048,21 +2059,47 @@ impl Daemon {
         self.check_transport(&config, &transport).await?;
         // Taken from its node: of two nodes taking it at once, one wins, and the node it was
         // taken from can no longer write its record.
-        if record.node != self.config.node
-            && !self
-                .store
-                .claim_session(id, record.node.as_deref(), self.config.node.as_deref())
-                .await?
+        if !self
+            .store
+            .claim_session(id, record.node.as_deref(), self.config.node.as_deref())
+            .await?
         {
             return Err(DaemonError::OtherNode(format!(
                 "session {id} was just taken over by another node"
             )));
         }
         let taken_from = std::mem::replace(&mut record.node, self.config.node.clone());
+        let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
+        if let Err(error) = began.await {
+            // Claimed but not started (the log moved under it: the node it was taken from
+            // still wrote): it is this node's now, and stopped, so that it can be resumed again.
+            record.state = "exited".into();
+            record.updated_ms = now_ms();
+            if let Err(stored) = self.store.update_session(&record).await {
+                tracing::error!(session = %id, error = %stored, "cannot mark a failed resume stopped");
+            }
+            return Err(error);
+        }
+        drop(writing);
+        self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
+    }
+
+    /// A resume's start, once its record is this node's: the note that the lost node's run
+    /// ended (`lost`), the `started` event, the record, the CLI.
+    async fn begin_resumed(
+        self: &Arc<Self>,
+        record: &mut SessionRecord,
+        lost: bool,
+        taken_from: Option<&str>,
+        config: SessionConfig,
+        transport: Transport,
+    ) -> Result<(), DaemonError> {
+        let id = record.id.clone();
+        let id = id.as_str();
         let mut last = self.store.last_seq(id).await?;
         if lost {
             // Its run ended with its node: said in the log, as a daemon's restart says it.
-            let node = taken_from.as_deref().unwrap_or_default();
+            let node = taken_from.unwrap_or_default();
             let here = self.config.node.as_deref().unwrap_or_default();
             let payload = json!({
                 "event": "exited", "code": null, "signal": null, "requested": false,
@@ -2075,10 +2112,8 @@ impl Daemon {
         self.note_started(id, last, true, false, false).await?;
         record.state = "starting".into();
         record.updated_ms = now_ms();
-        self.store.update_session(&record).await?;
-        self.start(record, config, transport, None, last + 1, None).await?;
-        drop(writing);
-        self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
+        self.store.update_session(record).await?;
+        self.start(record.clone(), config, transport, None, last + 1, None).await
     }
 
     async fn session_config(
@@ -2692,6 +2727,7 @@ impl Daemon {
         record.state = "exited".into();
         record.updated_ms = now_ms();
         self.store.update_session(record).await?;
+        self.announce(record);
         Ok(())
     }
 
@@ -2727,10 +2763,18 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let tree = worktree_of(&record);
-        // A worktree is on the machine of the node that ran the session.
-        if tree.is_some() && self.owned_elsewhere(&record) {
-            return Err(self.elsewhere(&record));
-        }
+        // A worktree is on the machine of the node that ran the session: that node deletes
+        // it; here, only a session that no longer runs there (stopped, or its node lost) is
+        // deleted, its worktree left where it is.
+        let tree = if tree.is_some() && self.owned_elsewhere(&record) {
+            if !matches!(record.state.as_str(), "exited" | "crashed") && !self.node_lost(&record) {
+                return Err(self.elsewhere(&record));
+            }
+            tracing::warn!(session = %id, "deleted on another node than its own: its worktree stays on that node's machine");
+            None
+        } else {
+            tree
+        };
         let _one_at_a_time = self.worktree_ops.lock().await;
         // Stopped first: nothing writes in the worktree while it is looked at.
         self.stop(id, false).await?;
@@ -3006,8 +3050,9 @@ impl Daemon {
             .lock()
             .map(|sessions| sessions.keys().cloned().collect())
             .unwrap_or_default();
+        // Only what runs here: a session this node holds a stale copy of is another node's.
         let stops = ids.iter().map(|id| async move {
-            if let Err(error) = self.stop(id, false).await {
+            if let Err(error) = self.stop_here(id, false).await {
                 tracing::warn!(session = %id, %error, "stopping the session failed");
             }
         });
@@ -3246,8 +3291,21 @@ async fn write_records(
             continue;
         }
         let Some(record) = current_record(&live) else { continue };
-        if let Err(error) = daemon.store.update_session(&record).await {
-            tracing::error!(session = %record.id, %error, "cannot update the session record");
+        match daemon.store.update_session(&record).await {
+            Ok(()) => {}
+            // Another node took the session over (this one was lost to it): its run here
+            // ends, so that one CLI runs it.
+            Err(StoreError::Moved { id, node }) => {
+                tracing::warn!(session = %id, ?node, "taken over by another node; its run here stops");
+                if let Some(handle) = live.handle() {
+                    tokio::spawn(async move {
+                        let _ = handle.shutdown(STOP_GRACE).await;
+                    });
+                }
+            }
+            Err(error) => {
+                tracing::error!(session = %record.id, %error, "cannot update the session record")
+            }
         }
     }
 }
@@ -3421,9 +3479,13 @@ impl Pump {
             // This write has the record as it ends: one still queued is not needed.
             live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
             if let Some(record) = current_record(live) {
-                if let Err(error) = daemon.store.update_session(&record).await {
-                    tracing::error!(session = %id, %error, "cannot store the session's last record");
-                    record_stored = false;
+                match daemon.store.update_session(&record).await {
+                    // Another node's now: nothing of it is kept here.
+                    Ok(()) | Err(StoreError::Moved { .. }) => {}
+                    Err(error) => {
+                        tracing::error!(session = %id, %error, "cannot store the session's last record");
+                        record_stored = false;
+                    }
                 }
             }
         }
@@ -3755,8 +3817,6 @@ fn later(
     });
 }
 
-/// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they
-/// are stored.
 /// Whether `records` (one session's, in order) are all in the store, exactly as they are.
 async fn stored_already(store: &dyn Store, records: &[Arc<EventRecord>]) -> bool {
     let Some(first) = records.first() else { return true };
@@ -3769,6 +3829,8 @@ async fn stored_already(store: &dyn Store, records: &[Arc<EventRecord>]) -> bool
     }
 }
 
+/// Appends `records`, retrying while the store refuses them (see [`publish`]). Whether they
+/// are stored.
 async fn store_with_retries(
     daemon: &Arc<Daemon>,
     id: &str,

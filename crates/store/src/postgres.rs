@@ -36,7 +36,7 @@ pub const POOL_SIZE: usize = 16;
 /// How long a call waits for a connection (from the pool, or a new one) before it fails.
 pub const CONNECT_LIMIT: Duration = Duration::from_secs(10);
 
-/// How long a statement may run, and a connection stay silent, before it fails.
+/// How long a connection may stay silent (unacknowledged) before it fails.
 pub const STATEMENT_LIMIT: Duration = Duration::from_secs(30);
 
 /// Each migration, in order; `schema_version` counts those applied.
@@ -166,15 +166,13 @@ impl PostgresStore {
             config.connect_timeout(CONNECT_LIMIT);
         }
         // A connection that goes silent (a failover, a dropped route) fails in about half a
-        // minute rather than hanging a session's appends for hours; a statement that runs
-        // longer than that fails too. The URL's own settings win.
+        // minute rather than hanging a session's appends for hours (TCP's own checks: nothing
+        // a pooler such as PgBouncer would refuse is sent to the server). A URL's
+        // `tcp_user_timeout` wins.
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(STATEMENT_LIMIT);
         }
         config.keepalives_idle(Duration::from_secs(10));
-        if config.get_options().is_none() {
-            config.options(format!("-c statement_timeout={}", STATEMENT_LIMIT.as_millis()));
-        }
         let shown = shown(&config);
         let manager = Manager::from_config(
             config,

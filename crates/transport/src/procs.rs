@@ -30,12 +30,14 @@ pub fn new_run_id() -> String {
 }
 
 /// Kills every process of this user whose environment carries `RUN_VARIABLE=run_id`, looking
-/// again until none is left (at most [`SWEEP_ROUNDS`] times). Returns how many it killed.
+/// again until none is left (at most [`SWEEP_ROUNDS`] times), then waits (at most
+/// [`SWEEP_WAIT`]) until each one killed has died: a killed process lives on until the kernel
+/// delivers the signal, which on a loaded machine is not at once. Returns how many it killed.
 /// Blocking: reads `/proc`.
 pub fn end_run(run_id: &str) -> usize {
     let needle = format!("{RUN_VARIABLE}={run_id}");
     let me = std::process::id();
-    let mut killed = 0;
+    let mut killed: Vec<(u32, Option<u64>)> = Vec::new();
     for _ in 0..SWEEP_ROUNDS {
         let marked: Vec<u32> =
             processes().filter(|&pid| pid != me && carries(pid, needle.as_bytes())).collect();
@@ -44,13 +46,34 @@ pub fn end_run(run_id: &str) -> usize {
         }
         for &pid in &marked {
             if let Ok(raw) = i32::try_from(pid) {
-                if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok() {
-                    killed += 1;
+                if kill(Pid::from_raw(raw), Signal::SIGKILL).is_ok()
+                    && !killed.iter().any(|(seen, _)| *seen == pid)
+                {
+                    killed.push((pid, start_time(pid)));
                 }
             }
         }
     }
-    killed
+    let deadline = std::time::Instant::now() + SWEEP_WAIT;
+    while killed.iter().any(|&(pid, started)| living(pid, started))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    killed.len()
+}
+
+/// How long [`end_run`] waits for what it killed to die.
+pub const SWEEP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether the process `pid` that started at `started` still runs (not a zombie, not gone,
+/// not a new process that reuses the pid).
+fn living(pid: u32, started: Option<u64>) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some((_, after)) = stat.rsplit_once(')') else { return false };
+    let mut fields = after.split_whitespace();
+    let state = fields.next().unwrap_or("Z");
+    state != "Z" && state != "X" && start_time(pid) == started
 }
 
 /// Ends what a previous daemon's CLI left: the CLI's process group, if `pid` still names the
