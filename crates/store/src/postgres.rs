@@ -324,6 +324,45 @@ fn event_row(row: &tokio_postgres::Row) -> Result<EventRecord, StoreError> {
     })
 }
 
+/// A record's columns as a statement's parameters, in [`SESSION_COLUMNS`]' order (`$1` the
+/// id, `$13` the node).
+struct Columns<'a> {
+    record: &'a SessionRecord,
+    created_ms: i64,
+    updated_ms: i64,
+    config: String,
+}
+
+impl<'a> Columns<'a> {
+    fn of(record: &'a SessionRecord) -> Result<Columns<'a>, StoreError> {
+        Ok(Columns {
+            record,
+            created_ms: big(record.created_ms, "created_ms")?,
+            updated_ms: big(record.updated_ms, "updated_ms")?,
+            config: record.config.to_string(),
+        })
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+        let record = self.record;
+        [
+            &record.id,
+            &record.claude_session_id,
+            &record.cwd,
+            &record.model,
+            &record.permission_mode,
+            &record.state,
+            &record.title,
+            &record.cost_usd,
+            &self.created_ms,
+            &self.updated_ms,
+            &self.config,
+            &record.archived,
+            &record.node,
+        ]
+    }
+}
+
 const SESSION_COLUMNS: &str = "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node";
 
 const EVENT_COLUMNS: &str = "session_id, seq, ts_ms, dir, kind, payload";
@@ -338,27 +377,8 @@ impl Store for PostgresStore {
             ))
             .await
             .map_err(db)?;
-        let inserted = client
-            .execute(
-                &statement,
-                &[
-                    &record.id,
-                    &record.claude_session_id,
-                    &record.cwd,
-                    &record.model,
-                    &record.permission_mode,
-                    &record.state,
-                    &record.title,
-                    &record.cost_usd,
-                    &big(record.created_ms, "created_ms")?,
-                    &big(record.updated_ms, "updated_ms")?,
-                    &record.config.to_string(),
-                    &record.archived,
-                    &record.node,
-                ],
-            )
-            .await
-            .map_err(db)?;
+        let inserted =
+            client.execute(&statement, &Columns::of(record)?.params()).await.map_err(db)?;
         if inserted == 0 {
             return Err(StoreError::Database(format!("session {} already exists", record.id)));
         }
@@ -373,27 +393,8 @@ impl Store for PostgresStore {
             )
             .await
             .map_err(db)?;
-        let updated = client
-            .execute(
-                &statement,
-                &[
-                    &record.id,
-                    &record.claude_session_id,
-                    &record.cwd,
-                    &record.model,
-                    &record.permission_mode,
-                    &record.state,
-                    &record.title,
-                    &record.cost_usd,
-                    &big(record.created_ms, "created_ms")?,
-                    &big(record.updated_ms, "updated_ms")?,
-                    &record.config.to_string(),
-                    &record.archived,
-                    &record.node,
-                ],
-            )
-            .await
-            .map_err(db)?;
+        let updated =
+            client.execute(&statement, &Columns::of(record)?.params()).await.map_err(db)?;
         if updated == 0 {
             return Err(self.not_written(&client, &record.id).await?);
         }

@@ -32,6 +32,26 @@ async fn start_node(
     (daemon, token)
 }
 
+/// Nodes on one database and one bus, each with a data directory of its own: each node's
+/// daemon, its token, its directory.
+async fn start_nodes(
+    names: &[&str],
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    database: &str,
+    nats: &str,
+) -> Vec<(Daemon, String, tempfile::TempDir)> {
+    let mut nodes = Vec::new();
+    for name in names {
+        let dir = tempfile::tempdir().unwrap();
+        let env = [("SWITCHBOARD_DATABASE_URL", database), ("SWITCHBOARD_NATS_URL", nats)];
+        let daemon = start_daemon_with_env(dir.path(), api, sandbox, &["--node", name], &env).await;
+        let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+        nodes.push((daemon, token, dir));
+    }
+    nodes
+}
+
 async fn sigkill(mut daemon: Daemon) -> String {
     let pid = daemon.child.id().unwrap();
     nix::sys::signal::kill(
@@ -266,20 +286,7 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let url = database.url();
-    let mut nodes = Vec::new();
-    for name in ["alpha", "beta", "gamma"] {
-        let dir = tempfile::tempdir().unwrap();
-        let daemon = start_daemon_with_env(
-            dir.path(),
-            &api,
-            &sandbox,
-            &["--node", name],
-            &[("SWITCHBOARD_DATABASE_URL", url.as_str()), ("SWITCHBOARD_NATS_URL", nats.url())],
-        )
-        .await;
-        let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
-        nodes.push((daemon, token, dir));
-    }
+    let nodes = start_nodes(&["alpha", "beta", "gamma"], &api, &sandbox, &url, nats.url()).await;
     let [(alpha, alpha_token, _), (beta, beta_token, _), (gamma, gamma_token, _)] = &nodes[..]
     else {
         unreachable!()
@@ -406,20 +413,7 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let url = database.url();
-    let mut started = Vec::new();
-    for name in ["alpha", "beta"] {
-        let dir = tempfile::tempdir().unwrap();
-        let daemon = start_daemon_with_env(
-            dir.path(),
-            &api,
-            &sandbox,
-            &["--node", name],
-            &[("SWITCHBOARD_DATABASE_URL", url.as_str()), ("SWITCHBOARD_NATS_URL", nats.url())],
-        )
-        .await;
-        let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
-        started.push((daemon, token, dir));
-    }
+    let mut started = start_nodes(&["alpha", "beta"], &api, &sandbox, &url, nats.url()).await;
     let (beta, beta_token, _beta_dir) = started.pop().unwrap();
     let (alpha, alpha_token, _alpha_dir) = started.pop().unwrap();
     let id = create_session(&alpha.url, &alpha_token, &sandbox, "FIRST").await;

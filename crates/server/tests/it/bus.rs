@@ -30,6 +30,27 @@ fn event(seq: u64, payload: String) -> EventRecord {
     }
 }
 
+/// A daemon on the test's PostgreSQL and NATS, as node `name` (`configure` changes the rest).
+async fn node(
+    database: &Postgres,
+    nats: &Nats,
+    name: &str,
+    options: BusOptions,
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    configure: impl FnOnce(&mut switchboard_server::DaemonConfig),
+) -> Server {
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+    let bus = Bus::connect_with(nats.url(), name, options).await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
+    Server::start_with(store, api, sandbox, |config| {
+        config.node = Some(name.to_owned());
+        config.bus = Some(bus);
+        configure(config);
+    })
+    .await
+}
+
 async fn next(tail: &mut tokio::sync::broadcast::Receiver<Arc<EventRecord>>) -> Arc<EventRecord> {
     tokio::time::timeout(crate::WAIT, tail.recv()).await.expect("an event in time").unwrap()
 }
@@ -85,17 +106,7 @@ async fn a_node_follows_and_answers_a_session_another_node_runs() {
     let sandbox = CliSandbox::new().unwrap();
     let mut nodes = Vec::new();
     for name in ["a", "b"] {
-        let store: Arc<dyn Store> =
-            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
-        let bus = Bus::connect_with(nats.url(), name, NO_SAFETY_NET).await.unwrap();
-        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
-        nodes.push(
-            Server::start_with(store, &api, &sandbox, |config| {
-                config.node = Some(name.to_owned());
-                config.bus = Some(bus);
-            })
-            .await,
-        );
+        nodes.push(node(&database, &nats, name, NO_SAFETY_NET, &api, &sandbox, |_| {}).await);
     }
     let (a, b) = (&nodes[0], &nodes[1]);
     let (status, session) =
@@ -167,16 +178,8 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
     let sandbox = CliSandbox::new().unwrap();
     let mut nodes = Vec::new();
     for name in ["a", "b"] {
-        let store: Arc<dyn Store> =
-            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
-        let bus = Bus::connect(nats.url(), name).await.unwrap();
-        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
         nodes.push(
-            Server::start_with(store, &api, &sandbox, |config| {
-                config.node = Some(name.to_owned());
-                config.bus = Some(bus);
-            })
-            .await,
+            node(&database, &nats, name, BusOptions::default(), &api, &sandbox, |_| {}).await,
         );
     }
     let (a, b) = (&nodes[0], &nodes[1]);
@@ -235,20 +238,13 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
     let sandbox = CliSandbox::new().unwrap();
     let mut nodes = Vec::new();
     for (name, capacity) in [("a", 1), ("b", 4)] {
-        let store: Arc<dyn Store> =
-            Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
-        let bus = Bus::connect_with(nats.url(), name, NO_SAFETY_NET).await.unwrap();
-        let store: Arc<dyn Store> = Arc::new(BusStore::new(store, bus.clone()));
         let root = sandbox.workdir().to_path_buf();
-        nodes.push(
-            Server::start_with(store, &api, &sandbox, move |config| {
-                config.node = Some(name.to_owned());
-                config.bus = Some(bus);
-                config.placement.roots = vec![root];
-                config.placement.capacity = Some(capacity);
-            })
-            .await,
-        );
+        let server = node(&database, &nats, name, NO_SAFETY_NET, &api, &sandbox, move |config| {
+            config.placement.roots = vec![root];
+            config.placement.capacity = Some(capacity);
+        })
+        .await;
+        nodes.push(server);
     }
     let (a, b) = (&nodes[0], &nodes[1]);
     // Each has heard the other (heartbeats every 100 ms here).
