@@ -2,13 +2,14 @@
 // PostgreSQL and one NATS). Started by `cargo test` (crates/server/tests/it/bus.rs, test
 // `a_nodes_web_ui_approves_a_session_another_node_runs`), which runs two daemons, starts a
 // session on node a whose Bash call waits for a person, and passes: SWITCHBOARD_URL and
-// SWITCHBOARD_TOKEN (node b's), SESSION (the session's id), CHROMIUM, SCREENSHOTS.
+// SWITCHBOARD_TOKEN (node b's), SESSION (the session's id), CWD (a directory both run in),
+// CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 
-const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, SESSION: id, CHROMIUM: executablePath,
-  SCREENSHOTS: screenshots } = process.env;
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, SESSION: id, CWD: cwd,
+  CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
 const TIMEOUT = 60_000;
 
 const browser = await chromium.launch({
@@ -55,6 +56,23 @@ await step("approve node a's Bash call from node b's page", async () => {
   await card.locator('.result', { hasText: 'FLEET_MARK' }).waitFor();
   await page.locator('.transcript').getByText('Done on node a.').waitFor();
   await page.locator('.session-head .badge.state-idle').waitFor();
+});
+
+await step("node b's new-session form starts a session on node a", async () => {
+  await page.goto(`${base}/#/new`);
+  const choice = page.locator('.new-session .node-choice');
+  await choice.waitFor();
+  const options = await choice.locator('option').allTextContents();
+  assert.equal(options.length, 3, options.join(' | '));
+  assert.match(options[1], /^a · Claude Code 2\.1\.330 · 1\/100 running$/);
+  assert.match(options[2], /^b · Claude Code 2\.1\.330 · 0\/100 running · this node$/);
+  await page.fill('.new-session [name=cwd]', cwd);
+  await page.fill('.new-session [name=prompt]', 'PLACED by the form');
+  await choice.locator('select').selectOption('a');
+  await page.screenshot({ path: path.join(screenshots, 'fleet-new-session-on-a-node.png') });
+  await page.locator('.new-session button[type=submit]').click();
+  await page.locator('.session-head .session-title', { hasText: 'on a ·' }).waitFor();
+  await page.locator('.transcript').getByText('Placed on node a.').waitFor();
 });
 
 await browser.close();

@@ -216,6 +216,14 @@ pub struct Placement {
 /// about 200 MiB).
 pub const DEFAULT_CAPACITY: usize = 100;
 
+/// Whether `text` is a version as a CLI says it and a request names it: digits and dots
+/// (`2.1.330`), starting with a digit, at most 64 bytes.
+fn is_version(text: &str) -> bool {
+    text.len() <= 64
+        && text.starts_with(|c: char| c.is_ascii_digit())
+        && text.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
 /// Whether `cwd` is within one of `roots` (by whole path components).
 fn within(cwd: &std::path::Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|root| cwd.starts_with(root))
@@ -359,6 +367,11 @@ pub struct CreateSession {
     /// least loaded node that can, see [`Daemon::create`]).
     #[serde(default)]
     pub node: Option<String>,
+    /// Run it with this version of Claude Code (`2.1.330`): on the node named, or the least
+    /// loaded node whose CLI says it is this version (each node's is in `GET /api/nodes`).
+    /// Not with `claude`, which names the program itself.
+    #[serde(default)]
+    pub cli_version: Option<String>,
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
     #[serde(skip)]
@@ -917,10 +930,7 @@ impl Daemon {
                 let asked = switchboard_transport::stdio::cli_version(&options);
                 match tokio::time::timeout(Duration::from_secs(30), asked).await {
                     // A version is digits and dots (`2.1.330`), not the first word of an error.
-                    Ok(Ok(version))
-                        if version.starts_with(|c: char| c.is_ascii_digit())
-                            && version.chars().all(|c| c.is_ascii_digit() || c == '.') =>
-                    {
+                    Ok(Ok(version)) if is_version(&version) => {
                         if let Some(daemon) = me.upgrade() {
                             let _ = daemon.cli_version.set(version);
                         }
@@ -1303,11 +1313,15 @@ impl Daemon {
 
     /// Where a new session runs, when that is another node (`None`: here). The node the
     /// request names; else the least loaded node (sessions running against its capacity)
-    /// that is not lost, has room, and whose roots hold the session's directory, this one
-    /// counted when it has the directory (within its roots, if it has any) and room; on a
-    /// tie, here.
+    /// that is not lost, has room, whose roots hold the session's directory, and whose CLI
+    /// is the version the request asks for, this one counted when it has the directory
+    /// (within its roots, if it has any), room and the version; on a tie, here. A version
+    /// no node can take is refused; this node's own CLI is checked when it runs the session.
     fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
         let here = self.config.node.as_deref();
+        let wanted = request.cli_version.as_deref();
+        let runs =
+            |version: Option<&String>| wanted.is_none_or(|w| version.is_some_and(|v| v == w));
         let Some(bus) = &self.config.bus else {
             return match &request.node {
                 Some(node) if Some(node.as_str()) != here => Err(DaemonError::Invalid(format!(
@@ -1322,6 +1336,13 @@ impl Daemon {
                 return Ok(None);
             }
             return match nodes.iter().find(|status| status.info.node == *node) {
+                Some(status) if !status.lost && !runs(status.info.cli_version.as_ref()) => {
+                    Err(DaemonError::Invalid(format!(
+                        "node {node} runs Claude Code {}, not {}",
+                        status.info.cli_version.as_deref().unwrap_or("(not known yet)"),
+                        wanted.unwrap_or_default()
+                    )))
+                }
                 Some(status) if !status.lost => Ok(Some(node.clone())),
                 Some(_) => Err(DaemonError::Busy(format!("node {node} is lost"))),
                 None => Err(DaemonError::Invalid(format!(
@@ -1335,13 +1356,17 @@ impl Daemon {
         let running = self.running_count();
         let fits_here = request.cwd.is_dir()
             && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
-            && running < capacity;
+            && running < capacity
+            && runs(self.cli_version.get());
         let mut best: Option<(f64, Option<String>)> =
             fits_here.then(|| (load(running, capacity), None));
         for status in nodes.iter().filter(|status| !status.this && !status.lost) {
             let info = &status.info;
             let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
-            if !within(&request.cwd, &roots) || info.running >= info.capacity {
+            if !within(&request.cwd, &roots)
+                || info.running >= info.capacity
+                || !runs(info.cli_version.as_ref())
+            {
                 continue;
             }
             let theirs = load(info.running, info.capacity);
@@ -1349,7 +1374,24 @@ impl Daemon {
                 best = Some((theirs, Some(info.node.clone())));
             }
         }
-        Ok(best.and_then(|(_, node)| node))
+        match (best, wanted) {
+            (Some((_, node)), _) => Ok(node),
+            (None, None) => Ok(None),
+            (None, Some(wanted))
+                if !runs(self.cli_version.get())
+                    && !nodes.iter().any(|status| {
+                        !status.this && !status.lost && runs(status.info.cli_version.as_ref())
+                    }) =>
+            {
+                Err(DaemonError::Invalid(format!(
+                    "no node runs Claude Code {wanted} (GET /api/nodes says each node's)"
+                )))
+            }
+            (None, Some(wanted)) => Err(DaemonError::Busy(format!(
+                "no node that runs Claude Code {wanted} has room for {} within its roots (GET /api/nodes says each node's CLI, roots and load)",
+                request.cwd.display()
+            ))),
+        }
     }
 
     /// Creates the session on node `node`, over the bus.
@@ -1895,6 +1937,19 @@ impl Daemon {
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
+        if let Some(version) = &request.cli_version {
+            if !is_version(version) {
+                return Err(DaemonError::Invalid(format!(
+                    "cli_version {:?} is not a version (digits and dots, like 2.1.330)",
+                    version.chars().take(70).collect::<String>()
+                )));
+            }
+            if request.claude.is_some() {
+                return Err(DaemonError::Invalid(
+                    "give claude (the program) or cli_version (a node whose CLI is that version), not both".into(),
+                ));
+            }
+        }
         if let Some(node) = self.place(&request)? {
             return self.create_on(&node, request).await;
         }
@@ -1957,6 +2012,9 @@ impl Daemon {
                 request.resume_at.clone(),
             )
             .await?;
+        if let Some(wanted) = &request.cli_version {
+            self.check_cli_version(&config.cli, wanted).await?;
+        }
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
@@ -2202,6 +2260,37 @@ impl Daemon {
                     "env {name} makes programs load code of the caller's choosing; the daemon refuses it unless started with --allow-env {name}"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Refuses a session that asks for CLI version `wanted` when this node's CLI is another
+    /// (asked once, then kept, as the heartbeat tells it).
+    async fn check_cli_version(
+        &self,
+        cli: &switchboard_transport::stdio::CliOptions,
+        wanted: &str,
+    ) -> Result<(), DaemonError> {
+        let version = match self.cli_version.get() {
+            Some(version) => version.clone(),
+            None => {
+                let asked = switchboard_transport::stdio::cli_version(cli);
+                let version = tokio::time::timeout(Duration::from_secs(30), asked)
+                    .await
+                    .map_err(|_| {
+                        DaemonError::Busy("this node's CLI did not say its version".into())
+                    })?
+                    .map_err(|error| DaemonError::Invalid(error.to_string()))?;
+                if is_version(&version) {
+                    let _ = self.cli_version.set(version.clone());
+                }
+                version
+            }
+        };
+        if version != wanted {
+            return Err(DaemonError::Invalid(format!(
+                "this node runs Claude Code {version}, not {wanted}"
+            )));
         }
         Ok(())
     }

@@ -75,6 +75,7 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("RewindFiles", Scope::Operate),
     ("Subscribe", Scope::Read),
     ("WatchSessions", Scope::Read),
+    ("ListNodes", Scope::Read),
 ];
 
 /// The scope a call to `path` needs ([`METHOD_SCOPES`]).
@@ -232,6 +233,7 @@ impl Switchboard for Api {
             env: request.env.into_iter().collect(),
             relay: request.relay,
             node: request.node,
+            cli_version: request.cli_version,
             started_by: Some(caller.who("grpc", None)),
         };
         crate::tokens::check_create(&caller, &create)
@@ -254,6 +256,33 @@ impl Switchboard for Api {
             })
             .collect();
         Ok(tonic::Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: tonic::Request<pb::ListNodesRequest>,
+    ) -> Result<tonic::Response<pb::ListNodesResponse>, Status> {
+        let statuses = self.daemon.bus().map(|bus| bus.nodes()).unwrap_or_default();
+        let nodes = statuses
+            .into_iter()
+            .map(|status| {
+                let info = status.info;
+                pb::Node {
+                    node: info.node,
+                    url: info.url,
+                    running: info.running as u64,
+                    version: info.version,
+                    started_ms: info.started_ms,
+                    roots: info.roots,
+                    capacity: info.capacity as u64,
+                    cli_version: info.cli_version,
+                    silent_ms: status.silent_ms,
+                    lost: status.lost,
+                    this: status.this,
+                }
+            })
+            .collect();
+        Ok(tonic::Response::new(pb::ListNodesResponse { nodes }))
     }
 
     async fn get_session(

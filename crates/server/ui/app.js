@@ -2127,6 +2127,14 @@ function newSessionForm() {
   };
   cwd.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(complete, 120); });
   complete();
+  // Several daemons on one bus: which node runs it (each with its Claude Code and load).
+  api('GET', '/api/nodes').then((nodes) => {
+    if (nodes.length < 2) return;
+    const label = (node) => [node.node, node.cli_version && `Claude Code ${node.cli_version}`,
+      `${node.running}/${node.capacity} running`, node.lost && 'lost', node.this && 'this node'].filter(Boolean).join(' · ');
+    form.elements.node.append(...nodes.map((node) => el('option', { value: node.node, disabled: node.lost }, label(node))));
+    $('.node-choice', form).hidden = false;
+  }).catch(() => {});
   const model = form.elements.model;
   model.addEventListener('change', () => {
     $('.model-other', form).hidden = model.value !== '__other';
@@ -2136,7 +2144,7 @@ function newSessionForm() {
     event.preventDefault();
     const data = new FormData(form);
     const body = { cwd: data.get('cwd').trim() };
-    for (const key of ['prompt', 'model', 'permission_mode', 'policy', 'resume', 'resume_at']) {
+    for (const key of ['prompt', 'model', 'permission_mode', 'policy', 'resume', 'resume_at', 'node']) {
       const value = (data.get(key) ?? '').trim();
       if (value) body[key] = value;
     }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use switchboard_server::bus::{Bus, BusOptions, BusStore};
+use switchboard_server::grpc::pb;
 use switchboard_store::{EventRecord, PostgresStore, Store};
 use switchboard_testkit::servers::{Nats, Postgres};
-use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
 use crate::{seqs, Server};
 
@@ -171,7 +172,8 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
                 )
                 .when_prompt("FLEET"),
             )
-            .reply(Reply::text("Done on node a.").when_tool_result_contains("FLEET_MARK")),
+            .reply(Reply::text("Done on node a.").when_tool_result_contains("FLEET_MARK"))
+            .reply(Reply::text("Placed on node a.").when_prompt("PLACED")),
     )
     .await
     .unwrap();
@@ -189,6 +191,14 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
     let id = session["id"].as_str().unwrap().to_owned();
     let mut on_b = b.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
     on_b.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    // b's form lists both nodes with their CLI's version: wait until b has heard them.
+    let deadline = std::time::Instant::now() + crate::WAIT;
+    while !b.daemon.bus().unwrap().nodes().iter().all(|node| node.info.cli_version.is_some())
+        || b.daemon.bus().unwrap().nodes().len() < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "b never heard both nodes' CLI versions");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
     let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
         .map(std::path::PathBuf::from)
@@ -199,6 +209,7 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
         .env("SWITCHBOARD_URL", &b.base)
         .env("SWITCHBOARD_TOKEN", crate::TOKEN)
         .env("SESSION", &id)
+        .env("CWD", sandbox.workdir())
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOTS", &screenshots)
         .kill_on_drop(true)
@@ -222,6 +233,16 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
         .cloned()
         .unwrap();
     assert!(decided["event"]["by"]["who"].as_str().unwrap().ends_with("via b)"), "{decided}");
+    // The form's session runs on a, started by b's token through b.
+    let (_, listed) = b.get("/api/sessions").await;
+    let placed = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|session| session["title"].as_str().is_some_and(|t| t.starts_with("PLACED")))
+        .cloned()
+        .expect("the form's session is listed");
+    assert_eq!(placed["node"], "a", "{placed}");
     for node in nodes {
         node.stop().await;
     }
@@ -229,7 +250,8 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
 
 /// Placement: a session that names no node goes to the least loaded node whose roots hold its
 /// directory (here first on a tie); one that names a node runs there, over the bus; an
-/// unknown node is refused by name.
+/// unknown node is refused by name. One that asks for a CLI version goes to a node that runs
+/// it (a runs 2.1.330, b 2.1.37), and a version no node runs is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
     let Some(database) = Postgres::start() else { return };
@@ -242,15 +264,22 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
         let server = node(&database, &nats, name, NO_SAFETY_NET, &api, &sandbox, move |config| {
             config.placement.roots = vec![root];
             config.placement.capacity = Some(capacity);
+            if name == "b" {
+                config.claude = Some(real_cli(CliVersion::V2_1_37));
+            }
         })
         .await;
         nodes.push(server);
     }
     let (a, b) = (&nodes[0], &nodes[1]);
-    // Each has heard the other (heartbeats every 100 ms here).
+    // Each has heard the other, and its CLI's version (heartbeats every 100 ms here).
+    let heard = |node: &Server| {
+        let nodes = node.daemon.bus().map(|bus| bus.nodes()).unwrap_or_default();
+        nodes.len() == 2 && nodes.iter().all(|status| status.info.cli_version.is_some())
+    };
     for node in [a, b] {
         let deadline = std::time::Instant::now() + crate::WAIT;
-        while node.daemon.bus().map_or(0, |bus| bus.nodes().len()) < 2 {
+        while !heard(node) {
             assert!(std::time::Instant::now() < deadline, "the nodes never heard each other");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -279,6 +308,116 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
     // Outside every node's roots, and not a directory here: nobody can, so it is refused here.
     let (status, refused) = create(json!({"cwd": "/nowhere/at/all"})).await;
     assert_eq!(status, 400, "{refused}");
+
+    // gRPC lists the nodes as GET /api/nodes does: each with its CLI, roots and room.
+    let mut grpc = crate::grpc::client(a).await;
+    let listed = grpc.list_nodes(pb::ListNodesRequest {}).await.unwrap().into_inner().nodes;
+    let said: Vec<(&str, Option<&str>, u64, bool)> = listed
+        .iter()
+        .map(|node| (node.node.as_str(), node.cli_version.as_deref(), node.capacity, node.this))
+        .collect();
+    assert_eq!(said, [("a", Some("2.1.330"), 1, true), ("b", Some("2.1.37"), 4, false)]);
+    // A CLI version: where it runs, whatever the load; a node named that runs another is
+    // refused, and so is a version nobody runs, or one that is no version.
+    let (status, fourth) = create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1.37"})).await;
+    assert_eq!((status, &fourth["node"]), (201, &json!("b")), "{fourth}");
+    let (status, refused) =
+        create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1.37", "node": "a"})).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("runs Claude Code 2.1.330, not 2.1.37"), "{refused}");
+    // Placement reads load from heartbeats: once b has heard that a is full,
+    let deadline = std::time::Instant::now() + crate::WAIT;
+    let a_full = || {
+        let nodes = b.daemon.bus().unwrap().nodes();
+        nodes.iter().any(|node| node.info.node == "a" && node.info.running >= 1)
+    };
+    while !a_full() {
+        assert!(std::time::Instant::now() < deadline, "b never heard that a is full");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (status, refused) =
+        b.post("/api/sessions", json!({"cwd": sandbox.workdir(), "cli_version": "2.1.330"})).await;
+    assert_eq!(status, 503, "a, which runs it, is full, and b runs another: {refused}");
+    let (status, refused) = create(json!({"cwd": sandbox.workdir(), "cli_version": "9.9.9"})).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no node runs Claude Code 9.9.9"), "{refused}");
+    let (status, refused) = create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1;x"})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(a.daemon.running_count() + b.daemon.running_count(), 4, "nothing else started");
+    for node in nodes {
+        node.stop().await;
+    }
+}
+
+/// The rest of what a person does to a session reaches the node that runs it, whichever node
+/// takes it: through node b, a model switch (the next turn asks the API for that model), a
+/// permission mode (the CLI's own answer is the `mode_changed` event), an interrupt of a
+/// streaming turn, and a stop, each carried out by the CLI on node a.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_mode_interrupt_and_stop_reach_the_node_that_runs_the_session() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first").when_prompt("ONE"))
+            .reply(Reply::text("never finishes, interrupted").when_prompt("LONG").hold_after(1)),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let mut nodes = Vec::new();
+    for name in ["a", "b"] {
+        nodes.push(node(&database, &nats, name, NO_SAFETY_NET, &api, &sandbox, |_| {}).await);
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (status, session) =
+        a.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut follower = b.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    follower.until(crate::is_result).await;
+
+    let model = "claude-haiku-4-5-20251001";
+    let (status, body) =
+        b.post(&format!("/api/sessions/{id}/model"), json!({"model": model})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = b
+        .post(&format!("/api/sessions/{id}/permission-mode"), json!({"mode": "acceptEdits"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    follower
+        .until(|frame| {
+            frame["event"]["event"] == "mode_changed" && frame["event"]["mode"] == "acceptEdits"
+        })
+        .await;
+
+    let (status, body) =
+        b.post(&format!("/api/sessions/{id}/messages"), json!({"content": "LONG"})).await;
+    assert_eq!(status, 202, "{body}");
+    follower.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
+    let (status, body) = b.post(&format!("/api/sessions/{id}/interrupt"), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let interrupted = follower.until(crate::is_result).await;
+    assert_eq!(interrupted.last().unwrap()["event"]["line"]["subtype"], "error_during_execution");
+    api.release();
+    let long = api.wait_for(|request| request.last_user_text().contains("LONG")).await;
+    assert_eq!(long.model(), model, "the switch made through b reached a's CLI");
+
+    let (status, body) = b
+        .request_as(crate::TOKEN, reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    follower.until(|frame| frame["event"]["event"] == "exited").await;
+    assert_eq!(a.daemon.running_count(), 0, "a's CLI stopped");
+    let (_, seen) = b.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!((&seen["running"], &seen["node"]), (&json!(false), &json!("a")), "{seen}");
+    let (_, on_a) = a.get(&format!("/api/sessions/{id}/events")).await;
+    let on_a = on_a.as_array().unwrap();
+    let model_changed =
+        on_a.iter().any(|e| e["event"]["event"] == "model_changed" && e["event"]["model"] == model);
+    assert!(model_changed, "the switch is in the log");
     for node in nodes {
         node.stop().await;
     }

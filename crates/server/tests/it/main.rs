@@ -650,6 +650,14 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
     let cmdline = refused(create(json!({"policy": "/proc/self/cmdline"})).await, "cmdline");
     assert!(!cmdline.contains("--"), "nothing of the daemon's command line: {cmdline}");
     refused(create(json!({"policy": "/no/such/policy.toml"})).await, "not found");
+    // A CLI version: this daemon's, or refused; never with a program of its own.
+    refused(create(json!({"cli_version": "2.1.37"})).await, "runs Claude Code 2.1.330, not 2.1.37");
+    refused(create(json!({"cli_version": "latest"})).await, "not a version");
+    refused(create(json!({"cli_version": "2.1.330", "claude": "/bin/true"})).await, "not both");
+    refused(create(json!({"node": "elsewhere"})).await, "shares no bus");
+    let (status, created) = create(json!({"cli_version": "2.1.330"})).await;
+    assert_eq!(status, 201, "{created}");
+    server.daemon.stop(created["id"].as_str().unwrap(), true).await.unwrap();
     // Nothing was created by any of these.
     let (_, sessions) = server.get("/api/sessions").await;
     assert_eq!(sessions, json!([]));
