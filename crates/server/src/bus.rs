@@ -370,6 +370,18 @@ impl Bus {
         heard.get(node).is_none_or(|(_, at)| now - *at > self.options.lost_after)
     }
 
+    /// Whether this node has not heard its own heartbeat for half of
+    /// [`BusOptions::lost_after`] (never, if it has been up that long): the other nodes may
+    /// soon call it lost and take its sessions over, so it carries out nothing for them
+    /// meanwhile.
+    pub fn cut_off(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let limit = self.options.lost_after / 2;
+        let last =
+            self.heard.lock().ok().and_then(|heard| heard.get(&self.node).map(|(_, at)| *at));
+        now - last.unwrap_or_else(|| self.since()) > limit
+    }
+
     /// When this bus last (re)connected.
     fn since(&self) -> tokio::time::Instant {
         self.since.lock().map(|since| *since).unwrap_or_else(|_| tokio::time::Instant::now())
@@ -721,13 +733,8 @@ impl Store for BusStore {
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         self.inner.get_session(id).await
     }
-    async fn claim_session(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        self.inner.claim_session(id, from, to).await
+    async fn claim_session(&self, claim: switchboard_store::Claim<'_>) -> Result<bool, StoreError> {
+        self.inner.claim_session(claim).await
     }
     async fn list_sessions(&self) -> Result<Vec<SessionRecord>, StoreError> {
         self.inner.list_sessions().await

@@ -19,7 +19,7 @@ use switchboard_session::{
     EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
     SessionEvents, SessionHandle, SessionState, SinkFuture, WarmCli, WarmPool, WarmStatus,
 };
-use switchboard_store::{now_ms, EventRecord, SessionRecord, Store, StoreError};
+use switchboard_store::{now_ms, Claim, EventRecord, SessionRecord, Store, StoreError};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use crate::text::invisible;
@@ -369,8 +369,9 @@ pub struct CreateSession {
     pub node: Option<String>,
     /// Run it with this version of Claude Code (`2.1.330`): on the node named, or the least
     /// loaded node whose CLI says it is this version (each node's is in `GET /api/nodes`).
-    /// Not with `claude`, which names the program itself.
-    #[serde(default)]
+    /// Not with `claude`, which names the program itself. Left out when unset, so a create
+    /// forwarded over the bus still reads on a node of a release without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli_version: Option<String>,
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
@@ -917,16 +918,7 @@ impl Daemon {
             // Its CLI's version, as a session here would run it.
             let me = Arc::downgrade(&daemon);
             tokio::spawn(async move {
-                let options = {
-                    let Some(daemon) = me.upgrade() else { return };
-                    let mut options = switchboard_transport::stdio::CliOptions {
-                        program: daemon.config.claude.clone(),
-                        clear_env: daemon.config.clear_env,
-                        ..Default::default()
-                    };
-                    options.env.extend(daemon.config.env.iter().cloned());
-                    options
-                };
+                let Some(options) = me.upgrade().map(|daemon| daemon.node_cli()) else { return };
                 let asked = switchboard_transport::stdio::cli_version(&options);
                 match tokio::time::timeout(Duration::from_secs(30), asked).await {
                     // A version is digits and dots (`2.1.330`), not the first word of an error.
@@ -1315,8 +1307,10 @@ impl Daemon {
     /// request names; else the least loaded node (sessions running against its capacity)
     /// that is not lost, has room, whose roots hold the session's directory, and whose CLI
     /// is the version the request asks for, this one counted when it has the directory
-    /// (within its roots, if it has any), room and the version; on a tie, here. A version
-    /// no node can take is refused; this node's own CLI is checked when it runs the session.
+    /// (within its roots, if it has any), room and the version (or has not told it yet); on a
+    /// tie, here. When none has room, here (capacity only steers); or, when this node runs
+    /// another version, the least loaded node that runs it and has the directory. A version
+    /// no node runs is refused; this node's own is checked when it runs the session.
     fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
         let here = self.config.node.as_deref();
         let wanted = request.cli_version.as_deref();
@@ -1336,15 +1330,19 @@ impl Daemon {
                 return Ok(None);
             }
             return match nodes.iter().find(|status| status.info.node == *node) {
-                Some(status) if !status.lost && !runs(status.info.cli_version.as_ref()) => {
-                    Err(DaemonError::Invalid(format!(
-                        "node {node} runs Claude Code {}, not {}",
-                        status.info.cli_version.as_deref().unwrap_or("(not known yet)"),
-                        wanted.unwrap_or_default()
-                    )))
+                Some(status) if status.lost => {
+                    Err(DaemonError::Busy(format!("node {node} is lost")))
                 }
-                Some(status) if !status.lost => Ok(Some(node.clone())),
-                Some(_) => Err(DaemonError::Busy(format!("node {node} is lost"))),
+                Some(status) => match (&status.info.cli_version, wanted) {
+                    (_, None) => Ok(Some(node.clone())),
+                    (Some(version), Some(wanted)) if version == wanted => Ok(Some(node.clone())),
+                    (Some(version), Some(wanted)) => Err(DaemonError::Invalid(format!(
+                        "node {node} runs Claude Code {version}, not {wanted}"
+                    ))),
+                    (None, Some(_)) => Err(DaemonError::Busy(format!(
+                        "node {node} has not said which Claude Code it runs yet; try again"
+                    ))),
+                },
                 None => Err(DaemonError::Invalid(format!(
                     "no node {node} on the bus (GET /api/nodes lists them)"
                 ))),
@@ -1354,43 +1352,60 @@ impl Daemon {
         let placement = &self.config.placement;
         let capacity = placement.capacity.unwrap_or(DEFAULT_CAPACITY);
         let running = self.running_count();
+        let runs_here = self.cli_version.get().is_none() || runs(self.cli_version.get());
         let fits_here = request.cwd.is_dir()
             && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
             && running < capacity
-            && runs(self.cli_version.get());
-        let mut best: Option<(f64, Option<String>)> =
-            fits_here.then(|| (load(running, capacity), None));
-        for status in nodes.iter().filter(|status| !status.this && !status.lost) {
-            let info = &status.info;
-            let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
-            if !within(&request.cwd, &roots)
-                || info.running >= info.capacity
-                || !runs(info.cli_version.as_ref())
-            {
-                continue;
+            && runs_here;
+        // Other nodes that could run it: (load, name, has room).
+        let others: Vec<(f64, &str, bool)> = nodes
+            .iter()
+            .filter(|status| !status.this && !status.lost)
+            .map(|status| &status.info)
+            .filter(|info| {
+                let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
+                within(&request.cwd, &roots) && runs(info.cli_version.as_ref())
+            })
+            .map(|info| {
+                (
+                    load(info.running, info.capacity),
+                    info.node.as_str(),
+                    info.running < info.capacity,
+                )
+            })
+            .collect();
+        let least = |with_room: bool| {
+            others
+                .iter()
+                .filter(|(_, _, room)| *room || !with_room)
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(load, node, _)| (*load, node.to_string()))
+        };
+        match least(true) {
+            Some((theirs, node)) if !fits_here || theirs < load(running, capacity) => {
+                Ok(Some(node))
             }
-            let theirs = load(info.running, info.capacity);
-            if best.as_ref().is_none_or(|(least, _)| theirs < *least) {
-                best = Some((theirs, Some(info.node.clone())));
+            Some(_) => Ok(None),
+            None if fits_here || runs_here => Ok(None),
+            None => {
+                match (least(false), wanted) {
+                    (Some((_, node)), _) => Ok(Some(node)),
+                    (None, None) => Ok(None),
+                    (None, Some(wanted)) => {
+                        let anywhere = nodes.iter().any(|status| {
+                            !status.this && !status.lost && runs(status.info.cli_version.as_ref())
+                        });
+                        Err(DaemonError::Invalid(if anywhere {
+                            format!(
+                            "no node that runs Claude Code {wanted} has {} within its roots (GET /api/nodes says each node's CLI and roots)",
+                            request.cwd.display()
+                        )
+                        } else {
+                            format!("no node runs Claude Code {wanted} (GET /api/nodes says each node's)")
+                        }))
+                    }
+                }
             }
-        }
-        match (best, wanted) {
-            (Some((_, node)), _) => Ok(node),
-            (None, None) => Ok(None),
-            (None, Some(wanted))
-                if !runs(self.cli_version.get())
-                    && !nodes.iter().any(|status| {
-                        !status.this && !status.lost && runs(status.info.cli_version.as_ref())
-                    }) =>
-            {
-                Err(DaemonError::Invalid(format!(
-                    "no node runs Claude Code {wanted} (GET /api/nodes says each node's)"
-                )))
-            }
-            (None, Some(wanted)) => Err(DaemonError::Busy(format!(
-                "no node that runs Claude Code {wanted} has room for {} within its roots (GET /api/nodes says each node's CLI, roots and load)",
-                request.cwd.display()
-            ))),
         }
     }
 
@@ -1953,6 +1968,9 @@ impl Daemon {
         if let Some(node) = self.place(&request)? {
             return self.create_on(&node, request).await;
         }
+        if let Some(wanted) = &request.cli_version {
+            self.check_cli_version(wanted).await?;
+        }
         if request.prompt.as_deref().is_some_and(|prompt| prompt.trim().is_empty()) {
             return Err(DaemonError::Invalid(
                 "prompt is empty; leave it out to start a session without one".into(),
@@ -2012,9 +2030,6 @@ impl Daemon {
                 request.resume_at.clone(),
             )
             .await?;
-        if let Some(wanted) = &request.cli_version {
-            self.check_cli_version(&config.cli, wanted).await?;
-        }
         let now = now_ms();
         let record = SessionRecord {
             archived: false,
@@ -2117,15 +2132,14 @@ impl Daemon {
         self.check_transport(&config, &transport).await?;
         // Taken from its node: of two nodes taking it at once, one wins, and the node it was
         // taken from can no longer write its record.
-        if !self
-            .store
-            .claim_session(id, record.node.as_deref(), self.config.node.as_deref())
-            .await?
-        {
+        let claim = Claim::of(&record, self.config.node.as_deref());
+        let stamp = claim.stamp_ms;
+        if !self.store.claim_session(claim).await? {
             return Err(DaemonError::OtherNode(format!(
-                "session {id} was just taken over by another node"
+                "session {id} was just taken over by another node, or resumed by its own"
             )));
         }
+        record.updated_ms = stamp;
         let taken_from = std::mem::replace(&mut record.node, self.config.node.clone());
         let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
         if let Err(error) = began.await {
@@ -2264,26 +2278,36 @@ impl Daemon {
         Ok(())
     }
 
+    /// This node's own CLI, as its sessions run it (without what a request adds): the one
+    /// whose version the node tells.
+    fn node_cli(&self) -> switchboard_transport::stdio::CliOptions {
+        let mut options = switchboard_transport::stdio::CliOptions {
+            program: self.config.claude.clone(),
+            clear_env: self.config.clear_env,
+            ..Default::default()
+        };
+        options.env.extend(self.config.env.iter().cloned());
+        options
+    }
+
     /// Refuses a session that asks for CLI version `wanted` when this node's CLI is another
     /// (asked once, then kept, as the heartbeat tells it).
-    async fn check_cli_version(
-        &self,
-        cli: &switchboard_transport::stdio::CliOptions,
-        wanted: &str,
-    ) -> Result<(), DaemonError> {
+    async fn check_cli_version(&self, wanted: &str) -> Result<(), DaemonError> {
         let version = match self.cli_version.get() {
             Some(version) => version.clone(),
             None => {
-                let asked = switchboard_transport::stdio::cli_version(cli);
-                let version = tokio::time::timeout(Duration::from_secs(30), asked)
-                    .await
-                    .map_err(|_| {
-                        DaemonError::Busy("this node's CLI did not say its version".into())
-                    })?
-                    .map_err(|error| DaemonError::Invalid(error.to_string()))?;
-                if is_version(&version) {
-                    let _ = self.cli_version.set(version.clone());
-                }
+                let cli = self.node_cli();
+                let asked = switchboard_transport::stdio::cli_version(&cli);
+                let cannot = || DaemonError::Busy("this node's CLI did not say its version".into());
+                let version = match tokio::time::timeout(Duration::from_secs(10), asked).await {
+                    Ok(Ok(version)) if is_version(&version) => version,
+                    Ok(Err(error)) => {
+                        tracing::warn!(%error, "cannot tell this node's CLI version");
+                        return Err(cannot());
+                    }
+                    _ => return Err(cannot()),
+                };
+                let _ = self.cli_version.set(version.clone());
                 version
             }
         };
@@ -2700,7 +2724,10 @@ impl Daemon {
     /// running, `NotFound` for one that does not exist.
     pub async fn running(&self, id: &str) -> Result<SessionHandle, DaemonError> {
         match self.handle(id) {
-            Ok(handle) => Ok(handle),
+            Ok(handle) => {
+                self.check_still_ours(id).await?;
+                Ok(handle)
+            }
             Err(not_running) => match self.store.get_session(id).await? {
                 Some(record)
                     if self.runs_elsewhere(&record)
@@ -2712,6 +2739,34 @@ impl Daemon {
                 None => Err(DaemonError::NotFound(id.to_owned())),
             },
         }
+    }
+
+    /// On a node of a fleet, that its run of session `id` is still the session's run before
+    /// anything is carried out by it: a node cut off from the bus (which the others may soon
+    /// call lost, and take its sessions over) carries out nothing, and a run whose session
+    /// another node took over (this node was called lost) ends. So an answer is never applied
+    /// here once another node may have resumed the session and may ask it again.
+    async fn check_still_ours(&self, id: &str) -> Result<(), DaemonError> {
+        let Some(here) = &self.config.node else { return Ok(()) };
+        if self.config.bus.as_ref().is_some_and(|bus| bus.cut_off()) {
+            return Err(DaemonError::Busy(
+                "this node is cut off from the bus, and the other nodes may take its sessions over: it carries out nothing for them until it is back".into(),
+            ));
+        }
+        let Some(record) = self.store.get_session(id).await? else { return Ok(()) };
+        if record.node.as_ref() == Some(here) {
+            return Ok(());
+        }
+        tracing::warn!(session = %id, node = ?record.node, "taken over by another node; its run here stops");
+        if let Ok(handle) = self.handle(id) {
+            tokio::spawn(async move {
+                let _ = handle.shutdown(STOP_GRACE).await;
+            });
+        }
+        Err(DaemonError::OtherNode(format!(
+            "session {id} was taken over by node {}; its run on this node ends",
+            record.node.as_deref().unwrap_or("(none)")
+        )))
     }
 
     /// The refusal of what only the node that runs a session can do (its process, its files).
@@ -2799,13 +2854,24 @@ impl Daemon {
     }
 
     /// Notes in a lost node's session that its run ended with the node (`then`: what happens
-    /// next, said after it), and marks it exited; the record stays that node's.
+    /// next, said after it), and marks it exited: this node's, claimed first, so that of two
+    /// nodes stopping or resuming it at once one does, and the other is told.
     async fn end_lost_run(
         &self,
         record: &mut SessionRecord,
         then: &str,
     ) -> Result<(), DaemonError> {
-        let node = record.node.as_deref().unwrap_or_default();
+        let claim = Claim::of(record, self.config.node.as_deref());
+        let stamp = claim.stamp_ms;
+        if !self.store.claim_session(claim).await? {
+            return Err(DaemonError::OtherNode(format!(
+                "session {} was just taken over by another node",
+                record.id
+            )));
+        }
+        let node = std::mem::replace(&mut record.node, self.config.node.clone());
+        record.updated_ms = stamp;
+        let node = node.as_deref().unwrap_or_default();
         let last = self.store.last_seq(&record.id).await?;
         let payload = json!({
             "event": "exited", "code": null, "signal": null, "requested": false,

@@ -160,7 +160,12 @@ impl From<DaemonError> for ApiError {
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
             DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
             DaemonError::Forwarded { status, code, message } => ApiError {
-                status: StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+                // Only a refusal passes as it is: another node's answer is never taken for a
+                // success or a redirect.
+                status: StatusCode::from_u16(*status)
+                    .ok()
+                    .filter(|status| status.is_client_error() || status.is_server_error())
+                    .unwrap_or(StatusCode::BAD_GATEWAY),
                 code: known_code(code),
                 message: message.clone(),
             },

@@ -8,8 +8,8 @@
 //! config, attributes and ignore rules are exactly the user's, with nothing to build (libgit2
 //! is C; gix does not yet add worktrees). Needs git 2.38 or newer (`git merge-tree
 //! --write-tree`). Each call has a time limit and a bounded output; the repository's hooks and
-//! fsmonitor do not run, pathspecs are literal, and `GIT_*` variables of the daemon's
-//! environment do not reach it.
+//! fsmonitor do not run, pathspecs are literal, and `GIT_*` and `SWITCHBOARD_*` variables of
+//! the daemon's environment (a database URL with its password) do not reach it.
 //!
 //! The worktree's folder is the session's to write in, its `.git` file too: a session that
 //! pointed it at a repository of its own making (with a config that runs a program) would have
@@ -129,8 +129,11 @@ async fn run_git(
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    // Git's own settings from the daemon's environment, and the daemon's (its database and
+    // bus URLs may carry passwords, which a credential helper or ssh would otherwise see).
     for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("GIT_") {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("GIT_") || name_text.starts_with("SWITCHBOARD_") {
             command.env_remove(name);
         }
     }

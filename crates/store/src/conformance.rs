@@ -1,6 +1,6 @@
 //! The behaviour every [`Store`] must have. Each implementation's tests call [`run`].
 
-use crate::{now_ms, EventRecord, SessionRecord, Store, StoreError};
+use crate::{now_ms, Claim, EventRecord, SessionRecord, Store, StoreError};
 
 fn session(id: &str, updated_ms: u64) -> SessionRecord {
     SessionRecord {
@@ -93,27 +93,34 @@ async fn sessions(store: &dyn Store) {
         store.update_session(&session("nope", 1)).await,
         Err(StoreError::NotFound(_))
     ));
-    // Nodes: only a claim moves a session, one claim of two wins, and a node that lost it
-    // cannot write it back.
-    assert!(store.claim_session("a", None, Some("node-1")).await.unwrap());
-    assert!(!store.claim_session("a", None, Some("node-2")).await.unwrap(), "no longer None's");
-    a.node = Some("node-1".into());
+    // Nodes: only a claim moves a session; of two claims made from one reading one wins, even
+    // when one is its own node's (resuming it); a node that lost it cannot write it back.
+    let read = store.get_session("a").await.unwrap().unwrap();
+    assert!(store.claim_session(Claim::of(&read, Some("node-1"))).await.unwrap());
+    let second = store.claim_session(Claim::of(&read, Some("node-2"))).await.unwrap();
+    assert!(!second, "the record changed since it was read");
+    a = store.get_session("a").await.unwrap().unwrap();
+    assert_eq!(a.node.as_deref(), Some("node-1"));
+    assert!(a.updated_ms > 40, "a claim stamps the record");
     a.title = Some("on node 1".into());
     store.update_session(&a).await.unwrap();
     assert_eq!(store.get_session("a").await.unwrap().unwrap(), a);
-    assert!(store.claim_session("a", Some("node-1"), Some("node-2")).await.unwrap());
+    let read = store.get_session("a").await.unwrap().unwrap();
+    assert!(store.claim_session(Claim::of(&read, Some("node-1"))).await.unwrap(), "its own");
+    let other = store.claim_session(Claim::of(&read, Some("node-2"))).await.unwrap();
+    assert!(!other, "its own node's claim came first");
+    let read = store.get_session("a").await.unwrap().unwrap();
+    assert!(store.claim_session(Claim::of(&read, Some("node-2"))).await.unwrap());
     let moved = store.update_session(&a).await.unwrap_err();
     assert!(
         matches!(&moved, StoreError::Moved { node: Some(node), .. } if node == "node-2"),
         "{moved}"
     );
     assert_eq!(store.get_session("a").await.unwrap().unwrap().node.as_deref(), Some("node-2"));
-    assert!(matches!(
-        store.claim_session("nope", None, Some("node-1")).await,
-        Err(StoreError::NotFound(_))
-    ));
-    assert!(store.claim_session("a", Some("node-2"), None).await.unwrap());
-    a.node = None;
+    let nobody = Claim { id: "nope", from: None, seen_ms: 0, to: Some("node-1"), stamp_ms: 1 };
+    assert!(matches!(store.claim_session(nobody).await, Err(StoreError::NotFound(_))));
+    let read = store.get_session("a").await.unwrap().unwrap();
+    assert!(store.claim_session(Claim::of(&read, None)).await.unwrap());
     assert_eq!(store.get_session("nope").await.unwrap(), None);
 }
 

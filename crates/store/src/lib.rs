@@ -127,14 +127,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// ([`StoreError::Moved`] otherwise: a node that lost a session to another never writes it
     /// back). Only [`Store::claim_session`] changes a record's node.
     async fn update_session(&self, record: &SessionRecord) -> Result<(), StoreError>;
-    /// Moves session `id` to node `to` if it is still `from`'s; whether it was (several
-    /// daemons on one database: of two nodes taking over one session, one wins).
-    async fn claim_session(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<bool, StoreError>;
+    /// Takes a session over ([`Claim`]): whether its record was still as the claim read it
+    /// (several daemons on one database: of two nodes taking over one session, even its own
+    /// node resuming it, one wins).
+    async fn claim_session(&self, claim: Claim<'_>) -> Result<bool, StoreError>;
     /// One session.
     async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// All sessions, most recently updated first.
@@ -184,6 +180,36 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError>;
     /// The channels that have notifications waiting.
     async fn outbox_channels(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// A session taken over by a node ([`Store::claim_session`]): it moves to `to` and is stamped
+/// `stamp_ms` only if its record is still `from`'s and unchanged since it was read (its
+/// `updated_ms` still `seen_ms`), so that any other claim made from the same reading fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim<'a> {
+    /// The session.
+    pub id: &'a str,
+    /// The node it is taken from, as read.
+    pub from: Option<&'a str>,
+    /// Its `updated_ms`, as read.
+    pub seen_ms: u64,
+    /// The node taking it (it may be `from`: a node resuming its own session claims too).
+    pub to: Option<&'a str>,
+    /// Its new `updated_ms`: later than `seen_ms`.
+    pub stamp_ms: u64,
+}
+
+impl<'a> Claim<'a> {
+    /// A claim of `record` by node `to`, stamped now (or just after what was read).
+    pub fn of(record: &'a SessionRecord, to: Option<&'a str>) -> Self {
+        Claim {
+            id: &record.id,
+            from: record.node.as_deref(),
+            seen_ms: record.updated_ms,
+            to,
+            stamp_ms: now_ms().max(record.updated_ms + 1),
+        }
+    }
 }
 
 /// A notification to queue ([`Store::enqueue_outbox`]).

@@ -57,20 +57,19 @@ impl Store for MemoryStore {
         }
     }
 
-    async fn claim_session(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    async fn claim_session(&self, claim: crate::Claim<'_>) -> Result<bool, StoreError> {
         let mut inner = self.lock()?;
-        match inner.sessions.get_mut(id) {
-            Some(existing) if existing.node.as_deref() == from => {
-                existing.node = to.map(str::to_owned);
+        match inner.sessions.get_mut(claim.id) {
+            Some(existing)
+                if existing.node.as_deref() == claim.from
+                    && existing.updated_ms == claim.seen_ms =>
+            {
+                existing.node = claim.to.map(str::to_owned);
+                existing.updated_ms = claim.stamp_ms;
                 Ok(true)
             }
             Some(_) => Ok(false),
-            None => Err(StoreError::NotFound(id.to_owned())),
+            None => Err(StoreError::NotFound(claim.id.to_owned())),
         }
     }
 

@@ -401,22 +401,18 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn claim_session(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    async fn claim_session(&self, claim: crate::Claim<'_>) -> Result<bool, StoreError> {
         let client = self.client().await?;
+        let (seen, stamp) = (big(claim.seen_ms, "updated_ms")?, big(claim.stamp_ms, "updated_ms")?);
         let claimed = client
             .execute(
-                "UPDATE switchboard.sessions SET node = $3 WHERE id = $1 AND node IS NOT DISTINCT FROM $2",
-                &[&id, &from, &to],
+                "UPDATE switchboard.sessions SET node = $3, updated_ms = $5 WHERE id = $1 AND node IS NOT DISTINCT FROM $2 AND updated_ms = $4",
+                &[&claim.id, &claim.from, &claim.to, &seen, &stamp],
             )
             .await
             .map_err(db)?;
         match claimed {
-            0 => match self.not_written(&client, id).await? {
+            0 => match self.not_written(&client, claim.id).await? {
                 StoreError::Moved { .. } => Ok(false),
                 other => Err(other),
             },

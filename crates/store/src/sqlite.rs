@@ -150,7 +150,13 @@ pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 enum WriteOp {
     CreateSession(SessionRecord),
     UpdateSession(SessionRecord),
-    ClaimSession { id: String, from: Option<String>, to: Option<String> },
+    ClaimSession {
+        id: String,
+        from: Option<String>,
+        seen_ms: u64,
+        to: Option<String>,
+        stamp_ms: u64,
+    },
     EnqueueOutbox(Vec<crate::NewOutboxItem>),
     OutboxDone(u64),
     OutboxForget(String),
@@ -729,10 +735,10 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 return Err(not_written(connection, &record.id)?);
             }
         }
-        WriteOp::ClaimSession { id, from, to } => {
+        WriteOp::ClaimSession { id, from, seen_ms, to, stamp_ms } => {
             let changed = connection.execute(
-                "UPDATE sessions SET node = ?3 WHERE id = ?1 AND node IS ?2",
-                params![id, from, to],
+                "UPDATE sessions SET node = ?3, updated_ms = ?5 WHERE id = ?1 AND node IS ?2 AND updated_ms = ?4",
+                params![id, from, to, *seen_ms as i64, *stamp_ms as i64],
             )?;
             if changed == 0 {
                 return Err(not_written(connection, id)?);
@@ -833,16 +839,13 @@ impl Store for SqliteStore {
         self.write(WriteOp::UpdateSession(record.clone())).await
     }
 
-    async fn claim_session(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    async fn claim_session(&self, claim: crate::Claim<'_>) -> Result<bool, StoreError> {
         let claim = WriteOp::ClaimSession {
-            id: id.to_owned(),
-            from: from.map(str::to_owned),
-            to: to.map(str::to_owned),
+            id: claim.id.to_owned(),
+            from: claim.from.map(str::to_owned),
+            seen_ms: claim.seen_ms,
+            to: claim.to.map(str::to_owned),
+            stamp_ms: claim.stamp_ms,
         };
         match self.write(claim).await {
             Ok(()) => Ok(true),

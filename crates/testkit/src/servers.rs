@@ -301,6 +301,15 @@ impl Nats {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Freezes the server (SIGSTOP; its connections stay open, nothing passes), or lets it go
+    /// on (SIGCONT): a bus that a node is cut off from, without a reconnect.
+    pub fn freeze(&self, frozen: bool) {
+        use nix::sys::signal::Signal::{SIGCONT, SIGSTOP};
+        let signal = if frozen { SIGSTOP } else { SIGCONT };
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("nats-server takes the signal");
+    }
 }
 
 impl Drop for Nats {

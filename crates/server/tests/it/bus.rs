@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::json;
 use switchboard_server::bus::{Bus, BusOptions, BusStore};
 use switchboard_server::grpc::pb;
-use switchboard_store::{EventRecord, PostgresStore, Store};
+use switchboard_store::{Claim, EventRecord, PostgresStore, Store};
 use switchboard_testkit::servers::{Nats, Postgres};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
@@ -192,13 +192,11 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
     let mut on_b = b.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
     on_b.until(|frame| frame["event"]["event"] == "permission_requested").await;
     // b's form lists both nodes with their CLI's version: wait until b has heard them.
-    let deadline = std::time::Instant::now() + crate::WAIT;
-    while !b.daemon.bus().unwrap().nodes().iter().all(|node| node.info.cli_version.is_some())
-        || b.daemon.bus().unwrap().nodes().len() < 2
-    {
-        assert!(std::time::Instant::now() < deadline, "b never heard both nodes' CLI versions");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_it("b hears both nodes' CLI versions", || {
+        let nodes = b.daemon.bus().unwrap().nodes();
+        nodes.len() == 2 && nodes.iter().all(|node| node.info.cli_version.is_some())
+    })
+    .await;
 
     let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
         .map(std::path::PathBuf::from)
@@ -278,11 +276,7 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
         nodes.len() == 2 && nodes.iter().all(|status| status.info.cli_version.is_some())
     };
     for node in [a, b] {
-        let deadline = std::time::Instant::now() + crate::WAIT;
-        while !heard(node) {
-            assert!(std::time::Instant::now() < deadline, "the nodes never heard each other");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        until_it("the nodes hear each other", || heard(node)).await;
     }
     let create = |body: serde_json::Value| async move { a.post("/api/sessions", body).await };
     // Both idle: a tie, so here.
@@ -317,35 +311,51 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
         .map(|node| (node.node.as_str(), node.cli_version.as_deref(), node.capacity, node.this))
         .collect();
     assert_eq!(said, [("a", Some("2.1.330"), 1, true), ("b", Some("2.1.37"), 4, false)]);
-    // A CLI version: where it runs, whatever the load; a node named that runs another is
-    // refused, and so is a version nobody runs, or one that is no version.
+    // A CLI version: where it runs, whatever the load (over gRPC too); a node named that runs
+    // another is refused (whichever node is asked), and so are a version nobody runs, a
+    // directory no node that runs it has, and what is no version.
     let (status, fourth) = create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1.37"})).await;
     assert_eq!((status, &fourth["node"]), (201, &json!("b")), "{fourth}");
-    let (status, refused) =
-        create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1.37", "node": "a"})).await;
-    assert_eq!(status, 400, "{refused}");
-    let message = refused["error"]["message"].as_str().unwrap();
-    assert!(message.contains("runs Claude Code 2.1.330, not 2.1.37"), "{refused}");
-    // Placement reads load from heartbeats: once b has heard that a is full,
-    let deadline = std::time::Instant::now() + crate::WAIT;
-    let a_full = || {
-        let nodes = b.daemon.bus().unwrap().nodes();
-        nodes.iter().any(|node| node.info.node == "a" && node.info.running >= 1)
-    };
-    while !a_full() {
-        assert!(std::time::Instant::now() < deadline, "b never heard that a is full");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let fifth = grpc
+        .create_session(pb::CreateSessionRequest {
+            cwd: sandbox.workdir().display().to_string(),
+            cli_version: Some("2.1.37".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(fifth.node.as_deref(), Some("b"));
+    for asked in [a, b] {
+        let body = json!({"cwd": sandbox.workdir(), "cli_version": "2.1.37", "node": "a"});
+        let (status, refused) = asked.post("/api/sessions", body).await;
+        assert_eq!(status, 400, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains("runs Claude Code 2.1.330, not 2.1.37"), "{refused}");
     }
     let (status, refused) =
-        b.post("/api/sessions", json!({"cwd": sandbox.workdir(), "cli_version": "2.1.330"})).await;
-    assert_eq!(status, 503, "a, which runs it, is full, and b runs another: {refused}");
+        create(json!({"cwd": "/nowhere/at/all", "cli_version": "2.1.37"})).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("has /nowhere/at/all within its roots"), "{refused}");
     let (status, refused) = create(json!({"cwd": sandbox.workdir(), "cli_version": "9.9.9"})).await;
     assert_eq!(status, 400, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("no node runs Claude Code 9.9.9"), "{refused}");
     let (status, refused) = create(json!({"cwd": sandbox.workdir(), "cli_version": "2.1;x"})).await;
     assert_eq!(status, 400, "{refused}");
-    assert_eq!(a.daemon.running_count() + b.daemon.running_count(), 4, "nothing else started");
+    // Placement reads load from heartbeats: once b has heard that a is full, a session for
+    // a's version still goes to a (capacity steers, it does not refuse), not to b.
+    let a_full = || {
+        let nodes = b.daemon.bus().unwrap().nodes();
+        nodes.iter().any(|node| node.info.node == "a" && node.info.running >= 1)
+    };
+    until_it("b hears that a is full", a_full).await;
+    let (status, sixth) =
+        b.post("/api/sessions", json!({"cwd": sandbox.workdir(), "cli_version": "2.1.330"})).await;
+    assert_eq!((status, &sixth["node"]), (201, &json!("a")), "{sixth}");
+    assert_eq!(a.daemon.running_count(), 3);
+    assert_eq!(b.daemon.running_count(), 3, "nothing else started");
     for node in nodes {
         node.stop().await;
     }
@@ -421,4 +431,73 @@ async fn model_mode_interrupt_and_stop_reach_the_node_that_runs_the_session() {
     for node in nodes {
         node.stop().await;
     }
+}
+
+/// Waits (a while, checking) until `holds` does.
+async fn until_it(what: &str, holds: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(crate::WAIT, async {
+        while !holds() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+    waited.await.unwrap_or_else(|_| panic!("{what}, in time"));
+}
+
+/// A node fenced off from a session carries out nothing for it: cut off from the bus (so the
+/// other nodes may soon call it lost and take its sessions over), it refuses a person's answer
+/// with 503 until it hears the bus again; once another node has taken the session over, it
+/// refuses with 409 and its run stops. So an approval is never applied on two nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_bus_or_taken_over_carries_out_nothing() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new().reply(
+            Reply::tool_use("Bash", json!({"command": "touch fenced.txt", "description": "x"}))
+                .when_prompt("RUN"),
+        ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let postgres = Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
+    let bus = Bus::connect_with(nats.url(), "a", NO_SAFETY_NET).await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(BusStore::new(postgres.clone(), bus.clone()));
+    let a = Server::start_with(store, &api, &sandbox, |config| {
+        config.node = Some("a".into());
+        config.bus = Some(bus.clone());
+    })
+    .await;
+    let (status, session) =
+        a.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "RUN it"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut watcher = a.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let asked = watcher.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    let request_id = asked.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
+    let answer = format!("/api/sessions/{id}/permissions/{request_id}");
+
+    nats.freeze(true);
+    until_it("node a notices it no longer hears the bus", || bus.cut_off()).await;
+    let (status, refused) = a.post(&answer, json!({"behavior": "allow"})).await;
+    assert_eq!(status, 503, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("cut off"), "{refused}");
+    nats.freeze(false);
+    until_it("node a hears the bus again", || !bus.cut_off()).await;
+
+    // Node b takes it over, as its resume claims it: from node a, as b last read it.
+    let record = postgres.get_session(&id).await.unwrap().unwrap();
+    assert!(postgres.claim_session(Claim::of(&record, Some("b"))).await.unwrap());
+    assert!(
+        !postgres.claim_session(Claim::of(&record, Some("a"))).await.unwrap(),
+        "a claim from the same reading loses"
+    );
+    let (status, refused) = a.post(&answer, json!({"behavior": "allow"})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "other_node");
+    until_it("a's run of the session stops", || a.daemon.running_count() == 0).await;
+    assert!(!sandbox.file("fenced.txt").exists(), "the call was never carried out");
+    let record = postgres.get_session(&id).await.unwrap().unwrap();
+    assert_eq!(record.node.as_deref(), Some("b"), "a's run ending left the record b's");
+    a.stop().await;
 }

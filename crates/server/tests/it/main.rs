@@ -1926,11 +1926,9 @@ impl Store for FailingStore {
     }
     async fn claim_session(
         &self,
-        id: &str,
-        from: Option<&str>,
-        to: Option<&str>,
+        claim: switchboard_store::Claim<'_>,
     ) -> Result<bool, switchboard_store::StoreError> {
-        self.inner.claim_session(id, from, to).await
+        self.inner.claim_session(claim).await
     }
     async fn get_session(
         &self,
