@@ -1307,10 +1307,10 @@ impl Daemon {
     /// request names; else the least loaded node (sessions running against its capacity)
     /// that is not lost, has room, whose roots hold the session's directory, and whose CLI
     /// is the version the request asks for, this one counted when it has the directory
-    /// (within its roots, if it has any), room and the version (or has not told it yet); on a
-    /// tie, here. When none has room, here (capacity only steers); or, when this node runs
-    /// another version, the least loaded node that runs it and has the directory. A version
-    /// no node runs is refused; this node's own is checked when it runs the session.
+    /// (within its roots, if it has any), room and the version (or has not told it yet, and
+    /// no other node is known to run it); on a tie, here. When none has room (capacity only
+    /// steers): here if it can run it, else the least loaded node that can. A version no node
+    /// runs is refused; this node's own is checked when it runs the session.
     fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
         let here = self.config.node.as_deref();
         let wanted = request.cli_version.as_deref();
@@ -1352,11 +1352,6 @@ impl Daemon {
         let placement = &self.config.placement;
         let capacity = placement.capacity.unwrap_or(DEFAULT_CAPACITY);
         let running = self.running_count();
-        let runs_here = self.cli_version.get().is_none() || runs(self.cli_version.get());
-        let fits_here = request.cwd.is_dir()
-            && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
-            && running < capacity
-            && runs_here;
         // Other nodes that could run it: (load, name, has room).
         let others: Vec<(f64, &str, bool)> = nodes
             .iter()
@@ -1374,6 +1369,16 @@ impl Daemon {
                 )
             })
             .collect();
+        // This node's CLI, while it has not told its version yet, is a candidate only when no
+        // other node is known to run the version asked (its check then tells).
+        let runs_here = match self.cli_version.get() {
+            Some(version) => runs(Some(version)),
+            None => wanted.is_none() || others.is_empty(),
+        };
+        let can_here = request.cwd.is_dir()
+            && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
+            && runs_here;
+        let room_here = running < capacity;
         let least = |with_room: bool| {
             others
                 .iter()
@@ -1382,19 +1387,26 @@ impl Daemon {
                 .map(|(load, node, _)| (*load, node.to_string()))
         };
         match least(true) {
-            Some((theirs, node)) if !fits_here || theirs < load(running, capacity) => {
+            Some((theirs, node))
+                if !(can_here && room_here) || theirs < load(running, capacity) =>
+            {
                 Ok(Some(node))
             }
             Some(_) => Ok(None),
-            None if fits_here || runs_here => Ok(None),
+            // Nobody has room: capacity steers, it does not refuse.
+            None if can_here => Ok(None),
             None => {
                 match (least(false), wanted) {
                     (Some((_, node)), _) => Ok(Some(node)),
+                    // Here, whose create says what is wrong with the directory.
                     (None, None) => Ok(None),
                     (None, Some(wanted)) => {
-                        let anywhere = nodes.iter().any(|status| {
-                            !status.this && !status.lost && runs(status.info.cli_version.as_ref())
-                        });
+                        let anywhere = self.cli_version.get().is_some_and(|v| v == wanted)
+                            || nodes.iter().any(|status| {
+                                !status.this
+                                    && !status.lost
+                                    && runs(status.info.cli_version.as_ref())
+                            });
                         Err(DaemonError::Invalid(if anywhere {
                             format!(
                             "no node that runs Claude Code {wanted} has {} within its roots (GET /api/nodes says each node's CLI and roots)",
@@ -2088,6 +2100,10 @@ impl Daemon {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }
         let writing = self.record_writes.lock().await;
+        // Again under the lock: two resumes asked of this node at once start one run.
+        if self.live(id).is_some_and(|live| live.handle().is_some()) {
+            return Err(DaemonError::AlreadyRunning(id.to_owned()));
+        }
         let mut record = self
             .store
             .get_session(id)
@@ -2745,15 +2761,17 @@ impl Daemon {
     /// anything is carried out by it: a node cut off from the bus (which the others may soon
     /// call lost, and take its sessions over) carries out nothing, and a run whose session
     /// another node took over (this node was called lost) ends. So an answer is never applied
-    /// here once another node may have resumed the session and may ask it again.
-    async fn check_still_ours(&self, id: &str) -> Result<(), DaemonError> {
+    /// here once another node may have resumed the session and may ask it again. The bus is
+    /// checked after the store's answer, so a slow database does not use up the margin.
+    pub(crate) async fn check_still_ours(&self, id: &str) -> Result<(), DaemonError> {
         let Some(here) = &self.config.node else { return Ok(()) };
+        let record = self.store.get_session(id).await?;
         if self.config.bus.as_ref().is_some_and(|bus| bus.cut_off()) {
             return Err(DaemonError::Busy(
                 "this node is cut off from the bus, and the other nodes may take its sessions over: it carries out nothing for them until it is back".into(),
             ));
         }
-        let Some(record) = self.store.get_session(id).await? else { return Ok(()) };
+        let Some(record) = record else { return Ok(()) };
         if record.node.as_ref() == Some(here) {
             return Ok(());
         }
@@ -2854,14 +2872,15 @@ impl Daemon {
     }
 
     /// Notes in a lost node's session that its run ended with the node (`then`: what happens
-    /// next, said after it), and marks it exited: this node's, claimed first, so that of two
-    /// nodes stopping or resuming it at once one does, and the other is told.
+    /// next, said after it), and marks it exited. The record stays that node's (its worktree
+    /// is on that node's machine), claimed for it first, so that of two nodes stopping or
+    /// resuming it at once one does, and the other is told.
     async fn end_lost_run(
         &self,
         record: &mut SessionRecord,
         then: &str,
     ) -> Result<(), DaemonError> {
-        let claim = Claim::of(record, self.config.node.as_deref());
+        let claim = Claim::of(record, record.node.as_deref());
         let stamp = claim.stamp_ms;
         if !self.store.claim_session(claim).await? {
             return Err(DaemonError::OtherNode(format!(
@@ -2869,9 +2888,8 @@ impl Daemon {
                 record.id
             )));
         }
-        let node = std::mem::replace(&mut record.node, self.config.node.clone());
         record.updated_ms = stamp;
-        let node = node.as_deref().unwrap_or_default();
+        let node = record.node.clone().unwrap_or_default();
         let last = self.store.last_seq(&record.id).await?;
         let payload = json!({
             "event": "exited", "code": null, "signal": null, "requested": false,

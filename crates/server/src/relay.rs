@@ -268,7 +268,11 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                 match handle {
                     Some((id, handle)) => {
                         let by = caller.who("relay", None);
-                        match daemon.may_send(&id, &by) {
+                        let may = match daemon.check_still_ours(&id).await {
+                            Ok(()) => daemon.may_send(&id, &by),
+                            Err(fenced) => Err(fenced),
+                        };
+                        match may {
                             Ok(()) => {
                                 daemon.note_sender(&id, &by);
                                 handle.send_message(user).await.map_err(|error| error.to_string())
@@ -377,17 +381,18 @@ async fn answer_permission(
     answer: FrontendAnswer,
     who: &str,
 ) -> Result<(), String> {
-    let asked = daemon.relay_handles().into_iter().find_map(|(_, _, handle)| {
+    let asked = daemon.relay_handles().into_iter().find_map(|(id, _, handle)| {
         let waiting = handle
             .snapshot()
             .pending_permissions
             .iter()
             .any(|pending| pending.request_id == answer.request_id);
-        waiting.then_some(handle)
+        waiting.then_some((id, handle))
     });
-    let Some(handle) = asked else {
+    let Some((id, handle)) = asked else {
         return Err(format!("no permission request {} is waiting", answer.request_id));
     };
+    daemon.check_still_ours(&id).await.map_err(|error| error.to_string())?;
     handle
         .respond_permission(&answer.request_id, answer.answer, who)
         .await

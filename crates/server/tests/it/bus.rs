@@ -486,8 +486,16 @@ async fn a_node_cut_off_from_the_bus_or_taken_over_carries_out_nothing() {
     until_it("node a hears the bus again", || !bus.cut_off()).await;
 
     // Node b takes it over, as its resume claims it: from node a, as b last read it.
-    let record = postgres.get_session(&id).await.unwrap().unwrap();
-    assert!(postgres.claim_session(Claim::of(&record, Some("b"))).await.unwrap());
+    // (Read again if a's run wrote its record between the reading and the claim.)
+    let mut claimed = None;
+    for _ in 0..10 {
+        let record = postgres.get_session(&id).await.unwrap().unwrap();
+        if postgres.claim_session(Claim::of(&record, Some("b"))).await.unwrap() {
+            claimed = Some(record);
+            break;
+        }
+    }
+    let record = claimed.expect("b's claim wins from a fresh reading");
     assert!(
         !postgres.claim_session(Claim::of(&record, Some("a"))).await.unwrap(),
         "a claim from the same reading loses"

@@ -401,9 +401,17 @@ async fn subscribers_see_identical_gap_free_sequences_and_a_restart_keeps_everyt
     assert_eq!(view["state"], "exited", "{view}");
     assert!(view["claude_session_id"].is_string());
 
-    // Resume continues the same log.
-    let (status, view) = server.post(&format!("/api/sessions/{id}/resume"), json!({})).await;
-    assert_eq!(status, 200, "{view}");
+    // Resume continues the same log; of two resumes asked at once, one starts the CLI and the
+    // other is told it runs.
+    let resume = format!("/api/sessions/{id}/resume");
+    let ((first, view), (second, other)) =
+        tokio::join!(server.post(&resume, json!({})), server.post(&resume, json!({})));
+    let (view, refused) =
+        if first == 200 { (view, (second, other)) } else { (other, (first, view)) };
+    assert_eq!(view["id"], id.as_str(), "{view}");
+    assert_eq!(refused.0, 409, "{}", refused.1);
+    assert_eq!(refused.1["error"]["code"], "already_running", "{}", refused.1);
+    assert_eq!(server.daemon.running_count(), 1, "one CLI");
     let (status, _) =
         server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "and again"})).await;
     assert_eq!(status, 202);
