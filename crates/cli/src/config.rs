@@ -13,6 +13,8 @@
 //! database_url = "postgres://sb@db.internal/switchboard" # SWITCHBOARD_DATABASE_URL (serve --database-url)
 //! node = "build-01"                 # SWITCHBOARD_NODE     (serve --node)
 //! nats_url = "nats://bus.internal:4222" # SWITCHBOARD_NATS_URL (serve --nats-url)
+//! roots = ["/srv/repos"]            # SWITCHBOARD_ROOTS, ':' between (serve --root)
+//! capacity = 40                     # SWITCHBOARD_CAPACITY (serve --capacity)
 //! ```
 
 use std::path::PathBuf;
@@ -36,6 +38,8 @@ struct Config {
     database_url: Option<String>,
     node: Option<String>,
     nats_url: Option<String>,
+    roots: Option<Vec<PathBuf>>,
+    capacity: Option<u32>,
 }
 
 /// Where the config file is looked for.
@@ -70,6 +74,20 @@ pub(crate) fn apply() -> Result<(), String> {
         Some(policy) if policy.as_os_str() == "auto-approve" => Some(policy),
         other => anchored(other),
     };
+    // Roots go into one variable, ':' between them (as PATH): a root with a ':' cannot.
+    if let Some(root) =
+        config.roots.iter().flatten().find(|root| root.to_string_lossy().contains(':'))
+    {
+        return Err(format!(
+            "the config file {shown}: root {} has a ':', which roots cannot have",
+            root.display()
+        ));
+    }
+    let roots = config.roots.map(|roots| {
+        let roots: Vec<String> =
+            roots.into_iter().map(|root| base.join(root).to_string_lossy().into_owned()).collect();
+        PathBuf::from(roots.join(":"))
+    });
     let defaults = [
         ("SWITCHBOARD_LISTEN", config.listen.map(PathBuf::from)),
         ("SWITCHBOARD_DATA_DIR", anchored(config.data_dir)),
@@ -79,6 +97,11 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_DATABASE_URL", config.database_url.map(PathBuf::from)),
         ("SWITCHBOARD_NODE", config.node.map(PathBuf::from)),
         ("SWITCHBOARD_NATS_URL", config.nats_url.map(PathBuf::from)),
+        ("SWITCHBOARD_ROOTS", roots),
+        (
+            "SWITCHBOARD_CAPACITY",
+            config.capacity.map(|capacity| PathBuf::from(capacity.to_string())),
+        ),
         (
             "SWITCHBOARD_DAILY_BUDGET_USD",
             config.daily_budget_usd.map(|usd| PathBuf::from(usd.to_string())),

@@ -104,12 +104,18 @@ pub(crate) struct ServeArgs {
     nats_url: Option<String>,
     /// A directory whose sessions this node runs, for placing sessions among the nodes: a
     /// session that names no node goes to the least loaded node whose root holds its
-    /// directory. Repeat for more. Without one, this node takes only sessions asked of it.
-    #[arg(long = "root", value_name = "DIR")]
+    /// directory. Repeat for more (in SWITCHBOARD_ROOTS, ':' between them). Without one, this
+    /// node takes only sessions asked of it.
+    #[arg(long = "root", value_name = "DIR", env = "SWITCHBOARD_ROOTS", value_delimiter = ':')]
     roots: Vec<PathBuf>,
     /// The most sessions this node runs at once when placed by load (default 100; each CLI
     /// takes about 200 MiB).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SWITCHBOARD_CAPACITY",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     capacity: Option<u32>,
 }
 

@@ -33,7 +33,8 @@ async fn start_node(
 }
 
 /// Nodes on one database and one bus, each with a data directory of its own: each node's
-/// daemon, its token, its directory.
+/// daemon, its token, its directory. Gamma's roots and capacity come from a config file:
+/// `roots = ["repos"]` (its data directory's `repos`), `capacity = 7`.
 async fn start_nodes(
     names: &[&str],
     api: &FakeApi,
@@ -44,7 +45,13 @@ async fn start_nodes(
     let mut nodes = Vec::new();
     for name in names {
         let dir = tempfile::tempdir().unwrap();
-        let env = [("SWITCHBOARD_DATABASE_URL", database), ("SWITCHBOARD_NATS_URL", nats)];
+        let config = dir.path().join("config.toml");
+        let config_text = config.display().to_string();
+        let mut env = vec![("SWITCHBOARD_DATABASE_URL", database), ("SWITCHBOARD_NATS_URL", nats)];
+        if *name == "gamma" {
+            std::fs::write(&config, "roots = [\"repos\"]\ncapacity = 7\n").unwrap();
+            env.push(("SWITCHBOARD_CONFIG", &config_text));
+        }
         let daemon = start_daemon_with_env(dir.path(), api, sandbox, &["--node", name], &env).await;
         let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
         nodes.push((daemon, token, dir));
@@ -390,6 +397,15 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         assert_eq!(frame["seq"].as_u64(), Some(event.seq));
         assert_eq!(frame["event"], serde_json::from_str::<Value>(&event.payload).unwrap());
     }
+
+    // Gamma's roots and capacity, from its config file, as alpha hears them.
+    let repos = nodes[2].2.path().join("repos").display().to_string();
+    wait_nodes(&alpha.url, alpha_token, |nodes| {
+        nodes.iter().any(|node| {
+            node["node"] == "gamma" && node["capacity"] == 7 && node["roots"] == json!([repos])
+        })
+    })
+    .await;
 }
 
 /// Node alpha is SIGKILLed mid-turn, a permission waiting. Within a few seconds beta shows

@@ -573,6 +573,11 @@ async fn the_config_file_gives_defaults_and_refuses_typos() {
     let (code, _, err) = doctor(vec![]).await;
     assert_eq!(code, Some(2));
     assert!(err.contains("unknown field `claud`"), "{err}");
+    // Roots travel in one variable, ':' between them: a root with one is refused by name.
+    std::fs::write(&config, "roots = [\"/srv/a:b\"]\n").unwrap();
+    let (code, _, err) = doctor(vec![]).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("root /srv/a:b has a ':'"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
