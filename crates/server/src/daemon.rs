@@ -224,6 +224,25 @@ fn is_version(text: &str) -> bool {
         && text.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
+/// The version `cli` says it is, asked within `limit`; `None` (logged) when it says none.
+async fn ask_cli_version(
+    cli: &switchboard_transport::stdio::CliOptions,
+    limit: Duration,
+) -> Option<String> {
+    match tokio::time::timeout(limit, switchboard_transport::stdio::cli_version(cli)).await {
+        // A version is digits and dots (`2.1.330`), not the first word of an error.
+        Ok(Ok(version)) if is_version(&version) => Some(version),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot tell this node's CLI version");
+            None
+        }
+        _ => {
+            tracing::warn!("this node's CLI did not say its version");
+            None
+        }
+    }
+}
+
 /// Whether `cwd` is within one of `roots` (by whole path components).
 fn within(cwd: &std::path::Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|root| cwd.starts_with(root))
@@ -919,16 +938,9 @@ impl Daemon {
             let me = Arc::downgrade(&daemon);
             tokio::spawn(async move {
                 let Some(options) = me.upgrade().map(|daemon| daemon.node_cli()) else { return };
-                let asked = switchboard_transport::stdio::cli_version(&options);
-                match tokio::time::timeout(Duration::from_secs(30), asked).await {
-                    // A version is digits and dots (`2.1.330`), not the first word of an error.
-                    Ok(Ok(version)) if is_version(&version) => {
-                        if let Some(daemon) = me.upgrade() {
-                            let _ = daemon.cli_version.set(version);
-                        }
-                    }
-                    Ok(Err(error)) => tracing::warn!(%error, "cannot tell this node's CLI version"),
-                    _ => tracing::warn!("this node's CLI did not say its version"),
+                let asked = ask_cli_version(&options, Duration::from_secs(30)).await;
+                if let (Some(version), Some(daemon)) = (asked, me.upgrade()) {
+                    let _ = daemon.cli_version.set(version);
                 }
             });
             let (me, node) = (Arc::downgrade(&daemon), node.clone());
@@ -2148,15 +2160,8 @@ impl Daemon {
         self.check_transport(&config, &transport).await?;
         // Taken from its node: of two nodes taking it at once, one wins, and the node it was
         // taken from can no longer write its record.
-        let claim = Claim::of(&record, self.config.node.as_deref());
-        let stamp = claim.stamp_ms;
-        if !self.store.claim_session(claim).await? {
-            return Err(DaemonError::OtherNode(format!(
-                "session {id} was just taken over by another node, or resumed by its own"
-            )));
-        }
-        record.updated_ms = stamp;
-        let taken_from = std::mem::replace(&mut record.node, self.config.node.clone());
+        let taken_from = record.node.clone();
+        self.claim(&mut record, self.config.node.clone()).await?;
         let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
         if let Err(error) = began.await {
             // Claimed but not started (the log moved under it: the node it was taken from
@@ -2294,6 +2299,27 @@ impl Daemon {
         Ok(())
     }
 
+    /// Claims `record`, as it was read, for node `to` ([`Store::claim_session`]): then its
+    /// node and stamp are the claim's. Of two claims from one reading one wins; the other is
+    /// `OtherNode`.
+    async fn claim(
+        &self,
+        record: &mut SessionRecord,
+        to: Option<String>,
+    ) -> Result<(), DaemonError> {
+        let claim = Claim::of(record, to.as_deref());
+        let stamp = claim.stamp_ms;
+        if !self.store.claim_session(claim).await? {
+            return Err(DaemonError::OtherNode(format!(
+                "session {} was just taken over by another node, or resumed or stopped by its own",
+                record.id
+            )));
+        }
+        record.updated_ms = stamp;
+        record.node = to;
+        Ok(())
+    }
+
     /// This node's own CLI, as its sessions run it (without what a request adds): the one
     /// whose version the node tells.
     fn node_cli(&self) -> switchboard_transport::stdio::CliOptions {
@@ -2312,17 +2338,10 @@ impl Daemon {
         let version = match self.cli_version.get() {
             Some(version) => version.clone(),
             None => {
-                let cli = self.node_cli();
-                let asked = switchboard_transport::stdio::cli_version(&cli);
-                let cannot = || DaemonError::Busy("this node's CLI did not say its version".into());
-                let version = match tokio::time::timeout(Duration::from_secs(10), asked).await {
-                    Ok(Ok(version)) if is_version(&version) => version,
-                    Ok(Err(error)) => {
-                        tracing::warn!(%error, "cannot tell this node's CLI version");
-                        return Err(cannot());
-                    }
-                    _ => return Err(cannot()),
-                };
+                let version =
+                    ask_cli_version(&self.node_cli(), Duration::from_secs(10)).await.ok_or_else(
+                        || DaemonError::Busy("this node's CLI did not say its version".into()),
+                    )?;
                 let _ = self.cli_version.set(version.clone());
                 version
             }
@@ -2880,15 +2899,7 @@ impl Daemon {
         record: &mut SessionRecord,
         then: &str,
     ) -> Result<(), DaemonError> {
-        let claim = Claim::of(record, record.node.as_deref());
-        let stamp = claim.stamp_ms;
-        if !self.store.claim_session(claim).await? {
-            return Err(DaemonError::OtherNode(format!(
-                "session {} was just taken over by another node",
-                record.id
-            )));
-        }
-        record.updated_ms = stamp;
+        self.claim(record, record.node.clone()).await?;
         let node = record.node.clone().unwrap_or_default();
         let last = self.store.last_seq(&record.id).await?;
         let payload = json!({
