@@ -309,6 +309,19 @@ impl Received {
         Ok(Received { raw, message })
     }
 
+    /// The line's `uuid`: from the typed message for the kinds a CLI sends most (no second
+    /// read of the line), else from the line's [`Envelope`](crate::Envelope).
+    pub fn uuid(&self) -> Option<std::borrow::Cow<'_, str>> {
+        let typed = match &self.message {
+            Message::StreamEvent(m) => m.uuid.as_deref(),
+            Message::Assistant(m) => m.uuid.as_deref(),
+            Message::User(m) => m.uuid.as_deref(),
+            Message::Result(m) => m.uuid.as_deref(),
+            _ => return crate::Envelope::parse(self.raw.as_bytes()).ok()?.uuid,
+        };
+        typed.map(std::borrow::Cow::Borrowed)
+    }
+
     /// The line exactly as received, with a trailing `\n`.
     pub fn encode(&self) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(self.raw.len() + 1);

@@ -284,7 +284,7 @@ impl IngressSlot {
             exited,
         });
         Some((
-            IngressReader { end: end.clone(), decoder: Decoder::default() },
+            IngressReader { end: end.clone(), decoder: Decoder::default(), reconnect },
             IngressWriter { end, outgoing, ticket },
         ))
     }
@@ -314,17 +314,19 @@ impl IngressSlot {
                         event.get().as_bytes(),
                     ),
                 });
-            if !self.deliver(item).await {
+            // A POST may be sent again (the CLI retries one whose answer it lost).
+            if !self.deliver(item, true).await {
                 return;
             }
         }
     }
 
     /// Hands one decoded line (or bad line) to the session, unless the CLI sent it before;
-    /// false when the session is gone.
-    async fn deliver(&self, item: Result<Received, LineError>) -> bool {
+    /// false when the session is gone. `again` says whether this line may be one the CLI sent
+    /// before (see [`IngressSlot::is_new`]).
+    async fn deliver(&self, item: Result<Received, LineError>, again: bool) -> bool {
         let event = match item {
-            Ok(received) if !self.is_new(&received) => return true,
+            Ok(received) if !self.is_new(&received, again) => return true,
             Ok(received) => {
                 self.note_incoming(&received);
                 TransportEvent::Line(Box::new(received))
@@ -334,20 +336,22 @@ impl IngressSlot {
         self.events.send(event).await.is_ok()
     }
 
-    /// Whether a line was not seen before (by its `uuid`; see [`IngressSlot::first_time`]).
-    fn is_new(&self, received: &Received) -> bool {
-        match Envelope::parse(received.raw.as_bytes()) {
-            Ok(envelope) => self.first_time(envelope.uuid.as_deref()),
-            Err(_) => true,
-        }
-    }
-
-    /// Whether a line with this `uuid` is new (the CLI may send a line again after a
-    /// reconnect); lines without one always are.
-    fn first_time(&self, uuid: Option<&str>) -> bool {
-        let Some(uuid) = uuid else { return true };
+    /// Whether a line was not seen before, by its `uuid` (the CLI may send a line again after
+    /// a reconnect); lines without one always are. Every line's `uuid` is remembered; only a
+    /// line that may be a repeat (`again`) is looked up: one on a reconnected socket, or
+    /// posted. A CLI's first socket carries nothing it sent before, and most CLIs never
+    /// reconnect, so most lines skip the lookup.
+    fn is_new(&self, received: &Received, again: bool) -> bool {
+        let Some(uuid) = received.uuid() else { return true };
         let Ok(mut seen) = self.seen.lock() else { return true };
-        seen.first_time(fingerprint(uuid))
+        let fingerprint = fingerprint(&uuid);
+        match again {
+            true => seen.first_time(fingerprint),
+            false => {
+                seen.remember(fingerprint);
+                true
+            }
+        }
     }
 }
 
@@ -363,6 +367,16 @@ struct SeenLines {
 }
 
 impl SeenLines {
+    /// Remembers `fingerprint` without looking it up.
+    fn remember(&mut self, fingerprint: u64) {
+        if self.ring.len() < SEEN_UUIDS {
+            self.ring.push(fingerprint);
+        } else {
+            self.ring[self.next] = fingerprint;
+            self.next = (self.next + 1) % SEEN_UUIDS;
+        }
+    }
+
     /// Whether `fingerprint` is new; it is remembered either way.
     fn first_time(&mut self, fingerprint: u64) -> bool {
         // Eight at a time without an early exit, so that the loop is vectorised.
@@ -374,12 +388,7 @@ impl SeenLines {
         if seen {
             return false;
         }
-        if self.ring.len() < SEEN_UUIDS {
-            self.ring.push(fingerprint);
-        } else {
-            self.ring[self.next] = fingerprint;
-            self.next = (self.next + 1) % SEEN_UUIDS;
-        }
+        self.remember(fingerprint);
         true
     }
 }
@@ -409,6 +418,8 @@ fn fingerprint(uuid: &str) -> u64 {
 pub struct IngressReader {
     end: Arc<ConnectionEnd>,
     decoder: Decoder,
+    /// The CLI connected before: this socket may begin with lines it sent on the last one.
+    reconnect: bool,
 }
 
 /// What writes a CLI connection's lines; see [`IngressSlot::connect`].
@@ -435,7 +446,7 @@ impl IngressReader {
     pub async fn incoming(&mut self, payload: &[u8]) {
         self.decoder.push(payload);
         while let Some(item) = self.decoder.next_item() {
-            if !self.end.slot.deliver(item).await {
+            if !self.end.slot.deliver(item, self.reconnect).await {
                 return;
             }
         }
@@ -783,6 +794,37 @@ mod tests {
     const ANSWER: &str = r#"{"type":"control_response","response":{"subtype":"success","request_id":"r1","response":{"behavior":"allow"}}}"#;
     const INTERRUPT: &str =
         r#"{"type":"control_request","request_id":"sb-9","request":{"subtype":"interrupt"}}"#;
+
+    #[tokio::test]
+    async fn a_reconnected_cli_sending_its_lines_again_is_heard_once() {
+        let (slot, _writer, mut events) = confirming_slot();
+        let line = |uuid: &str| {
+            format!(r#"{{"type":"stream_event","event":{{"type":"ping"}},"uuid":"{uuid}"}}"#)
+        };
+        let system =
+            |uuid: &str| format!(r#"{{"type":"system","subtype":"status","uuid":"{uuid}"}}"#);
+        let (mut reader, writer) = slot.connect().await.unwrap();
+        for sent in [line("1"), system("2"), line("3")] {
+            reader.incoming(format!("{sent}\n").as_bytes()).await;
+        }
+        drop((reader, writer));
+        let (mut reader, writer) = slot.connect().await.unwrap();
+        // The CLI replays from its buffer: what we had, then what we did not.
+        for sent in [system("2"), line("3"), line("4"), system("5")] {
+            reader.incoming(format!("{sent}\n").as_bytes()).await;
+        }
+        // A hybrid CLI's POST that went again.
+        let posted = serde_json::value::RawValue::from_string(line("4")).unwrap();
+        slot.post_events(&[&posted]).await;
+        drop((reader, writer));
+        let lines: Vec<String> =
+            drain(&mut events).into_iter().filter(|event| event.starts_with("line")).collect();
+        let expected: Vec<String> = [line("1"), system("2"), line("3"), line("4"), system("5")]
+            .iter()
+            .map(|line| format!("line {line}"))
+            .collect();
+        assert_eq!(lines, expected);
+    }
 
     #[tokio::test]
     async fn what_a_dead_socket_may_have_lost_goes_first_on_the_next_one() {

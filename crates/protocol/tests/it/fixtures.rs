@@ -355,3 +355,28 @@ fn raw_byte_chunks_of_the_captures_split_as_the_cli_would() {
     assert_eq!(types, ["control_request", "keep_alive", "user", "user"]);
     assert_eq!(malformed, 1, "the glued keep_alive + user line is one malformed line");
 }
+
+/// `Received::uuid` (typed for the common kinds) says what the line's envelope says, for every
+/// captured line, and for lines whose typed view cannot hold it.
+#[test]
+fn a_lines_uuid_is_the_same_read_either_way() {
+    let mut checked = 0;
+    for file in fixture_files() {
+        for (_, line) in messages(&file) {
+            let received = Received::decode(line.clone().into_bytes()).unwrap();
+            let envelope = Envelope::parse(line.as_bytes()).unwrap();
+            assert_eq!(received.uuid(), envelope.uuid, "{}: {line}", file.display());
+            checked += usize::from(envelope.uuid.is_some());
+        }
+    }
+    assert!(checked > 1000, "only {checked} lines with a uuid");
+    for line in [
+        r#"{"type":"stream_event","event":{"type":"message_stop"},"session_id":"s","parent_tool_use_id":null}"#,
+        r#"{"type":"assistant","message":{"content":"not a list"},"uuid":"u-drift"}"#,
+        r#"{"type":"brand_new","uuid":"u-unknown"}"#,
+        r#"{"type":"system","subtype":"status","status":null,"uuid":"u-system"}"#,
+    ] {
+        let received = Received::decode(line.as_bytes().to_vec()).unwrap();
+        assert_eq!(received.uuid(), Envelope::parse(line.as_bytes()).unwrap().uuid, "{line}");
+    }
+}
