@@ -336,22 +336,27 @@ impl IngressSlot {
         self.events.send(event).await.is_ok()
     }
 
-    /// Whether a line was not seen before, by its `uuid` (the CLI may send a line again after
-    /// a reconnect); lines without one always are. Every line's `uuid` is remembered; only a
-    /// line that may be a repeat (`again`) is looked up: one on a reconnected socket, or
-    /// posted. A CLI's first socket carries nothing it sent before, and most CLIs never
-    /// reconnect, so most lines skip the lookup.
+    /// Whether a line was not seen before, by its `uuid`; lines without one always are.
+    /// Every line's `uuid` is remembered, and looked up unless the line cannot be a repeat:
+    /// the model's output (`stream_event`, `assistant`, `result`) on a CLI's first socket. A
+    /// CLI sends those again only when it reconnects (it replays its last messages), or in a
+    /// hybrid POST it retries (`again`). Other kinds are always looked up: a prompt the CLI is
+    /// sent twice with one `uuid` runs once but is echoed twice. The model's output is nearly
+    /// every line, and most CLIs never reconnect, so most lines skip the lookup.
     fn is_new(&self, received: &Received, again: bool) -> bool {
+        use switchboard_protocol::Message;
         let Some(uuid) = received.uuid() else { return true };
         let Ok(mut seen) = self.seen.lock() else { return true };
         let fingerprint = fingerprint(&uuid);
-        match again {
-            true => seen.first_time(fingerprint),
-            false => {
-                seen.remember(fingerprint);
-                true
-            }
+        let output = matches!(
+            received.message,
+            Message::StreamEvent(_) | Message::Assistant(_) | Message::Result(_)
+        );
+        if again || !output {
+            return seen.first_time(fingerprint);
         }
+        seen.remember(fingerprint);
+        true
     }
 }
 
@@ -803,8 +808,10 @@ mod tests {
         };
         let system =
             |uuid: &str| format!(r#"{{"type":"system","subtype":"status","uuid":"{uuid}"}}"#);
+        // A prompt sent twice with one uuid runs once, and is echoed twice: on a first socket too.
+        let echo = r#"{"type":"user","message":{"role":"user","content":"hi"},"isReplay":true,"uuid":"e"}"#;
         let (mut reader, writer) = slot.connect().await.unwrap();
-        for sent in [line("1"), system("2"), line("3")] {
+        for sent in [line("1"), echo.to_owned(), system("2"), echo.to_owned(), line("3")] {
             reader.incoming(format!("{sent}\n").as_bytes()).await;
         }
         drop((reader, writer));
@@ -819,10 +826,8 @@ mod tests {
         drop((reader, writer));
         let lines: Vec<String> =
             drain(&mut events).into_iter().filter(|event| event.starts_with("line")).collect();
-        let expected: Vec<String> = [line("1"), system("2"), line("3"), line("4"), system("5")]
-            .iter()
-            .map(|line| format!("line {line}"))
-            .collect();
+        let expected = [line("1"), echo.to_owned(), system("2"), line("3"), line("4"), system("5")];
+        let expected: Vec<String> = expected.iter().map(|line| format!("line {line}")).collect();
         assert_eq!(lines, expected);
     }
 

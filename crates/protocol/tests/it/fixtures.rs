@@ -375,6 +375,12 @@ fn a_lines_uuid_is_the_same_read_either_way() {
         r#"{"type":"assistant","message":{"content":"not a list"},"uuid":"u-drift"}"#,
         r#"{"type":"brand_new","uuid":"u-unknown"}"#,
         r#"{"type":"system","subtype":"status","status":null,"uuid":"u-system"}"#,
+        // Where the typed view gives up on the uuid, the envelope reads it.
+        r#"{"type":"stream_event","event":{"type":"ping"},"uuid":null}"#,
+        r#"{"type":"stream_event","event":{"type":"ping"},"uuid":7}"#,
+        r#"{"type":"stream_event","event":{"type":"ping"},"uuid":"a","uuid":"b"}"#,
+        r#"{"type":"result","subtype":"success","is_error":false,"uuid":"\u0061b\n"}"#,
+        r#"{"type":"user","message":{"role":"user","content":"x"},"uuid":"u-\"quoted\""}"#,
     ] {
         let received = Received::decode(line.as_bytes().to_vec()).unwrap();
         assert_eq!(received.uuid(), Envelope::parse(line.as_bytes()).unwrap().uuid, "{line}");
