@@ -11,6 +11,11 @@
 //! JSON: from the page `{"type":"resize","cols":C,"rows":R}`; from the daemon
 //! `{"type":"started","shell":…,"pid":…,"cwd":…}` first and `{"type":"exit","code":…,"reason":…}`
 //! last.
+//!
+//! Keys typed before the shell has written anything wait (up to [`FIRST_OUTPUT_WAIT`]): bash
+//! loses what reaches its terminal while it starts (seen in the web UI's test on a busy
+//! machine: the first half of a typed command gone), and its first output, the prompt, comes
+//! once it reads.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +40,10 @@ pub(crate) const MAX_INPUT_FRAME_BYTES: usize = 64 * 1024;
 
 /// How long a hung-up shell has to end before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(2);
+
+/// How long keys wait for the shell's first output before they go anyway (a shell with no
+/// prompt still gets them).
+const FIRST_OUTPUT_WAIT: Duration = Duration::from_secs(3);
 
 /// The shells open now.
 static OPEN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SHELLS);
@@ -125,7 +134,9 @@ async fn serve(
     // Keys are written by a task of their own: a shell that does not read its terminal must
     // not stop this loop from seeing the session end or the page go.
     let (keys, keys_rx) = tokio::sync::mpsc::channel::<ToShell>(KEY_QUEUE);
-    let writer = tokio::spawn(write_keys(input, keys_rx));
+    let (first_output, has_written) = tokio::sync::oneshot::channel::<()>();
+    let mut first_output = Some(first_output);
+    let writer = tokio::spawn(write_keys(input, keys_rx, has_written));
     let mut snapshot = handle.watch();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut reason = if socket.send(text(hello)).await.is_err() {
@@ -151,6 +162,9 @@ async fn serve(
                     });
                 }
                 Ok(read) => {
+                    if let Some(first_output) = first_output.take() {
+                        let _ = first_output.send(());
+                    }
                     let bytes = axum::body::Bytes::copy_from_slice(&buffer[..read]);
                     if socket.send(WsMessage::Binary(bytes)).await.is_err() {
                         reason = Some("the page went away".to_owned());
@@ -208,11 +222,14 @@ enum ToShell {
     Resize(pty_process::Size),
 }
 
-/// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is.
+/// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is;
+/// nothing before the shell has written (`has_written`), or [`FIRST_OUTPUT_WAIT`] has passed.
 async fn write_keys(
     mut input: pty_process::OwnedWritePty,
     mut keys: tokio::sync::mpsc::Receiver<ToShell>,
+    has_written: tokio::sync::oneshot::Receiver<()>,
 ) {
+    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, has_written).await;
     while let Some(next) = keys.recv().await {
         match next {
             ToShell::Keys(bytes) => {
