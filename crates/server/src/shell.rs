@@ -12,10 +12,10 @@
 //! `{"type":"started","shell":…,"pid":…,"cwd":…}` first and `{"type":"exit","code":…,"reason":…}`
 //! last.
 //!
-//! Keys typed before the shell has written anything wait (up to [`FIRST_OUTPUT_WAIT`]): bash
-//! loses what reaches its terminal while it starts (seen in the web UI's test on a busy
-//! machine: the first half of a typed command gone), and its first output, the prompt, comes
-//! once it reads.
+//! Keys typed before the shell has written anything wait (up to [`FIRST_OUTPUT_WAIT`]): a
+//! starting shell can lose what reaches its terminal (seen once with bash, in the web UI's
+//! test on a loaded machine: the first half of a typed command gone, not reproduced since),
+//! and its first output, the prompt, comes once it has set its terminal up.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
