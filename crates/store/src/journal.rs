@@ -10,8 +10,8 @@
 //!
 //! Why: committing every append to SQLite as it came cost a commit (several 4 KiB WAL pages,
 //! two thread switches) per handful of lines. Folding the journal every second commits
-//! thousands of lines at once, where each session's index leaf is written once per fold
-//! instead of once per line, and an append no longer waits for another thread at all.
+//! thousands of lines at once, each session's as a few chunks (`chunks.rs`) instead of a row
+//! per line, and an append no longer waits for another thread at all.
 //!
 //! Readers see folded events in SQLite and unfolded ones here; [`Journal::pending_after`] is
 //! always read before SQLite, so an event folded in between is found in one or both, never in
@@ -168,7 +168,7 @@ fn record_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
     (crc32fast::hash(body) == crc).then_some(body)
 }
 
-fn put_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(&(text.len() as u32).to_le_bytes());
     out.extend_from_slice(text.as_bytes());
 }
@@ -218,13 +218,13 @@ fn seal(out: &mut [u8], start: usize) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Reads a record body.
-struct Decoder<'a> {
-    bytes: &'a [u8],
+/// Reads a record body (or a database chunk's, `chunks.rs`).
+pub(crate) struct Decoder<'a> {
+    pub(crate) bytes: &'a [u8],
 }
 
 impl<'a> Decoder<'a> {
-    fn take(&mut self, count: usize) -> Result<&'a [u8], String> {
+    pub(crate) fn take(&mut self, count: usize) -> Result<&'a [u8], String> {
         if self.bytes.len() < count {
             return Err(format!("{count} bytes wanted, {} left", self.bytes.len()));
         }
@@ -233,17 +233,22 @@ impl<'a> Decoder<'a> {
         Ok(taken)
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| "short u32")?))
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "short u64")?))
     }
 
-    fn string(&mut self) -> Result<String, String> {
+    pub(crate) fn string(&mut self) -> Result<String, String> {
+        String::from_utf8(self.sized()?.to_vec()).map_err(|error| error.to_string())
+    }
+
+    /// A `u32` length and that many bytes.
+    pub(crate) fn sized(&mut self) -> Result<&'a [u8], String> {
         let length = self.u32()? as usize;
-        String::from_utf8(self.take(length)?.to_vec()).map_err(|error| error.to_string())
+        self.take(length)
     }
 }
 
@@ -593,10 +598,22 @@ impl Journal {
     /// A fold was committed: its events leave memory, and the segments before its position
     /// leave the disk.
     pub(crate) fn folded(&self, fold: Fold) {
-        // Each session's last seq in the fold, worked out before taking the lock.
+        // Each session's last seq in the fold, worked out before taking the lock (hashed once
+        // per run of one session's events: a session streaming alone is one run).
         let mut upto: HashMap<&str, u64> = HashMap::new();
+        let mut run: Option<(&str, u64)> = None;
         for event in &fold.events {
-            upto.insert(&event.session_id, event.seq);
+            match &mut run {
+                Some((id, seq)) if *id == event.session_id => *seq = event.seq,
+                _ => {
+                    if let Some((id, seq)) = run.replace((&event.session_id, event.seq)) {
+                        upto.insert(id, seq);
+                    }
+                }
+            }
+        }
+        if let Some((id, seq)) = run {
+            upto.insert(id, seq);
         }
         let mut released = Vec::with_capacity(fold.events.len());
         let removable = {

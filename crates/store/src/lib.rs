@@ -12,6 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+mod chunks;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod journal;
@@ -19,6 +20,7 @@ mod memory;
 mod postgres;
 mod sqlite;
 
+pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use memory::MemoryStore;
 pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE, STATEMENT_LIMIT};

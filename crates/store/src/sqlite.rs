@@ -8,7 +8,6 @@
 //! take back the last writes. Opening the store folds into the database whatever a killed
 //! process left in the journal. The database is never left corrupt.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
+use crate::chunks;
 use crate::journal::{self, Appended, Entry, Journal};
 use crate::{EventRecord, SessionRecord, Store, StoreError};
 
@@ -49,9 +49,16 @@ pub const WAL_RESTART_BYTES: u64 = 64 * 1024 * 1024;
 /// How long a connection waits for a lock before failing.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// One step of the schema: SQL, or SQL and then code.
+enum Migration {
+    Sql(&'static str),
+    Code(&'static str, fn(&Connection) -> rusqlite::Result<()>),
+}
+
 /// The schema, one migration per entry; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE sessions (
+const MIGRATIONS: &[Migration] = &[
+    Migration::Sql(
+        "CREATE TABLE sessions (
         id TEXT PRIMARY KEY,
         claude_session_id TEXT,
         cwd TEXT NOT NULL,
@@ -74,13 +81,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     CREATE INDEX sessions_by_update ON sessions (updated_ms DESC);",
+    ),
     // Events in the order they were appended, found by (session, seq) through an index. The
     // first layout clustered them by session (the key was the table): every append went into
     // its session's own B-tree leaf, in the middle of the table, so a commit with lines from n
     // sessions rewrote n leaves of 300-byte rows and split them often, about six WAL pages per
     // line under load, most of the writer's time. Appended in one order, lines share the
     // table's last leaf, and only the small index entries go to each session's place.
-    "CREATE TABLE events_log (
+    Migration::Sql(
+        "CREATE TABLE events_log (
         id INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -94,10 +103,12 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE events;
     ALTER TABLE events_log RENAME TO events;
     CREATE UNIQUE INDEX events_by_session ON events (session_id, seq);",
+    ),
     // Sessions get a small integer key, and events carry it instead of the 36-character id:
     // the (session, seq) index entries shrink from about 50 bytes to about 8, so an append
     // touches fewer and fuller index pages (a third less writer CPU per event under load).
-    "CREATE TABLE session_keys (key INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE);
+    Migration::Sql(
+        "CREATE TABLE session_keys (key INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE);
     INSERT INTO session_keys (id) SELECT DISTINCT session_id FROM events ORDER BY session_id;
     CREATE TABLE events_keyed (
         id INTEGER PRIMARY KEY,
@@ -114,18 +125,22 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE events;
     ALTER TABLE events_keyed RENAME TO events;
     CREATE UNIQUE INDEX events_by_session ON events (session, seq);",
+    ),
     // How far into the journal (segment, byte offset) the events have been folded into the
     // database; see `journal.rs`.
-    "CREATE TABLE journal (
+    Migration::Sql(
+        "CREATE TABLE journal (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         segment INTEGER NOT NULL,
         offset INTEGER NOT NULL
     );
     INSERT INTO journal (id, segment, offset) VALUES (1, 0, 0);",
+    ),
     // A person can put a session away (the web UI's "Archive").
-    "ALTER TABLE sessions ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;",
+    Migration::Sql("ALTER TABLE sessions ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;"),
     // Notifications waiting to go out, per channel, in order (`Store::enqueue_outbox`).
-    "CREATE TABLE outbox (
+    Migration::Sql(
+        "CREATE TABLE outbox (
         id INTEGER PRIMARY KEY,
         channel TEXT NOT NULL,
         key TEXT NOT NULL,
@@ -133,15 +148,32 @@ const MIGRATIONS: &[&str] = &[
         created_ms INTEGER NOT NULL,
         UNIQUE (channel, key)
     );",
+    ),
     // The daemon that runs a session, when several share a database.
-    "ALTER TABLE sessions ADD COLUMN node TEXT;",
+    Migration::Sql("ALTER TABLE sessions ADD COLUMN node TEXT;"),
+    // Events in chunks: a session's consecutive events in one row (`chunks.rs`), so a fold
+    // writes a row and an index entry per chunk instead of per event.
+    Migration::Code(
+        "CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            session INTEGER NOT NULL,
+            first_seq INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            codec INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            body BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX chunks_by_session ON chunks (session, first_seq);",
+        chunks::from_events_table,
+    ),
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
 /// [`journal::FOLD_EVENTS`] events wait). Longer folds are cheaper per event: each session's
-/// index leaf is written once per fold, whatever the number of its events in it. Measured with
-/// the relay benchmark: a second cost the relay about 6% less CPU than half a second; two
-/// seconds, no less than one. What waits is held in memory (at 5,000 events/s, about 2.5 MB).
+/// events go in as one chunk per fold (up to [`crate::CHUNK_EVENTS`]), however many there are.
+/// Measured with the relay benchmark (when a row per event was written): a second cost the
+/// relay about 6% less CPU than half a second; two seconds, no less than one. What waits is held in memory (at 5,000 events/s, about 2.5 MB).
 pub const FOLD_INTERVAL: Duration = Duration::from_millis(1000);
 
 /// A journal segment this large is closed at the next fold, and removed once folded.
@@ -243,7 +275,13 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     }
     for (index, migration) in MIGRATIONS.iter().enumerate().skip(version) {
         let transaction = connection.transaction()?;
-        transaction.execute_batch(migration)?;
+        match migration {
+            Migration::Sql(sql) => transaction.execute_batch(sql)?,
+            Migration::Code(sql, code) => {
+                transaction.execute_batch(sql)?;
+                code(&transaction)?;
+            }
+        }
         transaction.pragma_update(None, "user_version", (index + 1) as i64)?;
         transaction.commit()?;
     }
@@ -261,17 +299,26 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
     let (segment, offset) = (segment.max(0) as u64, offset.max(0) as u64);
     let found = journal::segments(database)?;
     let transaction = connection.transaction()?;
-    let mut keys = HashMap::new();
+    let mut keys = chunks::Keys::new();
     let mut recovered = 0usize;
+    // Appends gathered and inserted together (each session's in full chunks), before a
+    // delete and every `journal::FOLD_EVENTS`.
+    let mut waiting: Vec<EventRecord> = Vec::new();
     for &number in found.iter().filter(|number| **number >= segment) {
         let from = if number == segment { offset } else { 0 };
         journal::read_segment(&journal::segment_path(database, number), from, |entry| {
             match entry {
                 Entry::Append(events) => {
-                    insert_events(&transaction, &mut keys, &events)?;
                     recovered += events.len();
+                    waiting.extend(events);
+                    if waiting.len() >= journal::FOLD_EVENTS {
+                        chunks::insert(&transaction, &mut keys, &waiting)?;
+                        waiting.clear();
+                    }
                 }
                 Entry::Delete(id) => {
+                    chunks::insert(&transaction, &mut keys, &waiting)?;
+                    waiting.clear();
                     delete_session_rows(&transaction, &id)?;
                     keys.remove(&id);
                 }
@@ -279,6 +326,7 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
             Ok(())
         })?;
     }
+    chunks::insert(&transaction, &mut keys, &waiting)?;
     let next = found.last().copied().unwrap_or(0).max(segment) + 1;
     transaction.execute(
         "UPDATE journal SET segment = ?1, offset = 0 WHERE id = 1",
@@ -518,7 +566,7 @@ fn write_loop(
     options: SqliteOptions,
 ) {
     // Each session's key, instead of asking the database on every fold.
-    let mut keys: HashMap<String, i64> = HashMap::new();
+    let mut keys = chunks::Keys::new();
     let mut checkpoints = Vec::new();
     let mut folds = Vec::new();
     let mut last_fold = Instant::now();
@@ -582,7 +630,7 @@ fn write_loop(
 fn fold(
     connection: &mut Connection,
     journal: &Journal,
-    keys: &mut HashMap<String, i64>,
+    keys: &mut chunks::Keys,
     segment_bytes: u64,
 ) -> Result<(), StoreError> {
     let Some(fold) = journal.take(segment_bytes)? else { return Ok(()) };
@@ -592,7 +640,7 @@ fn fold(
             delete_session_rows(&transaction, id)?;
             keys.remove(id);
         }
-        insert_events(&transaction, keys, fold.events.iter().map(|event| &**event))?;
+        chunks::insert(&transaction, keys, fold.events.iter().map(|event| &**event))?;
         transaction.execute(
             "UPDATE journal SET segment = ?1, offset = ?2 WHERE id = 1",
             params![fold.position.0 as i64, fold.position.1 as i64],
@@ -614,67 +662,10 @@ fn fold(
     }
 }
 
-/// A session's key, created on its first event.
-fn session_key(
-    connection: &Connection,
-    keys: &mut HashMap<String, i64>,
-    session_id: &str,
-) -> rusqlite::Result<i64> {
-    if let Some(key) = keys.get(session_id) {
-        return Ok(*key);
-    }
-    let key = match connection
-        .prepare_cached("SELECT key FROM session_keys WHERE id = ?1")?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?
-    {
-        Some(key) => key,
-        None => {
-            connection
-                .prepare_cached("INSERT INTO session_keys (id) VALUES (?1)")?
-                .execute(params![session_id])?;
-            connection.last_insert_rowid()
-        }
-    };
-    keys.insert(session_id.to_owned(), key);
-    Ok(key)
-}
-
-/// Inserts events, each with its session's key (an event the database already has, from a
-/// journal read twice, is skipped).
-fn insert_events<'e>(
-    connection: &Connection,
-    keys: &mut HashMap<String, i64>,
-    events: impl IntoIterator<Item = &'e EventRecord>,
-) -> rusqlite::Result<()> {
-    let mut insert = connection.prepare_cached(
-        "INSERT OR IGNORE INTO events (session, seq, ts_ms, dir, kind, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    // In (session, seq) order: each session's index entries then go in side by side, so the
-    // index's B-tree is walked to each session's leaf once per fold, not once per event.
-    let mut keyed = Vec::new();
-    for event in events {
-        keyed.push((session_key(connection, keys, &event.session_id)?, event));
-    }
-    // Stable: of an event the journal holds twice, the first appended is the one kept.
-    keyed.sort_by_key(|(key, event)| (*key, event.seq));
-    for (key, event) in keyed {
-        insert.execute(params![
-            key,
-            event.seq as i64,
-            event.ts_ms as i64,
-            event.dir,
-            event.kind,
-            event.payload
-        ])?;
-    }
-    Ok(())
-}
-
 /// Deletes a session's record, key and events.
 fn delete_session_rows(connection: &Connection, session_id: &str) -> rusqlite::Result<()> {
     for statement in [
-        "DELETE FROM events WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
+        "DELETE FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
         "DELETE FROM session_keys WHERE id = ?1",
         "DELETE FROM sessions WHERE id = ?1",
     ] {
@@ -786,25 +777,10 @@ fn not_written(connection: &Connection, id: &str) -> Result<StoreError, StoreErr
 }
 
 fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError> {
-    let seq: Option<i64> = connection
-        .prepare_cached(
-            "SELECT MAX(seq) FROM events WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
-        )?
-        .query_row(params![session_id], |row| row.get(0))
-        .optional()?
-        .flatten();
-    Ok(seq.unwrap_or(0) as u64)
-}
-
-fn event_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<EventRecord> {
-    Ok(EventRecord {
-        session_id: row.get(0)?,
-        seq: row.get::<_, i64>(1)? as u64,
-        ts_ms: row.get::<_, i64>(2)? as u64,
-        dir: row.get(3)?,
-        kind: row.get(4)?,
-        payload: row.get(5)?,
-    })
+    match chunks::key_of(connection, session_id)? {
+        Some(key) => Ok(chunks::last_seq(connection, key)?),
+        None => Ok(0),
+    }
 }
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
@@ -923,7 +899,9 @@ impl Store for SqliteStore {
     ) -> Result<Vec<EventRecord>, StoreError> {
         // SQLite integers are signed, and no seq is past i64::MAX: nothing comes after that
         // (cast as it was, a larger `after` wrapped to a negative number and read everything).
-        let Ok(after_sql) = i64::try_from(after) else { return Ok(Vec::new()) };
+        if i64::try_from(after).is_err() {
+            return Ok(Vec::new());
+        }
         // The journal first (see `journal.rs`): what is folded meanwhile is then in the
         // database, so nothing falls between the two reads.
         let pending = self.journal.pending_after(session_id, after, limit)?;
@@ -932,15 +910,7 @@ impl Store for SqliteStore {
         }
         let id = session_id.to_owned();
         let mut events = self
-            .read(move |connection| {
-                let mut statement = connection.prepare_cached(
-                    "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
-                     WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq > ?2 ORDER BY seq LIMIT ?3",
-                )?;
-                let rows =
-                    statement.query_map(params![id, after_sql, limit as i64], event_from_row)?;
-                Ok(rows.collect::<Result<Vec<_>, _>>()?)
-            })
+            .read(move |connection| chunks::events_after(connection, &id, after, limit))
             .await?;
         let mut next = events.last().map_or(after, |event| event.seq) + 1;
         for event in pending {
@@ -968,20 +938,10 @@ impl Store for SqliteStore {
         // The rest is older than what the journal holds.
         let id = session_id.to_owned();
         let below = pending.first().map_or(before, |event| event.seq);
-        // SQLite integers are signed: a `before` past i64::MAX means "the end".
-        let below = i64::try_from(below).unwrap_or(i64::MAX);
-        let wanted = (limit - pending.len()) as i64;
+        let wanted = limit - pending.len();
         let mut page = self
-            .read(move |connection| {
-                let mut statement = connection.prepare_cached(
-                    "SELECT ?1, seq, ts_ms, dir, kind, payload FROM events
-                     WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-                )?;
-                let rows = statement.query_map(params![id, below, wanted], event_from_row)?;
-                Ok(rows.collect::<Result<Vec<_>, _>>()?)
-            })
+            .read(move |connection| chunks::events_before(connection, &id, below, wanted))
             .await?;
-        page.reverse();
         page.extend(pending);
         Ok(page)
     }

@@ -4,7 +4,7 @@
 mod postgres;
 use std::sync::Arc;
 
-use switchboard_store::{conformance, EventRecord, MemoryStore, SqliteStore, Store};
+use switchboard_store::{conformance, EventRecord, MemoryStore, SqliteStore, Store, CHUNK_BYTES};
 
 #[tokio::test]
 async fn memory_store_conforms() {
@@ -76,8 +76,9 @@ fn a_newer_schema_is_refused_with_a_clear_error() {
     assert!(error.contains("newer than this Switchboard knows"), "{error}");
 }
 
-/// A database written by the first schema (events clustered by session) is migrated: its
-/// events read back in order, and appends go on from the last one.
+/// A database written by the first schema (events clustered by session) is migrated through
+/// every layout since, to chunks (more than one per session): its events read back in order,
+/// and appends go on from the last one.
 #[tokio::test]
 async fn a_first_schema_database_is_migrated_with_its_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,7 +99,7 @@ async fn a_first_schema_database_is_migrated_with_its_events() {
             )
             .unwrap();
         // Interleaved, as a busy daemon writes them.
-        for seq in 1..=30i64 {
+        for seq in 1..=300i64 {
             for session in ["a", "b"] {
                 connection
                     .execute(
@@ -111,17 +112,129 @@ async fn a_first_schema_database_is_migrated_with_its_events() {
     }
     let store = SqliteStore::open(&path).unwrap();
     for session in ["a", "b"] {
-        assert_eq!(store.last_seq(session).await.unwrap(), 30);
-        let events = store.events_after(session, 10, 100).await.unwrap();
+        assert_eq!(store.last_seq(session).await.unwrap(), 300);
+        let events = store.events_after(session, 10, 1000).await.unwrap();
         let seqs: Vec<u64> = events.iter().map(|event| event.seq).collect();
-        assert_eq!(seqs, (11..=30).collect::<Vec<_>>());
+        assert_eq!(seqs, (11..=300).collect::<Vec<_>>());
         assert_eq!(events[0].payload, format!("{{\"{session}\":11}}"));
+        assert_eq!(events[289].payload, format!("{{\"{session}\":300}}"));
         let before = store.events_before(session, 5, 100).await.unwrap();
         assert_eq!(before.iter().map(|event| event.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
     }
-    store.append(&[event("a", 31)]).await.unwrap();
-    assert!(store.append(&[event("a", 31)]).await.is_err(), "a repeated seq is refused");
-    assert_eq!(store.last_seq("a").await.unwrap(), 31);
+    store.append(&[event("a", 301)]).await.unwrap();
+    assert!(store.append(&[event("a", 301)]).await.is_err(), "a repeated seq is refused");
+    assert_eq!(store.last_seq("a").await.unwrap(), 301);
+    store.close();
+    drop(store);
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let (chunks, events): (i64, i64) = connection
+        .query_row("SELECT COUNT(*), SUM(count) FROM chunks", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(events, 601);
+    assert_eq!(chunks, 5, "a and b: 256 + 44 each, and a's last event");
+    let tables: i64 = connection
+        .query_row("SELECT COUNT(*) FROM sqlite_master WHERE name = 'events'", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(tables, 0, "the old table is gone");
+}
+
+/// A session's events in many chunks (folds of 1 to 300 events, with another session's between
+/// them, and an event larger than a chunk's body) read back page by page, either way, at every
+/// position, as they went in; a chunk damaged on disk is an error that says so.
+#[tokio::test]
+async fn pages_read_across_chunks_as_they_went_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut appended = Vec::new();
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        let mut seq = 0;
+        for (round, size) in [1usize, 3, 300, 17, 256, 255, 2, 40].into_iter().enumerate() {
+            let batch: Vec<EventRecord> = (0..size)
+                .map(|_| {
+                    seq += 1;
+                    let mut event = event("s", seq);
+                    if seq == 310 {
+                        event.payload = "x".repeat(CHUNK_BYTES * 2);
+                    }
+                    event
+                })
+                .collect();
+            store.append(&batch).await.unwrap();
+            store.append(&[event("other", round as u64 + 1)]).await.unwrap();
+            appended.extend(batch);
+            store.flush().await.unwrap();
+        }
+        store.close();
+    }
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let chunks: i64 = connection
+        .query_row(
+            "SELECT COUNT(*) FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = 's')",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    // 1, 3, 256 + 44, 17, 256, 255, 2, 40, and the large event's own.
+    assert!(chunks >= 10, "{chunks} chunks");
+    let store = SqliteStore::open(&path).unwrap();
+    let total = appended.len() as u64;
+    assert_eq!(store.last_seq("s").await.unwrap(), total);
+    assert_eq!(store.last_seq("other").await.unwrap(), 8);
+    let expect = |range: std::ops::Range<usize>| -> Vec<(u64, usize)> {
+        appended[range].iter().map(|event| (event.seq, event.payload.len())).collect()
+    };
+    let got = |events: Vec<EventRecord>| -> Vec<(u64, usize)> {
+        assert!(events.iter().all(|event| event.session_id == "s" && event.kind == "k"));
+        events.iter().map(|event| (event.seq, event.payload.len())).collect()
+    };
+    for limit in [1usize, 7, 256, 1000] {
+        for at in 0..=total + 1 {
+            let start = (at as usize).min(appended.len());
+            let after = store.events_after("s", at, limit).await.unwrap();
+            assert_eq!(
+                got(after),
+                expect(start..(start + limit).min(appended.len())),
+                "after {at}, {limit}"
+            );
+            let end = (at.saturating_sub(1) as usize).min(appended.len());
+            let before = store.events_before("s", at, limit).await.unwrap();
+            assert_eq!(got(before), expect(end.saturating_sub(limit)..end), "before {at}, {limit}");
+        }
+    }
+    assert_eq!(store.events_after("s", 309, 1).await.unwrap()[0].payload.len(), CHUNK_BYTES * 2);
+    store.close();
+    drop(store);
+    // The 300 events' first chunk is compressed (its lines repeat themselves).
+    let (codec, size, stored): (i64, i64, i64) = connection
+        .query_row("SELECT codec, size, length(body) FROM chunks WHERE first_seq = 5", [], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(codec, 1);
+    assert!(stored * 2 < size, "{stored} bytes stored of {size}");
+    for damage in [
+        "UPDATE chunks SET body = x'0102' WHERE first_seq = 1",
+        "UPDATE chunks SET body = x'FFFFFFFF' WHERE first_seq = 5",
+        "UPDATE chunks SET size = 1 << 40 WHERE first_seq = 305",
+    ] {
+        connection.execute(damage, []).unwrap();
+    }
+    drop(connection);
+    let store = SqliteStore::open(&path).unwrap();
+    for (after, first) in [(0, 1), (4, 5), (304, 305)] {
+        let error = match store.events_after("s", after, 10).await {
+            Ok(events) => panic!("{} events read after {after}", events.len()),
+            Err(error) => error.to_string(),
+        };
+        let says = format!("stored events of session s from seq {first} are damaged");
+        assert!(error.contains(&says), "{error}");
+    }
+    assert_eq!(store.events_after("s", 1, 1).await.unwrap()[0].seq, 2, "the others still read");
+    assert_eq!(store.events_before("s", 4, 2).await.unwrap().len(), 2);
+    assert!(store.events_before("s", 4, 3).await.is_err(), "the third is in the damaged chunk");
 }
 
 fn event(session: &str, seq: u64) -> EventRecord {
@@ -278,8 +391,9 @@ async fn appends_survive_a_kill_before_they_reach_the_database() {
     // The database itself has none of them: they were only in the journal.
     {
         let connection = rusqlite::Connection::open(&path).unwrap();
-        let count: i64 =
-            connection.query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0)).unwrap();
+        let count: i64 = connection
+            .query_row("SELECT COALESCE(SUM(count), 0) FROM chunks", [], |row| row.get(0))
+            .unwrap();
         assert_eq!(count, 0);
     }
     // A write cut short: the start of a record whose body never arrived.
@@ -401,8 +515,9 @@ async fn folded_segments_are_removed() {
         assert_eq!(journal_files(dir.path()).len(), 1, "round {round}");
     }
     let connection = rusqlite::Connection::open(&path).unwrap();
-    let count: i64 =
-        connection.query_row("SELECT COUNT(*) FROM events", [], |row| row.get(0)).unwrap();
+    let count: i64 = connection
+        .query_row("SELECT COALESCE(SUM(count), 0) FROM chunks", [], |row| row.get(0))
+        .unwrap();
     assert_eq!(count, 100);
     drop(connection);
     assert_eq!(store.events_after("s", 0, 1000).await.unwrap().len(), 100);
