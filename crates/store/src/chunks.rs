@@ -4,10 +4,12 @@
 //! Why: a fold (see `journal.rs`) used to insert one row per event into a table in append order,
 //! plus its entry in a (session, seq) index: about 2.6 µs of the writer's CPU per event, a third
 //! of everything the daemon spent per line when one CLI streamed flat out. A fold now writes
-//! one row per session per [`CHUNK_EVENTS`] events: the row and index work is paid once per
-//! chunk, and what is left per event is copying its bytes into the chunk's body. Reads are by
-//! page (`events_after`, `events_before`), so they read a few chunks and skip what is outside
-//! the page; live readers are served from the journal's memory and never reach them.
+//! each session's waiting events as one chunk, or more of up to [`CHUNK_EVENTS`]: the row and
+//! index work is paid once per chunk, and what is left per event is copying its bytes into the
+//! chunk's body. (A session that writes a few lines a second gets a chunk of a few lines per
+//! fold; chunks are not merged later.) Reads are by page (`events_after`, `events_before`) and
+//! read the chunks the page covers, skipping what is outside it; live readers are served from
+//! the journal's memory and never reach them.
 //!
 //! Bodies are compressed (LZ4 blocks, `lz4_flex`) when that makes them smaller: a session's
 //! lines repeat their keys, ids and framing, and every byte that reaches SQLite is written
@@ -28,7 +30,8 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 use crate::journal::{put_str, Decoder};
 use crate::{EventRecord, StoreError};
 
-/// A chunk holds at most this many events.
+/// A chunk holds at most this many events (a fold writes at least one chunk for each session
+/// with events waiting, so a session that writes a few lines a second has chunks of a few).
 pub const CHUNK_EVENTS: usize = 256;
 
 /// A chunk closes once its body holds this many bytes (an event larger than that is a chunk of
@@ -55,15 +58,28 @@ pub(crate) struct Known {
 pub(crate) type Keys = HashMap<String, Known>;
 
 /// A session's key, if it has one.
-pub(crate) fn key_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<i64>> {
+fn key_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<i64>> {
     connection
         .prepare_cached("SELECT key FROM session_keys WHERE id = ?1")?
         .query_row(params![session_id], |row| row.get(0))
         .optional()
 }
 
-/// The last seq of session `key` in the database (0 for none).
-pub(crate) fn last_seq(connection: &Connection, key: i64) -> rusqlite::Result<u64> {
+/// Session `session_id`'s last seq in the database (0 for none), in one statement (see
+/// [`events_after`]).
+pub(crate) fn last_seq_of(connection: &Connection, session_id: &str) -> rusqlite::Result<u64> {
+    let last: Option<i64> = connection
+        .prepare_cached(
+            "SELECT last_seq FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = ?1)
+             ORDER BY first_seq DESC LIMIT 1",
+        )?
+        .query_row(params![session_id], |row| row.get(0))
+        .optional()?;
+    Ok(last.map_or(0, |last| last.max(0) as u64))
+}
+
+/// The last seq of session `key` in the database (0 for none), for the writer.
+fn last_seq(connection: &Connection, key: i64) -> rusqlite::Result<u64> {
     let last: Option<i64> = connection
         .prepare_cached(
             "SELECT last_seq FROM chunks WHERE session = ?1 ORDER BY first_seq DESC LIMIT 1",
@@ -123,7 +139,7 @@ impl<'c> Chunker<'c> {
     }
 
     /// Adds session `key`'s next event (in seq order; a chunk closes when the session
-    /// changes or the chunk is full).
+    /// changes, or when it is full or this event would take it past [`CHUNK_BYTES`]).
     pub(crate) fn add(
         &mut self,
         key: i64,
@@ -133,8 +149,11 @@ impl<'c> Chunker<'c> {
         kind: &str,
         payload: &str,
     ) -> rusqlite::Result<()> {
+        let size = 8 + 8 + 12 + dir.len() + kind.len() + payload.len();
         if self.count > 0
-            && (key != self.key || self.count >= CHUNK_EVENTS || self.body.len() >= CHUNK_BYTES)
+            && (key != self.key
+                || self.count >= CHUNK_EVENTS
+                || self.body.len() + size > CHUNK_BYTES)
         {
             self.finish()?;
         }
@@ -230,19 +249,41 @@ pub(crate) fn insert<'e>(
     Ok(())
 }
 
+/// A chunk as read: its row's claims, and its body uncompressed.
+struct Chunk<'r> {
+    first: u64,
+    last: u64,
+    count: u64,
+    body: &'r [u8],
+}
+
 /// Decodes a chunk's body into `out` (events of `session_id`): those whose seq `keep` accepts,
-/// until `out` holds `limit`.
+/// until `out` holds `limit`. The events must match the row: seqs rising from `first` within
+/// `last`, and, when the body is read to its end, `count` of them ending at `last`.
 fn decode(
-    body: &[u8],
+    chunk: &Chunk<'_>,
     session_id: &str,
     keep: impl Fn(u64) -> bool,
     out: &mut Vec<EventRecord>,
     limit: usize,
 ) -> Result<(), String> {
-    let mut decoder = Decoder { bytes: body };
+    let mut decoder = Decoder { bytes: chunk.body };
+    let (mut previous, mut read) = (None, 0u64);
     while !decoder.bytes.is_empty() && out.len() < limit {
         let seq = decoder.u64()?;
         let ts_ms = decoder.u64()?;
+        let expected = match previous {
+            None => seq == chunk.first,
+            Some(previous) => seq > previous && seq <= chunk.last,
+        };
+        if !expected {
+            return Err(format!(
+                "seq {seq} after {previous:?} in a chunk of seqs {} to {}",
+                chunk.first, chunk.last
+            ));
+        }
+        previous = Some(seq);
+        read += 1;
         if !keep(seq) {
             for _ in 0..3 {
                 decoder.sized()?;
@@ -258,56 +299,71 @@ fn decode(
             payload: decoder.string()?,
         });
     }
+    if decoder.bytes.is_empty() && (read != chunk.count || previous != Some(chunk.last)) {
+        return Err(format!(
+            "{read} events ending at seq {previous:?} where the chunk says {} ending at {}",
+            chunk.count, chunk.last
+        ));
+    }
     Ok(())
 }
 
-/// A chunk the database gave back that does not decode.
+/// A chunk the database gave back that does not decode, or does not match its row.
 fn damaged(session_id: &str, first: i64, error: &str) -> StoreError {
     StoreError::Database(format!(
         "the stored events of session {session_id} from seq {first} are damaged: {error}"
     ))
 }
 
-/// A chunk row's (`first_seq, codec, size, body`) first seq and body, uncompressed into
-/// `scratch` if it was compressed.
+/// The columns [`chunk_row`] reads.
+const CHUNK_COLUMNS: &str = "first_seq, last_seq, count, codec, size, body";
+
+/// A chunk row ([`CHUNK_COLUMNS`]), its body uncompressed into `scratch` if it was compressed.
 fn chunk_row<'r>(
     row: &'r rusqlite::Row<'_>,
     session_id: &str,
     scratch: &'r mut Vec<u8>,
-) -> Result<(i64, &'r [u8]), StoreError> {
+) -> Result<Chunk<'r>, StoreError> {
     let first: i64 = row.get(0)?;
-    let codec: i64 = row.get(1)?;
-    let size: i64 = row.get(2)?;
-    let body = match row.get_ref(3)? {
+    let last: i64 = row.get(1)?;
+    let count: i64 = row.get(2)?;
+    let codec: i64 = row.get(3)?;
+    let size: i64 = row.get(4)?;
+    let fail = |what: &str| damaged(session_id, first, what);
+    let body = match row.get_ref(5)? {
         rusqlite::types::ValueRef::Blob(body) => body,
-        other => {
-            let what = format!("a body of type {}", other.data_type());
-            return Err(damaged(session_id, first, &what));
-        }
+        other => return Err(fail(&format!("a body of type {}", other.data_type()))),
     };
-    let size = usize::try_from(size).ok().filter(|size| *size <= MAX_SIZE);
+    let chunk = |body| Chunk {
+        first: first.max(0) as u64,
+        last: last.max(0) as u64,
+        count: count.max(0) as u64,
+        body,
+    };
+    // An LZ4 block grows at most 255 times when uncompressed: a larger size is damage, refused
+    // before anything is allocated for it.
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|size| *size <= MAX_SIZE && *size <= body.len().saturating_mul(255) + 16);
     match (codec, size) {
-        (PLAIN, Some(size)) if size == body.len() => Ok((first, body)),
+        (PLAIN, Some(size)) if size == body.len() => Ok(chunk(body)),
         (LZ4, Some(size)) => {
             scratch.clear();
             scratch.resize(size, 0);
             match lz4_flex::block::decompress_into(body, scratch) {
-                Ok(length) if length == size => Ok((first, &scratch[..])),
-                Ok(length) => {
-                    let what = format!("{length} bytes uncompressed, {size} expected");
-                    Err(damaged(session_id, first, &what))
-                }
-                Err(error) => Err(damaged(session_id, first, &error.to_string())),
+                Ok(length) if length == size => Ok(chunk(&scratch[..])),
+                Ok(length) => Err(fail(&format!("{length} bytes uncompressed, {size} expected"))),
+                Err(error) => Err(fail(&error.to_string())),
             }
         }
-        _ => {
-            let what = format!("codec {codec}, size {size:?}, a body of {} bytes", body.len());
-            Err(damaged(session_id, first, &what))
-        }
+        _ => Err(fail(&format!("codec {codec}, size {size:?}, a body of {} bytes", body.len()))),
     }
 }
 
 /// Session `session_id`'s first `limit` events with `seq > after`, in order.
+///
+/// Each read is one statement (the session's key looked up inside it): two statements could
+/// see two states of the database, and a key freed by a delete can be given to a new session.
 pub(crate) fn events_after(
     connection: &Connection,
     session_id: &str,
@@ -317,20 +373,24 @@ pub(crate) fn events_after(
     let mut events = Vec::new();
     // SQLite integers are signed, and no seq is past i64::MAX: nothing comes after that.
     let Ok(from) = i64::try_from(after.saturating_add(1)) else { return Ok(events) };
-    let Some(key) = key_of(connection, session_id)? else { return Ok(events) };
+    if limit == 0 {
+        return Ok(events);
+    }
     // The chunk holding `after + 1` (the last to start at or before it) and every later one.
-    let mut statement = connection.prepare_cached(
-        "SELECT first_seq, codec, size, body FROM chunks WHERE session = ?1 AND first_seq >=
-             COALESCE((SELECT MAX(first_seq) FROM chunks WHERE session = ?1 AND first_seq <= ?2), 0)
-         ORDER BY first_seq",
-    )?;
-    let mut rows = statement.query(params![key, from])?;
+    let mut statement = connection.prepare_cached(&format!(
+        "WITH session AS (SELECT key FROM session_keys WHERE id = ?1)
+         SELECT {CHUNK_COLUMNS} FROM chunks WHERE session = (SELECT key FROM session) AND first_seq >=
+             COALESCE((SELECT MAX(first_seq) FROM chunks
+                       WHERE session = (SELECT key FROM session) AND first_seq <= ?2), 0)
+         ORDER BY first_seq"
+    ))?;
+    let mut rows = statement.query(params![session_id, from])?;
     let mut scratch = Vec::new();
     while events.len() < limit {
         let Some(row) = rows.next()? else { break };
-        let (first, body) = chunk_row(row, session_id, &mut scratch)?;
-        decode(body, session_id, |seq| seq > after, &mut events, limit)
-            .map_err(|error| damaged(session_id, first, &error))?;
+        let chunk = chunk_row(row, session_id, &mut scratch)?;
+        decode(&chunk, session_id, |seq| seq > after, &mut events, limit)
+            .map_err(|error| damaged(session_id, chunk.first as i64, &error))?;
     }
     Ok(events)
 }
@@ -344,22 +404,22 @@ pub(crate) fn events_before(
 ) -> Result<Vec<EventRecord>, StoreError> {
     // SQLite integers are signed: a `before` past i64::MAX means "the end".
     let below = i64::try_from(before).unwrap_or(i64::MAX);
-    let Some(key) = key_of(connection, session_id)? else { return Ok(Vec::new()) };
-    let mut statement = connection.prepare_cached(
-        "SELECT first_seq, codec, size, body FROM chunks WHERE session = ?1 AND first_seq < ?2
-         ORDER BY first_seq DESC",
-    )?;
-    let mut rows = statement.query(params![key, below])?;
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {CHUNK_COLUMNS} FROM chunks
+         WHERE session = (SELECT key FROM session_keys WHERE id = ?1) AND first_seq < ?2
+         ORDER BY first_seq DESC"
+    ))?;
+    let mut rows = statement.query(params![session_id, below])?;
     // Chunks from the newest back, each's wanted events in order.
     let mut pages: Vec<Vec<EventRecord>> = Vec::new();
     let mut found = 0;
     let mut scratch = Vec::new();
     while found < limit {
         let Some(row) = rows.next()? else { break };
-        let (first, body) = chunk_row(row, session_id, &mut scratch)?;
+        let chunk = chunk_row(row, session_id, &mut scratch)?;
         let mut page = Vec::new();
-        decode(body, session_id, |seq| seq < before, &mut page, usize::MAX)
-            .map_err(|error| damaged(session_id, first, &error))?;
+        decode(&chunk, session_id, |seq| seq < before, &mut page, usize::MAX)
+            .map_err(|error| damaged(session_id, chunk.first as i64, &error))?;
         let wanted = limit - found;
         if page.len() > wanted {
             page.drain(..page.len() - wanted);

@@ -171,7 +171,7 @@ const MIGRATIONS: &[Migration] = &[
 
 /// How often the writer folds the journal into the database (a fold also starts early once
 /// [`journal::FOLD_EVENTS`] events wait). Longer folds are cheaper per event: each session's
-/// events go in as one chunk per fold (up to [`crate::CHUNK_EVENTS`]), however many there are.
+/// waiting events go in as one chunk (more past [`crate::CHUNK_EVENTS`]), however few.
 /// Measured with the relay benchmark (when a row per event was written): a second cost the
 /// relay about 6% less CPU than half a second; two seconds, no less than one. What waits is held in memory (at 5,000 events/s, about 2.5 MB).
 pub const FOLD_INTERVAL: Duration = Duration::from_millis(1000);
@@ -777,10 +777,7 @@ fn not_written(connection: &Connection, id: &str) -> Result<StoreError, StoreErr
 }
 
 fn last_seq(connection: &Connection, session_id: &str) -> Result<u64, StoreError> {
-    match chunks::key_of(connection, session_id)? {
-        Some(key) => Ok(chunks::last_seq(connection, key)?),
-        None => Ok(0),
-    }
+    Ok(chunks::last_seq_of(connection, session_id)?)
 }
 
 fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {

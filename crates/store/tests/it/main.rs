@@ -177,8 +177,12 @@ async fn pages_read_across_chunks_as_they_went_in() {
             |row| row.get(0),
         )
         .unwrap();
-    // 1, 3, 256 + 44, 17, 256, 255, 2, 40, and the large event's own.
-    assert!(chunks >= 10, "{chunks} chunks");
+    // 1, 3, 256 + 44, 17 (5, the large event alone, 11), 256, 255, 2, 40.
+    assert_eq!(chunks, 11);
+    let alone: i64 = connection
+        .query_row("SELECT count FROM chunks WHERE first_seq = 310", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(alone, 1, "an event larger than a chunk is a chunk of its own");
     let store = SqliteStore::open(&path).unwrap();
     let total = appended.len() as u64;
     assert_eq!(store.last_seq("s").await.unwrap(), total);
@@ -187,7 +191,12 @@ async fn pages_read_across_chunks_as_they_went_in() {
         appended[range].iter().map(|event| (event.seq, event.payload.len())).collect()
     };
     let got = |events: Vec<EventRecord>| -> Vec<(u64, usize)> {
-        assert!(events.iter().all(|event| event.session_id == "s" && event.kind == "k"));
+        for event in &events {
+            assert_eq!(event.kind, "k");
+            if event.seq != 310 {
+                assert_eq!(event.payload, format!("{{\"n\":{}}}", event.seq));
+            }
+        }
         events.iter().map(|event| (event.seq, event.payload.len())).collect()
     };
     for limit in [1usize, 7, 256, 1000] {
@@ -208,24 +217,33 @@ async fn pages_read_across_chunks_as_they_went_in() {
     store.close();
     drop(store);
     // The 300 events' first chunk is compressed (its lines repeat themselves).
+    let of_s = "session = (SELECT key FROM session_keys WHERE id = 's')";
     let (codec, size, stored): (i64, i64, i64) = connection
-        .query_row("SELECT codec, size, length(body) FROM chunks WHERE first_seq = 5", [], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-        })
+        .query_row(
+            &format!("SELECT codec, size, length(body) FROM chunks WHERE first_seq = 5 AND {of_s}"),
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
         .unwrap();
     assert_eq!(codec, 1);
     assert!(stored * 2 < size, "{stored} bytes stored of {size}");
     for damage in [
-        "UPDATE chunks SET body = x'0102' WHERE first_seq = 1",
-        "UPDATE chunks SET body = x'FFFFFFFF' WHERE first_seq = 5",
-        "UPDATE chunks SET size = 1 << 40 WHERE first_seq = 305",
+        "body = x'0102' WHERE first_seq = 1",
+        "body = x'FFFFFFFF' WHERE first_seq = 5",
+        "size = 1 << 40 WHERE first_seq = 305",
+        "size = 1 << 20 WHERE first_seq = 311",
+        "codec = 7 WHERE first_seq = 322",
+        "count = count + 1 WHERE first_seq = 578",
+        "last_seq = last_seq - 1 WHERE first_seq = 833",
     ] {
-        connection.execute(damage, []).unwrap();
+        connection.execute(&format!("UPDATE chunks SET {damage} AND {of_s}"), []).unwrap();
     }
     drop(connection);
     let store = SqliteStore::open(&path).unwrap();
-    for (after, first) in [(0, 1), (4, 5), (304, 305)] {
-        let error = match store.events_after("s", after, 10).await {
+    for (after, first) in
+        [(0, 1), (4, 5), (304, 305), (310, 311), (321, 322), (577, 578), (832, 833)]
+    {
+        let error = match store.events_after("s", after, 1000).await {
             Ok(events) => panic!("{} events read after {after}", events.len()),
             Err(error) => error.to_string(),
         };
@@ -235,6 +253,38 @@ async fn pages_read_across_chunks_as_they_went_in() {
     assert_eq!(store.events_after("s", 1, 1).await.unwrap()[0].seq, 2, "the others still read");
     assert_eq!(store.events_before("s", 4, 2).await.unwrap().len(), 2);
     assert!(store.events_before("s", 4, 3).await.is_err(), "the third is in the damaged chunk");
+}
+
+/// Reads that cross from the database's chunks into the journal's waiting events; a session
+/// deleted and appended to again from seq 1 (its key perhaps given again) is read as the new one.
+#[tokio::test]
+async fn reads_cross_from_chunks_to_the_journal_and_a_deleted_session_starts_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("db")).unwrap();
+    let seqs = |events: Vec<EventRecord>| events.iter().map(|event| event.seq).collect::<Vec<_>>();
+    store.append(&(1..=300).map(|seq| event("s", seq)).collect::<Vec<_>>()).await.unwrap();
+    store.flush().await.unwrap();
+    store.append(&(301..=310).map(|seq| event("s", seq)).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!(
+        seqs(store.events_after("s", 250, 100).await.unwrap()),
+        (251..=310).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        seqs(store.events_before("s", 305, 60).await.unwrap()),
+        (245..=304).collect::<Vec<_>>()
+    );
+    store.delete_session("s").await.unwrap();
+    assert_eq!(store.last_seq("s").await.unwrap(), 0);
+    assert!(store.events_after("s", 0, 10).await.unwrap().is_empty());
+    let again: Vec<EventRecord> =
+        (1..=5).map(|seq| EventRecord { kind: "again".into(), ..event("s", seq) }).collect();
+    store.append(&again).await.unwrap();
+    store.flush().await.unwrap();
+    let read = store.events_after("s", 0, 10).await.unwrap();
+    assert_eq!(seqs(read.clone()), vec![1, 2, 3, 4, 5]);
+    assert!(read.iter().all(|event| event.kind == "again"));
+    assert_eq!(store.last_seq("s").await.unwrap(), 5);
+    store.close();
 }
 
 fn event(session: &str, seq: u64) -> EventRecord {
