@@ -173,7 +173,8 @@ const MIGRATIONS: &[Migration] = &[
 /// [`journal::FOLD_EVENTS`] events wait). Longer folds are cheaper per event: each session's
 /// waiting events go in as one chunk (more past [`crate::CHUNK_EVENTS`]), however few.
 /// Measured with the relay benchmark (when a row per event was written): a second cost the
-/// relay about 6% less CPU than half a second; two seconds, no less than one. What waits is held in memory (at 5,000 events/s, about 2.5 MB).
+/// relay about 6% less CPU than half a second; two seconds, no less than one. What waits is
+/// held in memory (at 5,000 events/s, about 2.5 MB).
 pub const FOLD_INTERVAL: Duration = Duration::from_millis(1000);
 
 /// A journal segment this large is closed at the next fold, and removed once folded.
