@@ -321,8 +321,11 @@ async fn a_sink_handed_over_while_the_queue_is_full_gets_every_event() {
                 Some(reader) => reader.await.unwrap(),
                 None => end.await.expect("the sink is ended"),
             }
-            let mut kinds = taken.lock().unwrap().clone();
-            // When the shutdown landed among the lines is the machine's: compared as a whole.
+            // When the shutdown landed among the lines is the machine's: compared as a whole,
+            // without the state changes, whose number depends on it (the session may or may not
+            // have gone idle before the shutdown: seen once on a loaded CI machine).
+            let mut kinds: Vec<String> =
+                taken.lock().unwrap().iter().filter(|kind| *kind != "state").cloned().collect();
             kinds.sort();
             kinds
         }
