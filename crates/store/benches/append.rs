@@ -16,7 +16,12 @@ use switchboard_store::{EventRecord, MemoryStore, SessionRecord, SqliteStore, St
 
 /// CPU time (ns) of this process (Linux; user + system of every thread).
 fn process_cpu_ns() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    stat_cpu_ns(std::path::Path::new("/proc/self/stat"))
+}
+
+/// CPU time (ns), user + system, in a `/proc` `stat` file (0 if unreadable).
+fn stat_cpu_ns(path: &std::path::Path) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0 };
     // Fields after the command name (which may hold spaces) start at `)`.
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks: u64 = fields
@@ -37,12 +42,7 @@ fn threads_cpu_ns(prefix: &str) -> u64 {
         if !comm.starts_with(prefix) {
             continue;
         }
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let ticks: u64 = fields
-            .get(11..13)
-            .map_or(0, |times| times.iter().filter_map(|value| value.parse::<u64>().ok()).sum());
-        total += ticks * 10_000_000;
+        total += stat_cpu_ns(&task.path().join("stat"));
     }
     total
 }

@@ -34,8 +34,8 @@ use crate::{EventRecord, StoreError};
 /// with events waiting, so a session that writes a few lines a second has chunks of a few).
 pub const CHUNK_EVENTS: usize = 256;
 
-/// A chunk closes once its body holds this many bytes (an event larger than that is a chunk of
-/// its own).
+/// A chunk's body holds at most this many bytes: an event that would take it past closes it
+/// first, and an event larger than that is a chunk of its own.
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
 /// `codec` of a body stored as it is.
@@ -78,17 +78,6 @@ pub(crate) fn last_seq_of(connection: &Connection, session_id: &str) -> rusqlite
     Ok(last.map_or(0, |last| last.max(0) as u64))
 }
 
-/// The last seq of session `key` in the database (0 for none), for the writer.
-fn last_seq(connection: &Connection, key: i64) -> rusqlite::Result<u64> {
-    let last: Option<i64> = connection
-        .prepare_cached(
-            "SELECT last_seq FROM chunks WHERE session = ?1 ORDER BY first_seq DESC LIMIT 1",
-        )?
-        .query_row(params![key], |row| row.get(0))
-        .optional()?;
-    Ok(last.map_or(0, |last| last.max(0) as u64))
-}
-
 /// What the writer knows of `session_id`, its key created on its first event.
 fn known<'k>(
     connection: &Connection,
@@ -97,7 +86,7 @@ fn known<'k>(
 ) -> rusqlite::Result<&'k mut Known> {
     if !keys.contains_key(session_id) {
         let known = match key_of(connection, session_id)? {
-            Some(key) => Known { key, last: last_seq(connection, key)? },
+            Some(key) => Known { key, last: last_seq_of(connection, session_id)? },
             None => {
                 connection
                     .prepare_cached("INSERT INTO session_keys (id) VALUES (?1)")?
