@@ -4234,13 +4234,19 @@ fn project(
     true
 }
 
-fn event_record(session_id: &str, seq: u64, dir: &str, kind: &str, payload: String) -> EventRecord {
+fn event_record(
+    session_id: &str,
+    seq: u64,
+    dir: &'static str,
+    kind: &'static str,
+    payload: String,
+) -> EventRecord {
     EventRecord {
         session_id: session_id.to_owned(),
         seq,
         ts_ms: now_ms(),
-        dir: dir.to_owned(),
-        kind: kind.to_owned(),
+        dir: dir.into(),
+        kind: kind.into(),
         payload,
     }
 }

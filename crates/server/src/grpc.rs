@@ -632,7 +632,7 @@ fn raw_line(record: &EventRecord) -> pb::RawLine {
         Ok(SessionEvent::Line(line)) => line.raw.to_string(),
         _ => record.payload.clone(),
     };
-    pb::RawLine { direction: record.dir.clone(), line }
+    pb::RawLine { direction: record.dir.to_string(), line }
 }
 
 /// The typed events of one update.

@@ -87,13 +87,11 @@ impl Viewer {
     /// Projects one stored event; its updates go to `emit`.
     pub fn apply(&mut self, record: &EventRecord, emit: &mut impl FnMut(ViewUpdate)) {
         let mut daemon = |update| emit(ViewUpdate::Daemon(update));
-        if record.dir == "switchboard"
-            && matches!(record.kind.as_str(), "started" | "rotated" | "lost")
-        {
+        if record.dir == "switchboard" && matches!(&*record.kind, "started" | "rotated" | "lost") {
             let value: serde_json::Value =
                 serde_json::from_str(&record.payload).unwrap_or_default();
             let text = |key: &str| value.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
-            daemon(match record.kind.as_str() {
+            daemon(match &*record.kind {
                 "started" => {
                     self.projector.new_run();
                     if value.get("transcript").and_then(|v| v.as_bool()) == Some(true) {

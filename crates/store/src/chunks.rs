@@ -23,8 +23,6 @@
 //! (uncompressed) holds each event as its `u64` seq, `u64` ts_ms, then dir, kind and payload
 //! (each a `u32` length and UTF-8), little-endian, one after the other.
 
-use std::collections::HashMap;
-
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use crate::journal::{put_str, Decoder};
@@ -55,7 +53,7 @@ pub(crate) struct Known {
 }
 
 /// Sessions the writer has written, by id.
-pub(crate) type Keys = HashMap<String, Known>;
+pub(crate) type Keys = foldhash::HashMap<String, Known>;
 
 /// A session's key, if it has one.
 fn key_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<i64>> {
@@ -283,8 +281,8 @@ fn decode(
             session_id: session_id.to_owned(),
             seq,
             ts_ms,
-            dir: decoder.string()?,
-            kind: decoder.string()?,
+            dir: decoder.word()?,
+            kind: decoder.word()?,
             payload: decoder.string()?,
         });
     }

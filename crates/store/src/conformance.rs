@@ -25,8 +25,8 @@ fn event(session_id: &str, seq: u64, payload: &str) -> EventRecord {
         session_id: session_id.to_owned(),
         seq,
         ts_ms: now_ms(),
-        dir: "from_cli".to_owned(),
-        kind: "line".to_owned(),
+        dir: "from_cli".into(),
+        kind: "line".into(),
         payload: payload.to_owned(),
     }
 }

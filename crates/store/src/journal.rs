@@ -23,7 +23,7 @@
 //! id, `u64` seq, `u64` ts_ms, dir, kind and payload, strings as a `u32` length and UTF-8), or
 //! `2` (a session deleted: its id).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -245,6 +245,12 @@ impl<'a> Decoder<'a> {
         String::from_utf8(self.sized()?.to_vec()).map_err(|error| error.to_string())
     }
 
+    /// A string that is most often one of a few words (an event's `dir`, `kind`).
+    pub(crate) fn word(&mut self) -> Result<std::borrow::Cow<'static, str>, String> {
+        let bytes = self.sized()?;
+        std::str::from_utf8(bytes).map(crate::word).map_err(|error| error.to_string())
+    }
+
     /// A `u32` length and that many bytes.
     pub(crate) fn sized(&mut self) -> Result<&'a [u8], String> {
         let length = self.u32()? as usize;
@@ -263,8 +269,8 @@ fn decode(body: &[u8]) -> Result<Entry, String> {
                     session_id: decoder.string()?,
                     seq: decoder.u64()?,
                     ts_ms: decoder.u64()?,
-                    dir: decoder.string()?,
-                    kind: decoder.string()?,
+                    dir: decoder.word()?,
+                    kind: decoder.word()?,
                     payload: decoder.string()?,
                 });
             }
@@ -348,7 +354,7 @@ struct State {
     /// The oldest segment file still on disk.
     oldest: u64,
     /// Every session appended to since the store opened.
-    tails: HashMap<String, Tail>,
+    tails: foldhash::HashMap<String, Tail>,
     /// The events not yet taken by a fold, in the order they were appended (each also in its
     /// session's tail until folded). A fold takes the whole vector at once: the writer holds
     /// the lock for moments only, as it runs at a lower priority and could be descheduled
@@ -411,7 +417,7 @@ impl Journal {
                 segment,
                 length: MAGIC.len() as u64,
                 oldest: segment,
-                tails: HashMap::new(),
+                tails: foldhash::HashMap::default(),
                 queue: Vec::new(),
                 unfolded: 0,
                 unfolded_bytes: 0,
@@ -600,7 +606,7 @@ impl Journal {
     pub(crate) fn folded(&self, fold: Fold) {
         // Each session's last seq in the fold, worked out before taking the lock (hashed once
         // per run of one session's events: a session streaming alone is one run).
-        let mut upto: HashMap<&str, u64> = HashMap::new();
+        let mut upto: foldhash::HashMap<&str, u64> = foldhash::HashMap::default();
         let mut run: Option<(&str, u64)> = None;
         for event in &fold.events {
             match &mut run {

@@ -8,6 +8,7 @@
 //!
 //! The store treats payloads as opaque text: it never parses them.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,28 @@ pub use sqlite::{
     SEGMENT_BYTES, WAL_RESTART_BYTES,
 };
 
+/// The `dir` and `kind` most events carry, read back without an allocation each.
+const COMMON_WORDS: &[&str] = &[
+    "from_cli",
+    "to_cli",
+    "switchboard",
+    "line",
+    "state",
+    "sent",
+    "permission_requested",
+    "permission_decided",
+    "connected",
+    "disconnected",
+];
+
+/// A `dir` or `kind` read back: one of [`COMMON_WORDS`] borrowed, anything else owned.
+pub(crate) fn word(text: &str) -> Cow<'static, str> {
+    match COMMON_WORDS.iter().find(|common| **common == text) {
+        Some(common) => Cow::Borrowed(common),
+        None => Cow::Owned(text.to_owned()),
+    }
+}
+
 /// One event as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRecord {
@@ -38,10 +61,11 @@ pub struct EventRecord {
     pub seq: u64,
     /// When it was appended (Unix milliseconds).
     pub ts_ms: u64,
-    /// `from_cli`, `to_cli`, or `switchboard` (our own events).
-    pub dir: String,
-    /// The event's kind (`line`, `state`, `permission_decided`, ...).
-    pub kind: String,
+    /// `from_cli`, `to_cli`, or `switchboard` (our own events). A few fixed words: held as
+    /// `'static` text where the writer knows it (no allocation per event), owned when read.
+    pub dir: Cow<'static, str>,
+    /// The event's kind (`line`, `state`, `permission_decided`, ...), held like `dir`.
+    pub kind: Cow<'static, str>,
     /// The event as JSON text, opaque to the store.
     pub payload: String,
 }

@@ -318,8 +318,8 @@ fn event_row(row: &tokio_postgres::Row) -> Result<EventRecord, StoreError> {
         session_id,
         seq: unsigned(seq),
         ts_ms: unsigned(row.get(2)),
-        dir: row.get(3),
-        kind: row.get(4),
+        dir: crate::word(row.get(3)),
+        kind: crate::word(row.get(4)),
         payload,
     })
 }
@@ -547,8 +547,8 @@ impl Store for PostgresStore {
             session_ids.push(event.session_id.as_str());
             seqs.push(big(event.seq, "seq")?);
             times.push(big(event.ts_ms, "ts_ms")?);
-            dirs.push(event.dir.as_str());
-            kinds.push(event.kind.as_str());
+            dirs.push(&*event.dir);
+            kinds.push(&*event.kind);
             payloads.push(event.payload.as_bytes());
         }
         let insert = transaction

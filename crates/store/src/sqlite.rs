@@ -300,7 +300,7 @@ fn recover(connection: &mut Connection, database: &Path) -> Result<u64, StoreErr
     let (segment, offset) = (segment.max(0) as u64, offset.max(0) as u64);
     let found = journal::segments(database)?;
     let transaction = connection.transaction()?;
-    let mut keys = chunks::Keys::new();
+    let mut keys = chunks::Keys::default();
     let mut recovered = 0usize;
     // Appends gathered and inserted together (each session's in full chunks), before a
     // delete and every `journal::FOLD_EVENTS`.
@@ -567,7 +567,7 @@ fn write_loop(
     options: SqliteOptions,
 ) {
     // Each session's key, instead of asking the database on every fold.
-    let mut keys = chunks::Keys::new();
+    let mut keys = chunks::Keys::default();
     let mut checkpoints = Vec::new();
     let mut folds = Vec::new();
     let mut last_fold = Instant::now();

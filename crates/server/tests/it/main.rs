@@ -2096,7 +2096,7 @@ async fn live_events_never_wait_for_a_record_write() {
             .unwrap()
             .unwrap();
         let switchboard_server::Subscribed::Event(event) = item else { continue };
-        kinds.push(event.kind.clone());
+        kinds.push(event.kind.to_string());
         if event.kind == "state"
             && event.payload.contains("\"idle\"")
             && kinds.contains(&"cost_changed".to_owned())
@@ -2166,7 +2166,7 @@ async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
         if let switchboard_server::Subscribed::Event(event) = item {
             assert_eq!(event.seq, last + 1, "no gap");
             last = event.seq;
-            kinds.push(event.kind.clone());
+            kinds.push(event.kind.to_string());
         }
     }
 }

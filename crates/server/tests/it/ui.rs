@@ -338,7 +338,7 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
             session_id: id.into(),
             seq,
             ts_ms: now + seq,
-            dir: dir.into(),
+            dir: direction.into(),
             kind: "line".into(),
             payload: json!({"event": "line", "direction": direction, "line": line}).to_string(),
         });

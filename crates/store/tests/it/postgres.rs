@@ -11,8 +11,8 @@ fn event(session_id: &str, seq: u64) -> EventRecord {
         session_id: session_id.to_owned(),
         seq,
         ts_ms: 1,
-        dir: "from_cli".to_owned(),
-        kind: "line".to_owned(),
+        dir: "from_cli".into(),
+        kind: "line".into(),
         payload: format!("{{\"n\":{seq}}}"),
     }
 }
