@@ -17,7 +17,8 @@ const TIMEOUT = 60_000;
 
 const browser = await chromium.launch({
   executablePath,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  // --disable-dev-shm-usage: shared memory in TMPDIR, not /dev/shm (64 MiB in many containers).
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });

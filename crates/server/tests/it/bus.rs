@@ -210,6 +210,9 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
         .env("CWD", sandbox.workdir())
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOTS", &screenshots)
+        // Chromium's profile and shared memory under the build directory, not a /tmp that
+        // may be a small tmpfs.
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .kill_on_drop(true)
         .output()
         .await

@@ -977,7 +977,8 @@ async fn claude_transcripts_are_served_pushed_and_taken_over() {
 async fn a_200_mb_transcript_is_read_incrementally_and_followed() {
     use std::io::Write;
     use switchboard_server::transcripts::{watch_file, TranscriptTail, READ_CHUNK_BYTES};
-    let dir = tempfile::tempdir().unwrap();
+    // Under the build directory: 200 MB may not fit a /tmp that is a small tmpfs.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("big.jsonl");
     let filler = "x".repeat(1000);
     let lines = 200_000;

@@ -660,6 +660,9 @@ async fn browser() {
         .env("CHROMIUM", &chromium)
         .env("SCREENSHOTS", &screenshots)
         .env("CLI_2_1_37", real_cli(CliVersion::V2_1_37))
+        // Chromium's profile and shared memory under the build directory, not a /tmp that
+        // may be a small tmpfs.
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
         .kill_on_drop(true)
         .output()
         .await
