@@ -64,11 +64,13 @@ fn key_of(connection: &Connection, session_id: &str) -> rusqlite::Result<Option<
 }
 
 /// Session `session_id`'s last seq in the database (0 for none), in one statement (see
-/// [`events_after`]).
+/// [`events_after`]). Never below its newest chunk's first seq, even where that chunk's row is
+/// damaged: the writer goes on after it, and a chunk it writes never collides with one there.
 pub(crate) fn last_seq_of(connection: &Connection, session_id: &str) -> rusqlite::Result<u64> {
     let last: Option<i64> = connection
         .prepare_cached(
-            "SELECT last_seq FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = ?1)
+            "SELECT MAX(first_seq, CAST(last_seq AS INTEGER)) FROM chunks
+             WHERE session = (SELECT key FROM session_keys WHERE id = ?1)
              ORDER BY first_seq DESC LIMIT 1",
         )?
         .query_row(params![session_id], |row| row.get(0))
@@ -327,15 +329,20 @@ fn chunk_row<'r>(
         count: count.max(0) as u64,
         body,
     };
-    // An LZ4 block grows at most 255 times when uncompressed: a larger size is damage, refused
+    // A chunk of several events is never past CHUNK_BYTES (the writer closes it first), and an
+    // LZ4 block grows at most 255 times when uncompressed: a larger size is damage, refused
     // before anything is allocated for it.
+    let most = if count > 1 { CHUNK_BYTES } else { MAX_SIZE };
     let size = usize::try_from(size)
         .ok()
-        .filter(|size| *size <= MAX_SIZE && *size <= body.len().saturating_mul(255) + 16);
+        .filter(|size| *size <= most && *size <= body.len().saturating_mul(255) + 16);
     match (codec, size) {
         (PLAIN, Some(size)) if size == body.len() => Ok(chunk(body)),
         (LZ4, Some(size)) => {
             scratch.clear();
+            if scratch.try_reserve_exact(size).is_err() {
+                return Err(fail(&format!("{size} bytes uncompressed do not fit in memory")));
+            }
             scratch.resize(size, 0);
             match lz4_flex::block::decompress_into(body, scratch) {
                 Ok(length) if length == size => Ok(chunk(&scratch[..])),
@@ -344,6 +351,20 @@ fn chunk_row<'r>(
             }
         }
         _ => Err(fail(&format!("codec {codec}, size {size:?}, a body of {} bytes", body.len()))),
+    }
+}
+
+/// A chunk read after one that ended at `previous`: refused (as damage) unless it starts past
+/// it. Each chunk is checked against its own row when decoded; this keeps two rows that were
+/// each changed consistently from giving a page its seqs twice or out of order.
+fn follows(previous: Option<u64>, first: u64, session_id: &str) -> Result<(), StoreError> {
+    match previous {
+        Some(previous) if first <= previous => Err(damaged(
+            session_id,
+            first as i64,
+            &format!("it starts at or before the end of the chunk before it (seq {previous})"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -373,9 +394,12 @@ pub(crate) fn events_after(
     ))?;
     let mut rows = statement.query(params![session_id, from])?;
     let mut scratch = Vec::new();
+    let mut previous: Option<u64> = None;
     while events.len() < limit {
         let Some(row) = rows.next()? else { break };
         let chunk = chunk_row(row, session_id, &mut scratch)?;
+        follows(previous, chunk.first, session_id)?;
+        previous = Some(chunk.last);
         decode(&chunk, session_id, |seq| seq > after, &mut events, limit)
             .map_err(|error| damaged(session_id, chunk.first as i64, &error))?;
     }
@@ -401,9 +425,15 @@ pub(crate) fn events_before(
     let mut pages: Vec<Vec<EventRecord>> = Vec::new();
     let mut found = 0;
     let mut scratch = Vec::new();
+    // The first seq of the chunk read before (the next one in seq order).
+    let mut next: Option<u64> = None;
     while found < limit {
         let Some(row) = rows.next()? else { break };
         let chunk = chunk_row(row, session_id, &mut scratch)?;
+        if let Some(next) = next {
+            follows(Some(chunk.last), next, session_id)?;
+        }
+        next = Some(chunk.first);
         let mut page = Vec::new();
         decode(&chunk, session_id, |seq| seq < before, &mut page, usize::MAX)
             .map_err(|error| damaged(session_id, chunk.first as i64, &error))?;
@@ -430,14 +460,20 @@ pub(crate) fn from_events_table(connection: &Connection) -> rusqlite::Result<()>
     let mut rows = select.query([])?;
     let mut chunker = Chunker::new(connection)?;
     while let Some(row) = rows.next()? {
-        chunker.add(
-            row.get(0)?,
-            row.get::<_, i64>(1)? as u64,
-            row.get::<_, i64>(2)? as u64,
-            row.get_ref(3)?.as_str()?,
-            row.get_ref(4)?.as_str()?,
-            row.get_ref(5)?.as_str()?,
-        )?;
+        let (key, seq): (i64, i64) = (row.get(0)?, row.get(1)?);
+        // Text that is not UTF-8 (a damaged row) fails the migration, and the daemon's start,
+        // naming the event: nothing is converted or dropped until it is mended.
+        let text = |column: usize| {
+            row.get_ref(column)?.as_str().map_err(|error| {
+                let what = format!("the stored event {seq} of session key {key}: {error}");
+                rusqlite::Error::FromSqlConversionFailure(
+                    column,
+                    rusqlite::types::Type::Text,
+                    what.into(),
+                )
+            })
+        };
+        chunker.add(key, seq as u64, row.get::<_, i64>(2)? as u64, text(3)?, text(4)?, text(5)?)?;
     }
     chunker.finish()?;
     drop(rows);

@@ -386,6 +386,13 @@ impl SqliteStore {
             "journal_size_limit",
             i64::try_from(options.wal_restart_bytes).unwrap_or(i64::MAX),
         )?;
+        // A migration's whole transaction went through the WAL: copied in and cut back to
+        // nothing now, not left at that size until the next restart of the WAL.
+        if let Err(error) =
+            writer_connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::warn!(%error, "cutting back the WAL at start failed; it is cut back later");
+        }
         let segment = recover(&mut writer_connection, &path)?;
         let journal = Arc::new(Journal::create(&path, segment, lock)?);
         let checkpoint_connection = open(&path)?;
@@ -571,6 +578,8 @@ fn write_loop(
     let mut checkpoints = Vec::new();
     let mut folds = Vec::new();
     let mut last_fold = Instant::now();
+    // Folds made, for forgetting `keys` every `journal::SWEEP_EVERY` of them.
+    let mut folded: u64 = 0;
     background_priority();
     loop {
         let first =
@@ -597,6 +606,13 @@ fn write_loop(
         }
         commit(&mut connection, batch);
         if fold_now || last_fold.elapsed() >= options.fold_interval {
+            folded += 1;
+            if folded.is_multiple_of(journal::SWEEP_EVERY) {
+                // What the writer knows of each session is forgotten now and then (as the
+                // journal forgets idle sessions): a daemon that runs for months keeps no entry
+                // per session it ever wrote, and an active one is looked up again once.
+                keys = chunks::Keys::default();
+            }
             let result = fold(&mut connection, journal, &mut keys, options.segment_bytes);
             last_fold = Instant::now();
             for done in folds.drain(..) {

@@ -240,9 +240,33 @@ async fn pages_read_across_chunks_as_they_went_in() {
         "codec = 7 WHERE first_seq = 322",
         "count = count + 1 WHERE first_seq = 578",
         "last_seq = last_seq - 1 WHERE first_seq = 833",
+        // The newest chunk: its session's last seq is still read past its first.
+        "last_seq = 1 WHERE first_seq = 835",
     ] {
         connection.execute(&format!("UPDATE chunks SET {damage} AND {of_s}"), []).unwrap();
     }
+    // "other"'s first chunk rewritten, consistently (an uncompressed body of seqs 1 and 2, the
+    // row to match), to overlap its second chunk, which still holds seq 2.
+    let of_other = "session = (SELECT key FROM session_keys WHERE id = 'other')";
+    let mut body = Vec::new();
+    for seq in [1, 2] {
+        let event = event("other", seq);
+        body.extend_from_slice(&seq.to_le_bytes());
+        body.extend_from_slice(&event.ts_ms.to_le_bytes());
+        for text in [&*event.dir, &*event.kind, &*event.payload] {
+            body.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            body.extend_from_slice(text.as_bytes());
+        }
+    }
+    connection
+        .execute(
+            &format!(
+                "UPDATE chunks SET last_seq = 2, count = 2, codec = 0, size = ?1, body = ?2
+                 WHERE first_seq = 1 AND {of_other}"
+            ),
+            rusqlite::params![body.len() as i64, body],
+        )
+        .unwrap();
     drop(connection);
     let store = SqliteStore::open(&path).unwrap();
     for (after, first) in
@@ -258,6 +282,19 @@ async fn pages_read_across_chunks_as_they_went_in() {
     assert_eq!(store.events_after("s", 1, 1).await.unwrap()[0].seq, 2, "the others still read");
     assert_eq!(store.events_before("s", 4, 2).await.unwrap().len(), 2);
     assert!(store.events_before("s", 4, 3).await.is_err(), "the third is in the damaged chunk");
+    let overlap = "stored events of session other from seq 2 are damaged";
+    for read in
+        [store.events_after("other", 0, 10).await, store.events_before("other", 9, 10).await]
+    {
+        let error = read.expect_err("a page with seq 2 twice").to_string();
+        assert!(error.contains(overlap), "{error}");
+    }
+    // Folding goes on past the damaged newest chunk, for its session and the others.
+    assert_eq!(store.last_seq("s").await.unwrap(), 835);
+    store.append(&[event("s", 836), event("other", 9)]).await.unwrap();
+    store.flush().await.unwrap();
+    assert_eq!(store.events_after("other", 8, 10).await.unwrap()[0].seq, 9);
+    store.close();
 }
 
 /// Reads that cross from the database's chunks into the journal's waiting events; a session
@@ -290,6 +327,37 @@ async fn reads_cross_from_chunks_to_the_journal_and_a_deleted_session_starts_ove
     assert!(read.iter().all(|event| event.kind == "again"));
     assert_eq!(store.last_seq("s").await.unwrap(), 5);
     store.close();
+}
+
+/// The writer forgets what it knows of each session every 64 folds and reads it again: across
+/// several of those, a session's chunks go on after its last, and a session that was idle
+/// meanwhile too.
+#[tokio::test]
+async fn sessions_written_across_the_writers_sweeps_go_on_where_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.append(&[event("idle", 1), event("idle", 2)]).await.unwrap();
+    for seq in 1..=200 {
+        store.append(&[event("busy", seq)]).await.unwrap();
+        store.flush().await.unwrap();
+    }
+    store.append(&[event("idle", 3)]).await.unwrap();
+    store.flush().await.unwrap();
+    let seqs = |events: Vec<EventRecord>| events.iter().map(|event| event.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(store.events_after("busy", 0, 1000).await.unwrap()),
+        (1..=200).collect::<Vec<_>>()
+    );
+    assert_eq!(seqs(store.events_after("idle", 0, 10).await.unwrap()), vec![1, 2, 3]);
+    store.close();
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    let (chunks, events): (i64, i64) = connection
+        .query_row("SELECT COUNT(*), SUM(count) FROM chunks", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((chunks, events), (202, 203), "a chunk a fold for busy, two for idle");
 }
 
 fn event(session: &str, seq: u64) -> EventRecord {
