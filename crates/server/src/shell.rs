@@ -12,10 +12,12 @@
 //! `{"type":"started","shell":…,"pid":…,"cwd":…}` first and `{"type":"exit","code":…,"reason":…}`
 //! last.
 //!
-//! Keys typed before the shell has written anything wait (up to [`FIRST_OUTPUT_WAIT`]): a
-//! starting shell can lose what reaches its terminal (seen once with bash, in the web UI's
-//! test on a loaded machine: the first half of a typed command gone, not reproduced since),
-//! and its first output, the prompt, comes once it has set its terminal up.
+//! Keys typed while the shell starts wait until it has written something and then gone quiet
+//! for [`QUIET`] (at most [`FIRST_OUTPUT_WAIT`] in all): a starting shell can lose what
+//! reaches its terminal. Seen twice with bash in the web UI's test on a loaded machine, the
+//! first half of a typed command gone: once with keys sent at once, once with keys sent at
+//! the shell's first output (its prompt was on the screen, and it was still setting its
+//! terminal up).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,9 +43,12 @@ pub(crate) const MAX_INPUT_FRAME_BYTES: usize = 64 * 1024;
 /// How long a hung-up shell has to end before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(2);
 
-/// How long keys wait for the shell's first output before they go anyway (a shell with no
-/// prompt still gets them).
+/// How long keys wait, at most, for the shell to start (a shell with no prompt still gets
+/// them).
 const FIRST_OUTPUT_WAIT: Duration = Duration::from_secs(3);
+
+/// How long a starting shell's output must pause, after its first, before keys go to it.
+const QUIET: Duration = Duration::from_millis(150);
 
 /// The shells open now.
 static OPEN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SHELLS);
@@ -134,9 +139,9 @@ async fn serve(
     // Keys are written by a task of their own: a shell that does not read its terminal must
     // not stop this loop from seeing the session end or the page go.
     let (keys, keys_rx) = tokio::sync::mpsc::channel::<ToShell>(KEY_QUEUE);
-    let (first_output, has_written) = tokio::sync::oneshot::channel::<()>();
-    let mut first_output = Some(first_output);
-    let writer = tokio::spawn(write_keys(input, keys_rx, has_written));
+    // Counts the shell's writes until its keys have been let through (see `started`).
+    let (written, writes) = tokio::sync::watch::channel(0u64);
+    let writer = tokio::spawn(write_keys(input, keys_rx, writes));
     let mut snapshot = handle.watch();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut reason = if socket.send(text(hello)).await.is_err() {
@@ -162,8 +167,8 @@ async fn serve(
                     });
                 }
                 Ok(read) => {
-                    if let Some(first_output) = first_output.take() {
-                        let _ = first_output.send(());
+                    if !written.is_closed() {
+                        written.send_modify(|count| *count += 1);
                     }
                     let bytes = axum::body::Bytes::copy_from_slice(&buffer[..read]);
                     if socket.send(WsMessage::Binary(bytes)).await.is_err() {
@@ -222,14 +227,24 @@ enum ToShell {
     Resize(pty_process::Size),
 }
 
+/// Returns once the shell has written something and then nothing for [`QUIET`] (`writes`
+/// counts its writes), or its output is no longer watched.
+async fn started(mut writes: tokio::sync::watch::Receiver<u64>) {
+    if writes.changed().await.is_err() {
+        return;
+    }
+    while let Ok(Ok(())) = tokio::time::timeout(QUIET, writes.changed()).await {}
+}
+
 /// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is;
-/// nothing before the shell has written (`has_written`), or [`FIRST_OUTPUT_WAIT`] has passed.
+/// nothing until the shell has [`started`], or [`FIRST_OUTPUT_WAIT`] has passed.
 async fn write_keys(
     mut input: pty_process::OwnedWritePty,
     mut keys: tokio::sync::mpsc::Receiver<ToShell>,
-    has_written: tokio::sync::oneshot::Receiver<()>,
+    writes: tokio::sync::watch::Receiver<u64>,
 ) {
-    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, has_written).await;
+    // Dropped after: the reading loop stops counting.
+    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, started(writes)).await;
     while let Some(next) = keys.recv().await {
         match next {
             ToShell::Keys(bytes) => {
