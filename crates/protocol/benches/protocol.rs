@@ -44,6 +44,8 @@ fn corpus() -> Vec<String> {
 
 struct Row {
     name: &'static str,
+    /// The row this one is compared with.
+    baseline: usize,
     bytes_per_second: f64,
     lines_per_second: f64,
 }
@@ -70,6 +72,7 @@ fn measure(
     let seconds = start.elapsed().as_secs_f64();
     Row {
         name,
+        baseline: 0,
         bytes_per_second: bytes as f64 * rounds as f64 / seconds,
         lines_per_second: lines.len() as f64 * rounds as f64 / seconds,
     }
@@ -96,6 +99,31 @@ fn main() {
             black_box(Message::decode(line.as_bytes()).unwrap());
         }),
     ];
+    // The relay's common line: a `stream_event` (nested tagged objects: `event`, `delta`).
+    let streamed: Vec<String> = lines
+        .iter()
+        .filter(|line| line.starts_with(r#"{"type":"stream_event""#))
+        .cloned()
+        .collect();
+    let stream_rows = [
+        measure(
+            "serde_json::Value parse, stream_event lines (baseline)",
+            &streamed,
+            budget,
+            |line| {
+                black_box(serde_json::from_slice::<Value>(line.as_bytes()).unwrap());
+            },
+        ),
+        measure("Message::decode, stream_event lines", &streamed, budget, |line| {
+            black_box(Message::decode(line.as_bytes()).unwrap());
+        }),
+    ];
+    let stream_baseline = rows.len();
+    for mut row in stream_rows {
+        row.baseline = stream_baseline;
+        rows.push(row);
+    }
+    let encode_baseline = rows.len();
     let mut index = 0;
     rows.push(measure("serde_json::Value encode (baseline)", &lines, budget, |_| {
         black_box(serde_json::to_string(&values[index % values.len()]).unwrap());
@@ -114,18 +142,20 @@ fn main() {
         index += 1;
     }));
 
-    let baseline_parse = rows[0].bytes_per_second;
-    let baseline_encode = rows[3].bytes_per_second;
+    for row in &mut rows[encode_baseline..] {
+        row.baseline = encode_baseline;
+    }
     println!(
-        "corpus: {} lines, {:.1} MB (every `msg` of tests/fixtures); {:.1} s per row\n",
+        "corpus: {} lines ({} of them stream_event), {:.1} MB (every `msg` of tests/fixtures); {:.1} s per row\n",
         lines.len(),
+        streamed.len(),
         bytes as f64 / 1e6,
         budget.as_secs_f64()
     );
     println!("| operation | MB/s | lines/s | vs Value |");
     println!("|---|---:|---:|---:|");
-    for (i, row) in rows.iter().enumerate() {
-        let baseline = if i < 3 { baseline_parse } else { baseline_encode };
+    for row in &rows {
+        let baseline = rows[row.baseline].bytes_per_second;
         println!(
             "| {} | {:.0} | {:.0} | {:.2}x |",
             row.name,

@@ -143,6 +143,8 @@ wire_struct! {
         opt session_id: String = "session_id",
         /// This line's id.
         opt uuid: String = "uuid",
+        /// The API message the event belongs to (2.1.330 on; earlier CLIs leave it out).
+        opt api_message_id: String = "api_message_id",
     }
 }
 

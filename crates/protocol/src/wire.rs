@@ -4,14 +4,19 @@
 //! serde's `#[serde(flatten)]` and internally tagged enums buffer the whole object into an
 //! intermediate tree before building the struct, which costs more than parsing into a
 //! `serde_json::Value`. The macros here generate visitors that read each field once and send
-//! only unknown fields to a [`serde_json::Map`], and tagged enums that peek at the tag in the raw
-//! text before parsing the variant directly. See `docs/benchmarks.md` for what that buys.
+//! only unknown fields to a [`serde_json::Map`], and tagged enums that find their tag without
+//! a second parse: a whole line's enum peeks at the tag in the raw text, and an enum inside a
+//! value (a `stream_event`'s `event`, its `delta`, an assistant message's content blocks) reads
+//! its object's entries until the tag and hands the variant's struct the rest of the same map,
+//! so each byte of a line is parsed once. See `docs/benchmarks.md` for what that buys.
 
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
-use serde::Deserializer;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer, StringDeserializer};
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
 /// Fields a typed struct does not know, in the order they arrived.
 ///
@@ -238,6 +243,306 @@ impl<'de> Visitor<'de> for CowStrVisitor {
     }
 }
 
+/// Entries already read from the front of an object, in order, handed on with the rest of it.
+pub(crate) type Taken = Vec<(String, Value)>;
+
+/// What a wire enum's variant holds: a wire struct, or another wire enum (`system` lines pick
+/// their struct by `subtype` after `type`).
+pub(crate) trait WireBody: Sized {
+    /// Reads the object whose leading entries `taken` were already read from `map`, and the
+    /// rest from `map`.
+    fn from_rest<'de, A: MapAccess<'de>>(taken: Taken, map: A) -> Result<Self, A::Error>;
+
+    /// Reads the object whose first entry, the tag `key: tag`, was already read from `map`.
+    fn after_tag<'de, A: MapAccess<'de>>(
+        key: &'static str,
+        tag: &'static str,
+        map: A,
+    ) -> Result<Self, A::Error> {
+        Self::from_rest(vec![(key.to_owned(), Value::from(tag))], map)
+    }
+
+    /// Decodes one JSON object given as text.
+    fn from_text(raw: &str) -> Result<Self, serde_json::Error>;
+}
+
+/// The generated half of a wire enum that [`enum_from_map`] needs.
+pub(crate) trait WireEnum: Sized {
+    /// The key whose value picks the variant.
+    const TAG: &'static str;
+    /// Whether `tag` names a variant.
+    fn knows(tag: &str) -> bool;
+    /// Reads the variant `tag` names (one [`WireEnum::knows`]): from the rest of `map` after
+    /// the tag when `taken` is `None`, else after the entries `taken`, the tag among them.
+    fn variant<'de, A: MapAccess<'de>>(
+        tag: &str,
+        taken: Option<Taken>,
+        map: A,
+    ) -> Result<Self, A::Error>;
+    /// A value kept whole.
+    fn unknown(value: Value) -> Self;
+}
+
+/// A wire enum read from any JSON value: an object by its tag, anything else kept whole.
+pub(crate) fn deserialize_enum<'de, E: WireEnum, D: Deserializer<'de>>(
+    d: D,
+) -> Result<E, D::Error> {
+    d.deserialize_any(EnumVisitor(std::marker::PhantomData))
+}
+
+/// A wire enum read from the object `map` whose leading entries `taken` were already read.
+///
+/// The CLI writes the tag first: then it is read borrowed, and the variant's struct reads the
+/// rest of the same map. Otherwise the entries before the tag are kept as values and handed
+/// to the struct ahead of the rest. An unknown tag, or none, keeps the object whole.
+pub(crate) fn enum_from_map<'de, E: WireEnum, A: MapAccess<'de>>(
+    mut taken: Taken,
+    mut map: A,
+) -> Result<E, A::Error> {
+    if taken.is_empty() {
+        let Some(key) = map.next_key::<KeyStr<'de>>()? else {
+            return Ok(E::unknown(Value::Object(serde_json::Map::new())));
+        };
+        if key.0 == E::TAG {
+            match map.next_value::<TagValue<'de>>()? {
+                TagValue::Str(tag) if E::knows(&tag) => return E::variant(&tag, None, map),
+                TagValue::Str(tag) => {
+                    taken.push((key.0.into_owned(), Value::from(tag.into_owned())))
+                }
+                TagValue::Other(value) => taken.push((key.0.into_owned(), value)),
+            }
+            return rest_kept_whole(taken, map);
+        }
+        let value = map.next_value::<Value>()?;
+        taken.push((key.0.into_owned(), value));
+    }
+    let mut at = taken.iter().position(|(key, _)| key == E::TAG);
+    while at.is_none() {
+        let Some(key) = map.next_key::<String>()? else { break };
+        let value = map.next_value::<Value>()?;
+        if key == E::TAG {
+            at = Some(taken.len());
+        }
+        taken.push((key, value));
+    }
+    let tag = at.and_then(|at| taken[at].1.as_str()).filter(|tag| E::knows(tag)).map(str::to_owned);
+    match tag {
+        Some(tag) => E::variant(&tag, Some(taken), map),
+        None => rest_kept_whole(taken, map),
+    }
+}
+
+/// The object of `taken` and the rest of `map`, kept whole.
+fn rest_kept_whole<'de, E: WireEnum, A: MapAccess<'de>>(
+    taken: Taken,
+    map: A,
+) -> Result<E, A::Error> {
+    let rest = serde_json::Map::deserialize(MapAccessDeserializer::new(map))?;
+    let mut object: serde_json::Map<String, Value> = taken.into_iter().collect();
+    for (key, value) in rest {
+        object.insert(key, value);
+    }
+    Ok(E::unknown(Value::Object(object)))
+}
+
+/// The error of a variant that did not fit, naming its tag (`type "text": ...`). The inner
+/// error's position, if it has one, is dropped: the reader adds the place it stopped.
+pub(crate) fn in_variant<E: de::Error>(key: &str, tag: &str, error: &impl fmt::Display) -> E {
+    let text = error.to_string();
+    E::custom(format_args!("{key} {tag:?}: {}", without_position(&text)))
+}
+
+/// `text` without serde_json's trailing ` at line L column C`.
+fn without_position(text: &str) -> &str {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(at) = text.rfind(" at line ") {
+        if let Some((line, column)) = text[at + " at line ".len()..].split_once(" column ") {
+            if digits(line) && digits(column) {
+                return &text[..at];
+            }
+        }
+    }
+    text
+}
+
+/// A map that yields `taken` first, then the rest of `map`.
+pub(crate) struct Chain<A> {
+    taken: std::vec::IntoIter<(String, Value)>,
+    value: Option<Value>,
+    map: A,
+}
+
+impl<A> Chain<A> {
+    pub(crate) fn new(taken: Taken, map: A) -> Self {
+        Chain { taken: taken.into_iter(), value: None, map }
+    }
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Chain<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        match self.taken.next() {
+            Some((key, value)) => {
+                self.value = Some(value);
+                seed.deserialize(StringDeserializer::<A::Error>::new(key)).map(Some)
+            }
+            None => self.map.next_key_seed(seed),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        match self.value.take() {
+            Some(value) => seed.deserialize(value).map_err(de::Error::custom),
+            None => self.map.next_value_seed(seed),
+        }
+    }
+}
+
+/// A tag's value: a string (borrowed when it has no escapes), or anything else, kept.
+enum TagValue<'de> {
+    Str(Cow<'de, str>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for TagValue<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TagValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(TagValue::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(TagValue::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(TagValue::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                ValueVisitor.visit_bool(v).map(TagValue::Other)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                ValueVisitor.visit_i64(v).map(TagValue::Other)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                ValueVisitor.visit_u64(v).map(TagValue::Other)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                ValueVisitor.visit_f64(v).map(TagValue::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                ValueVisitor.visit_unit().map(TagValue::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                ValueVisitor.visit_none().map(TagValue::Other)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                Value::deserialize(d).map(TagValue::Other)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                ValueVisitor.visit_seq(seq).map(TagValue::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                ValueVisitor.visit_map(map).map(TagValue::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Builds a [`Value`] from any JSON value, as `Value`'s own reader does.
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Value::deserialize(d)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        Value::deserialize(SeqAccessDeserializer::new(seq))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        Value::deserialize(MapAccessDeserializer::new(map))
+    }
+}
+
+/// Reads a wire enum from any JSON value (see [`deserialize_enum`]).
+struct EnumVisitor<E>(std::marker::PhantomData<E>);
+
+impl<'de, E: WireEnum> Visitor<'de> for EnumVisitor<E> {
+    type Value = E;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<E, A::Error> {
+        enum_from_map(Vec::new(), map)
+    }
+    fn visit_bool<Er: de::Error>(self, v: bool) -> Result<E, Er> {
+        ValueVisitor.visit_bool(v).map(E::unknown)
+    }
+    fn visit_i64<Er: de::Error>(self, v: i64) -> Result<E, Er> {
+        ValueVisitor.visit_i64(v).map(E::unknown)
+    }
+    fn visit_u64<Er: de::Error>(self, v: u64) -> Result<E, Er> {
+        ValueVisitor.visit_u64(v).map(E::unknown)
+    }
+    fn visit_f64<Er: de::Error>(self, v: f64) -> Result<E, Er> {
+        ValueVisitor.visit_f64(v).map(E::unknown)
+    }
+    fn visit_str<Er: de::Error>(self, v: &str) -> Result<E, Er> {
+        ValueVisitor.visit_str(v).map(E::unknown)
+    }
+    fn visit_string<Er: de::Error>(self, v: String) -> Result<E, Er> {
+        ValueVisitor.visit_string(v).map(E::unknown)
+    }
+    fn visit_unit<Er: de::Error>(self) -> Result<E, Er> {
+        ValueVisitor.visit_unit().map(E::unknown)
+    }
+    fn visit_none<Er: de::Error>(self) -> Result<E, Er> {
+        ValueVisitor.visit_none().map(E::unknown)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<E, D::Error> {
+        deserialize_enum(d)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<E, A::Error> {
+        ValueVisitor.visit_seq(seq).map(E::unknown)
+    }
+}
+
 /// The type of a struct field as a wire mode declares it.
 macro_rules! wire_field_type {
     (req $ty:ty) => { $ty };
@@ -417,6 +722,37 @@ macro_rules! wire_struct {
                 }
             }
 
+            impl $crate::wire::WireBody for $name {
+                fn from_rest<'de, A: MapAccess<'de>>(
+                    mut taken: $crate::wire::Taken,
+                    map: A,
+                ) -> ::core::result::Result<Self, A::Error> {
+                    // The tags are skipped when read: leave them out.
+                    taken.retain(|(key, _)| !Self::TAGS.iter().any(|(tag, _)| tag == key));
+                    if taken.is_empty() {
+                        WireVisitor.visit_map(map)
+                    } else {
+                        WireVisitor.visit_map($crate::wire::Chain::new(taken, map))
+                    }
+                }
+
+                fn after_tag<'de, A: MapAccess<'de>>(
+                    key: &'static str,
+                    tag: &'static str,
+                    map: A,
+                ) -> ::core::result::Result<Self, A::Error> {
+                    if Self::TAGS.iter().any(|(tag_key, _)| *tag_key == key) {
+                        WireVisitor.visit_map(map)
+                    } else {
+                        Self::from_rest(::std::vec![(key.to_owned(), ::serde_json::Value::from(tag))], map)
+                    }
+                }
+
+                fn from_text(raw: &str) -> ::core::result::Result<Self, ::serde_json::Error> {
+                    ::serde_json::from_str(raw)
+                }
+            }
+
             impl ::serde::Serialize for $name {
                 fn serialize<S: ::serde::Serializer>(&self, s: S) -> ::core::result::Result<S::Ok, S::Error> {
                     let mut map = s.serialize_map(::core::option::Option::None)?;
@@ -489,7 +825,7 @@ macro_rules! wire_enum {
                 let tag = $crate::wire::peek_tag(raw, $tag_key);
                 match tag.as_deref() {
                     $(::core::option::Option::Some($tag_value) => {
-                        ::serde_json::from_str::<$inner>(raw).map(Self::$variant).map_err(|error| {
+                        <$inner as $crate::wire::WireBody>::from_text(raw).map(Self::$variant).map_err(|error| {
                             <::serde_json::Error as ::serde::de::Error>::custom(format_args!(
                                 concat!($tag_key, " {:?}: {}"), $tag_value, error
                             ))
@@ -502,8 +838,56 @@ macro_rules! wire_enum {
 
         impl<'de> ::serde::Deserialize<'de> for $name {
             fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> ::core::result::Result<Self, D::Error> {
-                let raw = <::std::boxed::Box<::serde_json::value::RawValue>>::deserialize(d)?;
-                Self::from_json_str(raw.get()).map_err(::serde::de::Error::custom)
+                $crate::wire::deserialize_enum(d)
+            }
+        }
+
+        impl $crate::wire::WireEnum for $name {
+            const TAG: &'static str = $tag_key;
+
+            fn knows(tag: &str) -> bool {
+                matches!(tag, $($tag_value)|*)
+            }
+
+            fn variant<'de, A: ::serde::de::MapAccess<'de>>(
+                tag: &str,
+                taken: ::core::option::Option<$crate::wire::Taken>,
+                map: A,
+            ) -> ::core::result::Result<Self, A::Error> {
+                let read = match tag {
+                    $($tag_value => match taken {
+                        ::core::option::Option::None => {
+                            <$inner as $crate::wire::WireBody>::after_tag($tag_key, $tag_value, map)
+                        }
+                        ::core::option::Option::Some(taken) => {
+                            <$inner as $crate::wire::WireBody>::from_rest(taken, map)
+                        }
+                    }
+                    .map(Self::$variant),)*
+                    other => {
+                        return ::core::result::Result::Err(::serde::de::Error::custom(format_args!(
+                            concat!("no variant of ", stringify!($name), " has ", $tag_key, " {:?}"), other
+                        )))
+                    }
+                };
+                read.map_err(|error| $crate::wire::in_variant($tag_key, tag, &error))
+            }
+
+            fn unknown(value: ::serde_json::Value) -> Self {
+                Self::Unknown(value)
+            }
+        }
+
+        impl $crate::wire::WireBody for $name {
+            fn from_rest<'de, A: ::serde::de::MapAccess<'de>>(
+                taken: $crate::wire::Taken,
+                map: A,
+            ) -> ::core::result::Result<Self, A::Error> {
+                $crate::wire::enum_from_map(taken, map)
+            }
+
+            fn from_text(raw: &str) -> ::core::result::Result<Self, ::serde_json::Error> {
+                Self::from_json_str(raw)
             }
         }
 

@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::content::ContentBlock;
 use crate::message::{Message, ResultMessage};
-use crate::permission::{PermissionMode, PermissionResult};
+use crate::permission::{PermissionMode, PermissionResult, PermissionUpdate};
 
 #[test]
 fn peek_tag_reads_leading_plain_pairs_and_falls_back_otherwise() {
@@ -106,4 +106,107 @@ fn text_or_items_reads_both_forms() {
         serde_json::from_str(r#"[{"type":"text","text":"hi"}]"#).unwrap();
     assert_eq!(items, TextOr::Items(vec![ContentBlock::text("hi")]));
     assert!(serde_json::from_str::<TextOr<ContentBlock>>("5").is_err());
+}
+
+/// An object's keys, in order.
+fn keys(value: &Value) -> Vec<&str> {
+    value.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+#[test]
+fn nested_enums_read_their_tag_wherever_it_is() {
+    use crate::stream::{Delta, StreamEvent};
+    // The CLI writes the tag first; a tag later in the object reads the same.
+    for line in [
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"hi"}},"session_id":"s"}"#,
+        r#"{"event":{"index":2,"delta":{"text":"hi","type":"text_delta"},"type":"content_block_delta"},"session_id":"s","type":"stream_event"}"#,
+    ] {
+        let Message::StreamEvent(message) = Message::decode(line.as_bytes()).unwrap() else {
+            panic!("{line}")
+        };
+        let StreamEvent::ContentBlockDelta(delta) = &message.event else { panic!("{line}") };
+        assert_eq!(delta.index, 2);
+        assert!(matches!(&delta.delta, Delta::Text(text) if text.text == "hi"), "{line}");
+        assert!(delta.extra.is_empty() && message.extra.is_empty(), "{line}");
+    }
+    // Read from a `Value` rather than text, too.
+    let block: ContentBlock =
+        serde_json::from_value(json!({"text": "hi", "type": "text"})).unwrap();
+    assert_eq!(block, ContentBlock::text("hi"));
+}
+
+#[test]
+fn nested_values_an_enum_does_not_know_are_kept_whole_in_order() {
+    for (text, order) in [
+        (r#"{"type":"future_block","b":[1,{"c":null}],"a":1.5}"#, ["type", "b", "a"]),
+        (r#"{"b":[1,{"c":null}],"type":"future_block","a":1.5}"#, ["b", "type", "a"]),
+        (r#"{"b":[1,{"c":null}],"a":1.5,"kind":"text"}"#, ["b", "a", "kind"]),
+        (r#"{"type":7,"b":[1,{"c":null}],"a":1.5}"#, ["type", "b", "a"]),
+    ] {
+        let block: ContentBlock = serde_json::from_str(text).unwrap();
+        let ContentBlock::Unknown(value) = &block else { panic!("{text}: {block:?}") };
+        assert_eq!(keys(value), order, "{text}");
+        assert_eq!(serde_json::to_string(&block).unwrap(), text);
+    }
+    for text in [r#""text""#, "[1,2]", "null", "true", "-3", "{}"] {
+        let block: ContentBlock = serde_json::from_str(text).unwrap();
+        assert_eq!(block, ContentBlock::Unknown(serde_json::from_str(text).unwrap()), "{text}");
+    }
+}
+
+#[test]
+fn a_variant_that_reads_its_own_tag_still_gets_it() {
+    // `addRules` and its kin keep `type` as a field of their struct.
+    for text in [
+        r#"{"type":"addRules","rules":[{"toolName":"Bash"}],"behavior":"allow","destination":"session"}"#,
+        r#"{"rules":[{"toolName":"Bash"}],"type":"removeRules","behavior":"deny","destination":"session"}"#,
+    ] {
+        let update: PermissionUpdate = serde_json::from_str(text).unwrap();
+        let (PermissionUpdate::AddRules(rules) | PermissionUpdate::RemoveRules(rules)) = &update
+        else {
+            panic!("{text}: {update:?}")
+        };
+        assert_eq!(Some(rules.kind.as_str()), update.tag());
+        assert!(rules.extra.is_empty(), "{text}");
+        assert_eq!(
+            serde_json::to_value(&update).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+    }
+}
+
+#[test]
+fn an_enum_inside_an_enum_reads_from_a_value_and_keeps_the_outer_tag() {
+    use crate::system::SystemMessage;
+    // `system` lines pick their struct by `subtype` after `type` picked `system`.
+    let unknown = json!({"type": "system", "subtype": "brand_new", "x": 1});
+    let message: Message = serde_json::from_value(unknown.clone()).unwrap();
+    let Message::System(SystemMessage::Unknown(value)) = &message else { panic!("{message:?}") };
+    assert_eq!(keys(value), ["type", "subtype", "x"]);
+    assert_eq!(serde_json::to_value(&message).unwrap(), unknown);
+    let status = json!({"subtype": "status", "type": "system", "status": null});
+    let message: Message = serde_json::from_value(status.clone()).unwrap();
+    assert!(matches!(message, Message::System(SystemMessage::Status(_))), "{message:?}");
+    assert_eq!(serde_json::to_value(&message).unwrap(), status);
+}
+
+#[test]
+fn a_nested_variant_that_does_not_fit_names_its_tags_and_one_position() {
+    let text = r#"{"role":"assistant","content":[{"type":"text","text":5}]}"#;
+    let error = serde_json::from_str::<crate::content::AssistantBody>(text).unwrap_err();
+    let error = error.to_string();
+    assert!(error.starts_with("type \"text\": invalid type: integer `5`"), "{error}");
+    assert_eq!(error.matches(" at line ").count(), 1, "{error}");
+    // Tag first or not, the same error.
+    let later = r#"{"role":"assistant","content":[{"text":5,"type":"text"}]}"#;
+    let later = serde_json::from_str::<crate::content::AssistantBody>(later).unwrap_err();
+    assert!(later.to_string().starts_with("type \"text\": invalid type: integer `5`"), "{later}");
+}
+
+#[test]
+fn without_position_drops_only_serde_jsons_position() {
+    assert_eq!(without_position("bad at line 1 column 20"), "bad");
+    assert_eq!(without_position("bad at line x column 20"), "bad at line x column 20");
+    assert_eq!(without_position("seen at line 3"), "seen at line 3");
+    assert_eq!(without_position("plain"), "plain");
 }
