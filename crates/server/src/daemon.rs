@@ -4038,8 +4038,10 @@ async fn store_with_retries(
         };
         match appended {
             Ok(()) => {
-                // Subscribers hear of a change only (every append passes here).
-                if live.store_error.send_if_modified(|error| error.take().is_some()) {
+                // Subscribers hear of a change only (every append passes here: a shared
+                // look first, the watch's write lock only when there is an error to clear).
+                let failing = live.store_error.borrow().is_some();
+                if failing && live.store_error.send_if_modified(|error| error.take().is_some()) {
                     tracing::info!(session = %id, "the store takes this session's events again");
                     let _ = daemon
                         .dashboard
