@@ -1,12 +1,17 @@
 //! The SQLite store's journal: the hot end of the event log.
 //!
-//! An append is checked (each session's events continue its sequence), written to the
-//! current journal segment with one `write` call, and kept in memory until the writer thread
-//! folds it into SQLite. `append` returns once the `write` has returned: from then on the
-//! events survive the process being killed at any point (the kernel holds them), which is the
-//! same promise SQLite's `synchronous = NORMAL` WAL commit makes; like it, only an OS crash or
-//! power loss can take back the last appends, and a torn record at the end is detected by its
-//! checksum and dropped whole (an append is one record, so it is all there or not at all).
+//! An append is checked (each session's events continue its sequence), copied into the
+//! current journal segment, and kept in memory until the writer thread folds it into SQLite.
+//! The segment is written through a shared memory map of a window of the file whose space is
+//! reserved first (`fallocate`): the copy lands in the kernel's page cache for the file, as a
+//! `write` would, without a system call per append (a `write` of a few hundred bytes cost more
+//! than the copy; see docs/benchmarks.md). On a file system that cannot reserve space or map
+//! files, each append is one `write` call instead. Either way `append` returns once the bytes
+//! are the kernel's: from then on the events survive the process being killed at any point,
+//! which is the same promise SQLite's `synchronous = NORMAL` WAL commit makes; like it, only
+//! an OS crash or power loss can take back the last appends, and a torn record at the end is
+//! detected by its checksum and dropped whole (an append is one record, so it is all there or
+//! not at all). The reserved space past the last record reads as zeros: the segment's end.
 //!
 //! Why: committing every append to SQLite as it came cost a commit (several 4 KiB WAL pages,
 //! two thread switches) per handful of lines. Folding the journal every second commits
@@ -41,6 +46,13 @@ const TAG_DELETE: u8 = 2;
 const HEADER: usize = 8;
 /// No record is larger (a guard against reading a garbage length as a huge allocation).
 const MAX_RECORD: usize = 1 << 30;
+
+/// How much of a segment is mapped (and reserved on disk) at a time: the daemon's memory
+/// holds at most this much of the journal's pages, however large a segment grows.
+const WINDOW: u64 = 1 << 20;
+
+/// Where windows start: a multiple of every page size Linux uses (4, 16 and 64 KiB).
+const WINDOW_ALIGN: u64 = 64 * 1024;
 
 /// When this many events, or [`FOLD_BYTES`] of them, wait to be folded, an append asks the
 /// writer to fold now rather than at the next interval.
@@ -135,6 +147,10 @@ pub(crate) fn read_segment(
     let mut at = (from as usize).max(MAGIC.len());
     while at < bytes.len() {
         let Some(body) = record_at(&bytes, at) else {
+            if bytes[at..].iter().all(|byte| *byte == 0) {
+                // Space reserved for records that never came (see the module's documentation).
+                break;
+            }
             tracing::warn!(
                 segment = %path.display(),
                 offset = at,
@@ -289,18 +305,85 @@ fn decode(body: &[u8]) -> Result<Entry, String> {
 /// environment, for its owner only.
 pub(crate) const PRIVATE: u32 = 0o600;
 
-/// Creates segment `segment` (its magic bytes written), open for appending.
+/// Creates segment `segment` (its magic bytes written), open for appending (read too: a
+/// shared map that writes needs both).
 fn create_segment(database: &Path, segment: u64) -> Result<File, StoreError> {
     let path = segment_path(database, segment);
     let mut file = OpenOptions::new()
         .create(true)
         .truncate(true)
+        .read(true)
         .write(true)
         .mode(PRIVATE)
         .open(&path)
         .map_err(|error| io_error("cannot create the journal segment", &path, error))?;
     file.write_all(MAGIC).map_err(|error| io_error("cannot write", &path, error))?;
     Ok(file)
+}
+
+/// The mapped part of a segment: bytes `start..start + map.len()` of the file, reserved.
+struct Window {
+    map: memmap2::MmapMut,
+    start: u64,
+}
+
+impl Window {
+    /// The `len` bytes at `at` of the segment `file`, mapped. When they are not in `window`,
+    /// it moves: the space from `at` (at least [`WINDOW`] of it) is reserved in the file first,
+    /// so a copy into the map can never find the disk full.
+    fn place<'w>(
+        file: &File,
+        window: &'w mut Option<Window>,
+        at: u64,
+        len: usize,
+    ) -> std::io::Result<&'w mut [u8]> {
+        let end = at + len as u64;
+        let fits =
+            |window: &Window| window.start <= at && end <= window.start + window.map.len() as u64;
+        if !window.as_ref().is_some_and(fits) {
+            *window = None;
+            let start = at - at % WINDOW_ALIGN;
+            let size = (end - start).max(WINDOW).next_multiple_of(WINDOW_ALIGN);
+            let too_large =
+                || std::io::Error::other("a journal window does not fit this platform's sizes");
+            let (offset, length) = (
+                i64::try_from(start).map_err(|_| too_large())?,
+                i64::try_from(size).map_err(|_| too_large())?,
+            );
+            nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::empty(), offset, length)
+                .map_err(std::io::Error::from)?;
+            let length = usize::try_from(size).map_err(|_| too_large())?;
+            *window = Some(Window { map: map_window(file, start, length)?, start });
+        }
+        match window {
+            Some(window) => {
+                let from = (at - window.start) as usize;
+                Ok(&mut window.map[from..from + len])
+            }
+            None => Err(std::io::Error::other("no journal window")),
+        }
+    }
+}
+
+/// Maps `length` bytes of `file` from `offset`, shared (writes go to the file's page cache).
+#[allow(unsafe_code)] // `MmapMut::map_mut`; see the SAFETY note
+fn map_window(file: &File, offset: u64, length: usize) -> std::io::Result<memmap2::MmapMut> {
+    // SAFETY: the map is undefined behaviour only if the file changes under it other than
+    // through it: truncated (reads and writes past the new end fault) or written by someone
+    // else. The segment is this process's own: created by it with mode 0600, next to a
+    // database that `lock_database` keeps any other Switchboard from opening, and never
+    // truncated while mapped (`close` and the `write` fallback drop the window first). The
+    // range was reserved with `fallocate` just before, so a write into it never meets a full
+    // disk. A person who truncates a live segment by hand can crash the daemon (SIGBUS), as
+    // they could corrupt the log by writing to it.
+    unsafe { memmap2::MmapOptions::new().offset(offset).len(length).map_mut(file) }
+}
+
+/// Whether `error` says the file system cannot reserve space or map files (then `write`).
+fn unsupported(error: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    let errno = error.raw_os_error().map(Errno::from_raw);
+    matches!(errno, Some(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::ENODEV))
 }
 
 /// What an append found.
@@ -348,6 +431,11 @@ pub(crate) const SWEEP_EVERY: u64 = 64;
 struct State {
     /// `None` once closed, or once a failed write could not be undone.
     file: Option<File>,
+    /// The mapped part of the current segment, if any yet.
+    window: Option<Window>,
+    /// Whether appends go through a map; `false` once this file system refused (then each is
+    /// a `write` at the file's position, which is the segment's length).
+    mapping: bool,
     broken: Option<String>,
     segment: u64,
     length: u64,
@@ -413,6 +501,8 @@ impl Journal {
             database: database.to_owned(),
             state: Mutex::new(State {
                 file: Some(file),
+                window: None,
+                mapping: true,
                 broken: None,
                 segment,
                 length: MAGIC.len() as u64,
@@ -454,6 +544,24 @@ impl Journal {
     /// Writes the record in `state.buffer`; on failure, cuts the segment back to where it was
     /// (or, if even that fails, refuses every later write: the segment's end is unknown).
     fn write_buffer(&self, state: &mut State) -> Result<(), StoreError> {
+        if state.mapping && state.file.is_some() {
+            match Journal::write_mapped(state) {
+                Ok(()) => return Ok(()),
+                Err(error) if !unsupported(&error) => {
+                    // Nothing was written (no space to reserve, say); the next append tries again.
+                    let path = segment_path(&self.database, state.segment);
+                    return Err(StoreError::Database(format!(
+                        "cannot write the journal {}: {error}",
+                        path.display()
+                    )));
+                }
+                Err(error) => {
+                    let path = segment_path(&self.database, state.segment);
+                    tracing::info!(segment = %path.display(), %error, "the journal's file system does not map files or reserve space; writing each append instead");
+                    self.stop_mapping(state)?;
+                }
+            }
+        }
         let State { file, buffer, length, broken, segment, .. } = state;
         let Some(writing) = file.as_mut() else { return Err(Journal::not_writable(broken)) };
         if let Err(error) = writing.write_all(buffer) {
@@ -473,6 +581,39 @@ impl Journal {
             return Err(StoreError::Database(message));
         }
         *length += buffer.len() as u64;
+        Ok(())
+    }
+
+    /// Copies the record in `state.buffer` into the segment's map, moving the window if it
+    /// is not there.
+    fn write_mapped(state: &mut State) -> std::io::Result<()> {
+        let State { file: Some(file), window, buffer, length, .. } = state else {
+            return Err(std::io::Error::other("the journal is closed"));
+        };
+        Window::place(file, window, *length, buffer.len())?.copy_from_slice(buffer);
+        *length += buffer.len() as u64;
+        Ok(())
+    }
+
+    /// Appends are `write`s from now on, at the end of the last record (not past the space
+    /// a window reserved, which would leave zeros, the segment's end, before them).
+    fn stop_mapping(&self, state: &mut State) -> Result<(), StoreError> {
+        state.mapping = false;
+        state.window = None;
+        let State { file, length, broken, segment, .. } = state;
+        let Some(writing) = file.as_mut() else { return Err(Journal::not_writable(broken)) };
+        let placed = writing
+            .set_len(*length)
+            .and_then(|()| writing.seek(std::io::SeekFrom::Start(*length)).map(|_| ()));
+        if let Err(error) = placed {
+            let message = format!(
+                "cannot cut the journal {} back to its last record: {error}; restart Switchboard",
+                segment_path(&self.database, *segment).display()
+            );
+            *file = None;
+            *broken = Some(message.clone());
+            return Err(StoreError::Database(message));
+        }
         Ok(())
     }
 
@@ -587,6 +728,7 @@ impl Journal {
         if state.length >= segment_bytes && state.file.is_some() {
             let file = create_segment(&self.database, state.segment + 1)?;
             state.file = Some(file);
+            state.window = None;
             state.segment += 1;
             state.length = MAGIC.len() as u64;
         }
@@ -716,7 +858,11 @@ impl Journal {
     /// Refuses every later append and delete (what is waiting is still folded).
     pub(crate) fn close(&self) {
         if let Ok(mut state) = self.state.lock() {
-            state.file = None;
+            state.window = None;
+            if let Some(file) = state.file.take() {
+                // The space reserved past the last record is not needed (it reads as the end).
+                let _ = file.set_len(state.length);
+            }
         }
     }
 }
@@ -793,6 +939,89 @@ mod tests {
         assert!(matches!(journal.append(&[event("a", 2)]), Ok(Appended::Unknown(..))));
         journal.learn("a", 1, 0).unwrap();
         assert!(matches!(journal.append(&[event("a", 2)]), Ok(Appended::Written { .. })));
+    }
+
+    fn sized(session_id: &str, seq: u64, bytes: usize) -> Arc<EventRecord> {
+        let mut event = EventRecord::clone(&event(session_id, seq));
+        event.payload = "x".repeat(bytes);
+        Arc::new(event)
+    }
+
+    /// Every append in the segment, as `(session, seq, payload length)`, and where they end.
+    fn read_back(database: &Path, segment: u64) -> (Vec<(String, u64, usize)>, u64) {
+        let mut read = Vec::new();
+        let end = read_segment(&segment_path(database, segment), 0, |entry| {
+            if let Entry::Append(events) = entry {
+                read.extend(events.into_iter().map(|e| (e.session_id, e.seq, e.payload.len())));
+            }
+            Ok(())
+        })
+        .unwrap();
+        (read, end)
+    }
+
+    /// Whether this file system reserves space (then the journal maps its segments).
+    fn reserves_space(dir: &Path) -> bool {
+        let probe = File::create(dir.join("probe")).unwrap();
+        nix::fcntl::fallocate(&probe, nix::fcntl::FallocateFlags::empty(), 0, 4096).is_ok()
+    }
+
+    /// Appends go through a map of a reserved window that moves along the segment (a record
+    /// larger than a window included); the reserved space past the last record reads as the
+    /// segment's end.
+    #[test]
+    fn appends_are_copied_into_a_moving_window_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        let sizes = [10, 300_000, 700_000, 1_500_000, 20, 900_000];
+        for (seq, size) in (1..).zip(sizes) {
+            journal.append(&[sized("a", seq, size), sized("b", seq, 5)]).unwrap();
+        }
+        let state = journal.state().unwrap();
+        let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
+        if reserves_space(dir.path()) {
+            assert!(state.mapping && state.window.is_some(), "mapped");
+            assert!(file_length > state.length, "space reserved past the records");
+        } else {
+            assert!(!state.mapping, "written");
+        }
+        let (read, end) = read_back(&journal.database, 1);
+        let wanted: Vec<(String, u64, usize)> = (1..)
+            .zip(sizes)
+            .flat_map(|(seq, size)| [("a".into(), seq, size), ("b".into(), seq, 5)])
+            .collect();
+        assert_eq!(read, wanted);
+        assert_eq!(end, state.length);
+        drop(state);
+        // Closed, the segment is cut back to its records.
+        journal.close();
+        let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
+        assert_eq!(file_length, end);
+    }
+
+    /// Giving up the map (a file system that refuses) writes the next records right after
+    /// the last one, not after the space a window reserved: every record reads back.
+    #[test]
+    fn appends_written_after_the_map_is_given_up_follow_the_last_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        journal.append(&[event("a", 1)]).unwrap();
+        journal.append(&[event("a", 2), event("b", 1)]).unwrap();
+        {
+            let mut state = journal.state().unwrap();
+            journal.stop_mapping(&mut state).unwrap();
+        }
+        journal.append(&[event("b", 2)]).unwrap();
+        journal.append(&[event("a", 3)]).unwrap();
+        let (read, end) = read_back(&journal.database, 1);
+        let seqs: Vec<(&str, u64)> = read.iter().map(|(id, seq, _)| (id.as_str(), *seq)).collect();
+        assert_eq!(seqs, [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("a", 3)]);
+        let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
+        assert_eq!((end, file_length), (journal.state().unwrap().length, end));
+        // A new segment is written the same way.
+        journal.take(0).unwrap();
+        journal.append(&[event("a", 4)]).unwrap();
+        assert_eq!(read_back(&journal.database, 2).0, [("a".into(), 4, 2)]);
     }
 
     /// Events appended while a fold is committed stay for the next one.

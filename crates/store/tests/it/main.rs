@@ -519,13 +519,20 @@ async fn appends_survive_a_kill_before_they_reach_the_database() {
             .unwrap();
         assert_eq!(count, 0);
     }
-    // A write cut short: the start of a record whose body never arrived.
+    // A write cut short: the start of a record whose body never arrived, right after the
+    // last record (before the zeros of the space reserved for more, if the file has some).
     let segments = journal_files(dir.path());
     assert_eq!(segments.len(), 1, "{segments:?}");
     let segment = dir.path().join(&segments[0]);
+    let bytes = std::fs::read(&segment).unwrap();
+    // The last record ends with its last event's payload, `{"n":300}`.
+    let records_end = bytes.iter().rposition(|byte| *byte == b'}').unwrap() + 1;
     let mut torn = 100u32.to_le_bytes().to_vec();
     torn.extend_from_slice(&[0xAB; 20]);
-    std::fs::OpenOptions::new().append(true).open(&segment).unwrap().write_all(&torn).unwrap();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&segment).unwrap();
+    file.seek(std::io::SeekFrom::Start(records_end as u64)).unwrap();
+    file.write_all(&torn).unwrap();
+    drop(file);
 
     let store = SqliteStore::open(&path).unwrap();
     for session in ["kept", "other"] {
@@ -546,7 +553,7 @@ async fn appends_survive_a_kill_before_they_reach_the_database() {
     assert_ne!(now, segments);
 }
 
-use std::io::Write as _;
+use std::io::{Seek as _, Write as _};
 
 /// `event` with the `dir` and `kind` of a CLI's line, which a store reads back as words it
 /// keeps (`event`'s own `kind` it reads back as owned text): both read back as they went in.
