@@ -2,11 +2,12 @@
 //!
 //! An append is checked (each session's events continue its sequence), copied into the
 //! current journal segment, and kept in memory until the writer thread folds it into SQLite.
-//! The segment is written through a shared memory map of a window of the file whose space is
-//! reserved first (`fallocate`): the copy lands in the kernel's page cache for the file, as a
-//! `write` would, without a system call per append (a `write` of a few hundred bytes cost more
-//! than the copy; see docs/benchmarks.md). On a file system that cannot reserve space or map
-//! files, each append is one `write` call instead. Either way `append` returns once the bytes
+//! A record under 4 KiB (most of them: a line or a few) is copied through a shared memory map
+//! of a window of the file whose space is reserved first (`fallocate`): the copy lands in the
+//! kernel's page cache for the file, as a `write` would, without a system call (a `write` of a
+//! few hundred bytes cost twice the copy; see docs/benchmarks.md). A larger record, or any on
+//! a file system that cannot reserve space or map files, is one `pwrite` at the records' end
+//! (a map's page faults cost more than a `write` of whole pages). Either way `append` returns once the bytes
 //! are the kernel's: from then on the events survive the process being killed at any point,
 //! which is the same promise SQLite's `synchronous = NORMAL` WAL commit makes; like it, only
 //! an OS crash or power loss can take back the last appends, and a torn record at the end is
@@ -30,7 +31,8 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,6 +55,12 @@ const WINDOW: u64 = 1 << 20;
 
 /// Where windows start: a multiple of every page size Linux uses (4, 16 and 64 KiB).
 const WINDOW_ALIGN: u64 = 64 * 1024;
+
+/// Records smaller than this are copied into the map; larger ones are written with `pwrite`
+/// (into the same page cache). A copy saves a system call, but each new page of a map costs a
+/// page fault, which a `write` of whole pages does not: a few hundred bytes cost half as much
+/// by map, several KiB more (docs/benchmarks.md).
+const MAPPED_BELOW: usize = 4096;
 
 /// When this many events, or [`FOLD_BYTES`] of them, wait to be folded, an append asks the
 /// writer to fold now rather than at the next interval.
@@ -541,38 +549,40 @@ impl Journal {
         }
     }
 
-    /// Writes the record in `state.buffer`; on failure, cuts the segment back to where it was
-    /// (or, if even that fails, refuses every later write: the segment's end is unknown).
+    /// Writes the record in `state.buffer` where the segment's records end: a small one into
+    /// the map, a larger one with `pwrite` (see [`MAPPED_BELOW`]). On failure, cuts the segment
+    /// back to where it was (or, if even that fails, refuses every later write: the segment's
+    /// end is unknown).
     fn write_buffer(&self, state: &mut State) -> Result<(), StoreError> {
-        if state.mapping && state.file.is_some() {
-            match Journal::write_mapped(state) {
-                Ok(()) => return Ok(()),
-                Err(error) if !unsupported(&error) => {
-                    // Nothing was written (no space to reserve, say); the next append tries again.
-                    let path = segment_path(&self.database, state.segment);
-                    return Err(StoreError::Database(format!(
-                        "cannot write the journal {}: {error}",
-                        path.display()
-                    )));
+        let path = || segment_path(&self.database, state.segment);
+        let State { file, window, mapping, buffer, length, broken, .. } = state;
+        let Some(writing) = file.as_ref() else { return Err(Journal::not_writable(broken)) };
+        if *mapping && buffer.len() < MAPPED_BELOW {
+            match Window::place(writing, window, *length, buffer.len()) {
+                Ok(place) => {
+                    place.copy_from_slice(buffer);
+                    *length += buffer.len() as u64;
+                    return Ok(());
+                }
+                Err(error) if unsupported(&error) => {
+                    tracing::info!(segment = %path().display(), %error, "the journal's file system does not map files or reserve space; writing each append instead");
+                    Journal::stop_mapping(mapping, window);
                 }
                 Err(error) => {
-                    let path = segment_path(&self.database, state.segment);
-                    tracing::info!(segment = %path.display(), %error, "the journal's file system does not map files or reserve space; writing each append instead");
-                    self.stop_mapping(state)?;
+                    // Nothing was written (no space to reserve, say); the next append tries again.
+                    return Err(StoreError::Database(format!(
+                        "cannot write the journal {}: {error}",
+                        path().display()
+                    )));
                 }
             }
         }
-        let State { file, buffer, length, broken, segment, .. } = state;
-        let Some(writing) = file.as_mut() else { return Err(Journal::not_writable(broken)) };
-        if let Err(error) = writing.write_all(buffer) {
-            let path = segment_path(&self.database, *segment);
-            let message = format!("cannot write the journal {}: {error}", path.display());
-            // Cut back, and write the next record where this one started (the file's
-            // position moved with what was written).
-            let undone = writing
-                .set_len(*length)
-                .and_then(|()| writing.seek(std::io::SeekFrom::Start(*length)).map(|_| ()));
-            if let Err(undo) = undone {
+        if let Err(error) = writing.write_all_at(buffer, *length) {
+            let message = format!("cannot write the journal {}: {error}", path().display());
+            // Cut back what part of the record landed (a window past the new end would fault:
+            // it goes first; the next small append reserves and maps again).
+            *window = None;
+            if let Err(undo) = writing.set_len(*length) {
                 *file = None;
                 *broken = Some(format!(
                     "{message}; nor cut it back to its last record ({undo}): restart Switchboard"
@@ -584,37 +594,11 @@ impl Journal {
         Ok(())
     }
 
-    /// Copies the record in `state.buffer` into the segment's map, moving the window if it
-    /// is not there.
-    fn write_mapped(state: &mut State) -> std::io::Result<()> {
-        let State { file: Some(file), window, buffer, length, .. } = state else {
-            return Err(std::io::Error::other("the journal is closed"));
-        };
-        Window::place(file, window, *length, buffer.len())?.copy_from_slice(buffer);
-        *length += buffer.len() as u64;
-        Ok(())
-    }
-
-    /// Appends are `write`s from now on, at the end of the last record (not past the space
-    /// a window reserved, which would leave zeros, the segment's end, before them).
-    fn stop_mapping(&self, state: &mut State) -> Result<(), StoreError> {
-        state.mapping = false;
-        state.window = None;
-        let State { file, length, broken, segment, .. } = state;
-        let Some(writing) = file.as_mut() else { return Err(Journal::not_writable(broken)) };
-        let placed = writing
-            .set_len(*length)
-            .and_then(|()| writing.seek(std::io::SeekFrom::Start(*length)).map(|_| ()));
-        if let Err(error) = placed {
-            let message = format!(
-                "cannot cut the journal {} back to its last record: {error}; restart Switchboard",
-                segment_path(&self.database, *segment).display()
-            );
-            *file = None;
-            *broken = Some(message.clone());
-            return Err(StoreError::Database(message));
-        }
-        Ok(())
+    /// Every append is a `pwrite` at the records' end from now on (this file system cannot
+    /// reserve space or map files).
+    fn stop_mapping(mapping: &mut bool, window: &mut Option<Window>) {
+        *mapping = false;
+        *window = None;
     }
 
     /// Appends `events` atomically (see [`crate::Store::append`]).
@@ -966,15 +950,18 @@ mod tests {
         nix::fcntl::fallocate(&probe, nix::fcntl::FallocateFlags::empty(), 0, 4096).is_ok()
     }
 
-    /// Appends go through a map of a reserved window that moves along the segment (a record
+    /// Small appends go through a map of a reserved window that moves along the segment
+    /// (records across a window's end included), large ones between them by `pwrite` (one
     /// larger than a window included); the reserved space past the last record reads as the
     /// segment's end.
     #[test]
     fn appends_are_copied_into_a_moving_window_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let journal = journal(dir.path());
-        let sizes = [10, 300_000, 700_000, 1_500_000, 20, 900_000];
-        for (seq, size) in (1..).zip(sizes) {
+        let mut sizes = vec![10, 300_000, 700_000, 1_500_000, 20, 900_000];
+        // About 2.5 MiB of records of about 700 bytes: windows end inside some of them.
+        sizes.extend((0..3600).map(|n| 650 + n % 97));
+        for (seq, &size) in (1..).zip(&sizes) {
             journal.append(&[sized("a", seq, size), sized("b", seq, 5)]).unwrap();
         }
         let state = journal.state().unwrap();
@@ -987,7 +974,7 @@ mod tests {
         }
         let (read, end) = read_back(&journal.database, 1);
         let wanted: Vec<(String, u64, usize)> = (1..)
-            .zip(sizes)
+            .zip(sizes.iter().copied())
             .flat_map(|(seq, size)| [("a".into(), seq, size), ("b".into(), seq, 5)])
             .collect();
         assert_eq!(read, wanted);
@@ -1008,16 +995,16 @@ mod tests {
         journal.append(&[event("a", 1)]).unwrap();
         journal.append(&[event("a", 2), event("b", 1)]).unwrap();
         {
-            let mut state = journal.state().unwrap();
-            journal.stop_mapping(&mut state).unwrap();
+            let mut guard = journal.state().unwrap();
+            let state = &mut *guard;
+            Journal::stop_mapping(&mut state.mapping, &mut state.window);
         }
         journal.append(&[event("b", 2)]).unwrap();
         journal.append(&[event("a", 3)]).unwrap();
         let (read, end) = read_back(&journal.database, 1);
         let seqs: Vec<(&str, u64)> = read.iter().map(|(id, seq, _)| (id.as_str(), *seq)).collect();
         assert_eq!(seqs, [("a", 1), ("a", 2), ("b", 1), ("b", 2), ("a", 3)]);
-        let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
-        assert_eq!((end, file_length), (journal.state().unwrap().length, end));
+        assert_eq!(end, journal.state().unwrap().length);
         // A new segment is written the same way.
         journal.take(0).unwrap();
         journal.append(&[event("a", 4)]).unwrap();
