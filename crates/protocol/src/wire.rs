@@ -16,6 +16,7 @@ use std::fmt;
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// Fields a typed struct does not know, in the order they arrived.
@@ -244,7 +245,19 @@ impl<'de> Visitor<'de> for CowStrVisitor {
 }
 
 /// Entries already read from the front of an object, in order, handed on with the rest of it.
-pub(crate) type Taken = Vec<(String, Value)>;
+/// Each value is kept as the text it came as: a field that keeps its JSON text (`RawJson`)
+/// gets it exactly, as it does when read in place.
+pub(crate) type Taken = Vec<(String, Box<RawValue>)>;
+
+/// `text` as a JSON string value.
+pub(crate) fn raw_string(text: &str) -> Box<RawValue> {
+    serde_json::value::to_raw_value(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+}
+
+/// The string a value is, if it is one.
+fn string_of(raw: &RawValue) -> Option<String> {
+    raw.get().starts_with('"').then(|| serde_json::from_str(raw.get()).ok()).flatten()
+}
 
 /// What a wire enum's variant holds: a wire struct, or another wire enum (`system` lines pick
 /// their struct by `subtype` after `type`).
@@ -259,7 +272,7 @@ pub(crate) trait WireBody: Sized {
         tag: &'static str,
         map: A,
     ) -> Result<Self, A::Error> {
-        Self::from_rest(vec![(key.to_owned(), Value::from(tag))], map)
+        Self::from_rest(vec![(key.to_owned(), raw_string(tag))], map)
     }
 
     /// Decodes one JSON object given as text.
@@ -292,9 +305,10 @@ pub(crate) fn deserialize_enum<'de, E: WireEnum, D: Deserializer<'de>>(
 
 /// A wire enum read from the object `map` whose leading entries `taken` were already read.
 ///
-/// The CLI writes the tag first: then it is read borrowed, and the variant's struct reads the
-/// rest of the same map. Otherwise the entries before the tag are kept as values and handed
-/// to the struct ahead of the rest. An unknown tag, or none, keeps the object whole.
+/// The tag is the first entry of the tag's key whose value is a string, as [`peek_tag`] reads
+/// a whole line's. The CLI writes it first: then it is read borrowed, and the variant's struct
+/// reads the rest of the same map. Otherwise the entries before it are kept (as their text)
+/// and handed to the struct ahead of the rest. An unknown tag, or none, keeps the object whole.
 pub(crate) fn enum_from_map<'de, E: WireEnum, A: MapAccess<'de>>(
     mut taken: Taken,
     mut map: A,
@@ -307,25 +321,32 @@ pub(crate) fn enum_from_map<'de, E: WireEnum, A: MapAccess<'de>>(
             match map.next_value::<TagValue<'de>>()? {
                 TagValue::Str(tag) if E::knows(&tag) => return E::variant(&tag, None, map),
                 TagValue::Str(tag) => {
-                    taken.push((key.0.into_owned(), Value::from(tag.into_owned())))
+                    taken.push((key.0.into_owned(), raw_string(&tag)));
+                    return rest_kept_whole(taken, map);
                 }
-                TagValue::Other(value) => taken.push((key.0.into_owned(), value)),
+                // Not a string: a later entry of the key may be the tag.
+                TagValue::Other(value) => {
+                    let value =
+                        serde_json::value::to_raw_value(&value).map_err(de::Error::custom)?;
+                    taken.push((key.0.into_owned(), value));
+                }
             }
-            return rest_kept_whole(taken, map);
+        } else {
+            let value = map.next_value::<Box<RawValue>>()?;
+            taken.push((key.0.into_owned(), value));
         }
-        let value = map.next_value::<Value>()?;
-        taken.push((key.0.into_owned(), value));
     }
-    let mut at = taken.iter().position(|(key, _)| key == E::TAG);
+    let is_tag = |key: &str, value: &RawValue| key == E::TAG && value.get().starts_with('"');
+    let mut at = taken.iter().position(|(key, value)| is_tag(key, value));
     while at.is_none() {
         let Some(key) = map.next_key::<String>()? else { break };
-        let value = map.next_value::<Value>()?;
-        if key == E::TAG {
+        let value = map.next_value::<Box<RawValue>>()?;
+        if is_tag(&key, &value) {
             at = Some(taken.len());
         }
         taken.push((key, value));
     }
-    let tag = at.and_then(|at| taken[at].1.as_str()).filter(|tag| E::knows(tag)).map(str::to_owned);
+    let tag = at.and_then(|at| string_of(&taken[at].1)).filter(|tag| E::knows(tag));
     match tag {
         Some(tag) => E::variant(&tag, Some(taken), map),
         None => rest_kept_whole(taken, map),
@@ -337,8 +358,11 @@ fn rest_kept_whole<'de, E: WireEnum, A: MapAccess<'de>>(
     taken: Taken,
     map: A,
 ) -> Result<E, A::Error> {
+    let mut object = serde_json::Map::new();
+    for (key, value) in taken {
+        object.insert(key, serde_json::from_str(value.get()).map_err(de::Error::custom)?);
+    }
     let rest = serde_json::Map::deserialize(MapAccessDeserializer::new(map))?;
-    let mut object: serde_json::Map<String, Value> = taken.into_iter().collect();
     for (key, value) in rest {
         object.insert(key, value);
     }
@@ -367,8 +391,8 @@ fn without_position(text: &str) -> &str {
 
 /// A map that yields `taken` first, then the rest of `map`.
 pub(crate) struct Chain<A> {
-    taken: std::vec::IntoIter<(String, Value)>,
-    value: Option<Value>,
+    taken: std::vec::IntoIter<(String, Box<RawValue>)>,
+    value: Option<Box<RawValue>>,
     map: A,
 }
 
@@ -396,7 +420,11 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Chain<A> {
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
         match self.value.take() {
-            Some(value) => seed.deserialize(value).map_err(de::Error::custom),
+            // Read from its text again (a reader that copies, so that it can outlive `'de`).
+            Some(value) => {
+                let mut reader = serde_json::Deserializer::from_reader(value.get().as_bytes());
+                seed.deserialize(&mut reader).map_err(de::Error::custom)
+            }
             None => self.map.next_value_seed(seed),
         }
     }
@@ -744,7 +772,7 @@ macro_rules! wire_struct {
                     if Self::TAGS.iter().any(|(tag_key, _)| *tag_key == key) {
                         WireVisitor.visit_map(map)
                     } else {
-                        Self::from_rest(::std::vec![(key.to_owned(), ::serde_json::Value::from(tag))], map)
+                        Self::from_rest(::std::vec![(key.to_owned(), $crate::wire::raw_string(tag))], map)
                     }
                 }
 

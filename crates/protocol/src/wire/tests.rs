@@ -210,3 +210,35 @@ fn without_position_drops_only_serde_jsons_position() {
     assert_eq!(without_position("seen at line 3"), "seen at line 3");
     assert_eq!(without_position("plain"), "plain");
 }
+
+#[test]
+fn a_nested_tag_is_the_first_string_of_its_key_as_a_lines_is() {
+    // A whole line peeks at the first `type` that is a string; a value inside a line reads
+    // the same one.
+    let block = r#"{"type":null,"type":"text","text":"hi"}"#;
+    let read: ContentBlock = serde_json::from_str(block).unwrap();
+    assert_eq!(read, ContentBlock::text("hi"));
+    assert_eq!(ContentBlock::from_json_str(block).unwrap(), read);
+    let line = format!(r#"{{"type":"assistant","message":{{"content":[{block}]}}}}"#);
+    let Message::Assistant(message) = Message::decode(line.as_bytes()).unwrap() else {
+        panic!("{line}")
+    };
+    assert_eq!(message.message.content, [ContentBlock::text("hi")]);
+}
+
+#[test]
+fn entries_before_a_nested_tag_keep_their_exact_text() {
+    use crate::control::{ControlResponse, ControlResponseBody};
+    // A payload kept as text (`RawJson`) is the text that came, read in place or not.
+    let payload = r#"{"n":123456789012345678901234567890, "s":"\u00e9"}"#;
+    for body in [
+        format!(r#"{{"subtype":"success","request_id":"r","response":{payload}}}"#),
+        format!(r#"{{"request_id":"r","response":{payload},"subtype":"success"}}"#),
+    ] {
+        let line = format!(r#"{{"type":"control_response","response":{body}}}"#);
+        let response: ControlResponse = serde_json::from_str(&line).unwrap();
+        let ControlResponseBody::Success(success) = &response.response else { panic!("{line}") };
+        assert_eq!(success.request_id, "r");
+        assert_eq!(success.response.as_ref().map(|raw| raw.get()), Some(payload), "{line}");
+    }
+}
