@@ -5,9 +5,10 @@
 //! A record under 4 KiB (most of them: a line or a few) is copied through a shared memory map
 //! of a window of the file whose space is reserved first (`fallocate`): the copy lands in the
 //! kernel's page cache for the file, as a `write` would, without a system call (a `write` of a
-//! few hundred bytes cost twice the copy; see docs/benchmarks.md). A larger record, or any on
-//! a file system that cannot reserve space or map files, is one `pwrite` at the records' end
-//! (a map's page faults cost more than a `write` of whole pages). Either way `append` returns once the bytes
+//! few hundred bytes cost twice the copy; see docs/benchmarks.md). Only on file systems that
+//! write a reserved range in place (ext4, XFS, tmpfs; see `maps_in_place`). A larger record,
+//! any record elsewhere, and one whose window cannot be had is one `pwrite` at the records'
+//! end (a map's page faults cost more than a `write` of whole pages). Either way `append` returns once the bytes
 //! are the kernel's: from then on the events survive the process being killed at any point,
 //! which is the same promise SQLite's `synchronous = NORMAL` WAL commit makes; like it, only
 //! an OS crash or power loss can take back the last appends, and a torn record at the end is
@@ -380,11 +381,25 @@ fn map_window(file: &File, offset: u64, length: usize) -> std::io::Result<memmap
     // through it: truncated (reads and writes past the new end fault) or written by someone
     // else. The segment is this process's own: created by it with mode 0600, next to a
     // database that `lock_database` keeps any other Switchboard from opening, and never
-    // truncated while mapped (`close` and the `write` fallback drop the window first). The
-    // range was reserved with `fallocate` just before, so a write into it never meets a full
-    // disk. A person who truncates a live segment by hand can crash the daemon (SIGBUS), as
-    // they could corrupt the log by writing to it.
+    // truncated while mapped (`close` and a failed `pwrite`'s cut drop the window first; a
+    // `pwrite` of this process writes through the same page cache the map shows). The range
+    // was reserved with `fallocate` just before, on a file system that writes it in place
+    // (`maps_in_place`), so a write into it never meets a full disk. A person who truncates a
+    // live segment by hand can crash the daemon (SIGBUS), as they could corrupt the log by
+    // writing to it.
     unsafe { memmap2::MmapOptions::new().offset(offset).len(length).map_mut(file) }
+}
+
+/// Whether the file system of `file` writes a range that `fallocate` reserved in place, so
+/// that a copy into a shared map of it can never need space the disk does not have: ext4, XFS
+/// and tmpfs. One that copies on write (btrfs, ZFS) may need new space when a mapped page is
+/// written back or first written, which a map can only report by losing the page or by a
+/// signal that ends the process; those, and file systems not known here, get `pwrite`.
+fn maps_in_place(file: &File) -> bool {
+    use nix::sys::statfs::{fstatfs, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC};
+    fstatfs(file).is_ok_and(|stat| {
+        [EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, TMPFS_MAGIC].contains(&stat.filesystem_type())
+    })
 }
 
 /// Whether `error` says the file system cannot reserve space or map files (then `write`).
@@ -505,12 +520,13 @@ impl Journal {
     /// Starts segment `segment` (every older one has been folded and removed).
     pub(crate) fn create(database: &Path, segment: u64, lock: File) -> Result<Journal, StoreError> {
         let file = create_segment(database, segment)?;
+        let mapping = maps_in_place(&file);
         Ok(Journal {
             database: database.to_owned(),
             state: Mutex::new(State {
                 file: Some(file),
                 window: None,
-                mapping: true,
+                mapping,
                 broken: None,
                 segment,
                 length: MAGIC.len() as u64,
@@ -564,16 +580,13 @@ impl Journal {
                     *length += buffer.len() as u64;
                     return Ok(());
                 }
-                Err(error) if unsupported(&error) => {
-                    tracing::info!(segment = %path().display(), %error, "the journal's file system does not map files or reserve space; writing each append instead");
-                    Journal::stop_mapping(mapping, window);
-                }
+                // Nothing was written; the record is written as a larger one is (with less
+                // than a window's room left on the disk, say, the record may still fit).
                 Err(error) => {
-                    // Nothing was written (no space to reserve, say); the next append tries again.
-                    return Err(StoreError::Database(format!(
-                        "cannot write the journal {}: {error}",
-                        path().display()
-                    )));
+                    if unsupported(&error) {
+                        tracing::info!(segment = %path().display(), %error, "the journal's file system does not map files or reserve space; writing each append instead");
+                        Journal::stop_mapping(mapping, window);
+                    }
                 }
             }
         }
@@ -944,12 +957,6 @@ mod tests {
         (read, end)
     }
 
-    /// Whether this file system reserves space (then the journal maps its segments).
-    fn reserves_space(dir: &Path) -> bool {
-        let probe = File::create(dir.join("probe")).unwrap();
-        nix::fcntl::fallocate(&probe, nix::fcntl::FallocateFlags::empty(), 0, 4096).is_ok()
-    }
-
     /// Small appends go through a map of a reserved window that moves along the segment
     /// (records across a window's end included), large ones between them by `pwrite` (one
     /// larger than a window included); the reserved space past the last record reads as the
@@ -966,7 +973,8 @@ mod tests {
         }
         let state = journal.state().unwrap();
         let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
-        if reserves_space(dir.path()) {
+        let segment = File::open(segment_path(&journal.database, 1)).unwrap();
+        if maps_in_place(&segment) {
             assert!(state.mapping && state.window.is_some(), "mapped");
             assert!(file_length > state.length, "space reserved past the records");
         } else {
