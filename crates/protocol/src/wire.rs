@@ -389,6 +389,40 @@ fn without_position(text: &str) -> &str {
     text
 }
 
+/// How many replays of kept entries may run inside one another (see [`Replay`]).
+const MAX_REPLAYS: u32 = 2;
+
+thread_local! {
+    static REPLAYS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A replay of kept entries running on this thread. Each replay reads its text with a reader
+/// of its own, whose depth limit starts again: a hostile line nesting objects whose tag comes
+/// last, each inside an entry before the tag, would otherwise recurse without bound (and keep
+/// a copy of its text at every level). The CLI writes every tag first and replays nothing;
+/// a line nested past this is refused with an error.
+struct Replay;
+
+impl Replay {
+    fn enter() -> Result<Replay, String> {
+        REPLAYS.with(|replays| {
+            if replays.get() >= MAX_REPLAYS {
+                return Err(format!(
+                    "objects whose tag comes after their other entries are nested more than {MAX_REPLAYS} deep inside such entries"
+                ));
+            }
+            replays.set(replays.get() + 1);
+            Ok(Replay)
+        })
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        REPLAYS.with(|replays| replays.set(replays.get().saturating_sub(1)));
+    }
+}
+
 /// A map that yields `taken` first, then the rest of `map`.
 pub(crate) struct Chain<A> {
     taken: std::vec::IntoIter<(String, Box<RawValue>)>,
@@ -422,6 +456,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Chain<A> {
         match self.value.take() {
             // Read from its text again (a reader that copies, so that it can outlive `'de`).
             Some(value) => {
+                let _replay = Replay::enter().map_err(de::Error::custom)?;
                 let mut reader = serde_json::Deserializer::from_reader(value.get().as_bytes());
                 seed.deserialize(&mut reader).map_err(de::Error::custom)
             }

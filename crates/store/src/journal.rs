@@ -988,10 +988,36 @@ mod tests {
         assert_eq!(read, wanted);
         assert_eq!(end, state.length);
         drop(state);
+        // A new segment gets a window of its own: a small append lands in it, not in the old
+        // segment's map (whose window here is past the new one's first bytes).
+        journal.take(0).unwrap();
+        let next = sizes.len() as u64 + 1;
+        journal.append(&[sized("a", next, 10)]).unwrap();
+        assert_eq!(read_back(&journal.database, 2).0, [("a".into(), next, 10)]);
+        assert_eq!(read_back(&journal.database, 1), (wanted, end));
         // Closed, the segment is cut back to its records.
         journal.close();
-        let file_length = std::fs::metadata(segment_path(&journal.database, 1)).unwrap().len();
+        let (_, end) = read_back(&journal.database, 2);
+        let file_length = std::fs::metadata(segment_path(&journal.database, 2)).unwrap().len();
         assert_eq!(file_length, end);
+    }
+
+    /// A small segment's window covers the next segment's first bytes too: the next segment
+    /// still gets its own.
+    #[test]
+    fn a_new_segment_is_never_written_through_the_old_ones_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        journal.append(&[event("a", 1)]).unwrap();
+        journal.take(0).unwrap();
+        journal.append(&[event("a", 2)]).unwrap();
+        journal.append(&[event("b", 1)]).unwrap();
+        let seqs = |segment| {
+            let read = read_back(&journal.database, segment).0;
+            read.into_iter().map(|(id, seq, _)| (id, seq)).collect::<Vec<_>>()
+        };
+        assert_eq!(seqs(1), [("a".to_owned(), 1)]);
+        assert_eq!(seqs(2), [("a".to_owned(), 2), ("b".to_owned(), 1)]);
     }
 
     /// Giving up the map (a file system that refuses) writes the next records right after

@@ -242,3 +242,31 @@ fn entries_before_a_nested_tag_keep_their_exact_text() {
         assert_eq!(success.response.as_ref().map(|raw| raw.get()), Some(payload), "{line}");
     }
 }
+
+#[test]
+fn objects_nested_inside_entries_before_their_tag_are_refused_past_a_small_depth() {
+    // Each tool result's `content` holds the next, before its `type`: every level would be
+    // read again from its text, with a depth limit of its own.
+    fn nest(levels: usize) -> String {
+        let mut block = r#"{"type":"text","text":"deep"}"#.to_owned();
+        for _ in 0..levels {
+            block = format!(r#"{{"tool_use_id":"x","content":[{block}],"type":"tool_result"}}"#);
+        }
+        format!(r#"{{"type":"user","message":{{"role":"user","content":[{block}]}}}}"#)
+    }
+    // Two levels read (the replay inside a replay), as the CLI's own order would.
+    let Message::User(user) = Message::decode(nest(2).as_bytes()).unwrap() else { panic!() };
+    let TextOr::Items(blocks) = &user.message.content else { panic!("{user:?}") };
+    assert!(matches!(&blocks[0], ContentBlock::ToolResult(_)), "{blocks:?}");
+    // Deeper (within the depth a single reader allows the whole line): an error for that line,
+    // its drift form, not a recursion with a fresh limit at every level; the next line on the
+    // same thread reads as ever.
+    for levels in [3, 60] {
+        let message = Message::decode(nest(levels).as_bytes()).unwrap();
+        let Message::Drift(drift) = &message else { panic!("{levels}: {message:?}") };
+        assert!(drift.reason.contains("nested more than 2 deep"), "{}", drift.reason);
+    }
+    // Thousands of levels: the line's reader refuses it before any replay.
+    assert!(Message::decode(nest(5_000).as_bytes()).is_err());
+    assert!(matches!(Message::decode(nest(2).as_bytes()).unwrap(), Message::User(_)));
+}
