@@ -8,7 +8,7 @@
 //! a second parse: a whole line's enum peeks at the tag in the raw text, and an enum inside a
 //! value (a `stream_event`'s `event`, its `delta`, an assistant message's content blocks) reads
 //! its object's entries until the tag and hands the variant's struct the rest of the same map,
-//! so each byte of a line is parsed once. See `docs/benchmarks.md` for what that buys.
+//! so a nested value is not parsed a second time. See `docs/benchmarks.md` for what that buys.
 
 use std::borrow::Cow;
 use std::fmt;
