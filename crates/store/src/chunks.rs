@@ -138,7 +138,31 @@ impl<'c> Chunker<'c> {
         kind: &str,
         payload: &str,
     ) -> rusqlite::Result<()> {
-        let size = 8 + 8 + 12 + dir.len() + kind.len() + payload.len();
+        self.make_room(key, seq, 8 + 8 + 12 + dir.len() + kind.len() + payload.len())?;
+        self.body.extend_from_slice(&seq.to_le_bytes());
+        self.body.extend_from_slice(&ts_ms.to_le_bytes());
+        put_str(&mut self.body, dir);
+        put_str(&mut self.body, kind);
+        put_str(&mut self.body, payload);
+        Ok(())
+    }
+
+    /// As [`Chunker::add`], for an event already laid out as a body holds it (`encoded`:
+    /// seq, ts_ms, dir, kind, payload; the journal writes its events so).
+    pub(crate) fn add_encoded(
+        &mut self,
+        key: i64,
+        seq: u64,
+        encoded: &[u8],
+    ) -> rusqlite::Result<()> {
+        self.make_room(key, seq, encoded.len())?;
+        self.body.extend_from_slice(encoded);
+        Ok(())
+    }
+
+    /// Closes the chunk being built if session `key`'s event `seq` (`size` bytes in a body)
+    /// does not belong in it, and counts that event in.
+    fn make_room(&mut self, key: i64, seq: u64, size: usize) -> rusqlite::Result<()> {
         if self.count > 0
             && (key != self.key
                 || self.count >= CHUNK_EVENTS
@@ -150,11 +174,6 @@ impl<'c> Chunker<'c> {
             self.key = key;
             self.first = seq;
         }
-        self.body.extend_from_slice(&seq.to_le_bytes());
-        self.body.extend_from_slice(&ts_ms.to_le_bytes());
-        put_str(&mut self.body, dir);
-        put_str(&mut self.body, kind);
-        put_str(&mut self.body, payload);
         self.count += 1;
         self.last = seq;
         Ok(())
@@ -190,46 +209,70 @@ impl<'c> Chunker<'c> {
     }
 }
 
+/// An event a fold or a recovery inserts: an [`EventRecord`], or one the journal holds as
+/// it wrote it.
+pub(crate) trait Insertable {
+    fn session_id(&self) -> &str;
+    fn seq(&self) -> u64;
+    /// Adds the event to `chunker` as session `key`'s.
+    fn add_to(&self, chunker: &mut Chunker<'_>, key: i64) -> rusqlite::Result<()>;
+}
+
+impl Insertable for EventRecord {
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    fn add_to(&self, chunker: &mut Chunker<'_>, key: i64) -> rusqlite::Result<()> {
+        chunker.add(key, self.seq, self.ts_ms, &self.dir, &self.kind, &self.payload)
+    }
+}
+
 /// Inserts events of any sessions, in any order, each session's in chunks after what the
 /// database has: an event at or before a session's last seq in the database (from a journal
 /// read twice), or held twice, is skipped (the first appended is kept).
-pub(crate) fn insert<'e>(
+pub(crate) fn insert<'e, E: Insertable + 'e>(
     connection: &Connection,
     keys: &mut Keys,
-    events: impl IntoIterator<Item = &'e EventRecord>,
+    events: impl IntoIterator<Item = &'e E>,
 ) -> rusqlite::Result<()> {
     let mut keyed = Vec::new();
     // The previous event's session and key: a run of one session's events is looked up once.
     let mut previous: Option<(&str, i64)> = None;
     for event in events {
+        let session_id = event.session_id();
         let key = match previous {
-            Some((id, key)) if id == event.session_id => key,
-            _ => known(connection, keys, &event.session_id)?.key,
+            Some((id, key)) if id == session_id => key,
+            _ => known(connection, keys, session_id)?.key,
         };
-        previous = Some((&event.session_id, key));
-        keyed.push((key, event));
+        previous = Some((session_id, key));
+        keyed.push((key, event.seq(), session_id, event));
     }
     // Stable: of an event held twice, the first appended comes first.
-    keyed.sort_by_key(|(key, event)| (*key, event.seq));
+    keyed.sort_by_key(|(key, seq, ..)| (*key, *seq));
     let mut chunker = Chunker::new(connection)?;
     // The session being added (its key and id) and its last seq so far.
     let mut run: Option<(i64, &str, u64)> = None;
-    for (key, event) in keyed {
+    for (key, seq, session_id, event) in keyed {
         let last = match &mut run {
             Some((current, _, last)) if *current == key => last,
             _ => {
                 if let Some((_, id, last)) = run.take() {
                     known(connection, keys, id)?.last = last;
                 }
-                let last = known(connection, keys, &event.session_id)?.last;
-                &mut run.insert((key, &event.session_id, last)).2
+                let last = known(connection, keys, session_id)?.last;
+                &mut run.insert((key, session_id, last)).2
             }
         };
-        if event.seq <= *last {
+        if seq <= *last {
             continue;
         }
-        *last = event.seq;
-        chunker.add(key, event.seq, event.ts_ms, &event.dir, &event.kind, &event.payload)?;
+        *last = seq;
+        event.add_to(&mut chunker, key)?;
     }
     chunker.finish()?;
     if let Some((_, id, last)) = run {

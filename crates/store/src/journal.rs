@@ -77,9 +77,82 @@ pub const MAX_UNFOLDED: usize = 262_144;
 /// See [`MAX_UNFOLDED`].
 pub const MAX_UNFOLDED_BYTES: usize = 64 * 1024 * 1024;
 
-/// What an event held in memory is counted as.
-fn held_bytes(event: &EventRecord) -> usize {
-    event.payload.len() + event.session_id.len() + event.kind.len() + 64
+/// An event waiting in memory to be folded: its place in the record its append was written
+/// as, which its events share (held whole until the last of them is folded, as a fold takes
+/// every waiting event at once). Waiting then costs no allocation per event, and a fold frees
+/// one block per append: with each event held as its own [`EventRecord`] (three allocations),
+/// the writer thread freed what the daemon's threads had allocated, three frees an event, each
+/// taking the allocator's lock of the thread that made it (about 5% of the daemon's CPU with
+/// one CLI streaming flat out; docs/benchmarks.md). The event's bytes after its session id are
+/// laid out as a database chunk's body holds an event, so a fold copies them as they are.
+#[derive(Clone)]
+pub(crate) struct Held {
+    record: Arc<[u8]>,
+    /// Where the event starts in `record` (its session id's length), and where it ends.
+    at: u32,
+    end: u32,
+}
+
+impl Held {
+    /// The session id's length and where its bytes start.
+    fn id_span(&self) -> (usize, usize) {
+        let at = self.at as usize;
+        let length = u32::from_le_bytes([
+            self.record[at],
+            self.record[at + 1],
+            self.record[at + 2],
+            self.record[at + 3],
+        ]);
+        (at + 4, length as usize)
+    }
+
+    pub(crate) fn session_id(&self) -> &str {
+        let (start, length) = self.id_span();
+        // Written from a `str` by `encode_append`.
+        std::str::from_utf8(&self.record[start..start + length]).unwrap_or_default()
+    }
+
+    /// The event after its session id: seq, ts_ms, dir, kind and payload.
+    pub(crate) fn encoded(&self) -> &[u8] {
+        let (start, length) = self.id_span();
+        &self.record[start + length..self.end as usize]
+    }
+
+    pub(crate) fn seq(&self) -> u64 {
+        let encoded = self.encoded();
+        u64::from_le_bytes([
+            encoded[0], encoded[1], encoded[2], encoded[3], encoded[4], encoded[5], encoded[6],
+            encoded[7],
+        ])
+    }
+
+    /// What this event is counted as in memory (its share of the record, and its place in
+    /// the queue and its session's tail).
+    fn bytes(&self) -> usize {
+        (self.end - self.at) as usize + 64
+    }
+
+    /// The event itself (a read of what waits; a fold copies [`Held::encoded`] instead).
+    fn record(&self) -> Result<EventRecord, StoreError> {
+        let mut decoder = Decoder { bytes: &self.record[self.at as usize..self.end as usize] };
+        decode_event(&mut decoder).map_err(|error| {
+            StoreError::Database(format!("an event held by the journal does not decode: {error}"))
+        })
+    }
+}
+
+impl crate::chunks::Insertable for Held {
+    fn session_id(&self) -> &str {
+        Held::session_id(self)
+    }
+
+    fn seq(&self) -> u64 {
+        Held::seq(self)
+    }
+
+    fn add_to(&self, chunker: &mut crate::chunks::Chunker<'_>, key: i64) -> rusqlite::Result<()> {
+        chunker.add_encoded(key, Held::seq(self), self.encoded())
+    }
 }
 
 /// A place in the journal: segment number and byte offset.
@@ -198,6 +271,22 @@ pub(crate) fn put_str(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(text.as_bytes());
 }
 
+/// The bytes `encode_append` writes for `event`.
+fn encoded_size(event: &EventRecord) -> usize {
+    4 + event.session_id.len()
+        + 8
+        + 8
+        + 4
+        + event.dir.len()
+        + 4
+        + event.kind.len()
+        + 4
+        + event.payload.len()
+}
+
+/// Where the first event of an append record starts (after its header, tag and count).
+const FIRST_EVENT: usize = HEADER + 1 + 4;
+
 /// Appends one record holding `events` to `out`.
 pub(crate) fn encode_append(
     out: &mut Vec<u8>,
@@ -283,6 +372,18 @@ impl<'a> Decoder<'a> {
     }
 }
 
+/// One event of an append record.
+fn decode_event(decoder: &mut Decoder<'_>) -> Result<EventRecord, String> {
+    Ok(EventRecord {
+        session_id: decoder.string()?,
+        seq: decoder.u64()?,
+        ts_ms: decoder.u64()?,
+        dir: decoder.word()?,
+        kind: decoder.word()?,
+        payload: decoder.string()?,
+    })
+}
+
 fn decode(body: &[u8]) -> Result<Entry, String> {
     let mut decoder = Decoder { bytes: body };
     let entry = match decoder.take(1)?[0] {
@@ -290,14 +391,7 @@ fn decode(body: &[u8]) -> Result<Entry, String> {
             let count = decoder.u32()? as usize;
             let mut events = Vec::with_capacity(count.min(body.len() / 32));
             for _ in 0..count {
-                events.push(EventRecord {
-                    session_id: decoder.string()?,
-                    seq: decoder.u64()?,
-                    ts_ms: decoder.u64()?,
-                    dir: decoder.word()?,
-                    kind: decoder.word()?,
-                    payload: decoder.string()?,
-                });
+                events.push(decode_event(&mut decoder)?);
             }
             Entry::Append(events)
         }
@@ -426,7 +520,7 @@ pub(crate) struct Fold {
     /// Sessions deleted, to delete from the database before the events go in.
     pub(crate) deletes: Vec<String>,
     /// Every event waiting, in the order they were appended.
-    pub(crate) events: Vec<Arc<EventRecord>>,
+    pub(crate) events: Vec<Held>,
     /// [`State::generation`] when they were taken: a session's tail made later (after a
     /// delete) holds none of them.
     generation: u64,
@@ -440,7 +534,7 @@ struct Tail {
     /// Which [`State::generation`] created it (a session deleted and appended to again gets a
     /// new tail, which a fold that started before must not touch).
     generation: u64,
-    events: VecDeque<Arc<EventRecord>>,
+    events: VecDeque<Held>,
     /// Appended to since the last sweep (see [`SWEEP_EVERY`]).
     used: bool,
 }
@@ -470,9 +564,9 @@ struct State {
     /// session's tail until folded). A fold takes the whole vector at once: the writer holds
     /// the lock for moments only, as it runs at a lower priority and could be descheduled
     /// while holding it.
-    queue: Vec<Arc<EventRecord>>,
+    queue: Vec<Held>,
     unfolded: usize,
-    /// What the unfolded events take, as [`held_bytes`] counts.
+    /// What the unfolded events take, as [`Held::bytes`] counts.
     unfolded_bytes: usize,
     deletes: Vec<String>,
     /// Bumped by every delete.
@@ -653,15 +747,21 @@ impl Journal {
         state.buffer.clear();
         encode_append(&mut state.buffer, events)?;
         self.write_buffer(state)?;
+        // Held as written (see `Held`); `seal` refused a record too long for `u32` offsets.
+        let record: Arc<[u8]> = Arc::from(state.buffer.as_slice());
+        let mut at = FIRST_EVENT;
         for event in events {
+            let end = at + encoded_size(event);
+            let held = Held { record: record.clone(), at: at as u32, end: end as u32 };
+            at = end;
             // Every session is known here (unknown ones returned above).
             if let Some(tail) = state.tails.get_mut(&event.session_id) {
                 tail.used = true;
                 tail.last = event.seq;
-                tail.events.push_back(event.clone());
-                state.unfolded_bytes += held_bytes(event);
+                state.unfolded_bytes += held.bytes();
+                tail.events.push_back(held.clone());
             }
-            state.queue.push(event.clone());
+            state.queue.push(held);
         }
         state.unfolded += events.len();
         if state.buffer.capacity() > 1 << 20 {
@@ -702,10 +802,9 @@ impl Journal {
         self.write_buffer(state)?;
         if let Some(tail) = state.tails.remove(session_id) {
             state.unfolded -= tail.events.len();
-            state.unfolded_bytes -=
-                tail.events.iter().map(|event| held_bytes(event)).sum::<usize>();
+            state.unfolded_bytes -= tail.events.iter().map(Held::bytes).sum::<usize>();
         }
-        state.queue.retain(|event| event.session_id != session_id);
+        state.queue.retain(|held| held.session_id() != session_id);
         state.deletes.push(session_id.to_owned());
         state.generation += 1;
         Ok(())
@@ -747,11 +846,12 @@ impl Journal {
         // per run of one session's events: a session streaming alone is one run).
         let mut upto: foldhash::HashMap<&str, u64> = foldhash::HashMap::default();
         let mut run: Option<(&str, u64)> = None;
-        for event in &fold.events {
+        for held in &fold.events {
+            let (session_id, held_seq) = (held.session_id(), held.seq());
             match &mut run {
-                Some((id, seq)) if *id == event.session_id => *seq = event.seq,
+                Some((id, seq)) if *id == session_id => *seq = held_seq,
                 _ => {
-                    if let Some((id, seq)) = run.replace((&event.session_id, event.seq)) {
+                    if let Some((id, seq)) = run.replace((session_id, held_seq)) {
                         upto.insert(id, seq);
                     }
                 }
@@ -770,11 +870,11 @@ impl Journal {
                 if tail.generation > fold.generation {
                     continue;
                 }
-                while tail.events.front().is_some_and(|event| event.seq <= *upto) {
-                    if let Some(event) = tail.events.pop_front() {
+                while tail.events.front().is_some_and(|held| held.seq() <= *upto) {
+                    if let Some(held) = tail.events.pop_front() {
                         state.unfolded -= 1;
-                        state.unfolded_bytes -= held_bytes(&event);
-                        released.push(event);
+                        state.unfolded_bytes -= held.bytes();
+                        released.push(held);
                     }
                 }
                 if tail.events.is_empty() {
@@ -799,13 +899,13 @@ impl Journal {
     pub(crate) fn restore(&self, fold: Fold) {
         let Ok(mut guard) = self.state() else { return };
         let state = &mut *guard;
-        let mut events: Vec<Arc<EventRecord>> = fold
+        let mut events: Vec<Held> = fold
             .events
             .into_iter()
-            .filter(|event| {
+            .filter(|held| {
                 state
                     .tails
-                    .get(&event.session_id)
+                    .get(held.session_id())
                     .is_some_and(|tail| tail.generation <= fold.generation)
             })
             .collect();
@@ -827,8 +927,8 @@ impl Journal {
     ) -> Result<Vec<EventRecord>, StoreError> {
         let state = self.state()?;
         let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
-        let start = tail.events.partition_point(|event| event.seq <= after);
-        Ok(tail.events.range(start..).take(limit).map(|event| EventRecord::clone(event)).collect())
+        let start = tail.events.partition_point(|held| held.seq() <= after);
+        tail.events.range(start..).take(limit).map(Held::record).collect()
     }
 
     /// The session's last `limit` waiting events with `seq < before`, in order.
@@ -840,9 +940,9 @@ impl Journal {
     ) -> Result<Vec<EventRecord>, StoreError> {
         let state = self.state()?;
         let Some(tail) = state.tails.get(session_id) else { return Ok(Vec::new()) };
-        let end = tail.events.partition_point(|event| event.seq < before);
+        let end = tail.events.partition_point(|held| held.seq() < before);
         let start = end.saturating_sub(limit);
-        Ok(tail.events.range(start..end).map(|event| EventRecord::clone(event)).collect())
+        tail.events.range(start..end).map(Held::record).collect()
     }
 
     /// Lets another store open the database (once the last fold is done).
@@ -888,8 +988,8 @@ mod tests {
         journal
     }
 
-    fn seqs(events: &[Arc<EventRecord>]) -> Vec<(String, u64)> {
-        events.iter().map(|event| (event.session_id.clone(), event.seq)).collect()
+    fn seqs(events: &[Held]) -> Vec<(String, u64)> {
+        events.iter().map(|held| (held.session_id().to_owned(), held.seq())).collect()
     }
 
     /// A failed fold gives its events back, ahead of later ones; a session deleted meanwhile
@@ -912,6 +1012,54 @@ mod tests {
         assert!(journal.pending_after("a", 0, 10).unwrap().is_empty());
         assert_eq!(journal.last("a").unwrap(), Some(2));
         assert!(journal.take(u64::MAX).unwrap().is_none(), "nothing left to fold");
+    }
+
+    /// What waits is read back exactly as appended (several sessions in one append, text
+    /// that is not ASCII, an empty payload, one larger than a map's copy), and each held
+    /// event's bytes after its session id are what a chunk's body holds for it (a fold copies
+    /// them as they are).
+    #[test]
+    fn held_events_read_back_exactly_and_are_laid_out_as_chunks_hold_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = journal(dir.path());
+        let made =
+            |session_id: &str, seq, dir: &'static str, kind: &'static str, payload: String| {
+                Arc::new(EventRecord {
+                    session_id: session_id.into(),
+                    seq,
+                    ts_ms: 1_700_000_000_000 + seq,
+                    dir: dir.into(),
+                    kind: kind.into(),
+                    payload,
+                })
+            };
+        let events = vec![
+            made("a", 1, "from_cli", "line", r#"{"text":"héllo ✓"}"#.into()),
+            made("b", 1, "switchboard", "state", String::new()),
+            made("a", 2, "to_cli", "line", "x".repeat(MAPPED_BELOW + 10)),
+        ];
+        journal.append(&events).unwrap();
+        let owned = |indexes: &[usize]| -> Vec<EventRecord> {
+            indexes.iter().map(|index| EventRecord::clone(&events[*index])).collect()
+        };
+        assert_eq!(journal.pending_after("a", 0, 10).unwrap(), owned(&[0, 2]));
+        assert_eq!(journal.pending_after("a", 1, 10).unwrap(), owned(&[2]));
+        assert_eq!(journal.pending_before("a", 2, 10).unwrap(), owned(&[0]));
+        assert_eq!(journal.pending_before("b", 9, 10).unwrap(), owned(&[1]));
+        let fold = journal.take(u64::MAX).unwrap().unwrap();
+        assert_eq!(fold.events.len(), events.len());
+        for (held, event) in fold.events.iter().zip(&events) {
+            assert_eq!((held.session_id(), held.seq()), (event.session_id.as_str(), event.seq));
+            let mut chunked = Vec::new();
+            chunked.extend_from_slice(&event.seq.to_le_bytes());
+            chunked.extend_from_slice(&event.ts_ms.to_le_bytes());
+            put_str(&mut chunked, &event.dir);
+            put_str(&mut chunked, &event.kind);
+            put_str(&mut chunked, &event.payload);
+            assert_eq!(held.encoded(), chunked.as_slice());
+        }
+        journal.folded(fold);
+        assert!(journal.pending_after("a", 0, 10).unwrap().is_empty());
     }
 
     /// A session with no append for a sweep's worth of folds and nothing waiting is forgotten;

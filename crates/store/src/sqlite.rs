@@ -657,7 +657,7 @@ fn fold(
             delete_session_rows(&transaction, id)?;
             keys.remove(id);
         }
-        chunks::insert(&transaction, keys, fold.events.iter().map(|event| &**event))?;
+        chunks::insert(&transaction, keys, &fold.events)?;
         transaction.execute(
             "UPDATE journal SET segment = ?1, offset = ?2 WHERE id = 1",
             params![fold.position.0 as i64, fold.position.1 as i64],
