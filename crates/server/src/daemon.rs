@@ -629,6 +629,9 @@ struct LiveSession {
     /// Why the session's events cannot be stored right now (`None` while they can): the
     /// pump retries, holding the CLI back, and subscribers are told.
     store_error: watch::Sender<Option<String>>,
+    /// Whether `store_error` may hold an error: the pump's look on every append (an atomic
+    /// load, where the watch's look takes its lock). Written by the pump only, with the watch.
+    store_failing: std::sync::atomic::AtomicBool,
     /// Events the store refused for good and the log does not mention yet (noted as soon as
     /// the store takes an event of this session again, a resume's included).
     lost: std::sync::atomic::AtomicU64,
@@ -672,6 +675,7 @@ impl LiveSession {
             tail: Mutex::new(None),
             finished: watch::channel(false).0,
             store_error: watch::channel(None).0,
+            store_failing: std::sync::atomic::AtomicBool::new(false),
             lost: std::sync::atomic::AtomicU64::new(0),
             record_dirty: std::sync::atomic::AtomicBool::new(false),
             sender: Mutex::new(None),
@@ -3766,11 +3770,12 @@ async fn publish(
     }
     if spent > 0.0 {
         daemon.spend(id, live, spent);
-    } else if live.paused().is_some()
-        && batch
-            .iter()
-            .any(|event| matches!(event, SessionEvent::State { to: SessionState::Working, .. }))
+    } else if batch
+        .iter()
+        .any(|event| matches!(event, SessionEvent::State { to: SessionState::Working, .. }))
+        && live.paused().is_some()
     {
+        // (The batch first: it is at hand, where the pause is behind a lock of its own.)
         // A turn began while paused (one the CLI had queued): it stops.
         daemon.check_budget(id, live);
     }
@@ -4038,9 +4043,12 @@ async fn store_with_retries(
         };
         match appended {
             Ok(()) => {
-                // Subscribers hear of a change only (every append passes here: a shared
-                // look first, the watch's write lock only when there is an error to clear).
-                let failing = live.store_error.borrow().is_some();
+                // Subscribers hear of a change only (every append passes here: the flag
+                // first, the watch's write lock only when there is an error to clear).
+                let failing = live.store_failing.load(std::sync::atomic::Ordering::Acquire);
+                if failing {
+                    live.store_failing.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
                 if failing && live.store_error.send_if_modified(|error| error.take().is_some()) {
                     tracing::info!(session = %id, "the store takes this session's events again");
                     let _ = daemon
@@ -4056,6 +4064,8 @@ async fn store_with_retries(
                     *error = Some(reason.clone());
                     first
                 });
+                // After the watch: whoever finds the flag set finds the error to clear.
+                live.store_failing.store(true, std::sync::atomic::Ordering::Release);
                 if first {
                     tracing::error!(session = %id, %error, "cannot store events; retrying, the CLI waits");
                     let _ = daemon.dashboard.send(json!({
@@ -4091,6 +4101,7 @@ async fn note_lost(
     }
     *seq += 1;
     *lost = 0;
+    live.store_failing.store(false, std::sync::atomic::Ordering::Relaxed);
     live.store_error.send_if_modified(|error| error.take().is_some());
     if let Some(tail) = live.tail() {
         let _ = tail.send(record);
