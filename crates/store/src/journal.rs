@@ -78,13 +78,16 @@ pub const MAX_UNFOLDED: usize = 262_144;
 pub const MAX_UNFOLDED_BYTES: usize = 64 * 1024 * 1024;
 
 /// An event waiting in memory to be folded: its place in the record its append was written
-/// as, which its events share (held whole until the last of them is folded, as a fold takes
-/// every waiting event at once). Waiting then costs no allocation per event, and a fold frees
-/// one block per append: with each event held as its own [`EventRecord`] (three allocations),
-/// the writer thread freed what the daemon's threads had allocated, three frees an event, each
-/// taking the allocator's lock of the thread that made it (about 5% of the daemon's CPU with
-/// one CLI streaming flat out; docs/benchmarks.md). The event's bytes after its session id are
-/// laid out as a database chunk's body holds an event, so a fold copies them as they are.
+/// as, a copy of which its events share (held whole until the last of them is folded, as a
+/// fold takes every waiting event at once). A fold then frees one block per append: with each
+/// event held as the caller's [`EventRecord`] (three allocations made on the daemon's
+/// threads), the writer thread freed three blocks an event, each under the allocator's lock of
+/// the thread that made it (about 5% of the daemon's CPU with one CLI streaming flat out;
+/// docs/benchmarks.md). The event's bytes after its session id are laid out as a database
+/// chunk's body holds an event, so a fold copies them as they are. The cost: a line is in
+/// memory twice while a live subscriber's buffer also holds its record (both bounded), and the
+/// events of a session deleted meanwhile stay in their record, uncounted, until the fold
+/// frees it with the rest of an append that held other sessions' events too.
 #[derive(Clone)]
 pub(crate) struct Held {
     record: Arc<[u8]>,
@@ -763,6 +766,7 @@ impl Journal {
             }
             state.queue.push(held);
         }
+        debug_assert_eq!(at, state.buffer.len(), "every event of the record is held");
         state.unfolded += events.len();
         if state.buffer.capacity() > 1 << 20 {
             state.buffer = Vec::new();
@@ -1060,6 +1064,8 @@ mod tests {
         }
         journal.folded(fold);
         assert!(journal.pending_after("a", 0, 10).unwrap().is_empty());
+        let state = journal.state().unwrap();
+        assert_eq!((state.unfolded, state.unfolded_bytes), (0, 0), "counted out as counted in");
     }
 
     /// A session with no append for a sweep's worth of folds and nothing waiting is forgotten;
