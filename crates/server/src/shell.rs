@@ -12,12 +12,15 @@
 //! `{"type":"started","shell":…,"pid":…,"cwd":…}` first and `{"type":"exit","code":…,"reason":…}`
 //! last.
 //!
-//! Keys typed while the shell starts wait until it has written something and then gone quiet
-//! for [`QUIET`] (at most [`FIRST_OUTPUT_WAIT`] in all): a starting shell can lose what
-//! reaches its terminal. Seen twice with bash in the web UI's test on a loaded machine, the
-//! first half of a typed command gone: once with keys sent at once, once with keys sent at
-//! the shell's first output (its prompt was on the screen, and it was still setting its
-//! terminal up).
+//! Keys typed while the shell starts wait until it has written something, gone quiet for
+//! [`QUIET`], and its terminal is out of canonical mode (a line editor, bash's readline or
+//! zsh's, reads it key by key), or has been quiet for [`SETTLE`] (a shell without one, such as
+//! dash); at most [`FIRST_OUTPUT_WAIT`] in all. A starting shell can lose what reaches its
+//! terminal. Seen three times with bash in the web UI's test on a loaded machine, the first
+//! half of a typed command gone, or all of it: with keys sent at once, with keys sent at the
+//! shell's first output (its prompt was on the screen, and it was still setting its terminal
+//! up), and with keys sent after its output paused for 150 ms (a shell descheduled midway
+//! through its start).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,8 +50,13 @@ const HANGUP_GRACE: Duration = Duration::from_secs(2);
 /// them).
 const FIRST_OUTPUT_WAIT: Duration = Duration::from_secs(3);
 
-/// How long a starting shell's output must pause, after its first, before keys go to it.
+/// How long a starting shell's output must pause, after its first, before keys go to it (with
+/// its line editor reading the terminal).
 const QUIET: Duration = Duration::from_millis(150);
+
+/// How long a starting shell's output must pause before keys go to it when its terminal stays
+/// in canonical mode (no line editor).
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// The shells open now.
 static OPEN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_SHELLS);
@@ -135,13 +143,15 @@ async fn serve(
         daemon.record_run(run, true).await;
     }
     let hello = json!({"type": "started", "shell": program, "pid": pid, "cwd": cwd});
+    // The terminal's modes are read through a copy of the PTY's descriptor (see `started`).
+    let modes = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned().ok();
     let (mut output, input) = pty.into_split();
     // Keys are written by a task of their own: a shell that does not read its terminal must
     // not stop this loop from seeing the session end or the page go.
     let (keys, keys_rx) = tokio::sync::mpsc::channel::<ToShell>(KEY_QUEUE);
     // Counts the shell's writes until its keys have been let through (see `started`).
     let (written, writes) = tokio::sync::watch::channel(0u64);
-    let writer = tokio::spawn(write_keys(input, keys_rx, writes));
+    let writer = tokio::spawn(write_keys(input, keys_rx, writes, modes));
     let mut snapshot = handle.watch();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut reason = if socket.send(text(hello)).await.is_err() {
@@ -227,13 +237,36 @@ enum ToShell {
     Resize(pty_process::Size),
 }
 
-/// Returns once the shell has written something and then nothing for [`QUIET`] (`writes`
-/// counts its writes), or its output is no longer watched.
-async fn started(mut writes: tokio::sync::watch::Receiver<u64>) {
+/// Returns once the shell has written something and then nothing for [`QUIET`] with a line
+/// editor reading its terminal (`terminal`: the PTY, for its modes), or nothing for [`SETTLE`]
+/// (`writes` counts its writes); or once its output is no longer watched.
+async fn started(
+    mut writes: tokio::sync::watch::Receiver<u64>,
+    terminal: Option<std::os::fd::OwnedFd>,
+) {
     if writes.changed().await.is_err() {
         return;
     }
-    while let Ok(Ok(())) = tokio::time::timeout(QUIET, writes.changed()).await {}
+    let mut quiet_since = tokio::time::Instant::now();
+    loop {
+        match tokio::time::timeout(QUIET, writes.changed()).await {
+            Ok(Ok(())) => quiet_since = tokio::time::Instant::now(),
+            Ok(Err(_)) => return,
+            Err(_) => {
+                let editing = terminal.as_ref().is_some_and(line_editor_reads);
+                if editing || quiet_since.elapsed() >= SETTLE {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether the terminal is out of canonical mode: a line editor (readline, zle) has set it up
+/// to read key by key, which it does only while it waits for a line.
+fn line_editor_reads(terminal: &std::os::fd::OwnedFd) -> bool {
+    use nix::sys::termios::{tcgetattr, LocalFlags};
+    tcgetattr(terminal).is_ok_and(|modes| !modes.local_flags.contains(LocalFlags::ICANON))
 }
 
 /// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is;
@@ -242,9 +275,10 @@ async fn write_keys(
     mut input: pty_process::OwnedWritePty,
     mut keys: tokio::sync::mpsc::Receiver<ToShell>,
     writes: tokio::sync::watch::Receiver<u64>,
+    terminal: Option<std::os::fd::OwnedFd>,
 ) {
     // Dropped after: the reading loop stops counting.
-    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, started(writes)).await;
+    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, started(writes, terminal)).await;
     while let Some(next) = keys.recv().await {
         match next {
             ToShell::Keys(bytes) => {
@@ -294,4 +328,60 @@ async fn end(child: &mut tokio::process::Child, pid: Option<u32>, run_id: &str) 
     let run_id = run_id.to_owned();
     let _ =
         tokio::task::spawn_blocking(move || switchboard_transport::procs::end_run(&run_id)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new terminal is in canonical mode; once a line editor turns that off, it reads keys.
+    #[tokio::test]
+    async fn a_line_editor_is_seen_by_the_terminal_s_modes() {
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let (pty, pts) = pty_process::open().unwrap();
+        let terminal = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned().unwrap();
+        assert!(!line_editor_reads(&terminal), "a new terminal reads lines");
+        let mut modes = tcgetattr(&pts).unwrap();
+        modes.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO);
+        tcsetattr(&pts, SetArg::TCSADRAIN, &modes).unwrap();
+        assert!(line_editor_reads(&terminal), "raw, as readline sets it");
+        modes.local_flags.insert(LocalFlags::ICANON);
+        tcsetattr(&pts, SetArg::TCSADRAIN, &modes).unwrap();
+        assert!(!line_editor_reads(&terminal), "back to lines, as while a command runs");
+    }
+
+    /// Keys wait for quiet output with a line editor reading, or for a longer quiet without
+    /// one; a shell that never writes gets them at the overall limit (`write_keys`).
+    #[tokio::test(start_paused = true)]
+    async fn keys_wait_for_a_quiet_start() {
+        let (pty, pts) = pty_process::open().unwrap();
+        let terminal = || Some(std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned().unwrap());
+        // Canonical mode (no line editor): one write, then `SETTLE` of quiet.
+        let (written, writes) = tokio::sync::watch::channel(0u64);
+        let begun = tokio::time::Instant::now();
+        let waiting = tokio::spawn(started(writes, terminal()));
+        written.send_modify(|count| *count += 1);
+        tokio::time::sleep(QUIET * 2).await;
+        written.send_modify(|count| *count += 1);
+        let after_second = tokio::time::Instant::now();
+        waiting.await.unwrap();
+        assert!(after_second.elapsed() >= SETTLE, "quiet for SETTLE after the last write");
+        assert!(begun.elapsed() < SETTLE + QUIET * 4);
+        // A line editor reading: `QUIET` after the last write is enough.
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let mut modes = tcgetattr(&pts).unwrap();
+        modes.local_flags.remove(LocalFlags::ICANON);
+        tcsetattr(&pts, SetArg::TCSADRAIN, &modes).unwrap();
+        let (written, writes) = tokio::sync::watch::channel(0u64);
+        let waiting = tokio::spawn(started(writes, terminal()));
+        written.send_modify(|count| *count += 1);
+        let last = tokio::time::Instant::now();
+        waiting.await.unwrap();
+        let waited = last.elapsed();
+        assert!(waited >= QUIET && waited < SETTLE, "{waited:?}");
+        // No output watched any more: at once.
+        let (written, writes) = tokio::sync::watch::channel(0u64);
+        drop(written);
+        started(writes, terminal()).await;
+    }
 }
