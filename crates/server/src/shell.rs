@@ -15,8 +15,10 @@
 //! Keys typed while the shell starts wait until it has written something, gone quiet for
 //! [`QUIET`], and its terminal is out of canonical mode (a line editor, bash's readline or
 //! zsh's, reads it key by key), or has been quiet for [`SETTLE`] (a shell without one, such as
-//! dash); at most [`FIRST_OUTPUT_WAIT`] in all. A starting shell can lose what reaches its
-//! terminal. Seen three times with bash in the web UI's test on a loaded machine, the first
+//! dash); at most [`FIRST_OUTPUT_WAIT`] for its first output and [`SETTLED_WAIT`] after it (a
+//! shell that never writes, or never stops, still gets them; a machine busy enough to stretch
+//! a start past that can still lose keys typed into it). A starting shell can lose what
+//! reaches its terminal. Seen three times with bash in the web UI's test on a loaded machine, the first
 //! half of a typed command gone, or all of it: with keys sent at once, with keys sent at the
 //! shell's first output (its prompt was on the screen, and it was still setting its terminal
 //! up), and with keys sent after its output paused for 150 ms (a shell descheduled midway
@@ -46,9 +48,13 @@ pub(crate) const MAX_INPUT_FRAME_BYTES: usize = 64 * 1024;
 /// How long a hung-up shell has to end before it is killed.
 const HANGUP_GRACE: Duration = Duration::from_secs(2);
 
-/// How long keys wait, at most, for the shell to start (a shell with no prompt still gets
-/// them).
+/// How long keys wait, at most, for the shell's first output (a shell with no prompt still
+/// gets them).
 const FIRST_OUTPUT_WAIT: Duration = Duration::from_secs(3);
+
+/// How long keys wait, at most, after the shell's first output for it to settle (see
+/// [`started`]; a shell that keeps writing still gets them).
+const SETTLED_WAIT: Duration = Duration::from_secs(3);
 
 /// How long a starting shell's output must pause, after its first, before keys go to it (with
 /// its line editor reading the terminal).
@@ -239,17 +245,23 @@ enum ToShell {
 
 /// Returns once the shell has written something and then nothing for [`QUIET`] with a line
 /// editor reading its terminal (`terminal`: the PTY, for its modes), or nothing for [`SETTLE`]
-/// (`writes` counts its writes); or once its output is no longer watched.
+/// (`writes` counts its writes); or once its output is no longer watched; or when it has not
+/// written for [`FIRST_OUTPUT_WAIT`], or not settled [`SETTLED_WAIT`] after it first wrote.
 async fn started(
     mut writes: tokio::sync::watch::Receiver<u64>,
     terminal: Option<std::os::fd::OwnedFd>,
 ) {
-    if writes.changed().await.is_err() {
+    if !matches!(tokio::time::timeout(FIRST_OUTPUT_WAIT, writes.changed()).await, Ok(Ok(()))) {
         return;
     }
-    let mut quiet_since = tokio::time::Instant::now();
+    let first = tokio::time::Instant::now();
+    let mut quiet_since = first;
     loop {
-        match tokio::time::timeout(QUIET, writes.changed()).await {
+        let left = SETTLED_WAIT.saturating_sub(first.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        match tokio::time::timeout(QUIET.min(left), writes.changed()).await {
             Ok(Ok(())) => quiet_since = tokio::time::Instant::now(),
             Ok(Err(_)) => return,
             Err(_) => {
@@ -270,7 +282,7 @@ fn line_editor_reads(terminal: &std::os::fd::OwnedFd) -> bool {
 }
 
 /// Writes keys and sizes to the terminal, in order, until the page is gone or the terminal is;
-/// nothing until the shell has [`started`], or [`FIRST_OUTPUT_WAIT`] has passed.
+/// nothing until the shell has [`started`].
 async fn write_keys(
     mut input: pty_process::OwnedWritePty,
     mut keys: tokio::sync::mpsc::Receiver<ToShell>,
@@ -278,7 +290,7 @@ async fn write_keys(
     terminal: Option<std::os::fd::OwnedFd>,
 ) {
     // Dropped after: the reading loop stops counting.
-    let _ = tokio::time::timeout(FIRST_OUTPUT_WAIT, started(writes, terminal)).await;
+    started(writes, terminal).await;
     while let Some(next) = keys.recv().await {
         match next {
             ToShell::Keys(bytes) => {
@@ -351,7 +363,8 @@ mod tests {
     }
 
     /// Keys wait for quiet output with a line editor reading, or for a longer quiet without
-    /// one; a shell that never writes gets them at the overall limit (`write_keys`).
+    /// one; a shell that never writes gets them after `FIRST_OUTPUT_WAIT`, one that never stops
+    /// `SETTLED_WAIT` after its first output; with its output no longer watched, at once.
     #[tokio::test(start_paused = true)]
     async fn keys_wait_for_a_quiet_start() {
         let (pty, pts) = pty_process::open().unwrap();
@@ -379,9 +392,33 @@ mod tests {
         waiting.await.unwrap();
         let waited = last.elapsed();
         assert!(waited >= QUIET && waited < SETTLE, "{waited:?}");
-        // No output watched any more: at once.
-        let (written, writes) = tokio::sync::watch::channel(0u64);
-        drop(written);
+        // Never a write: `FIRST_OUTPUT_WAIT`.
+        let (_written, writes) = tokio::sync::watch::channel(0u64);
+        let begun = tokio::time::Instant::now();
         started(writes, terminal()).await;
+        assert_eq!(begun.elapsed(), FIRST_OUTPUT_WAIT);
+        // Writing on and on (canonical mode, so only quiet would do): `SETTLED_WAIT` after the
+        // first write.
+        modes.local_flags.insert(LocalFlags::ICANON);
+        tcsetattr(&pts, SetArg::TCSADRAIN, &modes).unwrap();
+        let (written, writes) = tokio::sync::watch::channel(0u64);
+        let chatter = tokio::spawn(async move {
+            loop {
+                written.send_modify(|count| *count += 1);
+                tokio::time::sleep(QUIET / 3).await;
+            }
+        });
+        tokio::task::yield_now().await;
+        let first = tokio::time::Instant::now();
+        started(writes, terminal()).await;
+        assert_eq!(first.elapsed(), SETTLED_WAIT);
+        chatter.abort();
+        // Output no longer watched, after a first write: at once.
+        let (written, writes) = tokio::sync::watch::channel(0u64);
+        written.send_modify(|count| *count += 1);
+        drop(written);
+        let begun = tokio::time::Instant::now();
+        started(writes, terminal()).await;
+        assert_eq!(begun.elapsed(), Duration::ZERO);
     }
 }
