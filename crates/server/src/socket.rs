@@ -148,6 +148,75 @@ impl Drop for FrameReader {
     }
 }
 
+/// What a CLI socket's reading task shares with its writing loop, in one place (the reading
+/// task touches it once a frame, and a line of each of 1,000 quiet sessions is a cold read):
+/// how many frames it has read (anything, pongs included; the pings look for silence), and the
+/// loop's request that it stop after the frame it is on.
+#[derive(Default)]
+struct Reading {
+    frames: std::sync::atomic::AtomicU64,
+    stopped: std::sync::atomic::AtomicBool,
+    waker: futures::task::AtomicWaker,
+}
+
+impl Reading {
+    /// The next frame, or `None` at the socket's end or once [`Reading::stop`] was called
+    /// (looked at before each frame: a frame being handed on is finished first).
+    async fn next_frame<S>(&self, incoming: &mut S) -> Option<S::Item>
+    where
+        S: futures::Stream + Unpin,
+    {
+        use std::sync::atomic::Ordering;
+        let frame = std::future::poll_fn(|cx| {
+            if self.stopped.load(Ordering::Acquire) {
+                return std::task::Poll::Ready(None);
+            }
+            match incoming.poll_next_unpin(cx) {
+                std::task::Poll::Ready(frame) => std::task::Poll::Ready(frame),
+                std::task::Poll::Pending => {
+                    self.waker.register(cx.waker());
+                    // A stop between the first look and the registration is seen here.
+                    if self.stopped.load(Ordering::Acquire) {
+                        return std::task::Poll::Ready(None);
+                    }
+                    std::task::Poll::Pending
+                }
+            }
+        })
+        .await?;
+        self.frames.fetch_add(1, Ordering::Relaxed);
+        Some(frame)
+    }
+
+    /// Asks the reading task to stop after the frame it is on.
+    fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// A socket's silence, seen at its ping ticks: one that read no frame since the tick before
+/// last has been silent for two intervals.
+struct Silence {
+    /// The frame count at each of the last two ticks (none yet at first).
+    counts: [u64; 2],
+}
+
+impl Default for Silence {
+    fn default() -> Silence {
+        Silence { counts: [u64::MAX; 2] }
+    }
+}
+
+impl Silence {
+    /// A tick, with the frames read so far: whether the socket has gone silent.
+    fn tick(&mut self, frames: u64) -> bool {
+        let silent = frames == self.counts[0];
+        self.counts = [self.counts[1], frames];
+        silent
+    }
+}
+
 /// Moves frames between a CLI's socket and its slot until either side ends.
 ///
 /// The CLI's frames are read by a task of their own: a frame read needs no poll of the
@@ -162,25 +231,16 @@ pub(crate) async fn pipe(
 ) {
     let Some((mut reader, mut writer)) = slot.connect().await else { return };
     let (mut sink, mut incoming) = socket.split();
-    // When the CLI was last heard from (anything, pongs included), in ms since `start`.
-    let start = tokio::time::Instant::now();
-    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    let reader_heard = heard.clone();
+    let shared = Arc::new(Reading::default());
+    let reading_shared = shared.clone();
     let mut reading = tokio::spawn(async move {
-        loop {
-            let frame = tokio::select! {
-                biased;
-                _ = &mut stopped => break,
-                frame = incoming.next() => frame,
-            };
-            reader_heard
-                .store(start.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+        let shared = reading_shared;
+        while let Some(frame) = shared.next_frame(&mut incoming).await {
             match frame {
-                Some(Ok(WsMessage::Text(text))) => reader.incoming(text.as_bytes()).await,
-                Some(Ok(WsMessage::Binary(bytes))) => reader.incoming(&bytes).await,
-                Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => break,
-                Some(Ok(_)) => {}
+                Ok(WsMessage::Text(text)) => reader.incoming(text.as_bytes()).await,
+                Ok(WsMessage::Binary(bytes)) => reader.incoming(&bytes).await,
+                Ok(WsMessage::Close(_)) | Err(_) => break,
+                Ok(_) => {}
             }
         }
     });
@@ -194,6 +254,7 @@ pub(crate) async fn pipe(
     let disconnect = writer.replaced();
     tokio::pin!(disconnect);
     let mut read_all = false;
+    let mut silence = Silence::default();
     loop {
         tokio::select! {
             _ = &mut reading => {
@@ -223,9 +284,7 @@ pub(crate) async fn pipe(
                 }
             },
             _ = ping.tick() => {
-                let last = heard.load(std::sync::atomic::Ordering::Relaxed);
-                let silent = start.elapsed().saturating_sub(std::time::Duration::from_millis(last));
-                if silent > ping_every * 2 {
+                if silence.tick(shared.frames.load(std::sync::atomic::Ordering::Relaxed)) {
                     tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
                     break;
                 }
@@ -237,10 +296,63 @@ pub(crate) async fn pipe(
         }
     }
     if !read_all {
-        let _ = stop.send(());
+        shared.stop();
         let _ = reading.await;
     }
     // Last, so that the session hears of this connection's end (its reader is done) before a
     // newer connection can take the slot and say it connected.
     drop(writer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::SinkExt;
+
+    /// Two intervals without a frame are silence, counted from the first tick; a frame in
+    /// either interval is not.
+    #[test]
+    fn silence_is_two_intervals_without_a_frame() {
+        let mut silence = Silence::default();
+        // Nothing read: silent at the third tick (two whole intervals after the first).
+        assert!(!silence.tick(0));
+        assert!(!silence.tick(0));
+        assert!(silence.tick(0));
+        let mut silence = Silence::default();
+        assert!(!silence.tick(0));
+        assert!(!silence.tick(1));
+        // A frame in the last interval but none in the one before: not silent.
+        assert!(!silence.tick(1));
+        assert!(silence.tick(1));
+        // Frames again.
+        assert!(!silence.tick(5));
+        assert!(!silence.tick(5));
+        assert!(silence.tick(5));
+    }
+
+    /// Frames pass and are counted; a stop asked while the reader waits ends it at once, and
+    /// one asked between frames ends it before the next, even one already waiting.
+    #[tokio::test]
+    async fn a_stopped_reader_finishes_the_frame_it_is_on_and_reads_no_more() {
+        let (mut sender, mut frames) = futures::channel::mpsc::channel::<u32>(8);
+        let reading = Arc::new(Reading::default());
+        sender.send(1).await.unwrap();
+        assert_eq!(reading.next_frame(&mut frames).await, Some(1));
+        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Waiting: the stop wakes it.
+        let waiting = {
+            let reading = reading.clone();
+            tokio::spawn(async move { reading.next_frame(&mut frames).await.map(|_| frames) })
+        };
+        tokio::task::yield_now().await;
+        reading.stop();
+        assert!(waiting.await.unwrap().is_none());
+        // Stopped before a waiting frame: not read.
+        let (mut sender, mut frames) = futures::channel::mpsc::channel::<u32>(8);
+        let reading = Reading::default();
+        sender.send(2).await.unwrap();
+        reading.stop();
+        assert_eq!(reading.next_frame(&mut frames).await, None);
+        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
 }
