@@ -184,7 +184,8 @@ impl Reading {
             }
         })
         .await?;
-        self.frames.fetch_add(1, Ordering::Relaxed);
+        // Only the reading task counts: no locked add needed.
+        self.frames.store(self.frames.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         Some(frame)
     }
 
@@ -195,16 +196,26 @@ impl Reading {
     }
 }
 
+/// Stops a socket's reading task when dropped.
+struct StopReading(Arc<Reading>);
+
+impl Drop for StopReading {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// A socket's silence, seen at its ping ticks: one that read no frame since the tick before
 /// last has been silent for two intervals.
 struct Silence {
-    /// The frame count at each of the last two ticks (none yet at first).
+    /// The frame count at each of the last two ticks: at first, none before the connection
+    /// and none at it (its ticks count from the connection).
     counts: [u64; 2],
 }
 
 impl Default for Silence {
     fn default() -> Silence {
-        Silence { counts: [u64::MAX; 2] }
+        Silence { counts: [u64::MAX, 0] }
     }
 }
 
@@ -233,6 +244,9 @@ pub(crate) async fn pipe(
     let (mut sink, mut incoming) = socket.split();
     let shared = Arc::new(Reading::default());
     let reading_shared = shared.clone();
+    // However this ends (a panic, the connection's future dropped), the reader stops after the
+    // frame it is on, and lets go of the connection.
+    let _stop = StopReading(shared.clone());
     let mut reading = tokio::spawn(async move {
         let shared = reading_shared;
         while let Some(frame) = shared.next_frame(&mut incoming).await {
@@ -307,52 +321,70 @@ pub(crate) async fn pipe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::SinkExt;
+    use std::future::Future;
 
-    /// Two intervals without a frame are silence, counted from the first tick; a frame in
-    /// either interval is not.
+    /// Two intervals without a frame are silence, counted from the connection; a frame in
+    /// either of the last two intervals is not.
     #[test]
     fn silence_is_two_intervals_without_a_frame() {
+        // Nothing read: silent at the second tick, two intervals after connecting.
         let mut silence = Silence::default();
-        // Nothing read: silent at the third tick (two whole intervals after the first).
-        assert!(!silence.tick(0));
         assert!(!silence.tick(0));
         assert!(silence.tick(0));
+        // A frame in the first interval only: silent at the third tick.
+        let mut silence = Silence::default();
+        assert!(!silence.tick(1));
+        assert!(!silence.tick(1));
+        assert!(silence.tick(1));
+        // A frame in the most recent interval only: not silent.
         let mut silence = Silence::default();
         assert!(!silence.tick(0));
         assert!(!silence.tick(1));
-        // A frame in the last interval but none in the one before: not silent.
+        // Frames again after a silence began: counted afresh.
         assert!(!silence.tick(1));
         assert!(silence.tick(1));
-        // Frames again.
         assert!(!silence.tick(5));
         assert!(!silence.tick(5));
         assert!(silence.tick(5));
     }
 
-    /// Frames pass and are counted; a stop asked while the reader waits ends it at once, and
-    /// one asked between frames ends it before the next, even one already waiting.
-    #[tokio::test]
-    async fn a_stopped_reader_finishes_the_frame_it_is_on_and_reads_no_more() {
-        let (mut sender, mut frames) = futures::channel::mpsc::channel::<u32>(8);
-        let reading = Arc::new(Reading::default());
-        sender.send(1).await.unwrap();
-        assert_eq!(reading.next_frame(&mut frames).await, Some(1));
-        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
-        // Waiting: the stop wakes it.
-        let waiting = {
-            let reading = reading.clone();
-            tokio::spawn(async move { reading.next_frame(&mut frames).await.map(|_| frames) })
-        };
-        tokio::task::yield_now().await;
-        reading.stop();
-        assert!(waiting.await.unwrap().is_none());
-        // Stopped before a waiting frame: not read.
+    /// Wakes counted.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Wakes {
+        fn wake_by_ref(this: &Arc<Self>) {
+            this.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Frames pass and are counted; a stop asked while the reader waits wakes it, and it reads
+    /// nothing more; one asked before a waiting frame is read keeps that frame unread.
+    #[test]
+    fn a_stop_wakes_a_waiting_reader_and_ends_its_reading() {
+        use std::task::{Context, Poll};
+        let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = futures::task::waker(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
         let (mut sender, mut frames) = futures::channel::mpsc::channel::<u32>(8);
         let reading = Reading::default();
-        sender.send(2).await.unwrap();
-        reading.stop();
-        assert_eq!(reading.next_frame(&mut frames).await, None);
-        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 0);
+        sender.try_send(1).unwrap();
+        {
+            let mut next = std::pin::pin!(reading.next_frame(&mut frames));
+            assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(Some(1)));
+        }
+        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Waiting: the stop wakes it, and it ends.
+        {
+            let mut next = std::pin::pin!(reading.next_frame(&mut frames));
+            assert_eq!(next.as_mut().poll(&mut cx), Poll::Pending);
+            reading.stop();
+            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(None));
+        }
+        // A frame that comes after the stop is not read.
+        sender.try_send(2).unwrap();
+        let next = std::pin::pin!(reading.next_frame(&mut frames));
+        assert_eq!(futures::FutureExt::now_or_never(next), Some(None));
+        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }
