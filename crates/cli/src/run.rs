@@ -477,13 +477,15 @@ impl Printer {
                     }
                 }
             }
-            Message::System(switchboard_protocol::SystemMessage::ApiRetry(retry)) => {
-                self.note(&format!(
-                    "… API error {}, retry {} of {}",
-                    retry.error.as_deref().unwrap_or("?"),
-                    Num::or_zero(&retry.attempt),
-                    Num::or_zero(&retry.max_retries)
-                ));
+            Message::System(system) => {
+                if let switchboard_protocol::SystemMessage::ApiRetry(retry) = &**system {
+                    self.note(&format!(
+                        "… API error {}, retry {} of {}",
+                        retry.error.as_deref().unwrap_or("?"),
+                        Num::or_zero(&retry.attempt),
+                        Num::or_zero(&retry.max_retries)
+                    ));
+                }
             }
             Message::Result(result) if result.is_error => {
                 let errors =

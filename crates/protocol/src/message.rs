@@ -12,48 +12,52 @@ use crate::wire::{wire_enum, wire_from, wire_struct, Extra, Num, TextOr};
 wire_enum! {
     /// One line of the protocol, chosen by `type`.
     ///
+    /// Every variant's body is boxed: a line's message is moved several times on its way
+    /// (decoded, handed to its session, projected), and a `Message` of boxes is a few words
+    /// to move, where the largest body is hundreds of bytes.
+    ///
     /// Decode with [`Message::decode`] (or [`crate::Received::decode`] to keep the exact bytes);
     /// write with [`Message::encode`]. A `type` this crate does not know decodes to
     /// `Message::Unknown` with every field kept; a known one whose fields do not fit, to
     /// `Message::Drift`.
     pub enum Message by "type" {
         /// CLI → host: `system/*` (init per turn, status, api_retry, task_*, ...).
-        System(SystemMessage) = "system",
+        System(Box<SystemMessage>) = "system",
         /// CLI → host: one content block of the model's answer.
-        Assistant(AssistantMessage) = "assistant",
+        Assistant(Box<AssistantMessage>) = "assistant",
         /// Both ways: a prompt (host → CLI), a tool result or a replayed prompt (CLI → host).
-        User(UserMessage) = "user",
+        User(Box<UserMessage>) = "user",
         /// CLI → host: a raw Anthropic stream event (`--include-partial-messages`).
-        StreamEvent(StreamEventMessage) = "stream_event",
+        StreamEvent(Box<StreamEventMessage>) = "stream_event",
         /// CLI → host: the end of a turn.
-        Result(ResultMessage) = "result",
+        Result(Box<ResultMessage>) = "result",
         /// CLI → host: a long tool is still running.
-        ToolProgress(ToolProgressMessage) = "tool_progress",
+        ToolProgress(Box<ToolProgressMessage>) = "tool_progress",
         /// CLI → host: a summary of tool calls.
-        ToolUseSummary(ToolUseSummaryMessage) = "tool_use_summary",
+        ToolUseSummary(Box<ToolUseSummaryMessage>) = "tool_use_summary",
         /// CLI → host: login progress.
-        AuthStatus(AuthStatusMessage) = "auth_status",
+        AuthStatus(Box<AuthStatusMessage>) = "auth_status",
         /// Both ways: keeps a connection alive; ignored by the CLI.
-        KeepAlive(KeepAliveMessage) = "keep_alive",
+        KeepAlive(Box<KeepAliveMessage>) = "keep_alive",
         /// CLI → host (streamlined mode): text.
-        StreamlinedText(StreamlinedTextMessage) = "streamlined_text",
+        StreamlinedText(Box<StreamlinedTextMessage>) = "streamlined_text",
         /// CLI → host (streamlined mode): a tool summary.
-        StreamlinedToolUseSummary(StreamlinedToolUseSummaryMessage) = "streamlined_tool_use_summary",
+        StreamlinedToolUseSummary(Box<StreamlinedToolUseSummaryMessage>) = "streamlined_tool_use_summary",
         /// CLI → host (2.1.330): a user message's lifecycle (`queued`, `started`, `completed`).
-        CommandLifecycle(CommandLifecycleMessage) = "command_lifecycle",
+        CommandLifecycle(Box<CommandLifecycleMessage>) = "command_lifecycle",
         /// Both ways: a control request.
-        ControlRequest(ControlRequest) = "control_request",
+        ControlRequest(Box<ControlRequest>) = "control_request",
         /// Both ways: the answer to a control request.
-        ControlResponse(ControlResponse) = "control_response",
+        ControlResponse(Box<ControlResponse>) = "control_response",
         /// CLI → host: the CLI withdraws one of its requests.
-        ControlCancelRequest(ControlCancelRequest) = "control_cancel_request",
+        ControlCancelRequest(Box<ControlCancelRequest>) = "control_cancel_request",
         /// Host → CLI: set environment variables for tools (2.1.37 applies them; 2.1.330
         /// accepts but Bash did not see them).
-        UpdateEnvironmentVariables(UpdateEnvironmentVariablesMessage) = "update_environment_variables",
+        UpdateEnvironmentVariables(Box<UpdateEnvironmentVariablesMessage>) = "update_environment_variables",
         ;
         /// A line of a known `type` whose fields do not fit this crate's model of that type:
         /// kept whole, with the reason and what could still be read (see [`Drift`]).
-        Drift(Drift)
+        Drift(Box<Drift>)
     }
 }
 
@@ -602,7 +606,7 @@ impl Message {
                 // Valid JSON that does not fit its type (only this rare path reads it again).
                 match serde_json::from_str::<Value>(text) {
                     Ok(Value::Object(map)) => {
-                        Ok(Message::Drift(Drift::of(text, map, error.to_string())))
+                        Ok(Message::Drift(Box::new(Drift::of(text, map, error.to_string()))))
                     }
                     Ok(_) => Err(not_an_object()),
                     Err(error) => Err(DecodeError::Malformed(error)),
@@ -618,7 +622,7 @@ impl Message {
         use crate::stream::StreamEvent;
         match self {
             Message::Unknown(_) | Message::Drift(_) => true,
-            Message::System(SystemMessage::Unknown(_)) => true,
+            Message::System(system) => matches!(**system, SystemMessage::Unknown(_)),
             Message::ControlRequest(request) => {
                 matches!(request.request, ControlRequestPayload::Unknown(_))
             }

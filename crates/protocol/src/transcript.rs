@@ -32,17 +32,29 @@ pub struct TurnEnd {
     pub duration_ms: Option<u64>,
 }
 
+/// A `system` line of a subtype the model lacks (the transcript's own kinds), kept whole.
+fn unknown_system(message: &Message) -> Option<&Value> {
+    match message {
+        Message::System(system) => match &**system {
+            SystemMessage::Unknown(value) => Some(value),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// The end of a turn, if `message` marks one.
 pub fn turn_end(message: &Message) -> Option<TurnEnd> {
-    match message.readable() {
-        Message::System(SystemMessage::Unknown(value))
-            if value.get("subtype").and_then(Value::as_str) == Some("turn_duration") =>
-        {
-            Some(TurnEnd {
-                interrupted: false,
-                duration_ms: value.get("durationMs").and_then(Value::as_u64),
-            })
-        }
+    let message = message.readable();
+    if let Some(value) = unknown_system(message)
+        .filter(|value| value.get("subtype").and_then(Value::as_str) == Some("turn_duration"))
+    {
+        return Some(TurnEnd {
+            interrupted: false,
+            duration_ms: value.get("durationMs").and_then(Value::as_u64),
+        });
+    }
+    match message {
         Message::User(user) if is_main(user) && is_interruption(user) => {
             Some(TurnEnd { interrupted: true, duration_ms: None })
         }
@@ -80,9 +92,10 @@ pub fn session_id(message: &Message) -> Option<&str> {
         Message::User(user) => &user.extra,
         Message::Assistant(assistant) => &assistant.extra,
         Message::Unknown(value) => return value.get("sessionId").and_then(Value::as_str),
-        Message::System(SystemMessage::Unknown(value)) => {
-            return value.get("sessionId").and_then(Value::as_str)
-        }
+        Message::System(system) => match &**system {
+            SystemMessage::Unknown(value) => return value.get("sessionId").and_then(Value::as_str),
+            _ => return message.session_id(),
+        },
         _ => return message.session_id(),
     };
     extra.get("sessionId").and_then(Value::as_str).or_else(|| message.session_id())

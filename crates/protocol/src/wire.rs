@@ -279,6 +279,26 @@ pub(crate) trait WireBody: Sized {
     fn from_text(raw: &str) -> Result<Self, serde_json::Error>;
 }
 
+/// A boxed body reads as its body does (a wire enum keeps its large variants boxed, so that
+/// the enum stays small to move).
+impl<T: WireBody> WireBody for Box<T> {
+    fn from_rest<'de, A: MapAccess<'de>>(taken: Taken, map: A) -> Result<Self, A::Error> {
+        T::from_rest(taken, map).map(Box::new)
+    }
+
+    fn after_tag<'de, A: MapAccess<'de>>(
+        key: &'static str,
+        tag: &'static str,
+        map: A,
+    ) -> Result<Self, A::Error> {
+        T::after_tag(key, tag, map).map(Box::new)
+    }
+
+    fn from_text(raw: &str) -> Result<Self, serde_json::Error> {
+        T::from_text(raw).map(Box::new)
+    }
+}
+
 /// The generated half of a wire enum that [`enum_from_map`] needs.
 pub(crate) trait WireEnum: Sized {
     /// The key whose value picks the variant.
@@ -979,7 +999,8 @@ macro_rules! wire_from {
     ($name:ident { $($variant:ident($inner:ty)),* $(,)? }) => {$(
         impl ::core::convert::From<$inner> for $name {
             fn from(inner: $inner) -> Self {
-                $name::$variant(inner)
+                // Into the variant's own type: the body itself, or its box.
+                $name::$variant(::core::convert::From::from(inner))
             }
         }
     )*};

@@ -283,7 +283,7 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                         match may {
                             Ok(()) => {
                                 daemon.note_sender(&id, &by);
-                                handle.send_message(user).await.map_err(|error| error.to_string())
+                                handle.send_message(*user).await.map_err(|error| error.to_string())
                             }
                             Err(refused) => Err(refused.to_string()),
                         }

@@ -485,7 +485,7 @@ impl SessionCore {
             }
             self.unechoed.insert(uuid.clone());
         }
-        let raw = self.write(Message::User(message), &mut effects);
+        let raw = self.write(Message::from(message), &mut effects);
         self.snapshot.queued_turns += 1;
         if self.refused.is_some() {
             // Never written: the session cannot run it as it was asked to.
@@ -553,7 +553,7 @@ impl SessionCore {
             // typed; nothing else can be asked of it.
             let done = if matches!(payload, ControlRequestPayload::Interrupt(_)) {
                 self.write(
-                    Message::ControlRequest(ControlRequest::new(request_id.clone(), payload)),
+                    Message::from(ControlRequest::new(request_id.clone(), payload)),
                     &mut effects,
                 );
                 Ok(ControlSuccess { request_id: request_id.clone(), ..ControlSuccess::default() })
@@ -571,10 +571,7 @@ impl SessionCore {
             return (request_id, effects);
         }
         self.outgoing.insert(request_id.clone(), OutgoingControl { subtype });
-        self.write(
-            Message::ControlRequest(ControlRequest::new(request_id.clone(), payload)),
-            &mut effects,
-        );
+        self.write(Message::from(ControlRequest::new(request_id.clone(), payload)), &mut effects);
         effects.push(Effect::StartTimer(Timer::Control(request_id.clone()), self.control_timeout));
         (request_id, effects)
     }
@@ -704,7 +701,7 @@ impl SessionCore {
         }
         let mut effects = Vec::new();
         let response = ControlResponse::success(request_id, &output);
-        self.write(Message::ControlResponse(response), &mut effects);
+        self.write(Message::from(response), &mut effects);
         effects.push(Effect::Emit(SessionEvent::HookAnswered {
             request_id: request_id.to_owned(),
             by: who.to_owned(),
@@ -976,11 +973,11 @@ impl SessionCore {
             // refused (a hook of another event ignores the PreToolUse decision).
             let output = pre_tool_use_verdict("deny", &reason);
             let response = ControlResponse::success(request.request_id.clone(), &output);
-            self.write(Message::ControlResponse(response), effects);
+            self.write(Message::from(response), effects);
             self.mark_answered(&request.request_id);
         } else {
             let response = ControlResponse::error(request.request_id, reason);
-            self.write(Message::ControlResponse(response), effects);
+            self.write(Message::from(response), effects);
         }
     }
 
@@ -1243,7 +1240,7 @@ impl SessionCore {
                     request_id.clone(),
                     format!("Switchboard does not serve control requests of subtype {subtype}"),
                 );
-                self.write(Message::ControlResponse(response), effects);
+                self.write(Message::from(response), effects);
                 effects.push(Effect::Emit(SessionEvent::UnsupportedControlRequest {
                     request_id,
                     subtype,
@@ -1425,7 +1422,7 @@ impl SessionCore {
 
     fn answer_policy_hook(&mut self, request_id: &str, output: Value, effects: &mut Vec<Effect>) {
         let response = ControlResponse::success(request_id, &output);
-        self.write(Message::ControlResponse(response), effects);
+        self.write(Message::from(response), effects);
         self.mark_answered(request_id);
     }
 
@@ -1635,10 +1632,8 @@ impl SessionCore {
         result: &PermissionResult,
         effects: &mut Vec<Effect>,
     ) {
-        let line = self.write(
-            Message::ControlResponse(ControlResponse::permission(request_id, result)),
-            effects,
-        );
+        let line =
+            self.write(Message::from(ControlResponse::permission(request_id, result)), effects);
         let tool_use_id = tool_use_id.map(str::to_owned);
         self.decided.insert(request_id.to_owned(), DecidedAnswer { tool_use_id, line });
         if self.decided.len() > ANSWERED_MEMORY {

@@ -745,43 +745,46 @@ impl Projector {
             }
         }
         match message.readable() {
-            Message::System(SystemMessage::Init(init)) => {
-                if init.cwd.is_some() {
-                    self.view.cwd = init.cwd.clone();
+            Message::System(system) => match &**system {
+                SystemMessage::Init(init) => {
+                    if init.cwd.is_some() {
+                        self.view.cwd = init.cwd.clone();
+                    }
+                    self.view.cli_version =
+                        init.claude_code_version.clone().or(self.view.cli_version.take());
+                    if !self.started {
+                        self.started = true;
+                        emit(Update::Started {
+                            cwd: init.cwd.clone(),
+                            model: init.model.clone(),
+                            permission_mode: init
+                                .permission_mode
+                                .as_ref()
+                                .map(|m| m.as_str().to_owned()),
+                            cli_version: init.claude_code_version.clone(),
+                        });
+                    }
                 }
-                self.view.cli_version =
-                    init.claude_code_version.clone().or(self.view.cli_version.take());
-                if !self.started {
-                    self.started = true;
-                    emit(Update::Started {
-                        cwd: init.cwd.clone(),
-                        model: init.model.clone(),
-                        permission_mode: init
-                            .permission_mode
-                            .as_ref()
-                            .map(|m| m.as_str().to_owned()),
-                        cli_version: init.claude_code_version.clone(),
-                    });
+                SystemMessage::ApiRetry(retry) => {
+                    let status =
+                        retry.error_status.flatten().map(|s| format!(" {s}")).unwrap_or_default();
+                    let error = retry.error.as_deref().unwrap_or("error");
+                    let seconds = retry.retry_delay_ms.as_ref().map_or(0.0, Num::as_f64) / 1000.0;
+                    emit(notice(
+                        Level::Warn,
+                        "api_retry",
+                        format!(
+                            "API error{status} ({error}): retry {} of {} in {seconds:.0} s",
+                            Num::or_zero(&retry.attempt),
+                            Num::or_zero(&retry.max_retries),
+                        ),
+                    ));
                 }
-            }
-            Message::System(SystemMessage::ApiRetry(retry)) => {
-                let status =
-                    retry.error_status.flatten().map(|s| format!(" {s}")).unwrap_or_default();
-                let error = retry.error.as_deref().unwrap_or("error");
-                let seconds = retry.retry_delay_ms.as_ref().map_or(0.0, Num::as_f64) / 1000.0;
-                emit(notice(
-                    Level::Warn,
-                    "api_retry",
-                    format!(
-                        "API error{status} ({error}): retry {} of {} in {seconds:.0} s",
-                        Num::or_zero(&retry.attempt),
-                        Num::or_zero(&retry.max_retries),
-                    ),
-                ));
-            }
-            Message::System(SystemMessage::CompactBoundary(_)) => {
-                emit(notice(Level::Info, "compacted", "The conversation was compacted.".into()))
-            }
+                SystemMessage::CompactBoundary(_) => {
+                    emit(notice(Level::Info, "compacted", "The conversation was compacted.".into()))
+                }
+                _ => {}
+            },
             Message::ControlResponse(response) => {
                 use switchboard_protocol::control::ControlResponseBody;
                 let failure = match &response.response {

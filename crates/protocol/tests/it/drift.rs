@@ -10,7 +10,8 @@ const FLOAT_RETRY: &str = r#"{"type":"system","subtype":"api_retry","attempt":1,
 #[test]
 fn a_delay_written_as_a_float_reads_and_re_encodes_unchanged() {
     let message = Message::decode_str(FLOAT_RETRY).unwrap();
-    let Message::System(SystemMessage::ApiRetry(retry)) = &message else {
+    let Message::System(system) = &message else { panic!("not a system line: {message:?}") };
+    let SystemMessage::ApiRetry(retry) = &**system else {
         panic!("not read as api_retry: {message:?}")
     };
     let delay = retry.retry_delay_ms.as_ref().unwrap();

@@ -160,7 +160,7 @@ fn has_unknown(message: &Message) -> bool {
     };
     match message {
         Message::Unknown(_) => true,
-        Message::System(SystemMessage::Unknown(_)) => true,
+        Message::System(system) => matches!(**system, SystemMessage::Unknown(_)),
         Message::Assistant(m) => blocks_unknown(&m.message.content),
         Message::User(m) => {
             matches!(&m.message.content, TextOr::Items(items) if blocks_unknown(items))

@@ -108,7 +108,7 @@ impl Harness {
             .until("a result", |event| matches!(from_cli(event), Some(Message::Result(_))))
             .await;
         match from_cli(&event) {
-            Some(Message::Result(result)) => result.clone(),
+            Some(Message::Result(result)) => (**result).clone(),
             _ => unreachable!(),
         }
     }

@@ -329,7 +329,8 @@ both!(rate_limits_are_retried, |version: CliVersion| async move {
         let retries = h.count(|event| {
             matches!(
                 from_cli(event),
-                Some(Message::System(switchboard_protocol::SystemMessage::ApiRetry(_)))
+                Some(Message::System(system))
+                    if matches!(**system, switchboard_protocol::SystemMessage::ApiRetry(_))
             )
         });
         assert_eq!(retries, 2, "2.1.330 announces each retry");
