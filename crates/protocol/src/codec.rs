@@ -182,6 +182,12 @@ impl LineSplitter {
 
     /// The next complete line, an error item, or `None` when more bytes are needed.
     pub fn next_line(&mut self) -> Option<Result<RawLine, LineError>> {
+        let item = self.next_slice()?;
+        Some(item.map(|(bytes, position)| RawLine { bytes: bytes.to_vec(), position }))
+    }
+
+    /// [`LineSplitter::next_line`], the line borrowed from the buffer (until the next push).
+    fn next_slice(&mut self) -> Option<Result<(&[u8], Position), LineError>> {
         loop {
             if self.discarding {
                 return None;
@@ -195,23 +201,22 @@ impl LineSplitter {
                     if line.last() == Some(&b'\r') {
                         line = &line[..line.len() - 1];
                     }
+                    let length = line.len();
                     let blank = line.iter().all(u8::is_ascii_whitespace);
-                    let result = if blank {
-                        None
-                    } else if line.len() > self.max_line_bytes {
-                        Some(Err(oversize(position, line, self.max_line_bytes)))
-                    } else {
-                        Some(Ok(RawLine { bytes: line.to_vec(), position }))
-                    };
+                    let oversize = (!blank && length > self.max_line_bytes)
+                        .then(|| oversize(position, line, self.max_line_bytes));
+                    let from = self.start;
                     self.start += end + 1;
                     self.scanned = 0;
                     self.next = Position {
                         line: position.line + 1,
                         offset: position.offset + end as u64 + 1,
                     };
-                    match result {
-                        Some(item) => return Some(item),
-                        None => continue,
+                    if let Some(error) = oversize {
+                        return Some(Err(error));
+                    }
+                    if !blank {
+                        return Some(Ok((&self.buf[from..from + length], position)));
                     }
                 }
                 None => {
@@ -294,8 +299,9 @@ pub fn preview(bytes: &[u8]) -> String {
 /// relay forwards lines it did not change byte-for-byte, unknown fields and key order included.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Received {
-    /// The line as received, without its newline.
-    pub raw: String,
+    /// The line as received, without its newline (shared: the session's event for the line
+    /// holds the same text).
+    pub raw: std::sync::Arc<str>,
     /// The typed view.
     pub message: Message,
 }
@@ -306,7 +312,7 @@ impl Received {
         let raw =
             String::from_utf8(line).map_err(|error| DecodeError::NotUtf8(error.utf8_error()))?;
         let message = Message::decode_str(&raw)?;
-        Ok(Received { raw, message })
+        Ok(Received { raw: raw.into(), message })
     }
 
     /// The line's `uuid`: from the typed message for the kinds a CLI sends most (no second
@@ -351,14 +357,17 @@ impl Decoder {
         self.lines.push(bytes);
     }
 
-    /// The next decoded line, an error item, or `None` when more bytes are needed.
+    /// The next decoded line, an error item, or `None` when more bytes are needed. The line
+    /// is decoded where the splitter holds it and copied once, into the `Received`.
     pub fn next_item(&mut self) -> Option<DecodedItem> {
-        self.lines.next_line().map(decode_line)
+        let item = self.lines.next_slice()?;
+        Some(item.and_then(|(bytes, position)| decode_line(bytes, position)))
     }
 
     /// At the end of the stream: the last line if it had no newline.
     pub fn finish(&mut self) -> Option<DecodedItem> {
-        self.lines.finish().map(decode_line)
+        let line = self.lines.finish()?;
+        Some(line.and_then(|line| decode_line(&line.bytes, line.position)))
     }
 
     /// Bytes held for a line not yet complete.
@@ -367,26 +376,18 @@ impl Decoder {
     }
 }
 
-fn decode_line(line: Result<RawLine, LineError>) -> DecodedItem {
-    let line = line?;
-    let position = line.position;
+fn decode_line(bytes: &[u8], position: Position) -> DecodedItem {
     // The preview is built only on the error path: the hot path allocates nothing extra.
-    let malformed = |bytes: &[u8], error: DecodeError| LineError {
+    let malformed = |error: DecodeError| LineError {
         position,
         preview: preview(bytes),
         kind: LineErrorKind::Malformed(error.to_string()),
         control_request: ControlRef::of(bytes),
     };
-    let raw = match String::from_utf8(line.bytes) {
-        Ok(raw) => raw,
-        Err(error) => {
-            let reason = DecodeError::NotUtf8(error.utf8_error());
-            return Err(malformed(error.as_bytes(), reason));
-        }
-    };
-    match Message::decode_str(&raw) {
-        Ok(message) => Ok(Received { raw, message }),
-        Err(error) => Err(malformed(raw.as_bytes(), error)),
+    let raw = std::str::from_utf8(bytes).map_err(|error| malformed(DecodeError::NotUtf8(error)))?;
+    match Message::decode_str(raw) {
+        Ok(message) => Ok(Received { raw: raw.into(), message }),
+        Err(error) => Err(malformed(error)),
     }
 }
 

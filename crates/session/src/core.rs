@@ -719,7 +719,7 @@ impl SessionCore {
         let message = Arc::new(received.message);
         effects.push(Effect::Emit(SessionEvent::Line(WireLine {
             direction: LineDirection::FromCli,
-            raw: Arc::from(received.raw),
+            raw: received.raw,
             message: message.clone(),
         })));
         let session_id = if self.transcript {
