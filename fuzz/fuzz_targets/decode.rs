@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let mut check = |decoder: &mut Decoder| {
         while let Some(item) = decoder.next_item() {
             if let Ok(received) = item {
-                let mut expected = received.raw.clone().into_bytes();
+                let mut expected = received.raw.as_bytes().to_vec();
                 expected.push(b'\n');
                 assert_eq!(received.encode(), expected);
                 let typed = received.message.encode();

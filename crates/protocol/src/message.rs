@@ -12,9 +12,9 @@ use crate::wire::{wire_enum, wire_from, wire_struct, Extra, Num, TextOr};
 wire_enum! {
     /// One line of the protocol, chosen by `type`.
     ///
-    /// Every variant's body is boxed: a line's message is moved several times on its way
-    /// (decoded, handed to its session, projected), and a `Message` of boxes is a few words
-    /// to move, where the largest body is hundreds of bytes.
+    /// Every typed variant's body is boxed (`Unknown` keeps its `Value` inline): a line's
+    /// message is moved several times on its way (decoded, handed to its session, into its
+    /// core), and a `Message` of boxes is 72 bytes to move, where the largest body is 656.
     ///
     /// Decode with [`Message::decode`] (or [`crate::Received::decode`] to keep the exact bytes);
     /// write with [`Message::encode`]. A `type` this crate does not know decodes to
@@ -747,6 +747,9 @@ impl Message {
         .filter(|id| !id.is_empty())
     }
 }
+
+// A `Message` stays a few words to move (see its documentation): a body left inline fails here.
+const _: () = assert!(std::mem::size_of::<Message>() <= 72);
 
 wire_from!(Message {
     System(SystemMessage),

@@ -32,29 +32,20 @@ pub struct TurnEnd {
     pub duration_ms: Option<u64>,
 }
 
-/// A `system` line of a subtype the model lacks (the transcript's own kinds), kept whole.
-fn unknown_system(message: &Message) -> Option<&Value> {
-    match message {
-        Message::System(system) => match &**system {
-            SystemMessage::Unknown(value) => Some(value),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 /// The end of a turn, if `message` marks one.
 pub fn turn_end(message: &Message) -> Option<TurnEnd> {
-    let message = message.readable();
-    if let Some(value) = unknown_system(message)
-        .filter(|value| value.get("subtype").and_then(Value::as_str) == Some("turn_duration"))
-    {
-        return Some(TurnEnd {
-            interrupted: false,
-            duration_ms: value.get("durationMs").and_then(Value::as_u64),
-        });
-    }
-    match message {
+    match message.readable() {
+        Message::System(system) => match &**system {
+            SystemMessage::Unknown(value)
+                if value.get("subtype").and_then(Value::as_str) == Some("turn_duration") =>
+            {
+                Some(TurnEnd {
+                    interrupted: false,
+                    duration_ms: value.get("durationMs").and_then(Value::as_u64),
+                })
+            }
+            _ => None,
+        },
         Message::User(user) if is_main(user) && is_interruption(user) => {
             Some(TurnEnd { interrupted: true, duration_ms: None })
         }
