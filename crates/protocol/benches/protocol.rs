@@ -135,7 +135,7 @@ fn main() {
         index += 1;
     }));
     let received: Vec<Received> =
-        lines.iter().map(|line| Received::decode(line.clone().into_bytes()).unwrap()).collect();
+        lines.iter().map(|line| Received::decode(line.as_bytes()).unwrap()).collect();
     let mut index = 0;
     rows.push(measure("Received::encode (unchanged, raw bytes)", &lines, budget, |_| {
         black_box(received[index % received.len()].encode());

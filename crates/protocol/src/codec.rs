@@ -307,11 +307,10 @@ pub struct Received {
 }
 
 impl Received {
-    /// Decodes one line (without its newline).
-    pub fn decode(line: Vec<u8>) -> Result<Received, DecodeError> {
-        let raw =
-            String::from_utf8(line).map_err(|error| DecodeError::NotUtf8(error.utf8_error()))?;
-        let message = Message::decode_str(&raw)?;
+    /// Decodes one line (without its newline); its text is copied once, into `raw`.
+    pub fn decode(line: &[u8]) -> Result<Received, DecodeError> {
+        let raw = std::str::from_utf8(line).map_err(DecodeError::NotUtf8)?;
+        let message = Message::decode_str(raw)?;
         Ok(Received { raw: raw.into(), message })
     }
 
@@ -337,7 +336,8 @@ impl Received {
     }
 }
 
-/// Bytes in, decoded messages out: a [`LineSplitter`] followed by [`Received::decode`].
+/// Bytes in, decoded messages out: a [`LineSplitter`], each line decoded as
+/// [`Received::decode`] does, where the splitter's buffer holds it.
 #[derive(Debug, Default)]
 pub struct Decoder {
     lines: LineSplitter,

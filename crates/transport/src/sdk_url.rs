@@ -305,15 +305,14 @@ impl IngressSlot {
     /// delivered like a line from the socket (with the same de-duplication).
     pub async fn post_events(&self, events: &[&serde_json::value::RawValue]) {
         for event in events {
-            let item =
-                Received::decode(event.get().as_bytes().to_vec()).map_err(|error| LineError {
-                    position: Position { line: 0, offset: 0 },
-                    preview: switchboard_protocol::codec::preview(event.get().as_bytes()),
-                    kind: LineErrorKind::Malformed(error.to_string()),
-                    control_request: switchboard_protocol::codec::ControlRef::of(
-                        event.get().as_bytes(),
-                    ),
-                });
+            let item = Received::decode(event.get().as_bytes()).map_err(|error| LineError {
+                position: Position { line: 0, offset: 0 },
+                preview: switchboard_protocol::codec::preview(event.get().as_bytes()),
+                kind: LineErrorKind::Malformed(error.to_string()),
+                control_request: switchboard_protocol::codec::ControlRef::of(
+                    event.get().as_bytes(),
+                ),
+            });
             // A POST may be sent again (the CLI retries one whose answer it lost).
             if !self.deliver(item, true).await {
                 return;

@@ -124,14 +124,14 @@ pub fn attached() -> (CliLink, TranscriptIn, KeysOut) {
 }
 
 impl TranscriptIn {
-    /// One line of the CLI's transcript (taken without a copy when it is the only holder of
-    /// its bytes); false once the session is gone.
+    /// One line of the CLI's transcript (its text copied once, into the line's event); false
+    /// once the session is gone.
     pub async fn line(&mut self, line: Bytes) -> bool {
         self.lines += 1;
         let position = switchboard_protocol::codec::Position { line: self.lines, offset: 0 };
         // The error's preview reads only the line's head.
         let preview = switchboard_protocol::codec::preview(&line);
-        let event = match Received::decode(Vec::from(line)) {
+        let event = match Received::decode(&line) {
             Ok(received) => TransportEvent::Line(Box::new(received)),
             Err(error) => TransportEvent::BadLine(Box::new(switchboard_protocol::LineError {
                 position,

@@ -110,3 +110,28 @@ fn encode_line_ends_with_exactly_one_newline_and_has_no_raw_newline_inside() {
     assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1);
     assert_eq!(bytes.last(), Some(&b'\n'));
 }
+
+/// The decoder's lines, read where its buffer holds them: blank lines skipped but counted,
+/// CRLF taken off, an oversize line reported where it began, a line split across pushes read
+/// whole, and the last line without a newline given by `finish`, each at its place.
+#[test]
+fn the_decoder_reads_each_line_in_place_with_its_position() {
+    let mut decoder = Decoder::new(24);
+    decoder.push(
+        b"\n \r\n{\"type\":\"keep_alive\"}\r\n{\"big\":\"0123456789abcdef\"}\n{\"type\":\"ke",
+    );
+    let first = decoder.next_item().unwrap().unwrap();
+    assert_eq!(&*first.raw, "{\"type\":\"keep_alive\"}");
+    assert!(matches!(first.message, Message::KeepAlive(_)));
+    let oversize = decoder.next_item().unwrap().unwrap_err();
+    assert_eq!(oversize.position, Position { line: 4, offset: 27 });
+    assert!(matches!(oversize.kind, LineErrorKind::Oversize { limit: 24 }), "{oversize}");
+    assert!(decoder.next_item().is_none());
+    decoder.push(b"ep_alive\"}\n{\"type\":\"keep_alive\"}");
+    let split = decoder.next_item().unwrap().unwrap();
+    assert_eq!(&*split.raw, "{\"type\":\"keep_alive\"}");
+    assert!(decoder.next_item().is_none());
+    let last = decoder.finish().unwrap().unwrap();
+    assert_eq!(&*last.raw, "{\"type\":\"keep_alive\"}");
+    assert!(decoder.finish().is_none());
+}

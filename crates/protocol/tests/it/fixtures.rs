@@ -77,7 +77,7 @@ fn every_capture_line_decodes_and_round_trips() {
         for (index, (_, raw)) in messages(&path).into_iter().enumerate() {
             total += 1;
             let place = format!("{}:{}", fixture_name(&path), index + 1);
-            let received = match Received::decode(raw.clone().into_bytes()) {
+            let received = match Received::decode(raw.as_bytes()) {
                 Ok(received) => received,
                 Err(error) => {
                     failures.push(format!("{place}: decode: {error}"));
@@ -363,7 +363,7 @@ fn a_lines_uuid_is_the_same_read_either_way() {
     let mut checked = 0;
     for file in fixture_files() {
         for (_, line) in messages(&file) {
-            let received = Received::decode(line.clone().into_bytes()).unwrap();
+            let received = Received::decode(line.as_bytes()).unwrap();
             let envelope = Envelope::parse(line.as_bytes()).unwrap();
             assert_eq!(received.uuid(), envelope.uuid, "{}: {line}", file.display());
             checked += usize::from(envelope.uuid.is_some());
@@ -382,7 +382,7 @@ fn a_lines_uuid_is_the_same_read_either_way() {
         r#"{"type":"result","subtype":"success","is_error":false,"uuid":"\u0061b\n"}"#,
         r#"{"type":"user","message":{"role":"user","content":"x"},"uuid":"u-\"quoted\""}"#,
     ] {
-        let received = Received::decode(line.as_bytes().to_vec()).unwrap();
+        let received = Received::decode(line.as_bytes()).unwrap();
         assert_eq!(received.uuid(), Envelope::parse(line.as_bytes()).unwrap().uuid, "{line}");
     }
 }

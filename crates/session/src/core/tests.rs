@@ -15,7 +15,7 @@ fn core(policy: &str) -> SessionCore {
 }
 
 fn line(text: &str) -> Received {
-    Received::decode(text.as_bytes().to_vec()).unwrap()
+    Received::decode(text.as_bytes()).unwrap()
 }
 
 fn sent(effects: &[Effect]) -> Vec<serde_json::Value> {
