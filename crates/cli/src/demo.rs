@@ -96,7 +96,7 @@ async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
         runs_file: None,
         data_dir: None,
         store_retry_limit: None,
-        relay_stall_limit: None,
+        stall_limit: None,
         warm: Vec::new(),
         links: Default::default(),
         notify: Default::default(),

@@ -292,7 +292,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         runs_file: Some(data_dir.runs_file()),
         data_dir: Some(data_dir.path().to_path_buf()),
         store_retry_limit: None,
-        relay_stall_limit: None,
+        stall_limit: None,
         warm: warm_specs(&args)?,
         links: LinkConfig {
             key: Some(data_dir.link_key().map_err(|message| (1, message))?),

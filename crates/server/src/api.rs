@@ -242,12 +242,22 @@ async fn ingress_events(
                     INGRESS_BODY_TIMEOUT.as_secs()
                 ),
             })?
-            .map_err(|error| ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                code: "too_large",
-                message: format!(
-                    "the body could not be read whole (at most {MAX_BODY_BYTES} bytes): {error}"
-                ),
+            .map_err(|error| {
+                let too_large = std::error::Error::source(&error)
+                    .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+                if too_large {
+                    ApiError {
+                        status: StatusCode::PAYLOAD_TOO_LARGE,
+                        code: "too_large",
+                        message: format!("the body is over {MAX_BODY_BYTES} bytes"),
+                    }
+                } else {
+                    ApiError {
+                        status: StatusCode::REQUEST_TIMEOUT,
+                        code: "timeout",
+                        message: format!("the body did not arrive whole: {error}"),
+                    }
+                }
             })?;
     #[derive(Deserialize)]
     struct Events<'a> {
@@ -1085,8 +1095,11 @@ async fn subscribe(
     if daemon.record(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("no session {id}")));
     }
+    // A place among the session's and the token's subscribers, or 429 before the handshake.
+    let seat = daemon.watchers().seat(caller.token_name(), Some(&id))?;
     Ok(upgrade.max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES).on_upgrade(
         move |socket| async move {
+            let _seat = seat;
             let framer = if query.view {
                 match viewer_at(&daemon, &id, query.after).await {
                     Ok(viewer) => Framer::View(Box::new(viewer)),
@@ -1149,15 +1162,17 @@ async fn serve_subscriber(
     let mut events = daemon.subscribe(&id, after);
     let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
     loop {
-        let frames = tokio::select! {
+        let mut batch = Batch::default();
+        tokio::select! {
             // Events first: what is ready goes out before the daemon's goodbye.
             biased;
-            item = events.next() => match framer.frames(item) {
-                Some(frames) => frames,
-                None => break,
-            },
+            item = events.next() => {
+                if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
+                    break;
+                }
+            }
             reply = replies.recv() => match reply {
-                Some(reply) => vec![reply],
+                Some(reply) => batch.frames.push(reply),
                 // The client closed its side.
                 None => break,
             },
@@ -1186,38 +1201,126 @@ async fn serve_subscriber(
                 }
             },
         };
-        // Queue whatever else is ready, then write it all with one flush.
-        let mut ended = !feed_all(&mut sink, frames).await;
+        // Whatever else is ready goes in the same write, with one flush.
+        let mut ended = false;
         for _ in 0..crate::socket::MAX_FRAMES_PER_FLUSH {
-            if ended {
-                break;
-            }
             match futures::FutureExt::now_or_never(events.next()) {
-                Some(item) => match framer.frames(item) {
-                    Some(frames) => ended = !feed_all(&mut sink, frames).await,
-                    None => ended = true,
-                },
+                Some(item) => {
+                    if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
+                        ended = true;
+                        break;
+                    }
+                }
                 None => break,
             }
         }
-        if sink.flush().await.is_err() || ended {
+        if !batch.write(&daemon, &mut sink).await || ended {
             break;
         }
     }
     reader.abort();
 }
 
-/// Queues frames on a socket; whether it still takes them.
-async fn feed_all(
-    sink: &mut futures::stream::SplitSink<WebSocket, WsMessage>,
+/// Frames for one write to a subscriber, each counted against the followers' outbox
+/// ([`crate::watchers`]) before it is made: a subscriber waiting for room holds the event (a
+/// large one shared with every other subscriber reading it), not a frame of its own.
+#[derive(Default)]
+struct Batch {
     frames: Vec<String>,
-) -> bool {
-    for frame in frames {
-        if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+    counted: Vec<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Batch {
+    /// Adds what `item` means; `false` when the subscription ended, the outbox had no room
+    /// for it within the stall limit (the subscriber is let go: it resumes with `after`), or
+    /// the subscriber went (`gone`) while it waited.
+    async fn add(
+        &mut self,
+        daemon: &Daemon,
+        framer: &mut Framer,
+        item: Option<Result<Subscribed, crate::daemon::DaemonError>>,
+        gone: impl std::future::Future<Output = ()>,
+    ) -> bool {
+        // A frame is its event and a few dozen bytes; other items are small.
+        let bytes = match &item {
+            Some(Ok(Subscribed::Event(record))) => record.payload.len() + 128,
+            _ => 256,
+        };
+        let limit = crate::watchers::write_limit(daemon.stall_limit(), bytes);
+        let counted = tokio::select! {
+            counted = daemon.watchers().reserve(bytes, limit) => counted,
+            () = gone => return false,
+        };
+        let Some(counted) = counted else {
+            tracing::info!(bytes, "a subscriber could not be written to: the followers' outbox stayed full; letting it go");
             return false;
+        };
+        self.counted.push(counted);
+        match framer.frames(item) {
+            Some(frames) => {
+                self.frames.extend(frames);
+                true
+            }
+            None => false,
         }
     }
-    true
+
+    /// Writes and flushes the frames ([`write_frames`]).
+    async fn write<S>(self, daemon: &Daemon, sink: &mut S) -> bool
+    where
+        S: futures::Sink<WsMessage> + Unpin,
+    {
+        let Batch { frames, counted } = self;
+        let written = write_frames(daemon, sink, frames, true).await;
+        drop(counted);
+        written
+    }
+}
+
+/// Writes frames to a follower's socket and flushes them, their bytes counted against the
+/// followers' outbox ([`crate::watchers`]) until the socket took them (`counted`: they are
+/// already): whether it did, within the daemon's stall limit (and as long again as the frames
+/// take at [`crate::watchers::FOLLOWER_MIN_RATE`]). A follower that stopped reading is let go
+/// here.
+pub(crate) async fn write_frames<S>(
+    daemon: &Daemon,
+    sink: &mut S,
+    frames: Vec<String>,
+    counted: bool,
+) -> bool
+where
+    S: futures::Sink<WsMessage> + Unpin,
+{
+    let bytes: usize = frames.iter().map(String::len).sum();
+    let limit = crate::watchers::write_limit(daemon.stall_limit(), bytes);
+    let _counted = if counted {
+        None
+    } else {
+        let Some(counted) = daemon.watchers().reserve(bytes, limit).await else {
+            tracing::info!(bytes, "a follower could not be written to: the followers' outbox stayed full; letting it go");
+            return false;
+        };
+        Some(counted)
+    };
+    let write = async {
+        for frame in frames {
+            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                return false;
+            }
+        }
+        sink.flush().await.is_ok()
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(written) => written,
+        Err(_) => {
+            tracing::info!(
+                bytes,
+                ?limit,
+                "a follower took nothing within the stall limit; letting it go"
+            );
+            false
+        }
+    }
 }
 
 /// A subscription item as a frame; `None` when the subscription ended.
@@ -1287,6 +1390,10 @@ async fn dashboard(
     Extension(caller): Extension<Caller>,
     Upgrade(upgrade): Upgrade,
 ) -> Response {
+    let seat = match daemon.watchers().seat(caller.token_name(), None) {
+        Ok(seat) => seat,
+        Err(error) => return ApiError::from(error).into_response(),
+    };
     // Subscribed before the handshake answers: a change made as soon as the socket opens is
     // not missed.
     let changes = daemon.dashboard();
@@ -1294,6 +1401,7 @@ async fn dashboard(
         .max_message_size(64 * 1024)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
+            let _seat = seat;
             crate::tokens::until_revoked(&caller, feed_dashboard(daemon, changes, socket)).await
         })
 }
@@ -1331,7 +1439,7 @@ async fn feed_dashboard(
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
         };
-        if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+        if !write_frames(&daemon, &mut sink, vec![frame.to_string()], false).await {
             break;
         }
     }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::Value;
 use switchboard_session::{AnswerBehavior, PendingPermission, PermissionAnswer};
 
@@ -133,25 +132,64 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
     }
 }
 
+/// The largest answer form taken: a decision and a reason of [`MAX_REASON_CHARS`] characters,
+/// each up to 4 bytes written as `%XX` (12 bytes), with room to spare.
+pub(crate) const MAX_FORM_BYTES: usize = 32 * 1024;
+
 /// The form's fields.
-#[derive(Debug, Deserialize)]
-pub(crate) struct AnswerForm {
+#[derive(Debug, Default)]
+struct AnswerForm {
     decision: String,
-    #[serde(default)]
     message: Option<String>,
 }
 
-/// `POST /a/{link}`: answers the link's request, as `link (CHANNEL)`.
+impl AnswerForm {
+    /// `decision=…&message=…` (`application/x-www-form-urlencoded`); unknown fields ignored.
+    fn parse(body: &[u8]) -> AnswerForm {
+        let mut form = AnswerForm::default();
+        for (name, value) in form_urlencoded::parse(body) {
+            match &*name {
+                "decision" => form.decision = value.into_owned(),
+                "message" => form.message = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
+/// `POST /a/{link}`: answers the link's request, as `link (CHANNEL)`. The link is verified
+/// before a byte of the body is read, and the body may hold at most [`MAX_FORM_BYTES`].
 pub(crate) async fn answer(
     State(daemon): State<Arc<Daemon>>,
     Path(link): Path<String>,
-    form: Result<axum::Form<AnswerForm>, axum::extract::rejection::FormRejection>,
+    body: axum::body::Body,
 ) -> Response {
     let Some(claim) = daemon.link_key().verify(&link) else {
         return not_a_link();
     };
-    let Ok(axum::Form(form)) = form else {
-        return html(StatusCode::BAD_REQUEST, "Not an answer", "<p>Choose Approve or Deny.</p>");
+    let form = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
+        Ok(bytes) => AnswerForm::parse(&bytes),
+        Err(error) => {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            return if too_large {
+                html(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Too long",
+                    &format!("<p>An answer is at most {MAX_FORM_BYTES} bytes.</p>"),
+                )
+            } else {
+                html(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "Not an answer",
+                    &format!(
+                        "<p>The answer did not arrive whole: {}</p>",
+                        escape(&error.to_string())
+                    ),
+                )
+            };
+        }
     };
     let behavior = match form.decision.as_str() {
         "allow" => AnswerBehavior::Allow,

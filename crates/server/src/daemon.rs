@@ -128,10 +128,12 @@ pub struct Rewind {
 /// How long reading a session's directory for the Files view may take.
 pub const BROWSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a relay frontend's socket may refuse what it is sent before the frontend is
-/// dropped: the relay's CLIs wait for their slowest frontend (none loses a line), and one that
-/// stopped reading must not hold them back for good.
-pub const RELAY_STALL_LIMIT: Duration = Duration::from_secs(10);
+/// How long a follower's socket (a relay frontend, a session's subscriber, a dashboard, a gRPC
+/// stream) may refuse what it is sent before it is dropped: the relay's CLIs wait for their
+/// slowest frontend (none loses a line), and a subscriber that stopped reading must not hold
+/// the daemon's memory or its CLIs for good (a dropped subscriber resumes where it was with
+/// `after`).
+pub const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// How often a CLI's WebSocket is pinged (the CLI pings every 10 s itself).
 pub const PING_INTERVAL: Duration = Duration::from_secs(15);
@@ -166,9 +168,9 @@ pub struct DaemonConfig {
     /// How often the daemon pings a CLI's socket (`None`: [`PING_INTERVAL`]); a socket silent
     /// for two intervals is dropped.
     pub ping_interval: Option<Duration>,
-    /// How long a relay frontend's socket may take nothing before it is dropped (`None`:
-    /// [`RELAY_STALL_LIMIT`]).
-    pub relay_stall_limit: Option<Duration>,
+    /// How long a follower's socket may take nothing before it is dropped (`None`:
+    /// [`STALL_LIMIT`]).
+    pub stall_limit: Option<Duration>,
     /// How long events the store refuses are retried (`None`: [`STORE_RETRY_LIMIT`]).
     pub store_retry_limit: Option<Duration>,
     /// Loader variables ([`LOADER_VARIABLES`]) a request's `env` may set all the same
@@ -851,6 +853,8 @@ pub struct Daemon {
     /// One commit, merge, discard or worktree removal at a time (two merges into one branch
     /// would each pass the other's conflict check).
     worktree_ops: tokio::sync::Mutex<()>,
+    /// The places and the byte budget of the clients that follow sessions and dashboards.
+    watchers: Arc<crate::watchers::Watchers>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -898,6 +902,7 @@ impl Daemon {
         };
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
+            watchers: Arc::default(),
             budgets,
             link_key,
             notifier,
@@ -1801,9 +1806,14 @@ impl Daemon {
         self.config.ping_interval.unwrap_or(PING_INTERVAL)
     }
 
-    /// How long a relay frontend may take nothing before it is dropped.
-    pub fn relay_stall_limit(&self) -> Duration {
-        self.config.relay_stall_limit.unwrap_or(RELAY_STALL_LIMIT)
+    /// How long a follower's socket may take nothing before it is dropped ([`STALL_LIMIT`]).
+    pub fn stall_limit(&self) -> Duration {
+        self.config.stall_limit.unwrap_or(STALL_LIMIT)
+    }
+
+    /// The followers' places and byte budget ([`crate::watchers`]).
+    pub fn watchers(&self) -> &Arc<crate::watchers::Watchers> {
+        &self.watchers
     }
 
     /// Notifications and push subscriptions.
@@ -1862,7 +1872,7 @@ impl Daemon {
 
     /// Sends a line to every relay frontend, waiting while the slowest of them has
     /// [`RELAY_BUFFER`] lines it has not taken yet (no frontend loses a line; a frontend that
-    /// stays stuck is dropped after [`RELAY_STALL_LIMIT`]).
+    /// stays stuck is dropped after [`STALL_LIMIT`]).
     pub async fn relay_publish(&self, line: &str) {
         // With no frontend listening the line goes nowhere: not even copied.
         if self.relay.receiver_count() == 0 {
@@ -3280,7 +3290,7 @@ pub struct Subscription {
     /// The live tail, the session's end signal and its store state, while it runs.
     tail: Option<Attached>,
     /// A page of history being handed out.
-    backlog: std::collections::VecDeque<EventRecord>,
+    backlog: std::collections::VecDeque<Arc<EventRecord>>,
     /// Read the store before taking from the tail again.
     need_history: bool,
     /// The session was purged; nothing more will come.
@@ -3301,7 +3311,7 @@ impl Subscription {
             }
             if let Some(event) = self.backlog.pop_front() {
                 self.sent = event.seq;
-                return Some(Ok(Subscribed::Event(Arc::new(event))));
+                return Some(Ok(Subscribed::Event(event)));
             }
             if self.need_history {
                 if self.tail.is_none() {
@@ -3321,7 +3331,9 @@ impl Subscription {
                         Err(error) => return Some(Err(error.into())),
                     };
                 if !page.is_empty() {
-                    self.backlog.extend(page);
+                    // A large event read by many subscribers at once is held once.
+                    let watchers = &self.daemon.watchers;
+                    self.backlog.extend(page.into_iter().map(|event| watchers.share(event)));
                     continue;
                 }
                 self.need_history = false;

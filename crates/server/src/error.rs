@@ -203,3 +203,13 @@ impl From<crate::tokens::TokenError> for ApiError {
         }
     }
 }
+
+impl From<crate::watchers::TooMany> for ApiError {
+    fn from(error: crate::watchers::TooMany) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "too_many_subscribers",
+            message: error.0,
+        }
+    }
+}

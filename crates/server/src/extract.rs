@@ -26,10 +26,20 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
                 JsonRejection::MissingJsonContentType(_) => {
                     ApiError::invalid("send the body as JSON with Content-Type: application/json")
                 }
+                JsonRejection::BytesRejection(error)
+                    if error.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+                {
+                    ApiError {
+                        status: StatusCode::PAYLOAD_TOO_LARGE,
+                        code: "too_large",
+                        message: error.body_text(),
+                    }
+                }
+                // The body stopped arriving (crate::pacing), or its connection failed.
                 JsonRejection::BytesRejection(error) => ApiError {
-                    status: StatusCode::PAYLOAD_TOO_LARGE,
-                    code: "too_large",
-                    message: error.body_text(),
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    code: "timeout",
+                    message: format!("the body did not arrive whole: {}", error.body_text()),
                 },
                 other => ApiError::invalid(other.body_text()),
             }),

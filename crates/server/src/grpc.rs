@@ -445,17 +445,22 @@ impl Switchboard for Api {
         let request = request.into_inner();
         let place = self.place()?;
         self.record(&request.id).await?;
+        let seat = self
+            .daemon
+            .watchers()
+            .seat(caller.token_name(), Some(&request.id))
+            .map_err(|error| api_status(error.into()))?;
         let viewer = crate::api::viewer_at(&self.daemon, &request.id, request.after_seq)
             .await
             .map_err(api_status)?;
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let (sender, stream) = outbox(&self.daemon);
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let stream = follow(daemon, request.id, request.after_seq, viewer, sender);
             crate::tokens::until_revoked(&caller, stream).await;
-            drop(place);
+            drop((place, seat));
         });
-        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
+        Ok(tonic::Response::new(stream))
     }
 
     type WatchSessionsStream = Streamed<pb::SessionChange>;
@@ -466,15 +471,20 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<Self::WatchSessionsStream>, Status> {
         let caller = caller(&request)?;
         let place = self.place()?;
+        let seat = self
+            .daemon
+            .watchers()
+            .seat(caller.token_name(), None)
+            .map_err(|error| api_status(error.into()))?;
         // Subscribed before the call answers: no change made meanwhile is missed.
         let changes = self.daemon.dashboard();
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let (sender, stream) = outbox(&self.daemon);
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             crate::tokens::until_revoked(&caller, watch(daemon, changes, sender)).await;
-            drop(place);
+            drop((place, seat));
         });
-        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(receiver))))
+        Ok(tonic::Response::new(stream))
     }
 }
 
@@ -506,7 +516,7 @@ async fn follow(
     id: String,
     after: u64,
     mut viewer: crate::view::Viewer,
-    sender: mpsc::Sender<Result<pb::SessionEvent, Status>>,
+    sender: Outbox<pb::SessionEvent>,
 ) {
     let mut events = daemon.subscribe(&id, after);
     let mut phase = daemon.phase();
@@ -552,12 +562,59 @@ async fn closed(phase: &mut tokio::sync::watch::Receiver<Phase>) -> bool {
     phase.wait_for(|phase| *phase == Phase::Closed).await.is_ok()
 }
 
+/// A stream's sending half: each message is counted against the followers' outbox
+/// ([`crate::watchers`]) from when it is queued until the call takes it to encode, and a stream
+/// that cannot queue one within the stall limit (its client stopped reading, or the outbox
+/// stayed full) ends.
+struct Outbox<T> {
+    daemon: Arc<Daemon>,
+    sender: mpsc::Sender<(Result<T, Status>, tokio::sync::OwnedSemaphorePermit)>,
+}
+
+/// A stream's [`Outbox`] and the stream the call returns.
+fn outbox<T: Send + 'static>(daemon: &Arc<Daemon>) -> (Outbox<T>, Streamed<T>) {
+    let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+    let stream = futures::StreamExt::map(ReceiverStream::new(receiver), |(item, _counted)| item);
+    (Outbox { daemon: daemon.clone(), sender }, Box::pin(stream))
+}
+
+impl<T: prost::Message> Outbox<T> {
+    /// Queues `item`: whether the stream still takes messages.
+    async fn send(&self, item: Result<T, Status>) -> bool {
+        let bytes = item.as_ref().map_or(64, prost::Message::encoded_len);
+        let limit = crate::watchers::write_limit(self.daemon.stall_limit(), bytes);
+        let counted = tokio::select! {
+            counted = self.daemon.watchers().reserve(bytes, limit) => counted,
+            () = self.sender.closed() => return false,
+        };
+        let Some(counted) = counted else {
+            tracing::info!(bytes, "a gRPC stream could not be written to: the followers' outbox stayed full; ending it");
+            return false;
+        };
+        match tokio::time::timeout(limit, self.sender.send((item, counted))).await {
+            Ok(sent) => sent.is_ok(),
+            Err(_) => {
+                tracing::info!(
+                    ?limit,
+                    "a gRPC stream's client took nothing within the stall limit; ending it"
+                );
+                false
+            }
+        }
+    }
+
+    /// Resolves when the call ended.
+    async fn closed(&self) {
+        self.sender.closed().await;
+    }
+}
+
 /// Sends what one subscription item means; whether the subscriber is still there (and the
 /// subscription goes on).
 async fn deliver(
     viewer: &mut crate::view::Viewer,
     item: Result<Subscribed, DaemonError>,
-    sender: &mpsc::Sender<Result<pb::SessionEvent, Status>>,
+    sender: &Outbox<pb::SessionEvent>,
 ) -> bool {
     let events = match item {
         Ok(Subscribed::Event(record)) => session_events(viewer, &record),
@@ -572,12 +629,12 @@ async fn deliver(
             "the store takes the session's events again".into(),
         )],
         Err(error) => {
-            let _ = sender.send(Err(status(error))).await;
+            sender.send(Err(status(error))).await;
             return false;
         }
     };
     for event in events {
-        if sender.send(Ok(event)).await.is_err() {
+        if !sender.send(Ok(event)).await {
             return false;
         }
     }
@@ -923,7 +980,7 @@ fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Ses
 async fn watch(
     daemon: Arc<Daemon>,
     mut changes: tokio::sync::broadcast::Receiver<Value>,
-    sender: mpsc::Sender<Result<pb::SessionChange, Status>>,
+    sender: Outbox<pb::SessionChange>,
 ) {
     let mut phase = daemon.phase();
     loop {
@@ -931,7 +988,7 @@ async fn watch(
             change = changes.recv() => change,
             () = sender.closed() => return,
             _ = closed(&mut phase) => {
-                let _ = sender.send(Err(Status::unavailable("the daemon is shutting down"))).await;
+                sender.send(Err(Status::unavailable("the daemon is shutting down"))).await;
                 return;
             }
         };
@@ -942,7 +999,7 @@ async fn watch(
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        if sender.send(Ok(change)).await.is_err() {
+        if !sender.send(Ok(change)).await {
             return;
         }
     }
@@ -980,7 +1037,7 @@ fn api_status(error: ApiError) -> Status {
         StatusCode::FORBIDDEN => Code::PermissionDenied,
         StatusCode::NOT_FOUND => Code::NotFound,
         StatusCode::CONFLICT => Code::FailedPrecondition,
-        StatusCode::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => Code::ResourceExhausted,
         StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
         StatusCode::BAD_GATEWAY => Code::FailedPrecondition,
         _ => Code::Internal,

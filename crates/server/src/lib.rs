@@ -23,6 +23,8 @@ pub mod frames;
 pub mod grpc;
 pub mod links;
 pub mod notify;
+pub mod pacing;
+pub mod peers;
 mod prompt;
 pub mod push;
 mod relay;
@@ -35,6 +37,7 @@ pub mod tokens;
 pub mod transcripts;
 mod ui;
 pub mod view;
+pub mod watchers;
 pub mod worktree;
 
 pub use api::router;

@@ -92,7 +92,7 @@ async fn feed_frontend(
     });
     // Every write to the frontend is bounded: while one waits, the frontend takes no
     // line from the feed, and the feed holds every relay CLI back.
-    let limit = daemon.relay_stall_limit();
+    let limit = daemon.stall_limit();
     if daemon.relay_handle().is_some() {
         let connected = WsMessage::Text(status("claude code is connected").into());
         if !within(limit, sink.send(connected)).await {

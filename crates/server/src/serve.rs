@@ -4,42 +4,49 @@
 //! with HTTP/2's preface is served as HTTP/2, any other as HTTP/1.1, and a request whose
 //! content type is `application/grpc` goes to the gRPC router. Every connection gets
 //! `TCP_NODELAY`, must finish its request headers (or its preface) within
-//! [`ServeOptions::header_read_timeout`], and counts against
-//! [`ServeOptions::max_connections`] (past it, new connections are closed at once, before
-//! they can hold a file descriptor of the daemon's). On shutdown the listener closes first,
-//! then open connections finish their requests, then every session is stopped.
+//! [`ServeOptions::header_read_timeout`], and every request body must keep arriving
+//! ([`crate::pacing`]). Connections are admitted per peer ([`crate::peers`]): past a peer's
+//! share or the daemon's limit, the oldest connection that carries nothing a client follows is
+//! shed to make room, and where there is none the new one is closed at once, before it can
+//! hold a file descriptor of the daemon's. On shutdown the listener closes first, then open
+//! connections finish their requests, then every session is stopped.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify};
 
 use crate::auth::AuthConfig;
 use crate::daemon::Daemon;
+use crate::pacing::Paced;
+use crate::peers::{Admission, Admitted, Limits, Peers};
 
 /// How long a client may take to send a request's headers (a connection that trickles them
 /// holds a file descriptor; 300 such took a daemon past its limit).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connections served at once (HTTP and WebSocket alike); more are closed on arrival.
-pub const MAX_CONNECTIONS: usize = 4096;
+pub use crate::peers::MAX_CONNECTIONS;
 
 /// Limits of [`serve_with`].
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// See [`HEADER_READ_TIMEOUT`].
     pub header_read_timeout: Duration,
-    /// See [`MAX_CONNECTIONS`].
-    pub max_connections: usize,
+    /// Connections at once, in all and per peer (default: [`Limits::for_this_process`]).
+    pub connections: Limits,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        ServeOptions { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: MAX_CONNECTIONS }
+        ServeOptions {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            connections: Limits::for_this_process(),
+        }
     }
 }
 
@@ -111,9 +118,12 @@ async fn accept(
             Some(grpc) if crate::grpc::is_grpc(&request) => grpc.clone(),
             _ => routers.rest.clone(),
         };
+        // Every body must keep arriving, whoever reads it.
+        let request = request.map(|body| axum::body::Body::new(Paced::new(body)));
         tower::ServiceExt::oneshot(router, request)
     });
-    let slots = Arc::new(Semaphore::new(options.max_connections));
+    let peers = Peers::new(options.connections);
+    let live = Arc::new(Live::default());
     // Dropped to tell every connection to finish gracefully.
     let (stop, stopping) = watch::channel(());
     tokio::pin!(shutdown);
@@ -132,45 +142,59 @@ async fn accept(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = options.max_connections, "too many connections; closing a new one");
-            drop(stream);
-            continue;
+        let place = match peers.admit(peer.ip()) {
+            Admission::Admitted(place) => Arc::new(place),
+            Admission::Refused => {
+                tracing::warn!(%peer, limits = ?peers.limits(), "too many connections, each carrying a socket or stream; closing a new one");
+                drop(stream);
+                continue;
+            }
         };
         no_delay(&stream);
         let app = app.clone();
         let stopping = stopping.clone();
         let header_read_timeout = options.header_read_timeout;
-        // The slot goes with the socket, into a WebSocket if the connection upgrades: it is
+        // The place goes with the socket, into a WebSocket if the connection upgrades: it is
         // free again when the socket is dropped.
-        let mut stream = Counted { stream, prefix: Vec::new(), read: 0, _slot: slot };
+        let mut stream = Counted {
+            stream,
+            prefix: Vec::new(),
+            read: 0,
+            _place: place.clone(),
+            _live: Live::enter(&live),
+        };
         tokio::spawn(async move {
             // The version is read under the same timer as the headers (hyper's own sniffing
             // would wait for a first byte with no timer at all).
-            let http2 = match sniff(&mut stream, header_read_timeout).await {
-                Ok(http2) => http2,
-                Err(error) => {
-                    tracing::trace!(%peer, %error, "connection ended before its first request");
-                    return;
-                }
+            let http2 = tokio::select! {
+                sniffed = sniff(&mut stream, header_read_timeout) => match sniffed {
+                    Ok(http2) => http2,
+                    Err(error) => {
+                        tracing::trace!(%peer, %error, "connection ended before its first request");
+                        return;
+                    }
+                },
+                () = place.shed() => return,
             };
             let io = TokioIo::new(stream);
             if http2 {
                 // Its calls are counted (a response holds its call until its body ends): a
                 // connection with none for `H2_IDLE` is closed, as HTTP/1.1's header timer
-                // closes an idle one, so that idle connections cannot hold every place.
+                // closes an idle one, so that idle connections cannot hold every place. A call
+                // whose response has begun holds the connection's place (it is not shed).
                 let calls = Arc::new(Calls::default());
                 let counted = {
-                    let calls = calls.clone();
+                    let (calls, place) = (calls.clone(), place.clone());
                     tower::service_fn(move |request| {
                         let call = Call::begin(&calls);
+                        let place = place.clone();
                         let answer = tower::ServiceExt::oneshot(app.clone(), request);
                         async move {
                             let response = answer.await?;
-                            Ok::<_, std::convert::Infallible>(
-                                response
-                                    .map(|body| axum::body::Body::new(Held { body, _call: call })),
-                            )
+                            let hold = place.hold();
+                            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                                axum::body::Body::new(Held { body, _call: call, _hold: hold })
+                            }))
                         }
                     })
                 };
@@ -184,24 +208,48 @@ async fn accept(
                     calls.idle(H2_IDLE).await;
                     tracing::trace!(%peer, "an HTTP/2 connection without a call; closing it");
                 };
+                let shed = place.clone();
                 drive(
                     connection,
                     stopping,
                     idle,
+                    shed.shed(),
                     |connection| connection.graceful_shutdown(),
                     peer,
                 )
                 .await;
                 return;
             }
+            // A WebSocket (its upgrade answered) holds its place until it closes.
+            let upgrading = {
+                let place = place.clone();
+                tower::service_fn(move |request| {
+                    let place = place.clone();
+                    let answer = tower::ServiceExt::oneshot(app.clone(), request);
+                    async move {
+                        let response = answer.await?;
+                        if response.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
+                            place.hold_for_good();
+                        }
+                        Ok::<_, std::convert::Infallible>(response)
+                    }
+                })
+            };
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout)
-                .serve_connection(io, TowerToHyperService::new(app))
+                .serve_connection(io, TowerToHyperService::new(upgrading))
                 .with_upgrades();
             let never = std::future::pending::<()>();
-            drive(connection, stopping, never, |connection| connection.graceful_shutdown(), peer)
-                .await;
+            drive(
+                connection,
+                stopping,
+                never,
+                place.shed(),
+                |connection| connection.graceful_shutdown(),
+                peer,
+            )
+            .await;
         });
     }
     // Nothing new is accepted; requests in flight finish.
@@ -212,11 +260,48 @@ async fn accept(
         daemon.drain().await;
     }
     // Wait (bounded) for the connections to send their close frames and end.
-    let everyone = u32::try_from(options.max_connections).unwrap_or(u32::MAX);
-    if tokio::time::timeout(CLOSE_GRACE, slots.acquire_many(everyone)).await.is_err() {
+    if tokio::time::timeout(CLOSE_GRACE, live.ended()).await.is_err() {
         tracing::debug!("some connections were still open when the daemon stopped");
     }
     Ok(())
+}
+
+/// The connections whose sockets are still open (shed ones included, until they close).
+#[derive(Debug, Default)]
+struct Live {
+    open: AtomicUsize,
+    changed: Notify,
+}
+
+impl Live {
+    fn enter(live: &Arc<Live>) -> LiveGuard {
+        live.open.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(live.clone())
+    }
+
+    /// Resolves once every socket is closed.
+    async fn ended(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.open.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// One open socket of [`Live`].
+#[derive(Debug)]
+struct LiveGuard(Arc<Live>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// Turns Nagle's algorithm off: live frames are small and come one after another, and with it
@@ -228,11 +313,12 @@ fn no_delay(stream: &tokio::net::TcpStream) {
 }
 
 /// Runs a connection to its end; it is asked to finish gracefully when the daemon stops or
-/// `idle` resolves (whichever comes first, once).
+/// `idle` resolves (whichever comes first, once), and dropped at once when `shed`.
 async fn drive<C, E>(
     connection: C,
     mut stopping: watch::Receiver<()>,
     idle: impl Future<Output = ()>,
+    shed: impl Future<Output = ()>,
     graceful_shutdown: impl Fn(std::pin::Pin<&mut C>),
     peer: std::net::SocketAddr,
 ) where
@@ -241,6 +327,7 @@ async fn drive<C, E>(
 {
     tokio::pin!(connection);
     tokio::pin!(idle);
+    tokio::pin!(shed);
     let mut told = false;
     loop {
         tokio::select! {
@@ -257,6 +344,10 @@ async fn drive<C, E>(
             () = &mut idle, if !told => {
                 told = true;
                 graceful_shutdown(connection.as_mut());
+            }
+            () = &mut shed => {
+                tracing::debug!(%peer, "connection shed to make room for another");
+                break;
             }
         }
     }
@@ -321,10 +412,11 @@ impl Drop for Call {
     }
 }
 
-/// A response body that keeps its call open until it ends.
+/// A response body that keeps its call open, and its connection's place held, until it ends.
 struct Held {
     body: axum::body::Body,
     _call: Call,
+    _hold: crate::peers::Hold,
 }
 
 impl http_body::Body for Held {
@@ -369,13 +461,14 @@ async fn sniff(stream: &mut Counted, limit: Duration) -> std::io::Result<bool> {
     Ok(stream.prefix == H2_PREFACE)
 }
 
-/// A connection's socket and its place among [`ServeOptions::max_connections`], with the
-/// first bytes read to tell its HTTP version ([`sniff`]): they are read again first.
+/// A connection's socket and its place among [`ServeOptions::connections`], with the first
+/// bytes read to tell its HTTP version ([`sniff`]): they are read again first.
 struct Counted {
     stream: tokio::net::TcpStream,
     prefix: Vec<u8>,
     read: usize,
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    _place: Arc<Admitted>,
+    _live: LiveGuard,
 }
 
 impl tokio::io::AsyncRead for Counted {

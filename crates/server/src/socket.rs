@@ -114,7 +114,9 @@ where
     Fut: std::future::Future<Output = Option<T>> + Send,
 {
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let (reading, gone) = tokio::sync::watch::channel(());
     let task = tokio::spawn(async move {
+        let _reading = reading;
         while let Some(Ok(frame)) = incoming.next().await {
             let text = match frame {
                 WsMessage::Text(text) => text,
@@ -128,14 +130,21 @@ where
             }
         }
     });
-    (FrameReader(task), receiver)
+    (FrameReader(task, gone), receiver)
 }
 
 /// A socket's reading task ([`spawn_frame_reader`]): ended when dropped, so that a writer
 /// that goes away (its token revoked, say) takes the whole socket with it.
-pub(crate) struct FrameReader(tokio::task::JoinHandle<()>);
+pub(crate) struct FrameReader(tokio::task::JoinHandle<()>, tokio::sync::watch::Receiver<()>);
 
 impl FrameReader {
+    /// Resolves once the reading task ended: the client closed its side (or the socket
+    /// failed).
+    pub(crate) async fn gone(&self) {
+        let mut gone = self.1.clone();
+        while gone.changed().await.is_ok() {}
+    }
+
     /// Ends the reading task.
     pub(crate) fn abort(&self) {
         self.0.abort();

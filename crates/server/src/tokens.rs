@@ -111,6 +111,11 @@ impl Caller {
         }
     }
 
+    /// The named token's name: `None` for the daemon's own token and for an unnamed caller.
+    pub fn token_name(&self) -> Option<&str> {
+        (self.token && &*self.name != ADMIN_NAME).then_some(&*self.name)
+    }
+
     /// The same caller, its requests coming through `via` (see [`Caller::who`]).
     pub fn through(mut self, via: Option<String>) -> Caller {
         self.via = via;

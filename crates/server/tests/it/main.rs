@@ -15,6 +15,7 @@ mod budget;
 mod bus;
 mod drops;
 mod grpc;
+mod hostile;
 mod links;
 mod matrix;
 mod notify;
@@ -66,7 +67,7 @@ impl Server {
             // Nothing is kept there by the test daemon; the Files view must not show it.
             data_dir: Some(sandbox.home().join(".local/share/switchboard")),
             store_retry_limit: None,
-            relay_stall_limit: None,
+            stall_limit: None,
             warm: Vec::new(),
             links: switchboard_server::links::LinkConfig {
                 key: None,
@@ -1416,7 +1417,7 @@ async fn a_relay_frontend_that_falls_behind_misses_no_line() {
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.relay_stall_limit = Some(WAIT);
+        config.stall_limit = Some(WAIT);
     })
     .await;
     let mut frontend = server.ws_small_buffer(&format!("/ws?token={TOKEN}")).await;
@@ -1458,7 +1459,7 @@ async fn relay_with_a_stuck_frontend(lines: usize, stuck_frame: Option<String>) 
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.relay_stall_limit = Some(Duration::from_millis(500));
+        config.stall_limit = Some(Duration::from_millis(500));
     })
     .await;
     let mut reading = server.ws(&format!("/ws?token={TOKEN}")).await;
@@ -1513,13 +1514,23 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
     let server = Server::start(store, &api, &sandbox).await;
     let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
     let mut cli = server.relay_cli().await;
-    // Answer `initialize` like a CLI.
+    // Answer `initialize` like a CLI (within one deadline; a socket that ends first fails).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut seen = Vec::new();
     let initialize = loop {
-        if let Some(Ok(WsMessage::Text(text))) = cli.next().await {
-            let frame: Value = serde_json::from_str(text.trim()).unwrap();
-            if frame["request"]["subtype"] == "initialize" {
-                break frame;
+        let frame = tokio::time::timeout_at(deadline, cli.next())
+            .await
+            .unwrap_or_else(|_| panic!("no initialize within {WAIT:?}; frames seen: {seen:?}"));
+        match frame {
+            Some(Ok(WsMessage::Text(text))) => {
+                let frame: Value = serde_json::from_str(text.trim()).unwrap();
+                if frame["request"]["subtype"] == "initialize" {
+                    break frame;
+                }
+                seen.push(frame);
             }
+            Some(Ok(_)) => {}
+            other => panic!("the relay socket ended before initialize: {other:?}; seen: {seen:?}"),
         }
     };
     let say = |value: Value| WsMessage::Text(format!("{value}\n").into());
@@ -1725,14 +1736,17 @@ async fn a_rest_path_called_as_grpc_needs_the_token_too() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
-    use tokio::io::AsyncWriteExt;
+async fn past_the_cap_an_unfinished_connection_is_shed_and_a_full_house_of_sockets_refuses() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let auth = AuthConfig::with_token(TOKEN);
-    let options = switchboard_server::ServeOptions { max_connections: 3, ..Default::default() };
+    let options = switchboard_server::ServeOptions {
+        connections: switchboard_server::peers::Limits { total: 3, per_peer: 3 },
+        ..Default::default()
+    };
     tokio::spawn(switchboard_server::serve_with(
         listener,
         daemon,
@@ -1750,13 +1764,39 @@ async fn connections_past_the_cap_are_closed_and_the_rest_still_served() {
         stream.write_all(b"GET /api/health HTTP/1.1\r\n").await.unwrap();
         stalled.push(stream);
     }
-    // A fourth is closed on arrival (long before the header timeout), not left to hang.
+    // A fourth is served at once (long before the header timeout): the oldest stalled one
+    // made room, and is closed.
+    let answer = raw_exchange(&address, health.as_bytes(), Duration::from_secs(5))
+        .await
+        .expect("an answer at once");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut byte = [0u8; 1];
+    let oldest = tokio::time::timeout(Duration::from_secs(5), stalled[0].read(&mut byte))
+        .await
+        .expect("the oldest stalled connection is closed, not left to hang");
+    assert!(matches!(oldest, Ok(0) | Err(_)), "closed without an answer: {oldest:?}");
+
+    // Three WebSockets (each a client following something) are never shed: a fourth
+    // connection is closed on arrival instead.
+    drop(stalled);
+    let mut sockets = Vec::new();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while sockets.len() < 3 {
+        let url = format!("ws://{address}/api/events");
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        match tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request)).await {
+            Ok(Ok((socket, _))) => sockets.push(socket),
+            // A stalled connection not yet closed on the daemon's side still counts.
+            _ => assert!(tokio::time::Instant::now() < deadline, "no room for three sockets"),
+        }
+    }
     let refused = raw_exchange(&address, health.as_bytes(), Duration::from_secs(5))
         .await
         .expect("closed at once");
     assert_eq!(refused, "", "closed without an answer");
-    // One stalled client goes; its place serves again.
-    drop(stalled.pop());
+    // One socket goes; its place serves again.
+    drop(sockets.pop());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let answer = raw_exchange(&address, health.as_bytes(), Duration::from_secs(5)).await;

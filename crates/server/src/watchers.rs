@@ -1,0 +1,227 @@
+//! What the daemon spends on the clients that follow it: a session's subscribers, dashboards,
+//! and gRPC streams (`Subscribe`, `WatchSessions`).
+//!
+//! - **Places.** A session has at most [`MAX_PER_SESSION`] subscribers (WebSocket and gRPC
+//!   together), and a named token at most [`MAX_PER_TOKEN`] followers of any kind; past either
+//!   the next is refused with `429 too_many_subscribers` (gRPC: `RESOURCE_EXHAUSTED`) naming
+//!   the limit. The daemon's own token (its owner's) is held to the per-session limit only.
+//! - **Bytes.** Every frame written to a follower is first counted against one budget of
+//!   [`OUTBOX_BYTES`], shared by all followers, and counted out once its socket took it. A
+//!   follower that cannot get its bytes counted, or whose socket takes nothing, within the
+//!   daemon's stall limit ([`crate::daemon::STALL_LIMIT`]) is dropped (it may come back with
+//!   `after` and lose nothing): a follower that stopped reading holds one frame at most, and all
+//!   of them together hold the budget at most.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use switchboard_store::EventRecord;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Subscribers of one session at once (WebSocket and gRPC together).
+pub const MAX_PER_SESSION: usize = 32;
+
+/// Followers of one named token at once (subscribers, dashboards, gRPC streams).
+pub const MAX_PER_TOKEN: usize = 64;
+
+/// Bytes written to followers and not yet taken by their sockets, daemon-wide.
+pub const OUTBOX_BYTES: usize = 32 * 1024 * 1024;
+
+/// The slowest a follower's socket may take a large frame, in bytes a second, after the stall
+/// limit: see [`write_limit`].
+pub const FOLLOWER_MIN_RATE: usize = 64 * 1024;
+
+/// How long writing `bytes` to a follower may take: the stall limit, plus as long as the bytes
+/// take at [`FOLLOWER_MIN_RATE`] (a 5 MiB image on a slow phone link is not a stall).
+pub fn write_limit(stall: Duration, bytes: usize) -> Duration {
+    stall + Duration::from_secs_f64(bytes as f64 / FOLLOWER_MIN_RATE as f64)
+}
+
+/// Events this large, read from the store for a subscriber, are held once however many
+/// subscribers read them at the same time ([`Watchers::share`]).
+pub const SHARED_EVENT_BYTES: usize = 64 * 1024;
+
+/// The followers' places and their shared byte budget.
+#[derive(Debug)]
+pub struct Watchers {
+    counts: Mutex<Counts>,
+    outbox: Arc<Semaphore>,
+    /// Large events being handed to subscribers, by session and seq.
+    shared: Mutex<HashMap<(String, u64), Weak<EventRecord>>>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    sessions: HashMap<String, usize>,
+    tokens: HashMap<Arc<str>, usize>,
+}
+
+impl Default for Watchers {
+    fn default() -> Self {
+        Watchers {
+            counts: Mutex::default(),
+            outbox: Arc::new(Semaphore::new(OUTBOX_BYTES)),
+            shared: Mutex::default(),
+        }
+    }
+}
+
+impl Watchers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Nothing panics while holding it; the counts stay consistent.
+        self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A place for a follower of `session` (a session's subscriber) or of the daemon (a
+    /// dashboard, `None`), with the named token `token` (`None`: the daemon's own, or none:
+    /// [`crate::tokens::Caller::token_name`]), or why not.
+    pub fn seat(
+        self: &Arc<Self>,
+        token: Option<&str>,
+        session: Option<&str>,
+    ) -> Result<Seat, TooMany> {
+        let mut counts = self.lock();
+        if let Some(session) = session {
+            let now = counts.sessions.get(session).copied().unwrap_or(0);
+            if now >= MAX_PER_SESSION {
+                return Err(TooMany(format!(
+                    "session {session} has {MAX_PER_SESSION} subscribers already; close one, or try again later"
+                )));
+            }
+        }
+        let token = token.map(Arc::<str>::from);
+        if let Some(token) = &token {
+            let now = counts.tokens.get(token).copied().unwrap_or(0);
+            if now >= MAX_PER_TOKEN {
+                return Err(TooMany(format!(
+                    "token {token} follows {MAX_PER_TOKEN} sessions or dashboards already; close one, or try again later"
+                )));
+            }
+        }
+        if let Some(session) = session {
+            *counts.sessions.entry(session.to_owned()).or_default() += 1;
+        }
+        if let Some(token) = &token {
+            *counts.tokens.entry(token.clone()).or_default() += 1;
+        }
+        Ok(Seat { watchers: self.clone(), session: session.map(str::to_owned), token })
+    }
+
+    /// `event`, read from the store for one subscriber, as every subscriber holding it now
+    /// holds it: one copy of a large event (a pasted image) however many read it at once.
+    pub fn share(&self, event: EventRecord) -> Arc<EventRecord> {
+        if event.payload.len() < SHARED_EVENT_BYTES {
+            return Arc::new(event);
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        shared.retain(|_, held| held.strong_count() > 0);
+        let key = (event.session_id.clone(), event.seq);
+        if let Some(held) = shared.get(&key).and_then(Weak::upgrade) {
+            return held;
+        }
+        let event = Arc::new(event);
+        shared.insert(key, Arc::downgrade(&event));
+        event
+    }
+
+    /// Subscribers of `session` now.
+    pub fn subscribers(&self, session: &str) -> usize {
+        self.lock().sessions.get(session).copied().unwrap_or(0)
+    }
+
+    /// Bytes counted against [`OUTBOX_BYTES`] now.
+    pub fn outbox_used(&self) -> usize {
+        OUTBOX_BYTES - self.outbox.available_permits()
+    }
+
+    /// Counts `bytes` against the outbox (a frame larger than the whole budget counts as the
+    /// budget), waiting at most `limit` for room: `None` when there was none by then.
+    pub async fn reserve(&self, bytes: usize, limit: Duration) -> Option<OwnedSemaphorePermit> {
+        let bytes = u32::try_from(bytes.clamp(1, OUTBOX_BYTES)).unwrap_or(u32::MAX);
+        tokio::time::timeout(limit, self.outbox.clone().acquire_many_owned(bytes))
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+}
+
+/// A follower past a limit: what it is (the API answers `429 too_many_subscribers`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct TooMany(pub String);
+
+/// One follower's place: given back when dropped.
+#[derive(Debug)]
+pub struct Seat {
+    watchers: Arc<Watchers>,
+    session: Option<String>,
+    token: Option<Arc<str>>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut counts = self.watchers.lock();
+        if let Some(session) = &self.session {
+            if let Some(count) = counts.sessions.get_mut(session) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.sessions.remove(session);
+                }
+            }
+        }
+        if let Some(token) = &self.token {
+            if let Some(count) = counts.tokens.get_mut(token) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.tokens.remove(token);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_and_a_named_token_have_a_limit_of_places() {
+        let watchers = Arc::new(Watchers::default());
+        let owner = None;
+        let seats: Vec<Seat> =
+            (0..MAX_PER_SESSION).map(|_| watchers.seat(owner, Some("s1")).unwrap()).collect();
+        let refused = watchers.seat(owner, Some("s1")).unwrap_err();
+        assert!(refused.0.contains("32 subscribers"), "{refused}");
+        // Another session, and a dashboard, still have room: the owner has no token limit.
+        let _other = watchers.seat(owner, Some("s2")).unwrap();
+        let _dashboards: Vec<Seat> =
+            (0..MAX_PER_TOKEN + 1).map(|_| watchers.seat(owner, None).unwrap()).collect();
+        drop(seats);
+        assert_eq!(watchers.subscribers("s1"), 0);
+        let _again = watchers.seat(owner, Some("s1")).unwrap();
+
+        let phone = Some("phone");
+        let mut held = Vec::new();
+        for at in 0..MAX_PER_TOKEN {
+            held.push(watchers.seat(phone, Some(&format!("t{at}"))).unwrap());
+        }
+        let refused = watchers.seat(phone, None).unwrap_err();
+        assert!(refused.0.contains("token phone"), "{refused}");
+        held.pop();
+        let _dashboard = watchers.seat(phone, None).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_outbox_waits_for_room_then_gives_up() {
+        let watchers = Watchers::default();
+        let whole = watchers.reserve(usize::MAX, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(watchers.outbox_used(), OUTBOX_BYTES);
+        assert!(watchers.reserve(10, Duration::from_secs(5)).await.is_none());
+        drop(whole);
+        assert_eq!(watchers.outbox_used(), 0);
+        let some = watchers.reserve(10, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(watchers.outbox_used(), 10);
+        drop(some);
+    }
+}
