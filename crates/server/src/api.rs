@@ -925,7 +925,7 @@ async fn answer_permission(
         return Err(ApiError::invalid("the body names another request_id than the path"));
     }
     caller.require(body.scope())?;
-    let (answer, who) = body.into_answer(&caller, "api");
+    let (answer, who) = body.into_answer(&caller, "api")?;
     let behavior = answer.behavior;
     daemon.respond_permission(&id, &request_id, answer, &who).await?;
     Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
@@ -1370,7 +1370,7 @@ async fn handle_client_frame(
                     .request_id
                     .clone()
                     .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
-                let (answer, who) = body.into_answer(caller, "websocket");
+                let (answer, who) = body.into_answer(caller, "websocket")?;
                 daemon.respond_permission(id, &request_id, answer, &who).await?;
                 Some(request_id)
             }

@@ -190,9 +190,15 @@ impl PermissionBody {
 
     /// The answer and who gave it: the caller's token and `channel`, after the name the body
     /// gives in `by`, if any ([`Caller::who`]).
-    pub(crate) fn into_answer(self, caller: &Caller, channel: &str) -> (PermissionAnswer, String) {
-        let who = caller.who(channel, self.by);
-        (
+    /// A `by` that is not a name is refused ([`crate::text::answerer`]).
+    pub(crate) fn into_answer(
+        self,
+        caller: &Caller,
+        channel: &str,
+    ) -> Result<(PermissionAnswer, String), ApiError> {
+        let by = crate::text::answerer(self.by).map_err(ApiError::invalid)?;
+        let who = caller.who(channel, by);
+        Ok((
             PermissionAnswer {
                 behavior: self.behavior,
                 updated_input: self.updated_input,
@@ -203,7 +209,7 @@ impl PermissionBody {
                 interrupt: self.interrupt,
             },
             who,
-        )
+        ))
     }
 }
 

@@ -424,7 +424,8 @@ impl Switchboard for Api {
             answers: None,
             interrupt: request.interrupt,
         };
-        let who = caller.who("grpc", request.by);
+        let by = crate::text::answerer(request.by).map_err(Status::invalid_argument)?;
+        let who = caller.who("grpc", by);
         self.daemon
             .respond_permission(&request.id, &request.request_id, answer, &who)
             .await
