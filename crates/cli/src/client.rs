@@ -309,6 +309,18 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
     finish(result)
 }
 
+/// Who answers from this terminal, as the daemon records it: `cli:USER`, keeping only the
+/// characters the daemon takes in a `by` (letters, digits, `.`, `_`, `-`, `@`), at most 60.
+fn answerer(user: Option<String>) -> String {
+    let user: String = user
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+        .take(60)
+        .collect();
+    format!("cli:{}", if user.is_empty() { "user" } else { &user })
+}
+
 pub(crate) async fn answer(args: AnswerArgs, allow: bool) -> ExitCode {
     let result = async {
         let client = args.connection.client()?;
@@ -316,7 +328,7 @@ pub(crate) async fn answer(args: AnswerArgs, allow: bool) -> ExitCode {
             "behavior": if allow { "allow" } else { "deny" },
             "message": args.message,
             "remember": args.remember && allow,
-            "by": format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "user".into())),
+            "by": answerer(std::env::var("USER").ok()),
         });
         let session = client.resolve(&args.session).await?;
         let path = format!("/api/sessions/{session}/permissions/{}", args.request);
@@ -764,6 +776,15 @@ fn print_session(session: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_answerer_is_a_name_the_daemon_takes() {
+        assert_eq!(answerer(Some("alice".into())), "cli:alice");
+        assert_eq!(answerer(Some("Ali ce\u{202e}(x)".into())), "cli:Alicex");
+        assert_eq!(answerer(Some("  ".into())), "cli:user");
+        assert_eq!(answerer(None), "cli:user");
+        assert_eq!(answerer(Some("x".repeat(100))).len(), 64);
+    }
 
     #[test]
     fn a_session_is_named_by_a_unique_prefix() {

@@ -71,14 +71,23 @@ pub(crate) fn is_name(name: &str) -> bool {
 }
 
 /// The name a client gives for who answers a permission request (`by`), recorded before its
-/// token's name: a name as [`is_name`] reads one, so that no control, bidirectional or filler
-/// character, and no long text, can make a decision read like another person's. Blank is none.
+/// token's name: 1-64 of letters, digits, `.`, `_`, `-`, `:` and `@`, starting with a letter or
+/// digit (`alice`, `cli:alice`, `alice@example.com`), so that no space, control, bidirectional
+/// or filler character, and no long text, can make a decision read like another person's (a
+/// `by` of `link (ntfy:phone)`). Blank is none.
 pub(crate) fn answerer(by: Option<String>) -> Result<Option<String>, String> {
+    let fits = |by: &str| {
+        by.len() <= 64
+            && by.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && by
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@'))
+    };
     match by {
         Some(by) if by.trim().is_empty() => Ok(None),
-        Some(by) if is_name(&by) => Ok(Some(by)),
+        Some(by) if fits(&by) => Ok(Some(by)),
         Some(by) => Err(format!(
-            "by is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit; not {:?}",
+            "by is 1-64 letters, digits, '.', '_', '-', ':' or '@', starting with a letter or digit; not {:?}",
             by.chars().take(65).collect::<String>()
         )),
         None => Ok(None),
@@ -111,6 +120,7 @@ mod tests {
     #[test]
     fn an_answerer_is_a_name_or_refused() {
         assert_eq!(super::answerer(Some("alice".into())), Ok(Some("alice".into())));
+        assert_eq!(super::answerer(Some("cli:root".into())), Ok(Some("cli:root".into())));
         assert_eq!(super::answerer(Some("  ".into())), Ok(None));
         assert_eq!(super::answerer(None), Ok(None));
         for bad in [
@@ -119,6 +129,7 @@ mod tests {
             "x".repeat(3000),
             "\u{3164}".to_owned(),
             "token admin (api)".to_owned(),
+            "link (ntfy:phone)".to_owned(),
         ] {
             let refused = super::answerer(Some(bad.clone())).unwrap_err();
             assert!(refused.starts_with("by is 1-64"), "{refused}");
