@@ -9,7 +9,10 @@
 //! is C; gix does not yet add worktrees). Needs git 2.38 or newer (`git merge-tree
 //! --write-tree`). Each call has a time limit and a bounded output; the repository's hooks and
 //! fsmonitor do not run, pathspecs are literal, and `GIT_*` and `SWITCHBOARD_*` variables of
-//! the daemon's environment (a database URL with its password) do not reach it.
+//! the daemon's environment (a database URL with its password) do not reach it. No program the
+//! repository's own config names runs (filters, merge drivers, signing, ssh, credential and
+//! askpass helpers, ...): each such setting is taken back for the command, with the person's
+//! global value where there is one ([`PROGRAM_KEYS`]).
 //!
 //! The worktree's folder is the session's to write in, its `.git` file too: a session that
 //! pointed it at a repository of its own making (with a config that runs a program) would have
@@ -109,12 +112,170 @@ fn checked(output: std::process::Output, args: &[&str]) -> Result<String, String
 }
 
 /// Runs `git` in `dir` with `args`, whatever its exit status: what it wrote, within bounds.
-/// With `git_dir`, `dir` is a work tree of that git folder.
+/// With `git_dir`, `dir` is a work tree of that git folder. Every setting of the repository's
+/// own config that names a program git would run is overridden first ([`program_overrides`]).
 async fn run_git(
     dir: &Path,
     git_dir: Option<&Path>,
     args: &[&str],
 ) -> Result<std::process::Output, String> {
+    let listing =
+        git_command(dir, git_dir, &["config", "--list", "--show-scope", "--includes", "-z"])
+            .output();
+    let config = tokio::time::timeout(GIT_TIMEOUT, listing)
+        .await
+        .map_err(|_| format!("git config took more than {} s", GIT_TIMEOUT.as_secs()))?
+        .map_err(|error| format!("cannot run git ({error}): is it installed?"))?;
+    if !config.status.success() {
+        // Not a repository (yet): nothing of its own to override. Anything else is refused.
+        let said = String::from_utf8_lossy(&config.stderr);
+        if !said.contains("not a git repository") {
+            let said: String = said.trim().chars().take(500).collect();
+            return Err(format!("git config: {said}"));
+        }
+    }
+    let overrides = program_overrides(&config.stdout);
+    let mut command = git_command(dir, git_dir, &[]);
+    for setting in &overrides {
+        command.arg("-c").arg(setting);
+    }
+    command.args(args);
+    let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
+        .await
+        .map_err(|_| format!("git {} took more than {} s", args[0], GIT_TIMEOUT.as_secs()))?
+        .map_err(|error| format!("cannot run git ({error}): is it installed?"))?;
+    if output.stdout.len() > MAX_GIT_OUTPUT {
+        return Err(format!("git {} said more than {} MiB", args[0], MAX_GIT_OUTPUT >> 20));
+    }
+    Ok(output)
+}
+
+/// Settings of the repository's own config (`local` and `worktree` scopes, and what they
+/// include) whose value is a program git runs, or turns one on: a session's tools can write
+/// that config, and the daemon runs git on the session's behalf (a `read` token's diff among
+/// them). Matched case-insensitively by section and key; `*` is any subsection.
+const PROGRAM_KEYS: &[&str] = &[
+    "core.sshcommand",
+    "core.askpass",
+    "core.editor",
+    "core.pager",
+    "core.gitproxy",
+    "core.alternaterefscommand",
+    "core.fsmonitor",
+    "core.hookspath",
+    "credential.helper",
+    "credential.*.helper",
+    "gpg.program",
+    "gpg.*.program",
+    "gpg.ssh.defaultkeycommand",
+    "commit.gpgsign",
+    "tag.gpgsign",
+    "push.gpgsign",
+    "filter.*.clean",
+    "filter.*.smudge",
+    "filter.*.process",
+    "filter.*.required",
+    "merge.*.driver",
+    "diff.*.textconv",
+    "diff.*.command",
+    "diff.external",
+    "sequence.editor",
+    "protocol.allow",
+    "protocol.*.allow",
+    "ssh.variant",
+];
+
+/// Whether `key` (as `git config --list` writes it: section and name lower-case) is one of
+/// [`PROGRAM_KEYS`].
+fn names_a_program(key: &str) -> bool {
+    let Some((section, rest)) = key.split_once('.') else { return false };
+    let (sub, name) = match rest.rsplit_once('.') {
+        Some((sub, name)) => (Some(sub), name),
+        None => (None, rest),
+    };
+    PROGRAM_KEYS.iter().any(|pattern| {
+        let mut parts = pattern.split('.');
+        let (Some(p_section), Some(p_second)) = (parts.next(), parts.next()) else { return false };
+        match (parts.next(), sub) {
+            (None, None) => p_section == section && p_second == name.to_ascii_lowercase(),
+            (Some(p_name), Some(sub)) => {
+                p_section == section
+                    && p_name == name.to_ascii_lowercase()
+                    && (p_second == "*" || p_second == sub.to_ascii_lowercase())
+            }
+            _ => false,
+        }
+    })
+}
+
+/// The `-c KEY=VALUE` settings that take back every program-naming key ([`PROGRAM_KEYS`]) the
+/// repository's own config sets, from `git config --list --show-scope --includes -z`'s output:
+/// the person's global (or the system's) values where they have any, so that their own
+/// signing, ssh and credential helpers still work; otherwise a value that runs nothing (an
+/// empty filter or helper, signing off, the plain `git-upload-pack`). A merge driver the
+/// repository names is not run: its files merge as a conflict to resolve.
+fn program_overrides(listing: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(listing);
+    let mut fields = text.split('\0');
+    let mut entries: Vec<(&str, &str, &str)> = Vec::new();
+    while let (Some(scope), Some(entry)) = (fields.next(), fields.next()) {
+        let (key, value) = entry.split_once('\n').unwrap_or((entry, "true"));
+        entries.push((scope, key, value));
+    }
+    let mut keys: Vec<&str> = entries
+        .iter()
+        .filter(|(scope, key, _)| matches!(*scope, "local" | "worktree") && names_a_program(key))
+        .map(|(_, key, _)| *key)
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut settings = vec!["core.quotePath=false".to_owned()];
+    for key in keys {
+        let theirs: Vec<&str> = entries
+            .iter()
+            .filter(|(scope, k, _)| matches!(*scope, "global" | "system") && *k == key)
+            .map(|(_, _, value)| *value)
+            .collect();
+        let lower = key.to_ascii_lowercase();
+        if matches!(lower.as_str(), "core.hookspath" | "core.fsmonitor") {
+            continue;
+        }
+        if lower.starts_with("credential.") {
+            // An empty helper empties the list; the person's own come after it.
+            settings.push(format!("{key}="));
+            settings.extend(theirs.iter().map(|value| format!("{key}={value}")));
+            continue;
+        }
+        let fallback = match lower.rsplit('.').next().unwrap_or_default() {
+            "gpgsign" => "false",
+            "required" => "false",
+            "sshcommand" => "ssh",
+            "program" if lower == "gpg.program" => "gpg",
+            "allow" => "never",
+            _ => "",
+        };
+        let value = theirs.last().copied().unwrap_or(fallback);
+        settings.push(format!("{key}={value}"));
+    }
+    // Last, so that nothing above turns them back on: git's own transports only (a remote
+    // helper the repository names, `ext::` among them, never runs).
+    for known in ["http", "https", "ssh", "git", "file"] {
+        let key = format!("protocol.{known}.allow");
+        let theirs = entries
+            .iter()
+            .filter(|(scope, k, _)| matches!(*scope, "global" | "system") && *k == key)
+            .map(|(_, _, value)| *value)
+            .next_back();
+        settings.push(format!("{key}={}", theirs.unwrap_or("always")));
+    }
+    settings.push("protocol.allow=never".to_owned());
+    settings.push("protocol.ext.allow=never".to_owned());
+    settings
+}
+
+/// `git` in `dir` (of `git_dir`), without a terminal, hooks, fsmonitor, or the daemon's
+/// environment's `GIT_*` and `SWITCHBOARD_*` variables, with `args`.
+fn git_command(dir: &Path, git_dir: Option<&Path>, args: &[&str]) -> tokio::process::Command {
     #[allow(clippy::disallowed_methods)] // git, not the CLI
     let mut command = tokio::process::Command::new("git");
     command.arg("-C").arg(dir);
@@ -124,8 +285,7 @@ async fn run_git(
     }
     command
         .args(["--literal-pathspecs", "--no-optional-locks"])
-        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false"])
-        .args(["-c", "core.fsmonitor=false"])
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"])
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -139,14 +299,7 @@ async fn run_git(
     }
     // A push never waits for a password nobody will type.
     command.env("GIT_TERMINAL_PROMPT", "0");
-    let output = tokio::time::timeout(GIT_TIMEOUT, command.output())
-        .await
-        .map_err(|_| format!("git {} took more than {} s", args[0], GIT_TIMEOUT.as_secs()))?
-        .map_err(|error| format!("cannot run git ({error}): is it installed?"))?;
-    if output.stdout.len() > MAX_GIT_OUTPUT {
-        return Err(format!("git {} said more than {} MiB", args[0], MAX_GIT_OUTPUT >> 20));
-    }
-    Ok(output)
+    command
 }
 
 /// Makes a worktree for the session `short` (its id's start) from the repository `cwd` is in,
@@ -295,7 +448,10 @@ pub async fn push(worktree: &Worktree, remote: &str) -> Result<Option<String>, S
     let push_key = format!("remote.{remote}.pushurl");
     let url = git(&worktree.repo, &["config", "--get", &push_key]).await.unwrap_or(url);
     let refspec = format!("refs/heads/{0}:refs/heads/{0}", worktree.branch);
-    git(&worktree.repo, &["push", "--quiet", remote, &refspec]).await?;
+    // The remote's program named here: the first `receivepack` in config wins, and the
+    // repository's own comes before anything a `-c` could say.
+    let receive = "--receive-pack=git-receive-pack";
+    git(&worktree.repo, &["push", "--quiet", receive, remote, &refspec]).await?;
     Ok(worktree
         .base_branch
         .as_deref()
@@ -658,6 +814,72 @@ fn untracked_file(root: &Path, path: &str, show: bool) -> FileChange {
     }
     change.patch = Some(patch);
     change
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::{names_a_program, program_overrides};
+
+    #[test]
+    fn program_keys_are_matched_by_section_subsection_and_name() {
+        for key in [
+            "filter.Evil.clean",
+            "filter.evil.process",
+            "merge.m.driver",
+            "gpg.program",
+            "gpg.ssh.program",
+            "credential.https://example.com.helper",
+            "credential.helper",
+            "core.sshcommand",
+            "commit.gpgsign",
+            "protocol.evil.allow",
+        ] {
+            assert!(names_a_program(key), "{key}");
+        }
+        for key in ["user.name", "remote.origin.url", "core.bare", "filter.x", "gpg.format"] {
+            assert!(!names_a_program(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_repositorys_programs_are_taken_back_with_the_persons_own() {
+        let listing = [
+            "global\0user.name\nAlice",
+            "global\0gpg.program\n/usr/bin/my-gpg",
+            "global\0credential.helper\nstore",
+            "local\0core.bare\nfalse",
+            "local\0filter.Evil.clean\ntouch /tmp/x",
+            "local\0gpg.program\n/tmp/evil",
+            "local\0commit.gpgsign\ntrue",
+            "local\0credential.helper\n/tmp/evil",
+            "worktree\0merge.m.driver\n/tmp/evil %A",
+            "local\0protocol.ext.allow\nalways",
+            "",
+        ]
+        .join("\0");
+        let settings = program_overrides(listing.as_bytes());
+        assert_eq!(
+            settings,
+            [
+                "core.quotePath=false",
+                "commit.gpgsign=false",
+                "credential.helper=",
+                "credential.helper=store",
+                "filter.Evil.clean=",
+                "gpg.program=/usr/bin/my-gpg",
+                "merge.m.driver=",
+                "protocol.ext.allow=never",
+                "protocol.http.allow=always",
+                "protocol.https.allow=always",
+                "protocol.ssh.allow=always",
+                "protocol.git.allow=always",
+                "protocol.file.allow=always",
+                "protocol.allow=never",
+                "protocol.ext.allow=never",
+            ]
+        );
+        assert_eq!(program_overrides(b"").len(), 8);
+    }
 }
 
 #[cfg(test)]

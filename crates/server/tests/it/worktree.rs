@@ -261,3 +261,81 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     assert_eq!(git(&repo, &["branch", "--list", &two_branch]).trim(), "");
     server.stop().await;
 }
+
+/// The repository's own config names programs for every git step the daemon takes on a
+/// worktree (filters on checkout, diff and commit, a merge driver, a textconv, signing, ssh, a
+/// credential helper, askpass, the remote's receive-pack): none of them runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repositorys_own_config_runs_no_program() {
+    use switchboard_server::worktree;
+    let scratch = tempfile::tempdir().unwrap();
+    let repo = scratch.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join(".gitattributes"), "* filter=evil merge=evil diff=evil\n").unwrap();
+    switchboard_testkit::git_repository(&repo, &[("a.txt", "one\n")]);
+    let bare = scratch.path().join("remote.git");
+    git(scratch.path(), &["init", "-q", "--bare", bare.to_str().unwrap()]);
+    let ran = scratch.path().join("ran");
+    std::fs::create_dir_all(&ran).unwrap();
+    let touch = |name: &str| format!("touch {}/{name}", ran.display());
+    let askpass = scratch.path().join("askpass.sh");
+    std::fs::write(&askpass, format!("#!/bin/sh\n{}\n", touch("askpass"))).unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&askpass).unwrap().permissions(),
+        0o755,
+    );
+    #[allow(clippy::disallowed_methods)] // the test's own setup
+    let made = std::process::Command::new("chmod").arg("755").arg(&askpass).status().unwrap();
+    assert!(made.success());
+    for (key, value) in [
+        ("user.name", "Test".to_owned()),
+        ("user.email", "test@example.com".to_owned()),
+        ("filter.evil.clean", format!("{}; cat", touch("clean"))),
+        ("filter.evil.smudge", format!("{}; cat", touch("smudge"))),
+        ("filter.evil.process", touch("process")),
+        ("filter.evil.required", "true".to_owned()),
+        ("merge.evil.driver", format!("{}; false", touch("merge"))),
+        ("diff.evil.textconv", format!("{}; cat", touch("textconv"))),
+        ("diff.evil.command", touch("diffcommand")),
+        ("gpg.program", touch("gpg")),
+        ("commit.gpgSign", "true".to_owned()),
+        ("core.sshCommand", touch("ssh")),
+        ("core.askPass", askpass.display().to_string()),
+        ("credential.helper", format!("!{}", touch("credential"))),
+        ("remote.local.url", bare.display().to_string()),
+        ("remote.local.receivepack", format!("{}; git-receive-pack", touch("receivepack"))),
+    ] {
+        git(&repo, &["config", key, &value]);
+    }
+    let (tree, cwd) = worktree::create(&repo, "evil0001").await.unwrap();
+    std::fs::write(cwd.join("a.txt"), "two\n").unwrap();
+    std::fs::write(cwd.join("b.txt"), "new\n").unwrap();
+    let diff = worktree::diff(&tree).await.unwrap();
+    assert!(!diff.is_empty());
+    worktree::commit(&tree, "the session's change").await.unwrap();
+    let pushed = worktree::push(&tree, "local").await;
+    assert!(pushed.is_ok(), "{pushed:?}");
+    // A change on the base branch too, so that the merge merges (through the driver, if any).
+    std::fs::write(repo.join("a.txt"), "three\n").unwrap();
+    let plain = [
+        "-c",
+        "filter.evil.process=",
+        "-c",
+        "filter.evil.clean=",
+        "-c",
+        "filter.evil.required=false",
+        "-c",
+        "commit.gpgSign=false",
+    ];
+    git(&repo, &[&plain[..], &["commit", "-q", "-am", "base moves"]].concat());
+    let merged = worktree::merge(&tree, worktree::MergeMode::Merge).await;
+    std::fs::write(cwd.join("c.txt"), "more\n").unwrap();
+    worktree::discard(&tree).await.unwrap();
+    let ran: Vec<String> = std::fs::read_dir(&ran)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(ran.is_empty(), "the repository's programs ran: {ran:?} (merge: {merged:?})");
+    // The repository's merge driver is not run: its file merges as a conflict.
+    assert!(merged.is_err(), "{merged:?}");
+}
