@@ -15,6 +15,7 @@
 //! nats_url = "nats://bus.internal:4222" # SWITCHBOARD_NATS_URL (serve --nats-url)
 //! roots = ["/srv/repos"]            # SWITCHBOARD_ROOTS, ':' between (serve --root)
 //! capacity = 40                     # SWITCHBOARD_CAPACITY (serve --capacity)
+//! max_running = 32                  # SWITCHBOARD_MAX_RUNNING (serve --max-running)
 //! ```
 
 use std::path::PathBuf;
@@ -40,6 +41,7 @@ struct Config {
     nats_url: Option<String>,
     roots: Option<Vec<PathBuf>>,
     capacity: Option<u32>,
+    max_running: Option<u32>,
 }
 
 /// Where the config file is looked for.
@@ -102,6 +104,7 @@ pub(crate) fn apply() -> Result<(), String> {
             "SWITCHBOARD_CAPACITY",
             config.capacity.map(|capacity| PathBuf::from(capacity.to_string())),
         ),
+        ("SWITCHBOARD_MAX_RUNNING", config.max_running.map(|max| PathBuf::from(max.to_string()))),
         (
             "SWITCHBOARD_DAILY_BUDGET_USD",
             config.daily_budget_usd.map(|usd| PathBuf::from(usd.to_string())),

@@ -117,6 +117,17 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     capacity: Option<u32>,
+    /// The most sessions this daemon runs at once (default 32; each CLI takes about 200 MiB
+    /// and its tools more): past it a new session, a resume or a relay CLI is refused with
+    /// 503 and why, and other nodes place nothing here. Warm CLIs (`--warm`) come on top, at
+    /// most as many.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SWITCHBOARD_MAX_RUNNING",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_running: Option<u32>,
 }
 
 /// A node's name: 1 to 64 letters, digits, `.`, `_` or `-`.
@@ -319,6 +330,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
                 .map(|root| std::path::absolute(root).unwrap_or_else(|_| root.clone()))
                 .collect(),
             capacity: args.capacity.map(|capacity| capacity as usize),
+            max_running: args.max_running.map(|max| max as usize),
         },
     };
     let daemon = Daemon::open(shared, config).await.map_err(|error| {

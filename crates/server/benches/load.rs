@@ -417,6 +417,7 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
         env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
         // Every permission request allowed, as in the real-CLI runs of issue 17.
         default_policy: Some(switchboard_session::Policy::allow_all()),
+        placement: unlimited(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
@@ -534,6 +535,7 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
             default_policy: Some(switchboard_session::Policy::allow_all()),
             node: Some(node),
             bus,
+            placement: unlimited(),
             ..DaemonConfig::default()
         };
         let daemon = Daemon::open(store, config).await.unwrap();
@@ -687,7 +689,11 @@ async fn child_baseline(params: Params) -> Value {
 async fn child_idle(params: Params) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
-    let config = DaemonConfig { claude: Some(fake_claude()), ..DaemonConfig::default() };
+    let config = DaemonConfig {
+        claude: Some(fake_claude()),
+        placement: unlimited(),
+        ..DaemonConfig::default()
+    };
     let daemon = Daemon::open(store, config).await.unwrap();
     // Warm up allocator and runtime with one session first.
     let warm = daemon
@@ -738,6 +744,7 @@ async fn child_finished(params: Params) -> Value {
     let config = DaemonConfig {
         claude: Some(fake_claude()),
         env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
+        placement: unlimited(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
@@ -934,4 +941,9 @@ fn main() {
             finished["kib_per_session"].as_f64().unwrap_or(0.0),
         );
     }
+}
+
+/// A bench daemon runs as many sessions as the bench asks (no `--max-running`).
+fn unlimited() -> switchboard_server::daemon::Placement {
+    switchboard_server::daemon::Placement { max_running: Some(usize::MAX), ..Default::default() }
 }

@@ -188,7 +188,11 @@ async fn serve_switchboard() -> Value {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
     let policy = switchboard_session::Policy::allow_all();
-    let config = DaemonConfig { default_policy: Some(policy), ..DaemonConfig::default() };
+    let config = DaemonConfig {
+        default_policy: Some(policy),
+        placement: unlimited(),
+        ..DaemonConfig::default()
+    };
     let daemon = Daemon::open(store.clone(), config).await.unwrap();
     let auth = AuthConfig::no_auth();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -651,4 +655,9 @@ fn main() {
             rss.join(" / "),
         );
     }
+}
+
+/// A bench daemon runs as many sessions as the bench asks (no `--max-running`).
+fn unlimited() -> switchboard_server::daemon::Placement {
+    switchboard_server::daemon::Placement { max_running: Some(usize::MAX), ..Default::default() }
 }

@@ -212,11 +212,31 @@ pub struct Placement {
     /// The most sessions it runs at once ([`DEFAULT_CAPACITY`] when `None`); a node at it
     /// takes no session placed by load.
     pub capacity: Option<usize>,
+    /// The most sessions it runs at once, for good ([`DEFAULT_MAX_RUNNING`] when `None`,
+    /// `serve --max-running`): past it a new session, a resume or a relay CLI is refused
+    /// (`503 max_running`, with why), and the others place nothing here.
+    pub max_running: Option<usize>,
+}
+
+impl Placement {
+    /// [`Placement::max_running`], or its default.
+    pub fn max_running(&self) -> usize {
+        self.max_running.unwrap_or(DEFAULT_MAX_RUNNING)
+    }
+
+    /// The most sessions placed here by load: the capacity, never past the limit.
+    pub fn capacity(&self) -> usize {
+        self.capacity.unwrap_or(DEFAULT_CAPACITY).min(self.max_running())
+    }
 }
 
 /// A node's capacity when it gives none: what a host of ordinary size runs (each CLI takes
 /// about 200 MiB).
 pub const DEFAULT_CAPACITY: usize = 100;
+
+/// The most sessions a daemon runs at once when it is not told (each CLI takes about 200 MiB,
+/// and its tools more): 100 started at once took one host to 20 GB.
+pub const DEFAULT_MAX_RUNNING: usize = 32;
 
 /// Whether `text` is a version as a CLI says it and a request names it: digits and dots
 /// (`2.1.330`), starting with a digit, at most 64 bytes.
@@ -506,6 +526,14 @@ pub enum DaemonError {
     /// Something the daemon waited on did not finish in time (a slow disk): try again.
     #[error("{0}")]
     Busy(String),
+    /// The daemon runs as many sessions as it may ([`Placement::max_running`]).
+    #[error("{running} sessions run on this daemon, the most it runs at once (serve --max-running {max}); stop one, or raise the limit")]
+    MaxRunning {
+        /// Sessions running or starting.
+        running: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The CLI cannot put the files back (no checkpoint for that message, checkpointing off,
     /// the session working).
     #[error("{0}")]
@@ -596,6 +624,15 @@ mod via_tests {
         assert_eq!(who, "token phone (api via beta)");
         assert_eq!(crate::budget::token_of(&who), Some("phone"));
         assert_eq!(super::via("alice", "beta"), "alice via beta");
+    }
+}
+
+/// A session admitted to start ([`Daemon::admit_run`]), until it has.
+struct Admitted(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -855,6 +892,9 @@ pub struct Daemon {
     worktree_ops: tokio::sync::Mutex<()>,
     /// The places and the byte budget of the clients that follow sessions and dashboards.
     watchers: Arc<crate::watchers::Watchers>,
+    /// Sessions between their admission ([`Daemon::admit_run`]) and their start, when
+    /// [`Daemon::running_count`] counts them.
+    starting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -877,6 +917,15 @@ impl Daemon {
             config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
         let (record_queue, records) = mpsc::unbounded_channel();
         let warm_total: usize = config.warm.iter().map(|spec| spec.count).sum();
+        let max_running = config.placement.max_running();
+        if max_running == 0 {
+            return Err(DaemonError::Invalid("max_running is at least 1".into()));
+        }
+        if warm_total > max_running {
+            return Err(DaemonError::Invalid(format!(
+                "{warm_total} warm CLIs asked for, more than the {max_running} sessions this daemon runs at once (serve --max-running)"
+            )));
+        }
         if warm_total > MAX_WARM_CLIS {
             return Err(DaemonError::Invalid(format!(
                 "{warm_total} warm CLIs asked for; at most {MAX_WARM_CLIS} (each idle CLI holds about 200 MiB)"
@@ -903,6 +952,7 @@ impl Daemon {
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),
+            starting: Arc::default(),
             budgets,
             link_key,
             notifier,
@@ -989,7 +1039,7 @@ impl Daemon {
                         .iter()
                         .map(|root| root.display().to_string())
                         .collect(),
-                    capacity: daemon.config.placement.capacity.unwrap_or(DEFAULT_CAPACITY),
+                    capacity: daemon.config.placement.capacity(),
                     cli_version: daemon.cli_version.get().cloned(),
                 })
             });
@@ -1146,6 +1196,7 @@ impl Daemon {
     ) -> Result<(SessionRecord, Arc<switchboard_transport::sdk_url::IngressSlot>), DaemonError>
     {
         self.check_serving()?;
+        let _admitted = self.admit_run()?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -1295,6 +1346,20 @@ impl Daemon {
         self.command(id, SessionCommand::SetMode { mode }).await
     }
 
+    /// Admits one more running session under [`Placement::max_running`]: held until the
+    /// session has started (it is then counted as running) or failed to.
+    fn admit_run(&self) -> Result<Admitted, DaemonError> {
+        use std::sync::atomic::Ordering;
+        let max = self.config.placement.max_running();
+        let starting = self.starting.fetch_add(1, Ordering::SeqCst);
+        let admitted = Admitted(self.starting.clone());
+        let running = self.running_count() + starting;
+        if running >= max {
+            return Err(DaemonError::MaxRunning { running, max });
+        }
+        Ok(admitted)
+    }
+
     /// How many sessions' CLIs run here now.
     pub fn running_count(&self) -> usize {
         self.sessions
@@ -1371,7 +1436,7 @@ impl Daemon {
         }
         let load = |running: usize, capacity: usize| running as f64 / capacity.max(1) as f64;
         let placement = &self.config.placement;
-        let capacity = placement.capacity.unwrap_or(DEFAULT_CAPACITY);
+        let capacity = placement.capacity();
         let running = self.running_count();
         // Other nodes that could run it: (load, name, has room).
         let others: Vec<(f64, &str, bool)> = nodes
@@ -2060,6 +2125,7 @@ impl Daemon {
         request: CreateSession,
         launch: Launch,
     ) -> Result<SessionRecord, DaemonError> {
+        let _admitted = self.admit_run()?;
         let (config, transport) = self
             .session_config(
                 &launch,
@@ -2130,6 +2196,7 @@ impl Daemon {
         if self.live(id).is_some_and(|live| live.handle().is_some()) {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }
+        let _admitted = self.admit_run()?;
         let mut record = self
             .store
             .get_session(id)

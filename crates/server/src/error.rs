@@ -109,6 +109,9 @@ fn known_code(code: &str) -> &'static str {
         "store_error",
         "shutting_down",
         "unavailable",
+        "max_running",
+        "too_many_subscribers",
+        "timeout",
         "internal",
     ];
     CODES.iter().find(|known| **known == code).copied().unwrap_or("remote_error")
@@ -152,6 +155,11 @@ impl From<DaemonError> for ApiError {
             DaemonError::Internal(_) => ApiError::internal(error.to_string()),
             DaemonError::Budget(_) => ApiError::conflict("budget_reached", error.to_string()),
             DaemonError::Worktree(_) => ApiError::conflict("worktree", error.to_string()),
+            DaemonError::MaxRunning { .. } => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "max_running",
+                message: error.to_string(),
+            },
             DaemonError::Busy(_) => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "unavailable",

@@ -410,3 +410,49 @@ async fn a_named_token_has_a_limit_of_followers() {
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     health_within_a_second(&address).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_running_a_start_is_refused_with_why() {
+    use futures::StreamExt;
+    let api =
+        switchboard_testkit::FakeApi::start(switchboard_testkit::Scenario::new()).await.unwrap();
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = super::Server::start_with(store, &api, &sandbox, |config| {
+        config.placement.max_running = Some(2);
+    })
+    .await;
+    // Two relay CLIs run (each a session of this daemon's).
+    let _first = server.relay_cli().await;
+    let _second = server.relay_cli().await;
+    let deadline = tokio::time::Instant::now() + super::WAIT;
+    while server.daemon.running_count() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the relay sessions never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A third session is refused, saying why, before any CLI starts.
+    let (status, body) = server
+        .post("/api/sessions", serde_json::json!({"cwd": sandbox.workdir(), "prompt": "hi"}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "max_running", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--max-running 2"), "{message}");
+    // So is a third relay CLI: its socket is closed with the reason.
+    let mut third = server.relay_cli().await;
+    let closed = tokio::time::timeout(super::WAIT, async {
+        loop {
+            match third.next().await {
+                Some(Ok(tokio_tungstenite::tungstenite::Message::Close(Some(close)))) => {
+                    return close.reason.to_string()
+                }
+                Some(Ok(_)) => {}
+                other => panic!("closed without a reason: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the third relay CLI is told");
+    assert!(closed.contains("max-running"), "{closed}");
+    assert_eq!(server.daemon.running_count(), 2);
+}
