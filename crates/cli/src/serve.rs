@@ -36,9 +36,14 @@ pub(crate) struct ServeArgs {
     /// syntax), or `auto-approve` to allow everything (as the agents-ui relay protocol's relays do).
     #[arg(long, value_name = "FILE|auto-approve", env = "SWITCHBOARD_POLICY")]
     policy: Option<PathBuf>,
-    /// The API token (default: the one in the data directory, generated on first start).
+    /// The API token (default: the one in the data directory, generated on first start). A
+    /// command line is readable by every local user: prefer --token-file, or
+    /// SWITCHBOARD_TOKEN.
     #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the API token from FILE (its first line), not from the command line.
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     /// Serve without a token. Refused unless listening on loopback.
     #[arg(long)]
     no_auth: bool,
@@ -47,6 +52,9 @@ pub(crate) struct ServeArgs {
     /// directory (`ingress-token`), never the API token: a CLI's environment is its tools'.
     #[arg(long, value_name = "TOKEN", env = "SWITCHBOARD_INGRESS_TOKEN", hide_env_values = true)]
     ingress_token: Option<String>,
+    /// Read the relay's ingress token from FILE (its first line), not from the command line.
+    #[arg(long, value_name = "FILE", conflicts_with = "ingress_token")]
+    ingress_token_file: Option<PathBuf>,
     /// A browser origin (besides the daemon's own) allowed to open WebSockets.
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
@@ -218,12 +226,22 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     data_dir
         .create()
         .map_err(|error| (1, format!("cannot create {}: {error}", data_dir.path().display())))?;
+    let given_token = match &args.token_file {
+        Some(file) => Some(secret_from_file(file, "--token-file").map_err(|message| (2, message))?),
+        None => args.token.clone(),
+    };
+    let given_ingress = match &args.ingress_token_file {
+        Some(file) => {
+            Some(secret_from_file(file, "--ingress-token-file").map_err(|message| (2, message))?)
+        }
+        None => args.ingress_token.clone(),
+    };
     let (token, ingress_token) = if args.no_auth {
-        (None, args.ingress_token.clone())
+        (None, given_ingress)
     } else {
-        let api = data_dir.api_token(args.token.as_deref()).map_err(|message| (1, message))?;
+        let api = data_dir.api_token(given_token.as_deref()).map_err(|message| (1, message))?;
         let ingress = data_dir
-            .ingress_token(args.ingress_token.as_deref(), &api)
+            .ingress_token(given_ingress.as_deref(), &api)
             .map_err(|message| (2, message))?;
         (Some(api), Some(ingress))
     };
@@ -463,4 +481,33 @@ fn public_url(given: Option<&str>, address: std::net::SocketAddr) -> Result<Stri
         Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(url.to_owned()),
         _ => Err((2, format!("--public-url must be an http:// or https:// address, not {url:?}"))),
     }
+}
+
+/// The largest token file read.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// A token from `file` (`flag` names where it came from): its first line, trimmed; a file that
+/// is not a regular file, is larger than [`MAX_TOKEN_FILE_BYTES`] or holds no token is refused
+/// with why, never with what it holds.
+fn secret_from_file(file: &std::path::Path, flag: &str) -> Result<String, String> {
+    use std::io::Read;
+    let shown = file.display();
+    let opened = std::fs::File::open(file).map_err(|error| format!("{flag} {shown}: {error}"))?;
+    let meta = opened.metadata().map_err(|error| format!("{flag} {shown}: {error}"))?;
+    if !meta.is_file() {
+        return Err(format!("{flag} {shown}: not a regular file"));
+    }
+    if meta.len() > MAX_TOKEN_FILE_BYTES {
+        return Err(format!("{flag} {shown}: larger than {MAX_TOKEN_FILE_BYTES} bytes"));
+    }
+    let mut text = String::new();
+    opened
+        .take(MAX_TOKEN_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|error| format!("{flag} {shown}: {error}"))?;
+    let token = text.lines().next().unwrap_or_default().trim().to_owned();
+    if token.is_empty() {
+        return Err(format!("{flag} {shown}: the file holds no token (its first line is empty)"));
+    }
+    Ok(token)
 }

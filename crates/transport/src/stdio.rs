@@ -169,8 +169,12 @@ impl CliOptions {
         if let Some(prompt) = &self.append_system_prompt {
             flag("append-system-prompt", prompt);
         }
-        for config in &self.mcp_config {
-            flag("mcp-config", config);
+        for (at, config) in self.mcp_config.iter().enumerate() {
+            match inline_mcp_config_fd(at, config) {
+                // JSON (with its servers' secrets): handed over on a descriptor, never in argv.
+                Some(fd) => flag("mcp-config", &format!("/proc/self/fd/{fd}")),
+                None => flag("mcp-config", config),
+            }
         }
         for dir in &self.add_dirs {
             flag("add-dir", &dir.display().to_string());
@@ -508,9 +512,23 @@ pub(crate) fn start(options: &CliOptions) -> Result<(Child, CliRun), TransportEr
 /// The file descriptor a secret reaches the CLI on ([`start_with_secret`]).
 pub const SECRET_FD: i32 = 3;
 
+/// Where the CLI reads its first inline `--mcp-config` (JSON, not a file's path): its
+/// configs' servers' `env` and `headers` are often secrets, and a command line is readable by
+/// every local user (`/proc/PID/cmdline`). The `n`th config (from 0) is on descriptor
+/// `MCP_CONFIG_FD + n`, named as `/proc/self/fd/N`, an anonymous memory file like
+/// [`SECRET_FD`]'s.
+pub const MCP_CONFIG_FD: i32 = 10;
+
+/// The descriptor the `at`th `--mcp-config` is handed over on, when it is JSON.
+fn inline_mcp_config_fd(at: usize, config: &str) -> Option<i32> {
+    let at = i32::try_from(at).ok()?;
+    config.trim_start().starts_with('{').then_some(MCP_CONFIG_FD + at)
+}
+
 /// Starts the CLI; with `secret`, hands it over on file descriptor [`SECRET_FD`], named by
 /// `secret.0`, the variable the CLI reads the descriptor's number from: the secret is never in
-/// the CLI's environment (`/proc/PID/environ`), nor in its tools', which inherit that.
+/// the CLI's environment (`/proc/PID/environ`), nor in its tools', which inherit that. Each
+/// inline `--mcp-config` goes the same way, on [`MCP_CONFIG_FD`] and on, never in argv.
 ///
 /// The descriptor is an anonymous memory file (`memfd`), not a pipe: the CLI reads it again
 /// through `/proc/self/fd/3` each time it reconnects (2.1.37 does), and a pipe is empty after
@@ -529,32 +547,43 @@ pub(crate) fn start_with_secret(
     let run_id = crate::procs::new_run_id();
     let mut command = cli_command(options);
     command.env(crate::procs::RUN_VARIABLE, &run_id);
-    // Held until the child is spawned; its own copy is made in the child.
-    let mut handed = None;
+    let spawn_error =
+        |source: std::io::Error| TransportError::Spawn { program: program.clone(), source };
+    // What the child gets on descriptors of its own: the secret, and each inline MCP config.
+    let mut handed: Vec<(std::os::fd::OwnedFd, i32)> = Vec::new();
     if let Some((variable, secret)) = secret {
-        let spawn_error =
-            |source: std::io::Error| TransportError::Spawn { program: program.clone(), source };
-        let read = secret_file(secret).map_err(spawn_error)?;
-        let raw = std::os::fd::AsRawFd::as_raw_fd(&read);
+        handed.push((secret_file(secret).map_err(spawn_error)?, SECRET_FD));
         command.env(variable, SECRET_FD.to_string());
+    }
+    for (at, config) in options.mcp_config.iter().enumerate() {
+        if let Some(fd) = inline_mcp_config_fd(at, config) {
+            handed.push((secret_file(config).map_err(spawn_error)?, fd));
+        }
+    }
+    if !handed.is_empty() {
+        let moves: Vec<(i32, i32)> =
+            handed.iter().map(|(file, to)| (std::os::fd::AsRawFd::as_raw_fd(file), *to)).collect();
         // SAFETY: runs in the child between fork and exec; `dup2` and `fcntl` are
-        // async-signal-safe system calls, and nothing is allocated.
+        // async-signal-safe system calls, and nothing is allocated (the moves were made
+        // before the fork). Every source descriptor is above every target ([`secret_file`]
+        // makes them so), so no move overwrites another's source.
         unsafe {
             command.pre_exec(move || {
-                let done = if raw == SECRET_FD {
-                    // Already there: only its close-on-exec flag goes.
-                    nix::libc::fcntl(raw, nix::libc::F_SETFD, 0)
-                } else {
-                    // The copy is not closed on exec.
-                    nix::libc::dup2(raw, SECRET_FD)
-                };
-                if done < 0 {
-                    return Err(std::io::Error::last_os_error());
+                for &(raw, to) in &moves {
+                    let done = if raw == to {
+                        // Already there: only its close-on-exec flag goes.
+                        nix::libc::fcntl(raw, nix::libc::F_SETFD, 0)
+                    } else {
+                        // The copy is not closed on exec.
+                        nix::libc::dup2(raw, to)
+                    };
+                    if done < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
         }
-        handed = Some(read);
     }
     let spawned = command.spawn();
     drop(handed);
@@ -571,6 +600,9 @@ pub(crate) fn start_with_secret(
     Ok((child, CliRun { pid, start_time, run_id }))
 }
 
+/// The lowest descriptor [`secret_file`] returns: above every one a child is handed.
+const HANDED_ABOVE: i32 = 64;
+
 /// An anonymous memory file (close-on-exec, sealed) holding `secret`.
 #[allow(unsafe_code)] // `memfd_create`, whose descriptor is owned at once
 fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
@@ -584,6 +616,12 @@ fn secret_file(secret: &str) -> std::io::Result<std::os::fd::OwnedFd> {
     }
     // SAFETY: `fd` was just created and is owned by nothing else.
     let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // Above every descriptor a child is handed ([`SECRET_FD`], [`MCP_CONFIG_FD`] and on), so
+    // that moving one there never overwrites another.
+    let high = nix::fcntl::fcntl(&owned, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(HANDED_ABOVE))
+        .map_err(std::io::Error::from)?;
+    // SAFETY: `high` was just made by `fcntl` and is owned by nothing else.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
     let mut file = std::fs::File::from(owned);
     file.write_all(secret.as_bytes())?;
     // Sealed: neither the CLI nor a tool that inherits it can change or empty it (which would

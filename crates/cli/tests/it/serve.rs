@@ -362,6 +362,63 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
     assert_eq!(still.status().as_u16(), 200);
 }
 
+/// `--token-file` and `--ingress-token-file`: the tokens work, and neither is on the daemon's
+/// command line (which every local user can read); a file that holds no token is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_from_files_stay_off_the_command_line() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let secrets = tempfile::tempdir().unwrap();
+    let token_file = secrets.path().join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let ingress = "ingress-from-a-file-0123456789";
+    let ingress_file = secrets.path().join("ingress");
+    std::fs::write(&ingress_file, ingress).unwrap();
+    let (token_arg, ingress_arg) =
+        (token_file.display().to_string(), ingress_file.display().to_string());
+    let daemon = start_daemon(
+        data.path(),
+        &api,
+        &sandbox,
+        &["--token-file", &token_arg, "--ingress-token-file", &ingress_arg],
+    )
+    .await;
+    let ok = reqwest::Client::new()
+        .get(format!("{}/api/health", daemon.url))
+        .bearer_auth(TOKEN)
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+    let pid = daemon.child.id().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    assert!(cmdline.contains("--token-file"), "{cmdline}");
+    assert!(!cmdline.contains(TOKEN) && !cmdline.contains(ingress), "{cmdline}");
+
+    let empty = secrets.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    for (file, says) in
+        [(empty.as_path(), "holds no token"), (secrets.path(), "not a regular file")]
+    {
+        #[allow(clippy::disallowed_methods)] // tests run our own binary
+        let refused = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(file)
+            .arg("--data-dir")
+            .arg(secrets.path().join("data"))
+            .env_remove("SWITCHBOARD_TOKEN")
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(2));
+        let error = String::from_utf8_lossy(&refused.stderr);
+        assert!(error.contains(says), "{error}");
+    }
+}
+
 /// `sessions tail` follows a live session (gap-free, in order) while `deny` answers its
 /// permission request with a message the model gets back; `tail --after N --json` resumes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -456,3 +456,54 @@ async fn past_max_running_a_start_is_refused_with_why() {
     assert!(closed.contains("max-running"), "{closed}");
     assert_eq!(server.daemon.running_count(), 2);
 }
+
+/// Every process's command line (`/proc/PID/cmdline`, readable by every local user), as text.
+fn command_lines() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let line = std::fs::read(entry.path().join("cmdline")).ok()?;
+            Some(String::from_utf8_lossy(&line).replace('\0', " "))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_mcp_configs_secrets_are_not_on_the_clis_command_line() {
+    let api = switchboard_testkit::FakeApi::start(
+        switchboard_testkit::Scenario::new().fallback("ready."),
+    )
+    .await
+    .unwrap();
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = super::Server::start(store, &api, &sandbox).await;
+    let marker = format!("argv-secret-{}", std::process::id());
+    let mcp = serde_json::json!({"mcpServers": {"search": {
+        "command": "/bin/true", "env": {"API_KEY": marker}
+    }}});
+    let (status, created) = server
+        .post(
+            "/api/sessions",
+            serde_json::json!({"cwd": sandbox.workdir(), "mcp_config": [mcp.to_string()], "prompt": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    // The CLI read the config (its init names the server) from its descriptor...
+    let frames = ws.until(|frame| frame["event"]["line"]["subtype"] == "init").await;
+    let init = &frames.last().unwrap()["event"]["line"];
+    let servers = init["mcp_servers"].to_string();
+    assert!(servers.contains("search"), "the CLI has the MCP server: {init}");
+    // ...and no command line on the machine holds the secret, while the CLI's names it.
+    let lines = command_lines();
+    assert!(
+        lines.iter().any(|line| line.contains("--mcp-config=/proc/self/fd/10")),
+        "the CLI reads its config from a descriptor"
+    );
+    assert!(!lines.iter().any(|line| line.contains(&marker)), "a command line holds the secret");
+    server.daemon.stop(&id, true).await.unwrap();
+}
