@@ -3604,6 +3604,8 @@ struct Pump {
     relayed: bool,
     /// This connection's Claude session ids and their Switchboard sessions.
     seen: HashMap<String, String>,
+    /// When this connection's last rotations were (at most [`RELAY_ROTATIONS_PER_SECOND`]).
+    rotations: std::collections::VecDeque<std::time::Instant>,
     /// Events the store refused for good (the session was stopped for it), not yet noted in
     /// the log (an earlier run's too).
     lost: u64,
@@ -3632,6 +3634,7 @@ impl Drop for Pump {
             relay: self.relay,
             relayed: self.relayed,
             seen: HashMap::new(),
+            rotations: std::collections::VecDeque::new(),
             lost: self.lost,
             cli_run: self.cli_run.take(),
             ended: false,
@@ -3659,7 +3662,21 @@ impl Pump {
             .unwrap_or((false, false));
         let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
         let seen = HashMap::new();
-        Pump { daemon, id, live, run, seq, relay, relayed, seen, lost, cli_run, ended: false }
+        let rotations = std::collections::VecDeque::new();
+        Pump {
+            daemon,
+            id,
+            live,
+            run,
+            seq,
+            relay,
+            relayed,
+            seen,
+            rotations,
+            lost,
+            cli_run,
+            ended: false,
+        }
     }
 
     async fn take(&mut self, mut batch: Vec<SessionEvent>) {
@@ -3706,6 +3723,16 @@ impl Pump {
                 *lost += now.len() as u64;
             }
             if let Some((_, claude_session_id)) = rotation {
+                if let Err(why) = self.may_rotate(&claude_session_id) {
+                    // Its lines go on in the same session: nothing is lost, nothing more made.
+                    tracing::warn!(session = %self.id, "a relay CLI's rotation refused: {why}");
+                    if let Ok(mut record) = self.live.record.lock() {
+                        record.claude_session_id = Some(claude_session_id);
+                    }
+                    rest = later;
+                    continue;
+                }
+                let (daemon, id, live, seq) = (&self.daemon, &self.id, &self.live, &self.seq);
                 let rotated =
                     daemon.rotate(id, live, *seq, &claude_session_id, &mut self.seen).await;
                 match rotated {
@@ -3776,6 +3803,43 @@ impl EventSink for Pump {
 
     fn end(self: Box<Self>) -> SinkFuture<'static> {
         Box::pin(Pump::end(*self))
+    }
+}
+
+/// The most Switchboard sessions one relay connection makes (one per distinct Claude session
+/// id): a CLI whose lines name more goes on in its last session.
+pub const MAX_RELAY_SESSIONS: usize = 16;
+
+/// The most rotations one relay connection makes in a second; faster ones go on in the same
+/// session (the relay's ingress token is in every relay CLI's environment, so its tools have
+/// it: one socket made 300 sessions in under a second).
+pub const RELAY_ROTATIONS_PER_SECOND: usize = 5;
+
+impl Pump {
+    /// Whether this connection may move to `claude_session_id`'s session now, or why not.
+    fn may_rotate(&mut self, claude_session_id: &str) -> Result<(), String> {
+        let known = self.seen.contains_key(claude_session_id);
+        // The current session and those seen before it.
+        if !known && self.seen.len() + 1 >= MAX_RELAY_SESSIONS {
+            return Err(format!(
+                "the connection has {MAX_RELAY_SESSIONS} sessions already (MAX_RELAY_SESSIONS)"
+            ));
+        }
+        let now = std::time::Instant::now();
+        while self
+            .rotations
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= std::time::Duration::from_secs(1))
+        {
+            self.rotations.pop_front();
+        }
+        if self.rotations.len() >= RELAY_ROTATIONS_PER_SECOND {
+            return Err(format!(
+                "more than {RELAY_ROTATIONS_PER_SECOND} rotations in a second (RELAY_ROTATIONS_PER_SECOND)"
+            ));
+        }
+        self.rotations.push_back(now);
+        Ok(())
     }
 }
 

@@ -2,7 +2,8 @@
 //! launched elsewhere with `--sdk-url ws://DAEMON/` connects at `/` (with the ingress token);
 //! frontends connect at `/ws` and get every raw line the CLIs send plus
 //! `{"type":"status","text":"claude code connected"|"claude code disconnected"}`. A frontend's
-//! user message goes to the CLI its `session_id` names (else the most recently connected), and
+//! user message goes to the CLI its `session_id` names (else the one CLI connected; with
+//! several, it is refused), and
 //! its permission answers (both of the protocol's forms) are a person's. Each connection is its
 //! own Switchboard session (stored, steerable, with permissions decided by the daemon's policy
 //! or a person; `auto-approve` is a policy), so nothing about it is lost either.
@@ -217,7 +218,8 @@ pub(crate) const MAX_LINES_PER_FRAME: usize = 64;
 pub(crate) const RELAY_FRONTEND: &str = "relay frontend";
 
 /// What a frontend sent, to the CLI: user messages (to the CLI whose Claude session id they
-/// name, else the most recent one) and interrupts go through the session (so they are logged);
+/// name, else the one CLI connected; with several, one that names none is refused) and
+/// interrupts go through the session (so they are logged);
 /// a permission answer, in either of the relay protocol's forms, is a person's decision;
 /// anything else is refused with a status line. An answer needs the `approve` scope, the rest
 /// `operate`.
@@ -263,15 +265,22 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
         let result = match Message::decode(line.as_bytes()) {
             Ok(Message::User(user)) => {
                 // Routed by the Claude session id it names, as the relay protocol routes; one
-                // that names none goes to the newest CLI.
+                // that names none goes to the one CLI connected, and is refused when there
+                // are several (it could reach a CLI it was not meant for).
                 let named = user.session_id.clone().filter(|id| !id.is_empty());
+                let connected = daemon.relay_handles();
                 let handle = match &named {
-                    None => Some(current.clone()),
-                    Some(named) => {
-                        daemon.relay_handles().into_iter().find_map(|(id, claude, handle)| {
-                            (claude.as_deref() == Some(named.as_str())).then_some((id, handle))
-                        })
+                    None if connected.len() > 1 => {
+                        replies.push(status(&format!(
+                            "{} claude codes are connected: name the one this message is for with its session_id",
+                            connected.len()
+                        )));
+                        continue;
                     }
+                    None => Some(current.clone()),
+                    Some(named) => connected.into_iter().find_map(|(id, claude, handle)| {
+                        (claude.as_deref() == Some(named.as_str())).then_some((id, handle))
+                    }),
                 };
                 match handle {
                     Some((id, handle)) => {

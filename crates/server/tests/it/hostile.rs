@@ -507,3 +507,115 @@ async fn an_inline_mcp_configs_secrets_are_not_on_the_clis_command_line() {
     assert!(!lines.iter().any(|line| line.contains(&marker)), "a command line holds the secret");
     server.daemon.stop(&id, true).await.unwrap();
 }
+
+/// A relay CLI at `/` that has answered the daemon's `initialize`.
+async fn relay_cli_ready(
+    server: &super::Server,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let mut cli = server.relay_cli().await;
+    let deadline = tokio::time::Instant::now() + super::WAIT;
+    let initialize = loop {
+        let frame = tokio::time::timeout_at(deadline, cli.next()).await.expect("an initialize");
+        match frame {
+            Some(Ok(WsMessage::Text(text))) => {
+                let frame: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+                if frame["request"]["subtype"] == "initialize" {
+                    break frame;
+                }
+            }
+            Some(Ok(_)) => {}
+            other => panic!("the relay socket ended before initialize: {other:?}"),
+        }
+    };
+    let answer = serde_json::json!({"type": "control_response", "response": {"subtype": "success",
+        "request_id": initialize["request_id"], "response": {}}});
+    cli.send(WsMessage::Text(format!("{answer}\n").into())).await.unwrap();
+    cli
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_connection_cannot_flood_sessions_or_take_anothers_prompt() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    let api =
+        switchboard_testkit::FakeApi::start(switchboard_testkit::Scenario::new()).await.unwrap();
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = super::Server::start(store, &api, &sandbox).await;
+    let mut frontend = server.ws(&format!("/ws?token={}", super::TOKEN)).await;
+    let cli = relay_cli_ready(&server).await;
+    let (mut cli, mut incoming) = cli.split();
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = incoming.next().await {} });
+    // One socket announces 40 Claude sessions at once, a line in each.
+    for at in 0..40 {
+        let session = format!("flood-{at}");
+        let init = serde_json::json!({"type": "system", "subtype": "init", "session_id": session,
+            "cwd": "/tmp/relayed", "model": "claude-opus-5-5", "permissionMode": "default",
+            "tools": [], "uuid": format!("init-{at}")});
+        let text = serde_json::json!({"type": "assistant", "session_id": session,
+            "parent_tool_use_id": null, "uuid": format!("text-{at}"), "message": {
+            "id": format!("m-{at}"), "role": "assistant",
+            "content": [{"type": "text", "text": format!("line {at}")}]}});
+        cli.send(WsMessage::Text(format!("{init}\n{text}\n").into())).await.unwrap();
+    }
+    frontend.until(|frame| frame["uuid"] == "text-39").await;
+    let (_, sessions) = server.get("/api/sessions").await;
+    let relays: Vec<&serde_json::Value> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["config"]["transport"] == "relay")
+        .collect();
+    // At most RELAY_ROTATIONS_PER_SECOND rotations in the second it took (and never more than
+    // MAX_RELAY_SESSIONS), not 40 sessions.
+    assert!(
+        relays.len() <= switchboard_server::daemon::MAX_RELAY_SESSIONS,
+        "{} sessions from one socket",
+        relays.len()
+    );
+    assert!(relays.len() < 40, "{} sessions from one socket", relays.len());
+    // Every line is stored in one of them.
+    let mut texts = Vec::new();
+    for session in &relays {
+        let (_, events) =
+            server.get(&format!("/api/sessions/{}/events", session["id"].as_str().unwrap())).await;
+        for event in events.as_array().unwrap() {
+            if let Some(text) = event["event"]["line"]["message"]["content"][0]["text"].as_str() {
+                texts.push(text.to_owned());
+            }
+        }
+    }
+    texts.sort();
+    let mut expected: Vec<String> = (0..40).map(|at| format!("line {at}")).collect();
+    expected.sort();
+    assert_eq!(texts, expected, "no line lost");
+
+    // With a second CLI connected, a prompt that names no session is refused, saying why.
+    let _second = relay_cli_ready(&server).await;
+    let deadline = tokio::time::Instant::now() + super::WAIT;
+    while server.daemon.relay_handles().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the second CLI never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    frontend
+        .socket
+        .send(WsMessage::Text(
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "for whom?"},
+                "parent_tool_use_id": null, "session_id": ""})
+            .to_string()
+            .into(),
+        ))
+        .await
+        .unwrap();
+    frontend
+        .until(|frame| {
+            frame["type"] == "status"
+                && frame["text"]
+                    .as_str()
+                    .is_some_and(|text| text.contains("2 claude codes are connected"))
+        })
+        .await;
+    reader.abort();
+}
