@@ -65,8 +65,9 @@ await step("node b's new-session form starts a session on node a", async () => {
   await choice.waitFor();
   const options = await choice.locator('option').allTextContents();
   assert.equal(options.length, 3, options.join(' | '));
-  assert.match(options[1], /^a · Claude Code 2\.1\.330 · 1\/100 running$/);
-  assert.match(options[2], /^b · Claude Code 2\.1\.330 · 0\/100 running · this node$/);
+  // Its capacity is its --max-running (32 by default) when that is lower than --capacity.
+  assert.match(options[1], /^a · Claude Code 2\.1\.330 · 1\/32 running$/);
+  assert.match(options[2], /^b · Claude Code 2\.1\.330 · 0\/32 running · this node$/);
   await page.fill('.new-session [name=cwd]', cwd);
   await page.fill('.new-session [name=prompt]', 'PLACED by the form');
   await choice.locator('select').selectOption('a');

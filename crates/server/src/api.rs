@@ -216,7 +216,7 @@ fn ingress_slot(
     if slot.accepts(crate::auth::bearer(headers).unwrap_or("")) {
         Ok(slot)
     } else {
-        Err(ApiError::unauthorized())
+        Err(ApiError::unauthorized_bearer("the session's CLI token"))
     }
 }
 

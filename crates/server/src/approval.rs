@@ -10,17 +10,16 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
-use switchboard_session::{AnswerBehavior, PendingPermission, PermissionAnswer};
+use switchboard_session::{
+    AnswerBehavior, Behavior, DecidedBy, PendingPermission, PermissionAnswer, SessionEvent,
+};
 
 use crate::daemon::Daemon;
+use crate::decisions::Decision;
 use crate::links::LinkClaim;
 
 /// The longest deny reason taken from the form.
 pub(crate) const MAX_REASON_CHARS: usize = 2000;
-
-/// How far back in a session's log a decision is looked for (a used link's page says who).
-const DECISION_LOOKBACK: usize = 5000;
 
 /// The most of a tool's input the page shows.
 const MAX_INPUT_CHARS: usize = 8000;
@@ -33,8 +32,8 @@ const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 's
 enum Standing {
     /// Waiting: the page offers the answers.
     Waiting(PendingPermission),
-    /// Answered (`behavior`, by whom), or decided otherwise (a timeout, the CLI).
-    Decided { behavior: String, by: String },
+    /// Decided: by a person, the policy, a timeout, the session's end, or the CLI.
+    Decided(Decision),
     /// Past the link's expiry.
     Expired,
     /// Not waiting, and no decision found (the session ended, or the daemon restarted).
@@ -52,8 +51,8 @@ async fn standing(daemon: &Daemon, claim: &LinkClaim) -> Standing {
         }
         return Standing::Waiting(pending);
     }
-    if let Some((behavior, by)) = decision(daemon, claim).await {
-        return Standing::Decided { behavior, by };
+    if let Some(decision) = decision(daemon, claim).await {
+        return Standing::Decided(decision);
     }
     if switchboard_store::now_ms() >= claim.expires_ms {
         Standing::Expired
@@ -62,28 +61,30 @@ async fn standing(daemon: &Daemon, claim: &LinkClaim) -> Standing {
     }
 }
 
-/// The decision on the link's request, from the session's log: its behavior and who made it.
-async fn decision(daemon: &Daemon, claim: &LinkClaim) -> Option<(String, String)> {
-    let events =
-        daemon.store().events_before(&claim.session, u64::MAX, DECISION_LOOKBACK).await.ok()?;
-    events.iter().rev().filter(|record| record.kind == "permission_decided").find_map(|record| {
-        let event: Value = serde_json::from_str(&record.payload).ok()?;
-        if event["request_id"].as_str()? != claim.request {
-            return None;
-        }
-        let by = &event["by"];
-        let by = match by["kind"].as_str() {
-            Some("person") => by["who"].as_str().unwrap_or("a person").to_owned(),
-            Some("policy") => match by["rule"].as_str() {
-                Some(rule) => format!("the policy ({rule})"),
-                None => "the policy".to_owned(),
-            },
-            Some("timeout") => "the timeout".to_owned(),
-            Some(other) => other.replace('_', " "),
-            None => "someone".to_owned(),
+/// The decision on the link's request: as the daemon noted it, or (a request decided before
+/// the daemon started) from the session's log, read once for all its decisions.
+async fn decision(daemon: &Daemon, claim: &LinkClaim) -> Option<Decision> {
+    let decisions = daemon.decisions();
+    if let Some(decision) = decisions.get(&claim.session, &claim.request) {
+        return Some(decision);
+    }
+    if !decisions.scan_once(&claim.session) {
+        return None;
+    }
+    let events = daemon
+        .store()
+        .events_before(&claim.session, u64::MAX, crate::decisions::DECISION_LOOKBACK)
+        .await
+        .ok()?;
+    for record in events.iter().filter(|record| record.kind == "permission_decided") {
+        let Ok(SessionEvent::PermissionDecided { request_id, behavior, by, .. }) =
+            SessionEvent::from_stored(&record.kind, &record.payload)
+        else {
+            continue;
         };
-        Some((event["behavior"].as_str().unwrap_or("decided").to_owned(), by))
-    })
+        decisions.note(&claim.session, &request_id, Decision { behavior, by });
+    }
+    decisions.get(&claim.session, &claim.request)
 }
 
 /// `GET /a/{link}`: the request and its answers, or why there are none. Changes nothing.
@@ -251,20 +252,46 @@ fn refusal(tool: &str, shown: &str) -> Option<String> {
     }
 }
 
-/// The page for a link whose request is not waiting.
+/// The page for a link whose request is not waiting: who or what decided it, in words.
 fn closed(standing: Standing) -> Response {
     match standing {
         Standing::Waiting(_) => html(StatusCode::OK, "Waiting", "<p>Reload to answer.</p>"),
-        Standing::Decided { behavior, by } => {
-            let verb = if behavior == "allow" { "approved" } else { "denied" };
-            html(
-                StatusCode::GONE,
-                "Already answered",
-                &format!(
-                    "<h1>This link was used</h1><p>The request was already {verb} by {}.</p>",
-                    escape(&by)
+        Standing::Decided(Decision { behavior, by }) => {
+            let verb = if behavior == Behavior::Allow { "approved" } else { "denied" };
+            let (title, body) = match by {
+                DecidedBy::Person { who } => (
+                    "Already answered",
+                    format!(
+                        "<h1>This link was used</h1><p>The request was already {verb} by {}.</p>",
+                        escape(&who)
+                    ),
                 ),
-            )
+                DecidedBy::Policy { rule } => (
+                    "Already decided",
+                    format!(
+                        "<h1>The policy decided this request</h1><p>It was {verb} by {}.</p>",
+                        match rule {
+                            Some(rule) => format!("the rule {}", escape(&rule)),
+                            None => "the policy's default".to_owned(),
+                        }
+                    ),
+                ),
+                DecidedBy::Timeout => (
+                    "Timed out",
+                    format!(
+                        "<h1>This request timed out</h1><p>Nobody answered in time, so it was {verb}, as its policy says.</p>"
+                    ),
+                ),
+                DecidedBy::Cancelled | DecidedBy::LinkClosed => (
+                    "No longer waiting",
+                    "<h1>This request is no longer waiting</h1><p>Its session stopped, or Claude withdrew it, before anyone answered.</p>".to_owned(),
+                ),
+                DecidedBy::Cli => (
+                    "Already decided",
+                    "<h1>Claude Code decided this request itself</h1><p>Its own rules or permission mode let the tool run.</p>".to_owned(),
+                ),
+            };
+            html(StatusCode::GONE, title, &body)
         }
         Standing::Expired => html(
             StatusCode::GONE,
@@ -341,6 +368,36 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    async fn page(standing: Standing) -> (u16, String) {
+        let response = closed(standing);
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_closed_link_says_what_decided_its_request() {
+        let decided = |behavior, by| Standing::Decided(Decision { behavior, by });
+        let (status, timed_out) = page(decided(Behavior::Deny, DecidedBy::Timeout)).await;
+        assert_eq!(status, 410);
+        assert!(timed_out.contains("This request timed out"), "{timed_out}");
+        assert!(!timed_out.contains("used") && !timed_out.contains("by the timeout"));
+        let (_, stopped) = page(decided(Behavior::Deny, DecidedBy::Cancelled)).await;
+        assert!(stopped.contains("no longer waiting"), "{stopped}");
+        assert!(!stopped.contains("cancelled"), "{stopped}");
+        let (_, closed) = page(decided(Behavior::Deny, DecidedBy::LinkClosed)).await;
+        assert!(closed.contains("Its session stopped"), "{closed}");
+        let who = DecidedBy::Person { who: "alice <b>".into() };
+        let (_, used) = page(decided(Behavior::Allow, who)).await;
+        assert!(
+            used.contains("This link was used") && used.contains("approved by alice &lt;b&gt;")
+        );
+        let (_, ruled) = page(decided(Behavior::Deny, DecidedBy::Policy { rule: None })).await;
+        assert!(ruled.contains("denied by the policy's default"), "{ruled}");
+    }
+
     #[test]
     fn text_is_escaped() {
         assert_eq!(

@@ -895,6 +895,8 @@ pub struct Daemon {
     /// Sessions between their admission ([`Daemon::admit_run`]) and their start, when
     /// [`Daemon::running_count`] counts them.
     starting: Arc<std::sync::atomic::AtomicUsize>,
+    /// Recent permission decisions by request id (for one-tap links' pages).
+    decisions: crate::decisions::Decisions,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -953,6 +955,7 @@ impl Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),
             starting: Arc::default(),
+            decisions: crate::decisions::Decisions::default(),
             budgets,
             link_key,
             notifier,
@@ -1874,6 +1877,11 @@ impl Daemon {
     /// How long a follower's socket may take nothing before it is dropped ([`STALL_LIMIT`]).
     pub fn stall_limit(&self) -> Duration {
         self.config.stall_limit.unwrap_or(STALL_LIMIT)
+    }
+
+    /// Recent permission decisions by request id ([`crate::decisions`]).
+    pub fn decisions(&self) -> &crate::decisions::Decisions {
+        &self.decisions
     }
 
     /// The followers' places and byte budget ([`crate::watchers`]).
@@ -3115,6 +3123,13 @@ impl Daemon {
 
     /// Pushes the session's branch to the repository's remote `remote`.
     pub async fn push(&self, id: &str, remote: &str) -> Result<Value, DaemonError> {
+        // A remote that is not a name is a bad request, whatever the session's worktree.
+        if !crate::text::is_name(remote) {
+            return Err(DaemonError::Invalid(format!(
+                "remote is a remote's name (1-64 letters, digits, '.', '_', '-'), not {:?}",
+                remote.chars().take(65).collect::<String>()
+            )));
+        }
         let (_, tree) = self.worktree(id).await?;
         let _one_at_a_time = self.worktree_ops.lock().await;
         let pull_request_url =
@@ -3700,10 +3715,13 @@ impl Pump {
                             started.insert(pending.request_id.clone(), by.clone());
                         }
                     }
-                    SessionEvent::PermissionDecided { request_id, .. } => {
+                    SessionEvent::PermissionDecided { request_id, behavior, by, .. } => {
                         if let Some(started) = &mut started {
                             started.remove(request_id);
                         }
+                        let decision =
+                            crate::decisions::Decision { behavior: *behavior, by: by.clone() };
+                        daemon.decisions.note(&self.id, request_id, decision);
                     }
                     _ => {}
                 }

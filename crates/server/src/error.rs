@@ -37,6 +37,16 @@ impl ApiError {
         }
     }
 
+    /// 401 from a route with a token of its own (a CLI's slot, the relay's `/`): it takes the
+    /// token in the `Authorization` header only.
+    pub fn unauthorized_bearer(whose: &str) -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: format!("{whose} is required (Authorization: Bearer TOKEN)"),
+        }
+    }
+
     /// 403.
     pub fn forbidden(message: impl Into<String>) -> Self {
         ApiError { status: StatusCode::FORBIDDEN, code: "forbidden", message: message.into() }

@@ -15,6 +15,7 @@ pub mod bus;
 mod compat;
 pub mod daemon;
 pub mod data_dir;
+pub mod decisions;
 pub mod error;
 mod extract;
 mod files;

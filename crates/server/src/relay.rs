@@ -32,7 +32,7 @@ pub(crate) async fn cli(
 ) -> Result<Response, ApiError> {
     if let Some(expected) = daemon.ingress_token() {
         if !crate::auth::tokens_match(expected, crate::auth::bearer(&headers).unwrap_or("")) {
-            return Err(ApiError::unauthorized());
+            return Err(ApiError::unauthorized_bearer("the relay's ingress token"));
         }
     }
     Ok(upgrade

@@ -619,3 +619,37 @@ async fn a_relay_connection_cannot_flood_sessions_or_take_anothers_prompt() {
         .await;
     reader.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_what_the_route_takes() {
+    let api =
+        switchboard_testkit::FakeApi::start(switchboard_testkit::Scenario::new()).await.unwrap();
+    let sandbox = switchboard_testkit::CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = super::Server::start(store, &api, &sandbox).await;
+    // The relay's `/` takes its token in the header only, and says so (no `?token=`).
+    let refused = reqwest::Client::new()
+        .get(format!("{}/", server.base))
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("authorization", "Bearer wrong")
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("ingress token") && !message.contains("?token="), "{message}");
+    // A push to a remote that is not a name is a bad request, not a worktree's refusal.
+    let (status, body) = server
+        .post(
+            "/api/sessions/no-such-session/push",
+            serde_json::json!({"remote": "--upload-pack=x"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("remote's name"), "{body}");
+}

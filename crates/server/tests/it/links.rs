@@ -110,6 +110,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     let decided = frames.iter().find(|f| f["event"]["event"] == "permission_decided").unwrap();
     assert_eq!(decided["event"]["by"], json!({"kind": "person", "who": "link (test)"}));
     assert!(sandbox.file("linked.txt").exists(), "the approved tool ran");
+    let (used_link, first_base) = (link.clone(), server.base.clone());
     // Used: refused, saying by whom.
     for (status, page) in [open(&server, &link).await, post(&server, &link, "decision=deny").await]
     {
@@ -132,5 +133,20 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     let result: &Value = &frames.last().unwrap()["event"]["line"];
     assert_eq!(result["result"], "Understood, not running it.", "the model read the reason");
     assert!(!sandbox.file("refused.txt").exists(), "the denied tool did not run");
+    let first_link = used_link;
+    let key = server.daemon.link_key().clone();
+    let store = server.daemon.store().clone();
+    server.stop().await;
+
+    // After a restart the used link still says who answered: its session's log is read (once)
+    // for the decisions the new daemon did not see.
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.links.key = Some(key);
+    })
+    .await;
+    let relinked = first_link.replace(&first_base, &server.base);
+    let (status, page) = open(&server, &relinked).await;
+    assert_eq!(status, 410, "{page}");
+    assert!(page.contains("approved by link (test)"), "{page}");
     server.stop().await;
 }

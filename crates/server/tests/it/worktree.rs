@@ -246,7 +246,7 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     let (status, _) = server
         .post(&format!("/api/sessions/{two_id}/push"), json!({"remote": "--upload-pack=x"}))
         .await;
-    assert_eq!(status, 409, "an option is not a remote");
+    assert_eq!(status, 400, "an option is not a remote: a bad request");
 
     // Asked to, the delete takes the branch too.
     let (status, _) = server
