@@ -117,14 +117,18 @@ fn relative(path: &str) -> Result<PathBuf, BrowseError> {
 }
 
 /// What the daemon refuses to show beyond the kernel's rules: called with the real absolute
-/// path of a folder or file (no link in it) and, once it is open, its device and inode (a
-/// hard link to a refused file has another path but the same inode); `true` to refuse.
-pub type Refuse<'a> = &'a (dyn Fn(&Path, Option<(u64, u64)>) -> bool + Sync);
+/// path of a folder or file (no link in it) and, once it is open, its device, inode and
+/// number of names (a hard link to a refused file has another path but the same inode);
+/// `true` to refuse.
+pub type Refuse<'a> = &'a (dyn Fn(&Path, Option<(u64, u64, u64)>) -> bool + Sync);
 
-/// A descriptor's device and inode.
-fn identity(fd: &OwnedFd) -> Option<(u64, u64)> {
+/// A descriptor's device, inode and number of names (links).
+fn identity(fd: &OwnedFd) -> Option<(u64, u64, u64)> {
     let stat = nix::sys::stat::fstat(fd).ok()?;
-    Some((stat.st_dev, stat.st_ino))
+    // `st_nlink` is a u64 on x86-64 and a u32 on some other targets.
+    #[allow(clippy::useless_conversion)]
+    let names = u64::from(stat.st_nlink);
+    Some((stat.st_dev, stat.st_ino, names))
 }
 
 /// Opens `relative` beneath the directory `root` as the module's rules say.
@@ -324,7 +328,7 @@ mod tests {
         dir
     }
 
-    const NONE: Refuse<'static> = &|_: &Path, _: Option<(u64, u64)>| false;
+    const NONE: Refuse<'static> = &|_: &Path, _: Option<(u64, u64, u64)>| false;
 
     #[test]
     fn a_folder_lists_folders_first_hides_git_and_marks_what_was_touched() {
@@ -399,7 +403,7 @@ mod tests {
         assert!(matches!(read(dir.path(), "src", &[], NONE), Err(BrowseError::Invalid(_))));
         assert!(matches!(list(dir.path(), "README.md", &[], NONE), Err(BrowseError::Invalid(_))));
         // The daemon's own refusals (its data directory, the policy's Read denials).
-        let refuse = |path: &Path, _: Option<(u64, u64)>| path.ends_with("src/main.rs");
+        let refuse = |path: &Path, _: Option<(u64, u64, u64)>| path.ends_with("src/main.rs");
         assert!(matches!(
             read(dir.path(), "src/main.rs", &[], &refuse),
             Err(BrowseError::NotFound(_))
@@ -415,7 +419,9 @@ mod tests {
             (meta.dev(), meta.ino())
         };
         if std::fs::hard_link(&secret, dir.path().join("hard")).is_ok() {
-            let by_inode = move |_: &Path, id: Option<(u64, u64)>| id == Some((dev, ino));
+            let by_inode = move |_: &Path, id: Option<(u64, u64, u64)>| {
+                id.map(|(dev, ino, _)| (dev, ino)) == Some((dev, ino))
+            };
             assert!(matches!(
                 read(dir.path(), "hard", &[], &by_inode),
                 Err(BrowseError::NotFound(_))

@@ -49,11 +49,19 @@ const MAX_REWIND_PATHS: usize = 1000;
 /// given through a link or with `./` in it.
 struct Refusals {
     private: Option<PathBuf>,
+    /// Files refused by identity: the data directory's, and those the policy denies that have
+    /// another name.
     inodes: std::collections::HashSet<(u64, u64)>,
     policy: Policy,
     real: switchboard_session::MatchContext,
     named: switchboard_session::MatchContext,
+    /// The denied folders were too large to walk: every file with another name is refused.
+    hard_links_refused: bool,
 }
+
+/// The most entries walked to find the hard-linked files a policy denies (see
+/// `Refusals::note_denied_hard_links`).
+const MAX_DENIED_WALK: usize = 20_000;
 
 impl Refusals {
     /// Blocking: resolves paths and reads the data directory's entries.
@@ -74,7 +82,7 @@ impl Refusals {
                 }
             }
         }
-        Refusals {
+        let mut refusals = Refusals {
             private,
             inodes,
             policy,
@@ -83,21 +91,78 @@ impl Refusals {
                 home: home.as_deref().map(real_of),
             },
             named: switchboard_session::MatchContext { cwd: root.to_path_buf(), home },
+            hard_links_refused: false,
+        };
+        refusals.note_denied_hard_links();
+        refusals
+    }
+
+    /// Notes the identity of every file the policy denies to `Read` that has another name (a
+    /// hard link, which a path check would not know): the folders each `Read` deny rule names
+    /// are walked, at most [`MAX_DENIED_WALK`] entries in all. Past that, every file with more
+    /// than one name is refused (fails closed).
+    fn note_denied_hard_links(&mut self) {
+        use std::os::unix::fs::MetadataExt as _;
+        let mut bases: Vec<PathBuf> = Vec::new();
+        for rule in self.policy.deny_rules() {
+            let Some(pattern) =
+                rule.trim().strip_prefix("Read(").and_then(|rest| rest.strip_suffix(')'))
+            else {
+                continue;
+            };
+            // The part before the first wildcard, as a folder (or a file) to walk.
+            let literal: String =
+                pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{')).collect();
+            let literal = literal.trim_start_matches("//");
+            let home = self.real.home.clone();
+            let candidates = match literal.strip_prefix("~/") {
+                Some(rest) => home.map(|home| vec![home.join(rest)]).unwrap_or_default(),
+                None if literal.starts_with('/') => vec![
+                    PathBuf::from(format!("/{}", literal.trim_start_matches('/'))),
+                    self.real.cwd.join(literal.trim_start_matches('/')),
+                ],
+                None => vec![self.real.cwd.join(literal.trim_start_matches("./"))],
+            };
+            bases.extend(candidates);
+        }
+        let mut seen = 0usize;
+        let mut stack = bases;
+        while let Some(path) = stack.pop() {
+            seen += 1;
+            if seen > MAX_DENIED_WALK {
+                self.hard_links_refused = true;
+                return;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                    stack.push(entry.path());
+                }
+            } else if meta.is_file() && meta.nlink() > 1 && self.denied(&path) {
+                self.inodes.insert((meta.dev(), meta.ino()));
+            }
         }
     }
 
-    fn refuses(&self, path: &std::path::Path, id: Option<(u64, u64)>) -> bool {
+    /// Whether the policy denies reading `path` (by the real path, or as the session names it).
+    fn denied(&self, path: &std::path::Path) -> bool {
         let denied = |path: &std::path::Path, context: &switchboard_session::MatchContext| {
             self.policy.decide("Read", &json!({"file_path": path}), context).behavior
                 == switchboard_session::Behavior::Deny
         };
         let named =
             path.strip_prefix(&self.real.cwd).ok().map(|inside| self.named.cwd.join(inside));
+        denied(path, &self.real) || named.is_some_and(|named| denied(&named, &self.named))
+    }
+
+    /// `id`: the opened file's device, inode and number of names.
+    fn refuses(&self, path: &std::path::Path, id: Option<(u64, u64, u64)>) -> bool {
         self.private.as_ref().is_some_and(|dir| path.starts_with(dir))
-            || id.is_some_and(|id| self.inodes.contains(&id))
+            || id.is_some_and(|(dev, ino, names)| {
+                self.inodes.contains(&(dev, ino)) || (self.hard_links_refused && names > 1)
+            })
             || ["/proc", "/sys", "/dev"].iter().any(|kernel| path.starts_with(kernel))
-            || denied(path, &self.real)
-            || named.is_some_and(|named| denied(&named, &self.named))
+            || self.denied(path)
     }
 }
 

@@ -387,6 +387,12 @@ async fn the_files_of_a_session_read_only_with_what_it_touched() {
             server.get(&format!("/api/sessions/{id}/file?path=hard-token")).await;
         assert_eq!(status, 404, "{refused}");
     }
+    // So is a hard link to the file the policy denies (Read(./.env)), under another name.
+    std::fs::hard_link(dir.join(".env"), dir.join("innocent.txt")).unwrap();
+    let (status, refused) = server.get(&format!("/api/sessions/{id}/file?path=innocent.txt")).await;
+    assert_eq!(status, 404, "{refused}");
+    assert!(!refused.to_string().contains("not-yours"), "{refused}");
+    std::fs::remove_file(dir.join("innocent.txt")).unwrap();
     // A session whose directory is named through a link and with ./ in it: the policy's
     // Read(./.env) still holds, and .env is not even listed.
     let linked = sandbox.home().join("linked");
