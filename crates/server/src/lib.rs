@@ -6,6 +6,7 @@
 //! - [`api::router`]: the REST + WebSocket API behind [`auth::require_auth`].
 //! - [`grpc::router`]: the gRPC API (`proto/switchboard/v1/switchboard.proto`) on the same port.
 
+pub mod addresses;
 pub mod api;
 mod approval;
 pub mod auth;

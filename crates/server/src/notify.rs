@@ -143,6 +143,11 @@ pub struct ChannelConfig {
     /// waits this many seconds after it was asked (other notices it hears of at once).
     #[serde(default)]
     pub after_secs: Option<u64>,
+    /// Its receiver may be at a private address (loopback, your own network): otherwise a URL
+    /// whose host is, or resolves to, one is not sent to ([`crate::addresses`]). A link-local
+    /// address never is.
+    #[serde(default)]
+    pub allow_private: bool,
     /// A push subscription's keys ([`ChannelKind::WebPush`] only).
     #[serde(skip)]
     pub push: Option<PushChannel>,
@@ -197,6 +202,7 @@ impl ChannelConfig {
             events,
             ca_file: None,
             after_secs: None,
+            allow_private: false,
             push: Some(PushChannel { target, device }),
         })
     }
@@ -384,8 +390,14 @@ impl NotifyConfig {
             if channel.kind == ChannelKind::Ntfy && ntfy_topic(url).is_none() {
                 return Err(format!("channel {name}: an ntfy url is https://SERVER/TOPIC"));
             }
-            if url.parse::<axum::http::Uri>().is_err() || url.contains(char::is_whitespace) {
+            let Ok(uri) = url.parse::<axum::http::Uri>() else {
                 return Err(format!("channel {name}: url is not a valid address"));
+            };
+            if url.contains(char::is_whitespace) {
+                return Err(format!("channel {name}: url is not a valid address"));
+            }
+            if let Err(why) = crate::addresses::check_uri(&uri, channel.allow_private) {
+                return Err(format!("channel {name}: url: {why}"));
             }
             let header_safe = |value: &str| axum::http::HeaderValue::from_str(value).is_ok();
             if channel
@@ -439,12 +451,22 @@ struct Shared {
 
 /// Web Push: the daemon's key, who it says it is, where subscriptions may be, and them.
 struct Push {
-    /// The client every subscription's sender shares.
+    /// The client every subscription's sender shares (public addresses only).
     client: Result<HttpClient, String>,
+    /// The client for the push services the person named (`[push] hosts`), which may be at
+    /// private addresses.
+    private_client: Result<HttpClient, String>,
     key: crate::push::VapidKey,
     subject: String,
     config: crate::push::PushConfig,
     subscriptions: crate::push::Subscriptions,
+}
+
+impl Push {
+    /// Whether `endpoint`'s host is one the person named in `[push] hosts`.
+    fn named_host(&self, endpoint: &str) -> bool {
+        endpoint.parse::<axum::http::Uri>().is_ok_and(|uri| self.config.named(&uri))
+    }
 }
 
 /// What wakes a channel's sender (new items) and stops it (its channel is gone).
@@ -490,7 +512,8 @@ impl Notifier {
             channels: RwLock::new(Arc::new(Vec::new())),
             wakers: std::sync::Mutex::new(HashMap::new()),
             push: Push {
-                client: http_client(None),
+                client: http_client(None, false),
+                private_client: http_client(None, true),
                 key: config.vapid_key.clone().unwrap_or_default(),
                 subject,
                 config: config.push.clone(),
@@ -674,8 +697,12 @@ impl Shared {
         // Every push subscription shares one client (the system's roots, made once); a
         // notify-file channel has its own (it may add authorities).
         let client = match channel.kind {
+            // A push service the person named in `[push] hosts` may be in their own network.
+            ChannelKind::WebPush if self.push.named_host(&channel.url) => {
+                self.push.private_client.clone()
+            }
             ChannelKind::WebPush => self.push.client.clone(),
-            _ => http_client(channel.ca_file.as_deref()),
+            _ => http_client(channel.ca_file.as_deref(), channel.allow_private),
         };
         let client = match client {
             Ok(client) => client,
@@ -863,6 +890,12 @@ impl Sender {
         let request = request.map_err(|_| {
             Failure::Refused("the request could not be made (a bad header value)".into())
         })?;
+        // An address written in the URL, on every try (a name is checked as it resolves).
+        let allow_private = match self.channel.kind {
+            ChannelKind::WebPush => self.shared.push.named_host(&self.channel.url),
+            _ => self.channel.allow_private,
+        };
+        crate::addresses::check_uri(request.uri(), allow_private).map_err(Failure::Refused)?;
         let response = tokio::time::timeout(DELIVERY_TIMEOUT, self.client.request(request))
             .await
             .map_err(|_| {
@@ -924,7 +957,9 @@ impl Sender {
 }
 
 type HttpClient = hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    hyper_rustls::HttpsConnector<
+        hyper_util::client::legacy::connect::HttpConnector<crate::addresses::Guarded>,
+    >,
     Full<Bytes>,
 >;
 
@@ -949,8 +984,12 @@ fn extra_roots(
 }
 
 /// A client for `http://` and `https://` receivers: TLS by rustls on ring, trusting the
-/// system's certificate authorities and those in `ca_file`; no redirects followed.
-fn http_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> {
+/// system's certificate authorities and those in `ca_file`; no redirects followed; names
+/// resolved to addresses [`crate::addresses`] allows (private ones with `allow_private`).
+fn http_client(
+    ca_file: Option<&std::path::Path>,
+    allow_private: bool,
+) -> Result<HttpClient, String> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     let (added, _) = roots.add_parsable_certificates(native.certs);
@@ -968,11 +1007,15 @@ fn http_client(ca_file: Option<&std::path::Path>) -> Result<HttpClient, String> 
     .map_err(|error| error.to_string())?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new_with_resolver(
+        crate::addresses::Guarded { allow_private },
+    );
+    http.enforce_http(false);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_or_http()
         .enable_http1()
-        .build();
+        .wrap_connector(http);
     Ok(hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(connector))
 }
@@ -1134,6 +1177,8 @@ mod tests {
             ("[[channel]]\nname = \"x\"\nkind = \"webhook\"\nurl = \"https://a/b\"", "secret"),
             ("[[channel]]\nname = \"x\"\nkind = \"pager\"\nurl = \"https://a/b\"", "unknown variant"),
             ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"ftp://a/b\"", "http"),
+            ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"http://169.254.169.254/x\"\nallow_private = true", "link-local"),
+            ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"http://127.0.0.1:9/x\"", "allow_private = true"),
             ("[[channel]]\nname = \"a b\"\nkind = \"slack\"\nurl = \"https://a/b\"", "name"),
             ("[[channel]]\nname = \"x\"\nkind = \"ntfy\"\nurl = \"https://ntfy.sh/\"", "TOPIC"),
             ("[[channel]]\nname = \"x\"\nkind = \"slack\"\nurl = \"https://a/b\"\ncolour = 1", "colour"),

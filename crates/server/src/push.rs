@@ -67,6 +67,17 @@ pub struct PushConfig {
 }
 
 impl PushConfig {
+    /// Whether `uri` is at one of [`PushConfig::hosts`] (a host, or a host and port), which
+    /// may be in the person's own network.
+    pub fn named(&self, uri: &axum::http::Uri) -> bool {
+        let host = uri.host().unwrap_or("").to_ascii_lowercase();
+        self.hosts.iter().any(|allowed| {
+            let allowed = allowed.to_ascii_lowercase();
+            host == allowed
+                || uri.authority().is_some_and(|authority| authority.as_str() == allowed)
+        })
+    }
+
     /// The subject is `mailto:` or `https://`; hosts are host names.
     pub fn check(&self) -> Result<(), String> {
         if let Some(subject) = &self.subject {
@@ -103,11 +114,7 @@ impl PushConfig {
         let under = |service: &str| {
             host == service || host.strip_suffix(service).is_some_and(|rest| rest.ends_with('.'))
         };
-        let own = self.hosts.iter().any(|allowed| {
-            let allowed = allowed.to_ascii_lowercase();
-            host == allowed
-                || uri.authority().is_some_and(|authority| authority.as_str() == allowed)
-        });
+        let own = self.named(&uri);
         let known = PUSH_SERVICES.iter().any(|service| under(service));
         match uri.scheme_str() {
             Some("https") if known || own => Ok(()),

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use switchboard_server::notify::{ChannelConfig, ChannelKind, NotifyConfig};
+use switchboard_server::{Daemon, DaemonConfig};
 use switchboard_store::{MemoryStore, Store};
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
@@ -115,6 +116,8 @@ pub(crate) fn channel(name: &str, kind: ChannelKind, url: String) -> ChannelConf
         events: None,
         ca_file: None,
         after_secs: None,
+        // The tests' receivers are on loopback.
+        allow_private: true,
         push: None,
     }
 }
@@ -607,4 +610,35 @@ async fn notices_for_a_channel_that_is_no_more_are_forgotten_at_start() {
         "ops keeps its own (its receiver is down)"
     );
     server.stop().await;
+}
+
+/// A receiver on loopback reached by name: a channel without `allow_private` never sends to it
+/// (the name resolves to a private address, checked on every try), one with it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_sends_to_a_private_address_only_when_it_says_so() {
+    use switchboard_server::notify::{Notice, Topic};
+    let strict = Receiver::default();
+    let strict_url = strict.start().await.replace("127.0.0.1", "localhost");
+    let allowed = Receiver::default();
+    let allowed_url = allowed.start().await.replace("127.0.0.1", "localhost");
+    let mut refused = channel("strict", ChannelKind::Webhook, format!("{strict_url}/hook"));
+    refused.allow_private = false;
+    let open = channel("allowed", ChannelKind::Webhook, format!("{allowed_url}/hook"));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let config = DaemonConfig { notify: fast(vec![refused, open]), ..DaemonConfig::default() };
+    let daemon = Daemon::open(store, config).await.unwrap();
+    let notice = Notice {
+        topic: Topic::Test,
+        key: "private-test".into(),
+        body: json!({"event": "test", "id": "private-test"}),
+        request: None,
+    };
+    daemon.notifier().queue(&notice, |_| true, |_| None);
+    // The allowed channel gets it; the strict one, queued with it, never does: its notice stays
+    // in the outbox (it is retried, and refused at every try).
+    allowed.until(|bodies| !keys(bodies, "test").is_empty()).await;
+    assert!(strict.taken().is_empty(), "a private address was sent to without allow_private");
+    let waiting = daemon.store().outbox("strict", 10).await.unwrap();
+    assert_eq!(waiting.len(), 1, "the strict channel's notice is still queued");
+    assert!(daemon.store().outbox("allowed", 10).await.unwrap().is_empty());
 }
