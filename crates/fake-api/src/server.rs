@@ -20,6 +20,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::scenario::{Block, Reply, Scenario, When};
 
+/// The longest [`FakeApi::wait_for`] waits.
+pub const WAIT_FOR: Duration = Duration::from_secs(120);
+
 /// One request the CLI made.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
@@ -175,15 +178,23 @@ impl FakeApi {
             .collect()
     }
 
-    /// Waits until a recorded request satisfies `predicate`.
+    /// Waits until a recorded request satisfies `predicate`, at most [`WAIT_FOR`] (then it
+    /// panics, saying so: a test waiting on it fails rather than hangs).
     pub async fn wait_for(&self, predicate: impl Fn(&RecordedRequest) -> bool) -> RecordedRequest {
         let mut count = self.request_count.clone();
+        let deadline = tokio::time::Instant::now() + WAIT_FOR;
         loop {
             if let Some(found) = self.requests().into_iter().find(|request| predicate(request)) {
                 return found;
             }
-            if count.changed().await.is_err() {
-                panic!("the fake API stopped before the expected request arrived");
+            match tokio::time::timeout_at(deadline, count.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("the fake API stopped before the expected request arrived"),
+                Err(_) => panic!(
+                    "the expected request did not arrive within {} s ({} requests came)",
+                    WAIT_FOR.as_secs(),
+                    self.requests().len()
+                ),
             }
         }
     }

@@ -200,6 +200,41 @@ pub fn processes_running(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// A command line no other test's processes have: `sleep N` with `N` made from `base` and
+/// this test process's id (each test runs in a process of its own under nextest, and two test
+/// binaries running at once must not count each other's sleepers). Dropped, it kills whatever
+/// still runs with that command line, so a failed test leaves nothing behind.
+#[derive(Debug)]
+pub struct Sleeper(String);
+
+impl Sleeper {
+    /// A sleeper marker from `base` (a test's own number).
+    pub fn new(base: u32) -> Sleeper {
+        Sleeper(format!("sleep {}", u64::from(base) * 1_000_000 + u64::from(std::process::id())))
+    }
+
+    /// The command line (`sleep N`).
+    pub fn command(&self) -> &str {
+        &self.0
+    }
+
+    /// Live processes running it.
+    pub fn running(&self) -> Vec<u32> {
+        processes_running(&self.0)
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        for pid in processes_running(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// Runs git in `dir` as a person sets a repository up (a test's own setup: an author is
 /// given, hooks are the repository's); panics with git's words when it fails. Its stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {

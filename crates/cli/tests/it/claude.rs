@@ -179,7 +179,7 @@ fn stand_in(sandbox: &CliSandbox) -> std::path::PathBuf {
 
 /// POSTs `body` to the daemon's `path`: the status and the answer.
 async fn post(url: &str, token: &str, path: &str, body: Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
+    let response = crate::http_client()
         .post(format!("{url}{path}"))
         .bearer_auth(token)
         .json(&body)

@@ -137,7 +137,7 @@ async fn serve_on_postgres_approve_sigkill_and_recover() {
     let seen = listed.as_array().unwrap().iter().find(|s| s["id"] == id.as_str()).unwrap().clone();
     assert_eq!(seen["node"], "alpha", "{seen}");
     assert_eq!(seen["state"], "awaiting_permission", "beta does not end alpha's sessions");
-    let refused = reqwest::Client::new()
+    let refused = crate::http_client()
         .post(format!("{}/api/sessions/{id}/resume", beta.url))
         .bearer_auth(&beta_token)
         .json(&json!({}))
@@ -337,7 +337,7 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
             .await;
     assert_eq!(seen["node"], "alpha", "{seen}");
     assert_eq!(seen["running"], true, "{seen}");
-    let answered = reqwest::Client::new()
+    let answered = crate::http_client()
         .post(format!("{}/api/sessions/{id}/permissions/{request_id}", beta.url))
         .bearer_auth(beta_token)
         .json(&json!({"behavior": "allow"}))
@@ -346,7 +346,7 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         .unwrap();
     assert_eq!(answered.status().as_u16(), 200, "{}", answered.text().await.unwrap());
     // Answered once: the same answer again is refused as alpha refuses it.
-    let again = reqwest::Client::new()
+    let again = crate::http_client()
         .post(format!("{}/api/sessions/{id}/permissions/{request_id}", beta.url))
         .bearer_auth(beta_token)
         .json(&json!({"behavior": "allow"}))
@@ -372,7 +372,7 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
     );
 
     // A message through gamma reaches alpha's CLI.
-    let sent = reqwest::Client::new()
+    let sent = crate::http_client()
         .post(format!("{}/api/sessions/{id}/messages", gamma.url))
         .bearer_auth(gamma_token)
         .json(&json!({"content": "SECOND"}))

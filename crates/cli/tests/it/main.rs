@@ -8,3 +8,9 @@ mod matrix;
 mod run;
 mod serve;
 mod tidy;
+
+/// An HTTP client whose every request has a deadline: a daemon that stops answering fails the
+/// test in minutes rather than hanging it.
+pub(crate) fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(std::time::Duration::from_secs(120)).build().unwrap()
+}

@@ -143,7 +143,7 @@ pub(crate) async fn http(
     body: Option<Value>,
 ) -> Value {
     let mut request =
-        reqwest::Client::new().request(method, format!("{url}{path}")).bearer_auth(token);
+        crate::http_client().request(method, format!("{url}{path}")).bearer_auth(token);
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -325,14 +325,14 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &["--token", TOKEN]).await;
-    let ok = reqwest::Client::new()
+    let ok = crate::http_client()
         .get(format!("{}/api/health", daemon.url))
         .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap();
     assert_eq!(ok.status().as_u16(), 200);
-    let wrong = reqwest::Client::new()
+    let wrong = crate::http_client()
         .get(format!("{}/api/health", daemon.url))
         .bearer_auth("nope")
         .send()
@@ -353,7 +353,7 @@ async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
     assert_eq!(second.status.code(), Some(1));
     let error = String::from_utf8_lossy(&second.stderr);
     assert!(error.contains("in use by another Switchboard"), "{error}");
-    let still = reqwest::Client::new()
+    let still = crate::http_client()
         .get(format!("{}/api/health", daemon.url))
         .bearer_auth(TOKEN)
         .send()
@@ -384,7 +384,7 @@ async fn tokens_from_files_stay_off_the_command_line() {
         &["--token-file", &token_arg, "--ingress-token-file", &ingress_arg],
     )
     .await;
-    let ok = reqwest::Client::new()
+    let ok = crate::http_client()
         .get(format!("{}/api/health", daemon.url))
         .bearer_auth(TOKEN)
         .timeout(Duration::from_secs(30))
@@ -733,7 +733,8 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
-    let sleeper = "sleep 2718";
+    let guard = switchboard_testkit::Sleeper::new(2718);
+    let sleeper = guard.command();
     let api = FakeApi::start(
         Scenario::new()
             .reply(
@@ -764,7 +765,8 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
             .unwrap();
     let cli = runs[0]["pid"].as_u64().unwrap() as i32;
     // A person's shell in the session's directory leaves a job of its own too.
-    let shell_sleeper = "sleep 3141";
+    let shell_guard = switchboard_testkit::Sleeper::new(3143);
+    let shell_sleeper = shell_guard.command();
     // Kept open: the daemon dies with the shell still running.
     let _shell = {
         use futures::{SinkExt as _, StreamExt as _};
@@ -1057,7 +1059,7 @@ async fn relay_ports_serve_the_relay_where_agents_ui_frontends_look() {
     // A CLI needs the ingress token; the API is not served on the relay port.
     let refused = tokio_tungstenite::connect_async(format!("ws://{relay}/")).await.unwrap_err();
     assert!(refused.to_string().contains("401"), "{refused}");
-    let api_there = reqwest::Client::new()
+    let api_there = crate::http_client()
         .get(format!("http://{relay}/api/sessions"))
         .bearer_auth(token.trim())
         .send()
@@ -1148,7 +1150,7 @@ async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
     assert!(stderr.contains("--daily-budget-usd is a number of US dollars"), "{stderr}");
 
     let status = |url: String, token: String, method: reqwest::Method| async move {
-        let response = reqwest::Client::new()
+        let response = crate::http_client()
             .request(method, url)
             .bearer_auth(token)
             .json(&json!({}))
@@ -1185,7 +1187,7 @@ async fn token_commands_make_scoped_tokens_that_survive_a_restart() {
     assert_eq!(status(sessions.clone(), phone.clone(), reqwest::Method::GET).await, 200);
     // The budgets were kept (the token's), and the flag set the daemon's.
     let admin = std::fs::read_to_string(data.path().join("token")).unwrap();
-    let budget: Value = reqwest::Client::new()
+    let budget: Value = crate::http_client()
         .get(format!("{}/api/budget", daemon.url))
         .bearer_auth(admin.trim())
         .send()

@@ -124,7 +124,7 @@ async fn a_link_is_checked_before_its_body_and_a_link_form_is_small() {
         channel: "test".into(),
     });
     let long = format!("decision=deny&message={}", "x".repeat(40 * 1024));
-    let answer = reqwest::Client::new()
+    let answer = crate::http_client()
         .post(format!("http://{address}/a/{link}"))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(long)
@@ -374,7 +374,7 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
 async fn a_named_token_has_a_limit_of_followers() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let (address, _daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
-    let made: serde_json::Value = reqwest::Client::new()
+    let made: serde_json::Value = crate::http_client()
         .post(format!("http://{address}/api/tokens"))
         .bearer_auth(TOKEN)
         .json(&serde_json::json!({"name": "watcher", "scope": "read"}))
@@ -628,7 +628,7 @@ async fn refusals_name_what_the_route_takes() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let server = super::Server::start(store, &api, &sandbox).await;
     // The relay's `/` takes its token in the header only, and says so (no `?token=`).
-    let refused = reqwest::Client::new()
+    let refused = crate::http_client()
         .get(format!("{}/", server.base))
         .header("connection", "upgrade")
         .header("upgrade", "websocket")

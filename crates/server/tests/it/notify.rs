@@ -152,7 +152,7 @@ pub(crate) fn keys(bodies: &[Value], event: &str) -> Vec<String> {
 
 /// Does what an ntfy client does when its button is pressed: the action's request.
 async fn press(action: &Value) -> (u16, String) {
-    let mut request = reqwest::Client::new()
+    let mut request = crate::http_client()
         .request(
             reqwest::Method::from_bytes(action["method"].as_str().unwrap().as_bytes()).unwrap(),
             action["url"].as_str().unwrap(),

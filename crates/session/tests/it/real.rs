@@ -716,11 +716,13 @@ both!(a_default_deny_holds_for_a_read_in_the_working_directory, |version: CliVer
 });
 
 both!(no_tool_process_outlives_a_killed_cli, |version: CliVersion| async move {
-    // A number no other test uses: the process is found by its command line.
-    let sleeper = match version {
-        CliVersion::V2_1_330 => "sleep 3141",
-        _ => "sleep 3142",
-    };
+    // A command line no other test's processes have (ended when the test ends, whatever
+    // happens): the process is found by it.
+    let guard = switchboard_testkit::Sleeper::new(match version {
+        CliVersion::V2_1_330 => 3141,
+        _ => 3142,
+    });
+    let sleeper = guard.command();
     let scenario = Scenario::new()
         .reply(
             Reply::tool_use(
