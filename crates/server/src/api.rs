@@ -1161,56 +1161,71 @@ async fn serve_subscriber(
     };
     let mut events = daemon.subscribe(&id, after);
     let mut drain_watch = crate::socket::DrainWatch::new(daemon.phase());
+    // An item taken for the last write that the outbox had no room for then: the next write's
+    // first (waited for), so that a write never waits on room its own earlier frames hold.
+    let mut carried: Option<SubscriptionItem> = None;
     loop {
         let mut batch = Batch::default();
-        tokio::select! {
-            // Events first: what is ready goes out before the daemon's goodbye.
-            biased;
-            item = events.next() => {
-                if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
-                    break;
-                }
+        if let Some(item) = carried.take() {
+            if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
+                break;
             }
-            reply = replies.recv() => match reply {
-                Some(reply) => batch.frames.push(reply),
-                // The client closed its side.
-                None => break,
-            },
-            drain = drain_watch.next() => match drain {
-                notice @ crate::socket::Drain::Notice(_) => {
-                    if !crate::socket::send_drain(&mut sink, notice).await {
+        } else {
+            tokio::select! {
+                // Events first: what is ready goes out before the daemon's goodbye.
+                biased;
+                item = events.next() => {
+                    if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
                         break;
                     }
-                    continue;
                 }
-                crate::socket::Drain::Close(close) => {
-                    // Every session's last events are stored by now: send this subscriber
-                    // what it has not had yet, then close.
-                    let last = daemon.store().last_seq(&id).await.unwrap_or(0);
-                    'rest: while events.position() < last {
-                        let Ok(item) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
-                        let Some(frames) = framer.frames(item) else { break };
-                        for frame in frames {
-                            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
-                                break 'rest;
+                reply = replies.recv() => match reply {
+                    Some(reply) => batch.frames.push(reply),
+                    // The client closed its side.
+                    None => break,
+                },
+                drain = drain_watch.next() => match drain {
+                    notice @ crate::socket::Drain::Notice(_) => {
+                        if !crate::socket::send_drain(&mut sink, notice).await {
+                            break;
+                        }
+                        continue;
+                    }
+                    crate::socket::Drain::Close(close) => {
+                        // Every session's last events are stored by now: send this subscriber
+                        // what it has not had yet, then close.
+                        let last = daemon.store().last_seq(&id).await.unwrap_or(0);
+                        'rest: while events.position() < last {
+                            let Ok(item) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
+                            let Some(frames) = framer.frames(item) else { break };
+                            for frame in frames {
+                                if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                                    break 'rest;
+                                }
                             }
                         }
+                        let _ = sink.send(close).await;
+                        break;
                     }
-                    let _ = sink.send(close).await;
-                    break;
-                }
-            },
-        };
-        // Whatever else is ready goes in the same write, with one flush.
+                },
+            }
+        }
+        // Whatever else is ready goes in the same write, with one flush, as far as the outbox
+        // has room for it now.
         let mut ended = false;
         for _ in 0..crate::socket::MAX_FRAMES_PER_FLUSH {
             match futures::FutureExt::now_or_never(events.next()) {
-                Some(item) => {
-                    if !batch.add(&daemon, &mut framer, item, reader.gone()).await {
+                Some(item) => match batch.try_add(&daemon, &mut framer, item) {
+                    Added::Yes => {}
+                    Added::Ended => {
                         ended = true;
                         break;
                     }
-                }
+                    Added::NoRoom(item) => {
+                        carried = Some(item);
+                        break;
+                    }
+                },
                 None => break,
             }
         }
@@ -1230,7 +1245,43 @@ struct Batch {
     counted: Vec<tokio::sync::OwnedSemaphorePermit>,
 }
 
+/// One item of a subscription, as [`Subscription::next`](crate::daemon::Subscription::next)
+/// gives it.
+type SubscriptionItem = Option<Result<Subscribed, crate::daemon::DaemonError>>;
+
+/// What [`Batch::try_add`] did.
+enum Added {
+    Yes,
+    /// The subscription ended.
+    Ended,
+    /// The outbox had no room for it now: it waits for the next write.
+    NoRoom(SubscriptionItem),
+}
+
+/// The bytes an item's frames take, roughly: its event and a few dozen bytes.
+fn item_bytes(item: &SubscriptionItem) -> usize {
+    match item {
+        Some(Ok(Subscribed::Event(record))) => record.payload.len() + 128,
+        _ => 256,
+    }
+}
+
 impl Batch {
+    /// Adds `item` if the outbox has room for it now (never waiting).
+    fn try_add(&mut self, daemon: &Daemon, framer: &mut Framer, item: SubscriptionItem) -> Added {
+        let Some(counted) = daemon.watchers().try_reserve(item_bytes(&item)) else {
+            return Added::NoRoom(item);
+        };
+        self.counted.push(counted);
+        match framer.frames(item) {
+            Some(frames) => {
+                self.frames.extend(frames);
+                Added::Yes
+            }
+            None => Added::Ended,
+        }
+    }
+
     /// Adds what `item` means; `false` when the subscription ended, the outbox had no room
     /// for it within the stall limit (the subscriber is let go: it resumes with `after`), or
     /// the subscriber went (`gone`) while it waited.
@@ -1241,11 +1292,7 @@ impl Batch {
         item: Option<Result<Subscribed, crate::daemon::DaemonError>>,
         gone: impl std::future::Future<Output = ()>,
     ) -> bool {
-        // A frame is its event and a few dozen bytes; other items are small.
-        let bytes = match &item {
-            Some(Ok(Subscribed::Event(record))) => record.payload.len() + 128,
-            _ => 256,
-        };
+        let bytes = item_bytes(&item);
         let limit = crate::watchers::write_limit(daemon.stall_limit(), bytes);
         let counted = tokio::select! {
             counted = daemon.watchers().reserve(bytes, limit) => counted,

@@ -962,6 +962,8 @@ pub struct Daemon {
     starting: Arc<std::sync::atomic::AtomicUsize>,
     /// Recent permission decisions by request id (for one-tap links' pages).
     decisions: crate::decisions::Decisions,
+    /// Who holds the daemon's connections, on every port it serves ([`crate::peers`]).
+    peers: std::sync::OnceLock<Arc<crate::peers::Peers>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -1021,6 +1023,7 @@ impl Daemon {
             watchers: Arc::default(),
             starting: Arc::default(),
             decisions: crate::decisions::Decisions::default(),
+            peers: std::sync::OnceLock::new(),
             budgets,
             link_key,
             notifier,
@@ -1942,6 +1945,12 @@ impl Daemon {
     /// How long a follower's socket may take nothing before it is dropped ([`STALL_LIMIT`]).
     pub fn stall_limit(&self) -> Duration {
         self.config.stall_limit.unwrap_or(STALL_LIMIT)
+    }
+
+    /// The connections of every port this daemon serves, under one set of limits (the first
+    /// port served sets them): the main port and the relay's ports share the file descriptors.
+    pub fn peers(&self, limits: crate::peers::Limits) -> Arc<crate::peers::Peers> {
+        self.peers.get_or_init(|| crate::peers::Peers::new(limits)).clone()
     }
 
     /// Recent permission decisions by request id ([`crate::decisions`]).

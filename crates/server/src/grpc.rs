@@ -20,7 +20,6 @@ use switchboard_session::{
 };
 use switchboard_store::EventRecord;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status};
 
 use crate::auth::AuthConfig;
@@ -148,6 +147,18 @@ async fn too_large_is_resource_exhausted(mut response: Response) -> Response {
         headers.insert("grpc-status", axum::http::HeaderValue::from_static("8"));
     }
     response
+}
+
+/// The calls whose answer is a stream a client follows for as long as it likes (each needs the
+/// token, and `Subscribe` and `WatchSessions` a follower's place): while one is answered, its
+/// connection is not shed ([`crate::peers`]). Any other answer holds nothing.
+pub fn is_followed_stream(path: &str) -> bool {
+    matches!(
+        path,
+        "/switchboard.v1.Switchboard/Subscribe"
+            | "/switchboard.v1.Switchboard/WatchSessions"
+            | "/grpc.health.v1.Health/Watch"
+    )
 }
 
 /// Whether a request is a gRPC call (its content type is `application/grpc`, `+proto` or
@@ -566,17 +577,40 @@ async fn closed(phase: &mut tokio::sync::watch::Receiver<Phase>) -> bool {
 /// A stream's sending half: each message is counted against the followers' outbox
 /// ([`crate::watchers`]) from when it is queued until the call takes it to encode, and a stream
 /// that cannot queue one within the stall limit (its client stopped reading, or the outbox
-/// stayed full) ends.
+/// stayed full) ends: what it still held queued is dropped then, its bytes counted out (a
+/// client that reads nothing never has its stream polled again, so the stream cannot let go of
+/// them itself).
 struct Outbox<T> {
     daemon: Arc<Daemon>,
-    sender: mpsc::Sender<(Result<T, Status>, tokio::sync::OwnedSemaphorePermit)>,
+    sender: mpsc::Sender<Counted<T>>,
+    queue: Arc<std::sync::Mutex<mpsc::Receiver<Counted<T>>>>,
+}
+
+/// A queued message and its bytes' place in the outbox.
+type Counted<T> = (Result<T, Status>, tokio::sync::OwnedSemaphorePermit);
+
+/// The stream a call returns: the [`Outbox`]'s queue, shared so that the outbox can empty it.
+struct Queued<T>(Arc<std::sync::Mutex<mpsc::Receiver<Counted<T>>>>);
+
+impl<T> Stream for Queued<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        // Never held across an await: the lock is only for this poll.
+        let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queue.poll_recv(context).map(|counted| counted.map(|(item, _counted)| item))
+    }
 }
 
 /// A stream's [`Outbox`] and the stream the call returns.
 fn outbox<T: Send + 'static>(daemon: &Arc<Daemon>) -> (Outbox<T>, Streamed<T>) {
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-    let stream = futures::StreamExt::map(ReceiverStream::new(receiver), |(item, _counted)| item);
-    (Outbox { daemon: daemon.clone(), sender }, Box::pin(stream))
+    let queue = Arc::new(std::sync::Mutex::new(receiver));
+    let stream = Queued(queue.clone());
+    (Outbox { daemon: daemon.clone(), sender, queue }, Box::pin(stream))
 }
 
 impl<T: prost::Message> Outbox<T> {
@@ -590,6 +624,7 @@ impl<T: prost::Message> Outbox<T> {
         };
         let Some(counted) = counted else {
             tracing::info!(bytes, "a gRPC stream could not be written to: the followers' outbox stayed full; ending it");
+            self.give_up();
             return false;
         };
         match tokio::time::timeout(limit, self.sender.send((item, counted))).await {
@@ -599,9 +634,17 @@ impl<T: prost::Message> Outbox<T> {
                     ?limit,
                     "a gRPC stream's client took nothing within the stall limit; ending it"
                 );
+                self.give_up();
                 false
             }
         }
+    }
+
+    /// Ends the stream: what it still holds queued is dropped, its bytes counted out.
+    fn give_up(&self) {
+        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queue.close();
+        while queue.try_recv().is_ok() {}
     }
 
     /// Resolves when the call ended.

@@ -57,6 +57,21 @@ fn descriptors() -> u64 {
     soft
 }
 
+/// The peer a connection counts against: its IPv4 address, or its IPv6 address's /64 (one
+/// host has a whole /64 to pick addresses from); an IPv4-mapped address as IPv4.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(std::net::Ipv6Addr::from(bits))
+            }
+        },
+        v4 => v4,
+    }
+}
+
 /// Every admitted connection, by peer.
 #[derive(Debug)]
 pub struct Peers {
@@ -115,6 +130,7 @@ impl Peers {
     /// own first) where a limit is reached. The shed connection counts until its task lets it
     /// go, so for a moment the daemon may hold one more than its limit.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
+        let peer = peer_key(peer);
         let mut state = self.lock();
         let own = state.peers.get(&peer).map_or(0, VecDeque::len);
         if own >= self.limits.per_peer && !state.shed_from(Some(peer)) {
@@ -291,6 +307,19 @@ mod tests {
         let held = [d.hold(), _e.hold()];
         assert!(matches!(peers.admit(ip(5)), Admission::Refused));
         drop(held);
+    }
+
+    #[test]
+    fn an_ipv6_host_is_one_peer_across_its_64() {
+        let peers = Peers::new(Limits { total: 100, per_peer: 1 });
+        let one = admitted(peers.admit("2001:db8:1:2::1".parse().unwrap()));
+        one.hold_for_good();
+        assert!(matches!(peers.admit("2001:db8:1:2:ffff::9".parse().unwrap()), Admission::Refused));
+        let _other = admitted(peers.admit("2001:db8:1:3::1".parse().unwrap()));
+        let _mapped = admitted(peers.admit("::ffff:10.0.0.1".parse().unwrap()));
+        _mapped.hold_for_good();
+        assert!(matches!(peers.admit(ip(0).to_canonical()), Admission::Admitted(_)));
+        assert!(matches!(peers.admit("10.0.0.1".parse().unwrap()), Admission::Refused));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio::sync::{watch, Notify};
 use crate::auth::AuthConfig;
 use crate::daemon::Daemon;
 use crate::pacing::Paced;
-use crate::peers::{Admission, Admitted, Limits, Peers};
+use crate::peers::{Admission, Admitted, Limits};
 
 /// How long a client may take to send a request's headers (a connection that trickles them
 /// holds a file descriptor; 300 such took a daemon past its limit).
@@ -122,7 +122,8 @@ async fn accept(
         let request = request.map(|body| axum::body::Body::new(Paced::new(body)));
         tower::ServiceExt::oneshot(router, request)
     });
-    let peers = Peers::new(options.connections);
+    // One set of places for every port the daemon serves.
+    let peers = daemon.peers(options.connections);
     let live = Arc::new(Live::default());
     // Dropped to tell every connection to finish gracefully.
     let (stop, stopping) = watch::channel(());
@@ -180,18 +181,22 @@ async fn accept(
             if http2 {
                 // Its calls are counted (a response holds its call until its body ends): a
                 // connection with none for `H2_IDLE` is closed, as HTTP/1.1's header timer
-                // closes an idle one, so that idle connections cannot hold every place. A call
-                // whose response has begun holds the connection's place (it is not shed).
+                // closes an idle one, so that idle connections cannot hold every place. A
+                // followed stream being answered holds the connection's place (it is not shed).
                 let calls = Arc::new(Calls::default());
                 let counted = {
                     let (calls, place) = (calls.clone(), place.clone());
-                    tower::service_fn(move |request| {
+                    tower::service_fn(move |request: axum::http::Request<_>| {
                         let call = Call::begin(&calls);
                         let place = place.clone();
+                        let followed = crate::grpc::is_followed_stream(request.uri().path());
                         let answer = tower::ServiceExt::oneshot(app.clone(), request);
                         async move {
                             let response = answer.await?;
-                            let hold = place.hold();
+                            // Only a followed stream, answered, holds the connection: any other
+                            // answer a client does not read (its window shut) must not.
+                            let hold =
+                                (followed && response.status().is_success()).then(|| place.hold());
                             Ok::<_, std::convert::Infallible>(response.map(|body| {
                                 axum::body::Body::new(Held { body, _call: call, _hold: hold })
                             }))
@@ -416,7 +421,7 @@ impl Drop for Call {
 struct Held {
     body: axum::body::Body,
     _call: Call,
-    _hold: crate::peers::Hold,
+    _hold: Option<crate::peers::Hold>,
 }
 
 impl http_body::Body for Held {

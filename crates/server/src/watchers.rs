@@ -1,10 +1,12 @@
 //! What the daemon spends on the clients that follow it: a session's subscribers, dashboards,
 //! and gRPC streams (`Subscribe`, `WatchSessions`).
 //!
-//! - **Places.** A session has at most [`MAX_PER_SESSION`] subscribers (WebSocket and gRPC
-//!   together), and a named token at most [`MAX_PER_TOKEN`] followers of any kind; past either
-//!   the next is refused with `429 too_many_subscribers` (gRPC: `RESOURCE_EXHAUSTED`) naming
-//!   the limit. The daemon's own token (its owner's) is held to the per-session limit only.
+//! - **Places.** A session has at most [`MAX_PER_SESSION`] subscribers with named tokens
+//!   (WebSocket and gRPC together), [`MAX_PER_TOKEN_PER_SESSION`] of them with any one token,
+//!   and a named token at most [`MAX_PER_TOKEN`] followers of any kind; past any of these the
+//!   next is refused with `429 too_many_subscribers` (gRPC: `RESOURCE_EXHAUSTED`) naming the
+//!   limit. The daemon's own token (its owner's) has no such limit, so that no named token can
+//!   keep the owner from a session; what its followers hold is bounded by the outbox below.
 //! - **Bytes.** Every frame written to a follower is first counted against one budget of
 //!   [`OUTBOX_BYTES`], shared by all followers, and counted out once its socket took it. A
 //!   follower that cannot get its bytes counted, or whose socket takes nothing, within the
@@ -19,8 +21,12 @@ use std::time::Duration;
 use switchboard_store::EventRecord;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Subscribers of one session at once (WebSocket and gRPC together).
+/// Subscribers of one session with named tokens at once (WebSocket and gRPC together).
 pub const MAX_PER_SESSION: usize = 32;
+
+/// Subscribers of one session with one named token at once: no one token takes a session's
+/// every place.
+pub const MAX_PER_TOKEN_PER_SESSION: usize = 8;
 
 /// Followers of one named token at once (subscribers, dashboards, gRPC streams).
 pub const MAX_PER_TOKEN: usize = 64;
@@ -53,8 +59,26 @@ pub struct Watchers {
 
 #[derive(Debug, Default)]
 struct Counts {
+    /// Every subscriber, by session.
     sessions: HashMap<String, usize>,
+    /// Subscribers with named tokens, by session.
+    named: HashMap<String, usize>,
+    /// By named token.
     tokens: HashMap<Arc<str>, usize>,
+    /// By named token and session.
+    token_sessions: HashMap<(Arc<str>, String), usize>,
+}
+
+/// Counts `key` up or down (removing it at zero).
+fn count<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K, up: bool) {
+    if up {
+        *map.entry(key).or_default() += 1;
+    } else if let std::collections::hash_map::Entry::Occupied(mut entry) = map.entry(key) {
+        *entry.get_mut() -= 1;
+        if *entry.get() == 0 {
+            entry.remove();
+        }
+    }
 }
 
 impl Default for Watchers {
@@ -82,16 +106,23 @@ impl Watchers {
         session: Option<&str>,
     ) -> Result<Seat, TooMany> {
         let mut counts = self.lock();
-        if let Some(session) = session {
-            let now = counts.sessions.get(session).copied().unwrap_or(0);
-            if now >= MAX_PER_SESSION {
-                return Err(TooMany(format!(
-                    "session {session} has {MAX_PER_SESSION} subscribers already; close one, or try again later"
-                )));
-            }
-        }
         let token = token.map(Arc::<str>::from);
         if let Some(token) = &token {
+            if let Some(session) = session {
+                let now = counts.named.get(session).copied().unwrap_or(0);
+                if now >= MAX_PER_SESSION {
+                    return Err(TooMany(format!(
+                        "session {session} has {MAX_PER_SESSION} subscribers with named tokens already; close one, or try again later"
+                    )));
+                }
+                let key = (token.clone(), session.to_owned());
+                let mine = counts.token_sessions.get(&key).copied().unwrap_or(0);
+                if mine >= MAX_PER_TOKEN_PER_SESSION {
+                    return Err(TooMany(format!(
+                        "token {token} has {MAX_PER_TOKEN_PER_SESSION} subscribers of session {session} already; close one, or try again later"
+                    )));
+                }
+            }
             let now = counts.tokens.get(token).copied().unwrap_or(0);
             if now >= MAX_PER_TOKEN {
                 return Err(TooMany(format!(
@@ -99,13 +130,9 @@ impl Watchers {
                 )));
             }
         }
-        if let Some(session) = session {
-            *counts.sessions.entry(session.to_owned()).or_default() += 1;
-        }
-        if let Some(token) = &token {
-            *counts.tokens.entry(token.clone()).or_default() += 1;
-        }
-        Ok(Seat { watchers: self.clone(), session: session.map(str::to_owned), token })
+        let seat = Seat { watchers: self.clone(), session: session.map(str::to_owned), token };
+        seat.count(&mut counts, true);
+        Ok(seat)
     }
 
     /// `event`, read from the store for one subscriber, as every subscriber holding it now
@@ -135,6 +162,12 @@ impl Watchers {
         OUTBOX_BYTES - self.outbox.available_permits()
     }
 
+    /// Counts `bytes` against the outbox if it has room for them now.
+    pub fn try_reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = u32::try_from(bytes.clamp(1, OUTBOX_BYTES)).unwrap_or(u32::MAX);
+        self.outbox.clone().try_acquire_many_owned(bytes).ok()
+    }
+
     /// Counts `bytes` against the outbox (a frame larger than the whole budget counts as the
     /// budget), waiting at most `limit` for room: `None` when there was none by then.
     pub async fn reserve(&self, bytes: usize, limit: Duration) -> Option<OwnedSemaphorePermit> {
@@ -159,25 +192,27 @@ pub struct Seat {
     token: Option<Arc<str>>,
 }
 
-impl Drop for Seat {
-    fn drop(&mut self) {
-        let mut counts = self.watchers.lock();
+impl Seat {
+    /// Counts this seat in (`up`) or out.
+    fn count(&self, counts: &mut Counts, up: bool) {
         if let Some(session) = &self.session {
-            if let Some(count) = counts.sessions.get_mut(session) {
-                *count -= 1;
-                if *count == 0 {
-                    counts.sessions.remove(session);
-                }
-            }
+            count(&mut counts.sessions, session.clone(), up);
         }
         if let Some(token) = &self.token {
-            if let Some(count) = counts.tokens.get_mut(token) {
-                *count -= 1;
-                if *count == 0 {
-                    counts.tokens.remove(token);
-                }
+            count(&mut counts.tokens, token.clone(), up);
+            if let Some(session) = &self.session {
+                count(&mut counts.named, session.clone(), up);
+                count(&mut counts.token_sessions, (token.clone(), session.clone()), up);
             }
         }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let watchers = self.watchers.clone();
+        let mut counts = watchers.lock();
+        self.count(&mut counts, false);
     }
 }
 
@@ -188,28 +223,40 @@ mod tests {
     #[test]
     fn a_session_and_a_named_token_have_a_limit_of_places() {
         let watchers = Arc::new(Watchers::default());
-        let owner = None;
-        let seats: Vec<Seat> =
-            (0..MAX_PER_SESSION).map(|_| watchers.seat(owner, Some("s1")).unwrap()).collect();
-        let refused = watchers.seat(owner, Some("s1")).unwrap_err();
-        assert!(refused.0.contains("32 subscribers"), "{refused}");
-        // Another session, and a dashboard, still have room: the owner has no token limit.
-        let _other = watchers.seat(owner, Some("s2")).unwrap();
-        let _dashboards: Vec<Seat> =
-            (0..MAX_PER_TOKEN + 1).map(|_| watchers.seat(owner, None).unwrap()).collect();
-        drop(seats);
-        assert_eq!(watchers.subscribers("s1"), 0);
-        let _again = watchers.seat(owner, Some("s1")).unwrap();
-
+        // The owner is held to no count of places.
+        let owner: Vec<Seat> =
+            (0..MAX_PER_SESSION * 2).map(|_| watchers.seat(None, Some("s1")).unwrap()).collect();
+        assert_eq!(watchers.subscribers("s1"), MAX_PER_SESSION * 2);
+        // One named token: a few places of a session, however many sessions it follows.
         let phone = Some("phone");
+        let mine: Vec<Seat> = (0..MAX_PER_TOKEN_PER_SESSION)
+            .map(|_| watchers.seat(phone, Some("s1")).unwrap())
+            .collect();
+        let refused = watchers.seat(phone, Some("s1")).unwrap_err();
+        assert!(refused.0.contains("token phone has 8 subscribers of session s1"), "{refused}");
+        // Named tokens together: the session's named places.
+        let others: Vec<Seat> = (0..MAX_PER_SESSION - MAX_PER_TOKEN_PER_SESSION)
+            .map(|at| watchers.seat(Some(&format!("t{}", at / 8)), Some("s1")).unwrap())
+            .collect();
+        let refused = watchers.seat(Some("late"), Some("s1")).unwrap_err();
+        assert!(refused.0.contains("32 subscribers with named tokens"), "{refused}");
+        // The owner still gets in.
+        let _owner_again = watchers.seat(None, Some("s1")).unwrap();
+        drop((owner, others, mine));
+        assert_eq!(watchers.subscribers("s1"), 1);
+
         let mut held = Vec::new();
         for at in 0..MAX_PER_TOKEN {
             held.push(watchers.seat(phone, Some(&format!("t{at}"))).unwrap());
         }
         let refused = watchers.seat(phone, None).unwrap_err();
-        assert!(refused.0.contains("token phone"), "{refused}");
+        assert!(refused.0.contains("token phone follows 64"), "{refused}");
         held.pop();
         let _dashboard = watchers.seat(phone, None).unwrap();
+        drop(held);
+        let counts = watchers.lock();
+        assert_eq!(counts.tokens.get("phone"), Some(&1), "the dashboard");
+        assert!(counts.token_sessions.is_empty() && counts.named.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

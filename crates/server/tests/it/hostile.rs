@@ -217,6 +217,21 @@ async fn an_http2_call_whose_request_never_ends_is_ended() {
     }
 }
 
+/// A named `read` token made through the API.
+async fn named_token(address: &str, name: &str) -> String {
+    let made: serde_json::Value = crate::http_client()
+        .post(format!("http://{address}/api/tokens"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"name": name, "scope": "read"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    made["token"].as_str().expect("a token").to_owned()
+}
+
 /// A finished session whose log holds one event of `bytes` (a pasted image) among small ones.
 async fn session_with_a_large_event(store: &Arc<dyn Store>, bytes: usize) -> String {
     let id = "large-event-session".to_owned();
@@ -264,12 +279,16 @@ async fn session_with_a_large_event(store: &Arc<dyn Store>, bytes: usize) -> Str
 
 /// Opens a WebSocket to `path` by hand, with a small receive buffer, and never reads from it
 /// after the handshake: the answer's status line.
-async fn non_reading_socket(address: &str, path: &str) -> (u16, tokio::net::TcpStream) {
+async fn non_reading_socket(
+    address: &str,
+    path: &str,
+    token: &str,
+) -> (u16, tokio::net::TcpStream) {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
     let request = format!(
-        "GET {path} HTTP/1.1\r\nhost: {address}\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: Bearer {TOKEN}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: {address}\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\nauthorization: Bearer {token}\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let head = read_head(&mut stream).await;
@@ -284,20 +303,16 @@ async fn subscribers_that_never_read_a_large_event_hold_bounded_memory() {
     let (address, daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
     let before = rss();
     let path = format!("/api/sessions/{id}/subscribe");
+    // 48 non-reading subscribers (the owner's token has no count of places).
     let mut held = Vec::new();
-    let mut refused = Vec::new();
     for _ in 0..48 {
-        let (status, stream) = non_reading_socket(&address, &path).await;
-        match status {
-            101 => held.push(stream),
-            _ => refused.push(status),
-        }
-        if (held.len() + refused.len()) % 16 == 0 {
+        let (status, stream) = non_reading_socket(&address, &path, TOKEN).await;
+        assert_eq!(status, 101);
+        held.push(stream);
+        if held.len() % 16 == 0 {
             health_within_a_second(&address).await;
         }
     }
-    assert_eq!(held.len(), switchboard_server::watchers::MAX_PER_SESSION);
-    assert!(refused.iter().all(|status| *status == 429), "{refused:?}");
     // Let every subscriber get as far as it can (each waits on a full socket or the outbox).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut peak = 0;
@@ -313,20 +328,41 @@ async fn subscribers_that_never_read_a_large_event_hold_bounded_memory() {
     }
     health_within_a_second(&address).await;
     peak = peak.max(rss().saturating_sub(before));
-    // 32 subscribers each held their own copy of the event and of its frame before (about
-    // 10 MiB each); now the event is held once and frames only within the outbox.
+    // Each held its own copy of the event and of its frame before (about 10 MiB each, 480 MiB
+    // here); now the event is held once and frames only within the outbox.
     assert!(
         peak < (switchboard_server::watchers::OUTBOX_BYTES + 48 * 1024 * 1024) as u64,
         "the daemon grew {peak} bytes for {} non-reading subscribers",
         held.len()
     );
-    assert_eq!(daemon.watchers().subscribers(&id), switchboard_server::watchers::MAX_PER_SESSION);
+    assert_eq!(daemon.watchers().subscribers(&id), 48);
     drop(held);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while daemon.watchers().subscribers(&id) > 0 || daemon.watchers().outbox_used() > 0 {
         assert!(tokio::time::Instant::now() < deadline, "closed subscribers kept their places");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_token_has_a_few_places_of_a_session() {
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let id = session_with_a_large_event(&store, 1024).await;
+    let (address, _daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
+    let token = named_token(&address, "reader").await;
+    let path = format!("/api/sessions/{id}/subscribe");
+    let mut held = Vec::new();
+    for _ in 0..switchboard_server::watchers::MAX_PER_TOKEN_PER_SESSION {
+        let (status, stream) = non_reading_socket(&address, &path, &token).await;
+        assert_eq!(status, 101);
+        held.push(stream);
+    }
+    let (status, _) = non_reading_socket(&address, &path, &token).await;
+    assert_eq!(status, 429, "past the token's places of the session");
+    // The owner is never kept out by a named token.
+    let (status, _owner) = non_reading_socket(&address, &path, TOKEN).await;
+    assert_eq!(status, 101);
+    health_within_a_second(&address).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,7 +385,7 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
         DaemonConfig { stall_limit: Some(Duration::from_millis(500)), ..Default::default() };
     let (address, daemon) = serve(store, config, Default::default()).await;
     let (status, mut stream) =
-        non_reading_socket(&address, &format!("/api/sessions/{id}/subscribe")).await;
+        non_reading_socket(&address, &format!("/api/sessions/{id}/subscribe"), TOKEN).await;
     assert_eq!(status, 101);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -374,18 +410,7 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
 async fn a_named_token_has_a_limit_of_followers() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let (address, _daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
-    let made: serde_json::Value = crate::http_client()
-        .post(format!("http://{address}/api/tokens"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"name": "watcher", "scope": "read"}))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let token = made["token"].as_str().expect("a token").to_owned();
+    let token = named_token(&address, "watcher").await;
     let open = |token: String| {
         let address = address.clone();
         async move {
@@ -422,9 +447,17 @@ async fn past_max_running_a_start_is_refused_with_why() {
         config.placement.max_running = Some(2);
     })
     .await;
-    // Two relay CLIs run (each a session of this daemon's).
-    let _first = server.relay_cli().await;
-    let _second = server.relay_cli().await;
+    // Two relay CLIs run (each a session of this daemon's), answering as CLIs do (initialize,
+    // and the daemon's pings while they read).
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let cli = relay_cli_ready(&server).await;
+        readers.push(tokio::spawn(async move {
+            use futures::StreamExt as _;
+            let mut cli = cli;
+            while let Some(Ok(_)) = cli.next().await {}
+        }));
+    }
     let deadline = tokio::time::Instant::now() + super::WAIT;
     while server.daemon.running_count() < 2 {
         assert!(tokio::time::Instant::now() < deadline, "the relay sessions never ran");
@@ -455,6 +488,9 @@ async fn past_max_running_a_start_is_refused_with_why() {
     .expect("the third relay CLI is told");
     assert!(closed.contains("max-running"), "{closed}");
     assert_eq!(server.daemon.running_count(), 2);
+    for reader in readers {
+        reader.abort();
+    }
 }
 
 /// Every process's command line (`/proc/PID/cmdline`, readable by every local user), as text.
