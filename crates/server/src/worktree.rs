@@ -229,7 +229,17 @@ fn program_overrides(listing: &[u8]) -> Vec<String> {
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut settings = vec!["core.quotePath=false".to_owned()];
+    // Git never goes into a submodule for the daemon: a submodule's config (its own
+    // `.git/modules/*/config`) is not listed here.
+    let mut settings: Vec<String> = [
+        "core.quotePath=false",
+        "submodule.recurse=false",
+        "diff.ignoreSubmodules=all",
+        "push.recurseSubmodules=no",
+        "fetch.recurseSubmodules=no",
+    ]
+    .map(str::to_owned)
+    .to_vec();
     for key in keys {
         let theirs: Vec<&str> = entries
             .iter()
@@ -325,7 +335,10 @@ pub async fn create(cwd: &Path, short: &str) -> Result<(Worktree, PathBuf), Stri
     let path = parent.join(format!("{name}.worktrees")).join(short);
     let branch = format!("switchboard/{short}");
     let shown = path.display().to_string();
-    git(&repo, &["worktree", "add", "-b", &branch, &shown, &base]).await?;
+    // Made without its files first: its checkout is a command of its own, run in the new
+    // worktree, where its config is read as that checkout sees it (an `includeIf "onbranch:"`
+    // there names the new branch).
+    git(&repo, &["worktree", "add", "--no-checkout", "-b", &branch, &shown, &base]).await?;
     // Its git folder, read now that git wrote the `.git` file, and checked to be the
     // repository's.
     let common = git(&repo, &["rev-parse", "--path-format=absolute", "--git-common-dir"]).await?;
@@ -337,6 +350,9 @@ pub async fn create(cwd: &Path, short: &str) -> Result<(Worktree, PathBuf), Stri
             git_dir.display()
         ));
     }
+    let tree = Worktree { repo, path, branch, base, base_branch, git_dir };
+    tree_git(&tree, &["reset", "-q", "--hard", "HEAD"]).await?;
+    let Worktree { repo, path, branch, base, base_branch, git_dir } = tree;
     let inside = cwd.canonicalize().ok().and_then(|cwd| {
         let repo = repo.canonicalize().ok()?;
         cwd.strip_prefix(&repo).ok().map(Path::to_path_buf)
@@ -449,13 +465,33 @@ pub async fn push(worktree: &Worktree, remote: &str) -> Result<Option<String>, S
     let url = git(&worktree.repo, &["config", "--get", &push_key]).await.unwrap_or(url);
     let refspec = format!("refs/heads/{0}:refs/heads/{0}", worktree.branch);
     // The remote's program named here: the first `receivepack` in config wins, and the
-    // repository's own comes before anything a `-c` could say.
-    let receive = "--receive-pack=git-receive-pack";
+    // repository's own comes before anything a `-c` could say. A remote on this machine (a
+    // path, `file://`) runs its receive-pack here, in a repository a session may have made,
+    // with git's local settings cleared: its hooks are turned off on its command line.
+    let effective = git(&worktree.repo, &["remote", "get-url", "--push", remote]).await?;
+    let receive = if is_local_url(effective.trim()) {
+        "--receive-pack=git -c core.hooksPath=/dev/null -c core.fsmonitor=false receive-pack"
+    } else {
+        "--receive-pack=git-receive-pack"
+    };
     git(&worktree.repo, &["push", "--quiet", receive, remote, &refspec]).await?;
     Ok(worktree
         .base_branch
         .as_deref()
         .and_then(|base| pull_request_url(url.trim(), &worktree.branch, base)))
+}
+
+/// Whether git reaches `url` on this machine: a path, or `file://` (not `scheme://` nor an
+/// scp-like `host:path`, whose `:` comes before any `/`).
+fn is_local_url(url: &str) -> bool {
+    if let Some((scheme, _)) = url.split_once("://") {
+        return scheme.eq_ignore_ascii_case("file");
+    }
+    match (url.find(':'), url.find('/')) {
+        (Some(colon), Some(slash)) => slash < colon,
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
 }
 
 /// The forge's page that opens a pull (merge) request of `branch` into `base`, from a remote's
@@ -821,6 +857,16 @@ mod program_tests {
     use super::{names_a_program, program_overrides};
 
     #[test]
+    fn local_remotes_are_told_from_remote_hosts() {
+        for local in ["/srv/repo.git", "../repo", "file:///srv/repo.git", "repo", "./a:b"] {
+            assert!(super::is_local_url(local), "{local}");
+        }
+        for remote in ["git@github.com:acme/app.git", "https://h/x", "ssh://h/x", "host:path"] {
+            assert!(!super::is_local_url(remote), "{remote}");
+        }
+    }
+
+    #[test]
     fn program_keys_are_matched_by_section_subsection_and_name() {
         for key in [
             "filter.Evil.clean",
@@ -862,6 +908,10 @@ mod program_tests {
             settings,
             [
                 "core.quotePath=false",
+                "submodule.recurse=false",
+                "diff.ignoreSubmodules=all",
+                "push.recurseSubmodules=no",
+                "fetch.recurseSubmodules=no",
                 "commit.gpgsign=false",
                 "credential.helper=",
                 "credential.helper=store",
@@ -878,7 +928,7 @@ mod program_tests {
                 "protocol.ext.allow=never",
             ]
         );
-        assert_eq!(program_overrides(b"").len(), 8);
+        assert_eq!(program_overrides(b"").len(), 12);
     }
 }
 

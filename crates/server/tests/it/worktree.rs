@@ -307,6 +307,14 @@ async fn a_repositorys_own_config_runs_no_program() {
     ] {
         git(&repo, &["config", key, &value]);
     }
+    // The local remote (a repository a session could have made) has hooks of its own.
+    for hook in ["pre-receive", "update", "post-receive"] {
+        let path = bare.join("hooks").join(hook);
+        std::fs::write(&path, format!("#!/bin/sh\n{}\n", touch(hook))).unwrap();
+        #[allow(clippy::disallowed_methods)] // the test's own setup
+        let made = std::process::Command::new("chmod").arg("755").arg(&path).status().unwrap();
+        assert!(made.success());
+    }
     let (tree, cwd) = worktree::create(&repo, "evil0001").await.unwrap();
     std::fs::write(cwd.join("a.txt"), "two\n").unwrap();
     std::fs::write(cwd.join("b.txt"), "new\n").unwrap();
