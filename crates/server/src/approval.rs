@@ -68,7 +68,7 @@ async fn decision(daemon: &Daemon, claim: &LinkClaim) -> Option<Decision> {
     if let Some(decision) = decisions.get(&claim.session, &claim.request) {
         return Some(decision);
     }
-    if !decisions.scan_once(&claim.session) {
+    if decisions.was_scanned(&claim.session) {
         return None;
     }
     let events = daemon
@@ -76,6 +76,8 @@ async fn decision(daemon: &Daemon, claim: &LinkClaim) -> Option<Decision> {
         .events_before(&claim.session, u64::MAX, crate::decisions::DECISION_LOOKBACK)
         .await
         .ok()?;
+    // Read whole: not read again (a failed read is tried again by the next page).
+    decisions.scanned(&claim.session);
     for record in events.iter().filter(|record| record.kind == "permission_decided") {
         let Ok(SessionEvent::PermissionDecided { request_id, behavior, by, .. }) =
             SessionEvent::from_stored(&record.kind, &record.payload)
@@ -288,7 +290,10 @@ fn closed(standing: Standing) -> Response {
                 ),
                 DecidedBy::Cli => (
                     "Already decided",
-                    "<h1>Claude Code decided this request itself</h1><p>Its own rules or permission mode let the tool run.</p>".to_owned(),
+                    format!(
+                        "<h1>Claude Code decided this request itself</h1><p>Its own rules or permission mode {}.</p>",
+                        if behavior == Behavior::Allow { "let the tool run" } else { "refused the tool" }
+                    ),
                 ),
             };
             html(StatusCode::GONE, title, &body)

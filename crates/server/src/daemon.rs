@@ -110,20 +110,27 @@ impl Refusals {
             else {
                 continue;
             };
-            // The part before the first wildcard, as a folder (or a file) to walk.
+            // The part before the first wildcard, as a folder (or a file) to walk, resolved as
+            // the policy resolves a rule's path: `//abs` absolute, `~/x` under the home, `/x`,
+            // `./x` and `x` under the session's directory.
             let literal: String =
                 pattern.chars().take_while(|c| !matches!(c, '*' | '?' | '[' | '{')).collect();
-            let literal = literal.trim_start_matches("//");
-            let home = self.real.home.clone();
-            let candidates = match literal.strip_prefix("~/") {
-                Some(rest) => home.map(|home| vec![home.join(rest)]).unwrap_or_default(),
-                None if literal.starts_with('/') => vec![
-                    PathBuf::from(format!("/{}", literal.trim_start_matches('/'))),
-                    self.real.cwd.join(literal.trim_start_matches('/')),
-                ],
-                None => vec![self.real.cwd.join(literal.trim_start_matches("./"))],
+            let base = if let Some(rest) = literal.strip_prefix("//") {
+                Some(PathBuf::from(format!("/{rest}")))
+            } else if let Some(rest) = literal.strip_prefix("~/") {
+                self.real.home.as_ref().map(|home| home.join(rest))
+            } else {
+                let relative = literal.strip_prefix("./").unwrap_or(&literal);
+                Some(self.real.cwd.join(relative.trim_start_matches('/')))
             };
-            bases.extend(candidates);
+            // A rule with no folder of its own (`Read(**/.env)`) covers the whole directory,
+            // which is not walked on every request: every file with more than one name is
+            // refused instead (fails closed).
+            if literal.trim_start_matches("./").trim_start_matches('/').is_empty() {
+                self.hard_links_refused = true;
+                return;
+            }
+            bases.extend(base);
         }
         let mut seen = 0usize;
         let mut stack = bases;
@@ -3789,13 +3796,10 @@ impl Pump {
                             started.insert(pending.request_id.clone(), by.clone());
                         }
                     }
-                    SessionEvent::PermissionDecided { request_id, behavior, by, .. } => {
+                    SessionEvent::PermissionDecided { request_id, .. } => {
                         if let Some(started) = &mut started {
                             started.remove(request_id);
                         }
-                        let decision =
-                            crate::decisions::Decision { behavior: *behavior, by: by.clone() };
-                        daemon.decisions.note(&self.id, request_id, decision);
                     }
                     _ => {}
                 }
@@ -3813,6 +3817,14 @@ impl Pump {
                 && publish(&daemon, id, live, now, seq, *relayed).await;
             if !stored {
                 *lost += now.len() as u64;
+            }
+            // Decisions, kept by request id for links' pages, under the session they are in.
+            for event in now {
+                if let SessionEvent::PermissionDecided { request_id, behavior, by, .. } = event {
+                    let decision =
+                        crate::decisions::Decision { behavior: *behavior, by: by.clone() };
+                    daemon.decisions.note(id, request_id, decision);
+                }
             }
             if let Some((_, claude_session_id)) = rotation {
                 if let Err(why) = self.may_rotate(&claude_session_id) {

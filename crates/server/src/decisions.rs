@@ -66,12 +66,17 @@ impl Decisions {
         self.lock().by_request.get(&(session.to_owned(), request.to_owned())).cloned()
     }
 
-    /// Whether `session`'s log is to be read for its decisions: true once per session (until
-    /// it is forgotten among [`MAX_SCANNED`]).
-    pub fn scan_once(&self, session: &str) -> bool {
+    /// Whether `session`'s log was read for its decisions already ([`Decisions::scanned`]).
+    pub fn was_scanned(&self, session: &str) -> bool {
+        self.lock().scanned.contains(session)
+    }
+
+    /// Notes that `session`'s log was read for its decisions: it is not read again (until it
+    /// is forgotten among [`MAX_SCANNED`]).
+    pub fn scanned(&self, session: &str) {
         let mut inner = self.lock();
         if !inner.scanned.insert(session.to_owned()) {
-            return false;
+            return;
         }
         inner.scanned_order.push_back(session.to_owned());
         while inner.scanned_order.len() > MAX_SCANNED {
@@ -79,7 +84,6 @@ impl Decisions {
                 inner.scanned.remove(&oldest);
             }
         }
-        true
     }
 }
 
@@ -99,7 +103,8 @@ mod tests {
         }
         assert_eq!(decisions.get("s", "r0"), None, "the oldest is forgotten");
         assert!(decisions.get("s", &format!("r{MAX_DECISIONS}")).is_some());
-        assert!(decisions.scan_once("s"));
-        assert!(!decisions.scan_once("s"), "a session's log is read once");
+        assert!(!decisions.was_scanned("s"));
+        decisions.scanned("s");
+        assert!(decisions.was_scanned("s"), "a session's log is read once");
     }
 }
