@@ -349,6 +349,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
                 .collect(),
             capacity: args.capacity.map(|capacity| capacity as usize),
             max_running: args.max_running.map(|max| max as usize),
+            relay_sessions_per_minute: None,
         },
     };
     let daemon = Daemon::open(shared, config).await.map_err(|error| {

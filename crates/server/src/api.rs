@@ -1312,61 +1312,15 @@ impl Batch {
         }
     }
 
-    /// Writes and flushes the frames ([`write_frames`]).
+    /// Writes and flushes the frames ([`crate::socket::write_frames`]).
     async fn write<S>(self, daemon: &Daemon, sink: &mut S) -> bool
     where
         S: futures::Sink<WsMessage> + Unpin,
     {
         let Batch { frames, counted } = self;
-        let written = write_frames(daemon, sink, frames, true).await;
+        let written = crate::socket::write_frames(daemon, sink, frames, true).await;
         drop(counted);
         written
-    }
-}
-
-/// Writes frames to a follower's socket and flushes them, their bytes counted against the
-/// followers' outbox ([`crate::watchers`]) until the socket took them (`counted`: they are
-/// already): whether it did, within the daemon's stall limit (and as long again as the frames
-/// take at [`crate::watchers::FOLLOWER_MIN_RATE`]). A follower that stopped reading is let go
-/// here.
-pub(crate) async fn write_frames<S>(
-    daemon: &Daemon,
-    sink: &mut S,
-    frames: Vec<String>,
-    counted: bool,
-) -> bool
-where
-    S: futures::Sink<WsMessage> + Unpin,
-{
-    let bytes: usize = frames.iter().map(String::len).sum();
-    let limit = crate::watchers::write_limit(daemon.stall_limit(), bytes);
-    let _counted = if counted {
-        None
-    } else {
-        let Some(counted) = daemon.watchers().reserve(bytes, limit).await else {
-            tracing::info!(bytes, "a follower could not be written to: the followers' outbox stayed full; letting it go");
-            return false;
-        };
-        Some(counted)
-    };
-    let write = async {
-        for frame in frames {
-            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
-                return false;
-            }
-        }
-        sink.flush().await.is_ok()
-    };
-    match tokio::time::timeout(limit, write).await {
-        Ok(written) => written,
-        Err(_) => {
-            tracing::info!(
-                bytes,
-                ?limit,
-                "a follower took nothing within the stall limit; letting it go"
-            );
-            false
-        }
     }
 }
 
@@ -1486,7 +1440,7 @@ async fn feed_dashboard(
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
         };
-        if !write_frames(&daemon, &mut sink, vec![frame.to_string()], false).await {
+        if !crate::socket::write_frames(&daemon, &mut sink, vec![frame.to_string()], false).await {
             break;
         }
     }

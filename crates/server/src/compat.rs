@@ -64,10 +64,13 @@ pub(crate) async fn subscribe(
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
     let info = find(&daemon, &id).await?;
+    // A follower's place (by the transcript's own id: its session's places are its own).
+    let seat = daemon.watchers().seat(caller.token_name(), Some(&format!("claude:{id}")))?;
     Ok(upgrade
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
+            let _seat = seat;
             let revocable = caller.clone();
             crate::tokens::until_revoked(&revocable, serve(daemon, caller, info, socket)).await
         }))
@@ -110,12 +113,8 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, info: TranscriptInfo, socket
             if lines.is_empty() {
                 break;
             }
-            for line in lines {
-                if sink.feed(WsMessage::Text(line.into())).await.is_err() {
-                    break 'serve;
-                }
-            }
-            if sink.flush().await.is_err() {
+            // Counted against the followers' outbox, and within the stall limit.
+            if !crate::socket::write_frames(&daemon, &mut sink, lines, false).await {
                 break 'serve;
             }
         }
@@ -129,7 +128,7 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, info: TranscriptInfo, socket
             request = requests.recv() => match request {
                 None => break,
                 Some(ClientRequest::Reply(frame)) => {
-                    if sink.send(WsMessage::Text(frame.into())).await.is_err() {
+                    if !crate::socket::write_frames(&daemon, &mut sink, vec![frame], false).await {
                         break;
                     }
                 }
@@ -140,7 +139,7 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, info: TranscriptInfo, socket
                     (tail, found) = blocking(TranscriptTail::new(&info.path), move |tail| skip_through(tail, &wanted)).await;
                     if !found {
                         let frame = json!({"type": "error", "error": format!("no message {uuid} in this session")});
-                        if sink.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                        if !crate::socket::write_frames(&daemon, &mut sink, vec![frame.to_string()], false).await {
                             break;
                         }
                     }

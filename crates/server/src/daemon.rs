@@ -288,6 +288,9 @@ pub struct Placement {
     /// `serve --max-running`): past it a new session, a resume or a relay CLI is refused
     /// (`503 max_running`, with why), and the others place nothing here.
     pub max_running: Option<usize>,
+    /// The most sessions relay CLIs make in a minute ([`RELAY_NEW_SESSIONS_PER_MINUTE`] when
+    /// `None`).
+    pub relay_sessions_per_minute: Option<usize>,
 }
 
 impl Placement {
@@ -305,6 +308,10 @@ impl Placement {
 /// A node's capacity when it gives none: what a host of ordinary size runs (each CLI takes
 /// about 200 MiB).
 pub const DEFAULT_CAPACITY: usize = 100;
+
+/// The most `mcp_config` entries a session is started with (each inline one is a descriptor of
+/// the CLI's: `switchboard_transport::stdio::MCP_CONFIG_FD` and on).
+pub const MAX_MCP_CONFIGS: usize = 16;
 
 /// The most sessions a daemon runs at once when it is not told (each CLI takes about 200 MiB,
 /// and its tools more): 100 started at once took one host to 20 GB.
@@ -971,6 +978,8 @@ pub struct Daemon {
     decisions: crate::decisions::Decisions,
     /// Who holds the daemon's connections, on every port it serves ([`crate::peers`]).
     peers: std::sync::OnceLock<Arc<crate::peers::Peers>>,
+    /// When the relay's last new sessions were made ([`RELAY_NEW_SESSIONS_PER_MINUTE`]).
+    relay_births: Mutex<std::collections::VecDeque<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -1031,6 +1040,7 @@ impl Daemon {
             starting: Arc::default(),
             decisions: crate::decisions::Decisions::default(),
             peers: std::sync::OnceLock::new(),
+            relay_births: Mutex::default(),
             budgets,
             link_key,
             notifier,
@@ -1275,6 +1285,7 @@ impl Daemon {
     {
         self.check_serving()?;
         let _admitted = self.admit_run()?;
+        self.relay_may_make_session().map_err(DaemonError::Busy)?;
         let id = uuid::Uuid::new_v4().to_string();
         let now = now_ms();
         let record = SessionRecord {
@@ -1422,6 +1433,33 @@ impl Daemon {
         mode: PermissionMode,
     ) -> Result<(), DaemonError> {
         self.command(id, SessionCommand::SetMode { mode }).await
+    }
+
+    /// Whether a relay CLI may make one more session now (a connection, or a rotation to a
+    /// Claude session its connection has not had): at most [`RELAY_NEW_SESSIONS_PER_MINUTE`],
+    /// daemon-wide, whatever the connections.
+    fn relay_may_make_session(&self) -> Result<(), String> {
+        let now = std::time::Instant::now();
+        let mut births =
+            self.relay_births.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while births
+            .front()
+            .is_some_and(|at| now.duration_since(*at) >= std::time::Duration::from_secs(60))
+        {
+            births.pop_front();
+        }
+        let most = self
+            .config
+            .placement
+            .relay_sessions_per_minute
+            .unwrap_or(RELAY_NEW_SESSIONS_PER_MINUTE);
+        if births.len() >= most {
+            return Err(format!(
+                "relay CLIs made {most} sessions in the last minute (RELAY_NEW_SESSIONS_PER_MINUTE); try again later"
+            ));
+        }
+        births.push_back(now);
+        Ok(())
     }
 
     /// Admits one more running session under [`Placement::max_running`]: held until the
@@ -2175,6 +2213,12 @@ impl Daemon {
         }
         if let Some(max) = request.max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
+        }
+        if request.mcp_config.len() > MAX_MCP_CONFIGS {
+            return Err(DaemonError::Invalid(format!(
+                "mcp_config has {} entries; at most {MAX_MCP_CONFIGS}",
+                request.mcp_config.len()
+            )));
         }
         if request.notify.as_ref().is_some_and(Vec::is_empty) {
             return Err(DaemonError::Invalid(
@@ -3914,6 +3958,11 @@ impl EventSink for Pump {
 /// id): a CLI whose lines name more goes on in its last session.
 pub const MAX_RELAY_SESSIONS: usize = 16;
 
+/// The most sessions relay CLIs make in a minute, daemon-wide (connections and rotations to a
+/// new Claude session together): a tool that holds the ingress token and reconnects is held
+/// to it too.
+pub const RELAY_NEW_SESSIONS_PER_MINUTE: usize = 60;
+
 /// The most rotations one relay connection makes in a second; faster ones go on in the same
 /// session (the relay's ingress token is in every relay CLI's environment, so its tools have
 /// it: one socket made 300 sessions in under a second).
@@ -3941,6 +3990,9 @@ impl Pump {
             return Err(format!(
                 "more than {RELAY_ROTATIONS_PER_SECOND} rotations in a second (RELAY_ROTATIONS_PER_SECOND)"
             ));
+        }
+        if !known {
+            self.daemon.relay_may_make_session()?;
         }
         self.rotations.push_back(now);
         Ok(())

@@ -64,6 +64,11 @@ pub(crate) async fn frontend(
     axum::Extension(caller): axum::Extension<Caller>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Response {
+    // A follower's place (a named token's count of followers).
+    let seat = match daemon.watchers().seat(caller.token_name(), None) {
+        Ok(seat) => seat,
+        Err(error) => return axum::response::IntoResponse::into_response(ApiError::from(error)),
+    };
     // Subscribed before the handshake answers: a CLI that connects as soon as the frontend's
     // socket opens is never announced before the frontend listens.
     let feed = daemon.relay_subscribe();
@@ -71,6 +76,7 @@ pub(crate) async fn frontend(
         .max_message_size(crate::socket::MAX_WS_MESSAGE_BYTES)
         .read_buffer_size(crate::socket::WS_READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
+            let _seat = seat;
             let revocable = caller.clone();
             crate::tokens::until_revoked(&revocable, feed_frontend(daemon, caller, feed, socket))
                 .await

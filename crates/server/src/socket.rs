@@ -327,6 +327,52 @@ pub(crate) async fn pipe(
     drop(writer);
 }
 
+/// Writes frames to a follower's socket and flushes them, their bytes counted against the
+/// followers' outbox ([`crate::watchers`]) until the socket took them (`counted`: they are
+/// already): whether it did, within the daemon's stall limit (and as long again as the frames
+/// take at [`crate::watchers::FOLLOWER_MIN_RATE`]). A follower that stopped reading is let go
+/// here.
+pub(crate) async fn write_frames<S>(
+    daemon: &crate::daemon::Daemon,
+    sink: &mut S,
+    frames: Vec<String>,
+    counted: bool,
+) -> bool
+where
+    S: futures::Sink<WsMessage> + Unpin,
+{
+    let bytes: usize = frames.iter().map(String::len).sum();
+    let limit = crate::watchers::write_limit(daemon.stall_limit(), bytes);
+    let _counted = if counted {
+        None
+    } else {
+        let Some(counted) = daemon.watchers().reserve(bytes, limit).await else {
+            tracing::info!(bytes, "a follower could not be written to: the followers' outbox stayed full; letting it go");
+            return false;
+        };
+        Some(counted)
+    };
+    let write = async {
+        for frame in frames {
+            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                return false;
+            }
+        }
+        sink.flush().await.is_ok()
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(written) => written,
+        Err(_) => {
+            tracing::info!(
+                bytes,
+                ?limit,
+                "a follower took nothing within the stall limit; letting it go"
+            );
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

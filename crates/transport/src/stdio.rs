@@ -557,6 +557,13 @@ pub(crate) fn start_with_secret(
     }
     for (at, config) in options.mcp_config.iter().enumerate() {
         if let Some(fd) = inline_mcp_config_fd(at, config) {
+            if fd >= HANDED_ABOVE {
+                let too_many = std::io::Error::other(format!(
+                    "at most {} --mcp-config entries",
+                    HANDED_ABOVE - MCP_CONFIG_FD
+                ));
+                return Err(spawn_error(too_many));
+            }
             handed.push((secret_file(config).map_err(spawn_error)?, fd));
         }
     }
@@ -565,8 +572,9 @@ pub(crate) fn start_with_secret(
             handed.iter().map(|(file, to)| (std::os::fd::AsRawFd::as_raw_fd(file), *to)).collect();
         // SAFETY: runs in the child between fork and exec; `dup2` and `fcntl` are
         // async-signal-safe system calls, and nothing is allocated (the moves were made
-        // before the fork). Every source descriptor is above every target ([`secret_file`]
-        // makes them so), so no move overwrites another's source.
+        // before the fork). Every source descriptor is at or above `HANDED_ABOVE`
+        // ([`secret_file`] makes them so) and every target below it (checked below), so no
+        // move overwrites another's source.
         unsafe {
             command.pre_exec(move || {
                 for &(raw, to) in &moves {
