@@ -46,6 +46,8 @@ pub struct Paced<B> {
     received: u64,
     /// Fires at the current deadline; `None` once the body ended.
     timer: Option<Pin<Box<Sleep>>>,
+    /// Begun when the body has arrived whole.
+    lease: Option<std::sync::Arc<crate::peers::Lease>>,
 }
 
 impl<B> std::fmt::Debug for Paced<B> {
@@ -60,7 +62,26 @@ impl<B: Body> Paced<B> {
         let started = Instant::now();
         let timer = (!body.is_end_stream())
             .then(|| Box::pin(tokio::time::sleep_until(started + BODY_GRACE)));
-        Paced { body, started, received: 0, timer }
+        Paced { body, started, received: 0, timer, lease: None }
+    }
+
+    /// Paced, and `lease` begun once the body has arrived whole (at once for an empty one).
+    pub fn leased(body: B, lease: std::sync::Arc<crate::peers::Lease>) -> Self {
+        let mut paced = Paced::new(body);
+        if paced.timer.is_none() {
+            lease.begin();
+        } else {
+            paced.lease = Some(lease);
+        }
+        paced
+    }
+
+    /// The body has arrived whole.
+    fn ended(&mut self) {
+        self.timer = None;
+        if let Some(lease) = self.lease.take() {
+            lease.begin();
+        }
     }
 
     /// When the body must have more than `received` bytes in.
@@ -93,13 +114,13 @@ where
                     }
                 }
                 if this.body.is_end_stream() {
-                    this.timer = None;
+                    this.ended();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(error.into()))),
             Poll::Ready(None) => {
-                this.timer = None;
+                this.ended();
                 Poll::Ready(None)
             }
             Poll::Pending => {

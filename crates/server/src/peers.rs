@@ -1,9 +1,10 @@
 //! Who holds the daemon's connections, and who gives one up when they are all taken.
 //!
-//! Every accepted connection is admitted here under its peer's IP address. A connection is
-//! *held* while it carries something a client is following (a WebSocket after its upgrade, an
-//! HTTP/2 call whose response has begun); any other connection (one still sending its first
-//! request, one idle between requests, an HTTP/2 connection with no call answered) can be
+//! Every accepted connection is admitted here under its peer's IP address (an IPv6 address's
+//! /64). A connection is *held* while it carries something being answered: a WebSocket after
+//! its upgrade, a followed gRPC stream being answered, an HTTP/1.1 request whose body has
+//! arrived until its answer is sent ([`Lease`]); any other connection (one still sending its
+//! request, one idle between requests, an HTTP/2 connection with no followed stream) can be
 //! *shed*. When a peer already has [`Limits::per_peer`] connections, or the daemon has
 //! [`Limits::total`], a new connection sheds the oldest sheddable one (the peer's own first,
 //! else anyone's), so a flood of connections that never finish a request cannot keep a person's
@@ -228,6 +229,39 @@ impl Drop for Admitted {
     }
 }
 
+/// A request being answered on an HTTP/1.1 connection: it holds the connection's place from
+/// when its whole body has arrived ([`Lease::begin`]) until its response has been sent
+/// ([`Lease::end`]). A connection still sending its request (a body that trickles) or idle
+/// between requests holds nothing.
+#[derive(Debug)]
+pub struct Lease {
+    place: Arc<Admitted>,
+    hold: std::sync::Mutex<Option<Hold>>,
+    ended: std::sync::atomic::AtomicBool,
+}
+
+impl Lease {
+    /// A lease on `place`, not begun.
+    pub fn new(place: Arc<Admitted>) -> Arc<Lease> {
+        Arc::new(Lease { place, hold: std::sync::Mutex::new(None), ended: false.into() })
+    }
+
+    /// The request's body has arrived: the connection is held (unless the answer is sent).
+    pub fn begin(&self) {
+        let mut hold = self.hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !self.ended.load(Ordering::SeqCst) && hold.is_none() {
+            *hold = Some(self.place.hold());
+        }
+    }
+
+    /// The answer has been sent (or dropped): the connection holds nothing for it.
+    pub fn end(&self) {
+        let mut hold = self.hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.ended.store(true, Ordering::SeqCst);
+        hold.take();
+    }
+}
+
 /// See [`Admitted::hold`].
 #[derive(Debug)]
 pub struct Hold(Arc<Entry>);
@@ -307,6 +341,25 @@ mod tests {
         let held = [d.hold(), _e.hold()];
         assert!(matches!(peers.admit(ip(5)), Admission::Refused));
         drop(held);
+    }
+
+    #[test]
+    fn a_request_being_answered_holds_its_connection_until_its_answer_is_sent() {
+        let peers = Peers::new(Limits { total: 100, per_peer: 1 });
+        let place = Arc::new(admitted(peers.admit(ip(1))));
+        let lease = Lease::new(place.clone());
+        // Still arriving: sheddable.
+        let next = admitted(peers.admit(ip(1)));
+        assert!(is_shed(&place));
+        drop((next, lease));
+        let place = Arc::new(admitted(peers.admit(ip(1))));
+        let lease = Lease::new(place.clone());
+        lease.begin();
+        assert!(matches!(peers.admit(ip(1)), Admission::Refused), "held while answered");
+        lease.end();
+        lease.begin();
+        let _next = admitted(peers.admit(ip(1)));
+        assert!(is_shed(&place), "an ended lease does not begin again");
     }
 
     #[test]

@@ -113,13 +113,12 @@ async fn accept(
     shutdown: impl Future<Output = ()> + Send,
     drain: bool,
 ) -> std::io::Result<()> {
-    let app = tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
+    // Every body must keep arriving, whoever reads it ([`Paced`], wrapped per connection below).
+    let app = tower::service_fn(move |request: axum::http::Request<axum::body::Body>| {
         let router = match &routers.grpc {
             Some(grpc) if crate::grpc::is_grpc(&request) => grpc.clone(),
             _ => routers.rest.clone(),
         };
-        // Every body must keep arriving, whoever reads it.
-        let request = request.map(|body| axum::body::Body::new(Paced::new(body)));
         tower::ServiceExt::oneshot(router, request)
     });
     // One set of places for every port the daemon serves.
@@ -186,10 +185,11 @@ async fn accept(
                 let calls = Arc::new(Calls::default());
                 let counted = {
                     let (calls, place) = (calls.clone(), place.clone());
-                    tower::service_fn(move |request: axum::http::Request<_>| {
+                    tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
                         let call = Call::begin(&calls);
                         let place = place.clone();
                         let followed = crate::grpc::is_followed_stream(request.uri().path());
+                        let request = request.map(|body| axum::body::Body::new(Paced::new(body)));
                         let answer = tower::ServiceExt::oneshot(app.clone(), request);
                         async move {
                             let response = answer.await?;
@@ -225,18 +225,25 @@ async fn accept(
                 .await;
                 return;
             }
-            // A WebSocket (its upgrade answered) holds its place until it closes.
+            // A request holds its place from when its body has arrived until its answer has
+            // been sent (a connection still sending one, or idle, holds nothing); a WebSocket
+            // (its upgrade answered) until it closes.
             let upgrading = {
                 let place = place.clone();
-                tower::service_fn(move |request| {
+                tower::service_fn(move |request: axum::http::Request<hyper::body::Incoming>| {
                     let place = place.clone();
+                    let lease = crate::peers::Lease::new(place.clone());
+                    let request = request
+                        .map(|body| axum::body::Body::new(Paced::leased(body, lease.clone())));
                     let answer = tower::ServiceExt::oneshot(app.clone(), request);
                     async move {
                         let response = answer.await?;
                         if response.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
                             place.hold_for_good();
                         }
-                        Ok::<_, std::convert::Infallible>(response)
+                        Ok::<_, std::convert::Infallible>(
+                            response.map(|body| axum::body::Body::new(Answered { body, lease })),
+                        )
                     }
                 })
             };
@@ -433,6 +440,43 @@ impl http_body::Body for Held {
         context: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         std::pin::Pin::new(&mut self.body).poll_frame(context)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// An HTTP/1.1 response body that ends its request's [`crate::peers::Lease`] when it ends (or
+/// is dropped).
+struct Answered {
+    body: axum::body::Body,
+    lease: Arc<crate::peers::Lease>,
+}
+
+impl Drop for Answered {
+    fn drop(&mut self) {
+        self.lease.end();
+    }
+}
+
+impl http_body::Body for Answered {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.body).poll_frame(context);
+        if matches!(polled, std::task::Poll::Ready(None)) {
+            self.lease.end();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
