@@ -198,7 +198,9 @@ async fn accept(
                             let hold =
                                 (followed && response.status().is_success()).then(|| place.hold());
                             Ok::<_, std::convert::Infallible>(response.map(|body| {
-                                axum::body::Body::new(Held { body, _call: call, _hold: hold })
+                                let held =
+                                    Held { body, _call: Some(call), _hold: hold, lease: None };
+                                axum::body::Body::new(held)
                             }))
                         }
                     })
@@ -241,9 +243,14 @@ async fn accept(
                         if response.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
                             place.hold_for_good();
                         }
-                        Ok::<_, std::convert::Infallible>(
-                            response.map(|body| axum::body::Body::new(Answered { body, lease })),
-                        )
+                        Ok::<_, std::convert::Infallible>(response.map(|body| {
+                            axum::body::Body::new(Held {
+                                body,
+                                _call: None,
+                                _hold: None,
+                                lease: Some(lease),
+                            })
+                        }))
                     }
                 })
             };
@@ -424,11 +431,22 @@ impl Drop for Call {
     }
 }
 
-/// A response body that keeps its call open, and its connection's place held, until it ends.
+/// A response body that keeps what its answer holds until it ends (or is dropped): an HTTP/2
+/// call open and, for a followed stream, its connection's place; an HTTP/1.1 request's
+/// [`crate::peers::Lease`].
 struct Held {
     body: axum::body::Body,
-    _call: Call,
+    _call: Option<Call>,
     _hold: Option<crate::peers::Hold>,
+    lease: Option<Arc<crate::peers::Lease>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(lease) = &self.lease {
+            lease.end();
+        }
+    }
 }
 
 impl http_body::Body for Held {
@@ -439,42 +457,9 @@ impl http_body::Body for Held {
         mut self: std::pin::Pin<&mut Self>,
         context: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(context)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// An HTTP/1.1 response body that ends its request's [`crate::peers::Lease`] when it ends (or
-/// is dropped).
-struct Answered {
-    body: axum::body::Body,
-    lease: Arc<crate::peers::Lease>,
-}
-
-impl Drop for Answered {
-    fn drop(&mut self) {
-        self.lease.end();
-    }
-}
-
-impl http_body::Body for Answered {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let polled = std::pin::Pin::new(&mut self.body).poll_frame(context);
-        if matches!(polled, std::task::Poll::Ready(None)) {
-            self.lease.end();
+        if let (std::task::Poll::Ready(None), Some(lease)) = (&polled, &self.lease) {
+            lease.end();
         }
         polled
     }
