@@ -29,6 +29,7 @@ pub mod pacing;
 pub mod peers;
 mod prompt;
 pub mod push;
+mod refusals;
 mod relay;
 mod serve;
 mod shell;
