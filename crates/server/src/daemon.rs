@@ -156,7 +156,7 @@ pub struct Placement {
     /// `serve --max-running`): past it a new session, a resume or a relay CLI is refused
     /// (`503 max_running`, with why), and the others place nothing here.
     pub max_running: Option<usize>,
-    /// The most sessions relay CLIs make in a minute ([`RELAY_NEW_SESSIONS_PER_MINUTE`] when
+    /// The most sessions relay CLIs make in a minute ([`crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE`] when
     /// `None`).
     pub relay_sessions_per_minute: Option<usize>,
 }
@@ -846,8 +846,8 @@ pub struct Daemon {
     decisions: crate::decisions::Decisions,
     /// Who holds the daemon's connections, on every port it serves ([`crate::peers`]).
     peers: std::sync::OnceLock<Arc<crate::peers::Peers>>,
-    /// When the relay's last new sessions were made ([`RELAY_NEW_SESSIONS_PER_MINUTE`]).
-    relay_births: Mutex<std::collections::VecDeque<std::time::Instant>>,
+    /// When the relay's last new sessions were made ([`crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE`]).
+    relay_births: Mutex<crate::relay_limits::Window>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -908,7 +908,7 @@ impl Daemon {
             starting: Arc::default(),
             decisions: crate::decisions::Decisions::default(),
             peers: std::sync::OnceLock::new(),
-            relay_births: Mutex::default(),
+            relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
             budgets,
             link_key,
             notifier,
@@ -1304,30 +1304,23 @@ impl Daemon {
     }
 
     /// Whether a relay CLI may make one more session now (a connection, or a rotation to a
-    /// Claude session its connection has not had): at most [`RELAY_NEW_SESSIONS_PER_MINUTE`],
-    /// daemon-wide, whatever the connections.
+    /// Claude session its connection has not had): at most
+    /// [`crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE`], daemon-wide.
     fn relay_may_make_session(&self) -> Result<(), String> {
-        let now = std::time::Instant::now();
-        let mut births =
-            self.relay_births.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        while births
-            .front()
-            .is_some_and(|at| now.duration_since(*at) >= std::time::Duration::from_secs(60))
-        {
-            births.pop_front();
-        }
         let most = self
             .config
             .placement
             .relay_sessions_per_minute
-            .unwrap_or(RELAY_NEW_SESSIONS_PER_MINUTE);
-        if births.len() >= most {
-            return Err(format!(
+            .unwrap_or(crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE);
+        let mut births =
+            self.relay_births.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if births.take(most) {
+            Ok(())
+        } else {
+            Err(format!(
                 "relay CLIs made {most} sessions in the last minute (RELAY_NEW_SESSIONS_PER_MINUTE); try again later"
-            ));
+            ))
         }
-        births.push_back(now);
-        Ok(())
     }
 
     /// Admits one more running session under [`Placement::max_running`]: held until the
@@ -3612,8 +3605,8 @@ struct Pump {
     relayed: bool,
     /// This connection's Claude session ids and their Switchboard sessions.
     seen: HashMap<String, String>,
-    /// When this connection's last rotations were (at most [`RELAY_ROTATIONS_PER_SECOND`]).
-    rotations: std::collections::VecDeque<std::time::Instant>,
+    /// When this connection's last rotations were (at most [`crate::relay_limits::RELAY_ROTATIONS_PER_SECOND`]).
+    rotations: crate::relay_limits::Window,
     /// Events the store refused for good (the session was stopped for it), not yet noted in
     /// the log (an earlier run's too).
     lost: u64,
@@ -3642,7 +3635,7 @@ impl Drop for Pump {
             relay: self.relay,
             relayed: self.relayed,
             seen: HashMap::new(),
-            rotations: std::collections::VecDeque::new(),
+            rotations: crate::relay_limits::Window::new(Duration::from_secs(1)),
             lost: self.lost,
             cli_run: self.cli_run.take(),
             ended: false,
@@ -3670,7 +3663,7 @@ impl Pump {
             .unwrap_or((false, false));
         let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
         let seen = HashMap::new();
-        let rotations = std::collections::VecDeque::new();
+        let rotations = crate::relay_limits::Window::new(Duration::from_secs(1));
         Pump {
             daemon,
             id,
@@ -3822,23 +3815,11 @@ impl EventSink for Pump {
     }
 }
 
-/// The most Switchboard sessions one relay connection makes (one per distinct Claude session
-/// id): a CLI whose lines name more goes on in its last session.
-pub const MAX_RELAY_SESSIONS: usize = 16;
-
-/// The most sessions relay CLIs make in a minute, daemon-wide (connections and rotations to a
-/// new Claude session together): a tool that holds the ingress token and reconnects is held
-/// to it too.
-pub const RELAY_NEW_SESSIONS_PER_MINUTE: usize = 60;
-
-/// The most rotations one relay connection makes in a second; faster ones go on in the same
-/// session (the relay's ingress token is in every relay CLI's environment, so its tools have
-/// it: one socket made 300 sessions in under a second).
-pub const RELAY_ROTATIONS_PER_SECOND: usize = 5;
-
 impl Pump {
-    /// Whether this connection may move to `claude_session_id`'s session now, or why not.
+    /// Whether this connection may move to `claude_session_id`'s session now, or why not
+    /// ([`crate::relay_limits`]).
     fn may_rotate(&mut self, claude_session_id: &str) -> Result<(), String> {
+        use crate::relay_limits::{MAX_RELAY_SESSIONS, RELAY_ROTATIONS_PER_SECOND};
         let known = self.seen.contains_key(claude_session_id);
         // The current session and those seen before it.
         if !known && self.seen.len() + 1 >= MAX_RELAY_SESSIONS {
@@ -3846,15 +3827,7 @@ impl Pump {
                 "the connection has {MAX_RELAY_SESSIONS} sessions already (MAX_RELAY_SESSIONS)"
             ));
         }
-        let now = std::time::Instant::now();
-        while self
-            .rotations
-            .front()
-            .is_some_and(|at| now.duration_since(*at) >= std::time::Duration::from_secs(1))
-        {
-            self.rotations.pop_front();
-        }
-        if self.rotations.len() >= RELAY_ROTATIONS_PER_SECOND {
+        if !self.rotations.has_room(RELAY_ROTATIONS_PER_SECOND) {
             return Err(format!(
                 "more than {RELAY_ROTATIONS_PER_SECOND} rotations in a second (RELAY_ROTATIONS_PER_SECOND)"
             ));
@@ -3862,7 +3835,7 @@ impl Pump {
         if !known {
             self.daemon.relay_may_make_session()?;
         }
-        self.rotations.push_back(now);
+        self.rotations.take(RELAY_ROTATIONS_PER_SECOND);
         Ok(())
     }
 }

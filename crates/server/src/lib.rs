@@ -31,6 +31,7 @@ mod prompt;
 pub mod push;
 mod refusals;
 mod relay;
+pub mod relay_limits;
 mod serve;
 mod shell;
 pub mod socket;

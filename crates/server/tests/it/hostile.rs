@@ -607,7 +607,7 @@ async fn a_relay_connection_cannot_flood_sessions_or_take_anothers_prompt() {
     // At most RELAY_ROTATIONS_PER_SECOND rotations in the second it took (and never more than
     // MAX_RELAY_SESSIONS), not 40 sessions.
     assert!(
-        relays.len() <= switchboard_server::daemon::MAX_RELAY_SESSIONS,
+        relays.len() <= switchboard_server::relay_limits::MAX_RELAY_SESSIONS,
         "{} sessions from one socket",
         relays.len()
     );
