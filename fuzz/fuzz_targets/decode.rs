@@ -2,8 +2,7 @@
 //! sizes come from the input, must never panic; every decoded line must re-encode to its exact
 //! bytes, its typed view must serialize to valid JSON, and routing must agree on the type.
 //!
-//! Run: `cargo install cargo-fuzz && cd fuzz && cargo fuzz run decode` (cargo-fuzz needs a
-//! nightly toolchain, or `RUSTC_BOOTSTRAP=1` with stable).
+//! Run: `scripts/fuzz.sh 60 decode`.
 
 #![no_main]
 
@@ -14,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&chunk_seed, bytes)) = data.split_first() else { return };
     let chunk = usize::from(chunk_seed % 64) + 1;
     let mut decoder = Decoder::new(4096);
-    let mut check = |decoder: &mut Decoder| {
+    let check = |decoder: &mut Decoder| {
         while let Some(item) = decoder.next_item() {
             if let Ok(received) = item {
                 let mut expected = received.raw.as_bytes().to_vec();

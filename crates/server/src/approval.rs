@@ -139,28 +139,6 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
 /// each up to 4 bytes written as `%XX` (12 bytes), with room to spare.
 pub(crate) const MAX_FORM_BYTES: usize = 32 * 1024;
 
-/// The form's fields.
-#[derive(Debug, Default)]
-struct AnswerForm {
-    decision: String,
-    message: Option<String>,
-}
-
-impl AnswerForm {
-    /// `decision=…&message=…` (`application/x-www-form-urlencoded`); unknown fields ignored.
-    fn parse(body: &[u8]) -> AnswerForm {
-        let mut form = AnswerForm::default();
-        for (name, value) in form_urlencoded::parse(body) {
-            match &*name {
-                "decision" => form.decision = value.into_owned(),
-                "message" => form.message = Some(value.into_owned()),
-                _ => {}
-            }
-        }
-        form
-    }
-}
-
 /// `POST /a/{link}`: answers the link's request, as `link (CHANNEL)`. The link is verified
 /// before a byte of the body is read, and the body may hold at most [`MAX_FORM_BYTES`].
 pub(crate) async fn answer(
@@ -172,7 +150,7 @@ pub(crate) async fn answer(
         return not_a_link();
     };
     let form = match axum::body::to_bytes(body, MAX_FORM_BYTES).await {
-        Ok(bytes) => AnswerForm::parse(&bytes),
+        Ok(bytes) => crate::links::AnswerForm::parse(&bytes),
         Err(error) => {
             let too_large = std::error::Error::source(&error)
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());

@@ -99,6 +99,30 @@ pub struct LinkConfig {
     pub public_url: Option<String>,
 }
 
+/// What a link's page posts: `decision=…&message=…` (`application/x-www-form-urlencoded`).
+#[derive(Debug, Default)]
+pub struct AnswerForm {
+    /// `allow` or `deny` (anything else is refused by the page).
+    pub decision: String,
+    /// The reason given with a denial, if any.
+    pub message: Option<String>,
+}
+
+impl AnswerForm {
+    /// Reads a posted form; unknown fields are ignored, a repeated field counts its last value.
+    pub fn parse(body: &[u8]) -> AnswerForm {
+        let mut form = AnswerForm::default();
+        for (name, value) in form_urlencoded::parse(body) {
+            match &*name {
+                "decision" => form.decision = value.into_owned(),
+                "message" => form.message = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        form
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
