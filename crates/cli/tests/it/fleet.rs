@@ -7,7 +7,8 @@ use switchboard_testkit::servers::{Nats, Postgres};
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::serve::{
-    client, create_session, http, session_events, start_daemon_with_env, wait_session, Daemon,
+    client, create_session, frames_until, http, session_events, start_daemon_with_env, subscribe,
+    wait_session, Daemon,
 };
 
 /// A password PostgreSQL's trust authentication ignores: it must never reach a log.
@@ -230,48 +231,6 @@ async fn wait_nodes(url: &str, token: &str, predicate: impl Fn(&[Value]) -> bool
     }
 }
 
-/// Opens `GET /api/sessions/{id}/subscribe?after=0` on `url`.
-async fn subscribe(
-    url: &str,
-    token: &str,
-    id: &str,
-) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-    let address =
-        format!("{}/api/sessions/{id}/subscribe?after=0", url.replace("http://", "ws://"));
-    let mut request = address.into_client_request().unwrap();
-    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-    tokio_tungstenite::connect_async(request).await.unwrap().0
-}
-
-/// The event frames of a subscription until `predicate` holds for one (bounded).
-async fn frames_until(
-    socket: &mut tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-    predicate: impl Fn(&Value) -> bool,
-) -> Vec<Value> {
-    use futures::StreamExt as _;
-    let mut frames = Vec::new();
-    loop {
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(60), socket.next())
-            .await
-            .unwrap_or_else(|_| panic!("nothing more came: {frames:#?}"))
-            .unwrap()
-            .unwrap();
-        let tokio_tungstenite::tungstenite::Message::Text(text) = frame else { continue };
-        let frame: Value = serde_json::from_str(&text).unwrap();
-        if frame["type"] != "event" {
-            continue;
-        }
-        let done = predicate(&frame);
-        frames.push(frame);
-        if done {
-            return frames;
-        }
-    }
-}
-
 /// Three daemons on one PostgreSQL and one NATS. A session starts on alpha; gamma follows it
 /// from its first event (history, then live across the seam); its Bash call is approved
 /// through beta's API, which forwards the answer to alpha; a second message goes in through
@@ -310,7 +269,7 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
         tokio_tungstenite::connect_async(request).await.unwrap().0
     };
     let id = create_session(&alpha.url, alpha_token, &sandbox, "FIRST").await;
-    let mut follower = subscribe(&gamma.url, gamma_token, &id).await;
+    let mut follower = subscribe(&gamma.url, gamma_token, &id, 0).await;
     loop {
         use futures::StreamExt as _;
         let frame = tokio::time::timeout(std::time::Duration::from_secs(60), dashboard.next())

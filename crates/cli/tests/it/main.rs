@@ -7,6 +7,7 @@ mod fleet;
 mod matrix;
 mod run;
 mod serve;
+mod soak;
 mod tidy;
 
 /// An HTTP client whose every request has a deadline: a daemon that stops answering fails the

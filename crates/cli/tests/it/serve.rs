@@ -174,6 +174,56 @@ pub(crate) async fn wait_session(
     }
 }
 
+/// A subscriber's socket.
+pub(crate) type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens `GET /api/sessions/{id}/subscribe?after=AFTER` on `url` (bounded).
+pub(crate) async fn subscribe(url: &str, token: &str, id: &str, after: u64) -> Socket {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let address =
+        format!("{}/api/sessions/{id}/subscribe?after={after}", url.replace("http://", "ws://"));
+    let mut request = address.into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio::time::timeout(Duration::from_secs(30), tokio_tungstenite::connect_async(request))
+        .await
+        .expect("the subscriber connects within 30 s")
+        .unwrap()
+        .0
+}
+
+/// The event frames of a subscription until `predicate` holds for one, within 90 s in all.
+pub(crate) async fn frames_until(
+    socket: &mut Socket,
+    predicate: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    use futures::StreamExt as _;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let mut frames = Vec::new();
+    loop {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .unwrap_or_else(|_| panic!("what was waited for never came in 90 s: {frames:#?}"))
+            .unwrap_or_else(|| panic!("the socket closed first: {frames:#?}"))
+            .unwrap();
+        let tokio_tungstenite::tungstenite::Message::Text(text) = frame else { continue };
+        let frame: Value = serde_json::from_str(&text).unwrap();
+        if frame["type"] != "event" {
+            continue;
+        }
+        let done = predicate(&frame);
+        frames.push(frame);
+        if done {
+            return frames;
+        }
+    }
+}
+
+/// The `seq` of each frame.
+fn seqs(frames: &[Value]) -> Vec<u64> {
+    frames.iter().map(|frame| frame["seq"].as_u64().unwrap()).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_approve_sigkill_and_recover() {
     let api = FakeApi::start(
@@ -206,6 +256,8 @@ async fn serve_approve_sigkill_and_recover() {
     assert_eq!(mode & 0o777, 0o600, "the token file is private");
 
     let id = create_session(&daemon.url, &token, &sandbox, "FIRST").await;
+    // A subscriber from the first event, across the SIGKILL and the restart below.
+    let mut follower = subscribe(&daemon.url, &token, &id, 0).await;
     let session = wait_session(&daemon.url, &token, &id, |s| {
         !s["pending_permissions"].as_array().unwrap().is_empty()
     })
@@ -235,6 +287,11 @@ async fn serve_approve_sigkill_and_recover() {
     )
     .await;
     wait_session(&daemon.url, &token, &id, |s| s["state"] == "awaiting_permission").await;
+    let seen = frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "permission_requested"
+            && frame["event"]["input"].to_string().contains("never.txt")
+    })
+    .await;
     let pid = daemon.child.id().unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -281,6 +338,13 @@ async fn serve_approve_sigkill_and_recover() {
         .as_str()
         .unwrap()
         .contains("daemon stopped"));
+    // The subscriber, back with the last number it saw, misses nothing and repeats nothing:
+    // what it saw before the kill and after the restart is the whole log, in order, once.
+    let last_seen = *seqs(&seen).last().unwrap();
+    let mut follower = subscribe(&daemon.url, &token, &id, last_seen).await;
+    let rest = frames_until(&mut follower, |frame| frame["event"]["event"] == "exited").await;
+    let all: Vec<u64> = seqs(&seen).into_iter().chain(seqs(&rest)).collect();
+    assert_eq!(all, (1..=events.len() as u64).collect::<Vec<_>>(), "gap-free across SIGKILL");
     let resumed = http(
         &daemon.url,
         &token,
@@ -831,6 +895,54 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
         Vec::<u32>::new(),
         "and the shell's"
     );
+}
+
+/// A session stopped the ordinary way (`DELETE`, the CLI ends on its own): a tool the CLI
+/// started in a session of its own, in no group of ours, ends with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_session_ends_a_tool_in_a_session_of_its_own() {
+    let guard = switchboard_testkit::Sleeper::new(2719);
+    let sleeper = guard.command();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": format!("setsid {sleeper} >/dev/null 2>&1 </dev/null & echo ok"), "description": "x"}),
+                )
+                .when_prompt("SPAWN"),
+            )
+            .reply(Reply::text("spawned").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "SPAWN").await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
+    let running = switchboard_testkit::processes_running(sleeper);
+    assert_eq!(running.len(), 1, "the tool started its sleeper");
+    let group = std::fs::read_to_string(format!("/proc/{}/stat", running[0])).unwrap();
+    let cli_runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
+    let cli: Value = serde_json::from_str(&cli_runs).unwrap();
+    let cli = cli[0]["pid"].as_u64().unwrap();
+    assert!(
+        !group.contains(&format!(" {cli} ")),
+        "the sleeper is in a session of its own, not the CLI's group: {group}"
+    );
+
+    let stopped =
+        http(&daemon.url, &token, reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None)
+            .await;
+    assert_eq!(stopped["running"], false, "{stopped}");
+    eventually("the sleeper ends with its session", || {
+        switchboard_testkit::processes_running(sleeper).is_empty()
+    })
+    .await;
+    let session = wait_session(&daemon.url, &token, &id, |s| s["running"] == false).await;
+    assert_eq!(session["state"], "exited", "{session}");
 }
 
 /// Reads the daemon's stderr (bounded) until a line holds `needle`.

@@ -721,6 +721,10 @@ async fn without_auth_the_relay_socket_refuses_other_sites() {
         .await
         .unwrap();
     assert_eq!(page.status().as_u16(), 403, "the page too");
+    assert!(
+        daemon.store().list_sessions().await.unwrap().is_empty(),
+        "a refused socket made no session"
+    );
     // A CLI (no Origin) on a loopback name still connects.
     let (mut cli, _) = upgrade(&[]).await.unwrap();
     cli.close(None).await.unwrap();
@@ -1495,7 +1499,18 @@ async fn relay_with_a_stuck_frontend(lines: usize, stuck_frame: Option<String>) 
         .await
         .expect("the reading frontend was held back")
         .unwrap();
-    drop(stuck);
+    // The stuck one was dropped, not merely passed by: read now, its socket ends (after what
+    // its buffers held) within the deadline.
+    let dropped = tokio::time::timeout(WAIT, async {
+        loop {
+            match stuck.socket.next().await {
+                Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(dropped.is_ok(), "the stuck frontend's socket was never closed");
     reader.abort();
     server.stop().await;
 }
@@ -1513,11 +1528,32 @@ async fn a_silent_cli_socket_is_dropped() {
     })
     .await;
     let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let silent = server.relay_cli().await;
+    let mut silent = server.relay_cli().await;
+    let connected = std::time::Instant::now();
     feed.until(|frame| frame["text"] == "claude code connected").await;
     // Never read (so never answer a ping), but keep the TCP connection open.
     feed.until(|frame| frame["text"] == "claude code disconnected").await;
-    drop(silent);
+    assert!(
+        connected.elapsed() >= Duration::from_millis(300),
+        "dropped only once a ping went unanswered, not at once ({:?})",
+        connected.elapsed()
+    );
+    // The daemon closed the socket, not only said so: reading it now ends (after the pings
+    // that went unanswered), within the deadline.
+    let ended = tokio::time::timeout(WAIT, async {
+        let mut pings = 0;
+        loop {
+            match silent.next().await {
+                Some(Ok(WsMessage::Ping(_))) => pings += 1,
+                Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => return pings,
+                // What the daemon sent before (`initialize`, unanswered).
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    let pings = ended.expect("the daemon closed the silent CLI's socket");
+    assert!(pings >= 1, "it was pinged before it was dropped");
     server.stop().await;
 }
 
@@ -1651,13 +1687,23 @@ async fn raw_exchange(address: &str, request: &[u8], wait: Duration) -> Option<S
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ingress_post_checks_its_slot_before_reading_a_body() {
-    let api = FakeApi::start(Scenario::new()).await.unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
+    // A real slot (an `--sdk-url` session's), to present the wrong token to.
+    let session = start_sdk_url_session(Scenario::new().reply(Reply::text("hi")), "hello").await;
+    let server = &session.server;
+    let slot = server.daemon.ingress_slots().pop().expect("the session's slot");
     let address = server.base.trim_start_matches("http://").to_owned();
+    // A real slot and the wrong token, 16 MiB announced: refused without waiting for them.
+    let request = format!(
+        "POST /session/{}/events HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer wrong\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{{\"ev",
+        slot.id,
+        16 * 1024 * 1024
+    );
+    let answer = raw_exchange(&address, request.as_bytes(), Duration::from_secs(20))
+        .await
+        .expect("refused without waiting for the body");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
     // 16 MiB announced and never sent: the answer must not wait for it.
     let request = format!(
         "POST /session/no-such-slot/events HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{{\"ev",
@@ -1668,6 +1714,7 @@ async fn the_ingress_post_checks_its_slot_before_reading_a_body() {
         .expect("answered without waiting for the body");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     assert!(answer.contains("not_found"), "one error shape: {answer}");
+    let SdkUrlSession { server, .. } = session;
     server.stop().await;
 }
 
@@ -2090,6 +2137,13 @@ async fn a_store_that_refuses_events_loses_none_and_says_so() {
         failing.last().unwrap()["message"].as_str().unwrap().contains("No space left"),
         "{failing:?}"
     );
+    // Stored before seen: every event the subscriber got is in the log, which takes none now.
+    let stored = store.inner.events_after(&id, 0, 100_000).await.unwrap();
+    let stored_before = stored.last().unwrap().seq;
+    assert!(
+        seqs(&failing).iter().all(|seq| *seq <= stored_before),
+        "an event was published while the store refused it: {failing:?}"
+    );
     // A session cannot even start while its log cannot be written.
     let (status, refused) =
         server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "x"})).await;
@@ -2099,7 +2153,14 @@ async fn a_store_that_refuses_events_loses_none_and_says_so() {
     // Room again: everything arrives, in order, with no number skipped.
     store.set_failing(false);
     let frames = ws.until(is_result).await;
-    assert!(frames.iter().any(|frame| frame["type"] == "store_recovered"), "{frames:?}");
+    let recovered = frames.iter().position(|frame| frame["type"] == "store_recovered");
+    let first_event = frames.iter().position(|frame| frame["type"] == "event");
+    assert!(recovered.is_some(), "{frames:?}");
+    assert!(
+        first_event.is_some_and(|event| event > recovered.unwrap()),
+        "the second turn's events come only after the store took them again: {frames:?}"
+    );
+    assert_eq!(seqs(&frames)[0], stored_before + 1, "and from the next number: {frames:?}");
     let (_, log) = server.get(&format!("/api/sessions/{id}/events")).await;
     let seqs: Vec<u64> =
         log.as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect();
@@ -2267,6 +2328,9 @@ async fn a_relay_upgrade_abandoned_before_the_101_leaves_no_session() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The abandoned upgrade made none at all: the one session is the real CLI's.
+    let sessions = server.daemon.store().list_sessions().await.unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
     server.stop().await;
 }
 
