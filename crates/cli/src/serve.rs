@@ -352,6 +352,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             relay_sessions_per_minute: None,
         },
     };
+    // From here on a SIGINT or SIGTERM stops the daemon gracefully: the daemon starts its
+    // sessions' recovery and its senders as it opens, and a signal that came before the accept
+    // loop began would otherwise end the process with the default action, mid-write.
+    let signalled = shutdown_signal();
     let daemon = Daemon::open(shared, config).await.map_err(|error| {
         let code = if matches!(error, switchboard_server::DaemonError::Invalid(_)) { 2 } else { 1 };
         (code, error.to_string())
@@ -405,7 +409,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         });
     }
     let shutdown = async move {
-        shutdown_signal().await;
+        signalled.await;
         let _ = stop.send(true);
     };
     let served = switchboard_server::serve(listener, daemon, auth, shutdown).await;
@@ -441,30 +445,35 @@ fn warm_specs(args: &ServeArgs) -> Result<Vec<WarmSpec>, (u8, String)> {
         .collect()
 }
 
-/// Resolves on the first SIGINT or SIGTERM; from then on, another one exits at once.
-pub(crate) async fn shutdown_signal() {
-    let (mut interrupt, mut terminate) = match signals() {
-        Ok(signals) => signals,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for signals; only Ctrl-C stops the daemon");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
-    }
-    tracing::info!("shutting down: stopping every session (signal again to exit at once)");
-    eprintln!("switchboard serve: shutting down; signal again to exit at once");
-    tokio::spawn(async move {
+/// Listens for SIGINT and SIGTERM from the call on (not from the first poll: a signal that
+/// comes before the returned future is awaited is kept, not met by the default action). The
+/// future resolves on the first; from then on, another one exits at once.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    let signals = signals();
+    async move {
+        let (mut interrupt, mut terminate) = match signals {
+            Ok(signals) => signals,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for signals; only Ctrl-C stops the daemon");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
         tokio::select! {
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-        eprintln!("switchboard serve: second signal; exiting now");
-        std::process::exit(130);
-    });
+        tracing::info!("shutting down: stopping every session (signal again to exit at once)");
+        eprintln!("switchboard serve: shutting down; signal again to exit at once");
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            eprintln!("switchboard serve: second signal; exiting now");
+            std::process::exit(130);
+        });
+    }
 }
 
 fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {

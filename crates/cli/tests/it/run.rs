@@ -278,6 +278,9 @@ async fn ctrl_c_interrupts_and_exits_130() {
         interrupt_run(&api, &sandbox, &real_cli(CliVersion::V2_1_330), "tell me a story").await;
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("interrupting"), "{stderr}");
+    // The interrupt reached the CLI, which ended its turn with a result: not a CLI that died
+    // first (which exits 130 too, after an interrupt).
+    assert!(!stderr.contains("before the result"), "the CLI ended before its result: {stderr}");
 }
 
 /// Runs `switchboard run PROMPT`, sends it SIGINT once the fake API has the prompt (the model is

@@ -945,6 +945,194 @@ async fn a_stopped_session_ends_a_tool_in_a_session_of_its_own() {
     assert_eq!(session["state"], "exited", "{session}");
 }
 
+/// The CLI killed in the middle of a tool (SIGKILL while its Bash call runs): the log has every
+/// event the subscriber saw and the subscriber every event the log has, the tool's process is
+/// gone, and the session resumed and used again never runs the tool a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing_twice() {
+    let guard = switchboard_testkit::Sleeper::new(2720);
+    let sleeper = guard.command();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": format!("echo ran >> ran.txt && {sleeper}"), "description": "x"}),
+                )
+                .when_prompt("TOOL"),
+            )
+            .fallback("done"),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "TOOL").await;
+    let mut follower = subscribe(&daemon.url, &token, &id, 0).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // Running (the shell that runs it names it too).
+    while switchboard_testkit::processes_running(sleeper).is_empty() {
+        if std::time::Instant::now() > deadline {
+            let events = session_events(&daemon.url, &token, &id).await;
+            panic!("the tool never ran: {events:#}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
+    let runs: Value = serde_json::from_str(&runs).unwrap();
+    let cli = nix::unistd::Pid::from_raw(runs[0]["pid"].as_u64().unwrap() as i32);
+    nix::sys::signal::kill(cli, nix::sys::signal::Signal::SIGKILL).unwrap();
+
+    let session = wait_session(&daemon.url, &token, &id, |s| s["running"] == false).await;
+    assert_eq!(session["state"], "crashed", "{session}");
+    eventually("the tool's process ends with its CLI", || {
+        switchboard_testkit::processes_running(sleeper).is_empty()
+    })
+    .await;
+    let stored = session_events(&daemon.url, &token, &id).await;
+    let stored: Vec<u64> =
+        stored.as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect();
+    let last = *stored.last().unwrap();
+    let seen = frames_until(&mut follower, |frame| frame["seq"] == last).await;
+    assert!(seen.iter().any(|frame| frame["event"]["event"] == "exited"), "{seen:#?}");
+    assert_eq!(seqs(&seen), stored, "what the subscriber saw is the log, and the log is all of it");
+
+    // Resumed and used again: the killed tool does not run a second time.
+    let resumed = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    let mut follower = subscribe(&daemon.url, &token, &id, *stored.last().unwrap()).await;
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "AFTER"})),
+    )
+    .await;
+    frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
+    })
+    .await;
+    let ran = std::fs::read_to_string(sandbox.file("ran.txt")).unwrap();
+    assert_eq!(ran, "ran\n", "the tool ran once");
+    assert!(switchboard_testkit::processes_running(sleeper).is_empty());
+}
+
+/// A webhook receiver on loopback: answers `503` while `down`, else `200`, and keeps the
+/// `event` and `id` of every notice it took.
+#[derive(Clone, Default)]
+struct Hook {
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    taken: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Hook {
+    /// Serves on port 0; its URL.
+    async fn start(&self) -> String {
+        async fn take(
+            axum::extract::State(hook): axum::extract::State<Hook>,
+            body: String,
+        ) -> axum::http::StatusCode {
+            use std::sync::atomic::Ordering;
+            if hook.down.load(Ordering::SeqCst) {
+                hook.refused.fetch_add(1, Ordering::SeqCst);
+                return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+            }
+            let notice: Value = serde_json::from_str(&body).unwrap_or_default();
+            let event = notice["event"].as_str().unwrap_or_default().to_owned();
+            let id = notice["id"].as_str().unwrap_or_default().to_owned();
+            hook.taken.lock().unwrap().push((event, id));
+            axum::http::StatusCode::OK
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = axum::Router::new().fallback(take).with_state(self.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{address}/hook")
+    }
+
+    fn taken(&self, event: &str) -> Vec<String> {
+        let taken = self.taken.lock().unwrap();
+        taken.iter().filter(|(kind, _)| kind == event).map(|(_, id)| id.clone()).collect()
+    }
+}
+
+/// The daemon SIGKILLed while a notice waits in its outbox (its receiver refusing): the next
+/// daemon on the data directory sends it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_queued_when_the_daemon_is_killed_goes_out_once_from_the_next() {
+    use std::sync::atomic::Ordering;
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch x && ls", "description": "x"}))
+                    .when_prompt("ASK"),
+            )
+            .fallback("done"),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let hook = Hook::default();
+    hook.down.store(true, Ordering::SeqCst);
+    let url = hook.start().await;
+    let notify = data.path().join("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[[channel]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{url}\"\nsecret = \"a-webhook-secret-0123456789\"\nallow_private = true\nevents = [\"permission_requested\"]\n"
+        ),
+    )
+    .unwrap();
+    let notify = notify.display().to_string();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &["--notify", &notify]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "ASK").await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "awaiting_permission").await;
+    // The notice was tried and refused: it waits in the outbox.
+    eventually("the receiver refuses the notice", || hook.refused.load(Ordering::SeqCst) >= 1)
+        .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.child.wait().await.unwrap();
+    assert!(hook.taken("permission_requested").is_empty());
+
+    // The receiver is back; so is a daemon: the notice goes out from it, once.
+    hook.down.store(false, Ordering::SeqCst);
+    let mut next = start_daemon(data.path(), &api, &sandbox, &["--notify", &notify]).await;
+    eventually("the next daemon sends the queued notice", || {
+        !hook.taken("permission_requested").is_empty()
+    })
+    .await;
+    // Once the daemon has stopped, nothing more can go: the count then is the count for good,
+    // and nothing is left waiting for a third daemon.
+    let pid = nix::unistd::Pid::from_raw(next.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(60), next.child.wait())
+        .await
+        .expect("the daemon stops on SIGTERM")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{}", next.stderr.await.unwrap());
+    let sent = hook.taken("permission_requested");
+    assert_eq!(sent.len(), 1, "sent once: {sent:?}");
+    let store = SqliteStore::open(data.path().join("switchboard.db")).unwrap();
+    assert!(store.outbox("hook", 10).await.unwrap().is_empty(), "nothing left queued");
+}
+
 /// Reads the daemon's stderr (bounded) until a line holds `needle`.
 async fn stderr_line(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
@@ -987,6 +1175,13 @@ async fn sigterm_stops_gracefully_and_a_second_signal_exits_at_once() {
     let data = tempfile::tempdir().unwrap();
     let (mut child, mut stderr) = daemon_with_a_stubborn_session(data.path()).await;
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    let runs = data.path().join("cli-runs.json");
+    eventually("the daemon records its CLI", || {
+        std::fs::read_to_string(&runs).is_ok_and(|text| text.contains("pid"))
+    })
+    .await;
+    let runs: Value = serde_json::from_str(&std::fs::read_to_string(&runs).unwrap()).unwrap();
+    let cli = nix::unistd::Pid::from_raw(runs[0]["pid"].as_u64().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     stderr_line(&mut stderr, "signal again to exit at once").await;
     // The stubborn CLI holds the graceful stop for seconds; a second signal does not wait.
@@ -996,6 +1191,14 @@ async fn sigterm_stops_gracefully_and_a_second_signal_exits_at_once() {
         .expect("the second signal ends the daemon at once")
         .unwrap();
     assert_eq!(status.code(), Some(130));
+    // Exiting at once leaves no CLI behind: the stubborn one follows its daemon.
+    eventually("the stubborn CLI ends with its daemon", || {
+        nix::sys::signal::kill(cli, None).is_err()
+            || std::fs::read_to_string(format!("/proc/{cli}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

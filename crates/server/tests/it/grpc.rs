@@ -40,18 +40,20 @@ pub(crate) async fn client(server: &Server) -> Client {
     client_with(server, Some(TOKEN)).await
 }
 
-/// Reads a stream until `predicate` holds for an event; returns everything read.
+/// Reads a stream until `predicate` holds for an event, within [`WAIT`] in all; returns
+/// everything read (and names it when the wait fails).
 async fn until(
     stream: &mut tonic::Streaming<pb::SessionEvent>,
     predicate: impl Fn(&pb::SessionEvent) -> bool,
 ) -> Vec<pb::SessionEvent> {
+    let deadline = tokio::time::Instant::now() + WAIT;
     let mut read = Vec::new();
     loop {
-        let event = tokio::time::timeout(WAIT, stream.message())
+        let event = tokio::time::timeout_at(deadline, stream.message())
             .await
-            .expect("the stream goes on")
-            .expect("no error")
-            .expect("the stream does not end");
+            .unwrap_or_else(|_| panic!("what was waited for never came; read: {read:#?}"))
+            .unwrap_or_else(|status| panic!("the stream failed: {status}; read: {read:#?}"))
+            .unwrap_or_else(|| panic!("the stream ended first; read: {read:#?}"));
         let done = predicate(&event);
         read.push(event);
         if done {

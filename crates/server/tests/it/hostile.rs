@@ -387,6 +387,7 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
     let (status, mut stream) =
         non_reading_socket(&address, &format!("/api/sessions/{id}/subscribe"), TOKEN).await;
     assert_eq!(status, 101);
+    let upgraded = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let gone = daemon.watchers().subscribers(&id) == 0;
@@ -396,6 +397,11 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
         assert!(tokio::time::Instant::now() < deadline, "a subscriber that reads nothing was kept");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert!(
+        upgraded.elapsed() >= Duration::from_millis(500),
+        "let go only after the stall limit, not at once ({:?})",
+        upgraded.elapsed()
+    );
     assert_eq!(daemon.watchers().outbox_used(), 0);
     // Its socket is closed: reading it now ends (after what the buffers held).
     let mut sink = Vec::new();
@@ -404,6 +410,55 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
         .expect("the socket is closed")
         .ok();
     health_within_a_second(&address).await;
+}
+
+/// A subscriber's connection cut in the middle of a frame (a 1 MiB event half read, then a
+/// reset): the daemon lets it go and holds nothing for it, and a subscriber that comes back
+/// gets every event, the large one whole, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_cut_mid_frame_is_let_go_and_a_return_misses_nothing() {
+    use futures::StreamExt as _;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let id = session_with_a_large_event(&store, 1024 * 1024).await;
+    let (address, daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
+    let path = format!("/api/sessions/{id}/subscribe");
+    let (status, mut stream) = non_reading_socket(&address, &path, TOKEN).await;
+    assert_eq!(status, 101);
+    // 64 KiB in: past the first small frame, inside the large one.
+    let mut part = vec![0u8; 64 * 1024];
+    tokio::time::timeout(Duration::from_secs(30), stream.read_exact(&mut part))
+        .await
+        .expect("the frames begin within 30 s")
+        .unwrap();
+    assert_eq!(daemon.watchers().subscribers(&id), 1);
+    // Cut: a reset, not a close.
+    stream.set_zero_linger().unwrap();
+    drop(stream);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while daemon.watchers().subscribers(&id) != 0 || daemon.watchers().outbox_used() != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "a cut subscriber is still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Back again: every event, whole, once.
+    let mut request = format!("ws://{address}{path}?after=0").into_client_request().unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let frame = tokio::time::timeout(Duration::from_secs(30), socket.next())
+            .await
+            .expect("the events come within 30 s")
+            .unwrap()
+            .unwrap();
+        let text = frame.into_text().unwrap();
+        let frame: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if frame["type"] == "event" {
+            seen.push((frame["seq"].as_u64().unwrap(), text.len()));
+        }
+    }
+    assert_eq!(seen.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(seen[1].1 > 1024 * 1024, "the large event arrives whole: {} bytes", seen[1].1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -64,9 +64,13 @@ async fn a_hung_cli_is_shut_down_by_signal() {
     let script = json!([{"hang_ignoring_term": true}]);
     let (handle, mut events) = spawn_session(config(dir.path(), Some(script))).unwrap();
     let drain = tokio::spawn(async move { while events.recv().await.is_some() {} });
+    let pid = handle.cli_run().expect("the CLI's run").pid;
     handle.shutdown(Duration::from_millis(200)).await.unwrap();
     drain.await.unwrap();
     assert_eq!(handle.snapshot().state, SessionState::Exited, "a requested end is not a crash");
+    // The CLI ignored SIGTERM; the signal after the grace period ended it (and it was reaped).
+    let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None);
+    assert_eq!(gone, Err(nix::errno::Errno::ESRCH), "the hung CLI {pid} still exists");
 }
 
 #[tokio::test]

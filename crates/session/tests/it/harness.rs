@@ -83,6 +83,9 @@ impl Harness {
         what: &str,
         predicate: impl Fn(&SessionEvent) -> bool,
     ) -> SessionEvent {
+        // One deadline for the whole wait, not one per event: a session that keeps talking
+        // without ever doing what is waited for fails too.
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             while self.cursor < self.log.len() {
                 let event = &self.log[self.cursor];
@@ -91,7 +94,7 @@ impl Harness {
                     return event.clone();
                 }
             }
-            match tokio::time::timeout(WAIT, self.events.recv()).await {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
                 Ok(Some(event)) => self.log.push(event),
                 Ok(None) => panic!(
                     "the session ended while waiting for {what}; events:\n{}",

@@ -325,6 +325,8 @@ both!(rate_limits_are_retried, |version: CliVersion| async move {
     h.handle.send_text("hello").await.unwrap();
     let result = h.until_result().await;
     assert_eq!(result.result.as_deref(), Some("made it"));
+    // Both versions retried: two refusals, then the answer.
+    assert_eq!(h.api.conversation_requests().len(), 3, "{version:?}: the model was asked 3 times");
     if version == CliVersion::V2_1_330 {
         let retries = h.count(|event| {
             matches!(
