@@ -945,6 +945,62 @@ async fn a_stopped_session_ends_a_tool_in_a_session_of_its_own() {
     assert_eq!(session["state"], "exited", "{session}");
 }
 
+/// SIGKILLs the session's CLI (the one `cli-runs.json` in `data` names) and checks what a
+/// crash leaves: the session `crashed`, the CLI gone, and the subscriber's events exactly the
+/// log's (every one it saw stored, every stored one seen). The log's numbers.
+async fn kill_the_cli(
+    url: &str,
+    token: &str,
+    id: &str,
+    data: &Path,
+    follower: &mut Socket,
+) -> Vec<u64> {
+    let runs = data.join("cli-runs.json");
+    eventually("the daemon records its CLI", || {
+        std::fs::read_to_string(&runs).is_ok_and(|text| text.contains("pid"))
+    })
+    .await;
+    let runs: Value = serde_json::from_str(&std::fs::read_to_string(&runs).unwrap()).unwrap();
+    let cli = nix::unistd::Pid::from_raw(runs[0]["pid"].as_u64().unwrap() as i32);
+    nix::sys::signal::kill(cli, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let session = wait_session(url, token, id, |s| s["running"] == false).await;
+    assert_eq!(session["state"], "crashed", "{session}");
+    eventually("the killed CLI is reaped", || nix::sys::signal::kill(cli, None).is_err()).await;
+    let stored = session_events(url, token, id).await;
+    let stored: Vec<u64> =
+        stored.as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect();
+    let last = *stored.last().unwrap();
+    let seen = frames_until(follower, |frame| frame["seq"] == last).await;
+    assert!(seen.iter().any(|frame| frame["event"]["event"] == "exited"), "{seen:#?}");
+    assert_eq!(seqs(&seen), stored, "what the subscriber saw is the log, and the log is all of it");
+    stored
+}
+
+/// The CLI killed in the middle of a turn (SIGKILL while the model's answer streams): nothing
+/// the subscriber saw is missing from the log, nothing stored was kept from it, no CLI is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_killed_mid_turn_loses_no_event_and_leaves_no_process() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("a long story that never ends").hold_after(1).when_prompt("STORY"))
+            .fallback("done"),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "STORY").await;
+    let mut follower = subscribe(&daemon.url, &token, &id, 0).await;
+    // The model has the prompt and its answer has begun; the stream holds.
+    api.wait_for(|request| request.last_user_text().contains("STORY")).await;
+    wait_session(&daemon.url, &token, &id, |s| s["state"] == "working").await;
+    let stored = kill_the_cli(&daemon.url, &token, &id, data.path(), &mut follower).await;
+    assert!(stored.len() > 3, "the turn had begun: {stored:?}");
+    api.release();
+}
+
 /// The CLI killed in the middle of a tool (SIGKILL while its Bash call runs): the log has every
 /// event the subscriber saw and the subscriber every event the log has, the tool's process is
 /// gone, and the session resumed and used again never runs the tool a second time.
@@ -980,24 +1036,11 @@ async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
-    let runs: Value = serde_json::from_str(&runs).unwrap();
-    let cli = nix::unistd::Pid::from_raw(runs[0]["pid"].as_u64().unwrap() as i32);
-    nix::sys::signal::kill(cli, nix::sys::signal::Signal::SIGKILL).unwrap();
-
-    let session = wait_session(&daemon.url, &token, &id, |s| s["running"] == false).await;
-    assert_eq!(session["state"], "crashed", "{session}");
+    let stored = kill_the_cli(&daemon.url, &token, &id, data.path(), &mut follower).await;
     eventually("the tool's process ends with its CLI", || {
         switchboard_testkit::processes_running(sleeper).is_empty()
     })
     .await;
-    let stored = session_events(&daemon.url, &token, &id).await;
-    let stored: Vec<u64> =
-        stored.as_array().unwrap().iter().map(|event| event["seq"].as_u64().unwrap()).collect();
-    let last = *stored.last().unwrap();
-    let seen = frames_until(&mut follower, |frame| frame["seq"] == last).await;
-    assert!(seen.iter().any(|frame| frame["event"]["event"] == "exited"), "{seen:#?}");
-    assert_eq!(seqs(&seen), stored, "what the subscriber saw is the log, and the log is all of it");
 
     // Resumed and used again: the killed tool does not run a second time.
     let resumed = http(

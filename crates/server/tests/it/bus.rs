@@ -510,5 +510,16 @@ async fn a_node_cut_off_from_the_bus_or_taken_over_carries_out_nothing() {
     assert!(!sandbox.file("fenced.txt").exists(), "the call was never carried out");
     let record = postgres.get_session(&id).await.unwrap().unwrap();
     assert_eq!(record.node.as_deref(), Some("b"), "a's run ending left the record b's");
+    // Through the pause and the take-over, the watcher saw the log and the log holds all it
+    // saw: every event once, in order, none lost to the cut.
+    let stored: Vec<u64> =
+        postgres.events_after(&id, 0, 100_000).await.unwrap().iter().map(|e| e.seq).collect();
+    let last = *stored.last().unwrap();
+    let mut seen: Vec<u64> = asked.iter().filter_map(|frame| frame["seq"].as_u64()).collect();
+    if seen.last() != Some(&last) {
+        let rest = watcher.until(|frame| frame["seq"].as_u64() == Some(last)).await;
+        seen.extend(rest.iter().filter_map(|frame| frame["seq"].as_u64()));
+    }
+    assert_eq!(seen, stored, "the watcher's events are the log's");
     a.stop().await;
 }

@@ -576,6 +576,14 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
     }
     let (_, page) = server.get("/api/sessions/stopped/events?after=1").await;
     assert_eq!(page.as_array().unwrap().len(), 2);
+    // A subscriber from near the end of the numbers gets no history and a working socket (no
+    // `after + 1` overflows): a frame it sends is answered.
+    for after in [u64::MAX, (1 << 63) - 1] {
+        let mut ws = server.ws(&format!("/api/sessions/stopped/subscribe?after={after}")).await;
+        ws.send(json!({"type": "interrupt"})).await;
+        let frames = ws.until(|frame| frame["type"] == "error" || frame["type"] == "ack").await;
+        assert!(frames.iter().all(|frame| frame["type"] != "event"), "after={after}: {frames:?}");
+    }
     let (status, _) = server.get("/api/no/such/thing").await;
     assert_eq!(status, 404);
     // One error shape everywhere: a bad query string, a wrong method, a plain request to a
