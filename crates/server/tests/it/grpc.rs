@@ -248,6 +248,18 @@ async fn a_grpc_client_streams_approves_denies_and_resubscribes_without_a_gap() 
         events.iter().filter(|event| event.seq > first_request).collect();
     assert_eq!(replayed.iter().collect::<Vec<_>>(), tail);
     assert_gap_free(&replayed, first_request);
+    // From the end of the numbers: no history and no error (no `after + 1` overflows).
+    for after_seq in [u64::MAX, (1 << 63) - 1] {
+        let mut far = grpc
+            .subscribe(pb::SubscribeRequest { id: id.clone(), after_seq })
+            .await
+            .unwrap()
+            .into_inner();
+        match tokio::time::timeout(std::time::Duration::from_millis(300), far.message()).await {
+            Err(_) | Ok(Ok(None)) => {}
+            Ok(other) => panic!("a subscription after {after_seq} got {other:?}"),
+        }
+    }
 
     // The dashboard's stream saw the session made, then change until it was idle.
     let created = tokio::time::timeout(WAIT, changes.message()).await.unwrap().unwrap().unwrap();
