@@ -56,21 +56,55 @@ fn the_example_policy_parses() {
     assert_eq!(policy.default, switchboard_session::Behavior::Ask);
 }
 
-/// The modules of `crates/server/src` another module of it names (`crate::name` or `use
-/// crate::{name, …}`), outside its `#[cfg(test)]` part.
+/// The code of one of the server's modules, without comments and without its trailing
+/// `#[cfg(test)] mod tests`: `NAME.rs`, or every file of the folder `NAME/` (a module split into
+/// parts of its own).
+fn module_code(dir: &Path, module: &str) -> String {
+    let file = dir.join(format!("{module}.rs"));
+    let files: Vec<std::path::PathBuf> = if file.exists() {
+        vec![file]
+    } else {
+        let mut parts: Vec<_> = std::fs::read_dir(dir.join(module))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+            .collect();
+        parts.sort();
+        parts
+    };
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+            code.lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules of `crates/server/src` (files, and folders of parts) another module of it names
+/// in code (`crate::name` or `use crate::{name, …}`), outside its tests.
 fn server_module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/src");
     let modules: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|entry| {
-            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().join("mod.rs").exists() {
+                return Some(name);
+            }
             name.strip_suffix(".rs").filter(|name| *name != "lib").map(str::to_owned)
         })
         .collect();
     let mut graph = std::collections::BTreeMap::new();
     for module in &modules {
-        let text = std::fs::read_to_string(dir.join(format!("{module}.rs"))).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = module_code(&dir, module);
+        let code = code.as_str();
         let uses: std::collections::BTreeSet<String> = modules
             .iter()
             .filter(|other| *other != module)

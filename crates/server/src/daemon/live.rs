@@ -1,0 +1,281 @@
+//! A running session as the daemon holds it ([`LiveSession`]): its handle, its run, its
+//! phase, the commands forwarded to it from other nodes ([`SessionCommand`]), and the place it
+//! takes among the running ([`Admitted`]).
+
+use super::*;
+
+/// What a person asks of a running session ([`Daemon::command`]): carried out on the node
+/// that runs it, forwarded there over the bus as JSON when that is another node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SessionCommand {
+    /// A message from `by`.
+    Message {
+        /// The message.
+        message: switchboard_protocol::UserMessage,
+        /// Who sent it.
+        by: String,
+    },
+    /// An answer to a permission request.
+    Answer {
+        /// The request.
+        request_id: String,
+        /// The answer.
+        answer: switchboard_session::PermissionAnswer,
+        /// Who answered.
+        by: String,
+    },
+    /// Interrupt the turn.
+    Interrupt,
+    /// Switch the model.
+    SetModel {
+        /// The model.
+        model: String,
+    },
+    /// Switch the permission mode.
+    SetMode {
+        /// The mode.
+        mode: PermissionMode,
+    },
+    /// Stop the session's CLI.
+    Stop,
+    /// Start a session here (placed on this node by another).
+    Create {
+        /// The request, as the node that placed it took it.
+        request: CreateSession,
+        /// Who asked (the request's own `started_by` is never sent).
+        by: Option<String>,
+    },
+}
+
+impl SessionCommand {
+    /// Says in who asked that it came through node `node`, within the channel's parentheses
+    /// (`token phone (api via beta)`), so that the token is still read from it (its budget).
+    pub(super) fn via(mut self, node: &str) -> SessionCommand {
+        if let SessionCommand::Message { by, .. } | SessionCommand::Answer { by, .. } = &mut self {
+            *by = via(by, node);
+        }
+        self
+    }
+}
+
+/// `who` through node `node`: `token phone (api)` → `token phone (api via beta)`.
+pub(super) fn via(who: &str, node: &str) -> String {
+    match who.strip_suffix(')') {
+        Some(open) => format!("{open} via {node})"),
+        None => format!("{who} via {node}"),
+    }
+}
+
+#[cfg(test)]
+mod via_tests {
+    #[test]
+    fn the_token_is_still_read_from_who_came_through_another_node() {
+        let who = super::via("token phone (api)", "beta");
+        assert_eq!(who, "token phone (api via beta)");
+        assert_eq!(crate::budget::token_of(&who), Some("phone"));
+        assert_eq!(super::via("alice", "beta"), "alice via beta");
+    }
+}
+
+/// A session admitted to start ([`Daemon::admit_run`]), until it has.
+pub(super) struct Admitted(pub(super) Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A live session: its current run, its projection, and its live tail.
+pub(super) struct LiveSession {
+    /// The session's one lifecycle value: which run of its CLI is current, and its handle
+    /// while it runs. Begun by the daemon, ended only by that run's own pump.
+    pub(super) run: Mutex<Run>,
+    pub(super) record: Mutex<SessionRecord>,
+    /// The session's one projection, fed by the pump: the record reads its view.
+    pub(super) projector: Mutex<switchboard_session::Projector>,
+    /// The live tail, created by the first subscriber while a run goes on (an unwatched
+    /// session pays nothing) and dropped when the run ends: a finished session keeps no
+    /// buffer of its last events (its subscribers read them from the store).
+    pub(super) tail: Mutex<Option<broadcast::Sender<Arc<EventRecord>>>>,
+    /// Set by the pump when the session's CLI is gone and its last events are stored.
+    pub(super) finished: watch::Sender<bool>,
+    /// Why the session's events cannot be stored right now (`None` while they can): the
+    /// pump retries, holding the CLI back, and subscribers are told.
+    pub(super) store_error: watch::Sender<Option<String>>,
+    /// Whether `store_error` may hold an error: the pump's look on every append (an atomic
+    /// load, where the watch's look takes its lock). Written by the pump only, with the watch.
+    pub(super) store_failing: std::sync::atomic::AtomicBool,
+    /// Events the store refused for good and the log does not mention yet (noted as soon as
+    /// the store takes an event of this session again, a resume's included).
+    pub(super) lost: std::sync::atomic::AtomicU64,
+    /// The record changed and waits for the daemon's record writer (queued once until then).
+    pub(super) record_dirty: std::sync::atomic::AtomicBool,
+    /// Who sent the CLI its last message (`token NAME (CHANNEL)`, `relay frontend (relay)`):
+    /// a permission request records it as who started the turn.
+    pub(super) sender: Mutex<Option<String>>,
+    /// Who started the turn of each waiting request (the session's own table of them does
+    /// not know): filled by the pump, emptied as they are decided.
+    pub(super) started_by: Mutex<HashMap<String, String>>,
+    /// Why the session is paused (a budget it reached), while it is.
+    pub(super) paused: Mutex<Option<String>>,
+    /// Who hears of it: its policy's `[notify]`, with its own `notify` channels.
+    pub(super) route: Mutex<switchboard_session::NotifyRoute>,
+    /// Held while its budget is checked and its pause changed (by its pump, a person's raise).
+    pub(super) budget_check: Mutex<()>,
+}
+
+/// A session's current run (see [`LiveSession::run`]).
+#[derive(Default)]
+pub(super) struct Run {
+    /// Counts the runs: the first is 1, each resume the next.
+    pub(super) number: u64,
+    /// The session's handle while this run's CLI runs.
+    pub(super) handle: Option<SessionHandle>,
+}
+
+impl LiveSession {
+    pub(super) fn new(record: SessionRecord) -> LiveSession {
+        // Its updates feed only the record: no tool input is parsed as it streams.
+        let mut projector = switchboard_session::Projector::without_partial_inputs();
+        if is_terminal(&record) {
+            projector.set_transcript();
+        }
+        projector.continue_from_cost(record.cost_usd);
+        LiveSession {
+            run: Mutex::new(Run::default()),
+            record: Mutex::new(record),
+            projector: Mutex::new(projector),
+            tail: Mutex::new(None),
+            finished: watch::channel(false).0,
+            store_error: watch::channel(None).0,
+            store_failing: std::sync::atomic::AtomicBool::new(false),
+            lost: std::sync::atomic::AtomicU64::new(0),
+            record_dirty: std::sync::atomic::AtomicBool::new(false),
+            sender: Mutex::new(None),
+            started_by: Mutex::new(HashMap::new()),
+            paused: Mutex::new(None),
+            route: Mutex::new(switchboard_session::NotifyRoute::default()),
+            budget_check: Mutex::new(()),
+        }
+    }
+
+    /// Who hears of the session.
+    pub(super) fn route(&self) -> switchboard_session::NotifyRoute {
+        self.route.lock().map(|route| route.clone()).unwrap_or_default()
+    }
+
+    /// Why the session is paused, if it is.
+    pub(super) fn paused(&self) -> Option<String> {
+        self.paused.lock().ok().and_then(|paused| paused.clone())
+    }
+
+    /// Pauses the session for `why`, or (`None`) lets it go on; whether it was paused.
+    pub(super) fn set_paused(&self, why: Option<String>) -> bool {
+        self.paused
+            .lock()
+            .map(|mut paused| std::mem::replace(&mut *paused, why).is_some())
+            .unwrap_or(false)
+    }
+
+    /// Notes who sent the CLI its latest message.
+    pub(super) fn set_sender(&self, by: Option<String>) {
+        if let Ok(mut sender) = self.sender.lock() {
+            *sender = by;
+        }
+    }
+
+    /// Who sent the CLI its latest message.
+    pub(super) fn sender(&self) -> Option<String> {
+        self.sender.lock().ok().and_then(|sender| sender.clone())
+    }
+
+    /// Begins the next run, with `handle`; its number. A run whose CLI still runs is not
+    /// replaced (two resumes at once: the second is refused).
+    pub(super) fn begin(&self, handle: Option<SessionHandle>) -> Result<u64, DaemonError> {
+        let mut run = self.lock_run()?;
+        if run.handle.is_some() && handle.is_some() {
+            return Err(DaemonError::AlreadyRunning(self.id()));
+        }
+        run.number += 1;
+        run.handle = handle;
+        self.finished.send_replace(false);
+        // A new run is not paused (a resume is refused while a budget holds it).
+        self.set_paused(None);
+        Ok(run.number)
+    }
+
+    /// Ends run `number`, if it is still the current one (a resume may have begun the next
+    /// while this one's pump finished: that run must not be marked finished). Whether it was.
+    pub(super) fn end(&self, number: u64) -> bool {
+        let Ok(mut run) = self.lock_run() else { return false };
+        if run.number != number {
+            return false;
+        }
+        run.handle = None;
+        // A session that ended is not paused (a resume checks its budget again).
+        self.set_paused(None);
+        self.finish();
+        true
+    }
+
+    /// Says the run is over, and lets go of what only a run needs: the live tail (its
+    /// subscribers take what it still holds, then read the store and wait for a resume) and
+    /// the projection's state for open messages and calls.
+    pub(super) fn finish(&self) {
+        if let Ok(mut tail) = self.tail.lock() {
+            // Under the tail's lock, which `Daemon::attach` checks `finished` under: no tail
+            // is made for a run that is over.
+            self.finished.send_replace(true);
+            *tail = None;
+        }
+        if let Ok(mut projector) = self.projector.lock() {
+            projector.end_run();
+        }
+    }
+
+    /// The live tail, if anyone follows the session.
+    pub(super) fn tail(&self) -> Option<broadcast::Sender<Arc<EventRecord>>> {
+        self.tail.lock().ok()?.clone()
+    }
+
+    /// Ends the current run and hands its handle over (a relay CLI rotating to another
+    /// session).
+    pub(super) fn hand_over(&self) -> Result<Option<SessionHandle>, DaemonError> {
+        let mut run = self.lock_run()?;
+        let handle = run.handle.take();
+        self.finish();
+        Ok(handle)
+    }
+
+    pub(super) fn id(&self) -> String {
+        self.record.lock().map(|record| record.id.clone()).unwrap_or_default()
+    }
+
+    /// The current run's number.
+    pub(super) fn run_number(&self) -> u64 {
+        self.lock_run().map(|run| run.number).unwrap_or(0)
+    }
+
+    /// The handle while a run's CLI runs.
+    pub(super) fn handle(&self) -> Option<SessionHandle> {
+        self.lock_run().ok()?.handle.clone()
+    }
+
+    pub(super) fn lock_run(&self) -> Result<std::sync::MutexGuard<'_, Run>, DaemonError> {
+        self.run.lock().map_err(|_| DaemonError::Internal("a session's state is poisoned".into()))
+    }
+}
+
+/// Where the daemon is in its life. Client sockets follow it: when it drains they are told,
+/// and when it has closed they are closed (WebSocket close code 1001, "going away").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving.
+    Serving,
+    /// Stopping every session; sockets stay open to carry their last events.
+    Draining,
+    /// Every session is stopped and stored.
+    Closed,
+}

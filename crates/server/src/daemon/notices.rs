@@ -1,0 +1,210 @@
+//! What a stored event tells the notifier: permission requests, questions, a turn's end
+//! ([`TurnEnd`]), and the warnings and escalations that come later.
+
+use super::*;
+
+/// A turn of the main conversation that ended, as the projection read it, at `index` in its
+/// batch.
+pub(super) struct TurnEnd {
+    pub(super) index: usize,
+    pub(super) subtype: String,
+    pub(super) interrupted: bool,
+    pub(super) failed: bool,
+    pub(super) result: Option<String>,
+}
+
+/// Queues a notice for each event of `batch` (stored after `before`) a person may want to
+/// hear of: a permission request or a question (with its link), a turn's end (`turn_ends`,
+/// the projection's reading of the batch; an interrupted turn is the person's own doing and
+/// is not told), a CLI that ended unasked.
+pub(super) fn notify(
+    daemon: &Arc<Daemon>,
+    notifier: &crate::notify::Notifier,
+    id: &str,
+    live: &LiveSession,
+    batch: &[SessionEvent],
+    turn_ends: &[TurnEnd],
+    before: u64,
+) {
+    use crate::notify::Topic;
+    let (title, cwd) = live
+        .record
+        .lock()
+        .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
+        .unwrap_or_default();
+    let session = json!({"id": id, "title": title, "cwd": cwd});
+    let name = if title.is_empty() { id.to_owned() } else { title.clone() };
+    // What to tell, by its place in the batch: turns' ends as the projection read them, then
+    // requests and unasked exits from the events themselves.
+    let mut notices: Vec<(usize, Told)> = turn_ends
+        .iter()
+        .filter(|turn| !turn.interrupted)
+        .map(|turn| {
+            let text = turn.result.clone().filter(|text| !text.is_empty());
+            let text = text.unwrap_or_else(|| turn.subtype.clone()).chars().take(500).collect();
+            let (topic, title) = if turn.failed {
+                (Topic::SessionFailed, format!("Failed: {name}"))
+            } else {
+                (Topic::SessionFinished, format!("Done: {name}"))
+            };
+            let extra = json!({"result": {"subtype": turn.subtype, "is_error": turn.failed}});
+            let key = format!("{id}:{}", before + 1 + turn.index as u64);
+            (turn.index, Told { topic, key, title, text, request: None, extra })
+        })
+        .collect();
+    for (index, (event, seq)) in batch.iter().zip(before + 1..).enumerate() {
+        match event {
+            SessionEvent::PermissionRequested(pending) => {
+                let question = pending.tool_name == "AskUserQuestion";
+                let topic = if question { Topic::Question } else { Topic::PermissionRequested };
+                let title = if question {
+                    format!("Claude asks, in {name}")
+                } else {
+                    format!("{} wants approval, in {name}", pending.tool_name)
+                };
+                let (input, cut) = crate::notify::bounded_input(&pending.input);
+                let expires_ms =
+                    pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
+                let extra = json!({
+                    "request": {
+                        "request_id": pending.request_id, "tool_name": pending.tool_name,
+                        "input": input, "input_truncated": cut, "reason": pending.reason,
+                        "started_by": pending.started_by, "asked_at_ms": pending.asked_at_ms,
+                        "expires_ms": expires_ms,
+                    },
+                    // One tap approves only what the notice shows whole.
+                    "one_tap": crate::notify::one_tap(&pending.tool_name, &pending.input),
+                });
+                // The timers keep the request's ids, not its input (up to a line's size).
+                let mut request = pending.clone();
+                request.input = Value::Null;
+                let told = Told {
+                    topic,
+                    key: format!("{id}:{}", pending.request_id),
+                    title,
+                    text: crate::notify::summary(&pending.tool_name, &pending.input),
+                    request: Some(request),
+                    extra,
+                };
+                notices.push((index, told));
+            }
+            SessionEvent::Exited { requested: false, code, description, .. }
+                if *code != Some(0) =>
+            {
+                let told = Told {
+                    topic: Topic::SessionFailed,
+                    key: format!("{id}:{seq}"),
+                    title: format!("Ended: {name}"),
+                    text: description.clone(),
+                    request: None,
+                    extra: json!({"exit": {"code": code, "description": description}}),
+                };
+                notices.push((index, told));
+            }
+            _ => {}
+        }
+    }
+    notices.sort_by_key(|(index, _)| *index);
+    let route = live.route();
+    for (_, told) in notices {
+        tell(daemon, notifier, id, &session, &route, told);
+    }
+}
+
+/// A notice before its body is made.
+pub(super) struct Told {
+    pub(super) topic: crate::notify::Topic,
+    pub(super) key: String,
+    pub(super) title: String,
+    pub(super) text: String,
+    pub(super) request: Option<PendingPermission>,
+    pub(super) extra: Value,
+}
+
+/// Queues `told` for the channels that hear of it at once; for a request, starts the timers of
+/// the channels that hear of it later, and of the warning before it times out.
+pub(super) fn tell(
+    daemon: &Arc<Daemon>,
+    notifier: &crate::notify::Notifier,
+    id: &str,
+    session: &Value,
+    route: &switchboard_session::NotifyRoute,
+    told: Told,
+) {
+    use crate::notify::{Notice, Topic};
+    let Told { topic, key, title, text, request, extra } = told;
+    let mut body = json!({
+        "id": key, "event": topic.as_str(), "ts_ms": switchboard_store::now_ms(),
+        "session": session, "title": title, "text": text,
+    });
+    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        body.extend(extra);
+    }
+    let notice = Notice { topic, key, body, request: request.clone() };
+    let link =
+        |channel: &str| request.as_ref().map(|pending| daemon.approval_link(id, pending, channel));
+    notifier.queue(&notice, |channel| channel.hears(topic, route) == Some(None), link);
+    let Some(pending) = &request else { return };
+    // Escalation: channels that hear of a request only if it still waits after a while (a
+    // link of the chain after the request times out is never reached: no timer).
+    let timeout = Duration::from_secs(pending.timeout_secs);
+    let warn = pending.timeout_secs - (pending.timeout_secs / 2).min(60);
+    let mut told = Vec::new();
+    for channel in notifier.channels().iter() {
+        match channel.hears(topic, route) {
+            Some(None) => told.push(channel.name.clone()),
+            Some(Some(after)) if pending.timeout_secs == 0 || after < timeout => {
+                if after.as_secs() <= warn {
+                    told.push(channel.name.clone());
+                }
+                let name = channel.name.clone();
+                let pick = move |channel: &crate::notify::ChannelConfig| channel.name == name;
+                later(daemon, id, pending, after, notice.clone(), pick);
+            }
+            _ => {}
+        }
+    }
+    // Shortly before it times out, the channels told of it by then (not a later link of the
+    // chain, nor a channel that came after it was asked).
+    if pending.timeout_secs > 0 {
+        let mut expiring = notice.clone();
+        expiring.topic = Topic::RequestExpiring;
+        expiring.key = format!("{}:expiring", notice.key);
+        expiring.body["id"] = json!(expiring.key);
+        expiring.body["event"] = json!(Topic::RequestExpiring.as_str());
+        expiring.body["title"] =
+            json!(format!("Expires soon: {}", notice.body["title"].as_str().unwrap_or("")));
+        let told = move |channel: &crate::notify::ChannelConfig| told.contains(&channel.name);
+        later(daemon, id, pending, Duration::from_secs(warn), expiring, told);
+    }
+}
+
+/// Queues `notice` for the channels `pick` chooses `after` the request `pending` was asked,
+/// if it still waits then.
+pub(super) fn later(
+    daemon: &Arc<Daemon>,
+    id: &str,
+    pending: &PendingPermission,
+    after: Duration,
+    notice: crate::notify::Notice,
+    pick: impl Fn(&crate::notify::ChannelConfig) -> bool + Send + 'static,
+) {
+    let (daemon, id, pending) = (Arc::downgrade(daemon), id.to_owned(), pending.clone());
+    let due =
+        pending.asked_at_ms.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
+    let wait = Duration::from_millis(due.saturating_sub(switchboard_store::now_ms()));
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let Some(daemon) = daemon.upgrade() else { return };
+        let waiting = daemon
+            .pending_permissions(&id)
+            .iter()
+            .any(|still| still.request_id == pending.request_id);
+        if waiting {
+            let mut notice = notice;
+            notice.body["ts_ms"] = json!(switchboard_store::now_ms());
+            let link = |channel: &str| Some(daemon.approval_link(&id, &pending, channel));
+            daemon.notifier.queue(&notice, pick, link);
+        }
+    });
+}
