@@ -6,6 +6,12 @@
 //! the store in batches, and only then publishes them.
 //! [`Daemon::subscribe`] reads history from the store and then follows the live tail, so a
 //! subscriber sees every event exactly once, in order, however it joins or falls behind.
+//!
+//! This file is the registry: [`Daemon`], opening it, and a session's life (create, resume,
+//! start, run, stop, delete, subscribe). What every part uses sits beside it (`launch`,
+//! `error`, `live`, `subscription`, `pump`, `notices`, `record`), and each feature is a part of
+//! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`,
+//! `workspace`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,13 +30,18 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use crate::text::invisible;
 
+mod budget;
+mod channels;
 mod error;
+mod fleet;
 mod launch;
 mod live;
 mod notices;
 mod pump;
 mod record;
+mod relay;
 mod subscription;
+mod workspace;
 
 pub use error::*;
 pub use launch::*;
@@ -39,6 +50,7 @@ use notices::*;
 use pump::*;
 pub use record::*;
 pub use subscription::*;
+pub use workspace::Rewind;
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they
 /// lagged and catch up from the store. Allocated when the first subscriber arrives.
@@ -53,33 +65,6 @@ pub const DASHBOARD_BUFFER: usize = 1024;
 /// Relay lines a `/ws` frontend may have yet to take; past that the relay's CLIs wait for it
 /// (a frontend never skips a line).
 pub const RELAY_BUFFER: usize = 1024;
-
-/// The most paths a rewind's dry run lists (its count is whole).
-const MAX_REWIND_PATHS: usize = 1000;
-
-/// What a rewind did, or would do ([`Daemon::rewind`]).
-#[derive(Debug, Clone, Serialize)]
-pub struct Rewind {
-    /// The CLI can put the files back (a rewind: it did).
-    pub can_rewind: bool,
-    /// Only asked what would change.
-    pub dry_run: bool,
-    /// A dry run: how many files would change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub files_changed: Option<u64>,
-    /// A dry run: which (absolute paths, at most [`MAX_REWIND_PATHS`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub files: Option<Vec<String>>,
-    /// A dry run: lines that would come back.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub insertions: Option<u64>,
-    /// A dry run: lines that would go.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deletions: Option<u64>,
-    /// Why not, in the CLI's words.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
 
 /// How long reading a session's directory for the Files view may take.
 pub const BROWSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -455,49 +440,6 @@ impl Daemon {
         &self.store
     }
 
-    /// A session for a CLI that connected on its own (seed 003's relay endpoint): no process is
-    /// started; the session ends when its socket closes. Returns its record and the slot the
-    /// connection must use.
-    pub async fn attach_external(
-        self: &Arc<Self>,
-    ) -> Result<(SessionRecord, Arc<switchboard_transport::sdk_url::IngressSlot>), DaemonError>
-    {
-        self.check_serving()?;
-        let _admitted = self.admit_run()?;
-        self.relay_may_make_session().map_err(DaemonError::Busy)?;
-        let id = uuid::Uuid::new_v4().to_string();
-        let now = now_ms();
-        let record = SessionRecord {
-            archived: false,
-            node: self.config.node.clone(),
-            id: id.clone(),
-            claude_session_id: None,
-            cwd: String::new(),
-            model: None,
-            permission_mode: None,
-            state: "starting".into(),
-            title: Some("external CLI (relay)".into()),
-            cost_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            config: json!({"transport": "relay"}),
-        };
-        let policy = self.config.default_policy.clone().unwrap_or_default();
-        let config_policy = policy.clone();
-        // Where the CLI runs is not known yet: the session learns it from the CLI's lines
-        // (its rules are resolved against that, not against the daemon's own cwd).
-        let config = SessionConfig::new(PathBuf::new(), policy);
-        let (link, slot) = switchboard_transport::sdk_url::external(&id);
-        let (handle, events) = switchboard_session::spawn_session_on(config, link);
-        self.store.create_session(&record).await?;
-        let route = self.known_route(route_of(&config_policy, &record));
-        self.run(record.clone(), handle, events, 0, None, route).await?;
-        let _ = self
-            .dashboard
-            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
-        Ok((record, slot))
-    }
-
     /// A session for an interactive CLI in a person's terminal (`switchboard claude`): its
     /// history is the CLI's transcript, which the terminal hands in line by line through the
     /// returned [`TranscriptIn`](switchboard_transport::terminal::TranscriptIn), and what the session sends goes back to the terminal as keys. The
@@ -554,7 +496,7 @@ impl Daemon {
             cost_usd: 0.0,
             created_ms: now,
             updated_ms: now,
-            config: json!({"transport": "terminal", "cli_version": hello.cli_version}),
+            config: json!({"transport": "terminal", "cli_version": hello.cli_version, "spent_usd": 0.0}),
         };
         let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
         config.transcript = true;
@@ -614,26 +556,6 @@ impl Daemon {
         self.command(id, SessionCommand::SetMode { mode }).await
     }
 
-    /// Whether a relay CLI may make one more session now (a connection, or a rotation to a
-    /// Claude session its connection has not had): at most
-    /// [`crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE`], daemon-wide.
-    fn relay_may_make_session(&self) -> Result<(), String> {
-        let most = self
-            .config
-            .placement
-            .relay_sessions_per_minute
-            .unwrap_or(crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE);
-        let mut births =
-            self.relay_births.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if births.take(most) {
-            Ok(())
-        } else {
-            Err(format!(
-                "relay CLIs made {most} sessions in the last minute (RELAY_NEW_SESSIONS_PER_MINUTE); try again later"
-            ))
-        }
-    }
-
     /// Admits one more running session under [`Placement::max_running`]: held until the
     /// session has started (it is then counted as running) or failed to.
     fn admit_run(&self) -> Result<Admitted, DaemonError> {
@@ -656,502 +578,12 @@ impl Daemon {
             .unwrap_or(0)
     }
 
-    /// Whether the node that runs the session is lost (no heartbeat for a while, see
-    /// [`crate::bus`]): the session no longer runs anywhere, and any node may resume it.
-    pub fn node_lost(&self, record: &SessionRecord) -> bool {
-        self.runs_elsewhere(record)
-            && !matches!(record.state.as_str(), "exited" | "crashed")
-            && record
-                .node
-                .as_deref()
-                .is_some_and(|node| self.config.bus.as_ref().is_some_and(|bus| bus.is_lost(node)))
-    }
-
-    /// The bus between daemons, if this one has one.
-    pub fn bus(&self) -> Option<&Arc<crate::bus::Bus>> {
-        self.config.bus.as_ref()
-    }
-
-    /// Whether the session runs (or ran last) on another node this one reaches over the bus.
-    pub fn runs_elsewhere(&self, record: &SessionRecord) -> bool {
-        self.config.bus.is_some() && record.node.is_some() && record.node != self.config.node
-    }
-
-    /// Where a new session runs, when that is another node (`None`: here). The node the
-    /// request names; else the least loaded node (sessions running against its capacity)
-    /// that is not lost, has room, whose roots hold the session's directory, and whose CLI
-    /// is the version the request asks for, this one counted when it has the directory
-    /// (within its roots, if it has any), room and the version (or has not told it yet, and
-    /// no other node is known to run it); on a tie, here. When none has room (capacity only
-    /// steers): here if it can run it, else the least loaded node that can. A version no node
-    /// runs is refused; this node's own is checked when it runs the session.
-    fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
-        let here = self.config.node.as_deref();
-        let wanted = request.cli_version.as_deref();
-        let runs =
-            |version: Option<&String>| wanted.is_none_or(|w| version.is_some_and(|v| v == w));
-        let Some(bus) = &self.config.bus else {
-            return match &request.node {
-                Some(node) if Some(node.as_str()) != here => Err(DaemonError::Invalid(format!(
-                    "node {node}: this daemon shares no bus with other nodes (serve --nats-url)"
-                ))),
-                _ => Ok(None),
-            };
-        };
-        let nodes = bus.nodes();
-        if let Some(node) = &request.node {
-            if Some(node.as_str()) == here {
-                return Ok(None);
-            }
-            return match nodes.iter().find(|status| status.info.node == *node) {
-                Some(status) if status.lost => {
-                    Err(DaemonError::Busy(format!("node {node} is lost")))
-                }
-                Some(status) => match (&status.info.cli_version, wanted) {
-                    (_, None) => Ok(Some(node.clone())),
-                    (Some(version), Some(wanted)) if version == wanted => Ok(Some(node.clone())),
-                    (Some(version), Some(wanted)) => Err(DaemonError::Invalid(format!(
-                        "node {node} runs Claude Code {version}, not {wanted}"
-                    ))),
-                    (None, Some(_)) => Err(DaemonError::Busy(format!(
-                        "node {node} has not said which Claude Code it runs yet; try again"
-                    ))),
-                },
-                None => Err(DaemonError::Invalid(format!(
-                    "no node {node} on the bus (GET /api/nodes lists them)"
-                ))),
-            };
-        }
-        let load = |running: usize, capacity: usize| running as f64 / capacity.max(1) as f64;
-        let placement = &self.config.placement;
-        let capacity = placement.capacity();
-        let running = self.running_count();
-        // Other nodes that could run it: (load, name, has room).
-        let others: Vec<(f64, &str, bool)> = nodes
-            .iter()
-            .filter(|status| !status.this && !status.lost)
-            .map(|status| &status.info)
-            .filter(|info| {
-                let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
-                within(&request.cwd, &roots) && runs(info.cli_version.as_ref())
-            })
-            .map(|info| {
-                (
-                    load(info.running, info.capacity),
-                    info.node.as_str(),
-                    info.running < info.capacity,
-                )
-            })
-            .collect();
-        // This node's CLI, while it has not told its version yet, is a candidate only when no
-        // other node is known to run the version asked (its check then tells).
-        let runs_here = match self.cli_version.get() {
-            Some(version) => runs(Some(version)),
-            None => wanted.is_none() || others.is_empty(),
-        };
-        let can_here = request.cwd.is_dir()
-            && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
-            && runs_here;
-        let room_here = running < capacity;
-        let least = |with_room: bool| {
-            others
-                .iter()
-                .filter(|(_, _, room)| *room || !with_room)
-                .min_by(|a, b| a.0.total_cmp(&b.0))
-                .map(|(load, node, _)| (*load, node.to_string()))
-        };
-        match least(true) {
-            Some((theirs, node))
-                if !(can_here && room_here) || theirs < load(running, capacity) =>
-            {
-                Ok(Some(node))
-            }
-            Some(_) => Ok(None),
-            // Nobody has room: capacity steers, it does not refuse.
-            None if can_here => Ok(None),
-            None => {
-                match (least(false), wanted) {
-                    (Some((_, node)), _) => Ok(Some(node)),
-                    // Here, whose create says what is wrong with the directory.
-                    (None, None) => Ok(None),
-                    (None, Some(wanted)) => {
-                        let anywhere = self.cli_version.get().is_some_and(|v| v == wanted)
-                            || nodes.iter().any(|status| {
-                                !status.this
-                                    && !status.lost
-                                    && runs(status.info.cli_version.as_ref())
-                            });
-                        Err(DaemonError::Invalid(if anywhere {
-                            format!(
-                            "no node that runs Claude Code {wanted} has {} within its roots (GET /api/nodes says each node's CLI and roots)",
-                            request.cwd.display()
-                        )
-                        } else {
-                            format!("no node runs Claude Code {wanted} (GET /api/nodes says each node's)")
-                        }))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Creates the session on node `node`, over the bus.
-    async fn create_on(
-        &self,
-        node: &str,
-        mut request: CreateSession,
-    ) -> Result<SessionRecord, DaemonError> {
-        // Named, so that the node it reaches runs it and places nothing further.
-        request.node = Some(node.to_owned());
-        let by = request.started_by.take().map(|by| match &self.config.node {
-            Some(here) => via(&by, here),
-            None => by,
-        });
-        let answer = self.forward(node, "", &SessionCommand::Create { request, by }).await?;
-        serde_json::from_value(answer).map_err(|error| {
-            DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
-        })
-    }
-
-    /// Sends `command` to `node` over the bus; its answer, or its refusal as this node's.
-    async fn forward(
-        &self,
-        node: &str,
-        id: &str,
-        command: &SessionCommand,
-    ) -> Result<Value, DaemonError> {
-        let Some(bus) = &self.config.bus else {
-            return Err(DaemonError::Internal("no bus to forward on".into()));
-        };
-        let command = serde_json::to_value(command)
-            .map_err(|error| DaemonError::Internal(format!("a command to forward: {error}")))?;
-        match bus.forward(node, id, command).await {
-            Ok(answer) => Ok(answer),
-            Err(crate::bus::ForwardError::Refused { status, code, message }) => {
-                Err(DaemonError::Forwarded { status, code, message })
-            }
-            Err(crate::bus::ForwardError::Unreachable(message)) => Err(DaemonError::Busy(message)),
-        }
-    }
-
-    /// The bus and the node that runs session `id`, when that is another node.
-    async fn remote_owner(&self, id: &str) -> Result<Option<String>, DaemonError> {
-        if self.config.bus.is_none() {
-            return Ok(None);
-        }
-        if self.handle(id).is_ok() {
-            return Ok(None);
-        }
-        // A session that ended is nobody's to act on: `not_running` here, as anywhere.
-        let record = self
-            .store
-            .get_session(id)
-            .await?
-            .filter(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
-        Ok(record
-            .and_then(|record| record.node)
-            .filter(|node| Some(node) != self.config.node.as_ref()))
-    }
-
-    /// Carries out `command` on session `id`: here if it runs here, else on the node that
-    /// runs it (over the bus), whose answer or refusal is this one's.
-    pub async fn command(&self, id: &str, command: SessionCommand) -> Result<(), DaemonError> {
-        let Some(node) = self.remote_owner(id).await? else {
-            return self.command_session_here(id, command).await;
-        };
-        let here = self.config.node.as_deref().unwrap_or("another node");
-        self.forward(&node, id, &command.via(here)).await.map(drop)
-    }
-
-    /// Carries out `command` on session `id` if it runs on this node (`NotRunning`
-    /// otherwise): what a command forwarded from another node gets. Its answer: the new
-    /// session's record for a create, `null` otherwise.
-    pub async fn command_here(
-        self: &Arc<Self>,
-        id: &str,
-        command: SessionCommand,
-    ) -> Result<Value, DaemonError> {
-        if let SessionCommand::Create { mut request, by } = command {
-            // Here, whatever it names: a forwarded create is never placed or forwarded again.
-            request.node = self.config.node.clone();
-            request.started_by = by;
-            let record = self.create(request).await?;
-            return serde_json::to_value(public_record(record))
-                .map_err(|error| DaemonError::Internal(error.to_string()));
-        }
-        self.command_session_here(id, command).await.map(|()| Value::Null)
-    }
-
-    async fn command_session_here(
-        &self,
-        id: &str,
-        command: SessionCommand,
-    ) -> Result<(), DaemonError> {
-        match command {
-            SessionCommand::Create { .. } => {
-                Err(DaemonError::Invalid("a create names no session".into()))
-            }
-            SessionCommand::Message { message, by } => self.message_here(id, message, &by).await,
-            SessionCommand::Answer { request_id, answer, by } => {
-                Ok(self.running(id).await?.respond_permission(&request_id, answer, &by).await?)
-            }
-            SessionCommand::Interrupt => Ok(self.running(id).await?.interrupt().await?),
-            SessionCommand::SetModel { model } => {
-                Ok(self.running(id).await?.set_model(model).await?)
-            }
-            SessionCommand::SetMode { mode } => {
-                Ok(self.running(id).await?.set_permission_mode(mode).await?)
-            }
-            SessionCommand::Stop => self.stop_here(id, false).await,
-        }
-    }
-
-    async fn message_here(
-        &self,
-        id: &str,
-        message: switchboard_protocol::UserMessage,
-        by: &str,
-    ) -> Result<(), DaemonError> {
-        let handle = self.running(id).await?;
-        self.may_send(id, by)?;
-        let terminal = self
-            .live(id)
-            .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
-            .unwrap_or(false);
-        if terminal {
-            switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
-        }
-        handle.send_message(message).await?;
-        self.note_sender(id, by);
-        Ok(())
-    }
-
     /// Notes who sent session `id`'s CLI its latest message (a relay frontend's goes to the
     /// handle directly): its next permission requests record them as who started the turn.
     pub fn note_sender(&self, id: &str, by: &str) {
         if let Some(live) = self.live(id) {
             live.set_sender(Some(by.to_owned()));
         }
-    }
-
-    /// Why the session `id` is paused, if it is.
-    pub fn paused(&self, id: &str) -> Option<String> {
-        self.live(id).and_then(|live| live.paused())
-    }
-
-    /// Today's spend and the daily limits.
-    pub fn budget(&self) -> crate::budget::Spend {
-        self.budgets.today()
-    }
-
-    /// Changes the daily limits; sessions they paused go on if no limit holds them any more
-    /// (and sessions now over one pause).
-    pub fn change_budget(
-        self: &Arc<Self>,
-        change: &crate::budget::LimitChange,
-    ) -> Result<crate::budget::Spend, DaemonError> {
-        let spend = self.budgets.change(change).map_err(DaemonError::Invalid)?;
-        let live: Vec<(String, Arc<LiveSession>)> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.iter().map(|(id, live)| (id.clone(), live.clone())).collect())
-            .unwrap_or_default();
-        for (id, live) in live {
-            if live.handle().is_some() {
-                self.check_budget(&id, &live);
-            }
-        }
-        Ok(spend)
-    }
-
-    /// Whether `name` is a channel a route may name: the notify file's, or `web-push`.
-    fn known_channel(&self, name: &str) -> bool {
-        name == crate::notify::WEB_PUSH
-            || self.notifier.channels().iter().any(|channel| {
-                channel.name == name && channel.kind != crate::notify::ChannelKind::WebPush
-            })
-    }
-
-    /// `route` without the names that are not channels (each said in the log).
-    fn known_route(
-        &self,
-        mut route: switchboard_session::NotifyRoute,
-    ) -> switchboard_session::NotifyRoute {
-        let known = |name: &String| {
-            let known = self.known_channel(name);
-            if !known {
-                tracing::warn!(channel = %name, "a route names a channel that is no more: left out");
-            }
-            known
-        };
-        if let Some(channels) = &mut route.channels {
-            channels.retain(known);
-        }
-        route.escalate.retain(|step| known(&step.channel));
-        route
-    }
-
-    /// A route names only channels there are: the notify file's, or `web-push`.
-    fn check_route(&self, route: &switchboard_session::NotifyRoute) -> Result<(), DaemonError> {
-        route.check().map_err(DaemonError::Invalid)?;
-        let known = |name: &str| self.known_channel(name);
-        let named =
-            route.channels.iter().flatten().chain(route.escalate.iter().map(|step| &step.channel));
-        for name in named {
-            if !known(name) {
-                return Err(DaemonError::Invalid(format!(
-                    "notify: there is no channel {name:?} (the notify file's channels, or {:?} for the browsers subscribed to Web Push)",
-                    crate::notify::WEB_PUSH
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether `by` may send session `id` a message now: not while it is paused (checked
-    /// again first: a daily limit ends with its day), nor past a daily limit of `by`'s.
-    pub fn may_send(&self, id: &str, by: &str) -> Result<(), DaemonError> {
-        if let Some(live) = self.live(id) {
-            if live.paused().is_some() {
-                self.lift_pause(id, &live);
-            } else if let Some(why) = self.over_budget(&live) {
-                // Over a limit it had not met yet (a resume's first message): it pauses now.
-                let _checking = live.budget_check.lock();
-                if !live.set_paused(Some(why)) {
-                    if let Ok(mut record) = live.record.lock() {
-                        record.state = "paused".into();
-                    }
-                    self.record_changed(&live);
-                }
-            }
-            if let Some(why) = live.paused() {
-                return Err(DaemonError::Budget(format!(
-                    "session {id} is paused: {why}; raise its budget (PATCH /api/sessions/{id} with max_budget_usd) or the daily one (PATCH /api/budget), or stop it"
-                )));
-            }
-        }
-        self.daily_limit(Some(by))
-    }
-
-    /// A daily limit that refuses new work started by `by` (who asks), if one does.
-    fn daily_limit(&self, by: Option<&str>) -> Result<(), DaemonError> {
-        match self.budgets.over(by.and_then(crate::budget::token_of)) {
-            Some(why) => Err(DaemonError::Budget(format!(
-                "{why}; an admin raises it (PATCH /api/budget), or it starts again tomorrow (UTC)"
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// What the session's turns cost (`usd`): today's spend, the daemon's and the token's
-    /// that sent the CLI its latest message; then the session pauses if a limit is reached.
-    fn spend(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>, usd: f64) {
-        let sender = live.sender();
-        self.budgets.charge(sender.as_deref().and_then(crate::budget::token_of), usd);
-        // What the session spent in all, over every run and CLI (a CLI's own total may start
-        // again from zero on a resume): kept in its record.
-        if let Ok(mut record) = live.record.lock() {
-            let spent = spent(&record);
-            if let Some(config) = record.config.as_object_mut() {
-                config.insert("spent_usd".into(), json!(spent + usd));
-            }
-        }
-        self.record_changed(live);
-        self.check_budget(id, live);
-    }
-
-    /// The limit the session is over, if any: its own `max_budget_usd`, the daemon's daily
-    /// one, or that of the token that sent its latest message.
-    fn over_budget(&self, live: &LiveSession) -> Option<String> {
-        let (cost, max) = live
-            .record
-            .lock()
-            .map(|record| {
-                (spent(&record), record.config.get("max_budget_usd").and_then(Value::as_f64))
-            })
-            .ok()?;
-        if let Some(max) = max.filter(|max| cost >= *max) {
-            return Some(format!(
-                "its budget of {} is spent ({})",
-                crate::budget::dollars(max),
-                crate::budget::dollars(cost)
-            ));
-        }
-        let sender = live.sender();
-        self.budgets.over(sender.as_deref().and_then(crate::budget::token_of))
-    }
-
-    /// Lets a paused session go on if no limit holds it any more.
-    fn lift_pause(&self, id: &str, live: &Arc<LiveSession>) {
-        let _checking = live.budget_check.lock();
-        self.lift_checked(id, live);
-    }
-
-    /// [`Daemon::lift_pause`], its session's budget lock held.
-    fn lift_checked(&self, id: &str, live: &Arc<LiveSession>) {
-        if live.paused().is_none() || self.over_budget(live).is_some() {
-            return;
-        }
-        live.set_paused(None);
-        tracing::info!(session = %id, "goes on: its budget allows it");
-        let state = live.handle().map(|handle| handle.snapshot().state);
-        if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
-            record.state = state.as_str().to_owned();
-        }
-        self.record_changed(live);
-    }
-
-    /// Pauses the session if a limit is reached (interrupting a turn that runs, telling the
-    /// channels), or lets a paused one go on once none is.
-    fn check_budget(self: &Arc<Self>, id: &str, live: &Arc<LiveSession>) {
-        let _checking = live.budget_check.lock();
-        let Some(why) = self.over_budget(live) else {
-            return self.lift_checked(id, live);
-        };
-        let was_paused = live.set_paused(Some(why.clone()));
-        // A turn running while paused (a subagent's result crossed the limit, or a message
-        // the CLI had queued began) stops here.
-        let state = live.handle().map(|handle| handle.snapshot().state);
-        if matches!(state, Some(SessionState::Working | SessionState::AwaitingPermission)) {
-            if let Some(handle) = live.handle() {
-                tokio::spawn(async move {
-                    let _ = handle.interrupt().await;
-                });
-            }
-        }
-        if !was_paused {
-            tracing::info!(session = %id, "paused: {why}");
-            if let Ok(mut record) = live.record.lock() {
-                if !is_final_state(&record.state) {
-                    record.state = "paused".into();
-                }
-            }
-            self.record_changed(live);
-            self.tell_budget(id, live, &why);
-        }
-    }
-
-    /// Tells the channels a session paused at a budget.
-    fn tell_budget(self: &Arc<Self>, id: &str, live: &LiveSession, why: &str) {
-        if self.notifier.is_idle() {
-            return;
-        }
-        let (title, cwd) = live
-            .record
-            .lock()
-            .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
-            .unwrap_or_default();
-        let name = if title.is_empty() { id.to_owned() } else { title.clone() };
-        let told = Told {
-            topic: crate::notify::Topic::BudgetReached,
-            key: format!("{id}:budget:{}", now_ms()),
-            title: format!("Paused (budget): {name}"),
-            text: format!("Paused: {why}. Raise the budget to go on, or stop the session."),
-            request: None,
-            extra: json!({"budget": {"reason": why}}),
-        };
-        let session = json!({"id": id, "title": title, "cwd": cwd});
-        tell(self, &self.notifier, id, &session, &live.route(), told);
     }
 
     /// How often CLI sockets are pinged.
@@ -1183,143 +615,6 @@ impl Daemon {
     /// Notifications and push subscriptions.
     pub fn notifier(&self) -> &crate::notify::Notifier {
         &self.notifier
-    }
-
-    /// Sends a test notice to the push subscription `id`; whether there is one.
-    pub fn push_test(&self, id: &str) -> bool {
-        let Some(subscription) =
-            self.notifier.push_subscriptions().into_iter().find(|found| found.id == id)
-        else {
-            return false;
-        };
-        let key = format!("test:{}", switchboard_transport::random::random_hex(8));
-        let notice = crate::notify::Notice {
-            topic: crate::notify::Topic::Test,
-            key: key.clone(),
-            body: json!({
-                "id": key, "event": "test", "ts_ms": switchboard_store::now_ms(),
-                "session": {"id": null}, "title": "Switchboard",
-                "text": format!("Notifications reach {}.", if subscription.name.is_empty() { "this device" } else { subscription.name.as_str() }),
-            }),
-            request: None,
-        };
-        let channel = subscription.channel();
-        self.notifier.queue(&notice, |candidate| candidate.name == channel, |_| None);
-        true
-    }
-
-    /// What signs approval links.
-    pub fn link_key(&self) -> &crate::links::LinkKey {
-        &self.link_key
-    }
-
-    /// The one-tap link to `pending` (a request of session `id`) for `channel`: a full URL
-    /// with the daemon's public address, else its path. It expires when the request would
-    /// time out.
-    pub fn approval_link(&self, id: &str, pending: &PendingPermission, channel: &str) -> String {
-        let claim = crate::links::LinkClaim {
-            session: id.to_owned(),
-            request: pending.request_id.clone(),
-            expires_ms: pending
-                .asked_at_ms
-                .saturating_add(pending.timeout_secs.saturating_mul(1000)),
-            channel: channel.to_owned(),
-        };
-        let base = self.config.links.public_url.as_deref().unwrap_or("");
-        format!("{base}/a/{}", self.link_key.sign(&claim))
-    }
-
-    /// The relay's token for externally launched CLIs (`None`: no auth).
-    pub fn ingress_token(&self) -> Option<&str> {
-        self.config.ingress_token.as_deref()
-    }
-
-    /// Sends a line to every relay frontend, waiting while the slowest of them has
-    /// [`RELAY_BUFFER`] lines it has not taken yet (no frontend loses a line; a frontend that
-    /// stays stuck is dropped after [`STALL_LIMIT`]).
-    pub async fn relay_publish(&self, line: &str) {
-        // With no frontend listening the line goes nowhere: not even copied.
-        if self.relay.receiver_count() == 0 {
-            return;
-        }
-        let _ = self.relay.broadcast_direct(axum::extract::ws::Utf8Bytes::from(line)).await;
-    }
-
-    /// The relay feed for one frontend: every line published from now on.
-    pub fn relay_subscribe(&self) -> async_broadcast::Receiver<axum::extract::ws::Utf8Bytes> {
-        self.relay_frontends.activate_cloned()
-    }
-
-    /// Makes `id` the relay session frontends talk to (or none).
-    pub fn set_relay_current(&self, id: Option<String>) {
-        if let Ok(mut current) = self.relay_current.lock() {
-            *current = id;
-        }
-    }
-
-    /// The handle of the relay session frontends talk to.
-    pub fn relay_handle(&self) -> Option<(String, SessionHandle)> {
-        let current = self.relay_current.lock().ok()?.clone();
-        if let Some((id, handle)) =
-            current.and_then(|id| self.handle(&id).ok().map(|handle| (id, handle)))
-        {
-            return Some((id, handle));
-        }
-        // The current one has ended: the newest one still running takes its place.
-        self.relay_live()
-            .into_iter()
-            .max_by_key(|(created, ..)| *created)
-            .map(|(_, id, _, handle)| (id, handle))
-    }
-
-    /// The running sessions relay frontends see (CLIs that connected at `/`, and sessions
-    /// created with `relay`): their ids, Claude session ids and handles.
-    pub fn relay_handles(&self) -> Vec<(String, Option<String>, SessionHandle)> {
-        self.relay_live().into_iter().map(|(_, id, claude, handle)| (id, claude, handle)).collect()
-    }
-
-    /// [`Daemon::relay_handles`], with when each was created.
-    fn relay_live(&self) -> Vec<(u64, String, Option<String>, SessionHandle)> {
-        let live: Vec<Arc<LiveSession>> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.values().cloned().collect())
-            .unwrap_or_default();
-        live.into_iter()
-            .filter_map(|live| {
-                let (relayed, created, id, claude_session_id) = {
-                    let record = live.record.lock().ok()?;
-                    let relayed =
-                        record.config["transport"] == "relay" || record.config["relay"] == true;
-                    (
-                        relayed,
-                        record.created_ms,
-                        record.id.clone(),
-                        record.claude_session_id.clone(),
-                    )
-                };
-                let handle = live.handle()?;
-                relayed.then_some((created, id, claude_session_id, handle))
-            })
-            .collect()
-    }
-
-    /// The `--sdk-url` slot with this id, while its session accepts connections.
-    pub fn ingress_slot(
-        &self,
-        slot_id: &str,
-    ) -> Option<Arc<switchboard_transport::sdk_url::IngressSlot>> {
-        let mut slots = self.ingress.lock().ok()?;
-        slots.retain(|_, slot| !slot.is_closed());
-        slots.get(slot_id).cloned()
-    }
-
-    /// Every open `--sdk-url` slot (operators and tests).
-    pub fn ingress_slots(&self) -> Vec<Arc<switchboard_transport::sdk_url::IngressSlot>> {
-        self.ingress
-            .lock()
-            .map(|slots| slots.values().filter(|slot| !slot.is_closed()).cloned().collect())
-            .unwrap_or_default()
     }
 
     /// Claude Code's own transcripts.
@@ -1455,6 +750,12 @@ impl Daemon {
             updated_ms: now,
             config: serde_json::to_value(&launch).unwrap_or(Value::Null),
         };
+        // A new session has spent nothing yet: its first turn is then counted once (without
+        // it, what it had spent read as its cost so far, which already held the turn).
+        let mut record = record;
+        if let Some(config) = record.config.as_object_mut() {
+            config.insert("spent_usd".into(), json!(0.0));
+        }
         self.check_transport(&config, &transport).await?;
         self.check_route(&route_of(&config.policy, &record))?;
         let warm = match transport {
@@ -1683,39 +984,6 @@ impl Daemon {
             }
         }
         Ok(())
-    }
-
-    /// Claims `record`, as it was read, for node `to` ([`Store::claim_session`]): then its
-    /// node and stamp are the claim's. Of two claims from one reading one wins; the other is
-    /// `OtherNode`.
-    async fn claim(
-        &self,
-        record: &mut SessionRecord,
-        to: Option<String>,
-    ) -> Result<(), DaemonError> {
-        let claim = Claim::of(record, to.as_deref());
-        let stamp = claim.stamp_ms;
-        if !self.store.claim_session(claim).await? {
-            return Err(DaemonError::OtherNode(format!(
-                "session {} was just taken over by another node, or resumed or stopped by its own",
-                record.id
-            )));
-        }
-        record.updated_ms = stamp;
-        record.node = to;
-        Ok(())
-    }
-
-    /// This node's own CLI, as its sessions run it (without what a request adds): the one
-    /// whose version the node tells.
-    fn node_cli(&self) -> switchboard_transport::stdio::CliOptions {
-        let mut options = switchboard_transport::stdio::CliOptions {
-            program: self.config.claude.clone(),
-            clear_env: self.config.clear_env,
-            ..Default::default()
-        };
-        options.env.extend(self.config.env.iter().cloned());
-        options
     }
 
     /// Refuses a session that asks for CLI version `wanted` when this node's CLI is another
@@ -2015,113 +1283,6 @@ impl Daemon {
         Ok(record)
     }
 
-    /// Seed 003's rotation: the relay session `id` (whose last seq is `seq`) ends with a
-    /// `rotated` event, and its CLI's handle moves to the session for `claude_session_id` —
-    /// the one this connection had for it (`seen`) or a new one. Returns that session and its
-    /// last seq.
-    async fn rotate(
-        self: &Arc<Self>,
-        id: &str,
-        live: &Arc<LiveSession>,
-        seq: u64,
-        claude_session_id: &str,
-        seen: &mut HashMap<String, String>,
-    ) -> Result<(String, Arc<LiveSession>, u64, u64), DaemonError> {
-        let poisoned = || DaemonError::Internal("daemon state poisoned".into());
-        let writing = self.record_writes.lock().await;
-        let mut old = current_record(live).ok_or_else(poisoned)?;
-        if let Some(previous) = &old.claude_session_id {
-            seen.insert(previous.clone(), id.to_owned());
-        }
-        let (next_id, existing) = match seen.get(claude_session_id) {
-            Some(next_id) => (next_id.clone(), true),
-            None => (uuid::Uuid::new_v4().to_string(), false),
-        };
-        // The old session ends, saying where its CLI went.
-        let payload = json!({
-            "event": "rotated", "claude_session_id": claude_session_id, "to": next_id,
-        });
-        let rotated = event_record(id, seq + 1, "switchboard", "rotated", payload.to_string());
-        self.store.append(std::slice::from_ref(&rotated)).await?;
-        if let Some(tail) = live.tail() {
-            let _ = tail.send(Arc::new(rotated));
-        }
-        let state = std::mem::replace(&mut old.state, "exited".into());
-        old.updated_ms = now_ms();
-        if let Ok(mut record) = live.record.lock() {
-            *record = old.clone();
-        }
-        let handle = live.hand_over()?;
-        // Written now, under the lock already held (not queued): the connection may come
-        // back to this session at once, and then reads its record from the store.
-        live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
-        let old_stored = match self.store.update_session(&old).await {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::error!(session = %id, %error, "cannot store the rotated session's record");
-                false
-            }
-        };
-        self.announce(&old);
-
-        // The new one carries on.
-        let now = now_ms();
-        let (record, last) = if existing {
-            let mut record = self
-                .store
-                .get_session(&next_id)
-                .await?
-                .ok_or_else(|| DaemonError::NotFound(next_id.clone()))?;
-            record.state = state;
-            record.updated_ms = now;
-            self.store.update_session(&record).await?;
-            let last = self.store.last_seq(&next_id).await?;
-            (record, last)
-        } else {
-            let mut record = SessionRecord {
-                archived: false,
-                node: self.config.node.clone(),
-                id: next_id.clone(),
-                claude_session_id: Some(claude_session_id.to_owned()),
-                state,
-                cost_usd: 0.0,
-                created_ms: now,
-                updated_ms: now,
-                ..old
-            };
-            // A new session has spent nothing yet.
-            if let Some(config) = record.config.as_object_mut() {
-                config.insert("spent_usd".into(), json!(0.0));
-            }
-            self.store.create_session(&record).await?;
-            (record, 0)
-        };
-        let (next, number) = self.go_live(record.clone(), handle)?;
-        // The same CLI goes on: its next result's cost is a step from its last total.
-        let total = live.projector.lock().map(|projector| projector.view().cost_usd).unwrap_or(0.0);
-        if let Ok(mut projector) = next.projector.lock() {
-            projector.continue_from_cost(total);
-        }
-        drop(writing);
-        if let Ok(mut current) = self.relay_current.lock() {
-            if current.as_deref() == Some(id) {
-                *current = Some(next_id.clone());
-            }
-        }
-        if existing {
-            self.record_changed(&next);
-        } else {
-            let _ = self.dashboard.send(
-                json!({"event": "session_created", "session": public_record(record.clone())}),
-            );
-        }
-        self.started.notify_waiters();
-        if old_stored {
-            self.forget_if_finished(id, live);
-        }
-        Ok((next_id, next, number, last))
-    }
-
     /// The live tail, end signal and store state of a running session (subscribed before the
     /// caller reads history, so nothing published afterwards is missed).
     fn attach(&self, id: &str) -> Option<Attached> {
@@ -2160,45 +1321,6 @@ impl Daemon {
                 None => Err(DaemonError::NotFound(id.to_owned())),
             },
         }
-    }
-
-    /// On a node of a fleet, that its run of session `id` is still the session's run before
-    /// anything is carried out by it: a node cut off from the bus (which the others may soon
-    /// call lost, and take its sessions over) carries out nothing, and a run whose session
-    /// another node took over (this node was called lost) ends. So an answer is never applied
-    /// here once another node may have resumed the session and may ask it again. The bus is
-    /// checked after the store's answer, so a slow database does not use up the margin.
-    pub(crate) async fn check_still_ours(&self, id: &str) -> Result<(), DaemonError> {
-        let Some(here) = &self.config.node else { return Ok(()) };
-        let record = self.store.get_session(id).await?;
-        if self.config.bus.as_ref().is_some_and(|bus| bus.cut_off()) {
-            return Err(DaemonError::Busy(
-                "this node is cut off from the bus, and the other nodes may take its sessions over: it carries out nothing for them until it is back".into(),
-            ));
-        }
-        let Some(record) = record else { return Ok(()) };
-        if record.node.as_ref() == Some(here) {
-            return Ok(());
-        }
-        tracing::warn!(session = %id, node = ?record.node, "taken over by another node; its run here stops");
-        if let Ok(handle) = self.handle(id) {
-            tokio::spawn(async move {
-                let _ = handle.shutdown(STOP_GRACE).await;
-            });
-        }
-        Err(DaemonError::OtherNode(format!(
-            "session {id} was taken over by node {}; its run on this node ends",
-            record.node.as_deref().unwrap_or("(none)")
-        )))
-    }
-
-    /// The refusal of what only the node that runs a session can do (its process, its files).
-    fn elsewhere(&self, record: &SessionRecord) -> DaemonError {
-        let node = record.node.as_deref().unwrap_or_default();
-        DaemonError::OtherNode(format!(
-            "session {} runs on node {node}, whose machine has its files and its CLI: do this there",
-            record.id
-        ))
     }
 
     /// The handle of a running session (`NotRunning` otherwise, whether it exists or not; see
@@ -2271,36 +1393,6 @@ impl Daemon {
         self.stop_here(id, purge).await
     }
 
-    /// Whether the session is (or was last) another node's, bus or not.
-    fn owned_elsewhere(&self, record: &SessionRecord) -> bool {
-        record.node.is_some() && record.node != self.config.node
-    }
-
-    /// Notes in a lost node's session that its run ended with the node (`then`: what happens
-    /// next, said after it), and marks it exited. The record stays that node's (its worktree
-    /// is on that node's machine), claimed for it first, so that of two nodes stopping or
-    /// resuming it at once one does, and the other is told.
-    async fn end_lost_run(
-        &self,
-        record: &mut SessionRecord,
-        then: &str,
-    ) -> Result<(), DaemonError> {
-        self.claim(record, record.node.clone()).await?;
-        let node = record.node.clone().unwrap_or_default();
-        let last = self.store.last_seq(&record.id).await?;
-        let payload = json!({
-            "event": "exited", "code": null, "signal": null, "requested": false,
-            "description": format!("node {node} was lost while this session ran; {then}"),
-        });
-        let note = event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
-        self.store.append(std::slice::from_ref(&note)).await?;
-        record.state = "exited".into();
-        record.updated_ms = now_ms();
-        self.store.update_session(record).await?;
-        self.announce(record);
-        Ok(())
-    }
-
     async fn stop_here(&self, id: &str, purge: bool) -> Result<(), DaemonError> {
         if self.store.get_session(id).await?.is_none() && self.live(id).is_none() {
             return Err(DaemonError::NotFound(id.to_owned()));
@@ -2364,221 +1456,6 @@ impl Daemon {
                 .map_err(DaemonError::Worktree)?;
         }
         self.stop(id, true).await
-    }
-
-    /// The session's worktree, if it has one that is still there.
-    async fn worktree(
-        &self,
-        id: &str,
-    ) -> Result<(SessionRecord, crate::worktree::Worktree), DaemonError> {
-        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
-        if self.runs_elsewhere(&record) {
-            return Err(self.elsewhere(&record));
-        }
-        let tree = worktree_of(&record).ok_or_else(|| {
-            DaemonError::Worktree(format!(
-                "session {id} has no worktree (start one with \"worktree\": true)"
-            ))
-        })?;
-        if !tree.path.exists() {
-            return Err(DaemonError::Worktree(format!("session {id}'s worktree is gone")));
-        }
-        Ok((record, tree))
-    }
-
-    /// Commits the session's changes on its branch, with `message` (default: its title).
-    pub async fn commit(&self, id: &str, message: Option<&str>) -> Result<Value, DaemonError> {
-        let (record, tree) = self.worktree(id).await?;
-        let message = match message.map(str::trim).filter(|message| !message.is_empty()) {
-            Some(message) => message.to_owned(),
-            None => record
-                .title
-                .clone()
-                .unwrap_or_else(|| format!("Session {}", &id[..8.min(id.len())])),
-        };
-        if message.len() > 64 * 1024 || message.contains('\0') {
-            return Err(DaemonError::Invalid("message is at most 64 KiB, without NUL".into()));
-        }
-        let _one_at_a_time = self.worktree_ops.lock().await;
-        let commit =
-            crate::worktree::commit(&tree, &message).await.map_err(DaemonError::Worktree)?;
-        Ok(json!({"commit": commit, "branch": tree.branch, "message": message}))
-    }
-
-    /// Merges the session's branch into the branch it started from.
-    pub async fn merge(
-        &self,
-        id: &str,
-        mode: crate::worktree::MergeMode,
-    ) -> Result<Result<Value, crate::worktree::MergeRefused>, DaemonError> {
-        let (_, tree) = self.worktree(id).await?;
-        let _one_at_a_time = self.worktree_ops.lock().await;
-        Ok(crate::worktree::merge(&tree, mode).await.map(
-            |commit| json!({"commit": commit, "into": tree.base_branch, "branch": tree.branch}),
-        ))
-    }
-
-    /// Pushes the session's branch to the repository's remote `remote`.
-    pub async fn push(&self, id: &str, remote: &str) -> Result<Value, DaemonError> {
-        // A remote that is not a name is a bad request, whatever the session's worktree.
-        if !crate::text::is_name(remote) {
-            return Err(DaemonError::Invalid(format!(
-                "remote is a remote's name (1-64 letters, digits, '.', '_', '-'), not {:?}",
-                remote.chars().take(65).collect::<String>()
-            )));
-        }
-        let (_, tree) = self.worktree(id).await?;
-        let _one_at_a_time = self.worktree_ops.lock().await;
-        let pull_request_url =
-            crate::worktree::push(&tree, remote).await.map_err(DaemonError::Worktree)?;
-        Ok(json!({"remote": remote, "branch": tree.branch, "pull_request_url": pull_request_url}))
-    }
-
-    /// The files the session's tools changed, as its live view has them (empty for a
-    /// session whose CLI is not running).
-    pub fn touched_files(&self, id: &str) -> Vec<String> {
-        self.live(id)
-            .and_then(|live| {
-                live.projector.lock().ok().map(|projector| projector.view().touched_files.clone())
-            })
-            .unwrap_or_default()
-    }
-
-    /// Reads the session's directory for the Files view ([`crate::browse`]): off the async
-    /// threads, within [`BROWSE_TIMEOUT`].
-    pub async fn browse<T: Send + 'static>(
-        &self,
-        id: &str,
-        read: impl FnOnce(
-                &std::path::Path,
-                &[String],
-                crate::browse::Refuse<'_>,
-            ) -> Result<T, crate::browse::BrowseError>
-            + Send
-            + 'static,
-    ) -> Result<Result<T, crate::browse::BrowseError>, DaemonError> {
-        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
-        if self.runs_elsewhere(&record) {
-            return Err(self.elsewhere(&record));
-        }
-        let root = std::path::PathBuf::from(&record.cwd);
-        let touched = self.touched_files(id);
-        // What the session's own policy denies to Read is not shown either, nor the daemon's
-        // data directory, nor the kernel's own trees.
-        let policy = match record.config.get("policy").and_then(Value::as_str) {
-            Some(text) => load_policy(text).await?,
-            None => self.config.default_policy.clone().unwrap_or_default(),
-        };
-        let private = self.config.data_dir.clone();
-        let Ok(permit) = crate::browse::READERS.try_acquire() else {
-            return Err(DaemonError::Busy(format!(
-                "{} reads of session directories are under way: try again",
-                crate::browse::MAX_READERS
-            )));
-        };
-        let reading = tokio::task::spawn_blocking(move || {
-            // Held until the read is done, even past the time limit below.
-            let _permit = permit;
-            let refuse = crate::refusals::Refusals::new(&root, private.as_deref(), policy);
-            read(&root, &touched, &|path, id| refuse.refuses(path, id))
-        });
-        match tokio::time::timeout(BROWSE_TIMEOUT, reading).await {
-            Ok(Ok(found)) => Ok(found),
-            Ok(Err(_)) | Err(_) => Err(DaemonError::Busy(format!(
-                "session {id}'s directory took more than {} s to read",
-                BROWSE_TIMEOUT.as_secs()
-            ))),
-        }
-    }
-
-    /// Whether the session's CLI is in a turn (its tools may be changing files).
-    fn is_working(&self, id: &str) -> bool {
-        self.handle(id).ok().map(|handle| handle.snapshot().state).is_some_and(|state| {
-            matches!(
-                state,
-                SessionState::Working | SessionState::AwaitingPermission | SessionState::Compacting
-            )
-        })
-    }
-
-    /// Puts the files the session's tools changed back as they were before the prompt
-    /// `message` (its `uuid`), through the CLI's file checkpoints (`rewind_files`); with
-    /// `dry_run`, only says what would change. The conversation is not changed: fork it at
-    /// the same message for that (`resume_at`).
-    pub async fn rewind(
-        &self,
-        id: &str,
-        message: &str,
-        dry_run: bool,
-    ) -> Result<Rewind, DaemonError> {
-        let valid = !message.is_empty()
-            && message.len() <= 100
-            && message.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-        if !valid {
-            return Err(DaemonError::Invalid(
-                "message must be a prompt's uuid (letters, digits and -)".to_owned(),
-            ));
-        }
-        let handle = self.running(id).await?;
-        if !dry_run && self.is_working(id) {
-            return Err(DaemonError::Rewind(format!(
-                "session {id} is working: interrupt it first, then rewind"
-            )));
-        }
-        let success = match handle.rewind_files(message, dry_run).await {
-            Ok(success) => success,
-            Err(switchboard_session::SessionError::Control(failure)) => {
-                return Err(DaemonError::Rewind(format!("the CLI cannot rewind: {failure}")))
-            }
-            Err(error) => return Err(error.into()),
-        };
-        let answer: switchboard_protocol::control::RewindFilesResponse =
-            success.payload().and_then(Result::ok).unwrap_or_default();
-        let mut rewind = Rewind {
-            can_rewind: answer.can(),
-            dry_run,
-            files_changed: None,
-            files: None,
-            insertions: None,
-            deletions: None,
-            reason: answer.error.as_ref().map(|error| error.chars().take(500).collect()),
-        };
-        if dry_run {
-            rewind.files_changed = answer.count();
-            rewind.files = answer
-                .files()
-                .map(|paths| paths.into_iter().take(MAX_REWIND_PATHS).map(str::to_owned).collect());
-            rewind.insertions = answer.insertions;
-            rewind.deletions = answer.deletions;
-        }
-        if !dry_run && !rewind.can_rewind {
-            let reason = rewind.reason.as_deref().unwrap_or("it says it cannot");
-            return Err(DaemonError::Rewind(format!("the CLI cannot rewind: {reason}")));
-        }
-        Ok(rewind)
-    }
-
-    /// Puts the session's worktree back at its base commit.
-    pub async fn discard(&self, id: &str) -> Result<(), DaemonError> {
-        let (_, tree) = self.worktree(id).await?;
-        // Not under Claude's feet.
-        if self.is_working(id) {
-            return Err(DaemonError::Worktree(format!(
-                "session {id} is working: interrupt it first, then discard"
-            )));
-        }
-        let _one_at_a_time = self.worktree_ops.lock().await;
-        crate::worktree::discard(&tree).await.map_err(DaemonError::Worktree)
-    }
-
-    /// The session's whole change in its worktree ([`crate::worktree::diff`]).
-    pub async fn diff(&self, id: &str) -> Result<Value, DaemonError> {
-        let (_, tree) = self.worktree(id).await?;
-        let files = crate::worktree::diff(&tree).await.map_err(DaemonError::Worktree)?;
-        Ok(json!({
-            "base": tree.base, "branch": tree.branch, "base_branch": tree.base_branch,
-            "path": tree.path, "files": files,
-        }))
     }
 
     /// Every event of a session after `after`, then the live tail, with no gap and no

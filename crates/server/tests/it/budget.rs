@@ -137,3 +137,42 @@ async fn a_session_pauses_at_a_budget_and_goes_on_when_a_person_raises_it() {
     assert_eq!(status, 400, "{bad}");
     server.stop().await;
 }
+
+/// A session's first turn counts once against its budget. The fake API answers the same
+/// prompt with the same usage, so a first session tells what a turn costs; a second, with a
+/// budget of one and a half turns, must not pause after one. (It paused: with nothing spent
+/// yet on record, what it had spent read as its cost so far, which already held the turn,
+/// and the turn was added again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_turn_counts_once_against_a_budget() {
+    let api =
+        FakeApi::start(Scenario::new().reply(Reply::text("Counted.").when_prompt("TURN").times(2)))
+            .await
+            .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let turn = |body: Value| {
+        let server = &server;
+        async move {
+            let (status, session) = server.post("/api/sessions", body).await;
+            assert_eq!(status, 201, "{session}");
+            let id = session["id"].as_str().unwrap().to_owned();
+            let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+            ws.until(is_result).await;
+            server.get(&format!("/api/sessions/{id}")).await.1
+        }
+    };
+    let first = turn(json!({"cwd": sandbox.workdir(), "prompt": "TURN"})).await;
+    let cost = first["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0, "the CLI reported a cost: {first}");
+    assert_eq!(first["config"]["spent_usd"].as_f64(), Some(cost), "{first}");
+
+    let budget = cost * 1.5;
+    let second =
+        turn(json!({"cwd": sandbox.workdir(), "prompt": "TURN", "max_budget_usd": budget})).await;
+    assert_eq!(second["cost_usd"].as_f64(), Some(cost), "the same turn costs the same: {second}");
+    assert_eq!(second["config"]["spent_usd"].as_f64(), Some(cost), "counted once: {second}");
+    assert_eq!(second["state"], "idle", "one turn is within one and a half: {second}");
+    server.stop().await;
+}
