@@ -77,6 +77,8 @@ seeds() {
 run() {
   local target=$1
   local corpus=$work/corpus/$target artifacts=$work/artifacts/$target log=$work/$target.log
+  # This run's findings only (an earlier run's stay in the corpus, not here).
+  rm -rf "$artifacts"
   mkdir -p "$corpus" "$artifacts"
   local status=0
   "$target_dir/debug/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
@@ -85,7 +87,7 @@ run() {
   echo "$status" >"$work/$target.status"
 }
 
-# Targets run side by side, as many at once as there are cores.
+# Targets run side by side, as many at once as there are cores (two on CI's machine).
 jobs=$(nproc)
 echo "== fuzz: ${targets[*]}, ${seconds}s each, $jobs at a time (corpus in $work/corpus)"
 for target in "${targets[@]}"; do
@@ -101,13 +103,17 @@ for target in "${targets[@]}"; do
   log=$work/$target.log
   if [ "$(cat "$work/$target.status" 2>/dev/null)" = 0 ]; then
     stats=$(grep -E '^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$log" |
-      sed -E 's/^stat::([a-z_]+): +/\1=/' | tr '\n' ' ')
+      sed -E 's/^stat::([a-z_]+): +/\1=/' | tr '\n' ' ' || true)
     echo "   $target: nothing found ($stats)"
   else
     tail -n 40 "$log"
     artifacts=$work/artifacts/$target
-    found=$(ls -t "$artifacts" | head -n 1)
-    echo "fuzz: $target failed; replay with: $target_dir/debug/$target $artifacts/$found"
+    found=$(find "$artifacts" -type f -printf '%f\n' 2>/dev/null | head -n 1 || true)
+    if [ -n "$found" ]; then
+      echo "fuzz: $target failed; replay with: $target_dir/debug/$target $artifacts/$found"
+    else
+      echo "fuzz: $target failed and left no input (killed? see $log)"
+    fi
     failed+=("$target")
   fi
 done

@@ -447,32 +447,40 @@ fn warm_specs(args: &ServeArgs) -> Result<Vec<WarmSpec>, (u8, String)> {
 
 /// Listens for SIGINT and SIGTERM from the call on (not from the first poll: a signal that
 /// comes before the returned future is awaited is kept, not met by the default action). The
-/// future resolves on the first; from then on, another one exits at once.
+/// future resolves on the first; a second one, at any time after, exits at once, even while
+/// the daemon is still opening.
 pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    let signals = signals();
-    async move {
-        let (mut interrupt, mut terminate) = match signals {
-            Ok(signals) => signals,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for signals; only Ctrl-C stops the daemon");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
+    let (signalled, mut first) = tokio::sync::watch::channel(false);
+    match signals() {
+        Ok((mut interrupt, mut terminate)) => {
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                tracing::info!(
+                    "shutting down: stopping every session (signal again to exit at once)"
+                );
+                eprintln!("switchboard serve: shutting down; signal again to exit at once");
+                let _ = signalled.send(true);
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                eprintln!("switchboard serve: second signal; exiting now");
+                std::process::exit(130);
+            });
         }
-        tracing::info!("shutting down: stopping every session (signal again to exit at once)");
-        eprintln!("switchboard serve: shutting down; signal again to exit at once");
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
-            }
-            eprintln!("switchboard serve: second signal; exiting now");
-            std::process::exit(130);
-        });
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for signals; only Ctrl-C stops the daemon");
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                let _ = signalled.send(true);
+            });
+        }
+    }
+    async move {
+        let _ = first.wait_for(|signalled| *signalled).await;
     }
 }
 

@@ -384,10 +384,11 @@ async fn a_subscriber_that_stops_reading_is_let_go_after_the_stall_limit() {
     let config =
         DaemonConfig { stall_limit: Some(Duration::from_millis(500)), ..Default::default() };
     let (address, daemon) = serve(store, config, Default::default()).await;
+    // Taken before the upgrade: the daemon's stall clock cannot start earlier than this.
+    let upgraded = std::time::Instant::now();
     let (status, mut stream) =
         non_reading_socket(&address, &format!("/api/sessions/{id}/subscribe"), TOKEN).await;
     assert_eq!(status, 101);
-    let upgraded = std::time::Instant::now();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let gone = daemon.watchers().subscribers(&id) == 0;
@@ -443,10 +444,15 @@ async fn a_subscriber_cut_mid_frame_is_let_go_and_a_return_misses_nothing() {
     // Back again: every event, whole, once.
     let mut request = format!("ws://{address}{path}?after=0").into_client_request().unwrap();
     request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (mut socket, _) =
+        tokio::time::timeout_at(deadline, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("the return connects within 30 s")
+            .unwrap();
     let mut seen = Vec::new();
     while seen.len() < 3 {
-        let frame = tokio::time::timeout(Duration::from_secs(30), socket.next())
+        let frame = tokio::time::timeout_at(deadline, socket.next())
             .await
             .expect("the events come within 30 s")
             .unwrap()

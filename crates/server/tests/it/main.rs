@@ -1536,8 +1536,9 @@ async fn a_silent_cli_socket_is_dropped() {
     })
     .await;
     let mut feed = server.ws(&format!("/ws?token={TOKEN}")).await;
-    let mut silent = server.relay_cli().await;
+    // Taken before the connection: the daemon's ping clock cannot start earlier than this.
     let connected = std::time::Instant::now();
+    let mut silent = server.relay_cli().await;
     feed.until(|frame| frame["text"] == "claude code connected").await;
     // Never read (so never answer a ping), but keep the TCP connection open.
     feed.until(|frame| frame["text"] == "claude code disconnected").await;
