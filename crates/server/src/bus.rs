@@ -97,6 +97,10 @@ pub struct NodeInfo {
     /// The most sessions it runs at once (`serve --capacity`).
     #[serde(default)]
     pub capacity: usize,
+    /// This run of the daemon (random at each start): two daemons under one name tell each
+    /// other apart by it.
+    #[serde(default)]
+    pub instance: String,
     /// The version of the Claude Code CLI it runs (`claude --version`), once known.
     #[serde(default)]
     pub cli_version: Option<String>,
@@ -205,6 +209,10 @@ pub struct Bus {
     options: BusOptions,
     /// Every node heard from, with when.
     heard: Arc<Mutex<HashMap<String, (NodeInfo, tokio::time::Instant)>>>,
+    /// This run's [`NodeInfo::instance`].
+    instance: String,
+    /// Another run heard beating under this node's name, if any (the latest).
+    namesake: Arc<Mutex<Option<NodeInfo>>>,
     /// When this bus last (re)connected: a node not heard from since is lost only once this
     /// one has been connected long enough to have heard it.
     since: Arc<Mutex<tokio::time::Instant>>,
@@ -292,7 +300,13 @@ impl Bus {
         let heartbeats = client.subscribe(NODES_SUBJECT).await.map_err(|error| {
             format!("cannot listen for other nodes on NATS at {shown}: {error}")
         })?;
-        tokio::spawn(listen(heartbeats, Arc::downgrade(&heard)));
+        let instance = switchboard_transport::random::random_hex(8);
+        let namesake = Arc::new(Mutex::new(None));
+        tokio::spawn(listen(
+            heartbeats,
+            Arc::downgrade(&heard),
+            Namesakes { node: node.to_owned(), instance: instance.clone(), seen: namesake.clone() },
+        ));
         Ok(Arc::new(Bus {
             client,
             node: node.to_owned(),
@@ -303,8 +317,36 @@ impl Bus {
             shown,
             options,
             heard,
+            instance,
+            namesake,
             since,
         }))
+    }
+
+    /// This run's instance, for its heartbeat ([`NodeInfo::instance`]).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Another daemon beating under this node's name, if one is heard within `within` (a live
+    /// node beats every [`BusOptions::heartbeat`]): two daemons under one name would each take
+    /// the other's sessions for its own leftovers.
+    pub async fn namesake(&self, within: Duration) -> Option<NodeInfo> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(other) = self.namesake.lock().ok().and_then(|seen| seen.clone()) {
+                return Some(other);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// How often nodes beat ([`BusOptions::heartbeat`]).
+    pub fn heartbeat(&self) -> Duration {
+        self.options.heartbeat
     }
 
     /// Says every [`BusOptions::heartbeat`] what `info` gives, until `info` gives `None`
@@ -581,10 +623,18 @@ impl Bus {
     }
 }
 
+/// This node's name and run, and where another run under the same name is noted.
+struct Namesakes {
+    node: String,
+    instance: String,
+    seen: Arc<Mutex<Option<NodeInfo>>>,
+}
+
 /// Notes each heartbeat heard, until the bus goes.
 async fn listen(
     mut heartbeats: async_nats::Subscriber,
     heard: Weak<Mutex<HashMap<String, (NodeInfo, tokio::time::Instant)>>>,
+    namesakes: Namesakes,
 ) {
     /// The most nodes remembered: heartbeats are trusted, but bounded all the same.
     const MAX_NODES: usize = 1024;
@@ -594,6 +644,13 @@ async fn listen(
             tracing::warn!("an unreadable heartbeat on the bus");
             continue;
         };
+        if info.node == namesakes.node && info.instance != namesakes.instance {
+            if let Ok(mut seen) = namesakes.seen.lock() {
+                *seen = Some(info.clone());
+            }
+            // Not noted as this node's own: the map keeps what this run says of itself.
+            continue;
+        }
         let mut heard = match heard.lock() {
             Ok(heard) => heard,
             Err(_) => return,

@@ -446,3 +446,51 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
     );
     assert!(!sandbox.file("never.txt").exists(), "the unanswered call never ran");
 }
+
+/// A second daemon under a name a live node already beats with is refused at start, saying
+/// which and what to do, and the first one's session goes on untouched. (It used to start and
+/// end the first one's sessions as its own leftovers.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn a_second_daemon_under_a_live_nodes_name_is_refused() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new().reply(
+            Reply::tool_use("Bash", json!({"command": "touch twin.txt", "description": "x"}))
+                .when_prompt("WAIT"),
+        ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let url = database.url();
+    let nodes = start_nodes(&["alpha"], &api, &sandbox, &url, nats.url()).await;
+    let (alpha, alpha_token, _) = &nodes[0];
+    let id = create_session(&alpha.url, alpha_token, &sandbox, "WAIT").await;
+    wait_session(&alpha.url, alpha_token, &id, |s| s["state"] == "awaiting_permission").await;
+
+    let twin = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--node", "alpha", "--data-dir"])
+        .arg(twin.path())
+        .arg("--claude")
+        .arg(switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_330))
+        .env("SWITCHBOARD_DATABASE_URL", &url)
+        .env("SWITCHBOARD_NATS_URL", nats.url())
+        .env_remove("SWITCHBOARD_TOKEN")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), command.output())
+        .await
+        .expect("the twin stops in time")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("another daemon runs as node \"alpha\""), "{stderr}");
+    assert!(stderr.contains("--node"), "says what to do: {stderr}");
+    // Alpha's session still waits for its answer, on alpha.
+    let session = wait_session(&alpha.url, alpha_token, &id, |s| s["running"] == true).await;
+    assert_eq!(session["state"], "awaiting_permission", "{session}");
+    assert_eq!(session["node"], "alpha", "{session}");
+}

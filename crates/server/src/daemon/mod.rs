@@ -292,9 +292,22 @@ impl Daemon {
                         .map(|root| root.display().to_string())
                         .collect(),
                     capacity: daemon.config.placement.capacity(),
+                    instance: daemon.config.bus.as_ref()?.instance().to_owned(),
                     cli_version: daemon.cli_version.get().cloned(),
                 })
             });
+            // Another daemon already beating under this name would have its sessions taken
+            // for this one's leftovers below: refused, before anything is touched.
+            if let Some(other) = bus.namesake(bus.heartbeat() * 2).await {
+                let since = httpdate::fmt_http_date(
+                    std::time::UNIX_EPOCH + Duration::from_millis(other.started_ms),
+                );
+                let at = other.url.map(|url| format!(" at {url}")).unwrap_or_default();
+                return Err(DaemonError::Invalid(format!(
+                    "another daemon runs as node {:?} on this bus{at} (up since {since}, by its clock); give this one a name of its own with --node, or stop that one first",
+                    bus.node()
+                )));
+            }
         }
         daemon.end_leftovers().await;
         for mut record in daemon.store.list_sessions().await? {
