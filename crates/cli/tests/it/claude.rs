@@ -380,8 +380,10 @@ async fn the_interactive_cli_runs_in_a_pty_and_the_api_can_type_into_it_and_inte
     assert_eq!(terminal.exit_code().await, Some(0));
     let modes = terminal.local_modes();
     assert!(modes.contains(rustix::termios::LocalModes::ICANON), "restored: {modes:?}");
+    // The terminal's end reaches the daemon as its socket closes: the session ends soon after
+    // the process exits, not at the same instant.
     let ended =
-        http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+        crate::serve::wait_session(&daemon.url, &token, &id, |s| s["running"] == false).await;
     assert_eq!(ended["state"], "exited", "{ended}");
     assert_eq!(ended["title"], "TYPED hello");
 }

@@ -10,8 +10,8 @@
 //! This file is the registry: [`Daemon`], opening it, and a session's life (create, resume,
 //! start, run, stop, delete, subscribe). What every part uses sits beside it (`launch`,
 //! `error`, `live`, `subscription`, `pump`, `notices`, `record`), and each feature is a part of
-//! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`,
-//! `workspace`).
+//! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`, `runs`,
+//! `terminal`, `workspace`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -40,7 +40,9 @@ mod notices;
 mod pump;
 mod record;
 mod relay;
+mod runs;
 mod subscription;
+mod terminal;
 mod workspace;
 
 pub use error::*;
@@ -361,168 +363,9 @@ impl Daemon {
         Ok(daemon)
     }
 
-    /// Ends the CLIs (and their tools) that a previous daemon on this data directory recorded
-    /// as running: it was killed before it could end them.
-    async fn end_leftovers(&self) {
-        let Some(path) = self.config.runs_file.clone() else { return };
-        // Only a record this user wrote, that nobody else could have changed: it names
-        // processes to kill.
-        let trusted = tokio::fs::symlink_metadata(&path).await.is_ok_and(|metadata| {
-            use std::os::unix::fs::MetadataExt;
-            metadata.is_file()
-                && metadata.uid() == nix::unistd::geteuid().as_raw()
-                && metadata.mode() & 0o022 == 0
-        });
-        if !trusted {
-            if tokio::fs::symlink_metadata(&path).await.is_ok() {
-                tracing::warn!(path = %path.display(), "ignoring a record of running CLIs that is not this user's own private file");
-            }
-            self.save_runs().await;
-            return;
-        }
-        let Ok(text) = tokio::fs::read_to_string(&path).await else { return };
-        let runs: Vec<switchboard_transport::CliRun> = match serde_json::from_str(&text) {
-            Ok(runs) => runs,
-            Err(error) => {
-                tracing::warn!(path = %path.display(), %error, "cannot read the record of running CLIs");
-                Vec::new()
-            }
-        };
-        if !runs.is_empty() {
-            let ended = tokio::task::spawn_blocking(move || {
-                runs.iter()
-                    .map(|run| {
-                        switchboard_transport::procs::end_leftover(
-                            run.pid,
-                            run.start_time,
-                            &run.run_id,
-                        )
-                    })
-                    .sum::<usize>()
-            })
-            .await
-            .unwrap_or(0);
-            if ended > 0 {
-                tracing::warn!(ended, "ended processes a previous daemon left running");
-            }
-        }
-        self.save_runs().await;
-    }
-
-    /// Notes a CLI (or a shell: [`crate::shell`]) that runs now (or, with `running` false,
-    /// that it ended) in the runs file, so that a successor ends what it leaves.
-    pub(crate) async fn record_run(&self, run: &switchboard_transport::CliRun, running: bool) {
-        if let Ok(mut runs) = self.runs.lock() {
-            if running {
-                runs.insert(run.run_id.clone(), run.clone());
-            } else {
-                runs.remove(&run.run_id);
-            }
-        }
-        self.save_runs().await;
-    }
-
-    async fn save_runs(&self) {
-        let Some(path) = &self.config.runs_file else { return };
-        // The snapshot and its write in one turn: an older snapshot never lands after a newer.
-        let _turn = self.runs_file_lock.lock().await;
-        let runs: Vec<switchboard_transport::CliRun> =
-            self.runs.lock().map(|runs| runs.values().cloned().collect()).unwrap_or_default();
-        let text = serde_json::to_string(&runs).unwrap_or_else(|_| "[]".into());
-        // Written whole, then renamed over the old one: a crash leaves one or the other.
-        let temporary = path.with_extension("tmp");
-        let written = async {
-            let mut file = tokio::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&temporary)
-                .await?;
-            tokio::io::AsyncWriteExt::write_all(&mut file, text.as_bytes()).await?;
-            drop(file);
-            tokio::fs::rename(&temporary, path).await
-        };
-        if let Err(error) = written.await {
-            tracing::warn!(path = %path.display(), %error, "cannot record the running CLIs");
-        }
-    }
-
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
-    }
-
-    /// A session for an interactive CLI in a person's terminal (`switchboard claude`): its
-    /// history is the CLI's transcript, which the terminal hands in line by line through the
-    /// returned [`TranscriptIn`](switchboard_transport::terminal::TranscriptIn), and what the session sends goes back to the terminal as keys. The
-    /// session ends when the terminal says the CLI exited, or goes away.
-    pub async fn attach_terminal(
-        self: &Arc<Self>,
-        hello: TerminalHello,
-    ) -> Result<
-        (
-            SessionRecord,
-            switchboard_transport::terminal::TranscriptIn,
-            switchboard_transport::terminal::KeysOut,
-            watch::Receiver<switchboard_session::SessionSnapshot>,
-        ),
-        DaemonError,
-    > {
-        self.check_serving()?;
-        if hello.cwd.as_os_str().len() > 4096
-            || hello.cli_version.as_ref().is_some_and(|version| version.len() > 64)
-        {
-            return Err(DaemonError::Invalid(
-                "cwd is at most 4096 bytes and cli_version at most 64".into(),
-            ));
-        }
-        if !hello.cwd.is_absolute() {
-            return Err(DaemonError::Invalid(format!(
-                "cwd must be an absolute path, not {:?}",
-                hello.cwd
-            )));
-        }
-        if let Some(claude) = &hello.claude_session_id {
-            if claude.is_empty()
-                || claude.len() > 128
-                || !claude.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(DaemonError::Invalid(
-                    "claude_session_id must be a Claude session id (letters, digits, - and _)"
-                        .into(),
-                ));
-            }
-        }
-        let id = uuid::Uuid::new_v4().to_string();
-        let now = now_ms();
-        let record = SessionRecord {
-            archived: false,
-            node: self.config.node.clone(),
-            id: id.clone(),
-            claude_session_id: hello.claude_session_id.clone(),
-            cwd: hello.cwd.display().to_string(),
-            model: None,
-            permission_mode: None,
-            state: "starting".into(),
-            title: None,
-            cost_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            config: json!({"transport": "terminal", "cli_version": hello.cli_version, "spent_usd": 0.0}),
-        };
-        let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
-        config.transcript = true;
-        let (link, lines, keys) = switchboard_transport::terminal::attached();
-        let (handle, events) = switchboard_session::spawn_session_on(config, link);
-        let snapshot = handle.watch();
-        self.store.create_session(&record).await?;
-        self.note_started(&id, 0, false, false, true).await?;
-        self.run(record.clone(), handle, events, 1, None, Default::default()).await?;
-        let _ = self
-            .dashboard
-            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
-        Ok((record, lines, keys, snapshot))
     }
 
     /// Sends a person's message to a running session, on whichever node runs it. One typed
