@@ -590,28 +590,14 @@ impl Daemon {
                 request.resume_at.clone(),
             )
             .await?;
-        let now = now_ms();
         let record = SessionRecord {
-            archived: false,
-            node: self.config.node.clone(),
-            id: id.clone(),
             claude_session_id: request.resume.clone().filter(|_| !request.fork),
             cwd: launch.cwd.display().to_string(),
             model: request.model.clone(),
             permission_mode: request.permission_mode.clone(),
-            state: "starting".into(),
             title: request.prompt.as_deref().map(switchboard_session::projection::title_of),
-            cost_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            config: serde_json::to_value(&launch).unwrap_or(Value::Null),
+            ..self.new_record(&id, serde_json::to_value(&launch).unwrap_or(Value::Null))
         };
-        // A new session has spent nothing yet: its first turn is then counted once (without
-        // it, what it had spent read as its cost so far, which already held the turn).
-        let mut record = record;
-        if let Some(config) = record.config.as_object_mut() {
-            config.insert("spent_usd".into(), json!(0.0));
-        }
         self.check_transport(&config, &transport).await?;
         self.check_route(&route_of(&config.policy, &record))?;
         let warm = match transport {
@@ -1199,6 +1185,32 @@ impl Daemon {
     /// whose run ended but is not forgotten yet); the store has the others.
     pub fn live_record(&self, id: &str) -> Option<SessionRecord> {
         self.live(id).and_then(|live| current_record(&live))
+    }
+
+    /// A new session's record: `starting` on this node, made now, with `config` and nothing
+    /// spent yet (`spent_usd` 0, so its first turn is counted once: without it, what it had
+    /// spent read as its cost so far, which already held the turn). The caller fills in what
+    /// it knows (cwd, title, model, ...).
+    pub(super) fn new_record(&self, id: &str, mut config: Value) -> SessionRecord {
+        if let Some(config) = config.as_object_mut() {
+            config.insert("spent_usd".into(), json!(0.0));
+        }
+        let now = now_ms();
+        SessionRecord {
+            archived: false,
+            node: self.config.node.clone(),
+            id: id.to_owned(),
+            claude_session_id: None,
+            cwd: String::new(),
+            model: None,
+            permission_mode: None,
+            state: "starting".into(),
+            title: None,
+            cost_usd: 0.0,
+            created_ms: now,
+            updated_ms: now,
+            config,
+        }
     }
 
     /// Pending permission requests of a session (none when it is not running).

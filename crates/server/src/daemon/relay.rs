@@ -15,21 +15,9 @@ impl Daemon {
         let _admitted = self.admit_run()?;
         self.relay_may_make_session().map_err(DaemonError::Busy)?;
         let id = uuid::Uuid::new_v4().to_string();
-        let now = now_ms();
         let record = SessionRecord {
-            archived: false,
-            node: self.config.node.clone(),
-            id: id.clone(),
-            claude_session_id: None,
-            cwd: String::new(),
-            model: None,
-            permission_mode: None,
-            state: "starting".into(),
             title: Some("external CLI (relay)".into()),
-            cost_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            config: json!({"transport": "relay", "spent_usd": 0.0}),
+            ..self.new_record(&id, json!({"transport": "relay"}))
         };
         let policy = self.config.default_policy.clone().unwrap_or_default();
         let config_policy = policy.clone();

@@ -46,21 +46,11 @@ impl Daemon {
             }
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let now = now_ms();
         let record = SessionRecord {
-            archived: false,
-            node: self.config.node.clone(),
-            id: id.clone(),
             claude_session_id: hello.claude_session_id.clone(),
             cwd: hello.cwd.display().to_string(),
-            model: None,
-            permission_mode: None,
-            state: "starting".into(),
-            title: None,
-            cost_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            config: json!({"transport": "terminal", "cli_version": hello.cli_version, "spent_usd": 0.0}),
+            ..self
+                .new_record(&id, json!({"transport": "terminal", "cli_version": hello.cli_version}))
         };
         let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
         config.transcript = true;
