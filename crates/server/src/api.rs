@@ -946,7 +946,17 @@ async fn permission_link(
         .into_iter()
         .find(|pending| pending.request_id == request_id)
         .ok_or_else(|| ApiError::not_found(format!("no request {request_id} waits in {id}")))?;
-    let link = daemon.approval_link(&id, &pending, &format!("api:{}", caller.name));
+    let link =
+        daemon.approval_link(&id, &pending, &format!("api:{}", caller.name)).ok_or_else(|| {
+            ApiError::conflict(
+                "too_long",
+                format!(
+            "request {request_id} and session {id} are too long together for a one-tap link \
+             (at most {} characters); answer it with POST …/permissions/{{request_id}}",
+            crate::links::MAX_LINK_CHARS
+        ),
+            )
+        })?;
     let expires_ms = pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
     Ok(Json(json!({"link": link, "expires_ms": expires_ms})))
 }

@@ -45,14 +45,17 @@ impl LinkKey {
         HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length")
     }
 
-    /// The link for `claim`.
-    pub fn sign(&self, claim: &LinkClaim) -> String {
+    /// The link for `claim`, or `None` where it would be longer than [`MAX_LINK_CHARS`] (a
+    /// request or session id that long, from a CLI's own output, would make a link that
+    /// [`LinkKey::verify`] refuses: better no button than one that leads to "not a link").
+    pub fn sign(&self, claim: &LinkClaim) -> Option<String> {
         let payload =
             URL_SAFE_NO_PAD.encode(serde_json::to_vec(claim).expect("a claim is plain JSON"));
         let mut mac = self.mac();
         mac.update(payload.as_bytes());
         let signature = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
-        format!("{payload}.{signature}")
+        let link = format!("{payload}.{signature}");
+        (link.len() <= MAX_LINK_CHARS).then_some(link)
     }
 
     /// What `link` claims, if this key signed it (compared in constant time). Expiry is the
@@ -139,7 +142,7 @@ mod tests {
     #[test]
     fn a_link_verifies_under_its_key_only_and_untouched() {
         let key = LinkKey::default();
-        let link = key.sign(&claim());
+        let link = key.sign(&claim()).unwrap();
         assert!(link.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "{link}");
         assert_eq!(key.verify(&link), Some(claim()));
         assert_eq!(LinkKey::default().verify(&link), None, "another daemon's key");
@@ -147,7 +150,8 @@ mod tests {
         let (payload, signature) = link.split_once('.').unwrap();
         let mut other = claim();
         other.request = "r2".into();
-        let forged = format!("{}.{signature}", key.sign(&other).split_once('.').unwrap().0);
+        let forged =
+            format!("{}.{signature}", key.sign(&other).unwrap().split_once('.').unwrap().0);
         assert_eq!(key.verify(&forged), None);
         let mut flipped = signature.to_owned();
         let last = flipped.pop().unwrap();
@@ -156,6 +160,23 @@ mod tests {
         for bad in ["", ".", "abc", "abc.", ".abc", &"a".repeat(MAX_LINK_CHARS + 1)] {
             assert_eq!(key.verify(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_claim_too_long_to_verify_gets_no_link() {
+        let key = LinkKey::default();
+        // The longest request id that still fits signs and verifies; one more byte, no link.
+        let fits = |len: usize| {
+            let mut long = claim();
+            long.request = "r".repeat(len);
+            key.sign(&long).map(|link| (key.verify(&link) == Some(long), link.len()))
+        };
+        let longest = (1..MAX_LINK_CHARS).take_while(|&len| fits(len).is_some()).last().unwrap();
+        assert!(longest > 600, "room for a real id: {longest}");
+        assert_eq!(fits(longest).map(|(verified, _)| verified), Some(true));
+        assert!(fits(longest).unwrap().1 <= MAX_LINK_CHARS);
+        assert_eq!(fits(longest + 1), None);
+        assert_eq!(fits(5_000), None);
     }
 
     #[test]

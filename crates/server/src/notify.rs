@@ -594,8 +594,9 @@ impl Notifier {
             .map(|channel| {
                 let mut body = notice.body.clone();
                 body["channel"] = json!(channel.name);
-                if notice.request.is_some() {
-                    body["link"] = json!(link(&channel.label()));
+                // No link where none can be made (ids too long for one): no buttons then.
+                if let Some(link) = notice.request.as_ref().and_then(|_| link(&channel.label())) {
+                    body["link"] = json!(link);
                 }
                 NewOutboxItem {
                     channel: channel.name.clone(),
@@ -1244,6 +1245,12 @@ mod tests {
         assert_eq!(actions.as_array().unwrap().len(), 1, "only Open: {actions}");
         let finished = json!({"event": "session_finished", "title": "Done", "text": "ok"});
         assert!(ntfy_message("t", &finished).get("actions").is_none());
+        // A request whose ids were too long for a link: no buttons, no click-through.
+        let mut unlinked = notice.clone();
+        unlinked.as_object_mut().unwrap().remove("link");
+        let message = ntfy_message("t", &unlinked);
+        assert!(message.get("actions").is_none() && message.get("click").is_none(), "{message}");
+        assert_eq!(slack_message(&unlinked)["blocks"].as_array().unwrap().len(), 1);
         assert_eq!(slack_message(&finished)["blocks"].as_array().unwrap().len(), 1);
     }
 }

@@ -1072,6 +1072,122 @@ async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing
     assert!(switchboard_testkit::processes_running(sleeper).is_empty());
 }
 
+/// The event frames a subscription still gets until its socket ends (within 60 s).
+async fn frames_until_closed(socket: &mut Socket) -> Vec<Value> {
+    use futures::StreamExt as _;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut frames = Vec::new();
+    loop {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .unwrap_or_else(|_| panic!("the socket never ended: {frames:#?}"));
+        let Some(Ok(frame)) = frame else { return frames };
+        let tokio_tungstenite::tungstenite::Message::Text(text) = frame else { continue };
+        let frame: Value = serde_json::from_str(&text).unwrap();
+        if frame["type"] == "event" {
+            frames.push(frame);
+        }
+    }
+}
+
+/// The daemon SIGKILLed while a session's foreground tool runs: the next daemon's log holds
+/// every event a subscriber saw, in order, under the same numbers, and the rest after them;
+/// no process is left; the session resumed and used again never runs the tool a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing_twice() {
+    let guard = switchboard_testkit::Sleeper::new(2721);
+    let sleeper = guard.command();
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": format!("echo ran >> ran.txt && {sleeper}"), "description": "x"}),
+                )
+                .when_prompt("TOOL"),
+            )
+            .fallback("done"),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let id = create_session(&daemon.url, &token, &sandbox, "TOOL").await;
+    let mut follower = subscribe(&daemon.url, &token, &id, 0).await;
+    // The subscriber has seen the call go out; the tool runs (its shell names it too).
+    let mut seen = frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "line" && frame["event"]["line"].to_string().contains("ran.txt")
+    })
+    .await;
+    eventually("the tool runs", || !switchboard_testkit::processes_running(sleeper).is_empty())
+        .await;
+
+    let pid = nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    daemon.child.wait().await.unwrap();
+    seen.extend(frames_until_closed(&mut follower).await);
+
+    // The next daemon on the data directory ends what the dead one left, before it serves.
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    assert_eq!(
+        switchboard_testkit::processes_running(sleeper),
+        Vec::<u32>::new(),
+        "no tool outlives its daemon's successor's start"
+    );
+    let session =
+        http(&daemon.url, &token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await;
+    assert_eq!(session["state"], "exited", "{session}");
+    let stored = session_events(&daemon.url, &token, &id).await;
+    let stored = stored.as_array().unwrap();
+    assert_eq!(
+        seqs(stored),
+        (1..=stored.len() as u64).collect::<Vec<_>>(),
+        "the log is contiguous from 1"
+    );
+    // Every frame seen before the kill is in the log, the same event under the same number.
+    for frame in &seen {
+        let seq = frame["seq"].as_u64().unwrap();
+        assert_eq!(
+            stored[seq as usize - 1]["event"],
+            frame["event"],
+            "the event seen as {seq} is the one stored"
+        );
+    }
+    assert_eq!(seqs(&seen), (1..=seen.len() as u64).collect::<Vec<_>>(), "seen gap-free");
+    assert!(stored.last().unwrap()["event"]["description"]
+        .as_str()
+        .is_some_and(|text| text.contains("daemon stopped")));
+
+    // Resumed and used again: the tool that was running does not run a second time.
+    let resumed = http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    let mut follower = subscribe(&daemon.url, &token, &id, stored.len() as u64).await;
+    http(
+        &daemon.url,
+        &token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/messages"),
+        Some(json!({"content": "AFTER"})),
+    )
+    .await;
+    frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
+    })
+    .await;
+    let ran = std::fs::read_to_string(sandbox.file("ran.txt")).unwrap();
+    assert_eq!(ran, "ran\n", "the tool ran once");
+    assert!(switchboard_testkit::processes_running(sleeper).is_empty());
+}
+
 /// A webhook receiver on loopback: answers `503` while `down`, else `200`, and keeps the
 /// `event` and `id` of every notice it took.
 #[derive(Clone, Default)]

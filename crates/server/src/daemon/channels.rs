@@ -81,8 +81,13 @@ impl Daemon {
 
     /// The one-tap link to `pending` (a request of session `id`) for `channel`: a full URL
     /// with the daemon's public address, else its path. It expires when the request would
-    /// time out.
-    pub fn approval_link(&self, id: &str, pending: &PendingPermission, channel: &str) -> String {
+    /// time out. `None` where the ids are too long for a link (see [`crate::links::LinkKey::sign`]).
+    pub fn approval_link(
+        &self,
+        id: &str,
+        pending: &PendingPermission,
+        channel: &str,
+    ) -> Option<String> {
         let claim = crate::links::LinkClaim {
             session: id.to_owned(),
             request: pending.request_id.clone(),
@@ -92,6 +97,6 @@ impl Daemon {
             channel: channel.to_owned(),
         };
         let base = self.config.links.public_url.as_deref().unwrap_or("");
-        format!("{base}/a/{}", self.link_key.sign(&claim))
+        Some(format!("{base}/a/{}", self.link_key.sign(&claim)?))
     }
 }

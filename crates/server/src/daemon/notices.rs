@@ -141,8 +141,9 @@ pub(super) fn tell(
         body.extend(extra);
     }
     let notice = Notice { topic, key, body, request: request.clone() };
-    let link =
-        |channel: &str| request.as_ref().map(|pending| daemon.approval_link(id, pending, channel));
+    let link = |channel: &str| {
+        request.as_ref().and_then(|pending| daemon.approval_link(id, pending, channel))
+    };
     notifier.queue(&notice, |channel| channel.hears(topic, route) == Some(None), link);
     let Some(pending) = &request else { return };
     // Escalation: channels that hear of a request only if it still waits after a while (a
@@ -203,7 +204,7 @@ pub(super) fn later(
         if waiting {
             let mut notice = notice;
             notice.body["ts_ms"] = json!(switchboard_store::now_ms());
-            let link = |channel: &str| Some(daemon.approval_link(&id, &pending, channel));
+            let link = |channel: &str| daemon.approval_link(&id, &pending, channel);
             daemon.notifier.queue(&notice, pick, link);
         }
     });

@@ -117,12 +117,15 @@ async fn a_link_is_checked_before_its_body_and_a_link_form_is_small() {
     assert!(grown < 64 * 1024 * 1024, "memory grew {grown} bytes for 30 refused bodies");
 
     // A real link's form is at most 32 KiB.
-    let link = daemon.link_key().sign(&switchboard_server::links::LinkClaim {
-        session: "s".into(),
-        request: "r".into(),
-        expires_ms: u64::MAX,
-        channel: "test".into(),
-    });
+    let link = daemon
+        .link_key()
+        .sign(&switchboard_server::links::LinkClaim {
+            session: "s".into(),
+            request: "r".into(),
+            expires_ms: u64::MAX,
+            channel: "test".into(),
+        })
+        .expect("a short claim signs");
     let long = format!("decision=deny&message={}", "x".repeat(40 * 1024));
     let answer = crate::http_client()
         .post(format!("http://{address}/a/{link}"))

@@ -60,7 +60,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
         server.open_session(json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let pending = server.daemon.pending_permissions(&id).remove(0);
-    let link = server.daemon.approval_link(&id, &pending, "test");
+    let link = server.daemon.approval_link(&id, &pending, "test").expect("a link");
     assert!(link.starts_with(&format!("{}/a/", server.base)), "at the public URL: {link}");
 
     // The page shows the request and changes nothing, however often it is fetched.
@@ -89,12 +89,16 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     let expired = format!(
         "{}/a/{}",
         server.base,
-        server.daemon.link_key().sign(&LinkClaim {
-            session: id.clone(),
-            request: pending.request_id.clone(),
-            expires_ms: 1,
-            channel: "test".into(),
-        })
+        server
+            .daemon
+            .link_key()
+            .sign(&LinkClaim {
+                session: id.clone(),
+                request: pending.request_id.clone(),
+                expires_ms: 1,
+                channel: "test".into(),
+            })
+            .expect("a short claim signs")
     );
     let (status, page) = open(&server, &expired).await;
     assert!(status == 410 && page.contains("This link expired"), "{status} {page}");
@@ -125,7 +129,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     ws.send(json!({"type": "user_message", "content": "SECOND"})).await;
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let pending = server.daemon.pending_permissions(&id).remove(0);
-    let link = server.daemon.approval_link(&id, &pending, "test");
+    let link = server.daemon.approval_link(&id, &pending, "test").expect("a link");
     let (status, page) =
         post(&server, &link, "decision=deny&message=not+from+my+phone%2C+sorry").await;
     assert!(status == 200 && page.contains("Denied"), "{status} {page}");
