@@ -316,8 +316,9 @@ pub(crate) struct SessionView {
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.
-pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
+pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
+    let pending_permissions = daemon.waiting(&record).await;
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
     // A session on another node runs as its record says (that node keeps the record), unless
     // that node is lost.
@@ -325,13 +326,9 @@ pub(crate) fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let elsewhere = daemon.runs_elsewhere(&record);
     let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
         && !is_final_state(&record.state);
-    let (pending_permissions, disconnected_since_ms, slash_commands) = match snapshot {
-        Some(snapshot) => (
-            daemon.with_started_by(&record.id, snapshot.pending_permissions),
-            snapshot.disconnected_since_ms,
-            snapshot.slash_commands,
-        ),
-        None => (Vec::new(), None, Vec::new()),
+    let (disconnected_since_ms, slash_commands) = match snapshot {
+        Some(snapshot) => (snapshot.disconnected_since_ms, snapshot.slash_commands),
+        None => (None, Vec::new()),
     };
     let paused = daemon.paused(&record.id);
     SessionView {
@@ -620,7 +617,7 @@ async fn list_sessions(
     let mut views = Vec::with_capacity(sessions.len());
     for stored in sessions {
         let record = daemon.live_record(&stored.id).unwrap_or(stored);
-        views.push(view(&daemon, record));
+        views.push(view(&daemon, record).await);
     }
     Ok(Json(views))
 }
@@ -633,7 +630,7 @@ async fn create_session(
     crate::tokens::check_create(&caller, &request)?;
     request.started_by = Some(caller.who("api", None));
     let record = daemon.create(request).await?;
-    Ok((StatusCode::CREATED, Json(view(&daemon, record))).into_response())
+    Ok((StatusCode::CREATED, Json(view(&daemon, record).await)).into_response())
 }
 
 async fn get_session(
@@ -642,7 +639,7 @@ async fn get_session(
 ) -> Result<Json<SessionView>, ApiError> {
     let record =
         daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
-    Ok(Json(view(&daemon, record)))
+    Ok(Json(view(&daemon, record).await))
 }
 
 #[derive(Debug, Deserialize)]
@@ -669,7 +666,7 @@ async fn delete_session(
     daemon.stop(&id, false).await?;
     let record =
         daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
-    Ok(Json(view(&daemon, record)).into_response())
+    Ok(Json(view(&daemon, record).await).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -693,7 +690,7 @@ async fn amend_session(
     }
     let record =
         daemon.amend(&id, body.title.as_deref(), body.archived, body.max_budget_usd).await?;
-    Ok(Json(view(&daemon, record)))
+    Ok(Json(view(&daemon, record).await))
 }
 
 /// The most turns `GET …/usage` lists (the newest); the totals count them all.
@@ -902,17 +899,17 @@ async fn resume(
     Path(id): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
     let record = daemon.resume(&id).await?;
-    Ok(Json(view(&daemon, record)))
+    Ok(Json(view(&daemon, record).await))
 }
 
 async fn list_permissions(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<PendingPermission>>, ApiError> {
-    if daemon.record(&id).await?.is_none() {
+    let Some(record) = daemon.record(&id).await? else {
         return Err(ApiError::not_found(format!("no session {id}")));
-    }
-    Ok(Json(daemon.pending_permissions(&id)))
+    };
+    Ok(Json(daemon.waiting(&record).await))
 }
 
 async fn answer_permission(
@@ -938,11 +935,12 @@ async fn permission_link(
     Extension(caller): Extension<Caller>,
     Path((id, request_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    if daemon.record(&id).await?.is_none() {
+    let Some(record) = daemon.record(&id).await? else {
         return Err(ApiError::not_found(format!("no session {id}")));
-    }
+    };
     let pending = daemon
-        .pending_permissions(&id)
+        .waiting(&record)
+        .await
         .into_iter()
         .find(|pending| pending.request_id == request_id)
         .ok_or_else(|| ApiError::not_found(format!("no request {request_id} waits in {id}")))?;

@@ -42,7 +42,9 @@ enum Standing {
 
 async fn standing(daemon: &Daemon, claim: &LinkClaim) -> Standing {
     let pending = daemon
-        .pending_permissions(&claim.session)
+        .waiting_in(&claim.session)
+        .await
+        .unwrap_or_default()
         .into_iter()
         .find(|pending| pending.request_id == claim.request);
     if let Some(pending) = pending {

@@ -250,7 +250,7 @@ impl Switchboard for Api {
         crate::tokens::check_create(&caller, &create)
             .map_err(|refused| Status::permission_denied(refused.to_string()))?;
         let record = self.daemon.create(create).await.map_err(status)?;
-        Ok(tonic::Response::new(session(&self.daemon, record)))
+        Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 
     async fn list_sessions(
@@ -259,13 +259,11 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::ListSessionsResponse>, Status> {
         let stored =
             self.daemon.store().list_sessions().await.map_err(|error| status(error.into()))?;
-        let sessions = stored
-            .into_iter()
-            .map(|record| {
-                let record = self.daemon.live_record(&record.id).unwrap_or(record);
-                session(&self.daemon, record)
-            })
-            .collect();
+        let mut sessions = Vec::with_capacity(stored.len());
+        for record in stored {
+            let record = self.daemon.live_record(&record.id).unwrap_or(record);
+            sessions.push(session(&self.daemon, record).await);
+        }
         Ok(tonic::Response::new(pb::ListSessionsResponse { sessions }))
     }
 
@@ -302,7 +300,7 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::Session>, Status> {
         let id = request.into_inner().id;
         let record = self.record(&id).await?;
-        Ok(tonic::Response::new(session(&self.daemon, record)))
+        Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 
     async fn stop_session(
@@ -321,7 +319,7 @@ impl Switchboard for Api {
         let session = if request.purge {
             None
         } else {
-            Some(session(&self.daemon, self.record(&request.id).await?))
+            Some(session(&self.daemon, self.record(&request.id).await?).await)
         };
         Ok(tonic::Response::new(pb::StopSessionResponse { session }))
     }
@@ -331,7 +329,7 @@ impl Switchboard for Api {
         request: tonic::Request<pb::ResumeSessionRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
         let record = self.daemon.resume(&request.into_inner().id).await.map_err(status)?;
-        Ok(tonic::Response::new(session(&self.daemon, record)))
+        Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 
     async fn send_message(
@@ -987,8 +985,8 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
 }
 
 /// A session as the API shows it ([`crate::api::view`]), as the message.
-fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Session {
-    let view = crate::api::view(daemon, record);
+async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Session {
+    let view = crate::api::view(daemon, record).await;
     let record = view.record;
     pb::Session {
         status: status_named(&record.state).into(),
@@ -1061,7 +1059,10 @@ async fn session_change(daemon: &Daemon, change: &Value) -> pb::SessionChange {
                 Some(record) => Some(record),
                 None => daemon.record(&id).await.ok().flatten(),
             };
-            record.map(|record| session(daemon, record))
+            match record {
+                Some(record) => Some(session(daemon, record).await),
+                None => None,
+            }
         }
         _ => None,
     };

@@ -405,9 +405,9 @@ async fn answer_permission(
     who: &str,
 ) -> Result<(), String> {
     let asked = daemon.relay_handles().into_iter().find_map(|(id, _, handle)| {
-        let waiting = handle
-            .snapshot()
-            .pending_permissions
+        let waiting = daemon
+            .waiting_here(&id)
+            .unwrap_or_default()
             .iter()
             .any(|pending| pending.request_id == answer.request_id);
         waiting.then_some((id, handle))

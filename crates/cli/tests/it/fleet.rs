@@ -60,6 +60,34 @@ async fn start_nodes(
     nodes
 }
 
+/// A gRPC client of the daemon at `url` (its one port), sending `token`.
+async fn grpc_client(
+    url: &str,
+    token: &str,
+) -> switchboard_server::grpc::pb::switchboard_client::SwitchboardClient<
+    tonic::service::interceptor::InterceptedService<
+        tonic::transport::Channel,
+        impl tonic::service::Interceptor,
+    >,
+> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    let bearer: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+        format!("Bearer {}", token.trim()).parse().unwrap();
+    switchboard_server::grpc::pb::switchboard_client::SwitchboardClient::with_interceptor(
+        channel,
+        move |mut request: tonic::Request<()>| {
+            request.metadata_mut().insert("authorization", bearer.clone());
+            Ok(request)
+        },
+    )
+}
+
 async fn sigkill(mut daemon: Daemon) -> String {
     let pid = daemon.child.id().unwrap();
     nix::sys::signal::kill(
@@ -253,10 +281,12 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
     let sandbox = CliSandbox::new().unwrap();
     let url = database.url();
     let nodes = start_nodes(&["alpha", "beta", "gamma"], &api, &sandbox, &url, nats.url()).await;
-    let [(alpha, alpha_token, _), (beta, beta_token, _), (gamma, gamma_token, _)] = &nodes[..]
+    let [(alpha, alpha_token, _), (beta, beta_token, beta_dir), (gamma, gamma_token, _)] =
+        &nodes[..]
     else {
         unreachable!()
     };
+    let beta_dir = beta_dir.path();
 
     // Gamma's dashboard hears of sessions made on alpha.
     let mut dashboard = {
@@ -296,6 +326,48 @@ async fn three_nodes_share_sessions_live_and_forward_commands() {
             .await;
     assert_eq!(seen["node"], "alpha", "{seen}");
     assert_eq!(seen["running"], true, "{seen}");
+    // What waits in alpha's session, beta shows as alpha does, on every face: REST (the
+    // session and its permissions), gRPC, and the CLI client.
+    let waits = |pending: &Value| {
+        pending.as_array().is_some_and(|pending| {
+            pending.len() == 1
+                && pending[0]["request_id"] == request_id.as_str()
+                && pending[0]["tool_name"] == "Bash"
+                && pending[0]["started_by"].as_str().is_some_and(|by| by.starts_with("token "))
+        })
+    };
+    assert!(waits(&seen["pending_permissions"]), "beta's session: {seen}");
+    let on_alpha =
+        http(&alpha.url, alpha_token, reqwest::Method::GET, &format!("/api/sessions/{id}"), None)
+            .await;
+    assert_eq!(on_alpha["pending_permissions"], seen["pending_permissions"], "the same on alpha");
+    let listed = http(
+        &beta.url,
+        beta_token,
+        reqwest::Method::GET,
+        &format!("/api/sessions/{id}/permissions"),
+        None,
+    )
+    .await;
+    assert!(waits(&listed), "beta's permissions: {listed}");
+    let mut grpc = grpc_client(&beta.url, beta_token).await;
+    let got = grpc
+        .get_session(switchboard_server::grpc::pb::GetSessionRequest { id: id.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    let asked_ids: Vec<&str> =
+        got.pending_permissions.iter().map(|pending| pending.request_id.as_str()).collect();
+    assert_eq!(asked_ids, [request_id.as_str()], "beta's gRPC session: {got:?}");
+    let (code, out, err) = client(beta_dir, &["sessions", "show", &id[..8]]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("pending            {request_id} Bash")), "{out}");
+    let (code, out, err) = client(beta_dir, &["sessions"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.lines().any(|line| line.starts_with(id.as_str()) && line.contains("waiting (1)")),
+        "{out}"
+    );
     let answered = crate::http_client()
         .post(format!("{}/api/sessions/{id}/permissions/{request_id}", beta.url))
         .bearer_auth(beta_token)

@@ -115,9 +115,6 @@ pub(super) struct LiveSession {
     /// Who sent the CLI its last message (`token NAME (CHANNEL)`, `relay frontend (relay)`):
     /// a permission request records it as who started the turn.
     pub(super) sender: Mutex<Option<String>>,
-    /// Who started the turn of each waiting request (the session's own table of them does
-    /// not know): filled by the pump, emptied as they are decided.
-    pub(super) started_by: Mutex<HashMap<String, String>>,
     /// Why the session is paused (a budget it reached), while it is.
     pub(super) paused: Mutex<Option<String>>,
     /// Who hears of it: its policy's `[notify]`, with its own `notify` channels.
@@ -154,7 +151,6 @@ impl LiveSession {
             lost: std::sync::atomic::AtomicU64::new(0),
             record_dirty: std::sync::atomic::AtomicBool::new(false),
             sender: Mutex::new(None),
-            started_by: Mutex::new(HashMap::new()),
             paused: Mutex::new(None),
             route: Mutex::new(switchboard_session::NotifyRoute::default()),
             budget_check: Mutex::new(()),

@@ -11,7 +11,7 @@
 //! start, run, stop, delete, subscribe). What every part uses sits beside it (`launch`,
 //! `error`, `live`, `subscription`, `pump`, `notices`, `record`), and each feature is a part of
 //! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`, `runs`,
-//! `terminal`, `workspace`).
+//! `terminal`, `waiting`, `workspace`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,6 +43,7 @@ mod relay;
 mod runs;
 mod subscription;
 mod terminal;
+mod waiting;
 mod workspace;
 
 pub use error::*;
@@ -146,6 +147,8 @@ pub struct Daemon {
     peers: std::sync::OnceLock<Arc<crate::peers::Peers>>,
     /// When the relay's last new sessions were made ([`crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE`]).
     relay_births: Mutex<crate::relay_limits::Window>,
+    /// Projections of sessions other nodes run, for what waits in them ([`Daemon::waiting`]).
+    remote_views: waiting::RemoteViews,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -207,6 +210,7 @@ impl Daemon {
             decisions: crate::decisions::Decisions::default(),
             peers: std::sync::OnceLock::new(),
             relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
+            remote_views: waiting::RemoteViews::default(),
             budgets,
             link_key,
             notifier,
@@ -1211,32 +1215,6 @@ impl Daemon {
             updated_ms: now,
             config,
         }
-    }
-
-    /// Pending permission requests of a session (none when it is not running).
-    pub fn pending_permissions(&self, id: &str) -> Vec<PendingPermission> {
-        let pending =
-            self.handle(id).map(|handle| handle.snapshot().pending_permissions).unwrap_or_default();
-        self.with_started_by(id, pending)
-    }
-
-    /// `pending` (session `id`'s waiting requests, from its snapshot) with who started the
-    /// turn of each.
-    pub fn with_started_by(
-        &self,
-        id: &str,
-        mut pending: Vec<PendingPermission>,
-    ) -> Vec<PendingPermission> {
-        if let Some(started) = self
-            .live(id)
-            .as_ref()
-            .and_then(|live| live.started_by.lock().ok().map(|started| started.clone()))
-        {
-            for request in &mut pending {
-                request.started_by = started.get(&request.request_id).cloned();
-            }
-        }
-        pending
     }
 
     /// Stops a session gracefully (the record stays); with `purge`, deletes it and its log.

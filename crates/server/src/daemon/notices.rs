@@ -198,7 +198,9 @@ pub(super) fn later(
         tokio::time::sleep(wait).await;
         let Some(daemon) = daemon.upgrade() else { return };
         let waiting = daemon
-            .pending_permissions(&id)
+            .waiting_in(&id)
+            .await
+            .unwrap_or_default()
             .iter()
             .any(|still| still.request_id == pending.request_id);
         if waiting {

@@ -146,30 +146,12 @@ impl Pump {
     pub(super) async fn take(&mut self, mut batch: Vec<SessionEvent>) {
         let daemon = self.daemon.clone();
         // A permission request records who started the turn: whoever sent the CLI its latest
-        // message.
-        let asks = |event: &SessionEvent| {
-            matches!(
-                event,
-                SessionEvent::PermissionRequested(_) | SessionEvent::PermissionDecided { .. }
-            )
-        };
-        if batch.iter().any(asks) {
+        // message (stamped once, here, before it is stored: every projection reads it).
+        if batch.iter().any(|event| matches!(event, SessionEvent::PermissionRequested(_))) {
             let sender = self.live.sender();
-            let mut started = self.live.started_by.lock().ok();
             for event in &mut batch {
-                match event {
-                    SessionEvent::PermissionRequested(pending) => {
-                        pending.started_by = pending.started_by.take().or_else(|| sender.clone());
-                        if let (Some(started), Some(by)) = (&mut started, &pending.started_by) {
-                            started.insert(pending.request_id.clone(), by.clone());
-                        }
-                    }
-                    SessionEvent::PermissionDecided { request_id, .. } => {
-                        if let Some(started) = &mut started {
-                            started.remove(request_id);
-                        }
-                    }
-                    _ => {}
+                if let SessionEvent::PermissionRequested(pending) = event {
+                    pending.started_by = pending.started_by.take().or_else(|| sender.clone());
                 }
             }
         }

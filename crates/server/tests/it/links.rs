@@ -59,7 +59,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     let (id, mut ws) =
         server.open_session(json!({"cwd": sandbox.workdir(), "prompt": "FIRST"})).await;
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
-    let pending = server.daemon.pending_permissions(&id).remove(0);
+    let pending = server.daemon.waiting_in(&id).await.unwrap().remove(0);
     let link = server.daemon.approval_link(&id, &pending, "test").expect("a link");
     assert!(link.starts_with(&format!("{}/a/", server.base)), "at the public URL: {link}");
 
@@ -73,7 +73,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
         );
         assert!(page.contains("<form method=post>") && page.contains("value=deny"), "{page}");
     }
-    assert_eq!(server.daemon.pending_permissions(&id).len(), 1, "a GET answers nothing");
+    assert_eq!(server.daemon.waiting_in(&id).await.unwrap().len(), 1, "a GET answers nothing");
     let response = server.client().get(&link).send().await.unwrap();
     let csp = response.headers()["content-security-policy"].to_str().unwrap().to_owned();
     assert!(csp.contains("default-src 'none'"), "{csp}");
@@ -104,7 +104,11 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     assert!(status == 410 && page.contains("This link expired"), "{status} {page}");
     let (status, page) = post(&server, &expired, "decision=allow").await;
     assert!(status == 410 && page.contains("This link expired"), "{status} {page}");
-    assert_eq!(server.daemon.pending_permissions(&id).len(), 1, "an expired link answers nothing");
+    assert_eq!(
+        server.daemon.waiting_in(&id).await.unwrap().len(),
+        1,
+        "an expired link answers nothing"
+    );
     assert_eq!(post(&server, &link, "decision=maybe").await.0, 400);
 
     // Approved through the link: the tool runs, and the decision names the link's channel.
@@ -128,7 +132,7 @@ async fn a_link_approves_another_denies_with_a_reason_and_used_or_expired_ones_a
     // Denied through a link, with a reason the model reads.
     ws.send(json!({"type": "user_message", "content": "SECOND"})).await;
     ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
-    let pending = server.daemon.pending_permissions(&id).remove(0);
+    let pending = server.daemon.waiting_in(&id).await.unwrap().remove(0);
     let link = server.daemon.approval_link(&id, &pending, "test").expect("a link");
     let (status, page) =
         post(&server, &link, "decision=deny&message=not+from+my+phone%2C+sorry").await;

@@ -170,7 +170,10 @@ impl Server {
         let url = format!("{}{path}", self.base.replace("http://", "ws://"));
         let mut request = url.into_client_request().unwrap();
         request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
-        let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        let (socket, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+            .await
+            .unwrap_or_else(|_| panic!("no WebSocket handshake at {path} in {WAIT:?}"))
+            .unwrap();
         Ws { socket }
     }
 
@@ -182,11 +185,18 @@ impl Server {
         let root = format!("{}/", self.base.replace("http://", "ws://"));
         let mut request = root.as_str().into_client_request().unwrap();
         request.headers_mut().insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-        tokio_tungstenite::connect_async(request).await.unwrap().0
+        tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("the relay's CLI endpoint answers the handshake")
+            .unwrap()
+            .0
     }
 
+    /// Stops every session (within [`WAIT`]: a stop that hangs fails the test) and the server.
     async fn stop(self) {
-        self.daemon.stop_all().await;
+        tokio::time::timeout(WAIT, self.daemon.stop_all())
+            .await
+            .expect("every session stops within the deadline");
         self.task.abort();
     }
 }

@@ -1,0 +1,93 @@
+//! What waits for a person in a session, read from its one projection on every node.
+//!
+//! A session that runs here has its projection in memory, fed by the pump after each batch is
+//! stored. A session another node of a fleet runs has it in the shared store only: this node
+//! projects that session's log, keeping the projection and the last event it read, so that
+//! each later read catches up from there (a page or two of new events, not the whole log).
+//! Every face (REST, gRPC, the CLI client, a link's page, the web UI's view) asks here, so a
+//! request that waits shows on every node, the same; none reads a session actor's snapshot.
+
+use super::*;
+
+/// Projections of sessions that run on other nodes, by id, each with the last seq it read.
+#[derive(Default)]
+pub(super) struct RemoteViews {
+    views: Mutex<HashMap<String, Arc<tokio::sync::Mutex<RemoteView>>>>,
+}
+
+#[derive(Default)]
+struct RemoteView {
+    viewer: crate::view::Viewer,
+    seq: u64,
+}
+
+/// Remote sessions whose projection is kept; past that the oldest reads start over.
+const REMOTE_VIEWS: usize = 1024;
+
+impl RemoteViews {
+    fn entry(&self, id: &str) -> Arc<tokio::sync::Mutex<RemoteView>> {
+        let Ok(mut views) = self.views.lock() else { return Arc::default() };
+        if views.len() >= REMOTE_VIEWS && !views.contains_key(id) {
+            // Rare (as many sessions running elsewhere at once): each is rebuilt when asked.
+            views.clear();
+        }
+        views.entry(id.to_owned()).or_default().clone()
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut views) = self.views.lock() {
+            views.remove(id);
+        }
+    }
+}
+
+impl Daemon {
+    /// The permission requests waiting for a person in the session `record` names, as its
+    /// projection says: here for a session this node runs, else from its log in the shared
+    /// store while another (live) node runs it. None for a session that runs nowhere.
+    pub async fn waiting(&self, record: &SessionRecord) -> Vec<PendingPermission> {
+        if let Some(waiting) = self.waiting_here(&record.id) {
+            return waiting;
+        }
+        if !self.runs_elsewhere(record) || is_final_state(&record.state) || self.node_lost(record) {
+            self.remote_views.forget(&record.id);
+            return Vec::new();
+        }
+        let entry = self.remote_views.entry(&record.id);
+        let mut view = entry.lock().await;
+        loop {
+            let page = match self.store.events_after(&record.id, view.seq, HISTORY_PAGE).await {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(session = %record.id, %error, "cannot read a remote session's log for what waits");
+                    break;
+                }
+            };
+            let full = page.len() == HISTORY_PAGE;
+            for event in &page {
+                view.viewer.apply(event, &mut |_| {});
+                view.seq = event.seq;
+            }
+            if !full {
+                break;
+            }
+        }
+        view.viewer.view().pending_permissions.clone()
+    }
+
+    /// What waits in session `id`, when this node has it live (its projection); `None`
+    /// otherwise.
+    pub fn waiting_here(&self, id: &str) -> Option<Vec<PendingPermission>> {
+        let live = self.live(id)?;
+        let projector = live.projector.lock().ok()?;
+        Some(projector.view().pending_permissions.clone())
+    }
+
+    /// [`Daemon::waiting`] for the session `id` (none when there is no such session).
+    pub async fn waiting_in(&self, id: &str) -> Result<Vec<PendingPermission>, DaemonError> {
+        Ok(match self.record(id).await? {
+            Some(record) => self.waiting(&record).await,
+            None => Vec::new(),
+        })
+    }
+}
