@@ -15,7 +15,7 @@ use switchboard_server::links::LinkConfig;
 use switchboard_server::notify::NotifyConfig;
 use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
-use switchboard_store::{PostgresStore, SqliteStore, Store};
+use switchboard_store::{Documents, PostgresStore, SqliteStore, Store};
 
 /// Where the daemon listens unless told otherwise: loopback only.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
@@ -245,15 +245,6 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             .map_err(|message| (2, message))?;
         (Some(api), Some(ingress))
     };
-    // The named tokens are read before anything starts: a daemon does not run with tokens it
-    // cannot account for.
-    let auth = match &token {
-        Some(token) => AuthConfig::new(
-            Tokens::load(token, data_dir.tokens_file()).map_err(|error| (1, error.to_string()))?,
-        ),
-        None => AuthConfig::no_auth(),
-    }
-    .allowing(args.allow_origin.clone());
     let default_policy = match &args.policy {
         Some(path) if path.as_os_str() == "auto-approve" => Some(Policy::allow_all()),
         Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
@@ -289,6 +280,26 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             None,
         ),
     };
+    // What the nodes of a fleet share besides sessions (named tokens, keys, budgets, push
+    // subscriptions), kept in the shared database; a daemon of its own keeps them in files.
+    let documents: Option<Arc<dyn Documents>> = match &store {
+        OpenStore::Postgres(postgres) => Some(postgres.clone()),
+        OpenStore::Sqlite(_) => None,
+    };
+    // The named tokens are read before anything starts: a daemon does not run with tokens it
+    // cannot account for.
+    let auth = match (&token, &documents) {
+        (Some(token), Some(documents)) => AuthConfig::new(
+            Tokens::shared(token, documents.clone(), data_dir.tokens_file())
+                .await
+                .map_err(|error| (1, error.to_string()))?,
+        ),
+        (Some(token), None) => AuthConfig::new(
+            Tokens::load(token, data_dir.tokens_file()).map_err(|error| (1, error.to_string()))?,
+        ),
+        (None, _) => AuthConfig::no_auth(),
+    }
+    .allowing(args.allow_origin.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|error| (1, format!("cannot listen on {}: {error}", args.listen)))?;
@@ -324,16 +335,20 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         stall_limit: None,
         warm: warm_specs(&args)?,
         links: LinkConfig {
-            key: Some(data_dir.link_key().map_err(|message| (1, message))?),
+            key: Some(data_dir.link_key(documents.clone()).await.map_err(|message| (1, message))?),
             public_url: Some(public_url(args.public_url.as_deref(), address)?),
         },
         budget: switchboard_server::budget::BudgetConfig {
             file: Some(data_dir.budget_file()),
+            shared: documents.clone(),
             daily_usd: args.daily_budget_usd,
         },
         notify: NotifyConfig {
-            vapid_key: Some(data_dir.vapid_key().map_err(|message| (1, message))?),
+            vapid_key: Some(
+                data_dir.vapid_key(documents.clone()).await.map_err(|message| (1, message))?,
+            ),
             push_file: Some(data_dir.push_file()),
+            shared: documents.clone(),
             ..match &args.notify {
                 Some(path) => NotifyConfig::from_file(path).map_err(|message| (2, message))?,
                 None => NotifyConfig::default(),

@@ -383,7 +383,7 @@ async fn create_token(
     Extension(caller): Extension<Caller>,
     Body(body): Body<CreateToken>,
 ) -> Result<Response, ApiError> {
-    let made = tokens(&auth)?.create(&body.name, body.scope)?;
+    let made = tokens(&auth)?.create(&body.name, body.scope).await?;
     tracing::info!(name = %body.name, scope = %body.scope, by = %caller.name, "token created");
     Ok((StatusCode::CREATED, Json(made)).into_response())
 }
@@ -394,7 +394,7 @@ async fn revoke_token(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Json<crate::tokens::TokenInfo>, ApiError> {
-    let revoked = tokens(&auth)?.revoke(&name)?;
+    let revoked = tokens(&auth)?.revoke(&name).await?;
     // Its devices hear no more (a push carries links that answer without a token).
     let devices = daemon.notifier().unsubscribe_by(&name).await;
     tracing::info!(%name, by = %caller.name, devices, "token revoked");
@@ -545,7 +545,7 @@ async fn change_budget(
     Extension(caller): Extension<Caller>,
     Body(change): Body<crate::budget::LimitChange>,
 ) -> Result<Json<crate::budget::Spend>, ApiError> {
-    let spend = daemon.change_budget(&change)?;
+    let spend = daemon.change_budget(&change).await?;
     tracing::info!(by = %caller.name, daily_usd = ?spend.daily_usd, "daily budgets changed");
     Ok(Json(spend))
 }
@@ -578,7 +578,7 @@ async fn push_subscribe(
     Extension(caller): Extension<Caller>,
     Body(body): Body<crate::push::NewSubscription>,
 ) -> Result<Response, ApiError> {
-    let (subscription, created) = daemon.notifier().subscribe(body, &caller.name)?;
+    let (subscription, created) = daemon.notifier().subscribe(body, &caller.name).await?;
     tracing::info!(id = %subscription.id, by = %caller.name, created, "push subscription");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(push_view(&subscription))).into_response())

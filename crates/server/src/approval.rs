@@ -195,16 +195,14 @@ pub(crate) async fn answer(
             return html(StatusCode::CONFLICT, "Not here", &format!("<p>{}</p>", escape(&why)));
         }
     }
-    let Ok(handle) = daemon.running(&claim.session).await else {
-        return closed(Standing::Gone);
-    };
     let who = format!("link ({})", claim.channel);
     let answer = PermissionAnswer {
         behavior,
         message: if behavior == AnswerBehavior::Deny { message } else { None },
         ..PermissionAnswer::default()
     };
-    match handle.respond_permission(&claim.request, answer, &who).await {
+    // Answered where the session runs: here, or through the bus on the node that runs it.
+    match daemon.respond_permission(&claim.session, &claim.request, answer, &who).await {
         Ok(()) => {
             let (title, text) = if behavior == AnswerBehavior::Allow {
                 ("Approved", "Approved. Claude goes on.")

@@ -6,11 +6,15 @@
 //!
 //! The daily limits and today's spend (UTC days) are kept in `DATA_DIR/budget.json`, written
 //! whole and renamed over the old one at each turn that costs something; a session's own
-//! limit is in its record.
+//! limit is in its record. On a database several daemons share they are its shared `budget`
+//! document instead ([`crate::shared`]): every node's turns count against one daily limit,
+//! and a limit changed through one node holds on all.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+use crate::shared::SharedDoc;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +23,9 @@ use serde::{Deserialize, Serialize};
 pub struct BudgetConfig {
     /// `DATA_DIR/budget.json` (`None`: in memory only).
     pub file: Option<PathBuf>,
+    /// The fleet's shared documents, where several daemons share a database: the limits and
+    /// spend are kept there (the file, where none is shared yet, becomes it).
+    pub shared: Option<std::sync::Arc<dyn switchboard_store::Documents>>,
     /// The daemon's daily limit (`serve --daily-budget-usd`), replacing the file's.
     pub daily_usd: Option<f64>,
 }
@@ -108,9 +115,74 @@ pub fn day_of(ms: u64) -> String {
 /// The daemon's daily limits and spend.
 #[derive(Debug)]
 pub struct Budgets {
-    spend: Mutex<Spend>,
-    /// The file's next text, for its one writer (the newest wins; `None`: in memory only).
-    save: Option<tokio::sync::watch::Sender<String>>,
+    /// Where they are kept, and this node's spend not written there yet.
+    kept: Kept,
+}
+
+#[derive(Debug)]
+enum Kept {
+    /// In this process: in memory only, or also a file's (its one writer takes the newest
+    /// text).
+    Here { spend: Mutex<Spend>, save: Option<tokio::sync::watch::Sender<String>> },
+    /// The fleet's `budget` document, and what this node's turns spent that its writer has not
+    /// added to it yet (counted here meanwhile, so that a limit holds at once).
+    Shared { doc: Arc<SharedDoc<Spend>>, unsent: Arc<Mutex<Spent>>, wake: Arc<tokio::sync::Notify> },
+}
+
+/// What turns spent, for the daemon and by token.
+#[derive(Debug, Clone, Default)]
+struct Spent {
+    usd: f64,
+    tokens: BTreeMap<String, f64>,
+}
+
+impl Spent {
+    fn add(&mut self, token: Option<&str>, usd: f64) {
+        self.usd += usd;
+        if let Some(token) = token {
+            *self.tokens.entry(token.to_owned()).or_default() += usd;
+        }
+    }
+
+    fn to(&self, spend: &mut Spend) {
+        spend.spent_usd += self.usd;
+        for (token, usd) in &self.tokens {
+            *spend.token_spent_usd.entry(token.clone()).or_default() += usd;
+        }
+    }
+
+    fn less(&mut self, sent: &Spent) {
+        self.usd -= sent.usd;
+        for (token, usd) in &sent.tokens {
+            if let Some(left) = self.tokens.get_mut(token) {
+                *left -= usd;
+                if left.abs() < 1e-12 {
+                    self.tokens.remove(token);
+                }
+            }
+        }
+    }
+}
+
+/// `spend` as of today: a new day starts at zero.
+fn roll(spend: &mut Spend) {
+    let today = day_of(switchboard_store::now_ms());
+    if spend.day != today {
+        spend.day = today;
+        spend.spent_usd = 0.0;
+        spend.token_spent_usd.clear();
+    }
+}
+
+fn read_file(file: &std::path::Path) -> Result<Spend, String> {
+    let shown = file.display();
+    match crate::files::read_bounded(file, MAX_FILE_BYTES) {
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|error| format!("{shown} is unreadable: {error}"))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Spend::default()),
+        Err(error) => Err(format!("cannot read {shown}: {error}")),
+    }
 }
 
 impl Budgets {
@@ -118,20 +190,28 @@ impl Budgets {
     pub fn in_memory(daily_usd: Option<f64>) -> Budgets {
         let spend =
             Spend { day: day_of(switchboard_store::now_ms()), daily_usd, ..Spend::default() };
-        Budgets { spend: Mutex::new(spend), save: None }
+        Budgets { kept: Kept::Here { spend: Mutex::new(spend), save: None } }
+    }
+
+    /// Those `config` says: in its file (none if it does not exist), or in the fleet's shared
+    /// document. Its `daily_usd`, when given (`serve --daily-budget-usd`), replaces the
+    /// daemon's daily limit kept there. Starts the writer, a task that ends with the budgets
+    /// (so: within a Tokio runtime).
+    pub async fn open(config: &BudgetConfig) -> Result<Budgets, String> {
+        match (&config.shared, &config.file) {
+            (Some(shared), file) => {
+                Budgets::shared(shared.clone(), file.clone(), config.daily_usd).await
+            }
+            (None, Some(file)) => Budgets::load(file.clone(), config.daily_usd),
+            (None, None) => Ok(Budgets::in_memory(config.daily_usd)),
+        }
     }
 
     /// Those kept in `file` (none if it does not exist); `daily_usd`, when given (`serve
     /// --daily-budget-usd`), replaces the daemon's daily limit kept there. Starts the file's
     /// writer, a task that ends with the budgets (so: within a Tokio runtime).
     pub fn load(file: PathBuf, daily_usd: Option<f64>) -> Result<Budgets, String> {
-        let shown = file.display();
-        let mut spend: Spend = match crate::files::read_bounded(&file, MAX_FILE_BYTES) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|error| format!("{shown} is unreadable: {error}"))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Spend::default(),
-            Err(error) => return Err(format!("cannot read {shown}: {error}")),
-        };
+        let mut spend = read_file(&file)?;
         if let Some(daily) = daily_usd {
             spend.daily_usd = Some(daily);
         }
@@ -150,32 +230,84 @@ impl Budgets {
                 }
             }
         });
-        let budgets = Budgets { spend: Mutex::new(spend), save: Some(save) };
+        let budgets = Budgets { kept: Kept::Here { spend: Mutex::new(spend), save: Some(save) } };
         budgets.today();
         Ok(budgets)
     }
 
-    /// Hands `spend` to the file's writer.
-    fn save(&self, spend: &Spend) {
-        if let (Some(save), Ok(text)) = (&self.save, serde_json::to_string_pretty(spend)) {
-            save.send_replace(text);
+    /// Those of the fleet's shared `budget` document (where none is shared yet, this node's
+    /// `file` becomes it); `daily_usd`, when given, replaces the daily limit kept there.
+    async fn shared(
+        store: Arc<dyn switchboard_store::Documents>,
+        file: Option<PathBuf>,
+        daily_usd: Option<f64>,
+    ) -> Result<Budgets, String> {
+        let doc = SharedDoc::open(store, "budget", || match &file {
+            Some(file) => read_file(file),
+            None => Ok(Spend::default()),
+        })
+        .await?;
+        if let Some(daily) = daily_usd {
+            doc.update(|spend| {
+                spend.daily_usd = Some(daily);
+                Ok(())
+            })
+            .await?;
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Spend> {
-        self.spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        doc.follow();
+        let unsent = Arc::new(Mutex::new(Spent::default()));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        // The writer: adds what this node's turns spent to the document (from the version it
+        // reads, so that no node's spend is lost), and only then stops counting it here.
+        let (weak, waiting, woken) = (Arc::downgrade(&doc), unsent.clone(), wake.clone());
+        tokio::spawn(async move {
+            loop {
+                woken.notified().await;
+                let Some(doc) = weak.upgrade() else { return };
+                loop {
+                    let sending =
+                        waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+                    if sending.usd == 0.0 && sending.tokens.is_empty() {
+                        break;
+                    }
+                    let added = doc
+                        .update(|spend| {
+                            roll(spend);
+                            sending.to(spend);
+                            Ok(())
+                        })
+                        .await;
+                    match added {
+                        Ok(()) => waiting
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .less(&sending),
+                        Err(error) => {
+                            tracing::warn!("today's spend is not shared yet: {error}");
+                            tokio::time::sleep(crate::shared::REFRESH).await;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Budgets { kept: Kept::Shared { doc, unsent, wake } })
     }
 
     /// Today's spend and the limits (a new day starts at zero).
     pub fn today(&self) -> Spend {
-        let mut spend = self.lock();
-        let today = day_of(switchboard_store::now_ms());
-        if spend.day != today {
-            spend.day = today;
-            spend.spent_usd = 0.0;
-            spend.token_spent_usd.clear();
+        match &self.kept {
+            Kept::Here { spend, .. } => {
+                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                roll(&mut spend);
+                spend.clone()
+            }
+            Kept::Shared { doc, unsent, .. } => {
+                let mut spend = doc.get();
+                roll(&mut spend);
+                unsent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).to(&mut spend);
+                spend
+            }
         }
-        spend.clone()
     }
 
     /// Adds `usd` spent by a turn `token` started (if a token did) to today's spend.
@@ -183,13 +315,22 @@ impl Budgets {
         if !(usd.is_finite() && usd > 0.0) {
             return;
         }
-        self.today();
-        let mut spend = self.lock();
-        spend.spent_usd += usd;
-        if let Some(token) = token {
-            *spend.token_spent_usd.entry(token.to_owned()).or_default() += usd;
+        match &self.kept {
+            Kept::Here { spend, save } => {
+                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                roll(&mut spend);
+                let mut spent = Spent::default();
+                spent.add(token, usd);
+                spent.to(&mut spend);
+                if let (Some(save), Ok(text)) = (save, serde_json::to_string_pretty(&*spend)) {
+                    save.send_replace(text);
+                }
+            }
+            Kept::Shared { unsent, wake, .. } => {
+                unsent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(token, usd);
+                wake.notify_one();
+            }
         }
-        self.save(&spend);
     }
 
     /// Which daily limit a turn `token` starts is over, if one is: a sentence that says which,
@@ -216,7 +357,7 @@ impl Budgets {
     }
 
     /// Changes the daily limits; today's spend and limits after.
-    pub fn change(&self, change: &LimitChange) -> Result<Spend, String> {
+    pub async fn change(&self, change: &LimitChange) -> Result<Spend, String> {
         if let Some(Some(daily)) = change.daily_usd {
             check_limit("daily_usd", daily)?;
         }
@@ -228,24 +369,35 @@ impl Budgets {
                 return Err("token_daily_usd: names are token names".into());
             }
         }
-        self.today();
-        let mut spend = self.lock();
-        let mut next = spend.clone();
-        if let Some(daily) = change.daily_usd {
-            next.daily_usd = daily;
+        let apply = |spend: &mut Spend| {
+            roll(spend);
+            if let Some(daily) = change.daily_usd {
+                spend.daily_usd = daily;
+            }
+            for (name, limit) in &change.token_daily_usd {
+                match limit {
+                    Some(limit) => spend.token_daily_usd.insert(name.clone(), *limit),
+                    None => spend.token_daily_usd.remove(name),
+                };
+            }
+            if spend.token_daily_usd.len() > MAX_TOKEN_LIMITS {
+                return Err(format!("at most {MAX_TOKEN_LIMITS} tokens have daily budgets"));
+            }
+            Ok(())
+        };
+        match &self.kept {
+            Kept::Here { spend, save } => {
+                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut next = spend.clone();
+                apply(&mut next)?;
+                *spend = next.clone();
+                if let (Some(save), Ok(text)) = (save, serde_json::to_string_pretty(&next)) {
+                    save.send_replace(text);
+                }
+            }
+            Kept::Shared { doc, .. } => doc.update(apply).await?,
         }
-        for (name, limit) in &change.token_daily_usd {
-            match limit {
-                Some(limit) => next.token_daily_usd.insert(name.clone(), *limit),
-                None => next.token_daily_usd.remove(name),
-            };
-        }
-        if next.token_daily_usd.len() > MAX_TOKEN_LIMITS {
-            return Err(format!("at most {MAX_TOKEN_LIMITS} tokens have daily budgets"));
-        }
-        *spend = next.clone();
-        self.save(&next);
-        Ok(next)
+        Ok(self.today())
     }
 }
 
@@ -271,7 +423,7 @@ mod tests {
             token_daily_usd: BTreeMap::from([("ci".to_owned(), Some(0.25))]),
             ..LimitChange::default()
         };
-        budgets.change(&change).unwrap();
+        budgets.change(&change).await.unwrap();
         budgets.charge(Some("ci"), 0.3);
         assert!(budgets.over(Some("ci")).unwrap().contains("token ci's daily budget of $0.25"));
         assert_eq!(budgets.over(Some("other")), None, "another token's turns go on");
@@ -295,10 +447,49 @@ mod tests {
         assert!((today.spent_usd - 1.1).abs() < 1e-9, "{today:?}");
         assert!((today.token_spent_usd["ci"] - 0.3).abs() < 1e-9, "{today:?}");
         let bad = LimitChange { daily_usd: Some(Some(f64::NAN)), ..LimitChange::default() };
-        assert!(again.change(&bad).is_err());
+        assert!(again.change(&bad).await.is_err());
         let removed: LimitChange = serde_json::from_str(r#"{"daily_usd": null}"#).unwrap();
-        assert_eq!(again.change(&removed).unwrap().daily_usd, None);
+        assert_eq!(again.change(&removed).await.unwrap().daily_usd, None);
         let kept: LimitChange = serde_json::from_str("{}").unwrap();
         assert_eq!(kept.daily_usd, None, "missing is not null");
+    }
+
+    #[tokio::test]
+    async fn every_nodes_turns_count_against_one_shared_limit() {
+        let store: Arc<dyn switchboard_store::Documents> =
+            Arc::new(switchboard_store::MemoryStore::new());
+        let config = BudgetConfig { file: None, shared: Some(store.clone()), daily_usd: Some(1.0) };
+        let a = Budgets::open(&config).await.unwrap();
+        let b = Budgets::open(&BudgetConfig { daily_usd: None, ..config.clone() }).await.unwrap();
+        a.charge(Some("ci"), 0.6);
+        assert!((a.today().spent_usd - 0.6).abs() < 1e-9, "counted at once where it was spent");
+        b.charge(None, 0.5);
+        assert_eq!(b.over(None), None, "b has not read a's spend yet");
+        let Kept::Shared { doc, .. } = &b.kept else { panic!("shared") };
+        // Within a deadline, b reads what a's writer added: 1.1 spent of 1.0.
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while b.over(None).is_none() {
+                doc.refresh().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("b counts a's spend");
+        assert!(b.over(None).unwrap().contains("($1.10 today)"), "{:?}", b.over(None));
+        assert!((b.today().token_spent_usd["ci"] - 0.6).abs() < 1e-9);
+        // A limit raised through b holds on a.
+        let raised = LimitChange { daily_usd: Some(Some(5.0)), ..LimitChange::default() };
+        b.change(&raised).await.unwrap();
+        let Kept::Shared { doc, .. } = &a.kept else { panic!("shared") };
+        doc.refresh().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while a.today().daily_usd != Some(5.0) || (a.today().spent_usd - 1.1).abs() > 1e-9 {
+                doc.refresh().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a reads b's limit and b's spend");
+        assert_eq!(a.over(None), None);
     }
 }

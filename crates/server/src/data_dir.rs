@@ -12,6 +12,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,18 +59,37 @@ impl DataDir {
         self.path.join("switchboard.db")
     }
 
-    /// The key that signs approval links (generated and kept on first use).
-    pub fn link_key(&self) -> Result<crate::links::LinkKey, String> {
-        let text = self.token(None, "", "link-key")?;
-        crate::links::LinkKey::from_hex(&text)
-            .map_err(|error| format!("{}: {error}", self.path.join("link-key").display()))
+    /// The key that signs approval links (generated and kept on first use); with `shared`
+    /// (a fleet's database), the fleet's, so that a link one node signs is answered through
+    /// any (this node's own key becomes it where none is shared yet).
+    pub async fn link_key(
+        &self,
+        shared: Option<Arc<dyn switchboard_store::Documents>>,
+    ) -> Result<crate::links::LinkKey, String> {
+        let text = self.key("link-key", shared).await?;
+        crate::links::LinkKey::from_hex(&text).map_err(|error| format!("the link key: {error}"))
     }
 
-    /// The key that signs Web Push requests (VAPID; generated and kept on first use).
-    pub fn vapid_key(&self) -> Result<crate::push::VapidKey, String> {
-        let text = self.token(None, "", "vapid-key")?;
-        crate::push::VapidKey::from_hex(&text)
-            .map_err(|error| format!("{}: {error}", self.path.join("vapid-key").display()))
+    /// The key that signs Web Push requests (VAPID; generated and kept on first use); with
+    /// `shared`, the fleet's, so that a browser subscribed through one node hears from any.
+    pub async fn vapid_key(
+        &self,
+        shared: Option<Arc<dyn switchboard_store::Documents>>,
+    ) -> Result<crate::push::VapidKey, String> {
+        let text = self.key("vapid-key", shared).await?;
+        crate::push::VapidKey::from_hex(&text).map_err(|error| format!("the push key: {error}"))
+    }
+
+    async fn key(
+        &self,
+        name: &'static str,
+        shared: Option<Arc<dyn switchboard_store::Documents>>,
+    ) -> Result<String, String> {
+        let local = self.token(None, "", name)?;
+        match shared {
+            Some(shared) => crate::shared::key(shared, name, local).await,
+            None => Ok(local),
+        }
     }
 
     /// The daily budgets and today's spend.

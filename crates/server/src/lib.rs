@@ -33,6 +33,7 @@ mod refusals;
 mod relay;
 pub mod relay_limits;
 mod serve;
+pub mod shared;
 mod shell;
 pub mod socket;
 pub mod terminal;

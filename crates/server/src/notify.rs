@@ -265,6 +265,10 @@ pub struct NotifyConfig {
     /// Where push subscriptions are kept (`DATA_DIR/push.json`; `None`: in memory).
     #[serde(skip)]
     pub push_file: Option<std::path::PathBuf>,
+    /// The fleet's shared documents, where several daemons share a database: the push
+    /// subscriptions are kept there instead (the file, where none is shared yet, becomes it).
+    #[serde(skip)]
+    pub shared: Option<Arc<dyn switchboard_store::Documents>>,
 }
 
 fn default_retry_initial() -> Duration {
@@ -284,6 +288,7 @@ impl Default for NotifyConfig {
             push: crate::push::PushConfig::default(),
             vapid_key: None,
             push_file: None,
+            shared: None,
         }
     }
 }
@@ -490,15 +495,19 @@ impl Notifier {
     /// what [`Notifier::queue`] is given; they end when `closed` turns true. `public_url` is
     /// the daemon's, for the push services (who sends). An error when the push subscriptions
     /// cannot be read.
-    pub fn start(
+    pub async fn start(
         config: &NotifyConfig,
         store: Arc<dyn Store>,
         closed: watch::Receiver<bool>,
         public_url: Option<&str>,
     ) -> Result<Notifier, String> {
-        let subscriptions = match &config.push_file {
-            Some(file) => crate::push::Subscriptions::load(file.clone(), &config.push)?,
-            None => crate::push::Subscriptions::in_memory(),
+        let subscriptions = match (&config.shared, &config.push_file) {
+            (Some(shared), file) => {
+                crate::push::Subscriptions::shared(shared.clone(), file.clone(), &config.push)
+                    .await?
+            }
+            (None, Some(file)) => crate::push::Subscriptions::load(file.clone(), &config.push)?,
+            (None, None) => crate::push::Subscriptions::in_memory(),
         };
         let subject = config.push.subject.clone().unwrap_or_else(|| match public_url {
             Some(url) if url.starts_with("https://") => url.to_owned(),
@@ -524,10 +533,27 @@ impl Notifier {
             shared.start(channel.clone());
         }
         for subscription in shared.push.subscriptions.list() {
-            match ChannelConfig::web_push(&subscription) {
-                Ok(channel) => shared.start(channel),
-                Err(error) => tracing::error!(subscription = %subscription.id, "{error}"),
-            }
+            shared.start_push(&subscription);
+        }
+        // Shared with other nodes: a browser subscribed through another node gets a sender
+        // here too (a notice about a session this node runs reaches it), and one removed
+        // there is removed here.
+        if let Some(mut changes) = shared.push.subscriptions.changes() {
+            let following = Arc::downgrade(&shared);
+            tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    let Some(shared) = following.upgrade() else { return };
+                    let list = changes.borrow_and_update().0.clone();
+                    let (added, removed) =
+                        shared.push.subscriptions.reread(list, &shared.push.config);
+                    for subscription in &added {
+                        shared.start_push(subscription);
+                    }
+                    for subscription in &removed {
+                        shared.remove(&subscription.channel()).await;
+                    }
+                }
+            });
         }
         // What waits for a channel that is no more (taken out of the notify file, a push
         // subscription dropped at load) is forgotten.
@@ -623,7 +649,7 @@ impl Notifier {
     /// Adds a browser's subscription (by the token `by`) and starts its sender; the same
     /// endpoint again replaces the old one's keys. It, and whether it is new; the error says
     /// what is wrong with it.
-    pub fn subscribe(
+    pub async fn subscribe(
         &self,
         new: crate::push::NewSubscription,
         by: &str,
@@ -641,7 +667,7 @@ impl Notifier {
             }
             new.events = Some(names);
         }
-        let (subscription, created) = push.subscriptions.add(new, by, &push.config)?;
+        let (subscription, created) = push.subscriptions.add(new, by, &push.config).await?;
         let channel =
             ChannelConfig::web_push(&subscription).map_err(crate::push::PushError::Invalid)?;
         // Replaces the sender of the same subscription, if any, keeping what waits for it.
@@ -655,7 +681,7 @@ impl Notifier {
         &self,
         id: &str,
     ) -> Result<Option<crate::push::Subscription>, crate::push::PushError> {
-        let removed = self.shared.push.subscriptions.remove(id)?;
+        let removed = self.shared.push.subscriptions.remove(id).await?;
         if let Some(subscription) = &removed {
             self.shared.remove(&subscription.channel()).await;
         }
@@ -684,6 +710,14 @@ impl Shared {
 
     fn wakers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waker>> {
         self.wakers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts the sender of a push subscription.
+    fn start_push(self: &Arc<Shared>, subscription: &crate::push::Subscription) {
+        match ChannelConfig::web_push(subscription) {
+            Ok(channel) => self.start(channel),
+            Err(error) => tracing::error!(subscription = %subscription.id, "{error}"),
+        }
     }
 
     fn wake(&self, channel: &str) {
@@ -820,7 +854,7 @@ impl Sender {
                         Err(Failure::Gone) => {
                             tracing::info!(channel = %self.channel.name, "the push subscription ended (its service says it is gone): removed");
                             let id = self.channel.name.trim_start_matches("push-");
-                            if let Err(error) = shared.push.subscriptions.remove(id) {
+                            if let Err(error) = shared.push.subscriptions.remove(id).await {
                                 tracing::warn!(channel = %self.channel.name, "{error}");
                             }
                             shared.remove(&self.channel.name).await;

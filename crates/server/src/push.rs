@@ -19,7 +19,7 @@
 //! notify file's `[push] hosts`), never to an address a caller names.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aes_gcm::aead::{Aead as _, KeyInit as _};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -356,54 +356,123 @@ pub struct SubscriptionKeys {
     pub auth: String,
 }
 
-#[derive(Default, Serialize, Deserialize)]
-struct SubscriptionsFile {
+/// The subscriptions file's shape (and the fleet's shared `push` document's).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SubscriptionsFile {
     subscriptions: Vec<Subscription>,
 }
 
-/// The subscriptions, kept in `DATA_DIR/push.json` (written whole, then renamed over the old).
+/// Where the subscriptions are kept.
+#[derive(Debug)]
+enum Kept {
+    /// In memory only.
+    Memory,
+    /// `DATA_DIR/push.json` (written whole, then renamed over the old).
+    File(PathBuf),
+    /// The `push` document of a database the fleet shares: a browser subscribed through one
+    /// node hears from every node.
+    Shared(Arc<crate::shared::SharedDoc<SubscriptionsFile>>),
+}
+
+/// The subscriptions: kept in `DATA_DIR/push.json`, or in the fleet's shared document.
 #[derive(Debug)]
 pub struct Subscriptions {
-    file: Option<PathBuf>,
+    kept: Kept,
     list: Mutex<Vec<Subscription>>,
+}
+
+/// The subscriptions of `stored` that are still good (their id and keys, their endpoint where
+/// `allowed` sends), at most [`MAX_SUBSCRIPTIONS`]; each dropped one is a line in the log that
+/// names `source`.
+fn good(stored: SubscriptionsFile, allowed: &PushConfig, source: &str) -> Vec<Subscription> {
+    let mut kept = Vec::new();
+    for subscription in stored.subscriptions {
+        let good = (subscription.id.len() == 32
+            && subscription.id.bytes().all(|byte| byte.is_ascii_hexdigit()))
+        .then_some(())
+        .ok_or_else(|| "its id is not 32 hex digits".to_owned())
+        .and_then(|()| Target::from_keys(&subscription.p256dh, &subscription.auth))
+        .and_then(|_| allowed.allows(&subscription.endpoint));
+        match good {
+            Ok(_) if kept.len() < MAX_SUBSCRIPTIONS => kept.push(subscription),
+            Ok(_) => tracing::warn!(
+                "{source}: more than {MAX_SUBSCRIPTIONS} subscriptions; the rest are dropped"
+            ),
+            Err(error) => tracing::warn!("{source}: a push subscription is dropped: {error}"),
+        }
+    }
+    kept
+}
+
+fn read_file(file: &std::path::Path) -> Result<SubscriptionsFile, String> {
+    let shown = file.display();
+    match crate::files::read_bounded(file, MAX_FILE_BYTES) {
+        Ok(text) => {
+            serde_json::from_str(&text).map_err(|error| format!("{shown} is unreadable: {error}"))
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Ok(SubscriptionsFile::default())
+        }
+        Err(error) => Err(format!("cannot read {shown}: {error}")),
+    }
 }
 
 impl Subscriptions {
     /// None, kept in memory only.
     pub fn in_memory() -> Subscriptions {
-        Subscriptions { file: None, list: Mutex::new(Vec::new()) }
+        Subscriptions { kept: Kept::Memory, list: Mutex::new(Vec::new()) }
     }
 
     /// Those kept in `file` (none if it does not exist), but any that is no longer good (its
     /// keys, or its endpoint where `allowed` no longer sends), which is dropped with a line in
     /// the log. A file that cannot be read is an error, which names it.
     pub fn load(file: PathBuf, allowed: &PushConfig) -> Result<Subscriptions, String> {
-        let shown = file.display();
-        let stored: SubscriptionsFile = match crate::files::read_bounded(&file, MAX_FILE_BYTES) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|error| format!("{shown} is unreadable: {error}"))?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                SubscriptionsFile::default()
-            }
-            Err(error) => return Err(format!("cannot read {shown}: {error}")),
-        };
-        let mut kept = Vec::new();
-        for subscription in stored.subscriptions {
-            let good = (subscription.id.len() == 32
-                && subscription.id.bytes().all(|byte| byte.is_ascii_hexdigit()))
-            .then_some(())
-            .ok_or_else(|| "its id is not 32 hex digits".to_owned())
-            .and_then(|()| Target::from_keys(&subscription.p256dh, &subscription.auth))
-            .and_then(|_| allowed.allows(&subscription.endpoint));
-            match good {
-                Ok(_) if kept.len() < MAX_SUBSCRIPTIONS => kept.push(subscription),
-                Ok(_) => tracing::warn!(
-                    "{shown}: more than {MAX_SUBSCRIPTIONS} subscriptions; the rest are dropped"
-                ),
-                Err(error) => tracing::warn!("{shown}: a push subscription is dropped: {error}"),
-            }
+        let kept = good(read_file(&file)?, allowed, &file.display().to_string());
+        Ok(Subscriptions { kept: Kept::File(file), list: Mutex::new(kept) })
+    }
+
+    /// Those of the fleet's shared `push` document (where none is shared yet, this node's
+    /// `file` becomes it), but any that is no longer good here. [`Subscriptions::changes`]
+    /// tells of other nodes' changes.
+    pub async fn shared(
+        store: Arc<dyn switchboard_store::Documents>,
+        file: Option<PathBuf>,
+        allowed: &PushConfig,
+    ) -> Result<Subscriptions, String> {
+        let doc = crate::shared::SharedDoc::open(store, "push", || match &file {
+            Some(file) => read_file(file),
+            None => Ok(SubscriptionsFile::default()),
+        })
+        .await?;
+        doc.follow();
+        let kept = good(doc.get(), allowed, "the shared push subscriptions");
+        Ok(Subscriptions { kept: Kept::Shared(doc), list: Mutex::new(kept) })
+    }
+
+    /// Where the subscriptions are shared with other nodes: told at each change (this node's
+    /// or another's), for [`Subscriptions::reread`].
+    pub fn changes(&self) -> Option<tokio::sync::watch::Receiver<(SubscriptionsFile, u64)>> {
+        match &self.kept {
+            Kept::Shared(doc) => Some(doc.watch()),
+            Kept::Memory | Kept::File(_) => None,
         }
-        Ok(Subscriptions { file: Some(file), list: Mutex::new(kept) })
+    }
+
+    /// Takes the shared list as it is now (those still good here): the subscriptions it adds,
+    /// and those it no longer has.
+    pub fn reread(
+        &self,
+        shared: SubscriptionsFile,
+        allowed: &PushConfig,
+    ) -> (Vec<Subscription>, Vec<Subscription>) {
+        let next = good(shared, allowed, "the shared push subscriptions");
+        let mut list = self.lock();
+        let added: Vec<Subscription> =
+            next.iter().filter(|new| !list.contains(new)).cloned().collect();
+        let removed: Vec<Subscription> =
+            list.iter().filter(|old| !next.iter().any(|new| new.id == old.id)).cloned().collect();
+        *list = next;
+        (added, removed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscription>> {
@@ -418,7 +487,7 @@ impl Subscriptions {
     /// Adds `new` (checked: `allowed` says where endpoints may be), by the token `by`. The same
     /// endpoint again replaces its keys and name and keeps its id. The subscription, and
     /// whether it is new.
-    pub fn add(
+    pub async fn add(
         &self,
         new: NewSubscription,
         by: &str,
@@ -436,8 +505,7 @@ impl Subscriptions {
         if new.events.as_ref().is_some_and(|events| events.len() > 16) {
             return Err(PushError::Invalid("events names at most 16 topics".into()));
         }
-        let mut list = self.lock();
-        let mut subscription = Subscription {
+        let subscription = Subscription {
             id: switchboard_transport::random::random_hex(16),
             endpoint: new.endpoint,
             // Kept as the keys decoded, not as given (a key with a megabyte of padding is a
@@ -449,55 +517,84 @@ impl Subscriptions {
             created_ms: switchboard_store::now_ms(),
             events: new.events,
         };
-        let mut next = list.clone();
-        let full = next.len() >= MAX_SUBSCRIPTIONS;
-        let mine = next.iter().filter(|old| old.by == by).count() >= MAX_SUBSCRIPTIONS_PER_TOKEN;
-        let created = match next.iter_mut().find(|old| old.endpoint == subscription.endpoint) {
-            Some(old) => {
-                subscription.id = old.id.clone();
-                *old = subscription.clone();
-                false
-            }
-            None if full => {
-                return Err(PushError::Invalid(format!(
+        self.change(|list| {
+            let mut subscription = subscription.clone();
+            let full = list.len() >= MAX_SUBSCRIPTIONS;
+            let mine =
+                list.iter().filter(|old| old.by == by).count() >= MAX_SUBSCRIPTIONS_PER_TOKEN;
+            match list.iter_mut().find(|old| old.endpoint == subscription.endpoint) {
+                Some(old) => {
+                    subscription.id = old.id.clone();
+                    *old = subscription.clone();
+                    Ok((subscription, false))
+                }
+                None if full => Err(PushError::Invalid(format!(
                     "this daemon keeps at most {MAX_SUBSCRIPTIONS} push subscriptions; remove one first"
-                )));
-            }
-            None if mine => {
-                return Err(PushError::Invalid(format!(
+                ))),
+                None if mine => Err(PushError::Invalid(format!(
                     "a token subscribes at most {MAX_SUBSCRIPTIONS_PER_TOKEN} devices; remove one first"
-                )));
+                ))),
+                None => {
+                    list.push(subscription.clone());
+                    Ok((subscription, true))
+                }
             }
-            None => {
-                next.push(subscription.clone());
-                true
-            }
-        };
-        self.save(&next)?;
-        *list = next;
-        Ok((subscription, created))
+        })
+        .await
     }
 
     /// Removes the subscription `id`; it, if there was one.
-    pub fn remove(&self, id: &str) -> Result<Option<Subscription>, PushError> {
-        let mut list = self.lock();
-        let Some(index) = list.iter().position(|subscription| subscription.id == id) else {
-            return Ok(None);
-        };
-        let mut next = list.clone();
-        let removed = next.remove(index);
-        self.save(&next)?;
-        *list = next;
-        Ok(Some(removed))
+    pub async fn remove(&self, id: &str) -> Result<Option<Subscription>, PushError> {
+        self.change(|list| {
+            Ok(list.iter().position(|subscription| subscription.id == id).map(|at| list.remove(at)))
+        })
+        .await
     }
 
-    fn save(&self, list: &[Subscription]) -> Result<(), PushError> {
-        let Some(file) = &self.file else { return Ok(()) };
-        let text =
-            serde_json::to_string_pretty(&SubscriptionsFile { subscriptions: list.to_vec() })
-                .map_err(|error| PushError::File(error.to_string()))?;
-        crate::files::replace_private(file, &text)
-            .map_err(|error| PushError::File(format!("cannot write {}: {error}", file.display())))
+    /// Applies `change` to the list where it is kept, then here.
+    async fn change<R>(
+        &self,
+        mut change: impl FnMut(&mut Vec<Subscription>) -> Result<R, PushError>,
+    ) -> Result<R, PushError> {
+        match &self.kept {
+            Kept::Shared(doc) => {
+                let mut refused = None;
+                let answer = doc
+                    .update(|file| {
+                        change(&mut file.subscriptions).map_err(|error| {
+                            let text = error.to_string();
+                            refused = Some(error);
+                            text
+                        })
+                    })
+                    .await;
+                match (answer, refused) {
+                    (Ok(answer), _) => {
+                        // Here at once (the change's watchers see it too, and find it done).
+                        *self.lock() = doc.get().subscriptions;
+                        Ok(answer)
+                    }
+                    (Err(_), Some(refused)) => Err(refused),
+                    (Err(error), None) => Err(PushError::File(error)),
+                }
+            }
+            Kept::Memory | Kept::File(_) => {
+                let mut list = self.lock();
+                let mut next = list.clone();
+                let answer = change(&mut next)?;
+                if let Kept::File(file) = &self.kept {
+                    let text = serde_json::to_string_pretty(&SubscriptionsFile {
+                        subscriptions: next.clone(),
+                    })
+                    .map_err(|error| PushError::File(error.to_string()))?;
+                    crate::files::replace_private(file, &text).map_err(|error| {
+                        PushError::File(format!("cannot write {}: {error}", file.display()))
+                    })?;
+                }
+                *list = next;
+                Ok(answer)
+            }
+        }
     }
 }
 
@@ -621,8 +718,8 @@ mod tests {
             .is_err());
     }
 
-    #[test]
-    fn subscriptions_are_kept_and_replaced_by_endpoint() {
+    #[tokio::test]
+    async fn subscriptions_are_kept_and_replaced_by_endpoint() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("push.json");
         let subscriptions = Subscriptions::load(file.clone(), &PushConfig::default()).unwrap();
@@ -637,10 +734,12 @@ mod tests {
         let config = PushConfig::default();
         let (first, created) = subscriptions
             .add(new("https://fcm.googleapis.com/fcm/send/a", "phone"), "ops", &config)
+            .await
             .unwrap();
         assert!(created);
         let (again, created) = subscriptions
             .add(new("https://fcm.googleapis.com/fcm/send/a", "my phone"), "ops", &config)
+            .await
             .unwrap();
         assert!(!created);
         assert_eq!((again.id.as_str(), again.name.as_str()), (first.id.as_str(), "my phone"));
@@ -648,11 +747,12 @@ mod tests {
         assert_eq!(reloaded.list(), vec![again.clone()]);
         assert!(subscriptions
             .add(new("https://example.com/push", "x"), "ops", &config)
+            .await
             .unwrap_err()
             .to_string()
             .contains("push service"));
-        assert_eq!(subscriptions.remove(&first.id).unwrap(), Some(again));
-        assert_eq!(subscriptions.remove(&first.id).unwrap(), None);
+        assert_eq!(subscriptions.remove(&first.id).await.unwrap(), Some(again));
+        assert_eq!(subscriptions.remove(&first.id).await.unwrap(), None);
         assert!(Subscriptions::load(file.clone(), &PushConfig::default())
             .unwrap()
             .list()
@@ -661,16 +761,52 @@ mod tests {
         // is dropped at load.
         let mut padded = new("https://fcm.googleapis.com/fcm/send/b", "pad");
         padded.keys.auth = format!("BTBZMqHH6r4Tts7J_aSIgg{}", "=".repeat(10_000));
-        let (kept, _) = subscriptions.add(padded, "ops", &config).unwrap();
+        let (kept, _) = subscriptions.add(padded, "ops", &config).await.unwrap();
         assert_eq!(kept.auth, "BTBZMqHH6r4Tts7J_aSIgg");
         let own = PushConfig { hosts: vec!["push.internal".into()], ..PushConfig::default() };
-        subscriptions.add(new("https://push.internal/x", "own"), "ops", &own).unwrap();
+        subscriptions.add(new("https://push.internal/x", "own"), "ops", &own).await.unwrap();
         assert_eq!(Subscriptions::load(file.clone(), &own).unwrap().list().len(), 2);
         assert_eq!(
             Subscriptions::load(file, &config).unwrap().list().len(),
             1,
             "no longer allowed"
         );
+    }
+
+    #[tokio::test]
+    async fn a_subscription_made_through_one_node_is_every_nodes() {
+        let store: Arc<dyn switchboard_store::Documents> =
+            Arc::new(switchboard_store::MemoryStore::new());
+        let config = PushConfig::default();
+        let a = Subscriptions::shared(store.clone(), None, &config).await.unwrap();
+        let b = Subscriptions::shared(store.clone(), None, &config).await.unwrap();
+        let mut b_changes = b.changes().expect("shared");
+        let new = NewSubscription {
+            endpoint: "https://fcm.googleapis.com/fcm/send/a".into(),
+            keys: SubscriptionKeys {
+                p256dh: "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4".into(),
+                auth: "BTBZMqHH6r4Tts7J_aSIgg".into(),
+            },
+            expiration_time: None,
+            name: Some("phone".into()),
+            events: None,
+        };
+        let (made, _) = a.add(new, "ops", &config).await.unwrap();
+        let Kept::Shared(doc) = &b.kept else { panic!("shared") };
+        doc.refresh().await.unwrap();
+        b_changes.changed().await.unwrap();
+        let (added, removed) = b.reread(b_changes.borrow_and_update().0.clone(), &config);
+        assert_eq!((added, removed), (vec![made.clone()], vec![]), "b takes a's subscription");
+        assert_eq!(b.list(), vec![made.clone()]);
+        assert_eq!(b.remove(&made.id).await.unwrap(), Some(made.clone()));
+        let Kept::Shared(doc) = &a.kept else { panic!("shared") };
+        let mut a_changes = a.changes().unwrap();
+        a_changes.borrow_and_update();
+        doc.refresh().await.unwrap();
+        a_changes.changed().await.unwrap();
+        let (added, removed) = a.reread(a_changes.borrow_and_update().0.clone(), &config);
+        assert_eq!((added, removed), (vec![], vec![made]), "removed through b, gone on a");
+        assert!(a.list().is_empty());
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! `admin`. Named tokens are kept as SHA-256 digests (never the token itself) in the data
 //! directory's `tokens.json`, written whole and renamed over the old one; the token is shown
 //! once, when it is made. A token is 32 random bytes, so one unsalted digest is enough: there
-//! is nothing to guess from it.
+//! is nothing to guess from it. On a database several daemons share, the named tokens are its
+//! shared `tokens` document instead ([`crate::shared`]): a token made through one node works
+//! through every node, and a revoke holds on every node within [`crate::shared::REFRESH`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -281,9 +283,9 @@ pub enum TokenError {
     File(String),
 }
 
-/// The tokens file's shape.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct TokensFile {
+/// The tokens file's shape (and the shared document's).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TokensFile {
     tokens: Vec<StoredToken>,
 }
 
@@ -302,20 +304,32 @@ struct Entry {
     revoked: watch::Sender<bool>,
 }
 
+/// Where the named tokens are kept.
+#[derive(Debug)]
+enum Kept {
+    /// In memory only (tests, `switchboard demo`).
+    Memory,
+    /// `tokens.json` in the data directory.
+    File(PathBuf),
+    /// The `tokens` document of a database the fleet shares.
+    Shared(Arc<crate::shared::SharedDoc<TokensFile>>),
+}
+
+type Named = HashMap<[u8; 32], Arc<Entry>>;
+
 /// The tokens a daemon accepts: its own (admin) and the named ones.
 pub struct Tokens {
     admin: Arc<str>,
     admin_revoked: watch::Sender<bool>,
     admin_used_ms: AtomicU64,
-    /// `tokens.json`; `None`: kept in memory only (tests, `switchboard demo`).
-    file: Option<PathBuf>,
-    named: RwLock<HashMap<[u8; 32], Arc<Entry>>>,
+    kept: Kept,
+    named: Arc<RwLock<Named>>,
 }
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the tokens.
-        f.debug_struct("Tokens").field("file", &self.file).finish_non_exhaustive()
+        f.debug_struct("Tokens").field("kept", &self.kept).finish_non_exhaustive()
     }
 }
 
@@ -326,8 +340,8 @@ impl Tokens {
             admin: Arc::from(admin),
             admin_revoked: watch::channel(false).0,
             admin_used_ms: AtomicU64::new(0),
-            file: None,
-            named: RwLock::new(HashMap::new()),
+            kept: Kept::Memory,
+            named: Arc::default(),
         }
     }
 
@@ -336,38 +350,44 @@ impl Tokens {
     /// not start with tokens it cannot account for.
     pub fn load(admin: &str, file: PathBuf) -> Result<Tokens, TokenError> {
         let mut tokens = Tokens::new(admin);
-        let stored: TokensFile = match crate::files::read_bounded(&file, MAX_TOKENS_FILE_BYTES) {
-            Ok(text) => serde_json::from_str(&text).map_err(|error| {
-                TokenError::File(format!("{} is unreadable: {error}", file.display()))
-            })?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => TokensFile::default(),
-            Err(error) => {
-                return Err(TokenError::File(format!("cannot read {}: {error}", file.display())))
-            }
-        };
-        let named = tokens.named.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for token in stored.tokens {
-            let digest = parse_digest(&token.sha256).ok_or_else(|| {
-                TokenError::File(format!(
-                    "{}: token {} has no readable sha256",
-                    file.display(),
-                    token.name
-                ))
-            })?;
-            check_name(&token.name)
+        let stored = read_file(&file)?;
+        *tokens.named.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            named_of(stored, &HashMap::new())
                 .map_err(|error| TokenError::File(format!("{}: {error}", file.display())))?;
-            let taken = token.name == ADMIN_NAME
-                || named.values().any(|entry| entry.stored.name == token.name);
-            if taken {
-                return Err(TokenError::File(format!(
-                    "{}: the name {} is there twice (or is the daemon's own)",
-                    file.display(),
-                    token.name
-                )));
+        tokens.kept = Kept::File(file);
+        Ok(tokens)
+    }
+
+    /// The daemon's own token and the named ones of the fleet's shared `tokens` document
+    /// (where no node wrote it yet, this node's `file` becomes it), followed as other nodes
+    /// change it: their new tokens work here, their revokes hold here.
+    pub async fn shared(
+        admin: &str,
+        store: Arc<dyn switchboard_store::Documents>,
+        file: PathBuf,
+    ) -> Result<Tokens, TokenError> {
+        let doc = crate::shared::SharedDoc::open(store, "tokens", || {
+            read_file(&file).map_err(|error| error.to_string())
+        })
+        .await
+        .map_err(TokenError::File)?;
+        let mut tokens = Tokens::new(admin);
+        *tokens.named.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            named_of(doc.get(), &HashMap::new())
+                .map_err(|error| TokenError::File(format!("the shared tokens: {error}")))?;
+        // Each change, here or another node's, replaces the named tokens: a token kept keeps
+        // its entry (its sockets, when it was last used), one that is gone is revoked.
+        let named = Arc::downgrade(&tokens.named);
+        let mut changes = doc.watch();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                let Some(named) = named.upgrade() else { return };
+                let file = changes.borrow_and_update().0.clone();
+                sync(&named, file);
             }
-            named.insert(digest, Arc::new(Entry::new(token)));
-        }
-        tokens.file = Some(file);
+        });
+        doc.follow();
+        tokens.kept = Kept::Shared(doc);
         Ok(tokens)
     }
 
@@ -416,7 +436,7 @@ impl Tokens {
     }
 
     /// Makes a token named `name` with `scope`, kept before it is returned.
-    pub fn create(&self, name: &str, scope: Scope) -> Result<NewToken, TokenError> {
+    pub async fn create(&self, name: &str, scope: Scope) -> Result<NewToken, TokenError> {
         check_name(name)?;
         if name == ADMIN_NAME {
             return Err(TokenError::Exists(name.to_owned()));
@@ -429,57 +449,153 @@ impl Tokens {
             sha256: hex::encode(digest),
             created_ms: now_ms(),
         };
-        let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if named.values().any(|entry| entry.stored.name == name) {
-            return Err(TokenError::Exists(name.to_owned()));
-        }
-        if named.len() >= MAX_TOKENS {
-            return Err(TokenError::Invalid(format!(
-                "a daemon keeps at most {MAX_TOKENS} named tokens; revoke some first"
-            )));
-        }
-        let entry = Arc::new(Entry::new(stored));
-        named.insert(digest, entry.clone());
-        if let Err(error) = self.save(&named) {
-            named.remove(&digest);
-            return Err(error);
-        }
-        Ok(NewToken { info: entry.info(), token })
+        let add = |file: &mut TokensFile| {
+            if file.tokens.iter().any(|token| token.name == name) {
+                return Err(TokenError::Exists(name.to_owned()));
+            }
+            if file.tokens.len() >= MAX_TOKENS {
+                return Err(TokenError::Invalid(format!(
+                    "a daemon keeps at most {MAX_TOKENS} named tokens; revoke some first"
+                )));
+            }
+            file.tokens.push(stored.clone());
+            Ok(())
+        };
+        self.change(add).await?;
+        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let info = named.get(&digest).map(|entry| entry.info()).ok_or_else(|| {
+            TokenError::File(format!("token {name} was kept but is not read back"))
+        })?;
+        Ok(NewToken { info, token })
     }
 
     /// Revokes the token named `name`: refused from now on, and sockets opened with it take
     /// no more frames. Kept before it returns.
-    pub fn revoke(&self, name: &str) -> Result<TokenInfo, TokenError> {
+    pub async fn revoke(&self, name: &str) -> Result<TokenInfo, TokenError> {
         if name == ADMIN_NAME {
             return Err(TokenError::Invalid(
                 "the daemon's own token cannot be revoked; restart `switchboard serve` with a new --token, or delete the data directory's `token` file first".to_owned(),
             ));
         }
-        let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let digest = named
-            .iter()
-            .find_map(|(digest, entry)| (entry.stored.name == name).then_some(*digest))
-            .ok_or_else(|| TokenError::NotFound(name.to_owned()))?;
-        let entry = named.remove(&digest).expect("found above");
-        if let Err(error) = self.save(&named) {
-            named.insert(digest, entry);
-            return Err(error);
-        }
-        entry.revoked.send_replace(true);
-        Ok(entry.info())
+        let info = {
+            let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            named.values().find(|entry| entry.stored.name == name).map(|entry| entry.info())
+        };
+        self.change(|file: &mut TokensFile| {
+            let before = file.tokens.len();
+            file.tokens.retain(|token| token.name != name);
+            if file.tokens.len() == before {
+                return Err(TokenError::NotFound(name.to_owned()));
+            }
+            Ok(())
+        })
+        .await?;
+        info.ok_or_else(|| TokenError::NotFound(name.to_owned()))
     }
 
-    /// Writes the named tokens whole to a new file, then renames it over the old one: a crash
-    /// leaves one or the other.
-    fn save(&self, named: &HashMap<[u8; 32], Arc<Entry>>) -> Result<(), TokenError> {
-        let Some(file) = &self.file else { return Ok(()) };
-        let mut tokens: Vec<StoredToken> =
-            named.values().map(|entry| entry.stored.clone()).collect();
-        tokens.sort_by(|a, b| a.name.cmp(&b.name));
-        let text = serde_json::to_string_pretty(&TokensFile { tokens })
-            .map_err(|error| TokenError::File(error.to_string()))?;
-        crate::files::replace_private(file, &text)
-            .map_err(|error| TokenError::File(format!("cannot write {}: {error}", file.display())))
+    /// Applies `change` to the named tokens where they are kept, then here: a token gone from
+    /// them is revoked (its sockets told).
+    async fn change(
+        &self,
+        mut change: impl FnMut(&mut TokensFile) -> Result<(), TokenError>,
+    ) -> Result<(), TokenError> {
+        let next = match &self.kept {
+            Kept::Shared(doc) => {
+                let mut refused = None;
+                let kept = doc
+                    .update(|file| {
+                        change(file).map_err(|error| {
+                            let text = error.to_string();
+                            refused = Some(error);
+                            text
+                        })
+                    })
+                    .await;
+                match (kept, refused) {
+                    (Ok(()), _) => doc.get(),
+                    (Err(_), Some(refused)) => return Err(refused),
+                    (Err(error), None) => return Err(TokenError::File(error)),
+                }
+            }
+            Kept::Memory | Kept::File(_) => {
+                // One change at a time: the lock is held until the file is written.
+                let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut file = file_of(&named);
+                change(&mut file)?;
+                if let Kept::File(path) = &self.kept {
+                    let text = serde_json::to_string_pretty(&file)
+                        .map_err(|error| TokenError::File(error.to_string()))?;
+                    crate::files::replace_private(path, &text).map_err(|error| {
+                        TokenError::File(format!("cannot write {}: {error}", path.display()))
+                    })?;
+                }
+                replace(&mut named, file);
+                return Ok(());
+            }
+        };
+        sync(&self.named, next);
+        Ok(())
+    }
+}
+
+/// The named tokens in `file` (none if it does not exist).
+fn read_file(file: &std::path::Path) -> Result<TokensFile, TokenError> {
+    match crate::files::read_bounded(file, MAX_TOKENS_FILE_BYTES) {
+        Ok(text) => serde_json::from_str(&text).map_err(|error| {
+            TokenError::File(format!("{} is unreadable: {error}", file.display()))
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(TokensFile::default()),
+        Err(error) => Err(TokenError::File(format!("cannot read {}: {error}", file.display()))),
+    }
+}
+
+/// The tokens of `file`, by digest; an entry of `old` is kept for a token still there.
+fn named_of(file: TokensFile, old: &Named) -> Result<Named, String> {
+    let mut named = Named::new();
+    for token in file.tokens {
+        let digest = parse_digest(&token.sha256)
+            .ok_or_else(|| format!("token {} has no readable sha256", token.name))?;
+        check_name(&token.name).map_err(|error| error.to_string())?;
+        let taken = token.name == ADMIN_NAME
+            || named.values().any(|entry: &Arc<Entry>| entry.stored.name == token.name);
+        if taken {
+            return Err(format!("the name {} is there twice (or is the daemon's own)", token.name));
+        }
+        let entry = match old.get(&digest) {
+            Some(entry) if entry.stored.name == token.name && entry.stored.scope == token.scope => {
+                entry.clone()
+            }
+            _ => Arc::new(Entry::new(token)),
+        };
+        named.insert(digest, entry);
+    }
+    Ok(named)
+}
+
+/// The file that keeps `named`, by name.
+fn file_of(named: &Named) -> TokensFile {
+    let mut tokens: Vec<StoredToken> = named.values().map(|entry| entry.stored.clone()).collect();
+    tokens.sort_by(|a, b| a.name.cmp(&b.name));
+    TokensFile { tokens }
+}
+
+/// Makes `named` what `file` says; a token no longer there is revoked. A file that does not
+/// read (another node's bad write) changes nothing, and says so.
+fn sync(named: &RwLock<Named>, file: TokensFile) {
+    replace(&mut named.write().unwrap_or_else(|poisoned| poisoned.into_inner()), file);
+}
+
+fn replace(named: &mut Named, file: TokensFile) {
+    match named_of(file, named) {
+        Ok(next) => {
+            for (digest, entry) in named.iter() {
+                if next.get(digest).is_none_or(|kept| !Arc::ptr_eq(kept, entry)) {
+                    entry.revoked.send_replace(true);
+                }
+            }
+            *named = next;
+        }
+        Err(error) => tracing::warn!("the named tokens were not changed: {error}"),
     }
 }
 
@@ -543,12 +659,12 @@ mod tests {
         assert_eq!(Scope::Admin.below(), Some(Scope::Operate));
     }
 
-    #[test]
-    fn named_tokens_are_kept_as_digests_and_survive_a_restart() {
+    #[tokio::test]
+    async fn named_tokens_are_kept_as_digests_and_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tokens.json");
         let tokens = Tokens::load("the-daemons-own-token", file.clone()).unwrap();
-        let phone = tokens.create("phone", Scope::Approve).unwrap();
+        let phone = tokens.create("phone", Scope::Approve).await.unwrap();
         assert!(phone.token.starts_with("sb_") && phone.token.len() == 67, "{}", phone.token);
         let text = std::fs::read_to_string(&file).unwrap();
         assert!(!text.contains(&phone.token), "the token itself is not kept: {text}");
@@ -577,27 +693,27 @@ mod tests {
         let names: Vec<String> = again.list().into_iter().map(|info| info.name).collect();
         assert_eq!(names, ["admin", "phone"]);
 
-        again.revoke("phone").unwrap();
+        again.revoke("phone").await.unwrap();
         assert!(again.caller(&phone.token).is_none());
         assert!(caller.require(Scope::Read).unwrap_err().to_string().contains("revoked"));
         let reloaded = Tokens::load("the-daemons-own-token", file).unwrap();
         assert!(reloaded.caller(&phone.token).is_none(), "the revocation was kept");
     }
 
-    #[test]
-    fn names_are_checked_and_unique() {
+    #[tokio::test]
+    async fn names_are_checked_and_unique() {
         let tokens = Tokens::new("the-daemons-own-token");
-        tokens.create("ci-bot.1", Scope::Operate).unwrap();
-        assert!(matches!(tokens.create("ci-bot.1", Scope::Read), Err(TokenError::Exists(_))));
-        assert!(matches!(tokens.create("admin", Scope::Read), Err(TokenError::Exists(_))));
+        tokens.create("ci-bot.1", Scope::Operate).await.unwrap();
+        assert!(matches!(tokens.create("ci-bot.1", Scope::Read).await, Err(TokenError::Exists(_))));
+        assert!(matches!(tokens.create("admin", Scope::Read).await, Err(TokenError::Exists(_))));
         for bad in ["", "-x", "a b", "a/b", "é", &"x".repeat(MAX_NAME_CHARS + 1)] {
             assert!(
-                matches!(tokens.create(bad, Scope::Read), Err(TokenError::Invalid(_))),
+                matches!(tokens.create(bad, Scope::Read).await, Err(TokenError::Invalid(_))),
                 "{bad}"
             );
         }
-        assert!(matches!(tokens.revoke("nobody"), Err(TokenError::NotFound(_))));
-        assert!(matches!(tokens.revoke("admin"), Err(TokenError::Invalid(_))));
+        assert!(matches!(tokens.revoke("nobody").await, Err(TokenError::NotFound(_))));
+        assert!(matches!(tokens.revoke("admin").await, Err(TokenError::Invalid(_))));
     }
 
     #[test]
@@ -614,10 +730,10 @@ mod tests {
         assert!(Tokens::load("t", file).unwrap_err().to_string().contains("sha256"));
     }
 
-    #[test]
-    fn scopes_are_required_and_decisions_name_the_token() {
+    #[tokio::test]
+    async fn scopes_are_required_and_decisions_name_the_token() {
         let tokens = Tokens::new("the-daemons-own-token");
-        let made = tokens.create("phone", Scope::Approve).unwrap();
+        let made = tokens.create("phone", Scope::Approve).await.unwrap();
         let caller = tokens.caller(&made.token).unwrap();
         assert!(caller.require(Scope::Approve).is_ok() && caller.require(Scope::Read).is_ok());
         let refused = caller.require(Scope::Operate).unwrap_err().to_string();
@@ -626,5 +742,53 @@ mod tests {
         assert_eq!(caller.who("api", Some("alice".into())), "alice, token phone (api)");
         let frontend = Caller::unnamed("relay frontend", Scope::Operate);
         assert_eq!(frontend.who("relay", None), "relay frontend (relay)");
+    }
+
+    #[tokio::test]
+    async fn shared_tokens_hold_on_every_node() {
+        let store: Arc<dyn switchboard_store::Documents> =
+            Arc::new(switchboard_store::MemoryStore::new());
+        let dir = tempfile::tempdir().unwrap();
+        // Node a's own file becomes the fleet's; node b's is not read once one is shared.
+        let a_file = dir.path().join("a.json");
+        Tokens::load("a-own", a_file.clone()).unwrap().create("old", Scope::Read).await.unwrap();
+        let a = Tokens::shared("a-own", store.clone(), a_file).await.unwrap();
+        let b_file = dir.path().join("b.json");
+        let b_only = Tokens::load("b-own", b_file.clone()).unwrap();
+        let lost = b_only.create("b-only", Scope::Read).await.unwrap();
+        let b = Tokens::shared("b-own", store.clone(), b_file).await.unwrap();
+        let names = |tokens: &Tokens| -> Vec<String> {
+            tokens.list().into_iter().map(|info| info.name).collect()
+        };
+        assert_eq!(names(&b), ["admin", "old"]);
+        assert!(b.caller(&lost.token).is_none());
+        // Made through a: works through b once b reads again; revoked through b: a refuses it.
+        let phone = a.create("phone", Scope::Approve).await.unwrap();
+        assert!(a.caller(&phone.token).is_some(), "at once where it was made");
+        let Kept::Shared(b_doc) = &b.kept else { panic!("shared") };
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while b.caller(&phone.token).is_none() {
+                b_doc.refresh().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("b takes a's token");
+        let on_a = a.caller(&phone.token).unwrap();
+        assert!(matches!(b.create("phone", Scope::Read).await, Err(TokenError::Exists(_))));
+        b.revoke("phone").await.unwrap();
+        assert!(b.caller(&phone.token).is_none());
+        let Kept::Shared(a_doc) = &a.kept else { panic!("shared") };
+        a_doc.refresh().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while a.caller(&phone.token).is_some() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a refuses the token b revoked");
+        assert!(on_a.require(Scope::Read).is_err(), "a's sockets with it are told");
+        // Each node's own token stays its own.
+        assert!(a.caller("b-own").is_none() && b.caller("b-own").is_some());
     }
 }

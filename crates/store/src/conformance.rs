@@ -40,6 +40,32 @@ pub async fn run(store: &dyn Store) {
     outbox(store).await;
 }
 
+/// The checks of a store's shared [`crate::Documents`]: written from version 0, then only
+/// from the version read; two writers from one version, one wins.
+pub async fn documents(store: &dyn crate::Documents) {
+    assert_eq!(store.document("tokens").await.unwrap(), None);
+    assert!(store.put_document("tokens", "one", 0).await.unwrap(), "the first write");
+    assert!(!store.put_document("tokens", "again", 0).await.unwrap(), "created once");
+    let read = store.document("tokens").await.unwrap().unwrap();
+    assert_eq!(read, crate::Document { text: "one".into(), version: 1 });
+    assert!(store.put_document("tokens", "two", 1).await.unwrap());
+    assert!(!store.put_document("tokens", "stale", 1).await.unwrap(), "a stale version loses");
+    assert!(!store.put_document("tokens", "ahead", 7).await.unwrap(), "so does one ahead");
+    let read = store.document("tokens").await.unwrap().unwrap();
+    assert_eq!(read, crate::Document { text: "two".into(), version: 2 });
+    assert_eq!(store.document("link-key").await.unwrap(), None, "documents are apart");
+    // Two writers read version 2; one writes, the other finds it moved on, reads it again
+    // and redoes its change: both changes are kept.
+    let (a, b) = (store.document("tokens").await.unwrap(), store.document("tokens").await.unwrap());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(store.put_document("tokens", &format!("{}+a", a.text), a.version).await.unwrap());
+    assert!(!store.put_document("tokens", &format!("{}+b", b.text), b.version).await.unwrap());
+    let b = store.document("tokens").await.unwrap().unwrap();
+    assert!(store.put_document("tokens", &format!("{}+b", b.text), b.version).await.unwrap());
+    let read = store.document("tokens").await.unwrap().unwrap();
+    assert_eq!(read, crate::Document { text: "two+a+b".into(), version: 4 });
+}
+
 async fn outbox(store: &dyn Store) {
     use crate::NewOutboxItem;
     let item = |channel: &str, key: &str| NewOutboxItem {

@@ -52,6 +52,29 @@ pub(crate) fn word(text: &str) -> Cow<'static, str> {
     }
 }
 
+/// A small document that every daemon on one database shares (the named tokens, the link key,
+/// the daily budgets, ...), with its version: how many times it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    /// Its text (JSON, opaque to the store).
+    pub text: String,
+    /// 1 after the first write, 2 after the second, ...
+    pub version: u64,
+}
+
+/// Documents shared by the daemons of a fleet, each changed only from the version its writer
+/// read (compare and set), so that two nodes changing one at once never lose either change:
+/// the one that finds it moved on reads it again and redoes its change. A store shared by
+/// several daemons has them ([`PostgresStore`]); [`MemoryStore`] too, for tests.
+#[async_trait::async_trait]
+pub trait Documents: Send + Sync + fmt::Debug {
+    /// Document `name`, if it was ever written.
+    async fn document(&self, name: &str) -> Result<Option<Document>, StoreError>;
+    /// Writes `text` as document `name` if it is still at `version` (0: never written);
+    /// whether it was (`false`: another writer got there first).
+    async fn put_document(&self, name: &str, text: &str, version: u64) -> Result<bool, StoreError>;
+}
+
 /// One event as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventRecord {

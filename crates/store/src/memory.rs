@@ -17,6 +17,7 @@ struct Inner {
     events: HashMap<String, BTreeMap<u64, EventRecord>>,
     outbox: Vec<crate::OutboxItem>,
     next_outbox_id: u64,
+    documents: HashMap<String, crate::Document>,
 }
 
 impl MemoryStore {
@@ -211,5 +212,23 @@ impl Store for MemoryStore {
         let channels: std::collections::BTreeSet<String> =
             self.lock()?.outbox.iter().map(|item| item.channel.clone()).collect();
         Ok(channels.into_iter().collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Documents for MemoryStore {
+    async fn document(&self, name: &str) -> Result<Option<crate::Document>, StoreError> {
+        Ok(self.lock()?.documents.get(name).cloned())
+    }
+
+    async fn put_document(&self, name: &str, text: &str, version: u64) -> Result<bool, StoreError> {
+        let mut inner = self.lock()?;
+        let current = inner.documents.get(name).map_or(0, |document| document.version);
+        if current != version {
+            return Ok(false);
+        }
+        let document = crate::Document { text: text.to_owned(), version: version + 1 };
+        inner.documents.insert(name.to_owned(), document);
+        Ok(true)
     }
 }

@@ -80,6 +80,13 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (channel, key)
     );
     CREATE INDEX outbox_by_channel ON switchboard.outbox (channel, id);",
+    // What the daemons of a fleet share besides sessions (`Documents`): the named tokens, the
+    // link key, the push subscriptions, the daily budgets.
+    "CREATE TABLE switchboard.documents (
+        name TEXT PRIMARY KEY,
+        text TEXT NOT NULL,
+        version BIGINT NOT NULL CHECK (version > 0)
+    );",
 ];
 
 /// The store on a PostgreSQL database.
@@ -701,5 +708,38 @@ impl Store for PostgresStore {
             .iter()
             .map(|row| row.get(0))
             .collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Documents for PostgresStore {
+    async fn document(&self, name: &str) -> Result<Option<crate::Document>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT text, version FROM switchboard.documents WHERE name = $1", &[&name])
+            .await
+            .map_err(db)?;
+        Ok(row.map(|row| crate::Document { text: row.get(0), version: unsigned(row.get(1)) }))
+    }
+
+    async fn put_document(&self, name: &str, text: &str, version: u64) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let written = if version == 0 {
+            client
+                .execute(
+                    "INSERT INTO switchboard.documents (name, text, version) VALUES ($1, $2, 1) ON CONFLICT (name) DO NOTHING",
+                    &[&name, &text],
+                )
+                .await
+        } else {
+            let version = big(version, "version")?;
+            client
+                .execute(
+                    "UPDATE switchboard.documents SET text = $2, version = version + 1 WHERE name = $1 AND version = $3",
+                    &[&name, &text, &version],
+                )
+                .await
+        };
+        Ok(written.map_err(db)? == 1)
     }
 }

@@ -566,3 +566,224 @@ async fn a_second_daemon_under_a_live_nodes_name_is_refused() {
     assert_eq!(session["state"], "awaiting_permission", "{session}");
     assert_eq!(session["node"], "alpha", "{session}");
 }
+
+/// Polls `GET path` on `url` with `token` until `done` holds for its status and body (60 s).
+async fn until_answer(
+    url: &str,
+    token: &str,
+    path: &str,
+    what: &str,
+    done: impl Fn(u16, &Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let response = crate::http_client()
+            .get(format!("{url}{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if done(status, &body) {
+            return body;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {what}: {status} {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Behind one URL, who a person is and what they may spend are the same on every node: two
+/// daemons on one PostgreSQL and NATS, each with a data directory of its own. A browser
+/// subscribed through alpha is listed by beta, and removed through beta is gone on alpha (one
+/// push key for both); a token made through alpha works through beta, and revoked through beta
+/// is refused by alpha; a daily budget set through beta holds on alpha, and counts alpha's
+/// turns; a one-tap link from alpha (its key) answers the request through beta, and the tool
+/// runs on alpha.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_links_push_and_budgets_hold_on_every_node() {
+    let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch linked.txt", "description": "x"}))
+                    .when_prompt("LINK"),
+            )
+            .reply(Reply::text("linked").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let nodes = start_nodes(&["alpha", "beta"], &api, &sandbox, &database.url(), nats.url()).await;
+    let [(alpha, alpha_token, _), (beta, beta_token, _)] = &nodes[..] else { unreachable!() };
+    let (alpha_token, beta_token) = (alpha_token.trim(), beta_token.trim());
+    assert_ne!(alpha_token, beta_token, "each node has its own admin token");
+    let send = |method: reqwest::Method, url: String, token: &str, body: Value| {
+        crate::http_client().request(method, url).bearer_auth(token).json(&body).send()
+    };
+
+    // Web Push: one key, one list of browsers. (Removed before any session exists: nothing
+    // is ever sent to the push service's address.)
+    let key = |url: &str, token: &str| {
+        let (url, token) = (url.to_owned(), token.to_owned());
+        async move { http(&url, &token, reqwest::Method::GET, "/api/push/key", None).await }
+    };
+    assert_eq!(key(&alpha.url, alpha_token).await, key(&beta.url, beta_token).await);
+    let subscribed = send(
+        reqwest::Method::POST,
+        format!("{}/api/push/subscriptions", alpha.url),
+        alpha_token,
+        json!({"endpoint": "https://fcm.googleapis.com/fcm/send/switchboard-fleet-test",
+               "keys": {"p256dh": "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
+                        "auth": "BTBZMqHH6r4Tts7J_aSIgg"},
+               "name": "phone"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(subscribed.status().as_u16(), 201, "{}", subscribed.text().await.unwrap());
+    let subscription: Value = subscribed.json().await.unwrap();
+    let device = subscription["id"].as_str().unwrap().to_owned();
+    let listed = |device: String| {
+        move |status: u16, body: &Value| {
+            status == 200
+                && body
+                    .as_array()
+                    .is_some_and(|list| list.iter().any(|s| s["id"] == device.as_str()))
+        }
+    };
+    until_answer(
+        &beta.url,
+        beta_token,
+        "/api/push/subscriptions",
+        "beta lists alpha's browser",
+        listed(device.clone()),
+    )
+    .await;
+    let removed = send(
+        reqwest::Method::DELETE,
+        format!("{}/api/push/subscriptions/{device}", beta.url),
+        beta_token,
+        Value::Null,
+    )
+    .await
+    .unwrap();
+    assert!(removed.status().is_success(), "{}", removed.text().await.unwrap());
+    until_answer(
+        &alpha.url,
+        alpha_token,
+        "/api/push/subscriptions",
+        "alpha drops it",
+        |status, body| status == 200 && body.as_array().is_some_and(Vec::is_empty),
+    )
+    .await;
+
+    // A token made through alpha works through beta; revoked through beta, alpha refuses it.
+    let made = send(
+        reqwest::Method::POST,
+        format!("{}/api/tokens", alpha.url),
+        alpha_token,
+        json!({"name": "phone", "scope": "operate"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(made.status().as_u16(), 201, "{}", made.text().await.unwrap());
+    let phone = made.json::<Value>().await.unwrap()["token"].as_str().unwrap().to_owned();
+    until_answer(&beta.url, &phone, "/api/sessions", "beta takes alpha's token", |status, _| {
+        status == 200
+    })
+    .await;
+    let revoked = send(
+        reqwest::Method::DELETE,
+        format!("{}/api/tokens/phone", beta.url),
+        beta_token,
+        Value::Null,
+    )
+    .await
+    .unwrap();
+    assert_eq!(revoked.status().as_u16(), 200, "{}", revoked.text().await.unwrap());
+    until_answer(
+        &alpha.url,
+        &phone,
+        "/api/sessions",
+        "alpha refuses the revoked token",
+        |status, _| status == 401,
+    )
+    .await;
+    let tokens = http(&alpha.url, alpha_token, reqwest::Method::GET, "/api/tokens", None).await;
+    assert!(!tokens.to_string().contains("phone"), "{tokens}");
+
+    // A daily budget set through beta holds on alpha.
+    let set = send(
+        reqwest::Method::PATCH,
+        format!("{}/api/budget", beta.url),
+        beta_token,
+        json!({"daily_usd": 100.0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(set.status().as_u16(), 200, "{}", set.text().await.unwrap());
+    until_answer(
+        &alpha.url,
+        alpha_token,
+        "/api/budget",
+        "alpha holds beta's limit",
+        |status, body| status == 200 && body["daily_usd"] == 100.0,
+    )
+    .await;
+
+    // A link from alpha's notice answers through beta; the tool runs on alpha.
+    let id = create_session(&alpha.url, alpha_token, &sandbox, "LINK").await;
+    wait_session(&alpha.url, alpha_token, &id, |s| s["state"] == "awaiting_permission").await;
+    let pending = http(
+        &alpha.url,
+        alpha_token,
+        reqwest::Method::GET,
+        &format!("/api/sessions/{id}/permissions"),
+        None,
+    )
+    .await;
+    let request = pending[0]["request_id"].as_str().unwrap().to_owned();
+    let link = http(
+        &alpha.url,
+        alpha_token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/permissions/{request}/link"),
+        None,
+    )
+    .await;
+    let link = link["link"].as_str().unwrap();
+    assert!(link.starts_with(&alpha.url), "alpha's own address: {link}");
+    let through_beta = link.replace(&alpha.url, &beta.url);
+    let page = crate::http_client().get(&through_beta).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200, "beta shows alpha's link");
+    let answered = crate::http_client()
+        .post(&through_beta)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("decision=allow")
+        .send()
+        .await
+        .unwrap();
+    let status = answered.status().as_u16();
+    let text = answered.text().await.unwrap();
+    assert!(status == 200 && text.contains("Approved"), "{status} {text}");
+    let session = wait_session(&alpha.url, alpha_token, &id, |s| s["state"] == "idle").await;
+    assert!(sandbox.file("linked.txt").exists(), "the approved call ran on alpha");
+    let used = crate::http_client().get(&through_beta).send().await.unwrap();
+    assert_eq!(used.status().as_u16(), 410, "used, through beta too");
+
+    // Alpha's turn counts against the one daily budget, as beta reads it.
+    let cost = session["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0, "the CLI reported a cost: {session}");
+    until_answer(
+        &beta.url,
+        beta_token,
+        "/api/budget",
+        "beta counts alpha's spend",
+        |status, body| {
+            status == 200
+                && body["spent_usd"].as_f64().is_some_and(|spent| (spent - cost).abs() < 1e-9)
+        },
+    )
+    .await;
+}

@@ -795,11 +795,10 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
-    let guard = switchboard_testkit::Sleeper::new(2718);
-    let sleeper = guard.command();
-    let api = FakeApi::start(
+/// A fake API whose `SPAWN` prompt runs a Bash call that starts `sleeper` in a session of its
+/// own (`setsid`, in the background) and returns at once.
+async fn spawn_api(sleeper: &str) -> FakeApi {
+    FakeApi::start(
         Scenario::new()
             .reply(
                 Reply::tool_use(
@@ -811,7 +810,14 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
             .reply(Reply::text("spawned").when_tool_result()),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
+    let guard = switchboard_testkit::Sleeper::new(2718);
+    let sleeper = guard.command();
+    let api = spawn_api(sleeper).await;
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
@@ -903,19 +909,7 @@ async fn a_killed_daemon_leaves_no_cli_and_its_successor_ends_the_tools() {
 async fn a_stopped_session_ends_a_tool_in_a_session_of_its_own() {
     let guard = switchboard_testkit::Sleeper::new(2719);
     let sleeper = guard.command();
-    let api = FakeApi::start(
-        Scenario::new()
-            .reply(
-                Reply::tool_use(
-                    "Bash",
-                    json!({"command": format!("setsid {sleeper} >/dev/null 2>&1 </dev/null & echo ok"), "description": "x"}),
-                )
-                .when_prompt("SPAWN"),
-            )
-            .reply(Reply::text("spawned").when_tool_result()),
-    )
-    .await
-    .unwrap();
+    let api = spawn_api(sleeper).await;
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
@@ -1003,14 +997,10 @@ async fn a_cli_killed_mid_turn_loses_no_event_and_leaves_no_process() {
     api.release();
 }
 
-/// The CLI killed in the middle of a tool (SIGKILL while its Bash call runs): the log has every
-/// event the subscriber saw and the subscriber every event the log has, the tool's process is
-/// gone, and the session resumed and used again never runs the tool a second time.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing_twice() {
-    let guard = switchboard_testkit::Sleeper::new(2720);
-    let sleeper = guard.command();
-    let api = FakeApi::start(
+/// A fake API whose `TOOL` prompt runs a Bash call that notes it ran (`ran.txt`) and then
+/// runs `sleeper`; anything else is answered `done`.
+async fn tool_api(sleeper: &str) -> FakeApi {
+    FakeApi::start(
         Scenario::new()
             .reply(
                 Reply::tool_use(
@@ -1022,7 +1012,38 @@ async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing
             .fallback("done"),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Resumes session `id` and sends it `AFTER`; returns once that turn's result is stored (the
+/// subscription follows from `after`, the last event before the resume).
+async fn resume_and_use_again(url: &str, token: &str, id: &str, after: u64) {
+    let resumed = http(
+        url,
+        token,
+        reqwest::Method::POST,
+        &format!("/api/sessions/{id}/resume"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(resumed["running"], true, "{resumed}");
+    let mut follower = subscribe(url, token, id, after).await;
+    let path = format!("/api/sessions/{id}/messages");
+    http(url, token, reqwest::Method::POST, &path, Some(json!({"content": "AFTER"}))).await;
+    frames_until(&mut follower, |frame| {
+        frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
+    })
+    .await;
+}
+
+/// The CLI killed in the middle of a tool (SIGKILL while its Bash call runs): the log has every
+/// event the subscriber saw and the subscriber every event the log has, the tool's process is
+/// gone, and the session resumed and used again never runs the tool a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing_twice() {
+    let guard = switchboard_testkit::Sleeper::new(2720);
+    let sleeper = guard.command();
+    let api = tool_api(sleeper).await;
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
@@ -1045,28 +1066,7 @@ async fn a_cli_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing
     .await;
 
     // Resumed and used again: the killed tool does not run a second time.
-    let resumed = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/resume"),
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(resumed["running"], true, "{resumed}");
-    let mut follower = subscribe(&daemon.url, &token, &id, *stored.last().unwrap()).await;
-    http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "AFTER"})),
-    )
-    .await;
-    frames_until(&mut follower, |frame| {
-        frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
-    })
-    .await;
+    resume_and_use_again(&daemon.url, &token, &id, *stored.last().unwrap()).await;
     let ran = std::fs::read_to_string(sandbox.file("ran.txt")).unwrap();
     assert_eq!(ran, "ran\n", "the tool ran once");
     assert!(switchboard_testkit::processes_running(sleeper).is_empty());
@@ -1097,19 +1097,7 @@ async fn frames_until_closed(socket: &mut Socket) -> Vec<Value> {
 async fn a_daemon_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_nothing_twice() {
     let guard = switchboard_testkit::Sleeper::new(2721);
     let sleeper = guard.command();
-    let api = FakeApi::start(
-        Scenario::new()
-            .reply(
-                Reply::tool_use(
-                    "Bash",
-                    json!({"command": format!("echo ran >> ran.txt && {sleeper}"), "description": "x"}),
-                )
-                .when_prompt("TOOL"),
-            )
-            .fallback("done"),
-    )
-    .await
-    .unwrap();
+    let api = tool_api(sleeper).await;
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", "auto-approve"]).await;
@@ -1161,28 +1149,7 @@ async fn a_daemon_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_noth
         .is_some_and(|text| text.contains("daemon stopped")));
 
     // Resumed and used again: the tool that was running does not run a second time.
-    let resumed = http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/resume"),
-        Some(json!({})),
-    )
-    .await;
-    assert_eq!(resumed["running"], true, "{resumed}");
-    let mut follower = subscribe(&daemon.url, &token, &id, stored.len() as u64).await;
-    http(
-        &daemon.url,
-        &token,
-        reqwest::Method::POST,
-        &format!("/api/sessions/{id}/messages"),
-        Some(json!({"content": "AFTER"})),
-    )
-    .await;
-    frames_until(&mut follower, |frame| {
-        frame["event"]["event"] == "line" && frame["event"]["line"]["type"] == "result"
-    })
-    .await;
+    resume_and_use_again(&daemon.url, &token, &id, stored.len() as u64).await;
     let ran = std::fs::read_to_string(sandbox.file("ran.txt")).unwrap();
     assert_eq!(ran, "ran\n", "the tool ran once");
     assert!(switchboard_testkit::processes_running(sleeper).is_empty());

@@ -16,11 +16,11 @@ impl Daemon {
 
     /// Changes the daily limits; sessions they paused go on if no limit holds them any more
     /// (and sessions now over one pause).
-    pub fn change_budget(
+    pub async fn change_budget(
         self: &Arc<Self>,
         change: &crate::budget::LimitChange,
     ) -> Result<crate::budget::Spend, DaemonError> {
-        let spend = self.budgets.change(change).map_err(DaemonError::Invalid)?;
+        let spend = self.budgets.change(change).await.map_err(DaemonError::Invalid)?;
         let live: Vec<(String, Arc<LiveSession>)> = self
             .sessions
             .lock()

@@ -194,15 +194,13 @@ impl Daemon {
             notifying_watch,
             config.links.public_url.as_deref(),
         )
+        .await
         .map_err(DaemonError::Invalid)?;
         if let Some(daily) = config.budget.daily_usd {
             crate::budget::check_limit("the daily budget", daily).map_err(DaemonError::Invalid)?;
         }
-        let budgets = match &config.budget.file {
-            Some(file) => crate::budget::Budgets::load(file.clone(), config.budget.daily_usd)
-                .map_err(DaemonError::Invalid)?,
-            None => crate::budget::Budgets::in_memory(config.budget.daily_usd),
-        };
+        let budgets =
+            crate::budget::Budgets::open(&config.budget).await.map_err(DaemonError::Invalid)?;
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),

@@ -6,6 +6,8 @@
 //! each later read catches up from there (a page or two of new events, not the whole log).
 //! Every face (REST, gRPC, the CLI client, a link's page, the web UI's view) asks here, so a
 //! request that waits shows on every node, the same; none reads a session actor's snapshot.
+//! The decisions read on the way are noted for links' pages, as the running node's pump notes
+//! its own.
 
 use super::*;
 
@@ -65,7 +67,21 @@ impl Daemon {
             };
             let full = page.len() == HISTORY_PAGE;
             for event in &page {
-                view.viewer.apply(event, &mut |_| {});
+                // Decisions are noted on the way, for the pages of links to its requests.
+                view.viewer.apply(event, &mut |update| {
+                    if let crate::view::ViewUpdate::Session(
+                        switchboard_session::Update::PermissionDecided {
+                            request_id,
+                            behavior,
+                            by,
+                            ..
+                        },
+                    ) = update
+                    {
+                        let decision = crate::decisions::Decision { behavior, by };
+                        self.decisions.note(&record.id, &request_id, decision);
+                    }
+                });
                 view.seq = event.seq;
             }
             if !full {

@@ -9,6 +9,7 @@ use switchboard_store::{conformance, EventRecord, MemoryStore, SqliteStore, Stor
 #[tokio::test]
 async fn memory_store_conforms() {
     conformance::run(&MemoryStore::new()).await;
+    conformance::documents(&MemoryStore::new()).await;
 }
 
 #[tokio::test]

@@ -22,6 +22,11 @@ async fn postgres_store_conforms() {
     let Some(server) = Postgres::start() else { return };
     let store = PostgresStore::connect(&server.url()).await.unwrap();
     conformance::run(&store).await;
+    conformance::documents(&store).await;
+    // Two nodes (two pools) share them.
+    let other = PostgresStore::connect(&server.url()).await.unwrap();
+    use switchboard_store::Documents as _;
+    assert_eq!(other.document("tokens").await.unwrap().map(|doc| doc.version), Some(4));
 }
 
 /// Two stores are two nodes: each has its own pool. Appending the same seqs to one session at
