@@ -180,3 +180,25 @@ impl Daemon {
         tell(self, &self.notifier, id, &session, &live.route(), told);
     }
 }
+
+/// An after-store observer ([`super::observers`]): what turns cost is charged, and a turn
+/// begun while paused is stopped.
+pub(super) struct Budgets;
+
+impl Observer for Budgets {
+    fn stored<'a>(&'a self, daemon: &'a Arc<Daemon>, s: &'a Stored<'a>) -> Option<Waiting<'a>> {
+        if s.spent > 0.0 {
+            daemon.spend(s.id, s.live, s.spent);
+        } else if s
+            .batch
+            .iter()
+            .any(|event| matches!(event, SessionEvent::State { to: SessionState::Working, .. }))
+            && s.live.paused().is_some()
+        {
+            // (The batch first: it is at hand, where the pause is behind a lock of its own.)
+            // A turn began while paused (one the CLI had queued): it stops.
+            daemon.check_budget(s.id, s.live);
+        }
+        None
+    }
+}

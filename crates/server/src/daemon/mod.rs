@@ -37,6 +37,7 @@ mod fleet;
 mod launch;
 mod live;
 mod notices;
+mod observers;
 mod pump;
 mod record;
 mod relay;
@@ -50,6 +51,7 @@ pub use error::*;
 pub use launch::*;
 pub use live::*;
 use notices::*;
+use observers::*;
 use pump::*;
 pub use record::*;
 pub use subscription::*;
@@ -149,6 +151,8 @@ pub struct Daemon {
     relay_births: Mutex<crate::relay_limits::Window>,
     /// Projections of sessions other nodes run, for what waits in them ([`Daemon::waiting`]).
     remote_views: waiting::RemoteViews,
+    /// Told of each stored batch, in order ([`observers`]).
+    observers: Vec<Box<dyn Observer>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -209,6 +213,13 @@ impl Daemon {
             peers: std::sync::OnceLock::new(),
             relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
             remote_views: waiting::RemoteViews::default(),
+            // After-store observers, in the order they hear of a batch.
+            observers: vec![
+                Box::new(notices::Notices),
+                Box::new(budget::Budgets),
+                Box::new(relay::RelayFrontends),
+                Box::new(pump::Records),
+            ],
             budgets,
             link_key,
             notifier,

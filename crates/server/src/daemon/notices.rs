@@ -1,17 +1,7 @@
 //! What a stored event tells the notifier: permission requests, questions, a turn's end
-//! ([`TurnEnd`]), and the warnings and escalations that come later.
+//! (a [`TurnEnd`] the projection read), and the warnings and escalations that come later.
 
 use super::*;
-
-/// A turn of the main conversation that ended, as the projection read it, at `index` in its
-/// batch.
-pub(super) struct TurnEnd {
-    pub(super) index: usize,
-    pub(super) subtype: String,
-    pub(super) interrupted: bool,
-    pub(super) failed: bool,
-    pub(super) result: Option<String>,
-}
 
 /// Queues a notice for each event of `batch` (stored after `before`) a person may want to
 /// hear of: a permission request or a question (with its link), a turn's end (`turn_ends`,
@@ -210,4 +200,17 @@ pub(super) fn later(
             daemon.notifier.queue(&notice, pick, link);
         }
     });
+}
+
+/// An after-store observer ([`super::observers`]): what a person may want to hear of goes to
+/// the notifier.
+pub(super) struct Notices;
+
+impl Observer for Notices {
+    fn stored<'a>(&'a self, daemon: &'a Arc<Daemon>, s: &'a Stored<'a>) -> Option<Waiting<'a>> {
+        if !daemon.notifier.is_idle() {
+            notify(daemon, &daemon.notifier, s.id, s.live, s.batch, s.turn_ends, s.before);
+        }
+        None
+    }
 }

@@ -353,37 +353,21 @@ pub(super) async fn publish(
     let mut turn_ends = Vec::new();
     let mut spent = 0.0;
     let changed = project(live, batch, &mut turn_ends, &mut spent);
-    if !daemon.notifier.is_idle() {
-        notify(daemon, &daemon.notifier, id, live, batch, &turn_ends, *seq);
-    }
-    if spent > 0.0 {
-        daemon.spend(id, live, spent);
-    } else if batch
-        .iter()
-        .any(|event| matches!(event, SessionEvent::State { to: SessionState::Working, .. }))
-        && live.paused().is_some()
-    {
-        // (The batch first: it is at hand, where the pause is behind a lock of its own.)
-        // A turn began while paused (one the CLI had queued): it stops.
-        daemon.check_budget(id, live);
-    }
+    let before = *seq;
     *seq += records.len() as u64;
-    if relay {
-        for event in batch {
-            if let SessionEvent::Line(line) = event {
-                if line.direction == LineDirection::FromCli {
-                    daemon.relay_publish(&line.raw).await;
-                }
-            }
+    // The observers first (a budget reached pauses the session before a subscriber sees the
+    // turn's end), then the subscribers.
+    let stored =
+        Stored { id, live, batch, before, turn_ends: &turn_ends, spent, changed, relayed: relay };
+    for observer in &daemon.observers {
+        if let Some(waiting) = observer.stored(daemon, &stored) {
+            waiting.await;
         }
     }
     if let Some(tail) = live.tail() {
         for record in records {
             let _ = tail.send(record);
         }
-    }
-    if changed {
-        daemon.record_changed(live);
     }
     true
 }
@@ -616,5 +600,18 @@ pub(super) fn event_record(
         dir: dir.into(),
         kind: kind.into(),
         payload,
+    }
+}
+
+/// An after-store observer ([`super::observers`]): a record the projection changed is queued
+/// for its writer.
+pub(super) struct Records;
+
+impl Observer for Records {
+    fn stored<'a>(&'a self, daemon: &'a Arc<Daemon>, s: &'a Stored<'a>) -> Option<Waiting<'a>> {
+        if s.changed {
+            daemon.record_changed(s.live);
+        }
+        None
     }
 }

@@ -255,3 +255,24 @@ impl Daemon {
         Ok((next_id, next, number, last))
     }
 }
+
+/// An after-store observer ([`super::observers`]): a relay session's CLI lines go to the
+/// relay's frontends, which may make the pump wait for the slowest of them (none skips a line).
+pub(super) struct RelayFrontends;
+
+impl Observer for RelayFrontends {
+    fn stored<'a>(&'a self, daemon: &'a Arc<Daemon>, s: &'a Stored<'a>) -> Option<Waiting<'a>> {
+        if !s.relayed {
+            return None;
+        }
+        Some(Box::pin(async move {
+            for event in s.batch {
+                if let SessionEvent::Line(line) = event {
+                    if line.direction == LineDirection::FromCli {
+                        daemon.relay_publish(&line.raw).await;
+                    }
+                }
+            }
+        }))
+    }
+}
