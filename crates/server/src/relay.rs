@@ -296,10 +296,10 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                             Err(fenced) => Err(fenced),
                         };
                         match may {
-                            Ok(()) => {
-                                daemon.note_sender(&id, &by);
-                                handle.send_message(*user).await.map_err(|error| error.to_string())
-                            }
+                            Ok(()) => handle
+                                .send_message_from(*user, Some(by))
+                                .await
+                                .map_err(|error| error.to_string()),
                             Err(refused) => Err(refused.to_string()),
                         }
                     }

@@ -113,7 +113,7 @@ pub enum SessionError {
 /// What a handle asks of the actor. The payloads are boxed: a queue holds its slots from the
 /// start (tokio allocates them 32 at a time), and this keeps an idle session's at 24 bytes each.
 enum Command {
-    SendUser(Box<UserMessage>),
+    SendUser(Box<UserMessage>, Option<String>),
     Control(Box<ControlRequestPayload>, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     AnswerPermission(Box<Answer<PermissionAnswer>>, oneshot::Sender<Result<(), AnswerError>>),
     AnswerHook(Box<Answer<Value>>, oneshot::Sender<Result<(), AnswerError>>),
@@ -437,8 +437,8 @@ impl Actor {
                 woken = Woken::CommandsClosed;
             }
             Wake::Command(Some(command)) => match command {
-                Command::SendUser(message) => {
-                    let effects = self.core.send_user(*message);
+                Command::SendUser(message, by) => {
+                    let effects = self.core.send_user_from(*message, by);
                     self.apply(effects).await;
                 }
                 Command::Control(payload, reply) => {
@@ -709,7 +709,17 @@ impl SessionHandle {
 
     /// Sends a user message. While a turn runs the CLI queues it and runs it as its own turn.
     pub async fn send_message(&self, message: UserMessage) -> Result<(), SessionError> {
-        let command = Command::SendUser(Box::new(message));
+        self.send_message_from(message, None).await
+    }
+
+    /// Sends a user message from `by` (`token NAME (CHANNEL)`): a permission request of the
+    /// turns it starts records `by` as who started it (the sender travels with the message).
+    pub async fn send_message_from(
+        &self,
+        message: UserMessage,
+        by: Option<String>,
+    ) -> Result<(), SessionError> {
+        let command = Command::SendUser(Box::new(message), by);
         self.commands.send(command).await.map_err(|_| SessionError::Ended)
     }
 

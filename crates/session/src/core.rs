@@ -252,6 +252,10 @@ pub struct SessionSnapshot {
     pub turns: u64,
     /// User messages sent whose turn has not ended.
     pub queued_turns: u64,
+    /// Who sent the latest user message, as its sender named itself
+    /// ([`SessionCore::send_user_from`]): the turn's starter a permission request records.
+    /// `None` when the latest came without a name.
+    pub sender: Option<String>,
     /// Total cost in US dollars, as the CLI reports it (cumulative per process; 2.1.330 also
     /// counts earlier runs of a resumed session).
     pub cost_usd: f64,
@@ -379,6 +383,7 @@ impl SessionCore {
                 disconnected_since_ms: None,
                 turns: 0,
                 queued_turns: 0,
+                sender: None,
                 cost_usd: 0.0,
                 pending_permissions: Vec::new(),
                 pending_hooks: Vec::new(),
@@ -473,8 +478,15 @@ impl SessionCore {
     ///
     /// A prompt without a `uuid` gets one: the CLI runs a `uuid` once, so a prompt sent again
     /// after a reconnect cannot run twice, and its echo says that it arrived.
-    pub fn send_user(&mut self, mut message: UserMessage) -> Vec<Effect> {
+    pub fn send_user(&mut self, message: UserMessage) -> Vec<Effect> {
+        self.send_user_from(message, None)
+    }
+
+    /// [`SessionCore::send_user`] from `by` (`token NAME (CHANNEL)`, say): a permission request
+    /// asked from now on records `by` as who started its turn, once, here.
+    pub fn send_user_from(&mut self, mut message: UserMessage, by: Option<String>) -> Vec<Effect> {
         self.changed = true;
+        self.snapshot.sender = by;
         if message.uuid.is_none() {
             message.uuid = Some(uuid::Uuid::new_v4().to_string());
         }
@@ -1297,7 +1309,7 @@ impl SessionCore {
                     timeout_secs: self.policy.ask_timeout.as_secs(),
                     asked_at_ms: now_ms(),
                     always_allows: session_rule(request),
-                    started_by: None,
+                    started_by: self.snapshot.sender.clone(),
                 };
                 self.asked.insert(
                     request_id.to_owned(),

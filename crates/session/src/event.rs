@@ -122,8 +122,9 @@ pub struct PendingPermission {
     #[serde(default)]
     pub always_allows: String,
     /// Who started the turn that asks: whoever sent the CLI its latest message
-    /// (`token NAME (CHANNEL)`, `relay frontend (relay)`), as the daemon knows it. `None` when
-    /// unknown (a session run without a daemon, a turn begun in a terminal).
+    /// (`token NAME (CHANNEL)`, `relay frontend (relay)`), as it came with that message
+    /// (`SessionHandle::send_message_from`). `None` when unknown (a session run without a
+    /// daemon, a turn begun in a terminal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
 }

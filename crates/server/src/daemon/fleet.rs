@@ -269,8 +269,7 @@ impl Daemon {
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
         }
-        handle.send_message(message).await?;
-        self.note_sender(id, by);
+        handle.send_message_from(message, Some(by.to_owned())).await?;
         Ok(())
     }
 

@@ -112,9 +112,6 @@ pub(super) struct LiveSession {
     pub(super) lost: std::sync::atomic::AtomicU64,
     /// The record changed and waits for the daemon's record writer (queued once until then).
     pub(super) record_dirty: std::sync::atomic::AtomicBool,
-    /// Who sent the CLI its last message (`token NAME (CHANNEL)`, `relay frontend (relay)`):
-    /// a permission request records it as who started the turn.
-    pub(super) sender: Mutex<Option<String>>,
     /// Why the session is paused (a budget it reached), while it is.
     pub(super) paused: Mutex<Option<String>>,
     /// Who hears of it: its policy's `[notify]`, with its own `notify` channels.
@@ -150,7 +147,6 @@ impl LiveSession {
             store_failing: std::sync::atomic::AtomicBool::new(false),
             lost: std::sync::atomic::AtomicU64::new(0),
             record_dirty: std::sync::atomic::AtomicBool::new(false),
-            sender: Mutex::new(None),
             paused: Mutex::new(None),
             route: Mutex::new(switchboard_session::NotifyRoute::default()),
             budget_check: Mutex::new(()),
@@ -175,16 +171,10 @@ impl LiveSession {
             .unwrap_or(false)
     }
 
-    /// Notes who sent the CLI its latest message.
-    pub(super) fn set_sender(&self, by: Option<String>) {
-        if let Ok(mut sender) = self.sender.lock() {
-            *sender = by;
-        }
-    }
-
-    /// Who sent the CLI its latest message.
+    /// Who sent the CLI its latest message, as the session's core knows it (the sender travels
+    /// with each message); `None` when it runs nowhere here.
     pub(super) fn sender(&self) -> Option<String> {
-        self.sender.lock().ok().and_then(|sender| sender.clone())
+        self.handle().and_then(|handle| handle.snapshot().sender)
     }
 
     /// Begins the next run, with `handle`; its number. A run whose CLI still runs is not

@@ -447,14 +447,6 @@ impl Daemon {
             .unwrap_or(0)
     }
 
-    /// Notes who sent session `id`'s CLI its latest message (a relay frontend's goes to the
-    /// handle directly): its next permission requests record them as who started the turn.
-    pub fn note_sender(&self, id: &str, by: &str) {
-        if let Some(live) = self.live(id) {
-            live.set_sender(Some(by.to_owned()));
-        }
-    }
-
     /// How often CLI sockets are pinged.
     pub fn ping_interval(&self) -> Duration {
         self.config.ping_interval.unwrap_or(PING_INTERVAL)
@@ -979,16 +971,15 @@ impl Daemon {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
-        // A new run starts with no sender but its first prompt's (a resumed CLI's turns are
-        // not the last run's sender's).
-        live.set_sender(prompt.as_ref().and_then(|(_, by)| by.clone()));
         if let Ok(mut slot) = live.route.lock() {
             *slot = route;
         }
         events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
-        if let Some((prompt, _)) = prompt {
-            handle.send_text(prompt).await?;
+        // The first prompt carries its sender, as every message does (a new run's core starts
+        // with none: a resumed CLI's turns are not the last run's sender's).
+        if let Some((prompt, by)) = prompt {
+            handle.send_message_from(switchboard_protocol::UserMessage::prompt(prompt), by).await?;
         }
         Ok(())
     }

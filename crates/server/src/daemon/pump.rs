@@ -143,18 +143,8 @@ impl Pump {
         }
     }
 
-    pub(super) async fn take(&mut self, mut batch: Vec<SessionEvent>) {
+    pub(super) async fn take(&mut self, batch: Vec<SessionEvent>) {
         let daemon = self.daemon.clone();
-        // A permission request records who started the turn: whoever sent the CLI its latest
-        // message (stamped once, here, before it is stored: every projection reads it).
-        if batch.iter().any(|event| matches!(event, SessionEvent::PermissionRequested(_))) {
-            let sender = self.live.sender();
-            for event in &mut batch {
-                if let SessionEvent::PermissionRequested(pending) = event {
-                    pending.started_by = pending.started_by.take().or_else(|| sender.clone());
-                }
-            }
-        }
         let mut rest: &[SessionEvent] = &batch;
         while !rest.is_empty() {
             let rotation = if self.relay { rotation_point(&self.live, rest) } else { None };

@@ -215,6 +215,36 @@ fn policy_decides_without_a_person() {
 }
 
 #[test]
+fn a_request_records_who_sent_the_latest_message_once() {
+    let mut core = core("");
+    started(&mut core);
+    let asked = |effects: &[Effect]| {
+        effects.iter().find_map(|effect| match effect {
+            Effect::Emit(SessionEvent::PermissionRequested(pending)) => {
+                Some(pending.started_by.clone())
+            }
+            _ => None,
+        })
+    };
+    let effects = core.on_line(can_use_tool("r0", "touch a"));
+    assert_eq!(asked(&effects), Some(None), "no message yet: nobody started it");
+    core.send_user_from(UserMessage::prompt("go"), Some("token phone (api)".into()));
+    let effects = core.on_line(can_use_tool("r1", "touch x"));
+    assert_eq!(asked(&effects), Some(Some("token phone (api)".into())));
+    assert_eq!(core.snapshot().sender.as_deref(), Some("token phone (api)"));
+    // The next message's sender starts the next requests; one without a name, nobody.
+    core.send_user_from(UserMessage::prompt("more"), Some("relay frontend (relay)".into()));
+    let effects = core.on_line(can_use_tool("r2", "touch y"));
+    assert_eq!(asked(&effects), Some(Some("relay frontend (relay)".into())));
+    core.send_user(UserMessage::prompt("anon"));
+    let effects = core.on_line(can_use_tool("r3", "touch z"));
+    assert_eq!(asked(&effects), Some(None));
+    let waiting: Vec<Option<String>> =
+        core.snapshot().pending_permissions.into_iter().map(|p| p.started_by).collect();
+    assert_eq!(waiting.len(), 4);
+}
+
+#[test]
 fn ask_waits_for_a_person_and_the_first_answer_wins() {
     let mut core = core("");
     started(&mut core);
