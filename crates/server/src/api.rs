@@ -17,7 +17,7 @@ use switchboard_session::PendingPermission;
 use switchboard_store::SessionRecord;
 
 use crate::auth::{require_auth, require_scope, AuthConfig};
-use crate::daemon::{is_final_state, CreateSession, Daemon, Subscribed};
+use crate::daemon::{CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
 use crate::extract::{Body, Params, Upgrade};
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
@@ -325,7 +325,7 @@ pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView 
     let node_lost = daemon.node_lost(&record);
     let elsewhere = daemon.runs_elsewhere(&record);
     let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
-        && !is_final_state(&record.state);
+        && !record.state.is_final();
     let (disconnected_since_ms, slash_commands) = match snapshot {
         Some(snapshot) => (snapshot.disconnected_since_ms, snapshot.slash_commands),
         None => (None, Vec::new()),

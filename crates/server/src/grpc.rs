@@ -952,21 +952,21 @@ fn decided_by(by: &DecidedBy) -> String {
 }
 
 fn status_of(state: SessionState) -> pb::Status {
-    status_named(state.as_str())
+    status_named(crate::daemon::record_state(state, false))
 }
 
-/// A session state's name as the enum (UNSPECIFIED for one this schema does not know).
-fn status_named(state: &str) -> pb::Status {
+/// A session's state as the enum.
+fn status_named(state: switchboard_store::RecordState) -> pb::Status {
+    use switchboard_store::RecordState;
     match state {
-        "starting" => pb::Status::Starting,
-        "idle" => pb::Status::Idle,
-        "working" => pb::Status::Working,
-        "awaiting_permission" => pb::Status::AwaitingPermission,
-        "compacting" => pb::Status::Compacting,
-        "exited" => pb::Status::Exited,
-        "crashed" => pb::Status::Crashed,
-        "paused" => pb::Status::Paused,
-        _ => pb::Status::Unspecified,
+        RecordState::Starting => pb::Status::Starting,
+        RecordState::Idle => pb::Status::Idle,
+        RecordState::Working => pb::Status::Working,
+        RecordState::AwaitingPermission => pb::Status::AwaitingPermission,
+        RecordState::Compacting => pb::Status::Compacting,
+        RecordState::Exited => pb::Status::Exited,
+        RecordState::Crashed => pb::Status::Crashed,
+        RecordState::Paused => pb::Status::Paused,
     }
 }
 
@@ -989,13 +989,13 @@ async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> p
     let view = crate::api::view(daemon, record).await;
     let record = view.record;
     pb::Session {
-        status: status_named(&record.state).into(),
+        status: status_named(record.state).into(),
         id: record.id,
         claude_session_id: record.claude_session_id,
         cwd: record.cwd,
         model: record.model,
         permission_mode: record.permission_mode,
-        state: record.state,
+        state: record.state.as_str().to_owned(),
         title: record.title,
         cost_usd: record.cost_usd,
         created_ms: i64::try_from(record.created_ms).unwrap_or(i64::MAX),

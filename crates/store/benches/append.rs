@@ -77,7 +77,7 @@ async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) ->
             cwd: "/".into(),
             model: None,
             permission_mode: None,
-            state: "working".into(),
+            state: switchboard_store::RecordState::Working,
             title: None,
             cost_usd: 0.0,
             created_ms: 0,

@@ -11,7 +11,7 @@ fn session(id: &str, updated_ms: u64) -> SessionRecord {
         cwd: "/work".to_owned(),
         model: None,
         permission_mode: None,
-        state: "starting".to_owned(),
+        state: crate::RecordState::Starting,
         title: Some(format!("session {id}")),
         cost_usd: 0.0,
         created_ms: updated_ms,
@@ -107,7 +107,7 @@ async fn sessions(store: &dyn Store) {
     assert_eq!(listed, ["b", "a"], "most recently updated first");
     let mut a = store.get_session("a").await.unwrap().unwrap();
     assert_eq!(a, session("a", 10), "a record reads back as written");
-    a.state = "idle".into();
+    a.state = crate::RecordState::Idle;
     a.cost_usd = 0.125;
     a.claude_session_id = Some("claude-1".into());
     a.updated_ms = 40;

@@ -93,6 +93,73 @@ pub struct EventRecord {
     pub payload: String,
 }
 
+/// A session's state as its record keeps it: its CLI's state, or `paused` (a budget holds it).
+/// Text in the database (`starting`, `idle`, ...), as in every client's JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// The CLI is starting.
+    Starting,
+    /// Waiting for a prompt.
+    Idle,
+    /// A turn is running.
+    Working,
+    /// A turn waits for a person to answer a permission request.
+    AwaitingPermission,
+    /// The CLI is compacting the conversation.
+    Compacting,
+    /// A budget it reached holds it: it takes no message until a person raises the budget.
+    Paused,
+    /// The CLI exited normally (or was ended).
+    Exited,
+    /// The CLI died unexpectedly (or its log could not be written).
+    Crashed,
+}
+
+impl RecordState {
+    /// Every state.
+    pub const ALL: [RecordState; 8] = [
+        RecordState::Starting,
+        RecordState::Idle,
+        RecordState::Working,
+        RecordState::AwaitingPermission,
+        RecordState::Compacting,
+        RecordState::Paused,
+        RecordState::Exited,
+        RecordState::Crashed,
+    ];
+
+    /// Its text (`awaiting_permission`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::Starting => "starting",
+            RecordState::Idle => "idle",
+            RecordState::Working => "working",
+            RecordState::AwaitingPermission => "awaiting_permission",
+            RecordState::Compacting => "compacting",
+            RecordState::Paused => "paused",
+            RecordState::Exited => "exited",
+            RecordState::Crashed => "crashed",
+        }
+    }
+
+    /// The state `text` names, if any.
+    pub fn parse(text: &str) -> Option<RecordState> {
+        RecordState::ALL.into_iter().find(|state| state.as_str() == text)
+    }
+
+    /// Whether the session ended (exited or crashed): it runs nowhere until resumed.
+    pub fn is_final(self) -> bool {
+        matches!(self, RecordState::Exited | RecordState::Crashed)
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A session's record: what a list of sessions shows, and what resuming one needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
@@ -106,8 +173,8 @@ pub struct SessionRecord {
     pub model: Option<String>,
     /// Permission mode in force.
     pub permission_mode: Option<String>,
-    /// `starting`, `idle`, `working`, `awaiting_permission`, `compacting`, `exited`, `crashed`.
-    pub state: String,
+    /// Its state (text in the database).
+    pub state: RecordState,
     /// A title (the first prompt, shortened).
     pub title: Option<String>,
     /// Cost so far, US dollars.

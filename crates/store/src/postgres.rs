@@ -28,7 +28,9 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
-use crate::{EventRecord, NewOutboxItem, OutboxItem, SessionRecord, Store, StoreError};
+use crate::{
+    EventRecord, NewOutboxItem, OutboxItem, RecordState, SessionRecord, Store, StoreError,
+};
 
 /// Connections the pool keeps at most.
 pub const POOL_SIZE: usize = 16;
@@ -298,7 +300,15 @@ fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
         cwd: row.get("cwd"),
         model: row.get("model"),
         permission_mode: row.get("permission_mode"),
-        state: row.get("state"),
+        state: {
+            let text: String = row.get("state");
+            RecordState::parse(&text).ok_or_else(|| {
+                StoreError::Database(format!(
+                    "session {}: {text:?} is not a session state",
+                    row.get::<_, String>("id")
+                ))
+            })?
+        },
         title: row.get("title"),
         cost_usd: row.get("cost_usd"),
         created_ms: unsigned(row.get("created_ms")),
@@ -335,6 +345,7 @@ fn event_row(row: &tokio_postgres::Row) -> Result<EventRecord, StoreError> {
 /// id, `$13` the node).
 struct Columns<'a> {
     record: &'a SessionRecord,
+    state: &'static str,
     created_ms: i64,
     updated_ms: i64,
     config: String,
@@ -344,6 +355,7 @@ impl<'a> Columns<'a> {
     fn of(record: &'a SessionRecord) -> Result<Columns<'a>, StoreError> {
         Ok(Columns {
             record,
+            state: record.state.as_str(),
             created_ms: big(record.created_ms, "created_ms")?,
             updated_ms: big(record.updated_ms, "updated_ms")?,
             config: record.config.to_string(),
@@ -358,7 +370,7 @@ impl<'a> Columns<'a> {
             &record.cwd,
             &record.model,
             &record.permission_mode,
-            &record.state,
+            &self.state,
             &record.title,
             &record.cost_usd,
             &self.created_ms,

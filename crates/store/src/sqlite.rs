@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::chunks;
 use crate::journal::{self, Appended, Entry, Journal};
-use crate::{EventRecord, SessionRecord, Store, StoreError};
+use crate::{EventRecord, RecordState, SessionRecord, Store, StoreError};
 
 /// Read connections kept open.
 pub const READ_CONNECTIONS: usize = 4;
@@ -723,7 +723,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
-                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
+                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
                     record.archived, record.node
                 ],
@@ -734,7 +734,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                 "UPDATE sessions SET claude_session_id = ?2, cwd = ?3, model = ?4, permission_mode = ?5, state = ?6,
                  title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12 WHERE id = ?1 AND node IS ?13",
                 params![
-                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state,
+                    record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
                     record.archived, record.node
                 ],
@@ -805,7 +805,16 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> 
         cwd: row.get(2)?,
         model: row.get(3)?,
         permission_mode: row.get(4)?,
-        state: row.get(5)?,
+        state: {
+            let text: String = row.get(5)?;
+            RecordState::parse(&text).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    5,
+                    rusqlite::types::Type::Text,
+                    format!("{text:?} is not a session state").into(),
+                )
+            })?
+        },
         title: row.get(6)?,
         cost_usd: row.get(7)?,
         created_ms: row.get::<_, i64>(8)? as u64,
@@ -1049,7 +1058,7 @@ mod tests {
                 cwd: "/".into(),
                 model: None,
                 permission_mode: None,
-                state: "idle".into(),
+                state: RecordState::Idle,
                 title: None,
                 cost_usd: 0.0,
                 created_ms: 1,

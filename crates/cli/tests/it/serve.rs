@@ -1356,7 +1356,10 @@ async fn sigterm_stops_every_session_stores_it_and_exits_zero() {
     assert_eq!(status.code(), Some(0), "{}", daemon.stderr.await.unwrap());
     // The journal was folded and the lock released: the database opens, the session ended.
     let store = SqliteStore::open(data.path().join("switchboard.db")).unwrap();
-    assert_eq!(store.get_session(&id).await.unwrap().unwrap().state, "exited");
+    assert_eq!(
+        store.get_session(&id).await.unwrap().unwrap().state,
+        switchboard_store::RecordState::Exited
+    );
     let runs = std::fs::read_to_string(data.path().join("cli-runs.json")).unwrap();
     assert_eq!(runs.trim(), "[]", "no CLI left running");
 }

@@ -45,7 +45,7 @@ impl Daemon {
                 let _checking = live.budget_check.lock();
                 if !live.set_paused(Some(why)) {
                     if let Ok(mut record) = live.record.lock() {
-                        record.state = "paused".into();
+                        record.state = RecordState::Paused;
                     }
                     self.record_changed(&live);
                 }
@@ -122,7 +122,7 @@ impl Daemon {
         tracing::info!(session = %id, "goes on: its budget allows it");
         let state = live.handle().map(|handle| handle.snapshot().state);
         if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
-            record.state = state.as_str().to_owned();
+            record.state = record_state(state, false);
         }
         self.record_changed(live);
     }
@@ -148,8 +148,8 @@ impl Daemon {
         if !was_paused {
             tracing::info!(session = %id, "paused: {why}");
             if let Ok(mut record) = live.record.lock() {
-                if !is_final_state(&record.state) {
-                    record.state = "paused".into();
+                if !record.state.is_final() {
+                    record.state = RecordState::Paused;
                 }
             }
             self.record_changed(live);

@@ -8,7 +8,7 @@ impl Daemon {
     /// [`crate::bus`]): the session no longer runs anywhere, and any node may resume it.
     pub fn node_lost(&self, record: &SessionRecord) -> bool {
         self.runs_elsewhere(record)
-            && !matches!(record.state.as_str(), "exited" | "crashed")
+            && !record.state.is_final()
             && record
                 .node
                 .as_deref()
@@ -191,11 +191,7 @@ impl Daemon {
             return Ok(None);
         }
         // A session that ended is nobody's to act on: `not_running` here, as anywhere.
-        let record = self
-            .store
-            .get_session(id)
-            .await?
-            .filter(|record| !matches!(record.state.as_str(), "exited" | "crashed"));
+        let record = self.store.get_session(id).await?.filter(|record| !record.state.is_final());
         Ok(record
             .and_then(|record| record.node)
             .filter(|node| Some(node) != self.config.node.as_ref()))
@@ -368,7 +364,7 @@ impl Daemon {
         });
         let note = event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
         self.store.append(std::slice::from_ref(&note)).await?;
-        record.state = "exited".into();
+        record.state = RecordState::Exited;
         record.updated_ms = now_ms();
         self.store.update_session(record).await?;
         self.announce(record);

@@ -25,7 +25,9 @@ use switchboard_session::{
     EventSink, LineDirection, PendingPermission, Policy, SessionConfig, SessionEvent,
     SessionEvents, SessionHandle, SessionState, SinkFuture, WarmCli, WarmPool, WarmStatus,
 };
-use switchboard_store::{now_ms, Claim, EventRecord, SessionRecord, Store, StoreError};
+use switchboard_store::{
+    now_ms, Claim, EventRecord, RecordState, SessionRecord, Store, StoreError,
+};
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
 use crate::text::invisible;
@@ -328,16 +330,14 @@ impl Daemon {
         for mut record in daemon.store.list_sessions().await? {
             // Another node's sessions are that node's to end (several daemons on one
             // database).
-            if matches!(record.state.as_str(), "exited" | "crashed")
-                || record.node != daemon.config.node
-            {
+            if record.state.is_final() || record.node != daemon.config.node {
                 continue;
             }
             // The record first: if another node took the session over meanwhile (this one
             // was lost), it is that node's now, and nothing of it is written here.
             // The log's end before the record: a note that races a takeover is then refused.
             let last = daemon.store.last_seq(&record.id).await?;
-            record.state = "exited".into();
+            record.state = RecordState::Exited;
             record.updated_ms = now_ms();
             match daemon.store.update_session(&record).await {
                 Ok(()) => {}
@@ -656,10 +656,7 @@ impl Daemon {
             .await?
             .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         let lost = self.node_lost(&record);
-        if record.node != self.config.node
-            && !matches!(record.state.as_str(), "exited" | "crashed")
-            && !lost
-        {
+        if record.node != self.config.node && !record.state.is_final() && !lost {
             let node = record.node.as_deref().unwrap_or("a daemon of its own");
             return Err(DaemonError::OtherNode(format!(
                 "session {id} runs on {node}; resume it there, or once it has stopped"
@@ -700,7 +697,7 @@ impl Daemon {
         if let Err(error) = began.await {
             // Claimed but not started (the log moved under it: the node it was taken from
             // still wrote): it is this node's now, and stopped, so that it can be resumed again.
-            record.state = "exited".into();
+            record.state = RecordState::Exited;
             record.updated_ms = now_ms();
             if let Err(stored) = self.store.update_session(&record).await {
                 tracing::error!(session = %id, error = %stored, "cannot mark a failed resume stopped");
@@ -737,7 +734,7 @@ impl Daemon {
             last += 1;
         }
         self.note_started(id, last, true, false, false).await?;
-        record.state = "starting".into();
+        record.state = RecordState::Starting;
         record.updated_ms = now_ms();
         self.store.update_session(record).await?;
         self.start(record.clone(), config, transport, None, last + 1, None).await
@@ -1157,10 +1154,7 @@ impl Daemon {
                 Ok(handle)
             }
             Err(not_running) => match self.store.get_session(id).await? {
-                Some(record)
-                    if self.runs_elsewhere(&record)
-                        && !matches!(record.state.as_str(), "exited" | "crashed") =>
-                {
+                Some(record) if self.runs_elsewhere(&record) && !record.state.is_final() => {
                     Err(self.elsewhere(&record))
                 }
                 Some(_) => Err(not_running),
@@ -1208,7 +1202,7 @@ impl Daemon {
             cwd: String::new(),
             model: None,
             permission_mode: None,
-            state: "starting".into(),
+            state: RecordState::Starting,
             title: None,
             cost_usd: 0.0,
             created_ms: now,
@@ -1223,7 +1217,7 @@ impl Daemon {
         // ended here (its CLI died with its node); without a bus, it is that node's to stop.
         if self.handle(id).is_err() {
             if let Some(mut record) = self.store.get_session(id).await? {
-                let running = !matches!(record.state.as_str(), "exited" | "crashed");
+                let running = !record.state.is_final();
                 if running && self.owned_elsewhere(&record) {
                     if self.node_lost(&record) {
                         let here = self.config.node.as_deref().unwrap_or_default();
@@ -1275,7 +1269,7 @@ impl Daemon {
         // it; here, only a session that no longer runs there (stopped, or its node lost) is
         // deleted, its worktree left where it is.
         let tree = if tree.is_some() && self.owned_elsewhere(&record) {
-            if !matches!(record.state.as_str(), "exited" | "crashed") && !self.node_lost(&record) {
+            if !record.state.is_final() && !self.node_lost(&record) {
                 return Err(self.elsewhere(&record));
             }
             tracing::warn!(session = %id, "deleted on another node than its own: its worktree stays on that node's machine");
@@ -1381,7 +1375,7 @@ mod tests {
             cwd: "/".into(),
             model: None,
             permission_mode: None,
-            state: "starting".into(),
+            state: RecordState::Starting,
             title: None,
             cost_usd: 0.0,
             created_ms: 0,

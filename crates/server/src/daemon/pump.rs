@@ -481,7 +481,7 @@ pub(super) async fn fail_session(
         });
     }
     if let Ok(mut record) = live.record.lock() {
-        record.state = "crashed".into();
+        record.state = RecordState::Crashed;
         record.updated_ms = now_ms();
     }
     let _ = daemon
@@ -549,8 +549,7 @@ pub(super) fn project(
     let view = projector.view();
     if let Some(state) = view.state {
         // A paused session reads so until it is let go on or ends.
-        let paused = !state.is_final() && live.paused().is_some();
-        record.state = if paused { "paused".to_owned() } else { state.as_str().to_owned() };
+        record.state = record_state(state, live.paused().is_some());
     }
     if view.claude_session_id.is_some() {
         record.claude_session_id.clone_from(&view.claude_session_id);

@@ -83,7 +83,17 @@ pub fn is_terminal(record: &SessionRecord) -> bool {
     record.config["transport"] == "terminal"
 }
 
-/// Whether a session state string is final.
-pub fn is_final_state(state: &str) -> bool {
-    matches!(state, "exited" | "crashed")
+/// A record's state for its CLI's `state`: `paused` while a budget holds a session that has
+/// not ended.
+pub fn record_state(state: SessionState, paused: bool) -> RecordState {
+    match state {
+        _ if paused && !state.is_final() => RecordState::Paused,
+        SessionState::Starting => RecordState::Starting,
+        SessionState::Idle => RecordState::Idle,
+        SessionState::Working => RecordState::Working,
+        SessionState::AwaitingPermission => RecordState::AwaitingPermission,
+        SessionState::Compacting => RecordState::Compacting,
+        SessionState::Exited => RecordState::Exited,
+        SessionState::Crashed => RecordState::Crashed,
+    }
 }

@@ -179,7 +179,7 @@ impl Daemon {
         if let Some(tail) = live.tail() {
             let _ = tail.send(Arc::new(rotated));
         }
-        let state = std::mem::replace(&mut old.state, "exited".into());
+        let state = std::mem::replace(&mut old.state, RecordState::Exited);
         old.updated_ms = now_ms();
         if let Ok(mut record) = live.record.lock() {
             *record = old.clone();

@@ -51,7 +51,7 @@ impl Daemon {
         if let Some(waiting) = self.waiting_here(&record.id) {
             return waiting;
         }
-        if !self.runs_elsewhere(record) || is_final_state(&record.state) || self.node_lost(record) {
+        if !self.runs_elsewhere(record) || record.state.is_final() || self.node_lost(record) {
             self.remote_views.forget(&record.id);
             return Vec::new();
         }

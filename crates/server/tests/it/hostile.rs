@@ -246,7 +246,7 @@ async fn session_with_a_large_event(store: &Arc<dyn Store>, bytes: usize) -> Str
             cwd: "/tmp".into(),
             model: None,
             permission_mode: None,
-            state: "exited".into(),
+            state: switchboard_store::RecordState::Exited,
             title: Some("a large image".into()),
             cost_usd: 0.0,
             created_ms: now,

@@ -556,7 +556,7 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
         cwd: "/tmp".into(),
         model: None,
         permission_mode: None,
-        state: "exited".into(),
+        state: switchboard_store::RecordState::Exited,
         title: None,
         cost_usd: 0.0,
         created_ms: 1,
@@ -2006,7 +2006,7 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
     tokio::time::timeout(WAIT, serving).await.unwrap().unwrap().unwrap();
     // Everything was stored: the session ended, and its end is in its log.
     let stored = store.get_session(&record.id).await.unwrap().unwrap();
-    assert_eq!(stored.state, "exited");
+    assert_eq!(stored.state, switchboard_store::RecordState::Exited);
     let last = store.events_before(&record.id, u64::MAX, 3).await.unwrap();
     assert!(last.iter().any(|event| event.kind == "exited"), "{last:?}");
     // And nothing new starts once it drains.
@@ -2244,12 +2244,15 @@ async fn live_events_never_wait_for_a_record_write() {
         }
     }
     // The store has not had the record since the session began...
-    assert_eq!(store.inner.get_session(&record.id).await.unwrap().unwrap().state, "starting");
+    assert_eq!(
+        store.inner.get_session(&record.id).await.unwrap().unwrap().state,
+        switchboard_store::RecordState::Starting
+    );
     // ...and has it once it takes writes again (the stop's final write follows the others).
     drop(held);
     daemon.stop(&record.id, false).await.unwrap();
     let stored = store.inner.get_session(&record.id).await.unwrap().unwrap();
-    assert_eq!(stored.state, "exited");
+    assert_eq!(stored.state, switchboard_store::RecordState::Exited);
     assert!(stored.cost_usd > 0.0, "{stored:?}");
 }
 
@@ -2271,7 +2274,7 @@ async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let now = daemon.record(&record.id).await.unwrap().unwrap();
-        if now.state == "idle" && now.claude_session_id.is_some() {
+        if now.state == switchboard_store::RecordState::Idle && now.claude_session_id.is_some() {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "the first turn never ended: {now:?}");
@@ -2294,7 +2297,10 @@ async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
         assert!(tokio::time::Instant::now() < deadline, "the session was never stopped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(daemon.record(&record.id).await.unwrap().unwrap().state, "crashed");
+    assert_eq!(
+        daemon.record(&record.id).await.unwrap().unwrap().state,
+        switchboard_store::RecordState::Crashed
+    );
     // Once the store takes events again, the log says how many were lost, in sequence.
     store.set_failing(false);
     daemon.resume(&record.id).await.unwrap();
@@ -2336,8 +2342,10 @@ async fn a_relay_upgrade_abandoned_before_the_101_leaves_no_session() {
     // Every session ends; none waits for a CLI that left before its 101.
     loop {
         let sessions = server.daemon.store().list_sessions().await.unwrap();
-        let waiting: Vec<_> =
-            sessions.iter().filter(|session| session.state == "starting").collect();
+        let waiting: Vec<_> = sessions
+            .iter()
+            .filter(|session| session.state == switchboard_store::RecordState::Starting)
+            .collect();
         if waiting.is_empty() {
             break;
         }
@@ -2479,7 +2487,9 @@ async fn a_full_disk_loses_no_event_and_a_freed_one_takes_them_all() {
     };
     let mut count = 0;
     // The first turn is stored.
-    while daemon.record(&record.id).await.unwrap().unwrap().state != "idle" {
+    while daemon.record(&record.id).await.unwrap().unwrap().state
+        != switchboard_store::RecordState::Idle
+    {
         if let switchboard_server::Subscribed::Event(event) =
             tokio::time::timeout(WAIT, subscription.next()).await.unwrap().unwrap().unwrap()
         {

@@ -325,7 +325,7 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
             cwd: "/tmp/long-project".into(),
             model: Some("claude-opus-5-5".into()),
             permission_mode: Some("default".into()),
-            state: "exited".into(),
+            state: switchboard_store::RecordState::Exited,
             title: Some("A long session".into()),
             cost_usd: 0.0,
             created_ms: now,

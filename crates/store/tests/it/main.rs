@@ -30,7 +30,28 @@ async fn sqlite_keeps_everything_across_reopening() {
     }
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.last_seq("a").await.unwrap(), 100);
-    assert_eq!(store.get_session("a").await.unwrap().unwrap().state, "idle");
+    assert_eq!(
+        store.get_session("a").await.unwrap().unwrap().state,
+        switchboard_store::RecordState::Idle
+    );
+    store.close();
+    drop(store);
+    // Every state is kept as the text it always was; one nobody wrote is an error that names it.
+    {
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        let stored: String = connection
+            .query_row("SELECT state FROM sessions WHERE id = 'a'", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(stored, "idle");
+        connection.execute("UPDATE sessions SET state = 'napping' WHERE id = 'a'", []).unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let error = store.get_session("a").await.unwrap_err().to_string();
+    assert!(error.contains("\"napping\" is not a session state"), "{error}");
+    for state in switchboard_store::RecordState::ALL {
+        assert_eq!(switchboard_store::RecordState::parse(state.as_str()), Some(state));
+        assert_eq!(serde_json::to_value(state).unwrap(), state.as_str(), "the API's text");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
