@@ -1746,7 +1746,7 @@ class SessionView {
     for (const control of this.pausedBar.querySelectorAll('.raise')) control.hidden = !own;
     if (own && document.activeElement !== this.budgetInput) {
       // A suggestion: twice what it has cost, at least a dollar more.
-      const cost = session.config?.spent_usd ?? session.cost_usd ?? 0;
+      const cost = session.spent_usd ?? session.cost_usd ?? 0;
       this.budgetInput.value = String(Math.ceil(Math.max(cost * 2, cost + 1)));
     }
   }

@@ -80,6 +80,7 @@ async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) ->
             state: switchboard_store::RecordState::Working,
             title: None,
             cost_usd: 0.0,
+            spent_usd: 0.0,
             created_ms: 0,
             updated_ms: 0,
             config: serde_json::json!({}),

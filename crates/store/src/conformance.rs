@@ -14,6 +14,7 @@ fn session(id: &str, updated_ms: u64) -> SessionRecord {
         state: crate::RecordState::Starting,
         title: Some(format!("session {id}")),
         cost_usd: 0.0,
+        spent_usd: 0.25,
         created_ms: updated_ms,
         updated_ms,
         config: serde_json::json!({"prompt": "hi"}),

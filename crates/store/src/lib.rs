@@ -177,8 +177,14 @@ pub struct SessionRecord {
     pub state: RecordState,
     /// A title (the first prompt, shortened).
     pub title: Option<String>,
-    /// Cost so far, US dollars.
+    /// Cost so far, US dollars, as its CLI reports it (a CLI's own total, which may start
+    /// again from zero when a session is resumed).
     pub cost_usd: f64,
+    /// What the session spent in all, over every run and CLI (US dollars): the sum of its
+    /// turns' costs, as the projection read each; 0 for a session that has run no turn. Its
+    /// own budget counts this.
+    #[serde(default)]
+    pub spent_usd: f64,
     /// Created (Unix milliseconds).
     pub created_ms: u64,
     /// Last change (Unix milliseconds).

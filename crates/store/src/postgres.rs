@@ -89,6 +89,12 @@ const MIGRATIONS: &[&str] = &[
         text TEXT NOT NULL,
         version BIGINT NOT NULL CHECK (version > 0)
     );",
+    // What a session spent in all, a column of its own (it was a key of `config`, and a record
+    // without it read its CLI's cost instead, which may already hold the turn being counted).
+    "ALTER TABLE switchboard.sessions ADD COLUMN spent_usd DOUBLE PRECISION NOT NULL DEFAULT 0;
+    UPDATE switchboard.sessions SET
+        spent_usd = COALESCE((config::jsonb ->> 'spent_usd')::double precision, cost_usd),
+        config = (config::jsonb - 'spent_usd')::text;",
 ];
 
 /// The store on a PostgreSQL database.
@@ -321,6 +327,7 @@ fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
         })?,
         archived: row.get("archived"),
         node: row.get("node"),
+        spent_usd: row.get("spent_usd"),
     })
 }
 
@@ -342,7 +349,7 @@ fn event_row(row: &tokio_postgres::Row) -> Result<EventRecord, StoreError> {
 }
 
 /// A record's columns as a statement's parameters, in [`SESSION_COLUMNS`]' order (`$1` the
-/// id, `$13` the node).
+/// id, `$13` the node, `$14` what it spent).
 struct Columns<'a> {
     record: &'a SessionRecord,
     state: &'static str,
@@ -362,7 +369,7 @@ impl<'a> Columns<'a> {
         })
     }
 
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 13] {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
         let record = self.record;
         [
             &record.id,
@@ -378,11 +385,12 @@ impl<'a> Columns<'a> {
             &self.config,
             &record.archived,
             &record.node,
+            &record.spent_usd,
         ]
     }
 }
 
-const SESSION_COLUMNS: &str = "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node";
+const SESSION_COLUMNS: &str = "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node, spent_usd";
 
 const EVENT_COLUMNS: &str = "session_id, seq, ts_ms, dir, kind, payload";
 
@@ -392,7 +400,7 @@ impl Store for PostgresStore {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(&format!(
-                "INSERT INTO switchboard.sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (id) DO NOTHING"
+                "INSERT INTO switchboard.sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (id) DO NOTHING"
             ))
             .await
             .map_err(db)?;
@@ -408,7 +416,7 @@ impl Store for PostgresStore {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(
-                "UPDATE switchboard.sessions SET claude_session_id = $2, cwd = $3, model = $4, permission_mode = $5, state = $6, title = $7, cost_usd = $8, created_ms = $9, updated_ms = $10, config = $11, archived = $12 WHERE id = $1 AND node IS NOT DISTINCT FROM $13",
+                "UPDATE switchboard.sessions SET claude_session_id = $2, cwd = $3, model = $4, permission_mode = $5, state = $6, title = $7, cost_usd = $8, created_ms = $9, updated_ms = $10, config = $11, archived = $12, spent_usd = $14 WHERE id = $1 AND node IS NOT DISTINCT FROM $13",
             )
             .await
             .map_err(db)?;

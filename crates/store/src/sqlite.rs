@@ -167,6 +167,14 @@ const MIGRATIONS: &[Migration] = &[
         CREATE UNIQUE INDEX chunks_by_session ON chunks (session, first_seq);",
         chunks::from_events_table,
     ),
+    // What a session spent in all, a column of its own (it was a key of `config`, and a record
+    // without it read its CLI's cost instead, which may already hold the turn being counted).
+    Migration::Sql(
+        "ALTER TABLE sessions ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
+        UPDATE sessions SET spent_usd = COALESCE(json_extract(config, '$.spent_usd'), cost_usd),
+            config = json_remove(config, '$.spent_usd')
+            WHERE json_valid(config);",
+    ),
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
@@ -720,23 +728,24 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
     match op {
         WriteOp::CreateSession(record) => {
             connection.execute(
-                "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                "INSERT INTO sessions (id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node, spent_usd)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
-                    record.archived, record.node
+                    record.archived, record.node, record.spent_usd
                 ],
             )?;
         }
         WriteOp::UpdateSession(record) => {
             let changed = connection.execute(
                 "UPDATE sessions SET claude_session_id = ?2, cwd = ?3, model = ?4, permission_mode = ?5, state = ?6,
-                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12 WHERE id = ?1 AND node IS ?13",
+                 title = ?7, cost_usd = ?8, created_ms = ?9, updated_ms = ?10, config = ?11, archived = ?12, spent_usd = ?14
+                 WHERE id = ?1 AND node IS ?13",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
                     record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
-                    record.archived, record.node
+                    record.archived, record.node, record.spent_usd
                 ],
             )?;
             if changed == 0 {
@@ -822,11 +831,12 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> 
         config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
         archived: row.get(11)?,
         node: row.get(12)?,
+        spent_usd: row.get(13)?,
     })
 }
 
 const SESSION_COLUMNS: &str =
-    "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node";
+    "id, claude_session_id, cwd, model, permission_mode, state, title, cost_usd, created_ms, updated_ms, config, archived, node, spent_usd";
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
@@ -1061,6 +1071,7 @@ mod tests {
                 state: RecordState::Idle,
                 title: None,
                 cost_usd: 0.0,
+                spent_usd: 0.0,
                 created_ms: 1,
                 updated_ms: 1,
                 config: serde_json::json!({}),

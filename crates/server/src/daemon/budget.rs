@@ -77,10 +77,7 @@ impl Daemon {
         // What the session spent in all, over every run and CLI (a CLI's own total may start
         // again from zero on a resume): kept in its record.
         if let Ok(mut record) = live.record.lock() {
-            let spent = spent(&record);
-            if let Some(config) = record.config.as_object_mut() {
-                config.insert("spent_usd".into(), json!(spent + usd));
-            }
+            record.spent_usd += usd;
         }
         self.record_changed(live);
         self.check_budget(id, live);
@@ -93,7 +90,7 @@ impl Daemon {
             .record
             .lock()
             .map(|record| {
-                (spent(&record), record.config.get("max_budget_usd").and_then(Value::as_f64))
+                (record.spent_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
             })
             .ok()?;
         if let Some(max) = max.filter(|max| cost >= *max) {

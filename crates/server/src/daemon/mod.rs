@@ -678,11 +678,11 @@ impl Daemon {
         let launch: Launch = serde_json::from_value(record.config.clone()).map_err(|error| {
             DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
         })?;
-        if let Some(max) = launch.max_budget_usd.filter(|max| spent(&record) >= *max) {
+        if let Some(max) = launch.max_budget_usd.filter(|max| record.spent_usd >= *max) {
             return Err(DaemonError::Budget(format!(
                 "session {id}'s budget of {} is spent ({}); raise it first (PATCH /api/sessions/{id} with max_budget_usd)",
                 crate::budget::dollars(max),
-                crate::budget::dollars(spent(&record))
+                crate::budget::dollars(record.spent_usd)
             )));
         }
         self.daily_limit(None)?;
@@ -1186,13 +1186,8 @@ impl Daemon {
     }
 
     /// A new session's record: `starting` on this node, made now, with `config` and nothing
-    /// spent yet (`spent_usd` 0, so its first turn is counted once: without it, what it had
-    /// spent read as its cost so far, which already held the turn). The caller fills in what
-    /// it knows (cwd, title, model, ...).
-    pub(super) fn new_record(&self, id: &str, mut config: Value) -> SessionRecord {
-        if let Some(config) = config.as_object_mut() {
-            config.insert("spent_usd".into(), json!(0.0));
-        }
+    /// spent yet. The caller fills in what it knows (cwd, title, model, ...).
+    pub(super) fn new_record(&self, id: &str, config: Value) -> SessionRecord {
         let now = now_ms();
         SessionRecord {
             archived: false,
@@ -1205,6 +1200,7 @@ impl Daemon {
             state: RecordState::Starting,
             title: None,
             cost_usd: 0.0,
+            spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
             config,
@@ -1378,6 +1374,7 @@ mod tests {
             state: RecordState::Starting,
             title: None,
             cost_usd: 0.0,
+            spent_usd: 0.0,
             created_ms: 0,
             updated_ms: 0,
             config: Value::Null,

@@ -28,12 +28,6 @@ pub(super) fn worktree_of(record: &SessionRecord) -> Option<crate::worktree::Wor
     serde_json::from_value(record.config.get("worktree")?.clone()).ok()
 }
 
-/// What a session has spent in all: the sum of its turns' costs (`config.spent_usd`), or, for
-/// a record from before that was kept, what its CLI last reported.
-pub(super) fn spent(record: &SessionRecord) -> f64 {
-    record.config.get("spent_usd").and_then(Value::as_f64).unwrap_or(record.cost_usd)
-}
-
 pub(super) fn current_record(live: &LiveSession) -> Option<SessionRecord> {
     live.record.lock().ok().map(|record| record.clone())
 }

@@ -211,21 +211,19 @@ impl Daemon {
             let last = self.store.last_seq(&next_id).await?;
             (record, last)
         } else {
-            let mut record = SessionRecord {
+            let record = SessionRecord {
                 archived: false,
                 node: self.config.node.clone(),
                 id: next_id.clone(),
                 claude_session_id: Some(claude_session_id.to_owned()),
                 state,
                 cost_usd: 0.0,
+                // A new session has spent nothing yet.
+                spent_usd: 0.0,
                 created_ms: now,
                 updated_ms: now,
                 ..old
             };
-            // A new session has spent nothing yet.
-            if let Some(config) = record.config.as_object_mut() {
-                config.insert("spent_usd".into(), json!(0.0));
-            }
             self.store.create_session(&record).await?;
             (record, 0)
         };

@@ -166,13 +166,13 @@ async fn a_first_turn_counts_once_against_a_budget() {
     let first = turn(json!({"cwd": sandbox.workdir(), "prompt": "TURN"})).await;
     let cost = first["cost_usd"].as_f64().unwrap();
     assert!(cost > 0.0, "the CLI reported a cost: {first}");
-    assert_eq!(first["config"]["spent_usd"].as_f64(), Some(cost), "{first}");
+    assert_eq!(first["spent_usd"].as_f64(), Some(cost), "{first}");
 
     let budget = cost * 1.5;
     let second =
         turn(json!({"cwd": sandbox.workdir(), "prompt": "TURN", "max_budget_usd": budget})).await;
     assert_eq!(second["cost_usd"].as_f64(), Some(cost), "the same turn costs the same: {second}");
-    assert_eq!(second["config"]["spent_usd"].as_f64(), Some(cost), "counted once: {second}");
+    assert_eq!(second["spent_usd"].as_f64(), Some(cost), "counted once: {second}");
     assert_eq!(second["state"], "idle", "one turn is within one and a half: {second}");
     server.stop().await;
 }

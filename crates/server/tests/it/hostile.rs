@@ -249,6 +249,7 @@ async fn session_with_a_large_event(store: &Arc<dyn Store>, bytes: usize) -> Str
             state: switchboard_store::RecordState::Exited,
             title: Some("a large image".into()),
             cost_usd: 0.0,
+            spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
             config: serde_json::json!({}),

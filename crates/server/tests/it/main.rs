@@ -559,6 +559,7 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
         state: switchboard_store::RecordState::Exited,
         title: None,
         cost_usd: 0.0,
+        spent_usd: 0.0,
         created_ms: 1,
         updated_ms: 1,
         config: json!({}),

@@ -328,6 +328,7 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
             state: switchboard_store::RecordState::Exited,
             title: Some("A long session".into()),
             cost_usd: 0.0,
+            spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
             config: json!({"cwd": "/tmp/long-project"}),

@@ -725,3 +725,48 @@ async fn every_file_of_the_store_is_its_owners_alone() {
         assert_eq!(mode, 0o600, "{} is readable by others", file.path().display());
     }
 }
+
+/// What the sessions of the release fixtures (`tests/fixtures/release-2026-11-28.*`, written
+/// by the release of that day) read as once migrated: each one's `spent_usd` a field of its
+/// own (taken from its config, else its cost), its config without it, the rest as it was.
+pub(crate) async fn check_release_fixture(store: &dyn Store) {
+    use switchboard_store::RecordState;
+    let read = |id: &'static str| async move { store.get_session(id).await.unwrap().unwrap() };
+    let a = read("a").await;
+    assert_eq!((a.state, a.cost_usd, a.spent_usd), (RecordState::Idle, 0.5, 1.25), "{a:?}");
+    assert_eq!(
+        a.config,
+        serde_json::json!({"cwd": "/work/app", "max_budget_usd": 2.0, "model": "claude-sonnet-4-5"})
+    );
+    let b = read("b").await;
+    assert_eq!((b.state, b.spent_usd, b.archived), (RecordState::Exited, 0.75, true), "{b:?}");
+    assert_eq!(b.config, serde_json::json!({"cwd": "/work/app", "relay": true}));
+    let c = read("c").await;
+    assert_eq!((c.state, c.spent_usd), (RecordState::Paused, 3.0), "{c:?}");
+    assert_eq!(c.config["worktree"]["branch"], "switchboard/cccccccc");
+    assert!(c.config.get("spent_usd").is_none(), "{:?}", c.config);
+    for id in ["a", "b", "c"] {
+        let events = store.events_after(id, 0, 10).await.unwrap();
+        assert_eq!(events.iter().map(|event| event.seq).collect::<Vec<_>>(), [1, 2, 3], "{id}");
+    }
+    assert_eq!(store.list_sessions().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_database_from_the_last_release_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.db");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/release-2026-11-28.db");
+    std::fs::copy(fixture, &path).unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    check_release_fixture(&store).await;
+    // What a later write keeps is read back as written, and again after reopening.
+    let mut a = store.get_session("a").await.unwrap().unwrap();
+    a.spent_usd += 0.5;
+    store.update_session(&a).await.unwrap();
+    store.close();
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get_session("a").await.unwrap().unwrap().spent_usd, 1.75);
+}

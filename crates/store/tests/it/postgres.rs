@@ -149,3 +149,23 @@ async fn bad_urls_are_named_without_the_password() {
         .to_string();
     assert!(error.to_lowercase().contains("tls"), "{error}");
 }
+
+/// A PostgreSQL database written by the release of 2026-11-28 (its `pg_dump`, in
+/// `tests/fixtures`) is migrated when a store connects, and reads as the SQLite one does.
+#[tokio::test]
+async fn a_postgres_database_from_the_last_release_is_migrated() {
+    let Some(server) = Postgres::start() else { return };
+    let dump = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/release-2026-11-28.pg.sql"),
+    )
+    .unwrap();
+    let (client, connection) =
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.unwrap();
+    let connection = tokio::spawn(connection);
+    client.batch_execute(&dump).await.unwrap();
+    drop(client);
+    let _ = connection.await;
+    let store = PostgresStore::connect(&server.url()).await.unwrap();
+    crate::check_release_fixture(&store).await;
+}
