@@ -1204,7 +1204,7 @@ async fn serve_subscriber(
                         // what it has not had yet, then close.
                         let last = daemon.store().last_seq(&id).await.unwrap_or(0);
                         'rest: while events.position() < last {
-                            let Ok(item) = tokio::time::timeout(crate::CLOSE_GRACE, events.next()).await else { break };
+                            let Ok(item) = tokio::time::timeout(crate::socket::CLOSE_GRACE, events.next()).await else { break };
                             let Some(frames) = framer.frames(item) else { break };
                             for frame in frames {
                                 if sink.feed(WsMessage::Text(frame.into())).await.is_err() {

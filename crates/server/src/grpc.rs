@@ -550,12 +550,12 @@ async fn follow(
                         }
                         true
                     };
-                    if !matches!(tokio::time::timeout(crate::CLOSE_GRACE, rest).await, Ok(true)) {
+                    if !matches!(tokio::time::timeout(crate::socket::CLOSE_GRACE, rest).await, Ok(true)) {
                         return;
                     }
                 }
                 let goodbye = sender.send(Err(Status::unavailable("the daemon is shutting down")));
-                let _ = tokio::time::timeout(crate::CLOSE_GRACE, goodbye).await;
+                let _ = tokio::time::timeout(crate::socket::CLOSE_GRACE, goodbye).await;
                 return;
             }
         };

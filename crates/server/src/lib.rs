@@ -55,7 +55,7 @@ pub use daemon::{
 pub use data_dir::{DaemonInfo, DataDir};
 pub use error::ApiError;
 pub use serve::{
-    serve, serve_relay, serve_with, ServeOptions, CLOSE_GRACE, H2_IDLE, HEADER_READ_TIMEOUT,
-    MAX_CONNECTIONS,
+    serve, serve_relay, serve_with, ServeOptions, H2_IDLE, HEADER_READ_TIMEOUT, MAX_CONNECTIONS,
 };
+pub use socket::CLOSE_GRACE;
 pub use tokens::{Caller, Scope, Tokens};

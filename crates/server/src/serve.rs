@@ -11,6 +11,7 @@
 //! hold a file descriptor of the daemon's. On shutdown the listener closes first, then open
 //! connections finish their requests, then every session is stopped.
 
+use crate::socket::CLOSE_GRACE;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -561,9 +562,6 @@ impl tokio::io::AsyncWrite for Counted {
         std::pin::Pin::new(&mut self.stream).poll_shutdown(context)
     }
 }
-
-/// How long a stopping daemon waits for its connections to end after it closed them.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

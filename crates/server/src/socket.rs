@@ -7,6 +7,11 @@ use std::sync::Arc;
 use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures::{SinkExt, StreamExt};
 
+/// How long a closing socket or stream gets to say goodbye (a stopping daemon waits this long
+/// for its connections to end after it closed them; a subscriber's last frames, a gRPC
+/// stream's trailer, within it).
+pub const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The largest WebSocket message accepted from a client.
 pub const MAX_WS_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 

@@ -86,8 +86,65 @@ fn module_code(dir: &Path, module: &str) -> String {
         .join("\n")
 }
 
+/// The first segment of every path that starts `crate::` in `code`: `crate::a::b` and
+/// `crate::{a::b, c}` name `a` (and `c`).
+fn crate_paths(code: &str) -> Vec<String> {
+    fn word(text: &str) -> String {
+        text.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect()
+    }
+    let mut names = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The group, to its matching brace; each item's first segment at depth 0.
+            let (mut depth, mut item_start) = (0usize, true);
+            for (index, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_alphanumeric() || c == '_') => {
+                        names.push(word(&group[index..]));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            names.push(word(rest));
+        }
+    }
+    names
+}
+
+/// The names `lib.rs` re-exports, each with the module it comes from (`crate::Daemon` is the
+/// `daemon` module's).
+fn reexports(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let lib = std::fs::read_to_string(dir.join("lib.rs")).unwrap();
+    let code: String = lib
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut names = std::collections::BTreeMap::new();
+    for statement in code.split(';') {
+        let Some(rest) = statement.trim().strip_prefix("pub use ") else { continue };
+        let Some((module, items)) = rest.split_once("::") else { continue };
+        let items = items.trim().trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            let name = item.rsplit(" as ").next().unwrap_or("").trim();
+            if !name.is_empty() {
+                names.insert(name.to_owned(), module.trim().to_owned());
+            }
+        }
+    }
+    names
+}
+
 /// The modules of `crates/server/src` (files, and folders of parts) another module of it names
-/// in code (`crate::name` or `use crate::{name, …}`), outside its tests.
+/// in code (`crate::name`, `use crate::{name, …}`, or a name `lib.rs` re-exports from it),
+/// outside its tests.
 fn server_module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/src");
     let modules: Vec<String> = std::fs::read_dir(&dir)
@@ -101,24 +158,77 @@ fn server_module_graph() -> std::collections::BTreeMap<String, std::collections:
             name.strip_suffix(".rs").filter(|name| *name != "lib").map(str::to_owned)
         })
         .collect();
+    let reexported = reexports(&dir);
     let mut graph = std::collections::BTreeMap::new();
     for module in &modules {
         let code = module_code(&dir, module);
-        let code = code.as_str();
-        let uses: std::collections::BTreeSet<String> = modules
-            .iter()
-            .filter(|other| *other != module)
-            .filter(|other| {
-                code.contains(&format!("crate::{other}::"))
-                    || code.contains(&format!("crate::{other};"))
-                    || code.contains(&format!("use crate::{{{other}"))
-                    || code.contains(&format!("crate::{{{other},"))
+        let uses: std::collections::BTreeSet<String> = crate_paths(&code)
+            .into_iter()
+            .filter_map(|name| {
+                if modules.contains(&name) {
+                    Some(name)
+                } else {
+                    reexported.get(&name).cloned()
+                }
             })
-            .cloned()
+            .filter(|other| other != module)
             .collect();
         graph.insert(module.clone(), uses);
     }
     graph
+}
+
+/// The levels ARCHITECTURE.md gives the server's modules ("Its modules depend on each other
+/// one way …"): each `→` a level down, a parenthesized group one level.
+fn documented_levels() -> Vec<Vec<String>> {
+    let map = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ARCHITECTURE.md"),
+    )
+    .unwrap();
+    let start = map.find("Its modules depend on each other one way").expect("the order is stated");
+    let rest = &map[start..];
+    let first = rest.find("`serve`").expect("it starts at serve");
+    let end = rest.find("; a module may skip levels").expect("the order ends so");
+    rest[first..end]
+        .split('→')
+        .map(|level| level.split('`').skip(1).step_by(2).map(str::to_owned).collect::<Vec<_>>())
+        .collect()
+}
+
+#[test]
+fn the_servers_modules_follow_the_order_architecture_md_states() {
+    let graph = server_module_graph();
+    let levels = documented_levels();
+    let level_of = |module: &str| levels.iter().position(|level| level.iter().any(|m| m == module));
+    for module in graph.keys() {
+        assert!(
+            level_of(module).is_some(),
+            "module {module} has no place in ARCHITECTURE.md's order of the server's modules"
+        );
+    }
+    for level in &levels {
+        for module in level {
+            assert!(graph.contains_key(module), "ARCHITECTURE.md orders {module}, which is gone");
+        }
+    }
+    let mut wrong = Vec::new();
+    for (module, uses) in &graph {
+        for used in uses {
+            if level_of(used) < level_of(module) {
+                wrong.push(format!("{module} → {used}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "these go back up ARCHITECTURE.md's order (move the code, or the order, and say why): {}",
+        wrong.join(", ")
+    );
+    // Seen through lib.rs: `crate::Daemon` is the daemon module's.
+    assert!(
+        reexports(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/src"))["Daemon"]
+            == "daemon"
+    );
 }
 
 #[test]
