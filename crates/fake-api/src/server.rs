@@ -106,6 +106,12 @@ pub struct FakeApi {
     server: tokio::task::JoinHandle<()>,
 }
 
+impl std::fmt::Debug for FakeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeApi").finish_non_exhaustive()
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     shared: Arc<Mutex<Shared>>,

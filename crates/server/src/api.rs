@@ -53,6 +53,12 @@ pub struct Route {
     handler: axum::routing::MethodRouter<Arc<Daemon>>,
 }
 
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route").finish_non_exhaustive()
+    }
+}
+
 /// Every route, defined once: the router is built from this table, and `docs/api.md`
 /// documents exactly these (a test checks both ways).
 pub fn routes() -> Vec<Route> {

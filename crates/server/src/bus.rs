@@ -688,6 +688,12 @@ pub struct RemoteTail {
     task: tokio::task::JoinHandle<()>,
 }
 
+impl std::fmt::Debug for RemoteTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteTail").finish_non_exhaustive()
+    }
+}
+
 impl Drop for RemoteTail {
     fn drop(&mut self) {
         self.task.abort();

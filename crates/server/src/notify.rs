@@ -440,6 +440,12 @@ pub struct Notifier {
     queue: mpsc::UnboundedSender<Vec<NewOutboxItem>>,
 }
 
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier").finish_non_exhaustive()
+    }
+}
+
 /// What the notifier and its senders share.
 struct Shared {
     store: Arc<dyn Store>,

@@ -78,6 +78,12 @@ pub struct Viewer {
     projector: Projector,
 }
 
+impl std::fmt::Debug for Viewer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Viewer").finish_non_exhaustive()
+    }
+}
+
 impl Viewer {
     /// A viewer at the start of a session's log.
     pub fn new() -> Self {

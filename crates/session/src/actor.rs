@@ -144,6 +144,12 @@ pub struct SessionEvents {
     handover: oneshot::Sender<Handover>,
 }
 
+impl std::fmt::Debug for SessionEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEvents").finish_non_exhaustive()
+    }
+}
+
 /// What an [`EventSink`] call returns.
 pub type SinkFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
@@ -218,6 +224,12 @@ pub struct SessionHandle {
     commands: mpsc::Sender<Command>,
     snapshot: watch::Receiver<SessionSnapshot>,
     observers: Observers,
+}
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle").finish_non_exhaustive()
+    }
 }
 
 /// The broadcast for extra observers, created on the first `subscribe` (an idle session with

@@ -352,6 +352,12 @@ pub struct SessionCore {
     results_may_be_lost: bool,
 }
 
+impl std::fmt::Debug for SessionCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCore").finish_non_exhaustive()
+    }
+}
+
 impl SessionCore {
     /// A core deciding permissions with `policy`, for a session in `match_context.cwd`.
     pub fn new(policy: Policy, match_context: MatchContext) -> Self {

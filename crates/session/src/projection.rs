@@ -429,6 +429,12 @@ pub struct Projector {
     touching: HashMap<String, String>,
 }
 
+impl std::fmt::Debug for Projector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projector").finish_non_exhaustive()
+    }
+}
+
 /// The most files a view lists as touched, and the most file-changing calls awaited at once.
 pub const MAX_TOUCHED_FILES: usize = 1000;
 

@@ -105,6 +105,12 @@ pub struct CliSandbox {
     root: TempDir,
 }
 
+impl std::fmt::Debug for CliSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CliSandbox").finish_non_exhaustive()
+    }
+}
+
 impl CliSandbox {
     /// A new sandbox.
     pub fn new() -> std::io::Result<CliSandbox> {

@@ -95,6 +95,12 @@ pub struct Postgres {
     _dir: tempfile::TempDir,
 }
 
+impl std::fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Postgres").finish_non_exhaustive()
+    }
+}
+
 impl Postgres {
     /// Starts a server: `initdb` (superuser `switchboard`, trust on its socket, UTF8), then
     /// `postgres` listening only on a Unix socket in its directory. `None` (with a message)
@@ -246,6 +252,12 @@ fn nats_server() -> Option<PathBuf> {
 pub struct Nats {
     child: Child,
     url: String,
+}
+
+impl std::fmt::Debug for Nats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nats").finish_non_exhaustive()
+    }
 }
 
 impl Nats {

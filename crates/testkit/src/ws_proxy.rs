@@ -47,6 +47,12 @@ pub struct WsProxy {
     task: tokio::task::JoinHandle<()>,
 }
 
+impl std::fmt::Debug for WsProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsProxy").finish_non_exhaustive()
+    }
+}
+
 struct Shared {
     upstream: SocketAddr,
     /// Bumped by every change; connections wait on it.

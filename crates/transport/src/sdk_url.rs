@@ -419,6 +419,7 @@ fn fingerprint(uuid: &str) -> u64 {
 }
 
 /// What reads a CLI connection's frames; see [`IngressSlot::connect`].
+#[allow(missing_debug_implementations)] // A decoder's buffer and a shared end: nothing to show.
 pub struct IngressReader {
     end: Arc<ConnectionEnd>,
     decoder: Decoder,
@@ -427,6 +428,7 @@ pub struct IngressReader {
 }
 
 /// What writes a CLI connection's lines; see [`IngressSlot::connect`].
+#[allow(missing_debug_implementations)] // A queue's guard and a shared end: nothing to show.
 pub struct IngressWriter {
     // Dropped first (fields drop in order): `Disconnected` is sent before the slot is free.
     end: Arc<ConnectionEnd>,

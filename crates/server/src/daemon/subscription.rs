@@ -49,6 +49,12 @@ pub struct Subscription {
     pub(super) done: bool,
 }
 
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
 impl Subscription {
     /// The seq of the last event handed out (or the `after` it started from).
     pub fn position(&self) -> u64 {
