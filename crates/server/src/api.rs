@@ -10,27 +10,21 @@ use axum::routing::{get, patch, post};
 use axum::Extension;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
-use switchboard_protocol::{PermissionMode, UserMessage};
 use switchboard_session::PendingPermission;
-use switchboard_store::SessionRecord;
 
 use crate::auth::{require_auth, require_scope, AuthConfig};
 use crate::daemon::{CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
 use crate::extract::{Body, Params, Upgrade};
+use crate::faces::{permission_mode, replay, user_message, view, viewer_at, SessionView};
+pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
 use crate::tokens::{Caller, Scope};
 
-/// The largest request body accepted (prompts may carry base64 images).
-pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
-
 /// How long the body of a CLI's `POST /session/{slot}/events` may take to arrive.
 pub const INGRESS_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The most events one `GET .../events` returns.
-pub const MAX_EVENTS_PAGE: usize = 5000;
 
 /// Who checks a route's caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,59 +288,6 @@ async fn ingress(
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
-}
-
-/// A session as the API shows it.
-#[derive(Debug, Serialize)]
-pub(crate) struct SessionView {
-    #[serde(flatten)]
-    pub(crate) record: SessionRecord,
-    /// Whether its CLI is running.
-    pub(crate) running: bool,
-    /// Permission requests waiting for a person.
-    pub(crate) pending_permissions: Vec<PendingPermission>,
-    /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
-    disconnected_since_ms: Option<u64>,
-    /// Why the session is paused (`state` is `paused`): the budget it reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    paused: Option<String>,
-    /// The slash commands and skills its CLI offers, while it runs.
-    pub(crate) slash_commands: Vec<switchboard_session::SlashCommandInfo>,
-    /// The node that ran it is lost (several daemons on one database): it runs nowhere now,
-    /// and any node may resume it.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) node_lost: bool,
-    /// It runs (or ran last) on another node: its files, terminal and worktree are there.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) elsewhere: bool,
-}
-
-/// A session as every face shows it: its public record, whether it runs, what waits.
-pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
-    let record = crate::daemon::public_record(record);
-    let pending_permissions = daemon.waiting(&record).await;
-    let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
-    // A session on another node runs as its record says (that node keeps the record), unless
-    // that node is lost.
-    let node_lost = daemon.node_lost(&record);
-    let elsewhere = daemon.runs_elsewhere(&record);
-    let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
-        && !record.state.is_final();
-    let (disconnected_since_ms, slash_commands) = match snapshot {
-        Some(snapshot) => (snapshot.disconnected_since_ms, snapshot.slash_commands),
-        None => (None, Vec::new()),
-    };
-    let paused = daemon.paused(&record.id);
-    SessionView {
-        record,
-        running,
-        pending_permissions,
-        disconnected_since_ms,
-        paused,
-        slash_commands,
-        node_lost,
-        elsewhere,
-    }
 }
 
 async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {
@@ -825,12 +766,6 @@ struct MessageBody {
     content: Value,
 }
 
-/// A prompt's content (a string, or text and image blocks) as a user message, checked by
-/// [`crate::prompt`].
-pub(crate) fn user_message(content: Value) -> Result<UserMessage, ApiError> {
-    crate::prompt::user_message(content).map_err(ApiError::invalid)
-}
-
 async fn send_message(
     State(daemon): State<Arc<Daemon>>,
     Extension(caller): Extension<Caller>,
@@ -886,18 +821,6 @@ async fn set_permission_mode(
     let mode = permission_mode(&body.mode)?;
     daemon.set_permission_mode(&id, mode).await?;
     Ok(Json(json!({"mode": body.mode})))
-}
-
-/// A permission mode's name, or an error that lists the known ones.
-pub(crate) fn permission_mode(name: &str) -> Result<PermissionMode, ApiError> {
-    let mode: PermissionMode = name.parse().unwrap_or_default();
-    if let PermissionMode::Other(other) = &mode {
-        return Err(ApiError::invalid(format!(
-            "unknown mode {other:?} (one of: {})",
-            PermissionMode::KNOWN.join(", ")
-        )));
-    }
-    Ok(mode)
 }
 
 async fn resume(
@@ -1052,41 +975,6 @@ async fn session_view(
         "updates": updates, "first_seq": first_seq, "last_seq": last_seq, "more": more,
     });
     Ok(axum::Json(body).into_response())
-}
-
-/// A viewer that has projected a session's events up to `after`, silently: the state they
-/// leave, for updates from there on.
-pub(crate) async fn viewer_at(
-    daemon: &Daemon,
-    id: &str,
-    after: u64,
-) -> Result<crate::view::Viewer, ApiError> {
-    replay(daemon, id, after, &mut |_, _| {}).await
-}
-
-/// Projects a session's events up to `after`, page by page, each update to `visit`.
-async fn replay(
-    daemon: &Daemon,
-    id: &str,
-    after: u64,
-    visit: &mut impl FnMut(&switchboard_store::EventRecord, crate::view::ViewUpdate),
-) -> Result<crate::view::Viewer, ApiError> {
-    let mut viewer = crate::view::Viewer::new();
-    let mut position = 0;
-    while position < after {
-        let want = usize::try_from(after - position).unwrap_or(usize::MAX).min(MAX_EVENTS_PAGE);
-        let page = daemon
-            .store()
-            .events_after(id, position, want)
-            .await
-            .map_err(crate::daemon::DaemonError::from)?;
-        let Some(last) = page.last() else { break };
-        for record in page.iter().filter(|record| record.seq <= after) {
-            viewer.apply(record, &mut |update| visit(record, update));
-        }
-        position = last.seq;
-    }
-    Ok(viewer)
 }
 
 #[derive(Debug, Deserialize)]

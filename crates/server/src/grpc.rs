@@ -123,7 +123,7 @@ pub async fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> axum::Router {
         reflection().build_v1alpha().expect("the descriptor set compiled from the .proto is valid");
     let streams = Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS));
     let service = SwitchboardServer::new(Api { daemon, streams })
-        .max_decoding_message_size(crate::api::MAX_BODY_BYTES);
+        .max_decoding_message_size(crate::faces::MAX_BODY_BYTES);
     let health = health.max_decoding_message_size(MAX_HEALTH_MESSAGE_BYTES);
     tonic::service::Routes::new(service)
         .add_service(reflection_v1)
@@ -339,7 +339,7 @@ impl Switchboard for Api {
         let by = caller(&request)?.who("grpc", None);
         let request = request.into_inner();
         let mut message = if request.images.is_empty() {
-            crate::api::user_message(Value::String(request.text)).map_err(api_status)?
+            crate::faces::user_message(Value::String(request.text)).map_err(api_status)?
         } else {
             let text = (!request.text.is_empty())
                 .then(|| switchboard_protocol::ContentBlock::text(request.text));
@@ -402,7 +402,7 @@ impl Switchboard for Api {
         request: tonic::Request<pb::SetPermissionModeRequest>,
     ) -> Result<tonic::Response<pb::SetPermissionModeResponse>, Status> {
         let request = request.into_inner();
-        let mode = crate::api::permission_mode(&request.mode).map_err(api_status)?;
+        let mode = crate::faces::permission_mode(&request.mode).map_err(api_status)?;
         self.daemon.set_permission_mode(&request.id, mode).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SetPermissionModeResponse { mode: request.mode }))
     }
@@ -460,7 +460,7 @@ impl Switchboard for Api {
             .watchers()
             .seat(caller.token_name(), Some(&request.id))
             .map_err(|error| api_status(error.into()))?;
-        let viewer = crate::api::viewer_at(&self.daemon, &request.id, request.after_seq)
+        let viewer = crate::faces::viewer_at(&self.daemon, &request.id, request.after_seq)
             .await
             .map_err(api_status)?;
         let (sender, stream) = outbox(&self.daemon);
@@ -984,9 +984,9 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
     }
 }
 
-/// A session as the API shows it ([`crate::api::view`]), as the message.
+/// A session as the API shows it ([`crate::faces::view`]), as the message.
 async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> pb::Session {
-    let view = crate::api::view(daemon, record).await;
+    let view = crate::faces::view(daemon, record).await;
     let record = view.record;
     pb::Session {
         status: status_named(record.state).into(),

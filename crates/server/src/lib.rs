@@ -19,6 +19,7 @@ pub mod data_dir;
 pub mod decisions;
 pub mod error;
 mod extract;
+mod faces;
 mod files;
 mod fleet;
 pub mod frames;

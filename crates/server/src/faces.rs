@@ -1,0 +1,125 @@
+//! What every face shares (REST and WebSocket in `api`, gRPC in `grpc`, the relay): the session
+//! as every face shows it, the checks of a prompt and of a permission mode, the largest body a
+//! request may carry, and a session's view replayed from its log. No face imports another;
+//! each imports this.
+
+use serde::Serialize;
+use serde_json::Value;
+use switchboard_protocol::{PermissionMode, UserMessage};
+use switchboard_session::PendingPermission;
+use switchboard_store::SessionRecord;
+
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+
+/// The most events one page of a session's log holds (`GET …/events`, a replay's page).
+pub const MAX_EVENTS_PAGE: usize = 5000;
+
+/// The largest request body accepted (prompts may carry base64 images).
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// A session as the API shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionView {
+    #[serde(flatten)]
+    pub(crate) record: SessionRecord,
+    /// Whether its CLI is running.
+    pub(crate) running: bool,
+    /// Permission requests waiting for a person.
+    pub(crate) pending_permissions: Vec<PendingPermission>,
+    /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
+    disconnected_since_ms: Option<u64>,
+    /// Why the session is paused (`state` is `paused`): the budget it reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: Option<String>,
+    /// The slash commands and skills its CLI offers, while it runs.
+    pub(crate) slash_commands: Vec<switchboard_session::SlashCommandInfo>,
+    /// The node that ran it is lost (several daemons on one database): it runs nowhere now,
+    /// and any node may resume it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) node_lost: bool,
+    /// It runs (or ran last) on another node: its files, terminal and worktree are there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) elsewhere: bool,
+}
+
+/// A session as every face shows it: its public record, whether it runs, what waits.
+pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
+    let record = crate::daemon::public_record(record);
+    let pending_permissions = daemon.waiting(&record).await;
+    let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
+    // A session on another node runs as its record says (that node keeps the record), unless
+    // that node is lost.
+    let node_lost = daemon.node_lost(&record);
+    let elsewhere = daemon.runs_elsewhere(&record);
+    let running = (snapshot.is_some() || (daemon.runs_elsewhere(&record) && !node_lost))
+        && !record.state.is_final();
+    let (disconnected_since_ms, slash_commands) = match snapshot {
+        Some(snapshot) => (snapshot.disconnected_since_ms, snapshot.slash_commands),
+        None => (None, Vec::new()),
+    };
+    let paused = daemon.paused(&record.id);
+    SessionView {
+        record,
+        running,
+        pending_permissions,
+        disconnected_since_ms,
+        paused,
+        slash_commands,
+        node_lost,
+        elsewhere,
+    }
+}
+
+/// A prompt's content (a string, or text and image blocks) as a user message, checked by
+/// [`crate::prompt`].
+pub(crate) fn user_message(content: Value) -> Result<UserMessage, ApiError> {
+    crate::prompt::user_message(content).map_err(ApiError::invalid)
+}
+
+/// A permission mode's name, or an error that lists the known ones.
+pub(crate) fn permission_mode(name: &str) -> Result<PermissionMode, ApiError> {
+    let mode: PermissionMode = name.parse().unwrap_or_default();
+    if let PermissionMode::Other(other) = &mode {
+        return Err(ApiError::invalid(format!(
+            "unknown mode {other:?} (one of: {})",
+            PermissionMode::KNOWN.join(", ")
+        )));
+    }
+    Ok(mode)
+}
+
+/// A viewer that has projected a session's events up to `after`, silently: the state they
+/// leave, for updates from there on.
+pub(crate) async fn viewer_at(
+    daemon: &Daemon,
+    id: &str,
+    after: u64,
+) -> Result<crate::view::Viewer, ApiError> {
+    replay(daemon, id, after, &mut |_, _| {}).await
+}
+
+/// Projects a session's events up to `after`, page by page, each update to `visit`.
+pub(crate) async fn replay(
+    daemon: &Daemon,
+    id: &str,
+    after: u64,
+    visit: &mut impl FnMut(&switchboard_store::EventRecord, crate::view::ViewUpdate),
+) -> Result<crate::view::Viewer, ApiError> {
+    let mut viewer = crate::view::Viewer::new();
+    let mut position = 0;
+    while position < after {
+        let want = usize::try_from(after - position).unwrap_or(usize::MAX).min(MAX_EVENTS_PAGE);
+        let page = daemon
+            .store()
+            .events_after(id, position, want)
+            .await
+            .map_err(crate::daemon::DaemonError::from)?;
+        let Some(last) = page.last() else { break };
+        for record in page.iter().filter(|record| record.seq <= after) {
+            viewer.apply(record, &mut |update| visit(record, update));
+        }
+        position = last.seq;
+    }
+    Ok(viewer)
+}
