@@ -25,7 +25,7 @@
 
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
-use crate::journal::{put_str, Decoder};
+use crate::encoding::{put_str, Decoder};
 use crate::{EventRecord, StoreError};
 
 /// A chunk holds at most this many events (a fold writes at least one chunk for each session

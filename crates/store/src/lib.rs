@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 mod chunks;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod encoding;
 mod journal;
 mod memory;
 mod postgres;
