@@ -659,5 +659,11 @@ fn main() {
 
 /// A bench daemon runs as many sessions as the bench asks (no `--max-running`).
 fn unlimited() -> switchboard_server::daemon::Placement {
-    switchboard_server::daemon::Placement { max_running: Some(usize::MAX), ..Default::default() }
+    // The relay's own limits are for a tool holding the ingress token; here every CLI is ours
+    // (shape b starts 100 at once, over the 60 a minute a daemon takes by default).
+    switchboard_server::daemon::Placement {
+        max_running: Some(usize::MAX),
+        relay_sessions_per_minute: Some(usize::MAX),
+        ..Default::default()
+    }
 }
