@@ -4,8 +4,11 @@
 #
 #   scripts/outdated.sh           a table of every direct dependency (behind ones marked)
 #   scripts/outdated.sh --json    the same as JSON, for scripts
-#   scripts/outdated.sh --check   exits 1 when any is behind (a dependency held back on purpose
-#                                 says why next to it in its manifest)
+#   scripts/outdated.sh --check   exits 1 when any is behind without a reason
+#
+# A dependency is held, not behind, when a crate from the registry that the workspace builds
+# depends on the same line (axum on tokio-tungstenite 0.29, say): moving on would build the crate
+# twice. The table names who holds it, read from Cargo.lock, so the reason is checked each run.
 #
 # Needs cargo, curl and python3. CRATES_INDEX overrides the index (default
 # https://index.crates.io).
@@ -101,13 +104,42 @@ def newest(name):
             best = (version, entry["vers"])
     return best[1] if best else None
 
+# Who else builds each crate, and at which version: registry packages of Cargo.lock whose
+# dependencies name it ("name" alone when one version is locked, "name version" otherwise).
+import tomllib
+with open("Cargo.lock", "rb") as f:
+    lock = tomllib.load(f)["package"]
+locked = {}
+for package in lock:
+    locked.setdefault(package["name"], []).append(package["version"])
+users = {}
+for package in lock:
+    if not (package.get("source") or "").startswith("registry+"):
+        continue
+    for dep in package.get("dependencies", []):
+        parts = dep.split(" ")
+        version = parts[1] if len(parts) > 1 else locked.get(parts[0], [None])[0]
+        users.setdefault((parts[0], version), set()).add(package["name"])
+
+def holders(name, reqs):
+    """The registry crates that build `name` at the line the workspace asks for."""
+    lines = {requirement_line(req) for req in reqs}
+    found = set()
+    for version in locked.get(name, []):
+        parsed = parse(version)
+        if parsed and line_of(parsed) in lines:
+            found |= users.get((name, version), set())
+    return sorted(found)
+
 rows = []
 for name in sorted(wanted):
     latest = newest(name)
     reqs = sorted(wanted[name])
     latest_line = line_of(parse(latest)) if latest else None
     behind = [req for req in reqs if requirement_line(req) != latest_line]
-    rows.append({"name": name, "requirements": reqs, "newest": latest, "behind": bool(behind)})
+    held_by = holders(name, reqs) if behind else []
+    rows.append({"name": name, "requirements": reqs, "newest": latest,
+                 "behind": bool(behind) and not held_by, "held_by": held_by})
 
 if mode == "json":
     json.dump(rows, sys.stdout, indent=2)
@@ -116,10 +148,14 @@ if mode == "json":
 
 width = max(len(row["name"]) for row in rows)
 for row in rows:
-    mark = "BEHIND" if row["behind"] else "ok"
+    mark = "BEHIND" if row["behind"] else (
+        f"held: {', '.join(row['held_by'])} build{'s' if len(row['held_by']) == 1 else ''} this line"
+        if row["held_by"] else "ok")
     print(f"{row['name']:<{width}}  {', '.join(row['requirements']):<16}  newest {row['newest']:<10}  {mark}")
 behind = [row["name"] for row in rows if row["behind"]]
-print(f"\n{len(behind)} of {len(rows)} direct dependencies behind their newest major" + (f": {', '.join(behind)}" if behind else ""))
+held = [row["name"] for row in rows if row["held_by"]]
+print(f"\n{len(behind)} of {len(rows)} direct dependencies behind their newest major" + (f": {', '.join(behind)}" if behind else "")
+      + (f"; {len(held)} held where another crate builds the same line: {', '.join(held)}" if held else ""))
 if mode == "check" and behind:
     sys.exit(1)
 PY
