@@ -867,12 +867,13 @@ try {
     await bar.waitFor();
     assert.match(await bar.locator('.why').textContent(), /^Paused: its budget of \$0\.000001 is spent/);
     await badge().filter({ hasText: 'paused: budget' }).waitFor();
-    assert.equal(await page.locator('.session-item.current .badge').textContent(), 'paused: budget');
+    // The list hears it from the dashboard's feed, the head from the session's: either may be first.
+    await page.locator('.session-item.current .badge', { hasText: /^paused: budget$/ }).waitFor({ state: 'attached' });
     await shot('session-paused-budget.png');
     await bar.locator('input.budget-input').fill('5');
     await bar.locator('button.raise').click();
     await badge().filter({ hasText: /^idle$/ }).waitFor();
-    assert.equal(await bar.isVisible(), false);
+    await bar.waitFor({ state: 'hidden' });
     const session = await (await fetch(`${base}/api/sessions/${made.id}`, { headers })).json();
     assert.equal(session.config.max_budget_usd, 5);
     await send('AFTER RAISE');
@@ -1000,6 +1001,8 @@ try {
     await page.locator('.session-head .shell-open').click();
     const panel = page.locator('.shell-panel');
     await panel.locator('.shell-status', { hasText: ' in ' }).waitFor();
+    // Typed once the shell has drawn its prompt, as a person would.
+    await panel.locator('.xterm-rows', { hasText: /\S/ }).waitFor();
     await panel.locator('.xterm-helper-textarea').focus();
     await page.keyboard.type('echo TERM_$((6*7)) && ls lib\n');
     await panel.locator('.xterm-rows', { hasText: 'TERM_42' }).waitFor();

@@ -10,9 +10,10 @@
 //! document instead ([`crate::shared`]): every node's turns count against one daily limit,
 //! and a limit changed through one node holds on all.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::shared::SharedDoc;
 
@@ -265,8 +266,7 @@ impl Budgets {
                 woken.notified().await;
                 let Some(doc) = weak.upgrade() else { return };
                 loop {
-                    let sending =
-                        waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+                    let sending = waiting.lock().clone();
                     if sending.usd == 0.0 && sending.tokens.is_empty() {
                         break;
                     }
@@ -278,10 +278,7 @@ impl Budgets {
                         })
                         .await;
                     match added {
-                        Ok(()) => waiting
-                            .lock()
-                            .unwrap_or_else(|poisoned| poisoned.into_inner())
-                            .less(&sending),
+                        Ok(()) => waiting.lock().less(&sending),
                         Err(error) => {
                             tracing::warn!("today's spend is not shared yet: {error}");
                             tokio::time::sleep(crate::shared::REFRESH).await;
@@ -297,14 +294,14 @@ impl Budgets {
     pub fn today(&self) -> Spend {
         match &self.kept {
             Kept::Here { spend, .. } => {
-                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut spend = spend.lock();
                 roll(&mut spend);
                 spend.clone()
             }
             Kept::Shared { doc, unsent, .. } => {
                 let mut spend = doc.get();
                 roll(&mut spend);
-                unsent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).to(&mut spend);
+                unsent.lock().to(&mut spend);
                 spend
             }
         }
@@ -317,7 +314,7 @@ impl Budgets {
         }
         match &self.kept {
             Kept::Here { spend, save } => {
-                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut spend = spend.lock();
                 roll(&mut spend);
                 let mut spent = Spent::default();
                 spent.add(token, usd);
@@ -327,7 +324,7 @@ impl Budgets {
                 }
             }
             Kept::Shared { unsent, wake, .. } => {
-                unsent.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).add(token, usd);
+                unsent.lock().add(token, usd);
                 wake.notify_one();
             }
         }
@@ -387,7 +384,7 @@ impl Budgets {
         };
         match &self.kept {
             Kept::Here { spend, save } => {
-                let mut spend = spend.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut spend = spend.lock();
                 let mut next = spend.clone();
                 apply(&mut next)?;
                 *spend = next.clone();

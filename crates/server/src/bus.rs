@@ -18,8 +18,9 @@
 //! NATS is trusted: whoever may publish on it may answer any session's permission requests.
 //! Secure it (credentials, TLS, a private network) as docs/fleet.md says.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -276,9 +277,7 @@ impl Bus {
                     match event {
                         async_nats::Event::Connected => {
                             tracing::info!("connected to NATS");
-                            if let Ok(mut since) = reconnected.lock() {
-                                *since = tokio::time::Instant::now();
-                            }
+                            *reconnected.lock() = tokio::time::Instant::now();
                             connected.send_modify(|count| *count += 1);
                         }
                         async_nats::Event::Disconnected => {
@@ -334,7 +333,7 @@ impl Bus {
     pub async fn namesake(&self, within: Duration) -> Option<NodeInfo> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Some(other) = self.namesake.lock().ok().and_then(|seen| seen.clone()) {
+            if let Some(other) = self.namesake.lock().clone() {
                 return Some(other);
             }
             if tokio::time::Instant::now() >= deadline {
@@ -372,7 +371,7 @@ impl Bus {
     /// heartbeat came back), by name.
     pub fn nodes(&self) -> Vec<NodeStatus> {
         let now = tokio::time::Instant::now();
-        let heard = self.heard.lock().map(|heard| heard.clone()).unwrap_or_default();
+        let heard = self.heard.lock().clone();
         // Not hearing ourselves means the bus is down for us: then nobody is called lost.
         // (Just after a reconnection, the others may not have spoken yet.)
         let deaf = heard.get(&self.node).is_none_or(|(_, at)| now - *at > self.options.lost_after)
@@ -400,10 +399,7 @@ impl Bus {
             return false;
         }
         let now = tokio::time::Instant::now();
-        let heard = match self.heard.lock() {
-            Ok(heard) => heard,
-            Err(_) => return false,
-        };
+        let heard = self.heard.lock();
         let hears_itself =
             heard.get(&self.node).is_some_and(|(_, at)| now - *at <= self.options.lost_after);
         if !hears_itself || now - self.since() <= self.options.lost_after {
@@ -419,14 +415,13 @@ impl Bus {
     pub fn cut_off(&self) -> bool {
         let now = tokio::time::Instant::now();
         let limit = self.options.lost_after / 2;
-        let last =
-            self.heard.lock().ok().and_then(|heard| heard.get(&self.node).map(|(_, at)| *at));
+        let last = self.heard.lock().get(&self.node).map(|(_, at)| *at);
         now - last.unwrap_or_else(|| self.since()) > limit
     }
 
     /// When this bus last (re)connected.
     fn since(&self) -> tokio::time::Instant {
-        self.since.lock().map(|since| *since).unwrap_or_else(|_| tokio::time::Instant::now())
+        *self.since.lock()
     }
 
     /// This node's name.
@@ -488,8 +483,8 @@ impl Bus {
         if let Some(tail) = self
             .tails
             .lock()
-            .ok()
-            .and_then(|tails| tails.get(id)?.upgrade())
+            .get(id)
+            .and_then(Weak::upgrade)
             .filter(|tail| !*tail.finished.borrow())
         {
             return Ok((tail.sender.subscribe(), tail));
@@ -528,7 +523,8 @@ impl Bus {
             ended.send_replace(true);
         });
         let tail = Arc::new(RemoteTail { sender, finished, store_error, task });
-        if let Ok(mut tails) = self.tails.lock() {
+        {
+            let mut tails = self.tails.lock();
             tails.retain(|_, tail| tail.strong_count() > 0);
             tails.insert(id.to_owned(), Arc::downgrade(&tail));
         }
@@ -645,16 +641,11 @@ async fn listen(
             continue;
         };
         if info.node == namesakes.node && info.instance != namesakes.instance {
-            if let Ok(mut seen) = namesakes.seen.lock() {
-                *seen = Some(info.clone());
-            }
+            *namesakes.seen.lock() = Some(info.clone());
             // Not noted as this node's own: the map keeps what this run says of itself.
             continue;
         }
-        let mut heard = match heard.lock() {
-            Ok(heard) => heard,
-            Err(_) => return,
-        };
+        let mut heard = heard.lock();
         if heard.len() < MAX_NODES || heard.contains_key(&info.node) {
             heard.insert(info.node.clone(), (info, tokio::time::Instant::now()));
         }

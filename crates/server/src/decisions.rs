@@ -5,8 +5,8 @@
 //! that session is not read again). Both are bounded: [`MAX_DECISIONS`] decisions and
 //! [`MAX_SCANNED`] sessions, the oldest forgotten first.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
 
 use switchboard_session::{Behavior, DecidedBy};
 
@@ -43,13 +43,9 @@ struct Inner {
 }
 
 impl Decisions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Notes that `request` of `session` was decided.
     pub fn note(&self, session: &str, request: &str, decision: Decision) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let key = (session.to_owned(), request.to_owned());
         if inner.by_request.insert(key.clone(), decision).is_none() {
             inner.order.push_back(key);
@@ -63,18 +59,18 @@ impl Decisions {
 
     /// The decision on `request` of `session`, if noted.
     pub fn get(&self, session: &str, request: &str) -> Option<Decision> {
-        self.lock().by_request.get(&(session.to_owned(), request.to_owned())).cloned()
+        self.inner.lock().by_request.get(&(session.to_owned(), request.to_owned())).cloned()
     }
 
     /// Whether `session`'s log was read for its decisions already ([`Decisions::scanned`]).
     pub fn was_scanned(&self, session: &str) -> bool {
-        self.lock().scanned.contains(session)
+        self.inner.lock().scanned.contains(session)
     }
 
     /// Notes that `session`'s log was read for its decisions: it is not read again (until it
     /// is forgotten among [`MAX_SCANNED`]).
     pub fn scanned(&self, session: &str) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         if !inner.scanned.insert(session.to_owned()) {
             return;
         }

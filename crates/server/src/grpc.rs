@@ -581,14 +581,14 @@ async fn closed(phase: &mut tokio::sync::watch::Receiver<Phase>) -> bool {
 struct Outbox<T> {
     daemon: Arc<Daemon>,
     sender: mpsc::Sender<Counted<T>>,
-    queue: Arc<std::sync::Mutex<mpsc::Receiver<Counted<T>>>>,
+    queue: Arc<parking_lot::Mutex<mpsc::Receiver<Counted<T>>>>,
 }
 
 /// A queued message and its bytes' place in the outbox.
 type Counted<T> = (Result<T, Status>, tokio::sync::OwnedSemaphorePermit);
 
 /// The stream a call returns: the [`Outbox`]'s queue, shared so that the outbox can empty it.
-struct Queued<T>(Arc<std::sync::Mutex<mpsc::Receiver<Counted<T>>>>);
+struct Queued<T>(Arc<parking_lot::Mutex<mpsc::Receiver<Counted<T>>>>);
 
 impl<T> Stream for Queued<T> {
     type Item = Result<T, Status>;
@@ -598,7 +598,7 @@ impl<T> Stream for Queued<T> {
         context: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         // Never held across an await: the lock is only for this poll.
-        let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queue = self.0.lock();
         queue.poll_recv(context).map(|counted| counted.map(|(item, _counted)| item))
     }
 }
@@ -606,7 +606,7 @@ impl<T> Stream for Queued<T> {
 /// A stream's [`Outbox`] and the stream the call returns.
 fn outbox<T: Send + 'static>(daemon: &Arc<Daemon>) -> (Outbox<T>, Streamed<T>) {
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-    let queue = Arc::new(std::sync::Mutex::new(receiver));
+    let queue = Arc::new(parking_lot::Mutex::new(receiver));
     let stream = Queued(queue.clone());
     (Outbox { daemon: daemon.clone(), sender, queue }, Box::pin(stream))
 }
@@ -640,7 +640,7 @@ impl<T: prost::Message> Outbox<T> {
 
     /// Ends the stream: what it still holds queued is dropped, its bytes counted out.
     fn give_up(&self) {
-        let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queue = self.queue.lock();
         queue.close();
         while queue.try_recv().is_ok() {}
     }

@@ -18,8 +18,9 @@
 //! that restarts sends what was still waiting. A receiver that sees a key twice (its answer
 //! was lost) has had that notice already.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -455,7 +456,7 @@ struct Shared {
     /// The notify file's channels, then one per push subscription.
     channels: RwLock<Arc<Vec<ChannelConfig>>>,
     /// What wakes each channel's sender, and stops it, by name.
-    wakers: std::sync::Mutex<HashMap<String, Waker>>,
+    wakers: parking_lot::Mutex<HashMap<String, Waker>>,
     /// Web Push.
     push: Push,
 }
@@ -525,7 +526,7 @@ impl Notifier {
             retry_initial: config.retry_initial,
             retry_max: config.retry_max,
             channels: RwLock::new(Arc::new(Vec::new())),
-            wakers: std::sync::Mutex::new(HashMap::new()),
+            wakers: parking_lot::Mutex::new(HashMap::new()),
             push: Push {
                 client: http_client(None, false),
                 private_client: http_client(None, true),
@@ -567,7 +568,7 @@ impl Notifier {
         tokio::spawn(async move {
             match forgetting.store.outbox_channels().await {
                 Ok(waiting) => {
-                    let gone = |name: &String| !forgetting.wakers().contains_key(name);
+                    let gone = |name: &String| !forgetting.wakers.lock().contains_key(name);
                     for channel in waiting.iter().filter(|channel| gone(channel)) {
                         tracing::info!(%channel, "notifications for a channel that is no more are forgotten");
                         if let Err(error) = forgetting.store.outbox_forget(channel).await {
@@ -583,7 +584,7 @@ impl Notifier {
         tokio::spawn(async move {
             while let Some(mut items) = queued.recv().await {
                 // Not for a channel removed meanwhile (its queue was forgotten).
-                items.retain(|item| waking.wakers().contains_key(&item.channel));
+                items.retain(|item| waking.wakers.lock().contains_key(&item.channel));
                 if items.is_empty() {
                     continue;
                 }
@@ -608,7 +609,7 @@ impl Notifier {
 
     /// Whether there is no channel to tell anything (a cheap test before making notices).
     pub fn is_idle(&self) -> bool {
-        self.shared.channels.read().is_ok_and(|channels| channels.is_empty())
+        self.shared.channels.read().is_empty()
     }
 
     /// Queues `notice` for the channels that want it and `pick` chooses, its link (for a
@@ -711,11 +712,7 @@ impl Notifier {
 
 impl Shared {
     fn channels(&self) -> Arc<Vec<ChannelConfig>> {
-        self.channels.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
-    }
-
-    fn wakers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waker>> {
-        self.wakers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.channels.read().clone()
     }
 
     /// Starts the sender of a push subscription.
@@ -727,7 +724,7 @@ impl Shared {
     }
 
     fn wake(&self, channel: &str) {
-        if let Some(waker) = self.wakers().get(channel) {
+        if let Some(waker) = self.wakers.lock().get(channel) {
             waker.wake.notify_one();
         }
     }
@@ -757,9 +754,8 @@ impl Shared {
         // The channel and its sender change together, under both locks (wakers first): a
         // sender it replaces is stopped, and the list never names a channel twice.
         {
-            let mut wakers = self.wakers();
-            let mut channels =
-                self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut wakers = self.wakers.lock();
+            let mut channels = self.channels.write();
             let replaced = wakers.insert(channel.name.clone(), Waker { wake: wake.clone(), stop });
             if let Some(replaced) = replaced {
                 replaced.stop.send_replace(true);
@@ -776,9 +772,8 @@ impl Shared {
     /// Removes the channel `name` and stops its sender; then forgets what waited for it.
     async fn remove(&self, name: &str) {
         {
-            let mut wakers = self.wakers();
-            let mut channels =
-                self.channels.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut wakers = self.wakers.lock();
+            let mut channels = self.channels.write();
             if let Some(waker) = wakers.remove(name) {
                 waker.stop.send_replace(true);
             }

@@ -11,10 +11,11 @@
 //! next request out: it is their oldest connection that goes. Where nothing can be shed (every
 //! connection is a live WebSocket or stream), the new connection is refused.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 
@@ -119,12 +120,7 @@ impl Peers {
 
     /// Connections open now.
     pub fn open(&self) -> usize {
-        self.lock().open
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // Nothing here panics while holding the lock; a poisoned one is still consistent.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock().open
     }
 
     /// Admits a connection from `peer`, shedding the oldest sheddable connection (the peer's
@@ -132,7 +128,7 @@ impl Peers {
     /// go, so for a moment the daemon may hold one more than its limit.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Admission {
         let peer = peer_key(peer);
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let own = state.peers.get(&peer).map_or(0, VecDeque::len);
         if own >= self.limits.per_peer && !state.shed_from(Some(peer)) {
             return Admission::Refused;
@@ -215,7 +211,7 @@ impl Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut state = self.peers.lock();
+        let mut state = self.peers.state.lock();
         let State { open, peers, .. } = &mut *state;
         if let Some(entries) = peers.get_mut(&self.peer) {
             if let Some(at) = entries.iter().position(|entry| entry.id == self.entry.id) {
@@ -236,19 +232,19 @@ impl Drop for Admitted {
 #[derive(Debug)]
 pub struct Lease {
     place: Arc<Admitted>,
-    hold: std::sync::Mutex<Option<Hold>>,
+    hold: parking_lot::Mutex<Option<Hold>>,
     ended: std::sync::atomic::AtomicBool,
 }
 
 impl Lease {
     /// A lease on `place`, not begun.
     pub fn new(place: Arc<Admitted>) -> Arc<Lease> {
-        Arc::new(Lease { place, hold: std::sync::Mutex::new(None), ended: false.into() })
+        Arc::new(Lease { place, hold: parking_lot::Mutex::new(None), ended: false.into() })
     }
 
     /// The request's body has arrived: the connection is held (unless the answer is sent).
     pub fn begin(&self) {
-        let mut hold = self.hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut hold = self.hold.lock();
         if !self.ended.load(Ordering::SeqCst) && hold.is_none() {
             *hold = Some(self.place.hold());
         }
@@ -256,7 +252,7 @@ impl Lease {
 
     /// The answer has been sent (or dropped): the connection holds nothing for it.
     pub fn end(&self) {
-        let mut hold = self.hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut hold = self.hold.lock();
         self.ended.store(true, Ordering::SeqCst);
         hold.take();
     }

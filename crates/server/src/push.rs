@@ -18,8 +18,9 @@
 //! browser), so the daemon sends only to push services it knows ([`PUSH_SERVICES`], and the
 //! notify file's `[push] hosts`), never to an address a caller names.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aes_gcm::aead::{Aead as _, KeyInit as _};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -466,7 +467,7 @@ impl Subscriptions {
         allowed: &PushConfig,
     ) -> (Vec<Subscription>, Vec<Subscription>) {
         let next = good(shared, allowed, "the shared push subscriptions");
-        let mut list = self.lock();
+        let mut list = self.list.lock();
         let added: Vec<Subscription> =
             next.iter().filter(|new| !list.contains(new)).cloned().collect();
         let removed: Vec<Subscription> =
@@ -475,13 +476,9 @@ impl Subscriptions {
         (added, removed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Subscription>> {
-        self.list.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Every subscription.
     pub fn list(&self) -> Vec<Subscription> {
-        self.lock().clone()
+        self.list.lock().clone()
     }
 
     /// Adds `new` (checked: `allowed` says where endpoints may be), by the token `by`. The same
@@ -571,7 +568,7 @@ impl Subscriptions {
                 match (answer, refused) {
                     (Ok(answer), _) => {
                         // Here at once (the change's watchers see it too, and find it done).
-                        *self.lock() = doc.get().subscriptions;
+                        *self.list.lock() = doc.get().subscriptions;
                         Ok(answer)
                     }
                     (Err(_), Some(refused)) => Err(refused),
@@ -579,7 +576,7 @@ impl Subscriptions {
                 }
             }
             Kept::Memory | Kept::File(_) => {
-                let mut list = self.lock();
+                let mut list = self.list.lock();
                 let mut next = list.clone();
                 let answer = change(&mut next)?;
                 if let Kept::File(file) = &self.kept {

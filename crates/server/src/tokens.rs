@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 use tokio::sync::watch;
 
 use serde::{Deserialize, Serialize};
@@ -351,9 +352,8 @@ impl Tokens {
     pub fn load(admin: &str, file: PathBuf) -> Result<Tokens, TokenError> {
         let mut tokens = Tokens::new(admin);
         let stored = read_file(&file)?;
-        *tokens.named.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            named_of(stored, &HashMap::new())
-                .map_err(|error| TokenError::File(format!("{}: {error}", file.display())))?;
+        *tokens.named.write() = named_of(stored, &HashMap::new())
+            .map_err(|error| TokenError::File(format!("{}: {error}", file.display())))?;
         tokens.kept = Kept::File(file);
         Ok(tokens)
     }
@@ -372,9 +372,8 @@ impl Tokens {
         .await
         .map_err(TokenError::File)?;
         let mut tokens = Tokens::new(admin);
-        *tokens.named.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            named_of(doc.get(), &HashMap::new())
-                .map_err(|error| TokenError::File(format!("the shared tokens: {error}")))?;
+        *tokens.named.write() = named_of(doc.get(), &HashMap::new())
+            .map_err(|error| TokenError::File(format!("the shared tokens: {error}")))?;
         // Each change, here or another node's, replaces the named tokens: a token kept keeps
         // its entry (its sockets, when it was last used), one that is gone is revoked.
         let named = Arc::downgrade(&tokens.named);
@@ -406,7 +405,7 @@ impl Tokens {
             });
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let named = self.named.read();
         let entry = named.get(&digest)?;
         entry.last_used_ms.store(now, Ordering::Relaxed);
         Some(Caller {
@@ -428,7 +427,7 @@ impl Tokens {
             last_used_ms: (used != 0).then_some(used),
             builtin: true,
         }];
-        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let named = self.named.read();
         let mut rest: Vec<TokenInfo> = named.values().map(|entry| entry.info()).collect();
         rest.sort_by(|a, b| a.name.cmp(&b.name));
         list.extend(rest);
@@ -462,7 +461,7 @@ impl Tokens {
             Ok(())
         };
         self.change(add).await?;
-        let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let named = self.named.read();
         let info = named.get(&digest).map(|entry| entry.info()).ok_or_else(|| {
             TokenError::File(format!("token {name} was kept but is not read back"))
         })?;
@@ -478,7 +477,7 @@ impl Tokens {
             ));
         }
         let info = {
-            let named = self.named.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let named = self.named.read();
             named.values().find(|entry| entry.stored.name == name).map(|entry| entry.info())
         };
         self.change(|file: &mut TokensFile| {
@@ -519,7 +518,7 @@ impl Tokens {
             }
             Kept::Memory | Kept::File(_) => {
                 // One change at a time: the lock is held until the file is written.
-                let mut named = self.named.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut named = self.named.write();
                 let mut file = file_of(&named);
                 change(&mut file)?;
                 if let Kept::File(path) = &self.kept {
@@ -582,7 +581,7 @@ fn file_of(named: &Named) -> TokensFile {
 /// Makes `named` what `file` says; a token no longer there is revoked. A file that does not
 /// read (another node's bad write) changes nothing, and says so.
 fn sync(named: &RwLock<Named>, file: TokensFile) {
-    replace(&mut named.write().unwrap_or_else(|poisoned| poisoned.into_inner()), file);
+    replace(&mut named.write(), file);
 }
 
 fn replace(named: &mut Named, file: TokensFile) {

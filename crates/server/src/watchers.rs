@@ -14,8 +14,9 @@
 //!   `after` and lose nothing): a follower that stopped reading holds one frame at most, and all
 //!   of them together hold the budget at most.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use switchboard_store::EventRecord;
@@ -92,11 +93,6 @@ impl Default for Watchers {
 }
 
 impl Watchers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Counts> {
-        // Nothing panics while holding it; the counts stay consistent.
-        self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// A place for a follower of `session` (a session's subscriber) or of the daemon (a
     /// dashboard, `None`), with the named token `token` (`None`: the daemon's own, or none:
     /// [`crate::tokens::Caller::token_name`]), or why not.
@@ -105,7 +101,7 @@ impl Watchers {
         token: Option<&str>,
         session: Option<&str>,
     ) -> Result<Seat, TooMany> {
-        let mut counts = self.lock();
+        let mut counts = self.counts.lock();
         let token = token.map(Arc::<str>::from);
         if let Some(token) = &token {
             if let Some(session) = session {
@@ -141,7 +137,7 @@ impl Watchers {
         if event.payload.len() < SHARED_EVENT_BYTES {
             return Arc::new(event);
         }
-        let mut shared = self.shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut shared = self.shared.lock();
         shared.retain(|_, held| held.strong_count() > 0);
         let key = (event.session_id.clone(), event.seq);
         if let Some(held) = shared.get(&key).and_then(Weak::upgrade) {
@@ -154,7 +150,7 @@ impl Watchers {
 
     /// Subscribers of `session` now.
     pub fn subscribers(&self, session: &str) -> usize {
-        self.lock().sessions.get(session).copied().unwrap_or(0)
+        self.counts.lock().sessions.get(session).copied().unwrap_or(0)
     }
 
     /// Bytes counted against [`OUTBOX_BYTES`] now.
@@ -211,7 +207,7 @@ impl Seat {
 impl Drop for Seat {
     fn drop(&mut self) {
         let watchers = self.watchers.clone();
-        let mut counts = watchers.lock();
+        let mut counts = watchers.counts.lock();
         self.count(&mut counts, false);
     }
 }
@@ -254,7 +250,7 @@ mod tests {
         held.pop();
         let _dashboard = watchers.seat(phone, None).unwrap();
         drop(held);
-        let counts = watchers.lock();
+        let counts = watchers.counts.lock();
         assert_eq!(counts.tokens.get("phone"), Some(&1), "the dashboard");
         assert!(counts.token_sessions.is_empty() && counts.named.is_empty());
     }

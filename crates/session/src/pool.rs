@@ -23,10 +23,11 @@
 //! (a cold start takes a core for most of a second), replaces one taken or lost, and backs off
 //! (1 s, doubling to 5 min) while starts fail or idle CLIs die. [`WarmPool::close`] ends them.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -412,7 +413,7 @@ impl WarmPool {
         };
         let wake = Arc::new(Notify::new());
         let index = {
-            let Ok(mut state) = self.shared.state.lock() else { return };
+            let mut state = self.shared.state.lock();
             if state.closed {
                 return;
             }
@@ -429,7 +430,7 @@ impl WarmPool {
         let (key, wanted) = key_of(config);
         loop {
             let (index, ticket) = {
-                let mut state = self.shared.state.lock().ok()?;
+                let mut state = self.shared.state.lock();
                 let (index, entry) = state.entries.iter_mut().enumerate().find(|(_, entry)| {
                     entry.key == key
                         && mode_change(&entry.launched, &wanted).is_ok()
@@ -486,7 +487,8 @@ impl WarmPool {
 
     /// Begins [`WarmPool::close`] without waiting: for an owner going away without a word.
     pub fn close_now(&self) {
-        if let Ok(mut state) = self.shared.state.lock() {
+        {
+            let mut state = self.shared.state.lock();
             state.closed = true;
             for entry in &mut state.entries {
                 // Each watcher sees its ticket dropped and ends its CLI.
@@ -509,7 +511,7 @@ impl Shared {
     }
 
     fn publish(&self) {
-        let Ok(mut state) = self.state.lock() else { return };
+        let mut state = self.state.lock();
         let list = state
             .entries
             .iter_mut()
@@ -525,7 +527,8 @@ impl Shared {
 
     /// Changes entry `index`'s status.
     fn note(&self, index: usize, change: impl FnOnce(&mut WarmStatus)) {
-        if let Ok(mut state) = self.state.lock() {
+        {
+            let mut state = self.state.lock();
             if let Some(entry) = state.entries.get_mut(index) {
                 change(&mut entry.status);
             }
@@ -547,7 +550,7 @@ async fn keep(shared: Arc<Shared>, index: usize) {
     let mut closed = shared.closed.subscribe();
     loop {
         let (config, wake, wait) = {
-            let Ok(state) = shared.state.lock() else { return };
+            let state = shared.state.lock();
             if state.closed {
                 return;
             }
@@ -581,7 +584,7 @@ async fn keep(shared: Arc<Shared>, index: usize) {
                 let (ask, asked) = oneshot::channel();
                 let pid = cli.pid().unwrap_or_default();
                 let refused = {
-                    let Ok(mut state) = shared.state.lock() else { return };
+                    let mut state = shared.state.lock();
                     if state.closed {
                         Some(cli)
                     } else {
@@ -663,7 +666,7 @@ async fn watch_idle(
         tracing::warn!(pid = cli.pid(), %why, "a warm CLI is gone");
     }
     let wake = {
-        let Ok(mut state) = shared.state.lock() else { return };
+        let mut state = shared.state.lock();
         state.entries.get_mut(index).map(|entry| {
             entry.ready.retain(|held| held.id != ticket);
             if let Some(why) = why {

@@ -8,8 +8,9 @@
 //! take back the last writes. Opening the store folds into the database whatever a killed
 //! process left in the journal. The database is never left corrupt.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -447,26 +448,20 @@ impl SqliteStore {
     /// opened again (by this process or another) once this returns.
     pub fn close(&self) {
         // The checkpointer first: it holds a handle on the writer's queue.
-        if let Ok(mut stop) = self.checkpointer_stop.lock() {
-            stop.take();
-        }
-        if let Some(thread) =
-            self.checkpointer_thread.lock().ok().and_then(|mut thread| thread.take())
-        {
+        self.checkpointer_stop.lock().take();
+        if let Some(thread) = self.checkpointer_thread.lock().take() {
             let _ = thread.join();
         }
         self.journal.close();
-        if let Ok(mut writer) = self.writer.lock() {
-            writer.take();
-        }
-        if let Some(thread) = self.writer_thread.lock().ok().and_then(|mut thread| thread.take()) {
+        self.writer.lock().take();
+        if let Some(thread) = self.writer_thread.lock().take() {
             let _ = thread.join();
         }
         self.journal.release();
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
-        let writer = self.writer.lock().map_err(|_| StoreError::Closed)?;
+        let writer = self.writer.lock();
         writer.as_ref().ok_or(StoreError::Closed)?.send(job).map_err(|_| StoreError::Closed)
     }
 
@@ -493,9 +488,7 @@ impl SqliteStore {
         let index =
             self.next_reader.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % readers.len();
         tokio::task::spawn_blocking(move || {
-            let connection = readers[index]
-                .lock()
-                .map_err(|_| StoreError::Database("a read connection's lock is poisoned".into()))?;
+            let connection = readers[index].lock();
             work(&connection)
         })
         .await

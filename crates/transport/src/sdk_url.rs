@@ -25,9 +25,10 @@
 //! `Undelivered` before the CLI's exit. Only CLIs up to 2.1.120 accept a non-Anthropic
 //! `--sdk-url` ([`MAX_SDK_URL_VERSION`]).
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use switchboard_protocol::codec::{Decoder, LineError, LineErrorKind, Position};
@@ -181,8 +182,8 @@ impl IngressSlot {
         }
     }
 
-    fn delivery(&self) -> std::sync::MutexGuard<'_, Delivery> {
-        self.delivery.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn delivery(&self) -> parking_lot::MutexGuard<'_, Delivery> {
+        self.delivery.lock()
     }
 
     /// Notes a line read from the CLI: an echo of a prompt (`isReplay`) confirms it.
@@ -345,7 +346,7 @@ impl IngressSlot {
     fn is_new(&self, received: &Received, again: bool) -> bool {
         use switchboard_protocol::Message;
         let Some(uuid) = received.uuid() else { return true };
-        let Ok(mut seen) = self.seen.lock() else { return true };
+        let mut seen = self.seen.lock();
         let fingerprint = fingerprint(&uuid);
         let output = matches!(
             received.message,

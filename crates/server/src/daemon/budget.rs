@@ -21,11 +21,8 @@ impl Daemon {
         change: &crate::budget::LimitChange,
     ) -> Result<crate::budget::Spend, DaemonError> {
         let spend = self.budgets.change(change).await.map_err(DaemonError::Invalid)?;
-        let live: Vec<(String, Arc<LiveSession>)> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.iter().map(|(id, live)| (id.clone(), live.clone())).collect())
-            .unwrap_or_default();
+        let live: Vec<(String, Arc<LiveSession>)> =
+            self.sessions.lock().iter().map(|(id, live)| (id.clone(), live.clone())).collect();
         for (id, live) in live {
             if live.handle().is_some() {
                 self.check_budget(&id, &live);
@@ -44,9 +41,7 @@ impl Daemon {
                 // Over a limit it had not met yet (a resume's first message): it pauses now.
                 let _checking = live.budget_check.lock();
                 if !live.set_paused(Some(why)) {
-                    if let Ok(mut record) = live.record.lock() {
-                        record.state = RecordState::Paused;
-                    }
+                    live.record.lock().state = RecordState::Paused;
                     self.record_changed(&live);
                 }
             }
@@ -76,9 +71,7 @@ impl Daemon {
         self.budgets.charge(sender.as_deref().and_then(crate::budget::token_of), usd);
         // What the session spent in all, over every run and CLI (a CLI's own total may start
         // again from zero on a resume): kept in its record.
-        if let Ok(mut record) = live.record.lock() {
-            record.spent_usd += usd;
-        }
+        live.record.lock().spent_usd += usd;
         self.record_changed(live);
         self.check_budget(id, live);
     }
@@ -86,13 +79,10 @@ impl Daemon {
     /// The limit the session is over, if any: its own `max_budget_usd`, the daemon's daily
     /// one, or that of the token that sent its latest message.
     pub(super) fn over_budget(&self, live: &LiveSession) -> Option<String> {
-        let (cost, max) = live
-            .record
-            .lock()
-            .map(|record| {
-                (record.spent_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
-            })
-            .ok()?;
+        let (cost, max) = {
+            let record = live.record.lock();
+            (record.spent_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
+        };
         if let Some(max) = max.filter(|max| cost >= *max) {
             return Some(format!(
                 "its budget of {} is spent ({})",
@@ -118,8 +108,8 @@ impl Daemon {
         live.set_paused(None);
         tracing::info!(session = %id, "goes on: its budget allows it");
         let state = live.handle().map(|handle| handle.snapshot().state);
-        if let (Ok(mut record), Some(state)) = (live.record.lock(), state) {
-            record.state = record_state(state, false);
+        if let Some(state) = state {
+            live.record.lock().state = record_state(state, false);
         }
         self.record_changed(live);
     }
@@ -144,7 +134,8 @@ impl Daemon {
         }
         if !was_paused {
             tracing::info!(session = %id, "paused: {why}");
-            if let Ok(mut record) = live.record.lock() {
+            {
+                let mut record = live.record.lock();
                 if !record.state.is_final() {
                     record.state = RecordState::Paused;
                 }
@@ -159,11 +150,10 @@ impl Daemon {
         if self.notifier.is_idle() {
             return;
         }
-        let (title, cwd) = live
-            .record
-            .lock()
-            .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
-            .unwrap_or_default();
+        let (title, cwd) = {
+            let record = live.record.lock();
+            (record.title.clone().unwrap_or_default(), record.cwd.clone())
+        };
         let name = if title.is_empty() { id.to_owned() } else { title.clone() };
         let told = Told {
             topic: crate::notify::Topic::BudgetReached,

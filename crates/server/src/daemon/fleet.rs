@@ -258,10 +258,7 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
         self.may_send(id, by)?;
-        let terminal = self
-            .live(id)
-            .and_then(|live| live.record.lock().ok().map(|record| is_terminal(&record)))
-            .unwrap_or(false);
+        let terminal = self.live(id).is_some_and(|live| is_terminal(&live.record.lock()));
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
         }

@@ -155,20 +155,17 @@ impl LiveSession {
 
     /// Who hears of the session.
     pub(super) fn route(&self) -> switchboard_session::NotifyRoute {
-        self.route.lock().map(|route| route.clone()).unwrap_or_default()
+        self.route.lock().clone()
     }
 
     /// Why the session is paused, if it is.
     pub(super) fn paused(&self) -> Option<String> {
-        self.paused.lock().ok().and_then(|paused| paused.clone())
+        self.paused.lock().clone()
     }
 
     /// Pauses the session for `why`, or (`None`) lets it go on; whether it was paused.
     pub(super) fn set_paused(&self, why: Option<String>) -> bool {
-        self.paused
-            .lock()
-            .map(|mut paused| std::mem::replace(&mut *paused, why).is_some())
-            .unwrap_or(false)
+        std::mem::replace(&mut *self.paused.lock(), why).is_some()
     }
 
     /// Who sent the CLI its latest message, as the session's core knows it (the sender travels
@@ -180,7 +177,7 @@ impl LiveSession {
     /// Begins the next run, with `handle`; its number. A run whose CLI still runs is not
     /// replaced (two resumes at once: the second is refused).
     pub(super) fn begin(&self, handle: Option<SessionHandle>) -> Result<u64, DaemonError> {
-        let mut run = self.lock_run()?;
+        let mut run = self.run.lock();
         if run.handle.is_some() && handle.is_some() {
             return Err(DaemonError::AlreadyRunning(self.id()));
         }
@@ -195,7 +192,7 @@ impl LiveSession {
     /// Ends run `number`, if it is still the current one (a resume may have begun the next
     /// while this one's pump finished: that run must not be marked finished). Whether it was.
     pub(super) fn end(&self, number: u64) -> bool {
-        let Ok(mut run) = self.lock_run() else { return false };
+        let mut run = self.run.lock();
         if run.number != number {
             return false;
         }
@@ -210,47 +207,42 @@ impl LiveSession {
     /// subscribers take what it still holds, then read the store and wait for a resume) and
     /// the projection's state for open messages and calls.
     pub(super) fn finish(&self) {
-        if let Ok(mut tail) = self.tail.lock() {
+        {
+            let mut tail = self.tail.lock();
             // Under the tail's lock, which `Daemon::attach` checks `finished` under: no tail
             // is made for a run that is over.
             self.finished.send_replace(true);
             *tail = None;
         }
-        if let Ok(mut projector) = self.projector.lock() {
-            projector.end_run();
-        }
+        self.projector.lock().end_run();
     }
 
     /// The live tail, if anyone follows the session.
     pub(super) fn tail(&self) -> Option<broadcast::Sender<Arc<EventRecord>>> {
-        self.tail.lock().ok()?.clone()
+        self.tail.lock().clone()
     }
 
     /// Ends the current run and hands its handle over (a relay CLI rotating to another
     /// session).
     pub(super) fn hand_over(&self) -> Result<Option<SessionHandle>, DaemonError> {
-        let mut run = self.lock_run()?;
+        let mut run = self.run.lock();
         let handle = run.handle.take();
         self.finish();
         Ok(handle)
     }
 
     pub(super) fn id(&self) -> String {
-        self.record.lock().map(|record| record.id.clone()).unwrap_or_default()
+        self.record.lock().id.clone()
     }
 
     /// The current run's number.
     pub(super) fn run_number(&self) -> u64 {
-        self.lock_run().map(|run| run.number).unwrap_or(0)
+        self.run.lock().number
     }
 
     /// The handle while a run's CLI runs.
     pub(super) fn handle(&self) -> Option<SessionHandle> {
-        self.lock_run().ok()?.handle.clone()
-    }
-
-    pub(super) fn lock_run(&self) -> Result<std::sync::MutexGuard<'_, Run>, DaemonError> {
-        self.run.lock().map_err(|_| DaemonError::Internal("a session's state is poisoned".into()))
+        self.run.lock().handle.clone()
     }
 }
 

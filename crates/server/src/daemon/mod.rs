@@ -13,9 +13,10 @@
 //! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`, `runs`,
 //! `terminal`, `waiting`, `workspace`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -286,12 +287,11 @@ impl Daemon {
                     .filter(|status| status.lost)
                     .map(|status| status.info.node)
                     .collect();
-                let changed = lost.lock().map(|mut lost| {
-                    let changed = *lost != now_lost;
-                    *lost = now_lost.clone();
-                    changed
-                });
-                if changed.unwrap_or(false) {
+                let changed = {
+                    let mut lost = lost.lock();
+                    std::mem::replace(&mut *lost, now_lost.clone()) != now_lost
+                };
+                if changed {
                     let _ =
                         daemon.dashboard.send(json!({"event": "nodes_changed", "lost": now_lost}));
                 }
@@ -441,10 +441,7 @@ impl Daemon {
 
     /// How many sessions' CLIs run here now.
     pub fn running_count(&self) -> usize {
-        self.sessions
-            .lock()
-            .map(|sessions| sessions.values().filter(|live| live.handle().is_some()).count())
-            .unwrap_or(0)
+        self.sessions.lock().values().filter(|live| live.handle().is_some()).count()
     }
 
     /// How often CLI sockets are pinged.
@@ -486,13 +483,9 @@ impl Daemon {
     /// The id of a running session of this daemon that continues the Claude session
     /// `claude_session_id`.
     pub async fn running_for_claude_session(&self, claude_session_id: &str) -> Option<String> {
-        let live: Vec<Arc<LiveSession>> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.values().cloned().collect())
-            .unwrap_or_default();
+        let live: Vec<Arc<LiveSession>> = self.sessions.lock().values().cloned().collect();
         live.into_iter().find_map(|live| {
-            let record = live.record.lock().ok()?;
+            let record = live.record.lock();
             let same = record.claude_session_id.as_deref() == Some(claude_session_id);
             live.handle()?;
             same.then(|| record.id.clone())
@@ -923,9 +916,7 @@ impl Daemon {
             Transport::SdkUrl { base } => {
                 switchboard_transport::sdk_url::spawn(&options, &base).map(|(link, slot)| {
                     // The daemon's WebSocket route finds the slot here when the CLI connects.
-                    if let Ok(mut slots) = self.ingress.lock() {
-                        slots.insert(slot.id.clone(), slot);
-                    }
+                    self.ingress.lock().insert(slot.id.clone(), slot);
                     link
                 })
             }
@@ -964,13 +955,11 @@ impl Daemon {
         }
         // Shown to relay frontends: as a relay CLI that connects, it is announced and becomes
         // the one their plain messages go to.
-        if live.record.lock().is_ok_and(|record| record.config["relay"] == true) {
+        if live.record.lock().config["relay"] == true {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
-        if let Ok(mut slot) = live.route.lock() {
-            *slot = route;
-        }
+        *live.route.lock() = route;
         events.hand_to(Box::new(Pump::new(self.clone(), id, live, number, last_seq, run)));
         self.started.notify_waiters();
         // The first prompt carries its sender, as every message does (a new run's core starts
@@ -990,10 +979,7 @@ impl Daemon {
         handle: Option<SessionHandle>,
     ) -> Result<(Arc<LiveSession>, u64), DaemonError> {
         let live = {
-            let mut sessions = self
-                .sessions
-                .lock()
-                .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
+            let mut sessions = self.sessions.lock();
             // Checked under the lock `stop_all` lists sessions under: a session either goes
             // live before a drain lists it (and is stopped), or is refused here.
             if handle.is_some() && *self.phase.borrow() != Phase::Serving {
@@ -1003,9 +989,7 @@ impl Daemon {
                 .entry(record.id.clone())
                 .or_insert_with(|| Arc::new(LiveSession::new(record.clone())))
                 .clone();
-            if let Ok(mut slot) = live.record.lock() {
-                *slot = record;
-            }
+            *live.record.lock() = record;
             // Begun under the map's lock: a finished session is forgotten under it too
             // ([`Daemon::forget_if_finished`]), so a run never begins on a forgotten entry.
             let run = live.begin(handle)?;
@@ -1019,7 +1003,7 @@ impl Daemon {
     /// store is failing (its record then lives only here). A resume makes it live again, as
     /// after a restart of the daemon; its subscribers wait for that and read the store.
     fn forget_if_finished(&self, id: &str, live: &Arc<LiveSession>) {
-        let Ok(mut sessions) = self.sessions.lock() else { return };
+        let mut sessions = self.sessions.lock();
         // Copied first: the watch's guard must not be held while the run's lock is taken.
         let ended = *live.finished.borrow();
         let finished = ended
@@ -1035,7 +1019,7 @@ impl Daemon {
     /// writer: nothing waits for that write (a pump that did held every later event of its
     /// session back while the store's writer thread was busy folding).
     fn record_changed(&self, live: &Arc<LiveSession>) {
-        let Some(record) = current_record(live) else { return };
+        let record = current_record(live);
         if !live.record_dirty.swap(true, std::sync::atomic::Ordering::SeqCst) {
             let _ = self.record_queue.send(live.clone());
         }
@@ -1100,10 +1084,7 @@ impl Daemon {
         let _writing = self.record_writes.lock().await;
         if let Some(live) = self.live(id) {
             let record = {
-                let mut record = live
-                    .record
-                    .lock()
-                    .map_err(|_| DaemonError::Internal("daemon state poisoned".into()))?;
+                let mut record = live.record.lock();
                 change(&mut record);
                 record.clone()
             };
@@ -1111,7 +1092,7 @@ impl Daemon {
             self.announce(&record);
             if max_budget_usd.is_some() && live.handle().is_some() {
                 self.check_budget(id, &live);
-                return Ok(current_record(&live).unwrap_or(record));
+                return Ok(current_record(&live));
             }
             return Ok(record);
         }
@@ -1132,7 +1113,7 @@ impl Daemon {
         let live = self.live(id)?;
         let finished = live.finished.subscribe();
         let tail = {
-            let mut tail = live.tail.lock().ok()?;
+            let mut tail = live.tail.lock();
             if *finished.borrow() {
                 return None;
             }
@@ -1142,7 +1123,7 @@ impl Daemon {
     }
 
     fn live(&self, id: &str) -> Option<Arc<LiveSession>> {
-        self.sessions.lock().ok().and_then(|sessions| sessions.get(id).cloned())
+        self.sessions.lock().get(id).cloned()
     }
 
     /// The handle of a running session: `NotRunning` for a session that exists but is not
@@ -1182,7 +1163,7 @@ impl Daemon {
     /// A session's record as the daemon holds it, while it does (a session that runs, or
     /// whose run ended but is not forgotten yet); the store has the others.
     pub fn live_record(&self, id: &str) -> Option<SessionRecord> {
-        self.live(id).and_then(|live| current_record(&live))
+        self.live(id).map(|live| current_record(&live))
     }
 
     /// A new session's record: `starting` on this node, made now, with `config` and nothing
@@ -1241,9 +1222,7 @@ impl Daemon {
             }
         }
         if purge {
-            if let Ok(mut sessions) = self.sessions.lock() {
-                sessions.remove(id);
-            }
+            self.sessions.lock().remove(id);
             self.store.delete_session(id).await?;
             let _ = self.dashboard.send(json!({"event": "session_deleted", "session_id": id}));
         }
@@ -1335,11 +1314,7 @@ impl Daemon {
     /// Stops every running session and waits until each one's last events are stored, and
     /// ends the warm CLIs (for shutting the daemon down).
     pub async fn stop_all(&self) {
-        let ids: Vec<String> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.keys().cloned().collect())
-            .unwrap_or_default();
+        let ids: Vec<String> = self.sessions.lock().keys().cloned().collect();
         // Only what runs here: a session this node holds a stale copy of is another node's.
         let stops = ids.iter().map(|id| async move {
             if let Err(error) = self.stop_here(id, false).await {

@@ -17,11 +17,10 @@ pub(super) fn notify(
     before: u64,
 ) {
     use crate::notify::Topic;
-    let (title, cwd) = live
-        .record
-        .lock()
-        .map(|record| (record.title.clone().unwrap_or_default(), record.cwd.clone()))
-        .unwrap_or_default();
+    let (title, cwd) = {
+        let record = live.record.lock();
+        (record.title.clone().unwrap_or_default(), record.cwd.clone())
+    };
     let session = json!({"id": id, "title": title, "cwd": cwd});
     let name = if title.is_empty() { id.to_owned() } else { title.clone() };
     // What to tell, by its place in the batch: turns' ends as the projection read them, then

@@ -21,7 +21,7 @@ pub(super) async fn write_records(
         if !live.record_dirty.swap(false, std::sync::atomic::Ordering::SeqCst) {
             continue;
         }
-        let Some(record) = current_record(&live) else { continue };
+        let record = current_record(&live);
         match daemon.store.update_session(&record).await {
             Ok(()) => {}
             // Another node took the session over (this one was lost to it): its run here
@@ -116,14 +116,11 @@ impl Pump {
         seq: u64,
         cli_run: Option<switchboard_transport::CliRun>,
     ) -> Pump {
-        let (relay, relayed) = live
-            .record
-            .lock()
-            .map(|record| {
-                let relay = record.config["transport"] == "relay";
-                (relay, relay || record.config["relay"] == true)
-            })
-            .unwrap_or((false, false));
+        let (relay, relayed) = {
+            let record = live.record.lock();
+            let relay = record.config["transport"] == "relay";
+            (relay, relay || record.config["relay"] == true)
+        };
         let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
         let seen = HashMap::new();
         let rotations = crate::relay_limits::Window::new(Duration::from_secs(1));
@@ -170,9 +167,7 @@ impl Pump {
                 if let Err(why) = self.may_rotate(&claude_session_id) {
                     // Its lines go on in the same session: nothing is lost, nothing more made.
                     tracing::warn!(session = %self.id, "a relay CLI's rotation refused: {why}");
-                    if let Ok(mut record) = self.live.record.lock() {
-                        record.claude_session_id = Some(claude_session_id);
-                    }
+                    self.live.record.lock().claude_session_id = Some(claude_session_id);
                     rest = later;
                     continue;
                 }
@@ -187,9 +182,7 @@ impl Pump {
                     Err(error) => {
                         tracing::error!(session = %self.id, %error, "cannot rotate the relay session");
                         // Go on in the same session rather than lose lines.
-                        if let Ok(mut record) = self.live.record.lock() {
-                            record.claude_session_id = Some(claude_session_id);
-                        }
+                        self.live.record.lock().claude_session_id = Some(claude_session_id);
                     }
                 }
             }
@@ -216,7 +209,8 @@ impl Pump {
             let _writing = daemon.record_writes.lock().await;
             // This write has the record as it ends: one still queued is not needed.
             live.record_dirty.store(false, std::sync::atomic::Ordering::SeqCst);
-            if let Some(record) = current_record(live) {
+            {
+                let record = current_record(live);
                 match daemon.store.update_session(&record).await {
                     // Another node's now: nothing of it is kept here.
                     Ok(()) | Err(StoreError::Moved { .. }) => {}
@@ -286,7 +280,7 @@ pub(super) fn rotation_point(
         return None;
     }
     // The first id a connection announces is its session's own, even within this batch.
-    let mut current = live.record.lock().ok()?.claude_session_id.clone();
+    let mut current = live.record.lock().claude_session_id.clone();
     let (index, new) = events.iter().enumerate().find_map(|(index, event)| match event {
         SessionEvent::ClaudeSessionId(new) => match &current {
             Some(current) if current != new => Some((index, new.clone())),
@@ -480,7 +474,8 @@ pub(super) async fn fail_session(
             let _ = handle.shutdown(STOP_GRACE).await;
         });
     }
-    if let Ok(mut record) = live.record.lock() {
+    {
+        let mut record = live.record.lock();
         record.state = RecordState::Crashed;
         record.updated_ms = now_ms();
     }
@@ -508,7 +503,7 @@ pub(super) fn project(
     turn_ends: &mut Vec<TurnEnd>,
     spent: &mut f64,
 ) -> bool {
-    let Ok(mut projector) = live.projector.lock() else { return false };
+    let mut projector = live.projector.lock();
     let mut changed = false;
     for (index, event) in batch.iter().enumerate() {
         // The cost follows a result, and may land in the next batch; a dropped or restored
@@ -545,7 +540,7 @@ pub(super) fn project(
     if !changed {
         return false;
     }
-    let Ok(mut record) = live.record.lock() else { return false };
+    let mut record = live.record.lock();
     let view = projector.view();
     if let Some(state) = view.state {
         // A paused session reads so until it is let go on or ends.

@@ -28,8 +28,8 @@ pub(super) fn worktree_of(record: &SessionRecord) -> Option<crate::worktree::Wor
     serde_json::from_value(record.config.get("worktree")?.clone()).ok()
 }
 
-pub(super) fn current_record(live: &LiveSession) -> Option<SessionRecord> {
-    live.record.lock().ok().map(|record| record.clone())
+pub(super) fn current_record(live: &LiveSession) -> SessionRecord {
+    live.record.lock().clone()
 }
 
 /// A relay status line for frontends (`{"type":"status","text":…}`, the agents-ui relay

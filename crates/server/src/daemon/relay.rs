@@ -44,8 +44,7 @@ impl Daemon {
             .placement
             .relay_sessions_per_minute
             .unwrap_or(crate::relay_limits::RELAY_NEW_SESSIONS_PER_MINUTE);
-        let mut births =
-            self.relay_births.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut births = self.relay_births.lock();
         if births.take(most) {
             Ok(())
         } else {
@@ -78,14 +77,12 @@ impl Daemon {
 
     /// Makes `id` the relay session frontends talk to (or none).
     pub fn set_relay_current(&self, id: Option<String>) {
-        if let Ok(mut current) = self.relay_current.lock() {
-            *current = id;
-        }
+        *self.relay_current.lock() = id;
     }
 
     /// The handle of the relay session frontends talk to.
     pub fn relay_handle(&self) -> Option<(String, SessionHandle)> {
-        let current = self.relay_current.lock().ok()?.clone();
+        let current = self.relay_current.lock().clone();
         if let Some((id, handle)) =
             current.and_then(|id| self.handle(&id).ok().map(|handle| (id, handle)))
         {
@@ -106,15 +103,11 @@ impl Daemon {
 
     /// [`Daemon::relay_handles`], with when each was created.
     pub(super) fn relay_live(&self) -> Vec<(u64, String, Option<String>, SessionHandle)> {
-        let live: Vec<Arc<LiveSession>> = self
-            .sessions
-            .lock()
-            .map(|sessions| sessions.values().cloned().collect())
-            .unwrap_or_default();
+        let live: Vec<Arc<LiveSession>> = self.sessions.lock().values().cloned().collect();
         live.into_iter()
             .filter_map(|live| {
                 let (relayed, created, id, claude_session_id) = {
-                    let record = live.record.lock().ok()?;
+                    let record = live.record.lock();
                     let relayed =
                         record.config["transport"] == "relay" || record.config["relay"] == true;
                     (
@@ -135,17 +128,14 @@ impl Daemon {
         &self,
         slot_id: &str,
     ) -> Option<Arc<switchboard_transport::sdk_url::IngressSlot>> {
-        let mut slots = self.ingress.lock().ok()?;
+        let mut slots = self.ingress.lock();
         slots.retain(|_, slot| !slot.is_closed());
         slots.get(slot_id).cloned()
     }
 
     /// Every open `--sdk-url` slot (operators and tests).
     pub fn ingress_slots(&self) -> Vec<Arc<switchboard_transport::sdk_url::IngressSlot>> {
-        self.ingress
-            .lock()
-            .map(|slots| slots.values().filter(|slot| !slot.is_closed()).cloned().collect())
-            .unwrap_or_default()
+        self.ingress.lock().values().filter(|slot| !slot.is_closed()).cloned().collect()
     }
 
     /// Seed 003's rotation: the relay session `id` (whose last seq is `seq`) ends with a
@@ -160,9 +150,8 @@ impl Daemon {
         claude_session_id: &str,
         seen: &mut HashMap<String, String>,
     ) -> Result<(String, Arc<LiveSession>, u64, u64), DaemonError> {
-        let poisoned = || DaemonError::Internal("daemon state poisoned".into());
         let writing = self.record_writes.lock().await;
-        let mut old = current_record(live).ok_or_else(poisoned)?;
+        let mut old = current_record(live);
         if let Some(previous) = &old.claude_session_id {
             seen.insert(previous.clone(), id.to_owned());
         }
@@ -181,9 +170,7 @@ impl Daemon {
         }
         let state = std::mem::replace(&mut old.state, RecordState::Exited);
         old.updated_ms = now_ms();
-        if let Ok(mut record) = live.record.lock() {
-            *record = old.clone();
-        }
+        *live.record.lock() = old.clone();
         let handle = live.hand_over()?;
         // Written now, under the lock already held (not queued): the connection may come
         // back to this session at once, and then reads its record from the store.
@@ -229,12 +216,11 @@ impl Daemon {
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
         // The same CLI goes on: its next result's cost is a step from its last total.
-        let total = live.projector.lock().map(|projector| projector.view().cost_usd).unwrap_or(0.0);
-        if let Ok(mut projector) = next.projector.lock() {
-            projector.continue_from_cost(total);
-        }
+        let total = live.projector.lock().view().cost_usd;
+        next.projector.lock().continue_from_cost(total);
         drop(writing);
-        if let Ok(mut current) = self.relay_current.lock() {
+        {
+            let mut current = self.relay_current.lock();
             if current.as_deref() == Some(id) {
                 *current = Some(next_id.clone());
             }

@@ -55,7 +55,8 @@ impl Daemon {
     /// Notes a CLI (or a shell: [`crate::shell`]) that runs now (or, with `running` false,
     /// that it ended) in the runs file, so that a successor ends what it leaves.
     pub(crate) async fn record_run(&self, run: &switchboard_transport::CliRun, running: bool) {
-        if let Ok(mut runs) = self.runs.lock() {
+        {
+            let mut runs = self.runs.lock();
             if running {
                 runs.insert(run.run_id.clone(), run.clone());
             } else {
@@ -69,8 +70,7 @@ impl Daemon {
         let Some(path) = &self.config.runs_file else { return };
         // The snapshot and its write in one turn: an older snapshot never lands after a newer.
         let _turn = self.runs_file_lock.lock().await;
-        let runs: Vec<switchboard_transport::CliRun> =
-            self.runs.lock().map(|runs| runs.values().cloned().collect()).unwrap_or_default();
+        let runs: Vec<switchboard_transport::CliRun> = self.runs.lock().values().cloned().collect();
         let text = serde_json::to_string(&runs).unwrap_or_else(|_| "[]".into());
         // Written whole, then renamed over the old one: a crash leaves one or the other.
         let temporary = path.with_extension("tmp");

@@ -28,7 +28,7 @@ const REMOTE_VIEWS: usize = 1024;
 
 impl RemoteViews {
     fn entry(&self, id: &str) -> Arc<tokio::sync::Mutex<RemoteView>> {
-        let Ok(mut views) = self.views.lock() else { return Arc::default() };
+        let mut views = self.views.lock();
         if views.len() >= REMOTE_VIEWS && !views.contains_key(id) {
             // Rare (as many sessions running elsewhere at once): each is rebuilt when asked.
             views.clear();
@@ -37,9 +37,7 @@ impl RemoteViews {
     }
 
     fn forget(&self, id: &str) {
-        if let Ok(mut views) = self.views.lock() {
-            views.remove(id);
-        }
+        self.views.lock().remove(id);
     }
 }
 
@@ -95,7 +93,7 @@ impl Daemon {
     /// otherwise.
     pub fn waiting_here(&self, id: &str) -> Option<Vec<PendingPermission>> {
         let live = self.live(id)?;
-        let projector = live.projector.lock().ok()?;
+        let projector = live.projector.lock();
         Some(projector.view().pending_permissions.clone())
     }
 

@@ -103,9 +103,7 @@ impl Daemon {
     /// session whose CLI is not running).
     pub fn touched_files(&self, id: &str) -> Vec<String> {
         self.live(id)
-            .and_then(|live| {
-                live.projector.lock().ok().map(|projector| projector.view().touched_files.clone())
-            })
+            .map(|live| live.projector.lock().view().touched_files.clone())
             .unwrap_or_default()
     }
 
