@@ -430,10 +430,7 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
     });
     let mut ids = Vec::new();
     for _ in 0..params.sessions {
-        let record = daemon
-            .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
-            .await
-            .unwrap();
+        let record = daemon.create(CreateSession::new(dir.path())).await.unwrap();
         ids.push(record.id);
     }
     let start = async {
@@ -551,10 +548,7 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
     let mut ids = Vec::new();
     for (index, daemon) in daemons.iter().enumerate() {
         for _ in 0..params.sessions {
-            let record = daemon
-                .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
-                .await
-                .unwrap();
+            let record = daemon.create(CreateSession::new(dir.path())).await.unwrap();
             ids.push((index, record.id));
         }
     }
@@ -696,19 +690,13 @@ async fn child_idle(params: Params) -> Value {
     };
     let daemon = Daemon::open(store, config).await.unwrap();
     // Warm up allocator and runtime with one session first.
-    let warm = daemon
-        .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
-        .await
-        .unwrap();
+    let warm = daemon.create(CreateSession::new(dir.path())).await.unwrap();
     wait_idle(&daemon, &warm.id).await;
     let before = rss_kib("VmRSS:");
     let started = Instant::now();
     let mut ids = Vec::new();
     for _ in 0..params.idle {
-        let record = daemon
-            .create(CreateSession { cwd: dir.path().to_owned(), ..CreateSession::default() })
-            .await
-            .unwrap();
+        let record = daemon.create(CreateSession::new(dir.path())).await.unwrap();
         ids.push(record.id);
     }
     for id in &ids {
@@ -756,9 +744,8 @@ async fn child_finished(params: Params) -> Value {
             for _ in 0..count {
                 let record = daemon
                     .create(CreateSession {
-                        cwd: cwd.clone(),
                         prompt: Some("go".into()),
-                        ..CreateSession::default()
+                        ..CreateSession::new(cwd.clone())
                     })
                     .await
                     .unwrap();

@@ -82,11 +82,8 @@ async fn measure(version: &str, samples: usize, warm: bool) -> Measured {
                 .expect("the pool warms up")
                 .unwrap();
         }
-        let request = CreateSession {
-            cwd: sandbox.workdir(),
-            prompt: Some("hello".into()),
-            ..CreateSession::default()
-        };
+        let request =
+            CreateSession { prompt: Some("hello".into()), ..CreateSession::new(sandbox.workdir()) };
         let asked = Instant::now();
         let record = daemon.create(request).await.unwrap();
         let mut events = daemon.subscribe(&record.id, 0);

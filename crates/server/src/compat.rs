@@ -245,7 +245,7 @@ async fn take_over(
         .clone()
         .ok_or_else(|| "the transcript does not say which directory it ran in".to_owned())?;
     let request = CreateSession {
-        cwd: cwd.into(),
+        launch: crate::daemon::Launch { cwd: cwd.into(), ..Default::default() },
         resume: Some(info.id.clone()),
         prompt: Some(content.to_owned()),
         started_by: Some(by.to_owned()),

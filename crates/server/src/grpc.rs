@@ -221,30 +221,39 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::Session>, Status> {
         let caller = caller(&request)?;
         let request = request.into_inner();
+        let transport = match request.transport.as_deref() {
+            None => None,
+            Some(text) => Some(crate::daemon::TransportKind::parse(text).ok_or_else(|| {
+                Status::invalid_argument(format!("unknown transport {text:?} (stdio or sdk-url)"))
+            })?),
+        };
         let create = CreateSession {
+            launch: crate::daemon::Launch {
+                cwd: request.cwd.into(),
+                model: request.model,
+                permission_mode: request.permission_mode,
+                policy: request.policy,
+                allowed_tools: request.allowed_tools,
+                disallowed_tools: request.disallowed_tools,
+                system_prompt: request.system_prompt,
+                append_system_prompt: request.append_system_prompt,
+                max_turns: request.max_turns,
+                max_budget_usd: request.max_budget_usd,
+                notify: (!request.notify.is_empty()).then_some(request.notify),
+                worktree: None,
+                mcp_config: request.mcp_config,
+                claude: request.claude.map(Into::into),
+                transport,
+                env: request.env.into_iter().collect(),
+                relay: request.relay,
+                cli_version: request.cli_version,
+            },
             prompt: request.prompt,
-            cwd: request.cwd.into(),
-            model: request.model,
-            permission_mode: request.permission_mode,
-            policy: request.policy,
             resume: request.resume,
             fork: request.fork,
             resume_at: request.resume_at,
-            allowed_tools: request.allowed_tools,
-            disallowed_tools: request.disallowed_tools,
-            system_prompt: request.system_prompt,
-            append_system_prompt: request.append_system_prompt,
-            max_turns: request.max_turns,
-            max_budget_usd: request.max_budget_usd,
-            notify: (!request.notify.is_empty()).then_some(request.notify),
             worktree: request.worktree,
-            mcp_config: request.mcp_config,
-            claude: request.claude.map(Into::into),
-            transport: request.transport,
-            env: request.env.into_iter().collect(),
-            relay: request.relay,
             node: request.node,
-            cli_version: request.cli_version,
             started_by: Some(caller.who("grpc", None)),
         };
         crate::tokens::check_create(&caller, &create)

@@ -214,10 +214,10 @@ pub fn check_create(
     request: &crate::daemon::CreateSession,
 ) -> Result<(), ScopeError> {
     let fields: Vec<&str> = [
-        ("claude", request.claude.is_some()),
-        ("env", !request.env.is_empty()),
-        ("mcp_config", !request.mcp_config.is_empty()),
-        ("policy", request.policy.is_some()),
+        ("claude", request.launch.claude.is_some()),
+        ("env", !request.launch.env.is_empty()),
+        ("mcp_config", !request.launch.mcp_config.is_empty()),
+        ("policy", request.launch.policy.is_some()),
     ]
     .into_iter()
     .filter_map(|(field, set)| set.then_some(field))

@@ -35,21 +35,7 @@ pub const MAX_GIT_OUTPUT: usize = 16 * 1024 * 1024;
 pub const MAX_FILE_DIFF_BYTES: usize = 1024 * 1024;
 
 /// A session's worktree, as its record keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Worktree {
-    /// The repository it was made from (its top level).
-    pub repo: PathBuf,
-    /// The worktree's folder.
-    pub path: PathBuf,
-    /// Its branch.
-    pub branch: String,
-    /// The commit it started from.
-    pub base: String,
-    /// The branch the repository had checked out then (what a merge goes into), if any.
-    pub base_branch: Option<String>,
-    /// Its git folder, in the repository's (`.git/worktrees/<name>`).
-    pub git_dir: PathBuf,
-}
+pub use switchboard_store::Worktree;
 
 /// One file of a session's change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -83,7 +83,7 @@ async fn run(store: Arc<dyn Store>, sessions: usize, rate: f64, seconds: f64) ->
             spent_usd: 0.0,
             created_ms: 0,
             updated_ms: 0,
-            config: serde_json::json!({}),
+            launch: Default::default(),
         };
         store.create_session(&record).await.unwrap();
     }

@@ -17,7 +17,11 @@ fn session(id: &str, updated_ms: u64) -> SessionRecord {
         spent_usd: 0.25,
         created_ms: updated_ms,
         updated_ms,
-        config: serde_json::json!({"prompt": "hi"}),
+        launch: crate::Launch {
+            cwd: "/work".into(),
+            model: Some("m".into()),
+            ..Default::default()
+        },
     }
 }
 

@@ -18,12 +18,14 @@ mod chunks;
 pub mod conformance;
 mod encoding;
 mod journal;
+mod launch;
 mod memory;
 mod postgres;
 mod sqlite;
 
 pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
+pub use launch::{Launch, TransportKind, Worktree, HIDDEN};
 pub use memory::MemoryStore;
 pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE, STATEMENT_LIMIT};
 pub use sqlite::{
@@ -190,8 +192,9 @@ pub struct SessionRecord {
     pub created_ms: u64,
     /// Last change (Unix milliseconds).
     pub updated_ms: u64,
-    /// How the session was started (the create request), for resuming it.
-    pub config: serde_json::Value,
+    /// How its CLI is launched, for resuming it (`config` in the database and on the wire).
+    #[serde(rename = "config", default)]
+    pub launch: Launch,
     /// Put away by a person (`PATCH /api/sessions/{id}`): the API lists it, marked; the web
     /// UI hides it until asked.
     #[serde(default)]

@@ -29,7 +29,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 
 use crate::{
-    EventRecord, NewOutboxItem, OutboxItem, RecordState, SessionRecord, Store, StoreError,
+    EventRecord, Launch, NewOutboxItem, OutboxItem, RecordState, SessionRecord, Store, StoreError,
 };
 
 /// Connections the pool keeps at most.
@@ -319,11 +319,8 @@ fn session_row(row: &tokio_postgres::Row) -> Result<SessionRecord, StoreError> {
         cost_usd: row.get("cost_usd"),
         created_ms: unsigned(row.get("created_ms")),
         updated_ms: unsigned(row.get("updated_ms")),
-        config: serde_json::from_str(&config).map_err(|error| {
-            StoreError::Database(format!(
-                "session {}: its config is not JSON: {error}",
-                row.get::<_, String>("id")
-            ))
+        launch: Launch::from_stored(&config).map_err(|error| {
+            StoreError::Database(format!("session {}: {error}", row.get::<_, String>("id")))
         })?,
         archived: row.get("archived"),
         node: row.get("node"),
@@ -365,7 +362,7 @@ impl<'a> Columns<'a> {
             state: record.state.as_str(),
             created_ms: big(record.created_ms, "created_ms")?,
             updated_ms: big(record.updated_ms, "updated_ms")?,
-            config: record.config.to_string(),
+            config: record.launch.to_stored(),
         })
     }
 

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::chunks;
 use crate::journal::{self, Appended, Entry, Journal};
-use crate::{EventRecord, RecordState, SessionRecord, Store, StoreError};
+use crate::{EventRecord, Launch, RecordState, SessionRecord, Store, StoreError};
 
 /// Read connections kept open.
 pub const READ_CONNECTIONS: usize = 4;
@@ -725,7 +725,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
-                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
+                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.launch.to_stored(),
                     record.archived, record.node, record.spent_usd
                 ],
             )?;
@@ -737,7 +737,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
                  WHERE id = ?1 AND node IS ?13",
                 params![
                     record.id, record.claude_session_id, record.cwd, record.model, record.permission_mode, record.state.as_str(),
-                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.config.to_string(),
+                    record.title, record.cost_usd, record.created_ms as i64, record.updated_ms as i64, record.launch.to_stored(),
                     record.archived, record.node, record.spent_usd
                 ],
             )?;
@@ -821,7 +821,11 @@ fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> 
         cost_usd: row.get(7)?,
         created_ms: row.get::<_, i64>(8)? as u64,
         updated_ms: row.get::<_, i64>(9)? as u64,
-        config: serde_json::from_str(&config).unwrap_or(serde_json::Value::Null),
+        launch: Launch::from_stored(&config).map_err(|error| {
+            let id: String = row.get(0).unwrap_or_default();
+            let error = format!("session {id}: {error}");
+            rusqlite::Error::FromSqlConversionFailure(10, rusqlite::types::Type::Text, error.into())
+        })?,
         archived: row.get(11)?,
         node: row.get(12)?,
         spent_usd: row.get(13)?,
@@ -1067,7 +1071,7 @@ mod tests {
                 spent_usd: 0.0,
                 created_ms: 1,
                 updated_ms: 1,
-                config: serde_json::json!({}),
+                launch: Launch::default(),
             };
             store.create_session(&record).await.unwrap();
             store.append(&[event("x", 1), event("x", 2)]).await.unwrap();

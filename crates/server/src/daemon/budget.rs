@@ -81,7 +81,7 @@ impl Daemon {
     pub(super) fn over_budget(&self, live: &LiveSession) -> Option<String> {
         let (cost, max) = {
             let record = live.record.lock();
-            (record.spent_usd, record.config.get("max_budget_usd").and_then(Value::as_f64))
+            (record.spent_usd, record.launch.max_budget_usd)
         };
         if let Some(max) = max.filter(|max| cost >= *max) {
             return Some(format!(

@@ -35,7 +35,7 @@ impl Daemon {
     /// runs is refused; this node's own is checked when it runs the session.
     pub(super) fn place(&self, request: &CreateSession) -> Result<Option<String>, DaemonError> {
         let here = self.config.node.as_deref();
-        let wanted = request.cli_version.as_deref();
+        let wanted = request.launch.cli_version.as_deref();
         let runs =
             |version: Option<&String>| wanted.is_none_or(|w| version.is_some_and(|v| v == w));
         let Some(bus) = &self.config.bus else {
@@ -81,7 +81,7 @@ impl Daemon {
             .map(|status| &status.info)
             .filter(|info| {
                 let roots: Vec<PathBuf> = info.roots.iter().map(PathBuf::from).collect();
-                within(&request.cwd, &roots) && runs(info.cli_version.as_ref())
+                within(&request.launch.cwd, &roots) && runs(info.cli_version.as_ref())
             })
             .map(|info| {
                 (
@@ -97,8 +97,8 @@ impl Daemon {
             Some(version) => runs(Some(version)),
             None => wanted.is_none() || others.is_empty(),
         };
-        let can_here = request.cwd.is_dir()
-            && (placement.roots.is_empty() || within(&request.cwd, &placement.roots))
+        let can_here = request.launch.cwd.is_dir()
+            && (placement.roots.is_empty() || within(&request.launch.cwd, &placement.roots))
             && runs_here;
         let room_here = running < capacity;
         let least = |with_room: bool| {
@@ -132,7 +132,7 @@ impl Daemon {
                         Err(DaemonError::Invalid(if anywhere {
                             format!(
                             "no node that runs Claude Code {wanted} has {} within its roots (GET /api/nodes says each node's CLI and roots)",
-                            request.cwd.display()
+                            request.launch.cwd.display()
                         )
                         } else {
                             format!("no node runs Claude Code {wanted} (GET /api/nodes says each node's)")

@@ -4,6 +4,8 @@
 
 use super::*;
 
+pub use switchboard_store::{Launch, TransportKind};
+
 /// How a daemon runs sessions.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonConfig {
@@ -196,159 +198,122 @@ pub(super) enum Transport {
     },
 }
 
-/// What `POST /api/sessions` takes.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// What `POST /api/sessions` takes: how to launch the CLI ([`Launch`], which its record keeps)
+/// and what applies to the create alone. On the wire it is one flat object; a key neither
+/// knows is refused, naming it.
+#[derive(Debug, Clone, Default)]
 pub struct CreateSession {
+    /// How its CLI is launched (`cwd` required).
+    pub launch: Launch,
     /// A first prompt.
-    #[serde(default)]
     pub prompt: Option<String>,
-    /// Working directory (required).
-    pub cwd: PathBuf,
-    /// Model.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// Permission mode.
-    #[serde(default)]
-    pub permission_mode: Option<String>,
-    /// Policy: inline TOML, or a path to a policy file.
-    #[serde(default)]
-    pub policy: Option<String>,
     /// Resume this Claude session id.
-    #[serde(default)]
     pub resume: Option<String>,
     /// With `resume`: fork into a new session id.
-    #[serde(default)]
     pub fork: bool,
     /// With `resume`: start from this message (its `uuid`) instead of the end
     /// (`--resume-session-at`); with `fork`, forks the conversation at that message.
-    #[serde(default)]
     pub resume_at: Option<String>,
-    /// `--allowedTools` rules.
-    #[serde(default)]
-    pub allowed_tools: Vec<String>,
-    /// `--disallowedTools` rules.
-    #[serde(default)]
-    pub disallowed_tools: Vec<String>,
-    /// Replace the system prompt.
-    #[serde(default)]
-    pub system_prompt: Option<String>,
-    /// Append to the system prompt.
-    #[serde(default)]
-    pub append_system_prompt: Option<String>,
-    /// `--max-turns`.
-    #[serde(default)]
-    pub max_turns: Option<u32>,
-    /// The notify file's channels that hear of this session (default: its policy's, else
-    /// every channel; `web-push`: every browser subscribed).
-    #[serde(default)]
-    pub notify: Option<Vec<String>>,
     /// Run in a git worktree of its own, on a new branch from the repository's HEAD
-    /// ([`crate::worktree`]).
-    #[serde(default)]
+    /// ([`crate::worktree`]); the record keeps the worktree made ([`Launch::worktree`]).
     pub worktree: bool,
-    /// What the session may spend (US dollars, as its CLI reports it): reached, the session
-    /// pauses until a person raises it.
-    #[serde(default)]
-    pub max_budget_usd: Option<f64>,
-    /// MCP servers (`--mcp-config`): each a JSON config (`{"mcpServers": {...}}`) or a path
-    /// to one.
-    #[serde(default)]
-    pub mcp_config: Vec<String>,
-    /// The CLI binary for this session.
-    #[serde(default)]
-    pub claude: Option<PathBuf>,
-    /// `stdio` (the default) or `sdk-url` (the CLI connects to the daemon over WebSocket;
-    /// CLIs up to 2.1.120).
-    #[serde(default)]
-    pub transport: Option<String>,
-    /// Extra environment for the CLI.
-    #[serde(default)]
-    pub env: HashMap<String, String>,
-    /// Show the session to relay frontends (`/ws`) as a relay CLI: its CLI's lines, with the
-    /// connected and disconnected status lines (`switchboard loop`'s tasks are).
-    #[serde(default)]
-    pub relay: bool,
     /// The node to run it on, where several daemons share a database and a bus (`None`: the
     /// least loaded node that can, see [`Daemon::create`]).
-    #[serde(default)]
     pub node: Option<String>,
-    /// Run it with this version of Claude Code (`2.1.330`): on the node named, or the least
-    /// loaded node whose CLI says it is this version (each node's is in `GET /api/nodes`).
-    /// Not with `claude`, which names the program itself. Left out when unset, so a create
-    /// forwarded over the bus still reads on a node of a release without it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cli_version: Option<String>,
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
-    #[serde(skip)]
     pub started_by: Option<String>,
 }
 
-/// How a session's CLI is launched: what its record keeps for a resume. It is the create
-/// request without what applies once (the first prompt, the Claude session to resume or fork,
-/// the message to fork at). Its secrets (`env` values, inline MCP servers' `env` and
-/// `headers`) stay in the store; clients see [`public_record`].
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Launch {
-    /// Working directory.
-    pub cwd: PathBuf,
-    /// Model.
-    pub model: Option<String>,
-    /// Permission mode.
-    pub permission_mode: Option<String>,
-    /// Policy: inline TOML, or a path to a policy file (read again on a resume).
-    pub policy: Option<String>,
-    /// `--allowedTools` rules.
-    pub allowed_tools: Vec<String>,
-    /// `--disallowedTools` rules.
-    pub disallowed_tools: Vec<String>,
-    /// Replace the system prompt.
-    pub system_prompt: Option<String>,
-    /// Append to the system prompt.
-    pub append_system_prompt: Option<String>,
-    /// `--max-turns`.
-    pub max_turns: Option<u32>,
-    /// The channels that hear of it ([`CreateSession::notify`]).
-    pub notify: Option<Vec<String>>,
-    /// Its git worktree ([`CreateSession::worktree`]); `cwd` is in it.
-    pub worktree: Option<crate::worktree::Worktree>,
-    /// What the session may spend ([`CreateSession::max_budget_usd`]).
-    pub max_budget_usd: Option<f64>,
-    /// MCP servers (`--mcp-config`).
-    pub mcp_config: Vec<String>,
-    /// The CLI binary.
-    pub claude: Option<PathBuf>,
-    /// `stdio`, `sdk-url` (or `relay`, for a CLI that connected on its own).
-    pub transport: Option<String>,
-    /// Extra environment for the CLI.
-    pub env: HashMap<String, String>,
-    /// Shown to relay frontends ([`CreateSession::relay`]).
-    pub relay: bool,
+impl CreateSession {
+    /// A request for a session in `cwd`, launched as the daemon launches by default.
+    pub fn new(cwd: impl Into<PathBuf>) -> CreateSession {
+        CreateSession {
+            launch: Launch { cwd: cwd.into(), ..Launch::default() },
+            ..CreateSession::default()
+        }
+    }
 }
 
-impl From<&CreateSession> for Launch {
-    fn from(request: &CreateSession) -> Launch {
-        Launch {
-            cwd: request.cwd.clone(),
-            model: request.model.clone(),
-            permission_mode: request.permission_mode.clone(),
-            policy: request.policy.clone(),
-            allowed_tools: request.allowed_tools.clone(),
-            disallowed_tools: request.disallowed_tools.clone(),
-            system_prompt: request.system_prompt.clone(),
-            append_system_prompt: request.append_system_prompt.clone(),
-            max_turns: request.max_turns,
-            max_budget_usd: request.max_budget_usd,
-            notify: request.notify.clone(),
-            worktree: None,
-            mcp_config: request.mcp_config.clone(),
-            claude: request.claude.clone(),
-            transport: request.transport.clone(),
-            env: request.env.clone(),
-            relay: request.relay,
+/// The create request's own keys, beside the launch's.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct CreateOnly {
+    prompt: Option<String>,
+    resume: Option<String>,
+    fork: bool,
+    resume_at: Option<String>,
+    worktree: bool,
+    node: Option<String>,
+}
+
+/// The keys a [`Launch`] reads: every one it writes, and `cli_version`, written when set.
+fn launch_keys() -> &'static std::collections::BTreeSet<String> {
+    static KEYS: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        let written = serde_json::to_value(Launch::default()).unwrap_or_default();
+        let mut keys: std::collections::BTreeSet<String> =
+            written.as_object().map(|map| map.keys().cloned().collect()).unwrap_or_default();
+        keys.insert("cli_version".into());
+        keys
+    })
+}
+
+impl Serialize for CreateSession {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error as _;
+        let mut map = match serde_json::to_value(&self.launch).map_err(S::Error::custom)? {
+            Value::Object(map) => map,
+            _ => return Err(S::Error::custom("a launch is an object")),
+        };
+        // The worktree asked for, not one made: a create names no worktree of its own.
+        map.remove("worktree");
+        let own = CreateOnly {
+            prompt: self.prompt.clone(),
+            resume: self.resume.clone(),
+            fork: self.fork,
+            resume_at: self.resume_at.clone(),
+            worktree: self.worktree,
+            node: self.node.clone(),
+        };
+        if let Value::Object(own) = serde_json::to_value(own).map_err(S::Error::custom)? {
+            map.extend(own);
         }
+        map.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CreateSession {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut map = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+        let mut own = serde_json::Map::new();
+        for key in ["prompt", "resume", "fork", "resume_at", "worktree", "node"] {
+            if let Some(value) = map.remove(key) {
+                own.insert(key.to_owned(), value);
+            }
+        }
+        if let Some(unknown) = map.keys().find(|key| !launch_keys().contains(*key)) {
+            return Err(D::Error::custom(format!("unknown field `{unknown}`")));
+        }
+        if !map.contains_key("cwd") {
+            return Err(D::Error::missing_field("cwd"));
+        }
+        let launch: Launch =
+            serde_json::from_value(Value::Object(map)).map_err(D::Error::custom)?;
+        let own: CreateOnly =
+            serde_json::from_value(Value::Object(own)).map_err(D::Error::custom)?;
+        Ok(CreateSession {
+            launch,
+            prompt: own.prompt,
+            resume: own.resume,
+            fork: own.fork,
+            resume_at: own.resume_at,
+            worktree: own.worktree,
+            node: own.node,
+            started_by: None,
+        })
     }
 }
 
@@ -454,4 +419,59 @@ pub struct TerminalHello {
     /// The CLI's version, when known.
     #[serde(default)]
     pub cli_version: Option<String>,
+}
+
+#[cfg(test)]
+mod create_tests {
+    use super::*;
+
+    #[test]
+    fn a_create_request_is_one_flat_object_of_a_launch_and_its_own_keys() {
+        let body = json!({
+            "cwd": "/work", "prompt": "hi", "model": "m", "worktree": true, "resume": "c",
+            "fork": true, "transport": "sdk-url", "env": {"K": "v"}, "node": "a",
+            "cli_version": "2.1.330", "max_budget_usd": 0.5,
+        });
+        let request: CreateSession = serde_json::from_value(body).unwrap();
+        assert_eq!(request.launch.cwd, PathBuf::from("/work"));
+        assert_eq!(request.launch.model.as_deref(), Some("m"));
+        assert_eq!(request.launch.transport, Some(TransportKind::SdkUrl));
+        assert_eq!(request.launch.worktree, None, "a create asks for one; none is made yet");
+        assert_eq!(request.launch.cli_version.as_deref(), Some("2.1.330"));
+        assert!(request.worktree && request.fork);
+        assert_eq!((request.prompt.as_deref(), request.node.as_deref()), (Some("hi"), Some("a")));
+        // Forwarded to another node as it came: the same request reads back.
+        let again: CreateSession =
+            serde_json::from_value(serde_json::to_value(&request).unwrap()).unwrap();
+        assert_eq!(again.launch, request.launch);
+        assert_eq!((again.worktree, again.fork, again.prompt), (true, true, Some("hi".into())));
+    }
+
+    #[test]
+    fn a_create_request_with_a_key_nobody_reads_is_refused_by_name() {
+        let error = serde_json::from_value::<CreateSession>(json!({"cwd": "/w", "modle": "m"}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown field `modle`"), "{error}");
+        let error = serde_json::from_value::<CreateSession>(json!({"prompt": "hi"}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("missing field `cwd`"), "{error}");
+        let error = serde_json::from_value::<CreateSession>(json!({"cwd": "/w", "fork": "yes"}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("invalid type"), "{error}");
+        let error =
+            serde_json::from_value::<CreateSession>(json!({"cwd": "/w", "transport": "pigeon"}))
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("pigeon"), "{error}");
+        // A worktree is asked for with a flag, never handed in made.
+        let error = serde_json::from_value::<CreateSession>(
+            json!({"cwd": "/w", "worktree": {"repo": "/", "path": "/", "branch": "b", "base": "c"}}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("invalid type"), "{error}");
+    }
 }

@@ -503,14 +503,14 @@ impl Daemon {
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
-        if let Some(version) = &request.cli_version {
+        if let Some(version) = &request.launch.cli_version {
             if !is_version(version) {
                 return Err(DaemonError::Invalid(format!(
                     "cli_version {:?} is not a version (digits and dots, like 2.1.330)",
                     version.chars().take(70).collect::<String>()
                 )));
             }
-            if request.claude.is_some() {
+            if request.launch.claude.is_some() {
                 return Err(DaemonError::Invalid(
                     "give claude (the program) or cli_version (a node whose CLI is that version), not both".into(),
                 ));
@@ -519,7 +519,7 @@ impl Daemon {
         if let Some(node) = self.place(&request)? {
             return self.create_on(&node, request).await;
         }
-        if let Some(wanted) = &request.cli_version {
+        if let Some(wanted) = &request.launch.cli_version {
             self.check_cli_version(wanted).await?;
         }
         if request.prompt.as_deref().is_some_and(|prompt| prompt.trim().is_empty()) {
@@ -532,37 +532,38 @@ impl Daemon {
                 "resume_at needs resume (the Claude session id)".into(),
             ));
         }
-        if let Some(max) = request.max_budget_usd {
+        if let Some(max) = request.launch.max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
         }
-        if request.mcp_config.len() > MAX_MCP_CONFIGS {
+        if request.launch.mcp_config.len() > MAX_MCP_CONFIGS {
             return Err(DaemonError::Invalid(format!(
                 "mcp_config has {} entries; at most {MAX_MCP_CONFIGS}",
-                request.mcp_config.len()
+                request.launch.mcp_config.len()
             )));
         }
-        if request.notify.as_ref().is_some_and(Vec::is_empty) {
+        if request.launch.notify.as_ref().is_some_and(Vec::is_empty) {
             return Err(DaemonError::Invalid(
                 "notify names no channel; name at least one, or leave it out".into(),
             ));
         }
         self.daily_limit(request.started_by.as_deref())?;
         let id = uuid::Uuid::new_v4().to_string();
-        let mut launch = Launch::from(&request);
+        let mut launch = request.launch.clone();
         if request.worktree {
-            if !request.cwd.is_absolute() || !request.cwd.is_dir() {
+            if !request.launch.cwd.is_absolute() || !request.launch.cwd.is_dir() {
                 return Err(DaemonError::Invalid(format!(
                     "cwd {} is not an absolute path of a directory",
-                    request.cwd.display()
+                    request.launch.cwd.display()
                 )));
             }
-            let (tree, cwd) = crate::worktree::create(&request.cwd, &id[..8])
+            let (tree, cwd) = crate::worktree::create(&request.launch.cwd, &id[..8])
                 .await
                 .map_err(DaemonError::Invalid)?;
             launch.cwd = cwd;
             launch.worktree = Some(tree);
         }
-        let made = self.create_in(id, request, launch.clone()).await;
+        // Boxed: a launch is large, and every face awaits a create.
+        let made = Box::pin(self.create_in(id, request, launch.clone())).await;
         if let (Err(_), Some(tree)) = (&made, &launch.worktree) {
             // Nothing half-made: the worktree and its branch go with the session that failed.
             if let Err(error) = crate::worktree::remove(tree, true, true).await {
@@ -591,10 +592,10 @@ impl Daemon {
         let record = SessionRecord {
             claude_session_id: request.resume.clone().filter(|_| !request.fork),
             cwd: launch.cwd.display().to_string(),
-            model: request.model.clone(),
-            permission_mode: request.permission_mode.clone(),
+            model: request.launch.model.clone(),
+            permission_mode: request.launch.permission_mode.clone(),
             title: request.prompt.as_deref().map(switchboard_session::projection::title_of),
-            ..self.new_record(&id, serde_json::to_value(&launch).unwrap_or(Value::Null))
+            ..self.new_record(&id, launch.clone())
         };
         self.check_transport(&config, &transport).await?;
         self.check_route(&route_of(&config.policy, &record))?;
@@ -666,11 +667,7 @@ impl Daemon {
                 "session {id} never reached the CLI's first turn, so there is nothing to resume"
             ))
         })?;
-        // Records written before `Launch` hold the whole create request: its one-time fields
-        // are ignored here.
-        let launch: Launch = serde_json::from_value(record.config.clone()).map_err(|error| {
-            DaemonError::Invalid(format!("session {id}'s stored config is unreadable: {error}"))
-        })?;
+        let launch = record.launch.clone();
         if let Some(max) = launch.max_budget_usd.filter(|max| record.spent_usd >= *max) {
             return Err(DaemonError::Budget(format!(
                 "session {id}'s budget of {} is spent ({}); raise it first (PATCH /api/sessions/{id} with max_budget_usd)",
@@ -779,9 +776,9 @@ impl Daemon {
         config.cli.append_system_prompt = request.append_system_prompt.clone();
         config.cli.max_turns = request.max_turns;
         config.cli.mcp_config = request.mcp_config.clone();
-        let transport = match request.transport.as_deref() {
-            None | Some("stdio") => Transport::Stdio,
-            Some("sdk-url") => {
+        let transport = match request.transport {
+            None | Some(TransportKind::Stdio) => Transport::Stdio,
+            Some(TransportKind::SdkUrl) => {
                 let base = self.config.ingress_base.clone().ok_or_else(|| {
                     DaemonError::Invalid(
                         "this daemon has no address for --sdk-url CLIs to connect to".into(),
@@ -791,7 +788,8 @@ impl Daemon {
             }
             Some(other) => {
                 return Err(DaemonError::Invalid(format!(
-                    "unknown transport {other:?} (stdio or sdk-url)"
+                    "transport {:?} is not one a daemon launches (stdio or sdk-url)",
+                    other.as_str()
                 )));
             }
         };
@@ -800,7 +798,10 @@ impl Daemon {
 
     /// A request's `env`: names that are names, values without NUL, and no loader variable
     /// the daemon does not allow.
-    fn check_env(&self, env: &HashMap<String, String>) -> Result<(), DaemonError> {
+    fn check_env(
+        &self,
+        env: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), DaemonError> {
         for (name, value) in env {
             if name.is_empty() || name.contains(['=', '\0']) {
                 return Err(DaemonError::Invalid(format!(
@@ -955,7 +956,7 @@ impl Daemon {
         }
         // Shown to relay frontends: as a relay CLI that connects, it is announced and becomes
         // the one their plain messages go to.
-        if live.record.lock().config["relay"] == true {
+        if live.record.lock().launch.relay {
             self.set_relay_current(Some(id.clone()));
             self.relay_publish(&relay_status("claude code connected")).await;
         }
@@ -1077,8 +1078,8 @@ impl Daemon {
             if let Some(archived) = archived {
                 record.archived = archived;
             }
-            if let (Some(max), Some(config)) = (max_budget_usd, record.config.as_object_mut()) {
-                config.insert("max_budget_usd".into(), json!(max));
+            if let Some(max) = max_budget_usd {
+                record.launch.max_budget_usd = max;
             }
         };
         let _writing = self.record_writes.lock().await;
@@ -1168,7 +1169,7 @@ impl Daemon {
 
     /// A new session's record: `starting` on this node, made now, with `config` and nothing
     /// spent yet. The caller fills in what it knows (cwd, title, model, ...).
-    pub(super) fn new_record(&self, id: &str, config: Value) -> SessionRecord {
+    pub(super) fn new_record(&self, id: &str, launch: Launch) -> SessionRecord {
         let now = now_ms();
         SessionRecord {
             archived: false,
@@ -1184,7 +1185,7 @@ impl Daemon {
             spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
-            config,
+            launch,
         }
     }
 
@@ -1352,7 +1353,7 @@ mod tests {
             spent_usd: 0.0,
             created_ms: 0,
             updated_ms: 0,
-            config: Value::Null,
+            launch: Launch::default(),
         }
     }
 

@@ -118,8 +118,7 @@ impl Pump {
     ) -> Pump {
         let (relay, relayed) = {
             let record = live.record.lock();
-            let relay = record.config["transport"] == "relay";
-            (relay, relay || record.config["relay"] == true)
+            (record.launch.transport == Some(TransportKind::Relay), record.launch.relayed())
         };
         let lost = live.lost.swap(0, std::sync::atomic::Ordering::SeqCst);
         let seen = HashMap::new();

@@ -10,10 +10,8 @@ pub(super) fn route_of(
     record: &SessionRecord,
 ) -> switchboard_session::NotifyRoute {
     let mut route = policy.notify.clone();
-    if let Some(channels) = record.config.get("notify").and_then(|value| {
-        serde_json::from_value::<Option<Vec<String>>>(value.clone()).ok().flatten()
-    }) {
-        route.channels = Some(channels);
+    if let Some(channels) = &record.launch.notify {
+        route.channels = Some(channels.clone());
     }
     // A chain reaches only channels the session hears on; with none of them left, requests
     // go to those channels at once.
@@ -25,7 +23,7 @@ pub(super) fn route_of(
 
 /// A session's worktree, if it has one.
 pub(super) fn worktree_of(record: &SessionRecord) -> Option<crate::worktree::Worktree> {
-    serde_json::from_value(record.config.get("worktree")?.clone()).ok()
+    record.launch.worktree.clone()
 }
 
 pub(super) fn current_record(live: &LiveSession) -> SessionRecord {
@@ -38,43 +36,17 @@ pub(crate) fn relay_status(text: &str) -> String {
     json!({"type": "status", "text": text}).to_string()
 }
 
-/// A session record as clients see it: how its CLI is launched ([`Launch`]), minus secrets. The
-/// values of `env` are replaced (the names stay), and so are those of each inline MCP server's
-/// `env` and `headers` (which carry API keys). The store keeps them, for a resume.
+/// A session record as clients see it: how its CLI is launched, minus secrets
+/// ([`Launch::public`]). The store keeps them, for a resume.
 pub fn public_record(mut record: SessionRecord) -> SessionRecord {
-    if let Some(Value::Object(env)) = record.config.get_mut("env") {
-        hide_values(env);
-    }
-    if let Some(Value::Array(configs)) = record.config.get_mut("mcp_config") {
-        for config in configs {
-            let Some(text) = config.as_str() else { continue };
-            // A path to a file stays as it is; inline JSON is shown without its secrets.
-            let Ok(mut parsed) = serde_json::from_str::<Value>(text) else { continue };
-            if let Some(Value::Object(servers)) = parsed.get_mut("mcpServers") {
-                for server in servers.values_mut() {
-                    for key in ["env", "headers"] {
-                        if let Some(Value::Object(values)) = server.get_mut(key) {
-                            hide_values(values);
-                        }
-                    }
-                }
-            }
-            *config = Value::from(parsed.to_string());
-        }
-    }
+    record.launch = record.launch.public();
     record
-}
-
-pub(super) fn hide_values(map: &mut serde_json::Map<String, Value>) {
-    for value in map.values_mut() {
-        *value = Value::from("(hidden)");
-    }
 }
 
 /// Whether the session is an interactive CLI in a person's terminal
 /// ([`Daemon::attach_terminal`]).
 pub fn is_terminal(record: &SessionRecord) -> bool {
-    record.config["transport"] == "terminal"
+    record.launch.transport == Some(TransportKind::Terminal)
 }
 
 /// A record's state for its CLI's `state`: `paused` while a budget holds a session that has

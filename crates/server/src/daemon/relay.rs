@@ -17,7 +17,10 @@ impl Daemon {
         let id = uuid::Uuid::new_v4().to_string();
         let record = SessionRecord {
             title: Some("external CLI (relay)".into()),
-            ..self.new_record(&id, json!({"transport": "relay"}))
+            ..self.new_record(
+                &id,
+                Launch { transport: Some(TransportKind::Relay), ..Launch::default() },
+            )
         };
         let policy = self.config.default_policy.clone().unwrap_or_default();
         let config_policy = policy.clone();
@@ -108,8 +111,7 @@ impl Daemon {
             .filter_map(|live| {
                 let (relayed, created, id, claude_session_id) = {
                     let record = live.record.lock();
-                    let relayed =
-                        record.config["transport"] == "relay" || record.config["relay"] == true;
+                    let relayed = record.launch.relayed();
                     (
                         relayed,
                         record.created_ms,

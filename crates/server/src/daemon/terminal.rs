@@ -49,8 +49,15 @@ impl Daemon {
         let record = SessionRecord {
             claude_session_id: hello.claude_session_id.clone(),
             cwd: hello.cwd.display().to_string(),
-            ..self
-                .new_record(&id, json!({"transport": "terminal", "cli_version": hello.cli_version}))
+            ..self.new_record(
+                &id,
+                Launch {
+                    cwd: hello.cwd.clone(),
+                    transport: Some(TransportKind::Terminal),
+                    cli_version: hello.cli_version.clone(),
+                    ..Launch::default()
+                },
+            )
         };
         let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
         config.transcript = true;

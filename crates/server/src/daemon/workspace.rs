@@ -128,7 +128,7 @@ impl Daemon {
         let touched = self.touched_files(id);
         // What the session's own policy denies to Read is not shown either, nor the daemon's
         // data directory, nor the kernel's own trees.
-        let policy = match record.config.get("policy").and_then(Value::as_str) {
+        let policy = match record.launch.policy.as_deref() {
             Some(text) => load_policy(text).await?,
             None => self.config.default_policy.clone().unwrap_or_default(),
         };

@@ -252,7 +252,7 @@ async fn session_with_a_large_event(store: &Arc<dyn Store>, bytes: usize) -> Str
             spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
-            config: serde_json::json!({}),
+            launch: Default::default(),
             archived: false,
             node: None,
         })

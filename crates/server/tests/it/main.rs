@@ -562,7 +562,7 @@ async fn malformed_input_gets_a_4xx_that_names_the_problem() {
         spent_usd: 0.0,
         created_ms: 1,
         updated_ms: 1,
-        config: json!({}),
+        launch: Default::default(),
     };
     server.daemon.store().create_session(&stopped).await.unwrap();
     let (status, answer) =
@@ -664,10 +664,11 @@ async fn hostile_create_requests_are_refused_quickly_without_echoing_files() {
     let (_, listed) = server.get("/api/sessions").await;
     assert!(!listed.to_string().contains("s3cr3t"), "{listed}");
     let stored = server.daemon.store().list_sessions().await.unwrap();
-    assert_eq!(stored[0].config["env"]["SERVICE_TOKEN"], "s3cr3t-value", "kept for a resume");
+    assert_eq!(stored[0].launch.env["SERVICE_TOKEN"], "s3cr3t-value", "kept for a resume");
     // What is kept is how to launch the CLI again, not the request: no first prompt, no
     // session to resume or fork.
-    let kept: Vec<&String> = stored[0].config.as_object().unwrap().keys().collect();
+    let kept = serde_json::to_value(&stored[0].launch).unwrap();
+    let kept: Vec<&String> = kept.as_object().unwrap().keys().collect();
     for once in ["prompt", "resume", "fork", "resume_at"] {
         assert!(!kept.iter().any(|key| *key == once), "{once} is kept: {kept:?}");
     }
@@ -873,13 +874,8 @@ async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store.clone(), config).await.unwrap();
-    let record = daemon
-        .create(switchboard_server::CreateSession {
-            cwd: dir.path().to_owned(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let record =
+        daemon.create(switchboard_server::CreateSession::new(dir.path().to_owned())).await.unwrap();
     let mut subscription = daemon.subscribe(&record.id, 0);
     // Take one event so the subscription is following the live tail, then stop reading.
     let first = subscription.next().await.unwrap().unwrap();
@@ -1917,9 +1913,8 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
     }));
     let record = daemon
         .create(switchboard_server::CreateSession {
-            cwd: sandbox.workdir(),
             prompt: Some("hi".into()),
-            ..Default::default()
+            ..switchboard_server::CreateSession::new(sandbox.workdir())
         })
         .await
         .unwrap();
@@ -2011,10 +2006,8 @@ async fn shutting_down_tells_every_socket_stops_every_session_then_closes() {
     let last = store.events_before(&record.id, u64::MAX, 3).await.unwrap();
     assert!(last.iter().any(|event| event.kind == "exited"), "{last:?}");
     // And nothing new starts once it drains.
-    let refused = daemon
-        .create(switchboard_server::CreateSession { cwd: sandbox.workdir(), ..Default::default() })
-        .await
-        .unwrap_err();
+    let refused =
+        daemon.create(switchboard_server::CreateSession::new(sandbox.workdir())).await.unwrap_err();
     assert!(refused.to_string().contains("shutting down"), "{refused}");
 }
 
@@ -2221,9 +2214,8 @@ async fn live_events_never_wait_for_a_record_write() {
     let held = store.records.write().await;
     let record = daemon
         .create(switchboard_server::CreateSession {
-            cwd: sandbox.workdir(),
             prompt: Some("first".into()),
-            ..Default::default()
+            ..switchboard_server::CreateSession::new(sandbox.workdir())
         })
         .await
         .unwrap();
@@ -2265,9 +2257,8 @@ async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
         daemon_on_failing_store(&api, &sandbox, Some(Duration::from_millis(300))).await;
     let record = daemon
         .create(switchboard_server::CreateSession {
-            cwd: sandbox.workdir(),
             prompt: Some("first".into()),
-            ..Default::default()
+            ..switchboard_server::CreateSession::new(sandbox.workdir())
         })
         .await
         .unwrap();
@@ -2468,9 +2459,8 @@ async fn a_full_disk_loses_no_event_and_a_freed_one_takes_them_all() {
     let daemon = Daemon::open(store.clone(), config).await.unwrap();
     let record = daemon
         .create(switchboard_server::CreateSession {
-            cwd: disk.path().to_owned(),
             prompt: Some("one".into()),
-            ..Default::default()
+            ..switchboard_server::CreateSession::new(disk.path().to_owned())
         })
         .await
         .unwrap();

@@ -331,7 +331,10 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
             spent_usd: 0.0,
             created_ms: now,
             updated_ms: now,
-            config: json!({"cwd": "/tmp/long-project"}),
+            launch: switchboard_store::Launch {
+                cwd: "/tmp/long-project".into(),
+                ..Default::default()
+            },
         })
         .await
         .unwrap();

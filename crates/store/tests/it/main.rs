@@ -735,16 +735,27 @@ pub(crate) async fn check_release_fixture(store: &dyn Store) {
     let a = read("a").await;
     assert_eq!((a.state, a.cost_usd, a.spent_usd), (RecordState::Idle, 0.5, 1.25), "{a:?}");
     assert_eq!(
-        a.config,
-        serde_json::json!({"cwd": "/work/app", "max_budget_usd": 2.0, "model": "claude-sonnet-4-5"})
+        a.launch,
+        switchboard_store::Launch {
+            cwd: "/work/app".into(),
+            max_budget_usd: Some(2.0),
+            model: Some("claude-sonnet-4-5".into()),
+            ..Default::default()
+        }
     );
     let b = read("b").await;
     assert_eq!((b.state, b.spent_usd, b.archived), (RecordState::Exited, 0.75, true), "{b:?}");
-    assert_eq!(b.config, serde_json::json!({"cwd": "/work/app", "relay": true}));
+    assert_eq!(
+        b.launch,
+        switchboard_store::Launch { cwd: "/work/app".into(), relay: true, ..Default::default() }
+    );
     let c = read("c").await;
     assert_eq!((c.state, c.spent_usd), (RecordState::Paused, 3.0), "{c:?}");
-    assert_eq!(c.config["worktree"]["branch"], "switchboard/cccccccc");
-    assert!(c.config.get("spent_usd").is_none(), "{:?}", c.config);
+    let tree = c.launch.worktree.as_ref().expect("its worktree");
+    assert_eq!(tree.branch, "switchboard/cccccccc");
+    // Written without its git folder: read as git names it.
+    assert_eq!(tree.git_dir, std::path::Path::new("/work/app/.git/worktrees/cccccccc"));
+    assert_eq!(c.launch.max_budget_usd, Some(3.0));
     for id in ["a", "b", "c"] {
         let events = store.events_after(id, 0, 10).await.unwrap();
         assert_eq!(events.iter().map(|event| event.seq).collect::<Vec<_>>(), [1, 2, 3], "{id}");
@@ -769,4 +780,41 @@ async fn a_database_from_the_last_release_is_migrated() {
     drop(store);
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.get_session("a").await.unwrap().unwrap().spent_usd, 1.75);
+}
+
+/// A record whose launch config cannot be read (hand-edited, or written wrong) is an error that
+/// names the session, not a session that would resume with defaults.
+#[tokio::test]
+async fn an_unreadable_launch_config_is_an_error_naming_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let store = SqliteStore::open(&path).unwrap();
+    let record = switchboard_store::SessionRecord {
+        id: "broken".into(),
+        claude_session_id: None,
+        cwd: "/work".into(),
+        model: None,
+        permission_mode: None,
+        state: switchboard_store::RecordState::Exited,
+        title: None,
+        cost_usd: 0.0,
+        spent_usd: 0.0,
+        created_ms: 1,
+        updated_ms: 1,
+        launch: switchboard_store::Launch { cwd: "/work".into(), ..Default::default() },
+        archived: false,
+        node: None,
+    };
+    store.create_session(&record).await.unwrap();
+    assert_eq!(store.get_session("broken").await.unwrap().unwrap().launch, record.launch);
+    store.flush().await.unwrap();
+    drop(store);
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute("UPDATE sessions SET config = '{\"max_turns\": \"many\"}' WHERE id = 'broken'", [])
+        .unwrap();
+    drop(connection);
+    let store = SqliteStore::open(&path).unwrap();
+    let error = store.get_session("broken").await.unwrap_err().to_string();
+    assert!(error.contains("session broken") && error.contains("launch config"), "{error}");
 }
