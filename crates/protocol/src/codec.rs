@@ -8,6 +8,10 @@
 //!
 //! This is a plain iterator-style API rather than a `tokio_util` codec so that one bad line
 //! cannot end the stream (a `FramedRead` stops at the first `Err`); the transport wraps it.
+//!
+//! [`Decoder`] decodes each line where the splitter's buffer holds it and copies its text once,
+//! into the [`Received`] (the exact text, shared as an `Arc<str>`, and the typed view).
+//! [`encode_line`] is the strict writer of the lines we build.
 
 use std::fmt;
 

@@ -38,7 +38,7 @@ impl ControlRequest {
 }
 
 wire_enum! {
-    /// The 13 control subtypes of seed 000 §7, chosen by `subtype`.
+    /// The 13 control subtypes of the stream-json control protocol, chosen by `subtype`.
     pub enum ControlRequestPayload by "subtype" {
         /// Host → CLI: register hooks, agents, prompts. Optional; see [`InitializeRequest`].
         Initialize(InitializeRequest) = "initialize",

@@ -1,7 +1,7 @@
 //! The Claude Code stream-json protocol: typed messages in both directions and a sans-IO
 //! NDJSON codec. Pure data: no I/O, no async runtime.
 //!
-//! - [`Message`]: one line of the protocol, every type the seed documents describe and every
+//! - [`Message`]: one line of the protocol, every type the protocol's documents describe and every
 //!   type the real CLI was seen to emit (`docs/protocol.md`). Unknown types, subtypes and
 //!   fields decode without error and are kept. A JSON object with a `type` is never
 //!   malformed: a known type whose fields do not fit (a newer CLI changed a field's shape) is

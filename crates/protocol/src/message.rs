@@ -1,4 +1,9 @@
 //! The top-level messages of the stream-json protocol, one per NDJSON line, in both directions.
+//!
+//! [`Message`] is a tagged enum over every `type`, each typed variant's body boxed: a line's
+//! message is moved from its decode into its session's core, and a `Message` is 72 bytes to
+//! move where its largest body is 656 (a const assertion holds it there). The nested tagged
+//! enums are in `system`, `control`, `stream`, `content` and `permission`.
 
 use indexmap::IndexMap;
 use serde_json::{Map, Number, Value};

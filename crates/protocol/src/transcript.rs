@@ -11,6 +11,8 @@
 //! - **The end of a turn** has no `result` line. 2.1.330 writes `system/turn_duration` when a
 //!   turn ends, and a `user` line `[Request interrupted by user]` (no `turn_duration`) when the
 //!   person interrupts it: [`turn_end`].
+//!
+//! The session core and the projection both ask this module, so the two read a transcript alike.
 
 use serde_json::Value;
 

@@ -9,6 +9,16 @@
 //! value (a `stream_event`'s `event`, its `delta`, an assistant message's content blocks) reads
 //! its object's entries until the tag and hands the variant's struct the rest of the same map,
 //! so a nested value is not parsed a second time. See `docs/benchmarks.md` for what that buys.
+//!
+//! - `wire_struct!`: a struct whose deserializer reads each known key once and sends unknown
+//!   keys to `extra` (a `serde_json::Map`, their order kept).
+//! - `wire_enum!`: a whole line's variant is picked by `peek_tag` on the raw text, then parsed
+//!   directly. Inside a value, `enum_from_map` reads the entries up to the tag; entries before
+//!   it are kept as their text and replayed to the variant's struct first, each replay with a
+//!   reader of its own, so at most two run inside one another and a line nested deeper that
+//!   way is an error. Either way the tag is the first entry of its key whose value is a
+//!   string, and an unknown tag is `Unknown(Value)`.
+//! - `wire_str_enum!`: a string enum with `Other(String)` for a value it does not know.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -1,4 +1,10 @@
 //! The HTTP + WebSocket API (`docs/api.md`).
+//!
+//! The route table is defined once ([`routes`]: method, path, who checks the caller,
+//! handler): the router is built from it, and `docs/api.md` is checked against it both ways.
+//! Beside it, the REST handlers, the subscriber sockets (every frame already queued goes with
+//! one flush), and the `--sdk-url` ingress (a POST's slot and token are checked before its
+//! body is read).
 
 use std::sync::Arc;
 

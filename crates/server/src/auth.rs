@@ -1,5 +1,13 @@
 //! Bearer-token auth for every endpoint, each route's scope ([`crate::tokens`]), and the Origin
 //! check for browser WebSocket upgrades.
+//!
+//! - The token comes in the `Authorization` header, the query or the cookie; without auth
+//!   (`--no-auth`) only loopback `Host` names are served. The endpoints with tokens of their
+//!   own get the same checks (`check_outside_auth`).
+//! - [`require_auth`] puts the request's `Caller` (token name and scope) in its extensions;
+//!   [`require_scope`] is a layer on each route, with the scope its entry in
+//!   `api::routes` names (`Guard::Api(Scope)`), so no route exists without one.
+//! - CSRF: a change authenticated only by the cookie must carry the daemon's own `Origin`.
 
 use std::sync::Arc;
 

@@ -9,6 +9,9 @@
 //! limit is in its record. On a database several daemons share they are its shared `budget`
 //! document instead ([`crate::shared`]): every node's turns count against one daily limit,
 //! and a limit changed through one node holds on all.
+//!
+//! The file has one writer task, and the newest text wins. In a fleet a writer task adds what
+//! this node's turns spent to the shared document; it is counted here until it is added.
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;

@@ -15,6 +15,24 @@
 //!   is and how busy; a node not heard from for [`BusOptions::lost_after`] is **lost**
 //!   ([`Bus::nodes`]): its sessions show as such, and another node may resume them.
 //!
+//! How each part keeps its promise:
+//!
+//! - [`BusStore`] queues every committed append for publishing (a bounded queue and one
+//!   publishing task, so a slow bus never holds a session back; what it drops, followers read
+//!   from the store).
+//! - [`Bus::tail`] is one NATS subscription per followed session and node, shared by its
+//!   subscribers through a broadcast, confirmed by a round trip before the history is read.
+//!   Its task hands on events by seq and reads the store for any gap (and after a
+//!   reconnection, or 2 s of quiet): every event once, in order, committed before it is seen,
+//!   as on the local tail.
+//! - Heartbeats carry the node's `NodeInfo` every second. Every bus remembers when it last
+//!   heard each node by its own monotonic clock (hosts' clocks never matter), and calls a node
+//!   lost after 5 s of silence, but only while it hears itself. `Bus::cut_off` is this node's
+//!   own heartbeat unheard for half of `lost_after`: the daemon then refuses to act for a
+//!   session (`503`) before anyone may call it lost.
+//! - Dashboard changes go out on `switchboard.dashboard` and come back in marked `from_node`
+//!   (never sent on again).
+//!
 //! NATS is trusted: whoever may publish on it may answer any session's permission requests.
 //! Secure it (credentials, TLS, a private network) as docs/fleet.md says.
 

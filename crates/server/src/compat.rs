@@ -1,5 +1,5 @@
-//! Seed 004's web-UI backend over Claude Code's own transcripts, so frontends written for it
-//! work against Switchboard unchanged:
+//! The agents-ui web-UI backend over Claude Code's own transcripts, so frontends written for
+//! it work against Switchboard unchanged:
 //!
 //! - `GET /api/claude/sessions`: every transcript under `~/.claude/projects`;
 //! - `GET /api/claude/sessions/{id}`: one;

@@ -9,6 +9,9 @@
 //! - `budget.json`: the daily budgets and today's spend;
 //! - `daemon.json`: where the running daemon listens ([`DaemonInfo`]), for client commands;
 //! - `cli-runs.json`: the CLIs running now ([`crate::DaemonConfig::runs_file`]).
+//!
+//! Every file is created 0600, the store's too: the database file is made before SQLite opens
+//! it, since SQLite gives its WAL the database file's mode.
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};

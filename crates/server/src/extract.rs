@@ -1,6 +1,6 @@
 //! Extractors whose rejections use the API's one error shape (`{"error": {"code",
 //! "message"}}`): axum's own answer in plain text. Every handler takes its body, query and
-//! WebSocket upgrade through these.
+//! WebSocket upgrade through these. The router's own `405`s and `426`s take the same shape.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;

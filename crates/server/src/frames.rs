@@ -2,7 +2,8 @@
 //! each way, by `type`. What the daemon sends is a [`ServerFrame`] (events are spliced from
 //! the stored text, not parsed again: [`event_frame`]); what a subscriber may send is a
 //! [`ClientFrame`]. The relay's `/ws` and the transcript endpoints speak the agents-ui
-//! protocols instead, and are not these.
+//! protocols instead, and are not these. A `ClientFrame` is read strictly, and its permission
+//! answer is [`PermissionBody`], the same body `POST …/permissions/{request_id}` takes.
 
 use std::collections::BTreeMap;
 

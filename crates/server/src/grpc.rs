@@ -2,6 +2,18 @@
 //! (requests whose content type is `application/grpc` come here, over HTTP/2) with the same
 //! token. It calls the daemon as the REST handlers do, and a session's events are the one
 //! projection's updates ([`crate::view::Viewer`]), typed.
+//!
+//! - `build.rs` compiles the proto with protox (no system `protoc`) and tonic-prost-build, and
+//!   keeps the descriptor set for reflection.
+//! - It imports nothing of REST: the input checks and the session view every face shares are
+//!   in `faces`; its errors are the API's classification (`error::ApiError`) in gRPC codes.
+//! - `Subscribe` is the daemon's `Subscription` through a `Viewer`: each stored event becomes
+//!   its updates as typed `SessionEvent`s sharing its `seq` (numbered by `part` of `parts`),
+//!   or one `RawLine`, so no seq is skipped. Streams are capped daemon-wide ([`MAX_STREAMS`]).
+//! - The health check is open (for probes, with a 1 KiB request limit); every other call
+//!   needs the bearer token (without auth, a loopback host), with the scope
+//!   [`METHOD_SCOPES`] gives it (one not listed needs `admin`), and browsers (`Origin`) are
+//!   refused.
 
 use std::pin::Pin;
 use std::sync::Arc;

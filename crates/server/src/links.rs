@@ -3,6 +3,9 @@
 //! under the daemon's link key. The link is the only credential its page needs, and only for
 //! its one request. It is single-use because a request is answered once (the first answer
 //! wins); it expires when the request would time out. The pages are [`crate::approval`]'s.
+//! `Daemon::approval_link` makes the links. A page's GET only reads (the pending table, else
+//! the log's decision); its POST answers through the session's first-answer-wins table, so a
+//! link is single-use without a table of its own.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;

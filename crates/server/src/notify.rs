@@ -17,6 +17,14 @@
 //! 5 min) meanwhile. A receiver that was down gets everything once it is back, and a daemon
 //! that restarts sends what was still waiting. A receiver that sees a key twice (its answer
 //! was lost) has had that notice already.
+//!
+//! The pump, once a batch is stored, turns what a person may want to hear of into
+//! [`Notice`]s (`daemon/notices.rs`) and hands them to the [`Notifier`], whose task queues the
+//! outbox items off the pump's path. Once queued, nothing about delivery lives only in memory
+//! (the hand-off to the queueing task does, for a moment). The channel list is not fixed:
+//! each browser push subscription is a channel (`push-ID`) added and removed while the daemon
+//! runs; a removed channel's sender ends and forgets its outbox rows
+//! (`Store::outbox_forget`), unless a sender for the same name replaced it.
 
 use parking_lot::RwLock;
 use std::collections::HashMap;

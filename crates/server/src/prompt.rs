@@ -1,7 +1,8 @@
 //! A prompt's content as a person or a program sends it (REST, gRPC, the web UI's paste and
 //! drop): a string, or text and image blocks. Everything is checked here, before the prompt
 //! reaches the CLI, so a bad image is refused at once with its reason instead of failing the
-//! turn at the Messages API later.
+//! turn at the Messages API later. Only text and image blocks are taken; an image's type is
+//! read from its bytes, and its size and the count of images are bounded.
 
 use base64::Engine as _;
 use serde_json::Value;

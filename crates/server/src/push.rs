@@ -17,6 +17,10 @@
 //! A subscription is a browser's: its endpoint is a capability (whoever knows it can wake that
 //! browser), so the daemon sends only to push services it knows ([`PUSH_SERVICES`], and the
 //! notify file's `[push] hosts`), never to an address a caller names.
+//!
+//! This module holds Web Push's own parts: the encryption, the VAPID token, the daemon's key
+//! and the subscriptions (`DATA_DIR/push.json`, replaced whole). It knows nothing of notices'
+//! topics or senders; [`crate::notify`] does.
 
 use parking_lot::Mutex;
 use std::path::PathBuf;

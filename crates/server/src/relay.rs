@@ -7,6 +7,25 @@
 //! its permission answers (both of the protocol's forms) are a person's. Each connection is its
 //! own Switchboard session (stored, steerable, with permissions decided by the daemon's policy
 //! or a person; `auto-approve` is a policy), so nothing about it is lost either.
+//!
+//! - An external CLI at `/` becomes a session once its upgrade is done, over
+//!   `sdk_url::external` (no process; its socket's end is its exit). The pump applies the
+//!   protocol's rotation: when the CLI announces another Claude session id, `Daemon::rotate`
+//!   ends the current session (`rotated` event) and hands its handle to the session for that
+//!   id (new, or the connection's earlier one), so each Claude session id is its own
+//!   Switchboard session.
+//! - Frontends at `/ws` get the CLI's raw lines from the pump once stored (the pump also sends
+//!   "disconnected" after the last) and the "connected" status line from the socket handler,
+//!   and steer through the session handle (`Daemon::relay_handles`: relay CLIs and sessions
+//!   created with `relay`). The feed is a broadcast whose sender waits for room
+//!   (`async-broadcast`, `RELAY_BUFFER` lines): no frontend misses a line, the relay's pumps
+//!   wait for the slowest frontend, and a frontend that cannot take a write (a frame, a flush,
+//!   a reply) within `STALL_LIMIT` is dropped, so that it cannot hold the others back for
+//!   good.
+//! - A permission answer in either of the protocol's forms (`permission_answer`; anything but
+//!   a plain allow denies) goes through the session's first-answer-wins table as a person's.
+//! - [`router`] is the relay alone, for the discovery port (`serve_relay`), where a page from
+//!   an allowed origin needs no token.
 
 use std::sync::Arc;
 

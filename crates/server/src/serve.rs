@@ -10,6 +10,13 @@
 //! shed to make room, and where there is none the new one is closed at once, before it can
 //! hold a file descriptor of the daemon's. On shutdown the listener closes first, then open
 //! connections finish their requests, then every session is stopped.
+//!
+//! A connection's first bytes are read under the header-read timeout (`sniff`), and the bytes
+//! read are served again (`Counted` replays them). A WebSocket keeps its place among the
+//! connections until it closes. HTTP/2 connections get keep-alive pings and a cap on calls at
+//! once, and are closed after [`H2_IDLE`] without a call (`Calls` counts each call until its
+//! response body ends): HTTP/1.1's header timer closes an idle connection, and HTTP/2 needs
+//! its own, or idle connections could hold every place.
 
 use crate::socket::CLOSE_GRACE;
 use std::future::Future;

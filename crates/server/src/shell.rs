@@ -5,7 +5,9 @@
 //! open one (the route's guard). It ends with the session: when the session's CLI is stopped
 //! or exits, the shell's whole session gets SIGHUP, then SIGKILL, and every process it
 //! started that still carries its run id is ended too ([`switchboard_transport::procs`]). At
-//! most [`MAX_SHELLS`] run at once.
+//! most [`MAX_SHELLS`] run at once. The PTY is `pty-process`'s (as `switchboard claude` uses),
+//! and the command is `transport::stdio::shell_command`'s: the CLI's environment rules, and a
+//! run id of its own.
 //!
 //! Frames: binary both ways are the terminal's bytes (keys in, output out); text frames are
 //! JSON: from the page `{"type":"resize","cols":C,"rows":R}`; from the daemon

@@ -1,6 +1,14 @@
 //! Socket plumbing every WebSocket endpoint shares: buffer sizes, reading a client's frames
 //! on a task of its own, moving frames between a CLI's socket and its slot, and following the
 //! daemon's phase as it drains. Nothing here knows a route.
+//!
+//! - `spawn_frame_reader`: a client's frames are read on a task of their own; tungstenite
+//!   zeroes its read buffer on every read poll, so a writing loop must not poll for reads on
+//!   every frame it sends.
+//! - `pipe`: frames between a CLI's socket and its slot. A reading task feeds the slot; the
+//!   loop writes the session's lines and pings, and ends the socket on a disconnect request,
+//!   a silent peer or the session's end.
+//! - `next_drain`: a socket's part in a graceful shutdown.
 
 use std::sync::Arc;
 

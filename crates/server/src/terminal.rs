@@ -2,6 +2,13 @@
 //! interactive CLI it runs in a person's terminal, hands in the CLI's transcript as it grows,
 //! and takes back the keys to type (a prompt sent from the browser or the API, the Esc of an
 //! interrupt). The session is [`Daemon::attach_terminal`]'s; see `docs/api.md` for the frames.
+//!
+//! Each transcript line comes in a binary frame of its own. A prompt is typed only while the
+//! session is idle and the terminal said `ready` (or a turn ended), and the next once the
+//! transcript shows the CLI took it: keys typed while the CLI works, or before it is past the
+//! dialogs of its start, could answer one of them. What a terminal cannot type is refused by
+//! `Daemon::send_message` (the one way a person's message reaches a session from REST, gRPC
+//! and this socket) before it is queued.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -15,6 +15,16 @@
 //! is nothing to guess from it. On a database several daemons share, the named tokens are its
 //! shared `tokens` document instead ([`crate::shared`]): a token made through one node works
 //! through every node, and a revoke holds on every node within [`crate::shared::REFRESH`].
+//!
+//! - The daemon's own token is compared in constant time; a change to the shared document
+//!   through another node replaces the named ones here (a token gone is revoked).
+//! - A [`Caller`] watches its token's revoked flag: a socket checks each frame against the
+//!   token as it is now ([`Caller::require`]), and every socket and stream runs under
+//!   [`until_revoked`], which ends it when the token is revoked (a socket's reading task ends
+//!   with it: `socket::FrameReader` aborts on drop); the terminal's socket, whose end is
+//!   recorded, ends through its own loop instead.
+//! - [`check_create`] is the one place that says which create fields need `admin`. gRPC maps
+//!   each method to a scope (`grpc::METHOD_SCOPES`; one not listed needs `admin`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

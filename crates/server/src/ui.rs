@@ -3,8 +3,10 @@
 //! (`/?token=…`) trades the token for an HttpOnly, SameSite=Strict cookie and redirects to `/`,
 //! so the token does not stay in the address bar or the history.
 //!
-//! `/` is also the relay's CLI socket (seed 003): a WebSocket upgrade there goes to
-//! [`crate::relay::cli`], anything else gets the page (or, without a valid token, a login page).
+//! `/` is also the relay's CLI socket (the agents-ui relay protocol): a WebSocket upgrade there
+//! goes to [`crate::relay::cli`], anything else gets the page (or, without a valid token, a
+//! login page). The page carries a strict CSP (scripts and connections only from the daemon,
+//! no framing); `auth` adds the CSRF rule for changes authenticated only by the cookie.
 
 use std::sync::Arc;
 

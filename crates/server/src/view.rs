@@ -1,7 +1,9 @@
 //! A session's view: its stored events, read back and projected by the session crate's one
 //! [`Projector`](switchboard_session::Projector), plus the daemon's own notes (a run started,
 //! the CLI moved to another session, events were lost). The web UI and every API client that
-//! wants meaning rather than lines read this (`GET …/view`, `…/subscribe?view=true`).
+//! wants meaning rather than lines read this (`GET …/view`, `…/subscribe?view=true`, one frame
+//! per event). The daemon's notes are `run`, `rotated` and `lost`. A page is projected from
+//! the log's start, silently up to where it begins.
 
 use serde::Serialize;
 use switchboard_session::projection::settle;

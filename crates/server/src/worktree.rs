@@ -19,6 +19,14 @@
 //! the daemon's next git command run it. So every command on a worktree names its git folder
 //! (inside the repository's, recorded when the worktree was made) and its work tree itself,
 //! and never reads the `.git` file.
+//!
+//! What it does: the diff against the commit the session started from, commit, push, merge
+//! (conflicts found first with `git merge-tree`, so an aborted `git merge` never stays
+//! half-done), discard and removal; the daemon makes one such change at a time
+//! (`Daemon::worktree_ops`). Output is held in memory up to its bound: a file's patch over
+//! [`MAX_FILE_DIFF_BYTES`] is listed, not shown, and at most [`MAX_FILES_SHOWN`] files are
+//! shown. Hooks are off (`core.hooksPath=/dev/null`). A session's record keeps its worktree in
+//! `config.worktree`; creating one that then fails removes the worktree and branch again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

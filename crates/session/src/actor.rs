@@ -1,5 +1,36 @@
 //! The session actor: one task owns a session's [`SessionCore`] and its transport; everyone
 //! else holds a cheap, cloneable [`SessionHandle`].
+//!
+//! [`spawn_session_on`] takes a ready `CliLink`, whichever transport the caller picked and
+//! spawned (the daemon spawns stdio or `--sdk-url` CLIs itself, with
+//! [`SessionConfig::launch_options`], which adds the policy's deny rules as
+//! `--disallowedTools`); [`spawn_session`] is the stdio shorthand. Ending a CLI has one
+//! escalation, the transport's (`CliProcess::begin_shutdown`: close input, SIGTERM, SIGKILL).
+//!
+//! - The actor's one task owns the core and the transport and applies effects. Timers are
+//!   tasks that send a command back, held in the actor's `JoinSet` so that none outlives the
+//!   session (a sleeper left behind kept the command queue's memory for up to a minute after
+//!   the session ended).
+//! - The owner's event stream is lossless and bounded (backpressure reaches the CLI's pipe),
+//!   and handed over in batches, one per wake-up of the actor (up to [`TRANSPORT_BATCH`] of the
+//!   CLI's lines found waiting, or one command), so a busy session costs one queue operation
+//!   per batch. Extra observers ([`SessionHandle::subscribe`]) may lag. The snapshot (`watch`)
+//!   is published before the events of each step, so an observer never sees an event newer
+//!   than the snapshot.
+//! - The owner may instead hand the stream to an [`EventSink`] ([`SessionEvents::hand_to`]),
+//!   which the actor calls in its own task after giving it what was queued before. A sink
+//!   handed over after the session ended gets the rest from a task of its own; the actor
+//!   closes the way in before its last look, so a sink is always either taken or served so. A
+//!   sink must never wait for its own session's actor. The daemon's pump is such a sink, so
+//!   while the store refuses a batch and the pump retries, the session's commands (answers,
+//!   interrupts) wait with its CLI; a pump dropped by a panic ends its run from a task of its
+//!   own.
+//! - Queue slots are allocated 32 at a time from the start, so what a queue carries is kept
+//!   small (commands box their payloads, the transport boxes its rare large events): an idle
+//!   session's queues cost about 2 KiB, not the 25 KiB they did.
+//! - A warm CLI's session ([`crate::pool`]) starts with prompts held (`hold_prompts`), logs the
+//!   `initialize` line without writing it again, and feeds the events the CLI wrote meanwhile
+//!   (its answer first).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -4,6 +4,32 @@
 //! Every control request in either direction ends exactly once: ours by a response, a timeout
 //! or the link closing; the CLI's by our answer, a `control_cancel_request`, a timeout or the
 //! link closing. Nothing here waits for a person: a pending approval is an entry in a table.
+//!
+//! [`SessionCore`] takes inputs (a line, a command, a timer, the exit) and returns [`Effect`]s
+//! (`Send`, `Emit`, `StartTimer`, `ControlDone`, `End`). It owns the state machine
+//! ([`SessionState`]), the table of our control requests (ids `sb-N`), the CLI's pending
+//! permission requests and hook callbacks, recently answered ids ("already answered"), user
+//! messages held until `initialize` is answered, usage, cost, the subagent tree, and the slash
+//! commands and skills the CLI offers ([`SlashCommandInfo`], from `initialize` and
+//! `system/init`, bounded); [`SessionSnapshot`] is what it shows of them.
+//!
+//! - **The policy sees every tool call.** `on_started` adds a `PreToolUse` hook
+//!   ([`POLICY_HOOK_ID`]) to the `initialize` it sends (and re-sends on a reconnect); the
+//!   hook's callback is answered from the policy at once (deny, ask, or no opinion). Each
+//!   `tool_use` is remembered until its result (bounded) so that who allowed or refused it is
+//!   recorded once: the hook, a `can_use_tool` answer, the CLI holding a deny rule, or the CLI
+//!   on its own (`DecidedBy::Cli`). The permission side is `core/permissions.rs`.
+//! - A control request that does not decode is still answered: a `can_use_tool` is denied
+//!   with the reason (`LineError::control_request` carries its id).
+//! - **On a reconnect** the core re-sends `initialize` and reconciles its pending permission
+//!   requests with the list the CLI returns, answering again any it had answered.
+//! - **Transcript mode** ([`SessionCore::set_transcript`], for an interactive CLI): no
+//!   `initialize` is sent, a prompt is a `user` line the CLI wrote, a turn ends at
+//!   `protocol::transcript::turn_end`, and of our control requests only `interrupt` goes out
+//!   (done once written: the Esc key has no answer); the rest are refused with the reason.
+//! - [`SessionCore::control_before_prompts`] sends a control request that prompts wait for (a
+//!   warm CLI's `set_permission_mode`); if it fails they are reported undelivered and the CLI
+//!   is ended (`Effect::End`).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;

@@ -1,4 +1,9 @@
 //! What a session reports: every line in both directions, and Switchboard's own events.
+//!
+//! A [`SessionEvent`] is a line with its exact bytes, a change of state, model, mode or cost,
+//! a permission request or decision with who decided, a hook, a timeout, or the exit.
+//! [`SessionEvent::to_json_text`] is what the daemon stores, and
+//! [`SessionEvent::from_stored`] its inverse.
 
 use std::sync::Arc;
 

@@ -263,7 +263,7 @@ impl Policy {
         Policy::from_toml(&text)
     }
 
-    /// A policy that allows everything (seed 003's relay "auto-approve").
+    /// A policy that allows everything (the agents-ui relay protocol's "auto-approve").
     pub fn allow_all() -> Policy {
         Policy { default: Behavior::Allow, ..Policy::default() }
     }

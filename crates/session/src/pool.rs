@@ -22,6 +22,18 @@
 //! A pool keeps each configuration's count of CLIs: it starts one at a time per configuration
 //! (a cold start takes a core for most of a second), replaces one taken or lost, and backs off
 //! (1 s, doubling to 5 min) while starts fail or idle CLIs die. [`WarmPool::close`] ends them.
+//!
+//! [`WarmPool::take`] hands out a [`WarmCli`] only if its `WarmKey` (the program, the working
+//! directory, the whole environment, every argument but `--permission-mode`, the `initialize`
+//! line) is the session's, and the files the CLI read at its start are unchanged (a
+//! fingerprint of size and mtime: the program, the settings, `CLAUDE.md` and `.mcp.json`
+//! files of the directory and the home). An idle CLI is replaced after [`MAX_IDLE`].
+//! [`WarmCli::into_session`] starts the actor with the CLI's start: the actor holds prompts,
+//! logs the `initialize` line without writing it again, feeds the events the CLI wrote
+//! meanwhile (its answer first), then sends `set_permission_mode` through
+//! `SessionCore::control_before_prompts`, so a session never runs in another mode than it
+//! asked for. The daemon records warm CLIs in its runs file ([`WarmPool::with_runs`]), and
+//! `close` (or dropping the daemon) ends them.
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;

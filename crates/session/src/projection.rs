@@ -15,7 +15,15 @@
 //! - each turn's usage and its own cost (the CLI reports cost per process, so a turn's cost is
 //!   the difference to the turn before);
 //! - the subagent tree: every update names the Task/Agent call it belongs to
-//!   (`parent_tool_use_id`), and the [`View`] lists each subagent with its parent.
+//!   (`parent_tool_use_id`), and the [`View`] lists each subagent with its parent;
+//! - permissions asked and decided, state, model and mode, and notices (a `rewind_files` seen
+//!   sent and answered becomes a `rewound` or `rewind_failed` notice).
+//!
+//! The [`View`] holds the state, model, mode, cost, cwd, title, open turns, context, waiting
+//! requests, the subagent tree and the files its tools changed (`touched_files`, the one place
+//! that says so). [`settle`] drops streamed pieces a page of history also holds whole. In
+//! transcript mode ([`Projector::set_transcript`], for an interactive CLI) the CLI's prompt
+//! lines are the prompts, and ours are not shown twice.
 
 use std::collections::{HashMap, VecDeque};
 

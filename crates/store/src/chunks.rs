@@ -22,6 +22,16 @@
 //! chunks never overlap: a fold writes only events past the session's last chunk. The body
 //! (uncompressed) holds each event as its `u64` seq, `u64` ts_ms, then dir, kind and payload
 //! (each a `u32` length and UTF-8), little-endian, one after the other.
+//!
+//! - A chunk that does not decode, or whose events do not match its row (seqs, count), is an
+//!   error naming the session and seq, not a panic; sizes are checked before anything is
+//!   allocated. (Like SQLite's own pages, bodies carry no checksum.)
+//! - Every read is one statement: a session's key, which a delete can free for another
+//!   session, is looked up inside it. A page's chunks must follow one another (each starts
+//!   past the last one's end).
+//! - The writer remembers each session's key and last stored seq (read as at least its newest
+//!   chunk's first seq, so a damaged row cannot make a new chunk collide with an old one),
+//!   forgets them every 64 folds, and starts from the database again.
 
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 

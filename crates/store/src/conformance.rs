@@ -1,4 +1,7 @@
-//! The behaviour every [`Store`] must have. Each implementation's tests call [`run`].
+//! The behaviour every [`Store`] must have. Each implementation's tests call [`run`]: the
+//! memory store, the SQLite store (also with folds every millisecond and with none) and the
+//! PostgreSQL store (against a real server of the test's own, `switchboard_testkit::servers`).
+//! [`documents`] is the same for the shared documents.
 
 use crate::{now_ms, Claim, EventRecord, SessionRecord, Store, StoreError};
 

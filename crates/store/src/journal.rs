@@ -29,6 +29,19 @@
 //! CRC-32 of the body, and the body: `1` (an append: a `u32` count of events, each the session
 //! id, `u64` seq, `u64` ts_ms, dir, kind and payload, strings as a `u32` length and UTF-8), or
 //! `2` (a session deleted: its id).
+//!
+//! - Segments are `<db>.log-NNNNNN`. Records are contiguous from the segment's start, and the
+//!   zeros after the last one are its end. The mapped window is
+//!   1 MiB, moved when a record does not fit.
+//! - What waits in memory (per session, `Tail`) is the record as written, shared by its events
+//!   (`Held`), not the caller's `EventRecord`s: the writer frees one block per append once
+//!   folded, and a fold copies an event's bytes into its chunk as they are.
+//! - `last_seq` comes from here for every session appended to lately; a session with no
+//!   append for 64 folds and nothing waiting is forgotten, and its next append reads its last
+//!   seq from SQLite again. `events_after` answers from memory alone when the waiting events
+//!   start right after `after`, so live subscribers catching up never touch SQLite.
+//! - `<db>.lock` (an `flock`) keeps a second process from opening the same database, whose
+//!   recovery would fold and remove this one's journal.
 
 use crate::encoding::{put_str, Decoder};
 use std::collections::VecDeque;

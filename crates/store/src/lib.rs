@@ -7,6 +7,21 @@
 //! feature, for tests).
 //!
 //! The store treats payloads as opaque text: it never parses them.
+//!
+//! - A [`SessionRecord`]'s state is a [`RecordState`] (the CLI's states and `paused`; text in
+//!   the database, read back checked); what it spent over all its runs, `spent_usd`, is a
+//!   column of its own.
+//! - `append` enforces each session's sequence (`last + 1`, atomically per batch);
+//!   `append_shared` takes records the caller keeps (the daemon's pump hands the same `Arc`s
+//!   to its live tail).
+//! - The notifications' outbox (`enqueue_outbox`, `outbox`, `outbox_done`: per channel, in
+//!   order, a key queued once while it waits) is a plain table, written as records are.
+//! - **Nodes.** A record carries the `node` that runs it (`None` on a daemon of its own). Only
+//!   `claim_session` (a compare-and-set on `node` and `updated_ms` as the claimer read them:
+//!   [`Claim::of`]) moves a session to another node, or re-takes it on its own, and
+//!   `update_session` writes only while the stored record's node is the record's
+//!   ([`StoreError::Moved`] otherwise): of two nodes taking a session over one wins, and a node
+//!   that lost a session never writes it back. The conformance suite checks both.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -19,6 +19,12 @@
 //!
 //! **Payloads** are stored as `bytea`: the store keeps them opaque and exact (PostgreSQL's
 //! text cannot hold a NUL).
+//!
+//! **No TLS** is spoken (tokio-postgres with `NoTls`): a URL that asks for it is refused,
+//! never sent in the clear. It also keeps the fleet's **shared documents** ([`crate::Documents`]:
+//! the named tokens, keys, push subscriptions and daily budgets as small JSON texts, each
+//! with a version; a write names the version it read and loses to any other, so no node's
+//! change is lost; `conformance::documents` checks it).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -7,6 +7,25 @@
 //! Both survive the process being killed at any point; only an OS crash or power loss can
 //! take back the last writes. Opening the store folds into the database whatever a killed
 //! process left in the journal. The database is never left corrupt.
+//!
+//! - **The writer** commits session records (everything queued in one transaction; an
+//!   operation that fails writes nothing, the rest commit) and every [`FOLD_INTERVAL`] (or at
+//!   [`journal::FOLD_EVENTS`] events or [`journal::FOLD_BYTES`] waiting) folds the journal:
+//!   everything waiting in one transaction, deletes first, with the journal position it
+//!   reached (the `journal` table), each session's lines as a few chunks (`chunks.rs`). Once
+//!   committed, the events leave memory, and segments before the position leave the disk
+//!   (a new segment starts past [`SEGMENT_BYTES`]). If the database falls behind
+//!   ([`journal::MAX_UNFOLDED`] events or [`journal::MAX_UNFOLDED_BYTES`] waiting), appends
+//!   wait for a fold. Opening the store folds what a killed process left after the recorded
+//!   position (`recover`), then starts a new segment.
+//! - **Checkpoints** have two parts (see [`CHECKPOINT_INTERVAL`]): the checkpointer thread's
+//!   `PASSIVE` copy, and once the WAL holds [`WAL_RESTART_BYTES`] the writer's copy of the few
+//!   frames committed meanwhile, so the WAL starts over.
+//! - The writer and checkpointer threads run at a lower priority (about `nice 10`): their
+//!   work comes in bursts that nothing latency-sensitive waits for.
+//! - Migrations are counted by `PRAGMA user_version`. Earlier layouts of the events (a row per
+//!   event clustered by session id, then a row per event in append order) are migrated on
+//!   open, and the WAL is cut back after a migration.
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};

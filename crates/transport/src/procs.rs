@@ -11,6 +11,11 @@
 //! parent-death signal, and a daemon that was killed ends what its
 //! predecessor left at its next start ([`end_leftover`], from the pid, start time and run id
 //! it recorded).
+//!
+//! The parent-death signal is set in `pre_exec` in `base_command`, behind `cli_command`: one
+//! of the workspace's few `unsafe` blocks. The record is a `CliRun` per CLI in the data
+//! directory's `cli-runs.json`; since it names processes to kill, only a record that is the
+//! user's own file, writable by no one else, is trusted.
 
 use std::path::Path;
 

@@ -24,6 +24,26 @@
 //! to a request the CLI no longer waits for is ignored). What never arrives is reported as
 //! `Undelivered` before the CLI's exit. Only CLIs up to 2.1.120 accept a non-Anthropic
 //! `--sdk-url` ([`MAX_SDK_URL_VERSION`]).
+//!
+//! The details the session relies on:
+//!
+//! - [`IngressSlot::connect`] gives an [`IngressReader`] and an [`IngressWriter`], so that
+//!   frames are read by a task of their own. The session hears `Connected { reconnect }`, per
+//!   line it writes `Sent` (or `Resent`), and `Disconnected` once both halves are gone, after
+//!   the last frame's lines, in queue room reserved when the connection began, so a full queue
+//!   cannot lose it.
+//! - Lines queued while the CLI is away wait in the slot. A repeated incoming line is one whose
+//!   `uuid` is among the last [`SEEN_UUIDS`]; the model's output is looked up only where the
+//!   CLI may send it again (a reconnected socket, a hybrid POST), other kinds always.
+//! - Prompts wait in [`Delivery`] until their echo or a later prompt's (bounded by count and
+//!   bytes), answers whose send failed until written; a new connection sends those first, in
+//!   their first order. At the CLI's exit what is left is reported `Undelivered` before
+//!   `Exited`, and the queue is closed, so later lines are refused (the actor reports those).
+//! - The socket's writer never waits for the session's queue (its stamps go with `try_send`,
+//!   or a task of their own when it is full): the actor may be waiting to queue a line for that
+//!   very writer.
+//! - [`external`] is the same slot with no process, for a CLI that connects on its own (the
+//!   relay's `/`): its socket's end is its exit.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -576,7 +596,7 @@ impl Drop for ConnectionEnd {
             self.slot.closed.store(true, Ordering::SeqCst);
             exited.send_replace(true);
             // Reported as a clean end: over a relay, a closed socket is how Claude Code says it
-            // is done (seed 003); the note says what was actually seen.
+            // is done (the agents-ui relay protocol); the note says what was actually seen.
             let exit = stdio::ExitInfo {
                 code: Some(0),
                 signal: None,
@@ -590,7 +610,7 @@ impl Drop for ConnectionEnd {
     }
 }
 
-/// A session for a CLI that connects on its own (seed 003's relay: the CLI was launched
+/// A session for a CLI that connects on its own (the agents-ui relay protocol: the CLI was launched
 /// elsewhere with `--sdk-url` pointing at us). No process is started; the socket closing ends
 /// the session.
 pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {

@@ -4,6 +4,25 @@
 //! (`clippy.toml` forbids `Command::new` elsewhere). [`spawn`] starts it in its own process
 //! group and returns a [`CliLink`]: a bounded stream of [`TransportEvent`]s (decoded lines,
 //! bad lines, stderr, exit) and a [`CliProcess`] to write lines and shut it down.
+//!
+//! - [`CliOptions`] holds every flag users need and renders each value as one `--flag=value`
+//!   argument, so no value can become a flag.
+//! - The command has its own process group, piped stdio, the inherited environment minus
+//!   [`NESTED_SESSION_VARIABLES`] and the daemon's own `SWITCHBOARD_*` variables, and file
+//!   checkpointing on (for `rewind_files`).
+//! - The events: decoded lines, bad lines, ANSI-stripped stderr lines cut at
+//!   [`MAX_STDERR_LINE_BYTES`], and `Exited` last, after every stdout line, with the stderr
+//!   tail and a readable [`ExitInfo::describe`]. [`CliProcess`] queues lines to stdin in
+//!   order, closes input, and shuts down in stages: close stdin, SIGTERM the group, SIGKILL
+//!   the group.
+//! - A secret the CLI needs (an `--sdk-url` session's token) reaches it on descriptor 3
+//!   (`start_with_secret`): a sealed memfd, duplicated there in `pre_exec`, never an
+//!   environment variable, which every tool would inherit; a memfd, not a pipe, because the
+//!   CLI reads it again at each reconnect.
+//! - [`interactive_command`] builds what `switchboard claude` runs in its PTY: the same
+//!   environment rules and parent-death signal, the person's arguments as given, and no
+//!   process group (the PTY makes the CLI a session leader, which a group leader cannot
+//!   become).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;

@@ -6,6 +6,12 @@
 //! The session's own lines pass through unchanged (the session records them as written); this
 //! module reads them only to turn each into [`Keys`]. A prompt that cannot be typed (an image,
 //! a control character that the terminal would take as a key) is reported undelivered.
+//!
+//! [`attached`] gives the session a [`CliLink`] and the terminal two halves: [`TranscriptIn`]
+//! (the CLI's transcript lines, decoded as any line, and its exit) and [`KeysOut`] (each line
+//! the session writes, read once by [`keys_of`]: a prompt to type, or Esc for an interrupt).
+//! Closing the session's input ends `KeysOut`: the terminal is told it is detached, and the
+//! CLI goes on.
 
 pub use bytes::Bytes;
 use switchboard_protocol::codec::Received;

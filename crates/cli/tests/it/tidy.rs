@@ -292,3 +292,50 @@ fn the_servers_modules_depend_on_each_other_one_way() {
     }
     assert!(graph["api"].contains("daemon"), "the graph is read at all: {graph:?}");
 }
+
+/// The web UI's modules (ARCHITECTURE.md, "The web UI"): each opens with a comment saying what it
+/// shows, none imports `app.js` (the entry), and their imports close no circle.
+#[test]
+fn the_web_uis_modules_import_one_way() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/ui");
+    let mut graph = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if !name.ends_with(".js") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("//"), "{name} does not open with a comment saying what it is");
+        let imports: Vec<String> = text
+            .lines()
+            .filter(|line| line.starts_with("import "))
+            .filter_map(|line| line.split("from './").nth(1))
+            .filter(|target| !target.starts_with("vendor/"))
+            .map(|target| target.trim_end_matches(['\'', ';']).to_owned())
+            .collect();
+        assert!(!imports.iter().any(|target| target == "app.js"), "{name} imports app.js");
+        graph.insert(name, imports);
+    }
+    assert!(graph.len() > 10, "{graph:?}");
+    for target in graph.values().flatten() {
+        assert!(graph.contains_key(target), "an import of a module that is not there: {target}");
+    }
+    // Kahn's algorithm: every module is placed once all it imports is.
+    let mut placed = std::collections::BTreeSet::new();
+    while placed.len() < graph.len() {
+        let next: Vec<&String> = graph
+            .iter()
+            .filter(|(name, imports)| {
+                !placed.contains(*name) && imports.iter().all(|target| placed.contains(target))
+            })
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            !next.is_empty(),
+            "the UI's imports close a circle among: {:?}",
+            graph.keys().filter(|name| !placed.contains(*name)).collect::<Vec<_>>()
+        );
+        placed.extend(next.into_iter().cloned());
+    }
+}

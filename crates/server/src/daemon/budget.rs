@@ -1,5 +1,14 @@
 //! Budgets that pause, not kill: a session's own (`max_budget_usd`), the daemon's daily one
 //! and a token's; what may still be sent, what a turn spent, the pause and its lifting.
+//!
+//! The pump adds up what a batch's results cost (the projection's `TurnEnded.cost_usd`, the
+//! step from the last reported total; a session taken up from the store starts from its
+//! record's cost) and charges the daemon and the token that sent the CLI its latest message;
+//! then `check_budget` pauses the session if its own `max_budget_usd` (in its `Launch`) or a
+//! daily limit is reached, or lets a paused one go on. A pause is the daemon's
+//! (`LiveSession::paused`), not the session core's: the record's state reads `paused` while
+//! the core's is not final, `send_message` refuses, and a raise (a `PATCH` of the session or
+//! of `/api/budget`) checks again.
 
 use super::*;
 

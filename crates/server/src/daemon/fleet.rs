@@ -1,5 +1,23 @@
 //! The daemon as one node of a fleet: where a session runs and is placed, commands forwarded
 //! to the node that runs a session, claims and take-overs, and a lost node's runs ended.
+//!
+//! - `Daemon::command` (messages, answers, interrupts, stops, model and mode) carries a
+//!   `SessionCommand` out here when the session runs here, else forwards it as a NATS request
+//!   to `switchboard.node.<node>.commands`; there `fleet::answer_commands` (started by
+//!   `serve_with`) carries it out with `Daemon::command_here`, which never forwards again, and
+//!   replies with the API's status and code. What only the running node has (its CLI's handle,
+//!   the session's files, shell and worktree) is refused elsewhere as `OtherNode` by
+//!   `Daemon::running`, `browse` and `worktree`.
+//! - `Daemon::node_lost` overlays a lost node on a record (the view's `node_lost`,
+//!   `running: false`); the record itself is not rewritten, since a lost node cannot say so
+//!   and the survivors would race. Another node's session is resumed here only once it has
+//!   stopped or its node is lost (`409 other_node` otherwise); resuming a lost node's session
+//!   appends the note that its run ended, then runs it here.
+//! - A node only cut off from the bus is fenced by the database's sequence check and by
+//!   `Daemon::check_still_ours`, made by `Daemon::running` (the API's way to a run's handle)
+//!   and by the relay before it answers or sends: `Bus::cut_off` (`503`) and the stored record
+//!   naming another node (`409`, and the run here stops). So an approval is applied by one
+//!   node only.
 
 use super::*;
 

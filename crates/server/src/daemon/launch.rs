@@ -328,7 +328,7 @@ pub(super) type Prompt = (String, Option<String>);
 /// file the caller could not otherwise read (`/proc/self/cmdline` holds the daemon's token).
 pub async fn load_policy(text: &str) -> Result<Policy, DaemonError> {
     if text.trim() == "auto-approve" {
-        // Seed 003's relays approve everything; a deliberate choice, never a default.
+        // The agents-ui relay protocol's relays approve everything; a deliberate choice, never a default.
         return Ok(Policy::allow_all());
     }
     let looks_inline = text.contains('\n') || text.contains('=') || text.trim().is_empty();

@@ -1,6 +1,18 @@
 //! A running session as the daemon holds it ([`LiveSession`]): its handle, its run, its
 //! phase, the commands forwarded to it from other nodes ([`SessionCommand`]), and the place it
 //! takes among the running ([`Admitted`]).
+//!
+//! A session's lifecycle is one value, `LiveSession::run` (its run number and handle): the
+//! daemon begins a run, and only that run's pump ends it, so a pump that finishes after a
+//! resume began the next run leaves that run alone. When a run ends the session lets go of
+//! what only a run needs (the live tail with its buffer, the projection's open messages and
+//! calls), and the daemon forgets it (`forget_if_finished`, under the map's lock that a run
+//! begins under; a relay session its CLI rotated away from too): a finished session costs its
+//! stored record, not its live machinery. It is kept while it owes the log a `lost` note or
+//! its store is failing (its record then lives only in memory). A resume makes it live again,
+//! as after a restart; its subscribers read what the tail held from the store and wait for
+//! that resume. [`Phase`] (serving, draining, closed) is the daemon's: `drain` tells every
+//! socket, stops every session and stores it, then closes them.
 
 use super::*;
 

@@ -11,7 +11,13 @@
 //! start, run, stop, delete, subscribe). What every part uses sits beside it (`launch`,
 //! `error`, `live`, `subscription`, `pump`, `notices`, `record`), and each feature is a part of
 //! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`, `runs`,
-//! `terminal`, `waiting`, `workspace`).
+//! `terminal`, `waiting`, `workspace`). The parts see each other through this file; a new
+//! feature adds a part, not methods here.
+//!
+//! `create` and `resume` append a `started` event first: a log that cannot be written refuses
+//! the session before any CLI runs. On open the daemon ends what a killed predecessor left
+//! (`runs`), and sessions the store shows as running on this node get an `exited` event
+//! (the record first, so a session another node took over meanwhile is left alone).
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -110,7 +116,7 @@ pub struct Daemon {
     transcripts: crate::transcripts::Transcripts,
     /// Where `--sdk-url` CLIs connect, by slot id.
     ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
-    /// Seed 003's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
+    /// The agents-ui relay protocol's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
     /// Relay lines as WebSocket text, shared by every frontend (a clone is a reference count).
     relay: async_broadcast::Sender<axum::extract::ws::Utf8Bytes>,
     /// Keeps the relay feed open while no frontend listens (lines then go nowhere).

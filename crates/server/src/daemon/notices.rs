@@ -1,5 +1,10 @@
 //! What a stored event tells the notifier: permission requests, questions, a turn's end
 //! (a [`TurnEnd`] the projection read), and the warnings and escalations that come later.
+//!
+//! Requests and unasked exits are read from the events; a turn's end from the one
+//! projection's `TurnEnded`, which knows an interrupt from a failure. Escalation and the
+//! before-timeout warning are timers (`later`) holding the daemon weakly: when one fires, the
+//! notice is queued only if the request still waits.
 
 use super::*;
 

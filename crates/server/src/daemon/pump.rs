@@ -1,6 +1,26 @@
 //! Store, then publish: the pump takes a session's events in order in the actor's own task,
 //! numbers and stores them (retrying while the store refuses), and only then hands them to
 //! subscribers, the projection and the record writer.
+//!
+//! - The pump is an `EventSink` the session's actor calls in its own task
+//!   (`SessionEvents::hand_to`): a pump task of its own was one more wake-up on every line's
+//!   path, and an idle session's task and queue.
+//! - For a batch it numbers the events, appends them to the store, feeds the session's
+//!   `Projector`, hands the stored batch (`observers::Stored`) to the after-store observers,
+//!   and only then publishes it on the session's live tail (a bounded `broadcast`). The record
+//!   copies the `View` (state, Claude session id, model, mode, cost, title, a relay CLI's
+//!   cwd): the daemon reads no line itself.
+//! - The record reaches the store through [`write_records`] (one task; a session queued once
+//!   until its record is written, each write of the record as it is then), so no event waits
+//!   for a record's write: a pump that waited held its session's next events back while the
+//!   store's low-priority writer thread was folding (0.4–0.6 s at the p99 with 20 busy
+//!   sessions).
+//! - A batch the store refuses uses no number and is published to no one: it is retried (the
+//!   actor waits meanwhile, so the CLI is held back), the session's `store_error` tells
+//!   subscribers and dashboards, and after `STORE_RETRY_LIMIT` the session is stopped, marked
+//!   crashed, and a `lost` event later counts what was dropped. A batch whose append failed
+//!   but which is found in the store exactly (a commit whose answer was lost) counts as
+//!   stored.
 
 use super::*;
 
@@ -51,7 +71,7 @@ pub(super) async fn pump_discarding(mut events: SessionEvents) {
 /// session's [`EventSink`], called in its actor's task (one task fewer on every event's path
 /// than a pump of its own, which also cost every idle session its task and queue).
 ///
-/// A relay session (an external CLI at `/`) follows seed 003's rotation rule: each distinct
+/// A relay session (an external CLI at `/`) follows the agents-ui relay protocol's rotation rule: each distinct
 /// Claude session id on the connection is its own Switchboard session. When the CLI moves to
 /// another Claude session, the current one ends with a `rotated` event and the pump goes on
 /// with the session of the new id (a new one, or the one this connection had for it before).

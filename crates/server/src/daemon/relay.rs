@@ -4,7 +4,7 @@
 use super::*;
 
 impl Daemon {
-    /// A session for a CLI that connected on its own (seed 003's relay endpoint): no process is
+    /// A session for a CLI that connected on its own (the agents-ui relay protocol's relay endpoint): no process is
     /// started; the session ends when its socket closes. Returns its record and the slot the
     /// connection must use.
     pub async fn attach_external(
@@ -140,7 +140,7 @@ impl Daemon {
         self.ingress.lock().values().filter(|slot| !slot.is_closed()).cloned().collect()
     }
 
-    /// Seed 003's rotation: the relay session `id` (whose last seq is `seq`) ends with a
+    /// The agents-ui relay protocol's rotation: the relay session `id` (whose last seq is `seq`) ends with a
     /// `rotated` event, and its CLI's handle moves to the session for `claude_session_id` —
     /// the one this connection had for it (`seen`) or a new one. Returns that session and its
     /// last seq.

@@ -1,5 +1,11 @@
 //! Following a session ([`Subscription`]): its history from the store, then the live tail,
 //! every event once and in order however the subscriber joins or falls behind.
+//!
+//! A `Subscription` is a cancel-safe state machine polled in the caller's task: it attaches to
+//! the tail first, reads the store after `after`, then takes the tail, skipping what it
+//! already gave; a gap or a lag sends it back to the store. A session that runs on another
+//! node of a fleet is followed through `Bus::tail` instead of the local tail, with the same
+//! promise.
 
 use super::*;
 

@@ -1,5 +1,8 @@
 //! Sessions for an interactive CLI in a person's terminal (`switchboard claude`): its
 //! transcript as the session's history, and what the session sends typed back as keys.
+//!
+//! The session runs over `transport::terminal` in transcript mode, and its `started` event
+//! says `transcript`, so that every viewer projects it so.
 
 use super::*;
 

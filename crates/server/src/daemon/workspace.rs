@@ -1,5 +1,7 @@
 //! A session's workspace: its worktree (diff, commit, merge, push, discard), the files its
 //! tools touched and the Files view's reads, and rewinding its files to before a prompt.
+//! What a session touched is the projection's `View::touched_files` (one place), not read
+//! from the disk.
 
 use super::*;
 

@@ -901,7 +901,7 @@ async fn a_slow_subscriber_lags_and_catches_up_from_the_log() {
     assert_eq!(seen, (1..=last).collect::<Vec<_>>(), "every event once, in order");
 }
 
-/// Seed 004's endpoints over Claude Code's own transcripts: list, get, replay on connect, push
+/// The web-UI backend's endpoints over Claude Code's own transcripts: list, get, replay on connect, push
 /// on append, replay from a uuid, and taking a session over by resuming it (real CLI).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_transcripts_are_served_pushed_and_taken_over() {
@@ -1279,7 +1279,7 @@ async fn hybrid_post_ingress_feeds_the_session() {
     server.stop().await;
 }
 
-/// Seed 003's relay: an externally launched 2.1.37 connects at `/` with the token; a frontend
+/// The agents-ui relay protocol's relay: an externally launched 2.1.37 connects at `/` with the token; a frontend
 /// at `/ws` sees the status lines and every raw line, and its user message reaches the CLI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_003_relay_serves_an_external_cli_and_frontends() {
@@ -1573,7 +1573,7 @@ async fn a_silent_cli_socket_is_dropped() {
     server.stop().await;
 }
 
-/// Seed 003's rotation: a relay CLI that moves to another Claude session on the same socket
+/// The agents-ui relay protocol's rotation: a relay CLI that moves to another Claude session on the same socket
 /// gets a Switchboard session per Claude session id; moving back continues the first one.
 /// (A scripted CLI: the real one changes its session id only on commands like `/clear`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

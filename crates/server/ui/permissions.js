@@ -1,0 +1,82 @@
+// Permissions: approve, deny, edit, always allow, answer questions.
+import { $$, el, icon } from './dom.js';
+import { decisionText, wants, wantsLine } from './words.js';
+import { api, toast } from './api.js';
+import { sessions } from './list.js';
+
+export function permissionBox(session, request, cwd) {
+  const box = el('div', { class: 'permission', dataset: { requestId: request.request_id } });
+  const answer = async (body) => {
+    for (const button of $$('button', box)) button.disabled = true;
+    try {
+      await api('POST', `/api/sessions/${session}/permissions/${request.request_id}`, { by: 'browser', ...body });
+    } catch (error) {
+      toast(`Could not answer: ${error.message}`);
+      for (const button of $$('button', box)) button.disabled = false;
+    }
+  };
+  box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd)));
+  if (request.reason) box.append(el('div', { class: 'permission-reason muted' }, request.reason));
+  if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, `In a turn started by ${request.started_by}`));
+
+  if (request.tool_name === 'AskUserQuestion') {
+    const answers = {};
+    const questions = request.input?.questions ?? [];
+    for (const question of questions) {
+      const group = el('div', { class: 'choices', role: 'group', 'aria-label': question.question }, el('div', { class: 'choice-question' }, question.question));
+      for (const option of question.options ?? []) {
+        group.append(el('button', {
+          type: 'button', class: 'choice', title: option.description ?? '',
+          onclick: (event) => {
+            answers[question.question] = option.label;
+            for (const b of $$('.choice', group)) b.classList.toggle('chosen', b === event.currentTarget);
+            if (questions.every((q) => answers[q.question])) answer({ behavior: 'allow', answers });
+          },
+        }, option.label));
+      }
+      box.append(group);
+    }
+    box.append(el('div', { class: 'actions' }, el('button', { type: 'button', class: 'deny', onclick: () => answer({ behavior: 'deny', message: 'The user declined to answer.' }) }, 'Decline')));
+    return box;
+  }
+
+  // A plan from plan mode: approved (Claude leaves plan mode and carries it out), or sent back
+  // with what to change (Claude reads it and keeps planning). The plan itself is on the card.
+  if (request.tool_name === 'ExitPlanMode') {
+    const comments = el('textarea', { class: 'plan-comments', rows: 3, placeholder: 'What should change in the plan? (Claude reads it and plans again)', 'aria-label': 'Comments on the plan' });
+    box.append(el('div', { class: 'actions needs-approve' },
+      el('button', { type: 'button', class: 'allow primary approve-plan', title: 'Approve the plan (a)', onclick: () => answer({ behavior: 'allow' }) }, icon('check'), 'Approve plan'),
+      el('button', { type: 'button', class: 'deny send-back', title: 'Send the plan back with your comments (d)', onclick: () => {
+        const text = comments.value.trim();
+        answer({ behavior: 'deny', message: text ? `The user wants the plan changed before it is carried out: ${text}` : 'The user sent the plan back: keep planning.' });
+      } }, icon('x'), 'Send back')),
+    el('div', { class: 'secondary needs-approve' }, comments));
+    return box;
+  }
+
+  const message = el('input', { class: 'deny-message', placeholder: 'Reason to deny (Claude reads it)', 'aria-label': 'Reason to deny' });
+  const editor = el('textarea', { class: 'edit-input', rows: 4, hidden: true, 'aria-label': 'Edited input' }, JSON.stringify(request.input ?? {}, null, 2));
+  // What "allow always" grants, as the daemon says (a Bash command exactly; any other tool
+  // wholly): said before the click, never understated.
+  const rule = request.always_allows || '';
+  const grant = !rule ? 'the same call' : rule.includes('(') ? rule : `every ${rule} call`;
+  const always = `Allow ${grant} for the rest of this session`;
+  box.append(editor,
+    el('div', { class: 'actions needs-approve' },
+      el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
+        if (!editor.hidden) {
+          try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
+        } else answer({ behavior: 'allow' });
+      } }, icon('check'), 'Allow'),
+      el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always'),
+      el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
+    el('div', { class: 'secondary needs-approve' }, message,
+      el('button', { type: 'button', class: 'edit ghost needs-operate', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
+    el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`));
+  return box;
+}
+
+export function showDecision(box, decision) {
+  box.classList.add('decided', decision.behavior === 'allow' ? 'allowed' : 'denied');
+  box.replaceChildren(el('div', { class: 'decision' }, icon(decision.behavior === 'allow' ? 'check' : 'x'), decisionText(decision)));
+}

@@ -1,0 +1,372 @@
+// The session view: a session's transcript, header, waiting requests and controls; its review,
+// files and terminal, composer and stats are parts of their own (mixed into `SessionView`).
+//
+// It loads the last page (`view?before=…`), subscribes with `view=true` after its last `seq`
+// (and again after every drop, from the last frame's `seq`: one frame holds one event's updates,
+// so a reconnect neither repeats nor skips), and pages back on scroll into chunks above the
+// others. The waiting bar shows while the oldest pending request is out of the transcript's
+// sight. `window.__switchboard.view` exposes `seqs`, `chartTurns` and `chartTicks` for the
+// browser tests.
+import { $, el, icon, stateIcon } from './dom.js';
+import { money, plural, stateLabel, wantsLine } from './words.js';
+import { api, connection, socketUrl, toast } from './api.js';
+import { renderList, sessions, titleOf } from './list.js';
+import { Transcript } from './transcript.js';
+import { composerMethods, PLACEHOLDER, TERMINAL_PLACEHOLDER } from './composer.js';
+import { reviewMethods } from './review.js';
+import { filesMethods } from './files.js';
+import { usageMethods } from './usage.js';
+
+const PAGE = 300; // events per page when opening a session or paging back
+const MODELS = ['opus', 'sonnet', 'haiku'];
+
+export class SessionView {
+  constructor(id) {
+    this.id = id;
+    this.firstSeq = null; // the oldest seq drawn
+    this.lastSeq = 0; // the newest seq drawn
+    this.seqs = []; // the seq of every live frame drawn, in arrival order (the tests read it)
+    this.socket = null;
+    this.closed = false;
+    this.loadingOlder = false;
+    this.usage = null; // GET …/usage: every turn of the session
+    this.root = el('section', { class: 'session' });
+    this.headerBox = el('header', { class: 'session-head' });
+    this.scroller = el('div', { class: 'transcript', tabindex: '0' });
+    this.older = el('div', { class: 'older' });
+    this.live = el('div', { class: 'chunk' });
+    this.scroller.append(this.older, this.live);
+    this.stats = el('aside', { class: 'stats', 'aria-label': 'Cost and context' });
+    this.waitingBar = el('div', { class: 'waiting-bar', hidden: true, role: 'status' }, icon('bell'),
+      el('span', { class: 'what' }), el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
+    this.composer = this.makeComposer();
+    // A session paused at a budget: why, and what a person may do (raise it, or stop).
+    this.budgetInput = el('input', { type: 'number', min: '0', step: '0.5', class: 'budget-input', 'aria-label': 'New budget in US dollars' });
+    this.pausedBar = el('div', { class: 'paused-bar', hidden: true, role: 'status' },
+      el('span', { class: 'why' }),
+      el('label', { class: 'raise needs-operate' }, '$', this.budgetInput),
+      el('button', { type: 'button', class: 'primary raise needs-operate', onclick: () => this.raiseBudget() }, 'Raise and go on'),
+      el('button', { type: 'button', class: 'stop needs-operate', onclick: () => this.stop() }, 'Stop'));
+    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
+    this.transcript = new Transcript(id);
+    this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
+    // Following the end: true until the person scrolls away from it, again once they are back.
+    // Only scrolling changes it, so text that grows between two frames does not.
+    this.follow = true;
+    this.transcript.onGrow = () => { if (this.follow) this.scrollToEnd(); };
+    let ticking = false;
+    this.scroller.addEventListener('scroll', () => {
+      this.follow = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 80;
+      if (this.scroller.scrollTop < 200) this.loadOlder();
+      if (!ticking) { ticking = true; requestAnimationFrame(() => { ticking = false; this.refreshWaiting(); }); }
+    });
+    window.__switchboard = { view: this };
+  }
+
+  async open() {
+    $('#main').replaceChildren(this.root);
+    this.header();
+    const session = await api('GET', `/api/sessions/${this.id}`);
+    sessions.set(this.id, { ...sessions.get(this.id), ...session });
+    this.transcript.cwd = session.cwd;
+    this.header();
+    const page = await api('GET', `/api/sessions/${this.id}/view?before=9007199254740991&limit=${PAGE}`);
+    this.draw(page.updates, this.live);
+    this.firstSeq = page.first_seq;
+    this.lastSeq = page.last_seq;
+    if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+    // Requests asked before the loaded page are still waiting: draw them too.
+    for (const request of session.pending_permissions ?? []) this.transcript.permissionRequested(request, this.live);
+    this.scrollToEnd();
+    this.subscribe();
+    this.buildStats();
+    this.loadUsage();
+    this.refreshWaiting();
+  }
+
+  close() {
+    this.closed = true;
+    this.socket?.close();
+    this.chart?.destroy();
+    // A shell open here ends when the page leaves the session (the daemon ends it).
+    if (this.shellPanel) this.toggleShell();
+  }
+
+  draw(updates, chunk) {
+    for (const update of updates) this.transcript.apply(update, chunk);
+  }
+
+  subscribe() {
+    let delay = 300;
+    const connect = () => {
+      if (this.closed) return;
+      const socket = new WebSocket(socketUrl(`/api/sessions/${this.id}/subscribe?view=true&after=${this.lastSeq}`));
+      this.socket = socket;
+      socket.onopen = () => { delay = 300; connection.up(); };
+      socket.onmessage = (message) => {
+        const frame = JSON.parse(message.data);
+        if (frame.type === 'lagged') return; // the missed events follow from the log
+        if (frame.type === 'ack') return;
+        if (frame.type === 'store_failing' || frame.type === 'shutdown') { toast(frame.message); return; }
+        if (frame.type === 'store_recovered') { toast('The event log takes this session\'s events again.'); return; }
+        if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
+        // One event's updates come in one frame: an event is drawn whole, once.
+        if (frame.type !== 'view' || typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
+        this.draw(frame.updates, this.live);
+        this.lastSeq = frame.seq;
+        this.seqs.push(frame.seq);
+        if (frame.updates.some((update) => update.update === 'turn_ended' && !update.parent_tool_use_id)) this.loadUsage();
+        if (this.follow) this.scrollToEnd();
+        this.refreshWaiting();
+      };
+      socket.onclose = () => {
+        if (this.closed) return;
+        connection.down('The connection to the daemon dropped.');
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 5000);
+      };
+    };
+    connect();
+  }
+
+  async loadOlder() {
+    if (this.loadingOlder || this.firstSeq === null || this.firstSeq <= 1) return;
+    this.loadingOlder = true;
+    try {
+      const page = await api('GET', `/api/sessions/${this.id}/view?before=${this.firstSeq}&limit=${PAGE}`);
+      const chunk = el('div', { class: 'chunk' });
+      const height = this.scroller.scrollHeight;
+      this.transcript.older = true;
+      try { this.draw(page.updates, chunk); } finally { this.transcript.older = false; }
+      this.older.after(chunk);
+      this.firstSeq = page.first_seq;
+      if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
+      this.scroller.scrollTop += this.scroller.scrollHeight - height;
+    } finally {
+      this.loadingOlder = false;
+    }
+  }
+
+  scrollToEnd() {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+  }
+
+  /// The bar above the message box: shown while an approval waits out of sight.
+  refreshWaiting() {
+    const pending = this.transcript.pending();
+    if (!pending.length) { this.waitingBar.hidden = true; return; }
+    const first = pending[0];
+    const box = first.box.getBoundingClientRect();
+    const area = this.scroller.getBoundingClientRect();
+    const inSight = box.bottom > area.top + 8 && box.top < area.bottom - 8 && area.height > 0;
+    const what = $('.what', this.waitingBar);
+    const cwd = this.transcript.cwd ?? sessions.get(this.id)?.cwd;
+    what.replaceChildren(...wantsLine(first.request.tool_name, first.request.input, cwd).filter(Boolean),
+      pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
+    this.waitingBar.hidden = inSight;
+  }
+
+  showWaiting() {
+    const first = this.transcript.pending()[0];
+    if (!first) return;
+    // A card folded by hand (a subagent's, say) opens to show it.
+    for (let card = first.box.closest('.tool.collapsed'); card; card = card.parentElement?.closest('.tool.collapsed')) {
+      card.dataset.user = 'open';
+      this.transcript.settle(card);
+    }
+    first.box.scrollIntoView({ block: 'center' });
+    $('.allow, .choice', first.box)?.focus({ preventScroll: true });
+    this.refreshWaiting();
+  }
+
+  /// The header: built once, then updated in place (a half-typed name survives).
+  header() {
+    const session = sessions.get(this.id) ?? { id: this.id };
+    const [state, label] = stateLabel(session);
+    const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
+    if (!this.head) {
+      const model = el('select', { class: 'model', 'aria-label': 'Model' });
+      const other = el('input', { class: 'model-other', hidden: true, placeholder: 'model id, then Enter', 'aria-label': 'Model id', spellcheck: 'false' });
+      model.addEventListener('change', () => {
+        if (model.value === '__other') {
+          other.hidden = false;
+          other.focus();
+          model.value = sessions.get(this.id)?.model ?? '';
+          return;
+        }
+        this.control('model', { model: model.value });
+      });
+      other.addEventListener('keydown', (event) => {
+        if (event.key === 'Enter' && other.value.trim()) { this.control('model', { model: other.value.trim() }); other.hidden = true; }
+        if (event.key === 'Escape') { other.hidden = true; event.stopPropagation(); }
+      });
+      const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
+        ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m }, m)));
+      mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
+      const menu = el('details', { class: 'menu' });
+      const item = (name, text, action) => el('button', { type: 'button', class: name, onclick: () => { menu.open = false; action(); } }, text);
+      this.head = {
+        icon: el('span'), title: el('h1'), cwd: el('div', { class: 'muted cwd' }), badge: el('span', { class: 'badge' }),
+        cost: el('span', { class: 'cost', title: 'What this session has cost' }), model, other, mode,
+        interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', 'aria-label': 'Interrupt', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Interrupt')),
+        resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
+        review: el('button', { type: 'button', class: 'review-open', hidden: true, title: 'The session\'s whole change in its worktree: comment, commit, merge', onclick: () => this.toggleReview() }, 'Review'),
+        shell: el('button', { type: 'button', class: 'shell-open needs-admin', title: 'A shell in the session\'s directory (ends with the session)', onclick: () => this.toggleShell() }, 'Terminal'),
+        files: el('button', { type: 'button', class: 'files-open needs-operate', title: 'The session\'s directory, read-only: the files it touched are marked', onclick: () => this.toggleFiles() }, 'Files'),
+        fork: item('fork', 'Fork this conversation', () => this.fork()),
+        archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
+        menu,
+      };
+      const h = this.head;
+      menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
+        el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
+      this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
+        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review, h.files, h.shell,
+        el('div', { class: 'controls needs-operate' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
+    }
+    const h = this.head;
+    h.icon.replaceChildren(stateIcon(state));
+    if (!this.renaming) h.title.textContent = titleOf(session);
+    // An interactive CLI in someone's terminal: messages are typed into it; its model, mode and
+    // resume belong to that terminal.
+    const terminal = session.config?.transport === 'terminal';
+    h.cwd.textContent = terminal ? `${session.cwd ?? ''} · in a terminal` : (session.cwd ?? '');
+    // Several daemons on one database: the node first, where the path would cut it off.
+    if (session.node) h.cwd.textContent = `on ${session.node} · ${h.cwd.textContent}`;
+    // Its files, terminal and worktree are on the machine that runs it.
+    h.files.hidden = Boolean(session.elsewhere);
+    h.shell.hidden = Boolean(session.elsewhere);
+    h.cwd.title = session.cwd ?? '';
+    h.badge.className = `badge state-${state}`;
+    h.badge.dataset.state = session.state ?? '';
+    h.badge.textContent = session.archived ? `${label} · archived` : label;
+    h.cost.textContent = money(session.cost_usd);
+    if (document.activeElement !== h.model) {
+      const current = session.model ?? '';
+      const options = [...new Set([current, ...MODELS].filter(Boolean))];
+      h.model.replaceChildren(...(current ? [] : [el('option', { value: '' }, 'default model')]),
+        ...options.map((m) => el('option', { value: m }, m)), el('option', { value: '__other' }, 'Other…'));
+      h.model.value = current;
+    }
+    if (document.activeElement !== h.mode) h.mode.value = session.permission_mode ?? 'default';
+    h.model.hidden = terminal;
+    h.mode.hidden = terminal;
+    if (this.input) this.input.placeholder = terminal ? TERMINAL_PLACEHOLDER : PLACEHOLDER;
+    // Interrupt stops a turn: none runs while the session is idle.
+    h.interrupt.hidden = !running;
+    h.interrupt.disabled = !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
+    h.resume.hidden = running || terminal;
+    h.fork.hidden = !session.claude_session_id;
+    h.review.hidden = !session.config?.worktree || Boolean(session.elsewhere);
+    h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
+    this.drawPaused(session);
+  }
+
+
+  drawPaused(session) {
+    const paused = session.state === 'paused';
+    const own = paused && !/daily budget/.test(session.paused ?? '');
+    this.pausedBar.hidden = !paused;
+    if (!paused) return;
+    $('.why', this.pausedBar).textContent = `Paused: ${session.paused ?? 'a budget is spent'}.`;
+    for (const control of this.pausedBar.querySelectorAll('.raise')) control.hidden = !own;
+    if (own && document.activeElement !== this.budgetInput) {
+      // A suggestion: twice what it has cost, at least a dollar more.
+      const cost = session.spent_usd ?? session.cost_usd ?? 0;
+      this.budgetInput.value = String(Math.ceil(Math.max(cost * 2, cost + 1)));
+    }
+  }
+
+  async raiseBudget() {
+    const usd = Number(this.budgetInput.value);
+    if (!Number.isFinite(usd) || usd <= 0) { toast('A budget is a number of dollars.'); return; }
+    try {
+      const session = await api('PATCH', `/api/sessions/${this.id}`, { max_budget_usd: usd });
+      sessions.set(this.id, { ...sessions.get(this.id), ...session });
+      this.header();
+      renderList();
+      if (session.state === 'paused') toast(`Still paused: ${session.paused}`);
+    } catch (error) { toast(error.message); }
+  }
+
+  async stop() {
+    try { await api('DELETE', `/api/sessions/${this.id}`); } catch (error) { toast(error.message); }
+  }
+
+  rename() {
+    const h = this.head;
+    const session = sessions.get(this.id) ?? {};
+    const input = el('input', { class: 'rename-input', value: titleOf(session), 'aria-label': 'Session name', maxlength: '200' });
+    this.renaming = true;
+    const done = async (save) => {
+      if (!this.renaming) return;
+      this.renaming = false;
+      input.replaceWith(h.title);
+      if (save && input.value.trim() && input.value.trim() !== titleOf(session)) await this.amend({ title: input.value.trim() });
+      this.header();
+    };
+    input.addEventListener('keydown', (event) => {
+      if (event.key === 'Enter') { event.preventDefault(); done(true); }
+      if (event.key === 'Escape') { event.preventDefault(); event.stopPropagation(); done(false); }
+    });
+    input.addEventListener('blur', () => done(true));
+    h.title.replaceWith(input);
+    input.focus();
+    input.select();
+  }
+
+  async amend(change) {
+    try {
+      const session = await api('PATCH', `/api/sessions/${this.id}`, change);
+      sessions.set(this.id, { ...sessions.get(this.id), ...session });
+      this.header();
+      renderList();
+      if ('archived' in change) toast(change.archived ? 'Archived: the list shows it under "Show archived".' : 'Back in the list.', 'info');
+    } catch (error) { toast(error.message); }
+  }
+
+  async control(what, body) {
+    try {
+      await api('POST', `/api/sessions/${this.id}/${what}`, body);
+      const session = sessions.get(this.id);
+      if (session && what === 'model') session.model = body.model;
+      if (session && what === 'permission-mode') session.permission_mode = body.mode;
+      this.header();
+      toast(`${what === 'model' ? 'Model' : 'Permission mode'} set to ${body.model ?? body.mode}`, 'info');
+    } catch (error) { toast(error.message); }
+  }
+
+  async interrupt() {
+    try { await api('POST', `/api/sessions/${this.id}/interrupt`); } catch (error) { toast(error.message); }
+  }
+
+  async resume() {
+    try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
+  }
+
+  async rewind(uuid) {
+    const path = `/api/sessions/${this.id}/rewind`;
+    if (sessions.get(this.id)?.config?.transport === 'terminal') { toast('A CLI in a terminal rewinds there: Esc twice.'); return; }
+    try {
+      const preview = await api('POST', path, { message: uuid, dry_run: true });
+      if (!preview.can_rewind) { toast(`The files cannot be put back: ${preview.reason ?? 'no checkpoint for this message'}`); return; }
+      if (!preview.files_changed) { toast('No file has changed since this message.', 'ok'); return; }
+      const files = (preview.files ?? []).slice(0, 12).map((file) => `  ${file}`).join('\n');
+      const more = (preview.files?.length ?? 0) > 12 ? `\n  and ${preview.files.length - 12} more` : '';
+      const question = `Put ${plural(preview.files_changed, 'file')} back as they were before this message (+${preview.insertions ?? 0} −${preview.deletions ?? 0})?\n${files}${more}\n\nThe conversation stays as it is; "Fork from here" starts a new one at this point.`;
+      if (!confirm(question)) return;
+      await api('POST', path, { message: uuid });
+      toast(`${plural(preview.files_changed, 'file')} put back`, 'ok');
+    } catch (error) { toast(error.message); }
+  }
+
+  async fork(uuid) {
+    const session = sessions.get(this.id);
+    try {
+      const created = await api('POST', '/api/sessions', { cwd: session.cwd, resume: session.claude_session_id, fork: true, resume_at: uuid });
+      location.hash = `#/s/${created.id}`;
+    } catch (error) { toast(error.message); }
+  }
+}
+
+Object.assign(SessionView.prototype, reviewMethods, filesMethods, composerMethods, usageMethods);

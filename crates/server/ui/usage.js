@@ -1,0 +1,128 @@
+// The stats panel, a part of the session view: every turn's cost, the context gauge, per-model
+// totals. It reads `GET …/usage` (every turn of the log, replayed by the daemon per request and
+// kept nowhere) when it opens and after each turn; the context gauge follows `message_started`
+// between turns.
+import uPlot from './vendor/uPlot.esm.js';
+import { $, el } from './dom.js';
+import { axisSize, compact, compactMoney, money, plural, tokens } from './words.js';
+import { api } from './api.js';
+import { sessions } from './list.js';
+
+export const usageMethods = {
+  // --- The stats panel: every turn's cost (from the server, not the page), context, models.
+
+  buildStats() {
+    this.statsParts = {
+      totals: el('div', { class: 'totals' }),
+      chart: el('div', { class: 'cost-chart' }),
+      legend: el('div', { class: 'chart-legend' },
+        el('span', {}, el('span', { class: 'swatch', style: 'background:#3366cc' }), 'cost per turn'),
+        el('span', {}, el('span', { class: 'swatch', style: 'background:#cc7a00' }), 'tokens per turn')),
+      readout: el('div', { class: 'chart-readout muted' }),
+      gauge: el('div', { class: 'gauge', role: 'meter', 'aria-label': 'Context window used' }, el('div', { class: 'gauge-fill' })),
+      gaugeLabel: el('div', { class: 'gauge-label muted' }),
+      models: el('tbody'),
+    };
+    const p = this.statsParts;
+    this.stats.replaceChildren(el('h2', {}, 'Cost'), p.totals, p.chart, p.legend, p.readout,
+      el('h2', {}, 'Context'), p.gauge, p.gaugeLabel,
+      el('h2', {}, 'By model'), el('table', { class: 'models' }, p.models));
+    this.drawContext();
+  },
+
+  async loadUsage() {
+    // A hidden panel (a phone, a narrow window) asks when it shows again.
+    if (this.stats.offsetParent === null) { this.usageStale = true; return; }
+    this.usageStale = false;
+    if (this.usageLoading) { this.usageAgain = true; return; }
+    this.usageLoading = true;
+    try {
+      this.usage = await api('GET', `/api/sessions/${this.id}/usage`);
+      if (!this.closed) this.drawUsage();
+    } catch (error) {
+      /* the header says whether the daemon is there */
+    } finally {
+      this.usageLoading = false;
+      if (this.usageAgain) { this.usageAgain = false; this.loadUsage(); }
+    }
+  },
+
+  drawContext() {
+    const p = this.statsParts;
+    if (!p) return;
+    const t = this.transcript;
+    const context = t.context ?? this.usage?.context_tokens ?? 0;
+    const window_ = t.contextWindow ?? this.usage?.context_window ?? null;
+    const fill = $('.gauge-fill', p.gauge);
+    p.gauge.setAttribute('aria-valuenow', context);
+    if (window_) {
+      p.gauge.setAttribute('aria-valuemax', window_);
+      fill.style.width = `${(Math.min(1, context / window_) * 100).toFixed(1)}%`;
+      p.gaugeLabel.textContent = `${tokens(context)} of ${tokens(window_)} tokens (${Math.round((context / window_) * 100)}%)`;
+    } else {
+      p.gauge.removeAttribute('aria-valuemax');
+      fill.style.width = '0%';
+      p.gaugeLabel.textContent = `${tokens(context)} tokens; the window is known once a turn ends`;
+    }
+  },
+
+  drawUsage() {
+    const p = this.statsParts;
+    const usage = this.usage;
+    const turns = usage.turns ?? [];
+    const spent = turns.reduce((sum, t) => sum + (t.input_tokens ?? 0) + (t.output_tokens ?? 0), 0);
+    p.totals.textContent = usage.turn_count
+      ? `${plural(usage.turn_count, 'turn')} · ${money(usage.total_cost_usd)} · ${tokens(spent)} tokens`
+      : 'No finished turn yet.';
+    p.models.replaceChildren(...(usage.models ?? []).map((m) => el('tr', {},
+      el('td', {}, m.model), el('td', {}, `${compact(m.input_tokens)} in`), el('td', {}, `${compact(m.output_tokens)} out`), el('td', {}, money(m.cost_usd)))));
+    this.drawContext();
+    this.chartTurns = turns.length;
+    this.chart?.destroy();
+    this.chart = null;
+    p.chart.replaceChildren();
+    p.legend.hidden = !turns.length;
+    p.readout.textContent = turns.length ? 'Point at a bar for its turn.' : '';
+    if (!turns.length) return;
+    const xs = turns.map((t) => t.turn);
+    const data = [xs, turns.map((t) => t.cost_usd), turns.map((t) => (t.input_tokens ?? 0) + (t.output_tokens ?? 0))];
+    const style = getComputedStyle(document.documentElement);
+    const ink = style.getPropertyValue('--muted').trim() || '#667085';
+    const grid = style.getPropertyValue('--line').trim() || '#e3e6ec';
+    const width = Math.max(220, this.stats.clientWidth - 32);
+    // Whole turns only: a step of 1, 2, 5, 10, … that leaves at most six labels.
+    const integerSplits = (u, axis, min, max) => {
+      const first = Math.max(1, Math.ceil(min));
+      const last = Math.floor(max);
+      const span = Math.max(1, last - first);
+      const step = [1, 2, 5].flatMap((m) => [1, 10, 100, 1000, 10000].map((p10) => m * p10)).sort((a, b) => a - b).find((s) => span / s <= 5) ?? 100000;
+      const ticks = [];
+      for (let t = Math.ceil(first / step) * step; t <= last; t += step) ticks.push(t);
+      if (!ticks.length) ticks.push(first);
+      this.chartTicks = ticks;
+      return ticks;
+    };
+    const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '11px system-ui, sans-serif' };
+    this.chart = new uPlot({
+      width, height: 170, legend: { show: false }, padding: [10, 4, 0, 0],
+      cursor: { y: false, points: { show: false } },
+      scales: { x: { time: false, range: () => [xs[0] - 0.5, xs[xs.length - 1] + 0.5] }, $: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] }, tokens: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      axes: [
+        { ...axis, splits: integerSplits, values: (u, ticks) => ticks.map(String), grid: { show: false } },
+        { ...axis, scale: '$', values: (u, ticks) => ticks.map(compactMoney), size: axisSize },
+        { ...axis, scale: 'tokens', side: 1, grid: { show: false }, values: (u, ticks) => ticks.map(compact), size: axisSize },
+      ],
+      series: [{},
+        { label: 'cost', scale: '$', stroke: '#3366cc', fill: 'rgba(51,102,204,.35)', paths: uPlot.paths.bars({ size: [0.6, 48], align: 0 }), points: { show: false } },
+        { label: 'tokens', scale: 'tokens', stroke: '#cc7a00', width: 2, points: { show: turns.length < 40, size: 5 } }],
+      hooks: {
+        setCursor: [(u) => {
+          const i = u.cursor.idx;
+          if (i == null) { p.readout.textContent = 'Point at a bar for its turn.'; return; }
+          const t = turns[i];
+          p.readout.textContent = `Turn ${t.turn}: ${money(t.cost_usd)} · ${tokens(t.input_tokens)} in · ${tokens(t.output_tokens)} out · ${(t.duration_ms / 1000).toFixed(1)} s`;
+        }],
+      },
+    }, data, p.chart);
+  },
+};
