@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use switchboard_server::terminal::ToTerminal;
 use switchboard_server::transcripts::{watch_file, TranscriptTail, Transcripts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -336,13 +337,10 @@ async fn register(socket: &mut Socket, hello: Value) -> Result<String, String> {
     let Some(Ok(WsMessage::Text(text))) = answer else {
         return Err("the daemon closed the connection".into());
     };
-    let value: Value = serde_json::from_str(&text).unwrap_or_default();
-    match value["type"].as_str() {
-        Some("registered") => Ok(value["session"].as_str().unwrap_or_default().to_owned()),
-        _ => Err(format!(
-            "the daemon refused the session: {}",
-            value["error"].as_str().unwrap_or(text.as_str())
-        )),
+    match serde_json::from_str::<ToTerminal>(&text) {
+        Ok(ToTerminal::Registered { session }) => Ok(session),
+        Ok(ToTerminal::Error { error }) => Err(format!("the daemon refused the session: {error}")),
+        _ => Err(format!("the daemon refused the session: {}", text.as_str())),
     }
 }
 
@@ -677,11 +675,10 @@ async fn talk(
                     Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => return Ended::Lost,
                     Some(Ok(_)) => continue,
                 };
-                let value: Value = serde_json::from_str(&text).unwrap_or_default();
-                let next = match value["type"].as_str() {
-                    Some("prompt") => Input::Prompt(value["text"].as_str().unwrap_or_default().to_owned()),
-                    Some("escape") => Input::Escape,
-                    Some("detached") => return Ended::Detached,
+                let next = match serde_json::from_str::<ToTerminal>(&text) {
+                    Ok(ToTerminal::Prompt { text }) => Input::Prompt(text),
+                    Ok(ToTerminal::Escape) => Input::Escape,
+                    Ok(ToTerminal::Detached) => return Ended::Detached,
                     _ => {
                         tracing::debug!(frame = %text.as_str(), "an unexpected frame from the daemon");
                         continue;

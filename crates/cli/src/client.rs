@@ -15,7 +15,14 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-use switchboard_session::DecidedBy;
+use switchboard_server::error::ErrorAnswer;
+use switchboard_server::faces::SessionView;
+use switchboard_server::frames::ViewSubscriberFrame;
+use switchboard_server::tokens::{NewToken, TokenInfo};
+use switchboard_server::view::ViewUpdate;
+use switchboard_session::policy::Behavior;
+use switchboard_session::projection::{Block, Level};
+use switchboard_session::{SessionState, Update};
 
 use crate::serve::DataDirArg;
 
@@ -212,13 +219,9 @@ impl Client {
         if name.is_empty() {
             return Err("name a session (its id or a unique prefix)".to_owned());
         }
-        let sessions = self.request(reqwest::Method::GET, "/api/sessions", None).await?;
-        let ids: Vec<&str> = sessions
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|session| session["id"].as_str())
-            .collect();
+        let sessions: Vec<SessionView> =
+            typed(self.request(reqwest::Method::GET, "/api/sessions", None).await?)?;
+        let ids: Vec<&str> = sessions.iter().map(|session| session.record.id.as_str()).collect();
         pick(name, &ids)
     }
 
@@ -247,13 +250,18 @@ impl Client {
         if status.is_success() {
             Ok(body)
         } else {
-            let message = body["error"]["message"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| status.to_string());
-            Err(message)
+            // The API's one error shape; anything else (a proxy's page) says its status.
+            Err(serde_json::from_value::<ErrorAnswer>(body)
+                .map_or_else(|_| status.to_string(), |answer| answer.error.message))
         }
     }
+}
+
+/// What the daemon answered, read as the type its API sends (`--json` prints the answer as it
+/// came instead, so that a newer daemon's fields are not lost).
+fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, String> {
+    serde_json::from_value(answer)
+        .map_err(|error| format!("the daemon's answer is not what this client reads: {error}"))
 }
 
 pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
@@ -266,7 +274,7 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                 if json_output {
                     println!("{sessions}");
                 } else {
-                    print_table(&sessions);
+                    print_table(&typed::<Vec<SessionView>>(sessions)?);
                 }
             }
             SessionsCommand::Show { id } => {
@@ -277,7 +285,7 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                 if json_output {
                     println!("{session}");
                 } else {
-                    print_session(&session);
+                    print_session(&typed(session)?);
                 }
             }
             SessionsCommand::Tail { id, after } => {
@@ -372,22 +380,20 @@ pub(crate) async fn new(args: NewArgs) -> ExitCode {
             }
         };
         let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
-        let mut body = json!({"cwd": cwd, "prompt": args.prompt});
-        if args.worktree {
-            body["worktree"] = json!(true);
-        }
-        if let Some(model) = &args.model {
-            body["model"] = json!(model);
-        }
-        if let Some(mode) = &args.permission_mode {
-            body["permission_mode"] = json!(mode);
-        }
-        if let Some(path) = &args.policy {
+        let policy = match &args.policy {
             // Sent as text, so a daemon on another machine gets it too.
-            body["policy"] = json!(read_policy(path)?);
-        }
+            Some(path) => Some(read_policy(path)?),
+            None => None,
+        };
+        let mut request = switchboard_server::CreateSession::new(cwd);
+        request.prompt = Some(args.prompt.clone());
+        request.worktree = args.worktree;
+        request.launch.model = args.model.clone();
+        request.launch.permission_mode = args.permission_mode.clone();
+        request.launch.policy = policy;
+        let body = serde_json::to_value(&request).map_err(|error| error.to_string())?;
         let session = client.request(reqwest::Method::POST, "/api/sessions", Some(body)).await?;
-        let id = session["id"].as_str().unwrap_or_default().to_owned();
+        let id = typed::<SessionView>(session.clone())?.record.id;
         if args.connection.json {
             println!("{session}");
         } else {
@@ -587,6 +593,7 @@ async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Resul
     let mut socket = subscribe(client, id, after, !json_output).await?;
     let mut reader = Reader { session: id.to_owned(), ..Reader::default() };
     let mut stdout = std::io::stdout();
+    let mut unknown_told = false;
     while let Some(frame) = socket.next().await {
         let frame = frame.map_err(|error| format!("the connection broke: {error}"))?;
         let WsMessage::Text(text) = frame else { continue };
@@ -594,7 +601,17 @@ async fn tail(client: &Client, id: &str, after: u64, json_output: bool) -> Resul
             println!("{text}");
             continue;
         }
-        let frame: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let Ok(frame) = serde_json::from_str::<ViewSubscriberFrame>(&text) else {
+            // A daemon of a newer release may say what this client does not know: said once,
+            // and the tail goes on (`--json` prints every frame as it came).
+            if !unknown_told {
+                unknown_told = true;
+                let note =
+                    "! the daemon sent something this client cannot read (a newer daemon?)\n";
+                let _ = stdout.write_all(note.as_bytes());
+            }
+            continue;
+        };
         let _ = stdout.write_all(reader.read(&frame).as_bytes());
         let _ = stdout.flush();
     }
@@ -613,20 +630,21 @@ struct Reader {
 
 impl Reader {
     /// The text for one frame (empty for frames with nothing to show).
-    fn read(&mut self, frame: &Value) -> String {
+    fn read(&mut self, frame: &ViewSubscriberFrame) -> String {
         let mut out = String::new();
-        match frame["type"].as_str() {
-            Some("view") => {
-                for update in frame["updates"].as_array().into_iter().flatten() {
-                    self.update(update, &mut out);
+        match frame {
+            ViewSubscriberFrame::View(view) => {
+                for update in &view.updates {
+                    if let ViewUpdate::Session(update) = update {
+                        self.update(update, &mut out);
+                    }
                 }
             }
             // The daemon's word about the subscription (lagged, store_failing, shutdown, ...).
-            Some(kind) => {
-                let message = frame["message"].as_str().unwrap_or_default();
+            ViewSubscriberFrame::Server(said) => {
+                let (kind, message) = said.said();
                 self.line(&mut out, &format!("! {kind}: {message}"));
             }
-            None => {}
         }
         out
     }
@@ -641,48 +659,47 @@ impl Reader {
         out.push('\n');
     }
 
-    fn update(&mut self, update: &Value, out: &mut String) {
-        let text = |key: &str| update[key].as_str().unwrap_or_default();
+    fn update(&mut self, update: &Update, out: &mut String) {
         // A subagent's work is indented under the call that started it.
-        let nested = !update["parent_tool_use_id"].is_null();
+        let parent = match update {
+            Update::TextDelta { parent_tool_use_id, .. }
+            | Update::Block { parent_tool_use_id, .. }
+            | Update::ToolResult { parent_tool_use_id, .. }
+            | Update::TurnEnded { parent_tool_use_id, .. } => parent_tool_use_id.as_deref(),
+            _ => None,
+        };
+        let nested = parent.is_some();
         let indent = if nested { "  │ " } else { "" };
-        match text("update") {
-            "prompt" => self.line(out, &format!("\n> {}", text("text"))),
-            "text_delta" if !nested => {
-                self.streamed.insert(text("message_id").to_owned());
-                out.push_str(text("text"));
-                self.mid_line = !text("text").ends_with('\n');
+        match update {
+            Update::Prompt { text, .. } => self.line(out, &format!("\n> {text}")),
+            Update::TextDelta { message_id, text, .. } if !nested => {
+                self.streamed.insert(message_id.clone());
+                out.push_str(text);
+                self.mid_line = !text.ends_with('\n');
             }
-            "block" => {
-                let block = &update["block"];
-                match block["kind"].as_str() {
-                    Some("text") if nested || !self.streamed.contains(text("message_id")) => {
-                        let body = block["text"].as_str().unwrap_or_default();
-                        self.line(out, &format!("{indent}{body}"));
-                    }
-                    Some("text") if self.mid_line => {
-                        out.push('\n');
-                        self.mid_line = false;
-                    }
-                    Some("tool_use") => {
-                        let name = block["name"].as_str().unwrap_or("?");
-                        let summary = crate::run::summarize(name, &block["input"]);
-                        self.line(out, &format!("{indent}→ {name} {summary}"));
-                    }
-                    _ => {}
+            Update::Block { message_id, block, .. } => match block {
+                Block::Text { text } if nested || !self.streamed.contains(message_id) => {
+                    self.line(out, &format!("{indent}{text}"));
                 }
-            }
-            "tool_result" => {
-                let first = text("text").lines().next().unwrap_or_default();
-                let mark = if update["is_error"] == true { "✗" } else { "←" };
+                Block::Text { .. } if self.mid_line => {
+                    out.push('\n');
+                    self.mid_line = false;
+                }
+                Block::ToolUse { name, input, .. } => {
+                    let summary = crate::run::summarize(name, input);
+                    self.line(out, &format!("{indent}→ {name} {summary}"));
+                }
+                _ => {}
+            },
+            Update::ToolResult { text, is_error, .. } => {
+                let first = text.lines().next().unwrap_or_default();
+                let mark = if *is_error { "✗" } else { "←" };
                 let first: String = first.chars().take(100).collect();
                 self.line(out, &format!("{indent}  {mark} {first}"));
             }
-            "permission_asked" => {
-                let tool = text("tool_name");
-                let summary = crate::run::summarize(tool, &update["input"]);
-                let request = text("request_id");
-                let session = &self.session;
+            Update::PermissionAsked(asked) => {
+                let summary = crate::run::summarize(&asked.tool_name, &asked.input);
+                let (tool, request, session) = (&asked.tool_name, &asked.request_id, &self.session);
                 self.line(
                     out,
                     &format!(
@@ -691,84 +708,84 @@ impl Reader {
                     ),
                 );
             }
-            "permission_decided" => {
-                let by: Option<DecidedBy> = serde_json::from_value(update["by"].clone()).ok();
-                let by = by.unwrap_or(DecidedBy::Policy { rule: None });
-                let allowed = text("behavior") == "allow";
-                let said = crate::run::decision(text("tool_name"), allowed, &by, text("message"));
+            Update::PermissionDecided { tool_name, behavior, by, message, .. } => {
+                let allowed = *behavior == Behavior::Allow;
+                let said = crate::run::decision(tool_name, allowed, by, message);
                 self.line(out, &format!("{indent}{said}"));
             }
-            "turn_ended" if !nested => {
-                let seconds = update["duration_ms"].as_u64().unwrap_or(0) as f64 / 1000.0;
-                let cost = update["cost_usd"].as_f64().unwrap_or(0.0);
-                let said = if update["interrupted"] == true {
+            Update::TurnEnded {
+                duration_ms,
+                cost_usd,
+                interrupted,
+                failed,
+                subtype,
+                result,
+                ..
+            } if !nested => {
+                let seconds = *duration_ms as f64 / 1000.0;
+                let said = if *interrupted {
                     "— interrupted".to_owned()
-                } else if update["failed"] == true {
-                    crate::run::failure(text("subtype"), text("result"))
+                } else if *failed {
+                    crate::run::failure(subtype, result.as_deref().unwrap_or_default())
                 } else {
                     "— turn done".to_owned()
                 };
-                self.line(out, &format!("{said} · {seconds:.1} s · ${cost:.4}"));
+                self.line(out, &format!("{said} · {seconds:.1} s · ${cost_usd:.4}"));
             }
-            "notice" => {
-                let mark = if text("level") == "info" { "·" } else { "!" };
-                self.line(out, &format!("{mark} {}", text("text")));
+            Update::Notice { level, text, .. } => {
+                let mark = if *level == Level::Info { "·" } else { "!" };
+                self.line(out, &format!("{mark} {text}"));
             }
-            "state" if matches!(text("to"), "exited" | "crashed") => {
-                self.line(out, &format!("— the session {}", text("to")));
+            Update::State { to, .. }
+                if matches!(to, SessionState::Exited | SessionState::Crashed) =>
+            {
+                let to = if *to == SessionState::Exited { "exited" } else { "crashed" };
+                self.line(out, &format!("— the session {to}"));
             }
             _ => {}
         }
     }
 }
 
-fn print_table(sessions: &Value) {
+fn print_table(sessions: &[SessionView]) {
     println!("{:<36}  {:<19}  {:>8}  {:<20}  TITLE", "ID", "STATE", "COST", "MODEL");
-    for session in sessions.as_array().into_iter().flatten() {
-        let pending = session["pending_permissions"].as_array().map_or(0, Vec::len);
-        let state = if pending > 0 {
-            format!("waiting ({pending})")
-        } else {
-            session["state"].as_str().unwrap_or("?").to_owned()
-        };
+    for session in sessions {
+        let record = &session.record;
+        let pending = session.pending_permissions.len();
+        let state =
+            if pending > 0 { format!("waiting ({pending})") } else { record.state.to_string() };
         println!(
             "{:<36}  {:<19}  {:>8}  {:<20}  {}",
-            session["id"].as_str().unwrap_or("?"),
+            record.id,
             state,
-            format!("${:.4}", session["cost_usd"].as_f64().unwrap_or(0.0)),
-            session["model"].as_str().unwrap_or("-"),
-            session["title"].as_str().unwrap_or("")
+            format!("${:.4}", record.cost_usd),
+            record.model.as_deref().unwrap_or("-"),
+            record.title.as_deref().unwrap_or("")
         );
     }
 }
 
-fn print_session(session: &Value) {
-    for key in [
-        "id",
-        "state",
-        "claude_session_id",
-        "cwd",
-        "model",
-        "permission_mode",
-        "title",
-        "cost_usd",
-        "running",
-    ] {
-        println!(
-            "{key:<18} {}",
-            match &session[key] {
-                Value::String(text) => text.clone(),
-                Value::Null => "-".to_owned(),
-                other => other.to_string(),
-            }
-        );
+fn print_session(session: &SessionView) {
+    let record = &session.record;
+    let or_dash = |text: &Option<String>| text.clone().unwrap_or_else(|| "-".to_owned());
+    let rows = [
+        ("id", record.id.clone()),
+        ("state", record.state.to_string()),
+        ("claude_session_id", or_dash(&record.claude_session_id)),
+        ("cwd", record.cwd.clone()),
+        ("model", or_dash(&record.model)),
+        ("permission_mode", or_dash(&record.permission_mode)),
+        ("title", or_dash(&record.title)),
+        ("cost_usd", record.cost_usd.to_string()),
+        ("running", session.running.to_string()),
+    ];
+    for (key, value) in rows {
+        println!("{key:<18} {value}");
     }
-    for pending in session["pending_permissions"].as_array().into_iter().flatten() {
+    for pending in &session.pending_permissions {
         println!(
             "pending            {} {} {}",
-            pending["request_id"].as_str().unwrap_or("?"),
-            pending["tool_name"].as_str().unwrap_or("?"),
-            pending["input"]
+            pending.request_id, pending.tool_name, pending.input
         );
     }
 }
@@ -800,21 +817,33 @@ mod tests {
     #[test]
     fn the_tail_reads_like_a_terminal_session() {
         let mut reader = Reader { session: "s1".into(), ..Reader::default() };
-        let frame = |updates: Value| json!({"type": "view", "seq": 1, "updates": updates});
+        // As the daemon sends them: every field written.
+        let frame = |updates: Value| {
+            let frame = json!({"type": "view", "seq": 1, "ts": 0, "updates": updates});
+            serde_json::from_value::<ViewSubscriberFrame>(frame).unwrap()
+        };
+        let tool_use = |message: &str, parent: Value, name: &str, input: Value| {
+            json!({"update": "block", "message_id": message, "index": 1, "parent_tool_use_id": parent,
+                "uuid": null, "block": {"kind": "tool_use", "tool_use_id": "t", "name": name,
+                "input": input, "rebuilt": false}})
+        };
         let mut text = reader.read(&frame(json!([
-            {"update": "prompt", "text": "RUN it"},
-            {"update": "text_delta", "message_id": "m", "text": "Running ", "parent_tool_use_id": null},
-            {"update": "text_delta", "message_id": "m", "text": "it.", "parent_tool_use_id": null},
-            {"update": "block", "message_id": "m", "parent_tool_use_id": null, "block": {"kind": "text", "text": "Running it."}},
-            {"update": "block", "message_id": "m", "parent_tool_use_id": null, "block": {"kind": "tool_use", "name": "Bash", "input": {"command": "ls -la"}}},
-            {"update": "permission_asked", "request_id": "r1", "tool_name": "Bash", "input": {"command": "ls -la"}},
-            {"update": "permission_decided", "tool_name": "Bash", "behavior": "deny", "by": {"kind": "person", "who": "alice"}, "message": "not now"},
-            {"update": "block", "message_id": "n", "parent_tool_use_id": "t1", "block": {"kind": "tool_use", "name": "Read", "input": {"file_path": "/x"}}},
-            {"update": "turn_ended", "parent_tool_use_id": null, "subtype": "success", "failed": false, "interrupted": false, "duration_ms": 1500, "cost_usd": 0.01},
+            {"update": "prompt", "text": "RUN it", "images": [], "uuid": null, "queued": false},
+            {"update": "text_delta", "message_id": "m", "index": 0, "text": "Running ", "parent_tool_use_id": null},
+            {"update": "text_delta", "message_id": "m", "index": 0, "text": "it.", "parent_tool_use_id": null},
+            {"update": "block", "message_id": "m", "index": 0, "parent_tool_use_id": null, "uuid": null, "block": {"kind": "text", "text": "Running it."}},
+            tool_use("m", Value::Null, "Bash", json!({"command": "ls -la"})),
+            {"update": "permission_asked", "request_id": "r1", "tool_name": "Bash", "input": {"command": "ls -la"},
+                "tool_use_id": "t", "suggestions": [], "reason": "", "agent_id": null, "timeout_secs": 60, "asked_at_ms": 0},
+            {"update": "permission_decided", "request_id": "r1", "tool_name": "Bash", "behavior": "deny",
+                "by": {"kind": "person", "who": "alice"}, "message": "not now", "tool_use_id": "t", "decided_at_ms": 0},
+            tool_use("n", json!("t1"), "Read", json!({"file_path": "/x"})),
+            {"update": "turn_ended", "parent_tool_use_id": null, "subtype": "success", "failed": false, "interrupted": false,
+                "result": null, "duration_ms": 1500, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.01,
+                "total_cost_usd": 0.01, "models": [], "context_tokens": null, "context_window": null},
         ])));
-        text.push_str(
-            &reader.read(&json!({"type": "lagged", "message": "caught up from the log"})),
-        );
+        let lagged = json!({"type": "lagged", "message": "caught up from the log"});
+        text.push_str(&reader.read(&serde_json::from_value(lagged).unwrap()));
         let expected = "\n> RUN it\nRunning it.\n→ Bash ls -la\n\
             ? Bash ls -la: waiting for you (switchboard approve s1 r1, or deny)\n\
             ✗ Bash denied by alice: not now\n  │ → Read /x\n— turn done · 1.5 s · $0.0100\n\
@@ -871,23 +900,25 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                 let body = json!({"name": name, "scope": scope});
                 let mut made =
                     client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
+                let token = typed::<NewToken>(made.clone())?.token;
                 if let Some(usd) = daily_budget_usd {
                     let limit = json!({"token_daily_usd": {&name: usd}});
                     // The token exists now: shown even if its budget could not be set.
                     if let Err(error) =
                         client.request(reqwest::Method::PATCH, "/api/budget", Some(limit)).await
                     {
-                        println!("{}", made["token"].as_str().unwrap_or_default());
+                        println!("{token}");
                         return Err(format!(
                             "token {name} was made (above, shown once), but its daily budget was not set: {error}"
                         ));
                     }
-                    made["daily_budget_usd"] = json!(usd);
+                    if let Some(made) = made.as_object_mut() {
+                        made.insert("daily_budget_usd".into(), json!(usd));
+                    }
                 }
                 if json_output {
                     println!("{made}");
                 } else {
-                    let token = made["token"].as_str().unwrap_or_default();
                     println!("{token}");
                     eprintln!(
                         "token {name} ({scope}): shown this once; the daemon keeps only its digest"
@@ -900,22 +931,22 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                     println!("{list}");
                 } else {
                     println!("{:<24} {:<8} {:<29} LAST USED", "NAME", "SCOPE", "CREATED");
-                    for token in list.as_array().into_iter().flatten() {
-                        let time = |field: &str| match token[field].as_u64() {
+                    for token in typed::<Vec<TokenInfo>>(list)? {
+                        let time = |ms: Option<u64>| match ms {
                             Some(ms) if ms > 0 => format_ms(ms),
                             _ => "-".to_owned(),
                         };
-                        let created = if token["builtin"] == true {
+                        let created = if token.builtin {
                             "(the daemon's own)".to_owned()
                         } else {
-                            time("created_ms")
+                            time(Some(token.created_ms))
                         };
                         println!(
                             "{:<24} {:<8} {:<29} {}",
-                            token["name"].as_str().unwrap_or("?"),
-                            token["scope"].as_str().unwrap_or("?"),
+                            token.name,
+                            token.scope.as_str(),
                             created,
-                            time("last_used_ms"),
+                            time(token.last_used_ms),
                         );
                     }
                 }

@@ -296,9 +296,12 @@ async fn run_task(
             return outcome;
         }
     };
-    let Some(id) = session["id"].as_str().filter(|id| !id.is_empty()).map(str::to_owned) else {
-        outcome.error = Some(format!("the daemon answered without a session id: {session}"));
-        return outcome;
+    let id = match serde_json::from_value::<switchboard_server::faces::SessionView>(session) {
+        Ok(view) if !view.record.id.is_empty() => view.record.id,
+        Ok(_) | Err(_) => {
+            outcome.error = Some("the daemon answered without a session".to_owned());
+            return outcome;
+        }
     };
     outcome.session_id = Some(id.clone());
     let waited = async {

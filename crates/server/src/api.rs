@@ -1288,7 +1288,7 @@ async fn handle_client_frame(
                 None
             }
         };
-        Ok(ServerFrame::Ack { of, request_id })
+        Ok(ServerFrame::Ack { of: of.into(), request_id })
     }
     .await;
     Some(result.unwrap_or_else(ServerFrame::from).text())
@@ -1318,7 +1318,7 @@ async fn dashboard(
 /// `/api/events`: the dashboard's changes to one socket, until it or the daemon goes.
 async fn feed_dashboard(
     daemon: Arc<Daemon>,
-    mut changes: tokio::sync::broadcast::Receiver<Value>,
+    mut changes: tokio::sync::broadcast::Receiver<crate::changes::DashboardChange>,
     socket: WebSocket,
 ) {
     let (mut sink, incoming) = socket.split();
@@ -1338,17 +1338,17 @@ async fn feed_dashboard(
             }
         };
         let frame = match change {
-            Ok(change) => change,
+            Ok(change) => serde_json::to_string(&change).unwrap_or_default(),
             Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
                 let lagged = ServerFrame::Lagged {
                     message: "reload GET /api/sessions".into(),
                     missed: Some(missed),
                 };
-                serde_json::to_value(lagged).unwrap_or_default()
+                lagged.text()
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
         };
-        if !crate::socket::write_frames(&daemon, &mut sink, vec![frame.to_string()], false).await {
+        if !crate::socket::write_frames(&daemon, &mut sink, vec![frame], false).await {
             break;
         }
     }

@@ -171,6 +171,15 @@ enum Published {
     Stored { first: u64, last: u64 },
 }
 
+/// A dashboard change as one node tells the others (`switchboard.dashboard`).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ToldChange {
+    /// The node that made it.
+    pub(crate) node: String,
+    /// The change.
+    pub(crate) change: crate::changes::DashboardChange,
+}
+
 /// A command forwarded to the node that runs `session`.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Forwarded {
@@ -614,15 +623,15 @@ impl Bus {
 
     /// Tells the other nodes' dashboards of a change here (without waiting; a change the bus
     /// drops is seen at their next load of the list).
-    pub(crate) fn publish_change(&self, change: &Value) {
-        let body = serde_json::json!({"node": self.node, "change": change});
+    pub(crate) fn publish_change(&self, change: &crate::changes::DashboardChange) {
+        let body = ToldChange { node: self.node.clone(), change: change.clone() };
         let Ok(body) = serde_json::to_vec(&body) else { return };
         if !self.queue(DASHBOARD_SUBJECT.to_owned(), body) {
             tracing::warn!("the bus is behind; a dashboard change is not sent to other nodes");
         }
     }
 
-    /// The other nodes' dashboard changes, as `(node, change)`.
+    /// The other nodes' dashboard changes, each a [`ToldChange`].
     pub(crate) async fn changes(&self) -> Result<async_nats::Subscriber, String> {
         self.client.subscribe(DASHBOARD_SUBJECT).await.map_err(|error| error.to_string())
     }

@@ -3,7 +3,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::daemon::DaemonError;
 
@@ -95,8 +95,9 @@ impl From<crate::push::PushError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}})))
-            .into_response()
+        let answer =
+            ErrorAnswer { error: ErrorBody { code: self.code.into(), message: self.message } };
+        (self.status, Json(answer)).into_response()
     }
 }
 
@@ -230,4 +231,20 @@ impl From<crate::watchers::TooMany> for ApiError {
             message: error.0,
         }
     }
+}
+
+/// What every error answer of the API is: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    /// The error.
+    pub error: ErrorBody,
+}
+
+/// `{code, message}`, as in every error answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable machine-readable code.
+    pub code: String,
+    /// A sentence for people.
+    pub message: String,
 }

@@ -3,7 +3,7 @@
 //! request may carry, and a session's view replayed from its log. No face imports another;
 //! each imports this.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_protocol::{PermissionMode, UserMessage};
 use switchboard_session::PendingPermission;
@@ -18,29 +18,31 @@ pub const MAX_EVENTS_PAGE: usize = 5000;
 /// The largest request body accepted (prompts may carry base64 images).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// A session as the API shows it.
-#[derive(Debug, Serialize)]
-pub(crate) struct SessionView {
+/// A session as every face shows it (`GET /api/sessions`, gRPC's `Session`, the CLI client's
+/// `switchboard sessions`): its public record, flattened, and what it is doing now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionView {
+    /// Its record, secrets hidden.
     #[serde(flatten)]
-    pub(crate) record: SessionRecord,
+    pub record: SessionRecord,
     /// Whether its CLI is running.
-    pub(crate) running: bool,
+    pub running: bool,
     /// Permission requests waiting for a person.
-    pub(crate) pending_permissions: Vec<PendingPermission>,
+    pub pending_permissions: Vec<PendingPermission>,
     /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
-    disconnected_since_ms: Option<u64>,
+    pub disconnected_since_ms: Option<u64>,
     /// Why the session is paused (`state` is `paused`): the budget it reached.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    paused: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
     /// The slash commands and skills its CLI offers, while it runs.
-    pub(crate) slash_commands: Vec<switchboard_session::SlashCommandInfo>,
+    pub slash_commands: Vec<switchboard_session::SlashCommandInfo>,
     /// The node that ran it is lost (several daemons on one database): it runs nowhere now,
     /// and any node may resume it.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) node_lost: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_lost: bool,
     /// It runs (or ran last) on another node: its files, terminal and worktree are there.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) elsewhere: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub elsewhere: bool,
 }
 
 /// A session as every face shows it: its public record, whether it runs, what waits.

@@ -12,11 +12,11 @@ use serde_json::Value;
 use switchboard_session::{AnswerBehavior, PermissionAnswer};
 use switchboard_store::EventRecord;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::tokens::{Caller, Scope};
 
 /// A frame the daemon sends (other than an event: see [`event_frame`]).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerFrame {
     /// The subscriber fell behind; what it missed follows (a subscription), or it should
@@ -25,15 +25,15 @@ pub enum ServerFrame {
         /// What to do.
         message: String,
         /// Dashboard changes missed.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         missed: Option<u64>,
     },
     /// A client frame was acted on.
     Ack {
         /// Its `type`.
-        of: &'static str,
+        of: String,
         /// A `permission_response`'s request.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         request_id: Option<String>,
     },
     /// A client frame was refused, or the subscription failed: the API's one error shape.
@@ -58,18 +58,34 @@ pub enum ServerFrame {
     },
 }
 
-/// `{code, message}`, as in every error answer.
-#[derive(Debug, Clone, Serialize)]
-pub struct ErrorBody {
-    /// A stable machine-readable code.
-    pub code: &'static str,
-    /// A sentence for people.
-    pub message: String,
+impl ServerFrame {
+    /// Its `type` and what it says, for a person.
+    pub fn said(&self) -> (&'static str, String) {
+        match self {
+            ServerFrame::Lagged { message, .. } => ("lagged", message.clone()),
+            ServerFrame::Ack { of, .. } => ("ack", of.clone()),
+            ServerFrame::Error { error } => ("error", error.message.clone()),
+            ServerFrame::StoreFailing { message } => ("store_failing", message.clone()),
+            ServerFrame::StoreRecovered { message } => ("store_recovered", message.clone()),
+            ServerFrame::Shutdown { message } => ("shutdown", message.clone()),
+        }
+    }
+}
+
+/// What a subscriber of `…/subscribe?view=true` receives: one event's view, or the daemon's
+/// word about the subscription.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ViewSubscriberFrame {
+    /// One event's updates.
+    View(crate::view::ViewFrame),
+    /// Lagged, an error, the store failing or recovered, the daemon shutting down.
+    Server(ServerFrame),
 }
 
 impl From<ApiError> for ServerFrame {
     fn from(error: ApiError) -> Self {
-        ServerFrame::Error { error: ErrorBody { code: error.code, message: error.message } }
+        ServerFrame::Error { error: ErrorBody { code: error.code.into(), message: error.message } }
     }
 }
 
@@ -247,7 +263,7 @@ mod tests {
 
     #[test]
     fn server_frames_are_tagged() {
-        let text = ServerFrame::Ack { of: "interrupt", request_id: None }.text();
+        let text = ServerFrame::Ack { of: "interrupt".into(), request_id: None }.text();
         assert_eq!(text, r#"{"type":"ack","of":"interrupt"}"#);
         let text = ServerFrame::from(ApiError::invalid("no")).text();
         assert_eq!(text, r#"{"type":"error","error":{"code":"invalid_request","message":"no"}}"#);

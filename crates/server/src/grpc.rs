@@ -937,7 +937,7 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
                 .ok()
                 .and_then(|value| value.as_str().map(str::to_owned))
                 .unwrap_or_default(),
-            kind: kind.into(),
+            kind: kind.as_str().into(),
             text,
         }),
     };
@@ -1042,7 +1042,7 @@ async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> p
 /// Follows the dashboard's feed for one `WatchSessions` stream.
 async fn watch(
     daemon: Arc<Daemon>,
-    mut changes: tokio::sync::broadcast::Receiver<Value>,
+    mut changes: tokio::sync::broadcast::Receiver<crate::changes::DashboardChange>,
     sender: Outbox<pb::SessionChange>,
 ) {
     let mut phase = daemon.phase();
@@ -1068,14 +1068,17 @@ async fn watch(
     }
 }
 
-/// One of the dashboard's changes (its JSON), as the message, with the session as it stands.
-async fn session_change(daemon: &Daemon, change: &Value) -> pb::SessionChange {
-    let text = |value: &Value| value.as_str().map(str::to_owned);
-    let event = text(&change["event"]).unwrap_or_default();
-    let id =
-        text(&change["session_id"]).or_else(|| text(&change["session"]["id"])).unwrap_or_default();
-    let session = match event.as_str() {
-        "session_created" | "session_changed" => {
+/// One of the dashboard's changes as the message, with the session as it stands.
+async fn session_change(
+    daemon: &Daemon,
+    change: &crate::changes::DashboardChange,
+) -> pb::SessionChange {
+    use crate::changes::Change;
+    let change = &change.change;
+    let event = change.event().to_owned();
+    let id = change.session_id().unwrap_or_default().to_owned();
+    let session = match change {
+        Change::SessionCreated { .. } | Change::SessionChanged(_) => {
             let record = match daemon.live_record(&id) {
                 Some(record) => Some(record),
                 None => daemon.record(&id).await.ok().flatten(),
@@ -1087,7 +1090,7 @@ async fn session_change(daemon: &Daemon, change: &Value) -> pb::SessionChange {
         }
         _ => None,
     };
-    pb::SessionChange { event, id, session, error: text(&change["error"]), missed: 0 }
+    pb::SessionChange { event, id, session, error: change.error().map(str::to_owned), missed: 0 }
 }
 
 /// A daemon error as a status: the REST API's classification ([`ApiError`]), in gRPC's codes.

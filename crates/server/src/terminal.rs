@@ -18,8 +18,7 @@ use axum::extract::ws::{Message as WsMessage, WebSocket};
 use axum::extract::State;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use switchboard_session::{SessionSnapshot, SessionState};
 use switchboard_transport::terminal::Bytes;
 use switchboard_transport::terminal::{Keys, KeysOut, TranscriptIn};
@@ -45,6 +44,32 @@ pub const MAX_HELD_PROMPTS: usize = 64;
 
 /// The largest `hello` frame.
 pub const MAX_HELLO_BYTES: usize = 64 * 1024;
+
+/// What the daemon sends a terminal: `registered` once (or `error`, and the socket closes), then
+/// the keys to type. `switchboard claude` reads these same types.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToTerminal {
+    /// The session is registered.
+    Registered {
+        /// Its id.
+        session: String,
+    },
+    /// Type this prompt.
+    Prompt {
+        /// Its text.
+        text: String,
+    },
+    /// Press Esc (an interrupt).
+    Escape,
+    /// The session was stopped: the CLI goes on in its terminal, without Switchboard.
+    Detached,
+    /// Refused.
+    Error {
+        /// Why.
+        error: String,
+    },
+}
 
 /// What the terminal sends after its `hello` (besides its transcript's lines, one binary
 /// frame each).
@@ -83,12 +108,12 @@ pub(crate) async fn attach(
         .on_upgrade(move |socket| serve(daemon, caller, socket)))
 }
 
-fn frame(value: serde_json::Value) -> WsMessage {
-    WsMessage::Text(value.to_string().into())
+fn frame(to: ToTerminal) -> WsMessage {
+    WsMessage::Text(serde_json::to_string(&to).unwrap_or_default().into())
 }
 
 async fn refuse(mut socket: WebSocket, error: String) {
-    let _ = socket.send(frame(json!({"type": "error", "error": error}))).await;
+    let _ = socket.send(frame(ToTerminal::Error { error })).await;
     let _ = socket.close().await;
 }
 
@@ -113,7 +138,7 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, mut socket: WebSocket) {
         Ok(attached) => attached,
         Err(error) => return refuse(socket, error.to_string()).await,
     };
-    let registered = json!({"type": "registered", "session": record.id});
+    let registered = ToTerminal::Registered { session: record.id.clone() };
     if socket.send(frame(registered)).await.is_err() {
         lines.ended(None, None, "the terminal went away", Vec::new()).await;
         return;
@@ -156,7 +181,7 @@ async fn relay(
         }
         if ready && idle && typed_until.is_none() {
             if let Some((text, line)) = held.pop_front() {
-                if sink.send(frame(json!({"type": "prompt", "text": text}))).await.is_err() {
+                if sink.send(frame(ToTerminal::Prompt { text: text.clone() })).await.is_err() {
                     held.push_front((text, line));
                     break (None, None, "the terminal went away".to_owned());
                 }
@@ -178,7 +203,7 @@ async fn relay(
                     Ok(FromTerminal::Exit { code, signal }) => break (code, signal, String::new()),
                     Err(error) => {
                         let error = format!("unreadable frame: {error}");
-                        let _ = sink.send(frame(json!({"type": "error", "error": error}))).await;
+                        let _ = sink.send(frame(ToTerminal::Error { error })).await;
                     }
                 },
                 Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
@@ -193,12 +218,12 @@ async fn relay(
                 Some(Keys::Prompt { text, line }) => held.push_back((text, line)),
                 Some(Keys::Escape) if snapshot.borrow().state == SessionState::Idle => {}
                 Some(Keys::Escape) => {
-                    if sink.send(frame(json!({"type": "escape"}))).await.is_err() {
+                    if sink.send(frame(ToTerminal::Escape)).await.is_err() {
                         break (None, None, "the terminal went away".to_owned());
                     }
                 }
                 None => {
-                    let _ = sink.send(frame(json!({"type": "detached"}))).await;
+                    let _ = sink.send(frame(ToTerminal::Detached)).await;
                     let _ = sink.close().await;
                     break (None, None, "stopped: the CLI goes on in its terminal, without Switchboard".to_owned());
                 }

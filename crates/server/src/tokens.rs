@@ -251,7 +251,7 @@ pub const MAX_TOKENS: usize = 1000;
 pub const ADMIN_NAME: &str = "admin";
 
 /// A named token as listed (never the token itself).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TokenInfo {
     /// Its name.
     pub name: String,
@@ -260,7 +260,7 @@ pub struct TokenInfo {
     /// When it was made (ms since the epoch; 0 for the daemon's own).
     pub created_ms: u64,
     /// When it was last presented, since the daemon started (ms since the epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used_ms: Option<u64>,
     /// The daemon's own token (the data directory's `token`, or `--token`): it cannot be
     /// revoked here.
@@ -268,7 +268,7 @@ pub struct TokenInfo {
 }
 
 /// A made token: its details and, this once, the token.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewToken {
     /// Its details.
     #[serde(flatten)]

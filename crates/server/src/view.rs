@@ -5,13 +5,13 @@
 //! per event). The daemon's notes are `run`, `rotated` and `lost`. A page is projected from
 //! the log's start, silently up to where it begins.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use switchboard_session::projection::settle;
 use switchboard_session::{Projector, SessionEvent, Update};
 use switchboard_store::EventRecord;
 
 /// What the daemon itself says in a session's log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "update", rename_all = "snake_case")]
 pub enum DaemonUpdate {
     /// A run of the session's CLI begins (`resumed`: not its first).
@@ -39,7 +39,7 @@ pub enum DaemonUpdate {
 }
 
 /// One update of a session's view.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ViewUpdate {
     /// What the session's lines and events mean.
@@ -49,7 +49,7 @@ pub enum ViewUpdate {
 }
 
 /// An update with the event it came from (`GET …/view`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ViewItem {
     /// The event's sequence number (several updates may share one).
     pub seq: u64,
@@ -61,17 +61,25 @@ pub struct ViewItem {
 }
 
 /// A subscriber's frame: one event's updates, together (`…/subscribe?view=true`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ViewFrame {
     /// Always `view`.
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: ViewFrameKind,
     /// The event's sequence number.
     pub seq: u64,
     /// When the event was stored (Unix milliseconds).
     pub ts: u64,
     /// Its updates, in order.
     pub updates: Vec<ViewUpdate>,
+}
+
+/// A view frame's `type`: always `view`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ViewFrameKind {
+    /// `view`.
+    View,
 }
 
 /// Projects a session's stored events, in order.
@@ -132,7 +140,8 @@ impl Viewer {
         if updates.is_empty() {
             return None;
         }
-        let frame = ViewFrame { kind: "view", seq: record.seq, ts: record.ts_ms, updates };
+        let frame =
+            ViewFrame { kind: ViewFrameKind::View, seq: record.seq, ts: record.ts_ms, updates };
         serde_json::to_string(&frame).ok()
     }
 

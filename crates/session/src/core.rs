@@ -225,7 +225,7 @@ const MAX_COMMAND_NAME_CHARS: usize = 100;
 const MAX_COMMAND_DESCRIPTION_CHARS: usize = 300;
 
 /// A slash command or skill the CLI offers, for a picker.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct SlashCommandInfo {
     /// Its name, without the `/`.
     pub name: String,

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_protocol::content::{ContentBlock, ImageSource, ToolResultBlock};
 use switchboard_protocol::stream::{Delta, StreamEvent};
@@ -48,7 +48,7 @@ pub const PARTIAL_INPUT_STEP: usize = 16;
 const OPEN_MESSAGES: usize = 64;
 
 /// One thing that happened in a session, in the order it happened.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "update", rename_all = "snake_case")]
 pub enum Update {
     /// The CLI started (its first `system/init`): where, with what.
@@ -243,17 +243,68 @@ pub enum Update {
     Notice {
         /// `info`, `warn` or `error`.
         level: Level,
-        /// What: `stderr`, `bad_line`, `drift`, `exited`, `api_retry`, `compacted`, `disconnected`,
-        /// `undelivered`, `control_timed_out`, `unsupported_control_request`, `rewound`,
-        /// `rewind_failed`.
-        kind: &'static str,
+        /// What it is about.
+        kind: NoticeKind,
         /// The text.
         text: String,
     },
 }
 
+/// What a notice is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeKind {
+    /// `stderr`.
+    Stderr,
+    /// `bad_line`.
+    BadLine,
+    /// `drift`.
+    Drift,
+    /// `exited`.
+    Exited,
+    /// `api_retry`.
+    ApiRetry,
+    /// `compacted`.
+    Compacted,
+    /// `disconnected`.
+    Disconnected,
+    /// `resent`.
+    Resent,
+    /// `undelivered`.
+    Undelivered,
+    /// `control_timed_out`.
+    ControlTimedOut,
+    /// `unsupported_control_request`.
+    UnsupportedControlRequest,
+    /// `rewound`.
+    Rewound,
+    /// `rewind_failed`.
+    RewindFailed,
+}
+
+impl NoticeKind {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::Stderr => "stderr",
+            NoticeKind::BadLine => "bad_line",
+            NoticeKind::Drift => "drift",
+            NoticeKind::Exited => "exited",
+            NoticeKind::ApiRetry => "api_retry",
+            NoticeKind::Compacted => "compacted",
+            NoticeKind::Disconnected => "disconnected",
+            NoticeKind::Resent => "resent",
+            NoticeKind::Undelivered => "undelivered",
+            NoticeKind::ControlTimedOut => "control_timed_out",
+            NoticeKind::UnsupportedControlRequest => "unsupported_control_request",
+            NoticeKind::Rewound => "rewound",
+            NoticeKind::RewindFailed => "rewind_failed",
+        }
+    }
+}
+
 /// How much a notice matters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Level {
     /// For the record.
@@ -265,7 +316,7 @@ pub enum Level {
 }
 
 /// A finished content block.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Block {
     /// Text (Markdown).
@@ -299,7 +350,7 @@ pub enum Block {
 }
 
 /// An image in a prompt or a tool result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Image {
     /// `base64` or `url`.
     pub source: String,
@@ -312,7 +363,7 @@ pub struct Image {
 }
 
 /// One model's totals so far.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelTotals {
     /// The model.
     pub model: String,
@@ -327,7 +378,7 @@ pub struct ModelTotals {
 }
 
 /// A subagent in the tree.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentNode {
     /// The Task/Agent call that started it.
     pub tool_use_id: String,
@@ -344,7 +395,7 @@ pub struct SubagentNode {
 }
 
 /// The session as its updates so far leave it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct View {
     /// The state.
     pub state: Option<SessionState>,
@@ -519,10 +570,10 @@ impl Projector {
             },
             SessionEvent::BadLine(error) => emit(notice(
                 Level::Error,
-                "bad_line",
+                NoticeKind::BadLine,
                 format!("An unreadable line from the CLI: {}", error.kind),
             )),
-            SessionEvent::Stderr(text) => emit(notice(Level::Info, "stderr", text.clone())),
+            SessionEvent::Stderr(text) => emit(notice(Level::Info, NoticeKind::Stderr, text.clone())),
             SessionEvent::State { from, to } => {
                 self.view.state = Some(*to);
                 if to.is_final() {
@@ -573,22 +624,22 @@ impl Projector {
             }
             SessionEvent::ControlTimedOut { subtype, .. } => emit(notice(
                 Level::Error,
-                "control_timed_out",
+                NoticeKind::ControlTimedOut,
                 format!("The CLI did not answer {subtype} in time."),
             )),
             SessionEvent::UnsupportedControlRequest { subtype, .. } => emit(notice(
                 Level::Warn,
-                "unsupported_control_request",
+                NoticeKind::UnsupportedControlRequest,
                 format!("The CLI asked for {subtype}, which Switchboard does not serve; it was told so."),
             )),
             SessionEvent::Disconnected => emit(notice(
                 Level::Warn,
-                "disconnected",
+                NoticeKind::Disconnected,
                 "The CLI's connection dropped; it reconnects by itself (2.1.37 tries for about 5 s, 2.1.120 for 10 minutes).".into(),
             )),
             SessionEvent::Resent { line_type, .. } => emit(notice(
                 Level::Info,
-                "resent",
+                NoticeKind::Resent,
                 if line_type == "user" {
                     "A message the CLI had not confirmed went again on its new connection (it runs once).".into()
                 } else if line_type.starts_with("control_response") {
@@ -604,7 +655,7 @@ impl Projector {
                 }
                 emit(notice(
                     Level::Error,
-                    "undelivered",
+                    NoticeKind::Undelivered,
                     if line_type == "user" {
                         "The CLI never confirmed a message before it ended or stopped listening, so it may not have run: if the transcript lacks it, send it again.".into()
                     } else {
@@ -622,7 +673,7 @@ impl Projector {
                 }
                 let level =
                     if *requested || *code == Some(0) { Level::Info } else { Level::Error };
-                emit(notice(level, "exited", text))
+                emit(notice(level, NoticeKind::Exited, text))
             }
             SessionEvent::HookRequested(_)
             | SessionEvent::HookAnswered { .. }
@@ -755,7 +806,7 @@ impl Projector {
             let kind =
                 format!("{}/{}", drift.field("type").unwrap_or("?"), drift.subtype().unwrap_or(""));
             if self.drifts_told.insert((kind, drift.left_out.clone())) {
-                emit(notice(Level::Info, "drift", drift_note(drift)));
+                emit(notice(Level::Info, NoticeKind::Drift, drift_note(drift)));
             }
         }
         match message.readable() {
@@ -786,7 +837,7 @@ impl Projector {
                     let seconds = retry.retry_delay_ms.as_ref().map_or(0.0, Num::as_f64) / 1000.0;
                     emit(notice(
                         Level::Warn,
-                        "api_retry",
+                        NoticeKind::ApiRetry,
                         format!(
                             "API error{status} ({error}): retry {} of {} in {seconds:.0} s",
                             Num::or_zero(&retry.attempt),
@@ -794,9 +845,11 @@ impl Projector {
                         ),
                     ));
                 }
-                SystemMessage::CompactBoundary(_) => {
-                    emit(notice(Level::Info, "compacted", "The conversation was compacted.".into()))
-                }
+                SystemMessage::CompactBoundary(_) => emit(notice(
+                    Level::Info,
+                    NoticeKind::Compacted,
+                    "The conversation was compacted.".into(),
+                )),
                 _ => {}
             },
             Message::ControlResponse(response) => {
@@ -820,12 +873,12 @@ impl Projector {
                 emit(match failure {
                     None => notice(
                         Level::Info,
-                        "rewound",
+                        NoticeKind::Rewound,
                         "The files were put back as they were before that message.".into(),
                     ),
                     Some(why) => notice(
                         Level::Warn,
-                        "rewind_failed",
+                        NoticeKind::RewindFailed,
                         format!("The files could not be put back: {why}"),
                     ),
                 });
@@ -1353,7 +1406,7 @@ fn drift_note(drift: &Drift) -> String {
     )
 }
 
-fn notice(level: Level, kind: &'static str, text: String) -> Update {
+fn notice(level: Level, kind: NoticeKind, text: String) -> Update {
     Update::Notice { level, kind, text }
 }
 

@@ -37,6 +37,7 @@ use switchboard_store::{
 };
 use tokio::sync::{broadcast, mpsc, watch, Notify};
 
+use crate::changes::Change;
 use crate::text::invisible;
 
 mod budget;
@@ -106,7 +107,7 @@ pub struct Daemon {
     store: Arc<dyn Store>,
     config: DaemonConfig,
     sessions: Mutex<HashMap<String, Arc<LiveSession>>>,
-    dashboard: broadcast::Sender<Value>,
+    dashboard: broadcast::Sender<crate::changes::DashboardChange>,
     /// Woken whenever a session (re)starts, for subscribers waiting on a stopped one.
     started: Notify,
     /// The version of the CLI this node runs by default, once known (told to the other
@@ -298,8 +299,7 @@ impl Daemon {
                     std::mem::replace(&mut *lost, now_lost.clone()) != now_lost
                 };
                 if changed {
-                    let _ =
-                        daemon.dashboard.send(json!({"event": "nodes_changed", "lost": now_lost}));
+                    daemon.tell_dashboards(Change::NodesChanged { lost: now_lost });
                 }
                 Some(crate::bus::NodeInfo {
                     node: node.clone(),
@@ -499,7 +499,7 @@ impl Daemon {
     }
 
     /// Session-level changes across all sessions (created, state, cost, permission pending).
-    pub fn dashboard(&self) -> broadcast::Receiver<Value> {
+    pub fn dashboard(&self) -> broadcast::Receiver<crate::changes::DashboardChange> {
         self.dashboard.subscribe()
     }
 
@@ -623,9 +623,7 @@ impl Daemon {
             let _ = self.store.delete_session(&id).await;
             return Err(error);
         }
-        let _ = self
-            .dashboard
-            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
+        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         Ok(self.record(&id).await?.unwrap_or(record))
     }
 
@@ -1038,15 +1036,25 @@ impl Daemon {
         let snapshot = self.handle(&record.id).ok().map(|handle| handle.snapshot());
         let pending = snapshot.as_ref().map_or(0, |snapshot| snapshot.pending_permissions.len());
         let disconnected_since_ms = snapshot.and_then(|snapshot| snapshot.disconnected_since_ms);
-        let _ = self.dashboard.send(json!({
-            "event": "session_changed", "session_id": record.id, "state": record.state,
-            "cost_usd": record.cost_usd, "pending_permissions": pending, "model": record.model,
-            "claude_session_id": record.claude_session_id,
-            "permission_mode": record.permission_mode, "title": record.title,
-            "archived": record.archived, "disconnected_since_ms": disconnected_since_ms,
-            "node": record.node,
-            "paused": self.paused(&record.id),
+        self.tell_dashboards(Change::SessionChanged(crate::changes::SessionChanged {
+            session_id: record.id.clone(),
+            state: record.state,
+            cost_usd: record.cost_usd,
+            pending_permissions: pending,
+            model: record.model.clone(),
+            claude_session_id: record.claude_session_id.clone(),
+            permission_mode: record.permission_mode.clone(),
+            title: record.title.clone(),
+            archived: record.archived,
+            disconnected_since_ms,
+            node: record.node.clone(),
+            paused: self.paused(&record.id),
         }));
+    }
+
+    /// Tells the dashboards (and, in a fleet, the other nodes) of `change`.
+    pub(super) fn tell_dashboards(&self, change: Change) {
+        let _ = self.dashboard.send(change.into());
     }
 
     /// A person renames a session, puts it away, or changes its budget (`None`: unchanged;
@@ -1231,7 +1239,7 @@ impl Daemon {
         if purge {
             self.sessions.lock().remove(id);
             self.store.delete_session(id).await?;
-            let _ = self.dashboard.send(json!({"event": "session_deleted", "session_id": id}));
+            self.tell_dashboards(Change::SessionDeleted { session_id: id.to_owned() });
         }
         Ok(())
     }

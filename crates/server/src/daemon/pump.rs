@@ -420,9 +420,7 @@ pub(super) async fn store_with_retries(
                 }
                 if failing && live.store_error.send_if_modified(|error| error.take().is_some()) {
                     tracing::info!(session = %id, "the store takes this session's events again");
-                    let _ = daemon
-                        .dashboard
-                        .send(json!({"event": "store_recovered", "session_id": id}));
+                    daemon.tell_dashboards(Change::StoreRecovered { session_id: id.to_owned() });
                 }
                 return true;
             }
@@ -437,9 +435,10 @@ pub(super) async fn store_with_retries(
                 live.store_failing.store(true, std::sync::atomic::Ordering::Release);
                 if first {
                     tracing::error!(session = %id, %error, "cannot store events; retrying, the CLI waits");
-                    let _ = daemon.dashboard.send(json!({
-                        "event": "store_failing", "session_id": id, "error": reason,
-                    }));
+                    daemon.tell_dashboards(Change::StoreFailing {
+                        session_id: id.to_owned(),
+                        error: reason.clone(),
+                    });
                 }
                 if started.elapsed() >= limit {
                     fail_session(daemon, id, live, &reason).await;
@@ -498,9 +497,10 @@ pub(super) async fn fail_session(
         record.state = RecordState::Crashed;
         record.updated_ms = now_ms();
     }
-    let _ = daemon
-        .dashboard
-        .send(json!({"event": "session_failed", "session_id": id, "error": reason}));
+    daemon.tell_dashboards(Change::SessionFailed {
+        session_id: id.to_owned(),
+        error: reason.to_string(),
+    });
     daemon.record_changed(live);
 }
 

@@ -32,9 +32,7 @@ impl Daemon {
         self.store.create_session(&record).await?;
         let route = self.known_route(route_of(&config_policy, &record));
         self.run(record.clone(), handle, events, 0, None, route).await?;
-        let _ = self
-            .dashboard
-            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
+        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         Ok((record, slot))
     }
 
@@ -230,9 +228,7 @@ impl Daemon {
         if existing {
             self.record_changed(&next);
         } else {
-            let _ = self.dashboard.send(
-                json!({"event": "session_created", "session": public_record(record.clone())}),
-            );
+            self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         }
         self.started.notify_waiters();
         if old_stored {

@@ -211,7 +211,9 @@ pub(super) async fn share_changes(
         loop {
             match ours.recv().await {
                 Ok(change) => {
-                    if change.get("from_node").is_none() && change["event"] != "nodes_changed" {
+                    // Each node says for itself which nodes it finds lost.
+                    let own = change.from_node.is_none();
+                    if own && !matches!(change.change, Change::NodesChanged { .. }) {
                         out.publish_change(&change);
                     }
                 }
@@ -224,13 +226,15 @@ pub(super) async fn share_changes(
     tokio::spawn(async move {
         while let Some(message) = theirs.next().await {
             let Some(daemon) = me.upgrade() else { return };
-            let Ok(mut told) = serde_json::from_slice::<Value>(&message.payload) else { continue };
-            let from = told["node"].as_str().unwrap_or_default().to_owned();
-            let mut change = told["change"].take();
-            if from == node || !change.is_object() {
+            let Ok(told) = serde_json::from_slice::<crate::bus::ToldChange>(&message.payload)
+            else {
+                continue;
+            };
+            if told.node == node {
                 continue;
             }
-            change["from_node"] = json!(from);
+            let mut change = told.change;
+            change.from_node = Some(told.node);
             let _ = daemon.dashboard.send(change);
         }
     });

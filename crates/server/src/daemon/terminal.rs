@@ -70,9 +70,7 @@ impl Daemon {
         self.store.create_session(&record).await?;
         self.note_started(&id, 0, false, false, true).await?;
         self.run(record.clone(), handle, events, 1, None, Default::default()).await?;
-        let _ = self
-            .dashboard
-            .send(json!({"event": "session_created", "session": public_record(record.clone())}));
+        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         Ok((record, lines, keys, snapshot))
     }
 }

@@ -2277,11 +2277,11 @@ async fn a_store_that_keeps_refusing_stops_the_session_with_the_reason() {
     daemon.running(&record.id).await.unwrap().send_text("hello").await.unwrap();
     let failed = loop {
         let change = tokio::time::timeout(WAIT, dashboard.recv()).await.unwrap().unwrap();
-        if change["event"] == "session_failed" {
-            break change;
+        if let switchboard_server::changes::Change::SessionFailed { error, .. } = change.change {
+            break error;
         }
     };
-    assert!(failed["error"].as_str().unwrap().contains("No space left"), "{failed}");
+    assert!(failed.contains("No space left"), "{failed}");
     // The CLI is stopped; the record says crashed.
     let mut subscription = daemon.subscribe(&record.id, 0);
     let deadline = tokio::time::Instant::now() + WAIT;

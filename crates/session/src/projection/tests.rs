@@ -460,7 +460,7 @@ fn a_float_delay_and_a_retry_read_as_a_notice() {
     ));
     assert!(matches!(
         &updates[0],
-        Update::Notice { kind: "api_retry", level: Level::Warn, text } if text == "API error 529 (overloaded): retry 2 of 10 in 2 s"
+        Update::Notice { kind: NoticeKind::ApiRetry, level: Level::Warn, text } if text == "API error 529 (overloaded): retry 2 of 10 in 2 s"
     ));
 }
 
@@ -581,7 +581,7 @@ fn a_line_that_does_not_fit_is_noted_and_read_as_far_as_it_fits() {
         )],
     );
     match updates.as_slice() {
-        [Update::Notice { kind: "api_retry", text, .. }] => {
+        [Update::Notice { kind: NoticeKind::ApiRetry, text, .. }] => {
             assert!(text.contains("retry 1 of 10 in 1 s"), "{text}")
         }
         other => panic!("{other:?}"),
@@ -599,7 +599,7 @@ fn a_line_that_does_not_fit_is_noted_and_read_as_far_as_it_fits() {
     let note = updates
         .iter()
         .find_map(|update| match update {
-            Update::Notice { kind: "drift", text, .. } => Some(text.clone()),
+            Update::Notice { kind: NoticeKind::Drift, text, .. } => Some(text.clone()),
             _ => None,
         })
         .expect("a drift notice");
@@ -782,7 +782,7 @@ fn a_rewind_is_told_once_answered_and_one_that_could_not_says_why() {
         updates
             .iter()
             .filter_map(|update| match update {
-                Update::Notice { kind, text, .. } => Some((*kind, text.clone())),
+                Update::Notice { kind, text, .. } => Some((kind.as_str(), text.clone())),
                 _ => None,
             })
             .collect()

@@ -135,6 +135,26 @@ impl Harness {
         while let Ok(Some(event)) = tokio::time::timeout(WAIT, self.events.recv()).await {
             self.log.push(event);
         }
+        self.check_the_projection_reads_back();
+    }
+
+    /// What clients are sent of this session (every update of its projection, and its view)
+    /// reads back as the same typed values: the CLI client and other programs deserialize
+    /// what the daemon serializes.
+    fn check_the_projection_reads_back(&self) {
+        let mut projector = switchboard_session::Projector::new();
+        for event in &self.log {
+            for update in projector.updates(event) {
+                let text = serde_json::to_string(&update).unwrap();
+                let back: switchboard_session::projection::Update =
+                    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"));
+                assert_eq!(back, update, "{text}");
+            }
+        }
+        let view = projector.view();
+        let text = serde_json::to_string(view).unwrap();
+        let back: switchboard_session::projection::View = serde_json::from_str(&text).unwrap();
+        assert_eq!(&back, view, "{text}");
     }
 
     /// How many events satisfy `predicate`.
