@@ -10,7 +10,7 @@
 # depends on the same line (axum on tokio-tungstenite 0.29, say): moving on would build the crate
 # twice. The table names who holds it, read from Cargo.lock, so the reason is checked each run.
 #
-# Needs cargo, curl and python3. CRATES_INDEX overrides the index (default
+# Needs cargo, curl and python3 (3.11 or newer: it reads Cargo.lock with tomllib). CRATES_INDEX overrides the index (default
 # https://index.crates.io).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -137,7 +137,7 @@ for name in sorted(wanted):
     reqs = sorted(wanted[name])
     latest_line = line_of(parse(latest)) if latest else None
     behind = [req for req in reqs if requirement_line(req) != latest_line]
-    held_by = holders(name, reqs) if behind else []
+    held_by = holders(name, behind) if behind else []
     rows.append({"name": name, "requirements": reqs, "newest": latest,
                  "behind": bool(behind) and not held_by, "held_by": held_by})
 

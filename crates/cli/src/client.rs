@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use switchboard_server::error::ErrorAnswer;
 use switchboard_server::faces::SessionView;
 use switchboard_server::frames::ViewSubscriberFrame;
-use switchboard_server::tokens::{NewToken, TokenInfo};
+use switchboard_server::tokens::TokenInfo;
 use switchboard_server::view::ViewUpdate;
 use switchboard_session::policy::Behavior;
 use switchboard_session::projection::{Block, Level};
@@ -219,9 +219,9 @@ impl Client {
         if name.is_empty() {
             return Err("name a session (its id or a unique prefix)".to_owned());
         }
-        let sessions: Vec<SessionView> =
+        let sessions: Vec<SessionId> =
             typed(self.request(reqwest::Method::GET, "/api/sessions", None).await?)?;
-        let ids: Vec<&str> = sessions.iter().map(|session| session.record.id.as_str()).collect();
+        let ids: Vec<&str> = sessions.iter().map(|session| session.id.as_str()).collect();
         pick(name, &ids)
     }
 
@@ -257,6 +257,20 @@ impl Client {
     }
 }
 
+/// A made token as `switchboard token create` reads it: the token, shown this once.
+#[derive(Debug, serde::Deserialize)]
+struct MadeToken {
+    token: String,
+}
+
+/// What a command needs of a session the daemon answered with: its id, read alone, so that a
+/// field this client does not know (a newer daemon's) does not stop the command.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct SessionId {
+    /// The session's id.
+    pub(crate) id: String,
+}
+
 /// What the daemon answered, read as the type its API sends (`--json` prints the answer as it
 /// came instead, so that a newer daemon's fields are not lost).
 fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, String> {
@@ -274,7 +288,7 @@ pub(crate) async fn sessions(args: SessionsArgs) -> ExitCode {
                 if json_output {
                     println!("{sessions}");
                 } else {
-                    print_table(&typed::<Vec<SessionView>>(sessions)?);
+                    print_table(&typed::<Vec<Value>>(sessions)?);
                 }
             }
             SessionsCommand::Show { id } => {
@@ -393,7 +407,7 @@ pub(crate) async fn new(args: NewArgs) -> ExitCode {
         request.launch.policy = policy;
         let body = serde_json::to_value(&request).map_err(|error| error.to_string())?;
         let session = client.request(reqwest::Method::POST, "/api/sessions", Some(body)).await?;
-        let id = typed::<SessionView>(session.clone())?.record.id;
+        let id = typed::<SessionId>(session.clone())?.id;
         if args.connection.json {
             println!("{session}");
         } else {
@@ -747,9 +761,19 @@ impl Reader {
     }
 }
 
-fn print_table(sessions: &[SessionView]) {
+fn print_table(sessions: &[Value]) {
     println!("{:<36}  {:<19}  {:>8}  {:<20}  TITLE", "ID", "STATE", "COST", "MODEL");
     for session in sessions {
+        // Each on its own: a session this client cannot read (a newer daemon's) is one row.
+        let session = match serde_json::from_value::<SessionView>(session.clone()) {
+            Ok(session) => session,
+            Err(error) => {
+                let id = serde_json::from_value::<SessionId>(session.clone())
+                    .map_or_else(|_| "?".to_owned(), |session| session.id);
+                println!("{id:<36}  (this client cannot read it: {error})");
+                continue;
+            }
+        };
         let record = &session.record;
         let pending = session.pending_permissions.len();
         let state =
@@ -776,7 +800,7 @@ fn print_session(session: &SessionView) {
         ("model", or_dash(&record.model)),
         ("permission_mode", or_dash(&record.permission_mode)),
         ("title", or_dash(&record.title)),
-        ("cost_usd", record.cost_usd.to_string()),
+        ("cost_usd", Value::from(record.cost_usd).to_string()),
         ("running", session.running.to_string()),
     ];
     for (key, value) in rows {
@@ -900,7 +924,8 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                 let body = json!({"name": name, "scope": scope});
                 let mut made =
                     client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
-                let token = typed::<NewToken>(made.clone())?.token;
+                // The token alone first: it is shown this once, whatever else the answer holds.
+                let token = typed::<MadeToken>(made.clone())?.token;
                 if let Some(usd) = daily_budget_usd {
                     let limit = json!({"token_daily_usd": {&name: usd}});
                     // The token exists now: shown even if its budget could not be set.

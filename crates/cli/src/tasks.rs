@@ -296,10 +296,10 @@ async fn run_task(
             return outcome;
         }
     };
-    let id = match serde_json::from_value::<switchboard_server::faces::SessionView>(session) {
-        Ok(view) if !view.record.id.is_empty() => view.record.id,
+    let id = match serde_json::from_value::<crate::client::SessionId>(session.clone()) {
+        Ok(made) if !made.id.is_empty() => made.id,
         Ok(_) | Err(_) => {
-            outcome.error = Some("the daemon answered without a session".to_owned());
+            outcome.error = Some(format!("the daemon answered without a session id: {session}"));
             return outcome;
         }
     };

@@ -475,7 +475,20 @@ impl Store for PostgresStore {
             ))
             .await
             .map_err(db)?;
-        client.query(&statement, &[]).await.map_err(db)?.iter().map(session_row).collect()
+        let rows = client.query(&statement, &[]).await.map_err(db)?;
+        // A row that cannot be read as a record (its state or launch config) is left out of
+        // the list, and said, rather than hiding every other session; asked for by id, it is
+        // the error.
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                session_row(row)
+                    .inspect_err(|error| {
+                        tracing::error!("a session is left out of the list: {error}");
+                    })
+                    .ok()
+            })
+            .collect())
     }
 
     async fn delete_session(&self, id: &str) -> Result<(), StoreError> {

@@ -898,8 +898,20 @@ impl Store for SqliteStore {
             let mut statement = connection.prepare_cached(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions ORDER BY updated_ms DESC, id"
             ))?;
-            let rows = statement.query_map([], session_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            let mut sessions = Vec::new();
+            for row in statement.query_map([], session_from_row)? {
+                match row {
+                    Ok(record) => sessions.push(record),
+                    // A row that cannot be read as a record (its state or launch config):
+                    // left out of the list, and said, rather than hiding every other session.
+                    // Asked for by id, it is the error.
+                    Err(rusqlite::Error::FromSqlConversionFailure(_, _, error)) => {
+                        tracing::error!("a session is left out of the list: {error}");
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            Ok(sessions)
         })
         .await
     }

@@ -269,6 +269,10 @@ impl Serialize for CreateSession {
         };
         // The worktree asked for, not one made: a create names no worktree of its own.
         map.remove("worktree");
+        // What is unset is left out (a create reads it as its default): a daemon of an older
+        // release, which refuses a key it does not know, still takes what a newer one sends
+        // when the newer key is not used.
+        map.retain(|_, value| !is_unset(value));
         let own = CreateOnly {
             prompt: self.prompt.clone(),
             resume: self.resume.clone(),
@@ -278,16 +282,67 @@ impl Serialize for CreateSession {
             node: self.node.clone(),
         };
         if let Value::Object(own) = serde_json::to_value(own).map_err(S::Error::custom)? {
-            map.extend(own);
+            map.extend(own.into_iter().filter(|(_, value)| !is_unset(value)));
         }
         map.serialize(serializer)
+    }
+}
+
+/// A value a create request reads as its default: null, false, an empty list or object.
+fn is_unset(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    }
+}
+
+/// A JSON object read whole, refusing a key given twice (which of two values wins is not a
+/// question a request should leave open).
+struct Object(serde_json::Map<String, Value>);
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = Object;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Object, A::Error> {
+                use serde::de::Error as _;
+                let mut object = serde_json::Map::new();
+                while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                    if object.contains_key(&key) {
+                        return Err(A::Error::custom(format!("duplicate field `{key}`")));
+                    }
+                    object.insert(key, value);
+                }
+                Ok(Object(object))
+            }
+        }
+        deserializer.deserialize_map(Keys)
     }
 }
 
 impl<'de> Deserialize<'de> for CreateSession {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use serde::de::Error as _;
-        let mut map = serde_json::Map::<String, Value>::deserialize(deserializer)?;
+        let Object(mut map) = Object::deserialize(deserializer)?;
+        // The two a create may ask for; `relay` and `terminal` are how other sessions came.
+        match map.get("transport") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(kind)) if kind == "stdio" || kind == "sdk-url" => {}
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "unknown transport {other} (stdio or sdk-url)"
+                )));
+            }
+        }
         let mut own = serde_json::Map::new();
         for key in ["prompt", "resume", "fork", "resume_at", "worktree", "node"] {
             if let Some(value) = map.remove(key) {
@@ -440,6 +495,9 @@ mod create_tests {
         assert_eq!(request.launch.cli_version.as_deref(), Some("2.1.330"));
         assert!(request.worktree && request.fork);
         assert_eq!((request.prompt.as_deref(), request.node.as_deref()), (Some("hi"), Some("a")));
+        // Written with only what is set (an older daemon refuses a key it does not know).
+        let written = serde_json::to_value(CreateSession::new("/w")).unwrap();
+        assert_eq!(written, json!({"cwd": "/w"}));
         // Forwarded to another node as it came: the same request reads back.
         let again: CreateSession =
             serde_json::from_value(serde_json::to_value(&request).unwrap()).unwrap();
@@ -465,7 +523,17 @@ mod create_tests {
             serde_json::from_value::<CreateSession>(json!({"cwd": "/w", "transport": "pigeon"}))
                 .unwrap_err()
                 .to_string();
-        assert!(error.contains("pigeon"), "{error}");
+        assert!(error.contains("unknown transport \"pigeon\" (stdio or sdk-url)"), "{error}");
+        let error =
+            serde_json::from_value::<CreateSession>(json!({"cwd": "/w", "transport": "relay"}))
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("unknown transport \"relay\""), "{error}");
+        let error =
+            serde_json::from_str::<CreateSession>(r#"{"cwd": "/w", "model": "a", "model": "b"}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("duplicate field `model`"), "{error}");
         // A worktree is asked for with a flag, never handed in made.
         let error = serde_json::from_value::<CreateSession>(
             json!({"cwd": "/w", "worktree": {"repo": "/", "path": "/", "branch": "b", "base": "c"}}),

@@ -491,10 +491,15 @@ impl Daemon {
     pub async fn running_for_claude_session(&self, claude_session_id: &str) -> Option<String> {
         let live: Vec<Arc<LiveSession>> = self.sessions.lock().values().cloned().collect();
         live.into_iter().find_map(|live| {
-            let record = live.record.lock();
-            let same = record.claude_session_id.as_deref() == Some(claude_session_id);
+            // The record's lock is let go before the run's is taken: `LiveSession::begin` takes
+            // them the other way round.
+            let id = {
+                let record = live.record.lock();
+                (record.claude_session_id.as_deref() == Some(claude_session_id))
+                    .then(|| record.id.clone())
+            };
             live.handle()?;
-            same.then(|| record.id.clone())
+            id
         })
     }
 

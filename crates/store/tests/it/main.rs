@@ -817,4 +817,10 @@ async fn an_unreadable_launch_config_is_an_error_naming_the_session() {
     let store = SqliteStore::open(&path).unwrap();
     let error = store.get_session("broken").await.unwrap_err().to_string();
     assert!(error.contains("session broken") && error.contains("launch config"), "{error}");
+    // The list leaves it out (and says so), rather than hiding every other session with it.
+    let fine = switchboard_store::SessionRecord { id: "fine".into(), ..record.clone() };
+    store.create_session(&fine).await.unwrap();
+    let listed: Vec<String> =
+        store.list_sessions().await.unwrap().into_iter().map(|record| record.id).collect();
+    assert_eq!(listed, ["fine"]);
 }
