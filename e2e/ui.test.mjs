@@ -979,6 +979,22 @@ try {
     await transcript().locator('.notice', { hasText: 'The files were put back' }).waitFor();
   });
 
+  // A panel takes the transcript's place (so a long transcript cannot squeeze it) and keeps a
+  // usable height, at a desk and on a phone, with its Close in reach.
+  const usable = async (panel, name) => {
+    const was = page.viewportSize();
+    for (const size of [{ width: 1400, height: 900 }, { width: 390, height: 844 }]) {
+      await page.setViewportSize(size);
+      await panel.locator('.close').waitFor();
+      const box = await panel.boundingBox();
+      assert.ok(box && box.height >= size.height * 0.5, `${name} at ${size.width}×${size.height} is ${box?.height} px high`);
+      assert.equal(await transcript().isVisible(), false, `${name} takes the transcript's place`);
+      const close = await panel.locator('.close').boundingBox();
+      assert.ok(close && close.y >= 0 && close.y + close.height <= size.height, `${name}'s Close is in reach`);
+    }
+    await page.setViewportSize(was);
+  };
+
   await step('files: the session\'s directory read-only, what it touched marked, a file highlighted', async () => {
     fs.mkdirSync(path.join(workdir, 'lib'), { recursive: true });
     fs.writeFileSync(path.join(workdir, 'lib', 'util.js'), 'export const answer = () => 42;\n');
@@ -994,7 +1010,9 @@ try {
     await touched.click();
     await panel.locator('.file-view .touched', { hasText: 'changed by the session' }).waitFor();
     assert.match(await panel.locator('.file-view').textContent(), /before/);
+    await usable(panel, 'Files');
     await panel.locator('.close').click();
+    await transcript().waitFor();
   });
 
   await step('a terminal: a shell in the session\'s directory, through xterm.js', async () => {
@@ -1008,6 +1026,7 @@ try {
     await panel.locator('.xterm-rows', { hasText: 'TERM_42' }).waitFor();
     await panel.locator('.xterm-rows', { hasText: 'util.js' }).waitFor();
     await shot('terminal.png', page.locator('.session'));
+    await usable(panel, 'The terminal');
     await panel.locator('.close').click();
     assert.equal(await page.locator('.shell-panel').count(), 0);
   });
@@ -1055,12 +1074,14 @@ try {
     const file = page.locator('.review-file', { hasText: 'notes.txt' });
     const added = file.locator('.line.add', { hasText: 'reviewed' });
     await added.waitFor();
+    await usable(page.locator('.review'), 'Review');
     assert.equal(await added.locator('.no').textContent(), '2', 'the new file\'s line number');
     await added.click();
     await page.locator('.line-comment textarea').fill('say why this line');
     await page.getByRole('button', { name: 'Send to Claude' }).click();
     await page.locator('.line-comment.sent').waitFor();
-    await transcript().locator('.msg.user', { hasText: 'notes.txt:2: say why this line' }).waitFor();
+    // In the transcript, which Review stands in for while it is open.
+    await transcript().locator('.msg.user', { hasText: 'notes.txt:2: say why this line' }).waitFor({ state: 'attached' });
     await shot('review.png');
     await page.locator('.review .commit').click();
     await page.locator('.toast', { hasText: 'Committed' }).waitFor();

@@ -19,6 +19,7 @@ export const filesMethods = {
       this.shellPanel = null;
       return;
     }
+    this.closePanels();
     const screen = el('div', { class: 'shell-screen' });
     const status = el('span', { class: 'muted shell-status' }, 'starting…');
     const box = el('section', { class: 'shell-panel', 'aria-label': 'Terminal' },
@@ -70,6 +71,7 @@ export const filesMethods = {
       this.filesPanel = null;
       return;
     }
+    this.closePanels();
     const tree = el('ul', { class: 'file-tree', role: 'tree', 'aria-label': 'Files' });
     const shown = el('div', { class: 'file-view', 'aria-live': 'polite' }, el('p', { class: 'muted' }, 'Pick a file. Files the session changed are marked ●.'));
     this.filesPanel = el('section', { class: 'files-panel', 'aria-label': 'Files' },

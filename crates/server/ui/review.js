@@ -12,6 +12,7 @@ export const reviewMethods = {
       this.review = null;
       return;
     }
+    this.closePanels();
     this.review = el('section', { class: 'review', 'aria-label': 'Review' });
     this.root.querySelector('.session-body').before(this.review);
     await this.drawReview();

@@ -166,9 +166,18 @@ export class SessionView {
     this.waitingBar.hidden = inSight;
   }
 
+  /// Review, Files and the terminal take the transcript's place, one at a time: opening one
+  /// closes the others, and going back to the transcript closes them all.
+  closePanels() {
+    if (this.review) this.toggleReview();
+    if (this.filesPanel) this.toggleFiles();
+    if (this.shellPanel) this.toggleShell();
+  }
+
   showWaiting() {
     const first = this.transcript.pending()[0];
     if (!first) return;
+    this.closePanels();
     // A card folded by hand (a subagent's, say) opens to show it.
     for (let card = first.box.closest('.tool.collapsed'); card; card = card.parentElement?.closest('.tool.collapsed')) {
       card.dataset.user = 'open';
