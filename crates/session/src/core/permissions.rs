@@ -37,7 +37,8 @@ impl SessionCore {
         let mut effects = Vec::new();
         let request = &asked.request;
         let by = DecidedBy::Person { who: who.to_owned() };
-        match answer.behavior {
+        // What the CLI is told, and the decision the log keeps of it.
+        let (result, behavior, message, input_changed, updates) = match answer.behavior {
             AnswerBehavior::Allow => {
                 let mut input =
                     answer.updated_input.clone().unwrap_or_else(|| request.input.clone());
@@ -59,23 +60,7 @@ impl SessionCore {
                 }
                 let input_changed = input != request.input;
                 let result = PermissionResult::allow_with_updates(input, updates.clone());
-                self.respond_permission(
-                    request_id,
-                    request.tool_use_id.as_deref(),
-                    &result,
-                    &mut effects,
-                );
-                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                    request_id: request_id.to_owned(),
-                    tool_name: request.tool_name.clone(),
-                    behavior: Behavior::Allow,
-                    by,
-                    message: format!("allowed by {who}"),
-                    input_changed,
-                    updated_permissions: updates,
-                    decided_at_ms: now_ms(),
-                    tool_use_id: request.tool_use_id.clone(),
-                }));
+                (result, Behavior::Allow, format!("allowed by {who}"), input_changed, updates)
             }
             AnswerBehavior::Deny => {
                 let message = answer
@@ -87,25 +72,21 @@ impl SessionCore {
                 } else {
                     PermissionResult::deny(message.clone())
                 };
-                self.respond_permission(
-                    request_id,
-                    request.tool_use_id.as_deref(),
-                    &result,
-                    &mut effects,
-                );
-                effects.push(Effect::Emit(SessionEvent::PermissionDecided {
-                    request_id: request_id.to_owned(),
-                    tool_name: request.tool_name.clone(),
-                    behavior: Behavior::Deny,
-                    by,
-                    message,
-                    input_changed: false,
-                    updated_permissions: Vec::new(),
-                    decided_at_ms: now_ms(),
-                    tool_use_id: request.tool_use_id.clone(),
-                }));
+                (result, Behavior::Deny, message, false, Vec::new())
             }
-        }
+        };
+        self.respond_permission(request_id, request.tool_use_id.as_deref(), &result, &mut effects);
+        effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+            request_id: request_id.to_owned(),
+            tool_name: request.tool_name.clone(),
+            behavior,
+            by,
+            message,
+            input_changed,
+            updated_permissions: updates,
+            decided_at_ms: now_ms(),
+            tool_use_id: request.tool_use_id.clone(),
+        }));
         self.after_permission_resolved(request_id, &mut effects);
         Ok(effects)
     }
