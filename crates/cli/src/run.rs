@@ -218,8 +218,8 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
 /// nothing changed): on stderr, or as a last JSON line with `--json`.
 async fn report_worktree(tree: &switchboard_server::worktree::Worktree, json: bool) {
     use switchboard_server::worktree;
-    let files = match worktree::diff(tree).await {
-        Ok(files) => files,
+    let files = match switchboard_server::diff::worktree(tree).await {
+        Ok(diff) => diff.files,
         Err(error) => {
             eprintln!("switchboard run: cannot read the worktree's change: {error}");
             return;

@@ -357,7 +357,7 @@ async fn revoke_token(
 async fn session_diff(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<crate::diff::SessionDiff>, ApiError> {
     Ok(Json(daemon.diff(&id).await?))
 }
 

@@ -1002,6 +1002,9 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
         timeout_secs: pending.timeout_secs,
         asked_at_ms: i64::try_from(pending.asked_at_ms).unwrap_or(i64::MAX),
         always_allows: pending.always_allows,
+        started_by: pending.started_by,
+        rule: pending.rule,
+        cli_reason: pending.cli_reason,
     }
 }
 

@@ -132,6 +132,14 @@ pub struct PendingPermission {
     /// daemon, a turn begun in a terminal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// The policy rule that asks a person (`None`: no rule does; the policy's default asks,
+    /// or the CLI does on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Why the CLI asks, in its own words (its `decision_reason`: "This command requires
+    /// approval"), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_reason: Option<String>,
 }
 
 /// A hook callback waiting for an answer.

@@ -236,13 +236,22 @@ impl Daemon {
         crate::worktree::discard(&tree).await.map_err(DaemonError::Worktree)
     }
 
-    /// The session's whole change in its worktree ([`crate::worktree::diff`]).
-    pub async fn diff(&self, id: &str) -> Result<Value, DaemonError> {
-        let (_, tree) = self.worktree(id).await?;
-        let files = crate::worktree::diff(&tree).await.map_err(DaemonError::Worktree)?;
-        Ok(json!({
-            "base": tree.base, "branch": tree.branch, "base_branch": tree.base_branch,
-            "path": tree.path, "files": files,
-        }))
+    /// The session's change: its worktree's against the commit it started from
+    /// ([`crate::diff::worktree`]), or, for a session without one, the repository its
+    /// directory is in against `HEAD` ([`crate::diff::directory`], read-only).
+    pub async fn diff(&self, id: &str) -> Result<crate::diff::SessionDiff, DaemonError> {
+        let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if self.runs_elsewhere(&record) {
+            return Err(self.elsewhere(&record));
+        }
+        match worktree_of(&record) {
+            Some(_) => {
+                let (_, tree) = self.worktree(id).await?;
+                crate::diff::worktree(&tree).await.map_err(DaemonError::Worktree)
+            }
+            None => crate::diff::directory(std::path::Path::new(&record.cwd))
+                .await
+                .map_err(|refused| DaemonError::Worktree(refused.to_string())),
+        }
     }
 }

@@ -32,7 +32,12 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
                 )
                 .when_prompt("TWO"),
             )
-            .reply(Reply::text("Two.").when_tool_result_contains("TWO_MARK")),
+            .reply(Reply::text("Two.").when_tool_result_contains("TWO_MARK"))
+            .reply(
+                Reply::tool_use("Bash", bash("echo three >> shared.txt && echo THREE_MARK"))
+                    .when_prompt("THREE"),
+            )
+            .reply(Reply::text("Three.").when_tool_result_contains("THREE_MARK")),
     )
     .await
     .unwrap();
@@ -98,6 +103,30 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     assert!(files[0]["patch"].as_str().unwrap().contains("+new"), "{diff}");
     assert!(files[1]["patch"].as_str().unwrap().contains("\n+two\n"), "{diff}");
 
+    // A session without a worktree has a diff too: the checkout against its HEAD, read-only.
+    let body = json!({"cwd": repo.join("sub"), "prompt": "THREE", "policy": policy});
+    std::fs::create_dir_all(repo.join("sub")).unwrap();
+    let (status, three) = server.post("/api/sessions", body).await;
+    assert_eq!(status, 201, "{three}");
+    let three_id = three["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{three_id}/subscribe?after=0")).await;
+    ws.until(is_result).await;
+    let (status, diff) = server.get(&format!("/api/sessions/{three_id}/diff")).await;
+    assert_eq!(status, 200, "{diff}");
+    assert_eq!(
+        (diff["kind"].as_str(), diff["branch"].as_str(), diff["base"].as_str()),
+        (Some("directory"), Some("main"), Some(base.as_str())),
+        "{diff}"
+    );
+    assert_eq!(diff["path"], repo.canonicalize().unwrap().to_str().unwrap(), "{diff}");
+    assert_eq!(diff["files"].as_array().unwrap().len(), 1, "{diff}");
+    assert_eq!(diff["files"][0]["path"], "sub/shared.txt", "{diff}");
+    assert_eq!(diff["files"][0]["status"], "untracked", "{diff}");
+    let (status, refused) =
+        server.post(&format!("/api/sessions/{three_id}/commit"), json!({})).await;
+    assert_eq!(status, 409, "a directory's diff is read-only: {refused}");
+    std::fs::remove_dir_all(repo.join("sub")).unwrap();
+
     // Not in a git repository: refused, saying so; no worktree for a session without one.
     let plain = sandbox.home().join("plain");
     std::fs::create_dir_all(&plain).unwrap();
@@ -112,6 +141,10 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     let (status, refused) =
         server.get(&format!("/api/sessions/{}/diff", bare["id"].as_str().unwrap())).await;
     assert_eq!((status, refused["error"]["code"].as_str()), (409, Some("worktree")), "{refused}");
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("is not in a git repository"),
+        "{refused}"
+    );
 
     // Deleting: a worktree with changes is kept (and so is the session) unless forced; forced,
     // it goes, and its branch when asked.
@@ -318,8 +351,14 @@ async fn a_repositorys_own_config_runs_no_program() {
     let (tree, cwd) = worktree::create(&repo, "evil0001").await.unwrap();
     std::fs::write(cwd.join("a.txt"), "two\n").unwrap();
     std::fs::write(cwd.join("b.txt"), "new\n").unwrap();
-    let diff = worktree::diff(&tree).await.unwrap();
-    assert!(!diff.is_empty());
+    let diff = switchboard_server::diff::worktree(&tree).await.unwrap();
+    assert!(!diff.files.is_empty());
+    // The repository's own diff (a session without a worktree) runs none of its programs
+    // either.
+    std::fs::write(repo.join("a.txt"), "dirty\n").unwrap();
+    let directory = switchboard_server::diff::directory(&repo).await.unwrap();
+    assert_eq!(directory.files.len(), 1, "{directory:?}");
+    assert_eq!(directory.files[0].status, switchboard_server::diff::ChangeStatus::Modified);
     worktree::commit(&tree, "the session's change").await.unwrap();
     let pushed = worktree::push(&tree, "local").await;
     assert!(pushed.is_ok(), "{pushed:?}");

@@ -418,6 +418,8 @@ fn the_view_follows_model_mode_and_permissions() {
         timeout_secs: 60,
         asked_at_ms: 1,
         always_allows: String::new(),
+        rule: None,
+        cli_reason: None,
         started_by: None,
     };
     run(
@@ -488,6 +490,8 @@ fn every_stored_event_reads_back_as_it_was() {
             timeout_secs: 60,
             asked_at_ms: 5,
             always_allows: String::new(),
+            rule: None,
+            cli_reason: None,
             started_by: None,
         }),
         SessionEvent::decided(
