@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
+import { assertFits as fits } from './lib.mjs';
 
 const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, FAKE_API_URL: fake, WORKDIR: workdir,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
@@ -57,11 +58,13 @@ async function step(name, run) {
   } catch (error) {
     failed = true;
     console.log(`FAIL ${name}: ${error.stack ?? error}`);
+    if (problems.length) console.log(`the page said:\n  ${problems.join('\n  ')}`);
     await page.screenshot({ path: path.join(screenshots, `failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
     throw error;
   }
 }
 
+const assertFits = (what, target = page) => fits(what, target);
 const release = () => fetch(`${fake}/_fake/release`, { method: 'POST' });
 const shot = (name, target = page) => target.screenshot({ path: path.join(screenshots, name) });
 const transcript = () => page.locator('.transcript');
@@ -72,43 +75,6 @@ async function send(text) {
   await input.fill(text);
   await input.press('Control+Enter');
   await page.locator('.msg.user', { hasText: text }).waitFor();
-}
-
-/// Nothing on the page is wider than the viewport, nor scrolls sideways where it should not:
-/// only code, diffs and tables may scroll within themselves. Returns the offenders.
-async function overflow(target = page) {
-  return target.evaluate(() => {
-    const width = document.documentElement.clientWidth;
-    const bad = [];
-    const scrollsOnPurpose = 'pre, .diff, .table-wrap, .code-block, datalist, template, option, script, style, head';
-    for (const node of document.querySelectorAll('body *')) {
-      // Inside a box that scrolls on purpose; the box itself is checked.
-      if (node.parentElement?.closest(scrollsOnPurpose)) continue;
-      const rect = node.getBoundingClientRect();
-      if (!rect.width || !rect.height) continue;
-      // Text cut with an ellipsis by a box that is itself in bounds is fine; anything else a box
-      // cuts off (a column wider than the screen inside an overflow: hidden) is not.
-      let ellipsis = false;
-      for (let up = node.parentElement; up && up !== document.body; up = up.parentElement) {
-        const style = getComputedStyle(up);
-        if (style.textOverflow === 'ellipsis' && style.overflowX !== 'visible') { ellipsis = up.getBoundingClientRect().right <= width + 1; break; }
-      }
-      if (ellipsis) continue;
-      if (rect.right > width + 1 || rect.left < -1) {
-        bad.push(`${node.tagName.toLowerCase()}.${String(node.className?.baseVal ?? node.className).trim().replace(/\s+/g, '.')}: ${Math.round(rect.left)}..${Math.round(rect.right)}`);
-      }
-    }
-    for (const box of document.querySelectorAll('.transcript, .sidebar, .main, .overview, .new-session')) {
-      if (box.scrollWidth > box.clientWidth + 1) bad.push(`${box.className} scrolls sideways (${box.scrollWidth} > ${box.clientWidth})`);
-    }
-    return { width, page: document.documentElement.scrollWidth, bad: bad.slice(0, 12) };
-  });
-}
-
-async function assertFits(what, target = page) {
-  const found = await overflow(target);
-  assert.ok(found.page <= found.width, `${what}: the page is ${found.page} px wide in a ${found.width} px viewport`);
-  assert.deepEqual(found.bad, [], `${what}: wider than the ${found.width} px viewport`);
 }
 
 /// The page's clipboard writes, recorded instead of made.
@@ -218,13 +184,16 @@ try {
     await partial.locator('strong', { hasText: 'progressively' }).waitFor();
     assert.ok(!(await partial.textContent()).includes('##'), 'no markdown source on the page');
     assert.equal(await badge().textContent(), 'working');
-    assert.equal(await page.locator('.session-head .interrupt').isEnabled(), true, 'a turn runs: it can be interrupted');
+    assert.equal(await page.locator('.session-head .interrupt').isVisible(), true, 'a turn runs: it can be stopped');
+    // No Copy on a message still streaming: only once its text is whole.
+    assert.equal(await partial.locator('xpath=ancestor::div[contains(@class,"msg")][1]').locator('.msg-actions .copy').count(), 0, 'no Copy while it streams');
     await release();
     const done = transcript().locator('.block.text .md', { hasText: 'until the very end' });
     await done.waitFor();
     assert.equal(await done.locator('strong').textContent(), 'progressively', 'markdown rendered');
     await page.locator('.session-head .badge.state-idle').waitFor();
-    await page.waitForFunction(() => document.querySelector('.session-head .interrupt').disabled);
+    await page.locator('.session-head .interrupt').waitFor({ state: 'hidden' });
+    await done.locator('xpath=ancestor::div[contains(@class,"msg")][1]').locator('.msg-actions .copy').waitFor({ state: 'attached' });
   });
 
   await step('approve a Bash call from its card and see its output', async () => {
@@ -363,7 +332,7 @@ try {
     await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
     await bar.waitFor();
     assert.match(await bar.textContent(), /Claude wants to run touch keyed\.txt && ls/);
-    await bar.locator('button').click();
+    await bar.locator('.show').click();
     await bar.waitFor({ state: 'hidden' });
     assert.ok(await card.locator('.permission .allow').isVisible());
     await transcript().click({ position: { x: 5, y: 5 } });
@@ -704,10 +673,12 @@ try {
     const bar = page.locator('.waiting-bar');
     await bar.waitFor();
     await assertFits('a session with the waiting bar');
-    await bar.locator('button').click();
-    await bar.waitFor({ state: 'hidden' });
-    await card.locator('.permission .allow').click();
+    // Allow, Deny and Show on the bar, on one row within the screen: answered from the bar.
+    const barRow = await Promise.all(['.allow', '.deny', '.show'].map((button) => bar.locator(button).boundingBox()));
+    assert.ok(barRow.every((box) => Math.abs(box.y - barRow[0].y) < 2 && box.x + box.width <= 390 && box.height >= 28), `the bar's buttons: ${JSON.stringify(barRow)}`);
+    await bar.locator('.allow').click();
     await card.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
+    await bar.waitFor({ state: 'hidden' });
     await page.waitForFunction(() => document.querySelectorAll('.msg.assistant').length && [...document.querySelectorAll('.msg.assistant')].filter((m) => m.textContent.includes('Keyed in.')).length === 2);
     const folded = transcript().locator('.tool.collapsed').last();
     const id = await folded.getAttribute('data-tool-use-id');
@@ -998,7 +969,7 @@ try {
   await step('files: the session\'s directory read-only, what it touched marked, a file highlighted', async () => {
     fs.mkdirSync(path.join(workdir, 'lib'), { recursive: true });
     fs.writeFileSync(path.join(workdir, 'lib', 'util.js'), 'export const answer = () => 42;\n');
-    await page.locator('.session-head .files-open').click();
+    await page.locator('.session-tabs .files-open').click();
     const panel = page.locator('.files-panel');
     const touched = panel.locator('.tree-file.is-touched', { hasText: 'rewind.txt' });
     await touched.waitFor();
@@ -1016,7 +987,7 @@ try {
   });
 
   await step('a terminal: a shell in the session\'s directory, through xterm.js', async () => {
-    await page.locator('.session-head .shell-open').click();
+    await page.locator('.session-tabs .shell-open').click();
     const panel = page.locator('.shell-panel');
     await panel.locator('.shell-status', { hasText: ' in ' }).waitFor();
     // Typed once the shell has drawn its prompt, as a person would.
@@ -1070,7 +1041,7 @@ try {
     })).json();
     await page.goto(`${base}/#/s/${made.id}`);
     await transcript().locator('.msg.assistant', { hasText: 'Changed notes.' }).waitFor();
-    await page.locator('.session-head .review-open').click();
+    await page.locator('.session-tabs .review-open').click();
     const file = page.locator('.review-file', { hasText: 'notes.txt' });
     const added = file.locator('.line.add', { hasText: 'reviewed' });
     await added.waitFor();
@@ -1083,6 +1054,7 @@ try {
     // In the transcript, which Review stands in for while it is open.
     await transcript().locator('.msg.user', { hasText: 'notes.txt:2: say why this line' }).waitFor({ state: 'attached' });
     await shot('review.png');
+    assert.match(await page.locator('.review .discard').getAttribute('class'), /\bdanger\b/, 'Discard looks like the danger it is');
     await page.locator('.review .commit').click();
     await page.locator('.toast', { hasText: 'Committed' }).waitFor();
     await page.locator('.review .fast-forward').click();

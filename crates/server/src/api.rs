@@ -16,7 +16,7 @@ use axum::routing::{get, patch, post};
 use axum::Extension;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use switchboard_session::PendingPermission;
 
@@ -306,8 +306,22 @@ async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiErr
 }
 
 /// The token this request presents: its name and scope (the web UI shows what it allows).
-async fn me(Extension(caller): Extension<Caller>) -> Json<Value> {
-    Json(json!({"name": &*caller.name, "scope": caller.scope}))
+/// `GET /api/me`: the token a request presents, and the daemon's home folder (where a face
+/// shortens the paths it shows, `~/app` for `/home/me/app`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Me {
+    /// The token's name.
+    pub name: String,
+    /// What it may do.
+    pub scope: Scope,
+    /// The daemon's `HOME`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+}
+
+async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
+    let home = std::env::var_os("HOME").map(|home| home.to_string_lossy().into_owned());
+    Json(Me { name: caller.name.to_string(), scope: caller.scope, home })
 }
 
 /// The daemon's tokens; with `--no-auth` there are none to manage.

@@ -137,13 +137,18 @@ pub async fn directory(cwd: &Path) -> Result<SessionDiff, DirectoryRefused> {
     if !cwd.is_dir() {
         return Err(DirectoryRefused::Git(format!("{} is not there any more", cwd.display())));
     }
-    let top = run_git(cwd, None, &["rev-parse", "--show-toplevel"]).await.map_err(DirectoryRefused::Git)?;
+    let top = run_git(cwd, None, &["rev-parse", "--show-toplevel"])
+        .await
+        .map_err(DirectoryRefused::Git)?;
     if !top.status.success() {
         let said = String::from_utf8_lossy(&top.stderr);
         if said.contains("not a git repository") {
             return Err(DirectoryRefused::NotARepository(cwd.to_owned()));
         }
-        return Err(DirectoryRefused::Git(format!("git rev-parse: {}", said.trim().chars().take(500).collect::<String>())));
+        return Err(DirectoryRefused::Git(format!(
+            "git rev-parse: {}",
+            said.trim().chars().take(500).collect::<String>()
+        )));
     }
     let top = PathBuf::from(String::from_utf8_lossy(&top.stdout).trim_end_matches('\n'));
     // No commit yet: everything is new against the empty tree (of the repository's hash).
@@ -160,7 +165,9 @@ pub async fn directory(cwd: &Path) -> Result<SessionDiff, DirectoryRefused> {
         .ok()
         .map(|name| name.trim().to_owned())
         .filter(|name| !name.is_empty());
-    let files = changes(&Scope { dir: &top, git_dir: None, base: &base }).await.map_err(DirectoryRefused::Git)?;
+    let files = changes(&Scope { dir: &top, git_dir: None, base: &base })
+        .await
+        .map_err(DirectoryRefused::Git)?;
     Ok(SessionDiff { kind: DiffKind::Directory, path: top, base, branch, base_branch: None, files })
 }
 
@@ -244,8 +251,7 @@ async fn changes(scope: &Scope<'_>) -> Result<Vec<FileChange>, String> {
             _ => change.too_large = true,
         }
     }
-    let untracked =
-        scope_git(scope, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let untracked = scope_git(scope, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
     let names: Vec<String> = untracked
         .split('\0')
         .filter(|path| !path.is_empty())

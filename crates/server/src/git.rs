@@ -239,7 +239,6 @@ fn git_command(dir: &Path, git_dir: Option<&Path>, args: &[&str]) -> tokio::proc
 mod tests {
     use super::{names_a_program, program_overrides};
 
-
     #[test]
     fn program_keys_are_matched_by_section_subsection_and_name() {
         for key in [

@@ -6,8 +6,9 @@
 //! or exits, the shell's whole session gets SIGHUP, then SIGKILL, and every process it
 //! started that still carries its run id is ended too ([`switchboard_transport::procs`]). At
 //! most [`MAX_SHELLS`] run at once. The PTY is `pty-process`'s (as `switchboard claude` uses),
-//! and the command is `transport::stdio::shell_command`'s: the CLI's environment rules, and a
-//! run id of its own.
+//! and the command is `transport::stdio::shell_command`'s: the CLI's environment rules and the
+//! environment the session's CLI gets (the daemon's `env` and `clear_env`, then the session's
+//! own `env`), and a run id of its own.
 //!
 //! Frames: binary both ways are the terminal's bytes (keys in, output out); text frames are
 //! JSON: from the page `{"type":"resize","cols":C,"rows":R}`; from the daemon
@@ -95,6 +96,8 @@ pub(crate) async fn open(
     let record =
         daemon.record(&id).await?.ok_or_else(|| ApiError::not_found(format!("no session {id}")))?;
     let cwd = PathBuf::from(&record.cwd);
+    // The environment the session's CLI has (the daemon's rules, then the session's own).
+    let (env, clear_env) = daemon.cli_environment(&record);
     if !cwd.is_dir() {
         return Err(ApiError::invalid(format!(
             "session {id}'s directory {} is gone",
@@ -108,7 +111,7 @@ pub(crate) async fn open(
     })?;
     Ok(upgrade.max_message_size(MAX_INPUT_FRAME_BYTES).on_upgrade(move |socket| async move {
         let _permit = permit;
-        serve(socket, &daemon, handle, cwd).await;
+        serve(socket, &daemon, handle, cwd, env, clear_env).await;
     }))
 }
 
@@ -121,13 +124,16 @@ async fn serve(
     daemon: &Daemon,
     handle: switchboard_session::SessionHandle,
     cwd: PathBuf,
+    env: std::collections::BTreeMap<String, String>,
+    clear_env: bool,
 ) {
     let program = shell();
     let run_id = switchboard_transport::procs::new_run_id();
     let started = pty_process::open().and_then(|(pty, pts)| {
         let _ = pty.resize(pty_process::Size::new(24, 80));
         let command: pty_process::Command =
-            switchboard_transport::stdio::shell_command(&program, &cwd, &run_id).into();
+            switchboard_transport::stdio::shell_command(&program, &cwd, &run_id, env, clear_env)
+                .into();
         command.spawn(pts).map(|child| (pty, child))
     });
     let (pty, mut child) = match started {

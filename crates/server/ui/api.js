@@ -58,6 +58,8 @@ export const connection = {
 const SCOPES = ['read', 'approve', 'operate', 'admin'];
 export let scope = 'admin';
 let myName = null;
+/// The daemon's home folder (paths under it are shown as `~/…`).
+export let home = null;
 
 // Whether a decision was this page's: made in the web UI with the token it is signed in with.
 export function mine(who) {
@@ -66,6 +68,9 @@ export function mine(who) {
   // Without auth the page presents no token: its requests are `local`'s.
   return who === `browser, token ${myName} (web UI)` || (myName === 'local' && who === 'browser, local (api)');
 }
+
+/// Whether `name` is the token this page is signed in with.
+export const isMe = (name) => myName !== null && name === myName;
 
 export function can(needed) {
   return SCOPES.indexOf(scope) >= SCOPES.indexOf(needed);
@@ -76,6 +81,7 @@ export async function loadScope() {
     const me = await api('GET', '/api/me');
     scope = SCOPES.includes(me.scope) ? me.scope : 'read';
     myName = me.name;
+    home = typeof me.home === 'string' && me.home.startsWith('/') ? me.home.replace(/\/+$/, '') : null;
     document.body.dataset.scope = scope;
     $('#whoami').textContent = scope === 'admin' ? '' : `${me.name} · ${scope}`;
     $('#whoami').title = scope === 'admin' ? '' : `Signed in with the token ${me.name}, which may ${scope === 'read' ? 'watch' : scope === 'approve' ? 'watch and answer requests' : 'start and steer sessions'}`;

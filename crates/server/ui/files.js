@@ -1,22 +1,25 @@
 // Files and the terminal, parts of the session view: the session's directory as a tree with
 // the file picked, and a shell in a PTY on the daemon drawn by xterm.js.
-import { el } from './dom.js';
+import { el, icon } from './dom.js';
 import { codeBlock, languageOf } from './markdown.js';
 import { api, socketUrl, toast } from './api.js';
 import { sessions } from './list.js';
 import { bytes } from './transcript.js';
+import { homeRelative, relative } from './words.js';
 
 export const filesMethods = {
   /// The terminal: a shell in the session's directory, in a PTY on the daemon, drawn by
   /// xterm.js (loaded when first opened). Keys go to it as they are typed; it follows the
   /// panel's size; it ends with the session (the daemon ends it) or when closed here.
-  async toggleShell() {
+  async toggleShell(openOnly = false) {
+    if (this.shellPanel && openOnly) return;
     if (this.shellPanel) {
       this.shellPanel.socket?.close();
       this.shellPanel.terminal?.dispose();
       this.shellPanel.observer?.disconnect();
       this.shellPanel.box.remove();
       this.shellPanel = null;
+      this.markTabs();
       return;
     }
     this.closePanels();
@@ -28,7 +31,7 @@ export const filesMethods = {
       screen);
     const panel = { box };
     this.shellPanel = panel;
-    this.root.querySelector('.session-body').before(box);
+    this.placePanel(box);
     const [{ Terminal }, { FitAddon }] = await Promise.all([import('./vendor/xterm.mjs'), import('./vendor/addon-fit.mjs')]);
     if (this.shellPanel !== panel) return;
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
@@ -64,21 +67,27 @@ export const filesMethods = {
   },
 
   /// The Files view: the session's directory as a tree (folders open on a click), and the
-  /// file picked, highlighted; what the session's tools changed is marked. Read-only.
-  async toggleFiles() {
+  /// file picked, highlighted, with line numbers; what the session's tools changed is marked.
+  /// Read-only. `openFile` opens it at a file and line (a card's path, `path:line` in an
+  /// answer).
+  async toggleFiles(openOnly = false) {
+    if (this.filesPanel && openOnly) return;
     if (this.filesPanel) {
-      this.filesPanel.remove();
+      this.filesPanel.box.remove();
       this.filesPanel = null;
+      this.markTabs();
       return;
     }
     this.closePanels();
     const tree = el('ul', { class: 'file-tree', role: 'tree', 'aria-label': 'Files' });
     const shown = el('div', { class: 'file-view', 'aria-live': 'polite' }, el('p', { class: 'muted' }, 'Pick a file. Files the session changed are marked ●.'));
-    this.filesPanel = el('section', { class: 'files-panel', 'aria-label': 'Files' },
-      el('div', { class: 'files-head' }, el('strong', {}, 'Files'), el('span', { class: 'muted' }, sessions.get(this.id)?.cwd ?? ''),
+    const box = el('section', { class: 'files-panel', 'aria-label': 'Files' },
+      el('div', { class: 'files-head' }, el('strong', {}, 'Files'), el('span', { class: 'muted' }, homeRelative(sessions.get(this.id)?.cwd ?? '')),
         el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleFiles() }, 'Close')),
       el('div', { class: 'files-body' }, tree, shown));
-    this.root.querySelector('.session-body').before(this.filesPanel);
+    const panel = { box, shown };
+    this.filesPanel = panel;
+    this.placePanel(box);
     const open = async (path, into) => {
       try {
         const listing = await api('GET', `/api/sessions/${this.id}/files?path=${encodeURIComponent(path)}`);
@@ -91,26 +100,55 @@ export const filesMethods = {
               children.hidden = !opening;
               row.setAttribute('aria-expanded', String(opening));
               if (opening && !children.childElementCount) await open(entry.path, children);
-            } }, `${entry.name}/`, mark);
+            } }, icon('folder'), `${entry.name}/`, mark);
             return el('li', { role: 'treeitem' }, row, children);
           }
-          return el('li', { role: 'treeitem' }, el('button', { type: 'button', class: `tree-file${entry.touched ? ' is-touched' : ''}`, onclick: () => show(entry.path) },
+          return el('li', { role: 'treeitem' }, el('button', { type: 'button', class: `tree-file${entry.touched ? ' is-touched' : ''}`, onclick: () => this.showFile(entry.path) },
             entry.name, mark, entry.size != null ? el('span', { class: 'muted size' }, bytes(entry.size)) : ''));
         }));
         if (listing.truncated) into.append(el('li', { class: 'muted' }, 'and more (not listed)'));
       } catch (error) { into.replaceChildren(el('li', { class: 'muted' }, error.message)); }
     };
-    const show = async (path) => {
-      try {
-        const file = await api('GET', `/api/sessions/${this.id}/file?path=${encodeURIComponent(path)}`);
-        const head = el('div', { class: 'file-view-head' }, el('code', {}, file.path), file.touched ? el('span', { class: 'touched' }, '● changed by the session') : '',
-          el('span', { class: 'muted' }, bytes(file.size)));
-        const body = file.binary ? el('p', { class: 'muted' }, 'A binary file: not shown.')
-          : codeBlock(file.text ?? '', languageOf(file.path));
-        shown.replaceChildren(head, body, file.truncated ? el('p', { class: 'muted' }, `Only the first ${bytes(file.text?.length ?? 0)} are shown.`) : '');
-      } catch (error) { shown.replaceChildren(el('p', { class: 'muted' }, error.message)); }
-    };
     await open('', tree);
   },
 
+  /// Files, at `path` (absolute, or relative to the session's directory), its line `line`
+  /// marked and in sight.
+  async openFile(path, line) {
+    const cwd = this.transcript.cwd ?? sessions.get(this.id)?.cwd;
+    const inside = relative(path, cwd).replace(/^(\.\/)+/, '');
+    if (inside.startsWith('/')) { toast(`${homeRelative(path)} is outside the session's directory: Files shows only what is in it.`); return; }
+    await this.toggleFiles(true);
+    await this.showFile(inside, line);
+  },
+
+  async showFile(path, line) {
+    const panel = this.filesPanel;
+    if (!panel) return;
+    const { shown } = panel;
+    try {
+      const file = await api('GET', `/api/sessions/${this.id}/file?path=${encodeURIComponent(path)}`);
+      const head = el('div', { class: 'file-view-head' }, el('code', {}, file.path), file.touched ? el('span', { class: 'touched' }, '● changed by the session') : '',
+        el('span', { class: 'muted' }, bytes(file.size)));
+      const body = file.binary ? el('p', { class: 'muted' }, 'A binary file: not shown.') : numbered(file.text ?? '', languageOf(file.path), line);
+      shown.replaceChildren(head, body, file.truncated ? el('p', { class: 'muted' }, `Only the first ${bytes(file.text?.length ?? 0)} are shown.`) : '');
+      const marked = shown.querySelector('.line-no.marked');
+      if (marked) marked.scrollIntoView({ block: 'center' });
+    } catch (error) { shown.replaceChildren(el('p', { class: 'muted' }, `${path}: ${error.message}`)); }
+  },
 };
+
+/// A file's text, highlighted, with its line numbers beside it; line `mark` marked.
+function numbered(text, language, mark) {
+  const lines = text.replace(/\n$/, '').split('\n');
+  const gutter = el('div', { class: 'gutter', 'aria-hidden': 'true' },
+    lines.map((_, index) => el('span', { class: `line-no${index + 1 === mark ? ' marked' : ''}`, dataset: { line: index + 1 } }, String(index + 1))));
+  const code = codeBlock(text, language);
+  const box = el('div', { class: 'numbered' }, gutter, code);
+  if (mark > 0 && mark <= lines.length) {
+    // A band across the code at the marked line (the highlighter's spans cross lines, so the
+    // band is drawn over them, not inside).
+    box.append(el('div', { class: 'line-band', style: `--line: ${mark - 1}` }));
+  }
+  return box;
+}

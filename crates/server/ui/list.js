@@ -1,9 +1,10 @@
 // The session list (the sidebar), kept live by the /api/events socket (reloaded on connect and
-// on `lagged`): waiting sessions first, then one group per directory; searchable; archived ones
+// on `lagged`): waiting sessions first, then one group per repository or directory (a worktree
+// session under the repository it was made from, with its branch); searchable; archived ones
 // on request. The home page is triage only (what waits, what works), so no session is listed
 // twice on a desk.
 import { $, el, icon, stateIcon } from './dom.js';
-import { ago, money, plural, shortPath, stateLabel, wants } from './words.js';
+import { ago, homeRelative, money, plural, shortPath, stateLabel, wants } from './words.js';
 import { api, connection, socketUrl } from './api.js';
 import { showing } from './showing.js';
 
@@ -23,15 +24,21 @@ function matches(session, query) {
   return [session.title, session.cwd, session.model, session.id].some((field) => field?.toLowerCase().includes(query));
 }
 
+/// The group a session is listed in: the repository a worktree session was made from, else its
+/// directory.
+const groupOf = (session) => session.config?.worktree?.repo ?? session.cwd ?? '';
+
 function sessionItem(session, current) {
   const [state, label] = stateLabel(session);
   const pending = session.pending_permissions?.length ?? 0;
-  return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}${session.archived ? ' archived' : ''}` },
+  const branch = session.config?.worktree?.branch;
+  return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}${session.archived ? ' archived' : ''}${branch ? ' in-worktree' : ''}` },
     el('a', { href: `#/s/${session.id}`, dataset: { id: session.id }, title: session.cwd },
       stateIcon(state),
       el('span', { class: 'title' }, titleOf(session)),
       el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
       el('span', { class: 'meta' },
+        branch ? el('span', { class: 'branch', title: `In a worktree of its own, on ${branch}` }, icon('branch'), branch) : null,
         el('span', {}, session.model ?? ''),
         el('span', {}, money(session.cost_usd)),
         el('span', { class: 'ago' }, ago(session.updated_ms)),
@@ -51,7 +58,7 @@ export function renderList() {
   const waiting = shown.filter((s) => stateLabel(s)[0] === 'waiting');
   const groups = new Map();
   for (const session of shown.filter((s) => !waiting.includes(s))) {
-    const key = session.cwd ?? '';
+    const key = groupOf(session);
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(session);
   }
@@ -60,10 +67,13 @@ export function renderList() {
     rows.push(el('li', { class: 'group-head waiting', role: 'presentation' }, icon('bell'), 'Waiting for you', el('span', { class: 'count' }, waiting.length)));
     rows.push(...waiting.map((s) => sessionItem(s, current)));
   }
-  for (const [cwd, items] of groups) {
-    rows.push(el('li', { class: 'group-head', role: 'presentation', title: cwd },
-      el('span', { class: 'path' }, shortPath(cwd) || 'no directory'), el('span', { class: 'count' }, items.length)));
-    rows.push(...items.map((s) => sessionItem(s, current)));
+  for (const [dir, items] of groups) {
+    rows.push(el('li', { class: 'group-head', role: 'presentation', title: dir },
+      // Left-to-right marks keep the path's own order in a box that cuts from the left.
+      icon('folder'), el('span', { class: 'path' }, `\u200e${homeRelative(dir) || 'no directory'}\u200e`), el('span', { class: 'count' }, items.length)));
+    // The sessions in the directory itself first, then its worktrees'.
+    const inPlace = items.filter((s) => !s.config?.worktree);
+    rows.push(...[...inPlace, ...items.filter((s) => !inPlace.includes(s))].map((s) => sessionItem(s, current)));
   }
   if (!rows.length) {
     rows.push(el('li', { class: 'list-empty' }, query ? `No session matches "${query}".` : 'No sessions yet.'));
@@ -136,6 +146,8 @@ export function renderOverview() {
   const items = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
   const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting');
   const working = items.filter((s) => ['working', 'starting', 'compacting'].includes(stateLabel(s)[0]));
+  // Running and at rest: a CLI is up, ready for a message (not waiting, not working).
+  const ready = items.filter((s) => ['idle', 'paused', 'disconnected'].includes(stateLabel(s)[0]) && s.running !== false);
   const total = items.reduce((sum, s) => sum + (s.cost_usd ?? 0), 0);
   const tile = (value, label, extra = '') => el('div', { class: `tile ${extra}` }, el('div', { class: 'value' }, value), el('div', { class: 'label' }, label));
   const card = (session, what) => {
@@ -153,8 +165,8 @@ export function renderOverview() {
   $('#main').replaceChildren(el('div', { class: 'overview' },
     el('div', { class: 'overview-head' }, el('h1', {}, 'Sessions'), el('a', { href: '#/new', class: 'button primary' }, 'New session')),
     el('div', { class: 'tiles' },
-      tile(waiting.length, 'waiting for you', waiting.length ? 'waiting' : ''), tile(working.length, 'working'),
-      tile(items.filter((s) => s.running !== false && !['exited', 'crashed'].includes(s.state)).length, 'running'),
+      tile(waiting.length, 'waiting for you', waiting.length ? 'waiting' : ''), tile(working.length, 'working now'),
+      tile(ready.length, 'open and idle, ready for a message'),
       tile(money(total), 'spent in all')),
     el('h2', {}, 'Waiting for you'),
     waiting.length ? el('div', { class: 'cards' }, waiting.map((s) => card(s, waitingFor(s))))

@@ -1,7 +1,7 @@
 // Permissions: approve, deny, edit, always allow, answer questions.
 import { $$, el, icon } from './dom.js';
 import { decisionText, wants, wantsLine } from './words.js';
-import { api, toast } from './api.js';
+import { api, isMe, toast } from './api.js';
 import { sessions } from './list.js';
 
 export function permissionBox(session, request, cwd) {
@@ -16,8 +16,12 @@ export function permissionBox(session, request, cwd) {
     }
   };
   box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd)));
-  if (request.reason) box.append(el('div', { class: 'permission-reason muted' }, request.reason));
-  if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, `In a turn started by ${request.started_by}`));
+  // Why a person is asked, when something says so: the policy rule that asks, or Claude Code
+  // in its own words. The policy's default asking is not news.
+  const why = request.rule ? ['Your policy\'s rule ', el('code', {}, request.rule), ' asks you.']
+    : request.cli_reason ? [`Claude Code: ${request.cli_reason}`] : null;
+  if (why) box.append(el('div', { class: 'permission-reason muted' }, ...why));
+  if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, startedBy(request.started_by)));
 
   if (request.tool_name === 'AskUserQuestion') {
     const answers = {};
@@ -79,4 +83,16 @@ export function permissionBox(session, request, cwd) {
 export function showDecision(box, decision) {
   box.classList.add('decided', decision.behavior === 'allow' ? 'allowed' : 'denied');
   box.replaceChildren(el('div', { class: 'decision' }, icon(decision.behavior === 'allow' ? 'check' : 'x'), decisionText(decision)));
+}
+
+/// Who started the turn that asks, as the daemon records it (`token NAME (CHANNEL)`,
+/// `relay frontend (relay)`), in a few words: "Turn started by you in the web UI".
+function startedBy(text) {
+  const token = text.match(/^token (.+) \(([^()]+)\)$/);
+  if (token) {
+    const where = { 'web UI': 'in the web UI', api: 'through the API', grpc: 'through gRPC', websocket: 'through a WebSocket' }[token[2]] ?? `through ${token[2]}`;
+    return `Turn started by ${isMe(token[1]) ? 'you' : token[1]} ${where}`;
+  }
+  const other = text.match(/^(.+) \(([^()]+)\)$/);
+  return other ? `Turn started by ${other[1]} (${other[2]})` : `Turn started by ${text}`;
 }

@@ -1,7 +1,7 @@
 // Web Push: this device hears of requests, questions and finished turns with no tab open. The
 // service worker (/ui/sw.js) shows what the daemon pushes; the subscription is the daemon's
 // to keep (POST /api/push/subscriptions), its id this browser's (to test it or turn it off).
-import { $ } from './dom.js';
+import { $, el, icon } from './dom.js';
 import { api, can, toast } from './api.js';
 
 const pushing = {
@@ -34,10 +34,11 @@ function deviceName() {
   return `${browser} on ${os}`;
 }
 
+/// Said when the browser will not let this site notify: what to do about it, in its words.
+const BLOCKED = 'This browser blocks notifications from this site. To allow them, open the site\'s settings (the icon left of the address), set Notifications to Allow, then press the bell again.';
+
 async function pushOn() {
-  if (await Notification.requestPermission() !== 'granted') {
-    throw new Error('notifications are blocked for this site (the browser\'s site settings allow them)');
-  }
+  if (await Notification.requestPermission() !== 'granted') throw new Error(BLOCKED);
   const registration = await pushRegistration();
   const { public_key: key } = await api('GET', '/api/push/key');
   let subscription = await registration.pushManager.getSubscription();
@@ -61,17 +62,28 @@ async function pushOff() {
   await (await registration?.pushManager.getSubscription())?.unsubscribe();
 }
 
+/// The bell: on (this device is notified), off, or blocked by the browser; it says which.
 function renderPush() {
   const on = Boolean(pushing.id());
+  const blocked = !on && Notification.permission === 'denied';
   const toggle = $('#push-toggle');
-  toggle.textContent = on ? 'Notifying this device · turn off' : 'Notify this device';
   toggle.classList.toggle('on', on);
+  toggle.classList.toggle('blocked', blocked);
+  toggle.setAttribute('aria-pressed', String(on));
+  const words = on ? 'Notifications on for this device: press to turn them off'
+    : blocked ? 'Notifications are blocked by this browser for this site: press to see how to allow them'
+      : 'Notify this device of requests, questions and finished sessions, also with no tab open';
+  toggle.title = words;
+  toggle.setAttribute('aria-label', words);
+  toggle.replaceChildren(icon(on ? 'bell' : 'bellOff'), el('span', { class: 'label' }, on ? 'On' : blocked ? 'Blocked' : 'Off'));
+  $('#push-state').textContent = on ? 'This device is notified.' : '';
   $('#push-test').hidden = !on;
 }
 
 export function setupPush() {
   if (!pushing.supported() || !can('approve')) return;
   $('#push-row').hidden = false;
+  $('#push-toggle').hidden = false;
   renderPush();
   // A subscription this browser no longer has (cleared, or its site data wiped) is off.
   if (pushing.id()) {
@@ -83,6 +95,7 @@ export function setupPush() {
   $('#push-toggle').addEventListener('click', async (event) => {
     const button = event.currentTarget;
     button.disabled = true;
+    if (!pushing.id() && Notification.permission === 'denied') { toast(BLOCKED); return; }
     try {
       if (pushing.id()) {
         await pushOff();
@@ -91,7 +104,10 @@ export function setupPush() {
         toast('This device is notified, also with no tab open.', 'ok');
       }
     } catch (error) {
-      toast(`Notifications: ${error.message}`);
+      // The browser's own words ("Registration failed - permission denied") say nothing a
+      // person can act on.
+      const denied = error.message === BLOCKED || Notification.permission === 'denied' || /permission denied|not allowed/i.test(error.message);
+      toast(denied ? BLOCKED : `Notifications could not be turned on: ${error.message}`);
     } finally {
       button.disabled = false;
       renderPush();

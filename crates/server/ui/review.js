@@ -1,21 +1,37 @@
-// The Review view, a part of the session view: the session's whole change in its worktree,
-// file by file; a line's comment goes to Claude as a message; commit, merge into the branch it
-// started from, or discard.
-import { el } from './dom.js';
+// The Review view, a part of the session view: the session's change, file by file. A worktree
+// session's is its whole change against the commit it started from: a line's comment goes to
+// Claude as a message; commit, merge into the branch it started from, push, or discard. Any
+// other session's is its repository against HEAD, read-only (a line's comment still goes to
+// Claude). `reviewAt` opens it at a file (an Edit card's counts).
+import { el, icon } from './dom.js';
 import { api, can, toast } from './api.js';
 import { sessions } from './list.js';
+import { homeRelative, plural, relative } from './words.js';
 
 export const reviewMethods = {
-  async toggleReview() {
+  async toggleReview(openOnly = false) {
+    if (this.review && openOnly) return;
     if (this.review) {
       this.review.remove();
       this.review = null;
+      this.markTabs();
       return;
     }
     this.closePanels();
     this.review = el('section', { class: 'review', 'aria-label': 'Review' });
-    this.root.querySelector('.session-body').before(this.review);
+    this.placePanel(this.review);
     await this.drawReview();
+  },
+
+  /// Review, at the file `path` (absolute): opened and in sight.
+  async reviewAt(path) {
+    await this.toggleReview(true);
+    const inside = relative(path, this.reviewPath);
+    const file = [...(this.review?.querySelectorAll('.review-file') ?? [])].find((node) => node.dataset.path === inside);
+    if (!file) { toast(`${homeRelative(path)} has no change to review now.`, 'info'); return; }
+    file.open = true;
+    file.scrollIntoView({ block: 'start' });
+    file.querySelector('summary')?.focus({ preventScroll: true });
   },
 
   async drawReview() {
@@ -25,9 +41,28 @@ export const reviewMethods = {
     try {
       diff = await api('GET', `/api/sessions/${this.id}/diff`);
     } catch (error) {
-      box.replaceChildren(el('p', { class: 'muted' }, `No review: ${error.message}`));
+      box.replaceChildren(el('div', { class: 'review-head' }, el('p', { class: 'muted' }, `No review: ${error.message}`),
+        el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleReview() }, 'Close')));
       return;
     }
+    if (box !== this.review) return;
+    this.reviewPath = diff.path;
+    const close = el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleReview() }, 'Close');
+    const count = el('strong', {}, `${plural(diff.files.length, 'file')} changed`);
+    let head;
+    if (diff.kind === 'directory') {
+      head = el('div', { class: 'review-head' }, count,
+        el('span', { class: 'muted' }, ` in ${homeRelative(diff.path)}${diff.branch ? ` on ${diff.branch}` : ''}, since ${diff.base.slice(0, 8)}`),
+        el('div', { class: 'review-actions' }, close),
+        el('p', { class: 'muted read-only' }, 'Read-only: what is not committed in the session\'s repository, whoever changed it. Start a session with a worktree to commit and merge from here.'));
+    } else {
+      head = this.worktreeHead(diff, count, close);
+    }
+    const files = diff.files.map((file) => this.reviewFile(file));
+    box.replaceChildren(head, ...(files.length ? files : [el('p', { class: 'muted' }, 'No change yet.')]));
+  },
+
+  worktreeHead(diff, count, close) {
     const session = sessions.get(this.id) ?? {};
     const message = el('input', { class: 'commit-message', value: session.title ?? '', 'aria-label': 'Commit message' });
     const act = (label, run, cls = '') => el('button', { type: 'button', class: `needs-operate ${cls}`, onclick: async (event) => {
@@ -35,8 +70,7 @@ export const reviewMethods = {
       try { await run(); } catch (error) { toast(error.message); } finally { await this.drawReview(); }
     } }, label);
     const into = diff.base_branch ?? 'its base';
-    const head = el('div', { class: 'review-head' },
-      el('strong', {}, `${diff.files.length} file${diff.files.length === 1 ? '' : 's'} changed`),
+    return el('div', { class: 'review-head' }, count,
       el('span', { class: 'muted' }, ` on ${diff.branch}, from ${diff.base.slice(0, 8)} (${into})`),
       el('div', { class: 'review-actions needs-operate' },
         message,
@@ -50,19 +84,18 @@ export const reviewMethods = {
         }, 'push'),
         this.pullRequestUrl ? el('a', { class: 'button pull-request', href: this.pullRequestUrl, target: '_blank', rel: 'noopener noreferrer' }, 'Open a pull request') : '',
         act('Fast-forward', async () => { const merged = await api('POST', `/api/sessions/${this.id}/merge`, { mode: 'fast_forward' }); toast(`${merged.into} is at ${merged.commit.slice(0, 8)}.`, 'ok'); }, 'fast-forward'),
-        act('Discard', async () => {
+        // Apart from the rest, in the danger's colour: it throws the session's work away.
+        act('Discard…', async () => {
           if (!confirm('Discard every change of this session (back to the commit it started from)?')) return;
           await api('POST', `/api/sessions/${this.id}/discard`);
-        }, 'discard'),
-        el('button', { type: 'button', class: 'ghost close', onclick: () => this.toggleReview() }, 'Close')));
-    const files = diff.files.map((file) => this.reviewFile(file));
-    box.replaceChildren(head, ...(files.length ? files : [el('p', { class: 'muted' }, 'No change yet.')]));
+        }, 'danger discard')),
+      close);
   },
 
   reviewFile(file) {
     const summary = el('summary', {},
       el('span', { class: `badge file-${file.status}` }, file.status),
-      el('code', { class: 'path' }, file.old_path ? `${file.old_path} → ${file.path}` : file.path),
+      icon('file'), el('code', { class: 'path' }, file.old_path ? `${file.old_path} → ${file.path}` : file.path),
       el('span', { class: 'counts' }, el('span', { class: 'plus' }, `+${file.added}`), ' ', el('span', { class: 'minus' }, `−${file.removed}`)));
     const body = el('div', { class: 'review-lines' });
     if (file.binary) body.append(el('p', { class: 'muted' }, 'A binary file.'));
@@ -87,7 +120,7 @@ export const reviewMethods = {
         body.append(row);
       }
     }
-    return el('details', { class: 'review-file', open: true }, summary, body);
+    return el('details', { class: 'review-file', open: true, dataset: { path: file.path } }, summary, body);
   },
 
   commentOn(row, path, line) {

@@ -7,18 +7,18 @@
 // others. The waiting bar shows while the oldest pending request is out of the transcript's
 // sight. `window.__switchboard.view` exposes `seqs`, `chartTurns` and `chartTicks` for the
 // browser tests.
-import { $, el, icon, stateIcon } from './dom.js';
-import { money, plural, stateLabel, wantsLine } from './words.js';
+import { $, el, icon } from './dom.js';
+import { plural, wantsLine } from './words.js';
 import { api, connection, socketUrl, toast } from './api.js';
-import { renderList, sessions, titleOf } from './list.js';
+import { renderList, sessions } from './list.js';
 import { Transcript } from './transcript.js';
-import { composerMethods, PLACEHOLDER, TERMINAL_PLACEHOLDER } from './composer.js';
+import { composerMethods } from './composer.js';
+import { headMethods } from './head.js';
 import { reviewMethods } from './review.js';
 import { filesMethods } from './files.js';
 import { usageMethods } from './usage.js';
 
 const PAGE = 300; // events per page when opening a session or paging back
-const MODELS = ['opus', 'sonnet', 'haiku'];
 
 export class SessionView {
   constructor(id) {
@@ -32,13 +32,20 @@ export class SessionView {
     this.usage = null; // GET …/usage: every turn of the session
     this.root = el('section', { class: 'session' });
     this.headerBox = el('header', { class: 'session-head' });
+    this.tabBar = el('nav', { class: 'session-tabs', role: 'tablist', 'aria-label': 'Chat, review, files, terminal' });
     this.scroller = el('div', { class: 'transcript', tabindex: '0' });
     this.older = el('div', { class: 'older' });
     this.live = el('div', { class: 'chunk' });
     this.scroller.append(this.older, this.live);
     this.stats = el('aside', { class: 'stats', 'aria-label': 'Cost and context' });
+    // Allow and Deny press the card's own buttons (one way to answer); a question or a plan
+    // needs its card, so those show only Show.
+    const press = (which) => $(`.permission ${which}`, this.transcript.pending()[0]?.box ?? document.createElement('div'))?.click();
     this.waitingBar = el('div', { class: 'waiting-bar', hidden: true, role: 'status' }, icon('bell'),
-      el('span', { class: 'what' }), el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
+      el('span', { class: 'what' }),
+      el('button', { type: 'button', class: 'allow needs-approve', onclick: () => press('.allow') }, icon('check'), 'Allow'),
+      el('button', { type: 'button', class: 'deny needs-approve', onclick: () => press('.deny') }, icon('x'), 'Deny'),
+      el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
     this.composer = this.makeComposer();
     // A session paused at a budget: why, and what a person may do (raise it, or stop).
     this.budgetInput = el('input', { type: 'number', min: '0', step: '0.5', class: 'budget-input', 'aria-label': 'New budget in US dollars' });
@@ -47,7 +54,7 @@ export class SessionView {
       el('label', { class: 'raise needs-operate' }, '$', this.budgetInput),
       el('button', { type: 'button', class: 'primary raise needs-operate', onclick: () => this.raiseBudget() }, 'Raise and go on'),
       el('button', { type: 'button', class: 'stop needs-operate', onclick: () => this.stop() }, 'Stop'));
-    this.root.append(this.headerBox, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
+    this.root.append(this.headerBox, this.tabBar, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
     this.transcript = new Transcript(id);
     this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
     // Following the end: true until the person scrolls away from it, again once they are back.
@@ -163,15 +170,10 @@ export class SessionView {
     const cwd = this.transcript.cwd ?? sessions.get(this.id)?.cwd;
     what.replaceChildren(...wantsLine(first.request.tool_name, first.request.input, cwd).filter(Boolean),
       pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
-    this.waitingBar.hidden = inSight;
-  }
-
-  /// Review, Files and the terminal take the transcript's place, one at a time: opening one
-  /// closes the others, and going back to the transcript closes them all.
-  closePanels() {
-    if (this.review) this.toggleReview();
-    if (this.filesPanel) this.toggleFiles();
-    if (this.shellPanel) this.toggleShell();
+    const plain = !['AskUserQuestion', 'ExitPlanMode'].includes(first.request.tool_name);
+    for (const button of this.waitingBar.querySelectorAll('.allow, .deny')) button.hidden = !plain;
+    // Out of sight: scrolled away, or a panel has the transcript's place.
+    this.waitingBar.hidden = inSight && !this.root.classList.contains('panel-open');
   }
 
   showWaiting() {
@@ -187,90 +189,6 @@ export class SessionView {
     $('.allow, .choice', first.box)?.focus({ preventScroll: true });
     this.refreshWaiting();
   }
-
-  /// The header: built once, then updated in place (a half-typed name survives).
-  header() {
-    const session = sessions.get(this.id) ?? { id: this.id };
-    const [state, label] = stateLabel(session);
-    const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
-    if (!this.head) {
-      const model = el('select', { class: 'model', 'aria-label': 'Model' });
-      const other = el('input', { class: 'model-other', hidden: true, placeholder: 'model id, then Enter', 'aria-label': 'Model id', spellcheck: 'false' });
-      model.addEventListener('change', () => {
-        if (model.value === '__other') {
-          other.hidden = false;
-          other.focus();
-          model.value = sessions.get(this.id)?.model ?? '';
-          return;
-        }
-        this.control('model', { model: model.value });
-      });
-      other.addEventListener('keydown', (event) => {
-        if (event.key === 'Enter' && other.value.trim()) { this.control('model', { model: other.value.trim() }); other.hidden = true; }
-        if (event.key === 'Escape') { other.hidden = true; event.stopPropagation(); }
-      });
-      const mode = el('select', { class: 'mode', 'aria-label': 'Permission mode' },
-        ['default', 'acceptEdits', 'plan', 'bypassPermissions', 'dontAsk'].map((m) => el('option', { value: m }, m)));
-      mode.addEventListener('change', () => this.control('permission-mode', { mode: mode.value }));
-      const menu = el('details', { class: 'menu' });
-      const item = (name, text, action) => el('button', { type: 'button', class: name, onclick: () => { menu.open = false; action(); } }, text);
-      this.head = {
-        icon: el('span'), title: el('h1'), cwd: el('div', { class: 'muted cwd' }), badge: el('span', { class: 'badge' }),
-        cost: el('span', { class: 'cost', title: 'What this session has cost' }), model, other, mode,
-        interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Interrupt (Esc)', 'aria-label': 'Interrupt', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Interrupt')),
-        resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
-        review: el('button', { type: 'button', class: 'review-open', hidden: true, title: 'The session\'s whole change in its worktree: comment, commit, merge', onclick: () => this.toggleReview() }, 'Review'),
-        shell: el('button', { type: 'button', class: 'shell-open needs-admin', title: 'A shell in the session\'s directory (ends with the session)', onclick: () => this.toggleShell() }, 'Terminal'),
-        files: el('button', { type: 'button', class: 'files-open needs-operate', title: 'The session\'s directory, read-only: the files it touched are marked', onclick: () => this.toggleFiles() }, 'Files'),
-        fork: item('fork', 'Fork this conversation', () => this.fork()),
-        archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
-        menu,
-      };
-      const h = this.head;
-      menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
-        el('div', { class: 'menu-items' }, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
-      this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
-        h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost, h.review, h.files, h.shell,
-        el('div', { class: 'controls needs-operate' }, h.model, h.other, h.mode, h.interrupt, h.resume, h.menu));
-    }
-    const h = this.head;
-    h.icon.replaceChildren(stateIcon(state));
-    if (!this.renaming) h.title.textContent = titleOf(session);
-    // An interactive CLI in someone's terminal: messages are typed into it; its model, mode and
-    // resume belong to that terminal.
-    const terminal = session.config?.transport === 'terminal';
-    h.cwd.textContent = terminal ? `${session.cwd ?? ''} · in a terminal` : (session.cwd ?? '');
-    // Several daemons on one database: the node first, where the path would cut it off.
-    if (session.node) h.cwd.textContent = `on ${session.node} · ${h.cwd.textContent}`;
-    // Its files, terminal and worktree are on the machine that runs it.
-    h.files.hidden = Boolean(session.elsewhere);
-    h.shell.hidden = Boolean(session.elsewhere);
-    h.cwd.title = session.cwd ?? '';
-    h.badge.className = `badge state-${state}`;
-    h.badge.dataset.state = session.state ?? '';
-    h.badge.textContent = session.archived ? `${label} · archived` : label;
-    h.cost.textContent = money(session.cost_usd);
-    if (document.activeElement !== h.model) {
-      const current = session.model ?? '';
-      const options = [...new Set([current, ...MODELS].filter(Boolean))];
-      h.model.replaceChildren(...(current ? [] : [el('option', { value: '' }, 'default model')]),
-        ...options.map((m) => el('option', { value: m }, m)), el('option', { value: '__other' }, 'Other…'));
-      h.model.value = current;
-    }
-    if (document.activeElement !== h.mode) h.mode.value = session.permission_mode ?? 'default';
-    h.model.hidden = terminal;
-    h.mode.hidden = terminal;
-    if (this.input) this.input.placeholder = terminal ? TERMINAL_PLACEHOLDER : PLACEHOLDER;
-    // Interrupt stops a turn: none runs while the session is idle.
-    h.interrupt.hidden = !running;
-    h.interrupt.disabled = !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
-    h.resume.hidden = running || terminal;
-    h.fork.hidden = !session.claude_session_id;
-    h.review.hidden = !session.config?.worktree || Boolean(session.elsewhere);
-    h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
-    this.drawPaused(session);
-  }
-
 
   drawPaused(session) {
     const paused = session.state === 'paused';
@@ -300,49 +218,6 @@ export class SessionView {
 
   async stop() {
     try { await api('DELETE', `/api/sessions/${this.id}`); } catch (error) { toast(error.message); }
-  }
-
-  rename() {
-    const h = this.head;
-    const session = sessions.get(this.id) ?? {};
-    const input = el('input', { class: 'rename-input', value: titleOf(session), 'aria-label': 'Session name', maxlength: '200' });
-    this.renaming = true;
-    const done = async (save) => {
-      if (!this.renaming) return;
-      this.renaming = false;
-      input.replaceWith(h.title);
-      if (save && input.value.trim() && input.value.trim() !== titleOf(session)) await this.amend({ title: input.value.trim() });
-      this.header();
-    };
-    input.addEventListener('keydown', (event) => {
-      if (event.key === 'Enter') { event.preventDefault(); done(true); }
-      if (event.key === 'Escape') { event.preventDefault(); event.stopPropagation(); done(false); }
-    });
-    input.addEventListener('blur', () => done(true));
-    h.title.replaceWith(input);
-    input.focus();
-    input.select();
-  }
-
-  async amend(change) {
-    try {
-      const session = await api('PATCH', `/api/sessions/${this.id}`, change);
-      sessions.set(this.id, { ...sessions.get(this.id), ...session });
-      this.header();
-      renderList();
-      if ('archived' in change) toast(change.archived ? 'Archived: the list shows it under "Show archived".' : 'Back in the list.', 'info');
-    } catch (error) { toast(error.message); }
-  }
-
-  async control(what, body) {
-    try {
-      await api('POST', `/api/sessions/${this.id}/${what}`, body);
-      const session = sessions.get(this.id);
-      if (session && what === 'model') session.model = body.model;
-      if (session && what === 'permission-mode') session.permission_mode = body.mode;
-      this.header();
-      toast(`${what === 'model' ? 'Model' : 'Permission mode'} set to ${body.model ?? body.mode}`, 'info');
-    } catch (error) { toast(error.message); }
   }
 
   async interrupt() {
@@ -378,4 +253,4 @@ export class SessionView {
   }
 }
 
-Object.assign(SessionView.prototype, reviewMethods, filesMethods, composerMethods, usageMethods);
+Object.assign(SessionView.prototype, headMethods, reviewMethods, filesMethods, composerMethods, usageMethods);

@@ -18,7 +18,7 @@
 // size, count).
 import { $, copyButton, el, icon, toolIcon } from './dom.js';
 import { codeBlock, languageOf, markdown, StreamingMarkdown } from './markdown.js';
-import { money, plural, relative, tokens, wants } from './words.js';
+import { homeRelative, money, plural, relative, tokens, wants } from './words.js';
 import { scope } from './api.js';
 import { showing } from './showing.js';
 import { sessions } from './list.js';
@@ -153,9 +153,6 @@ export class Transcript {
       if (after) after[1].node.before(node); else message.actions.before(node);
     }
     message.blocks.set(update.index, { node, text: text ?? block?.text ?? '', kind: kind ?? block?.kind });
-    if (kind === 'text' && !$('.copy', message.actions)) {
-      message.actions.prepend(copyButton(() => this.messageText(message), 'Copy'));
-    }
     return message;
   }
 
@@ -207,7 +204,7 @@ export class Transcript {
     let node;
     let text = null;
     if (block.kind === 'text') {
-      node = el('div', { class: 'block text' }, markdown(block.text));
+      node = el('div', { class: 'block text' }, linkPaths(markdown(block.text)));
       text = block.text;
     } else if (block.kind === 'thinking') {
       node = el('details', { class: 'block thinking' }, el('summary', {}, 'Thinking'),
@@ -222,6 +219,10 @@ export class Transcript {
     } else node = el('div', { class: 'block' }, codeBlock(JSON.stringify(block.value, null, 2), 'json'));
     const message = this.place(update, chunk, node, text, block.kind);
     message.blocks.get(update.index).done = true;
+    // Copy once there is whole text to copy (not while it streams).
+    if (block.kind === 'text' && !$('.copy', message.actions)) {
+      message.actions.prepend(copyButton(() => this.messageText(message), 'Copy'));
+    }
     if (update.uuid) message.box.dataset.uuid = update.uuid;
     if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.actions)) {
       message.actions.append(el('button', { type: 'button', class: 'fork-here needs-operate', title: 'Start a new session from this point of the conversation',
@@ -244,12 +245,24 @@ export class Transcript {
     const head = el('button', { type: 'button', class: 'tool-head', 'aria-expanded': 'true', title: 'Show or hide the details' },
       icon('chevron', 'chevron'), toolIcon(name), el('span', { class: 'tool-name' }, label),
       el('span', { class: 'tool-target', title: summary }, summary), el('span', { class: 'outcome' }));
-    head.addEventListener('click', () => {
+    head.addEventListener('click', (event) => {
+      // An edit's counts open Review at its file.
+      if (event.target.closest('.diffstat') && input.file_path) { showing.view?.reviewAt(input.file_path); return; }
       card.dataset.user = card.classList.contains('collapsed') ? 'open' : 'closed';
       this.settle(card);
     });
     const body = el('div', { class: 'tool-body' });
     card.append(head, body);
+    // A file's path opens it in Files (at the line a Read started from); an edit's change
+    // opens in Review.
+    const file = ['Read', 'Edit', 'MultiEdit', 'Write', 'NotebookEdit'].includes(name) ? (input.file_path ?? input.notebook_path) : null;
+    if (file) {
+      const line = name === 'Read' && input.offset > 0 ? input.offset : undefined;
+      body.append(el('div', { class: 'tool-path' },
+        el('button', { type: 'button', class: 'path-link needs-operate', title: 'Open in Files', onclick: () => showing.view?.openFile(file, line) },
+          icon('file'), `${homeRelative(relative(file, cwd))}${line ? `:${line}` : ''}`),
+        name === 'Read' ? '' : el('button', { type: 'button', class: 'ghost review-link', title: 'Open this file\'s change in Review', onclick: () => showing.view?.reviewAt(file) }, icon('diff'), 'Review')));
+    }
     switch (name) {
       case 'Bash':
         body.append(codeBlock(`$ ${input.command ?? ''}`, 'bash'));
@@ -327,7 +340,9 @@ export class Transcript {
     if (has('waiting')) outcome.replaceChildren(icon('bell'), 'waiting for you');
     else if (has('denied')) outcome.replaceChildren(icon('x'), 'denied');
     else if (has('errored')) outcome.replaceChildren(icon('x'), 'failed');
-    else if (has('done')) outcome.replaceChildren(icon('check'), card.dataset.detail || 'done');
+    else if (has('done') && ['Edit', 'MultiEdit'].includes(card.dataset.tool)) {
+      outcome.replaceChildren(icon('check'), el('span', { class: 'diffstat', title: 'Open in Review' }, card.dataset.detail || 'done'));
+    } else if (has('done')) outcome.replaceChildren(icon('check'), card.dataset.detail || 'done');
     else outcome.replaceChildren('running…');
     outcome.className = `outcome ${has('waiting') ? 'waiting' : has('denied') || has('errored') ? 'bad' : has('done') ? 'ok' : ''}`;
   }
@@ -482,6 +497,24 @@ export function base64Of(file) {
     reader.onerror = () => reject(reader.error);
     reader.readAsDataURL(file);
   });
+}
+
+/// A file's path in an answer's inline code (`src/lib.rs`, `src/lib.rs:12`, `./a/b.py:3:5`)
+/// becomes a link that opens Files there. A name with no folder and no line is left alone
+/// (`Cargo.toml` could be anything's).
+const PATH_IN_CODE = /^(?:\.{0,2}\/)?(?:[\w.@+-]+\/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10}(?::(\d{1,7}))?(?::\d{1,5})?$/;
+function linkPaths(box) {
+  for (const code of box.querySelectorAll(':not(pre) > code')) {
+    const text = code.textContent.trim();
+    const found = text.length <= 300 && text.match(PATH_IN_CODE);
+    if (!found || (!text.includes('/') && !found[1])) continue;
+    const path = found[1] ? text.slice(0, text.indexOf(':')) : text;
+    const line = found[1] ? Number(found[1]) : undefined;
+    const link = el('button', { type: 'button', class: 'path-link inline needs-operate', title: `Open ${path} in Files`,
+      onclick: () => showing.view?.openFile(path, line) }, code.cloneNode(true));
+    code.replaceWith(link);
+  }
+  return box;
 }
 
 function image(picture) {

@@ -4,7 +4,7 @@
 // between turns.
 import uPlot from './vendor/uPlot.esm.js';
 import { $, el } from './dom.js';
-import { axisSize, compact, compactMoney, money, plural, tokens } from './words.js';
+import { AXIS_FONT, axisSize, compact, compactMoney, money, plural, tokens } from './words.js';
 import { api } from './api.js';
 import { sessions } from './list.js';
 
@@ -102,7 +102,7 @@ export const usageMethods = {
       this.chartTicks = ticks;
       return ticks;
     };
-    const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: '11px system-ui, sans-serif' };
+    const axis = { stroke: ink, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, font: AXIS_FONT };
     this.chart = new uPlot({
       width, height: 170, legend: { show: false }, padding: [10, 4, 0, 0],
       cursor: { y: false, points: { show: false } },

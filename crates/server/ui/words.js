@@ -1,7 +1,7 @@
 // What the page says in words: money, counts, times, paths, states, what a tool call wants,
 // who decided.
 import { el } from './dom.js';
-import { mine } from './api.js';
+import { home, mine } from './api.js';
 
 export const money = (usd) => `$${(usd ?? 0).toFixed(usd >= 1 ? 2 : 4)}`;
 export const tokens = (count) => (count ?? 0).toLocaleString('en-US');
@@ -13,8 +13,16 @@ export function compact(count) {
 }
 /// An axis label: dollars to two significant digits ($0.0012, $0.35, $12).
 export const compactMoney = (usd) => (!usd ? '$0' : usd >= 10 ? `$${usd.toFixed(0)}` : `$${+usd.toPrecision(2)}`);
-/// An axis wide enough for its longest label (uPlot cuts the rest).
-export const axisSize = (u, values) => 12 + 6.5 * Math.max(2, ...(values ?? []).map((v) => String(v).length));
+/// The font of the charts' axes.
+export const AXIS_FONT = '11px system-ui, sans-serif';
+const ruler = document.createElement('canvas').getContext('2d');
+/// An axis wide enough for its widest label as the canvas draws it, besides its ticks (10 px)
+/// and their gap (5 px): uPlot cuts what does not fit.
+export function axisSize(u, values) {
+  ruler.font = AXIS_FONT;
+  const widest = Math.max(12, ...(values ?? []).map((v) => ruler.measureText(String(v)).width));
+  return Math.ceil(widest) + 10 + 5 + 4;
+}
 export const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 export function ago(ms) {
@@ -37,6 +45,13 @@ export function relative(path, cwd) {
   if (!path || !cwd) return path ?? '';
   const base = cwd.endsWith('/') ? cwd : `${cwd}/`;
   return path.startsWith(base) ? path.slice(base.length) : path;
+}
+
+/// A path as a person reads it: under the daemon's home as `~/…`.
+export function homeRelative(path) {
+  if (!path || !home) return path ?? '';
+  if (path === home) return '~';
+  return path.startsWith(`${home}/`) ? `~${path.slice(home.length)}` : path;
 }
 
 export function stateLabel(session) {

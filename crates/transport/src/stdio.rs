@@ -269,11 +269,21 @@ pub fn interactive_command(options: &CliOptions, args: &[OsString]) -> Command {
 /// environment rules and parent-death signal of [`cli_command`] (no daemon secret reaches it,
 /// nor the variables that would make a `claude` typed there think it is nested), `TERM` for
 /// xterm.js, and `run_id` in [`crate::procs::RUN_VARIABLE`] so that what it leaves running can
-/// be ended with it ([`crate::procs::end_run`]). The PTY makes it a session of its own.
-pub fn shell_command(shell: &Path, cwd: &Path, run_id: &str) -> Command {
+/// be ended with it ([`crate::procs::end_run`]); `env` and `clear_env` as the session's CLI
+/// has them, so the shell sees what the session's tools see. The PTY makes it a session of its
+/// own.
+pub fn shell_command(
+    shell: &Path,
+    cwd: &Path,
+    run_id: &str,
+    env: BTreeMap<String, String>,
+    clear_env: bool,
+) -> Command {
     let options = CliOptions {
         program: Some(shell.to_path_buf()),
         cwd: cwd.to_path_buf(),
+        env,
+        clear_env,
         ..CliOptions::default()
     };
     let mut command = base_command(&options, false);

@@ -101,6 +101,18 @@ impl Daemon {
         Ok(json!({"remote": remote, "branch": tree.branch, "pull_request_url": pull_request_url}))
     }
 
+    /// The environment a session's CLI is started with: the daemon's `env` (and whether it
+    /// starts from an empty one), then the session's own. The web UI's shell gets the same.
+    pub(crate) fn cli_environment(
+        &self,
+        record: &SessionRecord,
+    ) -> (std::collections::BTreeMap<String, String>, bool) {
+        let mut env: std::collections::BTreeMap<String, String> =
+            self.config.env.iter().cloned().collect();
+        env.extend(record.launch.env.iter().map(|(name, value)| (name.clone(), value.clone())));
+        (env, self.config.clear_env)
+    }
+
     /// The files the session's tools changed, as its live view has them (empty for a
     /// session whose CLI is not running).
     pub fn touched_files(&self, id: &str) -> Vec<String> {

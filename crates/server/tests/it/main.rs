@@ -25,6 +25,7 @@ mod terminal;
 mod ui;
 mod warm;
 mod workbench;
+mod workbench_ui;
 mod worktree;
 
 const TOKEN: &str = "test-token-0123456789";

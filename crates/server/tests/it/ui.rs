@@ -404,11 +404,15 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// The browser tests: Playwright (`e2e/node_modules`, from `scripts/install-browser.sh`)
-/// driving Debian's Chromium through `e2e/ui.test.mjs`, against this daemon.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Runs a browser test script (`e2e/*.test.mjs`: Playwright driving Debian's Chromium) against
+/// `server`, with `env` besides the daemon's address and token, Chromium's path and where its
+/// screenshots go. Its steps are printed; returns whether it passed, and what it said.
 #[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI) and shows its steps
-async fn browser() {
+pub(crate) async fn run_script(
+    script: &str,
+    server: &Server,
+    env: &[(&str, String)],
+) -> (bool, String) {
     let root = repo_root();
     let chromium =
         std::env::var("SWITCHBOARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -417,6 +421,40 @@ async fn browser() {
         "the browser tests need Chromium ({chromium}) and playwright-core in e2e/node_modules: \
          run scripts/install-browser.sh"
     );
+    let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target/screenshots"));
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(root.join(script))
+        .env("SWITCHBOARD_URL", &server.base)
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("API_TOKEN", TOKEN)
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOTS", &screenshots)
+        // Chromium's profile and shared memory under the build directory, not a /tmp that
+        // may be a small tmpfs.
+        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().await.expect("node runs");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{log}");
+    (output.status.success(), log)
+}
+
+/// The browser tests: Playwright (`e2e/node_modules`, from `scripts/install-browser.sh`)
+/// driving Debian's Chromium through `e2e/ui.test.mjs`, against this daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI) and shows its steps
+async fn browser() {
     let sandbox = CliSandbox::new().unwrap();
     let notes = sandbox.file("notes.txt");
     std::fs::write(&notes, "colour = 1\n").unwrap();
@@ -655,35 +693,18 @@ async fn browser() {
     })
     .await;
 
-    let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target/screenshots"));
-    std::fs::create_dir_all(&screenshots).unwrap();
-    let output = tokio::process::Command::new("node")
-        .arg(root.join("e2e/ui.test.mjs"))
-        .env("SWITCHBOARD_URL", &server.base)
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("FAKE_API_URL", api.base_url())
-        .env("WORKDIR", sandbox.workdir())
-        .env("API_TOKEN", TOKEN)
-        .env("CHROMIUM", &chromium)
-        .env("SCREENSHOTS", &screenshots)
-        .env("CLI_2_1_37", real_cli(CliVersion::V2_1_37))
-        // Chromium's profile and shared memory under the build directory, not a /tmp that
-        // may be a small tmpfs.
-        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("node runs");
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    println!("{log}");
+    let (ok, log) = run_script(
+        "e2e/ui.test.mjs",
+        &server,
+        &[
+            ("FAKE_API_URL", api.base_url()),
+            ("WORKDIR", sandbox.workdir().display().to_string()),
+            ("CLI_2_1_37", real_cli(CliVersion::V2_1_37).display().to_string()),
+        ],
+    )
+    .await;
     server.stop().await;
-    assert!(output.status.success(), "the browser tests failed:\n{log}");
+    assert!(ok, "the browser tests failed:\n{log}");
     assert!(sandbox.file("approved.txt").exists(), "the approved command ran");
     assert!(!sandbox.file("denied.txt").exists(), "the denied command never ran");
     assert_eq!(std::fs::read_to_string(sandbox.file("notes.txt")).unwrap(), "color = 2\n");

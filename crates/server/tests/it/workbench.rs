@@ -460,7 +460,7 @@ async fn a_shell_in_the_session_s_directory_ends_with_the_session() {
     let shell_pid = started["pid"].as_u64().unwrap() as i32;
     let resize = json!({"type": "resize", "cols": 120, "rows": 40}).to_string();
     ws.socket.send(WsMessage::Text(resize.into())).await.unwrap();
-    let typed = "echo SB_$((6*7)) $(pwd) $(stty size); nohup sleep 300 >/dev/null 2>&1 & echo BG''=$! END''MARK\r";
+    let typed = "echo SB_$((6*7)) $(pwd) $(stty size); echo HOME''=$HOME; nohup sleep 300 >/dev/null 2>&1 & echo BG''=$! END''MARK\r";
     ws.socket.send(WsMessage::Binary(typed.as_bytes().to_vec().into())).await.unwrap();
     let mut seen = String::new();
     // The output, not the echo of what was typed (which has the quotes).
@@ -473,6 +473,11 @@ async fn a_shell_in_the_session_s_directory_ends_with_the_session() {
         line.trim_end(),
         format!("SB_42 {} 40 120", workdir.display()),
         "in the session's directory, at the page's size"
+    );
+    // The environment the session's CLI has (here, the sandbox's home), not the daemon's own.
+    assert!(
+        seen.contains(&format!("HOME={}", sandbox.home().display())),
+        "the session's environment: {seen}"
     );
     let background: i32 = seen
         .split("BG=")

@@ -161,7 +161,10 @@ impl SessionCore {
                     input: request.input.clone(),
                     tool_use_id: request.tool_use_id.clone(),
                     suggestions: request.permission_suggestions.clone().unwrap_or_default(),
-                    reason: request.decision_reason.clone().unwrap_or_else(|| decision.reason.clone()),
+                    reason: request
+                        .decision_reason
+                        .clone()
+                        .unwrap_or_else(|| decision.reason.clone()),
                     agent_id: request.agent_id.clone(),
                     timeout_secs: self.policy.ask_timeout.as_secs(),
                     asked_at_ms: now_ms(),

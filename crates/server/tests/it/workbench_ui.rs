@@ -1,0 +1,105 @@
+//! The workbench on a session long enough to scroll, in a browser (`e2e/workbench.test.mjs`):
+//! the tabs that take the transcript's place, the read-only diff of a session without a
+//! worktree and an edit's counts that open it, paths that open Files at a line, tables on a
+//! phone, the phone's header, its settings sheet and its cost panel, approvals in a person's
+//! words with Allow and Deny on the waiting bar, worktree sessions listed under their
+//! repository, and the notification bell. Real CLI, fake API, real git.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use switchboard_store::{MemoryStore, Store};
+use switchboard_testkit::{git, CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::ui::run_script;
+use crate::Server;
+
+/// An answer long enough to scroll at any size: sections of prose, a table wider than a phone,
+/// and paths with lines in inline code.
+fn long_answer() -> String {
+    let mut text = String::from("# Where the value comes from\n\nThe value is set in `src/app.py:12`; see also `src/app.py`.\n\n");
+    text.push_str(
+        "| component | configuration_manager_settings | responsibility | owner | status |\n",
+    );
+    text.push_str("|---|---|---|---|---|\n");
+    for row in 1..=4 {
+        text.push_str(&format!(
+            "| loader_{row} | environment_overrides_enabled | reads the configuration files | platform_team | production_ready |\n"
+        ));
+    }
+    for part in 1..=30 {
+        text.push_str(&format!(
+            "\n## Part {part}\n\nStep {part} reads the settings, checks them against the schema, and hands \
+             them to the next stage; nothing here changes the value itself, which stays where it \
+             was set until the fix below.\n"
+        ));
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workbench_on_a_session_long_enough_to_scroll() {
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir().join("shop");
+    std::fs::create_dir_all(repo.join("src")).unwrap();
+    let app = repo.join("src/app.py");
+    let lines: Vec<String> = (1..=40)
+        .map(|n| match n {
+            12 => "value = 1".to_owned(),
+            40 => "END = True".to_owned(),
+            n => format!("x_{n} = {n}"),
+        })
+        .collect();
+    std::fs::write(&app, lines.join("\n") + "\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "Test Person"]);
+    git(&repo, &["config", "user.email", "person@example.com"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text(long_answer()).when_prompt("LONG"))
+            // A partial read (lines 10 to 14), a whole one, then the edit.
+            .reply(
+                Reply::tool_use("Read", json!({"file_path": app, "offset": 10, "limit": 5}))
+                    .when_prompt("FIX"),
+            )
+            .reply(
+                Reply::tool_use(
+                    "Edit",
+                    json!({"file_path": app, "old_string": "value = 1", "new_string": "value = 2"}),
+                )
+                .when_tool_result_contains("END = True"),
+            )
+            .reply(
+                Reply::tool_use("Read", json!({"file_path": app}))
+                    .when_tool_result_contains("x_11"),
+            )
+            .reply(
+                Reply::text("## Fixed\n\nThe value in `src/app.py:12` is 2 now.")
+                    .when_tool_result_contains("has been updated"),
+            )
+            // A rule of the session's policy asks about this one.
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch asked.txt", "description": "make a file"}),
+                )
+                .when_prompt("ASKBASH"),
+            )
+            .reply(Reply::text("Not made, as you said.").when_tool_result())
+            .fallback("OK."),
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (ok, log) =
+        run_script("e2e/workbench.test.mjs", &server, &[("REPO", repo.display().to_string())])
+            .await;
+    server.stop().await;
+    assert!(ok, "the workbench's browser test failed:\n{log}");
+    let after = std::fs::read_to_string(&app).unwrap();
+    assert!(after.contains("value = 2\n"), "the edit was made: {after}");
+    assert!(!repo.join("asked.txt").exists(), "the denied command never ran");
+}

@@ -1,0 +1,339 @@
+// The workbench on a session long enough to scroll, at a desk (1,400 × 900) and on a phone
+// (390 × 844). Started by `cargo test` (crates/server/tests/it/workbench_ui.rs, test
+// `the_workbench_on_a_session_long_enough_to_scroll`), which runs the daemon with the real CLI
+// against the fake API and passes SWITCHBOARD_URL, SWITCHBOARD_TOKEN, API_TOKEN, CHROMIUM,
+// SCREENSHOTS and REPO (a git repository with src/app.py committed).
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { assertFits } from './lib.mjs';
+
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, API_TOKEN: apiToken, REPO: repo,
+  CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
+const TIMEOUT = 60_000;
+const DESK = { width: 1400, height: 900 };
+const PHONE = { width: 390, height: 844 };
+const headers = { authorization: `Bearer ${apiToken}`, 'content-type': 'application/json' };
+
+const browser = await chromium.launch({
+  executablePath,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const context = await browser.newContext({ viewport: DESK });
+const page = await context.newPage();
+page.setDefaultTimeout(TIMEOUT);
+const problems = [];
+page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+page.on('console', (message) => { if (message.type() === 'error') problems.push(`console: ${message.text()}`); });
+
+let failed = false;
+async function step(name, run) {
+  const started = Date.now();
+  try {
+    await run();
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (error) {
+    failed = true;
+    console.log(`FAIL ${name}: ${error.stack ?? error}`);
+    if (problems.length) console.log(`the page said:\n  ${problems.join('\n  ')}`);
+    await page.screenshot({ path: path.join(screenshots, `failure-workbench-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
+    throw error;
+  }
+}
+const shot = (name, target = page) => target.screenshot({ path: path.join(screenshots, name) });
+const transcript = () => page.locator('.transcript');
+const tabs = () => page.locator('.session-tabs');
+const clearToasts = () => page.evaluate(() => document.querySelectorAll('.toast').forEach((toast) => toast.remove()));
+
+/// Runs `check` at a desk and on a phone (in that order), leaving the page at a desk.
+async function atBothSizes(check) {
+  for (const [size, name] of [[DESK, 'desk'], [PHONE, 'phone']]) {
+    await page.setViewportSize(size);
+    await check(size, name);
+  }
+  await page.setViewportSize(DESK);
+}
+
+/// `panel` has the transcript's place: at least half the window high, the transcript hidden,
+/// its tab marked, its Close within the window.
+async function takesThePlace(panel, tab, size, name) {
+  await panel.locator('.close').waitFor();
+  const box = await panel.boundingBox();
+  assert.ok(box && box.height >= size.height * 0.5, `${name} at ${size.width}: ${box?.height} px high`);
+  assert.equal(await transcript().isVisible(), false, `${name} takes the transcript's place`);
+  const close = await panel.locator('.close').first().boundingBox();
+  assert.ok(close && close.y >= 0 && close.y + close.height <= size.height && close.x + close.width <= size.width, `${name}'s Close is in reach`);
+  if (tab) assert.equal(await tabs().locator(tab).getAttribute('aria-selected'), 'true', `${name}'s tab is marked`);
+}
+
+/// Whether `locator`'s element is within the window now.
+const inSight = (locator) => locator.evaluate((node) => {
+  const box = node.getBoundingClientRect();
+  return box.bottom > 0 && box.top < innerHeight && box.height > 0;
+});
+
+let session;
+try {
+  await step('a long session in a repository: the answer scrolls, an edit and its read are on the page', async () => {
+    await page.goto(`${base}/?token=${token}`);
+    session = await (await fetch(`${base}/api/sessions`, {
+      method: 'POST', headers,
+      body: JSON.stringify({ cwd: repo, prompt: 'LONG please', policy: '[permissions]\nallow = ["Read", "Edit"]\nask = ["Bash(touch:*)"]\n' }),
+    })).json();
+    assert.ok(session.id, JSON.stringify(session));
+    await page.goto(`${base}/#/s/${session.id}`);
+    await transcript().locator('.md h2', { hasText: 'Part 30' }).waitFor();
+    const input = page.locator('.composer-input');
+    await input.fill('FIX the value');
+    await input.press('Control+Enter');
+    await transcript().locator('.md h2', { hasText: 'Fixed' }).waitFor();
+    const tall = await transcript().evaluate((node) => node.scrollHeight / node.clientHeight);
+    assert.ok(tall > 2, `the transcript is ${tall.toFixed(1)} windows high`);
+    // No blank gap between the edit's card and the heading after it.
+    const gap = await page.evaluate(() => {
+      const cards = [...document.querySelectorAll('.transcript .tool-Edit')];
+      const heading = [...document.querySelectorAll('.transcript .md h2')].find((h) => h.textContent === 'Fixed');
+      return heading.getBoundingClientRect().top - cards[cards.length - 1].getBoundingClientRect().bottom;
+    });
+    assert.ok(gap >= 0 && gap < 36, `${gap} px between the card and the next heading`);
+    await shot('session-long.png');
+  });
+
+  await step('tabs: Review, Files and Terminal take the transcript\'s place at both sizes; Chat brings it back', async () => {
+    await atBothSizes(async (size, name) => {
+      for (const [tab, panel] of [['.review-open', '.review'], ['.files-open', '.files-panel'], ['.shell-open', '.shell-panel']]) {
+        await tabs().locator(tab).click();
+        await takesThePlace(page.locator(panel), tab, size, `${panel} (${name})`);
+        // The shell draws its prompt in the panel.
+        if (panel === '.shell-panel') await page.locator('.shell-panel .xterm-rows', { hasText: /\S/ }).waitFor();
+        // Icons on every tab.
+        assert.equal(await tabs().locator(`${tab} svg.icon`).count(), 1);
+      }
+      await tabs().locator('.chat-open').click();
+      await transcript().waitFor();
+      assert.equal(await page.locator('.review, .files-panel, .shell-panel').count(), 0, 'Chat closes every panel');
+      assert.equal(await tabs().locator('.chat-open').getAttribute('aria-selected'), 'true');
+    });
+  });
+
+  await step('a session without a worktree: its repository\'s diff, read-only; the edit\'s counts open it at the file', async () => {
+    const card = transcript().locator('.tool-Edit').last();
+    await card.locator('.tool-head').scrollIntoViewIfNeeded();
+    const counts = card.locator('.tool-head .diffstat');
+    assert.equal(await counts.textContent(), '+1 −1');
+    await atBothSizes(async (size, name) => {
+      await tabs().locator('.chat-open').click();
+      await counts.scrollIntoViewIfNeeded();
+      await counts.click();
+      const review = page.locator('.review');
+      const file = review.locator('.review-file[data-path="src/app.py"]');
+      await file.waitFor();
+      await takesThePlace(review, '.review-open', size, `Review from an edit (${name})`);
+      assert.ok(await inSight(file.locator('summary')), 'Review opened at the file');
+      assert.match(await review.locator('.review-head').textContent(), /1 file changed in .*shop on main, since [0-9a-f]{8}/);
+      await review.locator('.read-only', { hasText: 'Read-only' }).waitFor();
+      assert.equal(await review.locator('.commit, .merge, .discard, .push').count(), 0, 'no commit or merge without a worktree');
+      await file.locator('.line.add', { hasText: 'value = 2' }).waitFor();
+      await file.locator('.line.del', { hasText: 'value = 1' }).waitFor();
+      assert.equal(await file.locator('.line.add .no').textContent(), '12', 'the new file\'s line number');
+      await assertFits(`Review (${name})`, page);
+      if (name === 'desk') await shot('review-directory.png');
+    });
+    await tabs().locator('.chat-open').click();
+  });
+
+  await step('paths open Files at their line, with line numbers: a Read card\'s and `path:line` in an answer', async () => {
+    await atBothSizes(async (size, name) => {
+      await tabs().locator('.chat-open').click();
+      // The partial Read (lines 10 to 14): its path opens Files at line 10.
+      const read = transcript().locator('.tool-Read', { hasText: 'lines 10–14' });
+      // Folded (it is not the newest card): opened.
+      if (await read.evaluate((node) => node.classList.contains('collapsed'))) await read.locator('.tool-head').click();
+      const link = read.locator('.tool-path .path-link');
+      assert.equal(await link.textContent(), 'src/app.py:10');
+      await link.click();
+      const panel = page.locator('.files-panel');
+      await takesThePlace(panel, '.files-open', size, `Files from a card (${name})`);
+      const marked = panel.locator('.line-no.marked');
+      await marked.waitFor();
+      assert.equal(await marked.textContent(), '10');
+      assert.ok(await inSight(marked), 'the line is in sight');
+      assert.equal(await panel.locator('.gutter .line-no').count(), 40, 'a number for every line');
+      assert.equal(await panel.locator('.file-view-head code').textContent(), 'src/app.py');
+      // The answer's `src/app.py:12`: Files at line 12.
+      await tabs().locator('.chat-open').click();
+      const inAnswer = transcript().locator('.msg.assistant', { hasText: 'is 2 now' }).locator('.path-link.inline');
+      await inAnswer.scrollIntoViewIfNeeded();
+      assert.equal(await inAnswer.textContent(), 'src/app.py:12');
+      await inAnswer.click();
+      await panel.locator('.line-no.marked', { hasText: /^12$/ }).waitFor();
+      assert.ok(await inSight(panel.locator('.line-no.marked')), 'line 12 is in sight');
+      const band = await panel.locator('.line-band').boundingBox();
+      const mark = await panel.locator('.line-no.marked').boundingBox();
+      assert.ok(Math.abs(band.y - mark.y) < 4, `the band is across line 12 (${band.y} vs ${mark.y})`);
+      await assertFits(`Files at a line (${name})`, page);
+      if (name === 'desk') await shot('files-at-line.png', page.locator('.session'));
+      if (name === 'phone') await shot('phone-files.png');
+    });
+    await tabs().locator('.chat-open').click();
+  });
+
+  await step('on a phone: a wide table scrolls sideways in its own box, its words whole', async () => {
+    await page.setViewportSize(PHONE);
+    const wrap = transcript().locator('.table-wrap').first();
+    await wrap.scrollIntoViewIfNeeded();
+    const { scrolls, broken } = await wrap.evaluate((box) => {
+      const broken = [];
+      // Each word of each cell on one line (a cell may wrap between words).
+      for (const cell of box.querySelectorAll('td, th')) {
+        const text = cell.firstChild;
+        if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+        for (const word of text.data.matchAll(/\S+/g)) {
+          const range = document.createRange();
+          range.setStart(text, word.index);
+          range.setEnd(text, word.index + word[0].length);
+          const lines = new Set([...range.getClientRects()].map((rect) => Math.round(rect.top)));
+          if (lines.size > 1) broken.push(word[0]);
+        }
+      }
+      return { scrolls: box.scrollWidth > box.clientWidth, broken };
+    });
+    assert.ok(scrolls, 'the table is wider than the phone, and scrolls in its box');
+    assert.deepEqual(broken, [], 'no word broken mid-cell');
+    await assertFits('a wide table on a phone', page);
+    await shot('phone-table.png');
+    await page.setViewportSize(DESK);
+  });
+
+  await step('the phone\'s header: one row; model and mode in a settings sheet; the cost opens the chart, gauge and models', async () => {
+    await page.setViewportSize(PHONE);
+    await transcript().waitFor();
+    const parts = await Promise.all(['.back', 'h1', '.badge', '.cost', '.menu summary'].map((part) => page.locator(`.session-head ${part}`).boundingBox()));
+    const middle = (box) => box.y + box.height / 2;
+    assert.ok(parts.every((box) => box && Math.abs(middle(box) - middle(parts[0])) < 8 && box.x + box.width <= PHONE.width), `one row: ${JSON.stringify(parts)}`);
+    const head = await page.locator('.session-head').boundingBox();
+    assert.ok(head.height < 60, `the header is ${head.height} px high`);
+    assert.equal(await page.locator('.session-head select.model').isVisible(), false, 'the model is in the sheet');
+    assert.equal(await page.locator('.session-head .interrupt').isVisible(), false, 'no Stop while no turn runs');
+    await page.screenshot({ path: path.join(screenshots, 'phone-header.png'), clip: { x: 0, y: 0, width: PHONE.width, height: 120 } });
+    await page.locator('.session-head .menu summary').click();
+    await page.locator('.menu-items .settings-open').click();
+    const sheet = page.locator('dialog.sheet');
+    await sheet.locator('select.model').waitFor();
+    await sheet.locator('select.mode').waitFor();
+    await assertFits('the settings sheet', page);
+    await shot('phone-settings.png');
+    await sheet.locator('select.mode').selectOption('acceptEdits');
+    await page.locator('.toast', { hasText: 'Permission mode set to acceptEdits' }).waitFor();
+    await sheet.getByRole('button', { name: 'Done' }).click();
+    await sheet.waitFor({ state: 'detached' });
+    const stored = await (await fetch(`${base}/api/sessions/${session.id}`, { headers })).json();
+    assert.equal(stored.permission_mode, 'acceptEdits');
+    await page.locator('.session-head .cost').click();
+    const stats = page.locator('.stats-panel');
+    await takesThePlace(stats, null, PHONE, 'the cost panel');
+    await stats.locator('.cost-chart canvas').waitFor();
+    await stats.locator('.gauge').waitFor();
+    await stats.locator('.models td', { hasText: 'claude' }).first().waitFor();
+    // Each side axis is wide enough for its widest label (with its ticks and their gap).
+    const axes = await page.evaluate(() => {
+      const { chart } = window.__switchboard.view;
+      const ruler = document.createElement('canvas').getContext('2d');
+      ruler.font = '11px system-ui, sans-serif';
+      return chart.axes.slice(1).map((axis) => ({ size: axis._size, widest: Math.max(...(axis._values ?? []).map((v) => ruler.measureText(String(v)).width)) }));
+    });
+    assert.ok(axes.every(({ size, widest }) => size >= widest + 15), `axes wide enough for their labels: ${JSON.stringify(axes)}`);
+    await assertFits('the cost panel', page);
+    await shot('phone-cost.png');
+    await stats.locator('.close').click();
+    await transcript().waitFor();
+    // Back to asking: the next step's rule asks, and the mode must not allow it on its own.
+    await page.locator('.session-head .menu summary').click();
+    await page.locator('.menu-items .settings-open').click();
+    await sheet.locator('select.mode').selectOption('default');
+    await page.locator('.toast', { hasText: 'Permission mode set to default' }).waitFor();
+    await sheet.getByRole('button', { name: 'Done' }).click();
+    await page.setViewportSize(DESK);
+  });
+
+  await step('an approval in a person\'s words: the rule that asks, who started the turn; Deny from the waiting bar', async () => {
+    await clearToasts();
+    const input = page.locator('.composer-input');
+    await input.fill('ASKBASH now');
+    await input.press('Control+Enter');
+    const card = transcript().locator('.tool-Bash', { hasText: 'touch asked.txt' });
+    await card.locator('.permission .allow').waitFor();
+    const words = await card.locator('.permission').textContent();
+    assert.doesNotMatch(words, /no policy rule|asking a person/);
+    assert.equal(await card.locator('.permission-reason').textContent(), 'Your policy\'s rule Bash(touch:*) asks you.');
+    assert.equal(await card.locator('.permission-started').textContent(), 'Turn started by you in the web UI');
+    await shot('approval-words.png', card);
+    // Review open: the bar says what waits, and answers it.
+    await tabs().locator('.review-open').click();
+    const bar = page.locator('.waiting-bar');
+    await bar.waitFor();
+    assert.match(await bar.textContent(), /Claude wants to run touch asked\.txt/);
+    await bar.locator('.deny').click();
+    await bar.waitFor({ state: 'hidden' });
+    await tabs().locator('.chat-open').click();
+    await card.locator('.decision', { hasText: 'Denied by you' }).waitFor();
+    await transcript().locator('.msg.assistant', { hasText: 'Not made, as you said.' }).waitFor();
+  });
+
+  await step('the list: a worktree session under its repository with its branch; the tiles say what they count', async () => {
+    const made = await (await fetch(`${base}/api/sessions`, { method: 'POST', headers, body: JSON.stringify({ cwd: repo, worktree: true }) })).json();
+    assert.ok(made.id, JSON.stringify(made));
+    await page.goto(`${base}/#/`);
+    const group = page.locator('.group-head', { hasText: 'shop' });
+    await group.waitFor();
+    assert.equal(await page.locator('.group-head', { hasText: 'shop' }).count(), 1, 'one group for the repository');
+    assert.equal(await group.locator('.count').textContent(), '2');
+    const branch = page.locator('.session-item.in-worktree .branch');
+    await branch.waitFor();
+    assert.equal(await branch.textContent(), `switchboard/${made.id.slice(0, 8)}`);
+    // The worktree session is listed right after the repository's own.
+    const order = await page.locator('.session-list li').evaluateAll((rows) => rows.map((row) => row.className));
+    const at = order.findIndex((name) => name.includes('group-head') === false && name.includes('in-worktree'));
+    assert.ok(order[at - 2]?.includes('group-head') && !order[at - 1].includes('in-worktree'), JSON.stringify(order));
+    const tiles = await page.locator('.overview .tile .label').allTextContents();
+    assert.deepEqual(tiles, ['waiting for you', 'working now', 'open and idle, ready for a message', 'spent in all']);
+    await shot('session-list-grouped.png');
+  });
+
+  await step('the bell: its state is visible, and a browser that refuses gets words a person can act on', async () => {
+    const phone = await browser.newContext({ viewport: PHONE });
+    const tab = await phone.newPage();
+    tab.setDefaultTimeout(TIMEOUT);
+    tab.on('pageerror', (error) => problems.push(`bell page: ${error.message}`));
+    // This browser refuses: as a person's would after "Block".
+    await tab.addInitScript(() => {
+      Object.defineProperty(Notification, 'permission', { get: () => 'denied' });
+      Notification.requestPermission = async () => 'denied';
+    });
+    await tab.goto(`${base}/?token=${token}`);
+    await tab.goto(`${base}/#/`);
+    const bell = tab.locator('#push-toggle');
+    await bell.waitFor();
+    assert.match(await bell.getAttribute('class'), /blocked/);
+    assert.match(await bell.getAttribute('aria-label'), /blocked by this browser/);
+    const box = await bell.boundingBox();
+    assert.ok(box.x + box.width <= PHONE.width && box.y < 60, `the bell is at the top: ${JSON.stringify(box)}`);
+    await bell.click();
+    const toast = tab.locator('.toast');
+    await toast.waitFor();
+    assert.match(await toast.textContent(), /blocks notifications from this site.*set Notifications to Allow/);
+    assert.doesNotMatch(await toast.textContent(), /Registration failed/);
+    await shot('phone-bell-blocked.png', tab);
+    await phone.close();
+  });
+
+  await step('no errors in the page', async () => {
+    assert.deepEqual(problems, []);
+  });
+} catch (error) {
+  failed = true;
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
