@@ -45,9 +45,13 @@ await step("node b's list shows node a's session, waiting, with its node", async
 await step("approve node a's Bash call from node b's page", async () => {
   await page.goto(`${base}/#/s/${id}`);
   await page.locator('.session-head .session-title', { hasText: 'on a ·' }).waitFor();
-  // Its files and terminal are on node a's machine: not offered here.
-  assert.equal(await page.locator('.session-head .files-open').isHidden(), true);
-  assert.equal(await page.locator('.session-head .shell-open').isHidden(), true);
+  // Its diff, files and terminal are on node a's machine: not offered here (the tabs are there,
+  // those three hidden).
+  await page.locator('.session-tabs .chat-open').waitFor();
+  for (const tab of ['.review-open', '.files-open', '.shell-open']) {
+    assert.equal(await page.locator(`.session-tabs ${tab}`).count(), 1, tab);
+    assert.equal(await page.locator(`.session-tabs ${tab}`).isHidden(), true, tab);
+  }
   const card = page.locator('.transcript .tool-Bash', { hasText: 'touch fleet.txt' });
   await card.locator('.permission .allow').waitFor();
   await page.screenshot({ path: path.join(screenshots, 'fleet-approve-on-another-node.png') });
