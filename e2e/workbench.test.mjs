@@ -264,11 +264,18 @@ try {
     await input.press('Control+Enter');
     const card = transcript().locator('.tool-Bash', { hasText: 'touch asked.txt' });
     await card.locator('.permission .allow').waitFor();
-    const words = await card.locator('.permission').textContent();
-    assert.doesNotMatch(words, /no policy rule|asking a person/);
-    assert.equal(await card.locator('.permission-reason').textContent(), 'Your policy\'s rule Bash(touch:*) asks you.');
-    assert.equal(await card.locator('.permission-started').textContent(), 'Turn started by you in the web UI');
-    await shot('approval-words.png', card);
+    await atBothSizes(async (size, name) => {
+      await card.locator('.permission .allow').scrollIntoViewIfNeeded();
+      const words = await card.locator('.permission').textContent();
+      assert.doesNotMatch(words, /no policy rule|asking a person/);
+      assert.equal(await card.locator('.permission-reason').textContent(), 'Your policy\'s rule Bash(touch:*) asks you.');
+      assert.equal(await card.locator('.permission-started').textContent(), 'Turn started by you in the web UI');
+      // The small print is small.
+      const [reason, started] = await Promise.all(['.permission-reason', '.permission-started'].map((part) => card.locator(part).evaluate((node) => parseFloat(getComputedStyle(node).fontSize))));
+      assert.ok(started < reason, `who started the turn in smaller print (${started} px) than why (${reason} px)`);
+      await assertFits(`an approval (${name})`, page);
+      await shot(name === 'desk' ? 'approval-words.png' : 'phone-approval-words.png', name === 'desk' ? card : page);
+    });
     // Review open: the bar says what waits, and answers it.
     await tabs().locator('.review-open').click();
     const bar = page.locator('.waiting-bar');
@@ -299,6 +306,15 @@ try {
     const tiles = await page.locator('.overview .tile .label').allTextContents();
     assert.deepEqual(tiles, ['waiting for you', 'working now', 'open and idle, ready for a message', 'spent in all']);
     await shot('session-list-grouped.png');
+    // On a phone, the list is the page: the same groups, within the screen.
+    await page.setViewportSize(PHONE);
+    await branch.waitFor();
+    assert.equal(await page.locator('.group-head', { hasText: 'shop' }).count(), 1);
+    const row = await page.locator('.session-item.in-worktree').boundingBox();
+    assert.ok(row.x + row.width <= PHONE.width, `the worktree session fits: ${JSON.stringify(row)}`);
+    await assertFits('the list on a phone', page);
+    await shot('phone-list-grouped.png');
+    await page.setViewportSize(DESK);
   });
 
   await step('the bell: its state is visible, and a browser that refuses gets words a person can act on', async () => {
@@ -314,17 +330,24 @@ try {
     await tab.goto(`${base}/?token=${token}`);
     await tab.goto(`${base}/#/`);
     const bell = tab.locator('#push-toggle');
-    await bell.waitFor();
-    assert.match(await bell.getAttribute('class'), /blocked/);
-    assert.match(await bell.getAttribute('aria-label'), /blocked by this browser/);
-    const box = await bell.boundingBox();
-    assert.ok(box.x + box.width <= PHONE.width && box.y < 60, `the bell is at the top: ${JSON.stringify(box)}`);
-    await bell.click();
-    const toast = tab.locator('.toast');
-    await toast.waitFor();
-    assert.match(await toast.textContent(), /blocks notifications from this site.*set Notifications to Allow/);
-    assert.doesNotMatch(await toast.textContent(), /Registration failed/);
-    await shot('phone-bell-blocked.png', tab);
+    for (const size of [PHONE, DESK]) {
+      await tab.setViewportSize(size);
+      await bell.waitFor();
+      assert.match(await bell.getAttribute('class'), /blocked/);
+      assert.match(await bell.getAttribute('aria-label'), /blocked by this browser/);
+      const list = await tab.locator('#sidebar').boundingBox();
+      const box = await bell.boundingBox();
+      assert.ok(box.x + box.width <= list.x + list.width && box.y < 60, `the bell is at the top of the list: ${JSON.stringify(box)}`);
+      const newButton = await tab.locator('#new-session').boundingBox();
+      assert.ok(newButton.x + newButton.width <= list.x + list.width, `New is within the list: ${JSON.stringify(newButton)} in ${JSON.stringify(list)}`);
+      await bell.click();
+      const toast = tab.locator('.toast');
+      await toast.waitFor();
+      assert.match(await toast.textContent(), /blocks notifications from this site.*set Notifications to Allow/);
+      assert.doesNotMatch(await toast.textContent(), /Registration failed/);
+      if (size === PHONE) await shot('phone-bell-blocked.png', tab);
+      await tab.evaluate(() => document.querySelectorAll('.toast').forEach((toast) => toast.remove()));
+    }
     await phone.close();
   });
 

@@ -76,7 +76,7 @@ function renderPush() {
   toggle.title = words;
   toggle.setAttribute('aria-label', words);
   toggle.replaceChildren(icon(on ? 'bell' : 'bellOff'), el('span', { class: 'label' }, on ? 'On' : blocked ? 'Blocked' : 'Off'));
-  $('#push-state').textContent = on ? 'This device is notified.' : '';
+  $('#push-state').textContent = on ? 'This device is notified.' : blocked ? 'This browser blocks notifications here.' : '';
   $('#push-test').hidden = !on;
 }
 
@@ -94,8 +94,8 @@ export function setupPush() {
   }
   $('#push-toggle').addEventListener('click', async (event) => {
     const button = event.currentTarget;
-    button.disabled = true;
     if (!pushing.id() && Notification.permission === 'denied') { toast(BLOCKED); return; }
+    button.disabled = true;
     try {
       if (pushing.id()) {
         await pushOff();

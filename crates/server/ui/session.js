@@ -95,6 +95,7 @@ export class SessionView {
     this.closed = true;
     this.socket?.close();
     this.chart?.destroy();
+    this.statsObserver?.disconnect();
     // A shell open here ends when the page leaves the session (the daemon ends it).
     if (this.shellPanel) this.toggleShell();
   }

@@ -27,6 +27,13 @@ export const usageMethods = {
     this.stats.replaceChildren(el('h2', {}, 'Cost'), p.totals, p.chart, p.legend, p.readout,
       el('h2', {}, 'Context'), p.gauge, p.gaugeLabel,
       el('h2', {}, 'By model'), el('table', { class: 'models' }, p.models));
+    // The chart follows the panel's width (a window resized; the panel moved between the side
+    // and a phone's cost view).
+    this.statsObserver = new ResizeObserver(() => {
+      const width = Math.max(220, this.stats.clientWidth - 32);
+      if (this.chart && this.stats.clientWidth && Math.abs(this.chart.width - width) > 2) this.chart.setSize({ width, height: 170 });
+    });
+    this.statsObserver.observe(this.stats);
     this.drawContext();
   },
 
