@@ -61,7 +61,8 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
             .reply(Reply::text(long_answer()).when_prompt("LONG"))
             // A partial read (lines 10 to 14), a whole one, then the edit.
             .reply(
-                Reply::tool_use("Read", json!({"file_path": app, "offset": 10, "limit": 5}))
+                Reply::text("Reading the value first.")
+                    .then_tool("Read", json!({"file_path": app, "offset": 10, "limit": 5}))
                     .when_prompt("FIX"),
             )
             .reply(
