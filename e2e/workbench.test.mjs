@@ -279,6 +279,12 @@ try {
       const [reason, started] = await Promise.all(['.permission-reason', '.permission-started'].map((part) => card.locator(part).evaluate((node) => parseFloat(getComputedStyle(node).fontSize))));
       assert.ok(started < reason, `who started the turn in smaller print (${started} px) than why (${reason} px)`);
       await assertFits(`an approval (${name})`, page);
+      // While a turn runs, Stop is there, and the header is still one row with room for the title.
+      const parts = await Promise.all(['.session-title', '.badge', '.cost', '.interrupt', '.menu summary'].map((part) => page.locator(`.session-head ${part}`).boundingBox()));
+      const middle = (box) => box.y + box.height / 2;
+      assert.ok(parts.every((box) => box && Math.abs(middle(box) - middle(parts[0])) < 8 && box.x + box.width <= size.width), `one row during a turn (${name}): ${JSON.stringify(parts)}`);
+      assert.ok(parts[0].width >= 60, `room for the title (${name}): ${parts[0].width} px`);
+      assert.equal(await page.locator('.session-head .interrupt').textContent(), 'Stop');
       await shot(name === 'desk' ? 'approval-words.png' : 'phone-approval-words.png', name === 'desk' ? card : page);
     });
     // Review open: the bar says what waits, and answers it.
