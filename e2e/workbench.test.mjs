@@ -283,7 +283,7 @@ try {
       const parts = await Promise.all(['.session-title', '.badge', '.cost', '.interrupt', '.menu summary'].map((part) => page.locator(`.session-head ${part}`).boundingBox()));
       const middle = (box) => box.y + box.height / 2;
       assert.ok(parts.every((box) => box && Math.abs(middle(box) - middle(parts[0])) < 8 && box.x + box.width <= size.width), `one row during a turn (${name}): ${JSON.stringify(parts)}`);
-      assert.ok(parts[0].width >= 60, `room for the title (${name}): ${parts[0].width} px`);
+      assert.ok(parts[0].width >= 90, `room for the title (${name}): ${parts[0].width} px`);
       assert.equal(await page.locator('.session-head .interrupt').textContent(), 'Stop');
       await shot(name === 'desk' ? 'approval-words.png' : 'phone-approval-words.png', name === 'desk' ? card : page);
     });

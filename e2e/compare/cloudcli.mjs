@@ -180,7 +180,7 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
       await page.waitForTimeout(300);
     };
     const visible = (locator) => locator.filter({ visible: true }).first();
-    const tab = (name) => visible(page.getByRole('button', { name, exact: true }));
+    const tab = (name) => visible(page.getByRole('tab', { name, exact: true })); // Chat, Shell, Files, Source Control
     const composer = () => visible(page.locator('textarea'));
     const allow = () => visible(page.getByRole('button', { name: 'Allow once', exact: true }));
 
@@ -234,8 +234,10 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
           asked += 1;
           log(`asked: ${tool}`);
           await onApproval(tool, asked);
+          // Answer, and wait for this request's card to go (the next one may follow at once).
+          const card = await allow().elementHandle();
           await allow().click();
-          await allow().waitFor({ state: 'hidden', timeout: 10_000 }).catch(() => {});
+          await page.waitForFunction((element) => !element.isConnected, card, { timeout: 10_000 });
           continue;
         }
         const answered = await visible(page.getByText(done)).isVisible();
@@ -300,10 +302,10 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
     log('explained');
 
     // The session list across projects (the sidebar's "Conversations").
-    await visible(page.getByRole('button', { name: 'Conversations' })).click();
+    await visible(page.getByRole('button', { name: 'Conversations', exact: true })).click();
     await page.waitForTimeout(500);
     await shot('list');
-    await visible(page.getByRole('button', { name: 'Projects' })).click();
+    await visible(page.getByRole('button', { name: 'Projects', exact: true })).click();
 
     // Source Control after the fix: the changed file opened on its diff in the list, then the
     // file itself in the diff editor.
