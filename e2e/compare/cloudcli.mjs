@@ -8,8 +8,11 @@
 // - It runs Claude through @anthropic-ai/claude-agent-sdk and hands the CLI its own environment,
 //   so the fake API's ANTHROPIC_BASE_URL and the rest go into CloudCLI's process environment.
 //   On Linux it passes `CLAUDE_CLI_PATH` (default a bare `claude`) to the SDK as the executable;
-//   we point it at the CLI the SDK ships, and put that CLI on PATH as `claude` too, which the
-//   Shell tab runs (`claude --resume <id>`).
+//   we point it at the CLI the SDK ships.
+// - Its Shell tab runs `claude --resume <session> || claude` in a terminal. We keep any `claude`
+//   off its PATH: the interactive CLI, first run in a fresh HOME, checks its connection to
+//   api.anthropic.com itself (whatever ANTHROPIC_BASE_URL says), and nothing may leave loopback.
+//   So the Shell tab shows `claude: command not found` here.
 // - `SERVER_PORT` and `HOST` choose where it listens; its database goes to $HOME/.cloudcli.
 // - A project must lie inside `WORKSPACES_ROOT` (default $HOME), and "Create New Project" refuses
 //   any path spelled under /tmp, /root, /var (but /var/tmp), /opt, … ("Cannot create workspace in
@@ -59,17 +62,17 @@ function freePort() {
   });
 }
 
-/// Starts `command` in a process group of its own, resolving with the process once
-/// `ready(output)` holds for what it printed (within WAIT).
-function start(command, args, options, ready) {
+/// Starts `command` in a process group of its own, adds it to `started` (to be stopped, whatever
+/// happens) and resolves with what it printed once `ready(output)` holds for it (within WAIT).
+function start(started, command, args, options, ready) {
   const child = spawn(command, args, { ...options, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  started.push(child);
   let output = '';
-  const started = { child, output: () => output };
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(Object.assign(new Error(`${path.basename(command)} did not start in time:\n${output}`), { started })), WAIT);
+    const timer = setTimeout(() => reject(new Error(`${path.basename(command)} did not start in time:\n${output}`)), WAIT);
     const seen = (chunk) => {
       output += chunk;
-      if (ready(output)) { clearTimeout(timer); resolve(started); }
+      if (ready(output)) { clearTimeout(timer); resolve(output); }
     };
     child.stdout.on('data', seen);
     child.stderr.on('data', seen);
@@ -78,42 +81,51 @@ function start(command, args, options, ready) {
   });
 }
 
-/// The ids of `pid`'s descendants (from /proc), so that the CLIs CloudCLI started, and the
-/// shell its Shell tab opened in a terminal of its own, stop with it.
+/// A process's parent and start time (fields 4 and 22 of /proc/<pid>/stat), or null once gone.
+function procStat(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { ppid: Number(fields[1]), started: fields[19] };
+  } catch { return null; }
+}
+
+/// `pid`'s descendants (from /proc), so that the CLIs CloudCLI started, and the shell its Shell
+/// tab opened in a terminal of its own, stop with it; each with its start time, so that a
+/// finished process's id, taken again by another, is left alone.
 function descendants(pid) {
   const children = new Map();
   for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      if (!children.has(ppid)) children.set(ppid, []);
-      children.get(ppid).push(Number(entry));
-    } catch { /* it ended meanwhile */ }
+    const stat = /^\d+$/.test(entry) && procStat(entry);
+    if (!stat) continue;
+    if (!children.has(stat.ppid)) children.set(stat.ppid, []);
+    children.get(stat.ppid).push({ pid: Number(entry), started: stat.started });
   }
   const found = [];
-  const walk = (parent) => { for (const child of children.get(parent) ?? []) { found.push(child); walk(child); } };
+  const walk = (parent) => { for (const child of children.get(parent) ?? []) { found.push(child); walk(child.pid); } };
   walk(pid);
   return found;
 }
 
-/// Stops a process started by `start`, its group and its descendants: SIGTERM, then SIGKILL
-/// after 10 s.
+/// Stops a process started by `start`: first its descendants (SIGTERM, while it is there to reap
+/// them), then its group; SIGKILL to whatever is left after 10 s.
 async function stop(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const others = descendants(child.pid);
+  const alive = () => others.filter(({ pid, started }) => procStat(pid)?.started === started);
   const signal = (name) => {
-    try { process.kill(-child.pid, name); } catch { /* the group is gone */ }
-    for (const pid of others) { try { process.kill(pid, name); } catch { /* gone */ } }
+    for (const { pid } of alive()) try { process.kill(pid, name); } catch { /* gone */ }
   };
   signal('SIGTERM');
+  for (let waited = 0; alive().length && waited < 5_000; waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
+  try { process.kill(-child.pid, 'SIGTERM'); } catch { /* the group is gone */ }
   const exited = await new Promise((resolve) => {
-    if (child.exitCode !== null) return resolve(true);
+    if (child.exitCode !== null || child.signalCode !== null) return resolve(true);
     const timer = setTimeout(() => resolve(false), 10_000);
     child.once('exit', () => { clearTimeout(timer); resolve(true); });
   });
-  if (!exited) signal('SIGKILL');
-  else for (const pid of others) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone, as it should be */ } }
+  if (!exited) try { process.kill(-child.pid, 'SIGKILL'); } catch { /* gone */ }
+  signal('SIGKILL');
 }
 
 export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = process.env.CLOUDCLI ?? '/tmp/cloudcli',
@@ -123,15 +135,13 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
   if (!fs.existsSync(sdkClaude)) throw new Error(`the Agent SDK's CLI is missing: ${sdkClaude}`);
   workdir = fs.realpathSync(workdir);
 
-  // The project and the fake API's script for it; a scratch HOME; `claude` on PATH.
+  // The project and the fake API's script for it; a scratch HOME; a PATH without `claude`.
   const project = path.join(workdir, 'shop');
   const script = path.join(workdir, 'replies.json');
   fs.writeFileSync(script, JSON.stringify(makeProject(project)));
   const home = path.join(workdir, 'home');
-  const bin = path.join(workdir, 'bin');
   fs.mkdirSync(home, { recursive: true });
-  fs.mkdirSync(bin, { recursive: true });
-  fs.symlinkSync(sdkClaude, path.join(bin, 'claude'));
+  const PATH = (process.env.PATH ?? '').split(':').filter((dir) => dir && !fs.existsSync(path.join(dir, 'claude'))).join(':');
   // The path to type into "Create New Project": the real one, or one through /var/tmp.
   let typed = project;
   let link = null;
@@ -152,20 +162,18 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
     });
 
     // The fake API, then CloudCLI with Claude's environment pointing at it.
-    const fake = await start(switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
-    started.push(fake.child);
-    const { url } = JSON.parse(fake.output().split('\n').find((line) => line.includes('"url"')));
+    const printed = await start(started, switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
+    const { url } = JSON.parse(printed.split('\n').find((line) => line.includes('"url"')));
     const port = await freePort();
     const env = { ...process.env };
     for (const key of ['ANTHROPIC_AUTH_TOKEN', 'CLAUDE_CODE_OAUTH_TOKEN', 'CLAUDE_CONFIG_DIR', 'DATABASE_PATH', 'JWT_SECRET', 'API_KEY', 'PORT', 'VITE_PORT']) delete env[key];
     Object.assign(env, {
-      HOME: home, PATH: `${bin}:${process.env.PATH}`, SERVER_PORT: String(port), HOST: '127.0.0.1', WORKSPACES_ROOT: workdir,
+      HOME: home, PATH, SERVER_PORT: String(port), HOST: '127.0.0.1', WORKSPACES_ROOT: workdir,
       CLAUDE_CLI_PATH: sdkClaude, ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: 'comparison',
       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_AUTOUPDATER: '1', NODE_ENV: 'production',
     });
-    const server = await start(process.execPath, [path.join(app, 'dist-server/server/index.js')], { cwd: app, env },
+    await start(started, process.execPath, [path.join(app, 'dist-server/server/index.js')], { cwd: app, env },
       (out) => out.includes('Server URL'));
-    started.push(server.child);
     const base = `http://127.0.0.1:${port}`;
 
     page = await context.newPage();
@@ -275,9 +283,15 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
     await shot('bash');
     log('ran the tests');
 
-    // 2. Fix it: Read (not asked), Edit (asked), the tests again (asked).
+    // 2. Fix it: Read (not asked), Edit (asked: the request as asked, then its input opened),
+    // the tests again (asked).
     await turn(PROMPTS.fix, 'Fixed: the test passes', async (tool) => {
-      if (tool === 'Edit') await shot('edit-approval');
+      if (tool !== 'Edit') return;
+      await shot('edit-approval');
+      // What the request asks, opened: the tool's input as JSON.
+      await visible(page.getByText('View tool input')).click();
+      await page.waitForTimeout(300);
+      await shot('edit-approval-input');
     });
     // The tool cards: Read, the Edit opened on its diff, the second Bash.
     const edit = visible(page.locator('div.group\\/section').filter({ has: page.getByText('+1', { exact: true }) }));
@@ -307,14 +321,18 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
     await shot('list');
     await visible(page.getByRole('button', { name: 'Projects', exact: true })).click();
 
-    // Source Control after the fix: the changed file opened on its diff in the list, then the
-    // file itself in the diff editor.
+    // Source Control after the fix: the panel (branch, tabs, commit box, the changed file), the
+    // file opened on its diff in the list (which scrolls the tabs and commit box away), then the
+    // file in the diff editor.
     await tab('Source Control').click();
     const changed = visible(page.getByText('cart.py', { exact: true }));
     await changed.waitFor();
-    await changed.locator('xpath=preceding-sibling::*[1]').click().catch(() => {});
     await page.waitForTimeout(500);
     await shot('review');
+    await changed.locator('xpath=preceding-sibling::*[1]').click();
+    await visible(page.getByText('@@ -6,5 +6,4 @@', { exact: false })).waitFor();
+    await page.waitForTimeout(500);
+    await shot('review-diff');
     await phoneShot('review');
     await changed.click();
     await visible(page.getByText('Showing changes')).waitFor();
@@ -330,10 +348,11 @@ export async function driveCloudCLI({ browser, workdir, screenshots, cloudcli = 
     await shot('files');
     await visible(page.locator('button[title="Close"]')).click();
 
-    // Shell: a terminal in the project, which runs `claude --resume <session>`.
+    // Shell: a terminal in the project that runs `claude --resume <session> || claude` (here
+    // "command not found": see the top of this file).
     await tab('Shell').click();
-    await visible(page.locator('.xterm-rows')).filter({ hasText: /\S/ }).waitFor();
-    await page.waitForTimeout(3000); // what the terminal's program draws first
+    await visible(page.locator('.xterm')).waitFor();
+    await page.waitForTimeout(3000); // it draws on a canvas: no text to wait for
     await shot('terminal');
     await tab('Chat').click();
     log('done');

@@ -73,6 +73,7 @@ export function makeProject(dir) {
   fs.mkdirSync(dir, { recursive: true });
   fs.writeFileSync(path.join(dir, 'cart.py'), CART);
   fs.writeFileSync(path.join(dir, 'test_cart.py'), TEST);
+  fs.writeFileSync(path.join(dir, '.gitignore'), '__pycache__/\n');
   const git = (...args) => execFileSync('git', ['-C', dir, ...args], { stdio: 'ignore' });
   git('init', '-q', '-b', 'main');
   git('-c', 'user.name=Demo', '-c', 'user.email=demo@example.com', 'add', '.');
