@@ -136,12 +136,13 @@ try {
       await file.waitFor();
       await takesThePlace(review, '.review-open', size, `Review from an edit (${name})`);
       assert.ok(await inSight(file.locator('summary')), 'Review opened at the file');
-      assert.match(await review.locator('.review-head').textContent(), /1 file changed in .*shop on main, since [0-9a-f]{8}/);
+      assert.match(await review.locator('.review-head').textContent(), /5 files changed in .*shop on main, since [0-9a-f]{8}/);
       await review.locator('.read-only', { hasText: 'Read-only' }).waitFor();
       assert.equal(await review.locator('.commit, .merge, .discard, .push').count(), 0, 'no commit or merge without a worktree');
       await file.locator('.line.add', { hasText: 'value = 2' }).waitFor();
       await file.locator('.line.del', { hasText: 'value = 1' }).waitFor();
-      assert.equal(await file.locator('.line.add .no').textContent(), '12', 'the new file\'s line number');
+      assert.equal(await file.locator('.line.add .no').textContent(), '250', 'the new file\'s line number');
+      assert.ok(await review.locator('.review-file').count() >= 5, 'other files come first');
       await assertFits(`Review (${name})`, page);
       if (name === 'desk') await shot('review-directory.png');
     });
@@ -151,32 +152,36 @@ try {
   await step('paths open Files at their line, with line numbers: a Read card\'s and `path:line` in an answer', async () => {
     await atBothSizes(async (size, name) => {
       await tabs().locator('.chat-open').click();
-      // The partial Read (lines 10 to 14): its path opens Files at line 10.
-      const read = transcript().locator('.tool-Read', { hasText: 'lines 10–14' });
+      // The partial Read (lines 248 to 252): its path opens Files at line 248.
+      const read = transcript().locator('.tool-Read', { hasText: 'lines 248–252' });
       // Folded (it is not the newest card): opened.
       if (await read.evaluate((node) => node.classList.contains('collapsed'))) await read.locator('.tool-head').click();
       const link = read.locator('.tool-path .path-link');
-      assert.equal(await link.textContent(), 'src/app.py:10');
+      assert.equal(await link.textContent(), 'src/app.py:248');
       await link.click();
       const panel = page.locator('.files-panel');
       await takesThePlace(panel, '.files-open', size, `Files from a card (${name})`);
       const marked = panel.locator('.line-no.marked');
       await marked.waitFor();
-      assert.equal(await marked.textContent(), '10');
+      assert.equal(await marked.textContent(), '248');
       assert.ok(await inSight(marked), 'the line is in sight');
-      assert.equal(await panel.locator('.gutter .line-no').count(), 40, 'a number for every line');
+      assert.equal(await panel.locator('.gutter .line-no').count(), 300, 'a number for every line');
+      assert.equal(await inSight(panel.locator('.line-no').first()), false, 'scrolled to it: the first line is out of sight');
       assert.equal(await panel.locator('.file-view-head code').textContent(), 'src/app.py');
-      // The answer's `src/app.py:12`: Files at line 12.
+      // The answer's `src/app.py:250`: Files at line 250.
       await tabs().locator('.chat-open').click();
       const inAnswer = transcript().locator('.msg.assistant', { hasText: 'is 2 now' }).locator('.path-link.inline');
       await inAnswer.scrollIntoViewIfNeeded();
-      assert.equal(await inAnswer.textContent(), 'src/app.py:12');
+      assert.equal(await inAnswer.textContent(), 'src/app.py:250');
+      // An address is no file.
+      const first = transcript().locator('.msg.assistant', { hasText: 'It is served on' });
+      assert.deepEqual(await first.locator('.path-link').allTextContents(), ['src/app.py:250', 'src/app.py']);
       await inAnswer.click();
-      await panel.locator('.line-no.marked', { hasText: /^12$/ }).waitFor();
-      assert.ok(await inSight(panel.locator('.line-no.marked')), 'line 12 is in sight');
+      await panel.locator('.line-no.marked', { hasText: /^250$/ }).waitFor();
+      assert.ok(await inSight(panel.locator('.line-no.marked')), 'line 250 is in sight');
       const band = await panel.locator('.line-band').boundingBox();
       const mark = await panel.locator('.line-no.marked').boundingBox();
-      assert.ok(Math.abs(band.y - mark.y) < 4, `the band is across line 12 (${band.y} vs ${mark.y})`);
+      assert.ok(Math.abs(band.y - mark.y) < 4, `the band is across line 250 (${band.y} vs ${mark.y})`);
       await assertFits(`Files at a line (${name})`, page);
       if (name === 'desk') await shot('files-at-line.png', page.locator('.session'));
       if (name === 'phone') await shot('phone-files.png');
@@ -246,9 +251,9 @@ try {
       const { chart } = window.__switchboard.view;
       const ruler = document.createElement('canvas').getContext('2d');
       ruler.font = '11px system-ui, sans-serif';
-      return chart.axes.slice(1).map((axis) => ({ size: axis._size, widest: Math.max(...(axis._values ?? []).map((v) => ruler.measureText(String(v)).width)) }));
+      return chart.axes.slice(1).map((axis) => ({ size: axis._size, labels: (axis._values ?? []).length, widest: Math.max(0, ...(axis._values ?? []).map((v) => ruler.measureText(String(v)).width)) }));
     });
-    assert.ok(axes.every(({ size, widest }) => size >= widest + 15), `axes wide enough for their labels: ${JSON.stringify(axes)}`);
+    assert.ok(axes.length === 2 && axes.every(({ size, labels, widest }) => labels > 0 && widest > 0 && size >= widest + 15), `axes wide enough for their labels: ${JSON.stringify(axes)}`);
     await assertFits('the cost panel', page);
     await shot('phone-cost.png');
     await stats.locator('.close').click();
@@ -326,6 +331,24 @@ try {
     await assertFits('the list on a phone', page);
     await shot('phone-list-grouped.png');
     await page.setViewportSize(DESK);
+  });
+
+  await step('a token that may only watch: the answer\'s code and the cards\' paths stay, as text', async () => {
+    const made = await (await fetch(`${base}/api/tokens`, { method: 'POST', headers, body: JSON.stringify({ name: 'watcher', scope: 'read' }) })).json();
+    const watcher = await browser.newContext({ viewport: PHONE });
+    const tab = await watcher.newPage();
+    tab.setDefaultTimeout(TIMEOUT);
+    tab.on('pageerror', (error) => problems.push(`watcher page: ${error.message}`));
+    await tab.goto(`${base}/?token=${made.token}`);
+    await tab.goto(`${base}/#/s/${session.id}`);
+    const answer = tab.locator('.msg.assistant', { hasText: 'is 2 now' });
+    await answer.locator('code', { hasText: 'src/app.py:250' }).waitFor();
+    assert.equal(await answer.locator('.path-link').count(), 0, 'no link it could not follow');
+    assert.match(await answer.textContent(), /The value in src\/app\.py:250 is 2 now\./);
+    const read = tab.locator('.tool-Read', { hasText: 'lines 248–252' });
+    await read.locator('.tool-head').click();
+    await read.locator('.tool-path .path-text', { hasText: 'src/app.py:248' }).waitFor();
+    await watcher.close();
   });
 
   await step('the bell: its state is visible, and a browser that refuses gets words a person can act on', async () => {

@@ -22,10 +22,11 @@ function freePort() {
   });
 }
 
-/// Starts `command`, resolving with the process once `ready(output)` holds for what it printed
-/// (within WAIT).
-function start(command, args, options, ready) {
+/// Starts `command` (kept in `started`, to be stopped whatever happens), resolving with the
+/// process once `ready(output)` holds for what it printed (within WAIT).
+function start(started, command, args, options, ready) {
   const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+  started.push(child);
   let output = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${path.basename(command)} did not start in time:\n${output}`)), WAIT);
@@ -48,8 +49,7 @@ export async function driveSwitchboard({ browser, workdir, screenshots, switchbo
   const started = [];
   const context = await browser.newContext({ viewport: DESK });
   try {
-    const fake = await start(switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
-    started.push(fake.child);
+    const fake = await start(started, switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
     const { url } = JSON.parse(fake.output().split('\n').find((line) => line.includes('"url"')));
     const port = await freePort();
     const token = crypto.randomBytes(16).toString('hex');
@@ -57,9 +57,8 @@ export async function driveSwitchboard({ browser, workdir, screenshots, switchbo
       PATH: process.env.PATH, HOME: home, SWITCHBOARD_TOKEN: token,
       ANTHROPIC_BASE_URL: url, ANTHROPIC_API_KEY: 'comparison', CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1', DISABLE_AUTOUPDATER: '1',
     };
-    const serve = await start(switchboard, ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(workdir, 'data'), '--claude', claude],
+    await start(started, switchboard, ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', path.join(workdir, 'data'), '--claude', claude],
       { env }, (out) => out.includes('open:'));
-    started.push(serve.child);
     const base = `http://127.0.0.1:${port}`;
     const page = await context.newPage();
     page.setDefaultTimeout(WAIT);

@@ -305,7 +305,6 @@ async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiErr
     ))
 }
 
-/// The token this request presents: its name and scope (the web UI shows what it allows).
 /// `GET /api/me`: the token a request presents, and the daemon's home folder (where a face
 /// shortens the paths it shows, `~/app` for `/home/me/app`).
 #[derive(Debug, Serialize, Deserialize)]
@@ -319,6 +318,8 @@ pub struct Me {
     pub home: Option<String>,
 }
 
+/// The token this request presents: its name and scope (the web UI shows what it allows), and
+/// the daemon's home.
 async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
     let home = std::env::var_os("HOME").map(|home| home.to_string_lossy().into_owned());
     Json(Me { name: caller.name.to_string(), scope: caller.scope, home })
@@ -370,9 +371,11 @@ async fn revoke_token(
 
 async fn session_diff(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<crate::diff::SessionDiff>, ApiError> {
-    Ok(Json(daemon.diff(&id).await?))
+    // A directory's diff shows its files: for those that may read them in Files.
+    Ok(Json(daemon.diff(&id, caller.scope >= Scope::Operate).await?))
 }
 
 #[derive(Debug, Default, Deserialize)]

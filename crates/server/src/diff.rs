@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::git::{checked, git, run_git};
+use crate::git::{checked, run_git};
 use switchboard_store::Worktree;
 
 /// How a file changed.
@@ -58,6 +58,8 @@ struct Scope<'a> {
     git_dir: Option<&'a Path>,
     /// The commit (or tree) the work tree is compared with.
     base: &'a str,
+    /// Only what is under this folder of the work tree (relative; empty: all of it).
+    under: &'a str,
 }
 
 /// Runs `git` on the scope's work tree: its standard output, or what git said.
@@ -90,7 +92,7 @@ pub struct SessionDiff {
     pub branch: Option<String>,
     /// A worktree's: the branch the repository had checked out when it was made (what a merge
     /// goes into).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub base_branch: Option<String>,
     /// The files changed, by path.
     pub files: Vec<FileChange>,
@@ -98,7 +100,8 @@ pub struct SessionDiff {
 
 /// A session's worktree against the commit it started from.
 pub async fn worktree(tree: &Worktree) -> Result<SessionDiff, String> {
-    let scope = Scope { dir: &tree.path, git_dir: Some(&tree.git_dir), base: &tree.base };
+    let scope =
+        Scope { dir: &tree.path, git_dir: Some(&tree.git_dir), base: &tree.base, under: "" };
     Ok(SessionDiff {
         kind: DiffKind::Worktree,
         path: tree.path.clone(),
@@ -131,17 +134,21 @@ impl std::fmt::Display for DirectoryRefused {
     }
 }
 
-/// The repository `cwd` is in, against its `HEAD`: what is changed and not committed, staged
-/// or not, and the files git does not track (the whole repository's, wherever in it `cwd` is).
+/// The repository `cwd` is in, against its `HEAD`: what is changed under `cwd` and not
+/// committed, staged or not, and the files git does not track there. The repository is found
+/// once and then named in every command (`--git-dir`, `--work-tree`), and it must be the work
+/// tree's own: `<top>/.git` itself, or a linked worktree whose git folder points back at
+/// `<top>/.git`. A `.git` file is the session's to write: one that names another repository
+/// would otherwise show that repository's files as this one's change.
 pub async fn directory(cwd: &Path) -> Result<SessionDiff, DirectoryRefused> {
     if !cwd.is_dir() {
         return Err(DirectoryRefused::Git(format!("{} is not there any more", cwd.display())));
     }
-    let top = run_git(cwd, None, &["rev-parse", "--show-toplevel"])
+    let found = run_git(cwd, None, &["rev-parse", "--show-toplevel", "--absolute-git-dir"])
         .await
         .map_err(DirectoryRefused::Git)?;
-    if !top.status.success() {
-        let said = String::from_utf8_lossy(&top.stderr);
+    if !found.status.success() {
+        let said = String::from_utf8_lossy(&found.stderr);
         if said.contains("not a git repository") {
             return Err(DirectoryRefused::NotARepository(cwd.to_owned()));
         }
@@ -150,22 +157,43 @@ pub async fn directory(cwd: &Path) -> Result<SessionDiff, DirectoryRefused> {
             said.trim().chars().take(500).collect::<String>()
         )));
     }
-    let top = PathBuf::from(String::from_utf8_lossy(&top.stdout).trim_end_matches('\n'));
+    let said = String::from_utf8_lossy(&found.stdout);
+    let mut lines = said.lines();
+    let (Some(top), Some(git_dir)) = (lines.next(), lines.next()) else {
+        return Err(DirectoryRefused::Git("git rev-parse said too little".to_owned()));
+    };
+    let (top, git_dir) = (PathBuf::from(top), PathBuf::from(git_dir));
+    if !own_git_dir(&top, &git_dir) {
+        return Err(DirectoryRefused::Git(format!(
+            "{}'s .git names a repository that is not its own: there is no change to show",
+            top.display()
+        )));
+    }
+    // The session's folder within the work tree: only its changes are shown.
+    let real_cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_owned());
+    let under = real_cwd
+        .strip_prefix(top.canonicalize().unwrap_or_else(|_| top.clone()))
+        .map(|inside| inside.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let named = |args: &'static [&'static str]| {
+        let (top, git_dir) = (top.clone(), git_dir.clone());
+        async move { checked(run_git(&top, Some(&git_dir), args).await?, args) }
+    };
     // No commit yet: everything is new against the empty tree (of the repository's hash).
-    let base = match git(&top, &["rev-parse", "-q", "--verify", "HEAD^{commit}"]).await {
+    let base = match named(&["rev-parse", "-q", "--verify", "HEAD^{commit}"]).await {
         Ok(head) => head.trim().to_owned(),
-        Err(_) => git(&top, &["hash-object", "-t", "tree", "--stdin"])
+        Err(_) => named(&["hash-object", "-t", "tree", "--stdin"])
             .await
             .map_err(DirectoryRefused::Git)?
             .trim()
             .to_owned(),
     };
-    let branch = git(&top, &["symbolic-ref", "-q", "--short", "HEAD"])
+    let branch = named(&["symbolic-ref", "-q", "--short", "HEAD"])
         .await
         .ok()
         .map(|name| name.trim().to_owned())
         .filter(|name| !name.is_empty());
-    let files = changes(&Scope { dir: &top, git_dir: None, base: &base })
+    let files = changes(&Scope { dir: &top, git_dir: Some(&git_dir), base: &base, under: &under })
         .await
         .map_err(DirectoryRefused::Git)?;
     Ok(SessionDiff { kind: DiffKind::Directory, path: top, base, branch, base_branch: None, files })
@@ -195,6 +223,10 @@ pub struct FileChange {
     pub patch: Option<String>,
     /// The patch was too large to show.
     pub too_large: bool,
+    /// Not shown: the daemon shows no view of it (its own data, what the session's policy
+    /// denies to `Read`); see [`withhold`].
+    #[serde(default)]
+    pub withheld: bool,
 }
 
 impl FileChange {
@@ -209,6 +241,7 @@ impl FileChange {
             removed: 0,
             patch: None,
             too_large: false,
+            withheld: false,
         }
     }
 }
@@ -218,14 +251,20 @@ impl FileChange {
 async fn changes(scope: &Scope<'_>) -> Result<Vec<FileChange>, String> {
     let base = scope.base;
     // Paths NUL-separated: any name survives. Renames found (-M). No textconv drivers.
+    let limit: Vec<&str> = if scope.under.is_empty() { vec![] } else { vec!["--", scope.under] };
     let statuses = scope_git(
         scope,
-        &["diff", "--no-ext-diff", "--no-textconv", "-M", "--name-status", "-z", base],
+        &[
+            &["diff", "--no-ext-diff", "--no-textconv", "-M", "--name-status", "-z", base][..],
+            &limit,
+        ]
+        .concat(),
     )
     .await?;
     let numstat = scope_git(
         scope,
-        &["diff", "--no-ext-diff", "--no-textconv", "-M", "--numstat", "-z", base],
+        &[&["diff", "--no-ext-diff", "--no-textconv", "-M", "--numstat", "-z", base][..], &limit]
+            .concat(),
     )
     .await?;
     let mut changes = parse_name_status(&statuses);
@@ -251,7 +290,11 @@ async fn changes(scope: &Scope<'_>) -> Result<Vec<FileChange>, String> {
             _ => change.too_large = true,
         }
     }
-    let untracked = scope_git(scope, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let untracked = scope_git(
+        scope,
+        &[&["ls-files", "--others", "--exclude-standard", "-z"][..], &limit].concat(),
+    )
+    .await?;
     let names: Vec<String> = untracked
         .split('\0')
         .filter(|path| !path.is_empty())
@@ -272,6 +315,38 @@ async fn changes(scope: &Scope<'_>) -> Result<Vec<FileChange>, String> {
     changes.extend(read);
     changes.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(changes)
+}
+
+/// Whether `git_dir` is the work tree `top`'s own: `top/.git` itself, or, where `top/.git` is a
+/// file (a linked worktree), a git folder whose `gitdir` file names `top/.git` back.
+fn own_git_dir(top: &Path, git_dir: &Path) -> bool {
+    let real = |path: &Path| path.canonicalize().ok();
+    let dot_git = top.join(".git");
+    match std::fs::symlink_metadata(&dot_git) {
+        Ok(meta) if meta.is_dir() => real(&dot_git).is_some() && real(&dot_git) == real(git_dir),
+        Ok(meta) if meta.is_file() => std::fs::read_to_string(git_dir.join("gitdir"))
+            .ok()
+            .map(|back| PathBuf::from(back.trim()))
+            .is_some_and(|back| real(&back).is_some() && real(&back) == real(&dot_git)),
+        _ => false,
+    }
+}
+
+/// Withholds what `refuses` says no view shows (the daemon's data, what the session's policy
+/// denies to `Read`): such a file stays listed, its patch dropped. Blocking (it reads the
+/// files' identities).
+pub fn withhold(diff: &mut SessionDiff, refuses: impl Fn(&Path, Option<(u64, u64, u64)>) -> bool) {
+    use std::os::unix::fs::MetadataExt as _;
+    for file in &mut diff.files {
+        let full = diff.path.join(&file.path);
+        let real = full.canonicalize().unwrap_or_else(|_| full.clone());
+        let id = std::fs::metadata(&real).ok().map(|meta| (meta.dev(), meta.ino(), meta.nlink()));
+        let old = file.old_path.as_ref().map(|old| diff.path.join(old));
+        if refuses(&real, id) || old.is_some_and(|old| refuses(&old, None)) {
+            file.patch = None;
+            file.withheld = true;
+        }
+    }
 }
 
 /// The most files whose content a diff shows (the rest are listed, marked `too_large`).

@@ -176,6 +176,7 @@ impl From<DaemonError> for ApiError {
                 code: "unavailable",
                 message: error.to_string(),
             },
+            DaemonError::Forbidden(_) => ApiError::forbidden(error.to_string()),
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
             DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
             DaemonError::Forwarded { status, code, message } => ApiError {

@@ -139,7 +139,8 @@ export const filesMethods = {
 };
 
 /// A file's text, highlighted, with its line numbers beside it; line `mark` marked.
-function numbered(text, language, mark) {
+function numbered(text, language, wanted) {
+  const mark = Number(wanted);
   const lines = text.replace(/\n$/, '').split('\n');
   const gutter = el('div', { class: 'gutter', 'aria-hidden': 'true' },
     lines.map((_, index) => el('span', { class: `line-no${index + 1 === mark ? ' marked' : ''}`, dataset: { line: index + 1 } }, String(index + 1))));

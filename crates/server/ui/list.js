@@ -146,8 +146,9 @@ export function renderOverview() {
   const items = [...sessions.values()].sort((a, b) => (b.updated_ms ?? 0) - (a.updated_ms ?? 0));
   const waiting = items.filter((s) => stateLabel(s)[0] === 'waiting');
   const working = items.filter((s) => ['working', 'starting', 'compacting'].includes(stateLabel(s)[0]));
-  // Running and at rest: a CLI is up, ready for a message (not waiting, not working).
-  const ready = items.filter((s) => ['idle', 'paused', 'disconnected'].includes(stateLabel(s)[0]) && s.running !== false);
+  // Running and at rest: a CLI is up, ready for a message (not waiting, working, paused at a
+  // budget or cut off).
+  const ready = items.filter((s) => stateLabel(s)[0] === 'idle' && s.running !== false);
   const total = items.reduce((sum, s) => sum + (s.cost_usd ?? 0), 0);
   const tile = (value, label, extra = '') => el('div', { class: `tile ${extra}` }, el('div', { class: 'value' }, value), el('div', { class: 'label' }, label));
   const card = (session, what) => {

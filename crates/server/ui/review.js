@@ -26,8 +26,12 @@ export const reviewMethods = {
   /// Review, at the file `path` (absolute): opened and in sight.
   async reviewAt(path) {
     await this.toggleReview(true);
+    // The diff's paths are from the work tree's top as git names it (links resolved); the
+    // card's is as the session named it: the file whose path ends the card's, longest first.
     const inside = relative(path, this.reviewPath);
-    const file = [...(this.review?.querySelectorAll('.review-file') ?? [])].find((node) => node.dataset.path === inside);
+    const files = [...(this.review?.querySelectorAll('.review-file') ?? [])];
+    const file = files.find((node) => node.dataset.path === inside)
+      ?? files.filter((node) => path.endsWith(`/${node.dataset.path}`)).sort((a, b) => b.dataset.path.length - a.dataset.path.length)[0];
     if (!file) { toast(`${homeRelative(path)} has no change to review now.`, 'info'); return; }
     file.open = true;
     file.scrollIntoView({ block: 'start' });
@@ -98,7 +102,8 @@ export const reviewMethods = {
       icon('file'), el('code', { class: 'path' }, file.old_path ? `${file.old_path} → ${file.path}` : file.path),
       el('span', { class: 'counts' }, el('span', { class: 'plus' }, `+${file.added}`), ' ', el('span', { class: 'minus' }, `−${file.removed}`)));
     const body = el('div', { class: 'review-lines' });
-    if (file.binary) body.append(el('p', { class: 'muted' }, 'A binary file.'));
+    if (file.withheld) body.append(el('p', { class: 'muted withheld' }, 'Not shown: no view of Switchboard shows this file (the daemon\'s own data, or what the session\'s policy denies to Read).'));
+    else if (file.binary) body.append(el('p', { class: 'muted' }, 'A binary file.'));
     else if (file.too_large || !file.patch) body.append(el('p', { class: 'muted' }, 'Too large to show.'));
     else {
       // The new file's line numbers, from each hunk's header.

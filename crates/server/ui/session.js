@@ -38,9 +38,14 @@ export class SessionView {
     this.live = el('div', { class: 'chunk' });
     this.scroller.append(this.older, this.live);
     this.stats = el('aside', { class: 'stats', 'aria-label': 'Cost and context' });
-    // Allow and Deny press the card's own buttons (one way to answer); a question or a plan
-    // needs its card, so those show only Show.
-    const press = (which) => $(`.permission ${which}`, this.transcript.pending()[0]?.box ?? document.createElement('div'))?.click();
+    // Allow and Deny press the card's own buttons (one way to answer) of the request the bar
+    // shows, and nothing if that one is answered meanwhile; a question or a plan needs its
+    // card, so those show only Show.
+    const press = (which) => {
+      const shown = this.transcript.pending().find((entry) => entry.request.request_id === this.waitingBar.dataset.requestId);
+      if (shown) $(`.permission[data-request-id="${CSS.escape(shown.request.request_id)}"] ${which}`, shown.box)?.click();
+      else this.refreshWaiting();
+    };
     this.waitingBar = el('div', { class: 'waiting-bar', hidden: true, role: 'status' }, icon('bell'),
       el('span', { class: 'what' }),
       el('button', { type: 'button', class: 'allow needs-approve', onclick: () => press('.allow') }, icon('check'), 'Allow'),
@@ -96,6 +101,8 @@ export class SessionView {
     this.socket?.close();
     this.chart?.destroy();
     this.statsObserver?.disconnect();
+    // A settings sheet open for this session goes with it.
+    for (const sheet of document.querySelectorAll('dialog.sheet')) sheet.close();
     // A shell open here ends when the page leaves the session (the daemon ends it).
     if (this.shellPanel) this.toggleShell();
   }
@@ -171,6 +178,7 @@ export class SessionView {
     const cwd = this.transcript.cwd ?? sessions.get(this.id)?.cwd;
     what.replaceChildren(...wantsLine(first.request.tool_name, first.request.input, cwd).filter(Boolean),
       pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
+    this.waitingBar.dataset.requestId = first.request.request_id;
     const plain = !['AskUserQuestion', 'ExitPlanMode'].includes(first.request.tool_name);
     for (const button of this.waitingBar.querySelectorAll('.allow, .deny')) button.hidden = !plain;
     // Out of sight: scrolled away, or a panel has the transcript's place.

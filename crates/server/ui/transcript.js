@@ -19,7 +19,7 @@
 import { $, copyButton, el, icon, toolIcon } from './dom.js';
 import { codeBlock, languageOf, markdown, StreamingMarkdown } from './markdown.js';
 import { homeRelative, money, plural, relative, tokens, wants } from './words.js';
-import { scope } from './api.js';
+import { can, scope } from './api.js';
 import { showing } from './showing.js';
 import { sessions } from './list.js';
 import { permissionBox, showDecision } from './permissions.js';
@@ -257,10 +257,13 @@ export class Transcript {
     // opens in Review.
     const file = ['Read', 'Edit', 'MultiEdit', 'Write', 'NotebookEdit'].includes(name) ? (input.file_path ?? input.notebook_path) : null;
     if (file) {
-      const line = name === 'Read' && input.offset > 0 ? input.offset : undefined;
+      const offset = Number(input.offset);
+      const line = name === 'Read' && Number.isInteger(offset) && offset > 0 ? offset : undefined;
+      const shown = `${homeRelative(relative(file, cwd))}${line ? `:${line}` : ''}`;
+      // A link for a token that may open Files; the path as text for the others.
       body.append(el('div', { class: 'tool-path' },
-        el('button', { type: 'button', class: 'path-link needs-operate', title: 'Open in Files', onclick: () => showing.view?.openFile(file, line) },
-          icon('file'), `${homeRelative(relative(file, cwd))}${line ? `:${line}` : ''}`),
+        can('operate') ? el('button', { type: 'button', class: 'path-link', title: 'Open in Files', onclick: () => showing.view?.openFile(file, line) }, icon('file'), shown)
+          : el('span', { class: 'path-text muted' }, icon('file'), shown),
         name === 'Read' ? '' : el('button', { type: 'button', class: 'ghost review-link', title: 'Open this file\'s change in Review', onclick: () => showing.view?.reviewAt(file) }, icon('diff'), 'Review')));
     }
     switch (name) {
@@ -499,18 +502,26 @@ export function base64Of(file) {
   });
 }
 
-/// A file's path in an answer's inline code (`src/lib.rs`, `src/lib.rs:12`, `./a/b.py:3:5`)
-/// becomes a link that opens Files there. A name with no folder and no line is left alone
-/// (`Cargo.toml` could be anything's).
-const PATH_IN_CODE = /^(?:\.{0,2}\/)?(?:[\w.@+-]+\/)*[\w@+-][\w.@+-]*\.[A-Za-z0-9]{1,10}(?::(\d{1,7}))?(?::\d{1,5})?$/;
+/// A file's path in an answer's inline code (`src/lib.rs`, `src/lib.rs:12`, `a.py:3:5`,
+/// `lib.rs:10-20`) becomes a link that opens Files there, for a token that may open Files (the
+/// code stays as it is for the others). Its extension starts with a letter (`127.0.0.1:7777` is
+/// no file); a name without a folder needs a source file's extension (`api.example.com:443` is
+/// no file either); code inside a link stays the link's.
+const PATH_IN_CODE = /^(?:\.{0,2}\/)?(?:[\w.@+-]+\/)*[\w@+-][\w.@+-]*\.([A-Za-z][A-Za-z0-9]{0,9})(?::(\d{1,7})(?:-\d{1,7})?)?(?::\d{1,5})?$/;
+const SOURCE = new Set(['c', 'cc', 'cpp', 'cs', 'css', 'go', 'h', 'hpp', 'html', 'java', 'js', 'json', 'jsx', 'kt', 'lock', 'md', 'mjs',
+  'php', 'proto', 'py', 'rb', 'rs', 'scss', 'sh', 'sql', 'swift', 'toml', 'ts', 'tsx', 'txt', 'vue', 'xml', 'yaml', 'yml']);
 function linkPaths(box) {
+  if (!can('operate')) return box;
   for (const code of box.querySelectorAll(':not(pre) > code')) {
+    if (code.closest('a')) continue;
     const text = code.textContent.trim();
     const found = text.length <= 300 && text.match(PATH_IN_CODE);
-    if (!found || (!text.includes('/') && !found[1])) continue;
-    const path = found[1] ? text.slice(0, text.indexOf(':')) : text;
-    const line = found[1] ? Number(found[1]) : undefined;
-    const link = el('button', { type: 'button', class: 'path-link inline needs-operate', title: `Open ${path} in Files`,
+    if (!found) continue;
+    const [, extension, lineText] = found;
+    if (!text.includes('/') && (!lineText || !SOURCE.has(extension.toLowerCase()))) continue;
+    const path = lineText ? text.slice(0, text.indexOf(':')) : text;
+    const line = lineText ? Number(lineText) : undefined;
+    const link = el('button', { type: 'button', class: 'path-link inline', title: `Open ${path} in Files`,
       onclick: () => showing.view?.openFile(path, line) }, code.cloneNode(true));
     code.replaceWith(link);
   }

@@ -4,9 +4,20 @@
 // between turns.
 import uPlot from './vendor/uPlot.esm.js';
 import { $, el } from './dom.js';
-import { AXIS_FONT, axisSize, compact, compactMoney, money, plural, tokens } from './words.js';
+import { compact, compactMoney, money, plural, tokens } from './words.js';
 import { api } from './api.js';
 import { sessions } from './list.js';
+
+/// The font of the charts' axes.
+const AXIS_FONT = '11px system-ui, sans-serif';
+const ruler = document.createElement('canvas').getContext('2d');
+/// An axis wide enough for its widest label as the canvas draws it, besides its ticks (10 px)
+/// and their gap (5 px): uPlot cuts what does not fit.
+function axisSize(u, values) {
+  ruler.font = AXIS_FONT;
+  const widest = Math.max(12, ...(values ?? []).map((v) => ruler.measureText(String(v)).width));
+  return Math.ceil(widest) + 10 + 5 + 4;
+}
 
 export const usageMethods = {
   // --- The stats panel: every turn's cost (from the server, not the page), context, models.

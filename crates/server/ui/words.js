@@ -13,16 +13,6 @@ export function compact(count) {
 }
 /// An axis label: dollars to two significant digits ($0.0012, $0.35, $12).
 export const compactMoney = (usd) => (!usd ? '$0' : usd >= 10 ? `$${usd.toFixed(0)}` : `$${+usd.toPrecision(2)}`);
-/// The font of the charts' axes.
-export const AXIS_FONT = '11px system-ui, sans-serif';
-const ruler = document.createElement('canvas').getContext('2d');
-/// An axis wide enough for its widest label as the canvas draws it, besides its ticks (10 px)
-/// and their gap (5 px): uPlot cuts what does not fit.
-export function axisSize(u, values) {
-  ruler.font = AXIS_FONT;
-  const widest = Math.max(12, ...(values ?? []).map((v) => ruler.measureText(String(v)).width));
-  return Math.ceil(widest) + 10 + 5 + 4;
-}
 export const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
 export function ago(ms) {

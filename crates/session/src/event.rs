@@ -113,7 +113,8 @@ pub struct PendingPermission {
     pub tool_use_id: Option<String>,
     /// The CLI's "always allow" offers.
     pub suggestions: Vec<PermissionUpdate>,
-    /// Why the CLI (or the policy) asks.
+    /// Why it is asked, in words: the CLI's reason ([`Self::cli_reason`]) when it gives one,
+    /// else the policy's.
     pub reason: String,
     /// The subagent's Task/Agent call, when a subagent asks.
     pub agent_id: Option<String>,

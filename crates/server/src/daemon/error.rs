@@ -39,6 +39,9 @@ pub enum DaemonError {
     /// Something the daemon waited on did not finish in time (a slow disk): try again.
     #[error("{0}")]
     Busy(String),
+    /// The caller may not see this (the sentence says what would let it).
+    #[error("{0}")]
+    Forbidden(String),
     /// The daemon runs as many sessions as it may ([`Placement::max_running`]).
     #[error("{running} sessions run on this daemon, the most it runs at once (serve --max-running {max}); stop one, or raise the limit")]
     MaxRunning {

@@ -306,7 +306,8 @@ impl Daemon {
     }
 
     /// This node's own CLI, as its sessions run it (without what a request adds): the one
-    /// whose version the node tells.
+    /// whose version the node tells, and the program and environment every session's CLI (and
+    /// the web UI's shell) starts from.
     pub(super) fn node_cli(&self) -> switchboard_transport::stdio::CliOptions {
         let mut options = switchboard_transport::stdio::CliOptions {
             program: self.config.claude.clone(),

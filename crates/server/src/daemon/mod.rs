@@ -761,9 +761,11 @@ impl Daemon {
             None => self.config.default_policy.clone().unwrap_or_default(),
         };
         let mut config = SessionConfig::new(&request.cwd, policy);
-        config.cli.program = request.claude.clone().or_else(|| self.config.claude.clone());
-        config.cli.clear_env = self.config.clear_env;
-        config.cli.env.extend(self.config.env.iter().cloned());
+        // The daemon's CLI (its program, environment rules and env), then the request's.
+        let node = self.node_cli();
+        config.cli.program = request.claude.clone().or(node.program);
+        config.cli.clear_env = node.clear_env;
+        config.cli.env.extend(node.env);
         config.cli.env.extend(request.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         config.cli.model = request.model.clone();
         if let Some(mode) = &request.permission_mode {

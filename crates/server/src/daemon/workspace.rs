@@ -107,10 +107,10 @@ impl Daemon {
         &self,
         record: &SessionRecord,
     ) -> (std::collections::BTreeMap<String, String>, bool) {
-        let mut env: std::collections::BTreeMap<String, String> =
-            self.config.env.iter().cloned().collect();
+        let node = self.node_cli();
+        let mut env = node.env;
         env.extend(record.launch.env.iter().map(|(name, value)| (name.clone(), value.clone())));
-        (env, self.config.clear_env)
+        (env, node.clear_env)
     }
 
     /// The files the session's tools changed, as its live view has them (empty for a
@@ -250,20 +250,60 @@ impl Daemon {
 
     /// The session's change: its worktree's against the commit it started from
     /// ([`crate::diff::worktree`]), or, for a session without one, the repository its
-    /// directory is in against `HEAD` ([`crate::diff::directory`], read-only).
-    pub async fn diff(&self, id: &str) -> Result<crate::diff::SessionDiff, DaemonError> {
+    /// directory is in against `HEAD`, under that directory ([`crate::diff::directory`],
+    /// read-only; it shows the directory's files as the Files view does, so only to a caller
+    /// that may see those: `files_allowed`). Either way, what the Files view never shows (the
+    /// daemon's data, what the session's policy denies to `Read`) is listed without its patch.
+    pub async fn diff(
+        &self,
+        id: &str,
+        files_allowed: bool,
+    ) -> Result<crate::diff::SessionDiff, DaemonError> {
         let record = self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
         if self.runs_elsewhere(&record) {
             return Err(self.elsewhere(&record));
         }
-        match worktree_of(&record) {
+        let mut diff = match worktree_of(&record) {
             Some(_) => {
                 let (_, tree) = self.worktree(id).await?;
-                crate::diff::worktree(&tree).await.map_err(DaemonError::Worktree)
+                crate::diff::worktree(&tree).await.map_err(DaemonError::Worktree)?
             }
-            None => crate::diff::directory(std::path::Path::new(&record.cwd))
-                .await
-                .map_err(|refused| DaemonError::Worktree(refused.to_string())),
+            None => {
+                if !files_allowed {
+                    return Err(DaemonError::Forbidden(format!(
+                        "session {id} has no worktree: its diff is its directory's files, which \
+                         this token may not read (operate and above may)"
+                    )));
+                }
+                // A read of the directory, as the Files view's: a few at once.
+                let Ok(_permit) = crate::browse::READERS.try_acquire() else {
+                    return Err(DaemonError::Busy(format!(
+                        "{} reads of session directories are under way: try again",
+                        crate::browse::MAX_READERS
+                    )));
+                };
+                crate::diff::directory(std::path::Path::new(&record.cwd))
+                    .await
+                    .map_err(|refused| DaemonError::Worktree(refused.to_string()))?
+            }
+        };
+        let policy = match record.launch.policy.as_deref() {
+            Some(text) => load_policy(text).await?,
+            None => self.config.default_policy.clone().unwrap_or_default(),
+        };
+        let private = self.config.data_dir.clone();
+        let root = std::path::PathBuf::from(&record.cwd);
+        let checked = tokio::task::spawn_blocking(move || {
+            let refuse = crate::refusals::Refusals::new(&root, private.as_deref(), policy);
+            crate::diff::withhold(&mut diff, |path, id| refuse.refuses(path, id));
+            diff
+        });
+        match tokio::time::timeout(BROWSE_TIMEOUT, checked).await {
+            Ok(Ok(diff)) => Ok(diff),
+            Ok(Err(_)) | Err(_) => Err(DaemonError::Busy(format!(
+                "session {id}'s change took more than {} s to check",
+                BROWSE_TIMEOUT.as_secs()
+            ))),
         }
     }
 }

@@ -156,7 +156,14 @@ async fn an_approve_token_answers_a_real_request_and_the_decision_names_it() {
 
     // What each token is, as the web UI asks.
     let (_, me) = server.request_as(&phone, reqwest::Method::GET, "/api/me", None).await;
-    assert_eq!(me, json!({"name": "phone", "scope": "approve"}));
+    assert_eq!(
+        (me["name"].as_str(), me["scope"].as_str()),
+        (Some("phone"), Some("approve")),
+        "{me}"
+    );
+    // And the daemon's home, where a face shortens the paths it shows.
+    let home = std::env::var("HOME").ok();
+    assert_eq!(me["home"].as_str(), home.as_deref(), "{me}");
     // The list names every token and shows none of them.
     let (_, list) = server.get("/api/tokens").await;
     let names: Vec<&str> =

@@ -440,7 +440,11 @@ pub(crate) async fn run_script(
     for (name, value) in env {
         command.env(name, value);
     }
-    let output = command.output().await.expect("node runs");
+    // A browser test that hangs fails here, in minutes, naming the script.
+    let output = tokio::time::timeout(std::time::Duration::from_secs(20 * 60), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} ran past 20 minutes"))
+        .expect("node runs");
     let log = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),

@@ -17,7 +17,7 @@ use crate::Server;
 /// An answer long enough to scroll at any size: sections of prose, a table wider than a phone,
 /// and paths with lines in inline code.
 fn long_answer() -> String {
-    let mut text = String::from("# Where the value comes from\n\nThe value is set in `src/app.py:12`; see also `src/app.py`.\n\n");
+    let mut text = String::from("# Where the value comes from\n\nThe value is set in `src/app.py:250`; see also `src/app.py`. It is served on `127.0.0.1:7777` and `api.example.com:443`.\n\n");
     text.push_str(
         "| component | configuration_manager_settings | responsibility | owner | status |\n",
     );
@@ -43,10 +43,11 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     let repo = sandbox.workdir().join("shop");
     std::fs::create_dir_all(repo.join("src")).unwrap();
     let app = repo.join("src/app.py");
-    let lines: Vec<String> = (1..=40)
+    // Long enough that the line an answer names is out of sight until Files scrolls to it.
+    let lines: Vec<String> = (1..=300)
         .map(|n| match n {
-            12 => "value = 1".to_owned(),
-            40 => "END = True".to_owned(),
+            250 => "value = 1".to_owned(),
+            300 => "END = True".to_owned(),
             n => format!("x_{n} = {n}"),
         })
         .collect();
@@ -56,13 +57,20 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     git(&repo, &["config", "user.email", "person@example.com"]);
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "first"]);
+    // Notes the session does not touch, changed before it starts: Review lists them before
+    // src/app.py, so an edit's counts must bring its file into sight.
+    std::fs::create_dir_all(repo.join("docs")).unwrap();
+    for note in 1..=4 {
+        let text: String = (1..=60).map(|n| format!("note {note}, line {n}\n")).collect();
+        std::fs::write(repo.join(format!("docs/notes-{note}.md")), text).unwrap();
+    }
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::text(long_answer()).when_prompt("LONG"))
             // A partial read (lines 10 to 14), a whole one, then the edit.
             .reply(
                 Reply::text("Reading the value first.")
-                    .then_tool("Read", json!({"file_path": app, "offset": 10, "limit": 5}))
+                    .then_tool("Read", json!({"file_path": app, "offset": 248, "limit": 5}))
                     .when_prompt("FIX"),
             )
             .reply(
@@ -74,10 +82,10 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
             )
             .reply(
                 Reply::tool_use("Read", json!({"file_path": app}))
-                    .when_tool_result_contains("x_11"),
+                    .when_tool_result_contains("x_249"),
             )
             .reply(
-                Reply::text("## Fixed\n\nThe value in `src/app.py:12` is 2 now.")
+                Reply::text("## Fixed\n\nThe value in `src/app.py:250` is 2 now.")
                     .when_tool_result_contains("has been updated"),
             )
             // A rule of the session's policy asks about this one.

@@ -104,13 +104,33 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     assert!(files[1]["patch"].as_str().unwrap().contains("\n+two\n"), "{diff}");
 
     // A session without a worktree has a diff too: the checkout against its HEAD, read-only.
-    let body = json!({"cwd": repo.join("sub"), "prompt": "THREE", "policy": policy});
+    let denying = "[permissions]\ndefault = \"allow\"\ndeny = [\"Read(./secret.txt)\"]\n";
+    let body = json!({"cwd": repo.join("sub"), "prompt": "THREE", "policy": denying});
     std::fs::create_dir_all(repo.join("sub")).unwrap();
     let (status, three) = server.post("/api/sessions", body).await;
     assert_eq!(status, 201, "{three}");
     let three_id = three["id"].as_str().unwrap().to_owned();
     let mut ws = server.ws(&format!("/api/sessions/{three_id}/subscribe?after=0")).await;
     ws.until(is_result).await;
+    // Outside the session's folder: not its change. What its policy denies to Read: listed,
+    // never shown.
+    std::fs::write(repo.join("outside.txt"), "elsewhere\n").unwrap();
+    std::fs::write(repo.join("sub/secret.txt"), "SECRET_VALUE\n").unwrap();
+    let (status, diff) = server.get(&format!("/api/sessions/{three_id}/diff")).await;
+    assert_eq!(status, 200, "{diff}");
+    assert!(
+        !diff.to_string().contains("SECRET_VALUE") && !diff.to_string().contains("elsewhere"),
+        "{diff}"
+    );
+    let files = diff["files"].as_array().unwrap();
+    let secret = files.iter().find(|file| file["path"] == "sub/secret.txt").expect("listed");
+    assert_eq!(
+        (secret["withheld"].as_bool(), secret["patch"].is_null()),
+        (Some(true), true),
+        "{diff}"
+    );
+    std::fs::remove_file(repo.join("sub/secret.txt")).unwrap();
+    std::fs::remove_file(repo.join("outside.txt")).unwrap();
     let (status, diff) = server.get(&format!("/api/sessions/{three_id}/diff")).await;
     assert_eq!(status, 200, "{diff}");
     assert_eq!(
@@ -125,7 +145,26 @@ async fn two_sessions_change_one_file_in_worktrees_of_their_own_and_the_diff_sho
     let (status, refused) =
         server.post(&format!("/api/sessions/{three_id}/commit"), json!({})).await;
     assert_eq!(status, 409, "a directory's diff is read-only: {refused}");
+    // Its files are what Files shows: a token that may not read those gets no directory diff.
+    let (_, made) = server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;
+    let watcher = made["token"].as_str().unwrap();
+    let path = format!("/api/sessions/{three_id}/diff");
+    let (status, refused) = server.request_as(watcher, reqwest::Method::GET, &path, None).await;
+    assert_eq!(status, 403, "{refused}");
     std::fs::remove_dir_all(repo.join("sub")).unwrap();
+
+    // A folder whose .git file names another repository is not that repository's work tree:
+    // no diff (it would show every file of the other as deleted, with its content).
+    let posing = sandbox.home().join("posing");
+    std::fs::create_dir_all(&posing).unwrap();
+    std::fs::write(posing.join(".git"), format!("gitdir: {}\n", repo.join(".git").display()))
+        .unwrap();
+    let (_, pose) = server.post("/api/sessions", json!({"cwd": posing})).await;
+    let (status, refused) =
+        server.get(&format!("/api/sessions/{}/diff", pose["id"].as_str().unwrap())).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("not its own"), "{refused}");
+    assert!(!refused.to_string().contains("shared.txt"), "{refused}");
 
     // Not in a git repository: refused, saying so; no worktree for a session without one.
     let plain = sandbox.home().join("plain");
@@ -385,4 +424,28 @@ async fn a_repositorys_own_config_runs_no_program() {
     assert!(ran.is_empty(), "the repository's programs ran: {ran:?} (merge: {merged:?})");
     // The repository's merge driver is not run: its file merges as a conflict.
     assert!(merged.is_err(), "{merged:?}");
+}
+
+/// A person's own linked worktree (`git worktree add`) is its repository's: a session started
+/// there has a diff, though its `.git` is a file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_own_linked_worktree_has_a_diff() {
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir().join("main-checkout");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["-c", "user.name=T", "-c", "user.email=t@example.com", "add", "a.txt"]);
+    git(
+        &repo,
+        &["-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-q", "-m", "one"],
+    );
+    let linked = sandbox.workdir().join("linked");
+    git(&repo, &["worktree", "add", "-q", "-b", "feature", linked.to_str().unwrap()]);
+    std::fs::write(linked.join("a.txt"), "two\n").unwrap();
+    let diff = switchboard_server::diff::directory(&linked).await.unwrap();
+    assert_eq!(diff.branch.as_deref(), Some("feature"));
+    assert_eq!(diff.files.len(), 1, "{diff:?}");
+    assert_eq!(diff.files[0].path, "a.txt");
+    assert!(diff.files[0].patch.as_deref().unwrap().contains("+two"), "{diff:?}");
 }
