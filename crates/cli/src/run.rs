@@ -128,10 +128,12 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
     config.cli.model = args.model.clone();
     config.cli.resume = args.resume.clone();
     config.cli.fork_session = args.fork;
-    if let Some(mode) = &args.permission_mode {
-        // Checked above, before any worktree was made.
-        config.cli.permission_mode = Some(mode.parse().unwrap_or(PermissionMode::Default));
-    }
+    // Checked above, before any worktree was made. None asked: `default`, pinned, as the
+    // daemon does (the person's settings' `permissions.defaultMode` could be looser).
+    config.cli.permission_mode =
+        Some(args.permission_mode.as_deref().map_or(PermissionMode::Default, |mode| {
+            mode.parse().unwrap_or(PermissionMode::Default)
+        }));
     let started = match spawn_session(config) {
         Ok(started) => Ok(started),
         Err(SessionError::Transport(error)) => Err((EXIT_NOT_STARTED, error.to_string())),

@@ -11,10 +11,11 @@
 //! the whole environment, every flag, and the `initialize` line. Two things may differ, because
 //! the CLI changes them at run time without a word to the API:
 //!
-//! - the permission mode: a warm CLI launched without one is set to the session's with
-//!   `set_permission_mode` before its first prompt, which waits for the answer. Not
-//!   `bypassPermissions`: 2.1.330 refuses to switch to it unless it was launched for it, so a
-//!   session that asks for it fits only a CLI launched with it;
+//! - the permission mode: a warm CLI launched without one, or with another (the daemon pins
+//!   `default`), is set to the session's with `set_permission_mode` before its first prompt,
+//!   which waits for the answer. Not `bypassPermissions`: 2.1.330 refuses to switch to it
+//!   unless it was launched for it, so a session that asks for it fits only a CLI launched with
+//!   it, and a CLI launched with it fits no other session;
 //! - nothing else. The model is part of the key: `set_model` on 2.1.330 makes a one-token API
 //!   call to validate the model (billed) and adds a replayed user message to the conversation,
 //!   so a warm CLI is launched with the model its sessions use.
@@ -168,9 +169,12 @@ fn mode_change(
     };
     match (launched, wanted) {
         (launched, wanted) if launched == wanted => Ok(None),
-        // Only a CLI launched without a mode follows its settings' default; one launched with
-        // a mode cannot be sent back to "whatever the settings say".
-        (None, Some(wanted)) if !bypass(&Some(wanted.clone())) => Ok(Some(wanted.clone())),
+        // A CLI launched with a mode cannot be sent back to "whatever the settings say"; one
+        // launched without, or with another mode (`default`, as the daemon pins it), is set to
+        // the one wanted, unless either is `bypassPermissions`.
+        (launched, Some(wanted)) if !bypass(launched) && !bypass(&Some(wanted.clone())) => {
+            Ok(Some(wanted.clone()))
+        }
         _ => Err(()),
     }
 }
@@ -694,4 +698,28 @@ async fn watch_idle(
         wake.notify_one();
     }
     shared.ended(cli).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{mode_change, PermissionMode};
+
+    #[test]
+    fn a_warm_cli_is_set_to_the_mode_wanted_but_never_into_or_out_of_bypass() {
+        use PermissionMode::{AcceptEdits, BypassPermissions, Default, Plan};
+        let change = |launched: Option<PermissionMode>, wanted: Option<PermissionMode>| {
+            mode_change(&launched, &wanted)
+        };
+        assert_eq!(change(None, None), Ok(None));
+        assert_eq!(change(Some(Default), Some(Default)), Ok(None));
+        assert_eq!(change(None, Some(Plan)), Ok(Some(Plan)));
+        // The daemon pins `default`: a CLI launched so serves a session in another mode.
+        assert_eq!(change(Some(Default), Some(AcceptEdits)), Ok(Some(AcceptEdits)));
+        assert_eq!(change(Some(BypassPermissions), Some(BypassPermissions)), Ok(None));
+        assert_eq!(change(Some(Default), Some(BypassPermissions)), Err(()));
+        assert_eq!(change(None, Some(BypassPermissions)), Err(()));
+        assert_eq!(change(Some(BypassPermissions), Some(Default)), Err(()));
+        // Never back to "whatever the settings say".
+        assert_eq!(change(Some(Default), None), Err(()));
+    }
 }

@@ -777,6 +777,12 @@ impl Daemon {
                 )));
             }
             config.cli.permission_mode = Some(mode);
+        } else {
+            // No mode asked: `default`, pinned. A CLI left to choose starts in the mode the
+            // person's own settings name (`permissions.defaultMode`: `acceptEdits`, `auto`,
+            // even `bypassPermissions`), where calls the policy would have sent to a person
+            // run without one. Every CLI version takes `default`.
+            config.cli.permission_mode = Some(PermissionMode::Default);
         }
         config.cli.resume = resume;
         config.cli.fork_session = fork;

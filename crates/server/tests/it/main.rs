@@ -13,6 +13,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 mod budget;
 mod bus;
+mod cli_now;
 mod drops;
 mod grpc;
 mod hostile;
