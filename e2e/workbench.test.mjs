@@ -2,13 +2,14 @@
 // (390 × 844). Started by `cargo test` (crates/server/tests/it/workbench_ui.rs, test
 // `the_workbench_on_a_session_long_enough_to_scroll`), which runs the daemon with the real CLI
 // against the fake API and passes SWITCHBOARD_URL, SWITCHBOARD_TOKEN, API_TOKEN, CHROMIUM,
-// SCREENSHOTS and REPO (a git repository with src/app.py committed).
+// SCREENSHOTS, REPO (a git repository with src/app.py committed) and FAKE_API_URL (its
+// POST /_fake/release lets a held answer finish).
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
 import { assertFits } from './lib.mjs';
 
-const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, API_TOKEN: apiToken, REPO: repo,
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, API_TOKEN: apiToken, REPO: repo, FAKE_API_URL: fake,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
 const TIMEOUT = 60_000;
 const DESK = { width: 1400, height: 900 };
@@ -304,6 +305,24 @@ try {
     await transcript().locator('.msg.assistant', { hasText: 'Not made, as you said.' }).waitFor();
   });
 
+  await step('an answer streams at both sizes: Copy only once its text is whole', async () => {
+    await atBothSizes(async (size, name) => {
+      const input = page.locator('.composer-input');
+      await input.fill(`HOLD at the ${name}`);
+      await input.press('Control+Enter');
+      const streaming = transcript().locator('.block.text.streaming', { hasText: 'This answer' }).last();
+      await streaming.waitFor();
+      const message = streaming.locator('xpath=ancestor::div[contains(@class,"msg")][1]');
+      assert.equal(await message.locator('.msg-actions .copy').count(), 0, `no Copy while it streams (${name})`);
+      assert.equal(await page.locator('.session-head .interrupt').isVisible(), true, `Stop while it streams (${name})`);
+      await fetch(`${fake}/_fake/release`, { method: 'POST' });
+      const done = transcript().locator('.block.text:not(.streaming)', { hasText: 'lets it finish' }).last();
+      await done.waitFor();
+      await done.locator('xpath=ancestor::div[contains(@class,"msg")][1]').locator('.msg-actions .copy').waitFor({ state: 'attached' });
+      await page.locator('.session-head .interrupt').waitFor({ state: 'hidden' });
+    });
+  });
+
   await step('the list: a worktree session under its repository with its branch; the tiles say what they count', async () => {
     const made = await (await fetch(`${base}/api/sessions`, { method: 'POST', headers, body: JSON.stringify({ cwd: repo, worktree: true }) })).json();
     assert.ok(made.id, JSON.stringify(made));
@@ -331,6 +350,20 @@ try {
     await assertFits('the list on a phone', page);
     await shot('phone-list-grouped.png');
     await page.setViewportSize(DESK);
+    // Its Review: the worktree's actions, Discard set apart as the danger it is, at both sizes.
+    await page.goto(`${base}/#/s/${made.id}`);
+    await atBothSizes(async (size, name) => {
+      await tabs().locator('.review-open').click();
+      const discard = page.locator('.review .discard');
+      await discard.waitFor();
+      assert.match(await discard.getAttribute('class'), /\bdanger\b/, `Discard is marked as a danger (${name})`);
+      const [commit, fastForward, box] = await Promise.all([page.locator('.review .commit').boundingBox(), page.locator('.review .fast-forward').boundingBox(), discard.boundingBox()]);
+      assert.ok(commit && fastForward && box.x + box.width <= size.width, `the actions are on the screen (${name})`);
+      const colour = await discard.evaluate((node) => getComputedStyle(node).color);
+      const plain = await page.locator('.review .merge').evaluate((node) => getComputedStyle(node).color);
+      assert.notEqual(colour, plain, `Discard is drawn apart from Merge (${name})`);
+      await tabs().locator('.chat-open').click();
+    });
   });
 
   await step('a token that may only watch: the answer\'s code and the cards\' paths stay, as text', async () => {

@@ -97,15 +97,25 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
                 .when_prompt("ASKBASH"),
             )
             .reply(Reply::text("Not made, as you said.").when_tool_result())
+            // Held after three words, once at each size, until the test releases it.
+            .reply(
+                Reply::text("## Held\n\nThis answer is held back until the test lets it finish.")
+                    .when_prompt("HOLD")
+                    .hold_after(3)
+                    .times(2),
+            )
             .fallback("OK."),
     )
     .await
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let (ok, log) =
-        run_script("e2e/workbench.test.mjs", &server, &[("REPO", repo.display().to_string())])
-            .await;
+    let (ok, log) = run_script(
+        "e2e/workbench.test.mjs",
+        &server,
+        &[("REPO", repo.display().to_string()), ("FAKE_API_URL", api.base_url())],
+    )
+    .await;
     server.stop().await;
     assert!(ok, "the workbench's browser test failed:\n{log}");
     let after = std::fs::read_to_string(&app).unwrap();
