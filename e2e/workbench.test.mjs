@@ -93,7 +93,7 @@ try {
     assert.ok(tall > 2, `the transcript is ${tall.toFixed(1)} windows high`);
     // No blank gap after a tool card: whatever follows it (a card, a paragraph, a heading, the
     // turn's end) is close below.
-    const gaps = await page.evaluate(() => {
+    const spaceAfterCards = () => page.evaluate(() => {
       const shown = [...document.querySelectorAll('.transcript .block, .transcript .turn-end, .transcript .msg.user')]
         .filter((node) => node.getBoundingClientRect().height > 0);
       return shown.filter((node) => node.matches('.tool')).map((card) => {
@@ -102,7 +102,19 @@ try {
         return next ? Math.round(next.getBoundingClientRect().top - bottom) : 0;
       });
     });
-    assert.ok(gaps.length >= 3 && gaps.every((gap) => gap < 30), `the space after each card: ${JSON.stringify(gaps)}`);
+    await atBothSizes(async (size, name) => {
+      const gaps = await spaceAfterCards();
+      assert.ok(gaps.length >= 3 && gaps.every((gap) => gap < 30), `the space after each card (${name}): ${JSON.stringify(gaps)}`);
+    });
+    // Beside the transcript at a desk, the cost chart's axes fit their labels.
+    await page.locator('.stats .cost-chart canvas').waitFor();
+    const axes = await page.evaluate(() => {
+      const { chart } = window.__switchboard.view;
+      const ruler = document.createElement('canvas').getContext('2d');
+      ruler.font = '11px system-ui, sans-serif';
+      return chart.axes.slice(1).map((axis) => ({ size: axis._size, labels: (axis._values ?? []).length, widest: Math.max(0, ...(axis._values ?? []).map((v) => ruler.measureText(String(v)).width)) }));
+    });
+    assert.ok(axes.length === 2 && axes.every(({ size, labels, widest }) => labels > 0 && widest > 0 && size >= widest + 15), `axes at a desk: ${JSON.stringify(axes)}`);
     await shot('session-long.png');
   });
 
@@ -303,6 +315,24 @@ try {
     await tabs().locator('.chat-open').click();
     await card.locator('.decision', { hasText: 'Denied by you' }).waitFor();
     await transcript().locator('.msg.assistant', { hasText: 'Not made, as you said.' }).waitFor();
+    // On a phone, with Files open: Allow from the bar, its buttons on one row on the screen.
+    await page.setViewportSize(PHONE);
+    await input.fill('ASKPHONE now');
+    await input.press('Control+Enter');
+    const asked = transcript().locator('.tool-Bash', { hasText: 'phone-asked.txt' });
+    await asked.locator('.permission .allow').waitFor({ state: 'attached' });
+    await tabs().locator('.files-open').click();
+    await bar.waitFor();
+    assert.match(await bar.textContent(), /Claude wants to run touch phone-asked\.txt/);
+    const row = await Promise.all(['.allow', '.deny', '.show'].map((button) => bar.locator(button).boundingBox()));
+    assert.ok(row.every((box) => Math.abs(box.y - row[0].y) < 2 && box.x + box.width <= PHONE.width), `the bar's buttons: ${JSON.stringify(row)}`);
+    await assertFits('the waiting bar over Files on a phone', page);
+    await bar.locator('.allow').click();
+    await bar.waitFor({ state: 'hidden' });
+    await tabs().locator('.chat-open').click();
+    await asked.locator('.decision', { hasText: 'Allowed by you' }).waitFor();
+    await transcript().locator('.msg.assistant', { hasText: 'Made it from the bar.' }).waitFor();
+    await page.setViewportSize(DESK);
   });
 
   await step('an answer streams at both sizes: Copy only once its text is whole', async () => {

@@ -96,6 +96,14 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
                 )
                 .when_prompt("ASKBASH"),
             )
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch phone-asked.txt && echo PHONE_BAR_MARK", "description": "from the bar"}),
+                )
+                .when_prompt("ASKPHONE"),
+            )
+            .reply(Reply::text("Made it from the bar.").when_tool_result_contains("PHONE_BAR_MARK"))
             .reply(Reply::text("Not made, as you said.").when_tool_result())
             // Held after three words, once at each size, until the test releases it.
             .reply(
@@ -121,4 +129,5 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     let after = std::fs::read_to_string(&app).unwrap();
     assert!(after.contains("value = 2\n"), "the edit was made: {after}");
     assert!(!repo.join("asked.txt").exists(), "the denied command never ran");
+    assert!(repo.join("phone-asked.txt").exists(), "the command allowed from the bar ran");
 }
