@@ -4,15 +4,11 @@
 // SCREENSHOTS. The tour is taken as a newcomer would: every step by clicking.
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './lib.mjs';
 
 const { DEMO_URL: url, CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
 
-const browser = await chromium.launch({
-  executablePath,
-  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch(executablePath);
 const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
 page.setDefaultTimeout(60_000);
 const problems = [];

@@ -6,18 +6,13 @@
 // CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './lib.mjs';
 
 const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, SESSION: id, CWD: cwd,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
 const TIMEOUT = 60_000;
 
-const browser = await chromium.launch({
-  executablePath,
-  // --disable-dev-shm-usage: shared memory in TMPDIR, not /dev/shm (64 MiB in many containers).
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch(executablePath);
 const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
 page.setDefaultTimeout(TIMEOUT);
 let failed = false;

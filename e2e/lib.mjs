@@ -1,5 +1,39 @@
-// What the browser tests share.
+// What the browser tests share: Chromium launched as they all launch it, steps that say how
+// they went, and the check that nothing is wider than the screen.
 import assert from 'node:assert/strict';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+/// Debian's Chromium (`executablePath`), headless, asking nothing of the network.
+export function launch(executablePath) {
+  return chromium.launch({
+    executablePath,
+    // --disable-dev-shm-usage: shared memory in TMPDIR, not /dev/shm (64 MiB in many containers).
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
+
+/// `step(name, run)`: runs a step and says `ok` or `FAIL` with its time; a failure screenshots
+/// `page` into `screenshots` (named `<prefix>failure-<name>.png`), says what the page reported
+/// (`problems`), and is thrown on. `failed()` tells whether any step failed.
+export function stepper({ page, screenshots, problems = [], prefix = '' }) {
+  let failed = false;
+  const step = async (name, run) => {
+    const started = Date.now();
+    try {
+      await run();
+      console.log(`ok   ${name} (${Date.now() - started} ms)`);
+    } catch (error) {
+      failed = true;
+      console.log(`FAIL ${name}: ${error.stack ?? error}`);
+      if (problems.length) console.log(`the page said:\n  ${problems.join('\n  ')}`);
+      await page.screenshot({ path: path.join(screenshots, `${prefix}failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
+      throw error;
+    }
+  };
+  return { step, failed: () => failed };
+}
 
 /// Nothing on the page is wider than the viewport, nor scrolls sideways where it should not:
 /// only code, diffs and tables may scroll within themselves. Returns the offenders.

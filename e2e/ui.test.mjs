@@ -9,19 +9,13 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
-import { assertFits as fits } from './lib.mjs';
+import { assertFits as fits, launch, stepper } from './lib.mjs';
 
 const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, FAKE_API_URL: fake, WORKDIR: workdir,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
 const TIMEOUT = 60_000;
 
-const browser = await chromium.launch({
-  executablePath,
-  // --disable-dev-shm-usage: shared memory in TMPDIR, not /dev/shm (64 MiB in many containers).
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch(executablePath);
 const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
 // The page's WebSockets go through Playwright, so the test can cut them ("offline" below:
 // going offline in the browser alone keeps open sockets open).
@@ -49,20 +43,8 @@ page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
 page.on('response', (response) => { if (response.status() >= 400) problems.push(`${response.status()} ${response.url()}`); });
 page.on('console', (message) => { if (message.type() === 'error') problems.push(`console: ${message.text()}`); });
 
+const { step, failed: stepFailed } = stepper({ page, screenshots, problems, prefix: '' });
 let failed = false;
-async function step(name, run) {
-  const started = Date.now();
-  try {
-    await run();
-    console.log(`ok   ${name} (${Date.now() - started} ms)`);
-  } catch (error) {
-    failed = true;
-    console.log(`FAIL ${name}: ${error.stack ?? error}`);
-    if (problems.length) console.log(`the page said:\n  ${problems.join('\n  ')}`);
-    await page.screenshot({ path: path.join(screenshots, `failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
-    throw error;
-  }
-}
 
 const assertFits = (what, target = page) => fits(what, target);
 const release = () => fetch(`${fake}/_fake/release`, { method: 'POST' });
@@ -1165,4 +1147,4 @@ try {
 } finally {
   await browser.close();
 }
-process.exit(failed ? 1 : 0);
+process.exit(failed || stepFailed() ? 1 : 0);

@@ -6,8 +6,7 @@
 // POST /_fake/release lets a held answer finish).
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
-import { assertFits } from './lib.mjs';
+import { assertFits, launch, stepper } from './lib.mjs';
 
 const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, API_TOKEN: apiToken, REPO: repo, FAKE_API_URL: fake,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
@@ -16,11 +15,7 @@ const DESK = { width: 1400, height: 900 };
 const PHONE = { width: 390, height: 844 };
 const headers = { authorization: `Bearer ${apiToken}`, 'content-type': 'application/json' };
 
-const browser = await chromium.launch({
-  executablePath,
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+const browser = await launch(executablePath);
 const context = await browser.newContext({ viewport: DESK });
 const page = await context.newPage();
 page.setDefaultTimeout(TIMEOUT);
@@ -28,20 +23,8 @@ const problems = [];
 page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
 page.on('console', (message) => { if (message.type() === 'error') problems.push(`console: ${message.text()}`); });
 
+const { step, failed: stepFailed } = stepper({ page, screenshots, problems, prefix: 'workbench-' });
 let failed = false;
-async function step(name, run) {
-  const started = Date.now();
-  try {
-    await run();
-    console.log(`ok   ${name} (${Date.now() - started} ms)`);
-  } catch (error) {
-    failed = true;
-    console.log(`FAIL ${name}: ${error.stack ?? error}`);
-    if (problems.length) console.log(`the page said:\n  ${problems.join('\n  ')}`);
-    await page.screenshot({ path: path.join(screenshots, `failure-workbench-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
-    throw error;
-  }
-}
 const shot = (name, target = page) => target.screenshot({ path: path.join(screenshots, name) });
 const transcript = () => page.locator('.transcript');
 const tabs = () => page.locator('.session-tabs');
@@ -456,4 +439,4 @@ try {
 } finally {
   await browser.close();
 }
-process.exit(failed ? 1 : 0);
+process.exit(failed || stepFailed() ? 1 : 0);

@@ -2,43 +2,15 @@
 // CLI against `switchboard fake-api` on the scenario of scenario.mjs, driven through the three
 // prompts in the web UI, with screenshots of each point of the comparison at 1,400 × 900 and
 // 390 × 844 (`switchboard-<point>.png`, `switchboard-phone-<point>.png`).
-import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
+import { freePort, start, stop } from './procs.mjs';
 import { makeProject, PROMPTS } from './scenario.mjs';
 
 const DESK = { width: 1400, height: 900 };
 const PHONE = { width: 390, height: 844 };
 const WAIT = 60_000;
-
-/// A free port on loopback.
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => { const { port } = server.address(); server.close(() => resolve(port)); });
-  });
-}
-
-/// Starts `command` (kept in `started`, to be stopped whatever happens), resolving with the
-/// process once `ready(output)` holds for what it printed (within WAIT).
-function start(started, command, args, options, ready) {
-  const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-  started.push(child);
-  let output = '';
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${path.basename(command)} did not start in time:\n${output}`)), WAIT);
-    const seen = (chunk) => {
-      output += chunk;
-      if (ready(output)) { clearTimeout(timer); resolve({ child, output: () => output }); }
-    };
-    child.stdout.on('data', seen);
-    child.stderr.on('data', seen);
-    child.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${path.basename(command)} exited (${code}):\n${output}`)); });
-  });
-}
 
 export async function driveSwitchboard({ browser, workdir, screenshots, switchboard, claude }) {
   const project = path.join(workdir, 'shop');
@@ -49,8 +21,8 @@ export async function driveSwitchboard({ browser, workdir, screenshots, switchbo
   const started = [];
   const context = await browser.newContext({ viewport: DESK });
   try {
-    const fake = await start(started, switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
-    const { url } = JSON.parse(fake.output().split('\n').find((line) => line.includes('"url"')));
+    const said = await start(started, switchboard, ['fake-api', '--script', script, '--json'], {}, (out) => out.includes('"url"'));
+    const { url } = JSON.parse(said.split('\n').find((line) => line.includes('"url"')));
     const port = await freePort();
     const token = crypto.randomBytes(16).toString('hex');
     const env = {
@@ -131,9 +103,6 @@ export async function driveSwitchboard({ browser, workdir, screenshots, switchbo
     await page.locator('.session-tabs .chat-open').click();
   } finally {
     await context.close();
-    for (const child of started.reverse()) {
-      child.kill('SIGTERM');
-      await new Promise((resolve) => { if (child.exitCode !== null) resolve(); else { child.once('exit', resolve); setTimeout(resolve, 10_000); } });
-    }
+    for (const child of started.reverse()) await stop(child);
   }
 }

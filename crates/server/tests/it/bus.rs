@@ -152,17 +152,9 @@ async fn a_node_follows_and_answers_a_session_another_node_runs() {
 /// driving Debian's Chromium): the list shows it with its node and waiting, its page shows the
 /// request, Allow is carried out on a, and the rest of the turn arrives live over the bus.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI)
 async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
     let Some(database) = Postgres::start() else { return };
     let Some(nats) = Nats::start() else { return };
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let chromium =
-        std::env::var("SWITCHBOARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        std::path::Path::new(&chromium).exists(),
-        "the browser tests need Chromium: run scripts/install-browser.sh"
-    );
     let api = FakeApi::start(
         Scenario::new()
             .reply(
@@ -198,32 +190,13 @@ async fn a_nodes_web_ui_approves_a_session_another_node_runs() {
     })
     .await;
 
-    let screenshots = std::env::var("SWITCHBOARD_SCREENSHOTS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| root.join("target/screenshots"));
-    std::fs::create_dir_all(&screenshots).unwrap();
-    let output = tokio::process::Command::new("node")
-        .arg(root.join("e2e/fleet.test.mjs"))
-        .env("SWITCHBOARD_URL", &b.base)
-        .env("SWITCHBOARD_TOKEN", crate::TOKEN)
-        .env("SESSION", &id)
-        .env("CWD", sandbox.workdir())
-        .env("CHROMIUM", &chromium)
-        .env("SCREENSHOTS", &screenshots)
-        // Chromium's profile and shared memory under the build directory, not a /tmp that
-        // may be a small tmpfs.
-        .env("TMPDIR", env!("CARGO_TARGET_TMPDIR"))
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("node runs");
-    let log = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    println!("{log}");
-    assert!(output.status.success(), "the browser test failed:\n{log}");
+    let (ok, log) = crate::ui::run_script(
+        "e2e/fleet.test.mjs",
+        &b.base,
+        &[("SESSION", id.clone()), ("CWD", sandbox.workdir().display().to_string())],
+    )
+    .await;
+    assert!(ok, "the browser test failed:\n{log}");
     assert!(sandbox.file("fleet.txt").exists(), "the call approved on b ran on a");
     let (_, events) = a.get(&format!("/api/sessions/{id}/events")).await;
     let decided = events

@@ -405,14 +405,10 @@ fn repo_root() -> PathBuf {
 }
 
 /// Runs a browser test script (`e2e/*.test.mjs`: Playwright driving Debian's Chromium) against
-/// `server`, with `env` besides the daemon's address and token, Chromium's path and where its
-/// screenshots go. Its steps are printed; returns whether it passed, and what it said.
+/// the daemon at `base`, with `env` besides that address, the test token, Chromium's path and
+/// where its screenshots go. Its steps are printed; returns whether it passed, and what it said.
 #[allow(clippy::disallowed_methods, clippy::print_stdout)] // runs node (not the Claude CLI) and shows its steps
-pub(crate) async fn run_script(
-    script: &str,
-    server: &Server,
-    env: &[(&str, String)],
-) -> (bool, String) {
+pub(crate) async fn run_script(script: &str, base: &str, env: &[(&str, String)]) -> (bool, String) {
     let root = repo_root();
     let chromium =
         std::env::var("SWITCHBOARD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
@@ -428,7 +424,7 @@ pub(crate) async fn run_script(
     let mut command = tokio::process::Command::new("node");
     command
         .arg(root.join(script))
-        .env("SWITCHBOARD_URL", &server.base)
+        .env("SWITCHBOARD_URL", base)
         .env("SWITCHBOARD_TOKEN", TOKEN)
         .env("API_TOKEN", TOKEN)
         .env("CHROMIUM", &chromium)
@@ -699,7 +695,7 @@ async fn browser() {
 
     let (ok, log) = run_script(
         "e2e/ui.test.mjs",
-        &server,
+        &server.base,
         &[
             ("FAKE_API_URL", api.base_url()),
             ("WORKDIR", sandbox.workdir().display().to_string()),

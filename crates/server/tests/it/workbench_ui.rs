@@ -120,7 +120,7 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     let server = Server::start(store, &api, &sandbox).await;
     let (ok, log) = run_script(
         "e2e/workbench.test.mjs",
-        &server,
+        &server.base,
         &[("REPO", repo.display().to_string()), ("FAKE_API_URL", api.base_url())],
     )
     .await;
