@@ -6,7 +6,7 @@
 // CHROMIUM, SCREENSHOTS.
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { launch } from './lib.mjs';
+import { launch, stepper } from './lib.mjs';
 
 const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, SESSION: id, CWD: cwd,
   CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
@@ -15,20 +15,9 @@ const TIMEOUT = 60_000;
 const browser = await launch(executablePath);
 const page = await (await browser.newContext({ viewport: { width: 1400, height: 900 } })).newPage();
 page.setDefaultTimeout(TIMEOUT);
-let failed = false;
+const { step, failed } = stepper({ page, screenshots });
 
-async function step(name, run) {
-  const started = Date.now();
-  try {
-    await run();
-    console.log(`ok   ${name} (${Date.now() - started} ms)`);
-  } catch (error) {
-    failed = true;
-    console.log(`FAIL ${name}: ${error.stack ?? error}`);
-    await page.screenshot({ path: path.join(screenshots, `failure-${name.replace(/\W+/g, '-')}.png`) }).catch(() => {});
-  }
-}
-
+try {
 await step("node b's list shows node a's session, waiting, with its node", async () => {
   await page.goto(`${base}/?token=${token}`);
   const item = page.locator('.session-item', { hasText: 'FLEET' });
@@ -76,5 +65,9 @@ await step("node b's new-session form starts a session on node a", async () => {
   await page.locator('.transcript').getByText('Placed on node a.').waitFor();
 });
 
-await browser.close();
-process.exit(failed ? 1 : 0);
+} catch {
+  // The step said what failed.
+} finally {
+  await browser.close();
+}
+process.exit(failed() ? 1 : 0);
