@@ -318,6 +318,33 @@ try {
     await page.setViewportSize(DESK);
   });
 
+  await step('a request Claude Code says only a person may approve: its words, no Allow always, no Allow on the bar', async () => {
+    const input = page.locator('.composer-input');
+    await input.fill('ASKRM now');
+    await input.press('Control+Enter');
+    const card = transcript().locator('.tool-Bash', { hasText: 'nonexistent-switchboard' });
+    await card.locator('.permission .allow').waitFor();
+    await atBothSizes(async (size, name) => {
+      await card.locator('.permission .allow').scrollIntoViewIfNeeded();
+      assert.match(await card.locator('.permission-reason').textContent(), /^Claude Code: Dangerous rm operation/);
+      assert.match(await card.locator('.permission-person').textContent(), /safety check of Claude Code's asks a person: no policy, grant or notification button answers this one/);
+      assert.equal(await card.locator('.permission .always').count(), 0, 'no Allow always');
+      assert.match(await card.locator('.always-rule').textContent(), /once at a time/);
+      await assertFits(`a person-only approval (${name})`, page);
+      await shot(name === 'desk' ? 'approval-person-only.png' : 'phone-approval-person-only.png', name === 'desk' ? card : page);
+    });
+    // Out of sight, the bar offers Deny and Show, not Allow.
+    await tabs().locator('.review-open').click();
+    const bar = page.locator('.waiting-bar');
+    await bar.waitFor();
+    assert.ok(await bar.locator('.allow').isHidden(), 'no Allow on the bar');
+    assert.ok(await bar.locator('.deny').isVisible() && await bar.locator('.show').isVisible());
+    await bar.locator('.show').click();
+    await card.locator('.permission .deny').click();
+    await card.locator('.decision', { hasText: 'Denied by you' }).waitFor();
+    await transcript().locator('.msg.assistant', { hasText: 'Left it alone.' }).waitFor();
+  });
+
   await step('an answer streams at both sizes: Copy only once its text is whole', async () => {
     await atBothSizes(async (size, name) => {
       const input = page.locator('.composer-input');

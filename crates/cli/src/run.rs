@@ -46,7 +46,8 @@ pub(crate) struct RunArgs {
     /// Model to use (an alias such as `sonnet`, or a full model id).
     #[arg(long, value_name = "M")]
     model: Option<String>,
-    /// Claude Code permission mode: default, acceptEdits, plan, bypassPermissions, dontAsk.
+    /// Claude Code permission mode: default, acceptEdits, plan, bypassPermissions, dontAsk, auto
+    /// (Claude Code's classifier approves what it judges safe, after the policy).
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
     /// Permission policy (TOML, Claude Code rule syntax). Without one, every request the CLI
@@ -330,16 +331,36 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
         }
         return PermissionAnswer { answers: Some(answers), ..PermissionAnswer::allow() };
     }
+    // Claude Code's own heading and reason, and an MCP tool's server, before the question; no
+    // "always" where it offers no standing rule. Anything but a yes denies (its default_to_no
+    // is this prompt's default already).
+    let hints = &pending.hints;
+    if let Some(title) = &hints.title {
+        let _ = write!(stderr, "\n{}", plain(title));
+    }
+    let server = hints.mcp_server.as_ref().map_or(String::new(), |server| {
+        format!(" (MCP server {}, from {})", server.name, server.source)
+    });
     let _ = write!(
         stderr,
-        "\n? allow {} {}\n  [y]es / [n]o / [a]lways for this session: ",
+        "\n? allow {}{} {}\n",
         pending.tool_name,
+        plain(&server),
         summarize(&pending.tool_name, &pending.input)
     );
+    if let Some(reason) = &pending.cli_reason {
+        let _ = writeln!(stderr, "  Claude Code: {}", plain(reason));
+    }
+    let always = !hints.no_standing_rule;
+    let choices =
+        if always { "[y]es / [n]o / [a]lways for this session" } else { "[y]es (once) / [n]o" };
+    let _ = write!(stderr, "  {choices}: ");
     let _ = stderr.flush();
     match read_line().to_lowercase().as_str() {
         "y" | "yes" => PermissionAnswer::allow(),
-        "a" | "always" => PermissionAnswer { remember: true, ..PermissionAnswer::allow() },
+        "a" | "always" if always => {
+            PermissionAnswer { remember: true, ..PermissionAnswer::allow() }
+        }
         _ => PermissionAnswer::deny("the user denied this at the terminal"),
     }
 }
@@ -404,9 +425,17 @@ pub(crate) fn summarize(tool: &str, input: &Value) -> String {
 /// How many characters of a tool call's input the terminal prompt shows.
 const SUMMARY_CHARS: usize = 200;
 
-/// The first `max` characters of `text`, with `…` when there were more.
+/// `text` with control characters (an escape sequence could redraw the terminal, a newline
+/// push the rest out of view) shown as `�`, at most 300 characters: words from the CLI or the
+/// model, about to be printed on a person's terminal.
+fn plain(text: &str) -> String {
+    shorten(text, 300)
+}
+
+/// The first `max` characters of `text`, control characters shown as `�`, with `…` when there
+/// were more.
 fn shorten(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
+    let mut chars = text.chars().map(|c| if c.is_control() { '\u{fffd}' } else { c });
     let mut short: String = chars.by_ref().take(max).collect();
     if chars.next().is_some() {
         short.push('…');

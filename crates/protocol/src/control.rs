@@ -138,8 +138,50 @@ wire_struct! {
         opt tool_use_id: String = "tool_use_id",
         /// The subagent that makes the call.
         opt agent_id: String = "agent_id",
-        /// 2.1.330, AskUserQuestion: a person must answer.
+        /// 2.1.330: a person must answer in the session itself: no one-tap approve, no stored
+        /// grant or automatic approval (AskUserQuestion; an auto-mode classifier's block).
         opt requires_user_interaction: bool = "requires_user_interaction",
+        /// 2.1.330, with a built-in safety check: `false` when one of them takes a person's
+        /// approval (`rm -rf ~/`), `true` when each may be approved automatically (a sensitive
+        /// file's path). Absent without a safety check.
+        opt classifier_approvable: bool = "classifier_approvable",
+        /// 2.1.330: no "always allow" for this ask (the rule would be broader than the call).
+        opt suppress_always_allow_rule: bool = "suppress_always_allow_rule",
+        /// 2.1.330: approve must not be one stray key away; nothing is preselected.
+        opt default_to_no: bool = "default_to_no",
+        /// 2.1.330: the person's own `permissions.ask` rule that forced this ask.
+        opt matched_ask_rule: MatchedAskRule = "matched_ask_rule",
+        /// 2.1.330: the ask's own heading, when the CLI words one.
+        opt title: String = "title",
+        /// 2.1.330, an MCP tool: the server it comes from.
+        opt mcp_server: McpServerProvenance = "mcp_server",
+        /// 2.1.330, `decision_reason_type` `hook`: the hook event that asked (`PreToolUse`).
+        opt decision_reason_hook_event: String = "decision_reason_hook_event",
+        /// 2.1.330, `decision_reason_type` `hook`: where that hook is configured (`settings`).
+        opt decision_reason_hook_source: String = "decision_reason_hook_source",
+    }
+}
+
+wire_struct! {
+    /// `can_use_tool.matched_ask_rule`: a `permissions.ask` rule that made the CLI ask.
+    pub struct MatchedAskRule {
+        /// The settings it is in (`userSettings`, `projectSettings`, ...).
+        req source: String = "source",
+        /// The tool the rule names.
+        req tool_name: String = "tool_name",
+        /// The rule's content (`git push *`), when it has one.
+        opt rule_content: String = "rule_content",
+    }
+}
+
+wire_struct! {
+    /// `can_use_tool.mcp_server`: an MCP tool's server and where it was configured.
+    pub struct McpServerProvenance {
+        /// The server's name.
+        req name: String = "name",
+        /// `sdk`, `plugin`, `user`, `project`, `local`, `dynamic`, `managed`, `enterprise`,
+        /// `claudeai`, `agent`: an open set.
+        req source: String = "source",
     }
 }
 

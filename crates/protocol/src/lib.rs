@@ -46,7 +46,8 @@ pub use codec::{encode_line, Decoder, LineError, LineSplitter, Received, MAX_LIN
 pub use content::{AssistantBody, ContentBlock, ToolResultBlock, ToolUseBlock, Usage, UserBody};
 pub use control::{
     ControlCancelRequest, ControlRequest, ControlRequestPayload, ControlResponse,
-    ControlResponseBody, HookOutput, InitializeRequest, InitializeResponse,
+    ControlResponseBody, HookOutput, InitializeRequest, InitializeResponse, MatchedAskRule,
+    McpServerProvenance,
 };
 pub use envelope::Envelope;
 pub use message::{DecodeError, Direction, Drift, Message, ResultMessage, UserMessage};

@@ -21,6 +21,11 @@ wire_str_enum! {
         Delegate = "delegate",
         /// Unresolved requests are denied without asking.
         DontAsk = "dontAsk",
+        /// 2.1.100 on: a safety classifier on Anthropic's side approves calls the CLI would
+        /// ask about, and blocks the rest. Without it (a gateway that does not pass it through)
+        /// 2.1.330 refuses those calls. Switchboard's policy still holds: its hook's deny is
+        /// final and its ask makes the CLI ask (docs/cli-drift.md).
+        Auto = "auto",
     }
 }
 

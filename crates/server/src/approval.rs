@@ -104,15 +104,37 @@ pub(crate) async fn page(State(daemon): State<Arc<Daemon>>, Path(link): Path<Str
                 .unwrap_or_default();
             let whole = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
             let input: String = whole.chars().take(MAX_INPUT_CHARS).collect();
-            let approve = match refusal(&pending.tool_name, &whole) {
-                Some(why) => format!("<p class=warn>{}</p>", escape(&why)),
+            let approve = match refusal(&pending, &whole) {
+                Some(why) => format!(
+                    "<p class=warn>{}</p><p><a href=\"/#/s/{}\">Open the session</a></p>",
+                    escape(&why),
+                    escape(&claim.session)
+                ),
                 None => "<button name=decision value=allow class=allow>Approve</button>".to_owned(),
             };
+            // Claude Code's own heading, and an MCP tool's server, as it names them.
+            let hints = &pending.hints;
+            let heading = hints
+                .title
+                .as_ref()
+                .map(|title| format!("<p><strong>{}</strong></p>", escape(title)))
+                .unwrap_or_default();
+            let server = hints
+                .mcp_server
+                .as_ref()
+                .map(|server| {
+                    format!(
+                        "<dt>MCP server</dt><dd>{} ({})</dd>",
+                        escape(&server.name),
+                        escape(&server.source)
+                    )
+                })
+                .unwrap_or_default();
             let body = format!(
-                "<h1>Claude wants to use <code>{tool}</code></h1>\
+                "<h1>Claude wants to use <code>{tool}</code></h1>{heading}\
                  <p class=muted>{why}</p>\
                  <pre>{input}</pre>\
-                 <dl><dt>Session</dt><dd>{title}</dd><dt>Directory</dt><dd><code>{cwd}</code></dd>\
+                 <dl>{server}<dt>Session</dt><dd>{title}</dd><dt>Directory</dt><dd><code>{cwd}</code></dd>\
                  <dt>Asked</dt><dd>{asked}</dd><dt>Started by</dt><dd>{started}</dd>\
                  <dt>Through</dt><dd>{channel}</dd>\
                  <dt>Expires</dt><dd>{expires}</dd></dl>\
@@ -191,7 +213,7 @@ pub(crate) async fn answer(
     };
     if behavior == AnswerBehavior::Allow {
         let shown = serde_json::to_string_pretty(&pending.input).unwrap_or_default();
-        if let Some(why) = refusal(&pending.tool_name, &shown) {
+        if let Some(why) = refusal(&pending, &shown) {
             return html(StatusCode::CONFLICT, "Not here", &format!("<p>{}</p>", escape(&why)));
         }
     }
@@ -218,15 +240,21 @@ pub(crate) async fn answer(
 
 /// Why the link's page may not approve a request, if it may not: its input (`shown`, as the
 /// page shows it) goes on past what the page shows (a tail past the cut could hold anything),
-/// or it is a question (whose answer is a choice, not an approval). It can be denied.
-fn refusal(tool: &str, shown: &str) -> Option<String> {
+/// it is a question (whose answer is a choice, not an approval), or Claude Code says a person
+/// must answer it in the session. It can be denied.
+fn refusal(pending: &PendingPermission, shown: &str) -> Option<String> {
     let hidden = shown.chars().count().saturating_sub(MAX_INPUT_CHARS);
     if hidden > 0 {
         Some(format!(
             "The input goes on for {hidden} more characters than shown: approve it in the web UI, where it shows whole."
         ))
-    } else if tool == "AskUserQuestion" {
+    } else if pending.tool_name == "AskUserQuestion" {
         Some("Answer the question in the web UI, which offers its options.".to_owned())
+    } else if pending.hints.person_only {
+        Some(
+            "Claude Code says a person must approve this one in the session itself: open it in the web UI to approve."
+                .to_owned(),
+        )
     } else {
         None
     }

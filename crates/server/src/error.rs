@@ -147,6 +147,9 @@ impl From<DaemonError> for ApiError {
             DaemonError::Session(SessionError::Answer(AnswerError::DeniedInput(_))) => {
                 ApiError::forbidden(error.to_string())
             }
+            DaemonError::Session(SessionError::Answer(AnswerError::NoStandingRule(_))) => {
+                ApiError::conflict("no_standing_rule", error.to_string())
+            }
             DaemonError::Session(SessionError::Transport(_)) => {
                 ApiError::invalid(error.to_string())
             }

@@ -1005,6 +1005,28 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
         started_by: pending.started_by,
         rule: pending.rule,
         cli_reason: pending.cli_reason,
+        hints: (!pending.hints.is_empty()).then(|| permission_hints(&pending.hints)),
+    }
+}
+
+fn permission_hints(hints: &switchboard_session::PermissionHints) -> pb::PermissionHints {
+    pb::PermissionHints {
+        requires_user_interaction: hints.requires_user_interaction,
+        classifier_approvable: hints.classifier_approvable,
+        default_to_no: hints.default_to_no,
+        suppress_always_allow_rule: hints.suppress_always_allow_rule,
+        matched_ask_rule: hints.matched_ask_rule.as_ref().map(|rule| pb::AskRule {
+            source: rule.source.clone(),
+            tool_name: rule.tool_name.clone(),
+            rule_content: rule.rule_content.clone(),
+        }),
+        title: hints.title.clone(),
+        mcp_server: hints.mcp_server.as_ref().map(|server| pb::McpServer {
+            name: server.name.clone(),
+            source: server.source.clone(),
+        }),
+        person_only: hints.person_only,
+        no_standing_rule: hints.no_standing_rule,
     }
 }
 

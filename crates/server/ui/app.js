@@ -118,7 +118,8 @@ document.addEventListener('keydown', (event) => {
   if (event.key === '/') { $('#session-search').focus(); event.preventDefault(); }
   const box = showing.view?.transcript.pending()[0]?.box;
   if (!box || !can('approve')) return;
-  if (event.key === 'a') $('.allow', box)?.click();
+  // Claude Code's default_to_no: approve is never one stray key away.
+  if (event.key === 'a' && !box.querySelector('[data-default-to-no]') && !box.closest('[data-default-to-no]')) $('.allow', box)?.click();
   if (event.key === 'd') $('.deny', box)?.click();
 });
 

@@ -21,6 +21,9 @@ const MODES = [
   ['plan', 'Plan only'],
   ['bypassPermissions', 'Bypass permissions'],
   ['dontAsk', 'Never ask (deny instead)'],
+  // Claude Code's classifier (on Anthropic's side) approves what it judges safe; your policy
+  // still decides first: its deny is a deny, its ask asks you.
+  ['auto', 'Auto: Claude Code\'s safety classifier approves what it judges safe, after your policy'],
 ];
 // A phone: the settings sheet holds the model and mode (the header has no room for them).
 const phone = () => matchMedia('(max-width: 760px)').matches;

@@ -15,12 +15,24 @@ export function permissionBox(session, request, cwd) {
       for (const button of $$('button', box)) button.disabled = false;
     }
   };
-  box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd)));
+  // Claude Code's hints (2.1.330 on): its own heading, an MCP tool's server, whether a person
+  // must look (no one-tap approve elsewhere), no "allow always", nothing one key away.
+  const hints = request.hints ?? {};
+  if (hints.default_to_no) box.dataset.defaultToNo = 'true';
+  if (hints.title) box.append(el('div', { class: 'permission-heading' }, hints.title));
+  box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd),
+    hints.mcp_server ? el('span', { class: 'mcp-server muted', title: `Configured in: ${hints.mcp_server.source}` }, ` · MCP server ${hints.mcp_server.name} (${hints.mcp_server.source})`) : null));
   // Why a person is asked, when something says so: the policy rule that asks, or Claude Code
   // in its own words. The policy's default asking is not news.
   const why = request.rule ? ['Your policy\'s rule ', el('code', {}, request.rule), ' asks you.']
     : request.cli_reason ? [`Claude Code: ${request.cli_reason}`] : null;
   if (why) box.append(el('div', { class: 'permission-reason muted' }, ...why));
+  if (hints.person_only) {
+    const who = hints.matched_ask_rule
+      ? `Your own ask rule ${hints.matched_ask_rule.tool_name}${hints.matched_ask_rule.rule_content ? `(${hints.matched_ask_rule.rule_content})` : ''} (${hints.matched_ask_rule.source}) asks you`
+      : hints.classifier_approvable === false ? 'A safety check of Claude Code\'s asks a person' : 'Claude Code asks a person to look';
+    box.append(el('div', { class: 'permission-person muted' }, icon('bell'), `${who}: no policy, grant or notification button answers this one.`));
+  }
   if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, startedBy(request.started_by)));
 
   if (request.tool_name === 'AskUserQuestion') {
@@ -65,18 +77,21 @@ export function permissionBox(session, request, cwd) {
   const rule = request.always_allows || '';
   const grant = !rule ? 'the same call' : rule.includes('(') ? rule : `every ${rule} call`;
   const always = `Allow ${grant} for the rest of this session`;
+  // Where Claude Code offers no standing rule, none is offered here (the daemon refuses one).
+  const standing = !hints.no_standing_rule;
   box.append(editor,
     el('div', { class: 'actions needs-approve' },
-      el('button', { type: 'button', class: 'allow primary', title: 'Allow (a)', onclick: () => {
+      el('button', { type: 'button', class: 'allow primary', title: hints.default_to_no ? 'Allow (no key: Claude Code asks for a deliberate click)' : 'Allow (a)', onclick: () => {
         if (!editor.hidden) {
           try { answer({ behavior: 'allow', updated_input: JSON.parse(editor.value) }); } catch (error) { toast(`The edited input is not JSON: ${error.message}`); }
         } else answer({ behavior: 'allow' });
       } }, icon('check'), 'Allow'),
-      el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always'),
+      standing ? el('button', { type: 'button', class: 'always', title: always, onclick: () => answer({ behavior: 'allow', remember: true }) }, 'Allow always') : null,
       el('button', { type: 'button', class: 'deny', title: 'Deny (d)', onclick: () => answer({ behavior: 'deny', message: message.value.trim() || undefined }) }, icon('x'), 'Deny')),
     el('div', { class: 'secondary needs-approve' }, message,
       el('button', { type: 'button', class: 'edit ghost needs-operate', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
-    el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`));
+    standing ? el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`)
+      : el('div', { class: 'always-rule muted needs-approve' }, 'Claude Code allows this one once at a time: no "allow always".'));
   return box;
 }
 

@@ -180,7 +180,11 @@ export class SessionView {
       pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
     this.waitingBar.dataset.requestId = first.request.request_id;
     const plain = !['AskUserQuestion', 'ExitPlanMode'].includes(first.request.tool_name);
-    for (const button of this.waitingBar.querySelectorAll('.allow, .deny')) button.hidden = !plain;
+    // A request Claude Code says a person must look at, or that must not be one tap from
+    // approved, gets no Allow on the bar: Show opens its card.
+    const hints = first.request.hints ?? {};
+    $('.allow', this.waitingBar).hidden = !plain || hints.person_only || hints.default_to_no;
+    $('.deny', this.waitingBar).hidden = !plain;
     // Out of sight: scrolled away, or a panel has the transcript's place.
     this.waitingBar.hidden = inSight && !this.root.classList.contains('panel-open');
   }
@@ -195,7 +199,9 @@ export class SessionView {
       this.transcript.settle(card);
     }
     first.box.scrollIntoView({ block: 'center' });
-    $('.allow, .choice', first.box)?.focus({ preventScroll: true });
+    // Focus goes to Allow (or a question's first choice), except where Claude Code asks that
+    // nothing be preselected.
+    if (!first.request.hints?.default_to_no) $('.allow, .choice', first.box)?.focus({ preventScroll: true });
     this.refreshWaiting();
   }
 

@@ -50,8 +50,8 @@ use switchboard_protocol::{
 };
 
 use crate::event::{
-    now_ms, DecidedBy, LineDirection, PendingHook, PendingPermission, SessionEvent, SessionState,
-    WireLine,
+    now_ms, AskRule, DecidedBy, LineDirection, McpServer, PendingHook, PendingPermission,
+    PermissionHints, SessionEvent, SessionState, WireLine,
 };
 use crate::policy::{Behavior, MatchContext, Policy};
 
@@ -216,6 +216,12 @@ pub enum AnswerError {
     /// The answer changes the tool's input to one the policy denies; the request still waits.
     #[error("the policy denies the changed input: {0}")]
     DeniedInput(String),
+    /// "Allow always" (or rule changes) for a request Claude Code allows only once: its
+    /// `suppress_always_allow_rule`, or a person must look each time. The request still waits.
+    #[error(
+        "Claude Code offers no standing rule for permission request {0}: allow it once, or deny it"
+    )]
+    NoStandingRule(String),
 }
 
 /// The most slash commands a snapshot keeps, the longest name, and the longest description

@@ -141,6 +141,90 @@ pub struct PendingPermission {
     /// approval"), when it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cli_reason: Option<String>,
+    /// What Claude Code says of how this request may be answered (2.1.330 on); every face acts
+    /// on it. Empty from older CLIs and in logs written before it was read.
+    #[serde(default, skip_serializing_if = "PermissionHints::is_empty")]
+    pub hints: PermissionHints,
+}
+
+/// Claude Code's own hints on a permission request, as its `can_use_tool` gives them.
+///
+/// [`PermissionHints::person_only`] requests are answered by a person in the session, never by a
+/// one-tap button in a notification, a link page's Approve, a policy allow or a standing
+/// grant; [`PermissionHints::no_standing_rule`] ones are allowed once, never "always". The CLI's
+/// words (`title`, the rule, the server) are its output: cut to a few hundred characters, and
+/// shown as text, never as markup.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermissionHints {
+    /// A person must answer in the session itself (the CLI's `requires_user_interaction`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requires_user_interaction: bool,
+    /// A built-in safety check is involved: `false` when one of them takes a person's approval
+    /// (`rm -rf ~/`), `true` when each may be approved automatically (a sensitive file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classifier_approvable: Option<bool>,
+    /// Approve must not be one stray key away: nothing preselected, no one-key approve.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default_to_no: bool,
+    /// No "allow always" for this ask (the CLI's `suppress_always_allow_rule`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suppress_always_allow_rule: bool,
+    /// The person's own `permissions.ask` rule that made Claude Code ask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_ask_rule: Option<AskRule>,
+    /// The ask's heading in Claude Code's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// An MCP tool's server, and where it was configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_server: Option<McpServer>,
+    /// Follows from the above ([`Self::settled`]): only a person, looking at the request in the
+    /// session, may approve it. Claude Code says it needs a person's interaction, or a safety
+    /// check that no automatic approval may pass, or the person's own ask rule forced it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub person_only: bool,
+    /// Follows from the above: "allow always" is withheld. Claude Code says so, or a person must
+    /// look each time (a standing grant would answer the next one without them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_standing_rule: bool,
+}
+
+impl PermissionHints {
+    /// Whether no hint is given.
+    pub fn is_empty(&self) -> bool {
+        self == &PermissionHints::default()
+    }
+
+    /// The hints with what follows from them filled in ([`Self::person_only`],
+    /// [`Self::no_standing_rule`]), so that every face reads the same answer.
+    pub fn settled(mut self) -> Self {
+        self.person_only = self.requires_user_interaction
+            || self.classifier_approvable == Some(false)
+            || self.matched_ask_rule.is_some();
+        self.no_standing_rule = self.suppress_always_allow_rule || self.person_only;
+        self
+    }
+}
+
+/// A `permissions.ask` rule from the person's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskRule {
+    /// The settings it is in (`userSettings`, `projectSettings`, ...).
+    pub source: String,
+    /// The tool it names.
+    pub tool_name: String,
+    /// Its content (`git push *`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_content: Option<String>,
+}
+
+/// An MCP server as a permission request names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServer {
+    /// Its name.
+    pub name: String,
+    /// Where it was configured (`user`, `project`, `plugin`, `claudeai`, ...: an open set).
+    pub source: String,
 }
 
 /// A hook callback waiting for an answer.

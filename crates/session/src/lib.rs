@@ -21,7 +21,10 @@ pub use actor::{
     SessionHandle, SinkFuture,
 };
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo};
-pub use event::{DecidedBy, LineDirection, PendingPermission, SessionEvent, SessionState};
+pub use event::{
+    AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,
+    SessionState,
+};
 pub use policy::{
     Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
 };

@@ -80,9 +80,9 @@ fn opt_fields_distinguish_absent_from_null_when_asked_to() {
 
 #[test]
 fn string_enums_keep_values_they_do_not_know() {
-    let mode: PermissionMode = serde_json::from_str(r#""auto""#).unwrap();
-    assert_eq!(mode, PermissionMode::Other("auto".into()));
-    assert_eq!(serde_json::to_string(&mode).unwrap(), r#""auto""#);
+    let mode: PermissionMode = serde_json::from_str(r#""manual""#).unwrap();
+    assert_eq!(mode, PermissionMode::Other("manual".into()));
+    assert_eq!(serde_json::to_string(&mode).unwrap(), r#""manual""#);
     assert_eq!("plan".parse::<PermissionMode>().unwrap(), PermissionMode::Plan);
 }
 

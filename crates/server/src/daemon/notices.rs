@@ -66,8 +66,11 @@ pub(super) fn notify(
                         "started_by": pending.started_by, "asked_at_ms": pending.asked_at_ms,
                         "expires_ms": expires_ms,
                     },
-                    // One tap approves only what the notice shows whole.
-                    "one_tap": crate::notify::one_tap(&pending.tool_name, &pending.input),
+                    "hints": pending.hints,
+                    // One tap approves only what the notice shows whole, and nothing Claude
+                    // Code says a person must look at in the session.
+                    "one_tap": !pending.hints.person_only
+                        && crate::notify::one_tap(&pending.tool_name, &pending.input),
                 });
                 // The timers keep the request's ids, not its input (up to a line's size).
                 let mut request = pending.clone();

@@ -65,3 +65,158 @@ async fn a_session_that_names_no_mode_runs_in_default_whatever_the_settings_say(
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "colour = 1\n", "nothing edited unasked");
     server.stop().await;
 }
+
+/// Claude Code's hints on a request hold in every face. 2.1.330 asks about a removal on a
+/// critical path with `classifier_approvable: false` and `suppress_always_allow_rule` (only a
+/// person may approve it, and never "always"): it reaches a person although the policy allows
+/// every Bash call; the phone's notification has Open and no Approve or Deny; the link's page
+/// offers no Approve and refuses a posted one; "allow always" is refused with 409; the request
+/// still waits, and a person denies it. (`rm` refuses a path ending in `..`: nothing would be
+/// removed were it run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_only_a_person_may_approve_is_never_one_tap_or_always() {
+    use switchboard_server::notify::ChannelKind;
+    let command = "rm -rf /nonexistent-switchboard/..";
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": command, "description": "Clean up"}))
+                    .when_prompt("CLEAN"),
+            )
+            .reply(Reply::text("Left it alone.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let phone = crate::notify::Receiver::default();
+    let phone_url = phone.start().await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let policy =
+        switchboard_session::Policy::from_toml("[permissions]\nallow = [\"Bash\"]").unwrap();
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.default_policy = Some(policy);
+        config.notify = crate::notify::fast(vec![crate::notify::channel(
+            "phone",
+            ChannelKind::Ntfy,
+            format!("{phone_url}/agents"),
+        )]);
+    })
+    .await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "CLEAN"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws
+        .until(|frame| frame["event"]["event"] == "permission_requested" || crate::is_result(frame))
+        .await;
+    let asked = &frames.last().unwrap()["event"];
+    assert_eq!(asked["event"], "permission_requested", "a person is asked: {asked}");
+    let hints = &asked["hints"];
+    assert_eq!(hints["classifier_approvable"], false, "{asked}");
+    assert_eq!(hints["suppress_always_allow_rule"], true, "{asked}");
+    assert_eq!((&hints["person_only"], &hints["no_standing_rule"]), (&json!(true), &json!(true)));
+    assert!(asked["reason"].as_str().unwrap().contains("Dangerous rm"), "{asked}");
+    let request = asked["request_id"].as_str().unwrap().to_owned();
+
+    // The phone: Open only.
+    let got = phone.until(|bodies| !bodies.is_empty()).await;
+    let message = &got[0].2;
+    let actions = message["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 1, "{message}");
+    assert_eq!(actions[0]["label"], "Open", "{message}");
+    // The link's page: no Approve; a posted allow is refused.
+    let link = message["click"].as_str().unwrap().to_owned();
+    let (status, page) = crate::links::open(&server, &link).await;
+    assert_eq!(status, 200);
+    assert!(!page.contains("value=allow"), "{page}");
+    assert!(page.contains("a person must approve this one"), "{page}");
+    let (status, page) = crate::links::post(&server, &link, "decision=allow").await;
+    assert_eq!(status, 409, "{page}");
+    // "Allow always" through the API: refused, and the request still waits.
+    let answer = format!("/api/sessions/{id}/permissions/{request}");
+    let (status, body) =
+        server.post(&answer, json!({"behavior": "allow", "remember": true, "by": "test"})).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "no_standing_rule", "{body}");
+    let (status, view) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(view["pending_permissions"][0]["request_id"], request.as_str(), "{view}");
+    let (status, body) = server
+        .post(&answer, json!({"behavior": "deny", "message": "Not that.", "by": "test"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Left it alone.");
+    server.stop().await;
+}
+
+/// `auto` is a mode a person may choose, and the policy holds under it: its deny is a deny
+/// (the call never runs) and its ask reaches a person (whose allow runs it). Against the fake
+/// API, 2.1.330's classifier is not served, so what the policy leaves to it is refused; the
+/// policy's own verdicts come first either way (its `PreToolUse` hook).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auto_the_policy_still_denies_and_asks() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch denied.txt", "description": "a"}))
+                    .when_prompt("DENYIT"),
+            )
+            .reply(Reply::text("Not allowed, then.").when_tool_result_contains("denied"))
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "touch asked.txt", "description": "b"}))
+                    .when_prompt("ASKIT"),
+            )
+            .reply(Reply::text("Made it.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let policy = switchboard_session::Policy::from_toml(
+        "[permissions]\ndeny = [\"Bash(touch denied.txt)\"]\nask = [\"Bash(touch asked.txt)\"]\ndefault = \"allow\"",
+    )
+    .unwrap();
+    let server =
+        Server::start_with(store, &api, &sandbox, |config| config.default_policy = Some(policy))
+            .await;
+    let create = json!({"cwd": sandbox.workdir(), "prompt": "DENYIT", "permission_mode": "auto"});
+    let (status, session) = server.post("/api/sessions", create).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    let init = frames
+        .iter()
+        .find(|frame| frame["event"]["line"]["subtype"] == "init")
+        .expect("the CLI said how it started");
+    assert_eq!(init["event"]["line"]["permissionMode"], "auto", "{init}");
+    let decided = frames
+        .iter()
+        .find(|frame| frame["event"]["event"] == "permission_decided")
+        .expect("the policy decided");
+    assert_eq!(decided["event"]["behavior"], "deny", "{decided}");
+    assert_eq!(decided["event"]["by"]["kind"], "policy", "{decided}");
+    assert!(!sandbox.file("denied.txt").exists(), "a deny is a deny");
+
+    ws.send(json!({"type": "user_message", "content": "ASKIT"})).await;
+    let frames = ws
+        .until(|frame| frame["event"]["event"] == "permission_requested" || crate::is_result(frame))
+        .await;
+    let asked = &frames.last().unwrap()["event"];
+    assert_eq!(asked["event"], "permission_requested", "an ask is an ask: {asked}");
+    assert_eq!(asked["rule"], "Bash(touch asked.txt)", "{asked}");
+    let request = asked["request_id"].as_str().unwrap();
+    let (status, body) = server
+        .post(
+            &format!("/api/sessions/{id}/permissions/{request}"),
+            json!({"behavior": "allow", "by": "test"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Made it.");
+    assert!(sandbox.file("asked.txt").exists(), "the person's allow ran it");
+    server.stop().await;
+}

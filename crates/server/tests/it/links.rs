@@ -12,7 +12,7 @@ use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 use crate::{is_result, Server};
 
 /// A link's page: its status and text.
-async fn open(server: &Server, link: &str) -> (u16, String) {
+pub(crate) async fn open(server: &Server, link: &str) -> (u16, String) {
     let response = server.client().get(link).send().await.unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
 }

@@ -105,6 +105,16 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
             )
             .reply(Reply::text("Made it from the bar.").when_tool_result_contains("PHONE_BAR_MARK"))
             .reply(Reply::text("Not made, as you said.").when_tool_result())
+            // Claude Code says only a person may approve this one, and never "always" (`rm`
+            // refuses a path ending in `..`: nothing would go were it run).
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "rm -rf /nonexistent-switchboard/..", "description": "clean up"}),
+                )
+                .when_prompt("ASKRM"),
+            )
+            .reply(Reply::text("Left it alone.").when_tool_result())
             // Held after three words, once at each size, until the test releases it.
             .reply(
                 Reply::text("## Held\n\nThis answer is held back until the test lets it finish.")

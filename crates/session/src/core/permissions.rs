@@ -27,6 +27,16 @@ impl SessionCore {
                 return Err(AnswerError::DeniedInput(decision.reason));
             }
         }
+        // "Always" only where Claude Code offers a standing rule: where it says a person must
+        // look each time, or that the rule would reach past this call, the answer is refused
+        // (the request still waits, for an answer without it).
+        if let (AnswerBehavior::Allow, Some(asked)) = (answer.behavior, self.asked.get(request_id))
+        {
+            let standing = answer.remember || answer.updated_permissions.is_some();
+            if standing && asked.pending.hints.no_standing_rule {
+                return Err(AnswerError::NoStandingRule(request_id.to_owned()));
+            }
+        }
         let Some(asked) = self.asked.shift_remove(request_id) else {
             return Err(if self.answered_set.contains(request_id) {
                 AnswerError::AlreadyAnswered(request_id.to_owned())
@@ -128,7 +138,19 @@ impl SessionCore {
             // The CLI asks: this decision is the one to record.
             self.set_verdict(tool_use_id, &request.tool_name, &request.input, CallVerdict::Decided);
         }
-        let decision = self.policy.decide(&request.tool_name, &request.input, &self.match_context);
+        let hints = hints_of(request);
+        let mut decision =
+            self.policy.decide(&request.tool_name, &request.input, &self.match_context);
+        // What Claude Code says only a person may approve, no allow of the policy's answers
+        // (a standing grant is a policy rule too): a person is asked. A deny stays a deny.
+        if decision.behavior == Behavior::Allow && hints.person_only {
+            decision.behavior = Behavior::Ask;
+            decision.reason = format!(
+                "Claude Code says a person must approve this call, so the policy's allow does \
+                 not answer it ({})",
+                decision.reason
+            );
+        }
         match decision.behavior {
             behavior @ (Behavior::Allow | Behavior::Deny) => {
                 let result = if behavior == Behavior::Allow {
@@ -172,6 +194,7 @@ impl SessionCore {
                     started_by: self.snapshot.sender.clone(),
                     rule: decision.rule,
                     cli_reason: request.decision_reason.clone(),
+                    hints,
                 };
                 self.asked.insert(
                     request_id.to_owned(),
@@ -441,4 +464,30 @@ impl SessionCore {
             tracing::warn!(%rule, %error, "cannot remember the session rule");
         }
     }
+}
+
+/// The longest title or name a hint keeps: the CLI's words, shown to people.
+const MAX_HINT_CHARS: usize = 300;
+
+/// Claude Code's hints on a request, as the session keeps them.
+fn hints_of(request: &CanUseToolRequest) -> PermissionHints {
+    let cut = |text: &String| text.chars().take(MAX_HINT_CHARS).collect::<String>();
+    PermissionHints {
+        requires_user_interaction: request.requires_user_interaction == Some(true),
+        classifier_approvable: request.classifier_approvable,
+        default_to_no: request.default_to_no == Some(true),
+        suppress_always_allow_rule: request.suppress_always_allow_rule == Some(true),
+        matched_ask_rule: request.matched_ask_rule.as_ref().map(|rule| AskRule {
+            source: cut(&rule.source),
+            tool_name: cut(&rule.tool_name),
+            rule_content: rule.rule_content.as_ref().map(cut),
+        }),
+        title: request.title.as_ref().map(cut).filter(|title| !title.trim().is_empty()),
+        mcp_server: request
+            .mcp_server
+            .as_ref()
+            .map(|server| McpServer { name: cut(&server.name), source: cut(&server.source) }),
+        ..PermissionHints::default()
+    }
+    .settled()
 }

@@ -334,6 +334,86 @@ fn remember_sends_session_scoped_grants_and_adds_a_local_rule() {
     assert_eq!(sent(&effects)[0]["response"]["response"]["behavior"], "allow");
 }
 
+/// A `can_use_tool` with Claude Code's hints (the fields as 2.1.330 writes them).
+fn hinted(request_id: &str, hints: serde_json::Value) -> Received {
+    let mut request = json!({"subtype":"can_use_tool","tool_name":"mcp__tracker__close",
+        "input":{"issue":7},"tool_use_id":"toolu_9"});
+    request.as_object_mut().unwrap().extend(hints.as_object().unwrap().clone());
+    line(&json!({"type":"control_request","request_id":request_id,"request":request}).to_string())
+}
+
+#[test]
+fn what_claude_code_says_only_a_person_may_approve_no_policy_allow_or_grant_answers() {
+    // The policy allows every call of the tool; a grant made earlier would be a rule like it.
+    let mut core = core("[permissions]\nallow=[\"mcp__tracker__close\"]");
+    started(&mut core);
+    let effects = core.on_line(hinted("plain", json!({})));
+    assert_eq!(
+        sent(&effects)[0]["response"]["response"]["behavior"],
+        "allow",
+        "no hint: the policy"
+    );
+    for (id, hints) in [
+        ("interaction", json!({"requires_user_interaction": true})),
+        ("safety", json!({"classifier_approvable": false, "suppress_always_allow_rule": true})),
+        (
+            "rule",
+            json!({"matched_ask_rule": {"source": "userSettings", "tool_name": "mcp__tracker__close"}}),
+        ),
+    ] {
+        let effects = core.on_line(hinted(id, hints.clone()));
+        assert!(sent(&effects).is_empty(), "{id}: nothing answers it but a person");
+        let pending = core.snapshot().pending_permissions.last().unwrap().clone();
+        assert_eq!(pending.request_id, id);
+        assert!(pending.hints.person_only && pending.hints.no_standing_rule, "{id}: {hints}");
+        assert!(pending.reason.contains("a person must approve"), "{}", pending.reason);
+        // "Always" is refused and the request still waits; once is taken.
+        let always = PermissionAnswer { remember: true, ..PermissionAnswer::allow() };
+        let refused = core.answer_permission(id, always, "alice").unwrap_err();
+        assert!(matches!(refused, AnswerError::NoStandingRule(_)), "{refused}");
+        let effects = core.answer_permission(id, PermissionAnswer::allow(), "alice").unwrap();
+        assert_eq!(sent(&effects)[0]["response"]["response"]["behavior"], "allow");
+    }
+    // A sensitive file's check that automatic approval may pass is the policy's to answer.
+    let effects = core.on_line(hinted("approvable", json!({"classifier_approvable": true})));
+    assert_eq!(sent(&effects)[0]["response"]["response"]["behavior"], "allow");
+}
+
+#[test]
+fn hints_are_kept_bounded_and_no_always_where_claude_code_withholds_it() {
+    let mut core = core("");
+    started(&mut core);
+    let long = "t".repeat(5000);
+    core.on_line(hinted(
+        "r1",
+        json!({"suppress_always_allow_rule": true, "default_to_no": true,
+        "title": long, "mcp_server": {"name": "tracker", "source": "project"}}),
+    ));
+    let pending = core.snapshot().pending_permissions[0].clone();
+    let hints = &pending.hints;
+    assert!(hints.default_to_no && hints.no_standing_rule && !hints.person_only, "{hints:?}");
+    assert_eq!(hints.title.as_ref().unwrap().chars().count(), 300, "the CLI's words, cut");
+    assert_eq!(
+        hints.mcp_server,
+        Some(McpServer { name: "tracker".into(), source: "project".into() })
+    );
+    let updates =
+        PermissionAnswer { updated_permissions: Some(Vec::new()), ..PermissionAnswer::allow() };
+    assert!(matches!(
+        core.answer_permission("r1", updates, "bob"),
+        Err(AnswerError::NoStandingRule(_))
+    ));
+    // Read back from the log as written.
+    let json = serde_json::to_value(&pending).unwrap();
+    assert_eq!(json["hints"]["mcp_server"]["name"], "tracker");
+    let back: PendingPermission = serde_json::from_value(json).unwrap();
+    assert_eq!(back, pending);
+    // An older CLI's request: no hints, nothing written.
+    core.on_line(can_use_tool("r2", "ls"));
+    let plain = serde_json::to_value(&core.snapshot().pending_permissions[1]).unwrap();
+    assert!(plain.get("hints").is_none(), "{plain}");
+}
+
 #[test]
 fn ask_user_question_answers_go_into_the_input() {
     let mut core = core("[permissions]\ndefault = \"allow\"");

@@ -420,6 +420,7 @@ fn the_view_follows_model_mode_and_permissions() {
         always_allows: String::new(),
         rule: None,
         cli_reason: None,
+        hints: Default::default(),
         started_by: None,
     };
     run(
@@ -492,6 +493,7 @@ fn every_stored_event_reads_back_as_it_was() {
             always_allows: String::new(),
             rule: None,
             cli_reason: None,
+            hints: Default::default(),
             started_by: None,
         }),
         SessionEvent::decided(

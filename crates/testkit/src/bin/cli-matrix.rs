@@ -48,6 +48,7 @@ const SCENARIOS: &[&str] = &[
     "controls",
     "subagent",
     "resume",
+    "safety_check",
 ];
 
 struct Args {
@@ -517,6 +518,17 @@ fn script(scenario: &str, workdir: &Path) -> Scenario {
         "resume" => Scenario::new()
             .reply(Reply::text("Remembered: the word is heron.").when_prompt("REMEMBER"))
             .reply(Reply::text("The word was heron.").when_prompt("RECALL")),
+        // A removal on a critical path: newer CLIs ask with their safety check's hints. `rm`
+        // refuses a path ending in `..`, and the scenario denies it: nothing is removed.
+        "safety_check" => Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "rm -rf /nonexistent-switchboard/..", "description": "Clean up"}),
+                )
+                .when_prompt("RUN"),
+            )
+            .reply(Reply::text("Left it alone.").when_tool_result()),
         _ => Scenario::new(),
     }
 }
@@ -592,7 +604,7 @@ async fn steps(d: &mut Driver, scenario: &str, api: &FakeApi) -> anyhow::Result<
                 bail!("the turn failed: {}", result["result"]);
             }
         }
-        "permission_allow" | "permission_deny" => {
+        "permission_allow" | "permission_deny" | "safety_check" => {
             d.answer = if scenario == "permission_allow" { Answer::Allow } else { Answer::Deny };
             d.prompt("RUN the command").await?;
             d.until_result().await?;
