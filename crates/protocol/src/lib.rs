@@ -50,7 +50,9 @@ pub use control::{
     McpServerProvenance,
 };
 pub use envelope::Envelope;
-pub use message::{DecodeError, Direction, Drift, Message, ResultMessage, UserMessage};
+pub use message::{
+    DecodeError, Direction, Drift, Message, MessageOrigin, ResultMessage, UserMessage,
+};
 pub use permission::{PermissionMode, PermissionResult, PermissionUpdate};
 pub use system::SystemMessage;
 pub use wire::{Extra, Num, RawJson, TextOr};

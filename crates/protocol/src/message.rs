@@ -99,6 +99,38 @@ wire_struct! {
         opt is_synthetic: bool = "isSynthetic",
         /// The structured output of the tool whose result this carries (a string on errors).
         opt tool_use_result: Value = "tool_use_result",
+        /// Who the prompt is from. The CLI's trust checks treat a prompt without one as
+        /// unattributed; Switchboard stamps a person's prompt `{"kind":"human"}` (every
+        /// version takes the field; 2.1.330 echoes it on the turn's `result`).
+        opt origin: MessageOrigin = "origin",
+    }
+}
+
+wire_struct! {
+    /// A user message's `origin`: `human` (a person typed it), `channel` (`server`: an MCP
+    /// channel's), `peer` (`from`: another session), `task-notification` (`subkind`:
+    /// `scheduled-trigger`, `external-event`, ...). An open set: unknown kinds and fields kept.
+    pub struct MessageOrigin {
+        /// `human`, `channel`, `peer`, `task-notification`, ...
+        req kind: String = "kind",
+        /// `channel`: the channel's server.
+        opt server: String = "server",
+        /// `task-notification`: what kind of delivery.
+        opt subkind: String = "subkind",
+        /// `peer`: the sending session's address.
+        opt from: String = "from",
+    }
+}
+
+impl MessageOrigin {
+    /// `{"kind":"human"}`: a person's own words.
+    pub fn human() -> MessageOrigin {
+        MessageOrigin { kind: "human".to_owned(), ..MessageOrigin::default() }
+    }
+
+    /// Whether a person typed it.
+    pub fn is_human(&self) -> bool {
+        self.kind == "human"
     }
 }
 
@@ -197,6 +229,9 @@ wire_struct! {
         opt terminal_reason: String = "terminal_reason",
         /// 2.1.330: the HTTP status of the API failure.
         opt api_error_status: Option<u64> = "api_error_status",
+        /// 2.1.330: the origin of the prompt the turn answered, as the host stamped it
+        /// (`{"kind":"human"}`); absent where it was not a person's.
+        opt origin: MessageOrigin = "origin",
         /// This line's id.
         opt uuid: String = "uuid",
     }

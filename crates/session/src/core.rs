@@ -528,6 +528,11 @@ impl SessionCore {
         if message.uuid.is_none() {
             message.uuid = Some(uuid::Uuid::new_v4().to_string());
         }
+        // Every prompt carries who it is from: a person's, unless its sender said otherwise (a
+        // sender that is not a person stamps its own).
+        if message.origin.is_none() {
+            message.origin = Some(switchboard_protocol::MessageOrigin::human());
+        }
         let mut effects = Vec::new();
         if let Some(uuid) = &message.uuid {
             if self.unechoed.len() >= ANSWERED_MEMORY {

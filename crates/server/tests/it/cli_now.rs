@@ -204,6 +204,13 @@ async fn under_auto_the_policy_still_denies_and_asks() {
     let frames = ws
         .until(|frame| frame["event"]["event"] == "permission_requested" || crate::is_result(frame))
         .await;
+    let prompt = frames
+        .iter()
+        .find(|frame| {
+            frame["event"]["direction"] == "to_cli" && frame["event"]["line"]["type"] == "user"
+        })
+        .expect("the prompt is in the log")
+        .clone();
     let asked = &frames.last().unwrap()["event"];
     assert_eq!(asked["event"], "permission_requested", "an ask is an ask: {asked}");
     assert_eq!(asked["rule"], "Bash(touch asked.txt)", "{asked}");
@@ -216,7 +223,11 @@ async fn under_auto_the_policy_still_denies_and_asks() {
         .await;
     assert_eq!(status, 200, "{body}");
     let frames = ws.until(crate::is_result).await;
-    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Made it.");
+    let result = &frames.last().unwrap()["event"]["line"];
+    assert_eq!(result["result"], "Made it.");
     assert!(sandbox.file("asked.txt").exists(), "the person's allow ran it");
+    // The prompt went as a person's, and the CLI says so on the turn's result.
+    assert_eq!(prompt["event"]["line"]["origin"], json!({"kind": "human"}), "{prompt}");
+    assert_eq!(result["origin"], json!({"kind": "human"}), "{result}");
     server.stop().await;
 }
