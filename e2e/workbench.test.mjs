@@ -242,6 +242,12 @@ try {
     await stats.locator('.cost-chart canvas').waitFor();
     await stats.locator('.gauge').waitFor();
     await stats.locator('.models td', { hasText: 'claude' }).first().waitFor();
+    // The account's usage windows, as Claude Code reported them on the long answer.
+    const five = stats.locator('.usage-window[data-window="five_hour"]');
+    await five.waitFor();
+    assert.match(await five.textContent(), /^5-hour82% · near its limit.*resets at \d\d:\d\d/);
+    assert.ok((await five.getAttribute('class')).includes('allowed_warning'));
+    assert.match(await stats.locator('.usage-window[data-window="seven_day"]').textContent(), /^7-day40%/);
     // Each side axis is wide enough for its widest label (with its ticks and their gap).
     const axes = await page.evaluate(() => {
       const { chart } = window.__switchboard.view;

@@ -111,8 +111,8 @@ pub(crate) struct NewArgs {
     /// A policy file for this session (TOML, Claude Code's rule syntax); default: the daemon's.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// The permission mode (default, acceptEdits, plan, bypassPermissions, dontAsk, auto: Claude
-    /// Code's classifier approves what it judges safe, after the policy).
+    /// The permission mode (default, acceptEdits, plan, bypassPermissions, dontAsk, auto: the
+    /// policy's rules hold, and what no rule decides Claude Code's classifier judges).
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
     /// Run in a git worktree of its own: a new branch (switchboard/<short id>) from the

@@ -47,7 +47,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "M")]
     model: Option<String>,
     /// Claude Code permission mode: default, acceptEdits, plan, bypassPermissions, dontAsk, auto
-    /// (Claude Code's classifier approves what it judges safe, after the policy).
+    /// (the policy's rules hold; what no rule decides, Claude Code's classifier judges).
     #[arg(long, value_name = "MODE")]
     permission_mode: Option<String>,
     /// Permission policy (TOML, Claude Code rule syntax). Without one, every request the CLI
@@ -309,7 +309,7 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
         let mut answers = std::collections::BTreeMap::new();
         for question in pending.input["questions"].as_array().into_iter().flatten() {
             let text = question["question"].as_str().unwrap_or("?");
-            let _ = writeln!(stderr, "\n? {text}");
+            let _ = writeln!(stderr, "\n? {}", plain(text));
             let options: Vec<&str> = question["options"]
                 .as_array()
                 .into_iter()
@@ -317,7 +317,7 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
                 .filter_map(|o| o["label"].as_str())
                 .collect();
             for (index, label) in options.iter().enumerate() {
-                let _ = writeln!(stderr, "  {}. {label}", index + 1);
+                let _ = writeln!(stderr, "  {}. {}", index + 1, plain(label));
             }
             let _ = write!(stderr, "answer (number or text): ");
             let _ = stderr.flush();

@@ -65,6 +65,11 @@ pub struct Reply {
     /// Token counts to report.
     #[serde(default)]
     pub output_tokens: Option<u64>,
+    /// Response headers to send with it (an error or a stream): the Anthropic API's
+    /// `anthropic-ratelimit-unified-*` usage-window headers, say. Each name a valid header
+    /// name, each value printable ASCII; a bad one is a 500 naming it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 fn one() -> u32 {
@@ -231,6 +236,12 @@ impl Reply {
     /// Answers this many requests.
     pub fn times(mut self, times: u32) -> Self {
         self.times = times;
+        self
+    }
+
+    /// Sends this response header with the reply.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
         self
     }
 }

@@ -293,7 +293,21 @@ async fn handle(
             }
         },
     };
-    if let Some(error) = &reply.error {
+    let mut headers = axum::http::HeaderMap::new();
+    for (name, value) in &reply.headers {
+        let parsed = axum::http::HeaderName::from_bytes(name.as_bytes())
+            .ok()
+            .zip(axum::http::HeaderValue::from_str(value).ok());
+        let Some((name, value)) = parsed else {
+            let message = format!("fake API: the reply's header {name:?} is not a valid header");
+            return json_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            );
+        };
+        headers.insert(name, value);
+    }
+    let mut response = if let Some(error) = &reply.error {
         let status =
             StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = json_response(
@@ -301,14 +315,17 @@ async fn handle(
             json!({"type": "error", "error": {"type": error.error_type, "message": error.message}}),
         );
         response.headers_mut().insert("retry-after", "0".parse().expect("static header"));
-        return response;
-    }
-    let message = Rendered::new(&reply, &model, id_base, &offered_tools(&body));
-    if stream {
-        sse_response(message, reply, state.release.subscribe())
+        response
     } else {
-        json_response(StatusCode::OK, message.full_message())
-    }
+        let message = Rendered::new(&reply, &model, id_base, &offered_tools(&body));
+        if stream {
+            sse_response(message, reply, state.release.subscribe())
+        } else {
+            json_response(StatusCode::OK, message.full_message())
+        }
+    };
+    response.headers_mut().extend(headers);
+    response
 }
 
 fn json_response(status: StatusCode, body: Value) -> Response {

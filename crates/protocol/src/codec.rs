@@ -314,6 +314,7 @@ impl Received {
     /// Decodes one line (without its newline); its text is copied once, into `raw`.
     pub fn decode(line: &[u8]) -> Result<Received, DecodeError> {
         let raw = std::str::from_utf8(line).map_err(DecodeError::NotUtf8)?;
+        let raw = without_terminal_escapes(raw);
         let message = Message::decode_str(raw)?;
         Ok(Received { raw: raw.into(), message })
     }
@@ -389,10 +390,30 @@ fn decode_line(bytes: &[u8], position: Position) -> DecodedItem {
         control_request: ControlRef::of(bytes),
     };
     let raw = std::str::from_utf8(bytes).map_err(|error| malformed(DecodeError::NotUtf8(error)))?;
+    let raw = without_terminal_escapes(raw);
     match Message::decode_str(raw) {
         Ok(message) => Ok(Received { raw: raw.into(), message }),
         Err(error) => Err(malformed(error)),
     }
+}
+
+/// `line` without the terminal control sequences (`ESC [ … final`) it starts with, if any.
+///
+/// 1.0.112 runs `/clear` as it would on a terminal: it writes `ESC[2J ESC[3J ESC[H` (clear the
+/// screen and its scrollback, cursor home) to stdout, glued to the next line, the turn's
+/// `system/init`. Read as it came, that init would be malformed and lost; the sequences say
+/// nothing to a host, so they are dropped and the line is read (and kept) from its `{`.
+pub fn without_terminal_escapes(line: &str) -> &str {
+    let mut rest = line;
+    while let Some(after) = rest.strip_prefix("\u{1b}[") {
+        // Parameter and intermediate bytes, then one final byte (`@` to `~`).
+        let Some(end) = after.find(|c: char| ('@'..='~').contains(&c)) else { return rest };
+        if !after[..end].chars().all(|c| (' '..='?').contains(&c)) {
+            return rest;
+        }
+        rest = &after[end + 1..];
+    }
+    rest
 }
 
 /// Writes a message as one NDJSON line: compact JSON and a trailing `\n`.

@@ -59,6 +59,13 @@ wire_enum! {
         /// Host → CLI: set environment variables for tools (2.1.37 applies them; 2.1.330
         /// accepts but Bash did not see them).
         UpdateEnvironmentVariables(Box<UpdateEnvironmentVariablesMessage>) = "update_environment_variables",
+        /// CLI → host (2.1.250 on): the conversation was discarded (`/clear`, leaving plan mode
+        /// with a clean context): a new one goes on, its running cost counted from zero.
+        ConversationReset(Box<ConversationResetMessage>) = "conversation_reset",
+        /// CLI → host: the account's usage windows changed (five-hour, seven-day, ...).
+        RateLimitEvent(Box<RateLimitEventMessage>) = "rate_limit_event",
+        /// CLI → host: a predicted next prompt, after a turn, when `initialize` asked for them.
+        PromptSuggestion(Box<PromptSuggestionMessage>) = "prompt_suggestion",
         ;
         /// A line of a known `type` whose fields do not fit this crate's model of that type:
         /// kept whole, with the reason and what could still be read (see [`Drift`]).
@@ -348,6 +355,74 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// `conversation_reset` (2.1.250 on). The lines after it carry another `session_id`: the
+    /// one a resume names (not `new_conversation_id`, as 2.1.332 writes them).
+    pub struct ConversationResetMessage tags { "type" = "conversation_reset" } {
+        /// The new conversation's id.
+        opt new_conversation_id: String = "new_conversation_id",
+        /// `clear`, `plan_mode_exit`, `fresh_session`, `onboarding`; absent from older CLIs.
+        opt trigger: String = "trigger",
+        /// With `clear`: the prompt whose `/clear` ran.
+        opt user_message_uuid: String = "user_message_uuid",
+        /// When, as the CLI's clock says (ISO 8601).
+        opt timestamp: String = "timestamp",
+        /// The CLI's session (the old conversation's).
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `rate_limit_event`: one usage window as it stands.
+    pub struct RateLimitEventMessage tags { "type" = "rate_limit_event" } {
+        /// The window.
+        req rate_limit_info: RateLimitInfo = "rate_limit_info",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `rate_limit_event.rate_limit_info` (camelCase, as the CLI writes it).
+    pub struct RateLimitInfo {
+        /// `allowed`, `allowed_warning`, `rejected`.
+        req status: String = "status",
+        /// When the window resets (Unix seconds).
+        opt resets_at: Num = "resetsAt",
+        /// `five_hour`, `seven_day`, `seven_day_opus`, `seven_day_sonnet`,
+        /// `seven_day_overage_included`, `overage`.
+        opt rate_limit_type: String = "rateLimitType",
+        /// How much of the window is used, 0 to 1.
+        opt utilization: Num = "utilization",
+        /// Overage: `allowed`, `allowed_warning`, `rejected`.
+        opt overage_status: String = "overageStatus",
+        /// When overage resets (Unix seconds).
+        opt overage_resets_at: Num = "overageResetsAt",
+        /// Why overage is off.
+        opt overage_disabled_reason: String = "overageDisabledReason",
+        /// Whether the account is using overage now.
+        opt is_using_overage: bool = "isUsingOverage",
+        /// The warning threshold crossed, 0 to 1.
+        opt surpassed_threshold: Num = "surpassedThreshold",
+    }
+}
+
+wire_struct! {
+    /// `prompt_suggestion`
+    pub struct PromptSuggestionMessage tags { "type" = "prompt_suggestion" } {
+        /// The predicted prompt.
+        req suggestion: String = "suggestion",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
     /// `{"type":"update_environment_variables","variables":{...}}`
     pub struct UpdateEnvironmentVariablesMessage tags { "type" = "update_environment_variables" } {
         /// Name → value.
@@ -383,10 +458,23 @@ pub const SALVAGE_MAX_BYTES: usize = 64 * 1024;
 /// The longest reason kept (serde quotes an unfit string whole).
 pub const MAX_REASON_CHARS: usize = 300;
 
-/// Fields typed as any JSON (they always fit): not looked into for the part that does not, and
-/// pending permission requests, which must never be left out (each must still be answered).
-const NOT_CANDIDATES: &[&str] =
-    &["input", "tool_use_result", "structured_output", "patch", "pending_permission_requests"];
+/// Fields typed as any JSON (they always fit): not looked into for the part that does not;
+/// pending permission requests, which must never be left out (each must still be answered);
+/// and a permission request's hints that make it a person's to answer: a request whose hint
+/// does not fit is not read without it (it would then look like one a policy may answer), it
+/// is answered as unreadable.
+const NOT_CANDIDATES: &[&str] = &[
+    "input",
+    "tool_use_result",
+    "structured_output",
+    "patch",
+    "pending_permission_requests",
+    "requires_user_interaction",
+    "classifier_approvable",
+    "matched_ask_rule",
+    "suppress_always_allow_rule",
+    "default_to_no",
+];
 
 /// How many parts a salvage tries leaving out, at most.
 const SALVAGE_MAX_TRIES: usize = 200;
@@ -637,6 +725,7 @@ impl Message {
     /// Only text that is not a JSON object is an error. An object of a known `type` whose
     /// fields do not fit is [`Message::Drift`].
     pub fn decode_str(text: &str) -> Result<Message, DecodeError> {
+        let text = crate::codec::without_terminal_escapes(text);
         match Message::from_json_str(text) {
             Ok(Message::Unknown(Value::Object(map))) => Ok(Message::Unknown(Value::Object(map))),
             Ok(Message::Unknown(_)) => Err(not_an_object()),
@@ -721,6 +810,9 @@ impl Message {
             | Message::StreamlinedText(_)
             | Message::StreamlinedToolUseSummary(_)
             | Message::CommandLifecycle(_)
+            | Message::ConversationReset(_)
+            | Message::RateLimitEvent(_)
+            | Message::PromptSuggestion(_)
             | Message::ControlCancelRequest(_) => Direction::FromCli,
             Message::UpdateEnvironmentVariables(_) => Direction::ToCli,
             Message::User(user) => {
@@ -780,6 +872,9 @@ impl Message {
             Message::StreamlinedText(m) => m.session_id.as_deref(),
             Message::StreamlinedToolUseSummary(m) => m.session_id.as_deref(),
             Message::CommandLifecycle(m) => m.session_id.as_deref(),
+            Message::ConversationReset(m) => m.session_id.as_deref(),
+            Message::RateLimitEvent(m) => m.session_id.as_deref(),
+            Message::PromptSuggestion(m) => m.session_id.as_deref(),
             Message::Drift(drift) => drift.field("session_id"),
             Message::Unknown(value) => value.get("session_id").and_then(Value::as_str),
             _ => None,
@@ -808,4 +903,7 @@ wire_from!(Message {
     ControlResponse(ControlResponse),
     ControlCancelRequest(ControlCancelRequest),
     UpdateEnvironmentVariables(UpdateEnvironmentVariablesMessage),
+    ConversationReset(ConversationResetMessage),
+    RateLimitEvent(RateLimitEventMessage),
+    PromptSuggestion(PromptSuggestionMessage),
 });

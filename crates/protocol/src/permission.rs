@@ -23,8 +23,9 @@ wire_str_enum! {
         DontAsk = "dontAsk",
         /// 2.1.100 on: a safety classifier on Anthropic's side approves calls the CLI would
         /// ask about, and blocks the rest. Without it (a gateway that does not pass it through)
-        /// 2.1.330 refuses those calls. Switchboard's policy still holds: its hook's deny is
-        /// final and its ask makes the CLI ask (docs/cli-drift.md).
+        /// 2.1.330 refuses those calls. Switchboard's policy rules still hold: a deny rule is
+        /// final and an ask rule makes the CLI ask; what no rule decides is the classifier's
+        /// (docs/cli-drift.md).
         Auto = "auto",
     }
 }

@@ -39,6 +39,22 @@ wire_enum! {
         HookResponse(HookEvent) = "hook_response",
         /// Files were uploaded.
         FilesPersisted(FilesPersisted) = "files_persisted",
+        /// 2.1.330: words for a person (a hook's feedback, a status line, why auto mode cannot
+        /// check); with `prevent_continuation` the turn stops after it.
+        Informational(Informational) = "informational",
+        /// With `CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1` (2.1.100 on): `running`,
+        /// `requires_action`, `idle`; `idle` comes once held-back results and background agents
+        /// are done: the CLI's own word that the turn is over.
+        SessionStateChanged(SessionStateChanged) = "session_state_changed",
+        /// A notification the CLI's own screen would show (`key`, `text`, `priority`).
+        Notification(SystemNotification) = "notification",
+        /// The slash-command list, replaced mid-session (skills found as the agent works).
+        CommandsChanged(CommandsChanged) = "commands_changed",
+        /// The model refused; the turn is retried once on a fallback model. The messages it
+        /// retracted are named.
+        ModelRefusalFallback(ModelRefusalFallback) = "model_refusal_fallback",
+        /// The model refused, and no retry runs.
+        ModelRefusalNoFallback(ModelRefusalFallback) = "model_refusal_no_fallback",
     }
 }
 
@@ -61,6 +77,13 @@ impl SystemMessage {
             | SystemMessage::HookProgress(m)
             | SystemMessage::HookResponse(m) => m.session_id.as_deref(),
             SystemMessage::FilesPersisted(m) => m.session_id.as_deref(),
+            SystemMessage::Informational(m) => m.session_id.as_deref(),
+            SystemMessage::SessionStateChanged(m) => m.session_id.as_deref(),
+            SystemMessage::Notification(m) => m.session_id.as_deref(),
+            SystemMessage::CommandsChanged(m) => m.session_id.as_deref(),
+            SystemMessage::ModelRefusalFallback(m) | SystemMessage::ModelRefusalNoFallback(m) => {
+                m.session_id.as_deref()
+            }
             SystemMessage::Unknown(value) => value.get("session_id").and_then(Value::as_str),
         }
     }
@@ -201,13 +224,22 @@ wire_struct! {
 }
 
 wire_struct! {
-    /// `system/permission_denied` (2.1.330)
+    /// `system/permission_denied` (2.1.330): a call refused without asking anyone (auto
+    /// mode's classifier, `dontAsk`, a safety check with no one to ask).
     pub struct PermissionDenied tags { "type" = "system", "subtype" = "permission_denied" } {
         /// The tool.
         opt tool_name: String = "tool_name",
         /// The call.
         opt tool_use_id: String = "tool_use_id",
-        /// Why.
+        /// The subagent whose call it was.
+        opt agent_id: String = "agent_id",
+        /// `classifier`, `mode`, `rule`, `safetyCheck`, ...
+        opt decision_reason_type: String = "decision_reason_type",
+        /// A finer code (`auto_mode_no_check_in_session`).
+        opt decision_reason_code: String = "decision_reason_code",
+        /// The deciding part's reason.
+        opt decision_reason: String = "decision_reason",
+        /// What the model is told.
         opt message: String = "message",
         /// The CLI's session.
         opt session_id: String = "session_id",
@@ -255,6 +287,97 @@ wire_struct! {
         opt failed: Vec<Value> = "failed",
         /// When.
         opt processed_at: String = "processed_at",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/informational` (2.1.330)
+    pub struct Informational tags { "type" = "system", "subtype" = "informational" } {
+        /// The words, as plain text.
+        req content: String = "content",
+        /// `info`, `notice`, `suggestion`, `warning`.
+        opt level: String = "level",
+        /// The tool call it is about.
+        opt tool_use_id: String = "tool_use_id",
+        /// The turn stops after it (a Stop hook said no).
+        opt prevent_continuation: bool = "prevent_continuation",
+        /// A feature tag.
+        opt tag: String = "tag",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/session_state_changed`
+    pub struct SessionStateChanged tags { "type" = "system", "subtype" = "session_state_changed" } {
+        /// `idle`, `running`, `requires_action`.
+        req state: String = "state",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/notification`
+    pub struct SystemNotification tags { "type" = "system", "subtype" = "notification" } {
+        /// What it is about (one shown at a time per key).
+        opt notification_key: String = "key",
+        /// The words.
+        req text: String = "text",
+        /// `low`, `medium`, `high`, `immediate`.
+        opt priority: String = "priority",
+        /// How long the CLI's own screen shows it.
+        opt timeout_ms: Num = "timeout_ms",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/commands_changed`: replaces the slash-command list.
+    pub struct CommandsChanged tags { "type" = "system", "subtype" = "commands_changed" } {
+        /// The whole list now.
+        req commands: Vec<crate::control::SlashCommand> = "commands",
+        /// The CLI's session.
+        opt session_id: String = "session_id",
+        /// This line's id.
+        opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// `system/model_refusal_fallback` and `system/model_refusal_no_fallback`.
+    pub struct ModelRefusalFallback {
+        /// Always `system`.
+        req kind: String = "type",
+        /// Which of the two.
+        req subtype: String = "subtype",
+        /// The model that refused.
+        opt original_model: String = "original_model",
+        /// The model that retries (`model_refusal_fallback`).
+        opt fallback_model: String = "fallback_model",
+        /// `session` (the session's model is swapped) or `local` (a subagent's answer only).
+        opt scope: String = "scope",
+        /// The refusal's category (`cyber`, `bio`, ...), when known.
+        opt api_refusal_category: Option<String> = "api_refusal_category",
+        /// The messages taken back: the refused partial answer and its tool results. Taken out
+        /// of the view; the log keeps them.
+        opt retracted_message_uuids: Vec<String> = "retracted_message_uuids",
+        /// The prompt the refused request answered.
+        opt refused_user_message_uuid: Option<String> = "refused_user_message_uuid",
+        /// Words for a person.
+        opt content: String = "content",
         /// The CLI's session.
         opt session_id: String = "session_id",
         /// This line's id.

@@ -71,6 +71,7 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
         route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
         route("GET", "/api/budget", Guard::Api(Scope::Read), get(budget)),
+        route("GET", "/api/usage", Guard::Api(Scope::Read), get(usage)),
         route("GET", "/api/nodes", Guard::Api(Scope::Read), get(nodes)),
         route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(change_budget)),
         route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(push_key)),
@@ -504,6 +505,11 @@ async fn session_discard(
 /// bus).
 async fn nodes(State(daemon): State<Arc<Daemon>>) -> Json<Vec<crate::bus::NodeStatus>> {
     Json(daemon.bus().map(|bus| bus.nodes()).unwrap_or_default())
+}
+
+/// `GET /api/usage`: the account's usage windows, as sessions last reported them.
+async fn usage(State(daemon): State<Arc<Daemon>>) -> Json<crate::usage::UsageReport> {
+    Json(daemon.usage())
 }
 
 async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {

@@ -113,6 +113,7 @@ fn known_code(code: &str) -> &'static str {
         "already_running",
         "other_node",
         "already_answered",
+        "no_standing_rule",
         "worktree",
         "cannot_rewind",
         "budget_reached",

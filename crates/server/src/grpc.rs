@@ -87,6 +87,7 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("Subscribe", Scope::Read),
     ("WatchSessions", Scope::Read),
     ("ListNodes", Scope::Read),
+    ("GetUsage", Scope::Read),
 ];
 
 /// The scope a call to `path` needs ([`METHOD_SCOPES`]).
@@ -286,6 +287,18 @@ impl Switchboard for Api {
             sessions.push(session(&self.daemon, record).await);
         }
         Ok(tonic::Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn get_usage(
+        &self,
+        _request: tonic::Request<pb::GetUsageRequest>,
+    ) -> Result<tonic::Response<pb::GetUsageResponse>, Status> {
+        let report = self.daemon.usage();
+        Ok(tonic::Response::new(pb::GetUsageResponse {
+            windows: report.windows.into_iter().map(usage_window).collect(),
+            reported_at_ms: report.reported_at_ms,
+            reported_by: report.reported_by,
+        }))
     }
 
     async fn list_nodes(
@@ -940,8 +953,24 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
             kind: kind.as_str().into(),
             text,
         }),
+        Update::UsageWindows { windows } => Event::UsageWindows(pb::UsageWindows {
+            windows: windows.into_iter().map(usage_window).collect(),
+        }),
+        Update::Retracted { uuids } => Event::Retracted(pb::Retracted { uuids }),
+        Update::ConversationReset { trigger } => {
+            Event::ConversationReset(pb::ConversationReset { trigger })
+        }
     };
     vec![event]
+}
+
+fn usage_window(window: switchboard_session::projection::UsageWindow) -> pb::UsageWindow {
+    pb::UsageWindow {
+        window: window.window,
+        status: window.status,
+        utilization: window.utilization,
+        resets_at: window.resets_at,
+    }
 }
 
 fn count(n: usize) -> u32 {

@@ -45,6 +45,7 @@ mod text;
 pub mod tokens;
 pub mod transcripts;
 mod ui;
+pub mod usage;
 pub mod view;
 pub mod watchers;
 pub mod worktree;

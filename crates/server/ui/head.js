@@ -21,9 +21,9 @@ const MODES = [
   ['plan', 'Plan only'],
   ['bypassPermissions', 'Bypass permissions'],
   ['dontAsk', 'Never ask (deny instead)'],
-  // Claude Code's classifier (on Anthropic's side) approves what it judges safe; your policy
-  // still decides first: its deny is a deny, its ask asks you.
-  ['auto', 'Auto: Claude Code\'s safety classifier approves what it judges safe, after your policy'],
+  // Claude Code's classifier (on Anthropic's side) approves what it judges safe; the policy's
+  // rules still decide first: a deny rule denies, an ask rule asks you.
+  ['auto', 'Auto: your policy\'s rules hold (deny denies, ask asks you); what no rule decides, Claude Code\'s safety classifier judges'],
 ];
 // A phone: the settings sheet holds the model and mode (the header has no room for them).
 const phone = () => matchMedia('(max-width: 760px)').matches;

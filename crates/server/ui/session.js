@@ -62,6 +62,7 @@ export class SessionView {
     this.root.append(this.headerBox, this.tabBar, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
     this.transcript = new Transcript(id);
     this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
+    this.transcript.onWindows = () => this.drawWindows(this.transcript.usageWindows);
     // Following the end: true until the person scrolls away from it, again once they are back.
     // Only scrolling changes it, so text that grows between two frames does not.
     this.follow = true;
@@ -93,6 +94,8 @@ export class SessionView {
     this.subscribe();
     this.buildStats();
     this.loadUsage();
+    if (this.transcript.usageWindows) this.drawWindows(this.transcript.usageWindows);
+    else this.loadWindows();
     this.refreshWaiting();
   }
 

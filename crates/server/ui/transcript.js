@@ -35,6 +35,7 @@ export class Transcript {
     this.latest = new Map(); // scope (the parent call, or '') -> the newest card in it
     this.inputs = new Map(); // tool_use_id -> its tool_use_started, while its input streams
     this.older = false; // drawing an older page: its cards are never the latest
+    this.retracted = new Set(); // lines Claude Code took back
     this.queued = []; // bubbles of prompts that wait for the turn before them
     this.onChange = () => {}; // pending permissions or context changed
     this.onGrow = () => {}; // streamed text was drawn
@@ -87,9 +88,32 @@ export class Transcript {
       case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${update.to}` }, 'continue there'), '.'));
       case 'lost': return this.notice(chunk, 'error', `${update.count} events could not be stored and are missing here: ${update.reason}`);
       case 'unreadable': return this.notice(chunk, 'error', `An event could not be read back: ${update.reason}`);
+      // Claude Code took these back (a refusal retried on another model): out of the page, as
+      // out of the view; the notice that follows says so, and the log keeps them.
+      case 'retracted': return this.retract(update.uuids ?? []);
+      case 'usage_windows':
+        // An older page's report is older than the one shown.
+        if (this.older) return undefined;
+        this.usageWindows = update.windows ?? [];
+        this.onWindows?.();
+        return undefined;
+      case 'conversation_reset':
+        return chunk.append(el('hr', { class: 'conversation-reset', title: 'The conversation was cleared here: Claude goes on without what came before' }));
       // model, mode, claude_session, run: the header and the list show those.
       default: return undefined;
     }
+  }
+
+  /// Takes out the messages with any of `uuids`, and keeps them out when an older page brings
+  /// them (a retraction comes after what it takes back).
+  retract(uuids) {
+    for (const uuid of uuids) this.retracted.add(uuid);
+    for (const [id, message] of this.messages) {
+      if (![...(message.uuids ?? [])].some((uuid) => this.retracted.has(uuid))) continue;
+      message.box.remove();
+      this.messages.delete(id);
+    }
+    this.onChange();
   }
 
   unqueueAll() {
@@ -223,7 +247,13 @@ export class Transcript {
     if (block.kind === 'text' && !$('.copy', message.actions)) {
       message.actions.prepend(copyButton(() => this.messageText(message), 'Copy'));
     }
-    if (update.uuid) message.box.dataset.uuid = update.uuid;
+    if (update.uuid) {
+      message.box.dataset.uuid = update.uuid;
+      // Every line's uuid, for a retraction that names any of them.
+      (message.uuids ??= new Set()).add(update.uuid);
+      // Taken back already (the retraction was on a newer page).
+      if (this.retracted.has(update.uuid)) this.retract([]);
+    }
     if (update.uuid && !update.parent_tool_use_id && !$('.fork-here', message.actions)) {
       message.actions.append(el('button', { type: 'button', class: 'fork-here needs-operate', title: 'Start a new session from this point of the conversation',
         onclick: () => showing.view?.fork(message.box.dataset.uuid) }, 'Fork from here'));

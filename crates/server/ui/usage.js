@@ -33,11 +33,14 @@ export const usageMethods = {
       gauge: el('div', { class: 'gauge', role: 'meter', 'aria-label': 'Context window used' }, el('div', { class: 'gauge-fill' })),
       gaugeLabel: el('div', { class: 'gauge-label muted' }),
       models: el('tbody'),
+      windowsHead: el('h2', { hidden: true }, 'Usage limits'),
+      windows: el('div', { class: 'usage-windows' }),
     };
     const p = this.statsParts;
     this.stats.replaceChildren(el('h2', {}, 'Cost'), p.totals, p.chart, p.legend, p.readout,
       el('h2', {}, 'Context'), p.gauge, p.gaugeLabel,
-      el('h2', {}, 'By model'), el('table', { class: 'models' }, p.models));
+      el('h2', {}, 'By model'), el('table', { class: 'models' }, p.models),
+      p.windowsHead, p.windows);
     // The chart follows the panel's width (a window resized; the panel moved between the side
     // and a phone's cost view).
     this.statsObserver = new ResizeObserver(() => {
@@ -63,6 +66,35 @@ export const usageMethods = {
       this.usageLoading = false;
       if (this.usageAgain) { this.usageAgain = false; this.loadUsage(); }
     }
+  },
+
+  /// The account's usage windows (five-hour, seven-day, …), as Claude Code last reported them:
+  /// this session's updates, or the daemon's newest report (`GET /api/usage`) until one comes.
+  async loadWindows() {
+    try {
+      const report = await api('GET', '/api/usage');
+      if (!this.closed && !this.transcript.usageWindows) this.drawWindows(report.windows ?? []);
+    } catch (error) {
+      /* the header says whether the daemon is there */
+    }
+  },
+
+  drawWindows(windows) {
+    const p = this.statsParts;
+    if (!p) return;
+    p.windowsHead.hidden = !windows.length;
+    p.windows.replaceChildren(...windows.map((w) => {
+      const used = w.utilization == null ? null : Math.max(0, Math.min(1, w.utilization));
+      const state = { allowed_warning: 'near its limit', rejected: 'used up' }[w.status] ?? '';
+      const resets = w.resets_at ? `resets ${resetTime(w.resets_at)}` : '';
+      const fill = el('div', { class: 'gauge-fill' });
+      if (used != null) fill.style.width = `${(used * 100).toFixed(1)}%`;
+      return el('div', { class: `usage-window ${w.status}`, dataset: { window: w.window } },
+        el('div', { class: 'usage-window-head' }, el('span', { class: 'usage-window-name' }, windowName(w.window)),
+          el('span', { class: 'muted' }, [used == null ? '' : `${Math.round(used * 100)}%`, state].filter(Boolean).join(' · '))),
+        el('div', { class: 'usage-meter', role: 'meter', 'aria-label': `${windowName(w.window)} used`, 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': used == null ? '' : String(Math.round(used * 100)) }, fill),
+        resets ? el('div', { class: 'muted usage-window-reset' }, resets) : null);
+    }));
   },
 
   drawContext() {
@@ -144,3 +176,19 @@ export const usageMethods = {
     }, data, p.chart);
   },
 };
+
+/// A usage window's name in words: `five_hour` → "5-hour window".
+function windowName(name) {
+  const known = { five_hour: '5-hour', seven_day: '7-day', seven_day_opus: '7-day (Opus)', seven_day_sonnet: '7-day (Sonnet)', seven_day_overage_included: '7-day (with extra usage)', overage: 'Extra usage' };
+  return known[name] ?? name.replaceAll('_', ' ');
+}
+
+/// When a window resets (Unix seconds), in the reader's own time: "at 14:05", or with the day
+/// when it is not today.
+function resetTime(seconds) {
+  const at = new Date(seconds * 1000);
+  const today = new Date().toDateString() === at.toDateString();
+  return today
+    ? `at ${at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`
+    : `on ${at.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'short' })} at ${at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' })}`;
+}

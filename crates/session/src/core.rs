@@ -254,6 +254,26 @@ fn command_name(name: &str) -> Option<String> {
     .then(|| name.to_owned())
 }
 
+/// The CLI's slash commands (from `initialize`, or `system/commands_changed`) as a picker
+/// offers them: named as [`command_name`] takes them, described briefly, at most
+/// [`MAX_COMMANDS`].
+fn command_infos(
+    commands: impl IntoIterator<Item = switchboard_protocol::control::SlashCommand>,
+) -> Vec<SlashCommandInfo> {
+    commands
+        .into_iter()
+        .filter_map(|command| {
+            Some(SlashCommandInfo {
+                name: command_name(&command.name)?,
+                description: short_text(command.description.as_deref()),
+                argument_hint: short_text(command.argument_hint.as_deref()),
+                skill: false,
+            })
+        })
+        .take(MAX_COMMANDS)
+        .collect()
+}
+
 fn short_text(text: Option<&str>) -> Option<String> {
     let text = text?.trim();
     if text.is_empty() || text.chars().any(|c| c.is_control() && c != '\n') {
@@ -339,6 +359,8 @@ pub struct SessionCore {
     match_context: MatchContext,
     next_request: u64,
     control_timeout: Duration,
+    /// This run's cost, from the CLI's running totals.
+    cost: crate::cost::CostCounter,
     /// Our requests awaiting the CLI's response.
     outgoing: HashMap<String, OutgoingControl>,
     /// The CLI's permission requests awaiting a person.
@@ -399,6 +421,7 @@ impl SessionCore {
             match_context,
             next_request: 0,
             control_timeout: CONTROL_TIMEOUT,
+            cost: crate::cost::CostCounter::default(),
             outgoing: HashMap::new(),
             asked: indexmap::IndexMap::new(),
             hooks: indexmap::IndexMap::new(),
@@ -708,7 +731,10 @@ impl SessionCore {
                 }
                 self.snapshot.last_result = result.result.clone();
                 self.snapshot.last_result_is_error = result.is_error;
-                if let Some(cost) = result.cost_usd() {
+                if let Some(total) = result.cost_usd() {
+                    // This run's cost, adding up across a `/clear` ([`crate::cost`]).
+                    self.cost.on_result(total);
+                    let cost = self.cost.sum();
                     if self.snapshot.cost_usd != cost {
                         self.snapshot.cost_usd = cost;
                         effects.push(Effect::Emit(SessionEvent::CostChanged(cost)));
@@ -721,6 +747,7 @@ impl SessionCore {
                     self.set_state(SessionState::Idle, &mut effects);
                 }
             }
+            Message::ConversationReset(_) => self.cost.on_reset(),
             Message::ControlRequest(request) => self.on_control_request(request, &mut effects),
             Message::ControlResponse(response) => self.on_control_response(response, &mut effects),
             Message::ControlCancelRequest(cancel) => {
@@ -1144,6 +1171,35 @@ impl SessionCore {
                     _ => {}
                 }
             }
+            // The CLI's word on where it is (with CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1):
+            // `running` also when it starts a turn of its own (a background agent's news), and
+            // `idle` only once held-back results and background agents are done.
+            SystemMessage::SessionStateChanged(changed) => match changed.state.as_str() {
+                "running" => self.resume_working(effects),
+                "idle"
+                    if self.asked.is_empty()
+                        && self.snapshot.queued_turns == 0
+                        && matches!(self.state, SessionState::Working) =>
+                {
+                    self.set_state(SessionState::Idle, effects)
+                }
+                _ => {}
+            },
+            // The whole list, replaced (skills found as the agent works).
+            SystemMessage::CommandsChanged(changed) => {
+                let skills: HashSet<String> = self
+                    .snapshot
+                    .slash_commands
+                    .iter()
+                    .filter(|known| known.skill)
+                    .map(|known| known.name.clone())
+                    .collect();
+                let mut commands = command_infos(changed.commands.iter().cloned());
+                for command in &mut commands {
+                    command.skill = skills.contains(&command.name);
+                }
+                self.snapshot.slash_commands = commands;
+            }
             _ => {}
         }
     }
@@ -1248,18 +1304,7 @@ impl SessionCore {
     fn take_initialize_response(&mut self, success: &ControlSuccess, effects: &mut Vec<Effect>) {
         if let Some(Ok(response)) = success.payload::<InitializeResponse>() {
             if let Some(commands) = response.commands {
-                self.snapshot.slash_commands = commands
-                    .into_iter()
-                    .filter_map(|command| {
-                        Some(SlashCommandInfo {
-                            name: command_name(&command.name)?,
-                            description: short_text(command.description.as_deref()),
-                            argument_hint: short_text(command.argument_hint.as_deref()),
-                            skill: false,
-                        })
-                    })
-                    .take(MAX_COMMANDS)
-                    .collect();
+                self.snapshot.slash_commands = command_infos(commands);
             }
             if let Some(models) = response.models {
                 self.snapshot.available_models =

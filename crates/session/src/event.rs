@@ -264,8 +264,8 @@ pub enum SessionEvent {
     /// The permission mode changed (`system/init`, `system/status`, a `set_permission_mode`
     /// answer, `initialize`).
     ModeChanged(String),
-    /// The session's cost so far changed (a result's `total_cost_usd`: per process, not per
-    /// turn).
+    /// This run's cost so far changed: the sum of its results' steps ([`crate::cost`]), which
+    /// a `/clear` does not lower. The session's cost across runs is the projection's view.
     CostChanged(f64),
     /// A permission request now waits for a person.
     PermissionRequested(PendingPermission),

@@ -11,6 +11,7 @@
 
 pub mod actor;
 pub mod core;
+pub mod cost;
 pub mod event;
 pub mod policy;
 pub mod pool;

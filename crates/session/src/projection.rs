@@ -248,6 +248,37 @@ pub enum Update {
         /// The text.
         text: String,
     },
+    /// The account's usage windows as they stand now (`rate_limit_event`): every window the
+    /// session has heard of, latest first.
+    UsageWindows {
+        /// The windows.
+        windows: Vec<UsageWindow>,
+    },
+    /// Messages Claude Code took back (a refusal retried on a fallback model): whoever shows
+    /// the transcript takes out the blocks whose line `uuid` is among them. The log keeps them.
+    Retracted {
+        /// The retracted lines' uuids.
+        uuids: Vec<String>,
+    },
+    /// The conversation was discarded (`/clear`, leaving plan mode with a clean context): what
+    /// follows is a new conversation of the same session. Its cost goes on adding up.
+    ConversationReset {
+        /// `clear`, `plan_mode_exit`, `fresh_session`, `onboarding`, when the CLI says.
+        trigger: Option<String>,
+    },
+}
+
+/// One usage window of the account, as Claude Code last reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageWindow {
+    /// `five_hour`, `seven_day`, `seven_day_opus`, `seven_day_sonnet`, `overage`, ...
+    pub window: String,
+    /// `allowed`, `allowed_warning` (past a warning threshold) or `rejected` (used up).
+    pub status: String,
+    /// How much is used, 0 to 1, when said.
+    pub utilization: Option<f64>,
+    /// When it resets (Unix seconds), when said.
+    pub resets_at: Option<u64>,
 }
 
 /// What a notice is about.
@@ -280,6 +311,19 @@ pub enum NoticeKind {
     Rewound,
     /// `rewind_failed`.
     RewindFailed,
+    /// `informational`: Claude Code's own words for a person (a hook's feedback, why auto
+    /// mode cannot check a call).
+    Informational,
+    /// `permission_denied`: Claude Code refused a call without asking anyone.
+    PermissionDenied,
+    /// `notification`: a notification Claude Code's own screen would show.
+    Notification,
+    /// `conversation_reset`: the conversation was discarded; a new one goes on.
+    ConversationReset,
+    /// `refusal`: the model refused; retried on a fallback model, or not.
+    Refusal,
+    /// `rate_limited`: a usage window is used up, or past its warning.
+    RateLimited,
 }
 
 impl NoticeKind {
@@ -299,6 +343,12 @@ impl NoticeKind {
             NoticeKind::UnsupportedControlRequest => "unsupported_control_request",
             NoticeKind::Rewound => "rewound",
             NoticeKind::RewindFailed => "rewind_failed",
+            NoticeKind::Informational => "informational",
+            NoticeKind::PermissionDenied => "permission_denied",
+            NoticeKind::Notification => "notification",
+            NoticeKind::ConversationReset => "conversation_reset",
+            NoticeKind::Refusal => "refusal",
+            NoticeKind::RateLimited => "rate_limited",
         }
     }
 }
@@ -429,7 +479,22 @@ pub struct View {
     /// result was not an error), as the tools named them, first change first; at most
     /// [`MAX_TOUCHED_FILES`].
     pub touched_files: Vec<String>,
+    /// The account's usage windows as Claude Code last reported them (`rate_limit_event`),
+    /// latest first; at most [`MAX_USAGE_WINDOWS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage_windows: Vec<UsageWindow>,
+    /// Conversations discarded so far (`/clear` and the like): the session went on in a new
+    /// one each time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub conversation_resets: u64,
 }
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// The most usage windows a view keeps (the CLI's names are its own output).
+pub const MAX_USAGE_WINDOWS: usize = 8;
 
 /// Streaming state of one content block.
 #[derive(Default)]
@@ -468,8 +533,8 @@ pub struct Projector {
     current: HashMap<Option<String>, String>,
     /// Tool names by call id, for results.
     tools: HashMap<String, String>,
-    /// Cost at the end of the last turn.
-    last_total_cost: f64,
+    /// The session's cost, from the CLI's running totals.
+    cost: crate::cost::CostCounter,
     interrupting: bool,
     started: bool,
     /// The model of the main conversation's last message (a result names several).
@@ -525,9 +590,26 @@ impl Projector {
 
     /// Goes on from a session whose reported cost so far is `total_usd` (a record's, when the
     /// daemon takes a stored session up again): the next result's cost is its step from there.
+    ///
+    /// A CLI that carries its saved running total into the resumed process (2.1.330) after a
+    /// `/clear` reports less than `total_usd` at first: that first step is then counted whole,
+    /// the earlier conversation's cost again (an over-count: a budget pauses early, never late).
     pub fn continue_from_cost(&mut self, total_usd: f64) {
-        self.last_total_cost = total_usd;
+        self.cost = crate::cost::CostCounter::continuing(total_usd);
         self.view.cost_usd = total_usd;
+    }
+
+    /// The cost as counted so far (to hand to the projector of the same CLI's next session).
+    pub fn cost(&self) -> crate::cost::CostCounter {
+        self.cost
+    }
+
+    /// Goes on counting with `cost`, the counter of the session the same CLI ran before (a
+    /// relay CLI that moved on to another Claude session: its running total goes on, or
+    /// started again at a `/clear` the counter heard of).
+    pub fn continue_with_cost(&mut self, cost: crate::cost::CostCounter) {
+        self.cost = cost;
+        self.view.cost_usd = cost.sum();
     }
 
     /// The session's lines are an interactive CLI's transcript
@@ -593,7 +675,9 @@ impl Projector {
                 self.view.permission_mode = Some(mode.clone());
                 emit(Update::Mode { mode: mode.clone() });
             }
-            SessionEvent::CostChanged(cost) => self.view.cost_usd = *cost,
+            // The view's cost is the sum of the results' steps (`cost`), which a reset of the
+            // CLI's running total does not lower; the core's figure is its own run's.
+            SessionEvent::CostChanged(_) => {}
             SessionEvent::PermissionRequested(pending) => {
                 let known = self.view.pending_permissions.iter();
                 if !known.clone().any(|p| p.request_id == pending.request_id) {
@@ -850,8 +934,108 @@ impl Projector {
                     NoticeKind::Compacted,
                     "The conversation was compacted.".into(),
                 )),
+                SystemMessage::Informational(info) => {
+                    let level = match info.level.as_deref() {
+                        Some("warning") => Level::Warn,
+                        _ => Level::Info,
+                    };
+                    let mut text = bounded(&info.content);
+                    if info.prevent_continuation == Some(true) {
+                        text.push_str(" (the turn stops here)");
+                    }
+                    emit(notice(level, NoticeKind::Informational, text));
+                }
+                SystemMessage::PermissionDenied(denied) => {
+                    let tool = denied.tool_name.as_deref().unwrap_or("a tool");
+                    let why = denied
+                        .decision_reason
+                        .as_deref()
+                        .or(denied.message.as_deref())
+                        .unwrap_or("no reason given");
+                    emit(notice(
+                        Level::Warn,
+                        NoticeKind::PermissionDenied,
+                        bounded(&format!("Claude Code refused {tool} without asking: {why}")),
+                    ));
+                }
+                SystemMessage::Notification(note) => {
+                    let level = match note.priority.as_deref() {
+                        Some("high" | "immediate") => Level::Warn,
+                        _ => Level::Info,
+                    };
+                    emit(notice(level, NoticeKind::Notification, bounded(&note.text)));
+                }
+                SystemMessage::ModelRefusalFallback(refusal)
+                | SystemMessage::ModelRefusalNoFallback(refusal) => {
+                    let uuids: Vec<String> = refusal
+                        .retracted_message_uuids
+                        .iter()
+                        .flatten()
+                        .take(MAX_RETRACTED)
+                        .cloned()
+                        .collect();
+                    if !uuids.is_empty() {
+                        emit(Update::Retracted { uuids });
+                    }
+                    let model = refusal.original_model.as_deref().unwrap_or("the model");
+                    let text = match refusal.fallback_model.as_deref() {
+                        Some(fallback) if refusal.subtype == "model_refusal_fallback" => format!(
+                            "{model} declined to answer; Claude Code asked {fallback} instead, and took the refused answer back."
+                        ),
+                        _ => format!("{model} declined to answer."),
+                    };
+                    emit(notice(Level::Warn, NoticeKind::Refusal, text));
+                }
                 _ => {}
             },
+            Message::ConversationReset(reset) => {
+                // The CLI's running total starts from zero; the session's cost goes on.
+                self.cost.on_reset();
+                self.view.conversation_resets += 1;
+                let what = match reset.trigger.as_deref() {
+                    Some("clear") => "cleared (/clear)",
+                    Some("plan_mode_exit") => "cleared on leaving plan mode",
+                    Some("fresh_session") => "started afresh to carry out the plan",
+                    _ => "reset",
+                };
+                emit(Update::ConversationReset { trigger: reset.trigger.clone() });
+                emit(notice(
+                    Level::Info,
+                    NoticeKind::ConversationReset,
+                    format!(
+                        "The conversation was {what}: Claude goes on without what came before. The session's cost keeps adding up."
+                    ),
+                ));
+            }
+            Message::RateLimitEvent(event) => {
+                let windows = usage_windows(&event.rate_limit_info);
+                let info = &event.rate_limit_info;
+                // Told once per status: a CLI that repeats the event on each call (each retry
+                // of a 429) does not fill the transcript.
+                let before = info.rate_limit_type.as_deref().and_then(|name| {
+                    self.view
+                        .usage_windows
+                        .iter()
+                        .find(|known| known.window == bounded_name(name))
+                        .map(|known| known.status.clone())
+                });
+                // In the event's order, ahead of the windows heard of before.
+                for window in windows.into_iter().rev() {
+                    self.view.usage_windows.retain(|known| known.window != window.window);
+                    self.view.usage_windows.insert(0, window);
+                }
+                self.view.usage_windows.truncate(MAX_USAGE_WINDOWS);
+                emit(Update::UsageWindows { windows: self.view.usage_windows.clone() });
+                if info.status != "allowed" && before.as_deref() != Some(info.status.as_str()) {
+                    let window = bounded_name(info.rate_limit_type.as_deref().unwrap_or("usage"));
+                    let (level, text) = if info.status == "rejected" {
+                        (Level::Error, format!("The {window} usage limit is reached."))
+                    } else {
+                        (Level::Warn, format!("The {window} usage limit is near."))
+                    };
+                    emit(notice(level, NoticeKind::RateLimited, text));
+                }
+            }
             Message::ControlResponse(response) => {
                 use switchboard_protocol::control::ControlResponseBody;
                 let failure = match &response.response {
@@ -941,15 +1125,14 @@ impl Projector {
             }
             Message::Result(result) => {
                 let parent = result.extra.get("parent_tool_use_id").and_then(Value::as_str);
-                let total = result.cost_usd().unwrap_or(self.last_total_cost);
-                // A resumed process may count from zero again (2.1.37) or carry the earlier
-                // runs' cost (2.1.330): a total below the last one starts a new count.
-                let cost =
-                    if total < self.last_total_cost { total } else { total - self.last_total_cost };
-                self.last_total_cost = total;
+                // The step from the CLI's last running total ([`crate::cost`]): a resumed
+                // process or a reset conversation counts from zero again.
+                let cost = result.cost_usd().map_or(0.0, |total| self.cost.on_result(total));
+                let total = self.cost.sum();
+                // A subagent's result counts too (the record follows the view).
+                self.view.cost_usd = total;
                 if parent.is_none() {
                     self.view.turns += 1;
-                    self.view.cost_usd = total;
                     if self.view.open_turns > 0 {
                         self.view.open_turns -= 1;
                         if self.view.open_turns > 0 {
@@ -1275,6 +1458,9 @@ impl Update {
             Update::Mode { .. } => "mode",
             Update::ClaudeSession { .. } => "claude_session",
             Update::Notice { .. } => "notice",
+            Update::UsageWindows { .. } => "usage_windows",
+            Update::Retracted { .. } => "retracted",
+            Update::ConversationReset { .. } => "conversation_reset",
         }
     }
 
@@ -1464,3 +1650,73 @@ pub fn title_of(prompt: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The most retracted messages one refusal takes out of a view.
+const MAX_RETRACTED: usize = 256;
+
+/// The longest notice made of the CLI's own words.
+const MAX_NOTICE_CHARS: usize = 2000;
+
+/// `text` cut to [`MAX_NOTICE_CHARS`] characters: the CLI's words, in a notice.
+fn bounded(text: &str) -> String {
+    let mut chars = text.chars();
+    let mut cut: String = chars.by_ref().take(MAX_NOTICE_CHARS).collect();
+    if chars.next().is_some() {
+        cut.push('…');
+    }
+    cut
+}
+
+/// The windows a `rate_limit_event` reports: the one it is about, and (2.1.250 on)
+/// `unifiedWindows`, every window with its utilization.
+pub fn usage_windows(info: &switchboard_protocol::message::RateLimitInfo) -> Vec<UsageWindow> {
+    let mut windows: Vec<UsageWindow> = Vec::new();
+    if let Some(unified) = info.extra.get("unifiedWindows").and_then(Value::as_object) {
+        for (name, window) in unified.iter().take(MAX_USAGE_WINDOWS) {
+            windows.push(UsageWindow {
+                window: bounded_name(name),
+                status: window["status"]
+                    .as_str()
+                    .map_or_else(|| "allowed".to_owned(), bounded_name),
+                utilization: window["utilization"].as_f64().filter(|u| u.is_finite()),
+                resets_at: window["resetsAt"].as_f64().filter(|at| *at >= 0.0).map(|at| at as u64),
+            });
+        }
+    }
+    if let Some(name) = &info.rate_limit_type {
+        let window = UsageWindow {
+            window: bounded_name(name),
+            status: bounded_name(&info.status),
+            utilization: info.utilization.as_ref().map(Num::as_f64).filter(|u| u.is_finite()),
+            resets_at: info.resets_at.as_ref().map(Num::get),
+        };
+        match windows.iter_mut().find(|known| known.window == window.window) {
+            // The window the event is about: the graver of the two statuses (a 429 says
+            // rejected while the unified figures may lag; they may be past a warning the
+            // event's own status does not say).
+            Some(known) => {
+                if severity(&window.status) > severity(&known.status) {
+                    known.status = window.status;
+                }
+                known.utilization = window.utilization.or(known.utilization);
+                known.resets_at = window.resets_at.or(known.resets_at);
+            }
+            None => windows.insert(0, window),
+        }
+    }
+    windows
+}
+
+/// How grave a window's status is: `rejected` over `allowed_warning` over the rest.
+fn severity(status: &str) -> u8 {
+    match status {
+        "rejected" => 2,
+        "allowed_warning" => 1,
+        _ => 0,
+    }
+}
+
+/// A window's or status's name from the CLI: at most 64 characters.
+fn bounded_name(name: &str) -> String {
+    name.chars().take(64).collect()
+}

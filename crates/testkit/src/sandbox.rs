@@ -187,6 +187,18 @@ impl CliSandbox {
         env.insert("TMPDIR".into(), self.root.path().join("tmp").display().to_string());
         env
     }
+
+    /// [`CliSandbox::env`] as a claude.ai subscriber's CLI has it: a dummy
+    /// `CLAUDE_CODE_OAUTH_TOKEN` in place of the API key. The CLI writes `rate_limit_event`
+    /// lines (the usage windows) only for such a login. With non-essential traffic off it
+    /// still reaches nothing but `api_base_url` (2.1.332 under strace: one connection, to the
+    /// fake API).
+    pub fn subscriber_env(&self, api_base_url: &str) -> BTreeMap<String, String> {
+        let mut env = self.env(api_base_url);
+        env.remove("ANTHROPIC_API_KEY");
+        env.insert("CLAUDE_CODE_OAUTH_TOKEN".into(), "sk-ant-oat-test-not-a-real-token".into());
+        env
+    }
 }
 
 /// Live (not zombie) processes whose command line holds `needle`, from `/proc`: for tests that

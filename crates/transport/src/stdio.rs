@@ -70,6 +70,11 @@ pub const DAEMON_VARIABLE_PREFIX: &str = "SWITCHBOARD_";
 /// `rewind_files` control request puts them back.
 pub const FILE_CHECKPOINTING_VARIABLE: &str = "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING";
 
+/// Asks the CLI (2.1.100 on) for `system/session_state_changed` lines: its own word that a
+/// turn runs, waits for a person, or is over (`idle` comes once held-back results and
+/// background agents are done), which the session core follows.
+pub const SESSION_STATE_EVENTS_VARIABLE: &str = "CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS";
+
 /// Environment variables the CLI sets for its own children. A `claude` started from inside a
 /// Claude Code session (a daemon launched from a Bash tool, say) must not inherit them: the
 /// child would believe it is nested.
@@ -239,11 +244,16 @@ impl CliOptions {
 ///
 /// File checkpointing is on ([`FILE_CHECKPOINTING_VARIABLE`]) unless `options.env` says
 /// otherwise, so that `rewind_files` can put a session's files back; a
-/// `CLAUDE_CODE_DISABLE_FILE_CHECKPOINTING` the CLI inherits still turns it off.
+/// `CLAUDE_CODE_DISABLE_FILE_CHECKPOINTING` the CLI inherits still turns it off. So are the
+/// session-state lines ([`SESSION_STATE_EVENTS_VARIABLE`]).
 pub fn cli_command(options: &CliOptions) -> Command {
     let mut command = base_command(options, true);
-    if !options.env.contains_key(FILE_CHECKPOINTING_VARIABLE) {
-        command.env(FILE_CHECKPOINTING_VARIABLE, "true");
+    for (variable, value) in
+        [(FILE_CHECKPOINTING_VARIABLE, "true"), (SESSION_STATE_EVENTS_VARIABLE, "1")]
+    {
+        if !options.env.contains_key(variable) {
+            command.env(variable, value);
+        }
     }
     command
         .args(options.args())

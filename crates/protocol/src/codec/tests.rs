@@ -135,3 +135,18 @@ fn the_decoder_reads_each_line_in_place_with_its_position() {
     assert_eq!(&*last.raw, "{\"type\":\"keep_alive\"}");
     assert!(decoder.finish().is_none());
 }
+
+#[test]
+fn a_line_after_a_terminal_clear_is_read_from_its_brace() {
+    // 1.0.112's `/clear`: clear screen, clear scrollback, cursor home, then the init line.
+    let line =
+        "\u{1b}[2J\u{1b}[3J\u{1b}[H{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s\"}";
+    let received = Received::decode(line.as_bytes()).unwrap();
+    assert!(matches!(received.message, Message::System(_)));
+    assert!(received.raw.starts_with('{'), "kept from its brace: {}", received.raw);
+    assert_eq!(without_terminal_escapes("{}"), "{}");
+    // Not a control sequence: left as it is (and so malformed).
+    assert_eq!(without_terminal_escapes("\u{1b}[2J\u{1b}x{}"), "\u{1b}x{}");
+    assert_eq!(without_terminal_escapes("\u{1b}[2"), "\u{1b}[2");
+    assert!(Received::decode("\u{1b}[\u{1}J{}".as_bytes()).is_err());
+}

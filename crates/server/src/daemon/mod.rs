@@ -54,6 +54,7 @@ mod relay;
 mod runs;
 mod subscription;
 mod terminal;
+mod usage;
 mod waiting;
 mod workspace;
 
@@ -145,6 +146,9 @@ pub struct Daemon {
     _notifying: watch::Sender<bool>,
     /// Daily budgets and today's spend ([`DaemonConfig::budget`]).
     budgets: crate::budget::Budgets,
+    /// The account's usage windows, as sessions last reported them (shared with the fleet's
+    /// nodes where the budgets are).
+    usage: crate::usage::Usage,
     /// One commit, merge, discard or worktree removal at a time (two merges into one branch
     /// would each pass the other's conflict check).
     worktree_ops: tokio::sync::Mutex<()>,
@@ -215,6 +219,9 @@ impl Daemon {
         }
         let budgets =
             crate::budget::Budgets::open(&config.budget).await.map_err(DaemonError::Invalid)?;
+        let usage = crate::usage::Usage::open(config.budget.shared.clone())
+            .await
+            .map_err(DaemonError::Invalid)?;
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),
@@ -227,10 +234,12 @@ impl Daemon {
             observers: vec![
                 Box::new(notices::Notices),
                 Box::new(budget::Budgets),
+                Box::new(usage::UsageWindows),
                 Box::new(relay::RelayFrontends),
                 Box::new(pump::Records),
             ],
             budgets,
+            usage,
             link_key,
             notifier,
             _notifying: notifying,

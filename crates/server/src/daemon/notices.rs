@@ -68,8 +68,10 @@ pub(super) fn notify(
                     },
                     "hints": pending.hints,
                     // One tap approves only what the notice shows whole, and nothing Claude
-                    // Code says a person must look at in the session.
+                    // Code says a person must look at in the session or must not approve with
+                    // one stray touch.
                     "one_tap": !pending.hints.person_only
+                        && !pending.hints.default_to_no
                         && crate::notify::one_tap(&pending.tool_name, &pending.input),
                 });
                 // The timers keep the request's ids, not its input (up to a line's size).

@@ -215,9 +215,10 @@ impl Daemon {
             (record, 0)
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
-        // The same CLI goes on: its next result's cost is a step from its last total.
-        let total = live.projector.lock().view().cost_usd;
-        next.projector.lock().continue_from_cost(total);
+        // The same CLI goes on: its next result's cost is a step from its last total (or from
+        // zero, after the `/clear` that moved it on).
+        let cost = live.projector.lock().cost();
+        next.projector.lock().continue_with_cost(cost);
         drop(writing);
         {
             let mut current = self.relay_current.lock();

@@ -231,3 +231,83 @@ async fn under_auto_the_policy_still_denies_and_asks() {
     assert_eq!(result["origin"], json!({"kind": "human"}), "{result}");
     server.stop().await;
 }
+
+/// The usage windows a claude.ai login's CLI reports (`rate_limit_event`, from the API's
+/// `anthropic-ratelimit-unified-*` headers) reach `GET /api/usage`; a `/clear` resets the
+/// CLI's running cost, and the session's goes on adding up (a turn after it counted whole);
+/// the session follows the new conversation's id; the CLI states its turns
+/// (`session_state_changed`, asked for by the daemon).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
+    let resets = switchboard_store::now_ms() / 1000 + 3600;
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::text("First.")
+                    .when_prompt("ONE")
+                    .header("anthropic-ratelimit-unified-status", "allowed")
+                    .header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+                    .header("anthropic-ratelimit-unified-reset", resets.to_string())
+                    .header("anthropic-ratelimit-unified-5h-utilization", "0.82")
+                    .header("anthropic-ratelimit-unified-5h-reset", resets.to_string())
+                    .header("anthropic-ratelimit-unified-5h-status", "allowed_warning")
+                    .header("anthropic-ratelimit-unified-7d-utilization", "0.4")
+                    .header("anthropic-ratelimit-unified-7d-reset", (resets + 86_400).to_string())
+                    .header("anthropic-ratelimit-unified-7d-status", "allowed"),
+            )
+            // After the clear: dearer than everything before it.
+            .reply(Reply {
+                input_tokens: Some(200_000),
+                ..Reply::text("Second.").when_prompt("TWO")
+            }),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+    })
+    .await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    assert!(
+        frames.iter().any(|frame| frame["event"]["line"]["subtype"] == "session_state_changed"),
+        "the CLI states its turns"
+    );
+    let (status, usage) = server.get("/api/usage").await;
+    assert_eq!(status, 200);
+    let windows = usage["windows"].as_array().unwrap();
+    let five = windows.iter().find(|w| w["window"] == "five_hour").expect("five_hour");
+    assert_eq!(five["utilization"], 0.82, "{usage}");
+    assert_eq!(five["status"], "allowed_warning", "{usage}");
+    assert_eq!(five["resets_at"], resets, "{usage}");
+    assert!(windows.iter().any(|w| w["window"] == "seven_day" && w["utilization"] == 0.4));
+    assert_eq!(usage["reported_by"], id.as_str());
+    let (_, before) = server.get(&format!("/api/sessions/{id}")).await;
+    let cost_before = before["cost_usd"].as_f64().unwrap();
+    assert!(cost_before > 0.0, "{before}");
+
+    ws.send(json!({"type": "user_message", "content": "/clear"})).await;
+    let frames = ws.until(crate::is_result).await;
+    assert!(frames.iter().any(|frame| frame["event"]["line"]["type"] == "conversation_reset"));
+    ws.send(json!({"type": "user_message", "content": "TWO"})).await;
+    let frames = ws.until(crate::is_result).await;
+    let result = &frames.last().unwrap()["event"]["line"];
+    assert_eq!(result["result"], "Second.");
+    let cli_total = result["total_cost_usd"].as_f64().unwrap();
+    assert!(cli_total > cost_before, "the turn after the clear is dearer: {cli_total}");
+    let (_, after) = server.get(&format!("/api/sessions/{id}")).await;
+    let cost_after = after["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost_after - (cost_before + cli_total)).abs() < 1e-9,
+        "the session's cost adds up: {cost_before} + {cli_total} = {cost_after}"
+    );
+    assert_ne!(after["claude_session_id"], before["claude_session_id"], "the new conversation");
+    assert_eq!(after["claude_session_id"], result["session_id"]);
+    server.stop().await;
+}

@@ -66,7 +66,8 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     }
     let api = FakeApi::start(
         Scenario::new()
-            .reply(Reply::text(long_answer()).when_prompt("LONG"))
+            // With the usage windows a claude.ai login's CLI reports (the CLI runs as one).
+            .reply(windows(Reply::text(long_answer()).when_prompt("LONG")))
             // A partial read (lines 10 to 14), a whole one, then the edit.
             .reply(
                 Reply::text("Reading the value first.")
@@ -127,7 +128,10 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     .await
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+    })
+    .await;
     let (ok, log) = run_script(
         "e2e/workbench.test.mjs",
         &server.base,
@@ -140,4 +144,20 @@ async fn the_workbench_on_a_session_long_enough_to_scroll() {
     assert!(after.contains("value = 2\n"), "the edit was made: {after}");
     assert!(!repo.join("asked.txt").exists(), "the denied command never ran");
     assert!(repo.join("phone-asked.txt").exists(), "the command allowed from the bar ran");
+}
+
+/// `reply` with the API's usage-window headers: the five-hour window past its warning (82 %),
+/// the seven-day one at 40 %.
+fn windows(reply: Reply) -> Reply {
+    let resets = (switchboard_store::now_ms() / 1000 + 3 * 3600).to_string();
+    reply
+        .header("anthropic-ratelimit-unified-status", "allowed")
+        .header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+        .header("anthropic-ratelimit-unified-reset", resets.as_str())
+        .header("anthropic-ratelimit-unified-5h-utilization", "0.82")
+        .header("anthropic-ratelimit-unified-5h-reset", resets.as_str())
+        .header("anthropic-ratelimit-unified-5h-status", "allowed_warning")
+        .header("anthropic-ratelimit-unified-7d-utilization", "0.4")
+        .header("anthropic-ratelimit-unified-7d-reset", resets.as_str())
+        .header("anthropic-ratelimit-unified-7d-status", "allowed")
 }

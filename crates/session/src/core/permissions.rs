@@ -145,6 +145,8 @@ impl SessionCore {
         // (a standing grant is a policy rule too): a person is asked. A deny stays a deny.
         if decision.behavior == Behavior::Allow && hints.person_only {
             decision.behavior = Behavior::Ask;
+            // The rule allowed it; it does not ask (the request's `rule` names one that asks).
+            decision.rule = None;
             decision.reason = format!(
                 "Claude Code says a person must approve this call, so the policy's allow does \
                  not answer it ({})",

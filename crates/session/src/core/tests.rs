@@ -380,6 +380,22 @@ fn what_claude_code_says_only_a_person_may_approve_no_policy_allow_or_grant_answ
 }
 
 #[test]
+fn a_hint_that_does_not_fit_is_never_read_away() {
+    // Read without the hint, the request would look like one the policy may allow.
+    let mut core = core("[permissions]\nallow=[\"mcp__tracker__close\"]");
+    started(&mut core);
+    for hint in [
+        json!({"requires_user_interaction": "yes"}),
+        json!({"classifier_approvable": null}),
+        json!({"matched_ask_rule": {"source": "userSettings"}}),
+    ] {
+        let effects = core.on_line(hinted("odd", hint.clone()));
+        let answer = &sent(&effects)[0]["response"];
+        assert_ne!(answer["response"]["behavior"], "allow", "{hint}: {answer}");
+    }
+}
+
+#[test]
 fn hints_are_kept_bounded_and_no_always_where_claude_code_withholds_it() {
     let mut core = core("");
     started(&mut core);

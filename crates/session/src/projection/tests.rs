@@ -820,3 +820,141 @@ fn a_rewind_is_told_once_answered_and_one_that_could_not_says_why() {
     let updates = run(&mut projector, &[answer("r4", json!({"canRewind": true}))]);
     assert!(kinds(&updates).is_empty());
 }
+
+fn notices(updates: &[Update]) -> Vec<(NoticeKind, Level, String)> {
+    updates
+        .iter()
+        .filter_map(|update| match update {
+            Update::Notice { kind, level, text } => Some((*kind, *level, text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// As 2.1.332 writes them: `/clear` resets the CLI's running total (0.00028 → 0 → 0.00014);
+/// the session's cost adds up across it, and a turn after it costing more than everything
+/// before it counts whole.
+#[test]
+fn a_clear_never_lowers_the_sessions_cost() {
+    let mut projector = Projector::new();
+    let reset = cli(
+        json!({"type":"conversation_reset","new_conversation_id":"c2","uuid":"c2","trigger":"clear","user_message_uuid":"u","timestamp":"2026-11-29T10:46:43.363Z","session_id":"s"}),
+    );
+    let updates = run(&mut projector, &[result(0.10, "success"), result(0.30, "success"), reset]);
+    assert!(updates.contains(&Update::ConversationReset { trigger: Some("clear".into()) }));
+    let told = notices(&updates);
+    assert_eq!(told.len(), 1);
+    assert_eq!(told[0].0, NoticeKind::ConversationReset);
+    assert!(told[0].2.contains("cleared (/clear)"), "{}", told[0].2);
+    let updates = run(&mut projector, &[result(0.0, "success"), result(0.50, "success")]);
+    let Some(Update::TurnEnded { cost_usd, total_cost_usd, .. }) = updates.last() else {
+        panic!("{updates:?}")
+    };
+    assert!((cost_usd - 0.50).abs() < 1e-9, "the turn whole: {cost_usd}");
+    assert!((total_cost_usd - 0.80).abs() < 1e-9, "{total_cost_usd}");
+    assert!((projector.view().cost_usd - 0.80).abs() < 1e-9);
+    assert_eq!(projector.view().conversation_resets, 1);
+}
+
+/// 2.1.332 with a claude.ai login: the window the event is about, and `unifiedWindows` with
+/// every window's figures; a 429's `rejected` wins for its window.
+#[test]
+fn rate_limit_events_become_usage_windows_and_a_limit_a_notice() {
+    let mut projector = Projector::new();
+    let near = cli(
+        json!({"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1795952999,"rateLimitType":"five_hour","isUsingOverage":false,
+        "unifiedWindows":{"five_hour":{"utilization":0.82,"resetsAt":1795952999,"status":"allowed_warning"},"seven_day":{"utilization":0.4,"resetsAt":1796035799,"status":"allowed"}}},
+        "uuid":"r1","session_id":"s"}),
+    );
+    let updates = run(&mut projector, &[near]);
+    let windows = &projector.view().usage_windows;
+    assert_eq!(windows.len(), 2, "{windows:?}");
+    assert_eq!(
+        windows[0],
+        UsageWindow {
+            window: "five_hour".into(),
+            status: "allowed_warning".into(),
+            utilization: Some(0.82),
+            resets_at: Some(1795952999)
+        }
+    );
+    assert_eq!(windows[1].window, "seven_day");
+    assert!(matches!(&updates[0], Update::UsageWindows { windows } if windows.len() == 2));
+    assert!(notices(&updates).is_empty(), "allowed: no notice");
+    let rejected = cli(
+        json!({"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1795952999,"rateLimitType":"five_hour","isUsingOverage":false},"uuid":"r2","session_id":"s"}),
+    );
+    let updates = run(&mut projector, &[rejected.clone()]);
+    let windows = &projector.view().usage_windows;
+    assert_eq!((windows[0].window.as_str(), windows[0].status.as_str()), ("five_hour", "rejected"));
+    assert_eq!(windows[0].utilization, None, "this event said none");
+    assert_eq!(windows.len(), 2, "seven_day kept");
+    let told = notices(&updates);
+    assert_eq!(
+        told,
+        [(NoticeKind::RateLimited, Level::Error, "The five_hour usage limit is reached.".into())]
+    );
+    // The CLI says it again at each retry: told once.
+    assert!(notices(&run(&mut projector, &[rejected])).is_empty());
+}
+
+/// The system lines of 2.1.330 that are words for a person: each a typed notice.
+#[test]
+fn informational_denied_and_notification_lines_are_notices() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            cli(
+                json!({"type":"system","subtype":"informational","content":"Auto mode can't check actions in this session.","level":"warning","uuid":"i","session_id":"s"}),
+            ),
+            cli(
+                json!({"type":"system","subtype":"permission_denied","tool_name":"Bash","tool_use_id":"t","decision_reason_type":"classifier","decision_reason_code":"auto_mode_no_check_in_session","decision_reason":"Classifier unavailable","message":"Auto mode is unavailable","uuid":"d","session_id":"s"}),
+            ),
+            cli(
+                json!({"type":"system","subtype":"notification","key":"k","text":"Update available","priority":"low","uuid":"n","session_id":"s"}),
+            ),
+            cli(
+                json!({"type":"system","subtype":"informational","content":"Stop hook said no","level":"info","prevent_continuation":true,"uuid":"j","session_id":"s"}),
+            ),
+        ],
+    );
+    assert_eq!(
+        notices(&updates),
+        [
+            (
+                NoticeKind::Informational,
+                Level::Warn,
+                "Auto mode can't check actions in this session.".into()
+            ),
+            (
+                NoticeKind::PermissionDenied,
+                Level::Warn,
+                "Claude Code refused Bash without asking: Classifier unavailable".into()
+            ),
+            (NoticeKind::Notification, Level::Info, "Update available".into()),
+            (
+                NoticeKind::Informational,
+                Level::Info,
+                "Stop hook said no (the turn stops here)".into()
+            ),
+        ]
+    );
+}
+
+/// A refusal retried on a fallback model takes the refused messages back: out of the view,
+/// with a notice.
+#[test]
+fn a_refusal_fallback_retracts_what_was_refused() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[cli(
+            json!({"type":"system","subtype":"model_refusal_fallback","trigger":"refusal","direction":"retry","scope":"session","original_model":"claude-opus-5-5","fallback_model":"claude-sonnet-5","request_id":null,"retracted_message_uuids":["a-m1","a-m1-1"],"refused_user_message_uuid":"u-1","content":"Retried on Sonnet","uuid":"f","session_id":"s"}),
+        )],
+    );
+    assert_eq!(updates[0], Update::Retracted { uuids: vec!["a-m1".into(), "a-m1-1".into()] });
+    let told = notices(&updates);
+    assert_eq!(told[0].0, NoticeKind::Refusal);
+    assert!(told[0].2.contains("asked claude-sonnet-5 instead"), "{}", told[0].2);
+}

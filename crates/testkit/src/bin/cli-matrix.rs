@@ -49,6 +49,8 @@ const SCENARIOS: &[&str] = &[
     "subagent",
     "resume",
     "safety_check",
+    "clear",
+    "rate_limit",
 ];
 
 struct Args {
@@ -264,10 +266,18 @@ impl Driver {
         sandbox: &CliSandbox,
         api: &FakeApi,
         extra: &[String],
+        subscriber: bool,
         transcript: Vec<String>,
         start: Instant,
     ) -> anyhow::Result<Driver> {
         let mut command = sandbox.cli_command(program, &api.base_url());
+        // As the daemon runs it: the CLI states its turns (`system/session_state_changed`).
+        command.env("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1");
+        if subscriber {
+            command.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+            command.envs(sandbox.subscriber_env(&api.base_url()));
+            command.env("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1");
+        }
         command
             .args(["--permission-prompt-tool", "stdio", "--include-partial-messages"])
             .args(extra)
@@ -529,8 +539,44 @@ fn script(scenario: &str, workdir: &Path) -> Scenario {
                 .when_prompt("RUN"),
             )
             .reply(Reply::text("Left it alone.").when_tool_result()),
+        "clear" => Scenario::new()
+            .reply(Reply::text("Before the clear.").when_prompt("ONE"))
+            .reply(Reply::text("After the clear.").when_prompt("TWO")),
+        // As a claude.ai login's CLI sees them (the driver gives it one): the usage windows'
+        // headers on an answer, then a 429 for every try of the next turn.
+        "rate_limit" => {
+            let resets = (now_seconds() + 3600).to_string();
+            let week = (now_seconds() + 86_400).to_string();
+            let headers = |reply: Reply, status: &str| {
+                reply
+                    .header("anthropic-ratelimit-unified-status", status)
+                    .header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+                    .header("anthropic-ratelimit-unified-reset", resets.as_str())
+                    .header("anthropic-ratelimit-unified-5h-utilization", "0.82")
+                    .header("anthropic-ratelimit-unified-5h-reset", resets.as_str())
+                    .header("anthropic-ratelimit-unified-5h-status", "allowed_warning")
+                    .header("anthropic-ratelimit-unified-7d-utilization", "0.4")
+                    .header("anthropic-ratelimit-unified-7d-reset", week.as_str())
+                    .header("anthropic-ratelimit-unified-7d-status", "allowed")
+            };
+            Scenario::new()
+                .reply(headers(Reply::text("Within the limits.").when_prompt("ONE"), "allowed"))
+                .reply(headers(
+                    Reply {
+                        when: Some(switchboard_testkit::When::PromptContains("TWO".into())),
+                        ..Reply::http_error(429, "rate_limit_error", "Rate limited", 3)
+                    },
+                    "rejected",
+                ))
+        }
         _ => Scenario::new(),
     }
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
 }
 
 /// Runs one scenario and writes its transcript, whatever the outcome.
@@ -560,8 +606,16 @@ async fn drive(
     let sandbox = CliSandbox::new()?;
     std::fs::write(sandbox.file("hello.txt"), "hello world\n")?;
     let api = FakeApi::start(script(scenario, &sandbox.workdir())).await?;
-    let mut d =
-        Driver::spawn(program, &sandbox, &api, &[], std::mem::take(transcript), start).await?;
+    let mut d = Driver::spawn(
+        program,
+        &sandbox,
+        &api,
+        &[],
+        scenario == "rate_limit",
+        std::mem::take(transcript),
+        start,
+    )
+    .await?;
     let outcome = steps(&mut d, scenario, &api).await;
     let first_session = d.session_id.clone();
     *transcript = d.finish().await;
@@ -569,9 +623,16 @@ async fn drive(
     if scenario == "resume" {
         let session = first_session.context("the first run named no session")?;
         let extra = vec![format!("--resume={session}")];
-        let mut d =
-            Driver::spawn(program, &sandbox, &api, &extra, std::mem::take(transcript), start)
-                .await?;
+        let mut d = Driver::spawn(
+            program,
+            &sandbox,
+            &api,
+            &extra,
+            false,
+            std::mem::take(transcript),
+            start,
+        )
+        .await?;
         let outcome = async {
             d.initialize().await?;
             d.prompt("RECALL the word").await?;
@@ -603,6 +664,24 @@ async fn steps(d: &mut Driver, scenario: &str, api: &FakeApi) -> anyhow::Result<
             if result["is_error"] == true {
                 bail!("the turn failed: {}", result["result"]);
             }
+        }
+        "clear" => {
+            d.prompt("ONE").await?;
+            d.until_result().await?;
+            d.prompt("/clear").await?;
+            d.until_result().await?;
+            d.prompt("TWO").await?;
+            let result = d.until_result().await?;
+            if result["result"] != "After the clear." {
+                bail!("the turn after the clear answered {}", result["result"]);
+            }
+        }
+        "rate_limit" => {
+            d.prompt("ONE").await?;
+            d.until_result().await?;
+            // Every try refused: the turn ends in an error result.
+            d.prompt("TWO").await?;
+            d.until_result().await?;
         }
         "permission_allow" | "permission_deny" | "safety_check" => {
             d.answer = if scenario == "permission_allow" { Answer::Allow } else { Answer::Deny };
@@ -751,7 +830,10 @@ fn analyse(out: &Path, runs: &[VersionRun]) -> anyhow::Result<Analysis> {
                     }
                     _ => counts.typed += 1,
                 }
-                let original: Value = serde_json::from_str(&raw).unwrap_or(Value::Null);
+                // As the decoder reads it: from its `{` (1.0.112 glues a terminal clear to
+                // the line after a `/clear`).
+                let read = switchboard_protocol::codec::without_terminal_escapes(&raw);
+                let original: Value = serde_json::from_str(read).unwrap_or(Value::Null);
                 let again: Value = serde_json::from_str(&message.encode()).unwrap_or(Value::Null);
                 if original != again {
                     counts.mismatched += 1;
