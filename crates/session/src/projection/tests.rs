@@ -884,7 +884,7 @@ fn rate_limit_events_become_usage_windows_and_a_limit_a_notice() {
     let rejected = cli(
         json!({"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1795952999,"rateLimitType":"five_hour","isUsingOverage":false},"uuid":"r2","session_id":"s"}),
     );
-    let updates = run(&mut projector, &[rejected.clone()]);
+    let updates = run(&mut projector, std::slice::from_ref(&rejected));
     let windows = &projector.view().usage_windows;
     assert_eq!((windows[0].window.as_str(), windows[0].status.as_str()), ("five_hour", "rejected"));
     assert_eq!(windows[0].utilization, None, "this event said none");
