@@ -66,7 +66,75 @@ wire_enum! {
         RewindFiles(RewindFilesRequest) = "rewind_files",
         /// CLI → host: run a hook registered in `initialize`.
         HookCallback(HookCallbackRequest) = "hook_callback",
+        /// Host → CLI (2.1.250 on): the session's cost and the plan's usage windows.
+        GetUsage(GetUsageRequest) = "get_usage",
+        /// Host → CLI (2.1.100 on): the context window, by what fills it.
+        GetContextUsage(GetContextUsageRequest) = "get_context_usage",
+        /// Host → CLI (2.1.100 on): drop a queued prompt by its `uuid`.
+        CancelAsyncMessage(CancelAsyncMessageRequest) = "cancel_async_message",
+        /// Host → CLI (2.1.100 on): stop one background task.
+        StopTask(StopTaskRequest) = "stop_task",
+        /// Host → CLI (2.1.330): the session's title.
+        RenameSession(RenameSessionRequest) = "rename_session",
+        /// Host → CLI (2.1.330): the permission rules in force.
+        ListPermissionRules(ListPermissionRulesRequest) = "list_permission_rules",
+        /// Host → CLI (2.1.330): the hooks configured, as the `/hooks` menu lists them.
+        GetHooksListing(GetHooksListingRequest) = "get_hooks_listing",
     }
+}
+
+wire_struct! {
+    /// `get_usage`
+    pub struct GetUsageRequest tags { "subtype" = "get_usage" } {
+        /// Skip the scan of the last week's transcripts (the answer's `behaviors` is `null`).
+        opt skip_behaviors: bool = "skip_behaviors",
+    }
+}
+
+wire_struct! {
+    /// `get_context_usage`
+    pub struct GetContextUsageRequest tags { "subtype" = "get_context_usage" } {
+        /// `summary` (from the last answer's usage, no token-count calls) or `full`.
+        opt detail: String = "detail",
+    }
+}
+
+wire_struct! {
+    /// `cancel_async_message`: answered `{"cancelled": bool}`.
+    pub struct CancelAsyncMessageRequest tags { "subtype" = "cancel_async_message" } {
+        /// The queued prompt's `uuid`.
+        req message_uuid: String = "message_uuid",
+    }
+}
+
+wire_struct! {
+    /// `stop_task`
+    pub struct StopTaskRequest tags { "subtype" = "stop_task" } {
+        /// The task (`system/task_started`'s `task_id`).
+        req task_id: String = "task_id",
+    }
+}
+
+wire_struct! {
+    /// `rename_session`
+    pub struct RenameSessionRequest tags { "subtype" = "rename_session" } {
+        /// The title.
+        req title: String = "title",
+        /// `host` (a person renamed it in the host) or `remote`.
+        opt source: String = "source",
+        /// Refused if the CLI has moved on to another session since.
+        opt session_id: String = "session_id",
+    }
+}
+
+wire_struct! {
+    /// `list_permission_rules`
+    pub struct ListPermissionRulesRequest tags { "subtype" = "list_permission_rules" } {}
+}
+
+wire_struct! {
+    /// `get_hooks_listing`
+    pub struct GetHooksListingRequest tags { "subtype" = "get_hooks_listing" } {}
 }
 
 wire_struct! {

@@ -95,6 +95,19 @@ pub fn routes() -> Vec<Route> {
         route("DELETE", "/api/sessions/{id}", Guard::Api(Scope::Operate), delete(delete_session)),
         route("PATCH", "/api/sessions/{id}", Guard::Api(Scope::Operate), patch(amend_session)),
         route("GET", "/api/sessions/{id}/usage", Guard::Api(Scope::Read), get(session_usage)),
+        route("GET", "/api/sessions/{id}/cli/{question}", Guard::Api(Scope::Read), get(ask_cli)),
+        route(
+            "DELETE",
+            "/api/sessions/{id}/queue/{uuid}",
+            Guard::Api(Scope::Operate),
+            delete(cancel_queued),
+        ),
+        route(
+            "POST",
+            "/api/sessions/{id}/tasks/{task_id}/stop",
+            Guard::Api(Scope::Operate),
+            post(stop_task),
+        ),
         route("GET", "/api/sessions/{id}/diff", Guard::Api(Scope::Read), get(session_diff)),
         route(
             "POST",
@@ -666,7 +679,57 @@ async fn amend_session(
     }
     let record =
         daemon.amend(&id, body.title.as_deref(), body.archived, body.max_budget_usd).await?;
+    // The CLI hears of the new title too, where it can (2.1.330 on): its own transcript list
+    // then shows it. The title is the record's either way.
+    if let (Some(title), true) = (body.title.as_deref(), daemon.handle(&id).is_ok()) {
+        let control = switchboard_session::CliControl::Rename { title: title.to_owned() };
+        if let Err(error) = daemon.ask_cli(&id, control).await {
+            tracing::debug!(session = %id, %error, "the CLI was not told the new title");
+        }
+    }
     Ok(Json(view(&daemon, record).await))
+}
+
+/// `GET /api/sessions/{id}/cli/{question}`: what the session's CLI says of `usage` (the
+/// session's cost and the plan's windows), `context` (the context window by what fills it),
+/// `permission-rules` (the rules in force) or `hooks` (the hooks configured). `409
+/// cli_too_old` names the version that answers it.
+async fn ask_cli(
+    State(daemon): State<Arc<Daemon>>,
+    Path((id, question)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    use switchboard_session::CliControl;
+    let control = match question.as_str() {
+        "usage" => CliControl::Usage,
+        "context" => CliControl::ContextUsage,
+        "permission-rules" => CliControl::PermissionRules,
+        "hooks" => CliControl::Hooks,
+        _ => {
+            return Err(ApiError::not_found(format!(
+                "no question {question:.40}: ask usage, context, permission-rules or hooks"
+            )))
+        }
+    };
+    Ok(Json(daemon.ask_cli(&id, control).await?))
+}
+
+/// `DELETE /api/sessions/{id}/queue/{uuid}`: drops a prompt that waits behind the running
+/// turn (`cancel_async_message`); `{"cancelled": false}` when it was no longer queued.
+async fn cancel_queued(
+    State(daemon): State<Arc<Daemon>>,
+    Path((id, uuid)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let control = switchboard_session::CliControl::CancelMessage { uuid };
+    Ok(Json(daemon.ask_cli(&id, control).await?))
+}
+
+/// `POST /api/sessions/{id}/tasks/{task_id}/stop`: stops one background task (`stop_task`).
+async fn stop_task(
+    State(daemon): State<Arc<Daemon>>,
+    Path((id, task_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let control = switchboard_session::CliControl::StopTask { task_id };
+    Ok(Json(daemon.ask_cli(&id, control).await?))
 }
 
 /// The most turns `GET …/usage` lists (the newest); the totals count them all.

@@ -116,6 +116,7 @@ fn known_code(code: &str) -> &'static str {
         "no_standing_rule",
         "worktree",
         "cannot_rewind",
+        "cli_too_old",
         "budget_reached",
         "cli_refused",
         "store_error",
@@ -182,6 +183,7 @@ impl From<DaemonError> for ApiError {
             },
             DaemonError::Forbidden(_) => ApiError::forbidden(error.to_string()),
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
+            DaemonError::CliTooOld(_) => ApiError::conflict("cli_too_old", error.to_string()),
             DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
             DaemonError::Forwarded { status, code, message } => ApiError {
                 // Only a refusal passes as it is: another node's answer is never taken for a

@@ -10,6 +10,7 @@
 //!   mean ([`Update`]) and one snapshot ([`View`]): every face reads that, never the lines.
 
 pub mod actor;
+pub mod controls;
 pub mod core;
 pub mod cost;
 pub mod event;
@@ -21,6 +22,7 @@ pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
     SessionHandle, SinkFuture,
 };
+pub use controls::CliControl;
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo};
 pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,

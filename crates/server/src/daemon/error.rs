@@ -54,6 +54,9 @@ pub enum DaemonError {
     /// the session working).
     #[error("{0}")]
     Rewind(String),
+    /// The session's CLI is too old for a control (the message names the version that has it).
+    #[error("{0}")]
+    CliTooOld(String),
     /// The session runs on another daemon that shares this one's database.
     #[error("{0}")]
     OtherNode(String),

@@ -241,6 +241,9 @@ impl Daemon {
             return serde_json::to_value(public_record(record))
                 .map_err(|error| DaemonError::Internal(error.to_string()));
         }
+        if let SessionCommand::Ask { control } = command {
+            return self.ask_cli_here(id, &control).await;
+        }
         self.command_session_here(id, command).await.map(|()| Value::Null)
     }
 
@@ -265,6 +268,7 @@ impl Daemon {
                 Ok(self.running(id).await?.set_permission_mode(mode).await?)
             }
             SessionCommand::Stop => self.stop_here(id, false).await,
+            SessionCommand::Ask { control } => self.ask_cli_here(id, &control).await.map(drop),
         }
     }
 

@@ -51,6 +51,11 @@ pub enum SessionCommand {
     },
     /// Stop the session's CLI.
     Stop,
+    /// Put a question or request to the session's CLI; its answer is the command's.
+    Ask {
+        /// What.
+        control: switchboard_session::CliControl,
+    },
     /// Start a session here (placed on this node by another).
     Create {
         /// The request, as the node that placed it took it.

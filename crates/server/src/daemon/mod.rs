@@ -42,6 +42,7 @@ use crate::text::invisible;
 
 mod budget;
 mod channels;
+mod controls;
 mod error;
 mod fleet;
 mod launch;

@@ -311,3 +311,82 @@ async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
     assert_eq!(after["claude_session_id"], result["session_id"]);
     server.stop().await;
 }
+
+/// What a person may ask a session's CLI beyond a prompt, with the real 2.1.330: its context,
+/// usage, permission rules and hooks; a queued prompt dropped (one that is not queued: the CLI
+/// says it cancelled nothing); a title passed on. 2.1.37 answers none of these: it is refused
+/// before anything is sent, with the version that would answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() {
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("Hello.").when_prompt("HI")))
+        .await
+        .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(crate::is_result).await;
+    let ask = |question: &str| format!("/api/sessions/{id}/cli/{question}");
+    let (status, context) = server.get(&ask("context")).await;
+    assert_eq!(status, 200, "{context}");
+    assert!(context["categories"].as_array().is_some_and(|rows| !rows.is_empty()), "{context}");
+    let (status, usage) = server.get(&ask("usage")).await;
+    assert_eq!(status, 200, "{usage}");
+    assert!(usage["session"]["total_cost_usd"].is_number(), "{usage}");
+    let (status, rules) = server.get(&ask("permission-rules")).await;
+    assert_eq!(status, 200, "{rules}");
+    assert!(rules["state"]["rules"].is_array(), "{rules}");
+    let (status, hooks) = server.get(&ask("hooks")).await;
+    assert_eq!(status, 200, "{hooks}");
+    assert!(hooks["eventCatalog"].is_array(), "{hooks}");
+    let (status, unknown) = server.get(&ask("secrets")).await;
+    assert_eq!(status, 404, "{unknown}");
+    let gone = "00000000-0000-4000-8000-000000000000";
+    let (status, cancelled) = server
+        .request_as(
+            crate::TOKEN,
+            reqwest::Method::DELETE,
+            &format!("/api/sessions/{id}/queue/{gone}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled, json!({"cancelled": false}));
+    let (status, renamed) =
+        server.patch(&format!("/api/sessions/{id}"), json!({"title": "Greeting"})).await;
+    assert_eq!(status, 200, "{renamed}");
+    let frames = ws
+        .until(|frame| {
+            frame["event"]["direction"] == "to_cli"
+                && frame["event"]["line"]["request"]["subtype"] == "rename_session"
+        })
+        .await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["request"]["title"], "Greeting");
+    server.stop().await;
+
+    // 2.1.37: refused by version, nothing sent.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.claude =
+            Some(switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_37));
+    })
+    .await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(crate::is_result).await;
+    let (status, refused) = server.get(&format!("/api/sessions/{id}/cli/hooks")).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "cli_too_old");
+    assert_eq!(
+        refused["error"]["message"],
+        "get_hooks_listing needs Claude Code 2.1.330 or newer; this session runs 2.1.37"
+    );
+    server.stop().await;
+}
