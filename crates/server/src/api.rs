@@ -698,17 +698,10 @@ async fn ask_cli(
     State(daemon): State<Arc<Daemon>>,
     Path((id, question)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    use switchboard_session::CliControl;
-    let control = match question.as_str() {
-        "usage" => CliControl::Usage,
-        "context" => CliControl::ContextUsage,
-        "permission-rules" => CliControl::PermissionRules,
-        "hooks" => CliControl::Hooks,
-        _ => {
-            return Err(ApiError::not_found(format!(
-                "no question {question:.40}: ask usage, context, permission-rules or hooks"
-            )))
-        }
+    let Some(control) = switchboard_session::CliControl::question(&question) else {
+        return Err(ApiError::not_found(format!(
+            "no question {question:.40}: ask usage, context, permission-rules or hooks"
+        )));
     };
     Ok(Json(daemon.ask_cli(&id, control).await?))
 }

@@ -88,6 +88,9 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("WatchSessions", Scope::Read),
     ("ListNodes", Scope::Read),
     ("GetUsage", Scope::Read),
+    ("AskCli", Scope::Read),
+    ("CancelQueued", Scope::Operate),
+    ("StopTask", Scope::Operate),
 ];
 
 /// The scope a call to `path` needs ([`METHOD_SCOPES`]).
@@ -388,6 +391,41 @@ impl Switchboard for Api {
         message.uuid = Some(uuid.clone());
         self.daemon.send_message(&request.id, message, &by).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SendMessageResponse { uuid }))
+    }
+
+    async fn ask_cli(
+        &self,
+        request: tonic::Request<pb::AskCliRequest>,
+    ) -> Result<tonic::Response<pb::AskCliResponse>, Status> {
+        let request = request.into_inner();
+        let Some(control) = switchboard_session::CliControl::question(&request.question) else {
+            return Err(Status::invalid_argument(
+                "question must be usage, context, permission-rules or hooks",
+            ));
+        };
+        let answer = self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
+        Ok(tonic::Response::new(pb::AskCliResponse { answer: to_struct(&answer) }))
+    }
+
+    async fn cancel_queued(
+        &self,
+        request: tonic::Request<pb::CancelQueuedRequest>,
+    ) -> Result<tonic::Response<pb::CancelQueuedResponse>, Status> {
+        let request = request.into_inner();
+        let control = switchboard_session::CliControl::CancelMessage { uuid: request.uuid };
+        let answer = self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
+        let cancelled = answer["cancelled"] == true;
+        Ok(tonic::Response::new(pb::CancelQueuedResponse { cancelled }))
+    }
+
+    async fn stop_task(
+        &self,
+        request: tonic::Request<pb::StopTaskRequest>,
+    ) -> Result<tonic::Response<pb::StopTaskResponse>, Status> {
+        let request = request.into_inner();
+        let control = switchboard_session::CliControl::StopTask { task_id: request.task_id };
+        self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
+        Ok(tonic::Response::new(pb::StopTaskResponse {}))
     }
 
     async fn interrupt(

@@ -44,6 +44,17 @@ pub enum CliControl {
 const MAX_ARGUMENT_CHARS: usize = 200;
 
 impl CliControl {
+    /// A question the faces take by name (`usage`, `context`, `permission-rules`, `hooks`).
+    pub fn question(name: &str) -> Option<CliControl> {
+        Some(match name {
+            "usage" => CliControl::Usage,
+            "context" => CliControl::ContextUsage,
+            "permission-rules" => CliControl::PermissionRules,
+            "hooks" => CliControl::Hooks,
+            _ => return None,
+        })
+    }
+
     /// The control request's subtype.
     pub fn subtype(&self) -> &'static str {
         match self {

@@ -284,6 +284,27 @@ async fn a_grpc_client_streams_approves_denies_and_resubscribes_without_a_gap() 
     assert_eq!(listed.sessions.len(), 1);
     assert_eq!(listed.sessions[0].status, i32::from(pb::Status::Idle));
     assert!(listed.sessions[0].running);
+    // What the CLI says of its context, and a queued prompt that is not there.
+    let asked = grpc
+        .ask_cli(pb::AskCliRequest { id: id.clone(), question: "context".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(asked.answer.is_some_and(|answer| answer.fields.contains_key("categories")));
+    let unknown = grpc
+        .ask_cli(pb::AskCliRequest { id: id.clone(), question: "secrets".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::InvalidArgument);
+    let cancelled = grpc
+        .cancel_queued(pb::CancelQueuedRequest {
+            id: id.clone(),
+            uuid: "00000000-0000-4000-8000-000000000000".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!cancelled.cancelled);
     let stopped = grpc
         .stop_session(pb::StopSessionRequest { id: id.clone(), ..Default::default() })
         .await
