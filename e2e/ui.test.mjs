@@ -443,15 +443,24 @@ try {
     assert.equal(await card.locator('.outcome').textContent(), '3 lines written');
   });
 
-  await step('a message sent while a turn runs is queued, then runs', async () => {
+  await step('a message sent while a turn runs is queued, then runs; another is cancelled before it runs', async () => {
     await send('QUEUE1');
     await transcript().locator('.block.text.streaming', { hasText: 'First in' }).waitFor();
     await send('QUEUE2');
     await transcript().locator('.msg.user.queued', { hasText: 'QUEUE2' }).waitFor();
+    await send('QUEUE3');
+    const third = transcript().locator('.msg.user.queued', { hasText: 'QUEUE3' });
+    await third.locator('.cancel-queued').click();
+    const cancelled = transcript().locator('.msg.user.cancelled', { hasText: 'QUEUE3' });
+    await cancelled.waitFor();
+    assert.match(await cancelled.locator('.queued-label').textContent(), /cancelled: it did not run/);
+    await shot('queue-cancelled.png', transcript());
     await release();
     await transcript().getByText('Second in line.').waitFor();
+    await page.locator('.session-head .badge.state-idle').waitFor();
     assert.equal(await transcript().locator('.msg.user.queued').count(), 0);
     assert.equal(await transcript().locator('.msg.user', { hasText: 'QUEUE2' }).count(), 1);
+    assert.equal(await transcript().getByText('Third in line.').count(), 0, 'the cancelled message never ran');
   });
 
   await step('interrupt a slow stream (Esc)', async () => {

@@ -334,27 +334,29 @@ fn ask_on_terminal(pending: &PendingPermission) -> PermissionAnswer {
     // Claude Code's own heading and reason, and an MCP tool's server, before the question; no
     // "always" where it offers no standing rule. Anything but a yes denies (its default_to_no
     // is this prompt's default already).
+    // One write: what the person types early is echoed before or after it, never inside.
     let hints = &pending.hints;
+    let mut prompt = String::new();
     if let Some(title) = &hints.title {
-        let _ = write!(stderr, "\n{}", plain(title));
+        prompt.push_str(&format!("\n{}", plain(title)));
     }
     let server = hints.mcp_server.as_ref().map_or(String::new(), |server| {
         format!(" (MCP server {}, from {})", server.name, server.source)
     });
-    let _ = write!(
-        stderr,
+    prompt.push_str(&format!(
         "\n? allow {}{} {}\n",
         pending.tool_name,
         plain(&server),
         summarize(&pending.tool_name, &pending.input)
-    );
+    ));
     if let Some(reason) = &pending.cli_reason {
-        let _ = writeln!(stderr, "  Claude Code: {}", plain(reason));
+        prompt.push_str(&format!("  Claude Code: {}\n", plain(reason)));
     }
     let always = !hints.no_standing_rule;
     let choices =
         if always { "[y]es / [n]o / [a]lways for this session" } else { "[y]es (once) / [n]o" };
-    let _ = write!(stderr, "  {choices}: ");
+    prompt.push_str(&format!("  {choices}: "));
+    let _ = stderr.write_all(prompt.as_bytes());
     let _ = stderr.flush();
     match read_line().to_lowercase().as_str() {
         "y" | "yes" => PermissionAnswer::allow(),

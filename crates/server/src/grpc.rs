@@ -998,6 +998,7 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
         Update::ConversationReset { trigger } => {
             Event::ConversationReset(pb::ConversationReset { trigger })
         }
+        Update::PromptCancelled { uuid } => Event::PromptCancelled(pb::PromptCancelled { uuid }),
     };
     vec![event]
 }

@@ -246,6 +246,15 @@ export class SessionView {
     try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
   }
 
+  /// Drops a prompt that waits behind the running turn; the transcript marks it when the CLI
+  /// says it is dropped.
+  async cancelQueued(uuid) {
+    try {
+      const answer = await api('DELETE', `/api/sessions/${this.id}/queue/${encodeURIComponent(uuid)}`);
+      if (!answer?.cancelled) toast('Too late to cancel: it has started.');
+    } catch (error) { toast(`Could not cancel: ${error.message}`); }
+  }
+
   async rewind(uuid) {
     const path = `/api/sessions/${this.id}/rewind`;
     if (sessions.get(this.id)?.config?.transport === 'terminal') { toast('A CLI in a terminal rewinds there: Esc twice.'); return; }

@@ -36,6 +36,7 @@ export class Transcript {
     this.inputs = new Map(); // tool_use_id -> its tool_use_started, while its input streams
     this.older = false; // drawing an older page: its cards are never the latest
     this.retracted = new Set(); // lines Claude Code took back
+    this.prompts = new Map(); // prompt boxes by uuid
     this.queued = []; // bubbles of prompts that wait for the turn before them
     this.onChange = () => {}; // pending permissions or context changed
     this.onGrow = () => {}; // streamed text was drawn
@@ -97,6 +98,15 @@ export class Transcript {
         this.usageWindows = update.windows ?? [];
         this.onWindows?.();
         return undefined;
+      case 'prompt_cancelled': {
+        const box = this.prompts.get(update.uuid);
+        if (!box) return undefined;
+        this.queued = this.queued.filter((queued) => queued !== box);
+        box.classList.remove('queued');
+        box.classList.add('cancelled');
+        $('.queued-label', box)?.replaceChildren('cancelled: it did not run');
+        return undefined;
+      }
       case 'conversation_reset':
         return chunk.append(el('hr', { class: 'conversation-reset', title: 'The conversation was cleared here: Claude goes on without what came before' }));
       // model, mode, claude_session, run: the header and the list show those.
@@ -140,9 +150,15 @@ export class Transcript {
       box.append(el('div', { class: 'msg-actions' }, ...actions));
     }
     chunk.append(box);
+    if (update.uuid) this.prompts.set(update.uuid, box);
     if (update.queued) {
       box.classList.add('queued');
-      box.append(el('span', { class: 'queued-label' }, 'queued'));
+      // Waits behind the running turn: it may be dropped before it runs (not from an older
+      // page: that one ran, or was dropped, long ago).
+      const cancel = update.uuid && !this.older
+        ? el('button', { type: 'button', class: 'cancel-queued ghost needs-operate', title: 'Drop this message before it runs', onclick: () => showing.view?.cancelQueued(update.uuid) }, 'Cancel')
+        : null;
+      box.append(el('span', { class: 'queued-label' }, 'queued', cancel));
       this.queued.push(box);
     }
   }

@@ -748,6 +748,15 @@ impl SessionCore {
                 }
             }
             Message::ConversationReset(_) => self.cost.on_reset(),
+            // A queued prompt dropped (`cancel_async_message`, 2.1.330 says so in a
+            // `command_lifecycle`): it will have no turn, so the session is idle once the turns
+            // before it end.
+            Message::CommandLifecycle(lifecycle) if lifecycle.state == "cancelled" => {
+                // Only a prompt of ours that had not run yet.
+                let waiting = self.unechoed.shift_remove(&lifecycle.command_uuid);
+                self.snapshot.queued_turns =
+                    self.snapshot.queued_turns.saturating_sub(u64::from(waiting));
+            }
             Message::ControlRequest(request) => self.on_control_request(request, &mut effects),
             Message::ControlResponse(response) => self.on_control_response(response, &mut effects),
             Message::ControlCancelRequest(cancel) => {

@@ -260,6 +260,11 @@ pub enum Update {
         /// The retracted lines' uuids.
         uuids: Vec<String>,
     },
+    /// A queued prompt was dropped before it ran (`cancel_async_message`): no turn answers it.
+    PromptCancelled {
+        /// The prompt's uuid.
+        uuid: String,
+    },
     /// The conversation was discarded (`/clear`, leaving plan mode with a clean context): what
     /// follows is a new conversation of the same session. Its cost goes on adding up.
     ConversationReset {
@@ -988,6 +993,13 @@ impl Projector {
                 }
                 _ => {}
             },
+            Message::CommandLifecycle(lifecycle) if lifecycle.state == "cancelled" => {
+                // A prompt that will have no turn: the ones after it wait for one turn less.
+                if self.view.open_turns > 0 {
+                    self.view.open_turns -= 1;
+                }
+                emit(Update::PromptCancelled { uuid: lifecycle.command_uuid.clone() });
+            }
             Message::ConversationReset(reset) => {
                 // The CLI's running total starts from zero; the session's cost goes on.
                 self.cost.on_reset();
@@ -1461,6 +1473,7 @@ impl Update {
             Update::UsageWindows { .. } => "usage_windows",
             Update::Retracted { .. } => "retracted",
             Update::ConversationReset { .. } => "conversation_reset",
+            Update::PromptCancelled { .. } => "prompt_cancelled",
         }
     }
 

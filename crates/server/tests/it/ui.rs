@@ -674,6 +674,7 @@ async fn browser() {
             // A second prompt while the first still runs: queued, then answered.
             .reply(Reply::text("First in line, finishing now.").when_prompt("QUEUE1").hold_after(2))
             .reply(Reply::text("Second in line.").when_prompt("QUEUE2"))
+            .reply(Reply::text("Third in line.").when_prompt("QUEUE3"))
             // An MCP tool (e2e/mcp-echo.mjs, configured from the form).
             .reply(
                 Reply::tool_use("mcp__probe__echo", json!({"text": "hello mcp"}))

@@ -846,3 +846,28 @@ fn a_result_lost_with_a_socket_does_not_leave_the_session_working_for_good() {
     core.on_line(result("second"));
     assert_eq!(core.state(), SessionState::Idle, "{:?}", core.snapshot());
 }
+
+/// A queued prompt dropped (2.1.330's `command_lifecycle` `cancelled`) has no turn: the
+/// session is idle once the running turn ends, and a `cancelled` for a prompt that is not
+/// ours, or already ran, changes nothing.
+#[test]
+fn a_cancelled_prompt_is_no_turn_to_wait_for() {
+    let mut core = core("");
+    started(&mut core);
+    core.send_user(UserMessage::prompt("first").with_uuid("u-1"));
+    core.send_user(UserMessage::prompt("second").with_uuid("u-2"));
+    assert_eq!(core.snapshot().queued_turns, 2);
+    let cancelled = |uuid: &str| {
+        line(&json!({"type":"command_lifecycle","command_uuid":uuid,"state":"cancelled","uuid":"x","session_id":"s"}).to_string())
+    };
+    core.on_line(cancelled("not-ours"));
+    assert_eq!(core.snapshot().queued_turns, 2);
+    core.on_line(cancelled("u-2"));
+    core.on_line(cancelled("u-2"));
+    assert_eq!(core.snapshot().queued_turns, 1, "once");
+    assert_eq!(core.state(), SessionState::Working, "the first turn still runs");
+    core.on_line(line(
+        r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"result":"done","session_id":"s","total_cost_usd":0.01}"#,
+    ));
+    assert_eq!(core.state(), SessionState::Idle);
+}

@@ -958,3 +958,22 @@ fn a_refusal_fallback_retracts_what_was_refused() {
     assert_eq!(told[0].0, NoticeKind::Refusal);
     assert!(told[0].2.contains("asked claude-sonnet-5 instead"), "{}", told[0].2);
 }
+
+#[test]
+fn a_cancelled_prompt_is_told_and_no_turn_waits_for_it() {
+    let mut projector = Projector::new();
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("one"),
+            prompt("two"),
+            cli(
+                json!({"type":"command_lifecycle","command_uuid":"u-two","state":"cancelled","uuid":"x","session_id":"s"}),
+            ),
+            result(0.01, "success"),
+        ],
+    );
+    assert!(updates.contains(&Update::PromptCancelled { uuid: "u-two".into() }));
+    assert!(!updates.contains(&Update::Dequeued), "nothing was left to run: {updates:?}");
+    assert_eq!(projector.view().open_turns, 0);
+}
