@@ -748,6 +748,12 @@ impl SessionCore {
                 }
             }
             Message::ConversationReset(_) => self.cost.on_reset(),
+            // The CLI took a prompt (2.1.330): a `cancelled` for it later (a prompt sent with
+            // `priority: now` stops the running turn, whose prompt is then said cancelled)
+            // is not one turn less, its turn has ended.
+            Message::CommandLifecycle(lifecycle) if lifecycle.state == "started" => {
+                self.unechoed.shift_remove(&lifecycle.command_uuid);
+            }
             // A queued prompt dropped (`cancel_async_message`, 2.1.330 says so in a
             // `command_lifecycle`): it will have no turn, so the session is idle once the turns
             // before it end.

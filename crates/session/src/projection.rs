@@ -540,6 +540,9 @@ pub struct Projector {
     tools: HashMap<String, String>,
     /// The session's cost, from the CLI's running totals.
     cost: crate::cost::CostCounter,
+    /// The prompts sent while a turn ran that have not started, oldest first (at most
+    /// [`MAX_WAITING_PROMPTS`]).
+    waiting_prompts: VecDeque<String>,
     interrupting: bool,
     started: bool,
     /// The model of the main conversation's last message (a result names several).
@@ -827,6 +830,12 @@ impl Projector {
                 }
                 let queued = self.view.open_turns > 0;
                 self.view.open_turns += 1;
+                if let (true, Some(uuid)) = (queued, &user.uuid) {
+                    if self.waiting_prompts.len() >= MAX_WAITING_PROMPTS {
+                        self.waiting_prompts.pop_front();
+                    }
+                    self.waiting_prompts.push_back(uuid.clone());
+                }
                 emit(Update::Prompt { text, images, uuid: user.uuid.clone(), queued });
             }
             Message::ControlRequest(request) if request.subtype() == Some("interrupt") => {
@@ -865,6 +874,8 @@ impl Projector {
                     if self.view.open_turns > 0 {
                         self.view.open_turns -= 1;
                         if self.view.open_turns > 0 {
+                            // The oldest waiting prompt runs now.
+                            self.waiting_prompts.pop_front();
                             emit(Update::Dequeued);
                         }
                     }
@@ -993,7 +1004,16 @@ impl Projector {
                 }
                 _ => {}
             },
-            Message::CommandLifecycle(lifecycle) if lifecycle.state == "cancelled" => {
+            Message::CommandLifecycle(lifecycle) if lifecycle.state == "started" => {
+                self.waiting_prompts.retain(|uuid| *uuid != lifecycle.command_uuid);
+            }
+            // Only a prompt that was waiting (a steered turn's `cancelled` names the prompt of
+            // the turn it stopped, which ran).
+            Message::CommandLifecycle(lifecycle)
+                if lifecycle.state == "cancelled"
+                    && self.waiting_prompts.contains(&lifecycle.command_uuid) =>
+            {
+                self.waiting_prompts.retain(|uuid| *uuid != lifecycle.command_uuid);
                 // A prompt that will have no turn: the ones after it wait for one turn less.
                 if self.view.open_turns > 0 {
                     self.view.open_turns -= 1;
@@ -1148,6 +1168,8 @@ impl Projector {
                     if self.view.open_turns > 0 {
                         self.view.open_turns -= 1;
                         if self.view.open_turns > 0 {
+                            // The oldest waiting prompt runs now.
+                            self.waiting_prompts.pop_front();
                             emit(Update::Dequeued);
                         }
                     }
@@ -1663,6 +1685,9 @@ pub fn title_of(prompt: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The most waiting prompts a projector remembers.
+const MAX_WAITING_PROMPTS: usize = 64;
 
 /// The most retracted messages one refusal takes out of a view.
 const MAX_RETRACTED: usize = 256;

@@ -871,3 +871,21 @@ fn a_cancelled_prompt_is_no_turn_to_wait_for() {
     ));
     assert_eq!(core.state(), SessionState::Idle);
 }
+
+#[test]
+fn a_cancelled_prompt_that_had_started_is_not_one_turn_less() {
+    let mut core = core("");
+    started(&mut core);
+    core.send_user(UserMessage::prompt("first").with_uuid("u-1"));
+    core.send_user(UserMessage::prompt("steer").with_uuid("u-2"));
+    let lifecycle = |uuid: &str, state: &str| {
+        line(&json!({"type":"command_lifecycle","command_uuid":uuid,"state":state,"uuid":"x","session_id":"s"}).to_string())
+    };
+    core.on_line(lifecycle("u-1", "started"));
+    core.on_line(line(
+        r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"result":"","session_id":"s","total_cost_usd":0.01}"#,
+    ));
+    core.on_line(lifecycle("u-1", "cancelled"));
+    assert_eq!(core.snapshot().queued_turns, 1, "the steering prompt's turn is still to come");
+    assert_eq!(core.state(), SessionState::Working);
+}

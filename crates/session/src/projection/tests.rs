@@ -977,3 +977,32 @@ fn a_cancelled_prompt_is_told_and_no_turn_waits_for_it() {
     assert!(!updates.contains(&Update::Dequeued), "nothing was left to run: {updates:?}");
     assert_eq!(projector.view().open_turns, 0);
 }
+
+/// 2.1.330 with a prompt sent `priority: now`: the running turn stops, and its prompt is then
+/// said `cancelled`; it ran, so nothing is told of it.
+#[test]
+fn a_steered_turns_cancelled_prompt_is_not_a_dropped_one() {
+    let mut projector = Projector::new();
+    let lifecycle = |uuid: &str, state: &str| {
+        cli(
+            json!({"type":"command_lifecycle","command_uuid":uuid,"state":state,"uuid":"x","session_id":"s"}),
+        )
+    };
+    let updates = run(
+        &mut projector,
+        &[
+            prompt("one"),
+            lifecycle("u-one", "started"),
+            prompt("two"),
+            result(0.01, "success"),
+            lifecycle("u-one", "cancelled"),
+            lifecycle("u-two", "started"),
+            result(0.02, "success"),
+        ],
+    );
+    assert!(
+        !updates.iter().any(|update| matches!(update, Update::PromptCancelled { .. })),
+        "{updates:?}"
+    );
+    assert_eq!(projector.view().open_turns, 0);
+}
