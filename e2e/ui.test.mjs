@@ -463,6 +463,22 @@ try {
     assert.equal(await transcript().getByText('Third in line.').count(), 0, 'the cancelled message never ran');
   });
 
+  await step('steer a running turn: it stops, the steering message runs at once', async () => {
+    const steer = page.locator('.composer .steer');
+    assert.equal(await steer.isHidden(), true, 'no Steer while nothing runs');
+    await send('WANDER off');
+    await transcript().locator('.block.text.streaming', { hasText: 'Taking the' }).waitFor();
+    await steer.waitFor();
+    await page.locator('.composer-input').fill('STEER: take the short way');
+    await shot('steer.png', page.locator('.composer'));
+    await steer.click();
+    await transcript().getByText('Steered onto the short way.').waitFor();
+    await page.locator('.session-head .badge.state-idle').waitFor();
+    assert.equal(await steer.isHidden(), true, 'no Steer once idle');
+    await release();
+    assert.equal(await transcript().getByText('never finished').count(), 0, 'the wandering turn stopped');
+  });
+
   await step('interrupt a slow stream (Esc)', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();

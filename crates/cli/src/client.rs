@@ -133,6 +133,28 @@ pub(crate) struct SendArgs {
     session: String,
     /// The message.
     text: String,
+    /// While a turn runs: `now` stops it and runs this message next (steering), `later` gives
+    /// it a turn of its own after it, `next` (what Claude Code does with a message that names
+    /// none) lets it take the message in between tool calls. `now` and `later` need Claude
+    /// Code 2.1.120 or newer.
+    #[arg(long, value_parser = ["now", "next", "later"])]
+    priority: Option<String>,
+    /// Steer the running turn: the same as `--priority now`.
+    #[arg(long, conflicts_with = "priority")]
+    steer: bool,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard interrupt SESSION`
+#[derive(Debug, Args)]
+pub(crate) struct InterruptArgs {
+    /// The session: its id or a unique prefix.
+    session: String,
+    /// Also drop every message queued behind the turn, so that the session stops altogether
+    /// (Claude Code 2.1.100 or newer).
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     connection: Connection,
 }
@@ -444,9 +466,12 @@ pub(crate) async fn send(args: SendArgs) -> ExitCode {
         let client = args.connection.client()?;
         let id = client.resolve(&args.session).await?;
         let path = format!("/api/sessions/{id}/messages");
-        let reply = client
-            .request(reqwest::Method::POST, &path, Some(json!({"content": args.text})))
-            .await?;
+        let priority = if args.steer { Some("now".to_owned()) } else { args.priority };
+        let mut body = json!({"content": args.text});
+        if let Some(priority) = priority {
+            body["priority"] = json!(priority);
+        }
+        let reply = client.request(reqwest::Method::POST, &path, Some(body)).await?;
         if args.connection.json {
             println!("{reply}");
         } else {
@@ -458,7 +483,28 @@ pub(crate) async fn send(args: SendArgs) -> ExitCode {
     finish(result)
 }
 
-/// `switchboard resume` (`resume`) and `switchboard interrupt` (`interrupt`).
+/// `switchboard interrupt`.
+pub(crate) async fn interrupt(args: InterruptArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let id = client.resolve(&args.session).await?;
+        let path = format!("/api/sessions/{id}/interrupt");
+        let body = json!({"cancel_queued": args.all});
+        let reply = client.request(reqwest::Method::POST, &path, Some(body)).await?;
+        if args.connection.json {
+            println!("{reply}");
+        } else if args.all {
+            println!("interrupted {id}, and dropped what was queued");
+        } else {
+            println!("interrupted {id}");
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// `switchboard resume`.
 pub(crate) async fn act(args: SessionArg, action: &'static str) -> ExitCode {
     let result = async {
         let client = args.connection.client()?;
@@ -468,8 +514,7 @@ pub(crate) async fn act(args: SessionArg, action: &'static str) -> ExitCode {
         if args.connection.json {
             println!("{reply}");
         } else {
-            let done = if action == "resume" { "resumed" } else { "interrupted" };
-            println!("{done} {id}");
+            println!("{action}d {id}");
         }
         Ok::<(), String>(())
     }

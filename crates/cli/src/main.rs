@@ -107,12 +107,12 @@ enum Command {
     /// Exit status: 0 every task succeeded; 1 one failed (or the daemon could not be reached);
     /// 2 the task list is unreadable; 130 interrupted (Ctrl-C stops the running sessions).
     Loop(tasks::LoopArgs),
-    /// Send a message to a session (queued while a turn runs).
+    /// Send a message to a session (while a turn runs, Claude Code takes it in between tool calls; --steer stops the turn for it).
     Send(client::SendArgs),
     /// Start an exited session's CLI again, where it stopped.
     Resume(client::SessionArg),
-    /// Interrupt a session's turn.
-    Interrupt(client::SessionArg),
+    /// Interrupt a session's turn (with --all, also drop the messages queued behind it).
+    Interrupt(client::InterruptArgs),
     /// Open the web UI in a browser, signed in (at a session, when one is named).
     Open(client::OpenArgs),
     /// Run the interactive Claude Code CLI in this terminal, as a session the daemon shows.
@@ -158,7 +158,7 @@ fn main() -> ExitCode {
         Command::Loop(args) => block_on(tasks::run(args)),
         Command::Send(args) => block_on(client::send(args)),
         Command::Resume(args) => block_on(client::act(args, "resume")),
-        Command::Interrupt(args) => block_on(client::act(args, "interrupt")),
+        Command::Interrupt(args) => block_on(client::interrupt(args)),
         Command::Open(args) => block_on(client::open(args)),
         Command::Claude(args) => block_on(claude::claude(args)),
         Command::Completions { shell } => {

@@ -255,7 +255,11 @@ wire_struct! {
 
 wire_struct! {
     /// `interrupt`
-    pub struct InterruptRequest tags { "subtype" = "interrupt" } {}
+    pub struct InterruptRequest tags { "subtype" = "interrupt" } {
+        /// Also drop every queued prompt (each told `cancelled`). Honoured where init's
+        /// `capabilities` list `interrupt_cancel_queued_v1`; older CLIs ignore it.
+        opt cancel_queued: bool = "cancel_queued",
+    }
 }
 
 wire_struct! {

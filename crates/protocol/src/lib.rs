@@ -51,7 +51,8 @@ pub use control::{
 };
 pub use envelope::Envelope;
 pub use message::{
-    DecodeError, Direction, Drift, Message, MessageOrigin, ResultMessage, UserMessage,
+    DecodeError, Direction, Drift, Message, MessageOrigin, MessagePriority, ResultMessage,
+    UserMessage,
 };
 pub use permission::{PermissionMode, PermissionResult, PermissionUpdate};
 pub use system::SystemMessage;

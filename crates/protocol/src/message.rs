@@ -12,7 +12,7 @@ use crate::content::{AssistantBody, ContentBlock, ModelUsage, Usage, UserBody};
 use crate::control::{ControlCancelRequest, ControlRequest, ControlResponse};
 use crate::stream::StreamEvent;
 use crate::system::SystemMessage;
-use crate::wire::{wire_enum, wire_from, wire_struct, Extra, Num, TextOr};
+use crate::wire::{wire_enum, wire_from, wire_str_enum, wire_struct, Extra, Num, TextOr};
 
 wire_enum! {
     /// One line of the protocol, chosen by `type`.
@@ -110,6 +110,26 @@ wire_struct! {
         /// unattributed; Switchboard stamps a person's prompt `{"kind":"human"}` (every
         /// version takes the field; 2.1.330 echoes it on the turn's `result`).
         opt origin: MessageOrigin = "origin",
+        /// When to run it if a turn is running (2.1.120 on; older CLIs ignore it and queue).
+        opt priority: MessagePriority = "priority",
+    }
+}
+
+wire_str_enum! {
+    /// A prompt's `priority` while a turn runs. Found with the pinned CLIs (docs/protocol.md):
+    /// from 2.1.120, `now` ends the running turn at once (its `result` has `stop_reason: null`;
+    /// 2.1.250 on then say its prompt `cancelled`, though it ran) and runs this prompt as the
+    /// next turn; 2.1.100 ends the turn with an error instead, and 2.1.37 and older ignore it.
+    pub enum MessagePriority {
+        /// Steer: stop the running turn and run this one.
+        Now = "now",
+        /// What every version does with a prompt that names none: it is taken into the running
+        /// turn between tool calls (2.1.330 tells the model "address the message above as you
+        /// continue this turn"), or runs next if the turn ends first.
+        #[default]
+        Next = "next",
+        /// Its own turn, after the running one ends (2.1.120 on).
+        Later = "later",
     }
 }
 

@@ -118,6 +118,10 @@ wire_struct! {
         opt skills: Vec<String> = "skills",
         /// Plugins: `{name, path, source?}`.
         opt plugins: Vec<Value> = "plugins",
+        /// Protocol features the CLI says it has, an open set (`interrupt_cancel_queued_v1`:
+        /// an `interrupt` with `cancel_queued` also drops the queued prompts). The Agent SDK
+        /// documents it; no pinned version up to 2.1.332 sends it yet.
+        opt capabilities: Vec<String> = "capabilities",
         /// This line's id.
         opt uuid: String = "uuid",
     }

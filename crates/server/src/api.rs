@@ -23,7 +23,7 @@ use switchboard_session::PendingPermission;
 use crate::auth::{require_auth, require_scope, AuthConfig};
 use crate::daemon::{CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
-use crate::extract::{Body, Params, Upgrade};
+use crate::extract::{Body, OptionalBody, Params, Upgrade};
 use crate::faces::{permission_mode, replay, user_message, view, viewer_at, SessionView};
 pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
@@ -849,6 +849,9 @@ async fn directories(
 struct MessageBody {
     /// A string, or content blocks (text, images).
     content: Value,
+    /// While a turn runs: `now` (steer it), `next`, `later`.
+    #[serde(default)]
+    priority: Option<switchboard_protocol::MessagePriority>,
 }
 
 async fn send_message(
@@ -857,7 +860,8 @@ async fn send_message(
     Path(id): Path<String>,
     Body(body): Body<MessageBody>,
 ) -> Result<Response, ApiError> {
-    let mut message = user_message(body.content)?;
+    let mut message = crate::prompt::with_priority(user_message(body.content)?, body.priority)
+        .map_err(ApiError::invalid)?;
     // Named here so that the caller can find it in the log: its echo, a `resent`, or an
     // `undelivered`.
     let uuid = uuid::Uuid::new_v4().to_string();
@@ -869,9 +873,10 @@ async fn send_message(
 async fn interrupt(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<crate::frames::InterruptFrame>,
 ) -> Result<Json<Value>, ApiError> {
-    daemon.interrupt(&id).await?;
-    Ok(Json(json!({"interrupted": true})))
+    daemon.interrupt(&id, body.cancel_queued).await?;
+    Ok(Json(json!({"interrupted": true, "cancel_queued": body.cancel_queued})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -1350,7 +1355,10 @@ async fn handle_client_frame(
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
                 let by = caller.who("websocket", None);
-                daemon.send_message(id, user_message(message.content)?, &by).await?;
+                let prompt =
+                    crate::prompt::with_priority(user_message(message.content)?, message.priority)
+                        .map_err(ApiError::invalid)?;
+                daemon.send_message(id, prompt, &by).await?;
                 None
             }
             ClientFrame::PermissionResponse(body) => {
@@ -1362,8 +1370,8 @@ async fn handle_client_frame(
                 daemon.respond_permission(id, &request_id, answer, &who).await?;
                 Some(request_id)
             }
-            ClientFrame::Interrupt(_) => {
-                daemon.interrupt(id).await?;
+            ClientFrame::Interrupt(frame) => {
+                daemon.interrupt(id, frame.cancel_queued).await?;
                 None
             }
         };

@@ -47,6 +47,30 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
     }
 }
 
+/// A JSON body that may be left out: no body at all (no `Content-Type`, nothing sent) is
+/// `T::default()`; anything sent is read as [`Body`] reads it.
+pub(crate) struct OptionalBody<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Default> FromRequest<S> for OptionalBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let headers = request.headers();
+        let length = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        let chunked = headers.contains_key(axum::http::header::TRANSFER_ENCODING);
+        if !headers.contains_key(axum::http::header::CONTENT_TYPE)
+            && !chunked
+            && length.unwrap_or(0) == 0
+        {
+            return Ok(OptionalBody(T::default()));
+        }
+        Body::<T>::from_request(request, state).await.map(|Body(value)| OptionalBody(value))
+    }
+}
+
 /// The query string.
 pub(crate) struct Params<T>(pub(crate) T);
 

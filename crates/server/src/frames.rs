@@ -127,12 +127,19 @@ pub enum ClientFrame {
 pub struct UserMessageFrame {
     /// A string, or content blocks.
     pub content: Value,
+    /// While a turn runs: `now` (steer it), `next`, `later`.
+    #[serde(default)]
+    pub priority: Option<switchboard_protocol::MessagePriority>,
 }
 
-/// An `interrupt` frame has no fields.
-#[derive(Debug, Deserialize)]
+/// An `interrupt` frame: `cancel_queued` also drops the prompts queued behind the turn.
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InterruptFrame {}
+pub struct InterruptFrame {
+    /// Also drop every prompt still queued behind the turn.
+    #[serde(default)]
+    pub cancel_queued: bool,
+}
 
 impl ClientFrame {
     /// Reads one frame; the error names the problem.

@@ -375,7 +375,7 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
         let by = caller(&request)?.who("grpc", None);
         let request = request.into_inner();
-        let mut message = if request.images.is_empty() {
+        let message = if request.images.is_empty() {
             crate::faces::user_message(Value::String(request.text)).map_err(api_status)?
         } else {
             let text = (!request.text.is_empty())
@@ -387,6 +387,10 @@ impl Switchboard for Api {
             crate::prompt::message_of(text.into_iter().chain(images).collect())
                 .map_err(|why| api_status(ApiError::invalid(why)))?
         };
+        let priority =
+            (!request.priority.is_empty()).then(|| request.priority.parse().ok()).flatten();
+        let mut message = crate::prompt::with_priority(message, priority)
+            .map_err(|why| api_status(ApiError::invalid(why)))?;
         let uuid = uuid::Uuid::new_v4().to_string();
         message.uuid = Some(uuid.clone());
         self.daemon.send_message(&request.id, message, &by).await.map_err(status)?;
@@ -432,7 +436,8 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::InterruptRequest>,
     ) -> Result<tonic::Response<pb::InterruptResponse>, Status> {
-        self.daemon.interrupt(&request.into_inner().id).await.map_err(status)?;
+        let request = request.into_inner();
+        self.daemon.interrupt(&request.id, request.cancel_queued).await.map_err(status)?;
         Ok(tonic::Response::new(pb::InterruptResponse {}))
     }
 

@@ -7,7 +7,7 @@
 use base64::Engine as _;
 use serde_json::Value;
 use switchboard_protocol::content::{ContentBlock, ImageSource};
-use switchboard_protocol::UserMessage;
+use switchboard_protocol::{MessagePriority, UserMessage};
 
 /// The image types the Messages API takes.
 pub(crate) const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
@@ -67,6 +67,19 @@ pub(crate) fn message_of(blocks: Vec<ContentBlock>) -> Result<UserMessage, Strin
         return Err("content is empty".to_owned());
     }
     Ok(UserMessage::blocks(blocks))
+}
+
+/// `message` to run with `priority` (`now`, `next`, `later`), or why not (an unknown one).
+/// Whether the session's CLI does what it asks is the daemon's to say, where the session runs.
+pub(crate) fn with_priority(
+    mut message: UserMessage,
+    priority: Option<MessagePriority>,
+) -> Result<UserMessage, String> {
+    if let Some(priority) = &priority {
+        switchboard_session::priority_supported_by(priority, None)?;
+    }
+    message.priority = priority;
+    Ok(message)
 }
 
 /// An image block from its bytes: its type read from the bytes themselves.

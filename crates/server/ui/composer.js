@@ -6,7 +6,7 @@ import { sessions } from './list.js';
 import { base64Of, IMAGE_TYPES, imageProblem } from './transcript.js';
 
 // The composer's hint: a message to an interactive CLI is typed into its terminal.
-export const PLACEHOLDER = 'Message Claude (Ctrl+Enter sends; queued while a turn runs)';
+export const PLACEHOLDER = 'Message Claude (Ctrl+Enter sends; Ctrl+Shift+Enter steers a running turn)';
 export const TERMINAL_PLACEHOLDER = 'Message Claude (typed into its terminal; Ctrl+Enter sends)';
 
 export const composerMethods = {
@@ -31,7 +31,9 @@ export const composerMethods = {
       drawStrip();
     };
     const picker = el('input', { type: 'file', accept: IMAGE_TYPES.join(','), multiple: true, hidden: true, 'aria-label': 'Attach images', onchange: () => { add([...picker.files]); picker.value = ''; } });
-    const send = async () => {
+    // `priority`: `now` steers (the running turn stops, this message runs next); none lets
+    // Claude Code take it into the running turn between tool calls.
+    const send = async (priority) => {
       const text = input.value.trim();
       if (!text && !pictures.length) return;
       const sending = pictures;
@@ -41,7 +43,7 @@ export const composerMethods = {
       input.value = '';
       pictures = [];
       drawStrip();
-      try { await api('POST', `/api/sessions/${this.id}/messages`, { content }); } catch (error) {
+      try { await api('POST', `/api/sessions/${this.id}/messages`, priority ? { content, priority } : { content }); } catch (error) {
         input.value = text;
         pictures = sending;
         drawStrip();
@@ -51,17 +53,23 @@ export const composerMethods = {
     const picker_ = this.commandPicker(input);
     input.addEventListener('keydown', (event) => {
       if (picker_.key(event)) return;
-      if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) { event.preventDefault(); send(); }
+      if (event.key === 'Enter' && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        send(event.shiftKey && !this.steer.hidden ? 'now' : undefined);
+      }
     });
     input.addEventListener('paste', (event) => {
       const files = [...(event.clipboardData?.files ?? [])];
       if (files.length) { event.preventDefault(); add(files); }
     });
     this.input = input;
+    // Shown while a turn runs (the head says when): stop it and run this message instead.
+    this.steer = el('button', { type: 'button', class: 'steer', hidden: true, title: 'Stop the running turn and run this message now (Ctrl+Shift+Enter)', onclick: () => send('now') }, 'Steer');
     const form = el('form', { class: 'composer needs-operate', onsubmit: (event) => { event.preventDefault(); send(); } },
       el('div', { class: 'composer-main' }, picker_.list, strip, input),
       picker,
       el('button', { type: 'button', class: 'attach', title: 'Attach images (or paste, or drop them here)', 'aria-label': 'Attach images', onclick: () => picker.click() }, el('span', { class: 'label' }, 'Image'), el('span', { class: 'icon', 'aria-hidden': 'true' }, '+')),
+      this.steer,
       el('button', { type: 'submit', class: 'primary send' }, 'Send'));
     form.addEventListener('dragover', (event) => {
       if ([...(event.dataTransfer?.types ?? [])].includes('Files')) { event.preventDefault(); form.classList.add('dropping'); }

@@ -69,6 +69,9 @@ export const headMethods = {
     // Stop ends a turn: shown only while one runs.
     h.interrupt.hidden = !running || !['working', 'awaiting_permission', 'compacting', 'starting'].includes(session.state);
     h.resume.hidden = running || terminal;
+    // A running turn can be steered, or stopped with everything queued behind it.
+    if (this.steer) this.steer.hidden = h.interrupt.hidden || terminal;
+    h.stopAll.hidden = h.interrupt.hidden || terminal;
     h.fork.hidden = !session.claude_session_id;
     h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
     this.drawPaused(session);
@@ -106,6 +109,7 @@ export const headMethods = {
       interrupt: el('button', { type: 'button', class: 'interrupt', title: 'Stop the turn (Esc)', onclick: () => this.interrupt() }, icon('stop'), el('span', { class: 'label' }, 'Stop')),
       resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
       settingsItem: item('settings-open', 'Model and mode', () => this.openSettings()),
+      stopAll: item('stop-all', 'Stop, and drop what is queued', () => this.interrupt(true)),
       fork: item('fork', 'Fork this conversation', () => this.fork()),
       archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
       menu,
@@ -118,7 +122,7 @@ export const headMethods = {
     };
     const h = this.head;
     menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
-      el('div', { class: 'menu-items' }, h.settingsItem, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
+      el('div', { class: 'menu-items' }, h.settingsItem, h.stopAll, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
     this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
       h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost,
       el('div', { class: 'controls needs-operate' }, h.settings, h.interrupt, h.resume, h.menu));

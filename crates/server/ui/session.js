@@ -238,8 +238,9 @@ export class SessionView {
     try { await api('DELETE', `/api/sessions/${this.id}`); } catch (error) { toast(error.message); }
   }
 
-  async interrupt() {
-    try { await api('POST', `/api/sessions/${this.id}/interrupt`); } catch (error) { toast(error.message); }
+  /// Stops the running turn; with `all`, also drops every message queued behind it.
+  async interrupt(all = false) {
+    try { await api('POST', `/api/sessions/${this.id}/interrupt`, all ? { cancel_queued: true } : undefined); } catch (error) { toast(error.message); }
   }
 
   async resume() {

@@ -146,6 +146,7 @@ pub enum SessionError {
 enum Command {
     SendUser(Box<UserMessage>, Option<String>),
     Control(Box<ControlRequestPayload>, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
+    InterruptAll(oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     AnswerPermission(Box<Answer<PermissionAnswer>>, oneshot::Sender<Result<(), AnswerError>>),
     AnswerHook(Box<Answer<Value>>, oneshot::Sender<Result<(), AnswerError>>),
     Shutdown(Duration, oneshot::Sender<ShutdownStep>),
@@ -489,6 +490,11 @@ impl Actor {
                     self.control_replies.insert(request_id, reply);
                     self.apply(effects).await;
                 }
+                Command::InterruptAll(reply) => {
+                    let (request_id, effects) = self.core.interrupt_all();
+                    self.control_replies.insert(request_id, reply);
+                    self.apply(effects).await;
+                }
                 Command::AnswerPermission(answer, reply) => {
                     let Answer { request_id, answer, who } = *answer;
                     let result = self.core.answer_permission(&request_id, answer, &who);
@@ -787,6 +793,13 @@ impl SessionHandle {
     /// Interrupts the current turn. A pending permission request is withdrawn by the CLI.
     pub async fn interrupt(&self) -> Result<(), SessionError> {
         self.control(ControlRequestPayload::Interrupt(InterruptRequest::new())).await.map(drop)
+    }
+
+    /// Interrupts the current turn and drops every prompt still queued behind it
+    /// ([`SessionCore::interrupt_all`]).
+    pub async fn interrupt_all(&self) -> Result<(), SessionError> {
+        self.call(Command::InterruptAll).await??;
+        Ok(())
     }
 
     /// Switches the model (from the next turn).

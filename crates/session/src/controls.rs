@@ -10,6 +10,7 @@ use switchboard_protocol::control::{
     GetHooksListingRequest, GetUsageRequest, ListPermissionRulesRequest, RenameSessionRequest,
     StopTaskRequest,
 };
+use switchboard_protocol::MessagePriority;
 
 /// One of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,19 +105,7 @@ impl CliControl {
     /// Whether a CLI of `version` answers it: `Err` names the version that does. An unknown
     /// version (a CLI that has not said yet) may be asked.
     pub fn supported_by(&self, version: Option<&str>) -> Result<(), String> {
-        let (Some(version), Some(since)) = (version.and_then(numbers), numbers(self.since()))
-        else {
-            return Ok(());
-        };
-        if version >= since {
-            return Ok(());
-        }
-        Err(format!(
-            "{} needs Claude Code {} or newer; this session runs {}",
-            self.subtype(),
-            self.since(),
-            version.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
-        ))
+        needs(self.subtype(), self.since(), version)
     }
 
     /// The control request.
@@ -159,6 +148,39 @@ impl CliControl {
     }
 }
 
+/// Whether a CLI of `version` does what a prompt's `priority` asks: `Err` names the version
+/// that does. `next` is what every version does with a prompt that names none; `now` (steer)
+/// and `later` (a turn of its own) from 2.1.120: 2.1.100 ends the running turn with an error
+/// instead of steering it, and 2.1.37 and older ignore the field (docs/protocol.md).
+pub fn priority_supported_by(
+    priority: &MessagePriority,
+    version: Option<&str>,
+) -> Result<(), String> {
+    match priority {
+        MessagePriority::Next => Ok(()),
+        MessagePriority::Now | MessagePriority::Later => {
+            needs(&format!("priority {priority}"), "2.1.120", version)
+        }
+        MessagePriority::Other(other) => {
+            Err(format!("priority is now, next or later, not {other:?}"))
+        }
+    }
+}
+
+/// `what` needs Claude Code `since`: fine for an unknown version (a CLI that has not said yet).
+fn needs(what: &str, since: &str, version: Option<&str>) -> Result<(), String> {
+    let (Some(version), Some(since_numbers)) = (version.and_then(numbers), numbers(since)) else {
+        return Ok(());
+    };
+    if version >= since_numbers {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} needs Claude Code {since} or newer; this session runs {}",
+        version.iter().map(u64::to_string).collect::<Vec<_>>().join(".")
+    ))
+}
+
 /// `2.1.330` → `[2, 1, 330]` (a suffix after the numbers, `2.1.330-beta`, is left out).
 fn numbers(version: &str) -> Option<Vec<u64>> {
     let core = version.trim().split(['-', '+', ' ']).next()?;
@@ -182,6 +204,18 @@ mod tests {
         assert!(CliControl::Hooks.supported_by(Some("2.1.37")).is_err());
         assert!(CliControl::ContextUsage.supported_by(Some("10.0.0")).is_ok());
         assert!(CliControl::ContextUsage.supported_by(Some("1.0.112")).is_err());
+    }
+
+    #[test]
+    fn a_priority_is_refused_by_a_cli_that_would_not_do_it() {
+        assert!(priority_supported_by(&MessagePriority::Next, Some("1.0.112")).is_ok());
+        assert!(priority_supported_by(&MessagePriority::Now, Some("2.1.120")).is_ok());
+        assert!(priority_supported_by(&MessagePriority::Later, None).is_ok());
+        assert_eq!(
+            priority_supported_by(&MessagePriority::Now, Some("2.1.100")).unwrap_err(),
+            "priority now needs Claude Code 2.1.120 or newer; this session runs 2.1.100"
+        );
+        assert!(priority_supported_by(&MessagePriority::Other("soon".into()), None).is_err());
     }
 
     #[test]

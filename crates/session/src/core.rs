@@ -404,6 +404,8 @@ pub struct SessionCore {
     /// The CLI's socket came back since the session was last idle: a turn may have ended
     /// while it was away, its `result` lost with the old socket (2.1.37 sends nothing again).
     results_may_be_lost: bool,
+    /// The CLI's init listed `interrupt_cancel_queued_v1`.
+    interrupt_cancels_queued: bool,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -458,6 +460,7 @@ impl SessionCore {
             transcript: false,
             unechoed: indexmap::IndexSet::new(),
             results_may_be_lost: false,
+            interrupt_cancels_queued: false,
         }
     }
 
@@ -609,6 +612,41 @@ impl SessionCore {
         let mut effects = Vec::new();
         self.awaited("", true, &mut effects);
         effects
+    }
+
+    /// Interrupts the turn and drops every prompt of ours still queued behind it: one
+    /// `interrupt` with `cancel_queued` where the CLI lists `interrupt_cancel_queued_v1`;
+    /// otherwise a `cancel_async_message` for each prompt not yet finished, sent before the
+    /// interrupt so that the CLI cannot start the next one in between (a prompt that already
+    /// ran is answered `cancelled: false`). Returns the interrupt's request id.
+    pub fn interrupt_all(&mut self) -> (String, Vec<Effect>) {
+        let mut effects = Vec::new();
+        if !self.interrupt_cancels_queued {
+            let waiting: Vec<String> = self
+                .unechoed
+                .iter()
+                .rev()
+                .take(usize::try_from(self.snapshot.queued_turns).unwrap_or(usize::MAX))
+                .cloned()
+                .collect();
+            for uuid in waiting.into_iter().rev() {
+                let (_, mut sent) = self.control(ControlRequestPayload::CancelAsyncMessage(
+                    switchboard_protocol::control::CancelAsyncMessageRequest {
+                        message_uuid: uuid,
+                        ..Default::default()
+                    },
+                ));
+                effects.append(&mut sent);
+            }
+        }
+        let (request_id, mut sent) = self.control(ControlRequestPayload::Interrupt(
+            switchboard_protocol::control::InterruptRequest {
+                cancel_queued: self.interrupt_cancels_queued.then_some(true),
+                ..Default::default()
+            },
+        ));
+        effects.append(&mut sent);
+        (request_id, effects)
     }
 
     /// Sends one of our control requests; returns its request id. The answer comes as
@@ -1135,6 +1173,11 @@ impl SessionCore {
     fn on_system(&mut self, system: &SystemMessage, effects: &mut Vec<Effect>) {
         match system {
             SystemMessage::Init(init) => {
+                self.interrupt_cancels_queued = init
+                    .capabilities
+                    .iter()
+                    .flatten()
+                    .any(|capability| capability == "interrupt_cancel_queued_v1");
                 if let Some(cwd) = &init.cwd {
                     self.learn_cwd(cwd);
                 }
@@ -1191,12 +1234,19 @@ impl SessionCore {
             // `idle` only once held-back results and background agents are done.
             SystemMessage::SessionStateChanged(changed) => match changed.state.as_str() {
                 "running" => self.resume_working(effects),
-                "idle"
+                // The CLI has nothing running and nothing queued: a prompt it took into the
+                // running turn (every version folds one sent mid-turn in between tool calls,
+                // the CLI's default priority `next`) had no turn of its own, and is not one
+                // still to come. What it was never given (held behind `initialize`) is.
+                "idle" => {
+                    let held = self.held.iter().filter(|line| is_prompt(line.as_bytes())).count();
+                    self.snapshot.queued_turns = self.snapshot.queued_turns.min(held as u64);
                     if self.asked.is_empty()
                         && self.snapshot.queued_turns == 0
-                        && matches!(self.state, SessionState::Working) =>
-                {
-                    self.set_state(SessionState::Idle, effects)
+                        && matches!(self.state, SessionState::Working)
+                    {
+                        self.set_state(SessionState::Idle, effects)
+                    }
                 }
                 _ => {}
             },

@@ -22,7 +22,7 @@ pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
     SessionHandle, SinkFuture,
 };
-pub use controls::CliControl;
+pub use controls::{priority_supported_by, CliControl};
 pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo};
 pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,

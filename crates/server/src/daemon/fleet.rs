@@ -260,7 +260,19 @@ impl Daemon {
             SessionCommand::Answer { request_id, answer, by } => {
                 Ok(self.running(id).await?.respond_permission(&request_id, answer, &by).await?)
             }
-            SessionCommand::Interrupt => Ok(self.running(id).await?.interrupt().await?),
+            SessionCommand::Interrupt { cancel_queued: false } => {
+                Ok(self.running(id).await?.interrupt().await?)
+            }
+            SessionCommand::Interrupt { cancel_queued: true } => {
+                let handle = self.running(id).await?;
+                // Queued prompts are dropped one by one (`cancel_async_message`) where the CLI
+                // cannot drop them with the interrupt itself.
+                let version = handle.snapshot().cli_version;
+                switchboard_session::CliControl::CancelMessage { uuid: String::new() }
+                    .supported_by(version.as_deref())
+                    .map_err(DaemonError::CliTooOld)?;
+                Ok(handle.interrupt_all().await?)
+            }
             SessionCommand::SetModel { model } => {
                 Ok(self.running(id).await?.set_model(model).await?)
             }
@@ -283,6 +295,16 @@ impl Daemon {
         let terminal = self.live(id).is_some_and(|live| is_terminal(&live.record.lock()));
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;
+            if message.priority.is_some() {
+                return Err(DaemonError::Invalid(
+                    "a terminal's session takes its prompts as typed, with no priority".into(),
+                ));
+            }
+        }
+        if let Some(priority) = &message.priority {
+            let version = handle.snapshot().cli_version;
+            switchboard_session::priority_supported_by(priority, version.as_deref())
+                .map_err(DaemonError::CliTooOld)?;
         }
         handle.send_message_from(message, Some(by.to_owned())).await?;
         Ok(())

@@ -38,7 +38,11 @@ pub enum SessionCommand {
         by: String,
     },
     /// Interrupt the turn.
-    Interrupt,
+    Interrupt {
+        /// Also drop every prompt still queued behind it.
+        #[serde(default)]
+        cancel_queued: bool,
+    },
     /// Switch the model.
     SetModel {
         /// The model.

@@ -422,9 +422,10 @@ impl Daemon {
         self.command(id, command).await
     }
 
-    /// Interrupts a running session's turn, on whichever node runs it.
-    pub async fn interrupt(&self, id: &str) -> Result<(), DaemonError> {
-        self.command(id, SessionCommand::Interrupt).await
+    /// Interrupts a running session's turn, on whichever node runs it; with `cancel_queued`,
+    /// also drops every prompt still queued behind it.
+    pub async fn interrupt(&self, id: &str, cancel_queued: bool) -> Result<(), DaemonError> {
+        self.command(id, SessionCommand::Interrupt { cancel_queued }).await
     }
 
     /// Switches a running session's model, on whichever node runs it.

@@ -390,3 +390,102 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
     );
     server.stop().await;
 }
+
+/// Steering and a stop that drops the queue, with the real 2.1.330: a prompt sent with
+/// `priority: now` stops the running turn (its answer still held by the fake API) and runs at
+/// once; a prompt queued `later` is dropped by an interrupt with `cancel_queued` and never
+/// reaches the model; the session ends idle each time. An unknown priority is a 400, and 2.1.37
+/// (which ignores the field) is refused with the version that steers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steered_prompt_stops_the_turn_and_a_stop_can_drop_the_queue() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::text("one two three four five").when_prompt("SLOW").hold_after(1).times(4),
+            )
+            .reply(Reply::text("Steered.").when_prompt("STEER"))
+            .reply(Reply::text("Never asked for.").when_prompt("LATER")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "SLOW one"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let messages = format!("/api/sessions/{id}/messages");
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    api.wait_for(|request| request.last_user_text().contains("SLOW one")).await;
+
+    let (status, refused) =
+        server.post(&messages, json!({"content": "x", "priority": "soon"})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("now, next or later"));
+
+    let (status, sent) =
+        server.post(&messages, json!({"content": "STEER this way", "priority": "now"})).await;
+    assert_eq!(status, 202, "{sent}");
+    let frames = ws
+        .until(|frame| crate::is_result(frame) && frame["event"]["line"]["result"] == "Steered.")
+        .await;
+    let results: Vec<_> = frames.iter().filter(|frame| crate::is_result(frame)).collect();
+    assert_eq!(results.len(), 2, "the held turn ended, then the steered one ran: {results:?}");
+    assert_ne!(results[0]["event"]["line"]["result"], "one two three four five", "stopped early");
+    ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle").await;
+
+    let (status, _) = server.post(&messages, json!({"content": "SLOW two"})).await;
+    assert_eq!(status, 202);
+    api.wait_for(|request| request.last_user_text().contains("SLOW two")).await;
+    let (status, later) =
+        server.post(&messages, json!({"content": "LATER, please", "priority": "later"})).await;
+    assert_eq!(status, 202, "{later}");
+    let uuid = later["uuid"].as_str().unwrap().to_owned();
+    ws.until(|frame| {
+        frame["event"]["line"]["type"] == "command_lifecycle"
+            && frame["event"]["line"]["command_uuid"] == uuid.as_str()
+            && frame["event"]["line"]["state"] == "queued"
+    })
+    .await;
+    let (status, stopped) =
+        server.post(&format!("/api/sessions/{id}/interrupt"), json!({"cancel_queued": true})).await;
+    assert_eq!(status, 200, "{stopped}");
+    ws.until(|frame| {
+        frame["event"]["line"]["type"] == "command_lifecycle"
+            && frame["event"]["line"]["command_uuid"] == uuid.as_str()
+            && frame["event"]["line"]["state"] == "cancelled"
+    })
+    .await;
+    ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle").await;
+    assert!(
+        !api.conversation_requests()
+            .iter()
+            .any(|request| request.last_user_text().contains("LATER")),
+        "the dropped prompt never reached the model"
+    );
+    server.stop().await;
+
+    // 2.1.37 ignores a priority: refused by version, nothing sent.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.claude =
+            Some(switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_37));
+    })
+    .await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "STEER hi"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(crate::is_result).await;
+    let (status, refused) = server
+        .post(&format!("/api/sessions/{id}/messages"), json!({"content": "x", "priority": "now"}))
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "priority now needs Claude Code 2.1.120 or newer; this session runs 2.1.37"
+    );
+    server.stop().await;
+}

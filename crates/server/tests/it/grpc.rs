@@ -357,7 +357,11 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
     assert_eq!(invalid.code(), Code::InvalidArgument, "no behavior: {invalid:?}");
     let huge = "x".repeat(switchboard_server::api::MAX_BODY_BYTES + 1);
     let too_big = grpc
-        .send_message(pb::SendMessageRequest { id: "nope".into(), text: huge, images: vec![] })
+        .send_message(pb::SendMessageRequest {
+            id: "nope".into(),
+            text: huge,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(too_big.code(), Code::ResourceExhausted, "{:?}", too_big.message());
@@ -381,6 +385,7 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
             id: session.id.clone(),
             text: String::new(),
             images: vec![image],
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -390,11 +395,22 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
         .send_message(pb::SendMessageRequest {
             id: session.id.clone(),
             text: "hi".into(),
-            images: vec![],
+            ..Default::default()
         })
         .await
         .unwrap_err();
     assert_eq!(stopped.code(), Code::FailedPrecondition, "{stopped:?}");
+    let unknown = grpc
+        .send_message(pb::SendMessageRequest {
+            id: session.id.clone(),
+            text: "hi".into(),
+            priority: "soon".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::InvalidArgument, "{unknown:?}");
+    assert!(unknown.message().contains("now, next or later"), "{unknown:?}");
     assert!(stopped.message().contains("resume"), "{stopped:?}");
 
     // A browser's call (it says its Origin) is refused, token or not.

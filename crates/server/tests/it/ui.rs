@@ -675,6 +675,12 @@ async fn browser() {
             .reply(Reply::text("First in line, finishing now.").when_prompt("QUEUE1").hold_after(2))
             .reply(Reply::text("Second in line.").when_prompt("QUEUE2"))
             .reply(Reply::text("Third in line.").when_prompt("QUEUE3"))
+            .reply(
+                Reply::text("Taking the long way round, never finished.")
+                    .when_prompt("WANDER")
+                    .hold_after(2),
+            )
+            .reply(Reply::text("Steered onto the short way.").when_prompt("STEER"))
             // An MCP tool (e2e/mcp-echo.mjs, configured from the form).
             .reply(
                 Reply::tool_use("mcp__probe__echo", json!({"text": "hello mcp"}))

@@ -889,3 +889,31 @@ fn a_cancelled_prompt_that_had_started_is_not_one_turn_less() {
     assert_eq!(core.snapshot().queued_turns, 1, "the steering prompt's turn is still to come");
     assert_eq!(core.state(), SessionState::Working);
 }
+
+#[test]
+fn a_prompt_folded_into_the_running_turn_leaves_no_turn_to_wait_for() {
+    // Found with 2.1.100 to 2.1.332: a prompt sent while a turn calls tools is taken into that
+    // turn; one result ends both, and the CLI says it is idle.
+    let mut core = core("");
+    started(&mut core);
+    core.send_user(UserMessage::prompt("first").with_uuid("u-1"));
+    core.send_user(UserMessage::prompt("also this").with_uuid("u-2"));
+    assert_eq!(core.snapshot().queued_turns, 2);
+    core.on_line(line(
+        r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"result":"done","session_id":"s","total_cost_usd":0.01}"#,
+    ));
+    assert_eq!(core.state(), SessionState::Working, "the CLI has not said it is done");
+    core.on_line(line(
+        r#"{"type":"system","subtype":"session_state_changed","state":"idle","uuid":"x","session_id":"s"}"#,
+    ));
+    assert_eq!(core.snapshot().queued_turns, 0);
+    assert_eq!(core.state(), SessionState::Idle);
+    // A prompt it was never given is still to come.
+    let mut waiting = self::core("");
+    waiting.on_started(Some(ControlRequestPayload::Initialize(Default::default())));
+    waiting.send_user(UserMessage::prompt("before initialize").with_uuid("u-3"));
+    waiting.on_line(line(
+        r#"{"type":"system","subtype":"session_state_changed","state":"idle","uuid":"x","session_id":"s"}"#,
+    ));
+    assert_eq!(waiting.snapshot().queued_turns, 1);
+}
