@@ -479,6 +479,18 @@ try {
     assert.equal(await transcript().getByText('never finished').count(), 0, 'the wandering turn stopped');
   });
 
+  await step('a task running in the background is listed with its own Stop', async () => {
+    await send('BGTASK index');
+    await transcript().getByText('It runs in the background.').waitFor();
+    const task = page.locator('.tasks-bar .task', { hasText: 'Index the docs' });
+    await task.waitFor();
+    assert.equal(await task.locator('.task-kind').textContent(), 'general-purpose');
+    await shot('background-task.png', page.locator('.tasks-bar'));
+    await task.locator('.stop-task').click();
+    await page.locator('.tasks-bar').waitFor({ state: 'hidden' });
+    await transcript().locator('.notice', { hasText: '“Index the docs” was stopped' }).waitFor();
+  });
+
   await step('interrupt a slow stream (Esc)', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();
@@ -651,7 +663,15 @@ try {
     await page.goto(`${base}/#/`);
     await page.locator('.session-item a', { hasText: 'STREAM please' }).click();
     await page.locator('.composer-input').waitFor();
-    await transcript().getByText('Done with the markdown.').waitFor();
+    // The markdown answer (a table, code) is some pages back: scrolled to, as a person would.
+    const markdown = transcript().getByText('Done with the markdown.');
+    for (let tries = 0; tries < 20 && !(await markdown.count()); tries += 1) {
+      const before = await transcript().locator('.msg').count();
+      await transcript().evaluate((node) => { node.scrollTop = 0; node.dispatchEvent(new Event('scroll')); });
+      await page.waitForFunction((shown) => document.querySelectorAll('.transcript .msg').length > shown
+        || document.querySelector('.transcript .start'), before);
+    }
+    await markdown.waitFor();
     assert.equal(await page.locator('#sidebar').isVisible(), false);
     await assertFits('a session');
     // The Send button and the ends of lines are on the screen.

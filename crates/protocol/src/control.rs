@@ -154,6 +154,10 @@ wire_struct! {
         opt append_system_prompt: String = "appendSystemPrompt",
         /// Custom agents by name.
         opt agents: Map<String, Value> = "agents",
+        /// The host shows a Stop for each background task (`stop_task`), so an interrupt stops
+        /// the turn only: found with 2.1.330, a background subagent outlives an interrupt with
+        /// it and is killed by one without. Every pinned version takes the field.
+        opt per_task_stop_affordance: bool = "perTaskStopAffordance",
     }
 }
 

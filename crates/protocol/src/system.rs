@@ -218,12 +218,28 @@ wire_struct! {
 wire_struct! {
     /// `system/background_tasks_changed` (2.1.330)
     pub struct BackgroundTasksChanged tags { "type" = "system", "subtype" = "background_tasks_changed" } {
-        /// The tasks now running in the background.
-        opt tasks: Vec<Value> = "tasks",
+        /// The tasks now running in the background (the whole set).
+        opt tasks: Vec<BackgroundTaskInfo> = "tasks",
         /// The CLI's session.
         opt session_id: String = "session_id",
         /// This line's id.
         opt uuid: String = "uuid",
+    }
+}
+
+wire_struct! {
+    /// One of `background_tasks_changed`'s tasks.
+    pub struct BackgroundTaskInfo {
+        /// Its id: what `stop_task` names.
+        req task_id: String = "task_id",
+        /// This run of it.
+        opt run_id: String = "run_id",
+        /// `local_bash` (a Bash command run in the background), `local_agent` (a subagent), ...
+        opt task_type: String = "task_type",
+        /// What it does.
+        opt description: String = "description",
+        /// A subagent's type (`general-purpose`, ...).
+        opt subagent_type: String = "subagent_type",
     }
 }
 

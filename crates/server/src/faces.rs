@@ -29,6 +29,10 @@ pub struct SessionView {
     pub running: bool,
     /// Permission requests waiting for a person.
     pub pending_permissions: Vec<PendingPermission>,
+    /// Tasks running in the background (Bash commands, subagents), each of which may be
+    /// stopped alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background_tasks: Vec<switchboard_session::projection::BackgroundTask>,
     /// `--sdk-url`: since when the CLI's socket is down (Unix milliseconds), while it is.
     pub disconnected_since_ms: Option<u64>,
     /// Why the session is paused (`state` is `paused`): the budget it reached.
@@ -48,7 +52,7 @@ pub struct SessionView {
 /// A session as every face shows it: its public record, whether it runs, what waits.
 pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView {
     let record = crate::daemon::public_record(record);
-    let pending_permissions = daemon.waiting(&record).await;
+    let under_way = daemon.under_way(&record).await;
     let snapshot = daemon.handle(&record.id).ok().map(|handle| handle.snapshot());
     // A session on another node runs as its record says (that node keeps the record), unless
     // that node is lost.
@@ -64,7 +68,8 @@ pub(crate) async fn view(daemon: &Daemon, record: SessionRecord) -> SessionView 
     SessionView {
         record,
         running,
-        pending_permissions,
+        pending_permissions: under_way.pending_permissions,
+        background_tasks: under_way.background_tasks,
         disconnected_since_ms,
         paused,
         slash_commands,

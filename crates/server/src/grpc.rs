@@ -1004,8 +1004,20 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
             Event::ConversationReset(pb::ConversationReset { trigger })
         }
         Update::PromptCancelled { uuid } => Event::PromptCancelled(pb::PromptCancelled { uuid }),
+        Update::BackgroundTasks { tasks } => Event::BackgroundTasks(pb::BackgroundTasks {
+            tasks: tasks.into_iter().map(background_task).collect(),
+        }),
     };
     vec![event]
+}
+
+fn background_task(task: switchboard_session::projection::BackgroundTask) -> pb::BackgroundTask {
+    pb::BackgroundTask {
+        task_id: task.task_id,
+        task_type: task.task_type,
+        description: task.description,
+        subagent_type: task.subagent_type,
+    }
 }
 
 fn usage_window(window: switchboard_session::projection::UsageWindow) -> pb::UsageWindow {
@@ -1124,6 +1136,7 @@ async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> p
         node_lost: view.node_lost,
         running: view.running,
         pending_permissions: view.pending_permissions.into_iter().map(permission_request).collect(),
+        background_tasks: view.background_tasks.into_iter().map(background_task).collect(),
         slash_commands: view
             .slash_commands
             .into_iter()

@@ -52,6 +52,9 @@ export class SessionView {
       el('button', { type: 'button', class: 'deny needs-approve', onclick: () => press('.deny') }, icon('x'), 'Deny'),
       el('button', { type: 'button', class: 'primary show', onclick: () => this.showWaiting() }, 'Show'));
     this.composer = this.makeComposer();
+    // What runs in the background (a Bash command, a subagent): each with its own Stop, since
+    // Stop in the head ends the turn and leaves these running.
+    this.tasksBar = el('div', { class: 'tasks-bar', hidden: true, role: 'status', 'aria-label': 'Running in the background' });
     // A session paused at a budget: why, and what a person may do (raise it, or stop).
     this.budgetInput = el('input', { type: 'number', min: '0', step: '0.5', class: 'budget-input', 'aria-label': 'New budget in US dollars' });
     this.pausedBar = el('div', { class: 'paused-bar', hidden: true, role: 'status' },
@@ -59,10 +62,11 @@ export class SessionView {
       el('label', { class: 'raise needs-operate' }, '$', this.budgetInput),
       el('button', { type: 'button', class: 'primary raise needs-operate', onclick: () => this.raiseBudget() }, 'Raise and go on'),
       el('button', { type: 'button', class: 'stop needs-operate', onclick: () => this.stop() }, 'Stop'));
-    this.root.append(this.headerBox, this.tabBar, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.composer);
+    this.root.append(this.headerBox, this.tabBar, el('div', { class: 'session-body' }, this.scroller, this.stats), this.waitingBar, this.pausedBar, this.tasksBar, this.composer);
     this.transcript = new Transcript(id);
     this.transcript.onChange = () => { this.drawContext(); this.refreshWaiting(); };
     this.transcript.onWindows = () => this.drawWindows(this.transcript.usageWindows);
+    this.transcript.onTasks = (tasks) => this.drawTasks(tasks);
     // Following the end: true until the person scrolls away from it, again once they are back.
     // Only scrolling changes it, so text that grows between two frames does not.
     this.follow = true;
@@ -83,6 +87,8 @@ export class SessionView {
     sessions.set(this.id, { ...sessions.get(this.id), ...session });
     this.transcript.cwd = session.cwd;
     this.header();
+    // As the session stands; the page's own updates, newer, follow.
+    this.drawTasks(session.background_tasks ?? []);
     const page = await api('GET', `/api/sessions/${this.id}/view?before=9007199254740991&limit=${PAGE}`);
     this.draw(page.updates, this.live);
     this.firstSeq = page.first_seq;
@@ -245,6 +251,20 @@ export class SessionView {
 
   async resume() {
     try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
+  }
+
+  /// The tasks running in the background, each with a Stop.
+  drawTasks(tasks) {
+    this.tasksBar.replaceChildren(...(tasks.length ? [el('span', { class: 'tasks-label muted' }, 'In the background:')] : []),
+      ...tasks.map((task) => el('span', { class: 'task', dataset: { taskId: task.task_id } },
+        el('span', { class: 'task-what', title: task.task_type ?? '' }, task.description || task.task_id),
+        el('span', { class: 'task-kind muted' }, task.task_type === 'local_agent' ? (task.subagent_type ?? 'agent') : task.task_type === 'local_bash' ? 'shell' : (task.task_type ?? '')),
+        el('button', { type: 'button', class: 'stop-task ghost needs-operate', title: 'Stop this task (the turn goes on)', onclick: () => this.stopTask(task.task_id) }, 'Stop'))));
+    this.tasksBar.hidden = !tasks.length;
+  }
+
+  async stopTask(taskId) {
+    try { await api('POST', `/api/sessions/${this.id}/tasks/${encodeURIComponent(taskId)}/stop`, {}); } catch (error) { toast(`Could not stop it: ${error.message}`); }
   }
 
   /// Drops a prompt that waits behind the running turn; the transcript marks it when the CLI

@@ -98,6 +98,11 @@ export class Transcript {
         this.usageWindows = update.windows ?? [];
         this.onWindows?.();
         return undefined;
+      // The tasks running in the background now (the whole set).
+      case 'background_tasks':
+        if (this.older) return undefined;
+        this.onTasks?.(update.tasks ?? []);
+        return undefined;
       case 'prompt_cancelled': {
         const box = this.prompts.get(update.uuid);
         if (!box) return undefined;

@@ -271,6 +271,11 @@ pub enum Update {
         /// `clear`, `plan_mode_exit`, `fresh_session`, `onboarding`, when the CLI says.
         trigger: Option<String>,
     },
+    /// The tasks running in the background now (the whole set): each may be stopped alone.
+    BackgroundTasks {
+        /// The tasks.
+        tasks: Vec<BackgroundTask>,
+    },
 }
 
 /// One usage window of the account, as Claude Code last reported it.
@@ -329,6 +334,9 @@ pub enum NoticeKind {
     Refusal,
     /// `rate_limited`: a usage window is used up, or past its warning.
     RateLimited,
+    /// `background_task`: a task running in the background ended (completed, failed,
+    /// stopped).
+    BackgroundTask,
 }
 
 impl NoticeKind {
@@ -354,6 +362,7 @@ impl NoticeKind {
             NoticeKind::ConversationReset => "conversation_reset",
             NoticeKind::Refusal => "refusal",
             NoticeKind::RateLimited => "rate_limited",
+            NoticeKind::BackgroundTask => "background_task",
         }
     }
 }
@@ -492,6 +501,10 @@ pub struct View {
     /// one each time.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub conversation_resets: u64,
+    /// The tasks running in the background (Bash commands, subagents), as Claude Code last
+    /// listed them; at most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub background_tasks: Vec<BackgroundTask>,
 }
 
 fn is_zero(count: &u64) -> bool {
@@ -1382,6 +1395,7 @@ impl Update {
             Update::UsageWindows { .. } => "usage_windows",
             Update::Retracted { .. } => "retracted",
             Update::ConversationReset { .. } => "conversation_reset",
+            Update::BackgroundTasks { .. } => "background_tasks",
             Update::PromptCancelled { .. } => "prompt_cancelled",
         }
     }
@@ -1571,10 +1585,12 @@ pub fn title_of(prompt: &str) -> String {
 }
 
 mod newer;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
 pub use newer::usage_windows;
+pub use tasks::BackgroundTask;
 
 /// The most waiting prompts a projector remembers.
 const MAX_WAITING_PROMPTS: usize = 64;

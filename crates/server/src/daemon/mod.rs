@@ -795,6 +795,12 @@ impl Daemon {
             // run without one. Every CLI version takes `default`.
             config.cli.permission_mode = Some(PermissionMode::Default);
         }
+        // Every face stops a background task alone (StopTask, the web UI's list of them), so an
+        // interrupt stops the turn and leaves background work running.
+        config.initialize = Some(switchboard_protocol::control::InitializeRequest {
+            per_task_stop_affordance: Some(true),
+            ..Default::default()
+        });
         config.cli.resume = resume;
         config.cli.fork_session = fork;
         config.cli.resume_session_at = resume_at;

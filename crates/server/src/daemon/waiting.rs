@@ -41,17 +41,41 @@ impl RemoteViews {
     }
 }
 
+/// What a running session has under way for a person to see and act on: the permission
+/// requests waiting, and the tasks running in the background.
+#[derive(Debug, Default)]
+pub struct UnderWay {
+    /// Permission requests waiting for a person.
+    pub pending_permissions: Vec<PendingPermission>,
+    /// Tasks running in the background, each of which may be stopped alone.
+    pub background_tasks: Vec<switchboard_session::projection::BackgroundTask>,
+}
+
+impl UnderWay {
+    fn of(view: &switchboard_session::View) -> UnderWay {
+        UnderWay {
+            pending_permissions: view.pending_permissions.clone(),
+            background_tasks: view.background_tasks.clone(),
+        }
+    }
+}
+
 impl Daemon {
     /// The permission requests waiting for a person in the session `record` names, as its
     /// projection says: here for a session this node runs, else from its log in the shared
     /// store while another (live) node runs it. None for a session that runs nowhere.
     pub async fn waiting(&self, record: &SessionRecord) -> Vec<PendingPermission> {
-        if let Some(waiting) = self.waiting_here(&record.id) {
-            return waiting;
+        self.under_way(record).await.pending_permissions
+    }
+
+    /// [`Daemon::waiting`], and the tasks running in the background, read the same way.
+    pub async fn under_way(&self, record: &SessionRecord) -> UnderWay {
+        if let Some(live) = self.live(&record.id) {
+            return UnderWay::of(live.projector.lock().view());
         }
         if !self.runs_elsewhere(record) || record.state.is_final() || self.node_lost(record) {
             self.remote_views.forget(&record.id);
-            return Vec::new();
+            return UnderWay::default();
         }
         let entry = self.remote_views.entry(&record.id);
         let mut view = entry.lock().await;
@@ -86,7 +110,7 @@ impl Daemon {
                 break;
             }
         }
-        view.viewer.view().pending_permissions.clone()
+        UnderWay::of(view.viewer.view())
     }
 
     /// What waits in session `id`, when this node has it live (its projection); `None`

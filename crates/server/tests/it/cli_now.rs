@@ -489,3 +489,88 @@ async fn a_steered_prompt_stops_the_turn_and_a_stop_can_drop_the_queue() {
     );
     server.stop().await;
 }
+
+/// Background work, with the real 2.1.330: a subagent started to run in the background is
+/// listed on the session (REST and the view); Stop in the head (an interrupt) ends the running
+/// turn and leaves it running, since Switchboard declares that every face stops a task alone
+/// (`perTaskStopAffordance`: without it, 2.1.330 kills background agents on an interrupt);
+/// then the task's own Stop ends it, and the transcript says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_task_outlives_an_interrupt_and_stops_alone() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("still working on it").when_prompt("SUBWORK").hold_after(1))
+            .reply(Reply::text("one two three").when_prompt("SLOW").hold_after(1))
+            .reply(
+                Reply::tool_use(
+                    "Agent|Task",
+                    json!({"description": "Background helper", "prompt": "SUBWORK please",
+                           "subagent_type": "general-purpose", "run_in_background": true}),
+                )
+                .when_prompt("BG"),
+            )
+            .reply(Reply::text("Started it.").when_tool_result()),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "BG go"})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    let init = frames
+        .iter()
+        .find(|frame| frame["event"]["line"]["request"]["subtype"] == "initialize")
+        .expect("initialize was sent");
+    assert_eq!(init["event"]["line"]["request"]["perTaskStopAffordance"], true, "{init}");
+    api.wait_for(|request| request.last_user_text().contains("SUBWORK")).await;
+    let listed = |session: &serde_json::Value| {
+        session["background_tasks"].as_array().cloned().unwrap_or_default()
+    };
+    // 2.1.330 lists it before the turn's result (and the pump projects a batch before it
+    // publishes it).
+    assert!(frames
+        .iter()
+        .any(|frame| frame["event"]["line"]["subtype"] == "background_tasks_changed"));
+    let tasks = listed(&server.get(&format!("/api/sessions/{id}")).await.1);
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0]["description"], "Background helper");
+    assert_eq!(tasks[0]["task_type"], "local_agent");
+    let task_id = tasks[0]["task_id"].as_str().unwrap().to_owned();
+
+    // A turn runs; Stop ends it, and the background task goes on.
+    let (status, _) =
+        server.post(&format!("/api/sessions/{id}/messages"), json!({"content": "SLOW now"})).await;
+    assert_eq!(status, 202);
+    api.wait_for(|request| request.last_user_text().contains("SLOW now")).await;
+    let (status, _) = server.post(&format!("/api/sessions/{id}/interrupt"), json!({})).await;
+    assert_eq!(status, 200);
+    let frames = ws.until(crate::is_result).await;
+    assert!(
+        !frames.iter().any(|frame| frame["event"]["line"]["subtype"] == "task_notification"),
+        "the interrupt stopped no background task"
+    );
+    assert_eq!(listed(&server.get(&format!("/api/sessions/{id}")).await.1).len(), 1);
+
+    let (status, stopped) =
+        server.post(&format!("/api/sessions/{id}/tasks/{task_id}/stop"), json!({})).await;
+    assert_eq!(status, 200, "{stopped}");
+    ws.until(|frame| {
+        frame["event"]["line"]["subtype"] == "task_notification"
+            && frame["event"]["line"]["task_id"] == task_id.as_str()
+    })
+    .await;
+    let (_, view) = server.get(&format!("/api/sessions/{id}/view?after=0")).await;
+    let told = view["updates"].as_array().unwrap().iter().any(|update| {
+        update["update"]["kind"] == "background_task"
+            || update["kind"] == "background_task"
+            || update.to_string().contains("“Background helper” was stopped")
+    });
+    assert!(told, "the transcript says it was stopped");
+    assert!(listed(&server.get(&format!("/api/sessions/{id}")).await.1).is_empty());
+    server.stop().await;
+}

@@ -681,6 +681,20 @@ async fn browser() {
                     .hold_after(2),
             )
             .reply(Reply::text("Steered onto the short way.").when_prompt("STEER"))
+            // A subagent run in the background (its own request held), stopped alone.
+            .reply(
+                Reply::tool_use(
+                    "Agent|Task",
+                    json!({"description": "Index the docs", "prompt": "SUBTASK work",
+                           "subagent_type": "general-purpose", "run_in_background": true}),
+                )
+                .when_prompt("BGTASK"),
+            )
+            .reply(Reply::text("working away").when_prompt("SUBTASK").hold_after(1))
+            .reply(
+                Reply::text("It runs in the background.")
+                    .when_tool_result_contains("Async agent launched"),
+            )
             // An MCP tool (e2e/mcp-echo.mjs, configured from the form).
             .reply(
                 Reply::tool_use("mcp__probe__echo", json!({"text": "hello mcp"}))

@@ -65,6 +65,8 @@ impl Projector {
             };
                 emit(notice(Level::Warn, NoticeKind::Refusal, text));
             }
+            SystemMessage::BackgroundTasksChanged(changed) => self.background_tasks(changed, emit),
+            SystemMessage::TaskNotification(event) => self.task_ended(event, emit),
             _ => {}
         }
     }

@@ -1006,3 +1006,47 @@ fn a_steered_turns_cancelled_prompt_is_not_a_dropped_one() {
     );
     assert_eq!(projector.view().open_turns, 0);
 }
+
+/// 2.1.330's background tasks: the whole set in each `background_tasks_changed`, and how one
+/// ended in its `task_notification` (a notice, and off the list even when no new set follows).
+#[test]
+fn background_tasks_are_listed_and_an_ended_one_is_told() {
+    let mut projector = Projector::new();
+    let started = cli(json!({"type":"system","subtype":"background_tasks_changed","tasks":[
+            {"task_id":"bqi1p1xmf","run_id":"r","task_type":"local_bash","description":"Sleep a while"},
+            {"task_id":"a2a8","task_type":"local_agent","subagent_type":"general-purpose","description":"Background helper"}],
+        "uuid":"b1","session_id":"s"}));
+    let updates = run(&mut projector, std::slice::from_ref(&started));
+    let tasks = &projector.view().background_tasks;
+    assert_eq!(tasks.len(), 2);
+    assert_eq!(
+        tasks[1],
+        BackgroundTask {
+            task_id: "a2a8".into(),
+            task_type: Some("local_agent".into()),
+            description: Some("Background helper".into()),
+            subagent_type: Some("general-purpose".into()),
+        }
+    );
+    assert!(matches!(&updates[0], Update::BackgroundTasks { tasks } if tasks.len() == 2));
+    assert!(run(&mut projector, &[started]).is_empty(), "the same set again: nothing new");
+    let stopped = cli(
+        json!({"type":"system","subtype":"task_notification","task_id":"bqi1p1xmf","tool_use_id":"t1","status":"stopped","output_file":"/tmp/x","summary":"Sleep a while","uuid":"n1","session_id":"s"}),
+    );
+    let updates = run(&mut projector, std::slice::from_ref(&stopped));
+    assert_eq!(projector.view().background_tasks.len(), 1);
+    assert_eq!(
+        notices(&updates),
+        [(
+            NoticeKind::BackgroundTask,
+            Level::Info,
+            "Background: “Sleep a while” was stopped.".into()
+        )]
+    );
+    assert!(run(&mut projector, &[stopped]).is_empty(), "told once");
+    // A task the turn waited for (not in the background) is not told.
+    let foreground = cli(
+        json!({"type":"system","subtype":"task_notification","task_id":"sub-1","status":"completed","uuid":"n2","session_id":"s"}),
+    );
+    assert!(run(&mut projector, &[foreground]).is_empty());
+}
