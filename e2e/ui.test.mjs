@@ -597,6 +597,21 @@ try {
     await transcript().getByText('MCP answered.').waitFor();
   });
 
+  await step("an MCP server's question is answered from its form", async () => {
+    await send('ELICIT a colour');
+    const call = transcript().locator('.tool', { hasText: 'probe · ask' });
+    await call.locator('.permission .allow').click();
+    const card = transcript().locator('.permission.elicitation');
+    await card.locator('.elicitation-message', { hasText: 'Which colour should the button be?' }).waitFor();
+    assert.equal(await card.locator('.always').count(), 0, 'no "always" for a question');
+    await card.locator('select[name=colour]').selectOption({ label: 'blue' });
+    await card.locator('input[name=note]').fill('a calm one');
+    await shot('elicitation.png', card);
+    await card.locator('.send-answer').click();
+    await transcript().getByText('Blue it is.').waitFor();
+    await call.locator('.result', { hasText: '"colour":"blue"' }).waitFor();
+  });
+
   await step('the session list: grouped by directory, searched, renamed, archived', async () => {
     await page.goto(`${base}/#/`);
     await page.locator('.session-item', { hasText: 'STREAM please' }).waitFor();

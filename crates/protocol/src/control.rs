@@ -38,7 +38,7 @@ impl ControlRequest {
 }
 
 wire_enum! {
-    /// The 13 control subtypes of the stream-json control protocol, chosen by `subtype`.
+    /// The control subtypes of the stream-json control protocol, chosen by `subtype`.
     pub enum ControlRequestPayload by "subtype" {
         /// Host → CLI: register hooks, agents, prompts. Optional; see [`InitializeRequest`].
         Initialize(InitializeRequest) = "initialize",
@@ -80,6 +80,45 @@ wire_enum! {
         ListPermissionRules(ListPermissionRulesRequest) = "list_permission_rules",
         /// Host → CLI (2.1.330): the hooks configured, as the `/hooks` menu lists them.
         GetHooksListing(GetHooksListingRequest) = "get_hooks_listing",
+        /// CLI → host (2.1.100 on): an MCP server asks the person for input.
+        Elicitation(ElicitationRequest) = "elicitation",
+    }
+}
+
+wire_struct! {
+    /// `elicitation`: an MCP server's `elicitation/create`, passed on by the CLI (2.1.100 on;
+    /// 2.1.37 answers the server "Method not found"). Answered with an [`ElicitationResult`].
+    pub struct ElicitationRequest tags { "subtype" = "elicitation" } {
+        /// The asking server.
+        req mcp_server_name: String = "mcp_server_name",
+        /// What it asks, in its words.
+        req message: String = "message",
+        /// `form` (fill in `requested_schema`) or `url` (open `url`).
+        opt mode: String = "mode",
+        /// URL mode: where to go.
+        opt url: String = "url",
+        /// URL mode: the id its completion names.
+        opt elicitation_id: String = "elicitation_id",
+        /// Form mode: a flat JSON schema (an object of strings, numbers, booleans, enums).
+        opt requested_schema: Value = "requested_schema",
+        /// The schema's properties in the server's order.
+        opt property_order: Vec<String> = "property_order",
+        /// A heading from the server's `_meta`.
+        opt title: String = "title",
+        /// A short label from the server's `_meta`.
+        opt display_name: String = "display_name",
+        /// A subtitle from the server's `_meta`.
+        opt description: String = "description",
+    }
+}
+
+wire_struct! {
+    /// The answer to an [`ElicitationRequest`] (MCP's `ElicitResult`).
+    pub struct ElicitationResult {
+        /// `accept` (with `content`), `decline`, or `cancel`.
+        req action: String = "action",
+        /// What the person filled in.
+        opt content: Map<String, Value> = "content",
     }
 }
 

@@ -250,6 +250,8 @@ fn refusal(pending: &PendingPermission, shown: &str) -> Option<String> {
         ))
     } else if pending.tool_name == "AskUserQuestion" {
         Some("Answer the question in the web UI, which offers its options.".to_owned())
+    } else if pending.tool_name == switchboard_session::ELICITATION_TOOL {
+        Some("Answer the MCP server's question in the web UI, which shows its form.".to_owned())
     } else if pending.hints.person_only || pending.hints.default_to_no {
         Some(
             "Claude Code says a person must approve this one in the session itself: open it in the web UI to approve."

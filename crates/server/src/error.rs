@@ -152,6 +152,9 @@ impl From<DaemonError> for ApiError {
             DaemonError::Session(SessionError::Answer(AnswerError::NoStandingRule(_))) => {
                 ApiError::conflict("no_standing_rule", error.to_string())
             }
+            DaemonError::Session(SessionError::Answer(AnswerError::BadContent(_))) => {
+                ApiError::invalid(error.to_string())
+            }
             DaemonError::Session(SessionError::Transport(_)) => {
                 ApiError::invalid(error.to_string())
             }

@@ -1070,6 +1070,7 @@ pub fn summary(tool: &str, input: &Value) -> String {
     let text = match tool {
         "Bash" => input["command"].as_str().map(str::to_owned),
         "AskUserQuestion" => input["questions"][0]["question"].as_str().map(str::to_owned),
+        switchboard_session::ELICITATION_TOOL => input["message"].as_str().map(str::to_owned),
         _ => input["file_path"]
             .as_str()
             .or_else(|| input["path"].as_str())

@@ -19,6 +19,7 @@ export function permissionBox(session, request, cwd) {
   // must look (no one-tap approve elsewhere), no "allow always", nothing one key away.
   const hints = request.hints ?? {};
   if (hints.default_to_no) box.dataset.defaultToNo = 'true';
+  if (request.tool_name === 'McpElicitation') return elicitationBox(box, request, hints, answer);
   if (hints.title) box.append(el('div', { class: 'permission-heading' }, hints.title));
   box.append(el('div', { class: 'permission-title' }, wantsLine(request.tool_name, request.input, cwd),
     hints.mcp_server ? el('span', { class: 'mcp-server muted', title: `Configured in: ${hints.mcp_server.source}` }, ` · MCP server ${hints.mcp_server.name} (${hints.mcp_server.source})`) : null));
@@ -92,6 +93,66 @@ export function permissionBox(session, request, cwd) {
       el('button', { type: 'button', class: 'edit ghost needs-operate', onclick: (event) => { editor.hidden = !editor.hidden; event.currentTarget.textContent = editor.hidden ? 'Edit input' : 'Cancel edit'; } }, 'Edit input')),
     standing ? el('div', { class: 'always-rule muted needs-approve' }, `Allow always: ${grant}, for the rest of this session.`)
       : el('div', { class: 'always-rule muted needs-approve' }, 'Claude Code allows this one once at a time: no "allow always".'));
+  return box;
+}
+
+/// An MCP server asks the person (an elicitation): its message, and a form built from its flat
+/// schema (text, number, yes/no, a choice), or a link to open (URL mode). Send accepts with what
+/// was filled in; Decline declines. The daemon checks the answer against the schema again.
+function elicitationBox(box, request, hints, answer) {
+  const input = request.input ?? {};
+  box.classList.add('elicitation');
+  if (hints.title) box.append(el('div', { class: 'permission-heading' }, hints.title));
+  box.append(el('div', { class: 'permission-title' }, 'The MCP server ', el('code', {}, input.server ?? '?'), ' asks you'),
+    el('div', { class: 'elicitation-message' }, input.message ?? ''));
+  if (input.description) box.append(el('div', { class: 'muted' }, input.description));
+  const schema = input.requested_schema ?? {};
+  const properties = schema.properties ?? {};
+  const required = new Set(schema.required ?? []);
+  const order = (input.property_order ?? Object.keys(properties)).filter((name) => properties[name]);
+  const fields = order.map((name) => {
+    const field = properties[name] ?? {};
+    const label = field.title || name;
+    let control;
+    if (Array.isArray(field.enum)) {
+      control = el('select', { name, 'aria-label': label },
+        el('option', { value: '' }, required.has(name) ? 'Choose…' : '(none)'),
+        ...field.enum.map((value, index) => el('option', { value: String(index) }, field.enumNames?.[index] ?? String(value))));
+    } else if (field.type === 'boolean') {
+      control = el('input', { type: 'checkbox', name, 'aria-label': label });
+    } else if (field.type === 'number' || field.type === 'integer') {
+      control = el('input', { type: 'number', name, step: field.type === 'integer' ? '1' : 'any', 'aria-label': label });
+    } else {
+      control = el('input', { type: 'text', name, 'aria-label': label });
+    }
+    const value = () => {
+      if (Array.isArray(field.enum)) return control.value === '' ? undefined : field.enum[Number(control.value)];
+      if (field.type === 'boolean') return control.checked;
+      if (control.value.trim() === '') return undefined;
+      if (field.type === 'number' || field.type === 'integer') return Number(control.value);
+      return control.value;
+    };
+    return { name, value, row: el('label', { class: 'elicitation-field' },
+      el('span', { class: 'field-name' }, label, required.has(name) ? ' *' : ''), control,
+      field.description ? el('span', { class: 'muted field-hint' }, field.description) : null) };
+  });
+  if (fields.length) box.append(el('div', { class: 'elicitation-form' }, ...fields.map((field) => field.row)));
+  if (input.mode === 'url' && input.url) {
+    box.append(el('div', {}, el('a', { href: input.url, target: '_blank', rel: 'noopener noreferrer' }, `Open ${input.url}`)));
+  }
+  const send = () => {
+    const content = {};
+    for (const field of fields) {
+      const value = field.value();
+      if (value !== undefined) content[field.name] = value;
+    }
+    const missing = [...required].filter((name) => content[name] === undefined);
+    if (missing.length) { toast(`Fill in ${missing.join(', ')} first.`); return; }
+    answer(fields.length ? { behavior: 'allow', updated_input: content } : { behavior: 'allow' });
+  };
+  box.append(el('div', { class: 'actions needs-operate' },
+    el('button', { type: 'button', class: 'allow primary send-answer', onclick: send }, icon('check'), input.mode === 'url' ? 'Done' : 'Send'),
+    el('button', { type: 'button', class: 'deny', onclick: () => answer({ behavior: 'deny', message: 'The user declined.' }) }, icon('x'), 'Decline')));
   return box;
 }
 

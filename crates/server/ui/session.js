@@ -188,7 +188,7 @@ export class SessionView {
     what.replaceChildren(...wantsLine(first.request.tool_name, first.request.input, cwd).filter(Boolean),
       pending.length > 1 ? ` (and ${plural(pending.length - 1, 'more request')})` : '');
     this.waitingBar.dataset.requestId = first.request.request_id;
-    const plain = !['AskUserQuestion', 'ExitPlanMode'].includes(first.request.tool_name);
+    const plain = !['AskUserQuestion', 'ExitPlanMode', 'McpElicitation'].includes(first.request.tool_name);
     // A request Claude Code says a person must look at, or that must not be one tap from
     // approved, gets no Allow on the bar: Show opens its card.
     const hints = first.request.hints ?? {};

@@ -457,9 +457,11 @@ export class Transcript {
       card.classList.toggle('waiting', !entry.decided);
       this.settle(card);
     } else {
+      // An MCP server's question has its form on the card: no input to show.
+      const question = request.tool_name === 'McpElicitation';
       const slot = el('div', { class: 'block tool standalone' },
-        el('div', { class: 'tool-head' }, toolIcon(request.tool_name), el('span', { class: 'tool-name' }, request.tool_name)),
-        el('div', { class: 'tool-body' }, codeBlock(JSON.stringify(request.input, null, 2), 'json')));
+        el('div', { class: 'tool-head' }, toolIcon(request.tool_name), el('span', { class: 'tool-name' }, question ? `A question from ${request.input?.server ?? 'an MCP server'}` : request.tool_name)),
+        question ? null : el('div', { class: 'tool-body' }, codeBlock(JSON.stringify(request.input, null, 2), 'json')));
       const inner = el('div', { class: 'tool-permission' });
       slot.append(inner);
       chunk.append(slot);

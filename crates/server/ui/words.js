@@ -74,6 +74,7 @@ export function wants(name, input, cwd) {
     case 'Task': case 'Agent': return ['start a subagent to', clip(input?.description ?? input?.subagent_type ?? 'help')];
     case 'ExitPlanMode': return ['leave plan mode and carry out its plan', null];
     case 'AskUserQuestion': return ['ask you', clip(input?.questions?.[0]?.question ?? 'a question')];
+    case 'McpElicitation': return [`let the MCP server ${input?.server ?? ''} ask you`, clip(input?.message ?? '')];
     default:
       if (name?.startsWith('mcp__')) {
         const [, server, tool] = name.split('__');

@@ -222,6 +222,9 @@ pub enum AnswerError {
         "Claude Code offers no standing rule for permission request {0}: allow it once, or deny it"
     )]
     NoStandingRule(String),
+    /// An MCP server's question answered with what its form does not take; it still waits.
+    #[error("the answer does not fit the form: {0}")]
+    BadContent(String),
 }
 
 /// The most slash commands a snapshot keeps, the longest name, and the longest description
@@ -406,6 +409,8 @@ pub struct SessionCore {
     results_may_be_lost: bool,
     /// The CLI's init listed `interrupt_cancel_queued_v1`.
     interrupt_cancels_queued: bool,
+    /// The requests in `asked` that are MCP servers' questions ([`elicitation`]).
+    elicitations: HashSet<String>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -461,6 +466,7 @@ impl SessionCore {
             unechoed: indexmap::IndexSet::new(),
             results_may_be_lost: false,
             interrupt_cancels_queued: false,
+            elicitations: HashSet::new(),
         }
     }
 
@@ -912,8 +918,13 @@ impl SessionCore {
     fn reconcile(&mut self, pending: &[ControlRequest], effects: &mut Vec<Effect>) {
         let listed: HashSet<&str> =
             pending.iter().map(|request| request.request_id.as_str()).collect();
-        let forgotten: Vec<String> =
-            self.asked.keys().filter(|id| !listed.contains(id.as_str())).cloned().collect();
+        // (The list names permission requests only: an MCP server's question still waits.)
+        let forgotten: Vec<String> = self
+            .asked
+            .keys()
+            .filter(|id| !listed.contains(id.as_str()) && !self.elicitations.contains(*id))
+            .cloned()
+            .collect();
         for request_id in forgotten {
             if let Some(asked) = self.asked.shift_remove(&request_id) {
                 effects.push(Effect::Emit(asked.ended(
@@ -1280,6 +1291,14 @@ impl SessionCore {
             ControlRequestPayload::HookCallback(hook) => {
                 self.on_hook_callback(&request_id, hook, effects)
             }
+            ControlRequestPayload::Elicitation(elicitation)
+                if !self.asked.contains_key(&request_id)
+                    && !self.answered_set.contains(&request_id) =>
+            {
+                self.on_elicitation(&request_id, elicitation, effects)
+            }
+            // Asked again (a reconnect): it waits, or was answered, already.
+            ControlRequestPayload::Elicitation(_) => {}
             other => {
                 let subtype = other.tag().unwrap_or("unknown").to_owned();
                 let response = ControlResponse::error(
@@ -1483,7 +1502,10 @@ fn is_prompt(line: &[u8]) -> bool {
     }
 }
 
+mod elicitation;
 mod permissions;
+
+pub use elicitation::ELICITATION_TOOL;
 
 #[cfg(test)]
 mod tests;

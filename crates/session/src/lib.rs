@@ -23,7 +23,10 @@ pub use actor::{
     SessionHandle, SinkFuture,
 };
 pub use controls::{priority_supported_by, CliControl};
-pub use core::{AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo};
+pub use core::{
+    AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo,
+    ELICITATION_TOOL,
+};
 pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,
     SessionState,

@@ -49,9 +49,14 @@ pub(super) fn notify(
     for (index, (event, seq)) in batch.iter().zip(before + 1..).enumerate() {
         match event {
             SessionEvent::PermissionRequested(pending) => {
-                let question = pending.tool_name == "AskUserQuestion";
+                // An MCP server's question (elicitation) is a question too.
+                let elicitation = pending.tool_name == switchboard_session::ELICITATION_TOOL;
+                let question = pending.tool_name == "AskUserQuestion" || elicitation;
                 let topic = if question { Topic::Question } else { Topic::PermissionRequested };
-                let title = if question {
+                let title = if elicitation {
+                    let server = pending.input["server"].as_str().unwrap_or("An MCP server");
+                    format!("{} asks, in {name}", crate::text::collapsed(server))
+                } else if question {
                     format!("Claude asks, in {name}")
                 } else {
                     format!("{} wants approval, in {name}", pending.tool_name)

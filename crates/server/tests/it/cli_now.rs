@@ -574,3 +574,70 @@ async fn a_background_task_outlives_an_interrupt_and_stops_alone() {
     assert!(listed(&server.get(&format!("/api/sessions/{id}")).await.1).is_empty());
     server.stop().await;
 }
+
+/// An MCP server's question, with the real 2.1.330 and the tests' MCP server
+/// (`e2e/mcp-echo.mjs`, its `ask` tool): it reaches a person although the policy allows every
+/// call, as a question only a person may answer (no link approval, no "always"); an answer
+/// that does not fit its form is a 400 and it still waits; the answer that fits reaches the
+/// server, which hands it to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::tool_use("mcp__probe__ask", json!({})).when_prompt("ELICIT"))
+            .reply(Reply::text("Blue it is.").when_tool_result_contains("accept")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../e2e/mcp-echo.mjs");
+    let mcp = json!({"mcpServers": {"probe": {"command": "node", "args": [script]}}}).to_string();
+    let (status, session) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "ELICIT a colour", "mcp_config": [mcp],
+                   "policy": "[permissions]\ndefault = \"allow\"\nallow = [\"*\"]"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
+    let asked = &frames.last().unwrap()["event"];
+    assert_eq!(asked["tool_name"], "McpElicitation", "{asked}");
+    assert_eq!(asked["input"]["server"], "probe");
+    assert_eq!(asked["input"]["message"], "Which colour should the button be?");
+    assert_eq!(asked["input"]["property_order"], json!(["colour", "note"]));
+    assert_eq!(asked["hints"]["person_only"], true);
+    let request_id = asked["request_id"].as_str().unwrap().to_owned();
+    let answer = format!("/api/sessions/{id}/permissions/{request_id}");
+
+    let (status, refused) = server
+        .post(&answer, json!({"behavior": "allow", "updated_input": {"colour": "green"}}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("colour must be one of"));
+    let (status, refused) =
+        server.post(&answer, json!({"behavior": "allow", "remember": true})).await;
+    assert_eq!(status, 409, "{refused}");
+    let (status, answered) = server
+        .post(
+            &answer,
+            json!({"behavior": "allow", "updated_input": {"colour": "blue", "note": "please"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answered}");
+    let frames = ws.until(crate::is_result).await;
+    let result = frames
+        .iter()
+        .find_map(|frame| {
+            let content = &frame["event"]["line"]["message"]["content"][0];
+            (content["type"] == "tool_result").then(|| content.to_string())
+        })
+        .expect("the tool's result");
+    assert!(result.contains(r#"asked: {\"action\":\"accept\",\"content\":{\"colour\":\"blue\",\"note\":\"please\"}}"#), "{result}");
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Blue it is.");
+    server.stop().await;
+}

@@ -16,6 +16,9 @@ impl SessionCore {
         who: &str,
     ) -> Result<Vec<Effect>, AnswerError> {
         self.changed = true;
+        if self.elicitations.contains(request_id) {
+            return self.answer_elicitation(request_id, answer, who);
+        }
         // A changed input is a new call: the policy's deny rules hold for it too (the policy
         // saw only the model's input), so an answer cannot run what the policy forbids.
         if let (AnswerBehavior::Allow, Some(changed), Some(asked)) =
@@ -404,6 +407,9 @@ impl SessionCore {
         result: &PermissionResult,
         effects: &mut Vec<Effect>,
     ) {
+        if self.decline_elicitation(request_id, effects) {
+            return;
+        }
         let line =
             self.write(Message::from(ControlResponse::permission(request_id, result)), effects);
         let tool_use_id = tool_use_id.map(str::to_owned);
@@ -425,6 +431,7 @@ impl SessionCore {
     }
 
     pub(super) fn mark_answered(&mut self, request_id: &str) {
+        self.elicitations.remove(request_id);
         if self.answered_set.insert(request_id.to_owned()) {
             self.answered.push_back(request_id.to_owned());
             if self.answered.len() > ANSWERED_MEMORY {

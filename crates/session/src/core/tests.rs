@@ -917,3 +917,64 @@ fn a_prompt_folded_into_the_running_turn_leaves_no_turn_to_wait_for() {
     ));
     assert_eq!(waiting.snapshot().queued_turns, 1);
 }
+
+/// An MCP server's question (2.1.100 on) waits for a person, whatever the policy allows, and
+/// is never one tap or "always": an answer that does not fit its form is refused and it still
+/// waits; a fitting one is sent as `accept` with the content; one nobody answers is declined.
+#[test]
+fn an_mcp_servers_question_waits_for_a_person_and_is_answered_or_declined() {
+    let mut core = core("[permissions]\ndefault = \"allow\"\nallow = [\"*\"]");
+    started(&mut core);
+    let ask = |id: &str| {
+        line(&json!({"type":"control_request","request_id":id,"request":{"subtype":"elicitation",
+            "mcp_server_name":"asker","message":"Which colour?","mode":"form",
+            "requested_schema":{"type":"object","properties":{"colour":{"type":"string","enum":["red","blue"]},"count":{"type":"integer"}},"required":["colour"]},
+            "property_order":["colour","count"]}}).to_string())
+    };
+    let effects = core.on_line(ask("e1"));
+    assert!(sent(&effects).is_empty(), "the policy's allow answers nothing: {effects:?}");
+    let pending = &core.snapshot().pending_permissions[0];
+    assert_eq!(pending.tool_name, crate::ELICITATION_TOOL);
+    assert_eq!(pending.input["server"], "asker");
+    assert_eq!(pending.input["message"], "Which colour?");
+    assert!(
+        pending.hints.person_only && pending.hints.no_standing_rule && pending.hints.default_to_no
+    );
+    assert_eq!(core.state(), SessionState::AwaitingPermission);
+    for (content, why) in [
+        (json!({"colour": "green"}), "colour must be one of"),
+        (json!({"count": 2}), "colour is required"),
+        (json!({"colour": "red", "count": "two"}), "count must be a integer"),
+        (json!({"colour": "red", "secret": 1}), "no field \"secret\""),
+    ] {
+        let answer = PermissionAnswer { updated_input: Some(content), ..PermissionAnswer::allow() };
+        let error = core.answer_permission("e1", answer, "alice").unwrap_err();
+        assert!(error.to_string().contains(why), "{error}");
+    }
+    assert_eq!(core.snapshot().pending_permissions.len(), 1, "still waits");
+    let answer = PermissionAnswer {
+        updated_input: Some(json!({"colour": "blue", "count": 3})),
+        ..PermissionAnswer::allow()
+    };
+    let effects = core.answer_permission("e1", answer, "alice").unwrap();
+    assert_eq!(
+        sent(&effects),
+        [json!({"type":"control_response","response":{"subtype":"success","request_id":"e1",
+            "response":{"action":"accept","content":{"colour":"blue","count":3}}}})]
+    );
+    assert!(core.snapshot().pending_permissions.is_empty());
+    assert_eq!(core.state(), SessionState::Working);
+
+    // Nobody answers: declined, never left pending.
+    core.on_line(ask("e2"));
+    let effects = core.on_timer(Timer::Permission("e2".into()));
+    assert_eq!(
+        sent(&effects),
+        [json!({"type":"control_response","response":{"subtype":"success","request_id":"e2",
+            "response":{"action":"decline"}}})]
+    );
+    // A person declines.
+    core.on_line(ask("e3"));
+    let effects = core.answer_permission("e3", PermissionAnswer::deny("no"), "bob").unwrap();
+    assert_eq!(sent(&effects)[0]["response"]["response"], json!({"action":"decline"}));
+}
