@@ -44,7 +44,11 @@ pub(crate) async fn demo(args: DemoArgs) -> ExitCode {
     }
 }
 
-async fn run(args: DemoArgs) -> Result<(), (u8, String)> {
+async fn run(mut args: DemoArgs) -> Result<(), (u8, String)> {
+    // Named, on PATH, or the tested version in the cache; with none, offered (at a terminal).
+    let program =
+        crate::install::resolve(args.claude.as_deref(), false).await.map_err(|error| (4, error))?;
+    args.claude = Some(program);
     let mut probe = CliOptions::new(".");
     probe.program = args.claude.clone();
     let version = cli_version(&probe).await.map_err(|error| {

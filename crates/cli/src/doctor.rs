@@ -14,8 +14,7 @@ use switchboard_transport::stdio::{cli_version, CliOptions};
 
 use crate::serve::{DataDirArg, DEFAULT_LISTEN};
 
-/// The versions Switchboard is tested against, oldest first (`scripts/cli-versions`).
-const PINNED: &str = include_str!("../../../scripts/cli-versions");
+use crate::install::PINNED;
 
 /// The last CLI that connects to a `--sdk-url` host other than Anthropic's.
 const LAST_SDK_URL: (u32, u32, u32) = (2, 1, 120);
@@ -105,22 +104,12 @@ pub(crate) async fn doctor(args: DoctorArgs) -> ExitCode {
 
 /// Finds the CLI and asks it its version.
 async fn check_claude(args: &DoctorArgs, checks: &mut Vec<Check>) -> Option<String> {
-    let install = "install it with `npm install -g @anthropic-ai/claude-code`, or point \
-                   Switchboard at it with --claude PATH or SWITCHBOARD_CLAUDE";
-    let program = match &args.claude {
-        Some(path) => path.clone(),
-        None => match on_path("claude") {
-            Some(path) => path,
-            None => {
-                checks.push(check(
-                    "claude",
-                    Status::Fail,
-                    "no `claude` on PATH".to_owned(),
-                    Some(install),
-                ));
-                return None;
-            }
-        },
+    let install = "run `switchboard install-claude` (the tested version, into Switchboard's \
+                   cache), or `npm install -g @anthropic-ai/claude-code`, or point Switchboard \
+                   at one with --claude PATH or SWITCHBOARD_CLAUDE";
+    let Some((program, source)) = crate::install::find(args.claude.as_deref()) else {
+        checks.push(check("claude", Status::Fail, "no `claude` on PATH".to_owned(), Some(install)));
+        return None;
     };
     let mut options = CliOptions::new(".");
     options.program = Some(program.clone());
@@ -129,7 +118,7 @@ async fn check_claude(args: &DoctorArgs, checks: &mut Vec<Check>) -> Option<Stri
             checks.push(check(
                 "claude",
                 Status::Ok,
-                format!("{} ({version})", program.display()),
+                format!("{} ({version}), {}", program.display(), source.words()),
                 None,
             ));
             Some(version)
@@ -151,15 +140,6 @@ async fn check_claude(args: &DoctorArgs, checks: &mut Vec<Check>) -> Option<Stri
 }
 
 /// `program` in a directory of `PATH`, as the shell would find it.
-fn on_path(program: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| {
-        std::fs::metadata(candidate)
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
-}
-
 fn parse(version: &str) -> Option<(u32, u32, u32)> {
     let mut parts = version.split('.').map(|part| part.parse::<u32>().ok());
     let triple = (parts.next()??, parts.next()??, parts.next()??);

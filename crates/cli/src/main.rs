@@ -14,6 +14,7 @@ mod decode;
 mod demo;
 mod doctor;
 mod fake_api;
+mod install;
 mod run;
 mod serve;
 mod tasks;
@@ -81,6 +82,12 @@ enum Command {
     ///
     /// Needs no network. Exit status: 0 when nothing failed (warnings allowed), 1 otherwise.
     Doctor(doctor::DoctorArgs),
+    /// Install Claude Code (the version Switchboard is tested with, or --version) into
+    /// Switchboard's cache, from npm, with progress; nothing when it is there already.
+    ///
+    /// Switchboard runs it when there is no `claude` on PATH; `run` and `demo` offer this
+    /// themselves at a terminal. Needs Node.js 20+ and npm.
+    InstallClaude(install::InstallArgs),
     /// See Switchboard without a Claude login or a network: the daemon drives your `claude`
     /// against a built-in scripted model, in a scratch project.
     ///
@@ -152,6 +159,7 @@ fn main() -> ExitCode {
         Command::Deny(args) => block_on(client::answer(args, false)),
         Command::Token(args) => block_on(client::token(args)),
         Command::Doctor(args) => block_on(doctor::doctor(args)),
+        Command::InstallClaude(args) => block_on(install::install_claude(args)),
         Command::Demo(args) => block_on(demo::demo(args)),
         Command::FakeApi(args) => block_on(fake_api::fake_api(args)),
         Command::New(args) => block_on(client::new(args)),

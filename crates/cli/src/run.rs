@@ -125,7 +125,11 @@ async fn run_session(args: RunArgs) -> Result<u8, (u8, String)> {
     };
     let cwd = tree.as_ref().map_or(cwd, |(_, inside)| inside.clone());
     let mut config = SessionConfig::new(cwd, policy);
-    config.cli.program = args.claude.clone();
+    // Named, on PATH, or the tested version in the cache; with none, offered (at a terminal).
+    let program = crate::install::resolve(args.claude.as_deref(), false)
+        .await
+        .map_err(|error| (EXIT_USAGE, error))?;
+    config.cli.program = Some(program);
     config.cli.model = args.model.clone();
     config.cli.resume = args.resume.clone();
     config.cli.fork_session = args.fork;

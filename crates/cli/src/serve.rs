@@ -319,8 +319,21 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         Some(bus) => Arc::new(switchboard_server::bus::BusStore::new(shared, bus.clone())),
         None => shared,
     };
+    // Named, on PATH, or the tested version in Switchboard's cache (`switchboard install-claude`).
+    let claude = match crate::install::find(args.claude.as_deref()) {
+        Some((program, source)) => {
+            if source == crate::install::Source::Cache {
+                tracing::info!(program = %program.display(), "sessions run Claude Code from Switchboard's cache (no claude on PATH)");
+            }
+            Some(program)
+        }
+        None => {
+            tracing::warn!("{}", crate::install::missing());
+            None
+        }
+    };
     let config = DaemonConfig {
-        claude: args.claude.clone(),
+        claude,
         default_policy,
         env: Vec::new(),
         clear_env: false,

@@ -15,8 +15,8 @@ pub mod servers;
 pub mod ws_proxy;
 
 pub use sandbox::{
-    fake_cli, git, git_repository, pinned_versions, processes_running, real_cli, real_cli_of,
-    CliSandbox, CliVersion, Sleeper,
+    cli_cache, fake_cli, git, git_repository, pinned_versions, processes_running, real_cli,
+    real_cli_of, CliSandbox, CliVersion, Sleeper,
 };
 pub use scenario::{Block, Reply, Scenario, When};
 pub use switchboard_fake_api::{scenario, server as fake_api};
