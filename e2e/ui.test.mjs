@@ -491,6 +491,19 @@ try {
     await transcript().locator('.notice', { hasText: '“Index the docs” was stopped' }).waitFor();
   });
 
+  await step('what is in force: the context window, the rules and hooks of Claude Code', async () => {
+    await page.locator('.session-head .menu summary').click();
+    await page.locator('.session-head .menu .in-force-open').click();
+    const sheet = page.locator('dialog.in-force');
+    await sheet.locator('.in-force-context .in-force-total', { hasText: 'tokens used' }).waitFor();
+    await sheet.locator('.in-force-context td', { hasText: 'System prompt' }).first().waitFor();
+    await sheet.locator('.in-force-permission-rules .in-force-body:not(:has-text("Asking"))').waitFor();
+    await sheet.locator('.in-force-hooks .in-force-body:not(:has-text("Asking"))').waitFor();
+    await shot('in-force.png', sheet);
+    await sheet.locator('.sheet-actions button').click();
+    await sheet.waitFor({ state: 'detached' });
+  });
+
   await step('interrupt a slow stream (Esc)', async () => {
     await send('SLOW stream');
     await transcript().locator('.block.text.streaming', { hasText: 'This stream' }).waitFor();

@@ -522,6 +522,159 @@ pub(crate) async fn act(args: SessionArg, action: &'static str) -> ExitCode {
     finish(result)
 }
 
+/// `switchboard ask SESSION WHAT`
+#[derive(Debug, Args)]
+pub(crate) struct AskArgs {
+    /// The session: its id or a unique prefix.
+    session: String,
+    /// What to ask its Claude Code: its context window (`context`), the plan's usage
+    /// (`usage`), the permission rules of its own settings (`permission-rules`), the hooks
+    /// configured (`hooks`).
+    #[arg(value_parser = ["context", "usage", "permission-rules", "hooks"])]
+    what: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard ask`: what the session's CLI says, in lines (or its JSON with --json).
+pub(crate) async fn ask(args: AskArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let id = client.resolve(&args.session).await?;
+        let path = format!("/api/sessions/{id}/cli/{}", args.what);
+        let answer = client.request(reqwest::Method::GET, &path, None).await?;
+        if args.connection.json {
+            println!("{answer}");
+        } else {
+            for line in answer_lines(&args.what, &answer) {
+                println!("{line}");
+            }
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
+/// A CLI's answer in lines for a person; what they came from is printed with --json.
+fn answer_lines(what: &str, answer: &Value) -> Vec<String> {
+    let text = |value: &Value| crate::run::plain(value.as_str().unwrap_or(""));
+    let count = |value: &Value| value.as_u64().unwrap_or(0);
+    match what {
+        "context" => {
+            let mut lines = vec![format!(
+                "{} of {} tokens used ({}%)",
+                count(&answer["totalTokens"]),
+                count(&answer["maxTokens"]),
+                answer["percentage"].as_f64().unwrap_or(0.0)
+            )];
+            for row in answer["categories"].as_array().into_iter().flatten() {
+                if row["kind"] != "free" {
+                    lines.push(format!("  {:>9}  {}", count(&row["tokens"]), text(&row["name"])));
+                }
+            }
+            lines
+        }
+        "permission-rules" => {
+            let rules = answer["state"]["rules"].as_array().cloned().unwrap_or_default();
+            if rules.is_empty() {
+                return vec!["no permission rules in Claude Code's own settings".to_owned()];
+            }
+            rules
+                .iter()
+                .map(|rule| {
+                    format!(
+                        "{:<6} {}  ({})",
+                        text(&rule["behavior"]),
+                        text(&rule["rule"]),
+                        text(&rule["source"])
+                    )
+                })
+                .collect()
+        }
+        "hooks" => {
+            let hooks = answer["hooks"].as_array().cloned().unwrap_or_default();
+            if hooks.is_empty() {
+                return vec!["no hooks configured".to_owned()];
+            }
+            hooks
+                .iter()
+                .map(|hook| {
+                    let matcher = hook["matcher"]
+                        .as_str()
+                        .map(|m| format!(" ({})", crate::run::plain(m)))
+                        .unwrap_or_default();
+                    format!(
+                        "{}{matcher}: {}  ({})",
+                        text(&hook["event"]),
+                        text(&hook["displayText"]),
+                        text(&hook["sourceLabel"])
+                    )
+                })
+                .collect()
+        }
+        _ => {
+            let mut lines = Vec::new();
+            if let Some(cost) = answer["session"]["total_cost_usd"].as_f64() {
+                lines.push(format!("this session: ${cost:.4}"));
+            }
+            lines.push(serde_json::to_string_pretty(answer).unwrap_or_default());
+            lines
+        }
+    }
+}
+
+/// `switchboard stop-task SESSION TASK`
+#[derive(Debug, Args)]
+pub(crate) struct StopTaskArgs {
+    /// The session: its id or a unique prefix.
+    session: String,
+    /// The task's id, as `switchboard sessions show` lists them; without one, the tasks
+    /// running in the background are listed.
+    task: Option<String>,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// `switchboard stop-task`: stops one task running in the background (the turn goes on), or
+/// lists them.
+pub(crate) async fn stop_task(args: StopTaskArgs) -> ExitCode {
+    let result = async {
+        let client = args.connection.client()?;
+        let id = client.resolve(&args.session).await?;
+        let Some(task) = args.task else {
+            let session =
+                client.request(reqwest::Method::GET, &format!("/api/sessions/{id}"), None).await?;
+            let tasks = session["background_tasks"].as_array().cloned().unwrap_or_default();
+            if args.connection.json {
+                println!("{}", Value::Array(tasks));
+            } else if tasks.is_empty() {
+                println!("nothing runs in the background in {id}");
+            } else {
+                for task in &tasks {
+                    println!(
+                        "{}  {}  {}",
+                        crate::run::plain(task["task_id"].as_str().unwrap_or("")),
+                        crate::run::plain(task["task_type"].as_str().unwrap_or("")),
+                        crate::run::plain(task["description"].as_str().unwrap_or(""))
+                    );
+                }
+            }
+            return Ok(());
+        };
+        let path = format!("/api/sessions/{id}/tasks/{}/stop", query_escape(&task));
+        let reply = client.request(reqwest::Method::POST, &path, Some(json!({}))).await?;
+        if args.connection.json {
+            println!("{reply}");
+        } else {
+            println!("stopped {task} in {id}");
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    finish(result)
+}
+
 /// `switchboard open`: the web UI in a browser, signed in.
 ///
 /// The browser gets the token through a private file that forwards to the signed-in address,
@@ -856,6 +1009,14 @@ fn print_session(session: &SessionView) {
         println!(
             "pending            {} {} {}",
             pending.request_id, pending.tool_name, pending.input
+        );
+    }
+    for task in &session.background_tasks {
+        println!(
+            "background         {} {} {}",
+            crate::run::plain(&task.task_id),
+            crate::run::plain(task.task_type.as_deref().unwrap_or("-")),
+            crate::run::plain(task.description.as_deref().unwrap_or(""))
         );
     }
 }

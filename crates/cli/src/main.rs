@@ -120,6 +120,12 @@ enum Command {
     Resume(client::SessionArg),
     /// Interrupt a session's turn (with --all, also drop the messages queued behind it).
     Interrupt(client::InterruptArgs),
+    /// Ask a session's Claude Code what is in force: its context window, the plan's usage, the
+    /// permission rules of its own settings, the hooks configured.
+    Ask(client::AskArgs),
+    /// Stop one task a session runs in the background (a Bash command, a subagent); the turn
+    /// goes on. Without a task, lists them.
+    StopTask(client::StopTaskArgs),
     /// Open the web UI in a browser, signed in (at a session, when one is named).
     Open(client::OpenArgs),
     /// Run the interactive Claude Code CLI in this terminal, as a session the daemon shows.
@@ -167,6 +173,8 @@ fn main() -> ExitCode {
         Command::Send(args) => block_on(client::send(args)),
         Command::Resume(args) => block_on(client::act(args, "resume")),
         Command::Interrupt(args) => block_on(client::interrupt(args)),
+        Command::Ask(args) => block_on(client::ask(args)),
+        Command::StopTask(args) => block_on(client::stop_task(args)),
         Command::Open(args) => block_on(client::open(args)),
         Command::Claude(args) => block_on(claude::claude(args)),
         Command::Completions { shell } => {

@@ -434,7 +434,7 @@ const SUMMARY_CHARS: usize = 200;
 /// `text` with control characters (an escape sequence could redraw the terminal, a newline
 /// push the rest out of view) shown as `�`, at most 300 characters: words from the CLI or the
 /// model, about to be printed on a person's terminal.
-fn plain(text: &str) -> String {
+pub(crate) fn plain(text: &str) -> String {
     shorten(text, 300)
 }
 

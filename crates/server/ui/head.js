@@ -72,6 +72,8 @@ export const headMethods = {
     // A running turn can be steered, or stopped with everything queued behind it.
     if (this.steer) this.steer.hidden = h.interrupt.hidden || terminal;
     h.stopAll.hidden = h.interrupt.hidden || terminal;
+    // Asked of the running CLI.
+    h.inForce.hidden = !running || terminal;
     h.fork.hidden = !session.claude_session_id;
     h.archive.textContent = session.archived ? 'Unarchive' : 'Archive';
     this.drawPaused(session);
@@ -110,6 +112,7 @@ export const headMethods = {
       resume: el('button', { type: 'button', class: 'resume primary', onclick: () => this.resume() }, 'Resume'),
       settingsItem: item('settings-open', 'Model and mode', () => this.openSettings()),
       stopAll: item('stop-all', 'Stop, and drop what is queued', () => this.interrupt(true)),
+      inForce: item('in-force-open', 'What is in force', () => this.showInForce()),
       fork: item('fork', 'Fork this conversation', () => this.fork()),
       archive: item('archive', 'Archive', () => this.amend({ archived: !sessions.get(this.id)?.archived })),
       menu,
@@ -122,7 +125,7 @@ export const headMethods = {
     };
     const h = this.head;
     menu.append(el('summary', { 'aria-label': 'More actions', title: 'More actions' }, icon('more')),
-      el('div', { class: 'menu-items' }, h.settingsItem, h.stopAll, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
+      el('div', { class: 'menu-items' }, h.settingsItem, h.stopAll, h.inForce, item('rename', 'Rename', () => this.rename()), h.fork, h.archive));
     this.headerBox.replaceChildren(el('a', { href: '#/', class: 'back', 'aria-label': 'All sessions' }, '←'),
       h.icon, el('div', { class: 'session-title' }, h.title, h.cwd), h.badge, h.cost,
       el('div', { class: 'controls needs-operate' }, h.settings, h.interrupt, h.resume, h.menu));

@@ -14,6 +14,7 @@ import { renderList, sessions } from './list.js';
 import { Transcript } from './transcript.js';
 import { composerMethods } from './composer.js';
 import { headMethods } from './head.js';
+import { inForceMethods } from './inforce.js';
 import { reviewMethods } from './review.js';
 import { filesMethods } from './files.js';
 import { usageMethods } from './usage.js';
@@ -301,4 +302,4 @@ export class SessionView {
   }
 }
 
-Object.assign(SessionView.prototype, headMethods, reviewMethods, filesMethods, composerMethods, usageMethods);
+Object.assign(SessionView.prototype, headMethods, reviewMethods, filesMethods, composerMethods, usageMethods, inForceMethods);

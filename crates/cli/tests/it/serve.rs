@@ -603,6 +603,19 @@ async fn client_commands_start_and_steer_sessions_named_by_a_prefix() {
     let prefix = &id[..8];
     wait_session(&daemon.url, &token, &id, |s| s["state"] == "idle").await;
 
+    // What is in force, asked of the session's Claude Code.
+    let (code, out, err) = client(data.path(), &["ask", prefix, "context"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.lines().next().unwrap().contains("tokens used"), "{out}");
+    assert!(out.contains("System prompt"), "{out}");
+    let (code, out, err) = client(data.path(), &["ask", prefix, "hooks", "--json"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let hooks: Value = serde_json::from_str(&out).unwrap();
+    assert!(hooks["eventCatalog"].is_array(), "{hooks}");
+    let (code, out, err) = client(data.path(), &["stop-task", prefix]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.trim(), format!("nothing runs in the background in {id}"));
+
     let (code, out, err) = client(data.path(), &["send", prefix, "LONG story"]).await;
     assert_eq!((code, out.trim()), (Some(0), format!("sent to {id}").as_str()), "{err}");
     api.wait_for(|request| request.last_user_text().contains("LONG")).await;
