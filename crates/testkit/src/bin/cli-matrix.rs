@@ -51,7 +51,13 @@ const SCENARIOS: &[&str] = &[
     "safety_check",
     "clear",
     "rate_limit",
+    "steer",
+    "background",
+    "elicitation",
 ];
+
+/// The tests' MCP server (its `ask` tool elicits a colour), for the `elicitation` scenario.
+const MCP_SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../e2e/mcp-echo.mjs");
 
 struct Args {
     out: PathBuf,
@@ -395,6 +401,8 @@ impl Driver {
                 },
                 // No opinion: the permission request decides.
                 Some("hook_callback") => json!({}),
+                // An MCP server's question, answered as a person would.
+                Some("elicitation") => json!({"action": "accept", "content": {"colour": "blue"}}),
                 _ => {
                     let error = json!({"type": "control_response", "response": {"subtype": "error",
                         "request_id": id, "error": "not supported by the matrix"}});
@@ -569,6 +577,24 @@ fn script(scenario: &str, workdir: &Path) -> Scenario {
                     "rejected",
                 ))
         }
+        // A running turn steered by a prompt sent with `priority: now`.
+        "steer" => Scenario::new()
+            .reply(Reply::text("one two three four five six").when_prompt("LONG").hold_after(2))
+            .reply(Reply::text("Steered.").when_prompt("STEER")),
+        // A Bash command run in the background, then stopped alone (`stop_task`).
+        "background" => Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "sleep 30", "description": "Wait a while", "run_in_background": true}),
+                )
+                .when_prompt("BG"),
+            )
+            .reply(Reply::text("It runs in the background.").when_tool_result()),
+        // An MCP server asks the person (`elicitation`): the driver accepts with a colour.
+        "elicitation" => Scenario::new()
+            .reply(Reply::tool_use("mcp__probe__ask", json!({})).when_prompt("ASK"))
+            .reply(Reply::text("Got the answer.").when_tool_result()),
         _ => Scenario::new(),
     }
 }
@@ -606,11 +632,16 @@ async fn drive(
     let sandbox = CliSandbox::new()?;
     std::fs::write(sandbox.file("hello.txt"), "hello world\n")?;
     let api = FakeApi::start(script(scenario, &sandbox.workdir())).await?;
+    let mcp = vec![format!(
+        "--mcp-config={}",
+        json!({"mcpServers": {"probe": {"command": "node", "args": [MCP_SERVER]}}})
+    )];
+    let extra: &[String] = if scenario == "elicitation" { &mcp } else { &[] };
     let mut d = Driver::spawn(
         program,
         &sandbox,
         &api,
-        &[],
+        extra,
         scenario == "rate_limit",
         std::mem::take(transcript),
         start,
@@ -749,6 +780,47 @@ async fn steps(d: &mut Driver, scenario: &str, api: &FakeApi) -> anyhow::Result<
         }
         "resume" => {
             d.prompt("REMEMBER the word heron").await?;
+            d.until_result().await?;
+        }
+        "steer" => {
+            d.prompt("LONG answer please").await?;
+            d.until("the first streamed text", |line| {
+                line["type"] == "stream_event" && line["event"]["type"] == "content_block_delta"
+            })
+            .await?;
+            let uuid = uuid::Uuid::new_v4().to_string();
+            d.send(
+                json!({"type": "user", "message": {"role": "user", "content": "STEER this way"},
+                "parent_tool_use_id": null, "session_id": "", "uuid": uuid, "priority": "now"}),
+            )
+            .await?;
+            // A CLI that does not steer finishes the held turn first.
+            api.release();
+            d.until_result().await?;
+            d.until_result().await?;
+        }
+        "background" => {
+            d.answer = Answer::Allow;
+            d.prompt("BG start it").await?;
+            let mut task = None;
+            loop {
+                let line = d.next().await.context("waiting for the turn's result")?;
+                if line["type"] == "system" && line["subtype"] == "task_started" {
+                    task = line["task_id"].as_str().map(str::to_owned);
+                }
+                if line["type"] == "result" && line["parent_tool_use_id"].is_null() {
+                    break;
+                }
+            }
+            // CLIs that say what runs in the background stop it alone.
+            if let Some(task_id) = task {
+                let id = d.control(json!({"subtype": "stop_task", "task_id": task_id})).await?;
+                d.until("the answer to stop_task", |line| response_to(line, &id)).await?;
+            }
+        }
+        "elicitation" => {
+            d.answer = Answer::Allow;
+            d.prompt("ASK for a colour").await?;
             d.until_result().await?;
         }
         other => bail!("no scenario {other:?}"),
