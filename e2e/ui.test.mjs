@@ -427,6 +427,15 @@ try {
     assert.equal(await thinking.evaluate((node) => node.open), true, 'unfolds');
   });
 
+  await step("Claude Code's guess at the next message is a chip that fills the message box", async () => {
+    const chip = transcript().locator('.suggestion-chip', { hasText: 'now run the whole test suite' });
+    await chip.waitFor();
+    assert.equal(await transcript().locator('.suggestion').count(), 1, 'one at a time');
+    await chip.click();
+    assert.equal(await page.locator('.composer-input').inputValue(), 'now run the whole test suite', 'filled in, not sent');
+    await page.locator('.composer-input').fill('');
+  });
+
   await step('a Write shows its content as the model writes it, highlighted', async () => {
     await send('WRITEME');
     // Its input is held part-way: the card shows what has streamed, parsed by the daemon.

@@ -31,6 +31,11 @@ pub struct Scenario {
     /// 500 naming the problem (which the test then sees as an API error).
     #[serde(default)]
     pub fallback_text: Option<String>,
+    /// What the CLI's prompt-suggestion request gets (2.1.120 on ask for one after each turn
+    /// but the first when `initialize` says `promptSuggestions`); without it, an empty answer,
+    /// which the CLI suggests nothing from. Never uses a reply.
+    #[serde(default)]
+    pub prompt_suggestion: Option<String>,
 }
 
 /// One answer to one conversation request.
@@ -143,6 +148,12 @@ impl Scenario {
     /// Sets the fallback text.
     pub fn fallback(mut self, text: impl Into<String>) -> Self {
         self.fallback_text = Some(text.into());
+        self
+    }
+
+    /// Answers the CLI's prompt-suggestion requests with `text`.
+    pub fn prompt_suggestion(mut self, text: impl Into<String>) -> Self {
+        self.prompt_suggestion = Some(text.into());
         self
     }
 

@@ -49,6 +49,8 @@ pub enum RequestKind {
     ModelValidation,
     /// `count_tokens`.
     CountTokens,
+    /// 2.1.120 on: "what might the person type next" (`[SUGGESTION MODE: …]`), after a turn.
+    PromptSuggestion,
     /// Any other path.
     Other,
 }
@@ -64,6 +66,7 @@ impl RequestKind {
             RequestKind::ModelValidation => "model_validation",
             RequestKind::CountTokens => "count_tokens",
             RequestKind::Other => "other",
+            RequestKind::PromptSuggestion => "prompt_suggestion",
         }
     }
 }
@@ -91,6 +94,7 @@ struct Shared {
     /// Replies not yet used up, with their remaining count.
     replies: Vec<(Reply, u32)>,
     fallback_text: Option<String>,
+    prompt_suggestion: Option<String>,
     requests: Vec<RecordedRequest>,
     next_id: u64,
 }
@@ -137,6 +141,7 @@ impl FakeApi {
                 })
                 .collect(),
             fallback_text: scenario.fallback_text,
+            prompt_suggestion: scenario.prompt_suggestion,
             requests: Vec::new(),
             next_id: 0,
         }));
@@ -263,8 +268,16 @@ async fn handle(
         });
         shared.next_id += 1;
         let id_base = shared.next_id;
-        let reply =
-            if kind == RequestKind::Conversation { take_reply(&mut shared, &body) } else { None };
+        let reply = match kind {
+            RequestKind::Conversation => take_reply(&mut shared, &body),
+            // Costs nothing: a test's figures stay those of its turns.
+            RequestKind::PromptSuggestion => Some(Reply {
+                input_tokens: Some(0),
+                output_tokens: Some(0),
+                ..Reply::text(shared.prompt_suggestion.clone().unwrap_or_default())
+            }),
+            _ => None,
+        };
         (reply, id_base)
     };
     state.request_count.send_modify(|count| *count += 1);
@@ -279,6 +292,7 @@ async fn handle(
         RequestKind::OutputFilePaths => {
             Reply::text("<is_displaying_contents>\nfalse\n</is_displaying_contents>\n\n<filepaths>\n</filepaths>")
         }
+        RequestKind::PromptSuggestion => reply.unwrap_or_default(),
         RequestKind::Conversation => match reply {
             Some(reply) => reply,
             None => {
@@ -347,6 +361,9 @@ fn classify(path: &str, body: &Value) -> RequestKind {
     }
     if system_text(body).contains("Extract any file paths that this command reads or modifies") {
         return RequestKind::OutputFilePaths;
+    }
+    if last_user_text(body).trim_start().starts_with("[SUGGESTION MODE:") {
+        return RequestKind::PromptSuggestion;
     }
     RequestKind::Conversation
 }

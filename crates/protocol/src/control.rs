@@ -197,6 +197,9 @@ wire_struct! {
         /// the turn only: found with 2.1.330, a background subagent outlives an interrupt with
         /// it and is killed by one without. Every pinned version takes the field.
         opt per_task_stop_affordance: bool = "perTaskStopAffordance",
+        /// Ask for a `prompt_suggestion` after each turn but the first (2.1.120 on; one more
+        /// request to the model, on the turn's prompt cache).
+        opt prompt_suggestions: bool = "promptSuggestions",
     }
 }
 

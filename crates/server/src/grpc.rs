@@ -1004,6 +1004,9 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
             Event::ConversationReset(pb::ConversationReset { trigger })
         }
         Update::PromptCancelled { uuid } => Event::PromptCancelled(pb::PromptCancelled { uuid }),
+        Update::PromptSuggestion { suggestion } => {
+            Event::PromptSuggestion(pb::PromptSuggestion { suggestion })
+        }
         Update::BackgroundTasks { tasks } => Event::BackgroundTasks(pb::BackgroundTasks {
             tasks: tasks.into_iter().map(background_task).collect(),
         }),

@@ -254,6 +254,12 @@ export class SessionView {
     try { const session = await api('POST', `/api/sessions/${this.id}/resume`, {}); sessions.set(this.id, session); this.header(); } catch (error) { toast(error.message); }
   }
 
+  /// A suggested prompt, into the message box (not sent: the person reads it first).
+  suggest(text) {
+    this.input.value = text;
+    this.input.focus();
+  }
+
   /// The tasks running in the background, each with a Stop.
   drawTasks(tasks) {
     this.tasksBar.replaceChildren(...(tasks.length ? [el('span', { class: 'tasks-label muted' }, 'In the background:')] : []),

@@ -98,6 +98,13 @@ export class Transcript {
         this.usageWindows = update.windows ?? [];
         this.onWindows?.();
         return undefined;
+      // What the person might type next: a chip under the answer that fills the message box.
+      case 'prompt_suggestion': {
+        if (this.older || !update.suggestion) return undefined;
+        this.dropSuggestions();
+        return chunk.append(el('div', { class: 'suggestion' },
+          el('button', { type: 'button', class: 'suggestion-chip ghost needs-operate', title: 'Put it in the message box (Claude Code\'s guess at what you might ask next)', onclick: () => showing.view?.suggest(update.suggestion) }, update.suggestion)));
+      }
       // The tasks running in the background now (the whole set).
       case 'background_tasks':
         if (this.older) return undefined;
@@ -139,7 +146,13 @@ export class Transcript {
     chunk.append(el('div', { class: `notice ${level}` }, text));
   }
 
+  /// Suggestions are for the next message only: a prompt, or a newer suggestion, takes them away.
+  dropSuggestions() {
+    for (const chip of this.root?.querySelectorAll('.suggestion') ?? document.querySelectorAll('.transcript .suggestion')) chip.remove();
+  }
+
   prompt(update, chunk) {
+    if (!this.older) this.dropSuggestions();
     const box = el('div', { class: 'msg user' });
     if (update.text) box.append(el('div', { class: 'text' }, update.text));
     for (const picture of update.images ?? []) box.append(image(picture));

@@ -271,6 +271,12 @@ pub enum Update {
         /// `clear`, `plan_mode_exit`, `fresh_session`, `onboarding`, when the CLI says.
         trigger: Option<String>,
     },
+    /// What the person might type next, as Claude Code predicts it after a turn: offered, never
+    /// sent by itself. A prompt sent since makes it stale.
+    PromptSuggestion {
+        /// The suggested prompt.
+        suggestion: String,
+    },
     /// The tasks running in the background now (the whole set): each may be stopped alone.
     BackgroundTasks {
         /// The tasks.
@@ -505,6 +511,9 @@ pub struct View {
     /// listed them; at most 50.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub background_tasks: Vec<BackgroundTask>,
+    /// What the person might type next, until a prompt is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_suggestion: Option<String>,
 }
 
 fn is_zero(count: &u64) -> bool {
@@ -849,6 +858,8 @@ impl Projector {
                     }
                     self.waiting_prompts.push_back(uuid.clone());
                 }
+                // A prompt answers what was suggested.
+                self.view.prompt_suggestion = None;
                 emit(Update::Prompt { text, images, uuid: user.uuid.clone(), queued });
             }
             Message::ControlRequest(request) if request.subtype() == Some("interrupt") => {
@@ -967,7 +978,8 @@ impl Projector {
             },
             other @ (Message::CommandLifecycle(_)
             | Message::ConversationReset(_)
-            | Message::RateLimitEvent(_)) => self.newer_line(other, emit),
+            | Message::RateLimitEvent(_)
+            | Message::PromptSuggestion(_)) => self.newer_line(other, emit),
             Message::ControlResponse(response) => {
                 use switchboard_protocol::control::ControlResponseBody;
                 let failure = match &response.response {
@@ -1396,6 +1408,7 @@ impl Update {
             Update::Retracted { .. } => "retracted",
             Update::ConversationReset { .. } => "conversation_reset",
             Update::BackgroundTasks { .. } => "background_tasks",
+            Update::PromptSuggestion { .. } => "prompt_suggestion",
             Update::PromptCancelled { .. } => "prompt_cancelled",
         }
     }

@@ -799,6 +799,8 @@ impl Daemon {
         // interrupt stops the turn and leaves background work running.
         config.initialize = Some(switchboard_protocol::control::InitializeRequest {
             per_task_stop_affordance: Some(true),
+            // What the person might type next, offered under the answer.
+            prompt_suggestions: Some(true),
             ..Default::default()
         });
         config.cli.resume = resume;

@@ -681,6 +681,8 @@ async fn browser() {
                     .hold_after(2),
             )
             .reply(Reply::text("Steered onto the short way.").when_prompt("STEER"))
+            // After each turn but the first, what the person might type next.
+            .prompt_suggestion("now run the whole test suite")
             // An MCP server's question (e2e/mcp-echo.mjs's `ask`), answered from its form.
             .reply(Reply::tool_use("mcp__probe__ask", json!({})).when_prompt("ELICIT"))
             .reply(Reply::text("Blue it is.").when_tool_result_contains("accept"))

@@ -71,7 +71,8 @@ impl Projector {
         }
     }
 
-    /// A `command_lifecycle`, `conversation_reset` or `rate_limit_event` line.
+    /// A `command_lifecycle`, `conversation_reset`, `rate_limit_event` or `prompt_suggestion`
+    /// line.
     pub(super) fn newer_line(&mut self, message: &Message, emit: &mut impl FnMut(Update)) {
         match message {
             Message::CommandLifecycle(lifecycle) if lifecycle.state == "started" => {
@@ -89,6 +90,19 @@ impl Projector {
                     self.view.open_turns -= 1;
                 }
                 emit(Update::PromptCancelled { uuid: lifecycle.command_uuid.clone() });
+            }
+            Message::PromptSuggestion(suggested) => {
+                // One line of printable text: it goes into a person's message box.
+                let text: String = suggested
+                    .suggestion
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect();
+                let text = bounded(text.trim());
+                if !text.is_empty() {
+                    self.view.prompt_suggestion = Some(text.clone());
+                    emit(Update::PromptSuggestion { suggestion: text });
+                }
             }
             Message::ConversationReset(reset) => {
                 // The CLI's running total starts from zero; the session's cost goes on.

@@ -1050,3 +1050,21 @@ fn background_tasks_are_listed_and_an_ended_one_is_told() {
     );
     assert!(run(&mut projector, &[foreground]).is_empty());
 }
+
+/// What the person might type next (2.1.120 on, asked for in `initialize`): one line of text,
+/// kept until a prompt is sent.
+#[test]
+fn a_prompt_suggestion_is_offered_until_a_prompt_is_sent() {
+    let mut projector = Projector::new();
+    let suggested = cli(
+        json!({"type":"prompt_suggestion","suggestion":"run the\ntests","uuid":"p1","session_id":"s"}),
+    );
+    let updates = run(&mut projector, &[suggested]);
+    assert_eq!(updates, [Update::PromptSuggestion { suggestion: "run the tests".into() }]);
+    assert_eq!(projector.view().prompt_suggestion.as_deref(), Some("run the tests"));
+    let blank =
+        cli(json!({"type":"prompt_suggestion","suggestion":"  ","uuid":"p2","session_id":"s"}));
+    assert!(run(&mut projector, &[blank]).is_empty(), "nothing to offer");
+    run(&mut projector, &[prompt("something else")]);
+    assert_eq!(projector.view().prompt_suggestion, None);
+}
