@@ -137,8 +137,12 @@ function elicitationBox(box, request, hints, answer) {
       field.description ? el('span', { class: 'muted field-hint' }, field.description) : null) };
   });
   if (fields.length) box.append(el('div', { class: 'elicitation-form' }, ...fields.map((field) => field.row)));
+  // The server's URL is its own words: a link only when it is http(s), else shown as text.
   if (input.mode === 'url' && input.url) {
-    box.append(el('div', {}, el('a', { href: input.url, target: '_blank', rel: 'noopener noreferrer' }, `Open ${input.url}`)));
+    const web = /^https?:\/\//i.test(input.url);
+    box.append(el('div', {}, web
+      ? el('a', { href: input.url, target: '_blank', rel: 'noopener noreferrer' }, `Open ${input.url}`)
+      : el('code', {}, input.url), web ? null : el('span', { class: 'muted' }, ' (not a web address: not linked)')));
   }
   const send = () => {
     const content = {};
