@@ -613,15 +613,51 @@ fn answer_lines(what: &str, answer: &Value) -> Vec<String> {
                 })
                 .collect()
         }
-        _ => {
-            let mut lines = Vec::new();
-            if let Some(cost) = answer["session"]["total_cost_usd"].as_f64() {
-                lines.push(format!("this session: ${cost:.4}"));
-            }
-            lines.push(serde_json::to_string_pretty(answer).unwrap_or_default());
-            lines
-        }
+        _ => usage_lines(answer),
     }
+}
+
+/// `get_usage`'s answer: the session's totals, each model's tokens, and the plan's windows
+/// where the login has any (an API key's has none).
+fn usage_lines(answer: &Value) -> Vec<String> {
+    let text = |value: &Value| crate::run::plain(value.as_str().unwrap_or(""));
+    let session = &answer["session"];
+    let mut lines = vec![format!(
+        "this session: ${:.4}, {:.1} s with the API, +{} -{} lines",
+        session["total_cost_usd"].as_f64().unwrap_or(0.0),
+        session["total_api_duration_ms"].as_f64().unwrap_or(0.0) / 1000.0,
+        session["total_lines_added"].as_u64().unwrap_or(0),
+        session["total_lines_removed"].as_u64().unwrap_or(0),
+    )];
+    for (model, usage) in session["model_usage"].as_object().into_iter().flatten() {
+        lines.push(format!(
+            "  {}: {} tokens in, {} out, ${:.4}",
+            crate::run::plain(model),
+            usage["inputTokens"].as_u64().unwrap_or(0)
+                + usage["cacheReadInputTokens"].as_u64().unwrap_or(0),
+            usage["outputTokens"].as_u64().unwrap_or(0),
+            usage["costUSD"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    match answer["rate_limits"].as_object() {
+        Some(windows) if answer["rate_limits_available"] == true => {
+            let plan = answer["subscription_type"].as_str().map(crate::run::plain);
+            lines.push(format!(
+                "plan{}:",
+                plan.map(|plan| format!(" ({plan})")).unwrap_or_default()
+            ));
+            for (window, figures) in windows {
+                let Some(used) = figures["utilization"].as_f64() else { continue };
+                let resets = figures["resets_at"]
+                    .as_str()
+                    .map(|at| format!(", resets {}", text(&Value::from(at))))
+                    .unwrap_or_default();
+                lines.push(format!("  {}: {used:.0}% used{resets}", crate::run::plain(window)));
+            }
+        }
+        _ => lines.push("no plan windows (an API key's login has none)".to_owned()),
+    }
+    lines
 }
 
 /// `switchboard stop-task SESSION TASK`

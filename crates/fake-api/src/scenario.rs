@@ -64,6 +64,15 @@ pub struct Reply {
     /// [`crate::FakeApi::release`] (or the client goes away). Deterministic "slow" streams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold_after: Option<usize>,
+    /// The stop reason to end the stream with, instead of `tool_use` or `end_turn`:
+    /// `refusal`, say, which newer CLIs answer by retrying on a fallback model
+    /// (`system/model_refusal_fallback`) or by saying none ran (`model_refusal_no_fallback`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// The `stop_details` sent beside the stop reason (a refusal's `category` and
+    /// `explanation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_details: Option<Value>,
     /// Token counts to report.
     #[serde(default)]
     pub input_tokens: Option<u64>,
@@ -211,6 +220,21 @@ impl Reply {
     /// Answers only when the latest prompt contains `text`.
     pub fn when_prompt(mut self, text: impl Into<String>) -> Self {
         self.when = Some(When::PromptContains(text.into()));
+        self
+    }
+
+    /// Answers only requests for a model whose name contains `text`.
+    pub fn when_model(mut self, text: impl Into<String>) -> Self {
+        self.when = Some(When::ModelContains(text.into()));
+        self
+    }
+
+    /// Ends the stream with `stop_reason: refusal` and these `stop_details` (a `category` and
+    /// an `explanation`), as the API does when the model's safeguards stop an answer.
+    pub fn refused(mut self, category: &str, explanation: &str) -> Self {
+        self.stop_reason = Some("refusal".into());
+        self.stop_details =
+            Some(serde_json::json!({"category": category, "explanation": explanation}));
         self
     }
 

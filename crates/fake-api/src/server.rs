@@ -490,6 +490,8 @@ struct Rendered {
     id: String,
     model: String,
     blocks: Vec<(Block, String)>,
+    stop_reason: Option<String>,
+    stop_details: Option<Value>,
     input_tokens: u64,
     output_tokens: u64,
 }
@@ -515,13 +517,17 @@ impl Rendered {
             id: format!("msg_fake_{id_base}"),
             model: model.to_owned(),
             blocks,
+            stop_reason: reply.stop_reason.clone(),
+            stop_details: reply.stop_details.clone(),
             input_tokens: reply.input_tokens.unwrap_or(10),
             output_tokens: reply.output_tokens.unwrap_or(5),
         }
     }
 
-    fn stop_reason(&self) -> &'static str {
-        if self.blocks.iter().any(|(block, _)| matches!(block, Block::ToolUse(_))) {
+    fn stop_reason(&self) -> &str {
+        if let Some(reason) = &self.stop_reason {
+            reason
+        } else if self.blocks.iter().any(|(block, _)| matches!(block, Block::ToolUse(_))) {
             "tool_use"
         } else {
             "end_turn"
@@ -550,7 +556,7 @@ impl Rendered {
     }
 
     fn full_message(&self) -> Value {
-        json!({
+        let message = json!({
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -559,7 +565,17 @@ impl Rendered {
             "stop_reason": self.stop_reason(),
             "stop_sequence": null,
             "usage": self.usage(self.output_tokens),
-        })
+        });
+        self.with_details(message)
+    }
+
+    /// `value` with `stop_details` beside its stop reason, when the reply has any (without,
+    /// the key is left out, as before the API had it).
+    fn with_details(&self, mut value: Value) -> Value {
+        if let (Some(details), Some(object)) = (&self.stop_details, value.as_object_mut()) {
+            object.insert("stop_details".into(), details.clone());
+        }
+        value
     }
 
     /// The SSE events, each tagged with whether it is a content delta (holds and injected
@@ -607,7 +623,7 @@ impl Rendered {
         }
         events.push((
             false,
-            json!({"type": "message_delta", "delta": {"stop_reason": self.stop_reason(), "stop_sequence": null}, "usage": {"output_tokens": self.output_tokens}}),
+            json!({"type": "message_delta", "delta": self.with_details(json!({"stop_reason": self.stop_reason(), "stop_sequence": null})), "usage": {"output_tokens": self.output_tokens}}),
         ));
         events.push((false, json!({"type": "message_stop"})));
         events
@@ -706,5 +722,26 @@ mod tests {
         assert_eq!(pick_tool_name("Bash", &["Read"]), "Bash");
         let body = json!({"tools": [{"name": "Read"}, {"name": "Task"}, {"type": "web_search"}]});
         assert_eq!(offered_tools(&body), ["Read", "Task"]);
+    }
+
+    #[test]
+    fn a_refused_reply_ends_with_its_stop_reason_and_details() {
+        let rendered = |reply: &Reply| Rendered::new(reply, "claude-opus-5-5", 1, &[]);
+        let refused = rendered(&Reply::text("No.").refused("cyber", "Looks like malware."));
+        let events = refused.events();
+        let delta = &events.iter().rev().nth(1).unwrap().1;
+        assert_eq!(delta["type"], "message_delta");
+        assert_eq!(delta["delta"]["stop_reason"], "refusal");
+        assert_eq!(delta["delta"]["stop_details"]["category"], "cyber");
+        assert_eq!(refused.full_message()["stop_reason"], "refusal");
+        assert_eq!(refused.full_message()["stop_details"]["explanation"], "Looks like malware.");
+        let plain = rendered(&Reply::text("Yes."));
+        assert_eq!(plain.full_message()["stop_reason"], "end_turn");
+        assert!(plain.full_message().get("stop_details").is_none());
+        let tool = rendered(&Reply::tool_use("Bash", json!({})));
+        assert_eq!(
+            tool.events().iter().rev().nth(1).unwrap().1["delta"]["stop_reason"],
+            "tool_use"
+        );
     }
 }

@@ -120,7 +120,8 @@ wire_struct! {
         opt plugins: Vec<Value> = "plugins",
         /// Protocol features the CLI says it has, an open set (`interrupt_cancel_queued_v1`:
         /// an `interrupt` with `cancel_queued` also drops the queued prompts). The Agent SDK
-        /// documents it; no pinned version up to 2.1.332 sends it yet.
+        /// documents it; 2.1.250 and newer list it (and `interrupt_receipt_v1`,
+        /// `msg_lifecycle_v1`, ...).
         opt capabilities: Vec<String> = "capabilities",
         /// This line's id.
         opt uuid: String = "uuid",

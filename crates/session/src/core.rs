@@ -1421,7 +1421,7 @@ fn is_prompt(line: &[u8]) -> bool {
     }
 }
 
-mod elicitation;
+pub(crate) mod elicitation;
 mod permissions;
 mod prompts;
 

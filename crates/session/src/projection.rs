@@ -105,6 +105,9 @@ pub struct Projector {
     rewinds: std::collections::HashSet<String>,
     /// File-changing tool calls whose result has not come: call id → the file.
     touching: HashMap<String, String>,
+    /// Background tasks off the list whose end has not been told yet, newest last (2.1.250
+    /// lists the set without a task before it says how the task ended).
+    unlisted_tasks: VecDeque<tasks::BackgroundTask>,
 }
 
 impl std::fmt::Debug for Projector {
@@ -1023,11 +1026,17 @@ fn context_window_of(models: &[ModelTotals], main: Option<&str>) -> Option<u64> 
 /// A title from a prompt: its first line, at most 80 characters.
 pub fn title_of(prompt: &str) -> String {
     let line = prompt.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
-    let mut title: String = line.chars().take(80).collect();
-    if line.chars().count() > 80 {
-        title.push('…');
+    cut(line, 80)
+}
+
+/// `text`'s first `most` characters, and `…` when that left any out.
+fn cut(text: &str, most: usize) -> String {
+    let mut chars = text.chars();
+    let mut kept: String = chars.by_ref().take(most).collect();
+    if chars.next().is_some() {
+        kept.push('…');
     }
-    title
+    kept
 }
 
 mod newer;

@@ -612,6 +612,12 @@ async fn client_commands_start_and_steer_sessions_named_by_a_prefix() {
     assert_eq!(code, Some(0), "{err}");
     let hooks: Value = serde_json::from_str(&out).unwrap();
     assert!(hooks["eventCatalog"].is_array(), "{hooks}");
+    let (code, out, err) = client(data.path(), &["ask", prefix, "usage"]).await;
+    assert_eq!(code, Some(0), "{err}");
+    let first = out.lines().next().unwrap();
+    assert!(first.starts_with("this session: $") && first.ends_with(" lines"), "{out}");
+    assert!(out.contains(" tokens in, "), "each model's figures: {out}");
+    assert!(out.contains("no plan windows"), "an API key's login: {out}");
     let (code, out, err) = client(data.path(), &["stop-task", prefix]).await;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out.trim(), format!("nothing runs in the background in {id}"));

@@ -340,7 +340,9 @@ async fn new_sessions_go_to_the_node_named_or_the_least_loaded_that_can() {
 /// The rest of what a person does to a session reaches the node that runs it, whichever node
 /// takes it: through node b, a model switch (the next turn asks the API for that model), a
 /// permission mode (the CLI's own answer is the `mode_changed` event), an interrupt of a
-/// streaming turn, and a stop, each carried out by the CLI on node a.
+/// streaming turn, a steered prompt (`priority: now`), a stop that drops a queued prompt
+/// (`cancel_queued`), a question to the CLI (its context), and a stop, each carried out by the
+/// CLI on node a.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_mode_interrupt_and_stop_reach_the_node_that_runs_the_session() {
     let Some(database) = Postgres::start() else { return };
@@ -348,7 +350,10 @@ async fn model_mode_interrupt_and_stop_reach_the_node_that_runs_the_session() {
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::text("first").when_prompt("ONE"))
-            .reply(Reply::text("never finishes, interrupted").when_prompt("LONG").hold_after(1)),
+            .reply(Reply::text("never finishes, interrupted").when_prompt("LONG").hold_after(1))
+            .reply(Reply::text("held up").when_prompt("SLOW").hold_after(1).times(2))
+            .reply(Reply::text("Steered.").when_prompt("STEER"))
+            .reply(Reply::text("Never asked for.").when_prompt("LATER")),
     )
     .await
     .unwrap();
@@ -390,6 +395,43 @@ async fn model_mode_interrupt_and_stop_reach_the_node_that_runs_the_session() {
     api.release();
     let long = api.wait_for(|request| request.last_user_text().contains("LONG")).await;
     assert_eq!(long.model(), model, "the switch made through b reached a's CLI");
+
+    // Steered through b: the held turn stops, and the steered prompt answers.
+    let messages = format!("/api/sessions/{id}/messages");
+    let (status, body) = b.post(&messages, json!({"content": "SLOW one"})).await;
+    assert_eq!(status, 202, "{body}");
+    follower.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
+    let (status, body) =
+        b.post(&messages, json!({"content": "STEER this way", "priority": "now"})).await;
+    assert_eq!(status, 202, "{body}");
+    follower
+        .until(|frame| crate::is_result(frame) && frame["event"]["line"]["result"] == "Steered.")
+        .await;
+    // A prompt queued `later`, dropped with the interrupt through b: it never runs.
+    let (status, body) = b.post(&messages, json!({"content": "SLOW two"})).await;
+    assert_eq!(status, 202, "{body}");
+    api.wait_for(|request| request.last_user_text().contains("SLOW two")).await;
+    let (status, later) =
+        b.post(&messages, json!({"content": "LATER, please", "priority": "later"})).await;
+    assert_eq!(status, 202, "{later}");
+    let uuid = later["uuid"].as_str().unwrap().to_owned();
+    let (status, body) =
+        b.post(&format!("/api/sessions/{id}/interrupt"), json!({"cancel_queued": true})).await;
+    assert_eq!(status, 200, "{body}");
+    follower
+        .until(|frame| {
+            let cancelled = &frame["event"]["line"]["response"]["response"]["cancelled"];
+            cancelled.as_array().is_some_and(|all| all.contains(&json!(uuid)))
+        })
+        .await;
+    follower
+        .until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle")
+        .await;
+    assert!(!api.conversation_requests().iter().any(|r| r.last_user_text().contains("LATER")));
+    // A question for a's CLI, answered through b.
+    let (status, context) = b.get(&format!("/api/sessions/{id}/cli/context")).await;
+    assert_eq!(status, 200, "{context}");
+    assert!(context["categories"].is_array(), "{context}");
 
     let (status, body) = b
         .request_as(crate::TOKEN, reqwest::Method::DELETE, &format!("/api/sessions/{id}"), None)

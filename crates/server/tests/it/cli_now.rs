@@ -9,6 +9,15 @@ use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::Server;
 
+/// A daemon whose sessions run the real CLI of `version`.
+async fn server_running(version: &str, api: &FakeApi, sandbox: &CliSandbox) -> Server {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    Server::start_with(store, api, sandbox, |config| {
+        config.claude = Some(switchboard_testkit::sandbox::real_cli_of(version));
+    })
+    .await
+}
+
 /// A session that names no permission mode runs in `default`, whatever the person's settings
 /// say: with `permissions.defaultMode = "acceptEdits"` in their `~/.claude/settings.json`, an
 /// edit the policy leaves to a person still reaches one (left to choose, the CLI would make the
@@ -236,9 +245,16 @@ async fn under_auto_the_policy_still_denies_and_asks() {
 /// `anthropic-ratelimit-unified-*` headers) reach `GET /api/usage`; a `/clear` resets the
 /// CLI's running cost, and the session's goes on adding up (a turn after it counted whole);
 /// the session follows the new conversation's id; the CLI states its turns
-/// (`session_state_changed`, asked for by the daemon).
+/// (`session_state_changed`, asked for by the daemon). With the real 2.1.330 and 2.1.250 (the
+/// oldest pinned CLI that reports every window and resets the conversation on `/clear`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
+    for version in ["2.1.330", "2.1.250"] {
+        usage_and_clear_with(version).await;
+    }
+}
+
+async fn usage_and_clear_with(version: &str) {
     let resets = switchboard_store::now_ms() / 1000 + 3600;
     let api = FakeApi::start(
         Scenario::new()
@@ -267,6 +283,7 @@ async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start_with(store, &api, &sandbox, |config| {
         config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+        config.claude = Some(switchboard_testkit::sandbox::real_cli_of(version));
     })
     .await;
     let (status, session) =
@@ -283,8 +300,10 @@ async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
     assert_eq!(status, 200);
     let windows = usage["windows"].as_array().unwrap();
     let five = windows.iter().find(|w| w["window"] == "five_hour").expect("five_hour");
-    assert_eq!(five["utilization"], 0.82, "{usage}");
-    assert_eq!(five["status"], "allowed_warning", "{usage}");
+    assert_eq!(five["utilization"], 0.82, "{version}: {usage}");
+    // 2.1.250 gives no window a status of its own: the event's (`allowed`) stands for its window.
+    let status = if version == "2.1.250" { "allowed" } else { "allowed_warning" };
+    assert_eq!(five["status"], status, "{version}: {usage}");
     assert_eq!(five["resets_at"], resets, "{usage}");
     assert!(windows.iter().any(|w| w["window"] == "seven_day" && w["utilization"] == 0.4));
     assert_eq!(usage["reported_by"], id.as_str());
@@ -298,7 +317,7 @@ async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
     ws.send(json!({"type": "user_message", "content": "TWO"})).await;
     let frames = ws.until(crate::is_result).await;
     let result = &frames.last().unwrap()["event"]["line"];
-    assert_eq!(result["result"], "Second.");
+    assert_eq!(result["result"], "Second.", "{version}");
     let cli_total = result["total_cost_usd"].as_f64().unwrap();
     assert!(cli_total > cost_before, "the turn after the clear is dearer: {cli_total}");
     let (_, after) = server.get(&format!("/api/sessions/{id}")).await;
@@ -314,13 +333,15 @@ async fn usage_windows_reach_the_api_and_a_clear_never_lowers_the_cost() {
 
 /// What a person may ask a session's CLI beyond a prompt, with the real 2.1.330: its context,
 /// usage, permission rules and hooks; a queued prompt dropped (one that is not queued: the CLI
-/// says it cancelled nothing); a title passed on. 2.1.37 answers none of these: it is refused
-/// before anything is sent, with the version that would answer.
+/// says it cancelled nothing); a title passed on. 2.1.250 and 2.1.100 answer what their
+/// versions know (usage from 2.1.250, context from 2.1.100). 2.1.37 answers none of these: it
+/// is refused before anything is sent, with the version that would answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() {
-    let api = FakeApi::start(Scenario::new().reply(Reply::text("Hello.").when_prompt("HI")))
-        .await
-        .unwrap();
+    let api =
+        FakeApi::start(Scenario::new().reply(Reply::text("Hello.").when_prompt("HI").times(4)))
+            .await
+            .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
@@ -368,6 +389,36 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
     assert_eq!(frames.last().unwrap()["event"]["line"]["request"]["title"], "Greeting");
     server.stop().await;
 
+    // The oldest pinned CLIs that answer some: each answers what its version knows, and is
+    // refused the rest by version.
+    for (version, answered, refused) in [
+        ("2.1.250", &["usage", "context"][..], "permission-rules"),
+        ("2.1.100", &["context"], "usage"),
+    ] {
+        let server = server_running(version, &api, &sandbox).await;
+        let (status, session) =
+            server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
+        assert_eq!(status, 201, "{session}");
+        let id = session["id"].as_str().unwrap().to_owned();
+        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        ws.until(crate::is_result).await;
+        for question in answered {
+            let (status, answer) = server.get(&format!("/api/sessions/{id}/cli/{question}")).await;
+            assert_eq!(status, 200, "{version} {question}: {answer}");
+            assert!(answer.as_object().is_some_and(|fields| !fields.is_empty()), "{answer}");
+        }
+        let (status, answer) = server.get(&format!("/api/sessions/{id}/cli/{refused}")).await;
+        assert_eq!(status, 409, "{version} {refused}: {answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("this session runs {version}")),
+            "{answer}"
+        );
+        server.stop().await;
+    }
+
     // 2.1.37: refused by version, nothing sent.
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start_with(store, &api, &sandbox, |config| {
@@ -391,82 +442,122 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
     server.stop().await;
 }
 
-/// Steering and a stop that drops the queue, with the real 2.1.330: a prompt sent with
-/// `priority: now` stops the running turn (its answer still held by the fake API) and runs at
-/// once; a prompt queued `later` is dropped by an interrupt with `cancel_queued` and never
-/// reaches the model; the session ends idle each time. An unknown priority is a 400, and 2.1.37
-/// (which ignores the field) is refused with the version that steers.
+/// Steering and a stop that drops the queue, with the real 2.1.330 and 2.1.120 (the oldest
+/// pinned CLI that steers): a prompt sent with `priority: now` stops the running turn (its
+/// answer still held by the fake API) and runs at once; a prompt queued `later` is dropped by
+/// an interrupt with `cancel_queued` (the CLI says it cancelled it) and never reaches the model;
+/// the session ends idle each time. An unknown priority is a 400, and 2.1.37 (which ignores the
+/// field) is refused with the version that steers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steered_prompt_stops_the_turn_and_a_stop_can_drop_the_queue() {
-    let api = FakeApi::start(
-        Scenario::new()
-            .reply(
-                Reply::text("one two three four five").when_prompt("SLOW").hold_after(1).times(4),
-            )
-            .reply(Reply::text("Steered.").when_prompt("STEER"))
-            .reply(Reply::text("Never asked for.").when_prompt("LATER")),
-    )
-    .await
-    .unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "SLOW one"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let messages = format!("/api/sessions/{id}/messages");
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
-    api.wait_for(|request| request.last_user_text().contains("SLOW one")).await;
+    for version in ["2.1.330", "2.1.120"] {
+        let api = FakeApi::start(
+            Scenario::new()
+                .reply(
+                    Reply::text("one two three four five")
+                        .when_prompt("SLOW")
+                        .hold_after(1)
+                        .times(4),
+                )
+                .reply(Reply::text("Steered.").when_prompt("STEER"))
+                .reply(Reply::text("Never asked for.").when_prompt("LATER")),
+        )
+        .await
+        .unwrap();
+        let server = server_running(version, &api, &sandbox).await;
+        let (status, session) = server
+            .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "SLOW one"}))
+            .await;
+        assert_eq!(status, 201, "{session}");
+        let id = session["id"].as_str().unwrap().to_owned();
+        let messages = format!("/api/sessions/{id}/messages");
+        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        // Steered once the held answer streams, as a person sees it: sent sooner, 2.1.120 now
+        // and then asks the API with the held turn's prompt last again (seen in a loaded run),
+        // and that request is held too.
+        ws.until(|frame| frame["event"]["line"]["event"]["delta"]["type"] == "text_delta").await;
 
-    let (status, refused) =
-        server.post(&messages, json!({"content": "x", "priority": "soon"})).await;
-    assert_eq!(status, 400, "{refused}");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("now, next or later"));
+        let (status, refused) =
+            server.post(&messages, json!({"content": "x", "priority": "soon"})).await;
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["error"]["message"].as_str().unwrap().contains("now, next or later"));
 
-    let (status, sent) =
-        server.post(&messages, json!({"content": "STEER this way", "priority": "now"})).await;
-    assert_eq!(status, 202, "{sent}");
-    let frames = ws
-        .until(|frame| crate::is_result(frame) && frame["event"]["line"]["result"] == "Steered.")
-        .await;
-    let results: Vec<_> = frames.iter().filter(|frame| crate::is_result(frame)).collect();
-    assert_eq!(results.len(), 2, "the held turn ended, then the steered one ran: {results:?}");
-    assert_ne!(results[0]["event"]["line"]["result"], "one two three four five", "stopped early");
-    ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle").await;
+        let (status, sent) =
+            server.post(&messages, json!({"content": "STEER this way", "priority": "now"})).await;
+        assert_eq!(status, 202, "{version}: {sent}");
+        let frames = ws
+            .until(|frame| {
+                crate::is_result(frame) && frame["event"]["line"]["result"] == "Steered."
+            })
+            .await;
+        let results: Vec<_> = frames.iter().filter(|frame| crate::is_result(frame)).collect();
+        assert_eq!(results.len(), 2, "{version}: the held turn ended, then the steered one ran");
+        assert_ne!(
+            results[0]["event"]["line"]["result"], "one two three four five",
+            "{version}: stopped early"
+        );
+        ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle")
+            .await;
 
-    let (status, _) = server.post(&messages, json!({"content": "SLOW two"})).await;
-    assert_eq!(status, 202);
-    api.wait_for(|request| request.last_user_text().contains("SLOW two")).await;
-    let (status, later) =
-        server.post(&messages, json!({"content": "LATER, please", "priority": "later"})).await;
-    assert_eq!(status, 202, "{later}");
-    let uuid = later["uuid"].as_str().unwrap().to_owned();
-    ws.until(|frame| {
-        frame["event"]["line"]["type"] == "command_lifecycle"
-            && frame["event"]["line"]["command_uuid"] == uuid.as_str()
-            && frame["event"]["line"]["state"] == "queued"
-    })
-    .await;
-    let (status, stopped) =
-        server.post(&format!("/api/sessions/{id}/interrupt"), json!({"cancel_queued": true})).await;
-    assert_eq!(status, 200, "{stopped}");
-    ws.until(|frame| {
-        frame["event"]["line"]["type"] == "command_lifecycle"
-            && frame["event"]["line"]["command_uuid"] == uuid.as_str()
-            && frame["event"]["line"]["state"] == "cancelled"
-    })
-    .await;
-    ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle").await;
-    assert!(
-        !api.conversation_requests()
+        let (status, _) = server.post(&messages, json!({"content": "SLOW two"})).await;
+        assert_eq!(status, 202);
+        api.wait_for(|request| request.last_user_text().contains("SLOW two")).await;
+        let (status, later) =
+            server.post(&messages, json!({"content": "LATER, please", "priority": "later"})).await;
+        assert_eq!(status, 202, "{version}: {later}");
+        let (status, stopped) = server
+            .post(&format!("/api/sessions/{id}/interrupt"), json!({"cancel_queued": true}))
+            .await;
+        assert_eq!(status, 200, "{version}: {stopped}");
+        // The CLI's own word that the queued prompt is gone: 2.1.330 lists
+        // `interrupt_cancel_queued_v1` and is sent the interrupt with `cancel_queued`, which
+        // answers with what it cancelled; an older CLI is sent `cancel_async_message` for the
+        // prompt first, which answers `cancelled: true`.
+        let uuid = later["uuid"].as_str().unwrap().to_owned();
+        let frames = ws
+            .until(|frame| {
+                let cancelled = &frame["event"]["line"]["response"]["response"]["cancelled"];
+                frame["event"]["line"]["type"] == "control_response"
+                    && (*cancelled == true
+                        || cancelled.as_array().is_some_and(|all| all.contains(&json!(uuid))))
+            })
+            .await;
+        let interrupt = frames
             .iter()
-            .any(|request| request.last_user_text().contains("LATER")),
-        "the dropped prompt never reached the model"
-    );
-    server.stop().await;
+            .map(|frame| &frame["event"]["line"])
+            .find(|line| line["request"]["subtype"] == "interrupt")
+            .expect("the interrupt was sent");
+        let cancelled: Vec<&serde_json::Value> = frames
+            .iter()
+            .map(|frame| &frame["event"]["line"]["request"])
+            .filter(|request| request["subtype"] == "cancel_async_message")
+            .map(|request| &request["message_uuid"])
+            .collect();
+        if version == "2.1.330" {
+            assert_eq!(interrupt["request"]["cancel_queued"], true, "{interrupt}");
+            assert!(cancelled.is_empty(), "{cancelled:?}");
+        } else {
+            // 2.1.120 never says which prompt runs: the running one is asked too, and the
+            // CLI answers that it cancelled nothing.
+            assert!(interrupt["request"]["cancel_queued"].is_null(), "{interrupt}");
+            assert!(cancelled.contains(&&json!(uuid)), "{cancelled:?}");
+        }
+        ws.until(|frame| frame["event"]["event"] == "state" && frame["event"]["to"] == "idle")
+            .await;
+        assert!(
+            !api.conversation_requests()
+                .iter()
+                .any(|request| request.last_user_text().contains("LATER")),
+            "{version}: the dropped prompt never reached the model"
+        );
+        server.stop().await;
+    }
 
     // 2.1.37 ignores a priority: refused by version, nothing sent.
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("Hi.").when_prompt("STEER")))
+        .await
+        .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start_with(store, &api, &sandbox, |config| {
         config.claude =
@@ -490,13 +581,20 @@ async fn a_steered_prompt_stops_the_turn_and_a_stop_can_drop_the_queue() {
     server.stop().await;
 }
 
-/// Background work, with the real 2.1.330: a subagent started to run in the background is
+/// Background work, with the real 2.1.330 and 2.1.250 (the oldest pinned CLI that lists it):
+/// a subagent started to run in the background is
 /// listed on the session (REST and the view); Stop in the head (an interrupt) ends the running
 /// turn and leaves it running, since Switchboard declares that every face stops a task alone
 /// (`perTaskStopAffordance`: without it, 2.1.330 kills background agents on an interrupt);
 /// then the task's own Stop ends it, and the transcript says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_task_outlives_an_interrupt_and_stops_alone() {
+    for version in ["2.1.330", "2.1.250"] {
+        background_with(version).await;
+    }
+}
+
+async fn background_with(version: &str) {
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::text("still working on it").when_prompt("SUBWORK").hold_after(1))
@@ -514,8 +612,7 @@ async fn a_background_task_outlives_an_interrupt_and_stops_alone() {
     .await
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
+    let server = server_running(version, &api, &sandbox).await;
     let (status, session) =
         server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "BG go"})).await;
     assert_eq!(status, 201, "{session}");
@@ -565,23 +662,36 @@ async fn a_background_task_outlives_an_interrupt_and_stops_alone() {
     })
     .await;
     let (_, view) = server.get(&format!("/api/sessions/{id}/view?after=0")).await;
-    let told = view["updates"].as_array().unwrap().iter().any(|update| {
-        update["update"]["kind"] == "background_task"
-            || update["kind"] == "background_task"
-            || update.to_string().contains("“Background helper” was stopped")
-    });
-    assert!(told, "the transcript says it was stopped");
+    let told: Vec<&serde_json::Value> = view["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|update| update["update"] == "notice" && update["kind"] == "background_task")
+        .collect();
+    assert_eq!(told.len(), 1, "{version}: the transcript says it was stopped: {told:?}");
+    assert!(
+        told[0]["text"].as_str().unwrap().contains("“Background helper” was stopped"),
+        "{version}: {}",
+        told[0]
+    );
     assert!(listed(&server.get(&format!("/api/sessions/{id}")).await.1).is_empty());
     server.stop().await;
 }
 
-/// An MCP server's question, with the real 2.1.330 and the tests' MCP server
+/// An MCP server's question, with the real 2.1.330 and 2.1.100 (the oldest pinned CLI that
+/// passes one on) and the tests' MCP server
 /// (`e2e/mcp-echo.mjs`, its `ask` tool): it reaches a person although the policy allows every
 /// call, as a question only a person may answer (no link approval, no "always"); an answer
 /// that does not fit its form is a 400 and it still waits; the answer that fits reaches the
 /// server, which hands it to the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
+    for version in ["2.1.330", "2.1.100"] {
+        elicitation_with(version).await;
+    }
+}
+
+async fn elicitation_with(version: &str) {
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::tool_use("mcp__probe__ask", json!({})).when_prompt("ELICIT"))
@@ -590,8 +700,7 @@ async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
     .await
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
+    let server = server_running(version, &api, &sandbox).await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../e2e/mcp-echo.mjs");
     let mcp = json!({"mcpServers": {"probe": {"command": "node", "args": [script]}}}).to_string();
     let (status, session) = server
@@ -606,10 +715,15 @@ async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
     let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
     let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
     let asked = &frames.last().unwrap()["event"];
-    assert_eq!(asked["tool_name"], "McpElicitation", "{asked}");
+    assert_eq!(asked["tool_name"], "McpElicitation", "{version}: {asked}");
     assert_eq!(asked["input"]["server"], "probe");
     assert_eq!(asked["input"]["message"], "Which colour should the button be?");
-    assert_eq!(asked["input"]["property_order"], json!(["colour", "note"]));
+    // 2.1.330 says in which order to ask (older CLIs leave it to the schema's own).
+    if version == "2.1.330" {
+        assert_eq!(asked["input"]["property_order"], json!(["colour", "note"]));
+    } else {
+        assert!(asked["input"]["property_order"].is_null(), "{asked}");
+    }
     assert_eq!(asked["hints"]["person_only"], true);
     let request_id = asked["request_id"].as_str().unwrap().to_owned();
     let answer = format!("/api/sessions/{id}/permissions/{request_id}");
@@ -628,7 +742,7 @@ async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
             json!({"behavior": "allow", "updated_input": {"colour": "blue", "note": "please"}}),
         )
         .await;
-    assert_eq!(status, 200, "{answered}");
+    assert_eq!(status, 200, "{version}: {answered}");
     let frames = ws.until(crate::is_result).await;
     let result = frames
         .iter()
@@ -638,6 +752,75 @@ async fn an_mcp_servers_question_reaches_a_person_and_the_answer_the_server() {
         })
         .expect("the tool's result");
     assert!(result.contains(r#"asked: {\"action\":\"accept\",\"content\":{\"colour\":\"blue\",\"note\":\"please\"}}"#), "{result}");
-    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Blue it is.");
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "Blue it is.", "{version}");
     server.stop().await;
+}
+
+/// A refused answer taken back, with the real CLIs that retry on a fallback model (2.1.330, and
+/// 2.1.250, the oldest pinned one that does): the model's safeguards stop the answer
+/// (`stop_reason: refusal`); the CLI retries on the fallback model, whose answer is the turn's;
+/// the view takes the refused answer out (the log keeps it) and says why, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_answer_is_taken_back_and_the_fallbacks_answer_stands() {
+    for version in ["2.1.330", "2.1.250"] {
+        let api = FakeApi::start(
+            Scenario::new()
+                // The newest CLIs go on once on the same model before they fall back.
+                .reply(
+                    Reply::text("I will not")
+                        .refused("cyber", "Looks like malware.")
+                        .when_model("opus-5")
+                        .times(2),
+                )
+                .reply(Reply::text("Here is a safe answer.").when_model("opus-4-8")),
+        )
+        .await
+        .unwrap();
+        let sandbox = CliSandbox::new().unwrap();
+        let server = server_running(version, &api, &sandbox).await;
+        let (status, session) = server
+            .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "Write it"}))
+            .await;
+        assert_eq!(status, 201, "{session}");
+        let id = session["id"].as_str().unwrap().to_owned();
+        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        let frames = ws.until(crate::is_result).await;
+        let result = &frames.last().unwrap()["event"]["line"];
+        assert_eq!(result["result"], "Here is a safe answer.", "{version}: {result}");
+        let lines: Vec<&serde_json::Value> = frames
+            .iter()
+            .map(|frame| &frame["event"]["line"])
+            .filter(|line| line["type"] == "assistant")
+            .collect();
+        let answer = lines.last().unwrap();
+        let refused: Vec<&str> = answer["supersedes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{version}: the fallback's answer supersedes: {answer}"))
+            .iter()
+            .filter_map(|uuid| uuid.as_str())
+            .collect();
+        assert!(!refused.is_empty(), "{version}: {answer}");
+        let (_, view) = server.get(&format!("/api/sessions/{id}/view?after=0")).await;
+        let updates = view["updates"].as_array().unwrap();
+        let retracted: Vec<&str> = updates
+            .iter()
+            .filter(|update| update["update"] == "retracted")
+            .flat_map(|update| update["uuids"].as_array().unwrap().iter())
+            .filter_map(|uuid| uuid.as_str())
+            .collect();
+        for uuid in &refused {
+            assert!(retracted.contains(uuid), "{version}: {uuid} taken back: {retracted:?}");
+        }
+        let notices: Vec<&serde_json::Value> = updates
+            .iter()
+            .filter(|update| update["update"] == "notice" && update["kind"] == "refusal")
+            .collect();
+        assert_eq!(notices.len(), 1, "{version}: {notices:?}");
+        let text = notices[0]["text"].as_str().unwrap();
+        assert!(text.contains("took the refused answer back"), "{version}: {text}");
+        // The log keeps what the view took out.
+        let (_, events) = server.get(&format!("/api/sessions/{id}/events?after=0")).await;
+        assert!(events.to_string().contains(refused[0]), "{version}: the log keeps it");
+        server.stop().await;
+    }
 }

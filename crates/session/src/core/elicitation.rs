@@ -14,6 +14,11 @@ pub const ELICITATION_TOOL: &str = "McpElicitation";
 /// The largest content sent back, as JSON.
 const MAX_CONTENT_BYTES: usize = 64 * 1024;
 
+/// The largest question kept for a person (its message, form and address, as JSON): a larger
+/// one is declined at once, so that no server's question grows every face's copy of the
+/// session (the log keeps the CLI's line as it came).
+pub(crate) const MAX_QUESTION_BYTES: usize = 32 * 1024;
+
 impl SessionCore {
     pub(super) fn on_elicitation(
         &mut self,
@@ -37,6 +42,12 @@ impl SessionCore {
             if let Some(value) = value {
                 input.insert(key.into(), value);
             }
+        }
+        let size = serde_json::to_vec(&input).map_or(usize::MAX, |bytes| bytes.len());
+        if size > MAX_QUESTION_BYTES {
+            let result = ElicitationResult { action: "decline".into(), ..Default::default() };
+            self.write(Message::from(ControlResponse::success(request_id, &result)), effects);
+            return;
         }
         let hints = PermissionHints {
             requires_user_interaction: true,

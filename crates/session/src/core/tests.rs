@@ -977,4 +977,13 @@ fn an_mcp_servers_question_waits_for_a_person_and_is_answered_or_declined() {
     core.on_line(ask("e3"));
     let effects = core.answer_permission("e3", PermissionAnswer::deny("no"), "bob").unwrap();
     assert_eq!(sent(&effects)[0]["response"]["response"], json!({"action":"decline"}));
+    // A question too large to hand a person is declined at once.
+    let huge = "x".repeat(crate::core::elicitation::MAX_QUESTION_BYTES);
+    let effects = core.on_line(line(
+        &json!({"type":"control_request","request_id":"e4","request":{"subtype":"elicitation",
+            "mcp_server_name":"asker","message":huge,"mode":"form"}})
+        .to_string(),
+    ));
+    assert_eq!(sent(&effects)[0]["response"]["response"], json!({"action":"decline"}));
+    assert!(core.snapshot().pending_permissions.is_empty(), "nothing waits");
 }

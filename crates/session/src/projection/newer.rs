@@ -165,12 +165,7 @@ const MAX_NOTICE_CHARS: usize = 2000;
 
 /// `text` cut to [`MAX_NOTICE_CHARS`] characters: the CLI's words, in a notice.
 fn bounded(text: &str) -> String {
-    let mut chars = text.chars();
-    let mut cut: String = chars.by_ref().take(MAX_NOTICE_CHARS).collect();
-    if chars.next().is_some() {
-        cut.push('…');
-    }
-    cut
+    super::cut(text, MAX_NOTICE_CHARS)
 }
 
 /// The windows a `rate_limit_event` reports: the one it is about, and (2.1.250 on)

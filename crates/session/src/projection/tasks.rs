@@ -1,12 +1,12 @@
 //! The tasks a session runs in the background, read once: a Bash command run in the
-//! background, a subagent started with `run_in_background` (2.1.330 lists them whole in each
-//! `system/background_tasks_changed`), and how each ended (`task_notification`). Each may be
-//! stopped alone (`stop_task`); the view lists the ones still running.
+//! background, a subagent started with `run_in_background` (2.1.250 and newer list them whole
+//! in each `system/background_tasks_changed`), and how each ended (`task_notification`). Each
+//! may be stopped alone (`stop_task`); the view lists the ones still running.
 
 use serde::{Deserialize, Serialize};
 use switchboard_protocol::system::{BackgroundTasksChanged, TaskEvent};
 
-use super::{notice, Level, NoticeKind, Projector, Update};
+use super::{cut, notice, Level, NoticeKind, Projector, Update};
 
 /// The most tasks the view lists.
 pub(super) const MAX_BACKGROUND_TASKS: usize = 50;
@@ -50,6 +50,15 @@ impl Projector {
             })
             .collect();
         if tasks != self.view.background_tasks {
+            // Those gone from the list are kept until their end is told.
+            for gone in self.view.background_tasks.drain(..) {
+                if !tasks.iter().any(|task| task.task_id == gone.task_id) {
+                    if self.unlisted_tasks.len() >= MAX_BACKGROUND_TASKS {
+                        self.unlisted_tasks.pop_front();
+                    }
+                    self.unlisted_tasks.push_back(gone);
+                }
+            }
             self.view.background_tasks = tasks.clone();
             emit(Update::BackgroundTasks { tasks });
         }
@@ -59,14 +68,23 @@ impl Projector {
     /// sends no `background_tasks_changed` after it leaves none behind).
     pub(super) fn task_ended(&mut self, event: &TaskEvent, emit: &mut impl FnMut(Update)) {
         let Some(task_id) = event.task_id.as_deref() else { return };
-        let Some(index) =
-            self.view.background_tasks.iter().position(|task| task.task_id == task_id)
-        else {
+        let listed = self.view.background_tasks.iter().position(|task| task.task_id == task_id);
+        let task = if let Some(index) = listed {
+            let task = self.view.background_tasks.remove(index);
+            emit(Update::BackgroundTasks { tasks: self.view.background_tasks.clone() });
+            task
+        } else if let Some(task) = self
+            .unlisted_tasks
+            .iter()
+            .position(|task| task.task_id == task_id)
+            .and_then(|index| self.unlisted_tasks.remove(index))
+        {
+            // Already off the list (2.1.250 says so first).
+            task
+        } else {
             // Not one the session knew in the background (a subagent the turn waited for).
             return;
         };
-        let task = self.view.background_tasks.remove(index);
-        emit(Update::BackgroundTasks { tasks: self.view.background_tasks.clone() });
         let what = task
             .description
             .or_else(|| event.description.as_deref().map(|text| cut(text, MAX_DESCRIPTION_CHARS)))
@@ -79,13 +97,4 @@ impl Projector {
         };
         emit(notice(level, NoticeKind::BackgroundTask, format!("Background: “{what}” {how}.")));
     }
-}
-
-fn cut(text: &str, most: usize) -> String {
-    let mut chars = text.chars();
-    let mut kept: String = chars.by_ref().take(most).collect();
-    if chars.next().is_some() {
-        kept.push('…');
-    }
-    kept
 }

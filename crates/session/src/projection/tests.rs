@@ -1049,6 +1049,28 @@ fn background_tasks_are_listed_and_an_ended_one_is_told() {
         json!({"type":"system","subtype":"task_notification","task_id":"sub-1","status":"completed","uuid":"n2","session_id":"s"}),
     );
     assert!(run(&mut projector, &[foreground]).is_empty());
+
+    // 2.1.250 lists the set without the task first, then says how it ended: told all the same,
+    // once.
+    let emptied = cli(
+        json!({"type":"system","subtype":"background_tasks_changed","tasks":[],"uuid":"b2","session_id":"s"}),
+    );
+    let updates = run(&mut projector, &[emptied]);
+    assert_eq!(updates, [Update::BackgroundTasks { tasks: vec![] }]);
+    let ended = cli(
+        json!({"type":"system","subtype":"task_notification","task_id":"a2a8","status":"completed","uuid":"n3","session_id":"s"}),
+    );
+    let updates = run(&mut projector, std::slice::from_ref(&ended));
+    assert_eq!(
+        notices(&updates),
+        [(
+            NoticeKind::BackgroundTask,
+            Level::Info,
+            "Background: “Background helper” finished.".into()
+        )]
+    );
+    assert_eq!(updates.len(), 1, "the list is already empty: {updates:?}");
+    assert!(run(&mut projector, &[ended]).is_empty(), "told once");
 }
 
 /// What the person might type next (2.1.120 on, asked for in `initialize`): one line of text,

@@ -54,6 +54,7 @@ const SCENARIOS: &[&str] = &[
     "steer",
     "background",
     "elicitation",
+    "refusal",
 ];
 
 /// The tests' MCP server (its `ask` tool elicits a colour), for the `elicitation` scenario.
@@ -595,6 +596,19 @@ fn script(scenario: &str, workdir: &Path) -> Scenario {
         "elicitation" => Scenario::new()
             .reply(Reply::tool_use("mcp__probe__ask", json!({})).when_prompt("ASK"))
             .reply(Reply::text("Got the answer.").when_tool_result()),
+        // The model's safeguards stop the answer (`stop_reason: refusal`). The newest CLIs
+        // go on once on the same model, then retry on a fallback model, whose answer
+        // supersedes the refused one; older ones end the turn with the refusal.
+        "refusal" => Scenario::new()
+            .reply(
+                Reply::text("I will not")
+                    .refused("cyber", "Looks like malware.")
+                    .when_model("opus-5")
+                    .times(2),
+            )
+            .reply(Reply::text("Here is a safe answer.").when_model("opus-4-8"))
+            .reply(Reply::text("I will not").refused("cyber", "Looks like malware."))
+            .fallback("Answered after the refusal."),
         _ => Scenario::new(),
     }
 }
@@ -821,6 +835,10 @@ async fn steps(d: &mut Driver, scenario: &str, api: &FakeApi) -> anyhow::Result<
         "elicitation" => {
             d.answer = Answer::Allow;
             d.prompt("ASK for a colour").await?;
+            d.until_result().await?;
+        }
+        "refusal" => {
+            d.prompt("Write the exploit").await?;
             d.until_result().await?;
         }
         other => bail!("no scenario {other:?}"),
