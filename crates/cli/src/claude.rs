@@ -9,6 +9,14 @@
 //! - A message sent from the browser or the API is typed into the CLI one character at a time
 //!   (a prompt pasted at once would be taken as a paste), then Enter; an interrupt is Esc.
 //!
+//! Under the session's policy: the daemon hands this command a key for the session's hooks
+//! when it registers, and the CLI gets a `PreToolUse` hook (an HTTP hook to the daemon's
+//! `/hooks/pre-tool-use`, carrying the key) through `--settings`, read from a file descriptor
+//! that only the CLI holds (an anonymous file: no path to find, no command line, no environment a
+//! tool inherits). So every tool call is decided by the session's policy, and one it asks
+//! about waits for a person in any face; a hook that cannot reach the daemon blocks the call.
+//! Claude Code 2.1.100 and newer have HTTP hooks.
+//!
 //! Which transcript: the CLI is started with `--session-id` (a new id) unless the person's
 //! arguments name a session (`--session-id`, `--resume ID`). With `--continue`, a bare
 //! `--resume` (the picker) or `--fork-session`, the id is learnt once the CLI writes it: from
@@ -49,6 +57,10 @@ const SWITCH_CHECK: Duration = Duration::from_secs(1);
 
 /// The largest announcement file read (`sessions/<pid>.json`).
 const ANNOUNCEMENT_MAX_BYTES: u64 = 64 * 1024;
+
+/// How long the CLI lets its `PreToolUse` hook wait for an answer: a person may take a while,
+/// and the session's policy ends the wait first (`ask_timeout`, `on_timeout`).
+const HOOK_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// Ctrl-Z, as a terminal in raw mode reads it.
 const CTRL_Z: u8 = 0x1a;
@@ -202,13 +214,25 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         SessionChoice::Unknown => None,
     };
     let hello = json!({"type": "hello", "cwd": cwd, "claude_session_id": known});
-    let session = register(&mut socket, hello).await?;
+    let (session, hook_key) = register(&mut socket, hello).await?;
 
     let mut cli_args = args.args.clone();
     if let SessionChoice::New(id) = &choice {
         cli_args.push("--session-id".into());
         cli_args.push(id.into());
     }
+    // Held until the CLI has started (it inherits it), then closed here.
+    let settings = match &hook_key {
+        Some(key) => {
+            // The CLI takes the last `--settings` only: the person's own go into ours.
+            let theirs = take_settings(&mut cli_args)?;
+            let (file, arg) = hook_settings(&client.base, key, theirs)?;
+            cli_args.push("--settings".into());
+            cli_args.push(arg.into());
+            Some(file)
+        }
+        None => None,
+    };
     let mut options = switchboard_transport::CliOptions::new(&cwd);
     options.program = args.claude.clone();
     let (pty, pts) = pty_process::open().map_err(|error| format!("cannot open a PTY: {error}"))?;
@@ -230,6 +254,7 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         .spawn(pts)
         .map_err(|error| format!("cannot start {}: {error}", options.program().display()))?;
     let pid = child.id();
+    drop(settings);
     let mut raw = Some(
         RawMode::enter()
             .map_err(|error| format!("cannot put the terminal in raw mode: {error}"))?,
@@ -326,7 +351,92 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     })
 }
 
-async fn register(socket: &mut Socket, hello: Value) -> Result<String, String> {
+/// The settings that put the CLI's tool calls to the daemon's `PreToolUse` hook at `base`
+/// with `key`, in an anonymous file the CLI inherits, and the `--settings` value that names
+/// it (`/dev/fd/N`, which the CLI may read again whenever it likes). The file is open here
+/// without close-on-exec: the caller closes it once the CLI has started.
+fn hook_settings(
+    base: &str,
+    key: &str,
+    theirs: Option<Value>,
+) -> Result<(std::os::fd::OwnedFd, String), String> {
+    use std::os::fd::AsRawFd as _;
+    let hook = json!({"matcher": "*", "hooks": [{
+        "type": "http",
+        "url": format!("{}/hooks/pre-tool-use", base.trim_end_matches('/')),
+        "headers": {"Authorization": format!("Bearer {key}")},
+        "timeout": HOOK_TIMEOUT_SECS,
+        // Unreachable, the daemon blocks the call rather than letting it run unasked.
+        "onFailure": "block",
+    }]});
+    let mut settings = theirs.unwrap_or_else(|| json!({}));
+    let hooks = settings
+        .as_object_mut()
+        .ok_or("--settings must be a JSON object")?
+        .entry("hooks")
+        .or_insert_with(|| json!({}));
+    let pre_tool_use = hooks
+        .as_object_mut()
+        .ok_or("--settings' hooks must be a JSON object")?
+        .entry("PreToolUse")
+        .or_insert_with(|| json!([]));
+    pre_tool_use.as_array_mut().ok_or("--settings' PreToolUse hooks must be a list")?.push(hook);
+    let cannot = |error: std::io::Error| format!("cannot hand the CLI its hook settings: {error}");
+    let file = rustix::fs::memfd_create("switchboard-settings", rustix::fs::MemfdFlags::empty())
+        .map_err(|error| cannot(error.into()))?;
+    let mut writer = std::fs::File::from(file);
+    std::io::Write::write_all(&mut writer, settings.to_string().as_bytes()).map_err(cannot)?;
+    let file = std::os::fd::OwnedFd::from(writer);
+    let arg = format!("/dev/fd/{}", file.as_raw_fd());
+    Ok((file, arg))
+}
+
+/// The largest settings file of the person's read (`--settings FILE`).
+const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
+
+/// Takes the person's own `--settings` (JSON, or a file of it) out of `args`: the last one, as
+/// the CLI would read it, every one removed.
+fn take_settings(args: &mut Vec<OsString>) -> Result<Option<Value>, String> {
+    let mut value = None;
+    let mut kept = Vec::with_capacity(args.len());
+    let mut given = std::mem::take(args).into_iter();
+    while let Some(arg) = given.next() {
+        let text = arg.to_string_lossy();
+        if text == "--settings" {
+            value = Some(given.next().ok_or("--settings needs a value")?);
+        } else if let Some(inline) = text.strip_prefix("--settings=") {
+            value = Some(inline.into());
+        } else {
+            kept.push(arg);
+        }
+    }
+    *args = kept;
+    let Some(value) = value else { return Ok(None) };
+    let text = value.to_string_lossy();
+    let json = if text.trim_start().starts_with('{') {
+        text.into_owned()
+    } else {
+        let path = PathBuf::from(&value);
+        let cannot =
+            |error: std::io::Error| format!("cannot read --settings {}: {error}", path.display());
+        let file = std::fs::File::open(&path).map_err(cannot)?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file.take(MAX_SETTINGS_BYTES + 1), &mut text)
+            .map_err(cannot)?;
+        if text.len() as u64 > MAX_SETTINGS_BYTES {
+            return Err(format!(
+                "--settings {} is over {MAX_SETTINGS_BYTES} bytes",
+                path.display()
+            ));
+        }
+        text
+    };
+    serde_json::from_str(&json)
+        .map(Some)
+        .map_err(|error| format!("--settings is not JSON: {error}"))
+}
+
+async fn register(socket: &mut Socket, hello: Value) -> Result<(String, Option<String>), String> {
     socket
         .send(WsMessage::Text(hello.to_string().into()))
         .await
@@ -338,7 +448,7 @@ async fn register(socket: &mut Socket, hello: Value) -> Result<String, String> {
         return Err("the daemon closed the connection".into());
     };
     match serde_json::from_str::<ToTerminal>(&text) {
-        Ok(ToTerminal::Registered { session }) => Ok(session),
+        Ok(ToTerminal::Registered { session, hook_key }) => Ok((session, hook_key)),
         Ok(ToTerminal::Error { error }) => Err(format!("the daemon refused the session: {error}")),
         _ => Err(format!("the daemon refused the session: {}", text.as_str())),
     }
@@ -697,6 +807,33 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_persons_own_settings_are_taken_out_and_keep_their_hooks() {
+        let mut given = args(&[
+            "--model",
+            "opus",
+            "--settings",
+            r#"{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[]}]},"model":"x"}"#,
+        ]);
+        let theirs = take_settings(&mut given).unwrap();
+        assert_eq!(given, args(&["--model", "opus"]));
+        let (file, arg) = hook_settings("http://127.0.0.1:1/", "k", theirs).unwrap();
+        let read: Value = serde_json::from_str(&std::fs::read_to_string(&arg).unwrap()).unwrap();
+        drop(file);
+        assert_eq!(read["model"], "x", "theirs kept");
+        let hooks = read["hooks"]["PreToolUse"].as_array().unwrap();
+        assert_eq!(hooks.len(), 2, "theirs, then ours");
+        assert_eq!(hooks[1]["hooks"][0]["url"], "http://127.0.0.1:1/hooks/pre-tool-use");
+        assert_eq!(hooks[1]["hooks"][0]["headers"]["Authorization"], "Bearer k");
+        let mut none = args(&["--resume", "abc"]);
+        assert_eq!(take_settings(&mut none).unwrap(), None);
+        assert!(take_settings(&mut args(&["--settings"])).is_err());
+        assert!(take_settings(&mut args(&["--settings=/nonexistent/settings.json"]))
+            .unwrap_err()
+            .contains("cannot read"));
+        assert!(hook_settings("http://x", "k", Some(json!([1]))).is_err());
     }
 
     #[test]

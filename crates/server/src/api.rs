@@ -190,6 +190,7 @@ pub fn routes() -> Vec<Route> {
         // One-tap approval links: the link is the credential ([`crate::links`]).
         route("GET", "/a/{link}", Guard::Own, get(crate::approval::page)),
         route("POST", "/a/{link}", Guard::Own, post(crate::approval::answer)),
+        route("POST", "/hooks/pre-tool-use", Guard::Own, post(crate::hooks::pre_tool_use)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
         route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),
         // The relay's CLI socket (an upgrade) or the web UI's page.
@@ -251,34 +252,7 @@ async fn ingress_events(
     body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
     let slot = ingress_slot(&daemon, &slot_id, &headers)?;
-    let body =
-        tokio::time::timeout(INGRESS_BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES))
-            .await
-            .map_err(|_| ApiError {
-                status: StatusCode::REQUEST_TIMEOUT,
-                code: "timeout",
-                message: format!(
-                    "the body did not arrive within {} s",
-                    INGRESS_BODY_TIMEOUT.as_secs()
-                ),
-            })?
-            .map_err(|error| {
-                let too_large = std::error::Error::source(&error)
-                    .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-                if too_large {
-                    ApiError {
-                        status: StatusCode::PAYLOAD_TOO_LARGE,
-                        code: "too_large",
-                        message: format!("the body is over {MAX_BODY_BYTES} bytes"),
-                    }
-                } else {
-                    ApiError {
-                        status: StatusCode::REQUEST_TIMEOUT,
-                        code: "timeout",
-                        message: format!("the body did not arrive whole: {error}"),
-                    }
-                }
-            })?;
+    let body = crate::extract::bounded_body(body, MAX_BODY_BYTES, INGRESS_BODY_TIMEOUT).await?;
     #[derive(Deserialize)]
     struct Events<'a> {
         #[serde(borrow)]

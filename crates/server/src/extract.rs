@@ -47,6 +47,41 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> 
     }
 }
 
+/// A body read after its sender was checked (a handler that checks a token of its own before
+/// it reads a byte): at most `limit` bytes (`413 too_large`), whole within `within` (`408
+/// timeout`).
+pub(crate) async fn bounded_body(
+    body: axum::body::Body,
+    limit: usize,
+    within: std::time::Duration,
+) -> Result<axum::body::Bytes, ApiError> {
+    let timeout = || ApiError {
+        status: StatusCode::REQUEST_TIMEOUT,
+        code: "timeout",
+        message: format!("the body did not arrive within {} s", within.as_secs()),
+    };
+    tokio::time::timeout(within, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| timeout())?
+        .map_err(|error| {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                ApiError {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    code: "too_large",
+                    message: format!("the body is over {limit} bytes"),
+                }
+            } else {
+                ApiError {
+                    status: StatusCode::REQUEST_TIMEOUT,
+                    code: "timeout",
+                    message: format!("the body did not arrive whole: {error}"),
+                }
+            }
+        })
+}
+
 /// A JSON body that may be left out: no body at all (no `Content-Type`, nothing sent) is
 /// `T::default()`; anything sent is read as [`Body`] reads it.
 pub(crate) struct OptionalBody<T>(pub(crate) T);

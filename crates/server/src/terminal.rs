@@ -54,6 +54,10 @@ pub enum ToTerminal {
     Registered {
         /// Its id.
         session: String,
+        /// The key the CLI's `PreToolUse` hook asks with (`POST /hooks/pre-tool-use`): for the
+        /// CLI's settings only, never a command line, file or environment.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook_key: Option<String>,
     },
     /// Type this prompt.
     Prompt {
@@ -134,16 +138,18 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, mut socket: WebSocket) {
             return refuse(socket, format!("no hello within {seconds} s")).await;
         }
     };
-    let (record, lines, keys, snapshot) = match daemon.attach_terminal(hello).await {
+    let (record, lines, keys, snapshot, hook_key) = match daemon.attach_terminal(hello).await {
         Ok(attached) => attached,
         Err(error) => return refuse(socket, error.to_string()).await,
     };
-    let registered = ToTerminal::Registered { session: record.id.clone() };
-    if socket.send(frame(registered)).await.is_err() {
+    let registered =
+        ToTerminal::Registered { session: record.id.clone(), hook_key: Some(hook_key) };
+    if socket.send(frame(registered)).await.is_ok() {
+        relay(socket, lines, keys, snapshot, caller).await;
+    } else {
         lines.ended(None, None, "the terminal went away", Vec::new()).await;
-        return;
     }
-    relay(socket, lines, keys, snapshot, caller).await;
+    daemon.hook_keys().forget(&record.id);
 }
 
 /// Moves transcript lines in and keys out until the CLI exits, the terminal goes away, or the

@@ -12,12 +12,22 @@
 //! the session writes, read once by [`keys_of`]: a prompt to type, or Esc for an interrupt).
 //! Closing the session's input ends `KeysOut`: the terminal is told it is detached, and the
 //! CLI goes on.
+//!
+//! A tool call the CLI's `PreToolUse` hook hands to the daemon comes in through a
+//! [`HookGate`]: put to the session as the CLI's own control request (its `hook_callback`, and a
+//! `can_use_tool` when a person must answer), so that the session's policy, its people and its
+//! log treat it as any other; the session's answer, which [`KeysOut`] reads instead of typing
+//! it, goes back to the hook.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 pub use bytes::Bytes;
 use switchboard_protocol::codec::Received;
 use switchboard_protocol::content::ContentBlock;
+use switchboard_protocol::control::{ControlCancelRequest, ControlRequest, ControlResponse};
 use switchboard_protocol::{ControlRequestPayload, Message, TextOr, UserMessage};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::stdio::{self, CliLink, CliProcess, ExitInfo, TransportEvent, WriterCommand};
 
@@ -93,6 +103,11 @@ pub fn prompt_text(user: &UserMessage) -> Result<String, String> {
 /// for (nothing to do), `Err` for a prompt that cannot be typed.
 pub fn keys_of(line: Bytes) -> Result<Option<Keys>, String> {
     let message = Message::decode(&line).map_err(|error| error.to_string())?;
+    keys_for(message, line)
+}
+
+/// [`keys_of`] for a line read already.
+fn keys_for(message: Message, line: Bytes) -> Result<Option<Keys>, String> {
     match message {
         Message::User(user) => Ok(Some(Keys::Prompt { text: prompt_text(&user)?, line })),
         Message::ControlRequest(request)
@@ -117,16 +132,99 @@ pub struct TranscriptIn {
 pub struct KeysOut {
     events: mpsc::Sender<TransportEvent>,
     writer: mpsc::Receiver<WriterCommand>,
+    hooks: HookGate,
 }
 
-/// A session's link to a CLI in a terminal, and the two halves its terminal uses.
-pub fn attached() -> (CliLink, TranscriptIn, KeysOut) {
+/// The most tool calls a terminal's hooks may have waiting at once (a CLI asks one at a time,
+/// subagents a few more).
+pub const MAX_WAITING_HOOKS: usize = 32;
+
+/// What a terminal's CLI asks through its hooks, put to the session as the CLI's own control
+/// requests; each answer goes back to the hook that waits for it.
+#[derive(Debug, Clone)]
+pub struct HookGate {
+    events: mpsc::Sender<TransportEvent>,
+    waiting: Arc<Mutex<HashMap<String, oneshot::Sender<Box<ControlResponse>>>>>,
+}
+
+impl HookGate {
+    /// Puts `request` to the session as the CLI's control request named `request_id` (unique:
+    /// the caller's). The session's answer comes on the returned receiver, which is dropped
+    /// unanswered when the session ends first. Refused, with the reason, when
+    /// [`MAX_WAITING_HOOKS`] already wait or the session is gone.
+    pub async fn ask(
+        &self,
+        request_id: &str,
+        request: impl Into<ControlRequestPayload>,
+    ) -> Result<oneshot::Receiver<Box<ControlResponse>>, String> {
+        let (answer, answered) = oneshot::channel();
+        {
+            let mut waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            waiting.retain(|_, waiter| !waiter.is_closed());
+            if waiting.len() >= MAX_WAITING_HOOKS {
+                return Err(format!("{MAX_WAITING_HOOKS} tool calls already wait for an answer"));
+            }
+            waiting.insert(request_id.to_owned(), answer);
+        }
+        let line = Message::from(ControlRequest::new(request_id, request)).encode();
+        let received = Received::decode(line.as_bytes()).map_err(|error| error.to_string())?;
+        if self.events.send(TransportEvent::Line(Box::new(received))).await.is_err() {
+            self.forget(request_id);
+            return Err("the session has ended".to_owned());
+        }
+        Ok(answered)
+    }
+
+    /// Forgets the call `request_id`: a late answer is dropped.
+    fn forget(&self, request_id: &str) {
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(request_id);
+    }
+
+    /// Withdraws the call `request_id` (its hook went away unanswered): the session is told, as
+    /// the CLI tells it of a request it gave up on, and stops waiting for a person.
+    pub fn withdraw(&self, request_id: &str) {
+        self.forget(request_id);
+        let line = Message::from(ControlCancelRequest {
+            request_id: request_id.to_owned(),
+            ..Default::default()
+        })
+        .encode();
+        if let Ok(received) = Received::decode(line.as_bytes()) {
+            let events = self.events.clone();
+            // From a drop: on a task of its own.
+            tokio::spawn(async move {
+                let _ = events.send(TransportEvent::Line(Box::new(received))).await;
+            });
+        }
+    }
+
+    /// Hands `response`, when it answers a request a hook waits for, to that hook; gives it
+    /// back otherwise.
+    fn answer(&self, response: Box<ControlResponse>) -> Option<Box<ControlResponse>> {
+        let Some(request_id) = response.request_id() else { return Some(response) };
+        let waiter =
+            self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(request_id);
+        match waiter {
+            Some(waiter) => {
+                let _ = waiter.send(response);
+                None
+            }
+            None => Some(response),
+        }
+    }
+}
+
+/// A session's link to a CLI in a terminal, the two halves its terminal uses, and the gate its
+/// hooks ask through.
+pub fn attached() -> (CliLink, TranscriptIn, KeysOut, HookGate) {
     let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
     let lines = TranscriptIn { events: events_tx.clone(), exited: exited_tx, lines: 0 };
-    let keys = KeysOut { events: events_tx, writer: writer_rx };
-    (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, lines, keys)
+    let hooks = HookGate { events: events_tx.clone(), waiting: Arc::default() };
+    let keys = KeysOut { events: events_tx, writer: writer_rx, hooks: hooks.clone() };
+    let link = CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) };
+    (link, lines, keys, hooks)
 }
 
 impl TranscriptIn {
@@ -182,7 +280,15 @@ impl KeysOut {
         loop {
             let WriterCommand::Line(line, done) = self.writer.recv().await?;
             let _ = done.send(Ok(()));
-            match keys_of(line.clone()) {
+            let keys = match Message::decode(&line) {
+                Ok(Message::ControlResponse(response)) => match self.hooks.answer(response) {
+                    None => continue,
+                    Some(response) => keys_for(Message::ControlResponse(response), line.clone()),
+                },
+                Ok(message) => keys_for(message, line.clone()),
+                Err(error) => Err(error.to_string()),
+            };
+            match keys {
                 Ok(Some(keys)) => return Some(keys),
                 Ok(None) => {}
                 Err(reason) => {
@@ -215,6 +321,52 @@ mod tests {
         assert!(keys_of(Bytes::from_static(image)).is_err());
         let keep_alive = br#"{"type":"keep_alive"}"#;
         assert_eq!(keys_of(Bytes::from_static(keep_alive)), Ok(None));
+    }
+
+    /// A hook's request reaches the session as the CLI's own line; the session's answer goes
+    /// to the hook and is never typed; an answer no hook waits for is no keys either.
+    #[tokio::test]
+    async fn a_hooks_request_reaches_the_session_and_its_answer_the_hook_not_the_keys() {
+        use switchboard_protocol::control::InterruptRequest;
+        let (mut link, _lines, mut keys, gate) = attached();
+        let answered = gate.ask("hook-1", InterruptRequest::default()).await.unwrap();
+        let Some(TransportEvent::Line(received)) = link.events.recv().await else {
+            panic!("the session sees the request")
+        };
+        assert!(
+            matches!(&received.message, Message::ControlRequest(request) if request.request_id == "hook-1")
+        );
+        let stray = ControlResponse::success("hook-2", &serde_json::json!({}));
+        let answer = ControlResponse::success("hook-1", &serde_json::json!({"ok": true}));
+        let interrupt =
+            br#"{"type":"control_request","request_id":"sb-1","request":{"subtype":"interrupt"}}"#;
+        let lines = [
+            Bytes::from(Message::from(stray).encode()),
+            Bytes::from(Message::from(answer).encode()),
+            Bytes::from_static(interrupt),
+        ];
+        // Each write waits until the terminal's end has taken it.
+        let process = link.process;
+        let writes = tokio::spawn(async move {
+            for line in lines {
+                process.send(line).await.unwrap();
+            }
+        });
+        assert_eq!(keys.next_keys().await, Some(Keys::Escape), "the answers were not typed");
+        writes.await.unwrap();
+        let response = answered.await.unwrap();
+        assert_eq!(response.request_id(), Some("hook-1"));
+
+        // Withdrawn: the session hears the CLI gave up on it.
+        let _withdrawn = gate.ask("hook-3", InterruptRequest::default()).await.unwrap();
+        link.events.recv().await.unwrap();
+        gate.withdraw("hook-3");
+        let Some(TransportEvent::Line(received)) = link.events.recv().await else {
+            panic!("the session hears of the withdrawal")
+        };
+        assert!(
+            matches!(&received.message, Message::ControlCancelRequest(cancel) if cancel.request_id == "hook-3")
+        );
     }
 
     #[test]

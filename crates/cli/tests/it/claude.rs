@@ -476,3 +476,126 @@ async fn ctrl_z_hands_the_terminal_back_to_the_shell_and_fg_brings_the_cli_back(
     terminal.keys(b"exit\r").await;
     terminal.exit_code().await;
 }
+
+/// A person's terminal under the session's policy, with the real 2.1.330: the CLI's tool calls
+/// reach the daemon through its `PreToolUse` hook. A call an ask rule names waits for a person
+/// (here, the API approves it) and then runs; one a deny rule names never runs, and the model
+/// is told why. The hook's address refuses a missing or forged key before it reads a byte. With
+/// the daemon gone, a call is blocked, not run unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminals_tool_calls_go_through_the_policy_and_wait_for_a_person_afar() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch approved.txt", "description": "Make a file"}),
+                )
+                .when_prompt("ASK"),
+            )
+            // (Each reply answers once, the first that fits.)
+            .reply(Reply::text("Made it.").when_tool_result())
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "rm -rf gone", "description": "Remove"}))
+                    .when_prompt("REMOVE"),
+            )
+            .reply(Reply::text("Left it.").when_tool_result_contains("denied by policy rule"))
+            .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch offline.txt", "description": "Make a file"}),
+                )
+                .when_prompt("OFFLINE"),
+            )
+            .reply(Reply::text("Could not.").when_tool_result())
+            .fallback("Nothing to say."),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    sandbox.prepare_interactive().unwrap();
+    std::fs::create_dir(sandbox.file("gone")).unwrap();
+    let policy = sandbox.file("policy.toml");
+    std::fs::write(
+        &policy,
+        "[permissions]\ndefault = \"ask\"\nask = [\"Bash(touch:*)\"]\ndeny = [\"Bash(rm:*)\"]\n",
+    )
+    .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let policy_arg = policy.display().to_string();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", &policy_arg]).await;
+    let token = token(data.path());
+    let env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    let claude = real_cli(CliVersion::V2_1_330);
+    let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &claude);
+    let session = terminal_session(&daemon.url, &token).await;
+    let id = session["id"].as_str().unwrap().to_owned();
+    terminal.shows("Claude Code v2.1.330").await;
+
+    // Asked about: it waits for a person, who approves it from afar; then it runs.
+    terminal.keys(b"ASK for a file").await;
+    terminal.shows("ASK for a file").await;
+    terminal.keys(b"\r").await;
+    let waiting = crate::serve::wait_session(&daemon.url, &token, &id, |s| {
+        !s["pending_permissions"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let asked = &waiting["pending_permissions"][0];
+    assert_eq!(asked["tool_name"], "Bash", "{asked}");
+    assert_eq!(asked["input"]["command"], "touch approved.txt");
+    assert!(!sandbox.file("approved.txt").exists(), "nothing ran before the answer");
+    let request_id = asked["request_id"].as_str().unwrap();
+    let (status, answer) = post(
+        &daemon.url,
+        &token,
+        &format!("/api/sessions/{id}/permissions/{request_id}"),
+        json!({"behavior": "allow"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "Made it."
+    })
+    .await;
+    assert!(sandbox.file("approved.txt").exists(), "the approved call ran");
+
+    // Denied by the policy: it never runs, and the model reads why.
+    terminal.keys(b"REMOVE the folder").await;
+    terminal.shows("REMOVE the folder").await;
+    terminal.keys(b"\r").await;
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "Left it."
+    })
+    .await;
+    assert!(sandbox.file("gone").exists(), "the denied call never ran");
+    let tool_results = api
+        .conversation_requests()
+        .iter()
+        .map(|request| request.body.to_string())
+        .filter(|body| body.contains("denied by policy rule Bash(rm:*)"))
+        .count();
+    assert!(tool_results > 0, "the model was told the policy's reason");
+
+    // The hook's address: no key, or another, is refused.
+    for key in [None, Some("forged")] {
+        let mut request = crate::http_client()
+            .post(format!("{}/hooks/pre-tool-use", daemon.url))
+            .json(&json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 401, "{key:?}");
+    }
+
+    // The daemon gone: the hook cannot reach it, and the call is blocked.
+    let mut daemon = daemon;
+    daemon.child.kill().await.unwrap();
+    terminal.keys(b"OFFLINE make it").await;
+    terminal.shows("OFFLINE make it").await;
+    terminal.keys(b"\r").await;
+    terminal.shows("Could not.").await;
+    assert!(!sandbox.file("offline.txt").exists(), "nothing ran unasked");
+    terminal.keys(b"\x03\x03").await;
+    terminal.exit_code().await;
+}

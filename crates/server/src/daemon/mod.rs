@@ -166,6 +166,8 @@ pub struct Daemon {
     relay_births: Mutex<crate::relay_limits::Window>,
     /// Projections of sessions other nodes run, for what waits in them ([`Daemon::waiting`]).
     remote_views: waiting::RemoteViews,
+    /// The keys terminal sessions' hooks ask with ([`crate::hooks`]).
+    hook_keys: crate::hooks::HookKeys,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
 }
@@ -231,6 +233,7 @@ impl Daemon {
             peers: std::sync::OnceLock::new(),
             relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
             remote_views: waiting::RemoteViews::default(),
+            hook_keys: crate::hooks::HookKeys::default(),
             // After-store observers, in the order they hear of a batch.
             observers: vec![
                 Box::new(notices::Notices),
@@ -480,6 +483,11 @@ impl Daemon {
     /// Recent permission decisions by request id ([`crate::decisions`]).
     pub fn decisions(&self) -> &crate::decisions::Decisions {
         &self.decisions
+    }
+
+    /// The keys terminal sessions' hooks ask with ([`crate::hooks`]).
+    pub fn hook_keys(&self) -> &crate::hooks::HookKeys {
+        &self.hook_keys
     }
 
     /// The followers' places and byte budget ([`crate::watchers`]).

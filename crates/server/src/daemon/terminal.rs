@@ -10,7 +10,10 @@ impl Daemon {
     /// A session for an interactive CLI in a person's terminal (`switchboard claude`): its
     /// history is the CLI's transcript, which the terminal hands in line by line through the
     /// returned [`TranscriptIn`](switchboard_transport::terminal::TranscriptIn), and what the session sends goes back to the terminal as keys. The
-    /// session ends when the terminal says the CLI exited, or goes away.
+    /// session ends when the terminal says the CLI exited, or goes away. The key returned last
+    /// is the one the CLI's hooks ask with ([`crate::hooks`]); the terminal forgets it
+    /// ([`crate::hooks::HookKeys::forget`]) when it goes. The session's policy is the daemon's
+    /// default.
     pub async fn attach_terminal(
         self: &Arc<Self>,
         hello: TerminalHello,
@@ -20,6 +23,7 @@ impl Daemon {
             switchboard_transport::terminal::TranscriptIn,
             switchboard_transport::terminal::KeysOut,
             watch::Receiver<switchboard_session::SessionSnapshot>,
+            String,
         ),
         DaemonError,
     > {
@@ -62,15 +66,17 @@ impl Daemon {
                 },
             )
         };
-        let mut config = SessionConfig::new(hello.cwd.clone(), Policy::default());
+        let policy = self.config.default_policy.clone().unwrap_or_default();
+        let mut config = SessionConfig::new(hello.cwd.clone(), policy);
         config.transcript = true;
-        let (link, lines, keys) = switchboard_transport::terminal::attached();
+        let (link, lines, keys, gate) = switchboard_transport::terminal::attached();
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         let snapshot = handle.watch();
         self.store.create_session(&record).await?;
         self.note_started(&id, 0, false, false, true).await?;
         self.run(record.clone(), handle, events, 1, None, Default::default()).await?;
         self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
-        Ok((record, lines, keys, snapshot))
+        let hook_key = self.hook_keys.register(&id, gate);
+        Ok((record, lines, keys, snapshot, hook_key))
     }
 }

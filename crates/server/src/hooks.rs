@@ -1,0 +1,284 @@
+//! Claude Code's hooks into the daemon: the `PreToolUse` hook of an interactive CLI that
+//! `switchboard claude` runs (an HTTP hook, which the CLI posts each tool call to before it
+//! runs it) is answered by the session's policy, and by a person where the policy asks.
+//!
+//! - **Who may ask.** Each terminal session gets a key of its own when it registers
+//!   ([`HookKeys::register`]), handed to its terminal over the authenticated terminal socket and
+//!   from there to the CLI in settings read through a file descriptor: never on a command line,
+//!   in a file a path names, or in an environment a tool inherits. The hook sends it as its
+//!   bearer token; an unknown or missing key is `401`, checked before a byte of the body is
+//!   read. The daemon keeps only the key's SHA-256 digest, and forgets it with the session.
+//! - **What is asked.** The hook's input goes to the session as the policy's own `PreToolUse`
+//!   hook callback, through its [`HookGate`](switchboard_transport::terminal::HookGate), as
+//!   every session's tool calls do: a deny is final, no rule leaves the call to the CLI (which
+//!   asks in its terminal when it would), and an ask rule makes it the CLI's `can_use_tool`
+//!   request, which waits for a person in every face (notifications and links included) and is
+//!   logged as any other. The answer is the hook's `permissionDecision`.
+//! - **Failing closed.** A hook whose call cannot be put to the session (it ended, too many
+//!   wait) is answered `deny` with the reason, which the model reads. One that cannot reach the
+//!   daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
+//!   `onFailure` to `block`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use switchboard_protocol::control::{CanUseToolRequest, ControlResponseBody, HookCallbackRequest};
+use switchboard_protocol::{ControlRequestPayload, PermissionResult};
+use switchboard_transport::terminal::HookGate;
+
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+
+/// How long a hook's body may take to arrive.
+pub const HOOK_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest hook input read (a tool call's input included).
+pub const MAX_HOOK_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The longest tool name taken.
+const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// The hook keys of the terminal sessions this daemon runs, by their digest.
+#[derive(Debug, Default)]
+pub struct HookKeys {
+    keys: Mutex<HashMap<[u8; 32], Registered>>,
+}
+
+#[derive(Debug, Clone)]
+struct Registered {
+    session: String,
+    gate: HookGate,
+}
+
+impl HookKeys {
+    /// A new key for `session`'s hooks, which ask through `gate`.
+    pub fn register(&self, session: &str, gate: HookGate) -> String {
+        let key = crate::auth::generate_token();
+        let registered = Registered { session: session.to_owned(), gate };
+        self.lock().insert(digest(&key), registered);
+        key
+    }
+
+    /// Forgets `session`'s keys (it ended or was detached).
+    pub fn forget(&self, session: &str) {
+        self.lock().retain(|_, registered| registered.session != session);
+    }
+
+    fn find(&self, key: &str) -> Option<Registered> {
+        self.lock().get(&digest(key)).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Registered>> {
+        self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// What Claude Code posts to a `PreToolUse` hook (the fields read; the whole input goes to the
+/// session as it came).
+#[derive(Debug, Deserialize)]
+pub struct PreToolUse {
+    /// `PreToolUse`.
+    pub hook_event_name: String,
+    /// The tool.
+    pub tool_name: String,
+    /// Its input.
+    pub tool_input: Value,
+    /// The `tool_use` block the call came from.
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+    /// The subagent that makes the call.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+}
+
+/// The part of a `PreToolUse` hook's answer read here: whether the policy sends the call to a
+/// person.
+#[derive(Debug, Default, Deserialize)]
+struct Verdict {
+    #[serde(default, rename = "hookSpecificOutput")]
+    output: Option<VerdictOutput>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct VerdictOutput {
+    #[serde(default, rename = "permissionDecision")]
+    decision: Option<String>,
+}
+
+/// Withdraws a request from the session when its hook goes away unanswered (the CLI gave up
+/// on it): it stops waiting for a person.
+struct Waiting<'a> {
+    gate: &'a HookGate,
+    request_id: String,
+    answered: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.gate.withdraw(&self.request_id);
+        }
+    }
+}
+
+/// Puts `request` to the session through `gate` and waits for its answer (the session's own
+/// timeouts end a wait; its end drops it): the answer's payload, or why there is none.
+async fn put(
+    gate: &HookGate,
+    request: impl Into<ControlRequestPayload>,
+) -> Result<Option<Value>, String> {
+    let request_id = format!("hook-{}", uuid::Uuid::new_v4());
+    let answered = gate.ask(&request_id, request).await?;
+    let mut waiting = Waiting { gate, request_id, answered: false };
+    let response = answered.await.map_err(|_| "the Switchboard session ended first".to_owned())?;
+    waiting.answered = true;
+    match response.response {
+        ControlResponseBody::Success(success) => {
+            Ok(success.response.as_ref().and_then(|raw| serde_json::from_str(raw.get()).ok()))
+        }
+        ControlResponseBody::Error(error) => Err(error.error),
+        ControlResponseBody::Unknown(_) => Err("an answer Switchboard cannot read".to_owned()),
+    }
+}
+
+/// `POST /hooks/pre-tool-use`: a terminal session's CLI asks whether a tool call may run. The
+/// call goes to the session as its policy's `PreToolUse` hook (as every session's does): a deny
+/// is final, no rule leaves it to the CLI (which asks in its terminal when it would), and an
+/// ask rule makes it the CLI's `can_use_tool`, which waits for a person.
+pub(crate) async fn pre_tool_use(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Json<Value>, ApiError> {
+    let key = crate::auth::bearer(&headers).unwrap_or("");
+    let Some(registered) = daemon.hook_keys().find(key) else {
+        return Err(ApiError::unauthorized_bearer("a terminal session's hook key"));
+    };
+    let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
+    let input: Value = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;
+    let call = PreToolUse::deserialize(&input)
+        .map_err(|error| ApiError::invalid(format!("not a PreToolUse hook's input: {error}")))?;
+    if call.hook_event_name != "PreToolUse" {
+        let event: String = call.hook_event_name.chars().take(64).collect();
+        return Err(ApiError::invalid(format!(
+            "this is the PreToolUse hook's address, not {event:?}'s"
+        )));
+    }
+    if call.tool_name.is_empty() || call.tool_name.len() > MAX_TOOL_NAME_BYTES {
+        return Err(ApiError::invalid(format!(
+            "tool_name must be 1 to {MAX_TOOL_NAME_BYTES} bytes"
+        )));
+    }
+    let gate = &registered.gate;
+    let hook = HookCallbackRequest {
+        callback_id: switchboard_session::core::POLICY_HOOK_ID.to_owned(),
+        input: input.clone(),
+        tool_use_id: call.tool_use_id.clone(),
+        ..HookCallbackRequest::default()
+    };
+    let verdict = match put(gate, hook).await {
+        Ok(verdict) => verdict.unwrap_or_else(|| json!({})),
+        Err(why) => return Ok(Json(refusal(&why))),
+    };
+    let asks = Verdict::deserialize(&verdict)
+        .ok()
+        .and_then(|verdict| verdict.output)
+        .and_then(|output| output.decision)
+        .is_some_and(|decision| decision == "ask");
+    if !asks {
+        // Denied, or left to the CLI: the session's answer is the hook's.
+        return Ok(Json(verdict));
+    }
+    let request = CanUseToolRequest {
+        tool_name: call.tool_name,
+        input: call.tool_input.clone(),
+        tool_use_id: call.tool_use_id,
+        agent_id: call.agent_id,
+        ..CanUseToolRequest::default()
+    };
+    let answer = match put(gate, request).await {
+        Ok(Some(answer)) => answer,
+        Ok(None) => return Ok(Json(refusal("an empty answer"))),
+        Err(why) => return Ok(Json(refusal(&why))),
+    };
+    let result = PermissionResult::deserialize(&answer)
+        .unwrap_or_else(|_| PermissionResult::deny("Switchboard could not read the answer"));
+    Ok(Json(hook_output(result, &call.tool_input)))
+}
+
+/// The hook's `deny` for a call Switchboard could not put to the session, or whose answer it
+/// could not read: the model reads why.
+fn refusal(why: &str) -> Value {
+    json!({"hookSpecificOutput": {
+        "hookEventName": "PreToolUse",
+        "permissionDecision": "deny",
+        "permissionDecisionReason": format!("Switchboard could not decide on the call: {why}"),
+    }})
+}
+
+/// The hook's answer for a person's `result`: Claude Code's `hookSpecificOutput` for
+/// `PreToolUse`.
+fn hook_output(result: PermissionResult, input: &Value) -> Value {
+    match result {
+        PermissionResult::Allow(allow) => {
+            let mut output = json!({
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": "Allowed in Switchboard",
+            });
+            // A person's edit of the input runs instead of it.
+            if let Some(changed) = allow.updated_input.filter(|changed| changed != input) {
+                output["updatedInput"] = changed;
+            }
+            json!({"hookSpecificOutput": output})
+        }
+        PermissionResult::Deny(deny) => json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": deny.message,
+        }}),
+        PermissionResult::Unknown(_) => refusal("an answer it cannot read"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_becomes_the_hooks_decision() {
+        let input = json!({"command": "ls"});
+        let allowed = hook_output(PermissionResult::allow(input.clone()), &input);
+        assert_eq!(allowed["hookSpecificOutput"]["permissionDecision"], "allow");
+        assert!(allowed["hookSpecificOutput"].get("updatedInput").is_none(), "unchanged");
+        let edited = hook_output(PermissionResult::allow(json!({"command": "ls -a"})), &input);
+        assert_eq!(edited["hookSpecificOutput"]["updatedInput"]["command"], "ls -a");
+        let denied = hook_output(PermissionResult::deny("not here"), &input);
+        assert_eq!(denied["hookSpecificOutput"]["permissionDecision"], "deny");
+        assert_eq!(denied["hookSpecificOutput"]["permissionDecisionReason"], "not here");
+    }
+
+    #[test]
+    fn a_key_finds_its_session_until_it_is_forgotten() {
+        let keys = HookKeys::default();
+        let (_, _, _, gate) = switchboard_transport::terminal::attached();
+        let key = keys.register("s1", gate);
+        assert_eq!(keys.find(&key).map(|found| found.session), Some("s1".to_owned()));
+        assert!(keys.find("not-a-key").is_none());
+        assert!(keys.find("").is_none());
+        keys.forget("s1");
+        assert!(keys.find(&key).is_none());
+    }
+}
