@@ -11,11 +11,11 @@
 //!
 //! Under the session's policy: the daemon hands this command a key for the session's hooks
 //! when it registers, and the CLI gets a `PreToolUse` hook (an HTTP hook to the daemon's
-//! `/hooks/pre-tool-use`, carrying the key) through `--settings`, read from a file descriptor
-//! that only the CLI holds (an anonymous file: no path to find, no command line, no environment a
-//! tool inherits). So every tool call is decided by the session's policy, and one it asks
-//! about waits for a person in any face; a hook that cannot reach the daemon blocks the call.
-//! Claude Code 2.1.100 and newer have HTTP hooks.
+//! `/hooks/pre-tool-use`, carrying the key) through `--settings` ([`HookSettings`]): never on a
+//! command line or in an environment a tool inherits. So every tool call goes to the session's
+//! policy, and one an ask rule names waits for a person in any face; a hook that cannot reach
+//! the daemon blocks the call (2.1.330 on). A CLI without HTTP hooks (before 2.1.100, the oldest
+//! pinned version that has them) runs as before, and this says so.
 //!
 //! Which transcript: the CLI is started with `--session-id` (a new id) unless the person's
 //! arguments name a session (`--session-id`, `--resume ID`). With `--continue`, a bare
@@ -221,20 +221,37 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         cli_args.push("--session-id".into());
         cli_args.push(id.into());
     }
-    // Held until the CLI has started (it inherits it), then closed here.
-    let settings = match &hook_key {
-        Some(key) => {
-            // The CLI takes the last `--settings` only: the person's own go into ours.
-            let theirs = take_settings(&mut cli_args)?;
-            let (file, arg) = hook_settings(&client.base, key, theirs)?;
-            cli_args.push("--settings".into());
-            cli_args.push(arg.into());
-            Some(file)
-        }
-        None => None,
-    };
     let mut options = switchboard_transport::CliOptions::new(&cwd);
     options.program = args.claude.clone();
+    let version = switchboard_transport::stdio::cli_version(&options).await.ok();
+    let at_least = |since| {
+        version.as_deref().and_then(|version| switchboard_session::version_at_least(version, since))
+    };
+    // Kept until the CLI exits (it may read its settings again).
+    let settings = match (&hook_key, at_least(HTTP_HOOKS_SINCE)) {
+        (Some(key), Some(true) | None) => {
+            // The CLI takes the last `--settings` only: the person's own go into ours.
+            let theirs = take_settings(&mut cli_args)?;
+            let content = hook_settings(&client.base, key, theirs)?;
+            let settings = HookSettings::new(&content, at_least(FD_SETTINGS_SINCE) == Some(true))?;
+            cli_args.push("--settings".into());
+            cli_args.push(settings.path().into());
+            Some(settings)
+        }
+        (Some(_), Some(false)) => {
+            eprintln!(
+                "switchboard: Claude Code {} has no HTTP hooks ({HTTP_HOOKS_SINCE} and newer do): its tool calls ask in this terminal, outside Switchboard's policy",
+                version.as_deref().unwrap_or("?")
+            );
+            None
+        }
+        (None, _) => {
+            eprintln!(
+                "switchboard: this daemon gives terminal sessions no hook key: the CLI's tool calls ask in this terminal, outside Switchboard's policy"
+            );
+            None
+        }
+    };
     let (pty, pts) = pty_process::open().map_err(|error| format!("cannot open a PTY: {error}"))?;
     if let Some(size) = terminal_size() {
         let _ = pty.resize(size);
@@ -254,7 +271,7 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
         .spawn(pts)
         .map_err(|error| format!("cannot start {}: {error}", options.program().display()))?;
     let pid = child.id();
-    drop(settings);
+    let settings = settings.map(HookSettings::started);
     let mut raw = Some(
         RawMode::enter()
             .map_err(|error| format!("cannot put the terminal in raw mode: {error}"))?,
@@ -343,6 +360,7 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
             "switchboard: lost the daemon while the CLI ran; session {session} holds the transcript only up to then"
         ),
     }
+    drop(settings);
     tracing::debug!(elapsed = ?started.0.elapsed(), "the interactive CLI ended");
     Ok(match (code, signal) {
         (Some(code), _) => ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1)),
@@ -352,15 +370,8 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
 }
 
 /// The settings that put the CLI's tool calls to the daemon's `PreToolUse` hook at `base`
-/// with `key`, in an anonymous file the CLI inherits, and the `--settings` value that names
-/// it (`/dev/fd/N`, which the CLI may read again whenever it likes). The file is open here
-/// without close-on-exec: the caller closes it once the CLI has started.
-fn hook_settings(
-    base: &str,
-    key: &str,
-    theirs: Option<Value>,
-) -> Result<(std::os::fd::OwnedFd, String), String> {
-    use std::os::fd::AsRawFd as _;
+/// with `key`, beside the person's own (`theirs`, from their `--settings`), as JSON text.
+fn hook_settings(base: &str, key: &str, theirs: Option<Value>) -> Result<String, String> {
     let hook = json!({"matcher": "*", "hooks": [{
         "type": "http",
         "url": format!("{}/hooks/pre-tool-use", base.trim_end_matches('/')),
@@ -381,14 +392,84 @@ fn hook_settings(
         .entry("PreToolUse")
         .or_insert_with(|| json!([]));
     pre_tool_use.as_array_mut().ok_or("--settings' PreToolUse hooks must be a list")?.push(hook);
-    let cannot = |error: std::io::Error| format!("cannot hand the CLI its hook settings: {error}");
-    let file = rustix::fs::memfd_create("switchboard-settings", rustix::fs::MemfdFlags::empty())
-        .map_err(|error| cannot(error.into()))?;
-    let mut writer = std::fs::File::from(file);
-    std::io::Write::write_all(&mut writer, settings.to_string().as_bytes()).map_err(cannot)?;
-    let file = std::os::fd::OwnedFd::from(writer);
-    let arg = format!("/dev/fd/{}", file.as_raw_fd());
-    Ok((file, arg))
+    // A project's own settings may turn every hook off; these are read after them.
+    settings["disableAllHooks"] = Value::Bool(false);
+    Ok(settings.to_string())
+}
+
+/// Claude Code's first version with HTTP hooks among the pinned ones.
+const HTTP_HOOKS_SINCE: &str = "2.1.100";
+
+/// The first pinned version that reads `--settings /dev/fd/N` (2.1.120 to 2.1.250 resolve the
+/// descriptor to a name, `/memfd:… (deleted)`, find no file there, and refuse to start).
+const FD_SETTINGS_SINCE: &str = "2.1.330";
+
+/// Where the CLI reads its hook settings (the key in them).
+enum HookSettings {
+    /// An anonymous file (`memfd`, sealed: no one changes it) that the CLI inherits and reads
+    /// as `/dev/fd/N`: no name to find it by. Open here without close-on-exec until the CLI has
+    /// started (nothing else is started meanwhile), then closed.
+    Inherited {
+        /// Held open until the CLI has inherited it.
+        _open: Option<std::os::fd::OwnedFd>,
+        path: String,
+    },
+    /// A file of this user's alone (mode 0600 in a directory of mode 0700), removed when the
+    /// CLI has exited: for a CLI that cannot read `/dev/fd/N`.
+    Private {
+        /// Removed, with the file, when dropped.
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    },
+}
+
+impl HookSettings {
+    fn new(content: &str, inherited: bool) -> Result<Self, String> {
+        let cannot =
+            |error: std::io::Error| format!("cannot hand the CLI its hook settings: {error}");
+        if inherited {
+            use rustix::fs::{MemfdFlags, SealFlags};
+            use std::os::fd::AsRawFd as _;
+            let file = rustix::fs::memfd_create("switchboard-settings", MemfdFlags::ALLOW_SEALING)
+                .map_err(|error| cannot(error.into()))?;
+            let mut writer = std::fs::File::from(file);
+            std::io::Write::write_all(&mut writer, content.as_bytes()).map_err(cannot)?;
+            let seals = SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+            rustix::fs::fcntl_add_seals(&writer, seals).map_err(|error| cannot(error.into()))?;
+            let file = std::os::fd::OwnedFd::from(writer);
+            let path = format!("/dev/fd/{}", file.as_raw_fd());
+            Ok(HookSettings::Inherited { _open: Some(file), path })
+        } else {
+            let dir =
+                tempfile::Builder::new().prefix("switchboard-claude-").tempdir().map_err(cannot)?;
+            let path = dir.path().join("settings.json");
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(cannot)?;
+            std::io::Write::write_all(&mut file, content.as_bytes()).map_err(cannot)?;
+            Ok(HookSettings::Private { _dir: dir, path })
+        }
+    }
+
+    /// What `--settings` names.
+    fn path(&self) -> String {
+        match self {
+            HookSettings::Inherited { path, .. } => path.clone(),
+            HookSettings::Private { path, .. } => path.display().to_string(),
+        }
+    }
+
+    /// The CLI has started: the inherited descriptor is closed here (the CLI holds its own).
+    fn started(self) -> Self {
+        match self {
+            HookSettings::Inherited { path, .. } => HookSettings::Inherited { _open: None, path },
+            private => private,
+        }
+    }
 }
 
 /// The largest settings file of the person's read (`--settings FILE`).
@@ -819,9 +900,27 @@ mod tests {
         ]);
         let theirs = take_settings(&mut given).unwrap();
         assert_eq!(given, args(&["--model", "opus"]));
-        let (file, arg) = hook_settings("http://127.0.0.1:1/", "k", theirs).unwrap();
-        let read: Value = serde_json::from_str(&std::fs::read_to_string(&arg).unwrap()).unwrap();
-        drop(file);
+        let content = hook_settings("http://127.0.0.1:1/", "k", theirs).unwrap();
+        let read: Value = serde_json::from_str(&content).unwrap();
+        assert_eq!(read["disableAllHooks"], false, "a project's settings cannot turn it off");
+        // Either way the CLI gets it, the file holds what it should, and no one may change it.
+        for inherited in [true, false] {
+            let settings = HookSettings::new(&content, inherited).unwrap();
+            assert_eq!(std::fs::read_to_string(settings.path()).unwrap(), content);
+            if inherited {
+                let rewrite = std::fs::OpenOptions::new().write(true).open(settings.path());
+                let written =
+                    rewrite.and_then(|mut file| std::io::Write::write_all(&mut file, b"{}"));
+                assert!(written.is_err(), "sealed");
+            } else {
+                use std::os::unix::fs::PermissionsExt as _;
+                let mode = std::fs::metadata(settings.path()).unwrap().permissions().mode();
+                assert_eq!(mode & 0o777, 0o600, "private");
+                let path = std::path::PathBuf::from(settings.path());
+                drop(settings);
+                assert!(!path.exists(), "removed with the CLI");
+            }
+        }
         assert_eq!(read["model"], "x", "theirs kept");
         let hooks = read["hooks"]["PreToolUse"].as_array().unwrap();
         assert_eq!(hooks.len(), 2, "theirs, then ours");

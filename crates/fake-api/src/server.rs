@@ -51,13 +51,17 @@ pub enum RequestKind {
     CountTokens,
     /// 2.1.120 on: "what might the person type next" (`[SUGGESTION MODE: …]`), after a turn.
     PromptSuggestion,
+    /// The interactive 2.1.250 asks for a title for the session (`<session>…</session>` and
+    /// "Write the title"), beside the conversation's first request: answered with a title,
+    /// never with a scripted reply (whose `when` its prompt would match).
+    SessionTitle,
     /// Any other path.
     Other,
 }
 
 impl RequestKind {
     /// `conversation`, `bash_prefix`, `output_file_paths`, `model_validation`,
-    /// `count_tokens`, `other`.
+    /// `count_tokens`, `prompt_suggestion`, `session_title`, `other`.
     pub fn as_str(&self) -> &'static str {
         match self {
             RequestKind::Conversation => "conversation",
@@ -67,6 +71,7 @@ impl RequestKind {
             RequestKind::CountTokens => "count_tokens",
             RequestKind::Other => "other",
             RequestKind::PromptSuggestion => "prompt_suggestion",
+            RequestKind::SessionTitle => "session_title",
         }
     }
 }
@@ -293,6 +298,10 @@ async fn handle(
             Reply::text("<is_displaying_contents>\nfalse\n</is_displaying_contents>\n\n<filepaths>\n</filepaths>")
         }
         RequestKind::PromptSuggestion => reply.unwrap_or_default(),
+        // Costs nothing, as a suggestion does.
+        RequestKind::SessionTitle => {
+            Reply { input_tokens: Some(0), output_tokens: Some(0), ..Reply::text("A session") }
+        }
         RequestKind::Conversation => match reply {
             Some(reply) => reply,
             None => {
@@ -362,8 +371,12 @@ fn classify(path: &str, body: &Value) -> RequestKind {
     if system_text(body).contains("Extract any file paths that this command reads or modifies") {
         return RequestKind::OutputFilePaths;
     }
-    if last_user_text(body).trim_start().starts_with("[SUGGESTION MODE:") {
+    let text = last_user_text(body);
+    if text.trim_start().starts_with("[SUGGESTION MODE:") {
         return RequestKind::PromptSuggestion;
+    }
+    if text.trim_start().starts_with("<session>") && text.contains("Write the title") {
+        return RequestKind::SessionTitle;
     }
     RequestKind::Conversation
 }

@@ -3,11 +3,13 @@
 //! runs it) is answered by the session's policy, and by a person where the policy asks.
 //!
 //! - **Who may ask.** Each terminal session gets a key of its own when it registers
-//!   ([`HookKeys::register`]), handed to its terminal over the authenticated terminal socket and
+//!   ([`crate::hook_keys::HookKeys::register`]), handed to its terminal over the authenticated terminal socket and
 //!   from there to the CLI in settings read through a file descriptor: never on a command line,
 //!   in a file a path names, or in an environment a tool inherits. The hook sends it as its
 //!   bearer token; an unknown or missing key is `401`, checked before a byte of the body is
-//!   read. The daemon keeps only the key's SHA-256 digest, and forgets it with the session.
+//!   read. The daemon keeps only the key's SHA-256 digest. Once the session ends (its terminal
+//!   detached or went away) its CLI runs on without Switchboard: a hook still waiting is
+//!   answered `deny`, and later calls are left to the CLI.
 //! - **What is asked.** The hook's input goes to the session as the policy's own `PreToolUse`
 //!   hook callback, through its [`HookGate`](switchboard_transport::terminal::HookGate), as
 //!   every session's tool calls do: a deny is final, no rule leaves the call to the CLI (which
@@ -19,8 +21,7 @@
 //!   daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
 //!   `onFailure` to `block`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -28,7 +29,6 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use switchboard_protocol::control::{CanUseToolRequest, ControlResponseBody, HookCallbackRequest};
 use switchboard_protocol::{ControlRequestPayload, PermissionResult};
 use switchboard_transport::terminal::HookGate;
@@ -44,45 +44,6 @@ pub const MAX_HOOK_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// The longest tool name taken.
 const MAX_TOOL_NAME_BYTES: usize = 256;
-
-/// The hook keys of the terminal sessions this daemon runs, by their digest.
-#[derive(Debug, Default)]
-pub struct HookKeys {
-    keys: Mutex<HashMap<[u8; 32], Registered>>,
-}
-
-#[derive(Debug, Clone)]
-struct Registered {
-    session: String,
-    gate: HookGate,
-}
-
-impl HookKeys {
-    /// A new key for `session`'s hooks, which ask through `gate`.
-    pub fn register(&self, session: &str, gate: HookGate) -> String {
-        let key = crate::auth::generate_token();
-        let registered = Registered { session: session.to_owned(), gate };
-        self.lock().insert(digest(&key), registered);
-        key
-    }
-
-    /// Forgets `session`'s keys (it ended or was detached).
-    pub fn forget(&self, session: &str) {
-        self.lock().retain(|_, registered| registered.session != session);
-    }
-
-    fn find(&self, key: &str) -> Option<Registered> {
-        self.lock().get(&digest(key)).cloned()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Registered>> {
-        self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-fn digest(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
 
 /// What Claude Code posts to a `PreToolUse` hook (the fields read; the whole input goes to the
 /// session as it came).
@@ -165,6 +126,10 @@ pub(crate) async fn pre_tool_use(
     let Some(registered) = daemon.hook_keys().find(key) else {
         return Err(ApiError::unauthorized_bearer("a terminal session's hook key"));
     };
+    let Some(gate) = registered.gate else {
+        // The session ended, and its CLI runs on without Switchboard: the CLI decides.
+        return Ok(Json(json!({})));
+    };
     let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
     let input: Value = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;
@@ -181,7 +146,7 @@ pub(crate) async fn pre_tool_use(
             "tool_name must be 1 to {MAX_TOOL_NAME_BYTES} bytes"
         )));
     }
-    let gate = &registered.gate;
+    let gate = &gate;
     let hook = HookCallbackRequest {
         callback_id: switchboard_session::core::POLICY_HOOK_ID.to_owned(),
         input: input.clone(),
@@ -244,11 +209,19 @@ fn hook_output(result: PermissionResult, input: &Value) -> Value {
             }
             json!({"hookSpecificOutput": output})
         }
-        PermissionResult::Deny(deny) => json!({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "permissionDecision": "deny",
-            "permissionDecisionReason": deny.message,
-        }}),
+        PermissionResult::Deny(deny) => {
+            let mut output = json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": deny.message,
+            }});
+            // A deny that also ends the turn (a timeout's, say): Claude stops here.
+            if deny.interrupt == Some(true) {
+                output["continue"] = Value::Bool(false);
+                output["stopReason"] = Value::from(deny.message);
+            }
+            output
+        }
         PermissionResult::Unknown(_) => refusal("an answer it cannot read"),
     }
 }
@@ -268,17 +241,9 @@ mod tests {
         let denied = hook_output(PermissionResult::deny("not here"), &input);
         assert_eq!(denied["hookSpecificOutput"]["permissionDecision"], "deny");
         assert_eq!(denied["hookSpecificOutput"]["permissionDecisionReason"], "not here");
-    }
-
-    #[test]
-    fn a_key_finds_its_session_until_it_is_forgotten() {
-        let keys = HookKeys::default();
-        let (_, _, _, gate) = switchboard_transport::terminal::attached();
-        let key = keys.register("s1", gate);
-        assert_eq!(keys.find(&key).map(|found| found.session), Some("s1".to_owned()));
-        assert!(keys.find("not-a-key").is_none());
-        assert!(keys.find("").is_none());
-        keys.forget("s1");
-        assert!(keys.find(&key).is_none());
+        assert!(denied.get("continue").is_none(), "the turn goes on");
+        let stopped = hook_output(PermissionResult::deny_and_interrupt("too late"), &input);
+        assert_eq!(stopped["continue"], false, "the turn ends");
+        assert_eq!(stopped["stopReason"], "too late");
     }
 }

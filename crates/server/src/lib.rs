@@ -27,6 +27,7 @@ mod fleet;
 pub mod frames;
 mod git;
 pub mod grpc;
+pub mod hook_keys;
 pub mod hooks;
 pub mod links;
 pub mod notify;

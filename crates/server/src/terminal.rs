@@ -46,8 +46,9 @@ pub const MAX_HELD_PROMPTS: usize = 64;
 pub const MAX_HELLO_BYTES: usize = 64 * 1024;
 
 /// What the daemon sends a terminal: `registered` once (or `error`, and the socket closes), then
-/// the keys to type. `switchboard claude` reads these same types.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// the keys to type. `switchboard claude` reads these same types. (Its `Debug` leaves the hook
+/// key out.)
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToTerminal {
     /// The session is registered.
@@ -73,6 +74,22 @@ pub enum ToTerminal {
         /// Why.
         error: String,
     },
+}
+
+impl std::fmt::Debug for ToTerminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToTerminal::Registered { session, hook_key } => f
+                .debug_struct("Registered")
+                .field("session", session)
+                .field("hook_key", &hook_key.as_ref().map(|_| "…"))
+                .finish(),
+            ToTerminal::Prompt { text } => f.debug_struct("Prompt").field("text", text).finish(),
+            ToTerminal::Escape => f.write_str("Escape"),
+            ToTerminal::Detached => f.write_str("Detached"),
+            ToTerminal::Error { error } => f.debug_struct("Error").field("error", error).finish(),
+        }
+    }
 }
 
 /// What the terminal sends after its `hello` (besides its transcript's lines, one binary
@@ -149,7 +166,7 @@ async fn serve(daemon: Arc<Daemon>, caller: Caller, mut socket: WebSocket) {
     } else {
         lines.ended(None, None, "the terminal went away", Vec::new()).await;
     }
-    daemon.hook_keys().forget(&record.id);
+    daemon.hook_keys().ended(&record.id);
 }
 
 /// Moves transcript lines in and keys out until the CLI exits, the terminal goes away, or the

@@ -181,6 +181,12 @@ fn needs(what: &str, since: &str, version: Option<&str>) -> Result<(), String> {
     ))
 }
 
+/// Whether Claude Code `version` is `since` or newer (`None` for a version that does not read
+/// as one).
+pub fn version_at_least(version: &str, since: &str) -> Option<bool> {
+    Some(numbers(version)? >= numbers(since)?)
+}
+
 /// `2.1.330` → `[2, 1, 330]` (a suffix after the numbers, `2.1.330-beta`, is left out).
 fn numbers(version: &str) -> Option<Vec<u64>> {
     let core = version.trim().split(['-', '+', ' ']).next()?;
@@ -191,6 +197,15 @@ fn numbers(version: &str) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_compare_by_their_numbers() {
+        assert_eq!(version_at_least("2.1.330", "2.1.330"), Some(true));
+        assert_eq!(version_at_least("2.1.332 (Claude Code)", "2.1.330"), Some(true));
+        assert_eq!(version_at_least("2.1.99", "2.1.100"), Some(false));
+        assert_eq!(version_at_least("1.0.112", "2.1.100"), Some(false));
+        assert_eq!(version_at_least("soon", "2.1.100"), None);
+    }
 
     #[test]
     fn an_older_cli_is_refused_by_name_a_newer_or_unknown_one_asked() {

@@ -22,7 +22,7 @@ pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
     SessionHandle, SinkFuture,
 };
-pub use controls::{priority_supported_by, CliControl};
+pub use controls::{priority_supported_by, version_at_least, CliControl};
 pub use core::{
     AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo,
     ELICITATION_TOOL,

@@ -20,7 +20,9 @@
 //! it, goes back to the hook.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 pub use bytes::Bytes;
 use switchboard_protocol::codec::Received;
@@ -127,12 +129,19 @@ pub struct TranscriptIn {
     lines: u64,
 }
 
-/// The terminal's end of a session: the keys to type.
+/// The terminal's end of a session: the keys to type. Dropped (the terminal is gone, or the
+/// session), it ends every hook's wait: no answer will come through it.
 #[derive(Debug)]
 pub struct KeysOut {
     events: mpsc::Sender<TransportEvent>,
     writer: mpsc::Receiver<WriterCommand>,
     hooks: HookGate,
+}
+
+impl Drop for KeysOut {
+    fn drop(&mut self) {
+        self.hooks.close();
+    }
 }
 
 /// The most tool calls a terminal's hooks may have waiting at once (a CLI asks one at a time,
@@ -159,7 +168,7 @@ impl HookGate {
     ) -> Result<oneshot::Receiver<Box<ControlResponse>>, String> {
         let (answer, answered) = oneshot::channel();
         {
-            let mut waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut waiting = self.waiting.lock();
             waiting.retain(|_, waiter| !waiter.is_closed());
             if waiting.len() >= MAX_WAITING_HOOKS {
                 return Err(format!("{MAX_WAITING_HOOKS} tool calls already wait for an answer"));
@@ -177,7 +186,7 @@ impl HookGate {
 
     /// Forgets the call `request_id`: a late answer is dropped.
     fn forget(&self, request_id: &str) {
-        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(request_id);
+        self.waiting.lock().remove(request_id);
     }
 
     /// Withdraws the call `request_id` (its hook went away unanswered): the session is told, as
@@ -189,21 +198,30 @@ impl HookGate {
             ..Default::default()
         })
         .encode();
-        if let Ok(received) = Received::decode(line.as_bytes()) {
-            let events = self.events.clone();
-            // From a drop: on a task of its own.
-            tokio::spawn(async move {
-                let _ = events.send(TransportEvent::Line(Box::new(received))).await;
-            });
+        let Ok(received) = Received::decode(line.as_bytes()) else { return };
+        let event = TransportEvent::Line(Box::new(received));
+        // From a drop: at once where the queue has room, else on a task of its own.
+        if let Err(mpsc::error::TrySendError::Full(event)) = self.events.try_send(event) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let events = self.events.clone();
+                runtime.spawn(async move {
+                    let _ = events.send(event).await;
+                });
+            }
         }
+    }
+
+    /// The session is over for this terminal: every hook still waiting gets no answer (its
+    /// receiver ends), and none is asked again.
+    pub fn close(&self) {
+        self.waiting.lock().clear();
     }
 
     /// Hands `response`, when it answers a request a hook waits for, to that hook; gives it
     /// back otherwise.
     fn answer(&self, response: Box<ControlResponse>) -> Option<Box<ControlResponse>> {
         let Some(request_id) = response.request_id() else { return Some(response) };
-        let waiter =
-            self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(request_id);
+        let waiter = self.waiting.lock().remove(request_id);
         match waiter {
             Some(waiter) => {
                 let _ = waiter.send(response);
@@ -278,7 +296,10 @@ impl KeysOut {
     /// nothing taken is lost when the future is dropped between lines.
     pub async fn next_keys(&mut self) -> Option<Keys> {
         loop {
-            let WriterCommand::Line(line, done) = self.writer.recv().await?;
+            let Some(WriterCommand::Line(line, done)) = self.writer.recv().await else {
+                self.hooks.close();
+                return None;
+            };
             let _ = done.send(Ok(()));
             let keys = match Message::decode(&line) {
                 Ok(Message::ControlResponse(response)) => match self.hooks.answer(response) {
@@ -367,6 +388,11 @@ mod tests {
         assert!(
             matches!(&received.message, Message::ControlCancelRequest(cancel) if cancel.request_id == "hook-3")
         );
+
+        // The terminal's end gone: a hook still waiting hears so at once.
+        let waiting = gate.ask("hook-4", InterruptRequest::default()).await.unwrap();
+        drop(keys);
+        assert!(waiting.await.is_err(), "no answer will come");
     }
 
     #[test]

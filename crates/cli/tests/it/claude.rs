@@ -477,13 +477,20 @@ async fn ctrl_z_hands_the_terminal_back_to_the_shell_and_fg_brings_the_cli_back(
     terminal.exit_code().await;
 }
 
-/// A person's terminal under the session's policy, with the real 2.1.330: the CLI's tool calls
+/// A person's terminal under the session's policy, with the real 2.1.330 (its settings from an
+/// inherited descriptor) and 2.1.250 (from a private file): the CLI's tool calls
 /// reach the daemon through its `PreToolUse` hook. A call an ask rule names waits for a person
 /// (here, the API approves it) and then runs; one a deny rule names never runs, and the model
 /// is told why. The hook's address refuses a missing or forged key before it reads a byte. With
 /// the daemon gone, a call is blocked, not run unasked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminals_tool_calls_go_through_the_policy_and_wait_for_a_person_afar() {
+    for version in ["2.1.330", "2.1.250"] {
+        policy_in_a_terminal(version).await;
+    }
+}
+
+async fn policy_in_a_terminal(version: &str) {
     let api = FakeApi::start(
         Scenario::new()
             .reply(
@@ -526,11 +533,11 @@ async fn a_terminals_tool_calls_go_through_the_policy_and_wait_for_a_person_afar
     let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", &policy_arg]).await;
     let token = token(data.path());
     let env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
-    let claude = real_cli(CliVersion::V2_1_330);
+    let claude = switchboard_testkit::sandbox::real_cli_of(version);
     let mut terminal = Terminal::start(&daemon.url, &token, &sandbox.workdir(), env, &claude);
     let session = terminal_session(&daemon.url, &token).await;
     let id = session["id"].as_str().unwrap().to_owned();
-    terminal.shows("Claude Code v2.1.330").await;
+    terminal.shows(&format!("Claude Code v{version}")).await;
 
     // Asked about: it waits for a person, who approves it from afar; then it runs.
     terminal.keys(b"ASK for a file").await;
@@ -588,7 +595,13 @@ async fn a_terminals_tool_calls_go_through_the_policy_and_wait_for_a_person_afar
         assert_eq!(response.status().as_u16(), 401, "{key:?}");
     }
 
-    // The daemon gone: the hook cannot reach it, and the call is blocked.
+    // The daemon gone: the hook cannot reach it, and the call is blocked (2.1.250 does not
+    // block: it asks in its terminal, as docs/api.md says).
+    if version != "2.1.330" {
+        terminal.keys(b"\x03\x03").await;
+        terminal.exit_code().await;
+        return;
+    }
     let mut daemon = daemon;
     daemon.child.kill().await.unwrap();
     terminal.keys(b"OFFLINE make it").await;

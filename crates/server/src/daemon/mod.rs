@@ -167,7 +167,7 @@ pub struct Daemon {
     /// Projections of sessions other nodes run, for what waits in them ([`Daemon::waiting`]).
     remote_views: waiting::RemoteViews,
     /// The keys terminal sessions' hooks ask with ([`crate::hooks`]).
-    hook_keys: crate::hooks::HookKeys,
+    hook_keys: crate::hook_keys::HookKeys,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
 }
@@ -233,7 +233,7 @@ impl Daemon {
             peers: std::sync::OnceLock::new(),
             relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
             remote_views: waiting::RemoteViews::default(),
-            hook_keys: crate::hooks::HookKeys::default(),
+            hook_keys: crate::hook_keys::HookKeys::default(),
             // After-store observers, in the order they hear of a batch.
             observers: vec![
                 Box::new(notices::Notices),
@@ -486,7 +486,7 @@ impl Daemon {
     }
 
     /// The keys terminal sessions' hooks ask with ([`crate::hooks`]).
-    pub fn hook_keys(&self) -> &crate::hooks::HookKeys {
+    pub fn hook_keys(&self) -> &crate::hook_keys::HookKeys {
         &self.hook_keys
     }
 

@@ -12,7 +12,7 @@ impl Daemon {
     /// returned [`TranscriptIn`](switchboard_transport::terminal::TranscriptIn), and what the session sends goes back to the terminal as keys. The
     /// session ends when the terminal says the CLI exited, or goes away. The key returned last
     /// is the one the CLI's hooks ask with ([`crate::hooks`]); the terminal forgets it
-    /// ([`crate::hooks::HookKeys::forget`]) when it goes. The session's policy is the daemon's
+    /// ([`crate::hook_keys::HookKeys::ended`]) when it goes. The session's policy is the daemon's
     /// default.
     pub async fn attach_terminal(
         self: &Arc<Self>,
