@@ -89,3 +89,90 @@ async fn a_terminal_is_refused_what_it_may_not_say_and_ends_its_session_as_it_sa
     assert_eq!(exited.unwrap()["event"]["code"], 3);
     server.stop().await;
 }
+
+/// Waits (bounded) until session `id` has `count` requests waiting for a person: them.
+async fn until_pending(server: &Server, id: &str, count: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (_, session) = server.get(&format!("/api/sessions/{id}")).await;
+        let now = session["pending_permissions"].as_array().cloned().unwrap_or_default();
+        if now.len() == count {
+            return now;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {count} waiting: {now:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A terminal session's `PreToolUse` hook, spoken to as Claude Code speaks to it: a deny rule's
+/// call is refused at once with the rule, one no rule decides is left to the CLI (`{}`), and
+/// one an ask rule names waits for a person; a hook that goes away withdraws its request, an
+/// answered one gets the person's decision, and one still waiting when the terminal ends is
+/// denied, after which the key's calls are left to the CLI that runs on without Switchboard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminals_hook_is_answered_by_the_policy_a_person_or_the_cli() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let policy = switchboard_session::Policy::from_toml(
+        "[permissions]\nask = [\"Bash(touch:*)\"]\ndeny = [\"Bash(rm:*)\"]",
+    )
+    .unwrap();
+    let server =
+        Server::start_with(store, &api, &sandbox, |config| config.default_policy = Some(policy))
+            .await;
+    let text = |value: Value| WsMessage::Text(value.to_string().into());
+    let mut ws = server.ws("/api/terminals").await;
+    ws.socket.send(text(json!({"type": "hello", "cwd": sandbox.workdir()}))).await.unwrap();
+    let registered = answer(&mut ws).await.unwrap();
+    let id = registered["session"].as_str().unwrap().to_owned();
+    let key = registered["hook_key"].as_str().expect("a hook key").to_owned();
+    let hook = |command: &str| {
+        let request = server
+            .client()
+            .post(format!("{}/hooks/pre-tool-use", server.base))
+            .bearer_auth(&key)
+            .json(&json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                          "tool_input": {"command": command}, "tool_use_id": format!("t-{command}"),
+                          "cwd": sandbox.workdir()}));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let denied = hook("rm -rf build").await;
+    assert_eq!(denied["hookSpecificOutput"]["permissionDecision"], "deny", "{denied}");
+    assert!(denied.to_string().contains("Bash(rm:*)"), "{denied}");
+    assert_eq!(hook("ls").await, json!({}), "no rule: the CLI decides");
+
+    // Asked about, then the hook goes away: the request is withdrawn.
+    let gone = tokio::spawn(hook("touch one"));
+    until_pending(&server, &id, 1).await;
+    gone.abort();
+    until_pending(&server, &id, 0).await;
+
+    // Asked about and answered by a person: the hook's decision is theirs.
+    let waiting = tokio::spawn(hook("touch two"));
+    let now = until_pending(&server, &id, 1).await;
+    let request_id = now[0]["request_id"].as_str().unwrap();
+    let (status, _) = server
+        .post(
+            &format!("/api/sessions/{id}/permissions/{request_id}"),
+            json!({"behavior": "deny", "message": "not now"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let decided = waiting.await.unwrap();
+    assert_eq!(decided["hookSpecificOutput"]["permissionDecision"], "deny", "{decided}");
+    assert_eq!(decided["hookSpecificOutput"]["permissionDecisionReason"], "not now");
+
+    // Waiting when the terminal ends: denied at once; later calls are the CLI's.
+    let waiting = tokio::spawn(hook("touch three"));
+    until_pending(&server, &id, 1).await;
+    ws.socket.send(text(json!({"type": "exit", "code": 0, "signal": null}))).await.unwrap();
+    let ended = tokio::time::timeout(WAIT, waiting).await.expect("answered in time").unwrap();
+    assert_eq!(ended["hookSpecificOutput"]["permissionDecision"], "deny", "{ended}");
+    assert_eq!(hook("touch four").await, json!({}), "the CLI runs on without Switchboard");
+    server.stop().await;
+}
