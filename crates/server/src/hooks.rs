@@ -149,7 +149,7 @@ pub(crate) async fn pre_tool_use(
     let gate = &gate;
     let hook = HookCallbackRequest {
         callback_id: switchboard_session::core::POLICY_HOOK_ID.to_owned(),
-        input: input.clone(),
+        input,
         tool_use_id: call.tool_use_id.clone(),
         ..HookCallbackRequest::default()
     };

@@ -9,6 +9,17 @@ use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
 use crate::Server;
 
+/// A session started in `sandbox`'s directory with `prompt`: its id, and a socket following it
+/// from its first event.
+async fn started(server: &Server, sandbox: &CliSandbox, prompt: &str) -> (String, crate::Ws) {
+    let (status, session) =
+        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": prompt})).await;
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap().to_owned();
+    let ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    (id, ws)
+}
+
 /// A daemon whose sessions run the real CLI of `version`.
 async fn server_running(version: &str, api: &FakeApi, sandbox: &CliSandbox) -> Server {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -50,11 +61,7 @@ async fn a_session_that_names_no_mode_runs_in_default_whatever_the_settings_say(
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "EDIT it"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (_, mut ws) = started(&server, &sandbox, "EDIT it").await;
     let frames = ws
         .until(|frame| {
             frame["event"]["event"] == "permission_requested"
@@ -111,11 +118,7 @@ async fn a_request_only_a_person_may_approve_is_never_one_tap_or_always() {
         )]);
     })
     .await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "CLEAN"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "CLEAN").await;
     let frames = ws
         .until(|frame| frame["event"]["event"] == "permission_requested" || crate::is_result(frame))
         .await;
@@ -286,11 +289,7 @@ async fn usage_and_clear_with(version: &str) {
         config.claude = Some(switchboard_testkit::sandbox::real_cli_of(version));
     })
     .await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "ONE"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "ONE").await;
     let frames = ws.until(crate::is_result).await;
     assert!(
         frames.iter().any(|frame| frame["event"]["line"]["subtype"] == "session_state_changed"),
@@ -345,11 +344,7 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let server = Server::start(store, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "HI").await;
     ws.until(crate::is_result).await;
     let ask = |question: &str| format!("/api/sessions/{id}/cli/{question}");
     let (status, context) = server.get(&ask("context")).await;
@@ -396,11 +391,7 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
         ("2.1.100", &["context"], "usage"),
     ] {
         let server = server_running(version, &api, &sandbox).await;
-        let (status, session) =
-            server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
-        assert_eq!(status, 201, "{session}");
-        let id = session["id"].as_str().unwrap().to_owned();
-        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        let (id, mut ws) = started(&server, &sandbox, "HI").await;
         ws.until(crate::is_result).await;
         for question in answered {
             let (status, answer) = server.get(&format!("/api/sessions/{id}/cli/{question}")).await;
@@ -426,11 +417,7 @@ async fn the_cli_answers_what_it_knows_and_an_older_one_is_refused_by_version() 
             Some(switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_37));
     })
     .await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "HI"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "HI").await;
     ws.until(crate::is_result).await;
     let (status, refused) = server.get(&format!("/api/sessions/{id}/cli/hooks")).await;
     assert_eq!(status, 409, "{refused}");
@@ -564,11 +551,7 @@ async fn a_steered_prompt_stops_the_turn_and_a_stop_can_drop_the_queue() {
             Some(switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_37));
     })
     .await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "STEER hi"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "STEER hi").await;
     ws.until(crate::is_result).await;
     let (status, refused) = server
         .post(&format!("/api/sessions/{id}/messages"), json!({"content": "x", "priority": "now"}))
@@ -613,11 +596,7 @@ async fn background_with(version: &str) {
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let server = server_running(version, &api, &sandbox).await;
-    let (status, session) =
-        server.post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "BG go"})).await;
-    assert_eq!(status, 201, "{session}");
-    let id = session["id"].as_str().unwrap().to_owned();
-    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let (id, mut ws) = started(&server, &sandbox, "BG go").await;
     let frames = ws.until(crate::is_result).await;
     let init = frames
         .iter()
@@ -778,12 +757,7 @@ async fn a_refused_answer_is_taken_back_and_the_fallbacks_answer_stands() {
         .unwrap();
         let sandbox = CliSandbox::new().unwrap();
         let server = server_running(version, &api, &sandbox).await;
-        let (status, session) = server
-            .post("/api/sessions", json!({"cwd": sandbox.workdir(), "prompt": "Write it"}))
-            .await;
-        assert_eq!(status, 201, "{session}");
-        let id = session["id"].as_str().unwrap().to_owned();
-        let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+        let (id, mut ws) = started(&server, &sandbox, "Write it").await;
         let frames = ws.until(crate::is_result).await;
         let result = &frames.last().unwrap()["event"]["line"];
         assert_eq!(result["result"], "Here is a safe answer.", "{version}: {result}");
