@@ -223,6 +223,10 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     }
     let mut options = switchboard_transport::CliOptions::new(&cwd);
     options.program = args.claude.clone();
+    // Its installed hooks (`switchboard hooks install`) leave it to this session's.
+    options
+        .env
+        .insert(switchboard_server::externals::TERMINAL_VARIABLE.to_owned(), session.clone());
     let version = switchboard_transport::stdio::cli_version(&options).await.ok();
     let at_least = |since| {
         version.as_deref().and_then(|version| switchboard_session::version_at_least(version, since))

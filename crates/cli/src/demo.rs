@@ -81,6 +81,7 @@ async fn run(mut args: DemoArgs) -> Result<(), (u8, String)> {
     let config = DaemonConfig {
         claude: args.claude.clone(),
         default_policy: None,
+        external_policy: None,
         // Only PATH of the user's environment: the CLI talks to the scripted model, with a
         // scratch HOME, so neither a login nor a network is needed, and nothing of the user's
         // own Claude Code settings or history is touched.

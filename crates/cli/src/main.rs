@@ -14,6 +14,8 @@ mod decode;
 mod demo;
 mod doctor;
 mod fake_api;
+mod hook;
+mod hooks;
 mod install;
 mod run;
 mod serve;
@@ -139,6 +141,18 @@ enum Command {
     /// first when one is also a switchboard option). Exit status: the CLI's (128 + N when
     /// signal N ended it); 2 when it could not start (no terminal, no daemon, --print).
     Claude(claude::ClaudeArgs),
+    /// Put every Claude Code session on this machine under Switchboard: install its hooks in
+    /// your Claude Code settings (or one project's), take them out, or see whether they are in.
+    ///
+    /// Installed, each new session (a terminal's, an editor's, `claude -p` in a script) shows
+    /// in Switchboard, its transcript followed live, and each tool call goes to the daemon's
+    /// policy: denied, allowed, or held for a person in the web UI, the API or a notification.
+    /// The change is shown as a diff before it is written; uninstall puts the file back as it
+    /// was.
+    Hooks(hooks::HooksArgs),
+    /// What Claude Code runs for the hooks `switchboard hooks install` wrote: passes the
+    /// hook's input (stdin) to the daemon and prints its answer. Not for typing by hand.
+    Hook(hook::HookArgs),
     /// Print a shell completion script: `switchboard completions bash > ~/.local/share/bash-completion/completions/switchboard`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -177,6 +191,8 @@ fn main() -> ExitCode {
         Command::StopTask(args) => block_on(client::stop_task(args)),
         Command::Open(args) => block_on(client::open(args)),
         Command::Claude(args) => block_on(claude::claude(args)),
+        Command::Hooks(args) => block_on(hooks::hooks(args)),
+        Command::Hook(args) => block_on(hook::hook(args)),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -36,6 +36,11 @@ pub(crate) struct ServeArgs {
     /// syntax), or `auto-approve` to allow everything (as the agents-ui relay protocol's relays do).
     #[arg(long, value_name = "FILE|auto-approve", env = "SWITCHBOARD_POLICY")]
     policy: Option<PathBuf>,
+    /// Permission policy for the Claude Code sessions Switchboard did not start, which the
+    /// hooks of `switchboard hooks install` bring (default: --policy's). Without either, their
+    /// tool calls are left to the CLI, as if Switchboard were not there.
+    #[arg(long, value_name = "FILE", env = "SWITCHBOARD_EXTERNAL_POLICY")]
+    external_policy: Option<PathBuf>,
     /// The API token (default: the one in the data directory, generated on first start). A
     /// command line is readable by every local user: prefer --token-file, or
     /// SWITCHBOARD_TOKEN.
@@ -250,6 +255,10 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
         Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
         None => None,
     };
+    let external_policy = match &args.external_policy {
+        Some(path) => Some(Policy::from_file(path).map_err(|error| (2, error.to_string()))?),
+        None => None,
+    };
     // The data directory's SQLite file, or a PostgreSQL shared with other daemons.
     let (store, node): (OpenStore, Option<String>) = match &args.database_url {
         Some(url) => {
@@ -335,6 +344,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     let config = DaemonConfig {
         claude,
         default_policy,
+        external_policy,
         env: Vec::new(),
         clear_env: false,
         transcripts: None,

@@ -191,6 +191,7 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/a/{link}", Guard::Own, get(crate::approval::page)),
         route("POST", "/a/{link}", Guard::Own, post(crate::approval::answer)),
         route("POST", "/hooks/pre-tool-use", Guard::Own, post(crate::hooks::pre_tool_use)),
+        route("POST", "/hooks/claude", Guard::Api(Scope::Operate), post(crate::hooks::claude_hook)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
         route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),
         // The relay's CLI socket (an upgrade) or the web UI's page.

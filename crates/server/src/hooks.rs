@@ -21,10 +21,11 @@
 //!   daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
 //!   `onFailure` to `block`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use serde::Deserialize;
@@ -33,7 +34,7 @@ use switchboard_protocol::control::{CanUseToolRequest, ControlResponseBody, Hook
 use switchboard_protocol::{ControlRequestPayload, PermissionResult};
 use switchboard_transport::terminal::HookGate;
 
-use crate::daemon::Daemon;
+use crate::daemon::{Daemon, ExternalHello};
 use crate::error::ApiError;
 
 /// How long a hook's body may take to arrive.
@@ -133,6 +134,13 @@ pub(crate) async fn pre_tool_use(
     let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
     let input: Value = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;
+    decide(&gate, input).await.map(Json)
+}
+
+/// The answer to a `PreToolUse` hook's `input`, put to the session through `gate` as its
+/// policy's own `PreToolUse` hook: a deny is final, no rule leaves it to the CLI (`{}`), and an
+/// ask rule makes it the CLI's `can_use_tool`, which waits for a person.
+pub(crate) async fn decide(gate: &HookGate, input: Value) -> Result<Value, ApiError> {
     let call = PreToolUse::deserialize(&input)
         .map_err(|error| ApiError::invalid(format!("not a PreToolUse hook's input: {error}")))?;
     if call.hook_event_name != "PreToolUse" {
@@ -146,7 +154,6 @@ pub(crate) async fn pre_tool_use(
             "tool_name must be 1 to {MAX_TOOL_NAME_BYTES} bytes"
         )));
     }
-    let gate = &gate;
     let hook = HookCallbackRequest {
         callback_id: switchboard_session::core::POLICY_HOOK_ID.to_owned(),
         input,
@@ -155,7 +162,7 @@ pub(crate) async fn pre_tool_use(
     };
     let verdict = match put(gate, hook).await {
         Ok(verdict) => verdict.unwrap_or_else(|| json!({})),
-        Err(why) => return Ok(Json(refusal(&why))),
+        Err(why) => return Ok(refusal(&why)),
     };
     let asks = Verdict::deserialize(&verdict)
         .ok()
@@ -164,7 +171,7 @@ pub(crate) async fn pre_tool_use(
         .is_some_and(|decision| decision == "ask");
     if !asks {
         // Denied, or left to the CLI: the session's answer is the hook's.
-        return Ok(Json(verdict));
+        return Ok(verdict);
     }
     let request = CanUseToolRequest {
         tool_name: call.tool_name,
@@ -175,12 +182,93 @@ pub(crate) async fn pre_tool_use(
     };
     let answer = match put(gate, request).await {
         Ok(Some(answer)) => answer,
-        Ok(None) => return Ok(Json(refusal("an empty answer"))),
-        Err(why) => return Ok(Json(refusal(&why))),
+        Ok(None) => return Ok(refusal("an empty answer")),
+        Err(why) => return Ok(refusal(&why)),
     };
     let result = PermissionResult::deserialize(&answer)
         .unwrap_or_else(|_| PermissionResult::deny("Switchboard could not read the answer"));
-    Ok(Json(hook_output(result, &call.tool_input)))
+    Ok(hook_output(result, &call.tool_input))
+}
+
+/// What the hook command `switchboard hook` adds to the input it passes on: the CLI's process
+/// (found past the shell the CLI runs hooks in), the run id in its environment (a CLI the
+/// daemon started has one), and the terminal session `switchboard claude` registered for it.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct HookCaller {
+    #[serde(default)]
+    pid: Option<u32>,
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
+    terminal: Option<String>,
+}
+
+/// The part of any hook's input read to find its session.
+#[derive(Debug, Deserialize)]
+struct HookHead {
+    hook_event_name: String,
+    session_id: String,
+    #[serde(default)]
+    transcript_path: Option<PathBuf>,
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+}
+
+/// `POST /hooks/claude`: a hook that `switchboard hooks install` put in the person's Claude
+/// Code settings, passed on by `switchboard hook`, from any Claude Code session on the machine.
+/// A session the daemon governs already (one it runs, a terminal's) is left alone (`{}`).
+/// Otherwise `SessionStart` makes the session one Switchboard follows ([`Daemon::external`]),
+/// `PreToolUse` is decided as a terminal's is ([`decide`]), and `SessionEnd` ends the following.
+pub(crate) async fn claude_hook(
+    State(daemon): State<Arc<Daemon>>,
+    Query(caller): Query<HookCaller>,
+    body: axum::body::Body,
+) -> Result<Json<Value>, ApiError> {
+    let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
+    let input: Value = serde_json::from_slice(&body)
+        .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;
+    let head = HookHead::deserialize(&input)
+        .map_err(|error| ApiError::invalid(format!("not a Claude Code hook's input: {error}")))?;
+    if daemon.governs(
+        &head.session_id,
+        caller.run.as_deref(),
+        caller.pid,
+        caller.terminal.as_deref(),
+    ) {
+        return Ok(Json(json!({})));
+    }
+    let hello = |head: HookHead| -> Result<ExternalHello, ApiError> {
+        let (Some(transcript_path), Some(cwd)) = (head.transcript_path, head.cwd) else {
+            return Err(ApiError::invalid("a hook's input names its transcript_path and cwd"));
+        };
+        Ok(ExternalHello {
+            claude_session_id: head.session_id,
+            cwd,
+            transcript_path,
+            pid: caller.pid,
+        })
+    };
+    match head.hook_event_name.as_str() {
+        "SessionStart" => {
+            daemon.external(hello(head)?).await?;
+            Ok(Json(json!({})))
+        }
+        "PreToolUse" => match daemon.external(hello(head)?).await? {
+            Some(external) => decide(&external.gate, input).await.map(Json),
+            // Let go in Switchboard: the CLI decides.
+            None => Ok(Json(json!({}))),
+        },
+        "SessionEnd" => {
+            daemon.external_ended(&head.session_id);
+            Ok(Json(json!({})))
+        }
+        other => {
+            let event: String = other.chars().take(64).collect();
+            Err(ApiError::invalid(format!(
+                "Switchboard takes the SessionStart, PreToolUse and SessionEnd hooks, not {event:?}"
+            )))
+        }
+    }
 }
 
 /// The hook's `deny` for a call Switchboard could not put to the session, or whose answer it

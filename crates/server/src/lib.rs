@@ -20,6 +20,7 @@ pub mod data_dir;
 pub mod decisions;
 pub mod diff;
 pub mod error;
+pub mod externals;
 mod extract;
 pub mod faces;
 mod files;

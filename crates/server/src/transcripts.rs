@@ -66,6 +66,20 @@ impl Transcripts {
         Transcripts::new(home)
     }
 
+    /// Whether `path` names Claude session `id`'s transcript here: an absolute path with no
+    /// `.` or `..` in it, `projects/<a folder>/<id>.jsonl` under this Claude directory. (The
+    /// file need not exist yet: the CLI writes it with its first message.)
+    pub fn names(&self, path: &Path, id: &str) -> bool {
+        use std::path::Component;
+        let plain =
+            path.components().all(|part| matches!(part, Component::RootDir | Component::Normal(_)));
+        let file = format!("{id}.jsonl");
+        plain
+            && path.is_absolute()
+            && path.file_name().is_some_and(|name| name == file.as_str())
+            && path.parent().and_then(Path::parent) == Some(self.root.as_path())
+    }
+
     /// Every transcript, most recently changed first.
     pub fn list(&self) -> std::io::Result<Vec<TranscriptInfo>> {
         let mut found = Vec::new();
@@ -262,6 +276,19 @@ mod tests {
         assert!(is_change(&notify::EventKind::Create(CreateKind::File)));
         let touched = ModifyKind::Metadata(notify::event::MetadataKind::AccessTime);
         assert!(!is_change(&notify::EventKind::Modify(touched)));
+    }
+
+    #[test]
+    fn a_transcripts_path_is_one_of_this_directorys() {
+        let transcripts = Transcripts::new("/h/.claude");
+        let named = |path: &str| transcripts.names(Path::new(path), "abc");
+        assert!(named("/h/.claude/projects/-w/abc.jsonl"));
+        assert!(!named("/h/.claude/projects/-w/abd.jsonl"), "another session's");
+        assert!(!named("/h/.claude/projects/abc.jsonl"), "not in a project's folder");
+        assert!(!named("/h/.claude/projects/-w/x/abc.jsonl"), "too deep");
+        assert!(!named("/h/.claude/projects/../projects/-w/abc.jsonl"), "..");
+        assert!(!named("/etc/projects/-w/abc.jsonl"), "elsewhere");
+        assert!(!named("h/.claude/projects/-w/abc.jsonl"), "relative");
     }
 
     #[test]

@@ -41,7 +41,10 @@ export const headMethods = {
     // An interactive CLI in someone's terminal: messages are typed into it; its model, mode and
     // resume belong to that terminal.
     const terminal = session.config?.transport === 'terminal';
-    h.cwd.textContent = terminal ? `${homeRelative(session.cwd)} · in a terminal` : homeRelative(session.cwd);
+    // A session Switchboard did not start (its hooks brought it): followed, never typed into.
+    const external = session.config?.transport === 'external';
+    const where = terminal ? ' · in a terminal' : external ? ' · its own process, followed' : '';
+    h.cwd.textContent = `${homeRelative(session.cwd)}${where}`;
     // Several daemons on one database: the node first, where the path would cut it off.
     if (session.node) h.cwd.textContent = `on ${session.node} · ${h.cwd.textContent}`;
     h.cwd.title = session.cwd ?? '';

@@ -76,15 +76,20 @@ pub enum TransportKind {
     Relay,
     /// An interactive CLI in a person's terminal, registered by `switchboard claude`.
     Terminal,
+    /// A Claude Code session Switchboard did not start (a plain `claude`, an editor's, one
+    /// started by a script), reached through the hooks `switchboard hooks install` wrote: its
+    /// transcript followed, its tool calls put to the policy, nothing typed into it.
+    External,
 }
 
 impl TransportKind {
     /// Every kind.
-    pub const ALL: [TransportKind; 4] = [
+    pub const ALL: [TransportKind; 5] = [
         TransportKind::Stdio,
         TransportKind::SdkUrl,
         TransportKind::Relay,
         TransportKind::Terminal,
+        TransportKind::External,
     ];
 
     /// The kind `text` names (the API's name), if any.
@@ -99,6 +104,7 @@ impl TransportKind {
             TransportKind::SdkUrl => "sdk-url",
             TransportKind::Relay => "relay",
             TransportKind::Terminal => "terminal",
+            TransportKind::External => "external",
         }
     }
 }

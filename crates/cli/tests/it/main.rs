@@ -4,6 +4,7 @@ mod claude;
 mod decode;
 mod demo;
 mod fleet;
+mod hooks;
 mod install;
 mod matrix;
 mod run;

@@ -292,6 +292,9 @@ impl Daemon {
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
         self.may_send(id, by)?;
+        if let Some(refusal) = self.external_refusal(id, "type into it") {
+            return Err(refusal);
+        }
         let terminal = self.live(id).is_some_and(|live| is_terminal(&live.record.lock()));
         if terminal {
             switchboard_transport::terminal::prompt_text(&message).map_err(DaemonError::Invalid)?;

@@ -13,6 +13,9 @@ pub struct DaemonConfig {
     pub claude: Option<PathBuf>,
     /// The policy when a request gives none.
     pub default_policy: Option<Policy>,
+    /// The policy of the sessions Switchboard did not start, which its installed hooks bring
+    /// (`switchboard serve --external-policy`; `None`: `default_policy`'s).
+    pub external_policy: Option<Policy>,
     /// Environment for every CLI (tests point it at a fake API).
     pub env: Vec<(String, String)>,
     /// Start CLIs with only `PATH` and `env` (no inherited environment).

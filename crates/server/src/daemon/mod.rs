@@ -44,6 +44,7 @@ mod budget;
 mod channels;
 mod controls;
 mod error;
+mod external;
 mod fleet;
 mod launch;
 mod live;
@@ -60,6 +61,7 @@ mod waiting;
 mod workspace;
 
 pub use error::*;
+pub use external::ExternalHello;
 pub use launch::*;
 pub use live::*;
 use notices::*;
@@ -168,6 +170,8 @@ pub struct Daemon {
     remote_views: waiting::RemoteViews,
     /// The keys terminal sessions' hooks ask with ([`crate::hooks`]).
     hook_keys: crate::hook_keys::HookKeys,
+    /// The sessions Switchboard did not start but follows through their hooks.
+    externals: crate::externals::Externals,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
 }
@@ -234,6 +238,7 @@ impl Daemon {
             relay_births: Mutex::new(crate::relay_limits::Window::new(Duration::from_secs(60))),
             remote_views: waiting::RemoteViews::default(),
             hook_keys: crate::hook_keys::HookKeys::default(),
+            externals: crate::externals::Externals::default(),
             // After-store observers, in the order they hear of a batch.
             observers: vec![
                 Box::new(notices::Notices),
@@ -689,6 +694,13 @@ impl Daemon {
             return Err(DaemonError::Invalid(format!(
                 "session {id} ran in a person's terminal; continue it in one: switchboard claude --resume {claude}"
             )));
+        }
+        if is_external(&record) {
+            if let Some(refusal) = self.external_refusal(id, "resume it") {
+                return Err(refusal);
+            }
+            // Its process is gone: resumed, it is a session the daemon runs.
+            record.launch.transport = None;
         }
         let claude_session_id = record.claude_session_id.clone().ok_or_else(|| {
             DaemonError::Invalid(format!(

@@ -49,6 +49,12 @@ pub fn is_terminal(record: &SessionRecord) -> bool {
     record.launch.transport == Some(TransportKind::Terminal)
 }
 
+/// Whether the session is a Claude Code session Switchboard did not start, followed through
+/// its hooks ([`Daemon::external`]).
+pub fn is_external(record: &SessionRecord) -> bool {
+    record.launch.transport == Some(TransportKind::External)
+}
+
 /// A record's state for its CLI's `state`: `paused` while a budget holds a session that has
 /// not ended.
 pub fn record_state(state: SessionState, paused: bool) -> RecordState {

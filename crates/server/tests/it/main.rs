@@ -62,6 +62,7 @@ impl Server {
         let config = DaemonConfig {
             claude: Some(real_cli(CliVersion::V2_1_330)),
             default_policy: None,
+            external_policy: None,
             env: sandbox.env(&api.base_url()).into_iter().collect(),
             clear_env: true,
             transcripts: Some(switchboard_server::transcripts::Transcripts::new(
