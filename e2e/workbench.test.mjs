@@ -245,7 +245,8 @@ try {
     // The account's usage windows, as Claude Code reported them on the long answer.
     const five = stats.locator('.usage-window[data-window="five_hour"]');
     await five.waitFor();
-    assert.match(await five.textContent(), /^5-hour82% · near its limit.*resets at \d\d:\d\d/);
+    // (A reset after midnight names its day: "resets on Mon, Nov 30 at 12:22 AM".)
+    assert.match(await five.textContent(), /^5-hour82% · near its limit.*resets (on .+ )?at \d\d?:\d\d/);
     assert.ok((await five.getAttribute('class')).includes('allowed_warning'));
     assert.match(await stats.locator('.usage-window[data-window="seven_day"]').textContent(), /^7-day40%/);
     // Each side axis is wide enough for its widest label (with its ticks and their gap).

@@ -130,7 +130,14 @@ fn settings_path(target: &Target) -> Result<PathBuf, String> {
             if !dir.is_dir() {
                 return Err(format!("{} is not a directory", dir.display()));
             }
-            Ok(dir.join(".claude").join("settings.local.json"))
+            let claude = dir.join(".claude");
+            if std::fs::symlink_metadata(&claude).is_ok_and(|metadata| !metadata.is_dir()) {
+                return Err(format!(
+                    "{} is not a directory (a link?): not changed",
+                    claude.display()
+                ));
+            }
+            Ok(claude.join("settings.local.json"))
         }
         None => {
             let home = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from).or_else(|| {
@@ -218,19 +225,23 @@ fn take_ours(settings: &mut Map<String, Value>) -> bool {
     let mut found = false;
     for (event, _) in EVENTS {
         let Some(Value::Array(groups)) = hooks.get_mut(event) else { continue };
-        for group in groups.iter_mut() {
-            if let Some(Value::Array(entries)) = group.get_mut("hooks") {
-                let before = entries.len();
-                entries.retain(|entry| !entry["command"].as_str().is_some_and(is_ours));
-                found |= entries.len() != before;
-            }
-        }
-        groups.retain(|group| !group["hooks"].as_array().is_some_and(Vec::is_empty));
-        if groups.is_empty() {
+        let mut emptied = false;
+        groups.retain_mut(|group| {
+            let Some(Value::Array(entries)) = group.get_mut("hooks") else { return true };
+            let before = entries.len();
+            entries.retain(|entry| !entry["command"].as_str().is_some_and(is_ours));
+            let took = entries.len() != before;
+            found |= took;
+            // A group only Switchboard's entries were in goes; the person's own stay.
+            let keep = !(took && entries.is_empty());
+            emptied |= !keep;
+            keep
+        });
+        if emptied && groups.is_empty() {
             hooks.remove(event);
         }
     }
-    if hooks.is_empty() {
+    if found && hooks.is_empty() {
         settings.remove("hooks");
     }
     found
@@ -409,6 +420,13 @@ fn install_hooks(target: &Target, fail_open: bool) -> Result<(), String> {
         .and_then(|text| serde_json::from_str::<Saved>(&text).ok())
     {
         Some(saved) if had_ours => saved.before,
+        // Switchboard's entries are in it, but what it was before them is not kept (another
+        // data directory installed them): it without them.
+        _ if had_ours => {
+            let mut clean = parse(&path, before.as_deref())?;
+            take_ours(&mut clean);
+            Some(render(&clean))
+        }
         _ => before,
     };
     write_file(&path, &after)?;
@@ -525,6 +543,13 @@ mod tests {
         assert!(take_ours(&mut settings));
         assert_eq!(settings, before, "the person's hook and settings kept as they were");
         assert!(!take_ours(&mut settings), "none left");
+        // The person's own empty lists of other events stay as they were.
+        let mut own: Map<String, Value> =
+            serde_json::from_value(json!({"hooks": {"Stop": []}})).unwrap();
+        let kept = own.clone();
+        put_ours(&mut own, "switchboard hook --data-dir /d").unwrap();
+        take_ours(&mut own);
+        assert_eq!(own, kept);
         let mut empty = Map::new();
         put_ours(&mut empty, "switchboard hook --data-dir /d --fail-open").unwrap();
         assert_eq!(installed(&empty), Some(true));

@@ -170,6 +170,7 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/api/sessions/{id}/subscribe", Guard::Api(Scope::Read), get(subscribe)),
         route("GET", "/api/events", Guard::Api(Scope::Read), get(dashboard)),
         route("GET", "/api/claude/sessions", Guard::Api(Scope::Read), get(crate::compat::list)),
+        route("GET", "/api/claude/agents", Guard::Api(Scope::Read), get(crate::compat::agents)),
         route("GET", "/api/claude/sessions/{id}", Guard::Api(Scope::Read), get(crate::compat::get)),
         route(
             "GET",
@@ -949,7 +950,7 @@ async fn permission_link(
         ),
             )
         })?;
-    let expires_ms = pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
+    let expires_ms = pending.expires_ms();
     Ok(Json(json!({"link": link, "expires_ms": expires_ms})))
 }
 
@@ -1318,7 +1319,7 @@ fn subscription_frame(
 /// send back (the socket stays open either way). Each frame needs its scope: a `read` token
 /// watches, an `approve` token also answers, an `operate` token also steers.
 async fn handle_client_frame(
-    daemon: &Daemon,
+    daemon: &Arc<Daemon>,
     caller: &Caller,
     id: &str,
     text: &str,

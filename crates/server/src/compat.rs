@@ -40,6 +40,37 @@ pub(crate) async fn list(
     Ok(Json(list))
 }
 
+/// A live Claude Code process ([`crate::agents`]), and the Switchboard session that runs or
+/// follows its Claude session, if one does.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct AgentView {
+    /// The process and its session, as Claude Code lists it.
+    #[serde(flatten)]
+    pub agent: crate::agents::ClaudeAgent,
+    /// The Switchboard session that runs it or follows it through its hooks.
+    pub switchboard_session: Option<String>,
+}
+
+/// `GET /api/claude/agents`: every Claude Code process of this user's running now, as
+/// `claude agents --json` lists them (interactive, `-p` and background sessions alike).
+pub(crate) async fn agents(
+    State(daemon): State<Arc<Daemon>>,
+) -> Result<Json<Vec<AgentView>>, ApiError> {
+    let transcripts = daemon.transcripts().clone();
+    let live = tokio::task::spawn_blocking(move || crate::agents::live(&transcripts))
+        .await
+        .map_err(|error| ApiError::internal(format!("the agents' reader failed: {error}")))?;
+    let mut views = Vec::with_capacity(live.len());
+    for agent in live {
+        let switchboard_session = match daemon.externals().find(&agent.session_id) {
+            Some(external) => Some(external.session),
+            None => daemon.running_for_claude_session(&agent.session_id).await,
+        };
+        views.push(AgentView { agent, switchboard_session });
+    }
+    Ok(Json(views))
+}
+
 pub(crate) async fn get(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,

@@ -117,6 +117,8 @@ fn known_code(code: &str) -> &'static str {
         "worktree",
         "cannot_rewind",
         "cli_too_old",
+        "held_elsewhere",
+        "parked",
         "budget_reached",
         "cli_refused",
         "store_error",
@@ -155,6 +157,12 @@ impl From<DaemonError> for ApiError {
             DaemonError::Session(SessionError::Answer(AnswerError::BadContent(_))) => {
                 ApiError::invalid(error.to_string())
             }
+            // Parked a moment ago on another node, whose CLI is still ending.
+            DaemonError::Session(SessionError::Answer(AnswerError::Parked(_))) => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "unavailable",
+                message: format!("{error}; answer again in a moment"),
+            },
             DaemonError::Session(SessionError::Transport(_)) => {
                 ApiError::invalid(error.to_string())
             }
@@ -188,6 +196,10 @@ impl From<DaemonError> for ApiError {
             DaemonError::Rewind(_) => ApiError::conflict("cannot_rewind", error.to_string()),
             DaemonError::CliTooOld(_) => ApiError::conflict("cli_too_old", error.to_string()),
             DaemonError::OtherNode(_) => ApiError::conflict("other_node", error.to_string()),
+            DaemonError::HeldElsewhere(_) => {
+                ApiError::conflict("held_elsewhere", error.to_string())
+            }
+            DaemonError::Parked(_) => ApiError::conflict("parked", error.to_string()),
             DaemonError::Forwarded { status, code, message } => ApiError {
                 // Only a refusal passes as it is: another node's answer is never taken for a
                 // success or a redirect.

@@ -1076,6 +1076,7 @@ fn status_named(state: switchboard_store::RecordState) -> pb::Status {
         RecordState::Exited => pb::Status::Exited,
         RecordState::Crashed => pb::Status::Crashed,
         RecordState::Paused => pb::Status::Paused,
+        RecordState::Parked => pb::Status::Parked,
     }
 }
 
@@ -1094,6 +1095,7 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
         rule: pending.rule,
         cli_reason: pending.cli_reason,
         hints: (!pending.hints.is_empty()).then(|| permission_hints(&pending.hints)),
+        parked_at_ms: pending.parked_at_ms.map(|at| i64::try_from(at).unwrap_or(i64::MAX)),
     }
 }
 

@@ -187,7 +187,7 @@ pub(crate) async fn decide(gate: &HookGate, input: Value) -> Result<Value, ApiEr
     };
     let result = PermissionResult::deserialize(&answer)
         .unwrap_or_else(|_| PermissionResult::deny("Switchboard could not read the answer"));
-    Ok(hook_output(result, &call.tool_input))
+    Ok(switchboard_session::hook_answer(&result, &call.tool_input))
 }
 
 /// What the hook command `switchboard hook` adds to the input it passes on: the CLI's process
@@ -281,39 +281,6 @@ fn refusal(why: &str) -> Value {
     }})
 }
 
-/// The hook's answer for a person's `result`: Claude Code's `hookSpecificOutput` for
-/// `PreToolUse`.
-fn hook_output(result: PermissionResult, input: &Value) -> Value {
-    match result {
-        PermissionResult::Allow(allow) => {
-            let mut output = json!({
-                "hookEventName": "PreToolUse",
-                "permissionDecision": "allow",
-                "permissionDecisionReason": "Allowed in Switchboard",
-            });
-            // A person's edit of the input runs instead of it.
-            if let Some(changed) = allow.updated_input.filter(|changed| changed != input) {
-                output["updatedInput"] = changed;
-            }
-            json!({"hookSpecificOutput": output})
-        }
-        PermissionResult::Deny(deny) => {
-            let mut output = json!({"hookSpecificOutput": {
-                "hookEventName": "PreToolUse",
-                "permissionDecision": "deny",
-                "permissionDecisionReason": deny.message,
-            }});
-            // A deny that also ends the turn (a timeout's, say): Claude stops here.
-            if deny.interrupt == Some(true) {
-                output["continue"] = Value::Bool(false);
-                output["stopReason"] = Value::from(deny.message);
-            }
-            output
-        }
-        PermissionResult::Unknown(_) => refusal("an answer it cannot read"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,16 +288,23 @@ mod tests {
     #[test]
     fn an_answer_becomes_the_hooks_decision() {
         let input = json!({"command": "ls"});
-        let allowed = hook_output(PermissionResult::allow(input.clone()), &input);
+        let allowed =
+            switchboard_session::hook_answer(&PermissionResult::allow(input.clone()), &input);
         assert_eq!(allowed["hookSpecificOutput"]["permissionDecision"], "allow");
         assert!(allowed["hookSpecificOutput"].get("updatedInput").is_none(), "unchanged");
-        let edited = hook_output(PermissionResult::allow(json!({"command": "ls -a"})), &input);
+        let edited = switchboard_session::hook_answer(
+            &PermissionResult::allow(json!({"command": "ls -a"})),
+            &input,
+        );
         assert_eq!(edited["hookSpecificOutput"]["updatedInput"]["command"], "ls -a");
-        let denied = hook_output(PermissionResult::deny("not here"), &input);
+        let denied = switchboard_session::hook_answer(&PermissionResult::deny("not here"), &input);
         assert_eq!(denied["hookSpecificOutput"]["permissionDecision"], "deny");
         assert_eq!(denied["hookSpecificOutput"]["permissionDecisionReason"], "not here");
         assert!(denied.get("continue").is_none(), "the turn goes on");
-        let stopped = hook_output(PermissionResult::deny_and_interrupt("too late"), &input);
+        let stopped = switchboard_session::hook_answer(
+            &PermissionResult::deny_and_interrupt("too late"),
+            &input,
+        );
         assert_eq!(stopped["continue"], false, "the turn ends");
         assert_eq!(stopped["stopReason"], "too late");
     }

@@ -7,6 +7,7 @@
 //! - [`grpc::router`]: the gRPC API (`proto/switchboard/v1/switchboard.proto`) on the same port.
 
 pub mod addresses;
+pub mod agents;
 pub mod api;
 mod approval;
 pub mod auth;

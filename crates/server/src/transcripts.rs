@@ -66,6 +66,11 @@ impl Transcripts {
         Transcripts::new(home)
     }
 
+    /// The Claude directory (`~/.claude`) whose `projects` these are.
+    pub fn claude_home(&self) -> &Path {
+        self.root.parent().unwrap_or(&self.root)
+    }
+
     /// Whether `path` names Claude session `id`'s transcript here: an absolute path with no
     /// `.` or `..` in it, `projects/<a folder>/<id>.jsonl` under this Claude directory. (The
     /// file need not exist yet: the CLI writes it with its first message.)

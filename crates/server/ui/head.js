@@ -33,7 +33,7 @@ export const headMethods = {
   header() {
     const session = sessions.get(this.id) ?? { id: this.id };
     const [state, label] = stateLabel(session);
-    const running = session.running !== false && !['exited', 'crashed'].includes(session.state);
+    const running = session.running !== false && !['exited', 'crashed', 'parked'].includes(session.state);
     if (!this.head) this.buildHead();
     const h = this.head;
     h.icon.replaceChildren(stateIcon(state));

@@ -115,7 +115,7 @@ export function watchDashboard() {
           claude_session_id: change.claude_session_id, updated_ms: Date.now(),
           permission_mode: change.permission_mode, title: change.title ?? session.title,
           archived: change.archived ?? session.archived,
-          running: !['exited', 'crashed'].includes(change.state),
+          running: !['exited', 'crashed', 'parked'].includes(change.state),
           pending_permissions: known.length === change.pending_permissions ? known : new Array(change.pending_permissions).fill({}),
           disconnected_since_ms: change.disconnected_since_ms ?? null,
           paused: change.paused ?? null,

@@ -47,6 +47,8 @@ export function homeRelative(path) {
 export function stateLabel(session) {
   // Its node stopped answering (several daemons on one database): it runs nowhere now.
   if (session.node_lost) return ['lost', `node ${session.node ?? ''} lost`];
+  // Its request waits with no process: an answer resumes it.
+  if (session.state === 'parked') return ['waiting', 'parked: waiting for you'];
   const pending = session.pending_permissions?.length ?? session.pending ?? 0;
   if (pending > 0 || session.state === 'awaiting_permission') return ['waiting', 'waiting for you'];
   if (session.disconnected_since_ms && !['exited', 'crashed'].includes(session.state)) {

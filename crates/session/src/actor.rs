@@ -93,6 +93,12 @@ pub struct SessionConfig {
     /// ([`SessionCore::set_transcript`]): no `initialize` is sent, and only prompts and
     /// interrupts reach it.
     pub transcript: bool,
+    /// People's answers to requests parked in an earlier run, which this run's CLI asks about
+    /// again ([`SessionCore::set_parked_answers`]).
+    pub parked_answers: Vec<crate::core::ParkedAnswer>,
+    /// Whoever runs the session lets a parked session's CLI go and resumes it with the answer
+    /// (the daemon does): the policy's `park_after` parks only then.
+    pub parkable: bool,
 }
 
 impl SessionConfig {
@@ -104,6 +110,8 @@ impl SessionConfig {
             initialize: None,
             control_timeout: crate::core::CONTROL_TIMEOUT,
             transcript: false,
+            parked_answers: Vec::new(),
+            parkable: false,
         }
     }
 
@@ -312,6 +320,10 @@ pub(crate) fn start_actor(
     core.set_control_timeout(config.control_timeout);
     if config.transcript {
         core.set_transcript();
+    }
+    core.set_parked_answers(config.parked_answers.clone());
+    if config.parkable {
+        core.set_parkable();
     }
     let (commands_tx, commands_rx) = mpsc::channel(COMMAND_QUEUE);
     let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);

@@ -118,6 +118,29 @@ pub enum Timer {
     Permission(String),
     /// A hook callback has waited long enough.
     Hook(String),
+    /// A call held at the policy's hook has waited long enough with the CLI running: it is
+    /// parked ([`crate::policy::Policy::park_after`]).
+    Park(String),
+}
+
+/// How much longer than the ask's timeout the CLI waits on the policy's hook while a call is
+/// held there (the core answers at the timeout; the CLI must not give up first).
+pub const HELD_HOOK_MARGIN_SECS: u64 = 60;
+
+/// The first CLI version that takes a `PreToolUse` hook's `defer` (measured: 2.1.100, 2.1.250
+/// and 2.1.330 end the turn with the call deferred and run it when resumed; 2.1.37 hangs).
+pub const DEFER_SINCE: &str = "2.1.100";
+
+/// A person's answer to a request that was parked, for the run that resumes the session: its
+/// CLI asks again about the same call (`tool_use_id`), and this is the answer.
+#[derive(Debug, Clone)]
+pub struct ParkedAnswer {
+    /// The request as it was parked.
+    pub pending: PendingPermission,
+    /// The answer.
+    pub answer: PermissionAnswer,
+    /// Who answered.
+    pub who: String,
 }
 
 /// Why one of our control requests failed.
@@ -225,6 +248,10 @@ pub enum AnswerError {
     /// An MCP server's question answered with what its form does not take; it still waits.
     #[error("the answer does not fit the form: {0}")]
     BadContent(String),
+    /// The request was parked in this run: its CLI is ending, and the answer resumes the
+    /// session (the daemon's to do, once the CLI has gone).
+    #[error("permission request {0} was parked: the session resumes with the answer")]
+    Parked(String),
 }
 
 /// The most slash commands a snapshot keeps, the longest name, and the longest description
@@ -336,6 +363,9 @@ struct OutgoingControl {
 struct AskedPermission {
     pending: PendingPermission,
     request: CanUseToolRequest,
+    /// Asked at the policy's `PreToolUse` hook, which waits for the answer (a call that may be
+    /// parked), not through the CLI's `can_use_tool`.
+    via_hook: bool,
 }
 
 impl AskedPermission {
@@ -353,6 +383,39 @@ fn pre_tool_use_verdict(verdict: &str, reason: &str) -> Value {
         "permissionDecision": verdict,
         "permissionDecisionReason": reason,
     }})
+}
+
+/// A `PreToolUse` hook's answer for a permission `result` on a call whose input was `input`:
+/// Claude Code's `hookSpecificOutput` (the changed input as `updatedInput`; a deny that ends
+/// the turn adds `continue: false` and its `stopReason`).
+pub fn hook_answer(result: &PermissionResult, input: &Value) -> Value {
+    match result {
+        PermissionResult::Allow(allow) => {
+            let mut output = serde_json::json!({
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "allow",
+                "permissionDecisionReason": "Allowed in Switchboard",
+            });
+            // A person's edit of the input runs instead of it.
+            if let Some(changed) = allow.updated_input.as_ref().filter(|changed| *changed != input)
+            {
+                output["updatedInput"] = changed.clone();
+            }
+            serde_json::json!({"hookSpecificOutput": output})
+        }
+        PermissionResult::Deny(deny) => {
+            let mut output = pre_tool_use_verdict("deny", &deny.message);
+            if deny.interrupt == Some(true) {
+                output["continue"] = Value::Bool(false);
+                output["stopReason"] = Value::from(deny.message.clone());
+            }
+            output
+        }
+        PermissionResult::Unknown(_) => pre_tool_use_verdict(
+            "deny",
+            "Switchboard could not decide on the call: an answer it cannot read",
+        ),
+    }
 }
 
 /// The session's state machine.
@@ -411,6 +474,14 @@ pub struct SessionCore {
     interrupt_cancels_queued: bool,
     /// The requests in `asked` that are MCP servers' questions ([`elicitation`]).
     elicitations: HashSet<String>,
+    /// Answers to parked requests, by the call's `tool_use_id`, for this run's CLI to hear when
+    /// it asks about the call again ([`SessionCore::set_parked_answers`]).
+    parked_answers: HashMap<String, ParkedAnswer>,
+    /// Whoever runs the session can let a parked session's CLI go and resume it with the answer
+    /// (the daemon): only then does the policy's `park_after` park anything.
+    parkable: bool,
+    /// The requests parked in this run (their answers resume the session).
+    parked_here: HashSet<String>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -467,6 +538,9 @@ impl SessionCore {
             results_may_be_lost: false,
             interrupt_cancels_queued: false,
             elicitations: HashSet::new(),
+            parked_answers: HashMap::new(),
+            parkable: false,
+            parked_here: HashSet::new(),
         }
     }
 
@@ -476,6 +550,38 @@ impl SessionCore {
     /// `interrupt` can reach it (as the Esc key, which the CLI does not answer).
     pub fn set_transcript(&mut self) {
         self.transcript = true;
+    }
+
+    /// Answers that people gave to requests parked in an earlier run: when this run's CLI asks
+    /// about the same call again (resumed, it asks first thing), the answer is the person's.
+    pub fn set_parked_answers(&mut self, answers: Vec<ParkedAnswer>) {
+        for parked in answers {
+            if let Some(tool_use_id) = parked.pending.tool_use_id.clone() {
+                self.parked_answers.insert(tool_use_id, parked);
+            }
+        }
+    }
+
+    /// Lets the policy's `park_after` park requests: whoever runs the session lets a parked
+    /// session's CLI go and resumes it with the answer (the daemon does; `switchboard run`
+    /// could not, and never parks).
+    pub fn set_parkable(&mut self) {
+        self.parkable = true;
+    }
+
+    /// Whether the policy's hook may hold an asked call and park it: the policy parks, the
+    /// session is parkable, this is a CLI spoken to (not a terminal's transcript), and its
+    /// version takes `defer`.
+    fn may_park(&self) -> bool {
+        self.policy.park_after.is_some()
+            && self.parkable
+            && !self.transcript
+            && self
+                .snapshot
+                .cli_version
+                .as_deref()
+                .and_then(|version| crate::controls::version_at_least(version, DEFER_SINCE))
+                == Some(true)
     }
 
     /// Whether the snapshot may have changed since the last call (so the shell publishes it
@@ -523,7 +629,11 @@ impl SessionCore {
                     vec![HookMatcher {
                         matcher: None,
                         hook_callback_ids: vec![POLICY_HOOK_ID.to_owned()],
-                        timeout: None,
+                        // A call held at the hook (one that may be parked) waits there for a
+                        // person: the CLI's own hook timeout (60 s by default) must not end it.
+                        timeout: (self.policy.park_after.is_some() && self.parkable).then(|| {
+                            self.policy.ask_timeout.as_secs().saturating_add(HELD_HOOK_MARGIN_SECS)
+                        }),
                         extra: Default::default(),
                     }],
                 );
@@ -975,6 +1085,11 @@ impl SessionCore {
         for request_id in std::mem::take(&mut self.hooks).into_keys() {
             self.mark_answered(&request_id);
         }
+        // Answers to parked requests this run's CLI never asked for (it died first): the
+        // requests wait on, parked, and the next answer resumes the session again.
+        for (_, parked) in std::mem::take(&mut self.parked_answers) {
+            effects.push(Effect::Emit(SessionEvent::PermissionRequested(parked.pending)));
+        }
         self.held.clear();
         let requested = self.shutdown_requested;
         let mut clean = code == Some(0) || requested;
@@ -1023,9 +1138,9 @@ impl SessionCore {
                     let message = format!(
                         "No one answered this permission request within {seconds} s, so it was denied (Switchboard permissions fail closed)."
                     );
-                    self.respond_permission(
+                    self.respond_asked(
                         &request_id,
-                        asked.request.tool_use_id.as_deref(),
+                        &asked,
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
@@ -1037,6 +1152,7 @@ impl SessionCore {
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
             }
+            Timer::Park(request_id) => self.park(&request_id, &mut effects),
             Timer::Hook(request_id) => {
                 if self.hooks.contains_key(&request_id) {
                     if let Ok(mut answered) =

@@ -145,6 +145,26 @@ pub struct PendingPermission {
     /// on it. Empty from older CLIs and in logs written before it was read.
     #[serde(default, skip_serializing_if = "PermissionHints::is_empty")]
     pub hints: PermissionHints,
+    /// When it was parked (Unix milliseconds): the CLI was told to defer the call and has
+    /// ended, and the request waits with no process; an answer resumes the session. `None`
+    /// while the CLI waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_at_ms: Option<u64>,
+}
+
+/// How long a parked request's one-tap links last: it waits for a person with no process, for
+/// as long as that takes.
+pub const PARKED_LINK_LIFETIME_MS: u64 = 30 * 24 * 3600 * 1000;
+
+impl PendingPermission {
+    /// When it stops waiting for a person (Unix milliseconds), as its links and notices say:
+    /// its timeout, or for a parked request [`PARKED_LINK_LIFETIME_MS`] after it was parked.
+    pub fn expires_ms(&self) -> u64 {
+        match self.parked_at_ms {
+            Some(parked) => parked.saturating_add(PARKED_LINK_LIFETIME_MS),
+            None => self.asked_at_ms.saturating_add(self.timeout_secs.saturating_mul(1000)),
+        }
+    }
 }
 
 /// Claude Code's own hints on a permission request, as its `can_use_tool` gives them.

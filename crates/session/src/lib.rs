@@ -24,8 +24,8 @@ pub use actor::{
 };
 pub use controls::{priority_supported_by, version_at_least, CliControl};
 pub use core::{
-    AnswerBehavior, AnswerError, PermissionAnswer, SessionSnapshot, SlashCommandInfo,
-    ELICITATION_TOOL,
+    hook_answer, AnswerBehavior, AnswerError, ParkedAnswer, PermissionAnswer, SessionSnapshot,
+    SlashCommandInfo, ELICITATION_TOOL,
 };
 pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,

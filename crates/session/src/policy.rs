@@ -86,6 +86,10 @@ pub struct Policy {
     pub ask_timeout: Duration,
     /// What an unanswered `ask` becomes (`allow` is refused: timeouts fail closed).
     pub on_timeout: Behavior,
+    /// How long an `ask` waits with the CLI running before it is parked (`park_after_secs`):
+    /// the CLI is told to defer the call and ends, and the request waits with no process
+    /// until a person answers, which resumes the session. `None`: never parked.
+    pub park_after: Option<Duration>,
     /// Who hears of its sessions (`[notify]`).
     pub notify: NotifyRoute,
 }
@@ -168,6 +172,7 @@ impl Default for Policy {
             default: Behavior::Ask,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             on_timeout: Behavior::Deny,
+            park_after: None,
             notify: NotifyRoute::default(),
         }
     }
@@ -192,6 +197,12 @@ pub enum PolicyError {
         "on_timeout must be \"deny\" (or \"ask\", which also denies): permissions fail closed"
     )]
     TimeoutAllows,
+    /// `park_after_secs` that would never park (zero, or not below `ask_timeout_secs`).
+    #[error("park_after_secs must be at least 1 and below ask_timeout_secs ({ask_timeout} s), or the ask's timeout ends it first")]
+    ParkNever {
+        /// The ask's timeout, in seconds.
+        ask_timeout: u64,
+    },
     /// Its `[notify]` table names something wrongly.
     #[error("policy is not valid: {0}")]
     Notify(String),
@@ -226,6 +237,7 @@ struct PermissionsSection {
     default: Option<Behavior>,
     ask_timeout_secs: Option<u64>,
     on_timeout: Option<Behavior>,
+    park_after_secs: Option<u64>,
 }
 
 impl Policy {
@@ -242,16 +254,20 @@ impl Policy {
         if on_timeout == Behavior::Allow {
             return Err(PolicyError::TimeoutAllows);
         }
+        let ask_timeout =
+            section.ask_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_ASK_TIMEOUT);
+        let park_after = section.park_after_secs.map(Duration::from_secs);
+        if park_after.is_some_and(|park| park.is_zero() || park >= ask_timeout) {
+            return Err(PolicyError::ParkNever { ask_timeout: ask_timeout.as_secs() });
+        }
         Ok(Policy {
             allow: parse(&section.allow)?,
             deny: parse(&section.deny)?,
             ask: parse(&section.ask)?,
             default: section.default.unwrap_or(Behavior::Ask),
-            ask_timeout: section
-                .ask_timeout_secs
-                .map(Duration::from_secs)
-                .unwrap_or(DEFAULT_ASK_TIMEOUT),
+            ask_timeout,
             on_timeout,
+            park_after,
             notify,
         })
     }

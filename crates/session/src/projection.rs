@@ -236,9 +236,11 @@ impl Projector {
             // CLI's running total does not lower; the core's figure is its own run's.
             SessionEvent::CostChanged(_) => {}
             SessionEvent::PermissionRequested(pending) => {
-                let known = self.view.pending_permissions.iter();
-                if !known.clone().any(|p| p.request_id == pending.request_id) {
-                    self.view.pending_permissions.push(pending.clone());
+                // Told again when it is parked: the same request, waiting on with no process.
+                let waiting = &mut self.view.pending_permissions;
+                match waiting.iter_mut().find(|p| p.request_id == pending.request_id) {
+                    Some(known) => *known = pending.clone(),
+                    None => waiting.push(pending.clone()),
                 }
                 emit(Update::PermissionAsked(pending.clone()));
             }
@@ -329,7 +331,8 @@ impl Projector {
     pub fn new_run(&mut self) {
         self.started = false;
         self.view.open_turns = 0;
-        self.view.pending_permissions.clear();
+        // A parked request outlives its CLI: it waits until a person answers.
+        self.view.pending_permissions.retain(|pending| pending.parked_at_ms.is_some());
         self.interrupting = false;
     }
 

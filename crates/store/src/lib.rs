@@ -128,6 +128,9 @@ pub enum RecordState {
     Compacting,
     /// A budget it reached holds it: it takes no message until a person raises the budget.
     Paused,
+    /// A permission request waits for a person with no CLI running (the policy parked it): an
+    /// answer resumes the session.
+    Parked,
     /// The CLI exited normally (or was ended).
     Exited,
     /// The CLI died unexpectedly (or its log could not be written).
@@ -136,13 +139,14 @@ pub enum RecordState {
 
 impl RecordState {
     /// Every state.
-    pub const ALL: [RecordState; 8] = [
+    pub const ALL: [RecordState; 9] = [
         RecordState::Starting,
         RecordState::Idle,
         RecordState::Working,
         RecordState::AwaitingPermission,
         RecordState::Compacting,
         RecordState::Paused,
+        RecordState::Parked,
         RecordState::Exited,
         RecordState::Crashed,
     ];
@@ -156,6 +160,7 @@ impl RecordState {
             RecordState::AwaitingPermission => "awaiting_permission",
             RecordState::Compacting => "compacting",
             RecordState::Paused => "paused",
+            RecordState::Parked => "parked",
             RecordState::Exited => "exited",
             RecordState::Crashed => "crashed",
         }
@@ -166,9 +171,9 @@ impl RecordState {
         RecordState::ALL.into_iter().find(|state| state.as_str() == text)
     }
 
-    /// Whether the session ended (exited or crashed): it runs nowhere until resumed.
+    /// Whether the session ended (exited, crashed, or parked): it runs nowhere until resumed.
     pub fn is_final(self) -> bool {
-        matches!(self, RecordState::Exited | RecordState::Crashed)
+        matches!(self, RecordState::Exited | RecordState::Crashed | RecordState::Parked)
     }
 }
 

@@ -173,9 +173,34 @@ async fn a_claude_switchboard_did_not_start_waits_for_a_person_through_its_insta
         .send()
         .await
         .unwrap();
-    assert_eq!(refused.status().as_u16(), 400);
+    assert_eq!(refused.status().as_u16(), 409);
     let refused: Value = refused.json().await.unwrap();
     assert!(refused.to_string().contains("writes its transcript"), "{refused}");
+    // Claude Code lists its process, which the session follows; nor is it resumed or forked.
+    let claude_id = session["claude_session_id"].as_str().unwrap().to_owned();
+    let agents = http(&daemon.url, &token, reqwest::Method::GET, "/api/claude/agents", None).await;
+    let agent = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|agent| agent["session_id"] == claude_id.as_str())
+        .unwrap_or_else(|| panic!("listed: {agents}"));
+    assert_eq!(agent["switchboard_session"], id.as_str(), "{agent}");
+    assert_eq!(agent["kind"], "interactive", "{agent}");
+    let pid = agent["pid"].as_u64().unwrap();
+    for fork in [false, true] {
+        let taken = crate::http_client()
+            .post(format!("{}/api/sessions", daemon.url))
+            .bearer_auth(&token)
+            .json(&json!({"cwd": sandbox.workdir(), "resume": claude_id, "fork": fork}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(taken.status().as_u16(), 409, "fork: {fork}");
+        let taken: Value = taken.json().await.unwrap();
+        assert_eq!(taken["error"]["code"], "held_elsewhere", "{taken}");
+        assert!(taken.to_string().contains(&format!("process {pid} (claude 2.1.330")), "{taken}");
+    }
     let request_id = asked["request_id"].as_str().unwrap();
     let answered = http(
         &daemon.url,

@@ -91,9 +91,7 @@ impl Daemon {
         let claim = crate::links::LinkClaim {
             session: id.to_owned(),
             request: pending.request_id.clone(),
-            expires_ms: pending
-                .asked_at_ms
-                .saturating_add(pending.timeout_secs.saturating_mul(1000)),
+            expires_ms: pending.expires_ms(),
             channel: channel.to_owned(),
         };
         let base = self.config.links.public_url.as_deref().unwrap_or("");

@@ -54,6 +54,13 @@ pub enum DaemonError {
     /// the session working).
     #[error("{0}")]
     Rewind(String),
+    /// Another live process writes the Claude session's transcript: it is not typed into,
+    /// resumed or forked (one writer per transcript).
+    #[error("{0}")]
+    HeldElsewhere(String),
+    /// The session is parked: its request is answered first (which resumes it).
+    #[error("{0}")]
+    Parked(String),
     /// The session's CLI is too old for a control (the message names the version that has it).
     #[error("{0}")]
     CliTooOld(String),

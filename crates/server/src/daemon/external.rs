@@ -26,6 +26,10 @@ use crate::transcripts::{watch_file, TranscriptTail};
 /// How often the transcript's file is looked for until the CLI writes it.
 const FIND_INTERVAL: Duration = Duration::from_millis(200);
 
+/// How long a session whose process is unknown may go without a transcript before it is
+/// followed no more (one with a known process is followed until that process exits).
+const TRANSCRIPT_WAIT: Duration = Duration::from_secs(600);
+
 /// Transcript lines read at a time.
 const LINES_PER_READ: usize = 512;
 
@@ -187,7 +191,12 @@ impl Daemon {
         config.transcript = true;
         let (link, lines, keys, gate) = switchboard_transport::terminal::attached();
         let external = External { session: id.clone(), gate, pid, end: Arc::new(Notify::new()) };
-        self.externals.insert(&claude, external.clone()).map_err(DaemonError::Invalid)?;
+        if let Err(full) = self.externals.insert(&claude, external.clone()) {
+            // Refused, it would block every tool call of every new session on the machine
+            // (a hook installed to fail closed): this one runs without Switchboard.
+            tracing::warn!(%claude, "{full}: a new Claude Code session runs without Switchboard");
+            return Ok(None);
+        }
         let made = async {
             let (handle, events) = switchboard_session::spawn_session_on(config, link);
             self.store.create_session(&record).await?;
@@ -216,13 +225,37 @@ impl Daemon {
         self.externals.end(claude);
     }
 
+    /// Refused when another live process writes Claude session `claude`'s transcript (one
+    /// writer per transcript): a session followed through its hooks, or any process Claude
+    /// Code lists as running it ([`crate::agents`]). `what` says what was asked.
+    pub(super) async fn one_writer(&self, claude: &str, what: &str) -> Result<(), DaemonError> {
+        let followed = self.externals.find(claude).map(|external| external.pid);
+        let transcripts = self.transcripts.clone();
+        let id = claude.to_owned();
+        let listed = tokio::task::spawn_blocking(move || crate::agents::holder(&transcripts, &id))
+            .await
+            .ok()
+            .flatten()
+            // A CLI this daemon runs is its own writer (forking a conversation it runs).
+            .filter(|agent| !self.runs.lock().values().any(|run| run.pid == agent.pid));
+        let holder = match (listed, followed) {
+            (Some(agent), _) => agent.describe(),
+            (None, Some(Some(pid))) => format!("process {pid}"),
+            (None, Some(None)) => "another process".to_owned(),
+            (None, None) => return Ok(()),
+        };
+        Err(DaemonError::HeldElsewhere(format!(
+            "{holder} writes Claude session {claude}'s transcript now: Switchboard does not {what} (two writers would interleave the conversation); follow it instead (GET /api/claude/sessions/{claude}/subscribe), or {what} once it has ended"
+        )))
+    }
+
     /// Why a message cannot go to `id`, followed through its hooks: another process writes its
     /// transcript.
     pub(super) fn external_refusal(&self, id: &str, what: &str) -> Option<DaemonError> {
         let (_, pid) = self.externals.of_session(id)?;
         let holder =
             pid.map_or_else(|| "another process".to_owned(), |pid| format!("process {pid}"));
-        Some(DaemonError::Invalid(format!(
+        Some(DaemonError::HeldElsewhere(format!(
             "session {id} is a Claude Code session Switchboard did not start, and {holder} writes its transcript: Switchboard follows it and answers its tool calls, but does not {what} (two writers would interleave the conversation); use the terminal it runs in"
         )))
     }
@@ -243,6 +276,8 @@ impl Following {
     /// the session is stopped here.
     async fn run(self, mut lines: TranscriptIn, mut keys: KeysOut) {
         let Following { daemon, claude, path, end, exited } = self;
+        let unwatched = exited.is_none();
+        let give_up = tokio::time::Instant::now() + TRANSCRIPT_WAIT;
         let exited = exit_of(exited);
         tokio::pin!(exited);
         let mut tail: Option<TranscriptTail> = None;
@@ -265,7 +300,11 @@ impl Following {
             let looking = tail.is_none();
             tokio::select! {
                 changed = next_notice(&mut notices) => if !changed { notices = None },
-                () = tokio::time::sleep(FIND_INTERVAL), if looking => {}
+                () = tokio::time::sleep(FIND_INTERVAL), if looking => {
+                    if unwatched && tokio::time::Instant::now() >= give_up {
+                        break ("no transcript appeared, and its process is unknown".to_owned(), false, None);
+                    }
+                }
                 next = keys.next_keys() => match next {
                     Some(Keys::Prompt { line, .. }) => lines.undelivered(line).await,
                     Some(Keys::Escape) => {}

@@ -50,6 +50,7 @@ mod launch;
 mod live;
 mod notices;
 mod observers;
+mod parked;
 mod pump;
 mod record;
 mod relay;
@@ -66,6 +67,7 @@ pub use launch::*;
 pub use live::*;
 use notices::*;
 use observers::*;
+use parked::is_parked;
 use pump::*;
 pub use record::*;
 pub use subscription::*;
@@ -245,6 +247,7 @@ impl Daemon {
                 Box::new(budget::Budgets),
                 Box::new(usage::UsageWindows),
                 Box::new(relay::RelayFrontends),
+                Box::new(parked::Parking),
                 Box::new(pump::Records),
             ],
             budgets,
@@ -419,15 +422,29 @@ impl Daemon {
 
     /// Answers a permission request of a running session, on whichever node runs it.
     pub async fn respond_permission(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         request_id: &str,
         answer: switchboard_session::PermissionAnswer,
         by: &str,
     ) -> Result<(), DaemonError> {
-        let command =
-            SessionCommand::Answer { request_id: request_id.to_owned(), answer, by: by.to_owned() };
-        self.command(id, command).await
+        if let Some(pending) = self.parked(id, request_id).await? {
+            return self.answer_parked(id, pending, answer, by).await;
+        }
+        let command = SessionCommand::Answer {
+            request_id: request_id.to_owned(),
+            answer: answer.clone(),
+            by: by.to_owned(),
+        };
+        match self.command(id, command).await {
+            // Parked just now, here: its CLI is ending, and the answer resumes it.
+            Err(DaemonError::Session(switchboard_session::SessionError::Answer(
+                switchboard_session::AnswerError::Parked(_),
+            ))) if self.live(id).is_some() => {
+                self.answer_parked_soon(id, request_id, answer, by).await
+            }
+            other => other,
+        }
     }
 
     /// Interrupts a running session's turn, on whichever node runs it; with `cancel_queued`,
@@ -567,6 +584,10 @@ impl Daemon {
                 "resume_at needs resume (the Claude session id)".into(),
             ));
         }
+        if let Some(claude) = &request.resume {
+            let what = if request.fork { "fork it" } else { "resume it" };
+            self.one_writer(claude, what).await?;
+        }
         if let Some(max) = request.launch.max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
         }
@@ -667,6 +688,16 @@ impl Daemon {
     /// Restarts an exited session's CLI with `--resume` and its Claude session id; the event
     /// log continues where it stopped.
     pub async fn resume(self: &Arc<Self>, id: &str) -> Result<SessionRecord, DaemonError> {
+        self.resume_with(id, Vec::new()).await
+    }
+
+    /// [`Daemon::resume`], its CLI told `parked`: people's answers to requests parked in the
+    /// last run, which it asks about again.
+    pub(super) async fn resume_with(
+        self: &Arc<Self>,
+        id: &str,
+        parked: Vec<switchboard_session::ParkedAnswer>,
+    ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
         if self.live(id).is_some_and(|live| live.handle().is_some()) {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
@@ -682,6 +713,11 @@ impl Daemon {
             .get_session(id)
             .await?
             .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        if record.state == RecordState::Parked && parked.is_empty() {
+            return Err(DaemonError::Parked(format!(
+                "session {id} is parked: a request waits for a person, and answering it resumes the session (POST /api/sessions/{id}/permissions/REQUEST_ID)"
+            )));
+        }
         let lost = self.node_lost(&record);
         if record.node != self.config.node && !record.state.is_final() && !lost {
             let node = record.node.as_deref().unwrap_or("a daemon of its own");
@@ -702,6 +738,9 @@ impl Daemon {
             // Its process is gone: resumed, it is a session the daemon runs.
             record.launch.transport = None;
         }
+        if let Some(claude) = record.claude_session_id.clone() {
+            self.one_writer(&claude, "resume it").await?;
+        }
         let claude_session_id = record.claude_session_id.clone().ok_or_else(|| {
             DaemonError::Invalid(format!(
                 "session {id} never reached the CLI's first turn, so there is nothing to resume"
@@ -716,8 +755,9 @@ impl Daemon {
             )));
         }
         self.daily_limit(None)?;
-        let (config, transport) =
+        let (mut config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
+        config.parked_answers = parked;
         self.check_transport(&config, &transport).await?;
         // Taken from its node: of two nodes taking it at once, one wins, and the node it was
         // taken from can no longer write its record.
@@ -823,6 +863,8 @@ impl Daemon {
             prompt_suggestions: Some(true),
             ..Default::default()
         });
+        // The daemon lets a parked session's CLI go and resumes it with the answer.
+        config.parkable = true;
         config.cli.resume = resume;
         config.cli.fork_session = fork;
         config.cli.resume_session_at = resume_at;

@@ -30,9 +30,11 @@ pub(super) fn notify(
     let name = if title.is_empty() { id.to_owned() } else { title.clone() };
     // What to tell, by its place in the batch: turns' ends as the projection read them, then
     // requests and unasked exits from the events themselves.
+    // A turn that ended on a parked request is not done: the request is told of instead.
+    let parked = live.projector.lock().view().pending_permissions.iter().any(is_parked);
     let mut notices: Vec<(usize, Told)> = turn_ends
         .iter()
-        .filter(|turn| !turn.interrupted)
+        .filter(|turn| !turn.interrupted && !parked)
         .map(|turn| {
             let text = turn.result.clone().filter(|text| !text.is_empty());
             let text = text.unwrap_or_else(|| turn.subtype.clone()).chars().take(500).collect();
@@ -53,7 +55,14 @@ pub(super) fn notify(
                 let elicitation = pending.tool_name == switchboard_session::ELICITATION_TOOL;
                 let question = pending.tool_name == "AskUserQuestion" || elicitation;
                 let topic = if question { Topic::Question } else { Topic::PermissionRequested };
-                let title = if elicitation {
+                // Parked: told again, with links that last while it waits.
+                let parked = pending.parked_at_ms.is_some();
+                let title = if parked {
+                    format!(
+                        "Parked: {} waits for approval with no process, in {name}",
+                        pending.tool_name
+                    )
+                } else if elicitation {
                     let server = pending.input["server"].as_str().unwrap_or("An MCP server");
                     format!("{} asks, in {name}", crate::text::collapsed(server))
                 } else if question {
@@ -62,8 +71,7 @@ pub(super) fn notify(
                     format!("{} wants approval, in {name}", pending.tool_name)
                 };
                 let (input, cut) = crate::notify::bounded_input(&pending.input);
-                let expires_ms =
-                    pending.asked_at_ms.saturating_add(pending.timeout_secs.saturating_mul(1000));
+                let expires_ms = pending.expires_ms();
                 let extra = json!({
                     "request": {
                         "request_id": pending.request_id, "tool_name": pending.tool_name,
@@ -84,7 +92,11 @@ pub(super) fn notify(
                 request.input = Value::Null;
                 let told = Told {
                     topic,
-                    key: format!("{id}:{}", pending.request_id),
+                    key: if parked {
+                        format!("{id}:{}:parked", pending.request_id)
+                    } else {
+                        format!("{id}:{}", pending.request_id)
+                    },
                     title,
                     text: crate::notify::summary(&pending.tool_name, &pending.input),
                     request: Some(request),
@@ -149,7 +161,9 @@ pub(super) fn tell(
         request.as_ref().and_then(|pending| daemon.approval_link(id, pending, channel))
     };
     notifier.queue(&notice, |channel| channel.hears(topic, route) == Some(None), link);
-    let Some(pending) = &request else { return };
+    let Some(pending) = request.as_ref().filter(|pending| pending.parked_at_ms.is_none()) else {
+        return;
+    };
     // Escalation: channels that hear of a request only if it still waits after a while (a
     // link of the chain after the request times out is never reached: no timer).
     let timeout = Duration::from_secs(pending.timeout_secs);
@@ -206,7 +220,8 @@ pub(super) fn later(
             .await
             .unwrap_or_default()
             .iter()
-            .any(|still| still.request_id == pending.request_id);
+            // (A parked request does not expire, nor is it escalated again.)
+            .any(|still| still.request_id == pending.request_id && still.parked_at_ms.is_none());
         if waiting {
             let mut notice = notice;
             notice.body["ts_ms"] = json!(switchboard_store::now_ms());

@@ -564,6 +564,10 @@ pub(super) fn project(
     if let Some(state) = view.state {
         // A paused session reads so until it is let go on or ends.
         record.state = record_state(state, live.paused().is_some());
+        // Ended with a request parked: it waits for a person with no process.
+        if record.state.is_final() && view.pending_permissions.iter().any(is_parked) {
+            record.state = RecordState::Parked;
+        }
     }
     if view.claude_session_id.is_some() {
         record.claude_session_id.clone_from(&view.claude_session_id);

@@ -73,7 +73,11 @@ impl Daemon {
         if let Some(live) = self.live(&record.id) {
             return UnderWay::of(live.projector.lock().view());
         }
-        if !self.runs_elsewhere(record) || record.state.is_final() || self.node_lost(record) {
+        // A parked session's request waits in its log, read as a remote session's is.
+        let parked = record.state == RecordState::Parked;
+        if !parked
+            && (!self.runs_elsewhere(record) || record.state.is_final() || self.node_lost(record))
+        {
             self.remote_views.forget(&record.id);
             return UnderWay::default();
         }

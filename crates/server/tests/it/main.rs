@@ -20,6 +20,7 @@ mod hostile;
 mod links;
 mod matrix;
 mod notify;
+mod parked;
 mod push;
 mod scopes;
 mod terminal;

@@ -81,11 +81,12 @@ impl SessionCore {
             rule: None,
             cli_reason: None,
             hints,
+            parked_at_ms: None,
         };
         self.elicitations.insert(request_id.to_owned());
         self.asked.insert(
             request_id.to_owned(),
-            AskedPermission { pending: pending.clone(), request: asked },
+            AskedPermission { pending: pending.clone(), request: asked, via_hook: false },
         );
         self.set_state(SessionState::AwaitingPermission, effects);
         effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));

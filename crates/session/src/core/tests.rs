@@ -987,3 +987,103 @@ fn an_mcp_servers_question_waits_for_a_person_and_is_answered_or_declined() {
     assert_eq!(sent(&effects)[0]["response"]["response"], json!({"action":"decline"}));
     assert!(core.snapshot().pending_permissions.is_empty(), "nothing waits");
 }
+
+/// A core whose policy parks after `park_after_secs = 5`, started, spoken to by 2.1.330.
+fn parking(version: &str, parkable: bool) -> SessionCore {
+    let mut core =
+        core("[permissions]\nask = [\"Bash\"]\nask_timeout_secs = 60\npark_after_secs = 5\n");
+    if parkable {
+        core.set_parkable();
+    }
+    started(&mut core);
+    let init =
+        json!({"type":"system","subtype":"init","session_id":"s","claude_code_version":version});
+    core.on_line(line(&init.to_string()));
+    core
+}
+
+fn policy_hook(request_id: &str, command: &str) -> Received {
+    line(&json!({"type":"control_request","request_id":request_id,"request":{"subtype":"hook_callback",
+        "callback_id":POLICY_HOOK_ID,"tool_use_id":"toolu_9",
+        "input":{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":command},"tool_use_id":"toolu_9"}}}).to_string())
+}
+
+fn decision_of(effects: &[Effect]) -> Option<String> {
+    sent(effects).iter().find_map(|line| {
+        line["response"]["response"]["hookSpecificOutput"]["permissionDecision"]
+            .as_str()
+            .map(str::to_owned)
+    })
+}
+
+#[test]
+fn an_unanswered_ask_is_parked_at_the_hook_and_its_answer_applies_to_the_resumed_call() {
+    // Held at the hook: nothing is answered yet, a person is asked, a park timer runs.
+    let mut core = parking("2.1.330", true);
+    let effects = core.on_line(policy_hook("h1", "make deploy"));
+    assert_eq!(decision_of(&effects), None, "held: {effects:?}");
+    assert!(effects.iter().any(
+        |e| matches!(e, Effect::StartTimer(Timer::Park(id), d) if id == "h1" && d.as_secs() == 5)
+    ));
+    let asked = events(&effects).into_iter().find_map(|event| match event {
+        SessionEvent::PermissionRequested(pending) => Some(pending.clone()),
+        _ => None,
+    });
+    let asked = asked.expect("asked");
+    assert!(asked.hints.no_standing_rule, "no \"always\" through a hook");
+    // Parked: the CLI is told to defer; the request is told again, parked; an answer now is
+    // the daemon's to route (it resumes the session).
+    let effects = core.on_timer(Timer::Park("h1".into()));
+    assert_eq!(decision_of(&effects).as_deref(), Some("defer"));
+    let parked = events(&effects).into_iter().find_map(|event| match event {
+        SessionEvent::PermissionRequested(pending) if pending.parked_at_ms.is_some() => {
+            Some(pending.clone())
+        }
+        _ => None,
+    });
+    let parked = parked.expect("told again, parked");
+    assert!(core.on_timer(Timer::Permission("h1".into())).is_empty(), "no timeout once parked");
+    let refused = core.answer_permission("h1", PermissionAnswer::allow(), "alice").unwrap_err();
+    assert!(matches!(refused, AnswerError::Parked(_)), "{refused:?}");
+
+    // The resumed run: the same call is asked about again, and the person's answer is its.
+    let answered = ParkedAnswer {
+        pending: parked.clone(),
+        answer: PermissionAnswer::allow(),
+        who: "alice".into(),
+    };
+    let mut resumed = parking("2.1.330", true);
+    resumed.set_parked_answers(vec![answered.clone()]);
+    let effects = resumed.on_line(policy_hook("h2", "make deploy"));
+    assert_eq!(decision_of(&effects).as_deref(), Some("allow"));
+    let decided = events(&effects).into_iter().any(|event| matches!(event,
+        SessionEvent::PermissionDecided { request_id, by: DecidedBy::Person { who }, behavior: Behavior::Allow, .. }
+            if request_id == "h1" && who == "alice"));
+    assert!(decided, "{effects:?}");
+    assert_eq!(resumed.state(), SessionState::Working, "the deferred turn goes on");
+    let again = resumed.answer_permission("h1", PermissionAnswer::allow(), "bob").unwrap_err();
+    assert!(matches!(again, AnswerError::AlreadyAnswered(_)), "{again:?}");
+
+    // Another input than the one approved: not covered by the answer, asked again.
+    let mut changed = parking("2.1.330", true);
+    changed.set_parked_answers(vec![answered.clone()]);
+    let effects = changed.on_line(policy_hook("h3", "make deploy --force"));
+    assert_eq!(decision_of(&effects), None, "held again, not allowed: {effects:?}");
+
+    // A CLI that ends before it asks: the request waits on, parked.
+    let mut died = parking("2.1.330", true);
+    died.set_parked_answers(vec![answered]);
+    let effects = died.on_exit(Some(1), None, "the CLI crashed".into());
+    assert!(events(&effects).iter().any(|event| matches!(event,
+        SessionEvent::PermissionRequested(pending) if pending.request_id == "h1" && pending.parked_at_ms.is_some())));
+}
+
+#[test]
+fn nothing_parks_where_no_one_could_resume_it() {
+    // `switchboard run` (not parkable), and a CLI older than defer: the hook says ask at once.
+    for (version, parkable) in [("2.1.330", false), ("2.1.37", true)] {
+        let mut core = parking(version, parkable);
+        let effects = core.on_line(policy_hook("h1", "make deploy"));
+        assert_eq!(decision_of(&effects).as_deref(), Some("ask"), "{version} {parkable}");
+    }
+}

@@ -422,6 +422,7 @@ fn the_view_follows_model_mode_and_permissions() {
         cli_reason: None,
         hints: Default::default(),
         started_by: None,
+        parked_at_ms: None,
     };
     run(
         &mut projector,
@@ -495,6 +496,7 @@ fn every_stored_event_reads_back_as_it_was() {
             cli_reason: None,
             hints: Default::default(),
             started_by: None,
+            parked_at_ms: None,
         }),
         SessionEvent::decided(
             "p1",
