@@ -17,6 +17,7 @@ mod fake_api;
 mod hook;
 mod hooks;
 mod install;
+mod pair;
 mod run;
 mod serve;
 mod tasks;
@@ -153,6 +154,13 @@ enum Command {
     /// What Claude Code runs for the hooks `switchboard hooks install` wrote: passes the
     /// hook's input (stdin) to the daemon and prints its answer. Not for typing by hand.
     Hook(hook::HookArgs),
+    /// Sign a phone in by a glance: prints a QR code whose link signs the phone in to the web
+    /// UI with a new approve token (--name, default "phone"), once, within minutes.
+    ///
+    /// The phone then turns on notifications there and answers requests; the token is listed
+    /// and revoked like any other (`switchboard token list|revoke`). Needs an admin token (the
+    /// data directory's, by default), and a daemon the phone can reach (`serve --public-url`).
+    Pair(pair::PairArgs),
     /// Print a shell completion script: `switchboard completions bash > ~/.local/share/bash-completion/completions/switchboard`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -193,6 +201,7 @@ fn main() -> ExitCode {
         Command::Claude(args) => block_on(claude::claude(args)),
         Command::Hooks(args) => block_on(hooks::hooks(args)),
         Command::Hook(args) => block_on(hook::hook(args)),
+        Command::Pair(args) => block_on(pair::pair(args)),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -191,6 +191,9 @@ pub fn routes() -> Vec<Route> {
         // One-tap approval links: the link is the credential ([`crate::links`]).
         route("GET", "/a/{link}", Guard::Own, get(crate::approval::page)),
         route("POST", "/a/{link}", Guard::Own, post(crate::approval::answer)),
+        route("POST", "/api/pair", Guard::Api(Scope::Admin), post(crate::pairing::create)),
+        route("GET", "/pair/{code}", Guard::Own, get(crate::pairing::page)),
+        route("POST", "/pair/{code}", Guard::Own, post(crate::pairing::redeem)),
         route("POST", "/hooks/pre-tool-use", Guard::Own, post(crate::hooks::pre_tool_use)),
         route("POST", "/hooks/claude", Guard::Api(Scope::Operate), post(crate::hooks::claude_hook)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),

@@ -328,7 +328,7 @@ fn not_a_link() -> Response {
 }
 
 /// A page: the strict CSP, no caching, no referrer (the link is a credential).
-fn html(status: StatusCode, title: &str, body: &str) -> Response {
+pub(crate) fn html(status: StatusCode, title: &str, body: &str) -> Response {
     let page = format!(
         "<!doctype html><html lang=en><head><meta charset=utf-8>\
          <meta name=viewport content=\"width=device-width, initial-scale=1\">\
@@ -364,7 +364,7 @@ fn time(ms: u64) -> String {
 }
 
 /// Text for HTML: `&`, `<`, `>`, `"` and `'` escaped.
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

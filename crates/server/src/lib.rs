@@ -34,6 +34,8 @@ pub mod hooks;
 pub mod links;
 pub mod notify;
 pub mod pacing;
+pub mod pair_codes;
+pub mod pairing;
 pub mod peers;
 mod prompt;
 pub mod push;

@@ -9,6 +9,7 @@ import { shortPath } from './words.js';
 import { api, can, loadScope, mine, toast } from './api.js';
 import { showing } from './showing.js';
 import { setupPush } from './push.js';
+import { setupPair } from './pair.js';
 import { loadSessions, renderList, renderOverview, sessions, watchDashboard } from './list.js';
 import { SessionView } from './session.js';
 
@@ -138,5 +139,5 @@ $('#show-archived').addEventListener('change', renderList);
 window.addEventListener('hashchange', route);
 setInterval(renderList, 30000); // "3 min ago" moves on
 // What the token may do first: the page draws only what it allows, and knows its decisions.
-loadScope().finally(() => { setupPush(); loadSessions().catch(() => {}).finally(route); });
+loadScope().finally(() => { setupPush(); setupPair(); loadSessions().catch(() => {}).finally(route); });
 watchDashboard();

@@ -7,6 +7,7 @@ mod fleet;
 mod hooks;
 mod install;
 mod matrix;
+mod pair;
 mod run;
 mod serve;
 mod soak;

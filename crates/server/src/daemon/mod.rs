@@ -174,6 +174,8 @@ pub struct Daemon {
     hook_keys: crate::hook_keys::HookKeys,
     /// The sessions Switchboard did not start but follows through their hooks.
     externals: crate::externals::Externals,
+    /// The one-time codes that sign a device in (`switchboard pair`).
+    pair_codes: crate::pair_codes::PairCodes,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
 }
@@ -241,6 +243,7 @@ impl Daemon {
             remote_views: waiting::RemoteViews::default(),
             hook_keys: crate::hook_keys::HookKeys::default(),
             externals: crate::externals::Externals::default(),
+            pair_codes: crate::pair_codes::PairCodes::default(),
             // After-store observers, in the order they hear of a batch.
             observers: vec![
                 Box::new(notices::Notices),
@@ -520,6 +523,16 @@ impl Daemon {
     /// Notifications and push subscriptions.
     pub fn notifier(&self) -> &crate::notify::Notifier {
         &self.notifier
+    }
+
+    /// The one-time codes that sign a device in.
+    pub fn pair_codes(&self) -> &crate::pair_codes::PairCodes {
+        &self.pair_codes
+    }
+
+    /// The address the daemon's links name (`serve --public-url`, else where it listens).
+    pub fn public_url(&self) -> Option<&str> {
+        self.config.links.public_url.as_deref()
     }
 
     /// Claude Code's own transcripts.
