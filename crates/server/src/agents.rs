@@ -33,8 +33,9 @@ pub struct ClaudeAgent {
     /// Its working directory.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// `interactive` (a terminal's, and `-p`) or `background` (`claude --bg`), as the CLI says.
-    #[serde(default)]
+    /// `interactive` (a terminal's, and `-p`) or `background` (`claude --bg`), as `claude
+    /// agents --json` says (its file says `bg`).
+    #[serde(default, deserialize_with = "kind_named")]
     pub kind: Option<String>,
     /// `busy`, `idle`, … as the CLI says.
     #[serde(default)]
@@ -52,6 +53,14 @@ pub struct ClaudeAgent {
     /// the same pid.
     #[serde(default, alias = "procStart", skip_serializing)]
     proc_start: Option<String>,
+}
+
+/// A file's `kind` as `claude agents --json` names it: `bg` is `background`.
+fn kind_named<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    let kind: Option<String> = Option::deserialize(deserializer)?;
+    Ok(kind.map(|kind| if kind == "bg" { "background".to_owned() } else { kind }))
 }
 
 impl ClaudeAgent {
@@ -181,6 +190,10 @@ mod tests {
         std::fs::write(sessions.join("7.json"), "{not json").unwrap();
         assert!(holder(&transcripts, "gone").is_none());
         assert!(live(&transcripts).is_empty());
+        let background: ClaudeAgent =
+            serde_json::from_value(serde_json::json!({"pid": 1, "sessionId": "b", "kind": "bg"}))
+                .unwrap();
+        assert_eq!(background.kind.as_deref(), Some("background"), "as claude agents says");
         let out = serde_json::to_value(&agent).unwrap();
         assert_eq!(out["session_id"], "mine", "the API's names: {out}");
         assert!(out.get("proc_start").is_none());

@@ -283,3 +283,145 @@ async fn a_claude_switchboard_did_not_start_waits_for_a_person_through_its_insta
     assert_eq!(code, Some(0), "{said}");
     assert!(said.contains("not in"), "{said}");
 }
+
+/// The Claude Code CLI run by hand in the sandbox with `args` (no hooks of Switchboard's):
+/// its status and output.
+#[allow(clippy::disallowed_methods)] // the test runs the CLI by hand, on purpose
+async fn claude_by_hand(
+    sandbox: &CliSandbox,
+    api: &FakeApi,
+    args: &[&str],
+) -> (Option<i32>, String) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(real_cli(CliVersion::V2_1_330))
+            .args(args)
+            .current_dir(sandbox.workdir())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(sandbox.env(&api.base_url()))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the CLI answers within a minute")
+    .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_own_background_agents_are_listed_and_followed_live() {
+    let api = FakeApi::start(
+        Scenario::new().reply(Reply::text("Working on it in the background.").when_prompt("BG")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    sandbox.prepare_interactive().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap().trim().to_owned();
+
+    let (code, said) = claude_by_hand(&sandbox, &api, &["--bg", "BG: tidy up"]).await;
+    // Whatever happens next, Claude Code's own background service is stopped at the end.
+    struct Stop<'a>(&'a CliSandbox, &'a FakeApi);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            #[allow(clippy::disallowed_methods)] // the CLI's own service, stopped by hand
+            let _ = std::process::Command::new(real_cli(CliVersion::V2_1_330))
+                .args(["daemon", "stop", "--any"])
+                .current_dir(self.0.workdir())
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .envs(self.0.env(&self.1.base_url()))
+                .output();
+            // Its processes end by themselves a moment later; none is left running (any still
+            // there after ten seconds is killed).
+            let home = format!("HOME={}\0", self.0.home().display());
+            let left = || -> Vec<i32> {
+                let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+                entries
+                    .flatten()
+                    .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+                    // (Claude Code's processes: not the daemon, which shares the HOME.)
+                    .filter(|pid| {
+                        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                            .is_ok_and(|comm| comm.starts_with("claude"))
+                    })
+                    .filter(|pid| {
+                        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                            environ.windows(home.len()).any(|w| w == home.as_bytes())
+                        })
+                    })
+                    .collect()
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !left().is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            for pid in left() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+    let _stop = Stop(&sandbox, &api);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("backgrounded"), "{said}");
+
+    // Listed with its state, as `claude agents --json` lists it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let agent = loop {
+        let agents =
+            http(&daemon.url, &token, reqwest::Method::GET, "/api/claude/agents", None).await;
+        // (Its file is written before it says its status.)
+        if let Some(agent) = agents
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|agent| agent["kind"] == "background" && agent["status"].is_string())
+        {
+            break agent.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "never listed: {agents}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(agent["cwd"], sandbox.workdir().display().to_string(), "{agent}");
+    assert_eq!(agent["switchboard_session"], Value::Null, "{agent}");
+    let id = agent["session_id"].as_str().unwrap().to_owned();
+
+    // Followed live through its transcript: its answer arrives on the transcript socket.
+    use futures::StreamExt as _;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let address =
+        format!("{}/api/claude/sessions/{id}/subscribe", daemon.url.replace("http://", "ws://"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut socket = loop {
+        // (The transcript's file appears with the session's first message.)
+        let mut request = address.as_str().into_client_request().unwrap();
+        request.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        if let Ok((socket, _)) = tokio_tungstenite::connect_async(request).await {
+            break socket;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no transcript to follow");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    loop {
+        let frame = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .expect("the answer arrives live")
+            .expect("the socket stays open")
+            .unwrap();
+        if frame.to_text().is_ok_and(|text| text.contains("Working on it in the background.")) {
+            break;
+        }
+    }
+}
