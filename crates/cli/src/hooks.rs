@@ -330,6 +330,29 @@ fn agreed(target: &Target, question: &str) -> Result<bool, String> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
 }
 
+/// Shows `change` to `path` (whose text is `now`) and asks whether to write it: `false` for a
+/// dry run (reported, nothing to write), `Err(refused)` when the person says no.
+fn shown_and_agreed(
+    target: &Target,
+    path: &Path,
+    change: &str,
+    now: Option<&str>,
+    refused: &str,
+) -> Result<bool, String> {
+    if target.dry_run {
+        let installed = installed(&parse(path, now)?);
+        report(target, path, change, false, installed, "(a dry run: nothing written)");
+        return Ok(false);
+    }
+    if !target.json {
+        print!("{change}");
+    }
+    if !agreed(target, &format!("Write this to {}?", path.display()))? {
+        return Err(refused.to_owned());
+    }
+    Ok(true)
+}
+
 /// Writes `text` to `path` whole (a temporary file renamed over it), private to this user
 /// when it is new, as the old one's mode otherwise.
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
@@ -396,22 +419,8 @@ fn install_hooks(target: &Target, fail_open: bool) -> Result<(), String> {
             path.display()
         );
     }
-    if target.dry_run {
-        report(
-            target,
-            &path,
-            &change,
-            false,
-            installed(&parse(&path, before.as_deref())?),
-            "(a dry run: nothing written)",
-        );
+    if !shown_and_agreed(target, &path, &change, before.as_deref(), "not installed")? {
         return Ok(());
-    }
-    if !target.json {
-        print!("{change}");
-    }
-    if !agreed(target, &format!("Write this to {}?", path.display()))? {
-        return Err("not installed".into());
     }
     // What the file was before Switchboard's hooks first went in: kept across re-installs.
     let saved_at = saved_path(&data_dir, &path);
@@ -474,22 +483,8 @@ fn uninstall_hooks(target: &Target) -> Result<(), String> {
         None => Some(render(&settings)),
     };
     let change = diff(&path, current.as_deref().unwrap_or(""), after.as_deref().unwrap_or(""));
-    if target.dry_run {
-        report(
-            target,
-            &path,
-            &change,
-            false,
-            installed(&parse(&path, current.as_deref())?),
-            "(a dry run: nothing written)",
-        );
+    if !shown_and_agreed(target, &path, &change, current.as_deref(), "not uninstalled")? {
         return Ok(());
-    }
-    if !target.json {
-        print!("{change}");
-    }
-    if !agreed(target, &format!("Write this to {}?", path.display()))? {
-        return Err("not uninstalled".into());
     }
     match &after {
         Some(text) => write_file(&path, text)?,

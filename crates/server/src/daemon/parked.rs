@@ -69,6 +69,20 @@ impl Daemon {
             .find(|pending| pending.request_id == request_id && is_parked(pending)))
     }
 
+    /// Waits (bounded) until the CLI of session `id`, which parked a request, has ended.
+    async fn parked_cli_ended(&self, id: &str) -> Result<(), DaemonError> {
+        let Some(live) = self.live(id) else { return Ok(()) };
+        let mut finished = live.finished.subscribe();
+        if live.handle().is_some()
+            && tokio::time::timeout(STOP_GRACE * 2, ended(&mut finished)).await.is_err()
+        {
+            return Err(DaemonError::Busy(format!(
+                "session {id}'s CLI is still ending after its request was parked; answer again in a moment"
+            )));
+        }
+        Ok(())
+    }
+
     /// Answers the request `request_id` of session `id`, parked a moment ago in the run that is
     /// ending now: once it has ended, as any parked request.
     pub(super) async fn answer_parked_soon(
@@ -78,14 +92,7 @@ impl Daemon {
         answer: switchboard_session::PermissionAnswer,
         by: &str,
     ) -> Result<(), DaemonError> {
-        if let Some(live) = self.live(id) {
-            let mut finished = live.finished.subscribe();
-            if tokio::time::timeout(STOP_GRACE * 2, ended(&mut finished)).await.is_err() {
-                return Err(DaemonError::Busy(format!(
-                    "session {id}'s CLI is still ending after its request was parked; answer again in a moment"
-                )));
-            }
-        }
+        self.parked_cli_ended(id).await?;
         match self.parked(id, request_id).await? {
             Some(pending) => self.answer_parked(id, pending, answer, by).await,
             None => Err(DaemonError::Session(switchboard_session::SessionError::Answer(
@@ -105,16 +112,7 @@ impl Daemon {
         by: &str,
     ) -> Result<(), DaemonError> {
         // Its CLI may still be ending (it is let go once the parked turn has ended).
-        if let Some(live) = self.live(id) {
-            let mut finished = live.finished.subscribe();
-            if live.handle().is_some()
-                && tokio::time::timeout(STOP_GRACE * 2, ended(&mut finished)).await.is_err()
-            {
-                return Err(DaemonError::Busy(format!(
-                    "session {id}'s CLI is still ending after its request was parked; answer again in a moment"
-                )));
-            }
-        }
+        self.parked_cli_ended(id).await?;
         let request_id = pending.request_id.clone();
         let parked = switchboard_session::ParkedAnswer { pending, answer, who: by.to_owned() };
         match self.resume_with(id, vec![parked]).await {
