@@ -18,7 +18,8 @@
 //!   hook's callback is answered from the policy at once (deny, ask, or no opinion). Each
 //!   `tool_use` is remembered until its result (bounded) so that who allowed or refused it is
 //!   recorded once: the hook, a `can_use_tool` answer, the CLI holding a deny rule, or the CLI
-//!   on its own (`DecidedBy::Cli`). The permission side is `core/permissions.rs`.
+//!   on its own (`DecidedBy::Cli`). The permission side is `core/permissions.rs`;
+//!   parked approvals (held at that hook, answered `defer`) are `core/parking.rs`.
 //! - A control request that does not decode is still answered: a `can_use_tool` is denied
 //!   with the reason (`LineError::control_request` carries its id).
 //! - **On a reconnect** the core re-sends `initialize` and reconciles its pending permission
@@ -126,22 +127,6 @@ pub enum Timer {
 /// How much longer than the ask's timeout the CLI waits on the policy's hook while a call is
 /// held there (the core answers at the timeout; the CLI must not give up first).
 pub const HELD_HOOK_MARGIN_SECS: u64 = 60;
-
-/// The first CLI version that takes a `PreToolUse` hook's `defer` (measured: 2.1.100, 2.1.250
-/// and 2.1.330 end the turn with the call deferred and run it when resumed; 2.1.37 hangs).
-pub const DEFER_SINCE: &str = "2.1.100";
-
-/// A person's answer to a request that was parked, for the run that resumes the session: its
-/// CLI asks again about the same call (`tool_use_id`), and this is the answer.
-#[derive(Debug, Clone)]
-pub struct ParkedAnswer {
-    /// The request as it was parked.
-    pub pending: PendingPermission,
-    /// The answer.
-    pub answer: PermissionAnswer,
-    /// Who answered.
-    pub who: String,
-}
 
 /// Why one of our control requests failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -252,67 +237,6 @@ pub enum AnswerError {
     /// session (the daemon's to do, once the CLI has gone).
     #[error("permission request {0} was parked: the session resumes with the answer")]
     Parked(String),
-}
-
-/// The most slash commands a snapshot keeps, the longest name, and the longest description
-/// (cut at a character boundary): a CLI's list is its own output, so it is bounded.
-pub const MAX_COMMANDS: usize = 500;
-const MAX_COMMAND_NAME_CHARS: usize = 100;
-const MAX_COMMAND_DESCRIPTION_CHARS: usize = 300;
-
-/// A slash command or skill the CLI offers, for a picker.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct SlashCommandInfo {
-    /// Its name, without the `/`.
-    pub name: String,
-    /// What it does (from `initialize`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// Its arguments' syntax (from `initialize`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub argument_hint: Option<String>,
-    /// A skill (named in `system/init`'s `skills`) rather than a built-in command.
-    pub skill: bool,
-}
-
-/// A command's name as a picker may offer it: without a leading `/`, no spaces or controls.
-fn command_name(name: &str) -> Option<String> {
-    let name = name.trim_start_matches('/');
-    (!name.is_empty()
-        && name.chars().count() <= MAX_COMMAND_NAME_CHARS
-        && !name.chars().any(|c| c.is_control() || c.is_whitespace()))
-    .then(|| name.to_owned())
-}
-
-/// The CLI's slash commands (from `initialize`, or `system/commands_changed`) as a picker
-/// offers them: named as [`command_name`] takes them, described briefly, at most
-/// [`MAX_COMMANDS`].
-fn command_infos(
-    commands: impl IntoIterator<Item = switchboard_protocol::control::SlashCommand>,
-) -> Vec<SlashCommandInfo> {
-    commands
-        .into_iter()
-        .filter_map(|command| {
-            Some(SlashCommandInfo {
-                name: command_name(&command.name)?,
-                description: short_text(command.description.as_deref()),
-                argument_hint: short_text(command.argument_hint.as_deref()),
-                skill: false,
-            })
-        })
-        .take(MAX_COMMANDS)
-        .collect()
-}
-
-fn short_text(text: Option<&str>) -> Option<String> {
-    let text = text?.trim();
-    if text.is_empty() || text.chars().any(|c| c.is_control() && c != '\n') {
-        return None;
-    }
-    Some(match text.char_indices().nth(MAX_COMMAND_DESCRIPTION_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    })
 }
 
 /// What a session looks like now.
@@ -550,38 +474,6 @@ impl SessionCore {
     /// `interrupt` can reach it (as the Esc key, which the CLI does not answer).
     pub fn set_transcript(&mut self) {
         self.transcript = true;
-    }
-
-    /// Answers that people gave to requests parked in an earlier run: when this run's CLI asks
-    /// about the same call again (resumed, it asks first thing), the answer is the person's.
-    pub fn set_parked_answers(&mut self, answers: Vec<ParkedAnswer>) {
-        for parked in answers {
-            if let Some(tool_use_id) = parked.pending.tool_use_id.clone() {
-                self.parked_answers.insert(tool_use_id, parked);
-            }
-        }
-    }
-
-    /// Lets the policy's `park_after` park requests: whoever runs the session lets a parked
-    /// session's CLI go and resumes it with the answer (the daemon does; `switchboard run`
-    /// could not, and never parks).
-    pub fn set_parkable(&mut self) {
-        self.parkable = true;
-    }
-
-    /// Whether the policy's hook may hold an asked call and park it: the policy parks, the
-    /// session is parkable, this is a CLI spoken to (not a terminal's transcript), and its
-    /// version takes `defer`.
-    fn may_park(&self) -> bool {
-        self.policy.park_after.is_some()
-            && self.parkable
-            && !self.transcript
-            && self
-                .snapshot
-                .cli_version
-                .as_deref()
-                .and_then(|version| crate::controls::version_at_least(version, DEFER_SINCE))
-                == Some(true)
     }
 
     /// Whether the snapshot may have changed since the last call (so the shell publishes it
@@ -1537,11 +1429,16 @@ fn is_prompt(line: &[u8]) -> bool {
     }
 }
 
+mod commands;
 pub(crate) mod elicitation;
+mod parking;
 mod permissions;
 mod prompts;
 
+use commands::{command_infos, command_name};
+pub use commands::{SlashCommandInfo, MAX_COMMANDS};
 pub use elicitation::ELICITATION_TOOL;
+pub use parking::{ParkedAnswer, DEFER_SINCE};
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::serve::{http, session_events, start_daemon};
+use crate::serve::{http, session_events, session_with_transport, start_daemon};
 
 /// A person's terminal: a PTY running `switchboard claude`, everything it shows kept.
 struct Terminal {
@@ -130,20 +130,7 @@ impl Terminal {
 
 /// The one terminal session of the daemon at `url`, once it shows.
 async fn terminal_session(url: &str, token: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let sessions = http(url, token, reqwest::Method::GET, "/api/sessions", None).await;
-        if let Some(session) = sessions
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|session| session["config"]["transport"] == "terminal")
-        {
-            return session.clone();
-        }
-        assert!(std::time::Instant::now() < deadline, "no terminal session: {sessions}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    session_with_transport(url, token, "terminal").await
 }
 
 /// Waits (bounded) until the session's view holds an update that `predicate` accepts.

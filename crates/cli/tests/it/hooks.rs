@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
-use crate::serve::{http, start_daemon, wait_session};
+use crate::serve::{http, session_with_transport, start_daemon, wait_session};
 
 /// `switchboard hooks ARGS --data-dir DATA` with the sandbox's HOME: its exit status and
 /// output.
@@ -25,6 +25,13 @@ async fn hooks(sandbox: &CliSandbox, data: &Path, args: &[&str]) -> (Option<i32>
         .output()
         .await
         .unwrap();
+    status_and_text(&output)
+}
+
+/// A plain `claude -p PROMPT` in the sandbox, as a person's script would run it (not through
+/// Switchboard).
+/// What a process ended with, and all it printed.
+fn status_and_text(output: &std::process::Output) -> (Option<i32>, String) {
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -33,8 +40,6 @@ async fn hooks(sandbox: &CliSandbox, data: &Path, args: &[&str]) -> (Option<i32>
     (output.status.code(), text)
 }
 
-/// A plain `claude -p PROMPT` in the sandbox, as a person's script would run it (not through
-/// Switchboard).
 #[allow(clippy::disallowed_methods)] // the test runs the CLI by hand, on purpose
 fn claude_p(sandbox: &CliSandbox, api: &FakeApi, prompt: &str) -> tokio::process::Child {
     tokio::process::Command::new(real_cli(CliVersion::V2_1_330))
@@ -56,30 +61,12 @@ async fn ended(child: tokio::process::Child) -> (Option<i32>, String) {
         .await
         .expect("the CLI ends")
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code(), text)
+    status_and_text(&output)
 }
 
 /// The one session the daemon follows through hooks, once it shows.
 async fn external_session(url: &str, token: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let sessions = http(url, token, reqwest::Method::GET, "/api/sessions", None).await;
-        if let Some(session) = sessions
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|session| session["config"]["transport"] == "external")
-        {
-            return session.clone();
-        }
-        assert!(std::time::Instant::now() < deadline, "no external session: {sessions}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    session_with_transport(url, token, "external").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,12 +294,7 @@ async fn claude_by_hand(
     .await
     .expect("the CLI answers within a minute")
     .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code(), text)
+    status_and_text(&output)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

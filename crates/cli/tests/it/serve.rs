@@ -155,6 +155,24 @@ pub(crate) async fn session_events(url: &str, token: &str, id: &str) -> Value {
     http(url, token, reqwest::Method::GET, &format!("/api/sessions/{id}/events"), None).await
 }
 
+/// The one session of the daemon at `url` whose transport is `transport`, once it shows.
+pub(crate) async fn session_with_transport(url: &str, token: &str, transport: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let sessions = http(url, token, reqwest::Method::GET, "/api/sessions", None).await;
+        if let Some(session) = sessions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|session| session["config"]["transport"] == transport)
+        {
+            return session.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no {transport} session: {sessions}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls the API until `predicate` holds for the session (bounded).
 pub(crate) async fn wait_session(
     url: &str,

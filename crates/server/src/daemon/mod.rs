@@ -8,7 +8,7 @@
 //! subscriber sees every event exactly once, in order, however it joins or falls behind.
 //!
 //! This file is the registry: [`Daemon`], opening it, and a session's life (create, resume,
-//! start, run, stop, delete, subscribe). What every part uses sits beside it (`launch`,
+//! start, run, stop, delete, subscribe; resuming is `resume`). What every part uses sits beside it (`launch`,
 //! `error`, `live`, `subscription`, `pump`, `notices`, `record`), and each feature is a part of
 //! its own with its own `impl Daemon` block (`budget`, `channels`, `fleet`, `relay`, `runs`,
 //! `terminal`, `waiting`, `workspace`). The parts see each other through this file; a new
@@ -54,6 +54,7 @@ mod parked;
 mod pump;
 mod record;
 mod relay;
+mod resume;
 mod runs;
 mod subscription;
 mod terminal;
@@ -440,11 +441,18 @@ impl Daemon {
             by: by.to_owned(),
         };
         match self.command(id, command).await {
-            // Parked just now, here: its CLI is ending, and the answer resumes it.
+            // Parked just now, here: once its CLI has ended, it is answered as any parked
+            // request, and the answer resumes it.
             Err(DaemonError::Session(switchboard_session::SessionError::Answer(
                 switchboard_session::AnswerError::Parked(_),
             ))) if self.live(id).is_some() => {
-                self.answer_parked_soon(id, request_id, answer, by).await
+                self.parked_cli_ended(id).await?;
+                let pending = self.parked(id, request_id).await?.ok_or_else(|| {
+                    DaemonError::Session(switchboard_session::SessionError::Answer(
+                        switchboard_session::AnswerError::Unknown(request_id.to_owned()),
+                    ))
+                })?;
+                self.answer_parked(id, pending, answer, by).await
             }
             other => other,
         }
@@ -696,131 +704,6 @@ impl Daemon {
             Phase::Serving => Ok(()),
             _ => Err(DaemonError::ShuttingDown),
         }
-    }
-
-    /// Restarts an exited session's CLI with `--resume` and its Claude session id; the event
-    /// log continues where it stopped.
-    pub async fn resume(self: &Arc<Self>, id: &str) -> Result<SessionRecord, DaemonError> {
-        self.resume_with(id, Vec::new()).await
-    }
-
-    /// [`Daemon::resume`], its CLI told `parked`: people's answers to requests parked in the
-    /// last run, which it asks about again.
-    pub(super) async fn resume_with(
-        self: &Arc<Self>,
-        id: &str,
-        parked: Vec<switchboard_session::ParkedAnswer>,
-    ) -> Result<SessionRecord, DaemonError> {
-        self.check_serving()?;
-        if self.live(id).is_some_and(|live| live.handle().is_some()) {
-            return Err(DaemonError::AlreadyRunning(id.to_owned()));
-        }
-        let writing = self.record_writes.lock().await;
-        // Again under the lock: two resumes asked of this node at once start one run.
-        if self.live(id).is_some_and(|live| live.handle().is_some()) {
-            return Err(DaemonError::AlreadyRunning(id.to_owned()));
-        }
-        let _admitted = self.admit_run()?;
-        let mut record = self
-            .store
-            .get_session(id)
-            .await?
-            .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
-        if record.state == RecordState::Parked && parked.is_empty() {
-            return Err(DaemonError::Parked(format!(
-                "session {id} is parked: a request waits for a person, and answering it resumes the session (POST /api/sessions/{id}/permissions/REQUEST_ID)"
-            )));
-        }
-        let lost = self.node_lost(&record);
-        if record.node != self.config.node && !record.state.is_final() && !lost {
-            let node = record.node.as_deref().unwrap_or("a daemon of its own");
-            return Err(DaemonError::OtherNode(format!(
-                "session {id} runs on {node}; resume it there, or once it has stopped"
-            )));
-        }
-        if is_terminal(&record) {
-            let claude = record.claude_session_id.as_deref().unwrap_or("ID");
-            return Err(DaemonError::Invalid(format!(
-                "session {id} ran in a person's terminal; continue it in one: switchboard claude --resume {claude}"
-            )));
-        }
-        if is_external(&record) {
-            if let Some(refusal) = self.external_refusal(id, "resume it") {
-                return Err(refusal);
-            }
-            // Its process is gone: resumed, it is a session the daemon runs.
-            record.launch.transport = None;
-        }
-        if let Some(claude) = record.claude_session_id.clone() {
-            self.one_writer(&claude, "resume it").await?;
-        }
-        let claude_session_id = record.claude_session_id.clone().ok_or_else(|| {
-            DaemonError::Invalid(format!(
-                "session {id} never reached the CLI's first turn, so there is nothing to resume"
-            ))
-        })?;
-        let launch = record.launch.clone();
-        if let Some(max) = launch.max_budget_usd.filter(|max| record.spent_usd >= *max) {
-            return Err(DaemonError::Budget(format!(
-                "session {id}'s budget of {} is spent ({}); raise it first (PATCH /api/sessions/{id} with max_budget_usd)",
-                crate::budget::dollars(max),
-                crate::budget::dollars(record.spent_usd)
-            )));
-        }
-        self.daily_limit(None)?;
-        let (mut config, transport) =
-            self.session_config(&launch, Some(claude_session_id), false, None).await?;
-        config.parked_answers = parked;
-        self.check_transport(&config, &transport).await?;
-        // Taken from its node: of two nodes taking it at once, one wins, and the node it was
-        // taken from can no longer write its record.
-        let taken_from = record.node.clone();
-        self.claim(&mut record, self.config.node.clone()).await?;
-        let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
-        if let Err(error) = began.await {
-            // Claimed but not started (the log moved under it: the node it was taken from
-            // still wrote): it is this node's now, and stopped, so that it can be resumed again.
-            record.state = RecordState::Exited;
-            record.updated_ms = now_ms();
-            if let Err(stored) = self.store.update_session(&record).await {
-                tracing::error!(session = %id, error = %stored, "cannot mark a failed resume stopped");
-            }
-            return Err(error);
-        }
-        drop(writing);
-        self.record(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))
-    }
-
-    /// A resume's start, once its record is this node's: the note that the lost node's run
-    /// ended (`lost`), the `started` event, the record, the CLI.
-    async fn begin_resumed(
-        self: &Arc<Self>,
-        record: &mut SessionRecord,
-        lost: bool,
-        taken_from: Option<&str>,
-        config: SessionConfig,
-        transport: Transport,
-    ) -> Result<(), DaemonError> {
-        let id = record.id.clone();
-        let id = id.as_str();
-        let mut last = self.store.last_seq(id).await?;
-        if lost {
-            // Its run ended with its node: said in the log, as a daemon's restart says it.
-            let node = taken_from.unwrap_or_default();
-            let here = self.config.node.as_deref().unwrap_or_default();
-            let payload = json!({
-                "event": "exited", "code": null, "signal": null, "requested": false,
-                "description": format!("node {node} was lost while this session ran; resumed on {here}"),
-            });
-            let note = event_record(id, last + 1, "switchboard", "exited", payload.to_string());
-            self.store.append(std::slice::from_ref(&note)).await?;
-            last += 1;
-        }
-        self.note_started(id, last, true, false, false).await?;
-        record.state = RecordState::Starting;
-        record.updated_ms = now_ms();
-        self.store.update_session(record).await?;
-        self.start(record.clone(), config, transport, None, last + 1, None).await
     }
 
     async fn session_config(

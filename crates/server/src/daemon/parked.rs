@@ -70,7 +70,7 @@ impl Daemon {
     }
 
     /// Waits (bounded) until the CLI of session `id`, which parked a request, has ended.
-    async fn parked_cli_ended(&self, id: &str) -> Result<(), DaemonError> {
+    pub(super) async fn parked_cli_ended(&self, id: &str) -> Result<(), DaemonError> {
         let Some(live) = self.live(id) else { return Ok(()) };
         let mut finished = live.finished.subscribe();
         if live.handle().is_some()
@@ -81,24 +81,6 @@ impl Daemon {
             )));
         }
         Ok(())
-    }
-
-    /// Answers the request `request_id` of session `id`, parked a moment ago in the run that is
-    /// ending now: once it has ended, as any parked request.
-    pub(super) async fn answer_parked_soon(
-        self: &Arc<Self>,
-        id: &str,
-        request_id: &str,
-        answer: switchboard_session::PermissionAnswer,
-        by: &str,
-    ) -> Result<(), DaemonError> {
-        self.parked_cli_ended(id).await?;
-        match self.parked(id, request_id).await? {
-            Some(pending) => self.answer_parked(id, pending, answer, by).await,
-            None => Err(DaemonError::Session(switchboard_session::SessionError::Answer(
-                switchboard_session::AnswerError::Unknown(request_id.to_owned()),
-            ))),
-        }
     }
 
     /// Answers the parked request `pending` of session `id`: the session resumes, and its CLI

@@ -6,6 +6,21 @@
 
 use super::*;
 
+impl PermissionAnswer {
+    /// A deny answer as the CLI is told it (interrupting the turn if the person asked to),
+    /// and the message the log keeps: theirs, or who denied the call.
+    pub(super) fn denial(&self, who: &str) -> (PermissionResult, String) {
+        let message =
+            self.message.clone().unwrap_or_else(|| format!("{who} denied this tool call"));
+        let result = if self.interrupt {
+            PermissionResult::deny_and_interrupt(message.clone())
+        } else {
+            PermissionResult::deny(message.clone())
+        };
+        (result, message)
+    }
+}
+
 impl SessionCore {
     /// Answers a permission request. The first answer wins; later ones get
     /// [`AnswerError::AlreadyAnswered`].
@@ -83,15 +98,7 @@ impl SessionCore {
                 (result, Behavior::Allow, format!("allowed by {who}"), input_changed, updates)
             }
             AnswerBehavior::Deny => {
-                let message = answer
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| format!("{who} denied this tool call"));
-                let result = if answer.interrupt {
-                    PermissionResult::deny_and_interrupt(message.clone())
-                } else {
-                    PermissionResult::deny(message.clone())
-                };
+                let (result, message) = answer.denial(who);
                 (result, Behavior::Deny, message, false, Vec::new())
             }
         };
@@ -345,160 +352,6 @@ impl SessionCore {
             );
             effects.push(Effect::Emit(event.with_tool_use_id(tool_use_id)));
         }
-    }
-
-    /// An ask rule's call, held at the policy's hook (the CLI waits on it) for a person, so
-    /// that it can be parked: asked as a `can_use_tool` is, and parked after the policy's
-    /// `park_after` ([`Timer::Park`]) if nobody has answered.
-    fn hold_at_hook(
-        &mut self,
-        request_id: &str,
-        tool_name: &str,
-        input: Value,
-        tool_use_id: Option<String>,
-        decision: crate::policy::Decision,
-        effects: &mut Vec<Effect>,
-    ) {
-        if let Some(tool_use_id) = &tool_use_id {
-            self.set_verdict(tool_use_id, tool_name, &input, CallVerdict::Decided);
-        }
-        let request = CanUseToolRequest {
-            tool_name: tool_name.to_owned(),
-            input,
-            tool_use_id,
-            ..CanUseToolRequest::default()
-        };
-        let pending = PendingPermission {
-            request_id: request_id.to_owned(),
-            tool_name: request.tool_name.clone(),
-            input: request.input.clone(),
-            tool_use_id: request.tool_use_id.clone(),
-            suggestions: Vec::new(),
-            reason: decision.reason,
-            agent_id: None,
-            timeout_secs: self.policy.ask_timeout.as_secs(),
-            asked_at_ms: now_ms(),
-            always_allows: session_rule(&request),
-            started_by: self.snapshot.sender.clone(),
-            rule: decision.rule,
-            cli_reason: None,
-            // The hook's answer carries no rule: "always" is not offered.
-            hints: PermissionHints { no_standing_rule: true, ..PermissionHints::default() },
-            parked_at_ms: None,
-        };
-        self.asked.insert(
-            request_id.to_owned(),
-            AskedPermission { pending: pending.clone(), request, via_hook: true },
-        );
-        self.set_state(SessionState::AwaitingPermission, effects);
-        effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));
-        effects.push(Effect::StartTimer(
-            Timer::Permission(request_id.to_owned()),
-            self.policy.ask_timeout,
-        ));
-        if let Some(park_after) = self.policy.park_after {
-            effects.push(Effect::StartTimer(Timer::Park(request_id.to_owned()), park_after));
-        }
-    }
-
-    /// Parks the held call `request_id`, if nobody answered it yet: the CLI is told to defer it
-    /// (its turn ends, and the daemon lets it go), and the request waits on with no process,
-    /// announced again with when it was parked.
-    pub(super) fn park(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
-        if !self.asked.get(request_id).is_some_and(|asked| asked.via_hook) {
-            return;
-        }
-        let Some(mut asked) = self.asked.shift_remove(request_id) else { return };
-        let reason = "Parked in Switchboard until a person answers: the session resumes then, and this call runs or not as they say";
-        self.answer_policy_hook(request_id, pre_tool_use_verdict("defer", reason), effects);
-        self.parked_here.insert(request_id.to_owned());
-        asked.pending.parked_at_ms = Some(now_ms());
-        effects.push(Effect::Emit(SessionEvent::PermissionRequested(asked.pending)));
-        if self.asked.is_empty() && self.state == SessionState::AwaitingPermission {
-            self.set_state(SessionState::Working, effects);
-        }
-    }
-
-    /// The resumed CLI asks about a call parked in an earlier run: the person's answer is the
-    /// hook's, logged as their decision of the parked request. A changed input is held to the
-    /// policy's deny rules, as any answer's is.
-    fn answer_parked(
-        &mut self,
-        request_id: &str,
-        tool_name: &str,
-        input: &Value,
-        parked: ParkedAnswer,
-        effects: &mut Vec<Effect>,
-    ) {
-        let (result, decided) = self.parked_result(tool_name, input, parked);
-        self.answer_policy_hook(request_id, hook_answer(&result, input), effects);
-        effects.push(Effect::Emit(decided));
-        // The resumed CLI carries on with the deferred turn by itself: it works.
-        if self.state == SessionState::Idle {
-            self.set_state(SessionState::Working, effects);
-        }
-    }
-
-    /// What the person's answer to a parked request makes of the call `tool_name` `input`
-    /// (asked again by the resumed CLI), and the record of their decision.
-    fn parked_result(
-        &mut self,
-        tool_name: &str,
-        input: &Value,
-        parked: ParkedAnswer,
-    ) -> (PermissionResult, SessionEvent) {
-        let ParkedAnswer { pending, answer, who } = parked;
-        let (result, behavior, message, input_changed) = match answer.behavior {
-            AnswerBehavior::Allow => {
-                let run = answer.updated_input.clone().unwrap_or_else(|| input.clone());
-                let ruled = self.policy.decide(tool_name, &run, &self.match_context);
-                if ruled.behavior == Behavior::Deny {
-                    (
-                        PermissionResult::deny(ruled.reason.clone()),
-                        Behavior::Deny,
-                        ruled.reason,
-                        false,
-                    )
-                } else {
-                    let changed = run != *input;
-                    (
-                        PermissionResult::allow(run),
-                        Behavior::Allow,
-                        format!("allowed by {who}"),
-                        changed,
-                    )
-                }
-            }
-            AnswerBehavior::Deny => {
-                let message = answer
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| format!("{who} denied this tool call"));
-                let result = if answer.interrupt {
-                    PermissionResult::deny_and_interrupt(message.clone())
-                } else {
-                    PermissionResult::deny(message.clone())
-                };
-                (result, Behavior::Deny, message, false)
-            }
-        };
-        if let Some(tool_use_id) = &pending.tool_use_id {
-            self.set_verdict(tool_use_id, tool_name, input, CallVerdict::Decided);
-        }
-        // A later answer to it is told it was answered.
-        self.mark_answered(&pending.request_id);
-        let decided = SessionEvent::PermissionDecided {
-            request_id: pending.request_id,
-            tool_name: tool_name.to_owned(),
-            behavior,
-            by: DecidedBy::Person { who },
-            message,
-            input_changed,
-            updated_permissions: Vec::new(),
-            decided_at_ms: now_ms(),
-            tool_use_id: pending.tool_use_id,
-        };
-        (result, decided)
     }
 
     /// Answers the request `asked` with `result`: the CLI's `can_use_tool` as a permission
