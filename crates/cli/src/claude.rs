@@ -10,11 +10,13 @@
 //!   (a prompt pasted at once would be taken as a paste), then Enter; an interrupt is Esc.
 //!
 //! Under the session's policy: the daemon hands this command a key for the session's hooks
-//! when it registers, and the CLI gets a `PreToolUse` hook (an HTTP hook to the daemon's
-//! `/hooks/pre-tool-use`, carrying the key) through `--settings` ([`HookSettings`]): never on a
-//! command line or in an environment a tool inherits. So every tool call goes to the session's
-//! policy, and one an ask rule names waits for a person in any face; a hook that cannot reach
-//! the daemon blocks the call (2.1.330 on). A CLI without HTTP hooks (before 2.1.100, the oldest
+//! when it registers, and the CLI gets a `PreToolUse` and a `PermissionRequest` hook (HTTP
+//! hooks to the daemon's `/hooks/pre-tool-use` and `/hooks/permission-request`, carrying the
+//! key) through `--settings` ([`HookSettings`]): never on a command line or in an environment
+//! a tool inherits. So every tool call goes to the session's policy; one an ask rule names
+//! shows the CLI's own dialog in the terminal and waits for a person in any face at once, and
+//! the first answer, there or afar, is the one the CLI takes. A `PreToolUse` hook that cannot
+//! reach the daemon blocks the call (2.1.330 on). A CLI without HTTP hooks (before 2.1.100, the oldest
 //! pinned version that has them) runs as before, and this says so.
 //!
 //! Which transcript: the CLI is started with `--session-id` (a new id) unless the person's
@@ -58,8 +60,8 @@ const SWITCH_CHECK: Duration = Duration::from_secs(1);
 /// The largest announcement file read (`sessions/<pid>.json`).
 const ANNOUNCEMENT_MAX_BYTES: u64 = 64 * 1024;
 
-/// How long the CLI lets its `PreToolUse` hook wait for an answer: a person may take a while,
-/// and the session's policy ends the wait first (`ask_timeout`, `on_timeout`).
+/// How long the CLI lets its hooks wait for an answer: a person may take a while, and the
+/// session's policy ends the wait first (`ask_timeout`, `on_timeout`).
 const HOOK_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
 /// Ctrl-Z, as a terminal in raw mode reads it.
@@ -373,29 +375,43 @@ async fn run(args: ClaudeArgs) -> Result<ExitCode, String> {
     })
 }
 
-/// The settings that put the CLI's tool calls to the daemon's `PreToolUse` hook at `base`
-/// with `key`, beside the person's own (`theirs`, from their `--settings`), as JSON text.
+/// The settings that put the CLI's tool calls to the daemon's hooks at `base` with `key`,
+/// beside the person's own (`theirs`, from their `--settings`), as JSON text: `PreToolUse`
+/// (the policy's verdict on every call) and `PermissionRequest` (a dialog the CLI shows, put to
+/// a person afar as well; the first answer wins).
 fn hook_settings(base: &str, key: &str, theirs: Option<Value>) -> Result<String, String> {
-    let hook = json!({"matcher": "*", "hooks": [{
+    let base = base.trim_end_matches('/');
+    let pre_tool_use = json!({"matcher": "*", "hooks": [{
         "type": "http",
-        "url": format!("{}/hooks/pre-tool-use", base.trim_end_matches('/')),
+        "url": format!("{base}/hooks/pre-tool-use"),
         "headers": {"Authorization": format!("Bearer {key}")},
         "timeout": HOOK_TIMEOUT_SECS,
         // Unreachable, the daemon blocks the call rather than letting it run unasked.
         "onFailure": "block",
+    }]});
+    // Unreachable, the dialog waits for the terminal alone.
+    let permission_request = json!({"matcher": "*", "hooks": [{
+        "type": "http",
+        "url": format!("{base}/hooks/permission-request"),
+        "headers": {"Authorization": format!("Bearer {key}")},
+        "timeout": HOOK_TIMEOUT_SECS,
     }]});
     let mut settings = theirs.unwrap_or_else(|| json!({}));
     let hooks = settings
         .as_object_mut()
         .ok_or("--settings must be a JSON object")?
         .entry("hooks")
-        .or_insert_with(|| json!({}));
-    let pre_tool_use = hooks
+        .or_insert_with(|| json!({}))
         .as_object_mut()
-        .ok_or("--settings' hooks must be a JSON object")?
-        .entry("PreToolUse")
-        .or_insert_with(|| json!([]));
-    pre_tool_use.as_array_mut().ok_or("--settings' PreToolUse hooks must be a list")?.push(hook);
+        .ok_or("--settings' hooks must be a JSON object")?;
+    for (event, hook) in [("PreToolUse", pre_tool_use), ("PermissionRequest", permission_request)] {
+        hooks
+            .entry(event)
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .ok_or_else(|| format!("--settings' {event} hooks must be a list"))?
+            .push(hook);
+    }
     // A project's own settings may turn every hook off; these are read after them.
     settings["disableAllHooks"] = Value::Bool(false);
     Ok(settings.to_string())
@@ -930,6 +946,10 @@ mod tests {
         assert_eq!(hooks.len(), 2, "theirs, then ours");
         assert_eq!(hooks[1]["hooks"][0]["url"], "http://127.0.0.1:1/hooks/pre-tool-use");
         assert_eq!(hooks[1]["hooks"][0]["headers"]["Authorization"], "Bearer k");
+        let dialog = &read["hooks"]["PermissionRequest"][0]["hooks"][0];
+        assert_eq!(dialog["url"], "http://127.0.0.1:1/hooks/permission-request");
+        assert_eq!(dialog["headers"]["Authorization"], "Bearer k");
+        assert!(dialog.get("onFailure").is_none(), "unreachable, the terminal answers");
         let mut none = args(&["--resume", "abc"]);
         assert_eq!(take_settings(&mut none).unwrap(), None);
         assert!(take_settings(&mut args(&["--settings"])).is_err());

@@ -399,6 +399,7 @@ pub(crate) fn decision(tool: &str, allowed: bool, by: &DecidedBy, message: &str)
         DecidedBy::Cancelled => "the CLI (withdrawn)".to_owned(),
         DecidedBy::LinkClosed => "the CLI exiting".to_owned(),
         DecidedBy::Cli => "the CLI on its own".to_owned(),
+        DecidedBy::Terminal => "the person at the terminal".to_owned(),
     };
     if allowed {
         return format!("✓ {tool} allowed by {who}");

@@ -12,6 +12,14 @@
 //!   turn ends, and a `user` line `[Request interrupted by user]` (no `turn_duration`) when the
 //!   person interrupts it: [`turn_end`].
 //!
+//! And one thing it learns only here: whether a permission request the CLI showed in its
+//! terminal was answered there or by a `PermissionRequest` hook. The CLI runs those hooks while
+//! its dialog shows (measured: 2.1.100 to 2.1.330), takes the first answer, and writes an
+//! `attachment` of type `hook_permission_decision` (with the call's `toolUseID`) when a hook's
+//! answer is the one it took, before the tool runs: [`hook_permission_decision`]. A call with
+//! no such line was answered in the terminal; a refusal there leaves a tool result that begins
+//! with [`REJECTED_MARKER`]: [`rejected`].
+//!
 //! The session core and the projection both ask this module, so the two read a transcript alike.
 
 use serde_json::Value;
@@ -24,6 +32,61 @@ use crate::wire::TextOr;
 /// The text the CLI writes as a `user` line when the person interrupts a turn (2.1.330; the
 /// tool-use variant adds ` for tool use`).
 pub const INTERRUPTED_MARKER: &str = "[Request interrupted by user";
+
+/// How a tool result the person refused in the terminal's dialog begins (2.1.100 to 2.1.330;
+/// the line's `toolUseResult` says `User rejected tool use`).
+pub const REJECTED_MARKER: &str = "The user doesn't want to proceed with this tool use";
+
+/// A `PermissionRequest` hook's answer, as the CLI took it: the call (`toolUseID`) and whether
+/// it may run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookPermissionDecision {
+    /// The call's `tool_use` id.
+    pub tool_use_id: String,
+    /// The hook allowed it (else it denied it).
+    pub allowed: bool,
+}
+
+/// The `PermissionRequest` hook's answer the CLI took, if `message` is the attachment that
+/// records one.
+pub fn hook_permission_decision(message: &Message) -> Option<HookPermissionDecision> {
+    let Message::Unknown(value) = message.readable() else { return None };
+    if value.get("type").and_then(Value::as_str) != Some("attachment") {
+        return None;
+    }
+    let attachment = value.get("attachment")?;
+    let field = |name: &str| attachment.get(name).and_then(Value::as_str);
+    if field("type") != Some("hook_permission_decision")
+        || field("hookEvent") != Some("PermissionRequest")
+    {
+        return None;
+    }
+    Some(HookPermissionDecision {
+        tool_use_id: field("toolUseID")?.to_owned(),
+        allowed: match field("decision")? {
+            "allow" => true,
+            "deny" => false,
+            _ => return None,
+        },
+    })
+}
+
+/// Whether `result` is the CLI's refusal of a call the person turned down in its dialog (not a
+/// tool that ran and failed).
+pub fn rejected(result: &crate::content::ToolResultBlock) -> bool {
+    if result.is_error != Some(true) {
+        return false;
+    }
+    let first = match &result.content {
+        Some(TextOr::Text(text)) => Some(text.as_str()),
+        Some(TextOr::Items(blocks)) => blocks.iter().find_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        }),
+        None => None,
+    };
+    first.is_some_and(|text| text.starts_with(REJECTED_MARKER))
+}
 
 /// How a transcript's turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +180,34 @@ mod tests {
 
     fn line(text: &str) -> Message {
         Message::decode(text.as_bytes()).expect("decodes")
+    }
+
+    #[test]
+    fn a_hooks_permission_decision_and_a_refusal_in_the_dialog_are_read() {
+        // As 2.1.330 writes them (an answer from afar, then one from the terminal).
+        let decided = line(
+            r#"{"parentUuid":"p","isSidechain":false,"type":"attachment","attachment":{"type":"hook_permission_decision","decision":"deny","toolUseID":"toolu_1","hookEvent":"PermissionRequest"},"uuid":"u","sessionId":"s"}"#,
+        );
+        assert_eq!(
+            hook_permission_decision(&decided),
+            Some(HookPermissionDecision { tool_use_id: "toolu_1".into(), allowed: false })
+        );
+        let other = line(
+            r#"{"type":"attachment","attachment":{"type":"hook_success","toolUseID":"toolu_1","hookEvent":"PreToolUse"},"uuid":"u"}"#,
+        );
+        assert_eq!(hook_permission_decision(&other), None);
+        let refused = line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how to proceed.","is_error":true,"tool_use_id":"toolu_2"}]},"toolUseResult":"User rejected tool use","uuid":"u2"}"#,
+        );
+        let failed = line(
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"exit 1","is_error":true,"tool_use_id":"toolu_3"}]},"uuid":"u3"}"#,
+        );
+        let result = |message: &Message| match message {
+            Message::User(user) => user.tool_results().next().cloned().unwrap(),
+            _ => panic!("a user line"),
+        };
+        assert!(rejected(&result(&refused)));
+        assert!(!rejected(&result(&failed)), "a tool that ran and failed was not refused");
     }
 
     #[test]

@@ -195,6 +195,12 @@ pub fn routes() -> Vec<Route> {
         route("GET", "/pair/{code}", Guard::Own, get(crate::pairing::page)),
         route("POST", "/pair/{code}", Guard::Own, post(crate::pairing::redeem)),
         route("POST", "/hooks/pre-tool-use", Guard::Own, post(crate::hooks::pre_tool_use)),
+        route(
+            "POST",
+            "/hooks/permission-request",
+            Guard::Own,
+            post(crate::hooks::permission_request),
+        ),
         route("POST", "/hooks/claude", Guard::Api(Scope::Operate), post(crate::hooks::claude_hook)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
         route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),

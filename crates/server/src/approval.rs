@@ -286,6 +286,12 @@ fn closed(standing: Standing) -> Response {
                         }
                     ),
                 ),
+                DecidedBy::Terminal => (
+                    "Answered in the terminal",
+                    format!(
+                        "<h1>Answered in the terminal</h1><p>The person at the session's terminal {verb} it there first.</p>"
+                    ),
+                ),
                 DecidedBy::Timeout => (
                     "Timed out",
                     format!(

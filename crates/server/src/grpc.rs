@@ -1047,7 +1047,7 @@ fn model_usage(totals: ModelTotals) -> pb::ModelUsage {
 }
 
 /// Who decided, as one word: `policy`, `policy:<rule>`, `person:<who>`, `timeout`,
-/// `cancelled`, `link_closed`, `cli`.
+/// `cancelled`, `link_closed`, `cli`, `terminal`.
 fn decided_by(by: &DecidedBy) -> String {
     match by {
         DecidedBy::Policy { rule: Some(rule) } => format!("policy:{rule}"),
@@ -1057,6 +1057,7 @@ fn decided_by(by: &DecidedBy) -> String {
         DecidedBy::Cancelled => "cancelled".into(),
         DecidedBy::LinkClosed => "link_closed".into(),
         DecidedBy::Cli => "cli".into(),
+        DecidedBy::Terminal => "terminal".into(),
     }
 }
 

@@ -1,6 +1,7 @@
-//! Claude Code's hooks into the daemon: the `PreToolUse` hook of an interactive CLI that
-//! `switchboard claude` runs (an HTTP hook, which the CLI posts each tool call to before it
-//! runs it) is answered by the session's policy, and by a person where the policy asks.
+//! Claude Code's hooks into the daemon: the `PreToolUse` and `PermissionRequest` hooks of an
+//! interactive CLI that `switchboard claude` runs (HTTP hooks: the CLI posts each tool call to
+//! the first before it runs it, and each permission dialog it shows to the second) are
+//! answered by the session's policy, and by a person where the policy asks.
 //!
 //! - **Who may ask.** Each terminal session gets a key of its own when it registers
 //!   ([`crate::hook_keys::HookKeys::register`]), handed to its terminal over the authenticated terminal socket and
@@ -10,12 +11,15 @@
 //!   read. The daemon keeps only the key's SHA-256 digest. Once the session ends (its terminal
 //!   detached or went away) its CLI runs on without Switchboard: a hook still waiting is
 //!   answered `deny`, and later calls are left to the CLI.
-//! - **What is asked.** The hook's input goes to the session as the policy's own `PreToolUse`
-//!   hook callback, through its [`HookGate`](switchboard_transport::terminal::HookGate), as
-//!   every session's tool calls do: a deny is final, no rule leaves the call to the CLI (which
-//!   asks in its terminal when it would), and an ask rule makes it the CLI's `can_use_tool`
-//!   request, which waits for a person in every face (notifications and links included) and is
-//!   logged as any other. The answer is the hook's `permissionDecision`.
+//! - **What is asked.** The `PreToolUse` hook's input goes to the session as the policy's own
+//!   `PreToolUse` hook callback, through its
+//!   [`HookGate`](switchboard_transport::terminal::HookGate), as every session's tool calls do:
+//!   a deny is final, no rule leaves the call to the CLI, and an ask rule is answered `ask`, so
+//!   the CLI shows its own dialog. Every dialog it shows also comes to its `PermissionRequest`
+//!   hook, which goes to the session as a request of its own (judged by the policy, or waiting
+//!   for a person in every face, notifications and links included). The first answer wins:
+//!   the hook's closes the dialog; one given in the terminal first makes the hook's moot, and
+//!   the session learns it from the transcript (`switchboard_session`'s `core/dialog.rs`).
 //! - **Failing closed.** A hook whose call cannot be put to the session (it ended, too many
 //!   wait) is answered `deny` with the reason, which the model reads. One that cannot reach the
 //!   daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
@@ -46,22 +50,40 @@ pub const MAX_HOOK_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// The longest tool name taken.
 const MAX_TOOL_NAME_BYTES: usize = 256;
 
-/// What Claude Code posts to a `PreToolUse` hook (the fields read; the whole input goes to the
-/// session as it came).
+/// What Claude Code posts to a `PreToolUse` or `PermissionRequest` hook (the fields read; the
+/// whole input goes to the session as it came).
 #[derive(Debug, Deserialize)]
-pub struct PreToolUse {
-    /// `PreToolUse`.
+pub struct HookCall {
+    /// `PreToolUse` or `PermissionRequest`.
     pub hook_event_name: String,
     /// The tool.
     pub tool_name: String,
     /// Its input.
     pub tool_input: Value,
-    /// The `tool_use` block the call came from.
+    /// The `tool_use` block the call came from (`PreToolUse` only).
     #[serde(default)]
     pub tool_use_id: Option<String>,
     /// The subagent that makes the call.
     #[serde(default)]
     pub agent_id: Option<String>,
+}
+
+impl HookCall {
+    /// Refuses the input of another hook than `event`, or a tool name out of bounds.
+    fn check(&self, event: &str) -> Result<(), ApiError> {
+        if self.hook_event_name != event {
+            let named: String = self.hook_event_name.chars().take(64).collect();
+            return Err(ApiError::invalid(format!(
+                "this is the {event} hook's address, not {named:?}'s"
+            )));
+        }
+        if self.tool_name.is_empty() || self.tool_name.len() > MAX_TOOL_NAME_BYTES {
+            return Err(ApiError::invalid(format!(
+                "tool_name must be 1 to {MAX_TOOL_NAME_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The part of a `PreToolUse` hook's answer read here: whether the policy sends the call to a
@@ -114,46 +136,82 @@ async fn put(
     }
 }
 
+/// The session whose terminal's hook key `headers` carry: its gate, or none once the session
+/// has ended (its CLI runs on without Switchboard).
+fn terminal_gate(daemon: &Daemon, headers: &HeaderMap) -> Result<Option<HookGate>, ApiError> {
+    let key = crate::auth::bearer(headers).unwrap_or("");
+    let Some(registered) = daemon.hook_keys().find(key) else {
+        return Err(ApiError::unauthorized_bearer("a terminal session's hook key"));
+    };
+    Ok(registered.gate)
+}
+
+/// A hook's input: at most [`MAX_HOOK_BODY_BYTES`], arriving within [`HOOK_BODY_TIMEOUT`].
+async fn hook_input(body: axum::body::Body) -> Result<Value, ApiError> {
+    let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
+    serde_json::from_slice(&body)
+        .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))
+}
+
 /// `POST /hooks/pre-tool-use`: a terminal session's CLI asks whether a tool call may run. The
 /// call goes to the session as its policy's `PreToolUse` hook (as every session's does): a deny
-/// is final, no rule leaves it to the CLI (which asks in its terminal when it would), and an
-/// ask rule makes it the CLI's `can_use_tool`, which waits for a person.
+/// is final, no rule leaves it to the CLI, and an ask rule is answered `ask`, so that the CLI
+/// shows its own dialog in the terminal while its `PermissionRequest` hook
+/// ([`permission_request`]) puts the call to a person wherever they are.
 pub(crate) async fn pre_tool_use(
     State(daemon): State<Arc<Daemon>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
-    let key = crate::auth::bearer(&headers).unwrap_or("");
-    let Some(registered) = daemon.hook_keys().find(key) else {
-        return Err(ApiError::unauthorized_bearer("a terminal session's hook key"));
-    };
-    let Some(gate) = registered.gate else {
+    let Some(gate) = terminal_gate(&daemon, &headers)? else {
         // The session ended, and its CLI runs on without Switchboard: the CLI decides.
         return Ok(Json(json!({})));
     };
-    let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
-    let input: Value = serde_json::from_slice(&body)
-        .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;
-    decide(&gate, input).await.map(Json)
+    let input = hook_input(body).await?;
+    policy_verdict(&gate, input).await.map(|(_, verdict)| Json(verdict))
 }
 
-/// The answer to a `PreToolUse` hook's `input`, put to the session through `gate` as its
-/// policy's own `PreToolUse` hook: a deny is final, no rule leaves it to the CLI (`{}`), and an
-/// ask rule makes it the CLI's `can_use_tool`, which waits for a person.
-pub(crate) async fn decide(gate: &HookGate, input: Value) -> Result<Value, ApiError> {
-    let call = PreToolUse::deserialize(&input)
+/// `POST /hooks/permission-request`: a terminal session's CLI shows its permission dialog for a
+/// call and asks its `PermissionRequest` hook too. The call goes to the session as that hook's
+/// request ([`switchboard_session::core::PERMISSION_HOOK_ID`]): judged by the policy, or waiting
+/// for a person in every face. Whichever answers first, the hook or the person at the terminal,
+/// is the answer the CLI takes; the session learns which from the transcript. Where no answer
+/// comes from here (the session ended, or cannot take the request) the hook says nothing, and
+/// the dialog waits for the terminal.
+pub(crate) async fn permission_request(
+    State(daemon): State<Arc<Daemon>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Json<Value>, ApiError> {
+    let Some(gate) = terminal_gate(&daemon, &headers)? else {
+        return Ok(Json(json!({})));
+    };
+    let input = hook_input(body).await?;
+    let call = HookCall::deserialize(&input).map_err(|error| {
+        ApiError::invalid(format!("not a PermissionRequest hook's input: {error}"))
+    })?;
+    call.check("PermissionRequest")?;
+    let hook = HookCallbackRequest {
+        callback_id: switchboard_session::core::PERMISSION_HOOK_ID.to_owned(),
+        input,
+        ..HookCallbackRequest::default()
+    };
+    match put(&gate, hook).await {
+        Ok(answer) => Ok(Json(answer.unwrap_or_else(|| json!({})))),
+        Err(why) => {
+            tracing::info!(%why, "a terminal's permission dialog is left to its terminal");
+            Ok(Json(json!({})))
+        }
+    }
+}
+
+/// The policy's verdict on a `PreToolUse` hook's `input`, put to the session through `gate` as
+/// its policy's own `PreToolUse` hook: deny, ask, or no opinion (`{}`: the CLI's own rules
+/// decide). The call as the hook named it, with the verdict.
+async fn policy_verdict(gate: &HookGate, input: Value) -> Result<(HookCall, Value), ApiError> {
+    let call = HookCall::deserialize(&input)
         .map_err(|error| ApiError::invalid(format!("not a PreToolUse hook's input: {error}")))?;
-    if call.hook_event_name != "PreToolUse" {
-        let event: String = call.hook_event_name.chars().take(64).collect();
-        return Err(ApiError::invalid(format!(
-            "this is the PreToolUse hook's address, not {event:?}'s"
-        )));
-    }
-    if call.tool_name.is_empty() || call.tool_name.len() > MAX_TOOL_NAME_BYTES {
-        return Err(ApiError::invalid(format!(
-            "tool_name must be 1 to {MAX_TOOL_NAME_BYTES} bytes"
-        )));
-    }
+    call.check("PreToolUse")?;
     let hook = HookCallbackRequest {
         callback_id: switchboard_session::core::POLICY_HOOK_ID.to_owned(),
         input,
@@ -162,8 +220,16 @@ pub(crate) async fn decide(gate: &HookGate, input: Value) -> Result<Value, ApiEr
     };
     let verdict = match put(gate, hook).await {
         Ok(verdict) => verdict.unwrap_or_else(|| json!({})),
-        Err(why) => return Ok(refusal(&why)),
+        Err(why) => refusal(&why),
     };
+    Ok((call, verdict))
+}
+
+/// The answer to a `PreToolUse` hook's `input` of a session Switchboard did not start: the
+/// policy's verdict ([`policy_verdict`]), and where it asks, a person's answer (the session's
+/// `can_use_tool`, waiting in every face) as the hook's decision.
+pub(crate) async fn decide(gate: &HookGate, input: Value) -> Result<Value, ApiError> {
+    let (call, verdict) = policy_verdict(gate, input).await?;
     let asks = Verdict::deserialize(&verdict)
         .ok()
         .and_then(|verdict| verdict.output)

@@ -101,6 +101,7 @@ export function decisionText(decision) {
     case 'person': text = `${verb} by ${mine(by.who) ? 'you' : by.who}`; break;
     case 'policy': text = `${verb} by ${by.rule ? `policy rule ${by.rule}` : "the policy's default"}`; break;
     case 'cli': text = `${verb} by Claude Code's own settings`; break;
+    case 'terminal': text = `${verb} in the terminal`; break;
     case 'timeout': text = 'Nobody answered in time: denied'; break;
     case 'cancelled': text = 'Withdrawn by Claude Code'; break;
     case 'link_closed': text = 'Claude Code went away before an answer'; break;

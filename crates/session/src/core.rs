@@ -287,9 +287,21 @@ struct OutgoingControl {
 struct AskedPermission {
     pending: PendingPermission,
     request: CanUseToolRequest,
-    /// Asked at the policy's `PreToolUse` hook, which waits for the answer (a call that may be
-    /// parked), not through the CLI's `can_use_tool`.
-    via_hook: bool,
+    /// How the CLI asked, which is how it is answered.
+    via: Via,
+}
+
+/// How the CLI asked about a call, which is how the answer goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// Its `can_use_tool` control request: a permission result.
+    CanUseTool,
+    /// Held at the policy's `PreToolUse` hook, which waits for the answer (a call that may be
+    /// parked): the hook's decision.
+    HeldHook,
+    /// A terminal's `PermissionRequest` hook, run while the CLI's own dialog shows
+    /// (`core/dialog.rs`): the hook's decision, unless the terminal answered first.
+    Dialog,
 }
 
 impl AskedPermission {
@@ -406,6 +418,9 @@ pub struct SessionCore {
     parkable: bool,
     /// The requests parked in this run (their answers resume the session).
     parked_here: HashSet<String>,
+    /// A terminal's dialogs answered (from afar, or there) whose outcome the transcript has
+    /// still to tell, by the call's `tool_use_id` (`core/dialog.rs`).
+    dialogs: indexmap::IndexMap<String, dialog::Settling>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -465,6 +480,7 @@ impl SessionCore {
             parked_answers: HashMap::new(),
             parkable: false,
             parked_here: HashSet::new(),
+            dialogs: indexmap::IndexMap::new(),
         }
     }
 
@@ -674,11 +690,7 @@ impl SessionCore {
                     self.unechoed.shift_remove(uuid);
                 }
                 for result in user.tool_results() {
-                    self.on_tool_result(
-                        &result.tool_use_id,
-                        result.is_error == Some(true),
-                        &mut effects,
-                    );
+                    self.on_tool_result(result, &mut effects);
                 }
             }
             Message::StreamEvent(_) => self.resume_working(&mut effects),
@@ -977,6 +989,7 @@ impl SessionCore {
         for request_id in std::mem::take(&mut self.hooks).into_keys() {
             self.mark_answered(&request_id);
         }
+        self.dialogs_ended(&mut effects);
         // Answers to parked requests this run's CLI never asked for (it died first): the
         // requests wait on, parked, and the next answer resumes the session again.
         for (_, parked) in std::mem::take(&mut self.parked_answers) {
@@ -1036,11 +1049,8 @@ impl SessionCore {
                         &PermissionResult::deny(message.clone()),
                         &mut effects,
                     );
-                    effects.push(Effect::Emit(asked.ended(
-                        &request_id,
-                        DecidedBy::Timeout,
-                        message,
-                    )));
+                    let ended = asked.ended(&request_id, DecidedBy::Timeout, message);
+                    self.settle(&asked, ended, &mut effects);
                     self.after_permission_resolved(&request_id, &mut effects);
                 }
             }
@@ -1070,6 +1080,8 @@ impl SessionCore {
             if matches!(self.state, SessionState::Idle) {
                 self.set_state(SessionState::Working, effects);
             }
+        } else if let Some(decision) = transcript::hook_permission_decision(message) {
+            self.on_hook_permission_decision(&decision, effects);
         } else if transcript::turn_end(message).is_some() {
             self.snapshot.turns += 1;
             if !self.state.is_final() {
@@ -1430,6 +1442,7 @@ fn is_prompt(line: &[u8]) -> bool {
 }
 
 mod commands;
+mod dialog;
 pub(crate) mod elicitation;
 mod parking;
 mod permissions;
@@ -1437,6 +1450,7 @@ mod prompts;
 
 use commands::{command_infos, command_name};
 pub use commands::{SlashCommandInfo, MAX_COMMANDS};
+pub use dialog::{dialog_answer, PERMISSION_HOOK_ID};
 pub use elicitation::ELICITATION_TOOL;
 pub use parking::{ParkedAnswer, DEFER_SINCE};
 

@@ -98,6 +98,9 @@ pub enum DecidedBy {
     /// The CLI itself: it ran the tool without asking (its own rules or permission mode),
     /// after the policy's hook raised no objection.
     Cli,
+    /// A person at the session's own terminal, in the CLI's dialog, before anyone answered
+    /// from afar (`switchboard claude`).
+    Terminal,
 }
 
 /// A permission request waiting for a person.

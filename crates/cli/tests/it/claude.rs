@@ -108,6 +108,24 @@ impl Terminal {
         }
     }
 
+    /// Types `bytes` until the screen shows `text` after the last `mark`, a second apart (a
+    /// program may not take keys at once), for a minute at most.
+    async fn press_until(&mut self, bytes: &[u8], mark: &str, text: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            self.keys(bytes).await;
+            let pressed = std::time::Instant::now();
+            while pressed.elapsed() < Duration::from_secs(1) {
+                let shown = self.text();
+                if shown.rfind(mark).is_some_and(|at| shown[at..].contains(text)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(std::time::Instant::now() < deadline, "never {text:?} after {mark:?}");
+        }
+    }
+
     /// Types `bytes` as the person would.
     async fn keys(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).await.unwrap();
@@ -131,6 +149,49 @@ impl Terminal {
 /// The one terminal session of the daemon at `url`, once it shows.
 async fn terminal_session(url: &str, token: &str) -> Value {
     session_with_transport(url, token, "terminal").await
+}
+
+/// Posts a one-tap link's form, as its page's buttons do: the status and the page.
+async fn form(link: &str, body: &str) -> (u16, String) {
+    let response = crate::http_client()
+        .post(link)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// The decision on the call whose command is `command`, once the session's log has it.
+async fn decision_on(url: &str, token: &str, id: &str, command: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let events = session_events(url, token, id).await;
+        let events = events.as_array().cloned().unwrap_or_default();
+        let call = events.iter().find_map(|event| {
+            let line = &event["event"]["line"];
+            let blocks = line["message"]["content"].as_array()?;
+            blocks
+                .iter()
+                .find(|block| block["type"] == "tool_use" && block["input"]["command"] == command)
+                .map(|block| block["id"].clone())
+        });
+        let decision = call.and_then(|call| {
+            events
+                .iter()
+                .map(|event| &event["event"])
+                .find(|event| {
+                    event["event"] == "permission_decided" && event["tool_use_id"] == call
+                })
+                .cloned()
+        });
+        if let Some(decision) = decision {
+            return decision;
+        }
+        assert!(std::time::Instant::now() < deadline, "no decision on {command:?}: {events:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits (bounded) until the session's view holds an update that `predicate` accepts.
@@ -490,6 +551,17 @@ async fn policy_in_a_terminal(version: &str) {
             // (Each reply answers once, the first that fits.)
             .reply(Reply::text("Made it.").when_tool_result())
             .reply(
+                Reply::tool_use(
+                    "Bash",
+                    json!({"command": "touch kept.txt", "description": "Make a file"}),
+                )
+                .when_prompt("KEEP"),
+            )
+            // The next prompt after a refusal comes with the refusal's result.
+            .reply(
+                Reply::text("Kept nothing.").when_tool_result_contains("doesn't want to proceed"),
+            )
+            .reply(
                 Reply::tool_use("Bash", json!({"command": "rm -rf gone", "description": "Remove"}))
                     .when_prompt("REMOVE"),
             )
@@ -517,7 +589,21 @@ async fn policy_in_a_terminal(version: &str) {
     .unwrap();
     let data = tempfile::tempdir().unwrap();
     let policy_arg = policy.display().to_string();
-    let daemon = start_daemon(data.path(), &api, &sandbox, &["--policy", &policy_arg]).await;
+    // Notices of requests go to a webhook on loopback, with their one-tap links.
+    let webhook = crate::serve::Webhook::default();
+    let notify = sandbox.file("notify.toml");
+    std::fs::write(
+        &notify,
+        format!(
+            "[[channel]]\nname = \"phone\"\nkind = \"webhook\"\nurl = \"{}\"\nsecret = \"a-webhook-secret-0123456789\"\nallow_private = true\nevents = [\"permission_requested\"]\n",
+            webhook.start().await
+        ),
+    )
+    .unwrap();
+    let notify = notify.display().to_string();
+    let daemon =
+        start_daemon(data.path(), &api, &sandbox, &["--policy", &policy_arg, "--notify", &notify])
+            .await;
     let token = token(data.path());
     let env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
     let claude = switchboard_testkit::sandbox::real_cli_of(version);
@@ -526,10 +612,12 @@ async fn policy_in_a_terminal(version: &str) {
     let id = session["id"].as_str().unwrap().to_owned();
     terminal.shows(&format!("Claude Code v{version}")).await;
 
-    // Asked about: it waits for a person, who approves it from afar; then it runs.
+    // Asked about: the CLI shows its own dialog, and the request waits in Switchboard too.
+    // Approved through the notice's one-tap link, it runs, and the dialog is gone.
     terminal.keys(b"ASK for a file").await;
     terminal.shows("ASK for a file").await;
     terminal.keys(b"\r").await;
+    terminal.shows("Do you want to proceed?").await;
     let waiting = crate::serve::wait_session(&daemon.url, &token, &id, |s| {
         !s["pending_permissions"].as_array().unwrap().is_empty()
     })
@@ -538,20 +626,51 @@ async fn policy_in_a_terminal(version: &str) {
     assert_eq!(asked["tool_name"], "Bash", "{asked}");
     assert_eq!(asked["input"]["command"], "touch approved.txt");
     assert!(!sandbox.file("approved.txt").exists(), "nothing ran before the answer");
-    let request_id = asked["request_id"].as_str().unwrap();
-    let (status, answer) = post(
-        &daemon.url,
-        &token,
-        &format!("/api/sessions/{id}/permissions/{request_id}"),
-        json!({"behavior": "allow"}),
-    )
-    .await;
-    assert_eq!(status, 200, "{answer}");
+    let link = webhook.link(1).await;
+    let (status, page) = form(&link, "decision=allow").await;
+    assert_eq!(status, 200, "{page}");
     view_has(&daemon.url, &token, &id, |u| {
         u["update"] == "block" && u["block"]["text"] == "Made it."
     })
     .await;
     assert!(sandbox.file("approved.txt").exists(), "the approved call ran");
+    let decided = decision_on(&daemon.url, &token, &id, "touch approved.txt").await;
+    assert_eq!(decided["behavior"], "allow", "{decided}");
+    assert_eq!(decided["by"]["kind"], "person", "{decided}");
+    assert!(decided["by"]["who"].as_str().unwrap().starts_with("link"), "{decided}");
+
+    // Asked again, and refused in the terminal (Esc, in its dialog) while the notice is out:
+    // it never runs, the log says the terminal denied it, and the link says so.
+    terminal.keys(b"KEEP a file").await;
+    terminal.shows("KEEP a file").await;
+    terminal.keys(b"\r").await;
+    terminal.shows_after("KEEPafile", "Doyouwanttoproceed?").await;
+    let link = webhook.link(2).await;
+    // (A dialog that has just shown may not take keys yet: Esc again until it has.)
+    terminal.press_until(b"\x1b", "KEEPafile", "Interrupted").await;
+    let decided = decision_on(&daemon.url, &token, &id, "touch kept.txt").await;
+    assert_eq!(decided["behavior"], "deny", "{decided}");
+    assert_eq!(decided["by"]["kind"], "terminal", "{decided}");
+    assert!(!sandbox.file("kept.txt").exists(), "the refused call never ran");
+    let response = crate::http_client().get(&link).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 410);
+    let page = response.text().await.unwrap();
+    assert!(page.contains("Answered in the terminal"), "{page}");
+    let (status, page) = form(&link, "decision=allow").await;
+    assert_eq!(status, 410, "too late to approve: {page}");
+    assert!(!sandbox.file("kept.txt").exists());
+    let session = crate::serve::wait_session(&daemon.url, &token, &id, |s| {
+        s["pending_permissions"].as_array().unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(session["pending_permissions"], json!([]));
+    terminal.keys(b"THANKS").await;
+    terminal.shows_after("KEEPafile", "THANKS").await;
+    terminal.keys(b"\r").await;
+    view_has(&daemon.url, &token, &id, |u| {
+        u["update"] == "block" && u["block"]["text"] == "Kept nothing."
+    })
+    .await;
 
     // Denied by the policy: it never runs, and the model reads why.
     terminal.keys(b"REMOVE the folder").await;
@@ -570,16 +689,20 @@ async fn policy_in_a_terminal(version: &str) {
         .count();
     assert!(tool_results > 0, "the model was told the policy's reason");
 
-    // The hook's address: no key, or another, is refused.
-    for key in [None, Some("forged")] {
-        let mut request = crate::http_client()
-            .post(format!("{}/hooks/pre-tool-use", daemon.url))
-            .json(&json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}));
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
+    // The hooks' addresses: no key, or another, is refused.
+    for (path, event) in
+        [("pre-tool-use", "PreToolUse"), ("permission-request", "PermissionRequest")]
+    {
+        for key in [None, Some("forged")] {
+            let mut request = crate::http_client()
+                .post(format!("{}/hooks/{path}", daemon.url))
+                .json(&json!({"hook_event_name": event, "tool_name": "Bash", "tool_input": {}}));
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), 401, "{path} {key:?}");
         }
-        let response = request.send().await.unwrap();
-        assert_eq!(response.status().as_u16(), 401, "{key:?}");
     }
 
     // The daemon gone: the hook cannot reach it, and the call is blocked (2.1.250 does not

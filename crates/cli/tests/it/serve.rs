@@ -1192,20 +1192,20 @@ async fn a_daemon_killed_mid_tool_loses_no_event_leaves_no_process_and_runs_noth
     assert!(switchboard_testkit::processes_running(sleeper).is_empty());
 }
 
-/// A webhook receiver on loopback: answers `503` while `down`, else `200`, and keeps the
-/// `event` and `id` of every notice it took.
+/// A webhook receiver on loopback: answers `503` while `down`, else `200`, and keeps every
+/// notice it took.
 #[derive(Clone, Default)]
-struct Hook {
+pub(crate) struct Webhook {
     down: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    taken: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    taken: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
     refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl Hook {
+impl Webhook {
     /// Serves on port 0; its URL.
-    async fn start(&self) -> String {
+    pub(crate) async fn start(&self) -> String {
         async fn take(
-            axum::extract::State(hook): axum::extract::State<Hook>,
+            axum::extract::State(hook): axum::extract::State<Webhook>,
             body: String,
         ) -> axum::http::StatusCode {
             use std::sync::atomic::Ordering;
@@ -1214,9 +1214,7 @@ impl Hook {
                 return axum::http::StatusCode::SERVICE_UNAVAILABLE;
             }
             let notice: Value = serde_json::from_str(&body).unwrap_or_default();
-            let event = notice["event"].as_str().unwrap_or_default().to_owned();
-            let id = notice["id"].as_str().unwrap_or_default().to_owned();
-            hook.taken.lock().unwrap().push((event, id));
+            hook.taken.lock().unwrap().push(notice);
             axum::http::StatusCode::OK
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1226,9 +1224,34 @@ impl Hook {
         format!("http://{address}/hook")
     }
 
+    /// The ids of the notices of `event` taken so far.
     fn taken(&self, event: &str) -> Vec<String> {
         let taken = self.taken.lock().unwrap();
-        taken.iter().filter(|(kind, _)| kind == event).map(|(_, id)| id.clone()).collect()
+        taken
+            .iter()
+            .filter(|notice| notice["event"] == event)
+            .map(|notice| notice["id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// The one-tap link of the `nth` request's notice (from 1), once it has come.
+    pub(crate) async fn link(&self, nth: usize) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let link = self
+                .taken
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|notice| notice["event"] == "permission_requested")
+                .nth(nth - 1)
+                .and_then(|notice| notice["link"].as_str().map(str::to_owned));
+            if let Some(link) = link {
+                return link;
+            }
+            assert!(std::time::Instant::now() < deadline, "no notice of request {nth}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -1250,7 +1273,7 @@ async fn a_notice_queued_when_the_daemon_is_killed_goes_out_once_from_the_next()
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let data = tempfile::tempdir().unwrap();
-    let hook = Hook::default();
+    let hook = Webhook::default();
     hook.down.store(true, Ordering::SeqCst);
     let url = hook.start().await;
     let notify = data.path().join("notify.toml");

@@ -104,13 +104,15 @@ async fn until_pending(server: &Server, id: &str, count: usize) -> Vec<Value> {
     }
 }
 
-/// A terminal session's `PreToolUse` hook, spoken to as Claude Code speaks to it: a deny rule's
-/// call is refused at once with the rule, one no rule decides is left to the CLI (`{}`), and
-/// one an ask rule names waits for a person; a hook that goes away withdraws its request, an
-/// answered one gets the person's decision, and one still waiting when the terminal ends is
-/// denied, after which the key's calls are left to the CLI that runs on without Switchboard.
+/// A terminal session's hooks, spoken to as Claude Code speaks to them: `PreToolUse` refuses
+/// a deny rule's call at once with the rule, leaves one no rule decides to the CLI (`{}`), and
+/// answers an ask rule's `ask` at once (the CLI shows its dialog); the dialog's
+/// `PermissionRequest` hook then waits for a person. A hook that goes away (an Esc in the
+/// terminal) leaves the decision to the call's result, which says the terminal denied it; a
+/// person's answer is the hook's decision, logged once the CLI says it took it; one still
+/// waiting when the terminal ends is left to the terminal, whose CLI's calls are then its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terminals_hook_is_answered_by_the_policy_a_person_or_the_cli() {
+async fn a_terminals_hooks_are_answered_by_the_policy_a_person_or_the_terminal() {
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
@@ -122,38 +124,61 @@ async fn a_terminals_hook_is_answered_by_the_policy_a_person_or_the_cli() {
         Server::start_with(store, &api, &sandbox, |config| config.default_policy = Some(policy))
             .await;
     let text = |value: Value| WsMessage::Text(value.to_string().into());
+    let line = |value: Value| WsMessage::Binary(value.to_string().into_bytes().into());
     let mut ws = server.ws("/api/terminals").await;
     ws.socket.send(text(json!({"type": "hello", "cwd": sandbox.workdir()}))).await.unwrap();
     let registered = answer(&mut ws).await.unwrap();
     let id = registered["session"].as_str().unwrap().to_owned();
     let key = registered["hook_key"].as_str().expect("a hook key").to_owned();
-    let hook = |command: &str| {
+    let post = |path: &str, body: Value| {
         let request = server
             .client()
-            .post(format!("{}/hooks/pre-tool-use", server.base))
+            .post(format!("{}/hooks/{path}", server.base))
             .bearer_auth(&key)
-            .json(&json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
-                          "tool_input": {"command": command}, "tool_use_id": format!("t-{command}"),
-                          "cwd": sandbox.workdir()}));
+            .json(&body);
         async move {
             let response = request.send().await.unwrap();
             assert_eq!(response.status(), 200);
             response.json::<Value>().await.unwrap()
         }
     };
-    let denied = hook("rm -rf build").await;
-    assert_eq!(denied["hookSpecificOutput"]["permissionDecision"], "deny", "{denied}");
+    let pre_tool_use = |command: &str| {
+        post(
+            "pre-tool-use",
+            json!({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {"command": command}, "tool_use_id": format!("t-{command}"),
+            "cwd": sandbox.workdir()}),
+        )
+    };
+    let dialog = |command: &str| {
+        post(
+            "permission-request",
+            json!({"hook_event_name": "PermissionRequest",
+            "tool_name": "Bash", "tool_input": {"command": command}, "permission_suggestions": []}),
+        )
+    };
+    let verdict = |answer: &Value| answer["hookSpecificOutput"]["permissionDecision"].clone();
+    let denied = pre_tool_use("rm -rf build").await;
+    assert_eq!(verdict(&denied), "deny", "{denied}");
     assert!(denied.to_string().contains("Bash(rm:*)"), "{denied}");
-    assert_eq!(hook("ls").await, json!({}), "no rule: the CLI decides");
+    assert_eq!(pre_tool_use("ls").await, json!({}), "no rule: the CLI decides");
 
-    // Asked about, then the hook goes away: the request is withdrawn.
-    let gone = tokio::spawn(hook("touch one"));
-    until_pending(&server, &id, 1).await;
+    // Asked about: the CLI shows its dialog, whose hook waits; Esc in the terminal drops the
+    // hook, and the call's result says the person refused it there.
+    assert_eq!(verdict(&pre_tool_use("touch one").await), "ask");
+    let gone = tokio::spawn(dialog("touch one"));
+    let now = until_pending(&server, &id, 1).await;
+    assert_eq!(now[0]["tool_use_id"], "t-touch one", "{now:?}");
     gone.abort();
+    let refused = json!({"type": "user", "uuid": "r1", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t-touch one", "is_error": true,
+         "content": "The user doesn't want to proceed with this tool use. The tool use was rejected."}]}});
+    ws.socket.send(line(refused)).await.unwrap();
     until_pending(&server, &id, 0).await;
 
-    // Asked about and answered by a person: the hook's decision is theirs.
-    let waiting = tokio::spawn(hook("touch two"));
+    // Answered by a person afar: the hook's decision is theirs, logged once the CLI took it.
+    assert_eq!(verdict(&pre_tool_use("touch two").await), "ask");
+    let waiting = tokio::spawn(dialog("touch two"));
     let now = until_pending(&server, &id, 1).await;
     let request_id = now[0]["request_id"].as_str().unwrap();
     let (status, _) = server
@@ -164,15 +189,39 @@ async fn a_terminals_hook_is_answered_by_the_policy_a_person_or_the_cli() {
         .await;
     assert_eq!(status, 200);
     let decided = waiting.await.unwrap();
-    assert_eq!(decided["hookSpecificOutput"]["permissionDecision"], "deny", "{decided}");
-    assert_eq!(decided["hookSpecificOutput"]["permissionDecisionReason"], "not now");
+    let decision = &decided["hookSpecificOutput"];
+    assert_eq!(decision["hookEventName"], "PermissionRequest", "{decided}");
+    assert_eq!(decision["decision"], json!({"behavior": "deny", "message": "not now"}));
+    let took = json!({"type": "attachment", "uuid": "a1", "attachment": {
+        "type": "hook_permission_decision", "decision": "deny", "toolUseID": "t-touch two",
+        "hookEvent": "PermissionRequest"}});
+    ws.socket.send(line(took)).await.unwrap();
+    let by = |events: &Value, call: &str| {
+        events.as_array().unwrap().iter().find_map(|e| {
+            (e["event"]["event"] == "permission_decided" && e["event"]["tool_use_id"] == call)
+                .then(|| e["event"]["by"].clone())
+        })
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;
+        if let Some(person) = by(&events, "t-touch two") {
+            assert_eq!(person["kind"], "person", "{person}");
+            assert_eq!(by(&events, "t-touch one"), Some(json!({"kind": "terminal"})));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never logged: {events}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
-    // Waiting when the terminal ends: denied at once; later calls are the CLI's.
-    let waiting = tokio::spawn(hook("touch three"));
+    // Waiting when the terminal ends: left to the terminal; later calls are the CLI's.
+    assert_eq!(verdict(&pre_tool_use("touch three").await), "ask");
+    let waiting = tokio::spawn(dialog("touch three"));
     until_pending(&server, &id, 1).await;
     ws.socket.send(text(json!({"type": "exit", "code": 0, "signal": null}))).await.unwrap();
     let ended = tokio::time::timeout(WAIT, waiting).await.expect("answered in time").unwrap();
-    assert_eq!(ended["hookSpecificOutput"]["permissionDecision"], "deny", "{ended}");
-    assert_eq!(hook("touch four").await, json!({}), "the CLI runs on without Switchboard");
+    assert_eq!(ended, json!({}), "the dialog is the terminal's");
+    assert_eq!(pre_tool_use("touch four").await, json!({}), "the CLI runs on without Switchboard");
+    assert_eq!(dialog("touch four").await, json!({}));
     server.stop().await;
 }

@@ -86,7 +86,7 @@ impl SessionCore {
         self.elicitations.insert(request_id.to_owned());
         self.asked.insert(
             request_id.to_owned(),
-            AskedPermission { pending: pending.clone(), request: asked, via_hook: false },
+            AskedPermission { pending: pending.clone(), request: asked, via: Via::CanUseTool },
         );
         self.set_state(SessionState::AwaitingPermission, effects);
         effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));

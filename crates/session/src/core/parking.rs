@@ -98,7 +98,7 @@ impl SessionCore {
         };
         self.asked.insert(
             request_id.to_owned(),
-            AskedPermission { pending: pending.clone(), request, via_hook: true },
+            AskedPermission { pending: pending.clone(), request, via: Via::HeldHook },
         );
         self.set_state(SessionState::AwaitingPermission, effects);
         effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));
@@ -115,7 +115,7 @@ impl SessionCore {
     /// (its turn ends, and the daemon lets it go), and the request waits on with no process,
     /// announced again with when it was parked.
     pub(super) fn park(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
-        if !self.asked.get(request_id).is_some_and(|asked| asked.via_hook) {
+        if !self.asked.get(request_id).is_some_and(|asked| asked.via == Via::HeldHook) {
             return;
         }
         let Some(mut asked) = self.asked.shift_remove(request_id) else { return };

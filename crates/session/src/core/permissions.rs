@@ -103,7 +103,7 @@ impl SessionCore {
             }
         };
         self.respond_asked(request_id, &asked, &result, &mut effects);
-        effects.push(Effect::Emit(SessionEvent::PermissionDecided {
+        let decided = SessionEvent::PermissionDecided {
             request_id: request_id.to_owned(),
             tool_name: request.tool_name.clone(),
             behavior,
@@ -113,7 +113,8 @@ impl SessionCore {
             updated_permissions: updates,
             decided_at_ms: now_ms(),
             tool_use_id: request.tool_use_id.clone(),
-        }));
+        };
+        self.settle(&asked, decided, &mut effects);
         self.after_permission_resolved(request_id, &mut effects);
         Ok(effects)
     }
@@ -149,6 +150,18 @@ impl SessionCore {
         &mut self,
         request_id: &str,
         request: &CanUseToolRequest,
+        effects: &mut Vec<Effect>,
+    ) {
+        self.judge(request_id, request, Via::CanUseTool, effects);
+    }
+
+    /// A call the CLI asks about (`via` its `can_use_tool`, or a terminal's dialog): a parked
+    /// request's answer, the policy's allow or deny, or a person's answer, asked for here.
+    pub(super) fn judge(
+        &mut self,
+        request_id: &str,
+        request: &CanUseToolRequest,
+        via: Via,
         effects: &mut Vec<Effect>,
     ) {
         // Parked in an earlier run and answered since (a resumed CLI that asks before its
@@ -194,12 +207,7 @@ impl SessionCore {
                 } else {
                     PermissionResult::deny(decision.reason.clone())
                 };
-                self.respond_permission(
-                    request_id,
-                    request.tool_use_id.as_deref(),
-                    &result,
-                    effects,
-                );
+                self.respond_via(request_id, via, request, &result, effects);
                 effects.push(Effect::Emit(
                     SessionEvent::decided(
                         request_id,
@@ -235,11 +243,7 @@ impl SessionCore {
                 };
                 self.asked.insert(
                     request_id.to_owned(),
-                    AskedPermission {
-                        pending: pending.clone(),
-                        request: request.clone(),
-                        via_hook: false,
-                    },
+                    AskedPermission { pending: pending.clone(), request: request.clone(), via },
                 );
                 // The state first: whoever sees the request also sees the session waiting.
                 self.set_state(SessionState::AwaitingPermission, effects);
@@ -260,6 +264,9 @@ impl SessionCore {
     ) {
         if hook.callback_id == POLICY_HOOK_ID {
             return self.on_policy_hook(request_id, hook, effects);
+        }
+        if hook.callback_id == PERMISSION_HOOK_ID {
+            return self.on_dialog(request_id, hook, effects);
         }
         let pending = PendingHook {
             request_id: request_id.to_owned(),
@@ -363,18 +370,29 @@ impl SessionCore {
         result: &PermissionResult,
         effects: &mut Vec<Effect>,
     ) {
-        if asked.via_hook {
-            let output = hook_answer(result, &asked.request.input);
-            let response = ControlResponse::success(request_id, &output);
-            self.write(Message::from(response), effects);
-        } else {
-            self.respond_permission(
-                request_id,
-                asked.request.tool_use_id.as_deref(),
-                result,
-                effects,
-            );
-        }
+        self.respond_via(request_id, asked.via, &asked.request, result, effects);
+    }
+
+    /// Answers the request `request_id` about the call `request` with `result`, the way the
+    /// CLI asked (`via`).
+    pub(super) fn respond_via(
+        &mut self,
+        request_id: &str,
+        via: Via,
+        request: &CanUseToolRequest,
+        result: &PermissionResult,
+        effects: &mut Vec<Effect>,
+    ) {
+        let output = match via {
+            Via::CanUseTool => {
+                let tool_use_id = request.tool_use_id.as_deref();
+                return self.respond_permission(request_id, tool_use_id, result, effects);
+            }
+            Via::HeldHook => hook_answer(result, &request.input),
+            Via::Dialog => dialog_answer(result, &request.input),
+        };
+        let response = ControlResponse::success(request_id, &output);
+        self.write(Message::from(response), effects);
     }
 
     pub(super) fn answer_policy_hook(
@@ -424,10 +442,15 @@ impl SessionCore {
     /// held by the policy's deny rules, which the CLI has as its `--disallowedTools`.
     pub(super) fn on_tool_result(
         &mut self,
-        tool_use_id: &str,
-        is_error: bool,
+        result: &switchboard_protocol::content::ToolResultBlock,
         effects: &mut Vec<Effect>,
     ) {
+        let tool_use_id = result.tool_use_id.as_str();
+        let is_error = result.is_error == Some(true);
+        if self.transcript && self.dialog_result(result, effects) {
+            self.calls.shift_remove(tool_use_id);
+            return;
+        }
         let Some(call) = self.calls.shift_remove(tool_use_id) else { return };
         let request_id = match &call.verdict {
             CallVerdict::Decided => return,
@@ -469,11 +492,17 @@ impl SessionCore {
 
     pub(super) fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
         if let Some(asked) = self.asked.shift_remove(request_id) {
-            effects.push(Effect::Emit(asked.ended(
-                request_id,
-                DecidedBy::Cancelled,
-                "the CLI withdrew the request".to_owned(),
-            )));
+            if asked.via == Via::Dialog {
+                // A terminal's dialog whose hook went away: answered there (its result says
+                // how).
+                self.dialog_withdrawn(request_id, asked, effects);
+            } else {
+                effects.push(Effect::Emit(asked.ended(
+                    request_id,
+                    DecidedBy::Cancelled,
+                    "the CLI withdrew the request".to_owned(),
+                )));
+            }
             self.after_permission_resolved(request_id, effects);
         } else if self.hooks.shift_remove(request_id).is_some() {
             self.mark_answered(request_id);

@@ -1087,3 +1087,165 @@ fn nothing_parks_where_no_one_could_resume_it() {
         assert_eq!(decision_of(&effects).as_deref(), Some("ask"), "{version} {parkable}");
     }
 }
+
+/// A terminal's session whose policy asks about `touch`.
+fn terminal_core() -> SessionCore {
+    let mut core = core("[permissions]\nask = [\"Bash(touch:*)\"]\n");
+    core.set_transcript();
+    started(&mut core);
+    core
+}
+
+/// The CLI's `tool_use`, its `PreToolUse` hook (the policy's), and its `PermissionRequest`
+/// hook (the dialog it shows), as a terminal's session takes them: the request it asks.
+fn dialog_shown(core: &mut SessionCore, tool_use_id: &str, command: &str) -> PendingPermission {
+    core.on_line(line(&json!({"type":"assistant","message":{"id":"m","role":"assistant","content":[
+        {"type":"tool_use","id":tool_use_id,"name":"Bash","input":{"command":command}}]},"uuid":"a"}).to_string()));
+    let effects = core.on_line(line(&json!({"type":"control_request","request_id":format!("pre-{tool_use_id}"),
+        "request":{"subtype":"hook_callback","callback_id":POLICY_HOOK_ID,"tool_use_id":tool_use_id,
+        "input":{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":command},"tool_use_id":tool_use_id}}}).to_string()));
+    let verdict = &sent(&effects)[0]["response"]["response"]["hookSpecificOutput"];
+    assert_eq!(verdict["permissionDecision"], "ask", "the CLI shows its dialog: {effects:?}");
+    // The dialog's hook has no tool_use_id: the call is found by its tool and input.
+    let effects = core.on_line(line(&json!({"type":"control_request","request_id":format!("dialog-{tool_use_id}"),
+        "request":{"subtype":"hook_callback","callback_id":PERMISSION_HOOK_ID,
+        "input":{"hook_event_name":"PermissionRequest","tool_name":"Bash","tool_input":{"command":command},
+                 "permission_suggestions":[]}}}).to_string()));
+    events(&effects)
+        .into_iter()
+        .find_map(|event| match event {
+            SessionEvent::PermissionRequested(pending) => Some(pending.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("asked: {effects:?}"))
+}
+
+fn tool_result(tool_use_id: &str, content: &str, is_error: bool) -> Received {
+    line(
+        &json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result",
+        "tool_use_id":tool_use_id,"content":content,"is_error":is_error}]},"uuid":"r"})
+        .to_string(),
+    )
+}
+
+fn refused_in_the_terminal(tool_use_id: &str) -> Received {
+    tool_result(
+        tool_use_id,
+        "The user doesn't want to proceed with this tool use. The tool use was rejected.",
+        true,
+    )
+}
+
+fn hook_decision(tool_use_id: &str, decision: &str) -> Received {
+    line(&json!({"type":"attachment","attachment":{"type":"hook_permission_decision","decision":decision,
+        "toolUseID":tool_use_id,"hookEvent":"PermissionRequest"},"uuid":"d"}).to_string())
+}
+
+fn decisions(effects: &[Effect]) -> Vec<(Behavior, DecidedBy, Option<String>)> {
+    events(effects)
+        .into_iter()
+        .filter_map(|event| match event {
+            SessionEvent::PermissionDecided { behavior, by, tool_use_id, .. } => {
+                Some((*behavior, by.clone(), tool_use_id.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_terminals_dialog_answered_from_afar_is_logged_once_the_cli_took_that_answer() {
+    let mut core = terminal_core();
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    assert_eq!(asked.tool_use_id.as_deref(), Some("toolu_1"));
+    let effects =
+        core.answer_permission(&asked.request_id, PermissionAnswer::allow(), "ana").unwrap();
+    let answer = &sent(&effects)[0]["response"]["response"]["hookSpecificOutput"];
+    assert_eq!(answer["hookEventName"], "PermissionRequest");
+    assert_eq!(answer["decision"]["behavior"], "allow");
+    assert!(decisions(&effects).is_empty(), "not before the CLI says it took it: {effects:?}");
+    assert!(core.snapshot().pending_permissions.is_empty());
+    assert!(matches!(
+        core.answer_permission(&asked.request_id, PermissionAnswer::allow(), "bo"),
+        Err(AnswerError::AlreadyAnswered(_))
+    ));
+    let effects = core.on_line(hook_decision("toolu_1", "allow"));
+    let who = DecidedBy::Person { who: "ana".into() };
+    assert_eq!(decisions(&effects), [(Behavior::Allow, who, Some("toolu_1".into()))]);
+    let effects = core.on_line(tool_result("toolu_1", "(Bash completed with no output)", false));
+    assert!(decisions(&effects).is_empty(), "decided once: {effects:?}");
+}
+
+#[test]
+fn a_terminals_dialog_answered_there_first_is_the_terminals_decision() {
+    // Refused there with Esc: the CLI drops its hook, then writes the refusal.
+    let mut core = terminal_core();
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    let cancel = json!({"type":"control_cancel_request","request_id":asked.request_id}).to_string();
+    let effects = core.on_line(line(&cancel));
+    assert!(decisions(&effects).is_empty(), "the result says how: {effects:?}");
+    assert!(core.snapshot().pending_permissions.is_empty());
+    let effects = core.on_line(refused_in_the_terminal("toolu_1"));
+    assert_eq!(
+        decisions(&effects),
+        [(Behavior::Deny, DecidedBy::Terminal, Some("toolu_1".into()))]
+    );
+
+    // Approved there, its hook still waiting: the result ends the wait (the hook's answer is
+    // moot), and a later answer from afar is told it was answered.
+    let asked = dialog_shown(&mut core, "toolu_2", "touch b");
+    let effects = core.on_line(tool_result("toolu_2", "(Bash completed with no output)", false));
+    assert_eq!(
+        decisions(&effects),
+        [(Behavior::Allow, DecidedBy::Terminal, Some("toolu_2".into()))]
+    );
+    assert_eq!(sent(&effects)[0]["response"]["request_id"], asked.request_id.as_str());
+    assert_eq!(core.state(), SessionState::Working);
+    assert!(matches!(
+        core.answer_permission(&asked.request_id, PermissionAnswer::deny("no"), "ana"),
+        Err(AnswerError::AlreadyAnswered(_))
+    ));
+
+    // Answered afar after the terminal approved (the tool ran while it waited): the CLI never
+    // took the answer from afar, so the terminal's is the decision.
+    let asked = dialog_shown(&mut core, "toolu_3", "touch c");
+    core.answer_permission(&asked.request_id, PermissionAnswer::deny("no"), "ana").unwrap();
+    let effects = core.on_line(tool_result("toolu_3", "(Bash completed with no output)", false));
+    assert_eq!(
+        decisions(&effects),
+        [(Behavior::Allow, DecidedBy::Terminal, Some("toolu_3".into()))]
+    );
+}
+
+#[test]
+fn a_terminals_dialog_whose_fate_was_never_told_is_logged_when_the_cli_ends() {
+    let mut core = terminal_core();
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    core.answer_permission(&asked.request_id, PermissionAnswer::deny("no"), "ana").unwrap();
+    let other = dialog_shown(&mut core, "toolu_2", "touch b");
+    let cancel = json!({"type":"control_cancel_request","request_id":other.request_id}).to_string();
+    core.on_line(line(&cancel));
+    let effects = core.on_exit(Some(0), None, "exited".into());
+    let who = DecidedBy::Person { who: "ana".into() };
+    assert_eq!(
+        decisions(&effects),
+        [
+            (Behavior::Deny, who, Some("toolu_1".into())),
+            (Behavior::Deny, DecidedBy::Cancelled, Some("toolu_2".into())),
+        ]
+    );
+}
+
+#[test]
+fn a_terminals_dialog_the_policy_decides_is_answered_at_once() {
+    // No rule of the policy's asked; the CLI's own rules did: the policy's default answers.
+    let mut core = core("[permissions]\ndefault = \"deny\"\n");
+    core.set_transcript();
+    started(&mut core);
+    let effects = core.on_line(line(&json!({"type":"control_request","request_id":"d1",
+        "request":{"subtype":"hook_callback","callback_id":PERMISSION_HOOK_ID,
+        "input":{"hook_event_name":"PermissionRequest","tool_name":"Write","tool_input":{"file_path":"/x"}}}}).to_string()));
+    let answer = &sent(&effects)[0]["response"]["response"]["hookSpecificOutput"]["decision"];
+    assert_eq!(answer["behavior"], "deny", "{effects:?}");
+    assert!(matches!(decisions(&effects)[..], [(Behavior::Deny, DecidedBy::Policy { .. }, None)]));
+}
