@@ -1097,6 +1097,9 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
         cli_reason: pending.cli_reason,
         hints: (!pending.hints.is_empty()).then(|| permission_hints(&pending.hints)),
         parked_at_ms: pending.parked_at_ms.map(|at| i64::try_from(at).unwrap_or(i64::MAX)),
+        park_expires_at_ms: pending
+            .park_expires_at_ms
+            .map(|at| i64::try_from(at).unwrap_or(i64::MAX)),
     }
 }
 

@@ -9,8 +9,8 @@
 //!   in a file a path names, or in an environment a tool inherits. The hook sends it as its
 //!   bearer token; an unknown or missing key is `401`, checked before a byte of the body is
 //!   read. The daemon keeps only the key's SHA-256 digest. Once the session ends (its terminal
-//!   detached or went away) its CLI runs on without Switchboard: a hook still waiting is
-//!   answered `deny`, and later calls are left to the CLI.
+//!   detached or went away) its CLI runs on without Switchboard: a dialog's hook still waiting
+//!   is answered `{}` (the dialog is the terminal's), and later calls are left to the CLI.
 //! - **What is asked.** The `PreToolUse` hook's input goes to the session as the policy's own
 //!   `PreToolUse` hook callback, through its
 //!   [`HookGate`](switchboard_transport::terminal::HookGate), as every session's tool calls do:
@@ -19,11 +19,14 @@
 //!   hook, which goes to the session as a request of its own (judged by the policy, or waiting
 //!   for a person in every face, notifications and links included). The first answer wins:
 //!   the hook's closes the dialog; one given in the terminal first makes the hook's moot, and
-//!   the session learns it from the transcript (`switchboard_session`'s `core/dialog.rs`).
-//! - **Failing closed.** A hook whose call cannot be put to the session (it ended, too many
-//!   wait) is answered `deny` with the reason, which the model reads. One that cannot reach the
-//!   daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
-//!   `onFailure` to `block`).
+//!   the session learns it from the transcript (`switchboard_session`'s `core/dialog.rs`). A
+//!   subagent's call, whose result that transcript does not hold, is held at its `PreToolUse`
+//!   hook instead until a person afar answers, as a session Switchboard did not start is.
+//! - **Failing closed.** A `PreToolUse` hook whose call cannot be put to the session (it ended,
+//!   too many wait) is answered `deny` with the reason, which the model reads; one that cannot
+//!   reach the daemon at all is blocked by the CLI itself (`switchboard claude` sets the hook's
+//!   `onFailure` to `block`). A dialog's hook that gets no answer here leaves the dialog to the
+//!   person at the terminal, who is asked either way.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -168,6 +171,12 @@ pub(crate) async fn pre_tool_use(
         return Ok(Json(json!({})));
     };
     let input = hook_input(body).await?;
+    if input.get("agent_id").is_some_and(|agent| !agent.is_null()) {
+        // A subagent's call: its result is not in the transcript the session reads, so an
+        // answer in the terminal could not be told. An asked one waits for a person afar at
+        // this hook, as a session Switchboard did not start does.
+        return decide(&gate, input).await.map(Json);
+    }
     policy_verdict(&gate, input).await.map(|(_, verdict)| Json(verdict))
 }
 
@@ -284,7 +293,8 @@ struct HookHead {
 /// Code settings, passed on by `switchboard hook`, from any Claude Code session on the machine.
 /// A session the daemon governs already (one it runs, a terminal's) is left alone (`{}`).
 /// Otherwise `SessionStart` makes the session one Switchboard follows ([`Daemon::external`]),
-/// `PreToolUse` is decided as a terminal's is ([`decide`]), and `SessionEnd` ends the following.
+/// `PreToolUse` is decided by the policy, an asked call held until a person answers
+/// ([`decide`]), and `SessionEnd` ends the following.
 pub(crate) async fn claude_hook(
     State(daemon): State<Arc<Daemon>>,
     Query(caller): Query<HookCaller>,

@@ -55,8 +55,9 @@ pub enum ToTerminal {
     Registered {
         /// Its id.
         session: String,
-        /// The key the CLI's `PreToolUse` hook asks with (`POST /hooks/pre-tool-use`): for the
-        /// CLI's settings only, never a command line, file or environment.
+        /// The key the CLI's hooks ask with (`POST /hooks/pre-tool-use`,
+        /// `/hooks/permission-request`): for the CLI's settings only, never a command line, file
+        /// or environment.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hook_key: Option<String>,
     },

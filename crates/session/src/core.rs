@@ -85,6 +85,10 @@ struct ToolCall {
     /// The policy's hook left it to the CLI (the hook's request id), or a decision was
     /// recorded (`Decided`), or nothing was heard yet.
     verdict: CallVerdict,
+    /// A subagent's (its `PreToolUse` hook named one).
+    subagent: bool,
+    /// A terminal's dialog about it reached the session (`core/dialog.rs`).
+    dialog: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -153,6 +153,11 @@ pub struct PendingPermission {
     /// while the CLI waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_at_ms: Option<u64>,
+    /// When a parked request stops waiting and is denied, as an unanswered ask is (Unix
+    /// milliseconds: the policy's `park_expires_secs` after it was parked). `None`: it waits
+    /// until someone answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub park_expires_at_ms: Option<u64>,
 }
 
 /// How long a parked request's one-tap links last: it waits for a person with no process, for
@@ -161,10 +166,13 @@ pub const PARKED_LINK_LIFETIME_MS: u64 = 30 * 24 * 3600 * 1000;
 
 impl PendingPermission {
     /// When it stops waiting for a person (Unix milliseconds), as its links and notices say:
-    /// its timeout, or for a parked request [`PARKED_LINK_LIFETIME_MS`] after it was parked.
+    /// its timeout, or for a parked request its policy's `park_expires_secs` after it was
+    /// parked, else [`PARKED_LINK_LIFETIME_MS`] (the longest a link lives).
     pub fn expires_ms(&self) -> u64 {
         match self.parked_at_ms {
-            Some(parked) => parked.saturating_add(PARKED_LINK_LIFETIME_MS),
+            Some(parked) => self
+                .park_expires_at_ms
+                .unwrap_or_else(|| parked.saturating_add(PARKED_LINK_LIFETIME_MS)),
             None => self.asked_at_ms.saturating_add(self.timeout_secs.saturating_mul(1000)),
         }
     }

@@ -90,6 +90,10 @@ pub struct Policy {
     /// the CLI is told to defer the call and ends, and the request waits with no process
     /// until a person answers, which resumes the session. `None`: never parked.
     pub park_after: Option<Duration>,
+    /// How long a parked request waits for a person before it is denied, as an unanswered ask
+    /// is (`park_expires_secs`, counted from when it was parked; its links last as long).
+    /// `None`: until someone answers.
+    pub park_expires: Option<Duration>,
     /// Who hears of its sessions (`[notify]`).
     pub notify: NotifyRoute,
 }
@@ -173,6 +177,7 @@ impl Default for Policy {
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             on_timeout: Behavior::Deny,
             park_after: None,
+            park_expires: None,
             notify: NotifyRoute::default(),
         }
     }
@@ -203,6 +208,9 @@ pub enum PolicyError {
         /// The ask's timeout, in seconds.
         ask_timeout: u64,
     },
+    /// `park_expires_secs` that is zero, or without `park_after_secs` (nothing is parked).
+    #[error("park_expires_secs must be at least 1, beside park_after_secs (only a parked request waits that long)")]
+    ParkExpires,
     /// Its `[notify]` table names something wrongly.
     #[error("policy is not valid: {0}")]
     Notify(String),
@@ -238,6 +246,7 @@ struct PermissionsSection {
     ask_timeout_secs: Option<u64>,
     on_timeout: Option<Behavior>,
     park_after_secs: Option<u64>,
+    park_expires_secs: Option<u64>,
 }
 
 impl Policy {
@@ -260,6 +269,10 @@ impl Policy {
         if park_after.is_some_and(|park| park.is_zero() || park >= ask_timeout) {
             return Err(PolicyError::ParkNever { ask_timeout: ask_timeout.as_secs() });
         }
+        let park_expires = section.park_expires_secs.map(Duration::from_secs);
+        if park_expires.is_some_and(|expires| expires.is_zero() || park_after.is_none()) {
+            return Err(PolicyError::ParkExpires);
+        }
         Ok(Policy {
             allow: parse(&section.allow)?,
             deny: parse(&section.deny)?,
@@ -268,6 +281,7 @@ impl Policy {
             ask_timeout,
             on_timeout,
             park_after,
+            park_expires,
             notify,
         })
     }

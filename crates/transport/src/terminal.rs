@@ -13,11 +13,11 @@
 //! Closing the session's input ends `KeysOut`: the terminal is told it is detached, and the
 //! CLI goes on.
 //!
-//! A tool call the CLI's `PreToolUse` hook hands to the daemon comes in through a
-//! [`HookGate`]: put to the session as the CLI's own control request (its `hook_callback`, and a
-//! `can_use_tool` when a person must answer), so that the session's policy, its people and its
-//! log treat it as any other; the session's answer, which [`KeysOut`] reads instead of typing
-//! it, goes back to the hook.
+//! A tool call the CLI's hooks hand to the daemon (`PreToolUse`, and `PermissionRequest` for a
+//! dialog it shows) comes in through a [`HookGate`]: put to the session as the CLI's own control
+//! request (a `hook_callback`, or a `can_use_tool` when a person must answer a held call), so
+//! that the session's policy, its people and its log treat it as any other; the session's
+//! answer, which [`KeysOut`] reads instead of typing it, goes back to the hook.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -358,6 +358,7 @@ impl Daemon {
             }
         }
         daemon.end_leftovers().await;
+        daemon.watch_parked_sessions().await?;
         for mut record in daemon.store.list_sessions().await? {
             // Another node's sessions are that node's to end (several daemons on one
             // database).
@@ -608,6 +609,9 @@ impl Daemon {
         if let Some(claude) = &request.resume {
             let what = if request.fork { "fork it" } else { "resume it" };
             self.one_writer(claude, what).await?;
+            if !request.fork {
+                self.parked_holder(claude).await?;
+            }
         }
         if let Some(max) = request.launch.max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;

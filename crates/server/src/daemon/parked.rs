@@ -8,6 +8,11 @@
 //! ([`Daemon::answer_parked`]): the resumed CLI asks about the same call first thing, and the
 //! person's answer is the hook's, so the call runs (or not) once. A daemon restart changes
 //! nothing of this: the request is in the log, and the record says `parked`.
+//!
+//! A policy's `park_expires_secs` bounds the wait: the node a parked session was last on
+//! watches it ([`Daemon::watch_parked`], from when it parks and again when the daemon opens),
+//! and a request still unanswered when its time comes is denied as an unanswered ask is, in
+//! the log, with no process started; the session, with nothing left parked, is `exited`.
 
 use super::*;
 
@@ -22,7 +27,7 @@ pub(super) struct Parking;
 impl Observer for Parking {
     fn stored<'a>(
         &'a self,
-        _daemon: &'a Arc<Daemon>,
+        daemon: &'a Arc<Daemon>,
         stored: &'a Stored<'a>,
     ) -> Option<Waiting<'a>> {
         if stored.turn_ends.is_empty() {
@@ -40,8 +45,12 @@ impl Observer for Parking {
         });
         if let Some(handle) = handle {
             tracing::info!(session = %stored.id, "a request is parked: the CLI ends, and the session waits for an answer with no process");
+            let daemon = daemon.clone();
+            let id = stored.id.to_owned();
             tokio::spawn(async move {
                 let _ = handle.shutdown(STOP_GRACE).await;
+                // Parked now: its wait may be bounded.
+                daemon.watch_parked(id);
             });
         }
         None
@@ -49,6 +58,142 @@ impl Observer for Parking {
 }
 
 impl Daemon {
+    /// Watches, on opening, the parked sessions of this node whose requests' wait is bounded.
+    pub(super) async fn watch_parked_sessions(self: &Arc<Self>) -> Result<(), DaemonError> {
+        for record in self.store.list_sessions().await? {
+            if record.state == RecordState::Parked && record.node == self.config.node {
+                self.watch_parked(record.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Denies each parked request of session `id` whose policy's `park_expires_secs` has
+    /// passed, when it passes (a task that ends once nothing parked there is bounded, or the
+    /// daemon drains).
+    pub(super) fn watch_parked(self: &Arc<Self>, id: String) {
+        let daemon = Arc::downgrade(self);
+        let mut phase = self.phase();
+        tokio::spawn(async move {
+            loop {
+                let Some(due) = (match daemon.upgrade() {
+                    Some(daemon) => daemon.parked_due(&id).await,
+                    None => None,
+                }) else {
+                    return;
+                };
+                let wait = Duration::from_millis(due.saturating_sub(now_ms()));
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = phase.changed() => return,
+                }
+                let Some(strong) = daemon.upgrade() else { return };
+                let pause = match strong.expire_parked(&id).await {
+                    Ok(true) => continue,
+                    // Not parked for good yet (its record is still being written), or running
+                    // again: looked at again shortly.
+                    Ok(false) => Duration::from_secs(1),
+                    Err(error) => {
+                        tracing::warn!(session = %id, %error, "cannot end a parked request whose wait is over; trying again in a minute");
+                        Duration::from_secs(60)
+                    }
+                };
+                drop(strong);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    _ = phase.changed() => return,
+                }
+            }
+        });
+    }
+
+    /// The soonest time one of session `id`'s parked requests stops waiting, if one does.
+    async fn parked_due(&self, id: &str) -> Option<u64> {
+        let record = self.record(id).await.ok()??;
+        let waiting = self.waiting(&record).await;
+        waiting
+            .iter()
+            .filter(|pending| is_parked(pending))
+            .filter_map(|p| p.park_expires_at_ms)
+            .min()
+    }
+
+    /// Denies session `id`'s parked requests whose wait is over, in its log (as an
+    /// unanswered ask's timeout is logged), and with nothing left parked marks it `exited`.
+    /// Whether it could (the session is parked, with no process).
+    async fn expire_parked(&self, id: &str) -> Result<bool, DaemonError> {
+        let _writing = self.record_writes.lock().await;
+        let Some(mut record) = self.store.get_session(id).await? else { return Ok(true) };
+        if record.state != RecordState::Parked
+            || self.live(id).is_some_and(|live| live.handle().is_some())
+        {
+            return Ok(false);
+        }
+        let now = now_ms();
+        let waiting: Vec<PendingPermission> =
+            self.waiting(&record).await.into_iter().filter(is_parked).collect();
+        let (over, left): (Vec<_>, Vec<_>) = waiting
+            .into_iter()
+            .partition(|pending| pending.park_expires_at_ms.is_some_and(|at| at <= now));
+        if over.is_empty() {
+            return Ok(true);
+        }
+        let last = self.store.last_seq(id).await?;
+        let notes: Vec<EventRecord> = over
+            .iter()
+            .zip(last + 1..)
+            .map(|(pending, seq)| {
+                let waited = pending.park_expires_at_ms.unwrap_or(now).saturating_sub(pending.parked_at_ms.unwrap_or(now)) / 1000;
+                let message = format!(
+                    "Nobody answered this parked request within {waited} s (the policy's park_expires_secs), so it was denied (Switchboard permissions fail closed)."
+                );
+                let event = SessionEvent::decided(
+                    &pending.request_id,
+                    &pending.tool_name,
+                    switchboard_session::Behavior::Deny,
+                    switchboard_session::DecidedBy::Timeout,
+                    message,
+                )
+                .with_tool_use_id(pending.tool_use_id.clone());
+                event_record(id, seq, "switchboard", event.kind(), event.to_json_text())
+            })
+            .collect();
+        self.store.append(&notes).await?;
+        for pending in &over {
+            let decision = crate::decisions::Decision {
+                behavior: switchboard_session::Behavior::Deny,
+                by: switchboard_session::DecidedBy::Timeout,
+            };
+            self.decisions.note(id, &pending.request_id, decision);
+            tracing::info!(session = %id, request = %pending.request_id, "a parked request waited its policy's longest: denied");
+        }
+        if left.is_empty() {
+            record.state = RecordState::Exited;
+            record.updated_ms = now_ms();
+            self.store.update_session(&record).await?;
+            self.announce(&record);
+        }
+        Ok(true)
+    }
+
+    /// Refuses a new session that would resume the Claude session `claude` while a parked
+    /// session holds it: the parked one's answer resumes that conversation, and two sessions
+    /// would go on with it. (A fork is a conversation of its own.)
+    pub(super) async fn parked_holder(&self, claude: &str) -> Result<(), DaemonError> {
+        let sessions = self.store.list_sessions().await?;
+        let holder = sessions.iter().find(|record| {
+            record.state == RecordState::Parked
+                && record.claude_session_id.as_deref() == Some(claude)
+        });
+        match holder {
+            Some(record) => Err(DaemonError::Parked(format!(
+                "Claude session {claude} is parked in session {id}: a request waits for a person there, and its answer resumes that session (POST /api/sessions/{id}/permissions/REQUEST_ID); or fork the conversation instead (\"fork\": true)",
+                id = record.id
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The parked request `request_id` of session `id`, if it is one.
     pub(super) async fn parked(
         &self,

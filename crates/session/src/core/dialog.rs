@@ -2,8 +2,11 @@
 //! a person's terminal (`switchboard claude`), the policy's `PreToolUse` hook answers an ask
 //! rule's call `ask` at once, so the CLI shows its own dialog; the CLI also runs its
 //! `PermissionRequest` hook while the dialog shows (measured: 2.1.100 to 2.1.330), and that
-//! hook comes here ([`PERMISSION_HOOK_ID`]) as a request like any other, judged by the policy
-//! and waiting for a person in every face. The CLI takes the first answer:
+//! hook comes here ([`PERMISSION_HOOK_ID`]) as a request like any other, waiting for a person
+//! in every face (the policy's deny closes it; its allow does not, since the dialog is there
+//! because the person's own rules ask, or only a person may answer). A subagent's dialog is
+//! the terminal's alone: its result is not in the transcript read here. The CLI takes the
+//! first answer:
 //!
 //! - **From afar**: the hook's answer ([`dialog_answer`]) closes the dialog, and the CLI notes
 //!   that it took it (`transcript::hook_permission_decision`). Only then is the person's
@@ -64,9 +67,56 @@ pub fn dialog_answer(result: &PermissionResult, input: &Value) -> Value {
 pub(super) struct Settling {
     request_id: String,
     tool_name: String,
-    /// The answer given afar (logged if the CLI took it), or none: the hook went away, the
-    /// terminal answered.
+    /// The answer given afar (logged if the CLI took it), or none: the hook went away (an Esc
+    /// in the terminal, which refuses the call).
     far: Option<SessionEvent>,
+}
+
+impl Settling {
+    /// Its end as logged when the transcript never tells: the answer given afar as given, a
+    /// withdrawn one as withdrawn.
+    fn untold(self, tool_use_id: String) -> SessionEvent {
+        self.far.unwrap_or_else(|| {
+            SessionEvent::decided(
+                &self.request_id,
+                &self.tool_name,
+                Behavior::Deny,
+                DecidedBy::Cancelled,
+                "withdrawn in the terminal, and its result never came".to_owned(),
+            )
+            .with_tool_use_id(Some(tool_use_id))
+        })
+    }
+
+    /// Its end as the CLI took it, `allowed` by a `PermissionRequest` hook's answer: the one
+    /// given afar when that is it, another of the person's hooks' else.
+    fn took(self, tool_use_id: &str, allowed: bool) -> SessionEvent {
+        let behavior = if allowed { Behavior::Allow } else { Behavior::Deny };
+        match self.far {
+            Some(far @ SessionEvent::PermissionDecided { behavior: given, .. })
+                if given == behavior =>
+            {
+                far
+            }
+            _ => SessionEvent::decided(
+                &self.request_id,
+                &self.tool_name,
+                behavior,
+                DecidedBy::Cli,
+                "another of the CLI's PermissionRequest hooks answered it".to_owned(),
+            )
+            .with_tool_use_id(Some(tool_use_id.to_owned())),
+        }
+    }
+}
+
+/// The call a dialog is about.
+enum Awaiting {
+    Call(String),
+    /// A subagent's.
+    Subagent,
+    /// None known.
+    None,
 }
 
 /// What a terminal's `PermissionRequest` hook sends.
@@ -83,22 +133,32 @@ struct PermissionRequestInput {
 
 impl SessionCore {
     /// A terminal's `PermissionRequest` hook: the CLI shows its dialog for a call, and asks
-    /// the hook too. Judged as a `can_use_tool` is: the policy's allow or deny answers it, an
-    /// ask waits for a person.
+    /// the hook too. Judged as a `can_use_tool` is, but for an allow: the policy's deny answers
+    /// it, anything else waits for a person (there or afar).
     pub(super) fn on_dialog(
         &mut self,
         request_id: &str,
         hook: &HookCallbackRequest,
         effects: &mut Vec<Effect>,
     ) {
-        let Ok(asked) = PermissionRequestInput::deserialize(&hook.input) else {
+        let asked = match PermissionRequestInput::deserialize(&hook.input) {
+            // A subagent's call: its result is not in the transcript read here, so an answer
+            // in the terminal could not be told; the terminal has it (the policy's hook held
+            // an asked one for a person afar already).
+            Ok(asked) if asked.agent_id.is_none() => asked,
             // Unreadable: no answer from here; the person answers in the terminal.
-            self.answer_policy_hook(request_id, serde_json::json!({}), effects);
-            return;
+            _ => return self.answer_policy_hook(request_id, serde_json::json!({}), effects),
         };
-        // The hook's input has no `tool_use_id`: the call is the oldest one of that tool and
-        // input that the CLI has not asked about yet.
-        let tool_use_id = self.call_awaiting(&asked.tool_name, &asked.tool_input);
+        // The hook's input has no `tool_use_id`: the call is the newest one of that tool and
+        // input not asked about yet (an older identical one may run already, allowed without
+        // a dialog).
+        let tool_use_id = match self.call_awaiting(&asked.tool_name, &asked.tool_input) {
+            Awaiting::Call(id) => Some(id),
+            Awaiting::None => None,
+            Awaiting::Subagent => {
+                return self.answer_policy_hook(request_id, serde_json::json!({}), effects);
+            }
+        };
         let request = CanUseToolRequest {
             tool_name: asked.tool_name,
             input: asked.tool_input,
@@ -110,16 +170,20 @@ impl SessionCore {
         self.judge(request_id, &request, Via::Dialog, effects);
     }
 
-    /// The oldest call of `tool_name` with `input` not asked about yet.
-    fn call_awaiting(&self, tool_name: &str, input: &Value) -> Option<String> {
-        let asked = |id: &String| {
-            self.dialogs.contains_key(id)
-                || self.asked.values().any(|asked| asked.request.tool_use_id.as_ref() == Some(id))
+    /// The newest call of `tool_name` with `input` that no dialog has claimed yet, claimed.
+    fn call_awaiting(&mut self, tool_name: &str, input: &Value) -> Awaiting {
+        let Some((id, call)) =
+            self.calls.iter_mut().rev().find(|(_, call)| {
+                call.tool_name == tool_name && call.input == *input && !call.dialog
+            })
+        else {
+            return Awaiting::None;
         };
-        self.calls
-            .iter()
-            .find(|(id, call)| call.tool_name == tool_name && call.input == *input && !asked(id))
-            .map(|(id, _)| id.clone())
+        if call.subagent {
+            return Awaiting::Subagent;
+        }
+        call.dialog = true;
+        Awaiting::Call(id.clone())
     }
 
     /// Logs `event`, the end of the request `asked`: at once, or for a terminal's dialog once
@@ -132,7 +196,7 @@ impl SessionCore {
     ) {
         match (&asked.via, &asked.request.tool_use_id) {
             (Via::Dialog, Some(tool_use_id)) if self.transcript => {
-                self.hold_settling(tool_use_id, &asked.pending, Some(event));
+                self.hold_settling(tool_use_id, &asked.pending, Some(event), effects);
             }
             _ => effects.push(Effect::Emit(event)),
         }
@@ -148,7 +212,7 @@ impl SessionCore {
     ) {
         match &asked.request.tool_use_id {
             Some(tool_use_id) if self.transcript => {
-                self.hold_settling(tool_use_id, &asked.pending, None);
+                self.hold_settling(tool_use_id, &asked.pending, None, effects);
             }
             _ => effects.push(Effect::Emit(asked.ended(
                 request_id,
@@ -158,11 +222,14 @@ impl SessionCore {
         }
     }
 
+    /// Holds a dialog's end until the transcript tells which answer the CLI took (at most
+    /// [`CALL_MEMORY`]: the oldest is logged as it stands to make room).
     fn hold_settling(
         &mut self,
         tool_use_id: &str,
         pending: &PendingPermission,
         far: Option<SessionEvent>,
+        effects: &mut Vec<Effect>,
     ) {
         let settling = Settling {
             request_id: pending.request_id.clone(),
@@ -171,7 +238,9 @@ impl SessionCore {
         };
         self.dialogs.insert(tool_use_id.to_owned(), settling);
         if self.dialogs.len() > CALL_MEMORY {
-            self.dialogs.shift_remove_index(0);
+            if let Some((id, oldest)) = self.dialogs.shift_remove_index(0) {
+                effects.push(Effect::Emit(oldest.untold(id)));
+            }
         }
     }
 
@@ -184,9 +253,7 @@ impl SessionCore {
         effects: &mut Vec<Effect>,
     ) {
         if let Some(settling) = self.dialogs.shift_remove(&decision.tool_use_id) {
-            if let Some(far) = settling.far {
-                effects.push(Effect::Emit(far));
-            }
+            effects.push(Effect::Emit(settling.took(&decision.tool_use_id, decision.allowed)));
             return;
         }
         let Some(request_id) = self.dialog_asking(&decision.tool_use_id) else { return };
@@ -227,19 +294,21 @@ impl SessionCore {
         effects: &mut Vec<Effect>,
     ) -> bool {
         let tool_use_id = result.tool_use_id.as_str();
-        let (request_id, tool_name) = if let Some(settling) = self.dialogs.shift_remove(tool_use_id)
-        {
-            (settling.request_id, settling.tool_name)
-        } else if let Some(request_id) = self.dialog_asking(tool_use_id) {
-            // Answered in the terminal while its hook still waits: that wait ends.
-            let Some(asked) = self.asked.shift_remove(&request_id) else { return false };
-            self.answer_policy_hook(&request_id, serde_json::json!({}), effects);
-            self.after_permission_resolved(&request_id, effects);
-            (request_id, asked.request.tool_name)
-        } else {
-            return false;
-        };
-        let (behavior, message) = if transcript::rejected(result) {
+        // An approval there keeps the hook waiting; an Esc drops it, refusing the call.
+        let (request_id, tool_name, withdrawn) =
+            if let Some(settling) = self.dialogs.shift_remove(tool_use_id) {
+                (settling.request_id, settling.tool_name, settling.far.is_none())
+            } else if let Some(request_id) = self.dialog_asking(tool_use_id) {
+                // Answered in the terminal while its hook still waits: that wait ends.
+                let Some(asked) = self.asked.shift_remove(&request_id) else { return false };
+                self.answer_policy_hook(&request_id, serde_json::json!({}), effects);
+                self.after_permission_resolved(&request_id, effects);
+                (request_id, asked.request.tool_name, false)
+            } else {
+                return false;
+            };
+        let refused = transcript::rejected(result) || (withdrawn && result.is_error == Some(true));
+        let (behavior, message) = if refused {
             (Behavior::Deny, "denied in the terminal")
         } else {
             (Behavior::Allow, "approved in the terminal")
@@ -260,17 +329,7 @@ impl SessionCore {
     /// given; dialogs whose hook went away, as withdrawn.
     pub(super) fn dialogs_ended(&mut self, effects: &mut Vec<Effect>) {
         for (tool_use_id, settling) in std::mem::take(&mut self.dialogs) {
-            let event = settling.far.unwrap_or_else(|| {
-                SessionEvent::decided(
-                    &settling.request_id,
-                    &settling.tool_name,
-                    Behavior::Deny,
-                    DecidedBy::Cancelled,
-                    "answered in the terminal, which ended before the call's result".to_owned(),
-                )
-                .with_tool_use_id(Some(tool_use_id))
-            });
-            effects.push(Effect::Emit(event));
+            effects.push(Effect::Emit(settling.untold(tool_use_id)));
         }
     }
 }

@@ -82,6 +82,7 @@ impl SessionCore {
             cli_reason: None,
             hints,
             parked_at_ms: None,
+            park_expires_at_ms: None,
         };
         self.elicitations.insert(request_id.to_owned());
         self.asked.insert(

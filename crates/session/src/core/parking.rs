@@ -95,6 +95,7 @@ impl SessionCore {
             // The hook's answer carries no rule: "always" is not offered.
             hints: PermissionHints { no_standing_rule: true, ..PermissionHints::default() },
             parked_at_ms: None,
+            park_expires_at_ms: None,
         };
         self.asked.insert(
             request_id.to_owned(),
@@ -122,7 +123,11 @@ impl SessionCore {
         let reason = "Parked in Switchboard until a person answers: the session resumes then, and this call runs or not as they say";
         self.answer_policy_hook(request_id, pre_tool_use_verdict("defer", reason), effects);
         self.parked_here.insert(request_id.to_owned());
-        asked.pending.parked_at_ms = Some(now_ms());
+        let parked_at = now_ms();
+        asked.pending.parked_at_ms = Some(parked_at);
+        asked.pending.park_expires_at_ms = self.policy.park_expires.map(|after| {
+            parked_at.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+        });
         effects.push(Effect::Emit(SessionEvent::PermissionRequested(asked.pending)));
         if self.asked.is_empty() && self.state == SessionState::AwaitingPermission {
             self.set_state(SessionState::Working, effects);

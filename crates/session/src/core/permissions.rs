@@ -175,8 +175,7 @@ impl SessionCore {
             )
         {
             let (result, decided) = self.parked_result(&request.tool_name, &request.input, parked);
-            let tool_use_id = request.tool_use_id.as_deref();
-            self.respond_permission(request_id, tool_use_id, &result, effects);
+            self.respond_via(request_id, via, request, &result, effects);
             effects.push(Effect::Emit(decided));
             self.mark_answered(request_id);
             return;
@@ -190,6 +189,18 @@ impl SessionCore {
             self.policy.decide(&request.tool_name, &request.input, &self.match_context);
         // What Claude Code says only a person may approve, no allow of the policy's answers
         // (a standing grant is a policy rule too): a person is asked. A deny stays a deny.
+        // A dialog in a person's terminal: the policy's hook has given its verdict already, and
+        // the dialog is there because the CLI's own rules (the person's) ask, or only a
+        // person can answer it (a question, a plan): an allow of the policy's does not close
+        // it; a person does, there or afar.
+        if decision.behavior == Behavior::Allow && via == Via::Dialog {
+            decision.behavior = Behavior::Ask;
+            decision.rule = None;
+            decision.reason = format!(
+                "Claude Code asks in its terminal, so the policy's allow does not answer it ({})",
+                decision.reason
+            );
+        }
         if decision.behavior == Behavior::Allow && hints.person_only {
             decision.behavior = Behavior::Ask;
             // The rule allowed it; it does not ask (the request's `rule` names one that asks).
@@ -240,6 +251,7 @@ impl SessionCore {
                     cli_reason: request.decision_reason.clone(),
                     hints,
                     parked_at_ms: None,
+                    park_expires_at_ms: None,
                 };
                 self.asked.insert(
                     request_id.to_owned(),
@@ -309,6 +321,14 @@ impl SessionCore {
             .tool_use_id
             .clone()
             .or_else(|| hook.input.get("tool_use_id").and_then(Value::as_str).map(str::to_owned));
+        if let Some(tool_use_id) = &tool_use_id {
+            if hook.input.get("agent_id").is_some_and(|agent| !agent.is_null()) {
+                self.note_tool_call(tool_use_id, tool_name, &input);
+                if let Some(call) = self.calls.get_mut(tool_use_id) {
+                    call.subagent = true;
+                }
+            }
+        }
         // Parked in an earlier run, and answered since: the person's answer is this call's,
         // if the call is the one they saw.
         if let Some(parked) = tool_use_id.as_ref().and_then(|id| self.parked_answers.remove(id)) {
@@ -415,6 +435,8 @@ impl SessionCore {
             tool_name: tool_name.to_owned(),
             input: input.clone(),
             verdict: CallVerdict::Unheard,
+            subagent: false,
+            dialog: false,
         };
         self.calls.insert(id.to_owned(), call);
         if self.calls.len() > CALL_MEMORY {

@@ -988,10 +988,11 @@ fn an_mcp_servers_question_waits_for_a_person_and_is_answered_or_declined() {
     assert!(core.snapshot().pending_permissions.is_empty(), "nothing waits");
 }
 
-/// A core whose policy parks after `park_after_secs = 5`, started, spoken to by 2.1.330.
+/// A core whose policy parks after `park_after_secs = 5` (for a day at most), started, spoken to by 2.1.330.
 fn parking(version: &str, parkable: bool) -> SessionCore {
-    let mut core =
-        core("[permissions]\nask = [\"Bash\"]\nask_timeout_secs = 60\npark_after_secs = 5\n");
+    let mut core = core(
+        "[permissions]\nask = [\"Bash\"]\nask_timeout_secs = 60\npark_after_secs = 5\npark_expires_secs = 86400\n",
+    );
     if parkable {
         core.set_parkable();
     }
@@ -1042,6 +1043,9 @@ fn an_unanswered_ask_is_parked_at_the_hook_and_its_answer_applies_to_the_resumed
         _ => None,
     });
     let parked = parked.expect("told again, parked");
+    let parked_at = parked.parked_at_ms.unwrap();
+    assert_eq!(parked.park_expires_at_ms, Some(parked_at + 86_400_000), "the policy's bound");
+    assert_eq!(parked.expires_ms(), parked_at + 86_400_000, "and its links'");
     assert!(core.on_timer(Timer::Permission("h1".into())).is_empty(), "no timeout once parked");
     let refused = core.answer_permission("h1", PermissionAnswer::allow(), "alice").unwrap_err();
     assert!(matches!(refused, AnswerError::Parked(_)), "{refused:?}");
@@ -1248,4 +1252,93 @@ fn a_terminals_dialog_the_policy_decides_is_answered_at_once() {
     let answer = &sent(&effects)[0]["response"]["response"]["hookSpecificOutput"]["decision"];
     assert_eq!(answer["behavior"], "deny", "{effects:?}");
     assert!(matches!(decisions(&effects)[..], [(Behavior::Deny, DecidedBy::Policy { .. }, None)]));
+}
+
+/// The `PermissionRequest` hook's callback for a dialog about `command`.
+fn dialog_hook(request_id: &str, command: &str) -> Received {
+    line(&json!({"type":"control_request","request_id":request_id,
+        "request":{"subtype":"hook_callback","callback_id":PERMISSION_HOOK_ID,
+        "input":{"hook_event_name":"PermissionRequest","tool_name":"Bash","tool_input":{"command":command}}}}).to_string())
+}
+
+#[test]
+fn a_terminals_dialog_is_never_closed_by_a_policys_allow_and_ends_as_on_timeout_says() {
+    // The person's own rules made the CLI ask: the policy's allow does not answer for them.
+    let mut core = core("[permissions]\ndefault = \"allow\"\n");
+    core.set_transcript();
+    started(&mut core);
+    let effects = core.on_line(dialog_hook("d1", "touch a"));
+    assert!(sent(&effects).is_empty(), "it waits for a person: {effects:?}");
+    assert_eq!(core.snapshot().pending_permissions.len(), 1);
+
+    // Nobody answers: denied as the policy's on_timeout says, once the CLI took it.
+    let mut core = terminal_core();
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    let effects = core.on_timer(Timer::Permission(asked.request_id.clone()));
+    let answer = &sent(&effects)[0]["response"]["response"]["hookSpecificOutput"]["decision"];
+    assert_eq!(answer["behavior"], "deny", "{effects:?}");
+    assert!(decisions(&effects).is_empty());
+    let effects = core.on_line(hook_decision("toolu_1", "deny"));
+    assert_eq!(decisions(&effects), [(Behavior::Deny, DecidedBy::Timeout, Some("toolu_1".into()))]);
+
+    // ... unless the terminal had approved it first (its tool still ran when the time came).
+    let asked = dialog_shown(&mut core, "toolu_2", "touch b");
+    core.on_timer(Timer::Permission(asked.request_id.clone()));
+    let effects = core.on_line(tool_result("toolu_2", "(Bash completed with no output)", false));
+    assert_eq!(
+        decisions(&effects),
+        [(Behavior::Allow, DecidedBy::Terminal, Some("toolu_2".into()))]
+    );
+}
+
+#[test]
+fn a_terminals_dialog_another_hook_answers_or_an_esc_interrupts_is_logged_as_it_went() {
+    // Another of the person's PermissionRequest hooks answered first.
+    let mut core = terminal_core();
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    let effects = core.on_line(hook_decision("toolu_1", "allow"));
+    assert_eq!(decisions(&effects), [(Behavior::Allow, DecidedBy::Cli, Some("toolu_1".into()))]);
+    assert_eq!(sent(&effects)[0]["response"]["request_id"], asked.request_id.as_str());
+    assert!(core.snapshot().pending_permissions.is_empty());
+    // An answer afar that another hook's overtook: the CLI's is logged.
+    let asked = dialog_shown(&mut core, "toolu_2", "touch b");
+    core.answer_permission(&asked.request_id, PermissionAnswer::deny("no"), "ana").unwrap();
+    let effects = core.on_line(hook_decision("toolu_2", "allow"));
+    assert_eq!(decisions(&effects), [(Behavior::Allow, DecidedBy::Cli, Some("toolu_2".into()))]);
+    // Esc drops the hook, and the turn's interruption is the call's result: refused there.
+    let asked = dialog_shown(&mut core, "toolu_3", "touch c");
+    let cancel = json!({"type":"control_cancel_request","request_id":asked.request_id}).to_string();
+    core.on_line(line(&cancel));
+    let effects =
+        core.on_line(tool_result("toolu_3", "[Request interrupted by user for tool use]", true));
+    assert_eq!(
+        decisions(&effects),
+        [(Behavior::Deny, DecidedBy::Terminal, Some("toolu_3".into()))]
+    );
+}
+
+#[test]
+fn a_terminals_dialog_is_about_the_newest_identical_call_and_never_a_subagents() {
+    let mut core = terminal_core();
+    // An identical call the CLI allowed without a dialog runs already; the dialog is the new
+    // one's.
+    core.on_line(line(&json!({"type":"assistant","message":{"id":"m0","role":"assistant","content":[
+        {"type":"tool_use","id":"toolu_0","name":"Bash","input":{"command":"touch a"}}]},"uuid":"a0"}).to_string()));
+    let asked = dialog_shown(&mut core, "toolu_1", "touch a");
+    assert_eq!(asked.tool_use_id.as_deref(), Some("toolu_1"));
+    let again = dialog_shown(&mut core, "toolu_2", "touch a");
+    assert_eq!(again.tool_use_id.as_deref(), Some("toolu_2"));
+
+    // A subagent's call (its hook names the agent): the dialog is the terminal's alone.
+    let effects = core.on_line(line(
+        &json!({"type":"control_request","request_id":"pre-sub",
+        "request":{"subtype":"hook_callback","callback_id":POLICY_HOOK_ID,"tool_use_id":"toolu_9",
+        "input":{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},
+                 "tool_use_id":"toolu_9","agent_id":"agent-1"}}})
+        .to_string(),
+    ));
+    assert_eq!(sent(&effects)[0]["response"]["response"], json!({}), "no rule: the CLI's");
+    let effects = core.on_line(dialog_hook("d-sub", "ls"));
+    assert_eq!(sent(&effects)[0]["response"]["response"], json!({}), "{effects:?}");
+    assert_eq!(core.snapshot().pending_permissions.len(), 2, "the two before, no third");
 }

@@ -163,6 +163,9 @@ fn bad_policies_are_clear_errors() {
         ("[permissions]\nalow = []", "unknown field `alow`"),
         ("[permissions]\ndefault = \"maybe\"", "unknown variant `maybe`"),
         ("[permissions]\non_timeout = \"allow\"", "fail closed"),
+        ("[permissions]\npark_after_secs = 0", "park_after_secs must be at least 1"),
+        ("[permissions]\npark_expires_secs = 60", "beside park_after_secs"),
+        ("[permissions]\npark_after_secs = 5\npark_expires_secs = 0", "at least 1"),
     ];
     for (text, expected) in table {
         let error = Policy::from_toml(text).unwrap_err().to_string();

@@ -423,6 +423,7 @@ fn the_view_follows_model_mode_and_permissions() {
         hints: Default::default(),
         started_by: None,
         parked_at_ms: None,
+        park_expires_at_ms: None,
     };
     run(
         &mut projector,
@@ -497,6 +498,7 @@ fn every_stored_event_reads_back_as_it_was() {
             hints: Default::default(),
             started_by: None,
             parked_at_ms: None,
+            park_expires_at_ms: None,
         }),
         SessionEvent::decided(
             "p1",
