@@ -102,6 +102,10 @@ impl Viewer {
 
     /// Projects one stored event; its updates go to `emit`.
     pub fn apply(&mut self, record: &EventRecord, emit: &mut impl FnMut(ViewUpdate)) {
+        if record.dir == "switchboard" && record.kind == "parked_answered" {
+            // An answer a resumed run starts with: its decision comes when the CLI hears it.
+            return;
+        }
         let mut daemon = |update| emit(ViewUpdate::Daemon(update));
         if record.dir == "switchboard" && matches!(&*record.kind, "started" | "rotated" | "lost") {
             let value: serde_json::Value =

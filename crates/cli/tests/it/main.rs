@@ -8,6 +8,7 @@ mod hooks;
 mod install;
 mod matrix;
 mod pair;
+mod parked;
 mod run;
 mod serve;
 mod soak;

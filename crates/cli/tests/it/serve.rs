@@ -37,9 +37,22 @@ pub(crate) async fn start_daemon_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Daemon {
+    let claude = real_cli(CliVersion::V2_1_330);
+    start_daemon_running(data_dir, api, sandbox, &claude, extra, env).await
+}
+
+/// [`start_daemon_with_env`] with `claude` for the CLI.
+pub(crate) async fn start_daemon_running(
+    data_dir: &Path,
+    api: &FakeApi,
+    sandbox: &CliSandbox,
+    claude: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Daemon {
     let mut all: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
     all.extend(env.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
-    let (mut child, url) = spawn_serve(data_dir, &real_cli(CliVersion::V2_1_330), extra, all).await;
+    let (mut child, url) = spawn_serve(data_dir, claude, extra, all).await;
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let stderr = tokio::spawn(async move {
         let mut text = String::new();

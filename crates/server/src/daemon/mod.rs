@@ -359,6 +359,7 @@ impl Daemon {
         }
         daemon.end_leftovers().await;
         daemon.watch_parked_sessions().await?;
+        let mut ended = Vec::new();
         for mut record in daemon.store.list_sessions().await? {
             // Another node's sessions are that node's to end (several daemons on one
             // database).
@@ -386,8 +387,9 @@ impl Daemon {
             let note =
                 event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
             match daemon.store.append(&[note]).await {
+                Ok(()) => ended.push(record.id.clone()),
                 // Another node appended first (it took the session over just now): its log.
-                Ok(()) | Err(StoreError::OutOfSequence { .. }) => {}
+                Err(StoreError::OutOfSequence { .. }) => {}
                 Err(error) => return Err(error.into()),
             }
         }
@@ -405,6 +407,7 @@ impl Daemon {
         for (config, count) in configs {
             daemon.warm.keep(config, count);
         }
+        daemon.resume_answered(ended).await;
         Ok(daemon)
     }
 

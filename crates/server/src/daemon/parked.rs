@@ -9,12 +9,77 @@
 //! person's answer is the hook's, so the call runs (or not) once. A daemon restart changes
 //! nothing of this: the request is in the log, and the record says `parked`.
 //!
+//! The answers a session resumes with are in its log before its run's `started`
+//! (`parked_answered`): if the daemon is killed before the resumed CLI hears one (it asks
+//! about the call first thing, and the answer is then logged as the decision), its successor
+//! resumes the session with it again ([`Daemon::resume_answered`]), so an answer is never lost.
+//!
 //! A policy's `park_expires_secs` bounds the wait: the node a parked session was last on
 //! watches it ([`Daemon::watch_parked`], from when it parks and again when the daemon opens),
 //! and a request still unanswered when its time comes is denied as an unanswered ask is, in
 //! the log, with no process started; the session, with nothing left parked, is `exited`.
 
 use super::*;
+
+/// A `parked_answered` note: an answer a session resumes with, as the log keeps it.
+#[derive(Serialize, Deserialize)]
+struct AnswerNote {
+    event: String,
+    pending: PendingPermission,
+    answer: switchboard_session::PermissionAnswer,
+    who: String,
+}
+
+/// The log's notes of the answers `answers` that a resumed run of session `id` starts with,
+/// numbered after `last`.
+pub(super) fn answer_notes(
+    id: &str,
+    last: u64,
+    answers: &[switchboard_session::ParkedAnswer],
+) -> Vec<EventRecord> {
+    answers
+        .iter()
+        .zip(last + 1..)
+        .map(|(parked, seq)| {
+            let note = AnswerNote {
+                event: "parked_answered".to_owned(),
+                pending: parked.pending.clone(),
+                answer: parked.answer.clone(),
+                who: parked.who.clone(),
+            };
+            let payload = serde_json::to_string(&note).unwrap_or_default();
+            event_record(id, seq, "switchboard", "parked_answered", payload)
+        })
+        .collect()
+}
+
+/// The answers the last run of a log (`events`, its tail) started with that its CLI never
+/// heard: the `parked_answered` notes just before its `started`, with no decision after.
+fn answers_unheard(events: &[EventRecord]) -> Vec<switchboard_session::ParkedAnswer> {
+    let Some(started) = events.iter().rposition(|event| event.kind == "started") else {
+        return Vec::new();
+    };
+    let decided: std::collections::HashSet<String> = events[started..]
+        .iter()
+        .filter(|event| event.kind == "permission_decided")
+        .filter_map(|event| {
+            let value: Value = serde_json::from_str(&event.payload).ok()?;
+            Some(value.get("request_id")?.as_str()?.to_owned())
+        })
+        .collect();
+    events[..started]
+        .iter()
+        .rev()
+        .take_while(|event| event.kind == "parked_answered")
+        .filter_map(|event| serde_json::from_str::<AnswerNote>(&event.payload).ok())
+        .filter(|note| !decided.contains(&note.pending.request_id))
+        .map(|note| switchboard_session::ParkedAnswer {
+            pending: note.pending,
+            answer: note.answer,
+            who: note.who,
+        })
+        .collect()
+}
 
 /// Whether `pending` was parked.
 pub(super) fn is_parked(pending: &PendingPermission) -> bool {
@@ -58,6 +123,36 @@ impl Observer for Parking {
 }
 
 impl Daemon {
+    /// On opening: resumes each session of `ended` (those a killed predecessor left running)
+    /// whose last run began with answers to parked requests that its CLI never heard, with
+    /// those answers.
+    pub(super) async fn resume_answered(self: &Arc<Self>, ended: Vec<String>) {
+        for id in ended {
+            let events = match self.store.events_before(&id, u64::MAX, HISTORY_PAGE).await {
+                Ok(events) => events,
+                Err(error) => {
+                    tracing::warn!(session = %id, %error, "cannot read a session's log for answers its CLI never heard");
+                    continue;
+                }
+            };
+            let answers = answers_unheard(&events);
+            if answers.is_empty() {
+                continue;
+            }
+            let daemon = self.clone();
+            tokio::spawn(async move {
+                match daemon.resume_with(&id, answers).await {
+                    Ok(_) => {
+                        tracing::info!(session = %id, "resumed with the answers its last CLI never heard")
+                    }
+                    Err(error) => {
+                        tracing::warn!(session = %id, %error, "cannot resume a session with the answers its last CLI never heard")
+                    }
+                }
+            });
+        }
+    }
+
     /// Watches, on opening, the parked sessions of this node whose requests' wait is bounded.
     pub(super) async fn watch_parked_sessions(self: &Arc<Self>) -> Result<(), DaemonError> {
         for record in self.store.list_sessions().await? {

@@ -131,6 +131,13 @@ impl Daemon {
             self.store.append(std::slice::from_ref(&note)).await?;
             last += 1;
         }
+        // The answers it resumes with, before its start: a daemon killed before the CLI heard
+        // them has its successor resume with them again ([`Daemon::resume_answered`]).
+        let notes = super::parked::answer_notes(id, last, &config.parked_answers);
+        if !notes.is_empty() {
+            self.store.append(&notes).await?;
+            last += notes.len() as u64;
+        }
         self.note_started(id, last, true, false, false).await?;
         record.state = RecordState::Starting;
         record.updated_ms = now_ms();
