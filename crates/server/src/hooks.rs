@@ -139,14 +139,20 @@ async fn put(
     }
 }
 
-/// The session whose terminal's hook key `headers` carry: its gate, or none once the session
-/// has ended (its CLI runs on without Switchboard).
-fn terminal_gate(daemon: &Daemon, headers: &HeaderMap) -> Result<Option<HookGate>, ApiError> {
+/// A terminal's hook: the gate of the session whose hook key `headers` carry (checked before a
+/// byte of the body is read), and the hook's input; none once the session has ended (its CLI
+/// runs on without Switchboard).
+async fn terminal_call(
+    daemon: &Daemon,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Option<(HookGate, Value)>, ApiError> {
     let key = crate::auth::bearer(headers).unwrap_or("");
     let Some(registered) = daemon.hook_keys().find(key) else {
         return Err(ApiError::unauthorized_bearer("a terminal session's hook key"));
     };
-    Ok(registered.gate)
+    let Some(gate) = registered.gate else { return Ok(None) };
+    Ok(Some((gate, hook_input(body).await?)))
 }
 
 /// A hook's input: at most [`MAX_HOOK_BODY_BYTES`], arriving within [`HOOK_BODY_TIMEOUT`].
@@ -166,11 +172,10 @@ pub(crate) async fn pre_tool_use(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(gate) = terminal_gate(&daemon, &headers)? else {
+    let Some((gate, input)) = terminal_call(&daemon, &headers, body).await? else {
         // The session ended, and its CLI runs on without Switchboard: the CLI decides.
         return Ok(Json(json!({})));
     };
-    let input = hook_input(body).await?;
     if input.get("agent_id").is_some_and(|agent| !agent.is_null()) {
         // A subagent's call: its result is not in the transcript the session reads, so an
         // answer in the terminal could not be told. An asked one waits for a person afar at
@@ -192,10 +197,9 @@ pub(crate) async fn permission_request(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(gate) = terminal_gate(&daemon, &headers)? else {
+    let Some((gate, input)) = terminal_call(&daemon, &headers, body).await? else {
         return Ok(Json(json!({})));
     };
-    let input = hook_input(body).await?;
     let call = HookCall::deserialize(&input).map_err(|error| {
         ApiError::invalid(format!("not a PermissionRequest hook's input: {error}"))
     })?;
