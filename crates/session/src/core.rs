@@ -997,7 +997,14 @@ impl SessionCore {
         // Answers to parked requests this run's CLI never asked for (it died first): the
         // requests wait on, parked, and the next answer resumes the session again.
         for (_, parked) in std::mem::take(&mut self.parked_answers) {
-            effects.push(Effect::Emit(SessionEvent::PermissionRequested(parked.pending)));
+            let mut pending = parked.pending;
+            // Parked again now: its wait (the policy's `park_expires_secs`) starts again.
+            let now = now_ms();
+            pending.parked_at_ms = Some(now);
+            pending.park_expires_at_ms = self.policy.park_expires.map(|after| {
+                now.saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+            });
+            effects.push(Effect::Emit(SessionEvent::PermissionRequested(pending)));
         }
         self.held.clear();
         let requested = self.shutdown_requested;

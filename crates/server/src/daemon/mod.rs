@@ -613,7 +613,7 @@ impl Daemon {
             let what = if request.fork { "fork it" } else { "resume it" };
             self.one_writer(claude, what).await?;
             if !request.fork {
-                self.parked_holder(claude).await?;
+                self.parked_holder(claude, None).await?;
             }
         }
         if let Some(max) = request.launch.max_budget_usd {

@@ -59,14 +59,7 @@ fn answers_unheard(events: &[EventRecord]) -> Vec<switchboard_session::ParkedAns
     let Some(started) = events.iter().rposition(|event| event.kind == "started") else {
         return Vec::new();
     };
-    let decided: std::collections::HashSet<String> = events[started..]
-        .iter()
-        .filter(|event| event.kind == "permission_decided")
-        .filter_map(|event| {
-            let value: Value = serde_json::from_str(&event.payload).ok()?;
-            Some(value.get("request_id")?.as_str()?.to_owned())
-        })
-        .collect();
+    let decided = decided_requests(&events[started..]);
     events[..started]
         .iter()
         .rev()
@@ -77,6 +70,18 @@ fn answers_unheard(events: &[EventRecord]) -> Vec<switchboard_session::ParkedAns
             pending: note.pending,
             answer: note.answer,
             who: note.who,
+        })
+        .collect()
+}
+
+/// The requests `events` decide.
+fn decided_requests(events: &[EventRecord]) -> std::collections::HashSet<String> {
+    events
+        .iter()
+        .filter(|event| event.kind == "permission_decided")
+        .filter_map(|event| {
+            let value: Value = serde_json::from_str(&event.payload).ok()?;
+            Some(value.get("request_id")?.as_str()?.to_owned())
         })
         .collect()
 }
@@ -146,11 +151,51 @@ impl Daemon {
                         tracing::info!(session = %id, "resumed with the answers its last CLI never heard")
                     }
                     Err(error) => {
-                        tracing::warn!(session = %id, %error, "cannot resume a session with the answers its last CLI never heard")
+                        // Its requests wait on, parked, for an answer that resumes it.
+                        tracing::warn!(session = %id, %error, "cannot resume a session with the answers its last CLI never heard; it is parked again");
+                        daemon.park_again(&id).await;
                     }
                 }
             });
         }
+    }
+
+    /// Marks session `id` parked again (a resume with its answers could not start): its
+    /// requests, still undecided in its log, wait for an answer.
+    async fn park_again(self: &Arc<Self>, id: &str) {
+        {
+            let _writing = self.record_writes.lock().await;
+            let Ok(Some(mut record)) = self.store.get_session(id).await else { return };
+            if !record.state.is_final() || self.live(id).is_some_and(|live| live.handle().is_some())
+            {
+                return;
+            }
+            record.state = RecordState::Parked;
+            record.updated_ms = now_ms();
+            if self.store.update_session(&record).await.is_err() {
+                return;
+            }
+            self.announce(&record);
+        }
+        self.watch_parked(id.to_owned());
+    }
+
+    /// The answers of `answers` whose requests session `id`'s log has not decided since they
+    /// were given (a parked request's wait may run out meanwhile: `park_expires_secs`).
+    pub(super) async fn undecided(
+        &self,
+        id: &str,
+        answers: Vec<switchboard_session::ParkedAnswer>,
+    ) -> Result<Vec<switchboard_session::ParkedAnswer>, DaemonError> {
+        if answers.is_empty() {
+            return Ok(answers);
+        }
+        let events = self.store.events_before(id, u64::MAX, HISTORY_PAGE).await?;
+        let decided = decided_requests(&events);
+        Ok(answers
+            .into_iter()
+            .filter(|parked| !decided.contains(&parked.pending.request_id))
+            .collect())
     }
 
     /// Watches, on opening, the parked sessions of this node whose requests' wait is bounded.
@@ -187,7 +232,7 @@ impl Daemon {
                     Ok(true) => continue,
                     // Not parked for good yet (its record is still being written), or running
                     // again: looked at again shortly.
-                    Ok(false) => Duration::from_secs(1),
+                    Ok(false) => Duration::from_secs(5),
                     Err(error) => {
                         tracing::warn!(session = %id, %error, "cannot end a parked request whose wait is over; trying again in a minute");
                         Duration::from_secs(60)
@@ -205,6 +250,10 @@ impl Daemon {
     /// The soonest time one of session `id`'s parked requests stops waiting, if one does.
     async fn parked_due(&self, id: &str) -> Option<u64> {
         let record = self.record(id).await.ok()??;
+        // Another node's now (taken over): its to watch.
+        if record.node != self.config.node {
+            return None;
+        }
         let waiting = self.waiting(&record).await;
         waiting
             .iter()
@@ -219,9 +268,9 @@ impl Daemon {
     async fn expire_parked(&self, id: &str) -> Result<bool, DaemonError> {
         let _writing = self.record_writes.lock().await;
         let Some(mut record) = self.store.get_session(id).await? else { return Ok(true) };
-        if record.state != RecordState::Parked
-            || self.live(id).is_some_and(|live| live.handle().is_some())
-        {
+        // Parked, with no process, and no run of it held here (whose projection would not see
+        // what is written to the log directly).
+        if record.state != RecordState::Parked || self.live(id).is_some() {
             return Ok(false);
         }
         let now = now_ms();
@@ -274,11 +323,16 @@ impl Daemon {
     /// Refuses a new session that would resume the Claude session `claude` while a parked
     /// session holds it: the parked one's answer resumes that conversation, and two sessions
     /// would go on with it. (A fork is a conversation of its own.)
-    pub(super) async fn parked_holder(&self, claude: &str) -> Result<(), DaemonError> {
+    pub(super) async fn parked_holder(
+        &self,
+        claude: &str,
+        except: Option<&str>,
+    ) -> Result<(), DaemonError> {
         let sessions = self.store.list_sessions().await?;
         let holder = sessions.iter().find(|record| {
             record.state == RecordState::Parked
                 && record.claude_session_id.as_deref() == Some(claude)
+                && Some(record.id.as_str()) != except
         });
         match holder {
             Some(record) => Err(DaemonError::Parked(format!(
@@ -350,5 +404,69 @@ impl Daemon {
             }
             Err(error) => Err(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(seq: u64, kind: &'static str, payload: Value) -> EventRecord {
+        event_record("s", seq, "switchboard", kind, payload.to_string())
+    }
+
+    fn answered(seq: u64, request_id: &str) -> EventRecord {
+        let pending = PendingPermission {
+            request_id: request_id.to_owned(),
+            tool_name: "Bash".to_owned(),
+            input: json!({"command": "ls"}),
+            tool_use_id: Some(format!("toolu-{request_id}")),
+            suggestions: Vec::new(),
+            reason: String::new(),
+            agent_id: None,
+            timeout_secs: 60,
+            asked_at_ms: 1,
+            always_allows: String::new(),
+            started_by: None,
+            rule: None,
+            cli_reason: None,
+            hints: Default::default(),
+            parked_at_ms: Some(2),
+            park_expires_at_ms: None,
+        };
+        let parked = switchboard_session::ParkedAnswer {
+            pending,
+            answer: switchboard_session::PermissionAnswer::allow(),
+            who: "ana".to_owned(),
+        };
+        let mut notes = answer_notes("s", seq - 1, std::slice::from_ref(&parked));
+        notes.remove(0)
+    }
+
+    #[test]
+    fn the_answers_a_run_never_heard_are_those_just_before_its_start_and_undecided() {
+        let started = |seq| note(seq, "started", json!({"event": "started", "resumed": true}));
+        let decided = |seq, request: &str| {
+            note(
+                seq,
+                "permission_decided",
+                json!({"event": "permission_decided", "request_id": request}),
+            )
+        };
+        // An older run's answer is not this run's; of this run's two, one was heard.
+        let log = vec![
+            answered(1, "old"),
+            started(2),
+            answered(3, "a"),
+            answered(4, "b"),
+            started(5),
+            decided(6, "a"),
+        ];
+        let unheard: Vec<String> =
+            answers_unheard(&log).into_iter().map(|parked| parked.pending.request_id).collect();
+        assert_eq!(unheard, ["b"]);
+        assert!(answers_unheard(&log[..2]).iter().any(|parked| parked.pending.request_id == "old"));
+        assert!(answers_unheard(&[answered(1, "x")]).is_empty(), "no run started with it");
+        assert_eq!(decided_requests(&log), ["a".to_owned()].into_iter().collect());
     }
 }

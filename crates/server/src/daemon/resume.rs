@@ -46,6 +46,19 @@ impl Daemon {
                 "session {id} is parked: a request waits for a person, and answering it resumes the session (POST /api/sessions/{id}/permissions/REQUEST_ID)"
             )));
         }
+        // Answers to requests the log has decided meanwhile (their wait ran out) resume nothing.
+        let answered = parked.first().map(|parked| parked.pending.request_id.clone());
+        let parked = self.undecided(id, parked).await?;
+        if let (Some(request), true) = (answered, parked.is_empty()) {
+            return Err(DaemonError::Session(switchboard_session::SessionError::Answer(
+                switchboard_session::AnswerError::AlreadyAnswered(request),
+            )));
+        }
+        // Nor does a resume take a conversation a parked session of its own holds.
+        if let Some(claude) = record.claude_session_id.as_deref() {
+            self.parked_holder(claude, Some(id)).await?;
+        }
+        let was_parked = record.state == RecordState::Parked;
         let lost = self.node_lost(&record);
         if record.node != self.config.node && !record.state.is_final() && !lost {
             let node = record.node.as_deref().unwrap_or("a daemon of its own");
@@ -94,8 +107,9 @@ impl Daemon {
         let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
         if let Err(error) = began.await {
             // Claimed but not started (the log moved under it: the node it was taken from
-            // still wrote): it is this node's now, and stopped, so that it can be resumed again.
-            record.state = RecordState::Exited;
+            // still wrote): it is this node's now, and stopped, so that it can be resumed again
+            // (or parked still: its request waits on).
+            record.state = if was_parked { RecordState::Parked } else { RecordState::Exited };
             record.updated_ms = now_ms();
             if let Err(stored) = self.store.update_session(&record).await {
                 tracing::error!(session = %id, error = %stored, "cannot mark a failed resume stopped");

@@ -194,6 +194,10 @@ async fn a_parked_request_nobody_answers_is_denied_when_its_policys_longest_wait
     assert_eq!(decided["event"]["behavior"], "deny", "{decided}");
     assert_eq!(decided["event"]["by"]["kind"], "timeout", "{decided}");
     assert!(now_ms() >= parked_at + 4000, "not before its time");
+    // Too late to approve: nothing resumes, nothing runs.
+    let answer = format!("/api/sessions/{id}/permissions/{request_id}");
+    let (status, refused) = server.post(&answer, json!({"behavior": "allow"})).await;
+    assert_eq!(status, 409, "{refused}");
     let (status, page) = crate::links::open(&server, &link).await;
     assert_eq!(status, 410, "{page}");
     assert!(page.contains("timed out"), "{page}");
