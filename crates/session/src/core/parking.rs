@@ -207,4 +207,32 @@ impl SessionCore {
         };
         (result, decided)
     }
+
+    /// The person's answer to the parked call `tool_use_id`, when the resumed CLI asks about it
+    /// (however it asks): theirs if the call is the one they saw (or they denied it). Another
+    /// input than the one approved is not covered: the parked request ends, logged so, and the
+    /// call is asked afresh.
+    pub(super) fn parked_answer_for(
+        &mut self,
+        tool_use_id: Option<&str>,
+        tool_name: &str,
+        input: &Value,
+        effects: &mut Vec<Effect>,
+    ) -> Option<ParkedAnswer> {
+        let parked = self.parked_answers.remove(tool_use_id?)?;
+        if parked.pending.input == *input || parked.answer.behavior == AnswerBehavior::Deny {
+            return Some(parked);
+        }
+        let message =
+            "the resumed call's input is not the one that was approved, so it is asked again";
+        let event = SessionEvent::decided(
+            &parked.pending.request_id,
+            tool_name,
+            Behavior::Deny,
+            DecidedBy::Cancelled,
+            message.to_owned(),
+        );
+        effects.push(Effect::Emit(event.with_tool_use_id(parked.pending.tool_use_id)));
+        None
+    }
 }

@@ -166,14 +166,12 @@ impl SessionCore {
     ) {
         // Parked in an earlier run and answered since (a resumed CLI that asks before its
         // hook is registered asks this way): the person's answer.
-        if let Some(parked) =
-            request.tool_use_id.as_ref().and_then(|id| self.parked_answers.remove(id)).filter(
-                |parked| {
-                    parked.pending.input == request.input
-                        || parked.answer.behavior == AnswerBehavior::Deny
-                },
-            )
-        {
+        if let Some(parked) = self.parked_answer_for(
+            request.tool_use_id.as_deref(),
+            &request.tool_name,
+            &request.input,
+            effects,
+        ) {
             let (result, decided) = self.parked_result(&request.tool_name, &request.input, parked);
             self.respond_via(request_id, via, request, &result, effects);
             effects.push(Effect::Emit(decided));
@@ -331,21 +329,10 @@ impl SessionCore {
         }
         // Parked in an earlier run, and answered since: the person's answer is this call's,
         // if the call is the one they saw.
-        if let Some(parked) = tool_use_id.as_ref().and_then(|id| self.parked_answers.remove(id)) {
-            if parked.pending.input == input || parked.answer.behavior == AnswerBehavior::Deny {
-                return self.answer_parked(request_id, tool_name, &input, parked, effects);
-            }
-            // Another input than the person approved: their answer does not cover it.
-            let message =
-                "the resumed call's input is not the one that was approved, so it is asked again";
-            let event = SessionEvent::decided(
-                &parked.pending.request_id,
-                tool_name,
-                Behavior::Deny,
-                DecidedBy::Cancelled,
-                message.to_owned(),
-            );
-            effects.push(Effect::Emit(event.with_tool_use_id(parked.pending.tool_use_id.clone())));
+        if let Some(parked) =
+            self.parked_answer_for(tool_use_id.as_deref(), tool_name, &input, effects)
+        {
+            return self.answer_parked(request_id, tool_name, &input, parked, effects);
         }
         let decision = self.policy.decide(tool_name, &input, &self.match_context);
         if decision.behavior == Behavior::Ask && decision.rule.is_some() && self.may_park() {

@@ -1342,3 +1342,37 @@ fn a_terminals_dialog_is_about_the_newest_identical_call_and_never_a_subagents()
     assert_eq!(sent(&effects)[0]["response"]["response"], json!({}), "{effects:?}");
     assert_eq!(core.snapshot().pending_permissions.len(), 2, "the two before, no third");
 }
+
+#[test]
+fn a_parked_answer_asked_about_by_can_use_tool_with_another_input_is_ended_and_asked_afresh() {
+    let mut core = parking("2.1.330", true);
+    let pending = PendingPermission {
+        request_id: "h1".into(),
+        tool_name: "Bash".into(),
+        input: json!({"command": "make deploy"}),
+        tool_use_id: Some("toolu_1".into()),
+        suggestions: Vec::new(),
+        reason: String::new(),
+        agent_id: None,
+        timeout_secs: 60,
+        asked_at_ms: 1,
+        always_allows: String::new(),
+        started_by: None,
+        rule: None,
+        cli_reason: None,
+        hints: Default::default(),
+        parked_at_ms: Some(2),
+        park_expires_at_ms: None,
+    };
+    let answer = PermissionAnswer::allow();
+    core.set_parked_answers(vec![ParkedAnswer { pending, answer, who: "ana".into() }]);
+    // The resumed CLI asks through can_use_tool, about another command for the same call.
+    let effects = core.on_line(can_use_tool("c1", "make deploy --force"));
+    let ended = events(&effects).into_iter().find_map(|event| match event {
+        SessionEvent::PermissionDecided { request_id, by, .. } if request_id == "h1" => Some(by),
+        _ => None,
+    });
+    assert_eq!(ended, Some(&DecidedBy::Cancelled), "the parked request ends, logged: {effects:?}");
+    assert!(sent(&effects).is_empty(), "not answered with the parked approval");
+    assert_eq!(core.snapshot().pending_permissions.len(), 1, "asked afresh");
+}
