@@ -112,6 +112,11 @@ async fn a_parked_request_waits_with_no_process_across_a_restart_and_its_answer_
     assert_eq!(pending["tool_name"], "Bash", "{parked}");
     assert!(pending["parked_at_ms"].as_u64().is_some(), "{pending}");
     assert_eq!(parked["running"], false, "{parked}");
+    // (The run's slot is given back as its task ends, a moment after the record says parked.)
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.daemon.running_count() != 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(server.daemon.running_count(), 0, "no CLI runs while it waits");
     let (_, events) = server.get(&format!("/api/sessions/{id}/events")).await;
     let kinds: Vec<&str> = events
