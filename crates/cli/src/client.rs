@@ -1144,6 +1144,11 @@ enum TokenCommand {
         /// sessions pause and it starts nothing more that day (`PATCH /api/budget` changes it).
         #[arg(long, value_name = "USD")]
         daily_budget_usd: Option<f64>,
+        /// A policy file that bounds what the token starts and answers (below admin): its
+        /// sessions are never allowed more than it allows, run in no mode that skips asking,
+        /// and the token allows no request the ceiling sends to a person (docs/mcp.md).
+        #[arg(long, value_name = "POLICY")]
+        ceiling: Option<std::path::PathBuf>,
     },
     /// List the tokens: name, scope, when made and last used (never the tokens).
     List,
@@ -1160,11 +1165,20 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
     let result = async {
         let client = args.connection.client()?;
         match args.command {
-            TokenCommand::Create { name, scope, daily_budget_usd } => {
+            TokenCommand::Create { name, scope, daily_budget_usd, ceiling } => {
                 if let Some(usd) = daily_budget_usd {
                     switchboard_server::budget::check_limit("--daily-budget-usd", usd)?;
                 }
-                let body = json!({"name": name, "scope": scope});
+                let mut body = json!({"name": name, "scope": scope});
+                if let Some(path) = &ceiling {
+                    let text = std::fs::read_to_string(path).map_err(|error| {
+                        format!("cannot read the ceiling {}: {error}", path.display())
+                    })?;
+                    // Checked here too, so the error names the file.
+                    switchboard_session::Ceiling::new(&name, &text)
+                        .map_err(|error| format!("{}: {error}", path.display()))?;
+                    body["ceiling"] = json!(text);
+                }
                 let mut made =
                     client.request(reqwest::Method::POST, "/api/tokens", Some(body)).await?;
                 // The token alone first: it is shown this once, whatever else the answer holds.
@@ -1198,7 +1212,10 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                 if json_output {
                     println!("{list}");
                 } else {
-                    println!("{:<24} {:<8} {:<29} LAST USED", "NAME", "SCOPE", "CREATED");
+                    println!(
+                        "{:<24} {:<8} {:<29} {:<29} CEILING",
+                        "NAME", "SCOPE", "CREATED", "LAST USED"
+                    );
                     for token in typed::<Vec<TokenInfo>>(list)? {
                         let time = |ms: Option<u64>| match ms {
                             Some(ms) if ms > 0 => format_ms(ms),
@@ -1210,11 +1227,12 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
                             time(Some(token.created_ms))
                         };
                         println!(
-                            "{:<24} {:<8} {:<29} {}",
+                            "{:<24} {:<8} {:<29} {:<29} {}",
                             token.name,
                             token.scope.as_str(),
                             created,
                             time(token.last_used_ms),
+                            if token.ceiling.is_some() { "yes" } else { "-" },
                         );
                     }
                 }

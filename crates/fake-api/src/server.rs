@@ -257,6 +257,11 @@ async fn handle(
     _headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // Released by any release once the request is seen as arrived: the generation is read
+    // before the request is recorded, so a test that saw it recorded and then released it
+    // lets it go.
+    let release = state.release.subscribe();
+    let arrived = *release.borrow();
     let path = uri.to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let kind = classify(&path, &body);
@@ -342,7 +347,7 @@ async fn handle(
     } else {
         let message = Rendered::new(&reply, &model, id_base, &offered_tools(&body));
         if stream {
-            sse_response(message, reply, state.release.subscribe())
+            sse_response(message, reply, release, arrived)
         } else {
             json_response(StatusCode::OK, message.full_message())
         }
@@ -385,7 +390,8 @@ fn take_reply(shared: &mut Shared, body: &Value) -> Option<Reply> {
     match shared.replies.iter().position(|(reply, _)| matches(reply.when.as_ref(), body)) {
         Some(position) => {
             let (reply, remaining) = &mut shared.replies[position];
-            let taken = reply.clone();
+            let mut taken = reply.clone();
+            fill_from_results(&mut taken, body);
             *remaining -= 1;
             if *remaining == 0 {
                 shared.replies.remove(position);
@@ -393,6 +399,41 @@ fn take_reply(shared: &mut Shared, body: &Value) -> Option<Reply> {
             Some(taken)
         }
         None => shared.fallback_text.clone().map(Reply::text),
+    }
+}
+
+/// A tool call's input string `{{result.KEY}}` becomes KEY of the latest tool result that is
+/// a JSON object holding it: a script calls a tool with what an earlier call answered (the id
+/// of the session a tool started, say).
+fn fill_from_results(reply: &mut Reply, body: &Value) {
+    fn fill(value: &mut Value, results: &[Value]) {
+        match value {
+            Value::String(text) => {
+                let Some(key) = text.strip_prefix("{{result.").and_then(|k| k.strip_suffix("}}"))
+                else {
+                    return;
+                };
+                if let Some(found) = results.iter().rev().find_map(|result| result.get(key)) {
+                    *value = found.clone();
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|item| fill(item, results)),
+            Value::Object(map) => map.values_mut().for_each(|item| fill(item, results)),
+            _ => {}
+        }
+    }
+    let results: Vec<Value> = tool_results(body)
+        .into_iter()
+        .filter_map(|(_, content, _)| serde_json::from_str::<Value>(&content).ok())
+        .filter(Value::is_object)
+        .collect();
+    if results.is_empty() {
+        return;
+    }
+    for block in &mut reply.blocks {
+        if let Block::ToolUse(tool) = block {
+            fill(&mut tool.input, &results);
+        }
     }
 }
 
@@ -659,9 +700,12 @@ fn words(text: &str) -> Vec<String> {
     pieces
 }
 
-fn sse_response(message: Rendered, reply: Reply, mut release: watch::Receiver<u64>) -> Response {
-    // Released by any release from now on.
-    let arrived = *release.borrow_and_update();
+fn sse_response(
+    message: Rendered,
+    reply: Reply,
+    mut release: watch::Receiver<u64>,
+    arrived: u64,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         let mut deltas = 0usize;

@@ -64,8 +64,13 @@ impl std::fmt::Debug for Route {
 pub fn routes() -> Vec<Route> {
     use axum::routing::delete;
     let route = |method, path, guard, handler| Route { method, path, guard, handler };
+    let mcp = crate::mcp::service();
     vec![
         route("GET", "/api/health", Guard::Api(Scope::Read), get(health)),
+        // The MCP face: each tool asks its own scope (crate::mcp).
+        route("POST", "/mcp", Guard::Api(Scope::Read), axum::routing::post_service(mcp.clone())),
+        route("GET", "/mcp", Guard::Api(Scope::Read), axum::routing::get_service(mcp.clone())),
+        route("DELETE", "/mcp", Guard::Api(Scope::Read), axum::routing::delete_service(mcp)),
         route("GET", "/api/me", Guard::Api(Scope::Read), get(me)),
         route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(list_tokens)),
         route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
@@ -227,6 +232,8 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(crate::extract::method_not_allowed)
         .with_state(daemon.clone())
+        // The MCP face reads the daemon from its request (its service has no router state).
+        .layer(axum::Extension(daemon.clone()))
         .layer(axum::Extension(auth.clone()))
         .layer(axum::middleware::from_fn_with_state(auth.clone(), require_auth));
     let own = own
@@ -337,12 +344,15 @@ async fn list_tokens(
     Ok(Json(tokens(&auth)?.list()))
 }
 
-/// `POST /api/tokens`: `{name, scope}`.
+/// `POST /api/tokens`: `{name, scope, ceiling?}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateToken {
     name: String,
     scope: Scope,
+    /// A policy's TOML that bounds what the token starts and answers.
+    #[serde(default)]
+    ceiling: Option<String>,
 }
 
 async fn create_token(
@@ -350,7 +360,7 @@ async fn create_token(
     Extension(caller): Extension<Caller>,
     Body(body): Body<CreateToken>,
 ) -> Result<Response, ApiError> {
-    let made = tokens(&auth)?.create(&body.name, body.scope).await?;
+    let made = tokens(&auth)?.create_with(&body.name, body.scope, body.ceiling.as_deref()).await?;
     tracing::info!(name = %body.name, scope = %body.scope, by = %caller.name, "token created");
     Ok((StatusCode::CREATED, Json(made)).into_response())
 }
@@ -469,7 +479,7 @@ async fn session_files(
     let found = daemon.browse(&id, move |root, touched, refuse| {
         crate::browse::list(root, &path, touched, refuse)
     });
-    Ok(Json(found.await?.map_err(browse_error)?))
+    Ok(Json(found.await?.map_err(crate::faces::browse_error)?))
 }
 
 async fn session_file(
@@ -481,14 +491,7 @@ async fn session_file(
     let found = daemon.browse(&id, move |root, touched, refuse| {
         crate::browse::read(root, &path, touched, refuse)
     });
-    Ok(Json(found.await?.map_err(browse_error)?))
-}
-
-fn browse_error(error: crate::browse::BrowseError) -> ApiError {
-    match error {
-        crate::browse::BrowseError::NotFound(_) => ApiError::not_found(error.to_string()),
-        crate::browse::BrowseError::Invalid(_) => ApiError::invalid(error.to_string()),
-    }
+    Ok(Json(found.await?.map_err(crate::faces::browse_error)?))
 }
 
 async fn session_discard(
@@ -603,6 +606,13 @@ async fn create_session(
 ) -> Result<Response, ApiError> {
     crate::tokens::check_create(&caller, &request)?;
     request.started_by = Some(caller.who("api", None));
+    // `switchboard acp` says it is the editor's face.
+    let face = if caller.via() == Some("acp") {
+        switchboard_store::Face::Acp
+    } else {
+        switchboard_store::Face::Api
+    };
+    request.origin = Some(caller.origin(face));
     let record = daemon.create(request).await?;
     Ok((StatusCode::CREATED, Json(view(&daemon, record).await)).into_response())
 }
@@ -928,6 +938,7 @@ async fn answer_permission(
     caller.require(body.scope())?;
     let (answer, who) = body.into_answer(&caller, "api")?;
     let behavior = answer.behavior;
+    crate::faces::check_answer_to(&daemon, &caller, &id, &request_id, &answer).await?;
     daemon.respond_permission(&id, &request_id, answer, &who).await?;
     Ok(Json(json!({"request_id": request_id, "behavior": behavior})))
 }
@@ -1352,6 +1363,7 @@ async fn handle_client_frame(
                     .clone()
                     .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
                 let (answer, who) = body.into_answer(caller, "websocket")?;
+                crate::faces::check_answer_to(daemon, caller, id, &request_id, &answer).await?;
                 daemon.respond_permission(id, &request_id, answer, &who).await?;
                 Some(request_id)
             }

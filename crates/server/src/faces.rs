@@ -130,3 +130,38 @@ pub(crate) async fn replay(
     }
     Ok(viewer)
 }
+
+/// Whether `caller` may answer request `request_id` of session `id` with `answer`: a token
+/// with a ceiling allows only what the ceiling allows ([`crate::ceiling::check_answer`]);
+/// a request not waiting is left to the answer itself to refuse.
+pub(crate) async fn check_answer_to(
+    daemon: &Daemon,
+    caller: &crate::tokens::Caller,
+    id: &str,
+    request_id: &str,
+    answer: &switchboard_session::PermissionAnswer,
+) -> Result<(), crate::daemon::DaemonError> {
+    let Some(ceiling) = caller.ceiling() else {
+        return Ok(());
+    };
+    if answer.behavior != switchboard_session::AnswerBehavior::Allow {
+        return Ok(());
+    }
+    let Some(record) = daemon.record(id).await? else {
+        return Ok(());
+    };
+    let waiting = daemon.waiting(&record).await;
+    let Some(pending) = waiting.iter().find(|pending| pending.request_id == request_id) else {
+        return Ok(());
+    };
+    crate::ceiling::check_answer(ceiling, &caller.name, pending, answer, &record.cwd)
+        .map_err(crate::daemon::DaemonError::Forbidden)
+}
+
+/// A Files view's refusal as the API says it.
+pub(crate) fn browse_error(error: crate::browse::BrowseError) -> ApiError {
+    match error {
+        crate::browse::BrowseError::NotFound(_) => ApiError::not_found(error.to_string()),
+        crate::browse::BrowseError::Invalid(_) => ApiError::invalid(error.to_string()),
+    }
+}

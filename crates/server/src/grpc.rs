@@ -263,6 +263,7 @@ impl Switchboard for Api {
                 env: request.env.into_iter().collect(),
                 relay: request.relay,
                 cli_version: request.cli_version,
+                origin: None,
             },
             prompt: request.prompt,
             resume: request.resume,
@@ -271,6 +272,7 @@ impl Switchboard for Api {
             worktree: request.worktree,
             node: request.node,
             started_by: Some(caller.who("grpc", None)),
+            origin: Some(caller.origin(switchboard_store::Face::Grpc)),
         };
         crate::tokens::check_create(&caller, &create)
             .map_err(|refused| Status::permission_denied(refused.to_string()))?;
@@ -512,6 +514,15 @@ impl Switchboard for Api {
         };
         let by = crate::text::answerer(request.by).map_err(Status::invalid_argument)?;
         let who = caller.who("grpc", by);
+        crate::faces::check_answer_to(
+            &self.daemon,
+            &caller,
+            &request.id,
+            &request.request_id,
+            &answer,
+        )
+        .await
+        .map_err(status)?;
         self.daemon
             .respond_permission(&request.id, &request.request_id, answer, &who)
             .await
@@ -1129,6 +1140,11 @@ async fn session(daemon: &Daemon, record: switchboard_store::SessionRecord) -> p
     let view = crate::faces::view(daemon, record).await;
     let record = view.record;
     pb::Session {
+        origin: record.launch.origin.as_ref().map(|origin| pb::Origin {
+            face: origin.face.as_str().to_owned(),
+            token: origin.token.clone(),
+            ceiling: origin.ceiling.clone(),
+        }),
         status: status_named(record.state).into(),
         id: record.id,
         claude_session_id: record.claude_session_id,

@@ -109,6 +109,8 @@ pub struct Caller {
     /// Turns true when the token is revoked: a socket opened with it takes no more frames,
     /// and one that streams ends.
     revoked: watch::Receiver<bool>,
+    /// The policy that bounds what it starts and answers ([`crate::ceiling`]).
+    ceiling: Option<crate::ceiling::TokenCeiling>,
 }
 
 impl Caller {
@@ -121,12 +123,32 @@ impl Caller {
             via: None,
             // No sender: never revoked.
             revoked: watch::channel(false).1,
+            ceiling: None,
+        }
+    }
+
+    /// Its token's ceiling, if it has one.
+    pub fn ceiling(&self) -> Option<&crate::ceiling::TokenCeiling> {
+        self.ceiling.as_ref()
+    }
+
+    /// Who starts a session through `face`: its token and the token's ceiling.
+    pub fn origin(&self, face: switchboard_store::Face) -> switchboard_store::Origin {
+        switchboard_store::Origin {
+            face,
+            token: self.name.to_string(),
+            ceiling: self.ceiling.as_ref().map(|ceiling| ceiling.text.to_string()),
         }
     }
 
     /// The named token's name: `None` for the daemon's own token and for an unnamed caller.
     pub fn token_name(&self) -> Option<&str> {
         (self.token && &*self.name != ADMIN_NAME).then_some(&*self.name)
+    }
+
+    /// The channel its requests say they come through (`web UI`, a client's name), if any.
+    pub fn via(&self) -> Option<&str> {
+        self.via.as_deref()
     }
 
     /// The same caller, its requests coming through `via` (see [`Caller::who`]).
@@ -223,11 +245,14 @@ pub fn check_create(
     caller: &Caller,
     request: &crate::daemon::CreateSession,
 ) -> Result<(), ScopeError> {
+    // A ceiling bounds the policy a token gives (an inline one: never a file of its choosing).
+    let bounded =
+        |policy: &str| caller.ceiling().is_some() && crate::ceiling::policy_within_reach(policy);
     let fields: Vec<&str> = [
         ("claude", request.launch.claude.is_some()),
         ("env", !request.launch.env.is_empty()),
         ("mcp_config", !request.launch.mcp_config.is_empty()),
-        ("policy", request.launch.policy.is_some()),
+        ("policy", request.launch.policy.as_deref().is_some_and(|policy| !bounded(policy))),
     ]
     .into_iter()
     .filter_map(|(field, set)| set.then_some(field))
@@ -265,6 +290,9 @@ pub struct TokenInfo {
     /// The daemon's own token (the data directory's `token`, or `--token`): it cannot be
     /// revoked here.
     pub builtin: bool,
+    /// Its ceiling, a policy's TOML ([`crate::ceiling`]), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<String>,
 }
 
 /// A made token: its details and, this once, the token.
@@ -307,12 +335,16 @@ struct StoredToken {
     /// The token's SHA-256, hex.
     sha256: String,
     created_ms: u64,
+    /// Its ceiling, a policy's TOML.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ceiling: Option<String>,
 }
 
 struct Entry {
     stored: StoredToken,
     last_used_ms: AtomicU64,
     revoked: watch::Sender<bool>,
+    ceiling: Option<crate::ceiling::TokenCeiling>,
 }
 
 /// Where the named tokens are kept.
@@ -412,6 +444,7 @@ impl Tokens {
                 token: true,
                 via: None,
                 revoked: self.admin_revoked.subscribe(),
+                ceiling: None,
             });
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -424,6 +457,7 @@ impl Tokens {
             token: true,
             via: None,
             revoked: entry.revoked.subscribe(),
+            ceiling: entry.ceiling.clone(),
         })
     }
 
@@ -436,6 +470,7 @@ impl Tokens {
             created_ms: 0,
             last_used_ms: (used != 0).then_some(used),
             builtin: true,
+            ceiling: None,
         }];
         let named = self.named.read();
         let mut rest: Vec<TokenInfo> = named.values().map(|entry| entry.info()).collect();
@@ -446,9 +481,23 @@ impl Tokens {
 
     /// Makes a token named `name` with `scope`, kept before it is returned.
     pub async fn create(&self, name: &str, scope: Scope) -> Result<NewToken, TokenError> {
+        self.create_with(name, scope, None).await
+    }
+
+    /// Makes a token named `name` with `scope` and, below `admin`, a `ceiling` (a policy's
+    /// TOML) that bounds what it starts and answers; kept before it is returned.
+    pub async fn create_with(
+        &self,
+        name: &str,
+        scope: Scope,
+        ceiling: Option<&str>,
+    ) -> Result<NewToken, TokenError> {
         check_name(name)?;
         if name == ADMIN_NAME {
             return Err(TokenError::Exists(name.to_owned()));
+        }
+        if let Some(text) = ceiling {
+            check_ceiling(name, scope, text)?;
         }
         let token = format!("sb_{}", switchboard_transport::random::random_hex(32));
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -457,6 +506,7 @@ impl Tokens {
             scope,
             sha256: hex::encode(digest),
             created_ms: now_ms(),
+            ceiling: ceiling.map(str::to_owned),
         };
         let add = |file: &mut TokensFile| {
             if file.tokens.iter().any(|token| token.name == name) {
@@ -571,10 +621,14 @@ fn named_of(file: TokensFile, old: &Named) -> Result<Named, String> {
             return Err(format!("the name {} is there twice (or is the daemon's own)", token.name));
         }
         let entry = match old.get(&digest) {
-            Some(entry) if entry.stored.name == token.name && entry.stored.scope == token.scope => {
+            Some(entry)
+                if entry.stored.name == token.name
+                    && entry.stored.scope == token.scope
+                    && entry.stored.ceiling == token.ceiling =>
+            {
                 entry.clone()
             }
-            _ => Arc::new(Entry::new(token)),
+            _ => Arc::new(Entry::new(token)?),
         };
         named.insert(digest, entry);
     }
@@ -609,8 +663,17 @@ fn replace(named: &mut Named, file: TokensFile) {
 }
 
 impl Entry {
-    fn new(stored: StoredToken) -> Entry {
-        Entry { stored, last_used_ms: AtomicU64::new(0), revoked: watch::channel(false).0 }
+    fn new(stored: StoredToken) -> Result<Entry, String> {
+        let ceiling = match &stored.ceiling {
+            Some(text) => Some(crate::ceiling::TokenCeiling::new(&stored.name, text)?),
+            None => None,
+        };
+        Ok(Entry {
+            stored,
+            last_used_ms: AtomicU64::new(0),
+            revoked: watch::channel(false).0,
+            ceiling,
+        })
     }
 
     fn info(&self) -> TokenInfo {
@@ -621,6 +684,7 @@ impl Entry {
             created_ms: self.stored.created_ms,
             last_used_ms: (used != 0).then_some(used),
             builtin: false,
+            ceiling: self.stored.ceiling.clone(),
         }
     }
 }
@@ -638,6 +702,23 @@ fn check_name(name: &str) -> Result<(), TokenError> {
             name.chars().take(MAX_NAME_CHARS + 1).collect::<String>()
         )))
     }
+}
+
+/// A ceiling a token may carry: a policy, of bounded size, on a token below `admin`.
+fn check_ceiling(name: &str, scope: Scope, text: &str) -> Result<(), TokenError> {
+    if scope == Scope::Admin {
+        return Err(TokenError::Invalid(
+            "an admin token cannot have a ceiling: it makes tokens, so it would not hold; give the ceiling to an operate, approve or read token".into(),
+        ));
+    }
+    if text.len() > crate::ceiling::MAX_CEILING_BYTES {
+        return Err(TokenError::Invalid(format!(
+            "the ceiling is {} bytes; at most {}",
+            text.len(),
+            crate::ceiling::MAX_CEILING_BYTES
+        )));
+    }
+    crate::ceiling::TokenCeiling::new(name, text).map(drop).map_err(TokenError::Invalid)
 }
 
 fn parse_digest(text: &str) -> Option<[u8; 32]> {

@@ -8,7 +8,7 @@
 // chart, the context gauge and the per-model table (the panel beside the transcript on a
 // desk) in the transcript's place.
 import { $$, el, icon, stateIcon } from './dom.js';
-import { homeRelative, money, stateLabel } from './words.js';
+import { homeRelative, money, originOf, stateLabel } from './words.js';
 import { api, toast } from './api.js';
 import { renderList, sessions, titleOf } from './list.js';
 import { PLACEHOLDER, TERMINAL_PLACEHOLDER } from './composer.js';
@@ -43,7 +43,9 @@ export const headMethods = {
     const terminal = session.config?.transport === 'terminal';
     // A session Switchboard did not start (its hooks brought it): followed, never typed into.
     const external = session.config?.transport === 'external';
-    const where = terminal ? ' · in a terminal' : external ? ' · its own process, followed' : '';
+    const origin = originOf(session);
+    const started = origin ? ` · ${origin.title.replace(/^Started/, 'started')}` : '';
+    const where = (terminal ? ' · in a terminal' : external ? ' · its own process, followed' : '') + started;
     h.cwd.textContent = `${homeRelative(session.cwd)}${where}`;
     // Several daemons on one database: the node first, where the path would cut it off.
     if (session.node) h.cwd.textContent = `on ${session.node} · ${h.cwd.textContent}`;

@@ -4,7 +4,7 @@
 // on request. The home page is triage only (what waits, what works), so no session is listed
 // twice on a desk.
 import { $, el, icon, stateIcon } from './dom.js';
-import { ago, homeRelative, money, plural, shortPath, stateLabel, wants } from './words.js';
+import { ago, homeRelative, money, originOf, plural, shortPath, stateLabel, wants } from './words.js';
 import { api, connection, socketUrl } from './api.js';
 import { showing } from './showing.js';
 
@@ -32,6 +32,7 @@ function sessionItem(session, current) {
   const [state, label] = stateLabel(session);
   const pending = session.pending_permissions?.length ?? 0;
   const branch = session.config?.worktree?.branch;
+  const origin = originOf(session);
   return el('li', { class: `session-item state-${state}${session.id === current ? ' current' : ''}${session.archived ? ' archived' : ''}${branch ? ' in-worktree' : ''}` },
     el('a', { href: `#/s/${session.id}`, dataset: { id: session.id }, title: session.cwd },
       stateIcon(state),
@@ -39,6 +40,7 @@ function sessionItem(session, current) {
       el('span', { class: `badge state-${state}` }, pending > 1 ? `${label} (${pending})` : label),
       el('span', { class: 'meta' },
         branch ? el('span', { class: 'branch', title: `In a worktree of its own, on ${branch}` }, icon('branch'), branch) : null,
+        origin ? el('span', { class: 'origin', title: origin.title }, origin.label) : null,
         el('span', {}, session.model ?? ''),
         el('span', {}, money(session.cost_usd)),
         el('span', { class: 'ago' }, ago(session.updated_ms)),

@@ -44,6 +44,21 @@ export function homeRelative(path) {
   return path.startsWith(`${home}/`) ? `~${path.slice(home.length)}` : path;
 }
 
+/// Who started a session, when it was an agent (MCP) or an editor (ACP), or under a token's
+/// ceiling: a short label and a sentence; `null` for one a person started through the API.
+export function originOf(session) {
+  const origin = session.config?.origin;
+  if (!origin) return null;
+  const who = { mcp: 'agent', acp: 'editor' }[origin.face];
+  if (!who && !origin.ceiling) return null;
+  const via = { mcp: 'an agent, through MCP', acp: 'an editor, through ACP', grpc: 'gRPC', api: 'the API' }[origin.face] ?? origin.face;
+  const bounded = origin.ceiling ? ', under its ceiling' : '';
+  return {
+    label: `${who ?? origin.face} · ${origin.token}${origin.ceiling ? ' · ceiling' : ''}`,
+    title: `Started by ${via}, with token ${origin.token}${bounded}`,
+  };
+}
+
 export function stateLabel(session) {
   // Its node stopped answering (several daemons on one database): it runs nowhere now.
   if (session.node_lost) return ['lost', `node ${session.node ?? ''} lost`];

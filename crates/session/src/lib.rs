@@ -31,6 +31,7 @@ pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,
     SessionState,
 };
+pub use policy::ceiling::Ceiling;
 pub use policy::{
     Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
 };

@@ -96,6 +96,9 @@ pub struct Policy {
     pub park_expires: Option<Duration>,
     /// Who hears of its sessions (`[notify]`).
     pub notify: NotifyRoute,
+    /// The ceiling of the token that started the session, if it has one: no call is allowed
+    /// that it would not allow ([`ceiling`]).
+    ceiling: Option<std::sync::Arc<ceiling::Ceiling>>,
 }
 
 /// Who hears of a policy's sessions: channel names of the daemon's notify file (`web-push`:
@@ -179,6 +182,7 @@ impl Default for Policy {
             park_after: None,
             park_expires: None,
             notify: NotifyRoute::default(),
+            ceiling: None,
         }
     }
 }
@@ -283,6 +287,7 @@ impl Policy {
             park_after,
             park_expires,
             notify,
+            ceiling: None,
         })
     }
 
@@ -314,12 +319,24 @@ impl Policy {
 
     /// The deny rules, as written (they are also handed to the CLI as its own
     /// `--disallowedTools`, in case a call ever reaches it without the policy's hook).
+    /// A ceiling's deny rules come after the policy's own.
     pub fn deny_rules(&self) -> impl Iterator<Item = &str> {
-        self.deny.iter().map(|rule| rule.text.as_str())
+        let ceiling = self.ceiling.iter().flat_map(|ceiling| ceiling.policy().deny.iter());
+        self.deny.iter().chain(ceiling).map(|rule| rule.text.as_str())
     }
 
-    /// Decides one tool call.
+    /// Decides one tool call: by its own rules, then, for a session under a token's ceiling,
+    /// the stricter of that and the ceiling's decision (deny beats ask beats allow).
     pub fn decide(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
+        let own = self.decide_own(tool_name, input, context);
+        match &self.ceiling {
+            Some(ceiling) => ceiling.bound(own, tool_name, input, context),
+            None => own,
+        }
+    }
+
+    /// Decides one tool call by its own rules alone.
+    fn decide_own(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
         if tool_name == "AskUserQuestion" {
             // Only a person can answer questions; a rule cannot.
             return Decision {
@@ -785,5 +802,6 @@ fn strip_assignments(mut command: &str) -> &str {
     }
 }
 
+pub mod ceiling;
 #[cfg(test)]
 mod tests;

@@ -62,6 +62,50 @@ pub struct Launch {
     /// daemon launches none there).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cli_version: Option<String>,
+    /// Which face started it and with which token (set by the daemon, never by a request);
+    /// `None` for a session of a release before it was kept, a relay's, a terminal's.
+    pub origin: Option<Origin>,
+}
+
+/// Who started a session, through which face: what every face shows of it, and the ceiling
+/// that bounds it for good when the token had one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The face.
+    pub face: Face,
+    /// The token's name (`admin` for the daemon's own, the name of an unnamed caller such as
+    /// `local` under `--no-auth`).
+    pub token: String,
+    /// The token's ceiling, a policy's TOML, as it was when the session started: the session
+    /// is bounded by it on every run, and shown as started under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<String>,
+}
+
+/// The face a session was started through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Face {
+    /// The REST API (a script, `switchboard run`, the web UI).
+    Api,
+    /// The gRPC API.
+    Grpc,
+    /// An agent, through the MCP server (`/mcp`).
+    Mcp,
+    /// An editor, through the Agent Client Protocol agent (`switchboard acp`).
+    Acp,
+}
+
+impl Face {
+    /// Its name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Face::Api => "api",
+            Face::Grpc => "grpc",
+            Face::Mcp => "mcp",
+            Face::Acp => "acp",
+        }
+    }
 }
 
 /// How a session's CLI is reached: the names are the API's (`"transport": "sdk-url"`).

@@ -173,7 +173,9 @@ impl Daemon {
             Some(here) => via(&by, here),
             None => by,
         });
-        let answer = self.forward(node, "", &SessionCommand::Create { request, by }).await?;
+        let origin = request.origin.take();
+        let command = SessionCommand::Create { request, by, origin };
+        let answer = self.forward(node, "", &command).await?;
         serde_json::from_value(answer).map_err(|error| {
             DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
         })
@@ -233,10 +235,11 @@ impl Daemon {
         id: &str,
         command: SessionCommand,
     ) -> Result<Value, DaemonError> {
-        if let SessionCommand::Create { mut request, by } = command {
+        if let SessionCommand::Create { mut request, by, origin } = command {
             // Here, whatever it names: a forwarded create is never placed or forwarded again.
             request.node = self.config.node.clone();
             request.started_by = by;
+            request.origin = origin;
             let record = self.create(request).await?;
             return serde_json::to_value(public_record(record))
                 .map_err(|error| DaemonError::Internal(error.to_string()));

@@ -226,6 +226,9 @@ pub struct CreateSession {
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
     pub started_by: Option<String>,
+    /// Which face and token start it, with the token's ceiling (set by the daemon from the
+    /// request's token, never from its body); its record keeps it ([`Launch::origin`]).
+    pub origin: Option<switchboard_store::Origin>,
 }
 
 impl CreateSession {
@@ -272,6 +275,8 @@ impl Serialize for CreateSession {
         };
         // The worktree asked for, not one made: a create names no worktree of its own.
         map.remove("worktree");
+        // The daemon's to set, from the token.
+        map.remove("origin");
         // What is unset is left out (a create reads it as its default): a daemon of an older
         // release, which refuses a key it does not know, still takes what a newer one sends
         // when the newer key is not used.
@@ -352,6 +357,11 @@ impl<'de> Deserialize<'de> for CreateSession {
                 own.insert(key.to_owned(), value);
             }
         }
+        if map.contains_key("origin") {
+            return Err(D::Error::custom(
+                "`origin` is set by the daemon from the request's token, never by a request",
+            ));
+        }
         if let Some(unknown) = map.keys().find(|key| !launch_keys().contains(*key)) {
             return Err(D::Error::custom(format!("unknown field `{unknown}`")));
         }
@@ -371,6 +381,7 @@ impl<'de> Deserialize<'de> for CreateSession {
             worktree: own.worktree,
             node: own.node,
             started_by: None,
+            origin: None,
         })
     }
 }

@@ -66,6 +66,9 @@ pub enum SessionCommand {
         request: CreateSession,
         /// Who asked (the request's own `started_by` is never sent).
         by: Option<String>,
+        /// Through which face, with which token and ceiling (never the request's own).
+        #[serde(default)]
+        origin: Option<switchboard_store::Origin>,
     },
 }
 

@@ -479,6 +479,10 @@ impl Daemon {
         id: &str,
         mode: PermissionMode,
     ) -> Result<(), DaemonError> {
+        if let Some(record) = self.record(id).await? {
+            crate::ceiling::check_mode(&record.launch, mode.as_str())
+                .map_err(DaemonError::Forbidden)?;
+        }
         self.command(id, SessionCommand::SetMode { mode }).await
     }
 
@@ -633,6 +637,7 @@ impl Daemon {
         self.daily_limit(request.started_by.as_deref())?;
         let id = uuid::Uuid::new_v4().to_string();
         let mut launch = request.launch.clone();
+        launch.origin = request.origin.clone();
         if request.worktree {
             if !request.launch.cwd.is_absolute() || !request.launch.cwd.is_dir() {
                 return Err(DaemonError::Invalid(format!(
@@ -734,6 +739,7 @@ impl Daemon {
             Some(text) => load_policy(text).await?,
             None => self.config.default_policy.clone().unwrap_or_default(),
         };
+        let policy = crate::ceiling::bound(request, policy).map_err(DaemonError::Forbidden)?;
         let mut config = SessionConfig::new(&request.cwd, policy);
         // The daemon's CLI (its program, environment rules and env), then the request's.
         let node = self.node_cli();

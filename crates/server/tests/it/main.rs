@@ -19,6 +19,7 @@ mod grpc;
 mod hostile;
 mod links;
 mod matrix;
+mod mcp;
 mod notify;
 mod parked;
 mod push;

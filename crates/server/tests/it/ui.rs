@@ -394,6 +394,22 @@ async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
     }
 }
 
+/// A session an agent started through MCP, with a token that has a ceiling.
+async fn seed_agent_session(store: &Arc<dyn Store>) {
+    seed_long_session(store, "agent-session", 1).await;
+    let mut record = store.get_session("agent-session").await.unwrap().unwrap();
+    record.title = Some("Started by the reviewer agent".into());
+    // Its own directory: the list's search for "long" finds the long session alone.
+    record.cwd = "/tmp/agent-project".into();
+    record.launch.cwd = "/tmp/agent-project".into();
+    record.launch.origin = Some(switchboard_store::Origin {
+        face: switchboard_store::Face::Mcp,
+        token: "reviewer".into(),
+        ceiling: Some("[permissions]\nallow = [\"Read\"]\n".into()),
+    });
+    store.update_session(&record).await.unwrap();
+}
+
 /// What the browser test's MARKDOWN prompt gets back.
 const MARKDOWN_REPLY: &str = "Here is the **summary**, with `inline code`.\n\n\
     | File | Lines |\n|---|---|\n| calc.py | 42 |\n| test.py | 7 |\n\n\
@@ -713,6 +729,7 @@ async fn browser() {
     .unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     seed_long_session(&store, "long-session", 1000).await;
+    seed_agent_session(&store).await;
     // The browser test's push service listens on 127.0.0.1.
     let server = Server::start_with(store, &api, &sandbox, |config| {
         config.notify.push.hosts = vec!["127.0.0.1".into()];
