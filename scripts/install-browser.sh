@@ -30,6 +30,6 @@ installed() {
   ' 2>/dev/null
 }
 if ! installed; then
-  echo "install-browser: installing playwright-core (e2e/package-lock.json)" >&2
+  echo "install-browser: installing playwright-core and the ACP client (e2e/package-lock.json)" >&2
   (cd e2e && npm ci --ignore-scripts --no-audit --no-fund --silent)
 fi

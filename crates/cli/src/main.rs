@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod acp;
 mod claude;
 mod client;
 mod config;
@@ -68,6 +69,11 @@ enum Command {
     Serve(serve::ServeArgs),
     /// List, show, follow or stop the daemon's sessions.
     Sessions(client::SessionsArgs),
+    /// Be an Agent Client Protocol agent on stdin and stdout, for editors (Zed, Neovim,
+    /// JetBrains): each session the editor opens is a session of the daemon, under its
+    /// policy, its permission requests put to the editor and to every other face at once
+    /// (docs/acp.md).
+    Acp(acp::AcpArgs),
     /// Allow a pending permission request.
     Approve(client::AnswerArgs),
     /// Make, list or revoke named API tokens, each with a scope: read, approve, operate or
@@ -183,6 +189,7 @@ fn main() -> ExitCode {
         Command::Run(args) => block_on(run::run(args)),
         Command::Serve(args) => block_on(serve::serve(args)),
         Command::Sessions(args) => block_on(client::sessions(args)),
+        Command::Acp(args) => block_on(acp::acp(args)),
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
         Command::Token(args) => block_on(client::token(args)),

@@ -847,6 +847,10 @@ struct MessageBody {
     /// While a turn runs: `now` (steer it), `next`, `later`.
     #[serde(default)]
     priority: Option<switchboard_protocol::MessagePriority>,
+    /// The message's id, a UUID the client chooses, so that it knows the message's echo and
+    /// turn before the answer comes (default: one the daemon makes).
+    #[serde(default)]
+    uuid: Option<String>,
 }
 
 async fn send_message(
@@ -859,7 +863,12 @@ async fn send_message(
         .map_err(ApiError::invalid)?;
     // Named here so that the caller can find it in the log: its echo, a `resent`, or an
     // `undelivered`.
-    let uuid = uuid::Uuid::new_v4().to_string();
+    let uuid = match body.uuid {
+        Some(given) => uuid::Uuid::parse_str(&given)
+            .map_err(|_| ApiError::invalid(format!("uuid {given:?} is not a UUID")))?
+            .to_string(),
+        None => uuid::Uuid::new_v4().to_string(),
+    };
     message.uuid = Some(uuid.clone());
     daemon.send_message(&id, message, &caller.who("api", None)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": true, "uuid": uuid}))).into_response())

@@ -54,7 +54,7 @@ export function originOf(session) {
   const via = { mcp: 'an agent, through MCP', acp: 'an editor, through ACP', grpc: 'gRPC', api: 'the API' }[origin.face] ?? origin.face;
   const bounded = origin.ceiling ? ', under its ceiling' : '';
   return {
-    label: `${who ?? origin.face} · ${origin.token}${origin.ceiling ? ' · ceiling' : ''}`,
+    label: [who, origin.ceiling ? 'ceiling' : null].filter(Boolean).join(' · '),
     title: `Started by ${via}, with token ${origin.token}${bounded}`,
   };
 }

@@ -1,5 +1,6 @@
 //! Integration tests of the `switchboard` binary.
 
+mod acp;
 mod claude;
 mod decode;
 mod demo;
