@@ -2,7 +2,8 @@
 //! JetBrains), each of its sessions a Switchboard session of the daemon.
 //!
 //! - **Sessions.** `session/new` starts a session through the daemon (as `switchboard new`
-//!   does, with the data directory's address and token), `session/load` reopens one (its
+//!   does, with the data directory's address and token; a daemon is started there when none
+//!   answers), `session/load` reopens one (its
 //!   conversation replayed to the editor, its CLI resumed when it is not running);
 //!   `session/prompt` sends; `session/cancel` interrupts; `session/set_mode` sets the
 //!   permission mode. The daemon records the sessions as started through ACP (`x-switchboard-
@@ -45,7 +46,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use switchboard_server::frames::ViewSubscriberFrame;
 use switchboard_server::view::ViewUpdate;
-use switchboard_session::{DecidedBy, PendingPermission, Update};
+use switchboard_session::{DecidedBy, PendingPermission, SessionState, Update};
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -77,14 +78,45 @@ struct State {
 /// A session an editor has open.
 struct Session {
     id: String,
-    /// Prompts the editor sent, by uuid, each waiting for its turn's end.
-    waiting: Mutex<HashMap<String, oneshot::Sender<StopReason>>>,
-    /// The editor cancelled: the turn under way ends `cancelled`.
-    cancelled: AtomicBool,
+    /// Its directory (an edit's file is read through the daemon, relative to it).
+    cwd: String,
+    /// Prompts the editor sent, by uuid, each waiting for its turn's end (or why it will not
+    /// come).
+    waiting: Mutex<HashMap<String, oneshot::Sender<Result<StopReason, String>>>>,
+    /// The turns: the prompt whose turn runs, those queued, those the editor cancelled.
+    turns: Mutex<Turns>,
     /// Requests put to the editor, by request id: told when someone else answered.
     asked: Mutex<HashMap<String, oneshot::Sender<String>>>,
     /// The editor's own prompts (not echoed back to it) and what it was told of each call.
     translator: Mutex<updates::Translator>,
+    /// The task that follows it (ended when it is opened again).
+    follower: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+/// Which prompt's turn runs, by uuid, as the session's view says.
+#[derive(Default)]
+struct Turns {
+    running: Option<String>,
+    queued: std::collections::VecDeque<Option<String>>,
+    /// Prompts the editor cancelled: their turn ends `cancelled`.
+    cancelled: std::collections::HashSet<String>,
+}
+
+impl Session {
+    /// Ends every prompt still waiting, saying why.
+    fn end_waiting(&self, why: &str) {
+        for (_, waiter) in self.waiting.lock().drain() {
+            let _ = waiter.send(Err(why.to_owned()));
+        }
+    }
+
+    /// Ends the turn of prompt `uuid`, if the editor waits for it.
+    fn ended(&self, uuid: &str, reason: StopReason) {
+        let cancelled = self.turns.lock().cancelled.remove(uuid);
+        if let Some(waiter) = self.waiting.lock().remove(uuid) {
+            let _ = waiter.send(Ok(if cancelled { StopReason::Cancelled } else { reason }));
+        }
+    }
 }
 
 /// A page of a session's view (`GET /api/sessions/{id}/view`).
@@ -97,13 +129,12 @@ struct ViewPage {
 
 /// Runs the agent on stdin and stdout until the editor closes them.
 pub(crate) async fn acp(args: AcpArgs) -> ExitCode {
-    let client = match args.connection.client() {
+    let client = match daemon(&args.connection).await {
         Ok(client) => client.named("acp"),
         Err(error) => {
-            tracing::error!("switchboard acp: {error}");
             #[allow(clippy::print_stderr)]
             {
-                eprintln!("switchboard acp: {error} (start the daemon with `switchboard serve`)");
+                eprintln!("switchboard acp: {error}");
             }
             return ExitCode::from(1);
         }
@@ -123,6 +154,76 @@ pub(crate) async fn acp(args: AcpArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// How long a daemon started here may take to answer.
+const DAEMON_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The daemon this agent talks to: the one the data directory names, started there when none
+/// answers (an editor starts `switchboard acp` on its own), unless one was named by hand
+/// (`--url`, `--token`), which is then the only one tried.
+async fn daemon(connection: &Connection) -> Result<Client, String> {
+    let answers = async |client: &Client| {
+        let health = client.request(reqwest::Method::GET, "/api/health", None);
+        matches!(tokio::time::timeout(std::time::Duration::from_secs(5), health).await, Ok(Ok(_)))
+    };
+    if let Ok(client) = connection.client() {
+        if answers(&client).await {
+            return Ok(client);
+        }
+    }
+    let Some(dir) = connection.own_data_dir() else {
+        return connection
+            .client()
+            .and_then(|client| Err(format!("no daemon answers at {}", client.base)));
+    };
+    let mut serve = start_serve(&dir)?;
+    let deadline = tokio::time::Instant::now() + DAEMON_START;
+    loop {
+        if let Ok(client) = connection.client() {
+            if answers(&client).await {
+                tracing::info!(data_dir = %dir.display(), "started the daemon");
+                return Ok(client);
+            }
+        }
+        if let Ok(Some(status)) = serve.try_wait() {
+            return Err(format!(
+                "no daemon was running, and `switchboard serve --data-dir {}` exited ({status}); run it yourself to see why",
+                dir.display()
+            ));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "no daemon was running, and the one started in {} did not answer within {} s",
+                dir.display(),
+                DAEMON_START.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts `switchboard serve` on the data directory `dir`, on its own: it outlives this agent
+/// (the editor's sessions go on), with this process's environment but the token and address
+/// a client is given (a token meant for this agent never becomes the daemon's own).
+fn start_serve(dir: &std::path::Path) -> Result<tokio::process::Child, String> {
+    let program = std::env::current_exe().map_err(|error| {
+        format!("cannot tell where this program is to start the daemon: {error}")
+    })?;
+    #[allow(clippy::disallowed_methods)] // the daemon, this same program; not the Claude CLI
+    let mut command = tokio::process::Command::new(program);
+    command
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir)
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own process group: the editor's signals to this agent do not reach it.
+        .process_group(0);
+    command.spawn().map_err(|error| format!("cannot start the daemon: {error}"))
 }
 
 async fn serve(state: Arc<State>) -> agent_client_protocol::Result<()> {
@@ -264,7 +365,7 @@ impl State {
             None => self.client.request(reqwest::Method::POST, "/api/sessions", Some(body)).await?,
         };
         let id = made["id"].as_str().ok_or("the daemon answered without an id")?.to_owned();
-        self.open(editor, &id, false).await?;
+        self.open(editor, &id, &request.cwd.display().to_string(), false).await?;
         let mode = made["permission_mode"].as_str().unwrap_or("default");
         Ok(NewSessionResponse::new(id).modes(modes(mode)))
     }
@@ -277,14 +378,16 @@ impl State {
         let id = request.session_id.to_string();
         let path = format!("/api/sessions/{id}");
         let session = self.client.request(reqwest::Method::GET, &path, None).await?;
-        if session["running"] != json!(true) {
+        // A parked session waits for an answer with no process: the answer resumes it.
+        if session["running"] != json!(true) && session["state"] != "parked" {
             self.client
                 .request(reqwest::Method::POST, &format!("{path}/resume"), Some(json!({})))
                 .await?;
         }
         // The conversation so far, replayed as updates before the answer (as ACP asks), then
         // what waits for an answer, put to the editor.
-        self.open(editor, &id, true).await?;
+        let cwd = session["cwd"].as_str().unwrap_or_default().to_owned();
+        self.open(editor, &id, &cwd, true).await?;
         let opened = self.session(&id)?;
         let waiting =
             self.client.request(reqwest::Method::GET, &format!("{path}/permissions"), None).await?;
@@ -304,23 +407,33 @@ impl State {
         self: &Arc<Self>,
         editor: &ConnectionTo<Editor>,
         id: &str,
+        cwd: &str,
         history: bool,
     ) -> Result<(), String> {
         let session = Arc::new(Session {
             id: id.to_owned(),
+            cwd: cwd.to_owned(),
             waiting: Mutex::new(HashMap::new()),
-            cancelled: AtomicBool::new(false),
+            turns: Mutex::new(Turns::default()),
             asked: Mutex::new(HashMap::new()),
             translator: Mutex::new(updates::Translator::default()),
+            follower: Mutex::new(None),
         });
         let after = if history { self.replay(editor, &session).await? } else { 0 };
         let socket = crate::client::subscribe(&self.client, id, after, true).await?;
         if let Some(old) = self.sessions.lock().insert(id.to_owned(), session.clone()) {
-            // Opened again: the old feed's prompts end with it.
-            old.waiting.lock().clear();
+            // Opened again: the old feed stops (nothing is told twice), its prompts end.
+            if let Some(follower) = old.follower.lock().take() {
+                follower.abort();
+            }
+            old.end_waiting("the session was opened again");
         }
-        let (state, editor) = (self.clone(), editor.clone());
-        tokio::spawn(async move { state.follow(&editor, &session, socket).await });
+        let (state, editor, followed) = (self.clone(), editor.clone(), session.clone());
+        let follower = tokio::spawn(async move {
+            state.follow(&editor, &followed, socket).await;
+            followed.end_waiting("the daemon's feed of the session ended");
+        });
+        *session.follower.lock() = Some(follower.abort_handle());
         Ok(())
     }
 
@@ -360,9 +473,6 @@ impl State {
         session: &Arc<Session>,
         mut socket: crate::client::Socket,
     ) {
-        // The prompt whose turn runs now, and those queued behind it, by uuid.
-        let mut running: Option<String> = None;
-        let mut queued = std::collections::VecDeque::new();
         while let Some(Ok(message)) = socket.next().await {
             let WsMessage::Text(text) = message else { continue };
             let Ok(ViewSubscriberFrame::View(frame)) = serde_json::from_str(&text) else {
@@ -378,18 +488,30 @@ impl State {
                 }
                 let ViewUpdate::Session(update) = update else { continue };
                 match update {
-                    Update::Prompt { uuid, queued: false, .. } => running = uuid.clone(),
-                    Update::Prompt { uuid, queued: true, .. } => queued.push_back(uuid.clone()),
-                    Update::Dequeued => running = queued.pop_front().flatten(),
+                    Update::Prompt { uuid, queued: false, .. } => {
+                        session.turns.lock().running = uuid.clone();
+                    }
+                    Update::Prompt { uuid, queued: true, .. } => {
+                        session.turns.lock().queued.push_back(uuid.clone());
+                    }
+                    Update::Dequeued => {
+                        let mut turns = session.turns.lock();
+                        turns.running = turns.queued.pop_front().flatten();
+                    }
+                    Update::PromptCancelled { uuid } => {
+                        session.turns.lock().queued.retain(|queued| queued.as_ref() != Some(uuid));
+                        session.ended(uuid, StopReason::Cancelled);
+                    }
                     Update::TurnEnded {
                         parent_tool_use_id: None, subtype, interrupted, ..
                     } => {
-                        let ended = running.take();
-                        let waiter = ended.and_then(|uuid| session.waiting.lock().remove(&uuid));
-                        if let Some(waiter) = waiter {
-                            let cancelled = session.cancelled.swap(false, Ordering::Relaxed);
-                            let _ = waiter.send(stop_reason(subtype, *interrupted || cancelled));
+                        let ended = session.turns.lock().running.take();
+                        if let Some(uuid) = ended {
+                            session.ended(&uuid, stop_reason(subtype, *interrupted));
                         }
+                    }
+                    Update::State { to: SessionState::Exited | SessionState::Crashed, .. } => {
+                        session.end_waiting("the session's CLI ended");
                     }
                     Update::PermissionAsked(pending) => {
                         self.ask_editor(editor, session, pending.clone());
@@ -413,7 +535,7 @@ impl State {
                     } if self.writes_files.load(Ordering::Relaxed)
                         && matches!(tool.as_str(), "Edit" | "MultiEdit" | "Write") =>
                     {
-                        Self::write_through(editor, session, tool_use_id);
+                        self.write_through(editor, session, tool_use_id);
                     }
                     _ => {}
                 }
@@ -502,18 +624,32 @@ impl State {
         });
     }
 
-    /// Writes the file an edit changed through the editor, so its buffer has the change.
-    fn write_through(editor: &ConnectionTo<Editor>, session: &Arc<Session>, tool_use_id: &str) {
-        let Some(path) = session.translator.lock().path_of(tool_use_id) else { return };
-        let (editor, session) = (editor.clone(), session.clone());
+    /// Writes the file an edit changed through the editor, so its buffer has the change: the
+    /// file as the daemon reads it (the Files view, wherever the daemon runs), whole text only.
+    fn write_through(
+        self: &Arc<Self>,
+        editor: &ConnectionTo<Editor>,
+        session: &Arc<Session>,
+        tool_use_id: &str,
+    ) {
+        let Some(path) = session.translator.lock().take_path(tool_use_id) else { return };
+        let Ok(relative) = path.strip_prefix(&session.cwd) else { return };
+        let relative = relative.display().to_string();
+        let (state, editor, session) = (self.clone(), editor.clone(), session.clone());
         tokio::spawn(async move {
-            // Bounded as the Files view is: a file too large to show is not sent either.
-            let Ok(meta) = tokio::fs::metadata(&path).await else { return };
-            if meta.len() > MAX_WRITE_THROUGH_BYTES {
+            let query = crate::client::query_escape(&relative);
+            let file = format!("/api/sessions/{}/file?path={query}", session.id);
+            let view = match state.client.request(reqwest::Method::GET, &file, None).await {
+                Ok(view) => view,
+                Err(error) => {
+                    tracing::info!("the edit of {relative} is not written through: {error}");
+                    return;
+                }
+            };
+            let (Some(text), false) = (view["text"].as_str(), view["truncated"] == true) else {
                 return;
-            }
-            let Ok(content) = tokio::fs::read_to_string(&path).await else { return };
-            let request = WriteTextFileRequest::new(session.id.clone(), path.clone(), content);
+            };
+            let request = WriteTextFileRequest::new(session.id.clone(), path.clone(), text);
             if let Err(error) = editor.send_request(request).block_task().await {
                 tracing::info!("the editor did not take the edit of {}: {error:?}", path.display());
             }
@@ -531,14 +667,13 @@ impl State {
         let (done, ended) = oneshot::channel();
         session.waiting.lock().insert(uuid.clone(), done);
         session.translator.lock().sent(&uuid);
-        session.cancelled.store(false, Ordering::Relaxed);
         let body = json!({"content": text, "uuid": uuid});
         let path = format!("/api/sessions/{id}/messages");
         if let Err(error) = self.client.request(reqwest::Method::POST, &path, Some(body)).await {
             session.waiting.lock().remove(&uuid);
             return Err(error);
         }
-        ended.await.map_err(|_| format!("session {id}'s feed ended before its turn did"))
+        ended.await.map_err(|_| format!("session {id}'s feed ended before its turn did"))?
     }
 
     async fn set_mode(&self, request: &SetSessionModeRequest) -> Result<(), String> {
@@ -547,17 +682,35 @@ impl State {
         self.client.request(reqwest::Method::POST, &path, Some(body)).await.map(drop)
     }
 
+    /// Cancels the editor's prompts: the one whose turn runs is interrupted, those queued are
+    /// taken out of the queue; each answers `cancelled`. Another face's turn runs on.
     async fn cancel(&self, id: &str) -> Result<(), String> {
         let session = self.session(id)?;
-        session.cancelled.store(true, Ordering::Relaxed);
-        let path = format!("/api/sessions/{id}/interrupt");
-        self.client.request(reqwest::Method::POST, &path, Some(json!({}))).await.map(drop)
+        let mine: Vec<String> = session.waiting.lock().keys().cloned().collect();
+        let running = session.turns.lock().running.clone();
+        for uuid in mine {
+            session.turns.lock().cancelled.insert(uuid.clone());
+            if running.as_ref() == Some(&uuid) {
+                let path = format!("/api/sessions/{id}/interrupt");
+                self.client.request(reqwest::Method::POST, &path, Some(json!({}))).await?;
+            } else {
+                let path = format!("/api/sessions/{id}/queue/{uuid}");
+                let dropped = self.client.request(reqwest::Method::DELETE, &path, None).await;
+                if !matches!(&dropped, Ok(answer) if answer["cancelled"] == true) {
+                    // Taken into a turn meanwhile (or never queued): that turn is interrupted.
+                    tracing::info!("a queued prompt was not dropped ({dropped:?}); interrupting");
+                    let path = format!("/api/sessions/{id}/interrupt");
+                    self.client.request(reqwest::Method::POST, &path, Some(json!({}))).await?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 /// Why a turn ended, in ACP's words.
-fn stop_reason(subtype: &str, cancelled: bool) -> StopReason {
-    if cancelled {
+fn stop_reason(subtype: &str, interrupted: bool) -> StopReason {
+    if interrupted {
         return StopReason::Cancelled;
     }
     match subtype {
@@ -631,6 +784,3 @@ fn decided_by(by: &DecidedBy) -> String {
         _ => "Claude Code".to_owned(),
     }
 }
-
-/// The largest file an edit writes through to the editor.
-const MAX_WRITE_THROUGH_BYTES: u64 = 4 * 1024 * 1024;

@@ -207,6 +207,12 @@ pub(crate) struct Client {
 }
 
 impl Connection {
+    /// The data directory it reads, when it names no daemon by hand (`--url`, `--token`): the
+    /// one a client may start a daemon for.
+    pub(crate) fn own_data_dir(&self) -> Option<std::path::PathBuf> {
+        (self.url.is_none() && self.token.is_none()).then(|| self.data.resolve())
+    }
+
     /// Whether `--json` was asked for.
     pub(crate) fn json(&self) -> bool {
         self.json
@@ -777,7 +783,7 @@ fn forwarding_page(data_dir: &std::path::Path, address: &str) -> Result<PathBuf,
 }
 
 /// `text` for a URL's query: everything but letters, digits and `-._~` percent-encoded.
-fn query_escape(text: &str) -> String {
+pub(crate) fn query_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
@@ -1037,6 +1043,16 @@ fn print_session(session: &SessionView) {
         ("title", or_dash(&record.title)),
         ("cost_usd", Value::from(record.cost_usd).to_string()),
         ("running", session.running.to_string()),
+        (
+            "origin",
+            record.launch.origin.as_ref().map_or_else(
+                || "-".to_owned(),
+                |origin| {
+                    let ceiling = if origin.ceiling.is_some() { ", under its ceiling" } else { "" };
+                    format!("{}, token {}{ceiling}", origin.face.as_str(), origin.token)
+                },
+            ),
+        ),
     ];
     for (key, value) in rows {
         println!("{key:<18} {value}");

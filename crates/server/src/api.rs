@@ -221,8 +221,16 @@ pub fn router(daemon: Arc<Daemon>, auth: AuthConfig) -> Router {
     for route in routes() {
         match route.guard {
             Guard::Api(scope) => {
+                let mut handler = route.handler;
+                if scope >= Scope::Operate && route.path.contains("{id}") {
+                    // A token with a ceiling operates only the sessions under it.
+                    handler = handler.layer(axum::middleware::from_fn_with_state(
+                        daemon.clone(),
+                        crate::faces::within_ceiling,
+                    ));
+                }
                 let checked =
-                    route.handler.layer(axum::middleware::from_fn_with_state(scope, require_scope));
+                    handler.layer(axum::middleware::from_fn_with_state(scope, require_scope));
                 api = api.route(route.path, checked);
             }
             Guard::Own => own = own.route(route.path, route.handler),
@@ -962,6 +970,12 @@ async fn permission_link(
     let Some(record) = daemon.record(&id).await? else {
         return Err(ApiError::not_found(format!("no session {id}")));
     };
+    // Whoever opens a link may allow: a token makes one only for what it could allow itself.
+    let allow = switchboard_session::PermissionAnswer {
+        behavior: switchboard_session::AnswerBehavior::Allow,
+        ..switchboard_session::PermissionAnswer::default()
+    };
+    crate::faces::check_answer_to(&daemon, &caller, &id, &request_id, &allow).await?;
     let pending = daemon
         .waiting(&record)
         .await
@@ -1359,6 +1373,7 @@ async fn handle_client_frame(
         caller.require(frame.scope())?;
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
+                crate::faces::check_within(daemon, caller, id).await?;
                 let by = caller.who("websocket", None);
                 let prompt =
                     crate::prompt::with_priority(user_message(message.content)?, message.priority)
@@ -1377,6 +1392,7 @@ async fn handle_client_frame(
                 Some(request_id)
             }
             ClientFrame::Interrupt(frame) => {
+                crate::faces::check_within(daemon, caller, id).await?;
                 daemon.interrupt(id, frame.cancel_queued).await?;
                 None
             }

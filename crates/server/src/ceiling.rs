@@ -83,8 +83,8 @@ pub fn check_mode(launch: &Launch, mode: &str) -> Result<(), String> {
 
 /// Whether a token with `ceiling` may answer `pending` (of a session in `cwd`) with `answer`:
 /// an allow only of what the ceiling allows (the input that runs: the answer's, if it gives
-/// one), never with rules for the CLI, and "always" only within it. A deny is always the
-/// token's to give.
+/// one), once: never with rules for the CLI, nor "always". A deny is always the token's to
+/// give.
 pub fn check_answer(
     ceiling: &TokenCeiling,
     token: &str,
@@ -104,7 +104,10 @@ pub fn check_answer(
     let input = answer.updated_input.as_ref().unwrap_or(&pending.input);
     ceiling.ceiling.check_answer(&pending.tool_name, input, &context)?;
     if answer.remember {
-        ceiling.ceiling.check_allow(&pending.always_allows)?;
+        // "Always" sends the CLI its own suggestions, which may reach further than the call.
+        return Err(format!(
+            "token {token} has a ceiling: it allows a call once, never always (a person may)"
+        ));
     }
     Ok(())
 }

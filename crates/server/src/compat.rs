@@ -238,6 +238,13 @@ async fn handle_frame(
             if let Err(refused) = caller.require(Scope::Operate) {
                 return error(refused.to_string());
             }
+            if caller.ceiling().is_some() {
+                // A transcript's session is no ceiling's to take over.
+                return error(format!(
+                    "token {} has a ceiling: it takes over no transcript (start a session of its own)",
+                    caller.name
+                ));
+            }
             match take_over(daemon, info, content, &caller.who("transcript", None)).await {
                 Ok(()) => None,
                 Err(message) => error(message),

@@ -158,6 +158,51 @@ pub(crate) async fn check_answer_to(
         .map_err(crate::daemon::DaemonError::Forbidden)
 }
 
+/// Whether `caller` may operate session `id` (steer, stop, resume, change its mode or
+/// model, read its files, touch its worktree): a token with a ceiling operates only the
+/// sessions started under that same ceiling, which bounds them; any other token, any session.
+pub(crate) async fn check_within(
+    daemon: &Daemon,
+    caller: &crate::tokens::Caller,
+    id: &str,
+) -> Result<(), crate::daemon::DaemonError> {
+    let Some(ceiling) = caller.ceiling() else {
+        return Ok(());
+    };
+    let Some(record) = daemon.record(id).await? else {
+        // No such session: the route itself says so.
+        return Ok(());
+    };
+    let under = record.launch.origin.as_ref().and_then(|origin| origin.ceiling.as_deref());
+    if under == Some(&*ceiling.text) {
+        return Ok(());
+    }
+    Err(crate::daemon::DaemonError::Forbidden(format!(
+        "token {} has a ceiling: it operates only the sessions started under it, and session {id} was not",
+        caller.name
+    )))
+}
+
+/// [`check_within`] for a route that operates a session (`{id}` in its path), before its
+/// handler runs.
+pub(crate) async fn within_ceiling(
+    axum::extract::State(daemon): axum::extract::State<std::sync::Arc<Daemon>>,
+    axum::Extension(caller): axum::Extension<crate::tokens::Caller>,
+    params: axum::extract::RawPathParams,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if caller.ceiling().is_some() {
+        if let Some((_, id)) = params.iter().find(|(name, _)| *name == "id") {
+            if let Err(error) = check_within(&daemon, &caller, id).await {
+                return ApiError::from(error).into_response();
+            }
+        }
+    }
+    next.run(request).await
+}
+
 /// A Files view's refusal as the API says it.
 pub(crate) fn browse_error(error: crate::browse::BrowseError) -> ApiError {
     match error {

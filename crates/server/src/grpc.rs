@@ -346,7 +346,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::StopSessionRequest>,
     ) -> Result<tonic::Response<pb::StopSessionResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         if request.purge {
             self.daemon
                 .delete(&request.id, request.force, request.delete_branch)
@@ -367,7 +369,10 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::ResumeSessionRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
-        let record = self.daemon.resume(&request.into_inner().id).await.map_err(status)?;
+        let caller = caller(&request)?;
+        let id = request.into_inner().id;
+        self.within(&caller, &id).await?;
+        let record = self.daemon.resume(&id).await.map_err(status)?;
         Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 
@@ -375,8 +380,10 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::SendMessageRequest>,
     ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
-        let by = caller(&request)?.who("grpc", None);
+        let caller = caller(&request)?;
+        let by = caller.who("grpc", None);
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         let message = if request.images.is_empty() {
             crate::faces::user_message(Value::String(request.text)).map_err(api_status)?
         } else {
@@ -417,7 +424,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::CancelQueuedRequest>,
     ) -> Result<tonic::Response<pb::CancelQueuedResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         let control = switchboard_session::CliControl::CancelMessage { uuid: request.uuid };
         let answer = self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
         let cancelled = answer["cancelled"] == true;
@@ -428,7 +437,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::StopTaskRequest>,
     ) -> Result<tonic::Response<pb::StopTaskResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         let control = switchboard_session::CliControl::StopTask { task_id: request.task_id };
         self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
         Ok(tonic::Response::new(pb::StopTaskResponse {}))
@@ -438,7 +449,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::InterruptRequest>,
     ) -> Result<tonic::Response<pb::InterruptResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         self.daemon.interrupt(&request.id, request.cancel_queued).await.map_err(status)?;
         Ok(tonic::Response::new(pb::InterruptResponse {}))
     }
@@ -447,7 +460,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::RewindFilesRequest>,
     ) -> Result<tonic::Response<pb::RewindFilesResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         let rewind = self
             .daemon
             .rewind(&request.id, &request.message, request.dry_run)
@@ -468,7 +483,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::SetModelRequest>,
     ) -> Result<tonic::Response<pb::SetModelResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         if request.model.trim().is_empty() {
             return Err(Status::invalid_argument("model is empty"));
         }
@@ -480,7 +497,9 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::SetPermissionModeRequest>,
     ) -> Result<tonic::Response<pb::SetPermissionModeResponse>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
+        self.within(&caller, &request.id).await?;
         let mode = crate::faces::permission_mode(&request.mode).map_err(api_status)?;
         self.daemon.set_permission_mode(&request.id, mode).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SetPermissionModeResponse { mode: request.mode }))
@@ -587,6 +606,12 @@ impl Switchboard for Api {
 }
 
 impl Api {
+    /// Refused unless `caller` may operate session `id` (a token with a ceiling operates only
+    /// the sessions under it: [`crate::faces::check_within`]).
+    async fn within(&self, caller: &Caller, id: &str) -> Result<(), Status> {
+        crate::faces::check_within(&self.daemon, caller, id).await.map_err(status)
+    }
+
     /// A place for one more stream, or RESOURCE_EXHAUSTED.
     fn place(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
         self.streams.clone().try_acquire_owned().map_err(|_| {

@@ -268,6 +268,15 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
             replies.push(status(&refused.to_string()));
             continue;
         }
+        if caller.ceiling().is_some() {
+            // Relay sessions are no ceiling's: a token with one only watches them.
+            let refused = format!(
+                "token {} has a ceiling: relay sessions are not under it, so it only watches them",
+                caller.name
+            );
+            replies.push(status(&refused));
+            continue;
+        }
         match answer {
             Some(Ok(answer)) => {
                 if let Err(message) =

@@ -36,9 +36,9 @@ impl Translator {
         self.own.insert(uuid.to_owned());
     }
 
-    /// The file call `id` edits, if it is an edit.
-    pub(crate) fn path_of(&self, id: &str) -> Option<PathBuf> {
-        self.paths.get(id).cloned()
+    /// The file call `id` edited, if it was an edit (forgotten then: it is told once).
+    pub(crate) fn take_path(&mut self, id: &str) -> Option<PathBuf> {
+        self.paths.remove(id)
     }
 
     /// What the editor is told of `update` read from the session's history, where the pieces
@@ -64,7 +64,8 @@ impl Translator {
         let ViewUpdate::Session(update) = update else { return Vec::new() };
         match update {
             Update::Prompt { text, uuid, .. } => {
-                if uuid.as_ref().is_some_and(|uuid| self.own.contains(uuid)) {
+                // The editor's own, seen once and forgotten (what is kept stays bounded).
+                if uuid.as_ref().is_some_and(|uuid| self.own.remove(uuid)) {
                     return Vec::new();
                 }
                 vec![SessionUpdate::UserMessageChunk(chunk(text))]
@@ -98,6 +99,8 @@ impl Translator {
             Update::ToolResult {
                 tool_use_id, parent_tool_use_id: None, is_error, text, ..
             } => {
+                // Its result ends a call: its announcement is forgotten (bounded).
+                self.announced.remove(tool_use_id);
                 let status =
                     if *is_error { ToolCallStatus::Failed } else { ToolCallStatus::Completed };
                 let mut fields = ToolCallUpdateFields::new().status(status);

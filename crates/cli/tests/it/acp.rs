@@ -148,3 +148,83 @@ async fn bad_input_from_an_editor_gets_json_rpc_errors() {
     let _ = agent.kill().await;
     let _ = daemon.child.kill().await;
 }
+
+/// An editor that starts `switchboard acp` with no daemon running gets one: started on the
+/// data directory, it answers the editor's session, and outlives the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn with_no_daemon_running_one_is_started_on_demand() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let sandbox = CliSandbox::new().unwrap();
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("On demand.").when_prompt("HELLO")))
+        .await
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let claude = switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_330);
+    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .args(["acp", "--data-dir"])
+        .arg(data.path())
+        .env_remove("SWITCHBOARD_TOKEN")
+        .env_remove("SWITCHBOARD_URL")
+        .envs(sandbox.env(&api.base_url()))
+        .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
+        .env("SWITCHBOARD_CLAUDE", &claude)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = agent.stdin.take().unwrap();
+    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
+    let mut exchange = async |line: String| -> Value {
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        loop {
+            let answer = tokio::time::timeout(Duration::from_secs(90), lines.next_line())
+                .await
+                .expect("answered in time")
+                .unwrap()
+                .expect("a line");
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            // Notifications (session/update) are not the answer.
+            if answer.get("id").is_some() {
+                return answer;
+            }
+        }
+    };
+    let init = exchange(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#.to_owned(),
+    )
+    .await;
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    let cwd = sandbox.workdir().display().to_string();
+    let new = exchange(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}})
+            .to_string(),
+    )
+    .await;
+    let id = new["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("{new}")).to_owned();
+    let prompt = json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": id, "prompt": [{"type": "text", "text": "HELLO there"}]}});
+    let ended = exchange(prompt.to_string()).await;
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+
+    // The daemon it started is on the data directory, and outlives the agent.
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.path().join("daemon.json")).unwrap())
+            .unwrap();
+    let _ = agent.kill().await;
+    let url = info["url"].as_str().unwrap();
+    let token = std::fs::read_to_string(data.path().join("token")).unwrap();
+    let session: Value = crate::http_client()
+        .get(format!("{url}/api/sessions/{id}"))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(session["config"]["origin"]["face"], "acp", "{session}");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(info["pid"].as_u64().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}

@@ -174,11 +174,23 @@ impl Daemon {
             None => by,
         });
         let origin = request.origin.take();
+        let ceiling = origin.as_ref().and_then(|origin| origin.ceiling.clone());
         let command = SessionCommand::Create { request, by, origin };
         let answer = self.forward(node, "", &command).await?;
-        serde_json::from_value(answer).map_err(|error| {
+        let record: SessionRecord = serde_json::from_value(answer).map_err(|error| {
             DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
-        })
+        })?;
+        // A node of a release that does not keep a token's ceiling runs the session without
+        // it: stopped there at once, and refused.
+        let kept = record.launch.origin.as_ref().and_then(|origin| origin.ceiling.clone());
+        if ceiling.is_some() && kept != ceiling {
+            let _ = self.forward(node, &record.id, &SessionCommand::Stop).await;
+            return Err(DaemonError::Forbidden(format!(
+                "node {node} runs a release that does not keep a token's ceiling: the session it started ({}) was stopped; place it on another node",
+                record.id
+            )));
+        }
+        Ok(record)
     }
 
     /// Sends `command` to `node` over the bus; its answer, or its refusal as this node's.

@@ -60,16 +60,40 @@ pub struct Digest {
     pub ended: u64,
     /// The state as the log last said it.
     pub state: Option<SessionState>,
+    /// The message whose turn a wait is for (its uuid), if one is named.
+    pub awaited: Option<String>,
+    /// Whether the awaited message's turn has ended.
+    pub awaited_ended: bool,
+    /// The prompt whose turn runs (its uuid), and those queued behind it.
+    running: Option<String>,
+    queued: VecDeque<Option<String>>,
 }
 
 impl Digest {
+    /// A digest that says when the turn of message `awaited` (its uuid) has ended.
+    pub fn awaiting(awaited: Option<String>) -> Digest {
+        Digest { awaited, ..Digest::default() }
+    }
+
     /// Folds in one update.
     pub fn apply(&mut self, update: &ViewUpdate) {
         let ViewUpdate::Session(update) = update else { return };
         match update {
-            Update::Prompt { text, .. } => {
+            Update::Prompt { text, uuid, queued, .. } => {
                 self.prompts += 1;
+                if *queued {
+                    self.queued.push_back(uuid.clone());
+                } else {
+                    self.running = uuid.clone();
+                }
                 self.push(Turn { prompt: Some(clip(text)), ..Turn::default() });
+            }
+            Update::Dequeued => self.running = self.queued.pop_front().flatten(),
+            Update::PromptCancelled { uuid } => {
+                self.queued.retain(|queued| queued.as_ref() != Some(uuid));
+                if self.awaited.as_ref() == Some(uuid) {
+                    self.awaited_ended = true;
+                }
             }
             Update::Block {
                 parent_tool_use_id: None,
@@ -113,6 +137,10 @@ impl Digest {
                 ..
             } => {
                 self.ended += 1;
+                if self.running.is_some() && self.running == self.awaited {
+                    self.awaited_ended = true;
+                }
+                self.running = None;
                 let turn = self.current();
                 turn.result = result.as_deref().map(clip);
                 turn.ended = true;
@@ -152,9 +180,14 @@ impl Digest {
         self.turns.iter().rev().find(|turn| turn.ended).and_then(|turn| turn.result.as_deref())
     }
 
-    /// Whether every prompt seen has its answer, and none is under way.
+    /// Whether the awaited message's turn ended, or, with none awaited, every prompt seen has
+    /// its answer; and none is under way.
     pub fn settled(&self) -> bool {
-        self.ended >= self.prompts
+        let answered = match &self.awaited {
+            Some(_) => self.awaited_ended,
+            None => self.prompts > 0 && self.ended >= self.prompts,
+        };
+        answered
             && !matches!(
                 self.state,
                 Some(SessionState::Working | SessionState::Starting | SessionState::Compacting)

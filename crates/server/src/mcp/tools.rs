@@ -237,6 +237,20 @@ pub struct WaitForSession {
     /// The longest to wait, in seconds (default 600, at most 3600).
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// Wait for this message's answer: the `uuid` send_message gave (default: until every
+    /// prompt the session has seen has its answer).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A file of a session's directory.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionFile {
+    /// The session's id (or the first 8 or more characters of it).
+    pub session: String,
+    /// The file's path, relative to the session's directory.
+    pub path: String,
 }
 
 /// `list_permissions`' input.
@@ -375,6 +389,7 @@ impl Switchboard {
         }
         let read = async {
             let record = resolve(&call.daemon, &input.session).await?;
+            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
             let path = input.path.unwrap_or_default();
             let found = call.daemon.browse(&record.id, move |root, touched, refuse| {
                 crate::browse::list(root, &path, touched, refuse)
@@ -390,7 +405,7 @@ impl Switchboard {
     )]
     async fn read_file(
         &self,
-        Parameters(input): Parameters<SessionPath>,
+        Parameters(input): Parameters<SessionFile>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
@@ -399,7 +414,8 @@ impl Switchboard {
         }
         let read = async {
             let record = resolve(&call.daemon, &input.session).await?;
-            let path = input.path.unwrap_or_default();
+            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+            let path = input.path;
             let found = call.daemon.browse(&record.id, move |root, touched, refuse| {
                 crate::browse::read(root, &path, touched, refuse)
             });
@@ -443,7 +459,7 @@ impl Switchboard {
     }
 
     #[tool(
-        description = "Send a message to a session: it runs after the turn under way, or, with steer, within it. Needs the operate scope."
+        description = "Send a message to a session: it runs after the turn under way, or, with steer, within it. Returns its uuid: give it to wait_for_session as message to wait for this message's answer. Needs the operate scope."
     )]
     async fn send_message(
         &self,
@@ -456,6 +472,7 @@ impl Switchboard {
         }
         let send = async {
             let record = resolve(&call.daemon, &input.session).await?;
+            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
             let priority = input.steer.then_some(switchboard_protocol::MessagePriority::Now);
             let message = crate::faces::user_message(Value::String(input.text))?;
             let mut message =
@@ -482,6 +499,7 @@ impl Switchboard {
         }
         let done = async {
             let record = resolve(&call.daemon, &input.session).await?;
+            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
             call.daemon.interrupt(&record.id, false).await?;
             Ok::<_, ApiError>(json!({"session": record.id, "interrupted": true}))
         };
@@ -502,6 +520,7 @@ impl Switchboard {
         }
         let done = async {
             let record = resolve(&call.daemon, &input.session).await?;
+            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
             call.daemon.stop(&record.id, false).await?;
             Ok::<_, ApiError>(json!({"session": record.id, "stopped": true}))
         };
@@ -527,7 +546,7 @@ impl Switchboard {
             Err(error) => return Ok(refused(error)),
         };
         let waited = tokio::select! {
-            waited = wait(&call.daemon, &record.id, &ctx) => waited,
+            waited = wait(&call.daemon, &record.id, input.message.clone(), &ctx) => waited,
             () = tokio::time::sleep(Duration::from_secs(secs)) => Ok(Waited::TimedOut),
             () = ctx.ct.cancelled() => return Err(McpError::internal_error("cancelled", None)),
         };
@@ -663,12 +682,13 @@ impl Waited {
 async fn wait(
     daemon: &Arc<Daemon>,
     id: &str,
+    awaited: Option<String>,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<Waited, ApiError> {
     let end = daemon.store().last_seq(id).await.map_err(DaemonError::from)?;
     let mut subscription = daemon.subscribe(id, 0);
     let mut viewer = crate::view::Viewer::new();
-    let mut digest = Digest::default();
+    let mut digest = Digest::awaiting(awaited);
     let mut progress = ctx.meta.get_progress_token();
     let mut told = (0u64, 0usize);
     let mut seen = 0u64;
@@ -715,5 +735,5 @@ async fn settled(daemon: &Daemon, id: &str, digest: &Digest) -> Result<Option<Wa
     if !daemon.waiting(&record).await.is_empty() {
         return Ok(Some(Waited::Asking));
     }
-    Ok((digest.prompts > 0 && digest.settled()).then_some(Waited::Answered))
+    Ok(digest.settled().then_some(Waited::Answered))
 }

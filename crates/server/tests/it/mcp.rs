@@ -267,7 +267,10 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
     assert_eq!(record["config"]["origin"], json!({"face": "mcp", "token": "planner"}));
 
     // Progress on a long wait, then the client cancels it.
-    ok(&call(&client, "send_message", json!({"session": session, "text": "count to seven"})).await);
+    let sent =
+        ok(&call(&client, "send_message", json!({"session": session, "text": "count to seven"}))
+            .await);
+    let message = sent["uuid"].as_str().unwrap().to_owned();
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(
         CallToolRequestParams::new("wait_for_session")
             .with_arguments(json!({"session": session}).as_object().cloned().unwrap()),
@@ -284,7 +287,13 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
     api.wait_for(|request| request.last_user_text().contains("count to seven")).await;
     api.release();
     // The session goes on, and so does the client's connection.
-    let waited = ok(&call(&progress_client, "wait_for_session", json!({"session": session})).await);
+    // Waited for by the message's uuid: its own turn's answer, never the turn before.
+    let waited = ok(&call(
+        &progress_client,
+        "wait_for_session",
+        json!({"session": session, "message": message}),
+    )
+    .await);
     assert_eq!(waited["answer"], "one two three four five six seven", "{waited}");
 
     // Scopes: a read token sees, and is refused a start, naming the scope it lacks.
@@ -400,6 +409,43 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
         )
         .await;
     assert_eq!(status, 403, "{body}");
+    // No "always", and no link that would let whoever opens it allow.
+    let (status, body) = server
+        .request_as(
+            &bounded,
+            reqwest::Method::POST,
+            &format!("/api/sessions/{bounded_session}/permissions/{request_id}"),
+            Some(json!({"behavior": "allow", "remember": true})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = server
+        .request_as(
+            &bounded,
+            reqwest::Method::POST,
+            &format!("/api/sessions/{bounded_session}/permissions/{request_id}/link"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    // Sessions not under its ceiling it watches, and never operates.
+    ok(&call(&agent, "get_session", json!({"session": session})).await);
+    let theirs = call(&agent, "send_message", json!({"session": session, "text": "hi"})).await;
+    assert!(
+        text(&theirs).contains("operates only the sessions started under it"),
+        "{}",
+        text(&theirs)
+    );
+    let (status, body) = server
+        .request_as(
+            &bounded,
+            reqwest::Method::POST,
+            &format!("/api/sessions/{session}/permission-mode"),
+            Some(json!({"mode": "bypassPermissions"})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("operates only"), "{body}");
     let deny = json!({"session": bounded_session, "request_id": request_id, "behavior": "deny", "message": "not now"});
     ok(&call(&agent, "answer_permission", deny).await);
     // A session under the ceiling cannot be put in a mode beyond it, by anyone.

