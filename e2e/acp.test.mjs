@@ -64,6 +64,14 @@ function askedTimes(count) {
   }));
 }
 const written = [];
+let onWritten = () => {};
+/// Resolves once the editor has been asked to write `count` files in all.
+function writtenTimes(count) {
+  if (written.length >= count) return Promise.resolve();
+  return within(`write ${count}`, new Promise((resolve) => {
+    onWritten = () => { if (written.length >= count) resolve(); };
+  }));
+}
 
 await acp
   .client({ name: 'switchboard-e2e' })
@@ -79,8 +87,9 @@ await acp
     return { outcome: { outcome: 'cancelled' } };
   })
   .onRequest(acp.methods.client.fs.writeTextFile, async ({ params }) => {
-    written.push(params.path);
     await writeFile(params.path, params.content);
+    written.push(params.path);
+    onWritten();
     return {};
   })
   .onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => ({ content: await readFile(params.path, 'utf8') }))
@@ -125,6 +134,7 @@ await acp
       assert.equal(asked[0].toolCall.toolCallId, call.toolCallId);
       await update('the edit completed', (u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === call.toolCallId && u.status === 'completed');
       assert.equal(await readFile(path.join(WORKDIR, 'notes.txt'), 'utf8'), 'color = 2\n');
+      await writtenTimes(1);
       assert.deepEqual(written, [path.join(WORKDIR, 'notes.txt')], 'through the editor');
     });
 

@@ -91,6 +91,8 @@ struct Session {
     translator: Mutex<updates::Translator>,
     /// The task that follows it (ended when it is opened again).
     follower: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Its feed ended: a prompt sent now would wait for nothing.
+    closed: AtomicBool,
 }
 
 /// Which prompt's turn runs, by uuid, as the session's view says.
@@ -103,6 +105,12 @@ struct Turns {
 }
 
 impl Session {
+    /// Marks its feed ended and ends every prompt still waiting, saying why.
+    fn close(&self, why: &str) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.end_waiting(why);
+    }
+
     /// Ends every prompt still waiting, saying why.
     fn end_waiting(&self, why: &str) {
         for (_, waiter) in self.waiting.lock().drain() {
@@ -110,11 +118,12 @@ impl Session {
         }
     }
 
-    /// Ends the turn of prompt `uuid`, if the editor waits for it.
-    fn ended(&self, uuid: &str, reason: StopReason) {
+    /// Ends the turn of prompt `uuid`, if the editor waits for it: with `reason`, or an error
+    /// for a turn that failed (not cancelled).
+    fn ended(&self, uuid: &str, reason: Result<StopReason, String>) {
         let cancelled = self.turns.lock().cancelled.remove(uuid);
         if let Some(waiter) = self.waiting.lock().remove(uuid) {
-            let _ = waiter.send(Ok(if cancelled { StopReason::Cancelled } else { reason }));
+            let _ = waiter.send(if cancelled { Ok(StopReason::Cancelled) } else { reason });
         }
     }
 }
@@ -186,15 +195,14 @@ async fn daemon(connection: &Connection) -> Result<Client, String> {
                 return Ok(client);
             }
         }
-        if let Ok(Some(status)) = serve.try_wait() {
-            return Err(format!(
-                "no daemon was running, and `switchboard serve --data-dir {}` exited ({status}); run it yourself to see why",
-                dir.display()
-            ));
-        }
         if tokio::time::Instant::now() >= deadline {
+            // Exited (another editor's may be the one starting), or slow: said either way.
+            let exited = match serve.try_wait() {
+                Ok(Some(status)) => format!(" (it exited, {status}; run it yourself to see why)"),
+                _ => String::new(),
+            };
             return Err(format!(
-                "no daemon was running, and the one started in {} did not answer within {} s",
+                "no daemon was running, and none started in {} answered within {} s{exited}",
                 dir.display(),
                 DAEMON_START.as_secs()
             ));
@@ -221,6 +229,8 @@ fn start_serve(dir: &std::path::Path) -> Result<tokio::process::Child, String> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        // Not in the editor's project: a daemon holds no directory of its own.
+        .current_dir("/")
         // Its own process group: the editor's signals to this agent do not reach it.
         .process_group(0);
     command.spawn().map_err(|error| format!("cannot start the daemon: {error}"))
@@ -418,6 +428,7 @@ impl State {
             asked: Mutex::new(HashMap::new()),
             translator: Mutex::new(updates::Translator::default()),
             follower: Mutex::new(None),
+            closed: AtomicBool::new(false),
         });
         let after = if history { self.replay(editor, &session).await? } else { 0 };
         let socket = crate::client::subscribe(&self.client, id, after, true).await?;
@@ -426,12 +437,17 @@ impl State {
             if let Some(follower) = old.follower.lock().take() {
                 follower.abort();
             }
-            old.end_waiting("the session was opened again");
+            old.close("the session was opened again");
         }
         let (state, editor, followed) = (self.clone(), editor.clone(), session.clone());
         let follower = tokio::spawn(async move {
-            state.follow(&editor, &followed, socket).await;
-            followed.end_waiting("the daemon's feed of the session ended");
+            state.clone().follow(&editor, &followed, socket).await;
+            followed.close("the daemon's feed of the session ended; session/load it again");
+            // Gone from here: a prompt now says the session is not open.
+            let mut sessions = state.sessions.lock();
+            if sessions.get(&followed.id).is_some_and(|open| Arc::ptr_eq(open, &followed)) {
+                sessions.remove(&followed.id);
+            }
         });
         *session.follower.lock() = Some(follower.abort_handle());
         Ok(())
@@ -500,14 +516,27 @@ impl State {
                     }
                     Update::PromptCancelled { uuid } => {
                         session.turns.lock().queued.retain(|queued| queued.as_ref() != Some(uuid));
-                        session.ended(uuid, StopReason::Cancelled);
+                        session.ended(uuid, Ok(StopReason::Cancelled));
                     }
                     Update::TurnEnded {
-                        parent_tool_use_id: None, subtype, interrupted, ..
+                        parent_tool_use_id: None,
+                        subtype,
+                        interrupted,
+                        failed,
+                        result,
+                        ..
                     } => {
                         let ended = session.turns.lock().running.take();
                         if let Some(uuid) = ended {
-                            session.ended(&uuid, stop_reason(subtype, *interrupted));
+                            let reason = if *failed && !*interrupted {
+                                Err(format!(
+                                    "the turn failed ({subtype}): {}",
+                                    result.as_deref().unwrap_or("no reason given")
+                                ))
+                            } else {
+                                Ok(stop_reason(subtype, *interrupted))
+                            };
+                            session.ended(&uuid, reason);
                         }
                     }
                     Update::State { to: SessionState::Exited | SessionState::Crashed, .. } => {
@@ -618,8 +647,19 @@ impl State {
             let path = format!("/api/sessions/{}/permissions/{}", session.id, pending.request_id);
             if let Err(error) = state.client.request(reqwest::Method::POST, &path, Some(body)).await
             {
-                // Answered elsewhere a moment before: the first answer stands.
+                // Answered elsewhere a moment before (the first answer stands), or refused (a
+                // token's ceiling): the editor is told, and the request waits for a person.
                 tracing::info!("the editor's answer was not taken: {error}");
+                let note = ToolCallUpdate::new(
+                    call_id,
+                    ToolCallUpdateFields::new().content(vec![ToolCallContent::from(
+                        ContentBlock::from(format!("Your answer was not taken: {error}")),
+                    )]),
+                );
+                let _ = editor.send_notification(SessionNotification::new(
+                    session.id.clone(),
+                    SessionUpdate::ToolCallUpdate(note),
+                ));
             }
         });
     }
@@ -666,6 +706,10 @@ impl State {
         let uuid = uuid::Uuid::new_v4().to_string();
         let (done, ended) = oneshot::channel();
         session.waiting.lock().insert(uuid.clone(), done);
+        if session.closed.load(Ordering::SeqCst) {
+            session.waiting.lock().remove(&uuid);
+            return Err(format!("session {id}'s feed ended; session/load it again"));
+        }
         session.translator.lock().sent(&uuid);
         let body = json!({"content": text, "uuid": uuid});
         let path = format!("/api/sessions/{id}/messages");

@@ -563,6 +563,10 @@ async fn push_subscribe(
     Extension(caller): Extension<Caller>,
     Body(body): Body<crate::push::NewSubscription>,
 ) -> Result<Response, ApiError> {
+    crate::faces::refuse_ceiling(
+        &caller,
+        "its devices would get one-tap links, which allow whatever its ceiling sends to a person",
+    )?;
     let (subscription, created) = daemon.notifier().subscribe(body, &caller.name).await?;
     tracing::info!(id = %subscription.id, by = %caller.name, created, "push subscription");
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };

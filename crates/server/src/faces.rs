@@ -147,12 +147,19 @@ pub(crate) async fn check_answer_to(
     if answer.behavior != switchboard_session::AnswerBehavior::Allow {
         return Ok(());
     }
+    // It allows only in the sessions under its ceiling (a deny, anywhere).
+    check_within(daemon, caller, id).await?;
     let Some(record) = daemon.record(id).await? else {
-        return Ok(());
+        return Err(crate::daemon::DaemonError::NotFound(id.to_owned()));
     };
     let waiting = daemon.waiting(&record).await;
     let Some(pending) = waiting.iter().find(|pending| pending.request_id == request_id) else {
-        return Ok(());
+        // Nothing to hold the allow to: refused, as the answer itself would be.
+        return Err(crate::daemon::DaemonError::Session(
+            switchboard_session::SessionError::Answer(switchboard_session::AnswerError::Unknown(
+                request_id.to_owned(),
+            )),
+        ));
     };
     crate::ceiling::check_answer(ceiling, &caller.name, pending, answer, &record.cwd)
         .map_err(crate::daemon::DaemonError::Forbidden)
@@ -201,6 +208,14 @@ pub(crate) async fn within_ceiling(
         }
     }
     next.run(request).await
+}
+
+/// Refused for a token with a ceiling: what it asks (`why` says) would reach beyond it.
+pub(crate) fn refuse_ceiling(caller: &crate::tokens::Caller, why: &str) -> Result<(), ApiError> {
+    match caller.ceiling() {
+        Some(_) => Err(ApiError::forbidden(format!("token {} has a ceiling: {why}", caller.name))),
+        None => Ok(()),
+    }
 }
 
 /// A Files view's refusal as the API says it.

@@ -301,9 +301,12 @@ struct HookHead {
 /// ([`decide`]), and `SessionEnd` ends the following.
 pub(crate) async fn claude_hook(
     State(daemon): State<Arc<Daemon>>,
+    axum::Extension(token): axum::Extension<crate::tokens::Caller>,
     Query(caller): Query<HookCaller>,
     body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
+    // The machine's own sessions are no ceiling's: only the hooks `hooks install` wrote speak.
+    crate::faces::refuse_ceiling(&token, "it speaks for no session's hooks")?;
     let body = crate::extract::bounded_body(body, MAX_HOOK_BODY_BYTES, HOOK_BODY_TIMEOUT).await?;
     let input: Value = serde_json::from_slice(&body)
         .map_err(|error| ApiError::invalid(format!("not a hook's input: {error}")))?;

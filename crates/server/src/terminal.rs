@@ -123,6 +123,11 @@ pub(crate) async fn attach(
     axum::Extension(caller): axum::Extension<Caller>,
     crate::extract::Upgrade(upgrade): crate::extract::Upgrade,
 ) -> Result<Response, ApiError> {
+    // A terminal's session runs under the daemon's policy, not a token's ceiling.
+    crate::faces::refuse_ceiling(
+        &caller,
+        "it registers no terminal (whose session is no ceiling's)",
+    )?;
     Ok(upgrade
         // A transcript line is a frame of its own, at most a protocol line long.
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES + 1024)

@@ -230,6 +230,14 @@ pub enum ScopeError {
         /// The fields, comma-separated.
         fields: String,
     },
+    /// The token's ceiling does not allow it.
+    #[error("token {name} has a ceiling: {why}")]
+    Ceiling {
+        /// The token.
+        name: Arc<str>,
+        /// What it may not do, and why.
+        why: String,
+    },
     /// The token was revoked.
     #[error("token {name} was revoked")]
     Revoked {
@@ -245,6 +253,13 @@ pub fn check_create(
     caller: &Caller,
     request: &crate::daemon::CreateSession,
 ) -> Result<(), ScopeError> {
+    if caller.ceiling().is_some() && request.resume.is_some() && !request.fork {
+        // Resumed in place, its turns would be another session's conversation's.
+        return Err(ScopeError::Ceiling {
+            name: caller.name.clone(),
+            why: "it forks a conversation (`fork: true`), never resumes one in place".into(),
+        });
+    }
     // A ceiling bounds the policy a token gives (an inline one: never a file of its choosing).
     let bounded =
         |policy: &str| caller.ceiling().is_some() && crate::ceiling::policy_within_reach(policy);

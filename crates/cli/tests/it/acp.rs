@@ -160,6 +160,7 @@ async fn with_no_daemon_running_one_is_started_on_demand() {
         .await
         .unwrap();
     let data = tempfile::tempdir().unwrap();
+    let _daemon = StartedHere(data.path().to_owned());
     let claude = switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_330);
     let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .args(["acp", "--data-dir"])
@@ -225,6 +226,32 @@ async fn with_no_daemon_running_one_is_started_on_demand() {
         .await
         .unwrap();
     assert_eq!(session["config"]["origin"]["face"], "acp", "{session}");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(info["pid"].as_u64().unwrap()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+}
+
+/// The daemon `switchboard acp` started in a data directory: stopped (SIGTERM) when the test
+/// ends, however it ends, and waited for (within seconds) before the directory goes.
+struct StartedHere(std::path::PathBuf);
+
+impl Drop for StartedHere {
+    fn drop(&mut self) {
+        let Ok(info) = std::fs::read_to_string(self.0.join("daemon.json")) else { return };
+        let Some(pid) =
+            serde_json::from_str::<Value>(&info).ok().and_then(|info| info["pid"].as_u64())
+        else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+        if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).is_err() {
+            return;
+        }
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+                stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !gone() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }

@@ -65,6 +65,11 @@ impl Daemon {
             };
         };
         let nodes = bus.nodes();
+        if request.node.is_none() && request.origin.as_ref().is_some_and(|o| o.ceiling.is_some()) {
+            // Under a token's ceiling: here, where it is kept for sure (another node may be of
+            // a release that drops it), unless the request names a node.
+            return Ok(None);
+        }
         if let Some(node) = &request.node {
             if Some(node.as_str()) == here {
                 return Ok(None);

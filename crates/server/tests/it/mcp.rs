@@ -272,8 +272,9 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
             .await);
     let message = sent["uuid"].as_str().unwrap().to_owned();
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-        CallToolRequestParams::new("wait_for_session")
-            .with_arguments(json!({"session": session}).as_object().cloned().unwrap()),
+        CallToolRequestParams::new("wait_for_session").with_arguments(
+            json!({"session": session, "message": message}).as_object().cloned().unwrap(),
+        ),
     ));
     let (progress_client, progress) = connect(&server, &operator).await;
     let handle = progress_client
@@ -428,6 +429,26 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
         )
         .await;
     assert_eq!(status, 403, "{body}");
+    // No device for one-tap links, no resume in place of another's conversation.
+    let (status, body) = server
+        .request_as(
+            &bounded,
+            reqwest::Method::POST,
+            "/api/push/subscriptions",
+            Some(json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": "x", "auth": "y"}})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = server
+        .request_as(
+            &bounded,
+            reqwest::Method::POST,
+            "/api/sessions",
+            Some(json!({"cwd": cwd, "resume": "00000000-0000-4000-8000-000000000000"})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("never resumes one in place"));
     // Sessions not under its ceiling it watches, and never operates.
     ok(&call(&agent, "get_session", json!({"session": session})).await);
     let theirs = call(&agent, "send_message", json!({"session": session, "text": "hi"})).await;
