@@ -104,6 +104,30 @@ impl Call {
     pub(crate) fn require(&self, scope: Scope) -> Result<(), ApiError> {
         self.caller.require(scope).map_err(ApiError::from)
     }
+
+    /// A tool's result: `work`'s answer, or its refusal, once the caller is found to have
+    /// `scope` (else that refusal, and `work` never runs).
+    pub(crate) async fn answer<T: serde::Serialize>(
+        &self,
+        scope: Scope,
+        work: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<CallToolResult, McpError> {
+        if let Err(refusal) = self.require(scope) {
+            return Ok(refused(refusal));
+        }
+        Ok(work.await.map_or_else(refused, answer))
+    }
+
+    /// The session `named` (its id or a unique prefix), which the caller may operate
+    /// ([`crate::faces::check_within`]).
+    pub(crate) async fn operated(
+        &self,
+        named: &str,
+    ) -> Result<switchboard_store::SessionRecord, ApiError> {
+        let record = tools::resolve(&self.daemon, named).await?;
+        crate::faces::check_within(&self.daemon, &self.caller, &record.id).await?;
+        Ok(record)
+    }
 }
 
 /// A refusal as a tool's result: its API code, then the sentence.

@@ -103,7 +103,7 @@ pub(crate) async fn listed(
 }
 
 /// The session `named` (its id, or a unique prefix of at least [`MIN_PREFIX`] characters).
-async fn resolve(daemon: &Daemon, named: &str) -> Result<SessionRecord, ApiError> {
+pub(crate) async fn resolve(daemon: &Daemon, named: &str) -> Result<SessionRecord, ApiError> {
     if let Some(record) = daemon.record(named).await? {
         return Ok(record);
     }
@@ -299,13 +299,13 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        let limit = input.limit.unwrap_or(50).clamp(1, MAX_LISTED);
-        let found =
-            listed(&call.daemon, input.query.as_deref(), input.state.as_deref(), limit).await;
-        Ok(found.map_or_else(refused, |sessions| answer(json!({ "sessions": sessions }))))
+        call.answer(Scope::Read, async {
+            let limit = input.limit.unwrap_or(50).clamp(1, MAX_LISTED);
+            let (query, state) = (input.query.as_deref(), input.state.as_deref());
+            let sessions = listed(&call.daemon, query, state, limit).await?;
+            Ok(json!({ "sessions": sessions }))
+        })
+        .await
     }
 
     #[tool(
@@ -318,13 +318,11 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        Ok(match resolve(&call.daemon, &input.session).await {
-            Ok(record) => answer(crate::faces::view(&call.daemon, record).await),
-            Err(error) => refused(error),
+        call.answer(Scope::Read, async {
+            let record = resolve(&call.daemon, &input.session).await?;
+            Ok(crate::faces::view(&call.daemon, record).await)
         })
+        .await
     }
 
     #[tool(
@@ -337,20 +335,17 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        let read = async {
+        call.answer(Scope::Read, async {
             let record = resolve(&call.daemon, &input.session).await?;
             let digest = digest_of(&call.daemon, &record.id).await?;
             let count = input.turns.unwrap_or(5).clamp(1, super::digest::MAX_TURNS);
-            Ok::<_, ApiError>(json!({
+            Ok(json!({
                 "session": record.id,
                 "state": record.state.as_str(),
                 "turns": digest.last(count),
             }))
-        };
-        Ok(read.await.map_or_else(refused, answer))
+        })
+        .await
     }
 
     #[tool(
@@ -363,15 +358,12 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        let read = async {
+        call.answer(Scope::Read, async {
             let record = resolve(&call.daemon, &input.session).await?;
             let files = call.caller.scope >= Scope::Operate;
-            Ok::<_, ApiError>(call.daemon.diff(&record.id, files).await?)
-        };
-        Ok(read.await.map_or_else(refused, answer))
+            Ok(call.daemon.diff(&record.id, files).await?)
+        })
+        .await
     }
 
     #[tool(
@@ -384,19 +376,15 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let read = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+        call.answer(Scope::Operate, async {
+            let record = call.operated(&input.session).await?;
             let path = input.path.unwrap_or_default();
             let found = call.daemon.browse(&record.id, move |root, touched, refuse| {
                 crate::browse::list(root, &path, touched, refuse)
             });
             found.await?.map_err(crate::faces::browse_error)
-        };
-        Ok(read.await.map_or_else(refused, answer))
+        })
+        .await
     }
 
     #[tool(
@@ -409,19 +397,15 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let read = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+        call.answer(Scope::Operate, async {
+            let record = call.operated(&input.session).await?;
             let path = input.path;
             let found = call.daemon.browse(&record.id, move |root, touched, refuse| {
                 crate::browse::read(root, &path, touched, refuse)
             });
             found.await?.map_err(crate::faces::browse_error)
-        };
-        Ok(read.await.map_or_else(refused, answer))
+        })
+        .await
     }
 
     #[tool(
@@ -433,29 +417,25 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let mut request = CreateSession::new(input.cwd);
-        request.prompt = input.prompt;
-        request.launch.model = input.model;
-        request.launch.permission_mode = input.permission_mode;
-        request.launch.policy = input.policy;
-        request.launch.max_budget_usd = input.max_budget_usd;
-        request.worktree = input.worktree;
-        if let Err(error) = crate::tokens::check_create(&call.caller, &request) {
-            return Ok(refused(error));
-        }
-        request.started_by = Some(call.caller.who("mcp", None));
-        request.origin = Some(call.caller.origin(Face::Mcp));
-        Ok(match call.daemon.create(request).await {
-            Ok(record) => answer(json!({
-                "session": record.id,
-                "state": record.state.as_str(),
-                "cwd": record.cwd,
-            })),
-            Err(error) => refused(error),
-        })
+        // Boxed: a create is a large future.
+        call.answer(
+            Scope::Operate,
+            Box::pin(async {
+                let mut request = CreateSession::new(input.cwd);
+                request.prompt = input.prompt;
+                request.launch.model = input.model;
+                request.launch.permission_mode = input.permission_mode;
+                request.launch.policy = input.policy;
+                request.launch.max_budget_usd = input.max_budget_usd;
+                request.worktree = input.worktree;
+                crate::tokens::check_create(&call.caller, &request)?;
+                request.started_by = Some(call.caller.who("mcp", None));
+                request.origin = Some(call.caller.origin(Face::Mcp));
+                let record = call.daemon.create(request).await?;
+                Ok(json!({"session": record.id, "state": record.state.as_str(), "cwd": record.cwd}))
+            }),
+        )
+        .await
     }
 
     #[tool(
@@ -467,12 +447,8 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let send = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+        call.answer(Scope::Operate, async {
+            let record = call.operated(&input.session).await?;
             let priority = input.steer.then_some(switchboard_protocol::MessagePriority::Now);
             let message = crate::faces::user_message(Value::String(input.text))?;
             let mut message =
@@ -480,9 +456,9 @@ impl Switchboard {
             let uuid = uuid::Uuid::new_v4().to_string();
             message.uuid = Some(uuid.clone());
             call.daemon.send_message(&record.id, message, &call.caller.who("mcp", None)).await?;
-            Ok::<_, ApiError>(json!({"session": record.id, "queued": true, "uuid": uuid}))
-        };
-        Ok(send.await.map_or_else(refused, answer))
+            Ok(json!({"session": record.id, "queued": true, "uuid": uuid}))
+        })
+        .await
     }
 
     #[tool(
@@ -494,16 +470,12 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let done = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+        call.answer(Scope::Operate, async {
+            let record = call.operated(&input.session).await?;
             call.daemon.interrupt(&record.id, false).await?;
-            Ok::<_, ApiError>(json!({"session": record.id, "interrupted": true}))
-        };
-        Ok(done.await.map_or_else(refused, answer))
+            Ok(json!({"session": record.id, "interrupted": true}))
+        })
+        .await
     }
 
     #[tool(
@@ -515,16 +487,12 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Operate) {
-            return Ok(refused(refusal));
-        }
-        let done = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            crate::faces::check_within(&call.daemon, &call.caller, &record.id).await?;
+        call.answer(Scope::Operate, async {
+            let record = call.operated(&input.session).await?;
             call.daemon.stop(&record.id, false).await?;
-            Ok::<_, ApiError>(json!({"session": record.id, "stopped": true}))
-        };
-        Ok(done.await.map_or_else(refused, answer))
+            Ok(json!({"session": record.id, "stopped": true}))
+        })
+        .await
     }
 
     #[tool(
@@ -587,10 +555,7 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        let read = async {
+        call.answer(Scope::Read, async {
             let records = match &input.session {
                 Some(named) => vec![resolve(&call.daemon, named).await?],
                 None => call.daemon.store().list_sessions().await.map_err(DaemonError::from)?,
@@ -601,9 +566,9 @@ impl Switchboard {
                     waiting.push(json!({"session": record.id, "request": pending}));
                 }
             }
-            Ok::<_, ApiError>(json!({ "permissions": waiting }))
-        };
-        Ok(read.await.map_or_else(refused, answer))
+            Ok(json!({ "permissions": waiting }))
+        })
+        .await
     }
 
     #[tool(
@@ -615,30 +580,29 @@ impl Switchboard {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Approve) {
-            return Ok(refused(refusal));
-        }
-        let done = async {
-            let record = resolve(&call.daemon, &input.session).await?;
-            let behavior = match input.behavior {
-                Behavior::Allow => AnswerBehavior::Allow,
-                Behavior::Deny => AnswerBehavior::Deny,
-            };
-            let answer = PermissionAnswer {
-                behavior,
-                message: input.message,
-                ..PermissionAnswer::default()
-            };
-            let (id, request_id) = (&record.id, &input.request_id);
-            crate::faces::check_answer_to(&call.daemon, &call.caller, id, request_id, &answer)
-                .await?;
-            let who = call.caller.who("mcp", None);
-            call.daemon.respond_permission(id, request_id, answer, &who).await?;
-            Ok::<_, ApiError>(
-                json!({"session": id, "request_id": request_id, "behavior": input.behavior}),
-            )
-        };
-        Ok(done.await.map_or_else(refused, answer))
+        // Boxed: an answer (a parked one resumes its session) is a large future.
+        call.answer(
+            Scope::Approve,
+            Box::pin(async {
+                let record = resolve(&call.daemon, &input.session).await?;
+                let behavior = match input.behavior {
+                    Behavior::Allow => AnswerBehavior::Allow,
+                    Behavior::Deny => AnswerBehavior::Deny,
+                };
+                let answer = PermissionAnswer {
+                    behavior,
+                    message: input.message,
+                    ..PermissionAnswer::default()
+                };
+                let (id, request_id) = (&record.id, &input.request_id);
+                crate::faces::check_answer_to(&call.daemon, &call.caller, id, request_id, &answer)
+                    .await?;
+                let who = call.caller.who("mcp", None);
+                call.daemon.respond_permission(id, request_id, answer, &who).await?;
+                Ok(json!({"session": id, "request_id": request_id, "behavior": input.behavior}))
+            }),
+        )
+        .await
     }
 
     #[tool(
@@ -647,10 +611,10 @@ impl Switchboard {
     )]
     async fn usage(&self, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
         let call = Call::of(&ctx)?;
-        if let Err(refusal) = call.require(Scope::Read) {
-            return Ok(refused(refusal));
-        }
-        Ok(answer(json!({"budget": call.daemon.budget(), "usage": call.daemon.usage()})))
+        call.answer(Scope::Read, async {
+            Ok(json!({"budget": call.daemon.budget(), "usage": call.daemon.usage()}))
+        })
+        .await
     }
 }
 
