@@ -94,34 +94,13 @@ async fn an_editor_drives_sessions_over_acp_and_shares_their_approvals() {
 /// the agent goes on: a line that is not JSON, a request before `initialize`, a method it does
 /// not have, a prompt for a session it does not have open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn bad_input_from_an_editor_gets_json_rpc_errors() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let sandbox = CliSandbox::new().unwrap();
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut daemon = start_daemon(data.path(), &api, &sandbox, &[]).await;
-    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["acp", "--data-dir"])
-        .arg(data.path())
-        .env_remove("SWITCHBOARD_TOKEN")
-        .env_remove("SWITCHBOARD_URL")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = agent.stdin.take().unwrap();
-    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
-    let mut exchange = async |line: &str| -> Value {
-        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("answered in time")
-            .unwrap()
-            .expect("a line");
-        serde_json::from_str(&answer).unwrap()
-    };
+    let mut agent = StdioAgent::spawn(data.path(), &[]);
+    let mut exchange = async |line: &str| agent.exchange(line).await;
     let garbage = exchange("{this is not json").await;
     assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
     let early = exchange(
@@ -145,16 +124,14 @@ async fn bad_input_from_an_editor_gets_json_rpc_errors() {
         stray["error"]["data"].as_str().unwrap_or("").contains("no session nope is open here"),
         "{stray}"
     );
-    let _ = agent.kill().await;
+    let _ = agent.child.kill().await;
     let _ = daemon.child.kill().await;
 }
 
 /// An editor that starts `switchboard acp` with no daemon running gets one: started on the
 /// data directory, it answers the editor's session, and outlives the agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::disallowed_methods)] // tests run our own binary
 async fn with_no_daemon_running_one_is_started_on_demand() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let sandbox = CliSandbox::new().unwrap();
     let api = FakeApi::start(Scenario::new().reply(Reply::text("On demand.").when_prompt("HELLO")))
         .await
@@ -162,36 +139,11 @@ async fn with_no_daemon_running_one_is_started_on_demand() {
     let data = tempfile::tempdir().unwrap();
     let _daemon = StartedHere(data.path().to_owned());
     let claude = switchboard_testkit::real_cli(switchboard_testkit::CliVersion::V2_1_330);
-    let mut agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .args(["acp", "--data-dir"])
-        .arg(data.path())
-        .env_remove("SWITCHBOARD_TOKEN")
-        .env_remove("SWITCHBOARD_URL")
-        .envs(sandbox.env(&api.base_url()))
-        .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
-        .env("SWITCHBOARD_CLAUDE", &claude)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = agent.stdin.take().unwrap();
-    let mut lines = BufReader::new(agent.stdout.take().unwrap()).lines();
-    let mut exchange = async |line: String| -> Value {
-        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-        loop {
-            let answer = tokio::time::timeout(Duration::from_secs(90), lines.next_line())
-                .await
-                .expect("answered in time")
-                .unwrap()
-                .expect("a line");
-            let answer: Value = serde_json::from_str(&answer).unwrap();
-            // Notifications (session/update) are not the answer.
-            if answer.get("id").is_some() {
-                return answer;
-            }
-        }
-    };
+    let mut env: Vec<(String, String)> = sandbox.env(&api.base_url()).into_iter().collect();
+    env.push(("SWITCHBOARD_LISTEN".into(), "127.0.0.1:0".into()));
+    env.push(("SWITCHBOARD_CLAUDE".into(), claude.display().to_string()));
+    let mut agent = StdioAgent::spawn(data.path(), &env);
+    let mut exchange = async |line: String| agent.exchange(&line).await;
     let init = exchange(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#.to_owned(),
     )
@@ -213,7 +165,7 @@ async fn with_no_daemon_running_one_is_started_on_demand() {
     let info: Value =
         serde_json::from_str(&std::fs::read_to_string(data.path().join("daemon.json")).unwrap())
             .unwrap();
-    let _ = agent.kill().await;
+    let _ = agent.child.kill().await;
     let url = info["url"].as_str().unwrap();
     let token = std::fs::read_to_string(data.path().join("token")).unwrap();
     let session: Value = crate::http_client()
@@ -226,6 +178,53 @@ async fn with_no_daemon_running_one_is_started_on_demand() {
         .await
         .unwrap();
     assert_eq!(session["config"]["origin"]["face"], "acp", "{session}");
+}
+
+/// `switchboard acp` on the data directory, spoken to line by line as an editor would.
+struct StdioAgent {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl StdioAgent {
+    /// Started with `env` besides this process's (never its token or daemon address).
+    #[allow(clippy::disallowed_methods)] // tests run our own binary
+    fn spawn(data: &Path, env: &[(String, String)]) -> StdioAgent {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args(["acp", "--data-dir"])
+            .arg(data)
+            .env_remove("SWITCHBOARD_TOKEN")
+            .env_remove("SWITCHBOARD_URL")
+            .envs(env.iter().cloned())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        StdioAgent { child, stdin, lines }
+    }
+
+    /// Sends `line` and reads the answer, within 90 s (the notifications before it, which
+    /// carry no `id`, are not the answer).
+    async fn exchange(&mut self, line: &str) -> Value {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        loop {
+            let answer = tokio::time::timeout(Duration::from_secs(90), self.lines.next_line())
+                .await
+                .expect("answered in time")
+                .unwrap()
+                .expect("a line");
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            if answer.get("id").is_some() {
+                return answer;
+            }
+        }
+    }
 }
 
 /// The daemon `switchboard acp` started in a data directory: stopped (SIGTERM) when the test

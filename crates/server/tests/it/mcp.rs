@@ -92,6 +92,14 @@ fn ok(result: &CallToolResult) -> Value {
     result.structured_content.clone().expect("structured")
 }
 
+/// A POST with `token` that the daemon refuses (`403`), and the refusal's body.
+async fn refused_as(server: &Server, token: &str, path: &str, body: Value) -> Value {
+    let body = (!body.is_null()).then_some(body);
+    let (status, answer) = server.request_as(token, reqwest::Method::POST, path, body).await;
+    assert_eq!(status, 403, "POST {path}: {answer}");
+    answer
+}
+
 async fn make_token(server: &Server, name: &str, scope: Scope, ceiling: Option<&str>) -> String {
     let mut body = json!({"name": name, "scope": scope.as_str()});
     if let Some(ceiling) = ceiling {
@@ -401,53 +409,43 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
         text(&refused)
     );
     // The same over REST: one check for every face.
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            &format!("/api/sessions/{bounded_session}/permissions/{request_id}"),
-            Some(json!({"behavior": "allow"})),
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
+    refused_as(
+        &server,
+        &bounded,
+        &format!("/api/sessions/{bounded_session}/permissions/{request_id}"),
+        json!({"behavior": "allow"}),
+    )
+    .await;
     // No "always", and no link that would let whoever opens it allow.
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            &format!("/api/sessions/{bounded_session}/permissions/{request_id}"),
-            Some(json!({"behavior": "allow", "remember": true})),
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            &format!("/api/sessions/{bounded_session}/permissions/{request_id}/link"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
+    refused_as(
+        &server,
+        &bounded,
+        &format!("/api/sessions/{bounded_session}/permissions/{request_id}"),
+        json!({"behavior": "allow", "remember": true}),
+    )
+    .await;
+    refused_as(
+        &server,
+        &bounded,
+        &format!("/api/sessions/{bounded_session}/permissions/{request_id}/link"),
+        Value::Null,
+    )
+    .await;
     // No device for one-tap links, no resume in place of another's conversation.
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            "/api/push/subscriptions",
-            Some(json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": "x", "auth": "y"}})),
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            "/api/sessions",
-            Some(json!({"cwd": cwd, "resume": "00000000-0000-4000-8000-000000000000"})),
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
+    refused_as(
+        &server,
+        &bounded,
+        "/api/push/subscriptions",
+        json!({"endpoint": "https://push.example.invalid/x", "keys": {"p256dh": "x", "auth": "y"}}),
+    )
+    .await;
+    let body = refused_as(
+        &server,
+        &bounded,
+        "/api/sessions",
+        json!({"cwd": cwd, "resume": "00000000-0000-4000-8000-000000000000"}),
+    )
+    .await;
     assert!(body["error"]["message"].as_str().unwrap().contains("never resumes one in place"));
     // Sessions not under its ceiling it watches, and never operates.
     ok(&call(&agent, "get_session", json!({"session": session})).await);
@@ -457,15 +455,13 @@ async fn rmcp_clients_meet_scopes_ceilings_progress_and_cancellation() {
         "{}",
         text(&theirs)
     );
-    let (status, body) = server
-        .request_as(
-            &bounded,
-            reqwest::Method::POST,
-            &format!("/api/sessions/{session}/permission-mode"),
-            Some(json!({"mode": "bypassPermissions"})),
-        )
-        .await;
-    assert_eq!(status, 403, "{body}");
+    let body = refused_as(
+        &server,
+        &bounded,
+        &format!("/api/sessions/{session}/permission-mode"),
+        json!({"mode": "bypassPermissions"}),
+    )
+    .await;
     assert!(body["error"]["message"].as_str().unwrap().contains("operates only"), "{body}");
     let deny = json!({"session": bounded_session, "request_id": request_id, "behavior": "deny", "message": "not now"});
     ok(&call(&agent, "answer_permission", deny).await);
