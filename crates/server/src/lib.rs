@@ -44,6 +44,7 @@ pub mod push;
 mod refusals;
 mod relay;
 pub mod relay_limits;
+pub mod schedules;
 mod serve;
 pub mod shared;
 mod shell;

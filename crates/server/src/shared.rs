@@ -181,6 +181,88 @@ fn text<T: Serialize>(name: &str, value: &T) -> Result<String, String> {
     Ok(text)
 }
 
+/// Documents kept as files of one daemon's data directory (`NAME.json`, private to its user),
+/// for what a fleet keeps in its database: one process holds the directory (its lock), so a
+/// version kept in memory makes the compare and set exact. A file left by a crash mid-write is
+/// not possible: each write is a new file renamed over the old.
+#[derive(Debug)]
+pub struct FileDocuments {
+    dir: std::path::PathBuf,
+    versions: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
+}
+
+impl FileDocuments {
+    /// Documents in `dir`.
+    pub fn new(dir: impl Into<std::path::PathBuf>) -> FileDocuments {
+        FileDocuments { dir: dir.into(), versions: Default::default() }
+    }
+
+    fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+}
+
+#[async_trait::async_trait]
+impl Documents for FileDocuments {
+    async fn document(
+        &self,
+        name: &str,
+    ) -> Result<Option<Document>, switchboard_store::StoreError> {
+        let path = self.path(name);
+        let read = tokio::task::spawn_blocking(move || {
+            crate::files::read_bounded(&path, MAX_DOCUMENT_BYTES as u64 + 1)
+        })
+        .await
+        .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))?;
+        match read {
+            Ok(text) => {
+                let version = *self.versions.lock().entry(name.to_owned()).or_insert(1);
+                Ok(Some(Document { text, version }))
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(switchboard_store::StoreError::Database(format!(
+                "cannot read {}: {error}",
+                self.path(name).display()
+            ))),
+        }
+    }
+
+    async fn put_document(
+        &self,
+        name: &str,
+        text: &str,
+        version: u64,
+    ) -> Result<bool, switchboard_store::StoreError> {
+        // The version moves before the write lands: a second writer from the same version is
+        // refused at once, and a failed write is read again from the file.
+        {
+            let mut versions = self.versions.lock();
+            let current = versions.get(name).copied().unwrap_or(0);
+            if current != version {
+                return Ok(false);
+            }
+            versions.insert(name.to_owned(), version + 1);
+        }
+        let (path, text) = (self.path(name), text.to_owned());
+        let written =
+            tokio::task::spawn_blocking(move || crate::files::replace_private(&path, &text))
+                .await
+                .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))
+                .and_then(|result| {
+                    result.map_err(|error| {
+                        switchboard_store::StoreError::Database(format!(
+                            "cannot write {name}: {error}"
+                        ))
+                    })
+                });
+        if let Err(error) = written {
+            self.versions.lock().remove(name);
+            return Err(error);
+        }
+        Ok(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
