@@ -109,6 +109,7 @@ async fn run(mut args: DemoArgs) -> Result<(), (u8, String)> {
         node: None,
         bus: None,
         placement: Default::default(),
+        clock: Default::default(),
     };
     let daemon = Daemon::open(store, config).await.map_err(|error| (1, error.to_string()))?;
     let token = switchboard_server::generate_token();

@@ -389,6 +389,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             max_running: args.max_running.map(|max| max as usize),
             relay_sessions_per_minute: None,
         },
+        clock: Default::default(),
     };
     // From here on a SIGINT or SIGTERM stops the daemon gracefully: the daemon starts its
     // sessions' recovery and its senders as it opens, and a signal that came before the accept

@@ -418,6 +418,7 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
         // Every permission request allowed, as in the real-CLI runs of issue 17.
         default_policy: Some(switchboard_session::Policy::allow_all()),
         placement: unlimited(),
+        clock: Default::default(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
@@ -533,6 +534,7 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
             node: Some(node),
             bus,
             placement: unlimited(),
+            clock: Default::default(),
             ..DaemonConfig::default()
         };
         let daemon = Daemon::open(store, config).await.unwrap();
@@ -686,6 +688,7 @@ async fn child_idle(params: Params) -> Value {
     let config = DaemonConfig {
         claude: Some(fake_claude()),
         placement: unlimited(),
+        clock: Default::default(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();
@@ -733,6 +736,7 @@ async fn child_finished(params: Params) -> Value {
         claude: Some(fake_claude()),
         env: vec![("FAKE_CLAUDE_SCRIPT".into(), script.display().to_string())],
         placement: unlimited(),
+        clock: Default::default(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store, config).await.unwrap();

@@ -191,6 +191,7 @@ async fn serve_switchboard() -> Value {
     let config = DaemonConfig {
         default_policy: Some(policy),
         placement: unlimited(),
+        clock: Default::default(),
         ..DaemonConfig::default()
     };
     let daemon = Daemon::open(store.clone(), config).await.unwrap();

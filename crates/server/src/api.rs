@@ -94,6 +94,66 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Approve),
             post(push_test),
         ),
+        route(
+            "GET",
+            "/api/schedules",
+            Guard::Api(Scope::Read),
+            get(crate::unattended::list_schedules),
+        ),
+        route(
+            "POST",
+            "/api/schedules",
+            Guard::Api(Scope::Operate),
+            post(crate::unattended::add_schedule),
+        ),
+        route(
+            "GET",
+            "/api/schedules/{name}",
+            Guard::Api(Scope::Read),
+            get(crate::unattended::get_schedule),
+        ),
+        route(
+            "PATCH",
+            "/api/schedules/{name}",
+            Guard::Api(Scope::Operate),
+            patch(crate::unattended::pause_schedule),
+        ),
+        route(
+            "DELETE",
+            "/api/schedules/{name}",
+            Guard::Api(Scope::Operate),
+            delete(crate::unattended::remove_schedule),
+        ),
+        route(
+            "POST",
+            "/api/schedules/{name}/run",
+            Guard::Api(Scope::Operate),
+            post(crate::unattended::run_schedule),
+        ),
+        route(
+            "GET",
+            "/api/triggers",
+            Guard::Api(Scope::Read),
+            get(crate::unattended::list_triggers),
+        ),
+        route(
+            "POST",
+            "/api/triggers",
+            Guard::Api(Scope::Operate),
+            post(crate::unattended::add_trigger),
+        ),
+        route(
+            "PATCH",
+            "/api/triggers/{name}",
+            Guard::Api(Scope::Operate),
+            patch(crate::unattended::pause_trigger),
+        ),
+        route(
+            "DELETE",
+            "/api/triggers/{name}",
+            Guard::Api(Scope::Operate),
+            delete(crate::unattended::remove_trigger),
+        ),
         route("GET", "/api/sessions", Guard::Api(Scope::Read), get(list_sessions)),
         route("POST", "/api/sessions", Guard::Api(Scope::Operate), post(create_session)),
         route("GET", "/api/sessions/{id}", Guard::Api(Scope::Read), get(get_session)),
@@ -207,6 +267,8 @@ pub fn routes() -> Vec<Route> {
             post(crate::hooks::permission_request),
         ),
         route("POST", "/hooks/claude", Guard::Api(Scope::Operate), post(crate::hooks::claude_hook)),
+        // A trigger's webhook: its signature is its authentication.
+        route("POST", "/hooks/{name}", Guard::Own, post(crate::unattended::webhook)),
         route("GET", "/v1/sessions/ws/{slot}", Guard::Own, get(ingress)),
         route("POST", "/session/{slot}/events", Guard::Own, post(ingress_events)),
         // The relay's CLI socket (an upgrade) or the web UI's page.
@@ -665,27 +727,14 @@ async fn delete_session(
     Ok(Json(view(&daemon, record).await).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AmendBody {
-    title: Option<String>,
-    archived: Option<bool>,
-    /// A new budget (`null`: none).
-    #[serde(default, deserialize_with = "crate::budget::some_or_null")]
-    max_budget_usd: Option<Option<f64>>,
-}
-
-/// Renames a session or puts it away (`{"title"}`, `{"archived"}`, or both).
+/// Renames a session, puts it away, or changes what it may spend (`{"title"}`,
+/// `{"archived"}`, `{"max_budget_usd"}`, `{"max_window_utilization"}`, or several).
 async fn amend_session(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-    Body(body): Body<AmendBody>,
+    Body(body): Body<crate::daemon::Amend>,
 ) -> Result<Json<SessionView>, ApiError> {
-    if body.title.is_none() && body.archived.is_none() && body.max_budget_usd.is_none() {
-        return Err(ApiError::invalid("give `title`, `archived`, `max_budget_usd`, or several"));
-    }
-    let record =
-        daemon.amend(&id, body.title.as_deref(), body.archived, body.max_budget_usd).await?;
+    let record = daemon.amend(&id, &body).await?;
     // The CLI hears of the new title too, where it can (2.1.330 on): its own transcript list
     // then shows it. The title is the record's either way.
     if let (Some(title), true) = (body.title.as_deref(), daemon.handle(&id).is_ok()) {
@@ -1392,7 +1441,7 @@ async fn handle_client_frame(
                     .ok_or_else(|| ApiError::invalid("permission_response needs a request_id"))?;
                 let (answer, who) = body.into_answer(caller, "websocket")?;
                 crate::faces::check_answer_to(daemon, caller, id, &request_id, &answer).await?;
-                daemon.respond_permission(id, &request_id, answer, &who).await?;
+                Box::pin(daemon.respond_permission(id, &request_id, answer, &who)).await?;
                 Some(request_id)
             }
             ClientFrame::Interrupt(frame) => {

@@ -57,6 +57,10 @@ pub enum Change {
         /// The lost nodes' names.
         lost: Vec<String>,
     },
+    /// The schedules or triggers changed (one added, removed or paused; a run started,
+    /// skipped, queued or held): `GET /api/schedules` answers anew. Each node says so for
+    /// itself, as it reads the shared book.
+    SchedulesChanged {},
 }
 
 /// What the list shows of a session whose record changed.
@@ -99,6 +103,7 @@ impl Change {
             Change::StoreFailing { .. } => "store_failing",
             Change::StoreRecovered { .. } => "store_recovered",
             Change::NodesChanged { .. } => "nodes_changed",
+            Change::SchedulesChanged {} => "schedules_changed",
         }
     }
 
@@ -111,7 +116,7 @@ impl Change {
             | Change::SessionFailed { session_id, .. }
             | Change::StoreFailing { session_id, .. }
             | Change::StoreRecovered { session_id } => Some(session_id),
-            Change::NodesChanged { .. } => None,
+            Change::NodesChanged { .. } | Change::SchedulesChanged {} => None,
         }
     }
 

@@ -137,7 +137,10 @@ impl From<DaemonError> for ApiError {
         use switchboard_session::{AnswerError, SessionError};
         match &error {
             DaemonError::Invalid(_) => ApiError::invalid(error.to_string()),
-            DaemonError::NotFound(_) => ApiError::not_found(error.to_string()),
+            DaemonError::NotFound(_) | DaemonError::Missing(_) => {
+                ApiError::not_found(error.to_string())
+            }
+            DaemonError::Conflict(_) => ApiError::conflict("conflict", error.to_string()),
             DaemonError::NotRunning(_) => ApiError::conflict("not_running", error.to_string()),
             DaemonError::AlreadyRunning(_) => {
                 ApiError::conflict("already_running", error.to_string())

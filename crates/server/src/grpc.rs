@@ -264,6 +264,8 @@ impl Switchboard for Api {
                 relay: request.relay,
                 cli_version: request.cli_version,
                 origin: None,
+                run: None,
+                max_window_utilization: request.max_window_utilization,
             },
             prompt: request.prompt,
             resume: request.resume,

@@ -54,6 +54,7 @@ mod text;
 pub mod tokens;
 pub mod transcripts;
 mod ui;
+pub mod unattended;
 pub mod usage;
 pub mod view;
 pub mod watchers;

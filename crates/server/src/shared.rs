@@ -243,18 +243,19 @@ impl Documents for FileDocuments {
             }
             versions.insert(name.to_owned(), version + 1);
         }
-        let (path, text) = (self.path(name), text.to_owned());
-        let written =
-            tokio::task::spawn_blocking(move || crate::files::replace_private(&path, &text))
-                .await
-                .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))
-                .and_then(|result| {
-                    result.map_err(|error| {
-                        switchboard_store::StoreError::Database(format!(
-                            "cannot write {name}: {error}"
-                        ))
-                    })
-                });
+        let (dir, path, text) = (self.dir.clone(), self.path(name), text.to_owned());
+        let written = tokio::task::spawn_blocking(move || {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+            crate::files::replace_private(&path, &text)
+        })
+        .await
+        .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))
+        .and_then(|result| {
+            result.map_err(|error| {
+                switchboard_store::StoreError::Database(format!("cannot write {name}: {error}"))
+            })
+        });
         if let Err(error) = written {
             self.versions.lock().remove(name);
             return Err(error);

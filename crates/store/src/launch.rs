@@ -65,6 +65,36 @@ pub struct Launch {
     /// Which face started it and with which token (set by the daemon, never by a request);
     /// `None` for a session of a release before it was kept, a relay's, a terminal's.
     pub origin: Option<Origin>,
+    /// The schedule or trigger run that started it (set by the daemon, never by a request).
+    pub run: Option<RunOf>,
+    /// It pauses when one of the account's usage windows reaches this share (0 to 1): the most
+    /// of a window it spends unattended.
+    pub max_window_utilization: Option<f64>,
+}
+
+/// The schedule or trigger run a session is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOf {
+    /// `schedule` or `trigger`.
+    pub kind: RunKind,
+    /// The schedule's or trigger's name.
+    pub name: String,
+    /// A schedule's run: when it fell due (Unix milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_ms: Option<u64>,
+    /// A trigger's run: the delivery's id, when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<String>,
+}
+
+/// What ran a session unattended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    /// A schedule.
+    Schedule,
+    /// A trigger's webhook.
+    Trigger,
 }
 
 /// Who started a session, through which face: what every face shows of it, and the ceiling
@@ -94,6 +124,10 @@ pub enum Face {
     Mcp,
     /// An editor, through the Agent Client Protocol agent (`switchboard acp`).
     Acp,
+    /// A schedule's run (the token is the one that made the schedule).
+    Schedule,
+    /// A trigger's run (the token is the one that made the trigger).
+    Trigger,
 }
 
 impl Face {
@@ -104,6 +138,8 @@ impl Face {
             Face::Grpc => "grpc",
             Face::Mcp => "mcp",
             Face::Acp => "acp",
+            Face::Schedule => "schedule",
+            Face::Trigger => "trigger",
         }
     }
 }

@@ -40,7 +40,7 @@ mod sqlite;
 
 pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
-pub use launch::{Face, Launch, Origin, TransportKind, Worktree, HIDDEN};
+pub use launch::{Face, Launch, Origin, RunKind, RunOf, TransportKind, Worktree, HIDDEN};
 pub use memory::MemoryStore;
 pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE, STATEMENT_LIMIT};
 pub use sqlite::{

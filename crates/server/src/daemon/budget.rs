@@ -1,5 +1,7 @@
-//! Budgets that pause, not kill: a session's own (`max_budget_usd`), the daemon's daily one
-//! and a token's; what may still be sent, what a turn spent, the pause and its lifting.
+//! Budgets that pause, not kill: a session's own (`max_budget_usd`), the daemon's daily one,
+//! a token's, and its cap on the account's usage windows (`max_window_utilization`, unattended
+//! work's: a window reported at or past the cap, or used up, pauses it until a person raises
+//! the cap); what may still be sent, what a turn spent, the pause and its lifting.
 //!
 //! The pump adds up what a batch's results cost (the projection's `TurnEnded.cost_usd`, the
 //! step from the last reported total; a session taken up from the store starts from its
@@ -88,10 +90,19 @@ impl Daemon {
     /// The limit the session is over, if any: its own `max_budget_usd`, the daemon's daily
     /// one, or that of the token that sent its latest message.
     pub(super) fn over_budget(&self, live: &LiveSession) -> Option<String> {
-        let (cost, max) = {
+        let (cost, max, cap) = {
             let record = live.record.lock();
-            (record.spent_usd, record.launch.max_budget_usd)
+            (record.spent_usd, record.launch.max_budget_usd, record.launch.max_window_utilization)
         };
+        if let Some(cap) = cap {
+            let windows = self.usage.report().windows;
+            if let Some(hold) = crate::schedules::plan::window_hold(&windows, Some(cap), now_ms()) {
+                return Some(format!(
+                    "{}; raise or clear its cap (PATCH /api/sessions/ID with max_window_utilization)",
+                    hold.why
+                ));
+            }
+        }
         if let Some(max) = max.filter(|max| cost >= *max) {
             return Some(format!(
                 "its budget of {} is spent ({})",

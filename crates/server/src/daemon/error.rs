@@ -12,6 +12,12 @@ pub enum DaemonError {
     /// No such session.
     #[error("no session {0}")]
     NotFound(String),
+    /// No such thing besides a session (a schedule, a trigger): the sentence names it.
+    #[error("{0}")]
+    Missing(String),
+    /// The request conflicts with what is (a schedule's run still going): the sentence says.
+    #[error("{0}")]
+    Conflict(String),
     /// The session is not running (exited, crashed, or the daemon restarted).
     #[error("session {0} is not running; resume it first")]
     NotRunning(String),

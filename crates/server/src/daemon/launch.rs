@@ -64,6 +64,8 @@ pub struct DaemonConfig {
     /// What this node can run, for placing new sessions among the nodes (`serve --root`,
     /// `--capacity`).
     pub placement: Placement,
+    /// The scheduler's clock (tests give one that paused time moves).
+    pub clock: crate::schedules::Clock,
 }
 
 /// What a node can run, as it tells the others in its heartbeat.
@@ -275,8 +277,9 @@ impl Serialize for CreateSession {
         };
         // The worktree asked for, not one made: a create names no worktree of its own.
         map.remove("worktree");
-        // The daemon's to set, from the token.
+        // The daemon's to set, from the token and the schedule or trigger.
         map.remove("origin");
+        map.remove("run");
         // What is unset is left out (a create reads it as its default): a daemon of an older
         // release, which refuses a key it does not know, still takes what a newer one sends
         // when the newer key is not used.
@@ -360,6 +363,11 @@ impl<'de> Deserialize<'de> for CreateSession {
         if map.contains_key("origin") {
             return Err(D::Error::custom(
                 "`origin` is set by the daemon from the request's token, never by a request",
+            ));
+        }
+        if map.contains_key("run") {
+            return Err(D::Error::custom(
+                "`run` is set by the daemon for a schedule's or trigger's run, never by a request",
             ));
         }
         if let Some(unknown) = map.keys().find(|key| !launch_keys().contains(*key)) {

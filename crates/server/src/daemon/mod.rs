@@ -56,8 +56,10 @@ mod record;
 mod relay;
 mod resume;
 mod runs;
+mod schedules;
 mod subscription;
 mod terminal;
+mod triggers;
 mod usage;
 mod waiting;
 mod workspace;
@@ -71,7 +73,10 @@ use observers::*;
 use parked::is_parked;
 use pump::*;
 pub use record::*;
+pub use record::{check_window_cap, Amend};
+pub use schedules::{RunSession, ScheduleView, WaitingRun};
 pub use subscription::*;
+pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
 pub use workspace::Rewind;
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they
@@ -179,6 +184,8 @@ pub struct Daemon {
     pair_codes: crate::pair_codes::PairCodes,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
+    /// The schedules and triggers, with their state ([`crate::schedules::book`]).
+    books: crate::schedules::book::Books,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -234,6 +241,16 @@ impl Daemon {
         let usage = crate::usage::Usage::open(config.budget.shared.clone())
             .await
             .map_err(DaemonError::Invalid)?;
+        // The book of schedules: the fleet's shared document, or this daemon's file.
+        let book_store: Arc<dyn switchboard_store::Documents> =
+            match (&config.budget.shared, &config.data_dir) {
+                (Some(shared), _) => shared.clone(),
+                (None, Some(dir)) => Arc::new(crate::shared::FileDocuments::new(dir)),
+                (None, None) => Arc::new(switchboard_store::MemoryStore::new()),
+            };
+        let books = crate::schedules::book::Books::open(book_store, config.budget.shared.is_some())
+            .await
+            .map_err(DaemonError::Invalid)?;
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),
@@ -252,10 +269,12 @@ impl Daemon {
                 Box::new(usage::UsageWindows),
                 Box::new(relay::RelayFrontends),
                 Box::new(parked::Parking),
+                Box::new(schedules::RunEnds),
                 Box::new(pump::Records),
             ],
             budgets,
             usage,
+            books,
             link_key,
             notifier,
             _notifying: notifying,
@@ -408,6 +427,7 @@ impl Daemon {
             daemon.warm.keep(config, count);
         }
         daemon.resume_answered(ended).await;
+        daemon.start_scheduler();
         Ok(daemon)
     }
 
@@ -584,6 +604,9 @@ impl Daemon {
         request: CreateSession,
     ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
+        if let Some(cap) = request.launch.max_window_utilization {
+            check_window_cap(cap).map_err(DaemonError::Invalid)?;
+        }
         if let Some(version) = &request.launch.cli_version {
             if !is_version(version) {
                 return Err(DaemonError::Invalid(format!(
@@ -1067,14 +1090,22 @@ impl Daemon {
     pub async fn amend(
         self: &Arc<Self>,
         id: &str,
-        title: Option<&str>,
-        archived: Option<bool>,
-        max_budget_usd: Option<Option<f64>>,
+        amend: &Amend,
     ) -> Result<SessionRecord, DaemonError> {
+        let Amend { archived, max_budget_usd, max_window_utilization, .. } = *amend;
+        if amend.is_empty() {
+            return Err(DaemonError::Invalid(
+                "give `title`, `archived`, `max_budget_usd`, `max_window_utilization`, or several"
+                    .into(),
+            ));
+        }
         if let Some(Some(max)) = max_budget_usd {
             crate::budget::check_limit("max_budget_usd", max).map_err(DaemonError::Invalid)?;
         }
-        let title = match title.map(str::trim) {
+        if let Some(Some(cap)) = max_window_utilization {
+            check_window_cap(cap).map_err(DaemonError::Invalid)?;
+        }
+        let title = match amend.title.as_deref().map(str::trim) {
             Some("") => return Err(DaemonError::Invalid("the title is empty".into())),
             Some(title) if title.chars().count() > MAX_TITLE_CHARS => {
                 return Err(DaemonError::Invalid(format!(
@@ -1098,6 +1129,9 @@ impl Daemon {
             if let Some(max) = max_budget_usd {
                 record.launch.max_budget_usd = max;
             }
+            if let Some(cap) = max_window_utilization {
+                record.launch.max_window_utilization = cap;
+            }
         };
         let _writing = self.record_writes.lock().await;
         if let Some(live) = self.live(id) {
@@ -1108,7 +1142,8 @@ impl Daemon {
             };
             self.store.update_session(&record).await?;
             self.announce(&record);
-            if max_budget_usd.is_some() && live.handle().is_some() {
+            let limits = max_budget_usd.is_some() || max_window_utilization.is_some();
+            if limits && live.handle().is_some() {
                 self.check_budget(id, &live);
                 return Ok(current_record(&live));
             }

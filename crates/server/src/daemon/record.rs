@@ -69,3 +69,42 @@ pub fn record_state(state: SessionState, paused: bool) -> RecordState {
         SessionState::Crashed => RecordState::Crashed,
     }
 }
+
+/// A change to a session's record (`PATCH /api/sessions/{id}`): each field given is changed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amend {
+    /// A new title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Put away, or back.
+    #[serde(default)]
+    pub archived: Option<bool>,
+    /// A new budget (`null`: none).
+    #[serde(default, deserialize_with = "crate::budget::some_or_null")]
+    pub max_budget_usd: Option<Option<f64>>,
+    /// A new cap on the usage windows' share (`null`: none).
+    #[serde(default, deserialize_with = "crate::budget::some_or_null")]
+    pub max_window_utilization: Option<Option<f64>>,
+}
+
+impl Amend {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.title.is_none()
+            && self.archived.is_none()
+            && self.max_budget_usd.is_none()
+            && self.max_window_utilization.is_none()
+    }
+}
+
+/// A cap on a usage window's share is above 0 and at most 1.
+pub fn check_window_cap(cap: f64) -> Result<(), String> {
+    if cap > 0.0 && cap <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "max_window_utilization is a share above 0 and at most 1 (0.5 is half a window), not {cap}"
+        ))
+    }
+}

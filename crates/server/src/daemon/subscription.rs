@@ -211,9 +211,15 @@ pub(super) async fn share_changes(
         loop {
             match ours.recv().await {
                 Ok(change) => {
-                    // Each node says for itself which nodes it finds lost.
+                    // Each node says for itself which nodes it finds lost, and that the
+                    // shared book of schedules changed (it reads the book itself).
                     let own = change.from_node.is_none();
-                    if own && !matches!(change.change, Change::NodesChanged { .. }) {
+                    if own
+                        && !matches!(
+                            change.change,
+                            Change::NodesChanged { .. } | Change::SchedulesChanged {}
+                        )
+                    {
                         out.publish_change(&change);
                     }
                 }

@@ -46,6 +46,41 @@ pub fn now_ms() -> u64 {
     switchboard_store::now_ms()
 }
 
+/// The scheduler's clock: the system's, or a test's own (paused time).
+#[derive(Clone)]
+pub struct Clock(std::sync::Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl Clock {
+    /// A clock that reads `now` (Unix milliseconds).
+    pub fn new(now: impl Fn() -> u64 + Send + Sync + 'static) -> Clock {
+        Clock(std::sync::Arc::new(now))
+    }
+
+    /// A clock that starts at `start_ms` and moves with tokio's time (which a test may pause
+    /// and advance).
+    pub fn tokio(start_ms: u64) -> Clock {
+        let start = tokio::time::Instant::now();
+        Clock::new(move || start_ms + start.elapsed().as_millis() as u64)
+    }
+
+    /// Now (Unix milliseconds).
+    pub fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new(now_ms)
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
 /// A name for a schedule or trigger: lowercase letters, digits, `-`, `_` and `.`, starting with a
 /// letter or digit (it is a path segment of `/hooks/{name}` and a word in logs).
 pub fn check_name(what: &str, name: &str) -> Result<(), String> {
@@ -160,11 +195,7 @@ impl Schedule {
         self.timing()?;
         check_task(&self.task)?;
         if let Some(cap) = self.max_window_utilization {
-            if !(cap > 0.0 && cap <= 1.0) {
-                return Err(format!(
-                    "max_window_utilization is a share above 0 and at most 1 (0.5 is half a window), not {cap}"
-                ));
-            }
+            crate::daemon::check_window_cap(cap)?;
         }
         if let Some(daily) = self.daily_usd {
             crate::budget::check_limit("daily_usd", daily)?;

@@ -135,10 +135,8 @@ pub fn plan(schedule: &Schedule, state: &ScheduleState, look: &Look<'_>) -> Step
     }
 }
 
-/// What holds a schedule's new runs back, if anything: a usage window the CLI reported
-/// rejected, or used past the schedule's cap (`max_window_utilization`), until it resets; the
-/// schedule's daily budget spent, until the next day (UTC). A window whose reset has passed
-/// is not read (it starts again from nothing).
+/// What holds a schedule's new runs back, if anything: a usage window [`window_hold`] names,
+/// or the schedule's daily budget spent, until the next day (UTC).
 pub fn hold(
     windows: &[UsageWindow],
     cap: Option<f64>,
@@ -146,42 +144,46 @@ pub fn hold(
     daily_usd: Option<f64>,
     now_ms: u64,
 ) -> Option<Hold> {
-    for window in windows {
+    if let Some(hold) = window_hold(windows, cap, now_ms) {
+        return Some(hold);
+    }
+    let daily = daily_usd.filter(|daily| spent_today >= *daily)?;
+    let day = 86_400_000;
+    Some(Hold {
+        why: format!(
+            "the daily budget of {} is spent ({})",
+            crate::budget::dollars(daily),
+            crate::budget::dollars(spent_today)
+        ),
+        until_ms: Some((now_ms / day + 1) * day),
+    })
+}
+
+/// The usage window that holds unattended work back, if one does: one the CLI reported used
+/// up (`rejected`), or used at or past `cap`, until it resets. A window whose reset has passed
+/// is not read (it starts again from nothing).
+pub fn window_hold(windows: &[UsageWindow], cap: Option<f64>, now_ms: u64) -> Option<Hold> {
+    windows.iter().find_map(|window| {
         let resets_ms = window.resets_at.map(|seconds| seconds.saturating_mul(1000));
         if resets_ms.is_some_and(|resets| resets <= now_ms) {
-            continue;
+            return None;
         }
-        let rejected = window.status == "rejected";
-        let over = match (cap, window.utilization) {
-            (Some(cap), Some(used)) => used >= cap,
-            _ => false,
+        let why = if window.status == "rejected" {
+            format!("the usage window {} is used up", window.window)
+        } else {
+            let (cap, used) = (cap?, window.utilization?);
+            if used < cap {
+                return None;
+            }
+            format!(
+                "the usage window {} is at {:.0}%, at or past the cap of {:.0}%",
+                window.window,
+                used * 100.0,
+                cap * 100.0
+            )
         };
-        if rejected || over {
-            let why = if rejected {
-                format!("the usage window {} is used up", window.window)
-            } else {
-                format!(
-                    "the usage window {} is at {:.0}%, at or past this schedule's cap of {:.0}%",
-                    window.window,
-                    window.utilization.unwrap_or_default() * 100.0,
-                    cap.unwrap_or_default() * 100.0
-                )
-            };
-            return Some(Hold { why, until_ms: resets_ms });
-        }
-    }
-    if let Some(daily) = daily_usd.filter(|daily| spent_today >= *daily) {
-        let day = 86_400_000;
-        return Some(Hold {
-            why: format!(
-                "this schedule's daily budget of {} is spent ({})",
-                crate::budget::dollars(daily),
-                crate::budget::dollars(spent_today)
-            ),
-            until_ms: Some((now_ms / day + 1) * day),
-        });
-    }
-    None
+        Some(Hold { why, until_ms: resets_ms })
+    })
 }
 
 #[cfg(test)]
@@ -318,13 +320,13 @@ mod tests {
         assert_eq!(rejected.until_ms, Some(resets));
         assert!(rejected.why.contains("five_hour is used up"), "{}", rejected.why);
         let over = hold(&[window("allowed", Some(0.62), resets)], Some(0.5), 0.0, None, now);
-        assert!(over.unwrap().why.contains("at 62%, at or past this schedule's cap of 50%"));
+        assert!(over.unwrap().why.contains("five_hour is at 62%, at or past the cap of 50%"));
         assert_eq!(hold(&[window("allowed", Some(0.4), resets)], Some(0.5), 0.0, None, now), None);
         // A window whose reset passed starts again: it holds nothing.
         assert_eq!(hold(&[window("rejected", None, now - 1000)], Some(0.5), 0.0, None, now), None);
         let spent = hold(&[], None, 2.5, Some(2.0), now).unwrap();
         assert_eq!(spent.until_ms, Some(1_796_083_200_000), "the next UTC midnight");
-        assert!(spent.why.contains("daily budget of $2.00 is spent ($2.50)"), "{}", spent.why);
+        assert!(spent.why.contains("the daily budget of $2.00 is spent ($2.50)"), "{}", spent.why);
     }
 
     #[test]

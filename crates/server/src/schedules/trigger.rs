@@ -16,6 +16,9 @@ pub const MAX_SEEN: usize = 1000;
 /// The runs a trigger's state remembers.
 pub const MAX_TRIGGER_RUNS: usize = 50;
 
+/// The runs a trigger's queue holds while a usage window holds unattended work back.
+pub const MAX_QUEUED: usize = 100;
+
 /// The shortest secret taken.
 pub const MIN_SECRET_CHARS: usize = 16;
 
@@ -79,11 +82,7 @@ impl Trigger {
             self.template()?;
         }
         if let Some(cap) = self.max_window_utilization {
-            if !(cap > 0.0 && cap <= 1.0) {
-                return Err(format!(
-                    "max_window_utilization is a share above 0 and at most 1, not {cap}"
-                ));
-            }
+            crate::daemon::check_window_cap(cap)?;
         }
         if self.events.len() > 32
             || self.events.iter().any(|event| super::check_name("event", event).is_err())
@@ -120,6 +119,21 @@ pub struct TriggerState {
     pub seen: VecDeque<String>,
     /// What the last deliveries did, oldest first.
     pub runs: Vec<TriggerRun>,
+    /// Runs that wait for a usage window, oldest first.
+    pub queued: VecDeque<QueuedRun>,
+    /// What holds them, as last seen.
+    pub hold: Option<super::Hold>,
+}
+
+/// A trigger's run that waits: its filled prompt, its delivery.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedRun {
+    /// The prompt its payload filled.
+    pub prompt: String,
+    /// Its delivery's id, if sent.
+    pub delivery: Option<String>,
+    /// When it came.
+    pub at_ms: u64,
 }
 
 /// What one delivery did.
@@ -149,6 +163,28 @@ impl TriggerState {
             self.seen.pop_front();
         }
         true
+    }
+
+    /// Queues `run` behind `hold`: refused when the queue is full.
+    pub fn queue(&mut self, run: QueuedRun, hold: super::Hold) -> Result<(), String> {
+        if self.queued.len() >= MAX_QUEUED {
+            return Err(format!(
+                "{MAX_QUEUED} runs already wait for the usage window ({}); this one is refused",
+                hold.why
+            ));
+        }
+        self.queued.push_back(run);
+        self.hold = Some(hold);
+        Ok(())
+    }
+
+    /// The oldest queued run, taken from the queue.
+    pub fn take_queued(&mut self) -> Option<QueuedRun> {
+        let run = self.queued.pop_front();
+        if self.queued.is_empty() {
+            self.hold = None;
+        }
+        run
     }
 
     /// Notes what a delivery did.

@@ -23,6 +23,7 @@ mod mcp;
 mod notify;
 mod parked;
 mod push;
+mod schedules;
 mod scopes;
 mod terminal;
 mod ui;
@@ -89,6 +90,7 @@ impl Server {
             node: None,
             bus: None,
             placement: Default::default(),
+            clock: Default::default(),
         };
         let mut config = config;
         configure(&mut config);

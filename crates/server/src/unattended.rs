@@ -1,0 +1,281 @@
+//! The REST face of unattended work: schedules (`/api/schedules`), triggers
+//! (`/api/triggers`) and their webhook (`POST /hooks/{name}`, signed with the trigger's own
+//! secret, no bearer token). What each does is the daemon's ([`crate::daemon`]'s schedules and
+//! triggers parts); this is their routes.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+
+use crate::daemon::{Daemon, ScheduleView};
+use crate::error::ApiError;
+use crate::extract::Body;
+use crate::schedules::trigger::{QueuedRun, Trigger, TriggerRun};
+use crate::schedules::{Hold, Schedule};
+use crate::tokens::Caller;
+
+/// `GET /api/schedules`: every schedule, and the queue of runs that wait.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleList {
+    /// The schedules, by name.
+    pub schedules: Vec<ScheduleView>,
+    /// Runs that wait (a schedule's or a trigger's), soonest first.
+    pub queue: Vec<QueueEntry>,
+}
+
+/// A run that waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// `schedule` or `trigger`.
+    pub kind: String,
+    /// Its schedule's or trigger's name.
+    pub name: String,
+    /// When it fell due, or came.
+    pub since_ms: u64,
+    /// Why it waits.
+    pub why: String,
+    /// When it is expected to start (`None`: when the run before it ends, or unknown).
+    pub starts_ms: Option<u64>,
+}
+
+/// A trigger as faces show it: no secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TriggerView {
+    /// The trigger (its secret blank).
+    pub trigger: Trigger,
+    /// Its webhook's path.
+    pub path: String,
+    /// What its last deliveries did, newest first.
+    pub runs: Vec<TriggerRun>,
+    /// Runs waiting for a usage window.
+    pub queued: Vec<QueuedRun>,
+    /// What holds them.
+    pub hold: Option<Hold>,
+}
+
+/// `POST /api/triggers`'s answer: the trigger, and its secret, shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TriggerMade {
+    /// The trigger.
+    #[serde(flatten)]
+    pub view: TriggerView,
+    /// The secret its deliveries are signed with.
+    pub secret: String,
+}
+
+/// `PATCH /api/schedules/{name}` and `/api/triggers/{name}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pause {
+    /// Paused, or running again.
+    pub paused: bool,
+}
+
+/// The book's refusal as the API's: a name taken is a conflict, the rest bad input.
+fn refused(why: String) -> ApiError {
+    if why.contains("exists; remove it first") {
+        ApiError::conflict("exists", why)
+    } else {
+        ApiError::invalid(why)
+    }
+}
+
+pub(crate) async fn list_schedules(State(daemon): State<Arc<Daemon>>) -> Json<ScheduleList> {
+    let book = daemon.books().get();
+    let mut schedules = Vec::with_capacity(book.schedules.len());
+    let mut queue = Vec::new();
+    for (name, entry) in &book.schedules {
+        let view = daemon.schedule_view(entry).await;
+        if let Some(waiting) = &view.waiting {
+            queue.push(QueueEntry {
+                kind: "schedule".into(),
+                name: name.clone(),
+                since_ms: waiting.due_ms,
+                why: waiting.why.clone(),
+                starts_ms: waiting.starts_ms,
+            });
+        }
+        schedules.push(view);
+    }
+    for (name, entry) in &book.triggers {
+        for run in &entry.state.queued {
+            let hold = entry.state.hold.as_ref();
+            queue.push(QueueEntry {
+                kind: "trigger".into(),
+                name: name.clone(),
+                since_ms: run.at_ms,
+                why: hold.map(|hold| hold.why.clone()).unwrap_or_default(),
+                starts_ms: hold.and_then(|hold| hold.until_ms),
+            });
+        }
+    }
+    queue.sort_by_key(|entry| (entry.starts_ms.unwrap_or(u64::MAX), entry.since_ms));
+    Json(ScheduleList { schedules, queue })
+}
+
+pub(crate) async fn add_schedule(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Body(mut schedule): Body<Schedule>,
+) -> Result<Response, ApiError> {
+    crate::tokens::check_create(&caller, &schedule.task)?;
+    schedule.created_ms = daemon.clock_ms();
+    schedule.origin = Some(caller.origin(switchboard_store::Face::Schedule));
+    schedule.created_by = caller.who("api", None);
+    schedule.task.started_by = None;
+    schedule.task.origin = None;
+    daemon.books().add_schedule(schedule.clone()).await.map_err(refused)?;
+    tracing::info!(schedule = %schedule.name, by = %caller.name, "schedule added");
+    let entry = daemon.books().get().schedules.get(&schedule.name).cloned();
+    let entry =
+        entry.ok_or_else(|| ApiError::not_found(format!("no schedule {}", schedule.name)))?;
+    Ok((StatusCode::CREATED, Json(daemon.schedule_view(&entry).await)).into_response())
+}
+
+pub(crate) async fn get_schedule(
+    State(daemon): State<Arc<Daemon>>,
+    Path(name): Path<String>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    let entry = daemon.books().get().schedules.get(&name).cloned();
+    let entry = entry.ok_or_else(|| ApiError::not_found(format!("no schedule {name}")))?;
+    Ok(Json(daemon.schedule_view(&entry).await))
+}
+
+pub(crate) async fn pause_schedule(
+    State(daemon): State<Arc<Daemon>>,
+    Path(name): Path<String>,
+    Body(pause): Body<Pause>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    let changed = daemon
+        .books()
+        .change_schedule(&name, |entry| {
+            entry.schedule.paused = pause.paused;
+            Ok(entry.clone())
+        })
+        .await
+        .map_err(refused)?;
+    let entry = changed.ok_or_else(|| ApiError::not_found(format!("no schedule {name}")))?;
+    Ok(Json(daemon.schedule_view(&entry).await))
+}
+
+pub(crate) async fn remove_schedule(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if !daemon.books().remove_schedule(&name).await.map_err(refused)? {
+        return Err(ApiError::not_found(format!("no schedule {name}")));
+    }
+    tracing::info!(schedule = %name, by = %caller.name, "schedule removed");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(crate) async fn run_schedule(
+    State(daemon): State<Arc<Daemon>>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = daemon.run_schedule_now(&name).await?;
+    Ok((StatusCode::CREATED, Json(crate::faces::view(&daemon, record).await)).into_response())
+}
+
+fn trigger_view(entry: &crate::schedules::book::TriggerEntry) -> TriggerView {
+    let mut trigger = entry.trigger.public();
+    if let Some(task) = &mut trigger.task {
+        task.launch = task.launch.clone().public();
+    }
+    TriggerView {
+        path: format!("/hooks/{}", trigger.name),
+        trigger,
+        runs: entry.state.runs.iter().rev().cloned().collect(),
+        queued: entry.state.queued.iter().cloned().collect(),
+        hold: entry.state.hold.clone(),
+    }
+}
+
+pub(crate) async fn list_triggers(State(daemon): State<Arc<Daemon>>) -> Json<Vec<TriggerView>> {
+    Json(daemon.books().get().triggers.values().map(trigger_view).collect())
+}
+
+pub(crate) async fn add_trigger(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Body(mut trigger): Body<Trigger>,
+) -> Result<Response, ApiError> {
+    if let Some(task) = &trigger.task {
+        crate::tokens::check_create(&caller, task)?;
+    }
+    if trigger.secret.is_empty() {
+        trigger.secret = crate::auth::generate_token();
+    }
+    trigger.created_ms = daemon.clock_ms();
+    trigger.origin = Some(caller.origin(switchboard_store::Face::Trigger));
+    trigger.created_by = caller.who("api", None);
+    daemon.books().add_trigger(trigger.clone()).await.map_err(refused)?;
+    tracing::info!(trigger = %trigger.name, by = %caller.name, "trigger added");
+    let entry = daemon.books().get().triggers.get(&trigger.name).cloned();
+    let entry = entry.ok_or_else(|| ApiError::not_found(format!("no trigger {}", trigger.name)))?;
+    let made = TriggerMade { view: trigger_view(&entry), secret: trigger.secret };
+    Ok((StatusCode::CREATED, Json(made)).into_response())
+}
+
+pub(crate) async fn pause_trigger(
+    State(daemon): State<Arc<Daemon>>,
+    Path(name): Path<String>,
+    Body(pause): Body<Pause>,
+) -> Result<Json<TriggerView>, ApiError> {
+    let changed = daemon
+        .books()
+        .change_trigger(&name, |entry| {
+            entry.trigger.paused = pause.paused;
+            Ok(trigger_view(entry))
+        })
+        .await
+        .map_err(refused)?;
+    changed.map(Json).ok_or_else(|| ApiError::not_found(format!("no trigger {name}")))
+}
+
+pub(crate) async fn remove_trigger(
+    State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if !daemon.books().remove_trigger(&name).await.map_err(refused)? {
+        return Err(ApiError::not_found(format!("no trigger {name}")));
+    }
+    tracing::info!(trigger = %name, by = %caller.name, "trigger removed");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /hooks/{name}`: a delivery, signed with the trigger's secret (no bearer token: the
+/// signature is its authentication). The trigger is found before a byte of the body is read.
+pub(crate) async fn webhook(
+    State(daemon): State<Arc<Daemon>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
+    if daemon.trigger(&name).is_none() {
+        return Err(ApiError::not_found(format!("no trigger {name}")));
+    }
+    let body = crate::extract::bounded_body(
+        body,
+        crate::daemon::MAX_DELIVERY_BYTES,
+        crate::daemon::DELIVERY_WITHIN,
+    )
+    .await?;
+    let header = |name: &str| {
+        headers.get(name).and_then(|value| value.to_str().ok()).map(|value| value.to_owned())
+    };
+    let delivery = crate::daemon::Delivery {
+        signature: header(crate::schedules::signature::HEADER),
+        id: header("x-github-delivery"),
+        event: header("x-github-event"),
+    };
+    let delivered = daemon.deliver(&name, &delivery, &body).await?;
+    let status = if delivered.outcome == "started" { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(delivered)).into_response())
+}

@@ -1,0 +1,459 @@
+//! Work that runs while nobody watches, with the real CLI and the fake API: a schedule due every
+//! two seconds runs twice, in two sessions, never beside itself; a signed webhook starts a
+//! session with its templated prompt, and a forged or replayed one starts nothing; a GitHub
+//! check run that failed reaches the session whose worktree made the branch; a usage window
+//! the CLI reports used up holds a run until its reset, and a cap pauses the run that reaches
+//! it. (Real seconds: the CLI runs in real time. The planner's own cases, with any clock, are
+//! its unit tests.)
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use switchboard_server::schedules::signature;
+use switchboard_store::{MemoryStore, Store};
+use switchboard_testkit::{git, CliSandbox, FakeApi, Reply, Scenario};
+
+use crate::{Server, Ws, WAIT};
+
+/// The schedule at `path` once `check` holds, looked at again each time the dashboards hear
+/// the book changed (within [`WAIT`]).
+async fn schedule_when(
+    server: &Server,
+    feed: &mut Ws,
+    path: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, view) = server.get(path).await;
+        assert_eq!(status, 200, "{view}");
+        if check(&view) {
+            return view;
+        }
+        let mut seen = Vec::new();
+        loop {
+            let frame = feed.next_by(deadline, &seen).await;
+            if frame["event"] == "schedules_changed" {
+                break;
+            }
+            seen.push(frame);
+        }
+    }
+}
+
+fn runs_of<'a>(view: &'a Value, outcome: &str) -> Vec<&'a Value> {
+    view["state"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["outcome"] == outcome)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_runs_twice_in_two_sessions_and_never_beside_itself() {
+    // The first run's answer is held mid-stream: its session goes on past the next due times.
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("first run, still going").when_prompt("TIDY").hold_after(1).times(1))
+            .reply(Reply::text("second run done").when_prompt("TIDY")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut feed = server.ws("/api/events").await;
+
+    // Refusals name the problem.
+    let task = json!({"cwd": sandbox.workdir(), "prompt": "TIDY"});
+    for (body, why) in [
+        (json!({"name": "Bad Name", "cron": "* * * * *", "task": task}), "is not one"),
+        (json!({"name": "x", "cron": "61 * * * *", "task": task}), "is not one"),
+        (
+            json!({"name": "x", "cron": "* * * * *", "time_zone": "Mars/Olympus", "task": task}),
+            "Mars/Olympus",
+        ),
+        (json!({"name": "x", "task": task}), "needs cron"),
+        (
+            json!({"name": "x", "cron": "* * * * *", "task": {"cwd": sandbox.workdir()}}),
+            "needs a prompt",
+        ),
+        (json!({"name": "x", "cron": "* * * * *", "task": task, "overlaps": "skip"}), "overlaps"),
+        (
+            json!({"name": "x", "cron": "* * * * *", "task": task, "max_window_utilization": 2}),
+            "max_window_utilization",
+        ),
+    ] {
+        let (status, refused) = server.post("/api/schedules", body).await;
+        assert_eq!(status, 400, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+    }
+
+    let (status, made) = server
+        .post("/api/schedules", json!({"name": "tidy", "cron": "*/2 * * * * *", "task": task}))
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let next: Vec<u64> =
+        made["next_ms"].as_array().unwrap().iter().map(|ms| ms.as_u64().unwrap()).collect();
+    assert_eq!(next.len(), 5);
+    assert!(next.windows(2).all(|pair| pair[1] - pair[0] == 2000), "{next:?}");
+    assert_eq!(made["schedule"]["origin"]["face"], "schedule");
+    let (status, taken) = server
+        .post("/api/schedules", json!({"name": "tidy", "cron": "* * * * *", "task": task}))
+        .await;
+    assert_eq!((status, taken["error"]["code"].as_str()), (409, Some("exists")), "{taken}");
+
+    // The first run starts, and its session is the schedule's.
+    let first = schedule_when(&server, &mut feed, "/api/schedules/tidy", |view| {
+        !runs_of(view, "started").is_empty()
+    })
+    .await;
+    let s1 = runs_of(&first, "started")[0]["session"].as_str().unwrap().to_owned();
+    let (_, record) = server.get(&format!("/api/sessions/{s1}")).await;
+    assert_eq!(record["config"]["run"]["kind"], "schedule", "{record}");
+    assert_eq!(record["config"]["run"]["name"], "tidy");
+    assert_eq!(record["config"]["origin"]["face"], "schedule");
+
+    // While it goes, the next due runs are passed by, never started beside it.
+    let skipped = schedule_when(&server, &mut feed, "/api/schedules/tidy", |view| {
+        runs_of(view, "skipped").iter().any(|run| run["why"] == "overlap")
+    })
+    .await;
+    assert_eq!(runs_of(&skipped, "started").len(), 1, "{skipped}");
+
+    // It ends; the next due run starts a second session, which answers and ends.
+    api.release();
+    let second = schedule_when(&server, &mut feed, "/api/schedules/tidy", |view| {
+        runs_of(view, "started").len() >= 2
+    })
+    .await;
+    let started = runs_of(&second, "started");
+    let s2 = started[1]["session"].as_str().unwrap().to_owned();
+    assert_ne!(s1, s2, "a fresh session per run");
+    let (_, one) = server.get(&format!("/api/sessions/{s1}")).await;
+    assert_eq!(one["state"], "exited", "the first run's CLI ended with its turn: {one}");
+    let (_, two) = server.get(&format!("/api/sessions/{s2}")).await;
+    let (ended, began) = (one["updated_ms"].as_u64().unwrap(), two["created_ms"].as_u64().unwrap());
+    assert!(ended <= began, "no overlap: the first ended at {ended}, the second began at {began}");
+    // Between them, only passed-by runs.
+    let dues: Vec<u64> = started.iter().map(|run| run["due_ms"].as_u64().unwrap()).collect();
+    assert!(dues[1] > dues[0] + 2000, "{second}");
+    let mut ws = server.ws(&format!("/api/sessions/{s2}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "second run done");
+
+    // Paused, it runs nothing; removed, it is gone.
+    let (status, paused) = server.patch("/api/schedules/tidy", json!({"paused": true})).await;
+    assert_eq!((status, paused["schedule"]["paused"].as_bool()), (200, Some(true)), "{paused}");
+    assert_eq!(paused["next_ms"], json!([]));
+    let (status, _) = server.send(reqwest::Method::DELETE, "/api/schedules/tidy", json!({})).await;
+    assert_eq!(status, 204);
+    let (status, _) = server.get("/api/schedules/tidy").await;
+    assert_eq!(status, 404);
+    server.stop().await;
+}
+
+/// A request to `/hooks/{name}` with `body`, signed with `secret` (none: unsigned), and a
+/// delivery id.
+async fn deliver(
+    server: &Server,
+    name: &str,
+    body: &str,
+    secret: Option<&str>,
+    delivery: &str,
+    event: &str,
+) -> (u16, Value) {
+    let mut request = server
+        .client()
+        .post(format!("{}/hooks/{name}", server.base))
+        .header("content-type", "application/json")
+        .header("x-github-delivery", delivery)
+        .header("x-github-event", event)
+        .body(body.to_owned());
+    if let Some(secret) = secret {
+        request = request.header("x-hub-signature-256", signature::sign(secret, body.as_bytes()));
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_webhook_starts_its_task_and_a_forged_or_replayed_one_does_not() {
+    let api = FakeApi::start(
+        Scenario::new().reply(Reply::text("on it").when_prompt("Fix issue #42: Crash on start")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (status, made) = server
+        .post(
+            "/api/triggers",
+            json!({"name": "issues", "events": ["issues"], "task": {
+                "cwd": sandbox.workdir(),
+                "prompt": "Fix issue #{{issue.number}}: {{issue.title}}\n{{issue.body?}}",
+            }}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    assert!(secret.len() >= 32, "a secret is made: {made}");
+    assert_eq!(made["path"], "/hooks/issues");
+    let (_, listed) = server.get("/api/triggers").await;
+    assert_eq!(listed[0]["trigger"]["secret"], "", "never shown again: {listed}");
+    for (body, why) in [
+        (
+            json!({"name": "claude", "task": {"cwd": sandbox.workdir(), "prompt": "p"}}),
+            "the daemon's own",
+        ),
+        (
+            json!({"name": "t2", "task": {"cwd": sandbox.workdir(), "prompt": "{{a b}}"}}),
+            "is not a field",
+        ),
+        (json!({"name": "t3"}), "give task or feedback"),
+    ] {
+        let (status, refused) = server.post("/api/triggers", body).await;
+        assert_eq!(status, 400, "{refused}");
+        assert!(refused["error"]["message"].as_str().unwrap().contains(why), "{refused}");
+    }
+
+    let payload = json!({"action": "labeled", "issue": {"number": 42, "title": "Crash on start", "body": null}}).to_string();
+    // Unsigned, forged (another secret), or signed for another body: refused, nothing runs.
+    let (status, refused) = deliver(&server, "issues", &payload, None, "d0", "issues").await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("no x-hub-signature-256"));
+    let (status, refused) =
+        deliver(&server, "issues", &payload, Some("not-the-secret-at-all"), "d0", "issues").await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("does not match"));
+    let (status, _) = deliver(&server, "nobody", &payload, Some(&secret), "d0", "issues").await;
+    assert_eq!(status, 404);
+
+    // Signed: a session with the templated prompt.
+    let mut feed = server.ws("/api/events").await;
+    let (status, delivered) =
+        deliver(&server, "issues", &payload, Some(&secret), "d1", "issues").await;
+    assert_eq!(status, 201, "{delivered}");
+    assert_eq!(delivered["outcome"], "started");
+    let id = delivered["session"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "on it");
+    let (_, record) = server.get(&format!("/api/sessions/{id}")).await;
+    assert_eq!(
+        record["config"]["run"],
+        json!({"kind": "trigger", "name": "issues", "delivery": "d1"})
+    );
+    assert_eq!(record["config"]["origin"]["face"], "trigger");
+
+    // Replayed: the same delivery id, or the same signed body under a new id, runs nothing.
+    for id in ["d1", "d2"] {
+        let (status, again) =
+            deliver(&server, "issues", &payload, Some(&secret), id, "issues").await;
+        assert_eq!((status, again["outcome"].as_str()), (200, Some("duplicate")), "{again}");
+    }
+    // A payload that does not fit the template: 400, naming the field; an event the trigger
+    // does not take: nothing.
+    let unfit = json!({"issue": {"title": "no number"}}).to_string();
+    let (status, refused) = deliver(&server, "issues", &unfit, Some(&secret), "d3", "issues").await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("no issue.number"), "{refused}");
+    let push = json!({"ref": "x"}).to_string();
+    let (status, ignored) = deliver(&server, "issues", &push, Some(&secret), "d4", "push").await;
+    assert_eq!((status, ignored["outcome"].as_str()), (200, Some("ignored")), "{ignored}");
+    let (_, listed) = server.get("/api/triggers").await;
+    let outcomes: Vec<&str> = listed[0]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["ignored", "refused", "started"], "{listed}");
+    // Exactly one session was made.
+    let frames = feed.until(|frame| frame["event"] == "session_created").await;
+    assert_eq!(frames.iter().filter(|f| f["event"] == "session_created").count(), 1);
+    let (_, sessions) = server.get("/api/sessions").await;
+    assert_eq!(sessions.as_array().map(Vec::len), Some(1), "{sessions}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(Reply::text("made the change").when_prompt("MAKE"))
+            .reply(Reply::text("fixed the failing test").when_prompt("2 tests failed")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let repo = sandbox.workdir();
+    std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["config", "user.name", "Test Person"]);
+    git(&repo, &["config", "user.email", "person@example.com"]);
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "base"]);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let (id, mut ws) =
+        server.open_session(json!({"cwd": repo, "prompt": "MAKE", "worktree": true})).await;
+    ws.until(crate::is_result).await;
+    let (_, record) = server.get(&format!("/api/sessions/{id}")).await;
+    let branch = record["config"]["worktree"]["branch"].as_str().unwrap().to_owned();
+    // The session ends: feedback resumes it.
+    let (status, _) =
+        server.send(reqwest::Method::DELETE, &format!("/api/sessions/{id}"), json!({})).await;
+    assert_eq!(status, 200);
+
+    let (status, made) =
+        server.post("/api/triggers", json!({"name": "ci", "feedback": true})).await;
+    assert_eq!(status, 201, "{made}");
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let check = |conclusion: &str, branch: &str| {
+        json!({
+            "action": "completed",
+            "check_run": {
+                "name": "test", "status": "completed", "conclusion": conclusion,
+                "html_url": "https://github.example/o/r/runs/7",
+                "output": {"title": "2 tests failed", "summary": "adds::two failed", "text": null},
+                "check_suite": {"head_branch": branch}, "pull_requests": [],
+            },
+        })
+        .to_string()
+    };
+    // A check that passed, or a branch no session made: nothing is sent.
+    let (status, ignored) =
+        deliver(&server, "ci", &check("success", &branch), Some(&secret), "c1", "check_run").await;
+    assert_eq!((status, ignored["outcome"].as_str()), (200, Some("ignored")), "{ignored}");
+    let (status, ignored) =
+        deliver(&server, "ci", &check("failure", "elsewhere"), Some(&secret), "c2", "check_run")
+            .await;
+    assert_eq!(
+        (status, ignored["detail"].as_str()),
+        (200, Some("no session made branch elsewhere"))
+    );
+    // A failure on its branch: the session is resumed and told, with the failure's text.
+    let (status, sent) =
+        deliver(&server, "ci", &check("failure", &branch), Some(&secret), "c3", "check_run").await;
+    assert_eq!((status, sent["outcome"].as_str()), (200, Some("feedback")), "{sent}");
+    assert_eq!(sent["session"], id.as_str(), "the session that made the branch, not a stranger");
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws
+        .until(|frame| {
+            crate::is_result(frame) && frame["event"]["line"]["result"] == "fixed the failing test"
+        })
+        .await;
+    let told = frames
+        .iter()
+        .find_map(|frame| {
+            let line = &frame["event"]["line"];
+            (line["type"] == "user"
+                && line["message"]["content"].to_string().contains("2 tests failed"))
+            .then(|| line["message"]["content"].to_string())
+        })
+        .expect("the feedback reached the CLI");
+    assert!(told.contains(&format!("failed on branch {branch} (failure)")), "{told}");
+    assert!(told.contains("adds::two failed"), "{told}");
+    let (_, sessions) = server.get("/api/sessions").await;
+    assert_eq!(sessions.as_array().map(Vec::len), Some(1), "no stranger started");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_next() {
+    let now_s = switchboard_store::now_ms() / 1000;
+    // The reset is a few seconds away, so that the held run starts within the test.
+    let resets = now_s + 4;
+    let window = |reply: Reply, status: &str, used: &str, resets: u64| {
+        reply
+            .header("anthropic-ratelimit-unified-status", status)
+            .header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+            .header("anthropic-ratelimit-unified-reset", resets.to_string())
+            .header("anthropic-ratelimit-unified-5h-utilization", used)
+            .header("anthropic-ratelimit-unified-5h-reset", resets.to_string())
+            .header("anthropic-ratelimit-unified-5h-status", status)
+    };
+    let api = FakeApi::start(
+        Scenario::new()
+            // A person's session is told the window is used up.
+            .reply(
+                window(Reply::text("rate limited"), "rejected", "1.0", resets).when_prompt("HUMAN"),
+            )
+            // After the reset, the schedule's run: the window is at 62% by its end.
+            .reply(
+                window(Reply::text("nightly done"), "allowed", "0.62", resets + 18_000)
+                    .when_prompt("NIGHTLY"),
+            ),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+    })
+    .await;
+    let (_, mut ws) =
+        server.open_session(json!({"cwd": sandbox.workdir(), "prompt": "HUMAN"})).await;
+    ws.until(crate::is_result).await;
+    let (_, usage) = server.get("/api/usage").await;
+    assert_eq!(usage["windows"][0]["status"], "rejected", "{usage}");
+
+    let mut feed = server.ws("/api/events").await;
+    let (status, made) = server
+        .post(
+            "/api/schedules",
+            json!({"name": "nightly", "cron": "* * * * * *", "max_window_utilization": 0.5,
+                "task": {"cwd": sandbox.workdir(), "prompt": "NIGHTLY"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    // Held, in the queue, with the time it will start.
+    let (_, listed) = {
+        let held = schedule_when(&server, &mut feed, "/api/schedules/nightly", |view| {
+            view["waiting"].is_object()
+        })
+        .await;
+        assert!(runs_of(&held, "started").is_empty(), "{held}");
+        assert_eq!(held["waiting"]["starts_ms"], resets * 1000, "{held}");
+        assert!(held["waiting"]["why"].as_str().unwrap().contains("five_hour is used up"));
+        server.get("/api/schedules").await
+    };
+    assert_eq!(listed["queue"][0]["name"], "nightly", "{listed}");
+    assert_eq!(listed["queue"][0]["starts_ms"], resets * 1000);
+
+    // At the reset it runs; its window passes the cap: the run pauses, with a notice, and the
+    // next runs are held.
+    let started = schedule_when(&server, &mut feed, "/api/schedules/nightly", |view| {
+        !runs_of(view, "started").is_empty()
+    })
+    .await;
+    let run = runs_of(&started, "started")[0];
+    assert!(run["at_ms"].as_u64().unwrap() >= resets * 1000, "not before the reset: {run}");
+    let id = run["session"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(crate::is_result).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let paused = loop {
+        let (_, record) = server.get(&format!("/api/sessions/{id}")).await;
+        if record["state"] == "paused" {
+            break record;
+        }
+        let _ = feed.next_by(deadline, &[]).await;
+    };
+    assert!(
+        paused["paused"].as_str().unwrap_or_default().contains("at 62%, at or past the cap of 50%"),
+        "{paused}"
+    );
+    // It waits for a person: the next due runs are passed by, none started beside it.
+    let held = schedule_when(&server, &mut feed, "/api/schedules/nightly", |view| {
+        runs_of(view, "skipped").iter().any(|run| run["why"] == "overlap")
+    })
+    .await;
+    assert_eq!(runs_of(&held, "started").len(), 1, "the paused run holds the next: {held}");
+    server.stop().await;
+}
