@@ -48,7 +48,7 @@ pub(crate) struct Connection {
     data: DataDirArg,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// `switchboard sessions …`
@@ -302,7 +302,7 @@ pub(crate) struct SessionId {
 
 /// What the daemon answered, read as the type its API sends (`--json` prints the answer as it
 /// came instead, so that a newer daemon's fields are not lost).
-fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, String> {
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> Result<T, String> {
     serde_json::from_value(answer)
         .map_err(|error| format!("the daemon's answer is not what this client reads: {error}"))
 }
@@ -795,7 +795,7 @@ pub(crate) fn query_escape(text: &str) -> String {
     out
 }
 
-fn finish(result: Result<(), String>) -> ExitCode {
+pub(crate) fn finish(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -1270,6 +1270,6 @@ pub(crate) async fn token(args: TokenArgs) -> ExitCode {
 }
 
 /// Milliseconds since the epoch as an HTTP date (`Tue, 24 Nov 2026 02:19:40 GMT`).
-fn format_ms(ms: u64) -> String {
+pub(crate) fn format_ms(ms: u64) -> String {
     httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
 }

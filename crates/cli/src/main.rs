@@ -20,6 +20,7 @@ mod hooks;
 mod install;
 mod pair;
 mod run;
+mod schedule;
 mod serve;
 mod tasks;
 
@@ -83,6 +84,13 @@ enum Command {
     /// --scope approve`. Decisions made with a token are recorded under its name. Needs the
     /// daemon running, and an admin token (the data directory's, by default).
     Token(client::TokenArgs),
+    /// Run a task on a timetable: a cron expression in a time zone, or once; each run a fresh
+    /// session, never two at once, claimed once in a fleet, held while a usage window is
+    /// spent (docs/schedules.md).
+    Schedule(schedule::ScheduleArgs),
+    /// Run a task when a signed webhook arrives (POST /hooks/NAME), or send GitHub's failed
+    /// checks, reviews and conflicts to the session that made the branch (docs/schedules.md).
+    Trigger(schedule::TriggerArgs),
     /// Deny a pending permission request.
     Deny(client::AnswerArgs),
     /// Check this machine: the `claude` it finds (path, version, whether the version is in
@@ -193,6 +201,8 @@ fn main() -> ExitCode {
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
         Command::Token(args) => block_on(client::token(args)),
+        Command::Schedule(args) => block_on(schedule::schedule(args)),
+        Command::Trigger(args) => block_on(schedule::trigger(args)),
         Command::Doctor(args) => block_on(doctor::doctor(args)),
         Command::InstallClaude(args) => block_on(install::install_claude(args)),
         Command::Demo(args) => block_on(demo::demo(args)),

@@ -787,3 +787,87 @@ async fn tokens_links_push_and_budgets_hold_on_every_node() {
     )
     .await;
 }
+
+/// Two daemons on one PostgreSQL share one book of schedules: a schedule due every two
+/// seconds, added through one node, runs each due run once (claimed in the database), on
+/// whichever node claims it; both nodes show the same schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_run_each_due_run_once() {
+    let Some(database) = Postgres::start() else { return };
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("tock").when_prompt("TICK")))
+        .await
+        .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let url = database.url();
+    let (alpha_dir, beta_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (alpha, alpha_token) = start_node(alpha_dir.path(), &api, &sandbox, &url, "alpha").await;
+    let (beta, beta_token) = start_node(beta_dir.path(), &api, &sandbox, &url, "beta").await;
+    let made = http(
+        &alpha.url,
+        &alpha_token,
+        reqwest::Method::POST,
+        "/api/schedules",
+        Some(json!({"name": "tick", "cron": "*/2 * * * * *", "overlap": "queue",
+            "task": {"cwd": sandbox.workdir(), "prompt": "TICK"}})),
+    )
+    .await;
+    assert_eq!(made["schedule"]["name"], "tick", "{made}");
+    // Five runs, whichever node starts each.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let view = loop {
+        let view =
+            http(&beta.url, &beta_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
+        let started = view["state"]["runs"]
+            .as_array()
+            .map_or(0, |runs| runs.iter().filter(|run| run["outcome"] == "started").count());
+        if started >= 5 {
+            break view;
+        }
+        assert!(std::time::Instant::now() < deadline, "five runs never started: {view}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    http(
+        &alpha.url,
+        &alpha_token,
+        reqwest::Method::PATCH,
+        "/api/schedules/tick",
+        Some(json!({"paused": true})),
+    )
+    .await;
+    let runs = view["state"]["runs"].as_array().unwrap();
+    let mut dues: Vec<u64> = runs.iter().map(|run| run["due_ms"].as_u64().unwrap()).collect();
+    let all = dues.len();
+    dues.sort_unstable();
+    dues.dedup();
+    assert_eq!(dues.len(), all, "each due run dealt with once: {view}");
+    // Every run's session is one session, and every session of the schedule is one run.
+    let store = PostgresStore::connect(&database.url()).await.unwrap();
+    let sessions: Vec<_> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|record| record.launch.run.as_ref().is_some_and(|run| run.name == "tick"))
+        .collect();
+    let started: Vec<&str> = runs
+        .iter()
+        .filter(|run| run["outcome"] == "started")
+        .map(|run| run["session"].as_str().unwrap())
+        .collect();
+    // (A run may have started after the view was read.)
+    assert!(sessions.len() >= started.len(), "{} sessions, {} runs", sessions.len(), started.len());
+    let mut due_of_session: Vec<u64> =
+        sessions.iter().filter_map(|record| record.launch.run.as_ref()?.due_ms).collect();
+    let count = due_of_session.len();
+    due_of_session.sort_unstable();
+    due_of_session.dedup();
+    assert_eq!(due_of_session.len(), count, "no due time has two sessions");
+    for id in &started {
+        assert!(sessions.iter().any(|record| record.id == *id), "run {id} is a session");
+    }
+    // Both nodes read the same book.
+    let from_alpha =
+        http(&alpha.url, &alpha_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
+    assert_eq!(from_alpha["schedule"]["cron"], "*/2 * * * * *");
+    drop((alpha, beta));
+}

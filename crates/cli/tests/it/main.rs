@@ -11,6 +11,7 @@ mod matrix;
 mod pair;
 mod parked;
 mod run;
+mod schedule;
 mod serve;
 mod soak;
 mod tidy;
