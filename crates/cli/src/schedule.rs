@@ -10,9 +10,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use switchboard_server::daemon::ScheduleList;
 use switchboard_server::daemon::ScheduleView;
 use switchboard_server::schedules::{RunOutcome, Schedule};
-use switchboard_server::unattended::{ScheduleList, TriggerMade, TriggerView};
+use switchboard_server::unattended::{TriggerMade, TriggerView};
 
 use crate::client::{finish, format_ms, query_escape, read_policy, typed, Connection};
 

@@ -91,7 +91,118 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("AskCli", Scope::Read),
     ("CancelQueued", Scope::Operate),
     ("StopTask", Scope::Operate),
+    ("ListSchedules", Scope::Read),
+    ("AddSchedule", Scope::Operate),
+    ("PauseSchedule", Scope::Operate),
+    ("RemoveSchedule", Scope::Operate),
+    ("RunSchedule", Scope::Operate),
 ];
+
+/// A create request as gRPC sends it, read as the daemon's.
+fn create_request(request: pb::CreateSessionRequest) -> Result<CreateSession, Status> {
+    let transport = match request.transport.as_deref() {
+        None => None,
+        Some(text) => Some(crate::daemon::TransportKind::parse(text).ok_or_else(|| {
+            Status::invalid_argument(format!("unknown transport {text:?} (stdio or sdk-url)"))
+        })?),
+    };
+    let create = CreateSession {
+        launch: crate::daemon::Launch {
+            cwd: request.cwd.into(),
+            model: request.model,
+            permission_mode: request.permission_mode,
+            policy: request.policy,
+            allowed_tools: request.allowed_tools,
+            disallowed_tools: request.disallowed_tools,
+            system_prompt: request.system_prompt,
+            append_system_prompt: request.append_system_prompt,
+            max_turns: request.max_turns,
+            max_budget_usd: request.max_budget_usd,
+            notify: (!request.notify.is_empty()).then_some(request.notify),
+            worktree: None,
+            mcp_config: request.mcp_config,
+            claude: request.claude.map(Into::into),
+            transport,
+            env: request.env.into_iter().collect(),
+            relay: request.relay,
+            cli_version: request.cli_version,
+            origin: None,
+            run: None,
+            max_window_utilization: request.max_window_utilization,
+        },
+        prompt: request.prompt,
+        resume: request.resume,
+        fork: request.fork,
+        resume_at: request.resume_at,
+        worktree: request.worktree,
+        node: request.node,
+        started_by: None,
+        origin: None,
+    };
+    Ok(create)
+}
+
+/// A schedule as gRPC shows it.
+fn schedule(view: crate::daemon::ScheduleView) -> pb::Schedule {
+    use crate::schedules::RunOutcome;
+    let crate::daemon::ScheduleView { schedule, state, next_ms, waiting, sessions } = view;
+    let runs = state
+        .runs
+        .iter()
+        .rev()
+        .map(|run| {
+            let (outcome, session, node, detail) = match &run.outcome {
+                RunOutcome::Started { session, node } => {
+                    ("started", Some(session.clone()), node.clone(), None)
+                }
+                RunOutcome::Skipped { why } => ("skipped", None, None, Some(json_word(why))),
+                RunOutcome::Failed { error } => ("failed", None, None, Some(error.clone())),
+            };
+            let known =
+                session.as_ref().and_then(|id| sessions.iter().find(|known| &known.id == id));
+            pb::ScheduleRun {
+                due_ms: run.due_ms,
+                at_ms: run.at_ms,
+                outcome: outcome.into(),
+                session,
+                node,
+                detail,
+                state: known.and_then(|known| known.state).map(|state| state.as_str().to_owned()),
+                spent_usd: known.map_or(0.0, |known| known.spent_usd),
+            }
+        })
+        .collect();
+    pb::Schedule {
+        name: schedule.name,
+        cron: schedule.cron,
+        time_zone: schedule.time_zone,
+        at: schedule.at.map(|at| at.to_string()),
+        prompt: schedule.task.prompt.unwrap_or_default(),
+        cwd: schedule.task.launch.cwd.display().to_string(),
+        overlap: json_word(&schedule.overlap),
+        missed: json_word(&schedule.missed),
+        max_window_utilization: schedule.max_window_utilization,
+        daily_usd: schedule.daily_usd,
+        paused: schedule.paused,
+        next_ms,
+        waiting: waiting.map(|waiting| pb::WaitingRun {
+            due_ms: waiting.due_ms,
+            why: waiting.why,
+            starts_ms: waiting.starts_ms,
+        }),
+        runs,
+        created_by: schedule.created_by,
+        created_ms: schedule.created_ms,
+    }
+}
+
+/// A value's word on the wire (an enum's JSON string).
+fn json_word(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(word)) => word,
+        _ => String::new(),
+    }
+}
 
 /// The scope a call to `path` needs ([`METHOD_SCOPES`]).
 fn scope_of(path: &str) -> Scope {
@@ -236,46 +347,9 @@ impl Switchboard for Api {
         request: tonic::Request<pb::CreateSessionRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
         let caller = caller(&request)?;
-        let request = request.into_inner();
-        let transport = match request.transport.as_deref() {
-            None => None,
-            Some(text) => Some(crate::daemon::TransportKind::parse(text).ok_or_else(|| {
-                Status::invalid_argument(format!("unknown transport {text:?} (stdio or sdk-url)"))
-            })?),
-        };
-        let create = CreateSession {
-            launch: crate::daemon::Launch {
-                cwd: request.cwd.into(),
-                model: request.model,
-                permission_mode: request.permission_mode,
-                policy: request.policy,
-                allowed_tools: request.allowed_tools,
-                disallowed_tools: request.disallowed_tools,
-                system_prompt: request.system_prompt,
-                append_system_prompt: request.append_system_prompt,
-                max_turns: request.max_turns,
-                max_budget_usd: request.max_budget_usd,
-                notify: (!request.notify.is_empty()).then_some(request.notify),
-                worktree: None,
-                mcp_config: request.mcp_config,
-                claude: request.claude.map(Into::into),
-                transport,
-                env: request.env.into_iter().collect(),
-                relay: request.relay,
-                cli_version: request.cli_version,
-                origin: None,
-                run: None,
-                max_window_utilization: request.max_window_utilization,
-            },
-            prompt: request.prompt,
-            resume: request.resume,
-            fork: request.fork,
-            resume_at: request.resume_at,
-            worktree: request.worktree,
-            node: request.node,
-            started_by: Some(caller.who("grpc", None)),
-            origin: Some(caller.origin(switchboard_store::Face::Grpc)),
-        };
+        let mut create = create_request(request.into_inner())?;
+        create.started_by = Some(caller.who("grpc", None));
+        create.origin = Some(caller.origin(switchboard_store::Face::Grpc));
         crate::tokens::check_create(&caller, &create)
             .map_err(|refused| Status::permission_denied(refused.to_string()))?;
         let record = self.daemon.create(create).await.map_err(status)?;
@@ -433,6 +507,104 @@ impl Switchboard for Api {
         let answer = self.daemon.ask_cli(&request.id, control).await.map_err(status)?;
         let cancelled = answer["cancelled"] == true;
         Ok(tonic::Response::new(pb::CancelQueuedResponse { cancelled }))
+    }
+
+    async fn list_schedules(
+        &self,
+        _request: tonic::Request<pb::ListSchedulesRequest>,
+    ) -> Result<tonic::Response<pb::ListSchedulesResponse>, Status> {
+        let list = self.daemon.schedule_list().await;
+        Ok(tonic::Response::new(pb::ListSchedulesResponse {
+            schedules: list.schedules.into_iter().map(schedule).collect(),
+            queue: list
+                .queue
+                .into_iter()
+                .map(|entry| pb::WaitingInQueue {
+                    kind: entry.kind,
+                    name: entry.name,
+                    since_ms: entry.since_ms,
+                    why: entry.why,
+                    starts_ms: entry.starts_ms,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn add_schedule(
+        &self,
+        request: tonic::Request<pb::AddScheduleRequest>,
+    ) -> Result<tonic::Response<pb::Schedule>, Status> {
+        let caller = caller(&request)?;
+        let request = request.into_inner();
+        let task =
+            request.task.ok_or_else(|| Status::invalid_argument("a schedule needs its task"))?;
+        fn word<T: serde::de::DeserializeOwned>(
+            what: &str,
+            text: Option<String>,
+        ) -> Result<Option<T>, Status> {
+            text.map(|text| {
+                serde_json::from_value(Value::String(text.clone())).map_err(|_| {
+                    Status::invalid_argument(format!("{what} {text:?} is not one of its words"))
+                })
+            })
+            .transpose()
+        }
+        let at =
+            request.at.map(|at| at.parse::<jiff::Timestamp>()).transpose().map_err(|error| {
+                Status::invalid_argument(format!("`at` is not a moment: {error}"))
+            })?;
+        let made = crate::schedules::Schedule {
+            name: request.name,
+            cron: request.cron,
+            time_zone: request.time_zone,
+            at,
+            task: create_request(task)?,
+            overlap: word("overlap", request.overlap)?.unwrap_or_default(),
+            missed: word("missed", request.missed)?.unwrap_or_default(),
+            max_window_utilization: request.max_window_utilization,
+            daily_usd: request.daily_usd,
+            paused: request.paused,
+            created_ms: 0,
+            origin: None,
+            created_by: String::new(),
+        };
+        let view = crate::unattended::add_schedule_as(&self.daemon, &caller, made, "grpc")
+            .await
+            .map_err(api_status)?;
+        Ok(tonic::Response::new(schedule(view)))
+    }
+
+    async fn pause_schedule(
+        &self,
+        request: tonic::Request<pb::PauseScheduleRequest>,
+    ) -> Result<tonic::Response<pb::Schedule>, Status> {
+        let request = request.into_inner();
+        let view =
+            crate::unattended::pause_schedule_as(&self.daemon, &request.name, request.paused)
+                .await
+                .map_err(api_status)?;
+        Ok(tonic::Response::new(schedule(view)))
+    }
+
+    async fn remove_schedule(
+        &self,
+        request: tonic::Request<pb::RemoveScheduleRequest>,
+    ) -> Result<tonic::Response<pb::RemoveScheduleResponse>, Status> {
+        let caller = caller(&request)?;
+        let request = request.into_inner();
+        crate::unattended::remove_schedule_as(&self.daemon, &caller, &request.name)
+            .await
+            .map_err(api_status)?;
+        Ok(tonic::Response::new(pb::RemoveScheduleResponse {}))
+    }
+
+    async fn run_schedule(
+        &self,
+        request: tonic::Request<pb::RunScheduleRequest>,
+    ) -> Result<tonic::Response<pb::Session>, Status> {
+        let name = request.into_inner().name;
+        let record = self.daemon.run_schedule_now(&name).await.map_err(status)?;
+        Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 
     async fn stop_task(
@@ -1268,6 +1440,7 @@ fn api_status(error: ApiError) -> Status {
         StatusCode::UNAUTHORIZED => Code::Unauthenticated,
         StatusCode::FORBIDDEN => Code::PermissionDenied,
         StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::CONFLICT if error.code == "exists" => Code::AlreadyExists,
         StatusCode::CONFLICT => Code::FailedPrecondition,
         StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => Code::ResourceExhausted,
         StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,

@@ -11,36 +11,12 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
-use crate::daemon::{Daemon, ScheduleView};
+use crate::daemon::{Daemon, ScheduleList, ScheduleView};
 use crate::error::ApiError;
 use crate::extract::Body;
 use crate::schedules::trigger::{QueuedRun, Trigger, TriggerRun};
 use crate::schedules::{Hold, Schedule};
 use crate::tokens::Caller;
-
-/// `GET /api/schedules`: every schedule, and the queue of runs that wait.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ScheduleList {
-    /// The schedules, by name.
-    pub schedules: Vec<ScheduleView>,
-    /// Runs that wait (a schedule's or a trigger's), soonest first.
-    pub queue: Vec<QueueEntry>,
-}
-
-/// A run that waits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QueueEntry {
-    /// `schedule` or `trigger`.
-    pub kind: String,
-    /// Its schedule's or trigger's name.
-    pub name: String,
-    /// When it fell due, or came.
-    pub since_ms: u64,
-    /// Why it waits.
-    pub why: String,
-    /// When it is expected to start (`None`: when the run before it ends, or unknown).
-    pub starts_ms: Option<u64>,
-}
 
 /// A trigger as faces show it: no secret.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -85,47 +61,30 @@ fn refused(why: String) -> ApiError {
 }
 
 pub(crate) async fn list_schedules(State(daemon): State<Arc<Daemon>>) -> Json<ScheduleList> {
-    let book = daemon.books().get();
-    let mut schedules = Vec::with_capacity(book.schedules.len());
-    let mut queue = Vec::new();
-    for (name, entry) in &book.schedules {
-        let view = daemon.schedule_view(entry).await;
-        if let Some(waiting) = &view.waiting {
-            queue.push(QueueEntry {
-                kind: "schedule".into(),
-                name: name.clone(),
-                since_ms: waiting.due_ms,
-                why: waiting.why.clone(),
-                starts_ms: waiting.starts_ms,
-            });
-        }
-        schedules.push(view);
-    }
-    for (name, entry) in &book.triggers {
-        for run in &entry.state.queued {
-            let hold = entry.state.hold.as_ref();
-            queue.push(QueueEntry {
-                kind: "trigger".into(),
-                name: name.clone(),
-                since_ms: run.at_ms,
-                why: hold.map(|hold| hold.why.clone()).unwrap_or_default(),
-                starts_ms: hold.and_then(|hold| hold.until_ms),
-            });
-        }
-    }
-    queue.sort_by_key(|entry| (entry.starts_ms.unwrap_or(u64::MAX), entry.since_ms));
-    Json(ScheduleList { schedules, queue })
+    Json(daemon.schedule_list().await)
 }
 
 pub(crate) async fn add_schedule(
     State(daemon): State<Arc<Daemon>>,
     Extension(caller): Extension<Caller>,
-    Body(mut schedule): Body<Schedule>,
+    Body(schedule): Body<Schedule>,
 ) -> Result<Response, ApiError> {
-    crate::tokens::check_create(&caller, &schedule.task)?;
+    let view = add_schedule_as(&daemon, &caller, schedule, "api").await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// Adds `schedule` for `caller` (through `channel`: `api`, `grpc`): what its task's fields
+/// need is checked as a create's, and who made it is set from the token, never the request.
+pub(crate) async fn add_schedule_as(
+    daemon: &Daemon,
+    caller: &Caller,
+    mut schedule: Schedule,
+    channel: &str,
+) -> Result<ScheduleView, ApiError> {
+    crate::tokens::check_create(caller, &schedule.task)?;
     schedule.created_ms = daemon.clock_ms();
     schedule.origin = Some(caller.origin(switchboard_store::Face::Schedule));
-    schedule.created_by = caller.who("api", None);
+    schedule.created_by = caller.who(channel, None);
     schedule.task.started_by = None;
     schedule.task.origin = None;
     daemon.books().add_schedule(schedule.clone()).await.map_err(refused)?;
@@ -133,7 +92,38 @@ pub(crate) async fn add_schedule(
     let entry = daemon.books().get().schedules.get(&schedule.name).cloned();
     let entry =
         entry.ok_or_else(|| ApiError::not_found(format!("no schedule {}", schedule.name)))?;
-    Ok((StatusCode::CREATED, Json(daemon.schedule_view(&entry).await)).into_response())
+    Ok(daemon.schedule_view(&entry).await)
+}
+
+/// Pauses or resumes schedule `name`.
+pub(crate) async fn pause_schedule_as(
+    daemon: &Daemon,
+    name: &str,
+    paused: bool,
+) -> Result<ScheduleView, ApiError> {
+    let changed = daemon
+        .books()
+        .change_schedule(name, |entry| {
+            entry.schedule.paused = paused;
+            Ok(entry.clone())
+        })
+        .await
+        .map_err(refused)?;
+    let entry = changed.ok_or_else(|| ApiError::not_found(format!("no schedule {name}")))?;
+    Ok(daemon.schedule_view(&entry).await)
+}
+
+/// Removes schedule `name`.
+pub(crate) async fn remove_schedule_as(
+    daemon: &Daemon,
+    caller: &Caller,
+    name: &str,
+) -> Result<(), ApiError> {
+    if !daemon.books().remove_schedule(name).await.map_err(refused)? {
+        return Err(ApiError::not_found(format!("no schedule {name}")));
+    }
+    tracing::info!(schedule = %name, by = %caller.name, "schedule removed");
+    Ok(())
 }
 
 pub(crate) async fn get_schedule(
@@ -150,16 +140,7 @@ pub(crate) async fn pause_schedule(
     Path(name): Path<String>,
     Body(pause): Body<Pause>,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    let changed = daemon
-        .books()
-        .change_schedule(&name, |entry| {
-            entry.schedule.paused = pause.paused;
-            Ok(entry.clone())
-        })
-        .await
-        .map_err(refused)?;
-    let entry = changed.ok_or_else(|| ApiError::not_found(format!("no schedule {name}")))?;
-    Ok(Json(daemon.schedule_view(&entry).await))
+    pause_schedule_as(&daemon, &name, pause.paused).await.map(Json)
 }
 
 pub(crate) async fn remove_schedule(
@@ -167,10 +148,7 @@ pub(crate) async fn remove_schedule(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if !daemon.books().remove_schedule(&name).await.map_err(refused)? {
-        return Err(ApiError::not_found(format!("no schedule {name}")));
-    }
-    tracing::info!(schedule = %name, by = %caller.name, "schedule removed");
+    remove_schedule_as(&daemon, &caller, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

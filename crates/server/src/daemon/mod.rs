@@ -74,7 +74,7 @@ use parked::is_parked;
 use pump::*;
 pub use record::*;
 pub use record::{check_window_cap, Amend};
-pub use schedules::{RunSession, ScheduleView, WaitingRun};
+pub use schedules::{QueueEntry, RunSession, ScheduleList, ScheduleView, WaitingRun};
 pub use subscription::*;
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
 pub use workspace::Rewind;

@@ -37,6 +37,30 @@ pub struct ScheduleView {
     pub sessions: Vec<RunSession>,
 }
 
+/// `GET /api/schedules`: every schedule, and the queue of runs that wait.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleList {
+    /// The schedules, by name.
+    pub schedules: Vec<ScheduleView>,
+    /// Runs that wait (a schedule's or a trigger's), soonest first.
+    pub queue: Vec<QueueEntry>,
+}
+
+/// A run that waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueEntry {
+    /// `schedule` or `trigger`.
+    pub kind: String,
+    /// Its schedule's or trigger's name.
+    pub name: String,
+    /// When it fell due, or came.
+    pub since_ms: u64,
+    /// Why it waits.
+    pub why: String,
+    /// When it is expected to start (`None`: when the run before it ends, or unknown).
+    pub starts_ms: Option<u64>,
+}
+
 /// A run that waits in the queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitingRun {
@@ -320,6 +344,41 @@ impl Daemon {
             }
         }
         Some(started)
+    }
+
+    /// Every schedule as faces show it, and the queue of runs that wait (a schedule's or a
+    /// trigger's), soonest first.
+    pub async fn schedule_list(&self) -> ScheduleList {
+        let book = self.books.get();
+        let mut schedules = Vec::with_capacity(book.schedules.len());
+        let mut queue = Vec::new();
+        for (name, entry) in &book.schedules {
+            let view = self.schedule_view(entry).await;
+            if let Some(waiting) = &view.waiting {
+                queue.push(QueueEntry {
+                    kind: "schedule".into(),
+                    name: name.clone(),
+                    since_ms: waiting.due_ms,
+                    why: waiting.why.clone(),
+                    starts_ms: waiting.starts_ms,
+                });
+            }
+            schedules.push(view);
+        }
+        for (name, entry) in &book.triggers {
+            let hold = entry.state.hold.as_ref();
+            for run in &entry.state.queued {
+                queue.push(QueueEntry {
+                    kind: "trigger".into(),
+                    name: name.clone(),
+                    since_ms: run.at_ms,
+                    why: hold.map(|hold| hold.why.clone()).unwrap_or_default(),
+                    starts_ms: hold.and_then(|hold| hold.until_ms),
+                });
+            }
+        }
+        queue.sort_by_key(|entry| (entry.starts_ms.unwrap_or(u64::MAX), entry.since_ms));
+        ScheduleList { schedules, queue }
     }
 
     /// Schedule `name` as faces show it.

@@ -24,7 +24,7 @@ async fn channel(server: &Server) -> Channel {
 }
 
 /// A client that sends `token` (none: no `authorization` at all).
-async fn client_with(server: &Server, token: Option<&str>) -> Client {
+pub(crate) async fn client_with(server: &Server, token: Option<&str>) -> Client {
     let header: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
         token.map(|token| format!("Bearer {token}").parse().unwrap());
     let interceptor: Interceptor = Box::new(move |mut request: Request<()>| {

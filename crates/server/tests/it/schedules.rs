@@ -457,3 +457,80 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
     assert_eq!(runs_of(&held, "started").len(), 1, "the paused run holds the next: {held}");
     server.stop().await;
 }
+
+/// gRPC speaks schedules as REST does: added (its origin the token's), listed, paused, run now
+/// and removed; a read token may list and not add; a bad word is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_adds_lists_runs_and_removes_schedules() {
+    use switchboard_server::grpc::pb;
+    let api = FakeApi::start(Scenario::new().reply(Reply::text("ran").when_prompt("GRPC")))
+        .await
+        .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let mut grpc = crate::grpc::client(&server).await;
+    let task = pb::CreateSessionRequest {
+        cwd: sandbox.workdir().display().to_string(),
+        prompt: Some("GRPC".into()),
+        ..Default::default()
+    };
+    let request = pb::AddScheduleRequest {
+        name: "hourly".into(),
+        cron: Some("0 * * * *".into()),
+        task: Some(task.clone()),
+        overlap: Some("queue".into()),
+        ..Default::default()
+    };
+    let made = grpc.add_schedule(request.clone()).await.unwrap().into_inner();
+    assert_eq!((made.name.as_str(), made.overlap.as_str()), ("hourly", "queue"));
+    assert_eq!(made.next_ms.len(), 5);
+    assert!(made.created_by.contains("(grpc)"), "{}", made.created_by);
+    let taken = grpc.add_schedule(request.clone()).await.unwrap_err();
+    assert_eq!(taken.code(), tonic::Code::AlreadyExists, "{taken:?}");
+    let bad = pb::AddScheduleRequest { name: "x".into(), overlap: Some("twice".into()), ..request };
+    let refused = grpc.add_schedule(bad).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("overlap \"twice\""), "{}", refused.message());
+
+    let session = grpc
+        .run_schedule(pb::RunScheduleRequest { name: "hourly".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let listed = grpc.list_schedules(pb::ListSchedulesRequest {}).await.unwrap().into_inner();
+    assert_eq!(listed.schedules.len(), 1);
+    assert_eq!(listed.schedules[0].runs[0].session.as_deref(), Some(session.id.as_str()));
+    let paused = grpc
+        .pause_schedule(pb::PauseScheduleRequest { name: "hourly".into(), paused: true })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(paused.paused && paused.next_ms.is_empty());
+
+    let (status, reader) =
+        server.post("/api/tokens", json!({"name": "watcher", "scope": "read"})).await;
+    assert_eq!(status, 201, "{reader}");
+    let mut watcher =
+        crate::grpc::client_with(&server, Some(reader["token"].as_str().unwrap())).await;
+    assert_eq!(
+        watcher
+            .list_schedules(pb::ListSchedulesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .schedules
+            .len(),
+        1
+    );
+    let denied = watcher
+        .remove_schedule(pb::RemoveScheduleRequest { name: "hourly".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    grpc.remove_schedule(pb::RemoveScheduleRequest { name: "hourly".into() }).await.unwrap();
+    let gone =
+        grpc.run_schedule(pb::RunScheduleRequest { name: "hourly".into() }).await.unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
+    server.stop().await;
+}
