@@ -17,6 +17,7 @@ pub mod bus;
 pub mod ceiling;
 pub mod changes;
 mod compat;
+pub mod create;
 pub mod daemon;
 pub mod data_dir;
 pub mod decisions;

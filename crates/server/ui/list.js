@@ -104,6 +104,8 @@ export function watchDashboard() {
       if (change.type === 'lagged') { loadSessions().catch(() => {}); return; }
       // A node lost or back: every session's `node_lost` may have changed.
       if (change.event === 'nodes_changed') { loadSessions().then(() => showing.view?.header()).catch(() => {}); return; }
+      // The Schedules page draws itself again.
+      if (change.event === 'schedules_changed') { window.dispatchEvent(new Event('switchboard:schedules')); return; }
       if (change.event === 'session_created') {
         sessions.set(change.session.id, change.session);
       } else if (change.event === 'session_deleted') {

@@ -44,14 +44,16 @@ export function homeRelative(path) {
   return path.startsWith(`${home}/`) ? `~${path.slice(home.length)}` : path;
 }
 
-/// Who started a session, when it was an agent (MCP) or an editor (ACP), or under a token's
+/// Who started a session, when it was an agent (MCP), an editor (ACP), a schedule or a trigger, or under a token's
 /// ceiling: a short label and a sentence; `null` for one a person started through the API.
 export function originOf(session) {
   const origin = session.config?.origin;
   if (!origin) return null;
-  const who = { mcp: 'agent', acp: 'editor' }[origin.face];
+  const run = session.config?.run;
+  const who = { mcp: 'agent', acp: 'editor', schedule: run && `schedule ${run.name}`, trigger: run && `trigger ${run.name}` }[origin.face];
   if (!who && !origin.ceiling) return null;
-  const via = { mcp: 'an agent, through MCP', acp: 'an editor, through ACP', grpc: 'gRPC', api: 'the API' }[origin.face] ?? origin.face;
+  const via = { mcp: 'an agent, through MCP', acp: 'an editor, through ACP', grpc: 'gRPC', api: 'the API',
+    schedule: `the schedule ${run?.name}`, trigger: `the trigger ${run?.name}` }[origin.face] ?? origin.face;
   const bounded = origin.ceiling ? ', under its ceiling' : '';
   return {
     label: [who, origin.ceiling ? 'ceiling' : null].filter(Boolean).join(' · '),

@@ -64,6 +64,7 @@ mod usage;
 mod waiting;
 mod workspace;
 
+pub use crate::create::{check_window_cap, CreateSession};
 pub use error::*;
 pub use external::ExternalHello;
 pub use launch::*;
@@ -72,8 +73,8 @@ use notices::*;
 use observers::*;
 use parked::is_parked;
 use pump::*;
+pub use record::Amend;
 pub use record::*;
-pub use record::{check_window_cap, Amend};
 pub use schedules::{QueueEntry, RunSession, ScheduleList, ScheduleView, WaitingRun};
 pub use subscription::*;
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};

@@ -97,14 +97,3 @@ impl Amend {
             && self.max_window_utilization.is_none()
     }
 }
-
-/// A cap on a usage window's share is above 0 and at most 1.
-pub fn check_window_cap(cap: f64) -> Result<(), String> {
-    if cap > 0.0 && cap <= 1.0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "max_window_utilization is a share above 0 and at most 1 (0.5 is half a window), not {cap}"
-        ))
-    }
-}

@@ -28,7 +28,7 @@ pub mod when;
 
 use serde::{Deserialize, Serialize};
 
-use crate::daemon::CreateSession;
+use crate::create::CreateSession;
 pub use plan::{Hold, Look, SkipWhy, Step};
 pub use when::Timing;
 
@@ -195,7 +195,7 @@ impl Schedule {
         self.timing()?;
         check_task(&self.task)?;
         if let Some(cap) = self.max_window_utilization {
-            crate::daemon::check_window_cap(cap)?;
+            crate::create::check_window_cap(cap)?;
         }
         if let Some(daily) = self.daily_usd {
             crate::budget::check_limit("daily_usd", daily)?;

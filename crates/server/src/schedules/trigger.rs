@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::template::Template;
-use crate::daemon::CreateSession;
+use crate::create::CreateSession;
 
 /// The deliveries a trigger remembers, to run each once.
 pub const MAX_SEEN: usize = 1000;
@@ -82,7 +82,7 @@ impl Trigger {
             self.template()?;
         }
         if let Some(cap) = self.max_window_utilization {
-            crate::daemon::check_window_cap(cap)?;
+            crate::create::check_window_cap(cap)?;
         }
         if self.events.len() > 32
             || self.events.iter().any(|event| super::check_name("event", event).is_err())

@@ -534,3 +534,72 @@ async fn grpc_adds_lists_runs_and_removes_schedules() {
     assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
     server.stop().await;
 }
+
+/// The Schedules page in a browser (`e2e/schedules.test.mjs`): next runs, the queue with the
+/// time a held run starts, each run's outcome linked to its session, pause and resume, the add
+/// form; its screenshot is `schedules.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_shows_next_runs_the_queue_and_each_runs_outcome() {
+    let resets = switchboard_store::now_ms() / 1000 + 3600;
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::text("rate limited")
+                    .when_prompt("HUMAN")
+                    .header("anthropic-ratelimit-unified-status", "rejected")
+                    .header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+                    .header("anthropic-ratelimit-unified-reset", resets.to_string())
+                    .header("anthropic-ratelimit-unified-5h-utilization", "1.0")
+                    .header("anthropic-ratelimit-unified-5h-reset", resets.to_string())
+                    .header("anthropic-ratelimit-unified-5h-status", "rejected"),
+            )
+            .reply(Reply::text("Tidied the imports.").when_prompt("Tidy")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start_with(store, &api, &sandbox, |config| {
+        config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+    })
+    .await;
+    let work = sandbox.workdir();
+    for body in [
+        json!({"name": "tidy", "cron": "0 * * * *", "task": {"cwd": work, "prompt": "Tidy the imports"}}),
+        json!({"name": "nightly", "cron": "0 3 * * *", "time_zone": "Europe/Paris", "max_window_utilization": 0.5,
+            "task": {"cwd": work, "prompt": "Update the dependencies and run the tests"}}),
+    ] {
+        let (status, made) = server.post("/api/schedules", body).await;
+        assert_eq!(status, 201, "{made}");
+    }
+    // A run of tidy, now: it answers, and its CLI ends with its turn.
+    let (status, run) = server.post("/api/schedules/tidy/run", json!({})).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    ws.until(crate::is_result).await;
+    // A person's session hears the window is used up: the next run of watch waits.
+    let (_, mut human) = server.open_session(json!({"cwd": work, "prompt": "HUMAN"})).await;
+    human.until(crate::is_result).await;
+    let mut feed = server.ws("/api/events").await;
+    let (status, made) = server
+        .post(
+            "/api/schedules",
+            json!({"name": "watch", "cron": "*/2 * * * * *",
+            "task": {"cwd": work, "prompt": "Watch the logs"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    schedule_when(&server, &mut feed, "/api/schedules/watch", |view| view["waiting"].is_object())
+        .await;
+    schedule_when(&server, &mut feed, "/api/schedules/tidy", |view| {
+        view["sessions"][0]["state"] == "exited"
+    })
+    .await;
+    let (status, _) = server.post("/api/triggers", json!({"name": "ci", "feedback": true})).await;
+    assert_eq!(status, 201);
+
+    let (ok, log) = crate::ui::run_script("e2e/schedules.test.mjs", &server.base, &[]).await;
+    server.stop().await;
+    assert!(ok, "the browser test failed:\n{log}");
+}
