@@ -603,3 +603,80 @@ async fn the_schedules_page_shows_next_runs_the_queue_and_each_runs_outcome() {
     server.stop().await;
     assert!(ok, "the browser test failed:\n{log}");
 }
+
+/// The scheduler by its own clock (paused time: no CLI is needed, the runs' sessions cannot
+/// start, and each failure is noted as its run): a schedule every minute is dealt with once a
+/// minute, on the minute; after three and a half hours down, an hourly schedule runs its last
+/// missed run once (`missed = "run_once"`), another passes it by (`missed = "skip"`), and the
+/// book outlives the daemon (its data directory's `schedules.json`).
+#[tokio::test(start_paused = true)]
+async fn by_its_clock_the_scheduler_runs_each_due_run_once_and_a_missed_run_as_told() {
+    use switchboard_server::schedules::{Clock, Missed, Schedule};
+    // 2026-11-30T05:59:50Z.
+    const T0: u64 = 1_796_018_390_000;
+    const HOUR: u64 = 3_600_000;
+    let data = tempfile::tempdir().unwrap();
+    let open = |start_ms: u64| {
+        let config = switchboard_server::DaemonConfig {
+            claude: Some("/nonexistent/claude".into()),
+            data_dir: Some(data.path().to_owned()),
+            clock: Clock::tokio(start_ms),
+            ..Default::default()
+        };
+        switchboard_server::Daemon::open(Arc::new(MemoryStore::new()), config)
+    };
+    let daemon = open(T0).await.unwrap();
+    let schedule = |name: &str, cron: &str, missed: Missed| {
+        let mut task = switchboard_server::CreateSession::new("/tmp");
+        task.prompt = Some("never runs".into());
+        let value = json!({"name": name, "cron": cron, "task": task});
+        let mut schedule: Schedule = serde_json::from_value(value).unwrap();
+        schedule.missed = missed;
+        schedule.created_ms = T0;
+        schedule.created_by = "test".into();
+        schedule
+    };
+    for (name, cron, missed) in [
+        ("minutely", "0 * * * * *", Missed::RunOnce),
+        ("hourly-once", "0 0 * * * *", Missed::RunOnce),
+        ("hourly-skip", "0 0 * * * *", Missed::Skip),
+    ] {
+        daemon.books().add_schedule(schedule(name, cron, missed)).await.unwrap();
+    }
+    // Two minutes and a half go by.
+    tokio::time::sleep(std::time::Duration::from_millis(150_000)).await;
+    let book = daemon.books().get();
+    let dues = |name: &str| -> Vec<u64> {
+        book.schedules[name].state.runs.iter().map(|run| run.due_ms).collect()
+    };
+    let minute = 60_000;
+    assert_eq!(dues("minutely"), [T0 + 10_000, T0 + 10_000 + minute, T0 + 10_000 + 2 * minute]);
+    assert_eq!(dues("hourly-once"), [T0 + 10_000]);
+    let run = &book.schedules["minutely"].state.runs[0];
+    let json = serde_json::to_value(run).unwrap();
+    assert_eq!(json["outcome"], "failed", "{json}");
+    assert!(json["error"].as_str().unwrap().contains("/nonexistent/claude"), "{json}");
+    daemon.stop_all().await;
+    drop(daemon);
+
+    // Back three and a half hours later.
+    let back = T0 + 10_000 + 3 * HOUR + HOUR / 2;
+    let daemon = open(back).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+    let book = daemon.books().get();
+    let last = T0 + 10_000 + 3 * HOUR;
+    let once = &book.schedules["hourly-once"].state.runs;
+    assert_eq!(once.iter().map(|run| run.due_ms).collect::<Vec<_>>(), [T0 + 10_000, last]);
+    let skip = &book.schedules["hourly-skip"].state.runs;
+    assert_eq!(skip.len(), 2, "{skip:?}");
+    let skipped = serde_json::to_value(&skip[1]).unwrap();
+    assert_eq!(
+        (skipped["due_ms"].as_u64(), skipped["outcome"].as_str(), skipped["why"].as_str()),
+        (Some(last), Some("skipped"), Some("missed")),
+        "{skipped}"
+    );
+    // The minutely schedule's last minute was on time: it ran, once.
+    let minutely = &book.schedules["minutely"].state.runs;
+    assert_eq!(minutely.len(), 4, "three before, one on return: {minutely:?}");
+    daemon.stop_all().await;
+}
