@@ -488,3 +488,46 @@ fn run_request(
     request.started_by = Some(format!("schedule {}, {}", schedule.name, schedule.created_by));
     request
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_request_is_its_schedules_task_linked_capped_and_started_as_its_creator() {
+        let mut task = CreateSession::new("/srv/app");
+        task.prompt = Some("tidy".into());
+        task.launch.max_budget_usd = Some(5.0);
+        let value = json!({"name": "nightly", "cron": "0 3 * * *", "task": task,
+            "max_window_utilization": 0.5, "daily_usd": 3.0});
+        let mut schedule: Schedule = serde_json::from_value(value).unwrap();
+        schedule.created_by = "token ci (api)".into();
+        schedule.origin = Some(switchboard_store::Origin {
+            face: switchboard_store::Face::Schedule,
+            token: "ci".into(),
+            ceiling: Some("[permissions]\ndefault = \"ask\"\n".into()),
+        });
+        // The day left $1.25 of its $3: the run may spend that, not its task's $5.
+        let request = run_request(&schedule, 42, Some(1.25), false);
+        assert_eq!(request.launch.max_budget_usd, Some(1.25));
+        assert_eq!(request.launch.max_window_utilization, Some(0.5));
+        let run = request.launch.run.as_ref().unwrap();
+        assert_eq!(
+            (run.kind, run.name.as_str(), run.due_ms),
+            (switchboard_store::RunKind::Schedule, "nightly", Some(42))
+        );
+        let origin = request.origin.as_ref().unwrap();
+        assert_eq!((origin.face, origin.token.as_str()), (switchboard_store::Face::Schedule, "ci"));
+        assert!(origin.ceiling.is_some(), "the creator's ceiling bounds every run");
+        assert_eq!(request.started_by.as_deref(), Some("schedule nightly, token ci (api)"));
+        assert_eq!(
+            crate::budget::token_of(request.started_by.as_deref().unwrap()),
+            Some("ci"),
+            "the token's daily budget is charged"
+        );
+        // Run now: no due time; a task cheaper than what the day leaves keeps its own budget.
+        let request = run_request(&schedule, 42, Some(9.0), true);
+        assert_eq!(request.launch.run.unwrap().due_ms, None);
+        assert_eq!(request.launch.max_budget_usd, Some(5.0));
+    }
+}

@@ -231,6 +231,10 @@ async fn a_signed_webhook_starts_its_task_and_a_forged_or_replayed_one_does_not(
     assert!(refused["error"]["message"].as_str().unwrap().contains("does not match"));
     let (status, _) = deliver(&server, "nobody", &payload, Some(&secret), "d0", "issues").await;
     assert_eq!(status, 404);
+    // A body past 4 MiB is refused before it is read whole, signed or not.
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(4 * 1024 * 1024));
+    let (status, refused) = deliver(&server, "issues", &huge, Some(&secret), "d0", "issues").await;
+    assert_eq!((status, refused["error"]["code"].as_str()), (413, Some("too_large")), "{refused}");
 
     // Signed: a session with the templated prompt.
     let mut feed = server.ws("/api/events").await;
@@ -366,8 +370,9 @@ async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_next() {
     let now_s = switchboard_store::now_ms() / 1000;
-    // The reset is a few seconds away, so that the held run starts within the test.
-    let resets = now_s + 4;
+    // The reset is seconds away, so that the held run starts within the test (and far enough
+    // that a slow machine has held it first).
+    let resets = now_s + 15;
     let window = |reply: Reply, status: &str, used: &str, resets: u64| {
         reply
             .header("anthropic-ratelimit-unified-status", status)
@@ -387,7 +392,8 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
             .reply(
                 window(Reply::text("nightly done"), "allowed", "0.62", resets + 18_000)
                     .when_prompt("NIGHTLY"),
-            ),
+            )
+            .reply(Reply::text("looking at issue 7").when_prompt("Look at issue #7")),
     )
     .await
     .unwrap();
@@ -425,6 +431,29 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
     };
     assert_eq!(listed["queue"][0]["name"], "nightly", "{listed}");
     assert_eq!(listed["queue"][0]["starts_ms"], resets * 1000);
+    // A trigger's delivery waits in the queue too.
+    let (status, made) = server
+        .post(
+            "/api/triggers",
+            json!({"name": "issues", "task": {"cwd": sandbox.workdir(),
+            "prompt": "Look at issue #{{issue.number}}"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let payload = json!({"issue": {"number": 7}}).to_string();
+    let (status, queued) =
+        deliver(&server, "issues", &payload, Some(&secret), "q1", "issues").await;
+    assert_eq!((status, queued["outcome"].as_str()), (200, Some("queued")), "{queued}");
+    assert!(queued["detail"].as_str().unwrap().contains("five_hour is used up; it starts at"));
+    let (_, listed) = server.get("/api/schedules").await;
+    let kinds: Vec<&str> = listed["queue"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"trigger") && kinds.contains(&"schedule"), "{listed}");
 
     // At the reset it runs; its window passes the cap: the run pauses, with a notice, and the
     // next runs are held.
@@ -455,6 +484,22 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
     })
     .await;
     assert_eq!(runs_of(&held, "started").len(), 1, "the paused run holds the next: {held}");
+    // The trigger's run started at the reset too, and answered.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let trigger_run = loop {
+        let (_, triggers) = server.get("/api/triggers").await;
+        let run = triggers[0]["runs"].as_array().unwrap().first().cloned();
+        if let Some(run) = run.filter(|run| run["outcome"] == "started") {
+            break run;
+        }
+        let _ = feed.next_by(deadline, &[]).await;
+    };
+    assert_eq!(trigger_run["detail"], "queued until the usage window allowed it", "{trigger_run}");
+    assert!(trigger_run["at_ms"].as_u64().unwrap() >= resets * 1000);
+    let id = trigger_run["session"].as_str().unwrap();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "looking at issue 7");
     server.stop().await;
 }
 
