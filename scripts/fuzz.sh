@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 shift || true
-all=(decode wire policy notify link)
+all=(decode wire policy notify link webhook)
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then targets=("${all[@]}"); fi
 case "$seconds" in
@@ -70,6 +70,11 @@ seeds() {
       printf 'eyJzIjoiczEiLCJyIjoicjEiLCJlIjoxLCJjIjoiYXBpIn0.AAAA' >"$dir/1"
       printf 's1\0r1\0webhook:ops\0\x10A\x80.\xf0_' >"$dir/2"
       printf 'decision=deny&message=not%%20now&decision=allow' >"$dir/3" ;;
+    webhook)
+      # An event picked by the first byte, a template, a NUL, a payload.
+      printf '\x00Fix {{check_run.name}} on {{check_run.check_suite.head_branch?}}\0{"action":"completed","check_run":{"name":"test","conclusion":"failure","output":{"title":"t","summary":"s"},"check_suite":{"head_branch":"feature"}}}' >"$dir/1"
+      printf '\x02{{review.body}}\0{"action":"submitted","review":{"state":"changes_requested","body":"x","user":{"login":"a"}},"pull_request":{"number":1,"head":{"ref":"b"}}}' >"$dir/2"
+      printf '\x04{{pull_request.labels.0.name}}\0{"action":"synchronize","pull_request":{"number":2,"head":{"ref":"c"},"mergeable":false}}' >"$dir/3" ;;
   esac
 }
 

@@ -12,6 +12,9 @@ use serde::Deserialize;
 /// The most characters of an event's own text (a check's output, a review's body) sent on.
 pub const MAX_TEXT_CHARS: usize = 20_000;
 
+/// The most characters of a whole feedback message (names and links are the payload's too).
+pub const MAX_FEEDBACK_CHARS: usize = 4 * MAX_TEXT_CHARS;
+
 /// What to tell the session that made `branch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Feedback {
@@ -256,6 +259,13 @@ pub fn read(event: &str, payload: &[u8]) -> Result<Option<Feedback>, String> {
         }
         _ => return Ok(None),
     };
+    if feedback.branch.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut feedback = feedback;
+    if feedback.text.chars().count() > MAX_FEEDBACK_CHARS {
+        feedback.text = feedback.text.chars().take(MAX_FEEDBACK_CHARS).collect();
+    }
     Ok(Some(feedback))
 }
 
