@@ -387,7 +387,7 @@ fn last_run(view: &ScheduleView) -> String {
                 None => short,
             }
         }
-        RunOutcome::Skipped { why } => format!("skipped ({})", skip_word(*why)),
+        RunOutcome::Skipped { why, times } => format!("skipped ×{times} ({})", skip_word(*why)),
         RunOutcome::Failed { error } => format!("failed: {error}"),
     }
 }
@@ -451,7 +451,7 @@ fn print_schedule(view: &ScheduleView) {
                 let state = now.and_then(|now| now.state).map_or("deleted", |state| state.as_str());
                 format!("started {session} ({state})")
             }
-            RunOutcome::Skipped { why } => format!("skipped ({})", skip_word(*why)),
+            RunOutcome::Skipped { why, times } => format!("skipped ×{times} ({})", skip_word(*why)),
             RunOutcome::Failed { error } => format!("failed: {error}"),
         };
         println!("  run due {}: {what}", format_ms(run.due_ms));

@@ -155,7 +155,9 @@ fn schedule(view: crate::daemon::ScheduleView) -> pb::Schedule {
                 RunOutcome::Started { session, node } => {
                     ("started", Some(session.clone()), node.clone(), None)
                 }
-                RunOutcome::Skipped { why } => ("skipped", None, None, Some(json_word(why))),
+                RunOutcome::Skipped { why, times } => {
+                    ("skipped", None, None, Some(format!("{} ×{times}", json_word(why))))
+                }
                 RunOutcome::Failed { error } => ("failed", None, None, Some(error.clone())),
             };
             let known =

@@ -37,8 +37,9 @@ function runChip(run, sessions) {
       session ? el('span', { class: 'muted' }, money(session.spent_usd)) : null);
   }
   const why = run.outcome === 'skipped' ? SKIPPED[run.why] ?? run.why : run.error;
-  return el('span', { class: `run-chip ${run.outcome}`, title: `Due ${at.text}: ${run.outcome}, ${why}` },
-    icon(run.outcome === 'failed' ? 'x' : 'chevron'), el('span', {}, at.text), el('span', { class: 'badge' }, run.outcome));
+  const times = run.times > 1 ? ` ×${run.times}` : '';
+  return el('span', { class: `run-chip ${run.outcome}`, title: `Due ${at.text}: ${run.outcome}${times}, ${why}` },
+    icon(run.outcome === 'failed' ? 'x' : 'chevron'), el('span', {}, at.text), el('span', { class: 'badge' }, `${run.outcome}${times}`));
 }
 
 function scheduleCard(view, reload) {

@@ -147,7 +147,15 @@ impl Daemon {
                 Step::Idle => {}
                 Step::Wait { until_ms } => wake = wake.min(until_ms),
                 Step::Run { due_ms } => {
-                    Box::pin(self.start_run(name, due_ms, false)).await;
+                    // Claimed here, started on a task of its own: many schedules due at once
+                    // each start on time, none waiting on the others' CLIs.
+                    if let Some(schedule) = self.claim_run(name, due_ms).await {
+                        let (daemon, name) = (self.clone(), name.clone());
+                        tokio::spawn(async move {
+                            let _ =
+                                Box::pin(daemon.launch_run(&name, due_ms, schedule, false)).await;
+                        });
+                    }
                 }
                 Step::Skip { due_ms, why } => {
                     tracing::info!(schedule = %name, due = %crate::schedules::when::rfc3339(due_ms), ?why, "run passed by");
@@ -270,23 +278,17 @@ impl Daemon {
             }
         }
         let due = self.clock_ms().max(entry.state.last_due_ms.map_or(0, |last| last + 1));
-        match Box::pin(self.start_run(name, due, true)).await {
-            Some(Ok(record)) => Ok(record),
-            Some(Err(error)) => Err(error),
-            None => Err(DaemonError::Conflict(format!(
-                "schedule {name}'s run is being started elsewhere"
-            ))),
-        }
+        let Some(schedule) = self.claim_run(name, due).await else {
+            return Err(DaemonError::Conflict(format!(
+                "schedule {name}'s run is being started already"
+            )));
+        };
+        Box::pin(self.launch_run(name, due, schedule, true)).await
     }
 
-    /// Claims schedule `name`'s run due at `due_ms` and starts its session; `None` when another
-    /// node has it, else what the start came to (noted in the book either way).
-    async fn start_run(
-        self: &Arc<Self>,
-        name: &str,
-        due_ms: u64,
-        now_asked: bool,
-    ) -> Option<Result<SessionRecord, DaemonError>> {
+    /// Claims schedule `name`'s run due at `due_ms` for this node: the schedule, or `None` when
+    /// another node has it (or it is gone, or was dealt with).
+    async fn claim_run(&self, name: &str, due_ms: u64) -> Option<Schedule> {
         let node = self.claimer().to_owned();
         let now = self.clock_ms();
         let claimed = self
@@ -296,14 +298,26 @@ impl Daemon {
                 Ok(entry.schedule.clone())
             })
             .await;
-        let schedule = match claimed {
-            Ok(Some(schedule)) => schedule,
-            Ok(None) => return Some(Err(DaemonError::Missing(format!("no schedule {name}")))),
+        match claimed {
+            Ok(schedule) => schedule,
             Err(why) => {
                 tracing::debug!(schedule = %name, "not claimed: {why}");
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// Starts the session of schedule `name`'s run due at `due_ms`, claimed here, and notes
+    /// what came of it in the book.
+    async fn launch_run(
+        self: &Arc<Self>,
+        name: &str,
+        due_ms: u64,
+        schedule: Schedule,
+        now_asked: bool,
+    ) -> Result<SessionRecord, DaemonError> {
+        let node = self.claimer().to_owned();
+        let now = self.clock_ms();
         let remaining = match schedule.daily_usd {
             Some(daily) => {
                 let state = self.books.get().schedules.get(name).map(|entry| entry.state.clone());
@@ -343,7 +357,7 @@ impl Daemon {
                 self.note_schedule(name, |state| state.failed(due_ms, error.clone(), at)).await;
             }
         }
-        Some(started)
+        started
     }
 
     /// Every schedule as faces show it, and the queue of runs that wait (a schedule's or a

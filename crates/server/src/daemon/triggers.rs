@@ -90,6 +90,17 @@ impl Daemon {
             },
             Err(error) => {
                 tracing::warn!(trigger = %name, delivery = ?delivery.id, %error, "a delivery was refused");
+                // Refused for what it is (its payload), it stays seen; failed for the daemon's
+                // own reason, it may be delivered again and run then.
+                if !matches!(error, DaemonError::Invalid(_) | DaemonError::Forbidden(_)) {
+                    let _ = self
+                        .books
+                        .change_trigger(name, |entry| {
+                            entry.state.forget(&keys);
+                            Ok(())
+                        })
+                        .await;
+                }
                 TriggerRun {
                     at_ms: self.clock_ms(),
                     delivery: delivery.id.clone(),

@@ -41,6 +41,10 @@ pub const RESERVED_HOOKS: &[&str] = &["claude", "pre-tool-use", "permission-requ
 /// The longest schedule or trigger name.
 pub const MAX_NAME_CHARS: usize = 64;
 
+fn one() -> u32 {
+    1
+}
+
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> u64 {
     switchboard_store::now_ms()
@@ -262,6 +266,8 @@ pub struct ScheduleState {
     pub pending_due_ms: Option<u64>,
     /// The last runs, oldest first (at most [`plan::MAX_RUNS_KEPT`]).
     pub runs: Vec<RunNote>,
+    /// The session of the last run started: while it goes, no other run starts.
+    pub last_started: Option<String>,
 }
 
 /// A node's claim on a run: the run is its until `until_ms`.
@@ -315,6 +321,9 @@ pub enum RunOutcome {
     Skipped {
         /// Why.
         why: SkipWhy,
+        /// How many due runs in a row were passed by for that reason (the note is the last's).
+        #[serde(default = "one")]
+        times: u32,
     },
     /// The session could not start.
     Failed {
@@ -352,12 +361,24 @@ impl ScheduleState {
     /// The run due at `due_ms` started session `session`.
     pub fn started(&mut self, due_ms: u64, session: &str, node: Option<&str>, now_ms: u64) {
         let node = node.map(str::to_owned);
+        self.last_started = Some(session.to_owned());
         self.dealt(due_ms, now_ms, RunOutcome::Started { session: session.to_owned(), node });
     }
 
-    /// The run due at `due_ms` was passed by.
+    /// The run due at `due_ms` was passed by: one note for a row of runs passed by for one
+    /// reason (a long run would otherwise push every other note out).
     pub fn skipped(&mut self, due_ms: u64, why: SkipWhy, now_ms: u64) {
-        self.dealt(due_ms, now_ms, RunOutcome::Skipped { why });
+        let times = match self.runs.last() {
+            Some(RunNote { outcome: RunOutcome::Skipped { why: last, times }, .. })
+                if *last == why =>
+            {
+                let times = times.saturating_add(1);
+                self.runs.pop();
+                times
+            }
+            _ => 1,
+        };
+        self.dealt(due_ms, now_ms, RunOutcome::Skipped { why, times });
     }
 
     /// The run due at `due_ms` could not start.
@@ -373,12 +394,10 @@ impl ScheduleState {
         changed
     }
 
-    /// The session of the last run started, if any.
+    /// The session of the last run started, if any (kept apart from the notes, which a long
+    /// history of failures could push it out of).
     pub fn last_session(&self) -> Option<&str> {
-        self.runs.iter().rev().find_map(|run| match &run.outcome {
-            RunOutcome::Started { session, .. } => Some(session.as_str()),
-            _ => None,
-        })
+        self.last_started.as_deref()
     }
 
     fn dealt(&mut self, due_ms: u64, now_ms: u64, outcome: RunOutcome) {

@@ -237,7 +237,10 @@ mod tests {
         assert_eq!(plan(&schedule, &state, &look(on_time)), Step::Run { due_ms: T0 + 3 * hour });
         state.skipped(T0 + 3 * hour, SkipWhy::Missed, back);
         assert_eq!(state.last_due_ms, Some(T0 + 3 * hour));
-        assert!(matches!(state.runs[0].outcome, RunOutcome::Skipped { why: SkipWhy::Missed }));
+        assert!(matches!(
+            state.runs[0].outcome,
+            RunOutcome::Skipped { why: SkipWhy::Missed, times: 1 }
+        ));
         assert_eq!(plan(&schedule, &state, &look(back)), Step::Wait { until_ms: T0 + 4 * hour });
     }
 
@@ -327,6 +330,23 @@ mod tests {
         let spent = hold(&[], None, 2.5, Some(2.0), now).unwrap();
         assert_eq!(spent.until_ms, Some(1_796_083_200_000), "the next UTC midnight");
         assert!(spent.why.contains("the daily budget of $2.00 is spent ($2.50)"), "{}", spent.why);
+    }
+
+    #[test]
+    fn a_row_of_skips_is_one_note_and_the_running_session_is_never_forgotten() {
+        let mut state = ScheduleState::default();
+        state.claim(T0, "a", T0).unwrap();
+        state.started(T0, "s1", None, T0);
+        for minute in 1..=(MAX_RUNS_KEPT as u64 * 2) {
+            state.skipped(T0 + minute * MIN, SkipWhy::Overlap, T0 + minute * MIN);
+        }
+        assert_eq!(state.runs.len(), 2, "{:?}", state.runs);
+        let RunOutcome::Skipped { times, .. } = state.runs[1].outcome else { panic!("a skip") };
+        assert_eq!(times, MAX_RUNS_KEPT as u32 * 2);
+        for due in 0..(MAX_RUNS_KEPT as u64 + 5) {
+            state.failed(T0 + 1000 * MIN + due, "no".into(), T0);
+        }
+        assert_eq!(state.last_session(), Some("s1"), "the running run is still known");
     }
 
     #[test]

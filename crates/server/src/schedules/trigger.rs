@@ -165,6 +165,12 @@ impl TriggerState {
         true
     }
 
+    /// Forgets a delivery's `keys`: one that failed for a reason of the daemon's own (a limit,
+    /// a shutdown) runs when it is delivered again.
+    pub fn forget(&mut self, keys: &[String]) {
+        self.seen.retain(|seen| !keys.contains(seen));
+    }
+
     /// Queues `run` behind `hold`: refused when the queue is full.
     pub fn queue(&mut self, run: QueuedRun, hold: super::Hold) -> Result<(), String> {
         if self.queued.len() >= MAX_QUEUED {
