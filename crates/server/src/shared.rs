@@ -77,7 +77,8 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> SharedDoc<
     }
 
     /// Changes the value with `change` from the store's latest version, written only from
-    /// that version: when another node wrote first, `change` runs again on what it wrote.
+    /// that version: when another node wrote first, `change` runs again on what it wrote. A
+    /// change that leaves the text as it was writes nothing.
     /// `change`'s own refusal is returned as is, and nothing is written.
     pub async fn update<R>(
         &self,
@@ -90,6 +91,17 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> SharedDoc<
             let mut value = parse(self.name, &document)?;
             let answer = change(&mut value)?;
             let text = text(self.name, &value)?;
+            if text == document.text {
+                // Nothing changed: nothing is written, and no node is woken.
+                self.current.send_if_modified(|current| {
+                    let newer = document.version > current.1;
+                    if newer {
+                        *current = (value, document.version);
+                    }
+                    newer
+                });
+                return Ok(answer);
+            }
             if put(&*self.store, self.name, &text, document.version).await? {
                 self.current.send_replace((value, document.version + 1));
                 return Ok(answer);
@@ -182,13 +194,14 @@ fn text<T: Serialize>(name: &str, value: &T) -> Result<String, String> {
 }
 
 /// Documents kept as files of one daemon's data directory (`NAME.json`, private to its user),
-/// for what a fleet keeps in its database: one process holds the directory (its lock), so a
-/// version kept in memory makes the compare and set exact. A file left by a crash mid-write is
-/// not possible: each write is a new file renamed over the old.
+/// for what a fleet keeps in its database: one process holds the directory (its lock), and one
+/// lock here is held across a read and its version, and across a check, a write and the version
+/// it makes, so the compare and set is exact. Each write is a new file renamed over the old: a
+/// crash leaves one or the other, never half of either.
 #[derive(Debug)]
 pub struct FileDocuments {
     dir: std::path::PathBuf,
-    versions: parking_lot::Mutex<std::collections::HashMap<String, u64>>,
+    versions: tokio::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl FileDocuments {
@@ -202,28 +215,31 @@ impl FileDocuments {
     }
 }
 
+fn file_error(what: String) -> switchboard_store::StoreError {
+    switchboard_store::StoreError::Database(what)
+}
+
 #[async_trait::async_trait]
 impl Documents for FileDocuments {
     async fn document(
         &self,
         name: &str,
     ) -> Result<Option<Document>, switchboard_store::StoreError> {
+        let mut versions = self.versions.lock().await;
         let path = self.path(name);
+        let shown = path.display().to_string();
         let read = tokio::task::spawn_blocking(move || {
             crate::files::read_bounded(&path, MAX_DOCUMENT_BYTES as u64 + 1)
         })
         .await
-        .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))?;
+        .map_err(|error| file_error(error.to_string()))?;
         match read {
             Ok(text) => {
-                let version = *self.versions.lock().entry(name.to_owned()).or_insert(1);
+                let version = *versions.entry(name.to_owned()).or_insert(1);
                 Ok(Some(Document { text, version }))
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(switchboard_store::StoreError::Database(format!(
-                "cannot read {}: {error}",
-                self.path(name).display()
-            ))),
+            Err(error) => Err(file_error(format!("cannot read {shown}: {error}"))),
         }
     }
 
@@ -233,33 +249,20 @@ impl Documents for FileDocuments {
         text: &str,
         version: u64,
     ) -> Result<bool, switchboard_store::StoreError> {
-        // The version moves before the write lands: a second writer from the same version is
-        // refused at once, and a failed write is read again from the file.
-        {
-            let mut versions = self.versions.lock();
-            let current = versions.get(name).copied().unwrap_or(0);
-            if current != version {
-                return Ok(false);
-            }
-            versions.insert(name.to_owned(), version + 1);
+        let mut versions = self.versions.lock().await;
+        if versions.get(name).copied().unwrap_or(0) != version {
+            return Ok(false);
         }
         let (dir, path, text) = (self.dir.clone(), self.path(name), text.to_owned());
-        let written = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::DirBuilderExt as _;
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
             crate::files::replace_private(&path, &text)
         })
         .await
-        .map_err(|error| switchboard_store::StoreError::Database(error.to_string()))
-        .and_then(|result| {
-            result.map_err(|error| {
-                switchboard_store::StoreError::Database(format!("cannot write {name}: {error}"))
-            })
-        });
-        if let Err(error) = written {
-            self.versions.lock().remove(name);
-            return Err(error);
-        }
+        .map_err(|error| file_error(error.to_string()))?
+        .map_err(|error| file_error(format!("cannot write {name}: {error}")))?;
+        versions.insert(name.to_owned(), version + 1);
         Ok(true)
     }
 }
@@ -297,15 +300,53 @@ mod tests {
         assert!(a.refresh().await.unwrap(), "A hears of B's change");
         assert_eq!(a.get(), ["a0", "a1", "b1"]);
         assert!(!a.refresh().await.unwrap(), "nothing new");
-        // A refusal writes nothing.
+        // A refusal writes nothing, nor does a change that changes nothing.
         let refused = a.update(|_| Err::<(), _>("no".to_owned())).await;
         assert_eq!(refused, Err("no".to_owned()));
+        a.update(|list| {
+            list.sort();
+            Ok(())
+        })
+        .await
+        .unwrap();
         assert_eq!(store.document("list").await.unwrap().unwrap().version, 3);
         // A document nobody can read stops a start, with its name.
         store.put_document("bad", "{not json", 0).await.unwrap();
         let error =
             SharedDoc::<Vec<String>>::open(store.clone(), "bad", || Ok(vec![])).await.unwrap_err();
         assert!(error.contains("shared bad is unreadable"), "{error}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_document_loses_no_change_of_writers_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Documents> = Arc::new(FileDocuments::new(dir.path().join("data")));
+        let doc = SharedDoc::<Vec<u32>>::open(store.clone(), "list", || Ok(vec![])).await.unwrap();
+        let writers: Vec<_> = (0..40)
+            .map(|n| {
+                let doc = doc.clone();
+                tokio::spawn(async move {
+                    doc.update(|list| {
+                        list.push(n);
+                        Ok(())
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap().unwrap();
+        }
+        let mut list: Vec<u32> = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("data/list.json")).unwrap(),
+        )
+        .unwrap();
+        list.sort_unstable();
+        assert_eq!(list, (0..40).collect::<Vec<_>>(), "every writer's change is in the file");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(dir.path().join("data/list.json")).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[tokio::test]

@@ -788,27 +788,29 @@ async fn tokens_links_push_and_budgets_hold_on_every_node() {
     .await;
 }
 
-/// Two daemons on one PostgreSQL share one book of schedules: a schedule due every two
-/// seconds, added through one node, runs each due run once (claimed in the database), on
-/// whichever node claims it; both nodes show the same schedule.
+/// Two daemons on one PostgreSQL and one bus share one book of schedules: a schedule due every
+/// two seconds, added through one node, runs each due run once (claimed in the database), on
+/// whichever node claims it, its session placed on either node and linked to its run there (so
+/// its end lets the next run start); both nodes show the same schedule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_run_each_due_run_once() {
     let Some(database) = Postgres::start() else { return };
+    let Some(nats) = Nats::start() else { return };
     let api = FakeApi::start(Scenario::new().reply(Reply::text("tock").when_prompt("TICK")))
         .await
         .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let url = database.url();
-    let (alpha_dir, beta_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (alpha, alpha_token) = start_node(alpha_dir.path(), &api, &sandbox, &url, "alpha").await;
-    let (beta, beta_token) = start_node(beta_dir.path(), &api, &sandbox, &url, "beta").await;
+    // On one bus too: a run may be placed on the other node, and stays the schedule's there.
+    let nodes = start_nodes(&["alpha", "beta"], &api, &sandbox, &url, nats.url()).await;
+    let [(alpha, alpha_token, _), (beta, beta_token, _)] = &nodes[..] else { unreachable!() };
     let made = http(
         &alpha.url,
         &alpha_token,
         reqwest::Method::POST,
         "/api/schedules",
         Some(json!({"name": "tick", "cron": "*/2 * * * * *", "overlap": "queue",
-            "task": {"cwd": sandbox.workdir(), "prompt": "TICK"}})),
+            "task": {"cwd": sandbox.workdir(), "prompt": "TICK", "node": "beta"}})),
     )
     .await;
     assert_eq!(made["schedule"]["name"], "tick", "{made}");
@@ -865,9 +867,17 @@ async fn two_nodes_run_each_due_run_once() {
     for id in &started {
         assert!(sessions.iter().any(|record| record.id == *id), "run {id} is a session");
     }
+    assert!(
+        sessions.iter().all(|record| record
+            .launch
+            .run
+            .as_ref()
+            .is_some_and(|run| run.due_ms.is_some())),
+        "every run's session is linked to its due time, on whichever node it ran"
+    );
     // Both nodes read the same book.
     let from_alpha =
         http(&alpha.url, &alpha_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
     assert_eq!(from_alpha["schedule"]["cron"], "*/2 * * * * *");
-    drop((alpha, beta));
+    drop(nodes);
 }

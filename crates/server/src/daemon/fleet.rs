@@ -180,7 +180,9 @@ impl Daemon {
         });
         let origin = request.origin.take();
         let ceiling = origin.as_ref().and_then(|origin| origin.ceiling.clone());
-        let command = SessionCommand::Create { request, by, origin };
+        let run = request.launch.run.take();
+        let wanted_run = run.clone();
+        let command = SessionCommand::Create { request, by, origin, run };
         let answer = self.forward(node, "", &command).await?;
         let record: SessionRecord = serde_json::from_value(answer).map_err(|error| {
             DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
@@ -192,6 +194,14 @@ impl Daemon {
             let _ = self.forward(node, &record.id, &SessionCommand::Stop).await;
             return Err(DaemonError::Forbidden(format!(
                 "node {node} runs a release that does not keep a token's ceiling: the session it started ({}) was stopped; place it on another node",
+                record.id
+            )));
+        }
+        // Likewise a run: unlinked, its schedule could not tell when it ends.
+        if wanted_run.is_some() && record.launch.run != wanted_run {
+            let _ = self.forward(node, &record.id, &SessionCommand::Stop).await;
+            return Err(DaemonError::Forbidden(format!(
+                "node {node} runs a release that does not keep a schedule's run: the session it started ({}) was stopped; place it on another node",
                 record.id
             )));
         }
@@ -252,11 +262,12 @@ impl Daemon {
         id: &str,
         command: SessionCommand,
     ) -> Result<Value, DaemonError> {
-        if let SessionCommand::Create { mut request, by, origin } = command {
+        if let SessionCommand::Create { mut request, by, origin, run } = command {
             // Here, whatever it names: a forwarded create is never placed or forwarded again.
             request.node = self.config.node.clone();
             request.started_by = by;
             request.origin = origin;
+            request.launch.run = run;
             let record = self.create(request).await?;
             return serde_json::to_value(public_record(record))
                 .map_err(|error| DaemonError::Internal(error.to_string()));

@@ -69,6 +69,9 @@ pub enum SessionCommand {
         /// Through which face, with which token and ceiling (never the request's own).
         #[serde(default)]
         origin: Option<switchboard_store::Origin>,
+        /// The schedule's or trigger's run it is (a request never carries one of its own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<switchboard_store::RunOf>,
     },
 }
 
