@@ -444,7 +444,9 @@ async fn revoke_token(
     let revoked = tokens(&auth)?.revoke(&name).await?;
     // Its devices hear no more (a push carries links that answer without a token).
     let devices = daemon.notifier().unsubscribe_by(&name).await;
-    tracing::info!(%name, by = %caller.name, devices, "token revoked");
+    // What it made would go on starting sessions as it.
+    let paused = daemon.pause_made_by(&name).await;
+    tracing::info!(%name, by = %caller.name, devices, paused, "token revoked");
     Ok(Json(revoked))
 }
 

@@ -580,11 +580,16 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::PauseScheduleRequest>,
     ) -> Result<tonic::Response<pb::Schedule>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
-        let view =
-            crate::unattended::pause_schedule_as(&self.daemon, &request.name, request.paused)
-                .await
-                .map_err(api_status)?;
+        let view = crate::unattended::pause_schedule_as(
+            &self.daemon,
+            &caller,
+            &request.name,
+            request.paused,
+        )
+        .await
+        .map_err(api_status)?;
         Ok(tonic::Response::new(schedule(view)))
     }
 
@@ -604,8 +609,11 @@ impl Switchboard for Api {
         &self,
         request: tonic::Request<pb::RunScheduleRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
+        let caller = caller(&request)?;
         let name = request.into_inner().name;
-        let record = self.daemon.run_schedule_now(&name).await.map_err(status)?;
+        let record = crate::unattended::run_schedule_as(&self.daemon, &caller, &name)
+            .await
+            .map_err(api_status)?;
         Ok(tonic::Response::new(session(&self.daemon, record).await))
     }
 

@@ -51,6 +51,26 @@ pub struct Pause {
     pub paused: bool,
 }
 
+/// Whether `caller` may change what was made with `origin`: any token may, but one with a
+/// ceiling only what was made under that ceiling (a run starts as its maker, with the maker's
+/// reach).
+fn may_manage(
+    caller: &Caller,
+    origin: Option<&switchboard_store::Origin>,
+    what: &str,
+) -> Result<(), ApiError> {
+    let Some(ceiling) = caller.ceiling() else { return Ok(()) };
+    let made_under = origin.and_then(|origin| origin.ceiling.as_deref());
+    if made_under == Some(&*ceiling.text) {
+        return Ok(());
+    }
+    Err(crate::tokens::ScopeError::Ceiling {
+        name: caller.name.clone(),
+        why: format!("it changes only the {what} made under its ceiling"),
+    }
+    .into())
+}
+
 /// The book's refusal as the API's: a name taken is a conflict, the rest bad input.
 fn refused(why: String) -> ApiError {
     if why.contains("exists; remove it first") {
@@ -98,12 +118,22 @@ pub(crate) async fn add_schedule_as(
 /// Pauses or resumes schedule `name`.
 pub(crate) async fn pause_schedule_as(
     daemon: &Daemon,
+    caller: &Caller,
     name: &str,
     paused: bool,
 ) -> Result<ScheduleView, ApiError> {
+    let origin = daemon.books().get().schedules.get(name).and_then(|e| e.schedule.origin.clone());
+    may_manage(caller, origin.as_ref(), "schedules")?;
     let changed = daemon
         .books()
         .change_schedule(name, |entry| {
+            // Resumed: what fell due while it was paused is passed by, not run as "missed".
+            if entry.schedule.paused && !paused {
+                let now = daemon.clock_ms();
+                entry.state.last_due_ms = Some(entry.state.last_due_ms.unwrap_or(0).max(now));
+                entry.state.pending = None;
+                entry.state.pending_due_ms = None;
+            }
             entry.schedule.paused = paused;
             Ok(entry.clone())
         })
@@ -119,6 +149,8 @@ pub(crate) async fn remove_schedule_as(
     caller: &Caller,
     name: &str,
 ) -> Result<(), ApiError> {
+    let origin = daemon.books().get().schedules.get(name).and_then(|e| e.schedule.origin.clone());
+    may_manage(caller, origin.as_ref(), "schedules")?;
     if !daemon.books().remove_schedule(name).await.map_err(refused)? {
         return Err(ApiError::not_found(format!("no schedule {name}")));
     }
@@ -137,10 +169,11 @@ pub(crate) async fn get_schedule(
 
 pub(crate) async fn pause_schedule(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Body(pause): Body<Pause>,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    pause_schedule_as(&daemon, &name, pause.paused).await.map(Json)
+    pause_schedule_as(&daemon, &caller, &name, pause.paused).await.map(Json)
 }
 
 pub(crate) async fn remove_schedule(
@@ -154,10 +187,22 @@ pub(crate) async fn remove_schedule(
 
 pub(crate) async fn run_schedule(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = daemon.run_schedule_now(&name).await?;
+    let record = run_schedule_as(&daemon, &caller, &name).await?;
     Ok((StatusCode::CREATED, Json(crate::faces::view(&daemon, record).await)).into_response())
+}
+
+/// Runs schedule `name` now, for `caller`.
+pub(crate) async fn run_schedule_as(
+    daemon: &Arc<Daemon>,
+    caller: &Caller,
+    name: &str,
+) -> Result<switchboard_store::SessionRecord, ApiError> {
+    let origin = daemon.books().get().schedules.get(name).and_then(|e| e.schedule.origin.clone());
+    may_manage(caller, origin.as_ref(), "schedules")?;
+    Ok(daemon.run_schedule_now(name).await?)
 }
 
 fn trigger_view(entry: &crate::schedules::book::TriggerEntry) -> TriggerView {
@@ -202,9 +247,12 @@ pub(crate) async fn add_trigger(
 
 pub(crate) async fn pause_trigger(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Body(pause): Body<Pause>,
 ) -> Result<Json<TriggerView>, ApiError> {
+    let origin = daemon.books().get().triggers.get(&name).and_then(|e| e.trigger.origin.clone());
+    may_manage(&caller, origin.as_ref(), "triggers")?;
     let changed = daemon
         .books()
         .change_trigger(&name, |entry| {
@@ -221,6 +269,8 @@ pub(crate) async fn remove_trigger(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    let origin = daemon.books().get().triggers.get(&name).and_then(|e| e.trigger.origin.clone());
+    may_manage(&caller, origin.as_ref(), "triggers")?;
     if !daemon.books().remove_trigger(&name).await.map_err(refused)? {
         return Err(ApiError::not_found(format!("no trigger {name}")));
     }

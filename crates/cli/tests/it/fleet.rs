@@ -806,7 +806,7 @@ async fn two_nodes_run_each_due_run_once() {
     let [(alpha, alpha_token, _), (beta, beta_token, _)] = &nodes[..] else { unreachable!() };
     let made = http(
         &alpha.url,
-        &alpha_token,
+        alpha_token,
         reqwest::Method::POST,
         "/api/schedules",
         Some(json!({"name": "tick", "cron": "*/2 * * * * *", "overlap": "queue",
@@ -818,7 +818,7 @@ async fn two_nodes_run_each_due_run_once() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     let view = loop {
         let view =
-            http(&beta.url, &beta_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
+            http(&beta.url, beta_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
         let started = view["state"]["runs"]
             .as_array()
             .map_or(0, |runs| runs.iter().filter(|run| run["outcome"] == "started").count());
@@ -830,7 +830,7 @@ async fn two_nodes_run_each_due_run_once() {
     };
     http(
         &alpha.url,
-        &alpha_token,
+        alpha_token,
         reqwest::Method::PATCH,
         "/api/schedules/tick",
         Some(json!({"paused": true})),
@@ -877,7 +877,7 @@ async fn two_nodes_run_each_due_run_once() {
     );
     // Both nodes read the same book.
     let from_alpha =
-        http(&alpha.url, &alpha_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
+        http(&alpha.url, alpha_token, reqwest::Method::GET, "/api/schedules/tick", None).await;
     assert_eq!(from_alpha["schedule"]["cron"], "*/2 * * * * *");
     drop(nodes);
 }

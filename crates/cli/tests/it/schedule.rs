@@ -70,7 +70,7 @@ async fn schedule_and_trigger_commands_keep_a_book_that_outlives_the_daemon() {
     let (code, _, stderr) = client(data, &["schedule", "add", "bad", "--prompt", "x"]).await;
     assert_eq!(code, Some(2), "clap: --cron or --at: {stderr}");
 
-    // An hourly schedule: it is not due during the test; run-now runs it.
+    // A yearly schedule: it is not due during the test; run-now runs it.
     let (code, out, stderr) = client(
         data,
         &[
@@ -78,7 +78,7 @@ async fn schedule_and_trigger_commands_keep_a_book_that_outlives_the_daemon() {
             "add",
             "tidy",
             "--cron",
-            "0 * * * *",
+            "0 0 1 1 *",
             "--time-zone",
             "Europe/Paris",
             "--cwd",
@@ -94,7 +94,7 @@ async fn schedule_and_trigger_commands_keep_a_book_that_outlives_the_daemon() {
     assert!(out.contains("schedule tidy added") && out.contains("next run: "), "{out}");
     let (code, out, _) = client(data, &["schedule", "list"]).await;
     assert_eq!(code, Some(0));
-    assert!(out.contains("tidy") && out.contains("0 * * * * (Europe/Paris)"), "{out}");
+    assert!(out.contains("tidy") && out.contains("0 0 1 1 * (Europe/Paris)"), "{out}");
     let (code, id, stderr) = client(data, &["schedule", "run-now", "tidy"]).await;
     assert_eq!(code, Some(0), "{stderr}");
     let id = id.trim().to_owned();

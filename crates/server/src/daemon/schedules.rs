@@ -105,6 +105,24 @@ impl Daemon {
 
     /// Starts the scheduler: it runs while the daemon is held anywhere and serving.
     pub(super) fn start_scheduler(self: &Arc<Self>) {
+        // Claims this node made before it last stopped lapse now (not in two minutes): a run
+        // it had started is found by its due time and adopted, not started again.
+        let (me, node) = (Arc::downgrade(self), self.claimer().to_owned());
+        tokio::spawn(async move {
+            let Some(daemon) = me.upgrade() else { return };
+            let now = daemon.clock_ms();
+            for (name, entry) in daemon.books.get().schedules {
+                if entry.state.claim.as_ref().is_some_and(|claim| claim.node == node) {
+                    daemon
+                        .note_schedule(&name, |state| {
+                            if let Some(claim) = state.claim.as_mut().filter(|c| c.node == node) {
+                                claim.until_ms = claim.until_ms.min(now);
+                            }
+                        })
+                        .await;
+                }
+            }
+        });
         // The dashboards hear of each change to the book, here or read from another node.
         let mut book = self.books.watch();
         let me = Arc::downgrade(self);
@@ -149,11 +167,12 @@ impl Daemon {
                 Step::Run { due_ms } => {
                     // Claimed here, started on a task of its own: many schedules due at once
                     // each start on time, none waiting on the others' CLIs.
-                    if let Some(schedule) = self.claim_run(name, due_ms).await {
+                    let seen = entry.state.last_session();
+                    if let Some(claimed) = self.claim_run(name, due_ms, seen).await {
                         let (daemon, name) = (self.clone(), name.clone());
                         tokio::spawn(async move {
                             let _ =
-                                Box::pin(daemon.launch_run(&name, due_ms, schedule, false)).await;
+                                Box::pin(daemon.launch_run(&name, due_ms, claimed, false)).await;
                         });
                     }
                 }
@@ -222,22 +241,24 @@ impl Daemon {
 
     /// What the runs started today (UTC) spent.
     async fn spent_today(&self, state: &ScheduleState, now: u64) -> f64 {
-        let midnight = now - now % 86_400_000;
+        let Some(today) = state.today.as_ref().filter(|today| today.day == now / 86_400_000) else {
+            return 0.0;
+        };
         let mut spent = 0.0;
-        for run in state.runs.iter().filter(|run| run.at_ms >= midnight) {
-            if let crate::schedules::RunOutcome::Started { session, .. } = &run.outcome {
-                if let Ok(Some(record)) = self.record(session).await {
-                    spent += record.spent_usd;
-                }
+        for session in &today.sessions {
+            if let Ok(Some(record)) = self.record(session).await {
+                spent += record.spent_usd;
             }
         }
         spent
     }
 
-    /// Whether session `id` (a run's) still goes: its record is not final.
+    /// Whether session `id` (a run's) still goes: its record is not final, and its node is not
+    /// lost.
     async fn run_goes(&self, id: &str) -> bool {
         match self.record(id).await {
-            Ok(Some(record)) => !record.state.is_final(),
+            // On a node that was lost, it goes no more (until it is resumed elsewhere).
+            Ok(Some(record)) => !record.state.is_final() && !self.node_lost(&record),
             // Deleted, or unreadable: nothing to wait for.
             _ => false,
         }
@@ -278,33 +299,52 @@ impl Daemon {
             }
         }
         let due = self.clock_ms().max(entry.state.last_due_ms.map_or(0, |last| last + 1));
-        let Some(schedule) = self.claim_run(name, due).await else {
+        let Some(claimed) = self.claim_run(name, due, entry.state.last_session()).await else {
             return Err(DaemonError::Conflict(format!(
                 "schedule {name}'s run is being started already"
             )));
         };
-        Box::pin(self.launch_run(name, due, schedule, true)).await
+        Box::pin(self.launch_run(name, due, claimed, true)).await
     }
 
-    /// Claims schedule `name`'s run due at `due_ms` for this node: the schedule, or `None` when
-    /// another node has it (or it is gone, or was dealt with).
-    async fn claim_run(&self, name: &str, due_ms: u64) -> Option<Schedule> {
+    /// Claims schedule `name`'s run due at `due_ms` for this node, planned from a state whose
+    /// last started run was `seen_last`: the schedule, and the lapsed claim it replaced if
+    /// any; `None` when another node has it, the state moved on, or it is gone.
+    async fn claim_run(
+        &self,
+        name: &str,
+        due_ms: u64,
+        seen_last: Option<&str>,
+    ) -> Option<(Schedule, Option<crate::schedules::Claim>)> {
         let node = self.claimer().to_owned();
         let now = self.clock_ms();
         let claimed = self
             .books
             .change_schedule(name, |entry| {
-                entry.state.claim(due_ms, &node, now)?;
-                Ok(entry.schedule.clone())
+                let lapsed = entry.state.claim(due_ms, &node, now, seen_last)?;
+                Ok((entry.schedule.clone(), lapsed))
             })
             .await;
         match claimed {
-            Ok(schedule) => schedule,
+            Ok(claimed) => claimed,
             Err(why) => {
                 tracing::debug!(schedule = %name, "not claimed: {why}");
                 None
             }
         }
+    }
+
+    /// The session of schedule `name`'s run due at `due_ms`, if one was started (by a node lost
+    /// before it noted it).
+    async fn run_session(&self, name: &str, due_ms: u64) -> Option<SessionRecord> {
+        let records = self.store.list_sessions().await.ok()?;
+        records.into_iter().find(|record| {
+            record.launch.run.as_ref().is_some_and(|run| {
+                run.kind == switchboard_store::RunKind::Schedule
+                    && run.name == name
+                    && run.due_ms == Some(due_ms)
+            })
+        })
     }
 
     /// Starts the session of schedule `name`'s run due at `due_ms`, claimed here, and notes
@@ -313,11 +353,21 @@ impl Daemon {
         self: &Arc<Self>,
         name: &str,
         due_ms: u64,
-        schedule: Schedule,
+        (schedule, lapsed): (Schedule, Option<crate::schedules::Claim>),
         now_asked: bool,
     ) -> Result<SessionRecord, DaemonError> {
         let node = self.claimer().to_owned();
         let now = self.clock_ms();
+        // Taken over from a node lost mid-start: its session, if it made one, is the run's.
+        if lapsed.as_ref().is_some_and(|lapsed| lapsed.due_ms == due_ms) {
+            if let Some(record) = self.run_session(name, due_ms).await {
+                tracing::info!(schedule = %name, session = %record.id, "a lost node had started the run: its session is the run's");
+                let (id, on) = (record.id.clone(), record.node.clone());
+                self.note_schedule(name, |state| state.started(due_ms, &id, on.as_deref(), now))
+                    .await;
+                return Ok(record);
+            }
+        }
         let remaining = match schedule.daily_usd {
             Some(daily) => {
                 let state = self.books.get().schedules.get(name).map(|entry| entry.state.clone());
@@ -348,6 +398,10 @@ impl Daemon {
                         tracing::warn!(schedule = %name, "the run's claim lapsed before its session started");
                     }
                     state.started(due_ms, &id, on.as_deref(), at);
+                    // Kept for the daily budget only.
+                    if schedule.daily_usd.is_none() {
+                        state.today = None;
+                    }
                 })
                 .await;
             }
@@ -358,6 +412,35 @@ impl Daemon {
             }
         }
         started
+    }
+
+    /// Pauses the schedules and triggers token `token` made (it was revoked: they would start
+    /// sessions as it); how many.
+    pub async fn pause_made_by(&self, token: &str) -> usize {
+        let made = |origin: &Option<switchboard_store::Origin>| {
+            origin.as_ref().is_some_and(|origin| origin.token == token)
+        };
+        let book = self.books.get();
+        let mut paused = 0;
+        for (name, entry) in &book.schedules {
+            if made(&entry.schedule.origin) && !entry.schedule.paused {
+                let done = self.books.change_schedule(name, |entry| {
+                    entry.schedule.paused = true;
+                    Ok(())
+                });
+                paused += usize::from(matches!(done.await, Ok(Some(()))));
+            }
+        }
+        for (name, entry) in &book.triggers {
+            if made(&entry.trigger.origin) && !entry.trigger.paused {
+                let done = self.books.change_trigger(name, |entry| {
+                    entry.trigger.paused = true;
+                    Ok(())
+                });
+                paused += usize::from(matches!(done.await, Ok(Some(()))));
+            }
+        }
+        paused
     }
 
     /// Every schedule as faces show it, and the queue of runs that wait (a schedule's or a

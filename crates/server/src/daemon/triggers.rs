@@ -135,6 +135,14 @@ impl Daemon {
         if let (true, Some(event)) = (trigger.feedback, event) {
             if let Some(feedback) = feedback::read(event, body).map_err(DaemonError::Invalid)? {
                 if let Some(record) = self.session_of_branch(&feedback.branch).await? {
+                    if let Some(why) = foreign(trigger, &record, &feedback).await {
+                        tracing::warn!(trigger = %trigger.name, session = %record.id, "feedback not sent: {why}");
+                        return Ok(Delivered {
+                            outcome: "ignored".into(),
+                            session: None,
+                            detail: Some(why),
+                        });
+                    }
                     return Box::pin(self.send_feedback(trigger, &record, &feedback)).await;
                 }
                 if !trigger.starts_on(Some(event)) {
@@ -170,10 +178,10 @@ impl Daemon {
         {
             let queued = self
                 .books
-                .change_trigger(&trigger.name, |entry| entry.state.queue(run.clone(), hold.clone()))
+                .queue_trigger_run(&trigger.name, &run, &hold)
                 .await
-                .map_err(DaemonError::Conflict)?;
-            if queued.is_none() {
+                .map_err(DaemonError::Busy)?;
+            if !queued {
                 return Err(DaemonError::Missing(format!("no trigger {}", trigger.name)));
             }
             let when = hold.until_ms.map(crate::schedules::when::rfc3339);
@@ -216,6 +224,21 @@ impl Daemon {
                     session: Some(record.id),
                     detail: Some("queued until the usage window allowed it".into()),
                 },
+                // The daemon's own reason (as many sessions as it runs): back at the head of the
+                // queue, to start at a later look.
+                Err(error)
+                    if !matches!(error, DaemonError::Invalid(_) | DaemonError::Forbidden(_)) =>
+                {
+                    tracing::info!(trigger = %name, %error, "a queued run waits again");
+                    let _ = self
+                        .books
+                        .change_trigger(&name, |entry| {
+                            entry.state.requeue(run.clone());
+                            Ok(())
+                        })
+                        .await;
+                    continue;
+                }
                 Err(error) => TriggerRun {
                     at_ms: now,
                     delivery: run.delivery.clone(),
@@ -254,11 +277,17 @@ impl Daemon {
     ) -> Result<Delivered, DaemonError> {
         let id = record.id.clone();
         let running = self.live_record(&id).is_some_and(|live| !live.state.is_final())
-            || (!record.state.is_final() && record.node != self.config.node);
+            || (!record.state.is_final()
+                && record.node != self.config.node
+                && !self.node_lost(record));
         let mut resumed = false;
         if !running {
-            Box::pin(self.resume(&id)).await?;
-            resumed = true;
+            match Box::pin(self.resume(&id)).await {
+                Ok(_) => resumed = true,
+                // Another delivery resumed it first: it runs.
+                Err(DaemonError::AlreadyRunning(_)) => {}
+                Err(error) => return Err(error),
+            }
         }
         let message = crate::prompt::user_message(Value::String(feedback.text.clone()))
             .map_err(DaemonError::Invalid)?;
@@ -275,6 +304,39 @@ impl Daemon {
                 if resumed { "; the session was resumed" } else { "" }
             )),
         })
+    }
+}
+
+/// Why `feedback` must not reach session `record`, if it must not: its commit is not on the
+/// session's branch in the session's repository (a fork's branch of the same name, or a commit
+/// this session never made), or the trigger was made under a ceiling the session is not under.
+async fn foreign(
+    trigger: &Trigger,
+    record: &SessionRecord,
+    feedback: &feedback::Feedback,
+) -> Option<String> {
+    let ceiling = |origin: &Option<switchboard_store::Origin>| {
+        origin.as_ref().and_then(|origin| origin.ceiling.clone())
+    };
+    let bound = ceiling(&trigger.origin);
+    if bound.is_some() && bound != ceiling(&record.launch.origin) {
+        return Some(format!(
+            "the trigger was made under a ceiling, and the session that made branch {} is not under it",
+            feedback.branch
+        ));
+    }
+    let worktree = record.launch.worktree.as_ref()?;
+    let Some(sha) = &feedback.sha else {
+        return Some(format!("the event names no commit on branch {}", feedback.branch));
+    };
+    let args = ["merge-base", "--is-ancestor", sha.as_str(), worktree.branch.as_str()];
+    match crate::git::git(&worktree.repo, &args).await {
+        Ok(_) => None,
+        Err(_) => Some(format!(
+            "commit {} is not on branch {} here (a fork's branch of the same name, or not this session's work)",
+            &sha[..12.min(sha.len())],
+            feedback.branch
+        )),
     }
 }
 

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use switchboard_store::Documents;
 
+use super::trigger::QueuedRun;
 use super::trigger::{Trigger, TriggerState};
-use super::{Schedule, ScheduleState, MAX_SCHEDULES};
+use super::{Hold, Schedule, ScheduleState, MAX_SCHEDULES, MAX_TRIGGERS, QUEUE_BOOK_BYTES};
 use crate::shared::SharedDoc;
 
 /// Every schedule and trigger, with their state.
@@ -124,13 +125,36 @@ impl Books {
                         trigger.name
                     ));
                 }
-                if book.triggers.len() >= MAX_SCHEDULES {
-                    return Err(format!("at most {MAX_SCHEDULES} triggers; remove one first"));
+                if book.triggers.len() >= MAX_TRIGGERS {
+                    return Err(format!("at most {MAX_TRIGGERS} triggers; remove one first"));
                 }
                 let entry =
                     TriggerEntry { trigger: trigger.clone(), state: TriggerState::default() };
                 book.triggers.insert(trigger.name.clone(), entry);
                 Ok(())
+            })
+            .await
+    }
+
+    /// Queues trigger `name`'s `run` behind `hold`: refused when its queue is full, or when the
+    /// book would pass [`QUEUE_BOOK_BYTES`] with it (the schedules keep their room); `Ok(false)`
+    /// when there is no such trigger.
+    pub async fn queue_trigger_run(
+        &self,
+        name: &str,
+        run: &QueuedRun,
+        hold: &Hold,
+    ) -> Result<bool, String> {
+        self.doc
+            .update(|book| {
+                let size = serde_json::to_vec(&*book).map_or(usize::MAX, |text| text.len());
+                if size.saturating_add(run.prompt.len()) > QUEUE_BOOK_BYTES {
+                    return Err(format!("the queue is full ({}); this run is refused", hold.why));
+                }
+                match book.triggers.get_mut(name) {
+                    Some(entry) => entry.state.queue(run.clone(), hold.clone()).map(|()| true),
+                    None => Ok(false),
+                }
             })
             .await
     }

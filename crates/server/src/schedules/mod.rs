@@ -32,8 +32,16 @@ use crate::create::CreateSession;
 pub use plan::{Hold, Look, SkipWhy, Step};
 pub use when::Timing;
 
-/// The most schedules (and, apart, the most triggers) a daemon keeps.
-pub const MAX_SCHEDULES: usize = 256;
+/// The most schedules a daemon keeps (the book is one document of at most 4 MiB, rewritten on
+/// each run: each schedule's state is bounded, and so is their number).
+pub const MAX_SCHEDULES: usize = 128;
+
+/// The most triggers a daemon keeps.
+pub const MAX_TRIGGERS: usize = 32;
+
+/// The size the book may reach through trigger runs that wait in the queue (what is left of
+/// the document's 4 MiB is the schedules' and the triggers' own).
+pub const QUEUE_BOOK_BYTES: usize = 2 * 1024 * 1024;
 
 /// The paths under `/hooks/` that are the daemon's own, never a trigger's.
 pub const RESERVED_HOOKS: &[&str] = &["claude", "pre-tool-use", "permission-request"];
@@ -196,7 +204,14 @@ impl Schedule {
     /// Checks what a request gives: its name, timing, caps and task.
     pub fn check(&self) -> Result<(), String> {
         check_name("schedule", &self.name)?;
-        self.timing()?;
+        if let Timing::Once { at_ms } = self.timing()? {
+            if at_ms <= now_ms() {
+                return Err(format!(
+                    "`at` {} has passed; a schedule runs once in the future",
+                    when::rfc3339(at_ms)
+                ));
+            }
+        }
         check_task(&self.task)?;
         if let Some(cap) = self.max_window_utilization {
             crate::create::check_window_cap(cap)?;
@@ -268,7 +283,22 @@ pub struct ScheduleState {
     pub runs: Vec<RunNote>,
     /// The session of the last run started: while it goes, no other run starts.
     pub last_started: Option<String>,
+    /// The runs started today (UTC), for the schedule's daily budget.
+    pub today: Option<DayRuns>,
 }
+
+/// The sessions of the runs started on one day (UTC), at most [`MAX_DAY_RUNS`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DayRuns {
+    /// The day: Unix milliseconds / 86,400,000.
+    pub day: u64,
+    /// The runs' sessions.
+    pub sessions: Vec<String>,
+}
+
+/// The most runs a day a schedule's daily budget counts (one a minute); a schedule that runs
+/// more often than that has the first ones counted.
+pub const MAX_DAY_RUNS: usize = 1440;
 
 /// A node's claim on a run: the run is its until `until_ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -333,14 +363,23 @@ pub enum RunOutcome {
 }
 
 impl ScheduleState {
-    /// Claims the run due at `due_ms` for `node`: refused when it was dealt with, or another
-    /// node's claim still holds.
-    pub fn claim(&mut self, due_ms: u64, node: &str, now_ms: u64) -> Result<(), String> {
+    /// Claims the run due at `due_ms` for `node`: refused when it was dealt with, when a claim
+    /// still holds (another node's, or this node's own: one start at a time), or when the last
+    /// run started is no longer `seen_last` (the state the caller planned from is stale: it looks
+    /// again). Answers the lapsed claim it replaced, if any: a node lost mid-start may have
+    /// started that run's session already.
+    pub fn claim(
+        &mut self,
+        due_ms: u64,
+        node: &str,
+        now_ms: u64,
+        seen_last: Option<&str>,
+    ) -> Result<Option<Claim>, String> {
         if self.last_due_ms.is_some_and(|last| last >= due_ms) {
             return Err(format!("the run due at {} was already dealt with", when::rfc3339(due_ms)));
         }
         if let Some(claim) = &self.claim {
-            if claim.until_ms > now_ms && claim.node != node {
+            if claim.until_ms > now_ms {
                 return Err(format!(
                     "node {} is starting the run due at {}",
                     claim.node,
@@ -348,9 +387,13 @@ impl ScheduleState {
                 ));
             }
         }
+        if self.last_started.as_deref() != seen_last {
+            return Err("the schedule's last run changed since it was read".into());
+        }
+        let lapsed = self.claim.take();
         self.claim =
             Some(Claim { due_ms, node: node.to_owned(), until_ms: now_ms + plan::LEASE_MS });
-        Ok(())
+        Ok(lapsed)
     }
 
     /// Whether `node` still holds its claim on the run due at `due_ms`.
@@ -362,6 +405,14 @@ impl ScheduleState {
     pub fn started(&mut self, due_ms: u64, session: &str, node: Option<&str>, now_ms: u64) {
         let node = node.map(str::to_owned);
         self.last_started = Some(session.to_owned());
+        let day = now_ms / 86_400_000;
+        let today = self.today.get_or_insert_with(DayRuns::default);
+        if today.day != day {
+            *today = DayRuns { day, sessions: Vec::new() };
+        }
+        if today.sessions.len() < MAX_DAY_RUNS {
+            today.sessions.push(session.to_owned());
+        }
         self.dealt(due_ms, now_ms, RunOutcome::Started { session: session.to_owned(), node });
     }
 

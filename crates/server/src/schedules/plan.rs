@@ -211,7 +211,7 @@ mod tests {
         let mut state = ScheduleState::default();
         assert_eq!(plan(&schedule, &state, &look(T0 - 1)), Step::Wait { until_ms: T0 });
         assert_eq!(plan(&schedule, &state, &look(T0 + 10)), Step::Run { due_ms: T0 });
-        state.claim(T0, "a", T0 + 10).unwrap();
+        state.claim(T0, "a", T0 + 10, None).unwrap();
         state.started(T0, "s1", Some("a"), T0 + 20);
         assert_eq!(plan(&schedule, &state, &look(T0 + 20)), Step::Wait { until_ms: T0 + MIN });
         assert_eq!(state.runs.len(), 1);
@@ -271,22 +271,30 @@ mod tests {
     fn another_nodes_claim_holds_until_its_lease_ends() {
         let schedule = every_minute();
         let mut state = ScheduleState { last_due_ms: Some(T0), ..ScheduleState::default() };
-        state.claim(T0 + MIN, "b", T0 + MIN + 1).unwrap();
-        // This node, a: the run is b's.
-        let refused = state.clone().claim(T0 + MIN, "a", T0 + MIN + 2).unwrap_err();
+        assert_eq!(state.claim(T0 + MIN, "b", T0 + MIN + 1, None), Ok(None));
+        // This node, a: the run is b's; and b's own second claim is refused too (one start at
+        // a time, a "run now" beside the scheduler's included).
+        let refused = state.clone().claim(T0 + MIN, "a", T0 + MIN + 2, None).unwrap_err();
         assert!(refused.contains("node b"), "{refused}");
+        assert!(state.clone().claim(T0 + 2 * MIN, "b", T0 + MIN + 2, None).is_err());
         assert_eq!(
             plan(&schedule, &state, &look(T0 + MIN + 2)),
             Step::Wait { until_ms: T0 + MIN + 1 + LEASE_MS }
         );
-        // b was lost mid-claim: once the lease ends, a takes the run.
+        // b was lost mid-claim: once the lease ends, a takes the run, and is told of b's claim
+        // (b may have started the session already).
         let late = T0 + MIN + 1 + LEASE_MS;
         assert_eq!(plan(&schedule, &state, &look(late)), Step::Run { due_ms: T0 + 3 * MIN });
-        state.claim(T0 + 3 * MIN, "a", late).unwrap();
+        let lapsed = state.claim(T0 + 3 * MIN, "a", late, None).unwrap().unwrap();
+        assert_eq!((lapsed.node.as_str(), lapsed.due_ms), ("b", T0 + MIN));
         state.started(T0 + 3 * MIN, "s2", Some("a"), late);
         // b comes back and finishes its claim: the run it claimed was passed by.
-        let error = state.clone().claim(T0 + MIN, "b", late + 1).unwrap_err();
+        let error = state.clone().claim(T0 + MIN, "b", late + 1, None).unwrap_err();
         assert!(error.contains("already"), "{error}");
+        // A node that planned from a stale book (it had not read s2's start) claims nothing.
+        let stale = state.clone().claim(T0 + 9 * MIN, "b", late + 9 * MIN, None).unwrap_err();
+        assert!(stale.contains("changed since it was read"), "{stale}");
+        assert!(state.claim(T0 + 9 * MIN, "b", late + 9 * MIN, Some("s2")).is_ok());
     }
 
     #[test]
@@ -335,7 +343,7 @@ mod tests {
     #[test]
     fn a_row_of_skips_is_one_note_and_the_running_session_is_never_forgotten() {
         let mut state = ScheduleState::default();
-        state.claim(T0, "a", T0).unwrap();
+        state.claim(T0, "a", T0, None).unwrap();
         state.started(T0, "s1", None, T0);
         for minute in 1..=(MAX_RUNS_KEPT as u64 * 2) {
             state.skipped(T0 + minute * MIN, SkipWhy::Overlap, T0 + minute * MIN);

@@ -10,8 +10,15 @@ use serde::{Deserialize, Serialize};
 use super::template::Template;
 use crate::create::CreateSession;
 
-/// The deliveries a trigger remembers, to run each once.
-pub const MAX_SEEN: usize = 1000;
+/// The delivery keys a trigger remembers, to run each delivery once (two a delivery: its id
+/// and its body's digest).
+pub const MAX_SEEN: usize = 2000;
+
+/// A key as the book keeps it: 96 bits of its SHA-256, in hex (a delivery id may be long).
+fn digest(key: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(&sha2::Sha256::digest(key.as_bytes())[..12])
+}
 
 /// The runs a trigger's state remembers.
 pub const MAX_TRIGGER_RUNS: usize = 50;
@@ -45,7 +52,7 @@ pub struct Trigger {
     /// Runs pause when a usage window reaches this share (0 to 1).
     #[serde(default)]
     pub max_window_utilization: Option<f64>,
-    /// Paused: deliveries are refused (503).
+    /// Paused: deliveries are refused (409).
     #[serde(default)]
     pub paused: bool,
     /// Set by the daemon, as a schedule's.
@@ -155,10 +162,11 @@ impl TriggerState {
     /// Notes a delivery by its `keys` (any one seen before makes it a replay): whether it is
     /// new.
     pub fn first_time(&mut self, keys: &[String]) -> bool {
+        let keys: Vec<String> = keys.iter().map(|key| digest(key)).collect();
         if keys.iter().any(|key| self.seen.contains(key)) {
             return false;
         }
-        self.seen.extend(keys.iter().cloned());
+        self.seen.extend(keys);
         while self.seen.len() > MAX_SEEN {
             self.seen.pop_front();
         }
@@ -168,6 +176,7 @@ impl TriggerState {
     /// Forgets a delivery's `keys`: one that failed for a reason of the daemon's own (a limit,
     /// a shutdown) runs when it is delivered again.
     pub fn forget(&mut self, keys: &[String]) {
+        let keys: Vec<String> = keys.iter().map(|key| digest(key)).collect();
         self.seen.retain(|seen| !keys.contains(seen));
     }
 
@@ -182,6 +191,11 @@ impl TriggerState {
         self.queued.push_back(run);
         self.hold = Some(hold);
         Ok(())
+    }
+
+    /// Puts `run` back at the head of the queue (its start failed for the daemon's own reason).
+    pub fn requeue(&mut self, run: QueuedRun) {
+        self.queued.push_front(run);
     }
 
     /// The oldest queued run, taken from the queue.

@@ -317,11 +317,12 @@ async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
         server.post("/api/triggers", json!({"name": "ci", "feedback": true})).await;
     assert_eq!(status, 201, "{made}");
     let secret = made["secret"].as_str().unwrap().to_owned();
-    let check = |conclusion: &str, branch: &str| {
+    let head = git(&repo, &["rev-parse", &branch]).trim().to_owned();
+    let check_at = |conclusion: &str, branch: &str, sha: &str| {
         json!({
             "action": "completed",
             "check_run": {
-                "name": "test", "status": "completed", "conclusion": conclusion,
+                "name": "test", "status": "completed", "conclusion": conclusion, "head_sha": sha,
                 "html_url": "https://github.example/o/r/runs/7",
                 "output": {"title": "2 tests failed", "summary": "adds::two failed", "text": null},
                 "check_suite": {"head_branch": branch}, "pull_requests": [],
@@ -329,6 +330,7 @@ async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
         })
         .to_string()
     };
+    let check = |conclusion: &str, branch: &str| check_at(conclusion, branch, &head);
     // A check that passed, or a branch no session made: nothing is sent.
     let (status, ignored) =
         deliver(&server, "ci", &check("success", &branch), Some(&secret), "c1", "check_run").await;
@@ -340,6 +342,11 @@ async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
         (status, ignored["detail"].as_str()),
         (200, Some("no session made branch elsewhere"))
     );
+    // A fork's branch of the same name (its commit is not on the session's branch): nothing.
+    let fork = check_at("failure", &branch, &"f".repeat(40));
+    let (status, ignored) = deliver(&server, "ci", &fork, Some(&secret), "c0", "check_run").await;
+    assert_eq!((status, ignored["outcome"].as_str()), (200, Some("ignored")), "{ignored}");
+    assert!(ignored["detail"].as_str().unwrap().contains("is not on branch"), "{ignored}");
     // A failure on its branch: the session is resumed and told, with the failure's text.
     let (status, sent) =
         deliver(&server, "ci", &check("failure", &branch), Some(&secret), "c3", "check_run").await;
@@ -370,9 +377,10 @@ async fn a_failed_check_run_reaches_the_session_that_made_the_branch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_next() {
     let now_s = switchboard_store::now_ms() / 1000;
-    // The reset is seconds away, so that the held run starts within the test (and far enough
-    // that a slow machine has held it first).
-    let resets = now_s + 15;
+    // The reset is two minutes away; once the run is seen held, the daemon's clock is moved
+    // past it (the scheduler's clock: the test's, so that no one waits two minutes).
+    let resets = now_s + 120;
+    let ahead = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let window = |reply: Reply, status: &str, used: &str, resets: u64| {
         reply
             .header("anthropic-ratelimit-unified-status", status)
@@ -399,8 +407,15 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
     .unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock = {
+        let ahead = ahead.clone();
+        switchboard_server::schedules::Clock::new(move || {
+            switchboard_store::now_ms() + ahead.load(std::sync::atomic::Ordering::SeqCst)
+        })
+    };
     let server = Server::start_with(store, &api, &sandbox, |config| {
         config.env = sandbox.subscriber_env(&api.base_url()).into_iter().collect();
+        config.clock = clock;
     })
     .await;
     let (_, mut ws) =
@@ -454,9 +469,12 @@ async fn a_used_up_window_holds_a_run_until_its_reset_and_the_cap_pauses_the_nex
         .map(|entry| entry["kind"].as_str().unwrap())
         .collect();
     assert!(kinds.contains(&"trigger") && kinds.contains(&"schedule"), "{listed}");
+    // The reset comes.
+    let to_reset = (resets * 1000 + 1000).saturating_sub(switchboard_store::now_ms());
+    ahead.store(to_reset, std::sync::atomic::Ordering::SeqCst);
 
-    // At the reset it runs; its window passes the cap: the run pauses, with a notice, and the
-    // next runs are held.
+    // At the reset it runs; its window passes the cap: the run pauses, and the next runs wait
+    // for it.
     let started = schedule_when(&server, &mut feed, "/api/schedules/nightly", |view| {
         !runs_of(view, "started").is_empty()
     })
@@ -522,7 +540,7 @@ async fn grpc_adds_lists_runs_and_removes_schedules() {
     };
     let request = pb::AddScheduleRequest {
         name: "hourly".into(),
-        cron: Some("0 * * * *".into()),
+        cron: Some("0 0 1 1 *".into()),
         task: Some(task.clone()),
         overlap: Some("queue".into()),
         ..Default::default()
@@ -610,7 +628,7 @@ async fn the_schedules_page_shows_next_runs_the_queue_and_each_runs_outcome() {
     .await;
     let work = sandbox.workdir();
     for body in [
-        json!({"name": "tidy", "cron": "0 * * * *", "task": {"cwd": work, "prompt": "Tidy the imports"}}),
+        json!({"name": "tidy", "cron": "0 0 1 1 *", "task": {"cwd": work, "prompt": "Tidy the imports"}}),
         json!({"name": "nightly", "cron": "0 3 * * *", "time_zone": "Europe/Paris", "max_window_utilization": 0.5,
             "task": {"cwd": work, "prompt": "Update the dependencies and run the tests"}}),
     ] {
@@ -724,4 +742,65 @@ async fn by_its_clock_the_scheduler_runs_each_due_run_once_and_a_missed_run_as_t
     let minutely = &book.schedules["minutely"].state.runs;
     assert_eq!(minutely.len(), 4, "three before, one on return: {minutely:?}");
     daemon.stop_all().await;
+}
+
+/// Who may change what: a token with a ceiling changes only the schedules and triggers made
+/// under its ceiling (a run starts as its maker, with the maker's reach), and a revoked token's
+/// schedules and triggers are paused (they would start sessions as it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ceiling_token_changes_only_its_own_and_a_revoked_tokens_work_is_paused() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let ceiling = "[permissions]\nallow = [\"Read\"]\ndefault = \"ask\"\n";
+    let (status, agent) = server
+        .post("/api/tokens", json!({"name": "agent", "scope": "operate", "ceiling": ceiling}))
+        .await;
+    assert_eq!(status, 201, "{agent}");
+    let agent = agent["token"].as_str().unwrap().to_owned();
+    let (status, ci) = server.post("/api/tokens", json!({"name": "ci", "scope": "operate"})).await;
+    assert_eq!(status, 201, "{ci}");
+    let ci = ci["token"].as_str().unwrap().to_owned();
+    let task = json!({"cwd": sandbox.workdir(), "prompt": "p"});
+    let add = |name: &str| json!({"name": name, "cron": "0 0 1 1 *", "task": task});
+    assert_eq!(server.post("/api/schedules", add("admins")).await.0, 201);
+    let (status, _) = server
+        .request_as(&agent, reqwest::Method::POST, "/api/schedules", Some(add("agents")))
+        .await;
+    assert_eq!(status, 201);
+    let (status, made) = server
+        .request_as(
+            &ci,
+            reqwest::Method::POST,
+            "/api/triggers",
+            Some(json!({"name": "ci-hook", "feedback": true})),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    // The agent's token: its own schedule, yes; the admin's, no, on every route.
+    let pause = Some(json!({"paused": true}));
+    let (status, _) = server
+        .request_as(&agent, reqwest::Method::PATCH, "/api/schedules/agents", pause.clone())
+        .await;
+    assert_eq!(status, 200);
+    for (method, path, body) in [
+        (reqwest::Method::PATCH, "/api/schedules/admins", pause.clone()),
+        (reqwest::Method::DELETE, "/api/schedules/admins", None),
+        (reqwest::Method::POST, "/api/schedules/admins/run", Some(json!({}))),
+        (reqwest::Method::DELETE, "/api/triggers/ci-hook", None),
+    ] {
+        let (status, refused) = server.request_as(&agent, method.clone(), path, body).await;
+        assert_eq!(status, 403, "{method} {path}: {refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains("made under its ceiling"), "{message}");
+    }
+    // Revoked: ci's trigger is paused.
+    let (status, _) = server.send(reqwest::Method::DELETE, "/api/tokens/ci", json!({})).await;
+    assert_eq!(status, 200);
+    let (_, triggers) = server.get("/api/triggers").await;
+    assert_eq!(triggers[0]["trigger"]["paused"], true, "{triggers}");
+    let (_, admins) = server.get("/api/schedules/admins").await;
+    assert_eq!(admins["schedule"]["paused"], false, "the others' are not");
+    server.stop().await;
 }
