@@ -106,19 +106,22 @@ function addForm(reload) {
     el('label', {}, 'Directory ', el('input', { name: 'cwd', required: true, placeholder: '/home/me/project', value: localStorage.getItem('switchboard.cwd') ?? '' })),
     el('label', { class: 'wide' }, 'Prompt ', el('textarea', { name: 'prompt', required: true, rows: 2, placeholder: 'What each run asks' })),
     el('label', {}, 'Overlap ', el('select', { name: 'overlap' }, el('option', { value: 'skip' }, 'skip the next'), el('option', { value: 'queue' }, 'queue the next'))),
+    el('label', {}, 'Missed while down ', el('select', { name: 'missed' }, el('option', { value: 'run_once' }, 'run the last once'), el('option', { value: 'skip' }, 'skip them'))),
     el('label', {}, 'Most of a usage window ', el('input', { name: 'cap', type: 'number', min: '0.05', max: '1', step: '0.05', placeholder: '0.5' })),
+    el('label', {}, 'A day, at most (USD) ', el('input', { name: 'daily', type: 'number', min: '0', step: '0.5', placeholder: 'no limit' })),
     el('p', { class: 'form-error', hidden: true }),
     el('button', { type: 'submit', class: 'primary' }, 'Add'));
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const data = new FormData(form);
     const body = {
-      name: data.get('name').trim(), cron: data.get('cron').trim(), overlap: data.get('overlap'),
+      name: data.get('name').trim(), cron: data.get('cron').trim(), overlap: data.get('overlap'), missed: data.get('missed'),
       task: { cwd: data.get('cwd').trim(), prompt: data.get('prompt').trim() },
     };
     const zone = data.get('time_zone').trim();
     if (zone) body.time_zone = zone;
     if (data.get('cap')) body.max_window_utilization = Number(data.get('cap'));
+    if (data.get('daily')) body.daily_usd = Number(data.get('daily'));
     const error = $('.form-error', form);
     error.hidden = true;
     try {

@@ -16,10 +16,6 @@ use crate::schedules::{Pending, Schedule, ScheduleState};
 /// ended, holds that lifted).
 pub(super) const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// The longest a run's session may take to start before the run is noted as failed (well
-/// inside the claim's lease, so no other node takes the run meanwhile).
-pub(super) const START_LIMIT: Duration = Duration::from_secs(60);
-
 /// A schedule as every face shows it: its definition (the task's secrets hidden), its state,
 /// its next times, and what its last runs' sessions did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -380,14 +376,9 @@ impl Daemon {
             None => None,
         };
         let request = run_request(&schedule, due_ms, remaining, now_asked);
-        let started = match tokio::time::timeout(START_LIMIT, Box::pin(self.create(request))).await
-        {
-            Ok(started) => started,
-            Err(_) => Err(DaemonError::Invalid(format!(
-                "the run's session did not start within {} s",
-                START_LIMIT.as_secs()
-            ))),
-        };
+        // Not cut short: a create stopped midway could leave a session the book never hears
+        // of (a create that takes past the claim's lease is found by a node taking it over).
+        let started = Box::pin(self.create(request)).await;
         let at = self.clock_ms();
         match &started {
             Ok(record) => {
@@ -548,7 +539,11 @@ impl Observer for RunEnds {
         })?;
         tracing::info!(session = %stored.id, "the run's turn is over: its CLI ends");
         tokio::spawn(async move {
-            let _ = handle.shutdown(STOP_GRACE).await;
+            // Still at rest (a message, feedback say, may have come meanwhile).
+            let now = handle.snapshot();
+            if now.state == SessionState::Idle && now.queued_turns == 0 {
+                let _ = handle.shutdown(STOP_GRACE).await;
+            }
         });
         None
     }
