@@ -97,18 +97,16 @@ enum SessionsCommand {
     },
 }
 
-/// `switchboard new PROMPT`
+/// How a session is started, as `new`, `schedule add` and `trigger add` take it.
 #[derive(Debug, Args)]
-pub(crate) struct NewArgs {
-    /// The first prompt.
-    prompt: String,
+pub(crate) struct SessionArgs {
     /// The working directory (default: the current one).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// The model.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
-    /// A policy file for this session (TOML, Claude Code's rule syntax); default: the daemon's.
+    /// A policy file (TOML, Claude Code's rule syntax; sent as text); default: the daemon's.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// The permission mode (default, acceptEdits, plan, bypassPermissions, dontAsk, auto: the
@@ -119,6 +117,35 @@ pub(crate) struct NewArgs {
     /// repository's HEAD, in a folder beside the repository.
     #[arg(long)]
     worktree: bool,
+}
+
+impl SessionArgs {
+    /// The create request these flags make (the directory made absolute; the policy file read,
+    /// so a daemon on another machine gets it too).
+    pub(crate) fn request(&self) -> Result<switchboard_server::CreateSession, String> {
+        let cwd = match &self.cwd {
+            Some(cwd) => cwd.clone(),
+            None => {
+                std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
+            }
+        };
+        let mut request =
+            switchboard_server::CreateSession::new(std::path::absolute(&cwd).unwrap_or(cwd));
+        request.worktree = self.worktree;
+        request.launch.model = self.model.clone();
+        request.launch.permission_mode = self.permission_mode.clone();
+        request.launch.policy = self.policy.as_deref().map(read_policy).transpose()?;
+        Ok(request)
+    }
+}
+
+/// `switchboard new PROMPT`
+#[derive(Debug, Args)]
+pub(crate) struct NewArgs {
+    /// The first prompt.
+    prompt: String,
+    #[command(flatten)]
+    session: SessionArgs,
     /// Follow the session after starting it, as `sessions tail` does.
     #[arg(long)]
     follow: bool,
@@ -416,24 +443,8 @@ fn pick(name: &str, ids: &[&str]) -> Result<String, String> {
 pub(crate) async fn new(args: NewArgs) -> ExitCode {
     let result = async {
         let client = args.connection.client()?;
-        let cwd = match args.cwd {
-            Some(cwd) => cwd,
-            None => {
-                std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
-            }
-        };
-        let cwd = std::path::absolute(&cwd).unwrap_or(cwd);
-        let policy = match &args.policy {
-            // Sent as text, so a daemon on another machine gets it too.
-            Some(path) => Some(read_policy(path)?),
-            None => None,
-        };
-        let mut request = switchboard_server::CreateSession::new(cwd);
+        let mut request = args.session.request()?;
         request.prompt = Some(args.prompt.clone());
-        request.worktree = args.worktree;
-        request.launch.model = args.model.clone();
-        request.launch.permission_mode = args.permission_mode.clone();
-        request.launch.policy = policy;
         let body = serde_json::to_value(&request).map_err(|error| error.to_string())?;
         let session = client.request(reqwest::Method::POST, "/api/sessions", Some(body)).await?;
         let id = typed::<SessionId>(session.clone())?.id;

@@ -5,7 +5,6 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
@@ -15,7 +14,7 @@ use switchboard_server::daemon::ScheduleView;
 use switchboard_server::schedules::{RunOutcome, Schedule};
 use switchboard_server::unattended::{TriggerMade, TriggerView};
 
-use crate::client::{finish, format_ms, query_escape, read_policy, typed, Connection};
+use crate::client::{finish, format_ms, query_escape, typed, Connection, SessionArgs};
 
 /// What each run starts: the task's flags, shared by schedules and triggers.
 #[derive(Debug, Args)]
@@ -23,21 +22,8 @@ struct TaskArgs {
     /// The prompt each run asks (a trigger's is a template: `{{issue.title}}`, `{{field?}}`).
     #[arg(long, value_name = "TEXT")]
     prompt: Option<String>,
-    /// The directory each run works in (default: the current one).
-    #[arg(long, value_name = "DIR")]
-    cwd: Option<PathBuf>,
-    /// The model.
-    #[arg(long, value_name = "MODEL")]
-    model: Option<String>,
-    /// A policy file for the runs (sent as text); default: the daemon's.
-    #[arg(long, value_name = "FILE")]
-    policy: Option<PathBuf>,
-    /// The permission mode (default, acceptEdits, plan, dontAsk, ...).
-    #[arg(long, value_name = "MODE")]
-    permission_mode: Option<String>,
-    /// Run each in a git worktree of its own (a new branch from the repository's HEAD).
-    #[arg(long)]
-    worktree: bool,
+    #[command(flatten)]
+    session: SessionArgs,
     /// What one run may spend (US dollars): reached, the run pauses.
     #[arg(long, value_name = "USD")]
     max_budget_usd: Option<f64>,
@@ -54,23 +40,10 @@ impl TaskArgs {
     /// The create request each run starts from, if a prompt was given.
     fn task(&self) -> Result<Option<Value>, String> {
         let Some(prompt) = &self.prompt else { return Ok(None) };
-        let cwd = match &self.cwd {
-            Some(cwd) => cwd.clone(),
-            None => {
-                std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
-            }
-        };
-        let mut request =
-            switchboard_server::CreateSession::new(std::path::absolute(&cwd).unwrap_or(cwd));
+        let mut request = self.session.request()?;
         request.prompt = Some(prompt.replace("\\n", "\n"));
-        request.worktree = self.worktree;
-        request.launch.model = self.model.clone();
-        request.launch.permission_mode = self.permission_mode.clone();
         request.launch.max_budget_usd = self.max_budget_usd;
         request.launch.notify = (!self.notify.is_empty()).then(|| self.notify.clone());
-        if let Some(path) = &self.policy {
-            request.launch.policy = Some(read_policy(path)?);
-        }
         serde_json::to_value(&request).map(Some).map_err(|error| error.to_string())
     }
 }
