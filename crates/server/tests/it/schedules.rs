@@ -804,3 +804,89 @@ async fn a_ceiling_token_changes_only_its_own_and_a_revoked_tokens_work_is_pause
     assert_eq!(admins["schedule"]["paused"], false, "the others' are not");
     server.stop().await;
 }
+
+/// A node lost between starting a run's session and noting it in the book leaves a claim that
+/// lapses: the node that takes the run over finds the session the lost node started for that
+/// due time and notes it as the run's, rather than starting the run again. (Paused time; two
+/// nodes' book in one store; no CLI is needed, as nothing is started.)
+#[tokio::test(start_paused = true)]
+async fn a_run_a_lost_node_started_is_adopted_not_run_again() {
+    use switchboard_server::schedules::{Claim, Clock, Schedule};
+    // 2026-11-30T05:59:50Z: the hourly run is due at 06:00.
+    const T0: u64 = 1_796_018_390_000;
+    let due = T0 + 10_000;
+    let shared = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = shared.clone();
+    let config = switchboard_server::DaemonConfig {
+        claude: Some("/nonexistent/claude".into()),
+        node: Some("a".into()),
+        budget: switchboard_server::budget::BudgetConfig {
+            shared: Some(shared.clone()),
+            ..Default::default()
+        },
+        clock: Clock::tokio(T0),
+        ..Default::default()
+    };
+    let daemon = switchboard_server::Daemon::open(store.clone(), config).await.unwrap();
+    let mut task = switchboard_server::CreateSession::new("/tmp");
+    task.prompt = Some("hourly".into());
+    let value = json!({"name": "hourly", "cron": "0 0 * * * *", "task": task});
+    let mut schedule: Schedule = serde_json::from_value(value).unwrap();
+    schedule.created_ms = T0 - 3_600_000;
+    schedule.created_by = "test".into();
+    daemon.books().add_schedule(schedule).await.unwrap();
+    // Node b claimed the 06:00 run, started its session, and was lost before it noted it.
+    daemon
+        .books()
+        .change_schedule("hourly", |entry| {
+            entry.state.last_due_ms = Some(due - 3_600_000);
+            entry.state.claim = Some(Claim { due_ms: due, node: "b".into(), until_ms: due + 1000 });
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let launch = switchboard_store::Launch {
+        cwd: "/tmp".into(),
+        run: Some(switchboard_store::RunOf {
+            kind: switchboard_store::RunKind::Schedule,
+            name: "hourly".into(),
+            due_ms: Some(due),
+            delivery: None,
+        }),
+        ..Default::default()
+    };
+    store
+        .create_session(&switchboard_store::SessionRecord {
+            archived: false,
+            node: Some("b".into()),
+            id: "started-by-b".into(),
+            claude_session_id: None,
+            cwd: "/tmp".into(),
+            model: None,
+            permission_mode: None,
+            state: switchboard_store::RecordState::Exited,
+            title: None,
+            cost_usd: 0.0,
+            spent_usd: 0.0,
+            created_ms: due,
+            updated_ms: due,
+            launch,
+        })
+        .await
+        .unwrap();
+    // Until b's claim lapses, node a waits; then it takes the run over, and adopts b's session.
+    tokio::time::sleep(std::time::Duration::from_millis(9_000)).await;
+    assert!(daemon.books().get().schedules["hourly"].state.runs.is_empty(), "b's claim holds");
+    tokio::time::sleep(std::time::Duration::from_millis(4_000)).await;
+    let state = daemon.books().get().schedules["hourly"].state.clone();
+    assert_eq!(state.runs.len(), 1, "{state:?}");
+    let run = serde_json::to_value(&state.runs[0]).unwrap();
+    assert_eq!(
+        (run["outcome"].as_str(), run["session"].as_str()),
+        (Some("started"), Some("started-by-b")),
+        "{run}"
+    );
+    assert_eq!(run["due_ms"], due);
+    assert_eq!(state.last_session(), Some("started-by-b"));
+    daemon.stop_all().await;
+}
