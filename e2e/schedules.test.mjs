@@ -82,8 +82,12 @@ try {
     await card('weekly').locator('.when', { hasText: '0 9 * * MON · UTC' }).waitFor();
   });
 
-  await step('the trigger shows its webhook', async () => {
-    await card('ci').locator('.when', { hasText: 'POST /hooks/ci' }).waitFor();
+  await step('the trigger shows its webhook, and pauses', async () => {
+    const ci = card('ci');
+    await ci.locator('.when', { hasText: 'POST /hooks/ci' }).waitFor();
+    await ci.locator('button', { hasText: 'Pause' }).click();
+    await card('ci').locator('.badge.state-paused').waitFor();
+    await card('ci').locator('button', { hasText: 'Resume' }).waitFor();
   });
 
   await step('no errors in the page', async () => {

@@ -2,8 +2,9 @@
 // outcomes (each started run a link to its session), the queue of runs that wait for a usage
 // window or a budget with the time each will start, and the triggers with their last
 // deliveries. Read from `GET /api/schedules` and `GET /api/triggers`, drawn again when the
-// dashboard socket says `schedules_changed`; a schedule is added, run now, paused and removed
-// through the same API.
+// dashboard socket says `schedules_changed`; a schedule is added, run now, paused and removed,
+// a trigger paused and removed, through the same API (a trigger is made with the CLI or the
+// API, which show its secret once).
 import { $, el, icon, stateIcon } from './dom.js';
 import { money, shortPath } from './words.js';
 import { api, can, toast } from './api.js';
@@ -42,12 +43,13 @@ function runChip(run, sessions) {
     icon(run.outcome === 'failed' ? 'x' : 'chevron'), el('span', {}, at.text), el('span', { class: 'badge' }, `${run.outcome}${times}`));
 }
 
-function scheduleCard(view, reload) {
-  const { schedule, state, next_ms: next, waiting, sessions } = view;
-  const act = (label, method, path, body, className = '') => el('button', {
+/// A button that calls the API (`DELETE` asks first, with `confirmText`), then draws the page
+/// again; an answer that is a session opens it.
+function act(reload, label, method, path, body, { className = '', confirmText = '' } = {}) {
+  return el('button', {
     type: 'button', class: `needs-operate ${className}`.trim(), hidden: !can('operate'),
     onclick: async (event) => {
-      if (method === 'DELETE' && !confirm(`Remove the schedule ${schedule.name}? Its runs' sessions stay.`)) return;
+      if (confirmText && !confirm(confirmText)) return;
       event.currentTarget.disabled = true;
       try {
         const answer = await api(method, path, body);
@@ -56,6 +58,10 @@ function scheduleCard(view, reload) {
       reload();
     },
   }, label);
+}
+
+function scheduleCard(view, reload) {
+  const { schedule, state, next_ms: next, waiting, sessions } = view;
   const path = `/api/schedules/${encodeURIComponent(schedule.name)}`;
   const runs = [...state.runs].reverse().slice(0, 8);
   return el('article', { class: `schedule-card${schedule.paused ? ' paused' : ''}`, dataset: { name: schedule.name } },
@@ -64,9 +70,9 @@ function scheduleCard(view, reload) {
       el('code', { class: 'when' }, when(schedule)),
       schedule.paused ? el('span', { class: 'badge state-paused' }, 'paused') : null,
       el('span', { class: 'actions' },
-        act('Run now', 'POST', `${path}/run`),
-        act(schedule.paused ? 'Resume' : 'Pause', 'PATCH', path, { paused: !schedule.paused }),
-        act('Remove', 'DELETE', path, undefined, 'danger'))),
+        act(reload, 'Run now', 'POST', `${path}/run`),
+        act(reload, schedule.paused ? 'Resume' : 'Pause', 'PATCH', path, { paused: !schedule.paused }),
+        act(reload, 'Remove', 'DELETE', path, undefined, { className: 'danger', confirmText: `Remove the schedule ${schedule.name}? Its runs' sessions stay.` }))),
     el('p', { class: 'task', title: schedule.task.cwd },
       el('span', { class: 'muted' }, shortPath(schedule.task.cwd), ' · '), schedule.task.prompt,
       schedule.max_window_utilization ? el('span', { class: 'chip', title: 'New runs wait while a usage window is at or past this share, and a run that reaches it pauses' }, `≤ ${Math.round(schedule.max_window_utilization * 100)}% of a window`) : null,
@@ -80,12 +86,16 @@ function scheduleCard(view, reload) {
       runs.length ? runs.map((run) => runChip(run, sessions)) : el('span', { class: 'muted' }, 'none yet')));
 }
 
-function triggerCard(view) {
+function triggerCard(view, reload) {
   const { trigger, path, runs, queued, hold } = view;
+  const apiPath = `/api/triggers/${encodeURIComponent(trigger.name)}`;
   const what = [trigger.task ? `starts “${trigger.task.prompt}”` : null, trigger.feedback ? 'routes GitHub feedback to the session that made the branch' : null].filter(Boolean).join('; ');
   return el('article', { class: 'schedule-card trigger', dataset: { name: trigger.name } },
     el('header', {}, el('h3', {}, trigger.name), el('code', { class: 'when' }, `POST ${path}`),
-      trigger.paused ? el('span', { class: 'badge state-paused' }, 'paused') : null),
+      trigger.paused ? el('span', { class: 'badge state-paused' }, 'paused') : null,
+      el('span', { class: 'actions' },
+        act(reload, trigger.paused ? 'Resume' : 'Pause', 'PATCH', apiPath, { paused: !trigger.paused }),
+        act(reload, 'Remove', 'DELETE', apiPath, undefined, { className: 'danger', confirmText: `Remove the trigger ${trigger.name}? Its webhook stops answering.` }))),
     el('p', { class: 'task' }, what, trigger.events.length ? el('span', { class: 'chip' }, trigger.events.join(', ')) : null),
     queued.length ? el('p', { class: 'waiting-run' }, icon('spinner'), ` ${queued.length} waiting: ${hold?.why ?? ''}`) : null,
     el('div', { class: 'runs' }, el('span', { class: 'muted' }, 'Deliveries'),
@@ -163,7 +173,7 @@ export function renderSchedules() {
       list.schedules.length ? el('div', { class: 'cards' }, list.schedules.map((view) => scheduleCard(view, load)))
         : el('p', { class: 'muted' }, 'No schedules yet. A schedule runs a task on a cron expression: each run a fresh session, never two at once.'),
       el('h2', {}, `Triggers (${triggers.length})`),
-      triggers.length ? el('div', { class: 'cards' }, triggers.map(triggerCard))
+      triggers.length ? el('div', { class: 'cards' }, triggers.map((view) => triggerCard(view, load)))
         : el('p', { class: 'muted' }, 'No triggers. switchboard trigger add NAME makes a signed webhook that starts a task or routes CI feedback.'));
   };
   const changed = () => load();
