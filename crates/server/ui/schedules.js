@@ -14,7 +14,8 @@ function moment(ms) {
   const date = new Date(ms);
   const today = new Date().toDateString() === date.toDateString();
   const time = date.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
-  const day = today ? '' : `${date.toLocaleDateString([], { weekday: 'short', month: 'short', day: 'numeric' })} `;
+  const thisYear = date.getFullYear() === new Date().getFullYear();
+  const day = today ? '' : `${date.toLocaleDateString([], { weekday: 'short', month: 'short', day: 'numeric', year: thisYear ? undefined : 'numeric' })} `;
   const seconds = Math.round((ms - Date.now()) / 1000);
   const far = Math.abs(seconds);
   const span = far < 60 ? `${far} s` : far < 3600 ? `${Math.round(far / 60)} min` : far < 86400 ? `${Math.round(far / 3600)} h` : `${Math.round(far / 86400)} d`;
