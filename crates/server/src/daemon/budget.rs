@@ -96,7 +96,9 @@ impl Daemon {
         };
         if let Some(cap) = cap {
             let windows = self.usage.report().windows;
-            if let Some(hold) = crate::schedules::plan::window_hold(&windows, Some(cap), now_ms()) {
+            if let Some(hold) =
+                crate::schedules::plan::window_hold(&windows, Some(cap), self.clock_ms())
+            {
                 return Some(format!(
                     "{}; raise or clear its cap (PATCH /api/sessions/ID with max_window_utilization)",
                     hold.why
