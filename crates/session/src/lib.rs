@@ -6,6 +6,7 @@
 //! - [`core::SessionCore`] is the sans-IO state machine behind it.
 //! - [`policy::Policy`] is the permission engine's pure core.
 //! - [`pool::WarmPool`] keeps CLIs started ahead of their sessions.
+//! - [`origin::TurnOrigin`] is who started a turn, typed (what a policy rule will name).
 //! - [`projection::Projector`] turns a session's events into the one typed stream of what they
 //!   mean ([`Update`]) and one snapshot ([`View`]): every face reads that, never the lines.
 
@@ -14,6 +15,7 @@ pub mod controls;
 pub mod core;
 pub mod cost;
 pub mod event;
+pub mod origin;
 pub mod policy;
 pub mod pool;
 pub mod projection;
@@ -31,6 +33,7 @@ pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,
     SessionState,
 };
+pub use origin::TurnOrigin;
 pub use policy::ceiling::Ceiling;
 pub use policy::{
     Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
