@@ -47,10 +47,12 @@ impl TurnOrigin {
             "relay" => TurnOrigin::Relay,
             _ => match text.strip_prefix("api:") {
                 Some(token) if is_token_name(token) => TurnOrigin::Api { token: token.to_owned() },
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "{:?} is not an origin: person, agent, schedule, trigger, relay or api:TOKEN",
                     text.chars().take(80).collect::<String>()
-                )),
+                ))
+                }
             },
         })
     }
