@@ -16,7 +16,7 @@ use axum::routing::{get, patch, post};
 use axum::Extension;
 use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use switchboard_session::PendingPermission;
 
@@ -26,8 +26,13 @@ use crate::error::ApiError;
 use crate::extract::{Body, OptionalBody, Params, Upgrade};
 use crate::faces::{permission_mode, replay, user_message, view, viewer_at, SessionView};
 pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
+
+mod account;
+mod workspace;
+
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
 use crate::tokens::{Caller, Scope};
+pub use account::Me;
 
 /// How long the body of a CLI's `POST /session/{slot}/events` may take to arrive.
 pub const INGRESS_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -71,28 +76,43 @@ pub fn routes() -> Vec<Route> {
         route("POST", "/mcp", Guard::Api(Scope::Read), axum::routing::post_service(mcp.clone())),
         route("GET", "/mcp", Guard::Api(Scope::Read), axum::routing::get_service(mcp.clone())),
         route("DELETE", "/mcp", Guard::Api(Scope::Read), axum::routing::delete_service(mcp)),
-        route("GET", "/api/me", Guard::Api(Scope::Read), get(me)),
-        route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(list_tokens)),
-        route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(create_token)),
-        route("DELETE", "/api/tokens/{name}", Guard::Api(Scope::Admin), delete(revoke_token)),
-        route("GET", "/api/budget", Guard::Api(Scope::Read), get(budget)),
-        route("GET", "/api/usage", Guard::Api(Scope::Read), get(usage)),
-        route("GET", "/api/nodes", Guard::Api(Scope::Read), get(nodes)),
-        route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(change_budget)),
-        route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(push_key)),
-        route("GET", "/api/push/subscriptions", Guard::Api(Scope::Admin), get(push_subscriptions)),
-        route("POST", "/api/push/subscriptions", Guard::Api(Scope::Approve), post(push_subscribe)),
+        route("GET", "/api/me", Guard::Api(Scope::Read), get(account::me)),
+        route("GET", "/api/tokens", Guard::Api(Scope::Admin), get(account::list_tokens)),
+        route("POST", "/api/tokens", Guard::Api(Scope::Admin), post(account::create_token)),
+        route(
+            "DELETE",
+            "/api/tokens/{name}",
+            Guard::Api(Scope::Admin),
+            delete(account::revoke_token),
+        ),
+        route("GET", "/api/budget", Guard::Api(Scope::Read), get(account::budget)),
+        route("GET", "/api/usage", Guard::Api(Scope::Read), get(account::usage)),
+        route("GET", "/api/nodes", Guard::Api(Scope::Read), get(account::nodes)),
+        route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(account::change_budget)),
+        route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(account::push_key)),
+        route(
+            "GET",
+            "/api/push/subscriptions",
+            Guard::Api(Scope::Admin),
+            get(account::push_subscriptions),
+        ),
+        route(
+            "POST",
+            "/api/push/subscriptions",
+            Guard::Api(Scope::Approve),
+            post(account::push_subscribe),
+        ),
         route(
             "DELETE",
             "/api/push/subscriptions/{id}",
             Guard::Api(Scope::Approve),
-            delete(push_unsubscribe),
+            delete(account::push_unsubscribe),
         ),
         route(
             "POST",
             "/api/push/subscriptions/{id}/test",
             Guard::Api(Scope::Approve),
-            post(push_test),
+            post(account::push_test),
         ),
         route(
             "GET",
@@ -173,29 +193,54 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Operate),
             post(stop_task),
         ),
-        route("GET", "/api/sessions/{id}/diff", Guard::Api(Scope::Read), get(session_diff)),
+        route(
+            "GET",
+            "/api/sessions/{id}/diff",
+            Guard::Api(Scope::Read),
+            get(workspace::session_diff),
+        ),
         route(
             "POST",
             "/api/sessions/{id}/commit",
             Guard::Api(Scope::Operate),
-            post(session_commit),
+            post(workspace::session_commit),
         ),
-        route("POST", "/api/sessions/{id}/merge", Guard::Api(Scope::Operate), post(session_merge)),
-        route("POST", "/api/sessions/{id}/push", Guard::Api(Scope::Operate), post(session_push)),
+        route(
+            "POST",
+            "/api/sessions/{id}/merge",
+            Guard::Api(Scope::Operate),
+            post(workspace::session_merge),
+        ),
+        route(
+            "POST",
+            "/api/sessions/{id}/push",
+            Guard::Api(Scope::Operate),
+            post(workspace::session_push),
+        ),
         route(
             "POST",
             "/api/sessions/{id}/discard",
             Guard::Api(Scope::Operate),
-            post(session_discard),
+            post(workspace::session_discard),
         ),
         route(
             "POST",
             "/api/sessions/{id}/rewind",
             Guard::Api(Scope::Operate),
-            post(session_rewind),
+            post(workspace::session_rewind),
         ),
-        route("GET", "/api/sessions/{id}/files", Guard::Api(Scope::Operate), get(session_files)),
-        route("GET", "/api/sessions/{id}/file", Guard::Api(Scope::Operate), get(session_file)),
+        route(
+            "GET",
+            "/api/sessions/{id}/files",
+            Guard::Api(Scope::Operate),
+            get(workspace::session_files),
+        ),
+        route(
+            "GET",
+            "/api/sessions/{id}/file",
+            Guard::Api(Scope::Operate),
+            get(workspace::session_file),
+        ),
         route("GET", "/api/directories", Guard::Api(Scope::Operate), get(directories)),
         route(
             "POST",
@@ -379,287 +424,6 @@ async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiErr
     Ok(Json(
         json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "sessions": sessions.len(), "running": running, "warm": daemon.warm_status()}),
     ))
-}
-
-/// `GET /api/me`: the token a request presents, and the daemon's home folder (where a face
-/// shortens the paths it shows, `~/app` for `/home/me/app`).
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Me {
-    /// The token's name.
-    pub name: String,
-    /// What it may do.
-    pub scope: Scope,
-    /// The daemon's `HOME`, if it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub home: Option<String>,
-}
-
-/// The token this request presents: its name and scope (the web UI shows what it allows), and
-/// the daemon's home.
-async fn me(Extension(caller): Extension<Caller>) -> Json<Me> {
-    let home = std::env::var_os("HOME").map(|home| home.to_string_lossy().into_owned());
-    Json(Me { name: caller.name.to_string(), scope: caller.scope, home })
-}
-
-/// The daemon's tokens; with `--no-auth` there are none to manage.
-fn tokens(auth: &AuthConfig) -> Result<&crate::tokens::Tokens, ApiError> {
-    auth.tokens.as_deref().ok_or_else(|| {
-        ApiError::invalid("the daemon runs with --no-auth: it has no tokens to manage")
-    })
-}
-
-async fn list_tokens(
-    Extension(auth): Extension<AuthConfig>,
-) -> Result<Json<Vec<crate::tokens::TokenInfo>>, ApiError> {
-    Ok(Json(tokens(&auth)?.list()))
-}
-
-/// `POST /api/tokens`: `{name, scope, ceiling?}`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateToken {
-    name: String,
-    scope: Scope,
-    /// A policy's TOML that bounds what the token starts and answers.
-    #[serde(default)]
-    ceiling: Option<String>,
-}
-
-async fn create_token(
-    Extension(auth): Extension<AuthConfig>,
-    Extension(caller): Extension<Caller>,
-    Body(body): Body<CreateToken>,
-) -> Result<Response, ApiError> {
-    let made = tokens(&auth)?.create_with(&body.name, body.scope, body.ceiling.as_deref()).await?;
-    tracing::info!(name = %body.name, scope = %body.scope, by = %caller.name, "token created");
-    Ok((StatusCode::CREATED, Json(made)).into_response())
-}
-
-async fn revoke_token(
-    State(daemon): State<Arc<Daemon>>,
-    Extension(auth): Extension<AuthConfig>,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
-) -> Result<Json<crate::tokens::TokenInfo>, ApiError> {
-    let revoked = tokens(&auth)?.revoke(&name).await?;
-    // Its devices hear no more (a push carries links that answer without a token).
-    let devices = daemon.notifier().unsubscribe_by(&name).await;
-    // What it made would go on starting sessions as it.
-    let paused = daemon.pause_made_by(&name).await;
-    tracing::info!(%name, by = %caller.name, devices, paused, "token revoked");
-    Ok(Json(revoked))
-}
-
-async fn session_diff(
-    State(daemon): State<Arc<Daemon>>,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<Json<crate::diff::SessionDiff>, ApiError> {
-    // A directory's diff shows its files: for those that may read them in Files.
-    Ok(Json(daemon.diff(&id, caller.scope >= Scope::Operate).await?))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CommitBody {
-    #[serde(default)]
-    message: Option<String>,
-}
-
-async fn session_commit(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Body(body): Body<CommitBody>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(daemon.commit(&id, body.message.as_deref()).await?))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MergeBody {
-    mode: crate::worktree::MergeMode,
-}
-
-async fn session_merge(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Body(body): Body<MergeBody>,
-) -> Result<Response, ApiError> {
-    use crate::worktree::MergeRefused;
-    Ok(match daemon.merge(&id, body.mode).await? {
-        Ok(merged) => Json(merged).into_response(),
-        Err(MergeRefused::Conflicts(files)) => {
-            let message = format!(
-                "{} file(s) conflict; nothing was merged: {}",
-                files.len(),
-                files.iter().take(20).cloned().collect::<Vec<_>>().join(", ")
-            );
-            let body =
-                json!({"error": {"code": "merge_conflict", "message": message, "files": files}});
-            (StatusCode::CONFLICT, Json(body)).into_response()
-        }
-        Err(MergeRefused::Other(why)) => ApiError::conflict("worktree", why).into_response(),
-    })
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PushBody {
-    #[serde(default)]
-    remote: Option<String>,
-}
-
-async fn session_push(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Body(body): Body<PushBody>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(daemon.push(&id, body.remote.as_deref().unwrap_or("origin")).await?))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RewindBody {
-    /// The prompt's `uuid`: the files go back to how they were before it ran.
-    message: String,
-    #[serde(default)]
-    dry_run: bool,
-}
-
-async fn session_rewind(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Body(body): Body<RewindBody>,
-) -> Result<Json<crate::daemon::Rewind>, ApiError> {
-    Ok(Json(daemon.rewind(&id, &body.message, body.dry_run).await?))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BrowseQuery {
-    /// From the session's directory; empty for the directory itself.
-    #[serde(default)]
-    path: String,
-}
-
-async fn session_files(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Params(query): Params<BrowseQuery>,
-) -> Result<Json<crate::browse::Listing>, ApiError> {
-    let path = query.path;
-    let found = daemon.browse(&id, move |root, touched, refuse| {
-        crate::browse::list(root, &path, touched, refuse)
-    });
-    Ok(Json(found.await?.map_err(crate::faces::browse_error)?))
-}
-
-async fn session_file(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-    Params(query): Params<BrowseQuery>,
-) -> Result<Json<crate::browse::FileView>, ApiError> {
-    let path = query.path;
-    let found = daemon.browse(&id, move |root, touched, refuse| {
-        crate::browse::read(root, &path, touched, refuse)
-    });
-    Ok(Json(found.await?.map_err(crate::faces::browse_error)?))
-}
-
-async fn session_discard(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    daemon.discard(&id).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// The daemons sharing this one's database and bus, as their heartbeats say (`[]` without a
-/// bus).
-async fn nodes(State(daemon): State<Arc<Daemon>>) -> Json<Vec<crate::bus::NodeStatus>> {
-    Json(daemon.bus().map(|bus| bus.nodes()).unwrap_or_default())
-}
-
-/// `GET /api/usage`: the account's usage windows, as sessions last reported them.
-async fn usage(State(daemon): State<Arc<Daemon>>) -> Json<crate::usage::UsageReport> {
-    Json(daemon.usage())
-}
-
-async fn budget(State(daemon): State<Arc<Daemon>>) -> Json<crate::budget::Spend> {
-    Json(daemon.budget())
-}
-
-async fn change_budget(
-    State(daemon): State<Arc<Daemon>>,
-    Extension(caller): Extension<Caller>,
-    Body(change): Body<crate::budget::LimitChange>,
-) -> Result<Json<crate::budget::Spend>, ApiError> {
-    let spend = daemon.change_budget(&change).await?;
-    tracing::info!(by = %caller.name, daily_usd = ?spend.daily_usd, "daily budgets changed");
-    Ok(Json(spend))
-}
-
-async fn push_key(State(daemon): State<Arc<Daemon>>) -> Json<Value> {
-    Json(json!({"public_key": daemon.notifier().push_key()}))
-}
-
-/// A subscription as the API shows it: its push service's host, not its endpoint (a
-/// capability to wake the browser), nor its keys.
-fn push_view(subscription: &crate::push::Subscription) -> Value {
-    let host = subscription
-        .endpoint
-        .parse::<axum::http::Uri>()
-        .ok()
-        .and_then(|uri| uri.host().map(str::to_owned));
-    json!({
-        "id": subscription.id, "name": subscription.name, "by": subscription.by,
-        "created_ms": subscription.created_ms, "events": subscription.events,
-        "service": host,
-    })
-}
-
-async fn push_subscriptions(State(daemon): State<Arc<Daemon>>) -> Json<Vec<Value>> {
-    Json(daemon.notifier().push_subscriptions().iter().map(push_view).collect())
-}
-
-async fn push_subscribe(
-    State(daemon): State<Arc<Daemon>>,
-    Extension(caller): Extension<Caller>,
-    Body(body): Body<crate::push::NewSubscription>,
-) -> Result<Response, ApiError> {
-    crate::faces::refuse_ceiling(
-        &caller,
-        "its devices would get one-tap links, which allow whatever its ceiling sends to a person",
-    )?;
-    let (subscription, created) = daemon.notifier().subscribe(body, &caller.name).await?;
-    tracing::info!(id = %subscription.id, by = %caller.name, created, "push subscription");
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(push_view(&subscription))).into_response())
-}
-
-async fn push_unsubscribe(
-    State(daemon): State<Arc<Daemon>>,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    match daemon.notifier().unsubscribe(&id).await? {
-        Some(_) => {
-            tracing::info!(%id, by = %caller.name, "push subscription removed");
-            Ok(StatusCode::NO_CONTENT)
-        }
-        None => Err(ApiError::not_found(format!("no push subscription {id}"))),
-    }
-}
-
-async fn push_test(
-    State(daemon): State<Arc<Daemon>>,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    if daemon.push_test(&id) {
-        Ok(StatusCode::ACCEPTED)
-    } else {
-        Err(ApiError::not_found(format!("no push subscription {id}")))
-    }
 }
 
 async fn list_sessions(
