@@ -6,7 +6,8 @@
 #
 # The workspace's crates are built with coverage instrumentation (scripts/fuzz-rustc); the
 # dependencies are the test build's own. Each target starts from seeds made from the repo's
-# own examples (protocol fixtures, the example policy, the notify examples in the docs) and
+# own examples (protocol fixtures, the example policy, the notify examples in the docs, and
+# fuzz/regressions/TARGET/: inputs an earlier run failed on) and
 # keeps what it finds in target/fuzz/corpus/TARGET, so a later run goes on from there.
 # A crash, a panic, a hang past 10 s on one input, or 2 GiB of memory fails the run, leaves
 # the input in target/fuzz/artifacts/TARGET/, and prints the command that replays it.
@@ -76,6 +77,13 @@ seeds() {
       printf '\x02{{review.body}}\0{"action":"submitted","review":{"state":"changes_requested","body":"x","user":{"login":"a"}},"pull_request":{"number":1,"head":{"ref":"b"}}}' >"$dir/2"
       printf '\x04{{pull_request.labels.0.name}}\0{"action":"synchronize","pull_request":{"number":2,"head":{"ref":"c"},"mergeable":false}}' >"$dir/3" ;;
   esac
+  # Every input a run once failed on stays a seed, so each later run replays it first.
+  if [ -d "fuzz/regressions/$target" ]; then
+    for file in fuzz/regressions/"$target"/*; do
+      n=$((n + 1))
+      cp "$file" "$dir/$n"
+    done
+  fi
 }
 
 # One target's run; its outcome in $work/TARGET.status (0: nothing found).

@@ -1,7 +1,8 @@
 //! Fuzzes the typed messages the wire macros generate: any line that decodes must write out
 //! as a line that decodes again, to the same writing (a typed message is stable), and a line
 //! read into a known type loses nothing: its writing is the same JSON value as the line. A
-//! line that names a key twice in one object is only decoded and written.
+//! line that names a key twice in one object is only decoded and written. A field the CLI
+//! always sends (`parent_tool_use_id`) is written as `null` when a line lacks it.
 //!
 //! Run: `scripts/fuzz.sh 60 wire`.
 
@@ -27,10 +28,32 @@ fuzz_target!(|data: &[u8]| {
     if matches!(message, Message::Drift(_)) {
         return;
     }
-    let sent: Value = serde_json::from_slice(data).expect("a decoded line is JSON");
+    let mut sent: Value = serde_json::from_slice(data).expect("a decoded line is JSON");
+    with_always_written(&mut sent);
     let kept: Value = serde_json::from_str(&written).expect("a written message is JSON");
     assert_eq!(kept, sent, "a message read and written again loses nothing");
 });
+
+/// The line as its type writes it: a `nul` field (`wire_struct!`) is always written, `null`
+/// when the line had no such key, so the comparison adds that `null` to the line first.
+/// Nothing is lost that way; the writing only says outright what absence meant.
+fn with_always_written(sent: &mut Value) {
+    let Some(line) = sent.as_object_mut() else { return };
+    match line.get("type").and_then(Value::as_str) {
+        Some("assistant" | "user" | "stream_event" | "tool_progress") => {
+            line.entry("parent_tool_use_id").or_insert(Value::Null);
+        }
+        Some("control_request") => {
+            let Some(request) = line.get_mut("request").and_then(Value::as_object_mut) else {
+                return;
+            };
+            if request.get("subtype").and_then(Value::as_str) == Some("set_max_thinking_tokens") {
+                request.entry("max_thinking_tokens").or_insert(Value::Null);
+            }
+        }
+        _ => {}
+    }
+}
 
 /// Whether some object in the line names a key twice.
 fn has_repeated_keys(data: &[u8]) -> bool {
