@@ -270,7 +270,7 @@ try {
     await page.setViewportSize(DESK);
   });
 
-  await step('an approval in a person\'s words: the rule that asks, who started the turn; Deny from the waiting bar', async () => {
+  await step('an approval in a person\'s words: the rule that asks, who started the turn and its origin; Deny from the waiting bar', async () => {
     await clearToasts();
     const input = page.locator('.composer-input');
     await input.fill('ASKBASH now');
@@ -282,7 +282,7 @@ try {
       const words = await card.locator('.permission').textContent();
       assert.doesNotMatch(words, /no policy rule|asking a person/);
       assert.equal(await card.locator('.permission-reason').textContent(), 'Your policy\'s rule Bash(touch:*) asks you.');
-      assert.equal(await card.locator('.permission-started').textContent(), 'Turn started by you in the web UI');
+      assert.equal(await card.locator('.permission-started').textContent(), 'Turn started by you in the web UI · origin person');
       // The small print is small.
       const [reason, started] = await Promise.all(['.permission-reason', '.permission-started'].map((part) => card.locator(part).evaluate((node) => parseFloat(getComputedStyle(node).fontSize))));
       assert.ok(started < reason, `who started the turn in smaller print (${started} px) than why (${reason} px)`);

@@ -55,5 +55,5 @@ pub use message::{
     UserMessage,
 };
 pub use permission::{PermissionMode, PermissionResult, PermissionUpdate};
-pub use system::SystemMessage;
+pub use system::{McpServerEntry, SystemMessage};
 pub use wire::{Extra, Num, RawJson, TextOr};

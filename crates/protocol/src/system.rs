@@ -58,6 +58,31 @@ wire_enum! {
     }
 }
 
+wire_struct! {
+    /// One of `system/init`'s `mcp_servers`.
+    pub struct McpServerEntry {
+        /// Its name as configured.
+        req name: String = "name",
+        /// `connected`, `failed`, `needs-auth`, `pending`, ...
+        opt status: String = "status",
+        /// Where it was configured (2.1.330 on): `user`, `project`, `local`, `dynamic` (the
+        /// session's `--mcp-config`), `plugin`, `sdk`, ...: an open set.
+        opt source: String = "source",
+    }
+}
+
+impl SystemInit {
+    /// Its MCP servers, typed; an entry that is not a server's (no `name`) is left out, so that
+    /// one odd entry costs that entry, not the `init` (whose session id matters more).
+    pub fn mcp_server_list(&self) -> Vec<McpServerEntry> {
+        self.mcp_servers
+            .iter()
+            .flatten()
+            .filter_map(|entry| serde_json::from_value(entry.clone()).ok())
+            .collect()
+    }
+}
+
 impl SystemMessage {
     /// `session_id`, for every subtype.
     pub fn session_id(&self) -> Option<&str> {
@@ -98,7 +123,8 @@ wire_struct! {
         req session_id: String = "session_id",
         /// Tool names.
         opt tools: Vec<String> = "tools",
-        /// MCP servers: `{name, status}`.
+        /// MCP servers: `{name, status}`, and from 2.1.330 `source` ([`SystemInit::mcp_server_list`]
+        /// reads them).
         opt mcp_servers: Vec<Value> = "mcp_servers",
         /// The model in use.
         opt model: String = "model",

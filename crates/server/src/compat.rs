@@ -245,7 +245,7 @@ async fn handle_frame(
                     caller.name
                 ));
             }
-            match take_over(daemon, info, content, &caller.who("transcript", None)).await {
+            match take_over(daemon, info, content, caller.sender("transcript", None)).await {
                 Ok(()) => None,
                 Err(message) => error(message),
             }
@@ -269,7 +269,7 @@ async fn take_over(
     daemon: &Arc<Daemon>,
     info: &TranscriptInfo,
     content: &str,
-    by: &str,
+    by: switchboard_session::Sender,
 ) -> Result<(), String> {
     if let Some(id) = daemon.running_for_claude_session(&info.id).await {
         // A terminal's session types it into the CLI there, as the web-UI backend does.
@@ -286,7 +286,7 @@ async fn take_over(
         launch: crate::daemon::Launch { cwd: cwd.into(), ..Default::default() },
         resume: Some(info.id.clone()),
         prompt: Some(content.to_owned()),
-        started_by: Some(by.to_owned()),
+        started_by: Some(by),
         ..CreateSession::default()
     };
     daemon

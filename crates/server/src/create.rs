@@ -33,7 +33,7 @@ pub struct CreateSession {
     pub node: Option<String>,
     /// Who asks (set by the daemon from the request's token, never from its body): the first
     /// prompt's permission requests record it as who started the turn.
-    pub started_by: Option<String>,
+    pub started_by: Option<switchboard_session::Sender>,
     /// Which face and token start it, with the token's ceiling (set by the daemon from the
     /// request's token, never from its body); its record keeps it ([`Launch::origin`]).
     pub origin: Option<switchboard_store::Origin>,

@@ -318,9 +318,9 @@ async fn forward(daemon: &Daemon, caller: &Caller, text: &str) -> Option<String>
                 };
                 match handle {
                     Some((id, handle)) => {
-                        let by = caller.who("relay", None);
+                        let by = caller.sender("relay", None);
                         let may = match daemon.check_still_ours(&id).await {
-                            Ok(()) => daemon.may_send(&id, &by),
+                            Ok(()) => daemon.may_send(&id, &by.who),
                             Err(fenced) => Err(fenced),
                         };
                         match may {

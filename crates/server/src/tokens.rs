@@ -196,6 +196,31 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// Who a turn it starts through `channel` is from, as a policy's rules name it. The channel
+    /// is the daemon's own word for the face the request came in by (`api`, `grpc`,
+    /// `websocket`, `mcp`, `relay`, `transcript`), never the client's: an agent is an agent
+    /// whatever it calls itself. A person is the page's cookie (the web UI) or an editor
+    /// (`switchboard acp`, which names itself); any other program is `api:TOKEN`.
+    pub fn starter(&self, channel: &str) -> switchboard_session::TurnOrigin {
+        use switchboard_session::TurnOrigin;
+        match channel {
+            "mcp" => TurnOrigin::Agent,
+            "relay" => TurnOrigin::Relay,
+            _ => match self.via.as_deref() {
+                Some("web UI" | "acp") => TurnOrigin::Person,
+                _ => TurnOrigin::Api { token: self.name.to_string() },
+            },
+        }
+    }
+
+    /// Who sends through `channel`: in words ([`Caller::who`], after the client's own name
+    /// `by`) and as a rule names it ([`Caller::starter`]).
+    pub fn sender(&self, channel: &str, by: Option<String>) -> switchboard_session::Sender {
+        switchboard_session::Sender::new(self.who(channel, by), Some(self.starter(channel)))
+    }
+}
+
 /// Runs `work` (a socket's or a stream's whole life) until it ends, or until `caller`'s token
 /// is revoked: then it is dropped, which closes the socket or ends the stream.
 pub async fn until_revoked(caller: &Caller, work: impl std::future::Future<Output = ()>) {
@@ -895,5 +920,28 @@ mod tests {
         assert!(on_a.require(Scope::Read).is_err(), "a's sockets with it are told");
         // Each node's own token stays its own.
         assert!(a.caller("b-own").is_none() && b.caller("b-own").is_some());
+    }
+
+    #[test]
+    fn a_turns_origin_is_the_faces_and_the_cookies_never_a_clients_claim() {
+        use switchboard_session::TurnOrigin;
+        let caller = Caller::unnamed("planner", Scope::Operate);
+        let api = TurnOrigin::Api { token: "planner".into() };
+        assert_eq!(caller.starter("api"), api);
+        assert_eq!(caller.starter("grpc"), api);
+        assert_eq!(caller.clone().through(Some("loop".into())).starter("api"), api);
+        // The page's cookie, and an editor: a person.
+        let page = caller.clone().through(Some("web UI".into()));
+        assert_eq!(page.starter("websocket"), TurnOrigin::Person);
+        let editor = caller.clone().through(Some("acp".into()));
+        assert_eq!(editor.starter("api"), TurnOrigin::Person);
+        // An agent is an agent, and a relay frontend a relay's, whatever they call themselves.
+        assert_eq!(editor.starter("mcp"), TurnOrigin::Agent);
+        assert_eq!(page.starter("relay"), TurnOrigin::Relay);
+        let sender = caller.sender("mcp", None);
+        assert_eq!(
+            (sender.who.as_str(), sender.origin),
+            ("planner (mcp)", Some(TurnOrigin::Agent))
+        );
     }
 }

@@ -34,7 +34,13 @@ export function permissionBox(session, request, cwd) {
       : hints.classifier_approvable === false ? 'A safety check of Claude Code\'s asks a person' : 'Claude Code asks a person to look';
     box.append(el('div', { class: 'permission-person muted' }, icon('bell'), `${who}: no policy, grant or notification button answers this one.`));
   }
-  if (request.started_by) box.append(el('div', { class: 'permission-started muted' }, startedBy(request.started_by)));
+  if (request.started_by || request.origin) {
+    box.append(el('div', { class: 'permission-started muted' },
+      request.started_by ? startedBy(request.started_by) : 'Turn started',
+      // The origin a policy's rules judged by, or why none could be.
+      request.origin ? [' · origin ', el('code', { class: 'permission-origin' }, request.origin)]
+        : ' · origin not known'));
+  }
 
   if (request.tool_name === 'AskUserQuestion') {
     const answers = {};

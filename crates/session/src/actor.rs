@@ -152,7 +152,7 @@ pub enum SessionError {
 /// What a handle asks of the actor. The payloads are boxed: a queue holds its slots from the
 /// start (tokio allocates them 32 at a time), and this keeps an idle session's at 24 bytes each.
 enum Command {
-    SendUser(Box<UserMessage>, Option<String>),
+    SendUser(Box<UserMessage>, Option<crate::origin::Sender>),
     Control(Box<ControlRequestPayload>, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     InterruptAll(oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     AnswerPermission(Box<Answer<PermissionAnswer>>, oneshot::Sender<Result<(), AnswerError>>),
@@ -773,12 +773,13 @@ impl SessionHandle {
         self.send_message_from(message, None).await
     }
 
-    /// Sends a user message from `by` (`token NAME (CHANNEL)`): a permission request of the
-    /// turns it starts records `by` as who started it (the sender travels with the message).
+    /// Sends a user message from `by` (`token NAME (CHANNEL)`, and its origin): a permission
+    /// request of the turns it starts records `by` as who started it, and a rule on origin
+    /// judges by its origin (the sender travels with the message).
     pub async fn send_message_from(
         &self,
         message: UserMessage,
-        by: Option<String>,
+        by: Option<crate::origin::Sender>,
     ) -> Result<(), SessionError> {
         let command = Command::SendUser(Box::new(message), by);
         self.commands.send(command).await.map_err(|_| SessionError::Ended)

@@ -54,7 +54,7 @@ use crate::event::{
     now_ms, AskRule, DecidedBy, LineDirection, McpServer, PendingHook, PendingPermission,
     PermissionHints, SessionEvent, SessionState, WireLine,
 };
-use crate::policy::{Behavior, MatchContext, Policy};
+use crate::policy::{Behavior, CallFacts, MatchContext, Policy};
 
 /// How long we wait for the CLI to answer one of our control requests. 2.1.37 never answers
 /// an unknown subtype, so this is what ends such a request.
@@ -313,6 +313,7 @@ impl AskedPermission {
     fn ended(&self, request_id: &str, by: DecidedBy, message: String) -> SessionEvent {
         SessionEvent::decided(request_id, &self.request.tool_name, Behavior::Deny, by, message)
             .with_tool_use_id(self.request.tool_use_id.clone())
+            .with_origin(self.pending.origin.clone())
     }
 }
 
@@ -425,6 +426,11 @@ pub struct SessionCore {
     /// A terminal's dialogs answered (from afar, or there) whose outcome the transcript has
     /// still to tell, by the call's `tool_use_id` (`core/dialog.rs`).
     dialogs: indexmap::IndexMap<String, dialog::Settling>,
+    /// Who sent the prompts since the session was last idle: a call's origin, when they agree.
+    open_turns: crate::origin::OpenTurns,
+    /// Where each MCP server was configured (`init`'s `mcp_servers`), by the name its tools
+    /// carry.
+    mcp_sources: HashMap<String, String>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -485,6 +491,8 @@ impl SessionCore {
             parkable: false,
             parked_here: HashSet::new(),
             dialogs: indexmap::IndexMap::new(),
+            open_turns: crate::origin::OpenTurns::default(),
+            mcp_sources: HashMap::new(),
         }
     }
 
@@ -709,6 +717,7 @@ impl SessionCore {
                 }
                 if self.snapshot.queued_turns == 0 {
                     self.results_may_be_lost = false;
+                    self.open_turns.idle();
                 }
                 self.snapshot.last_result = result.result.clone();
                 self.snapshot.last_result_is_error = result.is_error;
@@ -796,6 +805,9 @@ impl SessionCore {
         if prompt && self.snapshot.queued_turns > 0 {
             self.snapshot.queued_turns -= 1;
             self.changed = true;
+            if self.snapshot.queued_turns == 0 {
+                self.open_turns.idle();
+            }
             if self.snapshot.queued_turns == 0
                 && self.asked.is_empty()
                 && self.state == SessionState::Working
@@ -1142,6 +1154,7 @@ impl SessionCore {
                 if let Some(cwd) = &init.cwd {
                     self.learn_cwd(cwd);
                 }
+                self.learn_mcp_sources(init);
                 if let Some(model) = &init.model {
                     self.note_model(model, effects);
                 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use switchboard_protocol::codec::LineError;
 use switchboard_protocol::{Message, PermissionUpdate};
 
+use crate::origin::TurnOrigin;
 use crate::policy::Behavior;
 
 /// The state of a session.
@@ -136,6 +137,10 @@ pub struct PendingPermission {
     /// daemon, a turn begun in a terminal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// Who started the turn, typed, when the session knew it: every open turn's sender the
+    /// same one ([`crate::OpenTurns`]). What a rule on origin was judged by.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_origin")]
+    pub origin: Option<TurnOrigin>,
     /// The policy rule that asks a person (`None`: no rule does; the policy's default asks,
     /// or the CLI does on its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -321,6 +326,9 @@ pub enum SessionEvent {
         /// The tool call, when known (a decision made in the policy's `PreToolUse` hook has
         /// no permission request before it).
         tool_use_id: Option<String>,
+        /// Who started the turn, when the session knew it (every open turn's sender the
+        /// same one, [`crate::OpenTurns`]).
+        origin: Option<TurnOrigin>,
     },
     /// A hook callback now waits for an answer.
     HookRequested(PendingHook),
@@ -422,7 +430,16 @@ impl SessionEvent {
             updated_permissions: Vec::new(),
             decided_at_ms: now_ms(),
             tool_use_id: None,
+            origin: None,
         }
+    }
+
+    /// The same decision, in a turn of `origin`.
+    pub fn with_origin(mut self, known: Option<TurnOrigin>) -> Self {
+        if let SessionEvent::PermissionDecided { origin, .. } = &mut self {
+            *origin = known;
+        }
+        self
     }
 
     /// The same decision, naming its tool call.
@@ -522,11 +539,18 @@ impl SessionEvent {
                 updated_permissions,
                 decided_at_ms,
                 tool_use_id,
-            } => json!({
-                "request_id": request_id, "tool_name": tool_name, "behavior": behavior, "by": by,
-                "message": message, "input_changed": input_changed, "updated_permissions": updated_permissions,
-                "decided_at_ms": decided_at_ms, "tool_use_id": tool_use_id,
-            }),
+                origin,
+            } => {
+                let mut value = json!({
+                    "request_id": request_id, "tool_name": tool_name, "behavior": behavior, "by": by,
+                    "message": message, "input_changed": input_changed, "updated_permissions": updated_permissions,
+                    "decided_at_ms": decided_at_ms, "tool_use_id": tool_use_id,
+                });
+                if let Some(origin) = origin {
+                    value["origin"] = json!(origin);
+                }
+                value
+            }
             SessionEvent::HookRequested(pending) => {
                 serde_json::to_value(pending).unwrap_or_default()
             }
@@ -638,6 +662,11 @@ impl SessionEvent {
                 updated_permissions: read(field("updated_permissions"), fail).unwrap_or_default(),
                 decided_at_ms: field("decided_at_ms").as_u64().unwrap_or(0),
                 tool_use_id: value.get("tool_use_id").and_then(Value::as_str).map(str::to_owned),
+                // A word this release does not know is no origin it can vouch for.
+                origin: value
+                    .get("origin")
+                    .and_then(Value::as_str)
+                    .and_then(|text| TurnOrigin::parse(text).ok()),
             },
             "hook_requested" => SessionEvent::HookRequested(read(value, fail)?),
             "hook_answered" => SessionEvent::HookAnswered {
@@ -692,4 +721,13 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|elapsed| elapsed.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// An origin as stored: a word this release does not know reads as unknown, not as a broken
+/// event.
+fn lenient_origin<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<TurnOrigin>, D::Error> {
+    let text = Option::<String>::deserialize(deserializer)?;
+    Ok(text.and_then(|text| TurnOrigin::parse(&text).ok()))
 }

@@ -33,10 +33,10 @@ pub use event::{
     AskRule, DecidedBy, LineDirection, McpServer, PendingPermission, PermissionHints, SessionEvent,
     SessionState,
 };
-pub use origin::TurnOrigin;
+pub use origin::{OpenTurns, Sender, TurnOrigin};
 pub use policy::ceiling::Ceiling;
 pub use policy::{
-    Behavior, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
+    Behavior, CallFacts, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
 };
 pub use pool::{WarmCli, WarmPool, WarmStatus};
 pub use projection::{Projector, Update, View};

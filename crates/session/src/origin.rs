@@ -108,6 +108,65 @@ impl<'de> Deserialize<'de> for TurnOrigin {
     }
 }
 
+/// Who sent a prompt: in words, as every request records it (`started_by`: `token ci (api)`),
+/// and typed, as a rule names it. The origin is `None` where the face cannot vouch for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    /// In words.
+    pub who: String,
+    /// Typed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<TurnOrigin>,
+}
+
+impl Sender {
+    /// `who`, of `origin`.
+    pub fn new(who: impl Into<String>, origin: Option<TurnOrigin>) -> Sender {
+        Sender { who: who.into(), origin }
+    }
+}
+
+/// The most distinct origins [`OpenTurns`] tells apart; more are mixed.
+const MAX_OPEN_ORIGINS: usize = 8;
+
+/// The origins of the prompts sent since the session was last idle. A tool call belongs to
+/// one of their turns, and only the CLI knows which (a prompt sent during a turn may be taken
+/// into it): while they differ, a call's origin is unknown, so a rule on origin can be
+/// trusted only when every open turn has the same one.
+#[derive(Debug, Clone, Default)]
+pub struct OpenTurns {
+    origins: Vec<Option<TurnOrigin>>,
+}
+
+impl OpenTurns {
+    /// A prompt from `origin` was sent.
+    pub fn sent(&mut self, origin: Option<TurnOrigin>) {
+        if self.origins.contains(&origin) {
+            return;
+        }
+        if self.origins.len() >= MAX_OPEN_ORIGINS {
+            // Too many to tell apart: unknown until the session is idle again.
+            self.origins.truncate(1);
+            self.origins.push(None);
+            return;
+        }
+        self.origins.push(origin);
+    }
+
+    /// Every turn has ended.
+    pub fn idle(&mut self) {
+        self.origins.clear();
+    }
+
+    /// The origin every open turn shares, if they share one and it is known.
+    pub fn origin(&self) -> Option<&TurnOrigin> {
+        match self.origins.as_slice() {
+            [Some(origin)] => Some(origin),
+            _ => None,
+        }
+    }
+}
+
 /// A token's name: 1 to 64 letters, digits, `.`, `_` or `-`.
 fn is_token_name(name: &str) -> bool {
     !name.is_empty()
@@ -132,6 +191,31 @@ mod tests {
             assert!(error.contains("is not an origin"), "{bad}: {error}");
         }
         assert!(serde_json::from_str::<TurnOrigin>("\"robot\"").is_err());
+    }
+
+    #[test]
+    fn a_calls_origin_is_known_only_while_every_open_turn_shares_it() {
+        let person = Some(TurnOrigin::Person);
+        let agent = Some(TurnOrigin::Agent);
+        let mut open = OpenTurns::default();
+        assert_eq!(open.origin(), None, "no prompt of ours: a turn the CLI began itself");
+        open.sent(person.clone());
+        open.sent(person.clone());
+        assert_eq!(open.origin(), person.as_ref());
+        open.sent(agent.clone());
+        assert_eq!(open.origin(), None, "an agent's prompt may be taken into the person's turn");
+        open.idle();
+        open.sent(agent.clone());
+        assert_eq!(open.origin(), agent.as_ref());
+        open.idle();
+        open.sent(None);
+        assert_eq!(open.origin(), None, "a sender no face vouches for");
+        open.idle();
+        for n in 0..20 {
+            open.sent(Some(TurnOrigin::Api { token: format!("t{n}") }));
+        }
+        assert_eq!(open.origin(), None);
+        assert!(open.origins.len() <= MAX_OPEN_ORIGINS + 1);
     }
 
     #[test]

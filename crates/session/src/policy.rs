@@ -26,6 +26,9 @@
 //! after_secs = 300
 //! ```
 //!
+//! Rules may also hold only for some calls: by who started the turn, or where an MCP tool's
+//! server was configured (`[[permissions.when]]`, [`when`]).
+//!
 //! Deny beats ask beats allow. A Bash command is split into its subcommands (`&&`, `||`, `;`,
 //! `|`, `&`, newlines, outside quotes): one denied subcommand denies the whole, one asked
 //! subcommand asks, and it is allowed only when every subcommand is. Nothing here does I/O.
@@ -80,6 +83,8 @@ pub struct Policy {
     allow: Vec<Rule>,
     deny: Vec<Rule>,
     ask: Vec<Rule>,
+    /// Rules that hold only for some calls (`[[permissions.when]]`).
+    when: Vec<when::When>,
     /// What happens when no rule matches.
     pub default: Behavior,
     /// How long an `ask` waits for a person.
@@ -176,6 +181,7 @@ impl Default for Policy {
             allow: Vec::new(),
             deny: Vec::new(),
             ask: Vec::new(),
+            when: Vec::new(),
             default: Behavior::Ask,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             on_timeout: Behavior::Deny,
@@ -215,6 +221,9 @@ pub enum PolicyError {
     /// `park_expires_secs` that is zero, or without `park_after_secs` (nothing is parked).
     #[error("park_expires_secs must be at least 1, beside park_after_secs (only a parked request waits that long)")]
     ParkExpires,
+    /// A `[[permissions.when]]` block that cannot be used.
+    #[error("policy is not valid: {0}")]
+    When(String),
     /// Its `[notify]` table names something wrongly.
     #[error("policy is not valid: {0}")]
     Notify(String),
@@ -251,6 +260,8 @@ struct PermissionsSection {
     on_timeout: Option<Behavior>,
     park_after_secs: Option<u64>,
     park_expires_secs: Option<u64>,
+    #[serde(default)]
+    when: Vec<when::WhenSection>,
 }
 
 impl Policy {
@@ -277,10 +288,18 @@ impl Policy {
         if park_expires.is_some_and(|expires| expires.is_zero() || park_after.is_none()) {
             return Err(PolicyError::ParkExpires);
         }
+        if section.when.len() > when::MAX_WHEN_BLOCKS {
+            return Err(PolicyError::When(format!(
+                "at most {} [[permissions.when]] blocks",
+                when::MAX_WHEN_BLOCKS
+            )));
+        }
+        let when = section.when.into_iter().map(when::When::parse).collect::<Result<_, _>>()?;
         Ok(Policy {
             allow: parse(&section.allow)?,
             deny: parse(&section.deny)?,
             ask: parse(&section.ask)?,
+            when,
             default: section.default.unwrap_or(Behavior::Ask),
             ask_timeout,
             on_timeout,
@@ -325,18 +344,41 @@ impl Policy {
         self.deny.iter().chain(ceiling).map(|rule| rule.text.as_str())
     }
 
+    /// Decides one tool call of which nothing more is known ([`Policy::decide_call`] with
+    /// unknown facts: a rule on origin or source asks, or does not allow).
+    pub fn decide(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
+        self.decide_call(tool_name, input, context, &CallFacts::default())
+    }
+
     /// Decides one tool call: by its own rules, then, for a session under a token's ceiling,
     /// the stricter of that and the ceiling's decision (deny beats ask beats allow).
-    pub fn decide(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
-        let own = self.decide_own(tool_name, input, context);
+    pub fn decide_call(
+        &self,
+        tool_name: &str,
+        input: &Value,
+        context: &MatchContext,
+        facts: &CallFacts,
+    ) -> Decision {
+        let own = self.decide_own(tool_name, input, context, facts);
         match &self.ceiling {
-            Some(ceiling) => ceiling.bound(own, tool_name, input, context),
+            Some(ceiling) => ceiling.bound(own, tool_name, input, context, facts),
             None => own,
         }
     }
 
+    /// Whether it has rules that hold only for some calls.
+    pub fn has_conditions(&self) -> bool {
+        !self.when.is_empty() || self.ceiling.as_ref().is_some_and(|c| c.policy().has_conditions())
+    }
+
     /// Decides one tool call by its own rules alone.
-    fn decide_own(&self, tool_name: &str, input: &Value, context: &MatchContext) -> Decision {
+    fn decide_own(
+        &self,
+        tool_name: &str,
+        input: &Value,
+        context: &MatchContext,
+        facts: &CallFacts,
+    ) -> Decision {
         if tool_name == "AskUserQuestion" {
             // Only a person can answer questions; a rule cannot.
             return Decision {
@@ -346,21 +388,69 @@ impl Policy {
             };
         }
         let call = ToolCall::new(tool_name, input, context);
-        if let Some(rule) = self.deny.iter().find(|rule| rule.matches_any_part(&call)) {
+        // The blocks whose conditions hold, and those that cannot be decided for this call.
+        let holding: Vec<&when::When> = self
+            .when
+            .iter()
+            .filter(|block| block.holds(tool_name, facts) == when::Holds::Yes)
+            .collect();
+        let named = |block: Option<&when::When>, rule: &Rule| match block {
+            Some(block) => block.name(rule),
+            None => rule.text.clone(),
+        };
+        let hit = |rules: fn(&when::When) -> &Vec<Rule>, own: &[Rule]| {
+            own.iter()
+                .map(|rule| (None, rule))
+                .chain(
+                    holding.iter().flat_map(|block| rules(block).iter().map(|r| (Some(*block), r))),
+                )
+                .find(|(_, rule)| rule.matches_any_part(&call))
+                .map(|(block, rule)| named(block, rule))
+        };
+        if let Some(rule) = hit(|block| &block.deny, &self.deny) {
             return Decision {
                 behavior: Behavior::Deny,
-                rule: Some(rule.text.clone()),
-                reason: format!("denied by policy rule {}", rule.text),
+                reason: format!("denied by policy rule {rule}"),
+                rule: Some(rule),
             };
         }
-        if let Some(rule) = self.ask.iter().find(|rule| rule.matches_any_part(&call)) {
+        if let Some(rule) = hit(|block| &block.ask, &self.ask) {
             return Decision {
                 behavior: Behavior::Ask,
-                rule: Some(rule.text.clone()),
-                reason: format!("policy rule {} asks a person", rule.text),
+                reason: format!("policy rule {rule} asks a person"),
+                rule: Some(rule),
             };
         }
-        if let Some(rules) = self.allowed_by(&call) {
+        // A deny or ask rule that might hold: a person decides what the rule cannot.
+        let undecided = self
+            .when
+            .iter()
+            .filter(|block| block.holds(tool_name, facts) == when::Holds::Unknown)
+            .find_map(|block| {
+                block
+                    .deny
+                    .iter()
+                    .chain(&block.ask)
+                    .find(|rule| rule.matches_any_part(&call))
+                    .map(|rule| block.name(rule))
+            });
+        if let Some(rule) = undecided {
+            return Decision {
+                behavior: Behavior::Ask,
+                reason: format!(
+                    "policy rule {rule} may apply, and {} is not known: asking a person",
+                    unknown_of(tool_name, facts)
+                ),
+                rule: Some(rule),
+            };
+        }
+        let allow: Vec<(Option<&when::When>, &Rule)> = self
+            .allow
+            .iter()
+            .map(|rule| (None, rule))
+            .chain(holding.iter().flat_map(|block| block.allow.iter().map(|r| (Some(*block), r))))
+            .collect();
+        if let Some(rules) = allowed_by(&allow, &call) {
             return Decision {
                 behavior: Behavior::Allow,
                 rule: Some(rules.join(", ")),
@@ -377,41 +467,51 @@ impl Policy {
             },
         }
     }
+}
 
-    /// The allow rules that together cover every part of the call, if they do.
-    fn allowed_by(&self, call: &ToolCall<'_>) -> Option<Vec<String>> {
-        match &call.bash {
-            Some(bash) => {
-                // A rule for the whole tool or for this exact text allows it as a whole (a
-                // person's "always allow" of a compound command is such a rule).
-                let whole = self
-                    .allow
-                    .iter()
-                    .filter(|rule| matches!(rule.content, None | Some(Content::Exact(_))))
-                    .find(|rule| rule.matches_command(&call.tool_name, &bash.whole))
-                    .map(|rule| vec![rule.text.clone()]);
-                if whole.is_some() || bash.needs_whole_match {
-                    // Substitutions hide commands: never allowed part by part (by a prefix).
-                    return whole;
-                }
-                let mut used = Vec::new();
-                for part in &bash.parts {
-                    let rule = self
-                        .allow
-                        .iter()
-                        .find(|rule| rule.matches_command(&call.tool_name, part))?;
-                    if !used.contains(&rule.text) {
-                        used.push(rule.text.clone());
-                    }
-                }
-                Some(used)
-            }
-            None => self
-                .allow
+/// The allow rules (each with the block it is in, if any) that together cover every part of
+/// the call, if they do, by name.
+fn allowed_by(allow: &[(Option<&when::When>, &Rule)], call: &ToolCall<'_>) -> Option<Vec<String>> {
+    let name = |(block, rule): &(Option<&when::When>, &Rule)| match block {
+        Some(block) => block.name(rule),
+        None => rule.text.clone(),
+    };
+    match &call.bash {
+        Some(bash) => {
+            // A rule for the whole tool or for this exact text allows it as a whole (a
+            // person's "always allow" of a compound command is such a rule).
+            let whole = allow
                 .iter()
-                .find(|rule| rule.matches(call))
-                .map(|rule| vec![rule.text.clone()]),
+                .filter(|(_, rule)| matches!(rule.content, None | Some(Content::Exact(_))))
+                .find(|(_, rule)| rule.matches_command(&call.tool_name, &bash.whole))
+                .map(|found| vec![name(found)]);
+            if whole.is_some() || bash.needs_whole_match {
+                // Substitutions hide commands: never allowed part by part (by a prefix).
+                return whole;
+            }
+            let mut used = Vec::new();
+            for part in &bash.parts {
+                let found =
+                    allow.iter().find(|(_, rule)| rule.matches_command(&call.tool_name, part))?;
+                let found = name(found);
+                if !used.contains(&found) {
+                    used.push(found);
+                }
+            }
+            Some(used)
         }
+        None => allow.iter().find(|(_, rule)| rule.matches(call)).map(|found| vec![name(found)]),
+    }
+}
+
+/// What is not known of a call that a rule's conditions need, in words.
+fn unknown_of(tool_name: &str, facts: &CallFacts) -> &'static str {
+    match (&facts.origin, &facts.mcp_source) {
+        (None, None) if tool_name.starts_with("mcp__") => {
+            "who started the turn, or where the MCP server was configured,"
+        }
+        (None, _) => "who started the turn",
+        (Some(_), _) => "where the MCP server was configured",
     }
 }
 
@@ -803,5 +903,8 @@ fn strip_assignments(mut command: &str) -> &str {
 }
 
 pub mod ceiling;
+pub mod when;
+
+pub use when::CallFacts;
 #[cfg(test)]
 mod tests;

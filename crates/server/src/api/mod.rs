@@ -445,7 +445,7 @@ async fn create_session(
     Body(mut request): Body<CreateSession>,
 ) -> Result<Response, ApiError> {
     crate::tokens::check_create(&caller, &request)?;
-    request.started_by = Some(caller.who("api", None));
+    request.started_by = Some(caller.sender("api", None));
     // `switchboard acp` says it is the editor's face.
     let face = if caller.via() == Some("acp") {
         switchboard_store::Face::Acp
@@ -697,7 +697,7 @@ async fn send_message(
         None => uuid::Uuid::new_v4().to_string(),
     };
     message.uuid = Some(uuid.clone());
-    daemon.send_message(&id, message, &caller.who("api", None)).await?;
+    daemon.send_message(&id, message, caller.sender("api", None)).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"queued": true, "uuid": uuid}))).into_response())
 }
 
@@ -1193,11 +1193,11 @@ async fn handle_client_frame(
         let request_id = match frame {
             ClientFrame::UserMessage(message) => {
                 crate::faces::check_within(daemon, caller, id).await?;
-                let by = caller.who("websocket", None);
+                let by = caller.sender("websocket", None);
                 let prompt =
                     crate::prompt::with_priority(user_message(message.content)?, message.priority)
                         .map_err(ApiError::invalid)?;
-                daemon.send_message(id, prompt, &by).await?;
+                daemon.send_message(id, prompt, by).await?;
                 None
             }
             ClientFrame::PermissionResponse(body) => {

@@ -174,15 +174,17 @@ impl Daemon {
     ) -> Result<SessionRecord, DaemonError> {
         // Named, so that the node it reaches runs it and places nothing further.
         request.node = Some(node.to_owned());
-        let by = request.started_by.take().map(|by| match &self.config.node {
-            Some(here) => via(&by, here),
-            None => by,
+        let sender = request.started_by.take();
+        let started_as = sender.as_ref().and_then(|sender| sender.origin.clone());
+        let by = sender.map(|sender| match &self.config.node {
+            Some(here) => via(&sender.who, here),
+            None => sender.who,
         });
         let origin = request.origin.take();
         let ceiling = origin.as_ref().and_then(|origin| origin.ceiling.clone());
         let run = request.launch.run.take();
         let wanted_run = run.clone();
-        let command = SessionCommand::Create { request, by, origin, run };
+        let command = SessionCommand::Create { request, by, started_as, origin, run };
         let answer = self.forward(node, "", &command).await?;
         let record: SessionRecord = serde_json::from_value(answer).map_err(|error| {
             DaemonError::Internal(format!("node {node} answered a create unreadably: {error}"))
@@ -262,10 +264,10 @@ impl Daemon {
         id: &str,
         command: SessionCommand,
     ) -> Result<Value, DaemonError> {
-        if let SessionCommand::Create { mut request, by, origin, run } = command {
+        if let SessionCommand::Create { mut request, by, started_as, origin, run } = command {
             // Here, whatever it names: a forwarded create is never placed or forwarded again.
             request.node = self.config.node.clone();
-            request.started_by = by;
+            request.started_by = by.map(|by| switchboard_session::Sender::new(by, started_as));
             request.origin = origin;
             request.launch.run = run;
             let record = self.create(request).await?;
@@ -287,7 +289,9 @@ impl Daemon {
             SessionCommand::Create { .. } => {
                 Err(DaemonError::Invalid("a create names no session".into()))
             }
-            SessionCommand::Message { message, by } => self.message_here(id, message, &by).await,
+            SessionCommand::Message { message, by, origin } => {
+                self.message_here(id, message, switchboard_session::Sender::new(by, origin)).await
+            }
             SessionCommand::Answer { request_id, answer, by } => {
                 Ok(self.running(id).await?.respond_permission(&request_id, answer, &by).await?)
             }
@@ -319,10 +323,10 @@ impl Daemon {
         &self,
         id: &str,
         message: switchboard_protocol::UserMessage,
-        by: &str,
+        by: switchboard_session::Sender,
     ) -> Result<(), DaemonError> {
         let handle = self.running(id).await?;
-        self.may_send(id, by)?;
+        self.may_send(id, &by.who)?;
         if let Some(refusal) = self.external_refusal(id, "type into it") {
             return Err(refusal);
         }
@@ -340,7 +344,7 @@ impl Daemon {
             switchboard_session::priority_supported_by(priority, version.as_deref())
                 .map_err(DaemonError::CliTooOld)?;
         }
-        handle.send_message_from(message, Some(by.to_owned())).await?;
+        handle.send_message_from(message, Some(by)).await?;
         Ok(())
     }
 

@@ -205,7 +205,7 @@ pub(super) enum Transport {
 }
 
 /// A first prompt and who sent it.
-pub(super) type Prompt = (String, Option<String>);
+pub(super) type Prompt = (String, Option<switchboard_session::Sender>);
 
 /// A policy given inline (TOML text), as `auto-approve`, or as a path to a file.
 ///

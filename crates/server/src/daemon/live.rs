@@ -27,6 +27,9 @@ pub enum SessionCommand {
         message: switchboard_protocol::UserMessage,
         /// Who sent it.
         by: String,
+        /// Who sent it, as a rule names it (a node of an older release sends none: unknown).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<switchboard_session::TurnOrigin>,
     },
     /// An answer to a permission request.
     Answer {
@@ -66,6 +69,9 @@ pub enum SessionCommand {
         request: CreateSession,
         /// Who asked (the request's own `started_by` is never sent).
         by: Option<String>,
+        /// Who asked, as a rule names it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_as: Option<switchboard_session::TurnOrigin>,
         /// Through which face, with which token and ceiling (never the request's own).
         #[serde(default)]
         origin: Option<switchboard_store::Origin>,

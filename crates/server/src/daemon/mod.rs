@@ -444,9 +444,9 @@ impl Daemon {
         &self,
         id: &str,
         message: switchboard_protocol::UserMessage,
-        by: &str,
+        by: switchboard_session::Sender,
     ) -> Result<(), DaemonError> {
-        self.command(id, SessionCommand::Message { message, by: by.to_owned() }).await
+        self.command(id, SessionCommand::Message { message, by: by.who, origin: by.origin }).await
     }
 
     /// Answers a permission request of a running session, on whichever node runs it.
@@ -658,7 +658,7 @@ impl Daemon {
                 "notify names no channel; name at least one, or leave it out".into(),
             ));
         }
-        self.daily_limit(request.started_by.as_deref())?;
+        self.daily_limit(request.started_by.as_ref().map(|by| by.who.as_str()))?;
         let id = uuid::Uuid::new_v4().to_string();
         let mut launch = request.launch.clone();
         launch.origin = request.origin.clone();

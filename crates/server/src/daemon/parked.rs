@@ -428,6 +428,7 @@ mod tests {
             asked_at_ms: 1,
             always_allows: String::new(),
             started_by: None,
+            origin: None,
             rule: None,
             cli_reason: None,
             hints: Default::default(),

@@ -577,7 +577,10 @@ fn run_request(
         ..origin
     });
     request.origin = origin;
-    request.started_by = Some(format!("schedule {}, {}", schedule.name, schedule.created_by));
+    request.started_by = Some(switchboard_session::Sender::new(
+        format!("schedule {}, {}", schedule.name, schedule.created_by),
+        Some(switchboard_session::TurnOrigin::Schedule),
+    ));
     request
 }
 
@@ -611,9 +614,11 @@ mod tests {
         let origin = request.origin.as_ref().unwrap();
         assert_eq!((origin.face, origin.token.as_str()), (switchboard_store::Face::Schedule, "ci"));
         assert!(origin.ceiling.is_some(), "the creator's ceiling bounds every run");
-        assert_eq!(request.started_by.as_deref(), Some("schedule nightly, token ci (api)"));
+        let by = request.started_by.as_ref().unwrap();
+        assert_eq!(by.who, "schedule nightly, token ci (api)");
+        assert_eq!(by.origin, Some(switchboard_session::TurnOrigin::Schedule));
         assert_eq!(
-            crate::budget::token_of(request.started_by.as_deref().unwrap()),
+            crate::budget::token_of(&by.who),
             Some("ci"),
             "the token's daily budget is charged"
         );

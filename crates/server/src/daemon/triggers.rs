@@ -291,8 +291,11 @@ impl Daemon {
         }
         let message = crate::prompt::user_message(Value::String(feedback.text.clone()))
             .map_err(DaemonError::Invalid)?;
-        let by = format!("trigger {}, {}", trigger.name, trigger.created_by);
-        self.send_message(&id, message, &by).await?;
+        let by = switchboard_session::Sender::new(
+            format!("trigger {}, {}", trigger.name, trigger.created_by),
+            Some(switchboard_session::TurnOrigin::Trigger),
+        );
+        self.send_message(&id, message, by).await?;
         tracing::info!(trigger = %trigger.name, session = %id, kind = feedback.kind, resumed, "feedback sent");
         Ok(Delivered {
             outcome: "feedback".into(),
@@ -358,6 +361,9 @@ fn trigger_request(trigger: &Trigger, run: &QueuedRun) -> CreateSession {
         face: switchboard_store::Face::Trigger,
         ..origin
     });
-    request.started_by = Some(format!("trigger {}, {}", trigger.name, trigger.created_by));
+    request.started_by = Some(switchboard_session::Sender::new(
+        format!("trigger {}, {}", trigger.name, trigger.created_by),
+        Some(switchboard_session::TurnOrigin::Trigger),
+    ));
     request
 }

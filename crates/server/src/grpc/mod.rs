@@ -288,7 +288,7 @@ impl Switchboard for Api {
     ) -> Result<tonic::Response<pb::Session>, Status> {
         let caller = caller(&request)?;
         let mut create = create_request(request.into_inner())?;
-        create.started_by = Some(caller.who("grpc", None));
+        create.started_by = Some(caller.sender("grpc", None));
         create.origin = Some(caller.origin(switchboard_store::Face::Grpc));
         crate::tokens::check_create(&caller, &create)
             .map_err(|refused| Status::permission_denied(refused.to_string()))?;
@@ -397,7 +397,7 @@ impl Switchboard for Api {
         request: tonic::Request<pb::SendMessageRequest>,
     ) -> Result<tonic::Response<pb::SendMessageResponse>, Status> {
         let caller = caller(&request)?;
-        let by = caller.who("grpc", None);
+        let by = caller.sender("grpc", None);
         let request = request.into_inner();
         self.within(&caller, &request.id).await?;
         let message = if request.images.is_empty() {
@@ -418,7 +418,7 @@ impl Switchboard for Api {
             .map_err(|why| api_status(ApiError::invalid(why)))?;
         let uuid = uuid::Uuid::new_v4().to_string();
         message.uuid = Some(uuid.clone());
-        self.daemon.send_message(&request.id, message, &by).await.map_err(status)?;
+        self.daemon.send_message(&request.id, message, by).await.map_err(status)?;
         Ok(tonic::Response::new(pb::SendMessageResponse { uuid }))
     }
 

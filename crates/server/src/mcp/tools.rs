@@ -429,7 +429,7 @@ impl Switchboard {
                 request.launch.max_budget_usd = input.max_budget_usd;
                 request.worktree = input.worktree;
                 crate::tokens::check_create(&call.caller, &request)?;
-                request.started_by = Some(call.caller.who("mcp", None));
+                request.started_by = Some(call.caller.sender("mcp", None));
                 request.origin = Some(call.caller.origin(Face::Mcp));
                 let record = call.daemon.create(request).await?;
                 Ok(json!({"session": record.id, "state": record.state.as_str(), "cwd": record.cwd}))
@@ -455,7 +455,7 @@ impl Switchboard {
                 crate::prompt::with_priority(message, priority).map_err(ApiError::invalid)?;
             let uuid = uuid::Uuid::new_v4().to_string();
             message.uuid = Some(uuid.clone());
-            call.daemon.send_message(&record.id, message, &call.caller.who("mcp", None)).await?;
+            call.daemon.send_message(&record.id, message, call.caller.sender("mcp", None)).await?;
             Ok(json!({"session": record.id, "queued": true, "uuid": uuid}))
         })
         .await

@@ -21,6 +21,7 @@ mod links;
 mod matrix;
 mod mcp;
 mod notify;
+mod origins;
 mod parked;
 mod push;
 mod schedules;

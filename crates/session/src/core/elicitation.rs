@@ -78,6 +78,7 @@ impl SessionCore {
             asked_at_ms: now_ms(),
             always_allows: String::new(),
             started_by: self.snapshot.sender.clone(),
+            origin: self.open_turns.origin().cloned(),
             rule: None,
             cli_reason: None,
             hints,

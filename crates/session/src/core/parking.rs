@@ -90,6 +90,7 @@ impl SessionCore {
             asked_at_ms: now_ms(),
             always_allows: session_rule(&request),
             started_by: self.snapshot.sender.clone(),
+            origin: self.open_turns.origin().cloned(),
             rule: decision.rule,
             cli_reason: None,
             // The hook's answer carries no rule: "always" is not offered.
@@ -166,7 +167,8 @@ impl SessionCore {
         let (result, behavior, message, input_changed) = match answer.behavior {
             AnswerBehavior::Allow => {
                 let run = answer.updated_input.clone().unwrap_or_else(|| input.clone());
-                let ruled = self.policy.decide(tool_name, &run, &self.match_context);
+                let facts = self.facts(tool_name, pending.hints.mcp_server.as_ref());
+                let ruled = self.policy.decide_call(tool_name, &run, &self.match_context, &facts);
                 if ruled.behavior == Behavior::Deny {
                     (
                         PermissionResult::deny(ruled.reason.clone()),
@@ -204,6 +206,7 @@ impl SessionCore {
             updated_permissions: Vec::new(),
             decided_at_ms: now_ms(),
             tool_use_id: pending.tool_use_id,
+            origin: pending.origin,
         };
         (result, decided)
     }

@@ -47,7 +47,11 @@ impl SessionCore {
             (answer.behavior, &answer.updated_input, self.asked.get(request_id))
         {
             let tool = &asked.request.tool_name;
-            let decision = self.policy.decide(tool, changed, &self.match_context);
+            let facts = CallFacts {
+                origin: asked.pending.origin.clone(),
+                mcp_source: self.facts(tool, asked.pending.hints.mcp_server.as_ref()).mcp_source,
+            };
+            let decision = self.policy.decide_call(tool, changed, &self.match_context, &facts);
             if decision.behavior == Behavior::Deny {
                 return Err(AnswerError::DeniedInput(decision.reason));
             }
@@ -113,6 +117,7 @@ impl SessionCore {
             updated_permissions: updates,
             decided_at_ms: now_ms(),
             tool_use_id: request.tool_use_id.clone(),
+            origin: asked.pending.origin.clone(),
         };
         self.settle(&asked, decided, &mut effects);
         self.after_permission_resolved(request_id, &mut effects);
@@ -183,8 +188,13 @@ impl SessionCore {
             self.set_verdict(tool_use_id, &request.tool_name, &request.input, CallVerdict::Decided);
         }
         let hints = hints_of(request);
-        let mut decision =
-            self.policy.decide(&request.tool_name, &request.input, &self.match_context);
+        let facts = self.facts(&request.tool_name, hints.mcp_server.as_ref());
+        let mut decision = self.policy.decide_call(
+            &request.tool_name,
+            &request.input,
+            &self.match_context,
+            &facts,
+        );
         // What Claude Code says only a person may approve, no allow of the policy's answers
         // (a standing grant is a policy rule too): a person is asked. A deny stays a deny.
         // A dialog in a person's terminal: the policy's hook has given its verdict already, and
@@ -225,7 +235,8 @@ impl SessionCore {
                         DecidedBy::Policy { rule: decision.rule },
                         decision.reason,
                     )
-                    .with_tool_use_id(request.tool_use_id.clone()),
+                    .with_tool_use_id(request.tool_use_id.clone())
+                    .with_origin(facts.origin.clone()),
                 ));
                 self.mark_answered(request_id);
             }
@@ -245,6 +256,7 @@ impl SessionCore {
                     asked_at_ms: now_ms(),
                     always_allows: session_rule(request),
                     started_by: self.snapshot.sender.clone(),
+                    origin: facts.origin.clone(),
                     rule: decision.rule,
                     cli_reason: request.decision_reason.clone(),
                     hints,
@@ -334,7 +346,8 @@ impl SessionCore {
         {
             return self.answer_parked(request_id, tool_name, &input, parked, effects);
         }
-        let decision = self.policy.decide(tool_name, &input, &self.match_context);
+        let facts = self.facts(tool_name, None);
+        let decision = self.policy.decide_call(tool_name, &input, &self.match_context, &facts);
         if decision.behavior == Behavior::Ask && decision.rule.is_some() && self.may_park() {
             return self.hold_at_hook(request_id, tool_name, input, tool_use_id, decision, effects);
         }
@@ -364,7 +377,8 @@ impl SessionCore {
                 DecidedBy::Policy { rule: decision.rule },
                 decision.reason,
             );
-            effects.push(Effect::Emit(event.with_tool_use_id(tool_use_id)));
+            effects
+                .push(Effect::Emit(event.with_tool_use_id(tool_use_id).with_origin(facts.origin)));
         }
     }
 
@@ -483,7 +497,9 @@ impl SessionCore {
                 message.to_owned(),
             )
         } else {
-            let decision = self.policy.decide(&call.tool_name, &call.input, &self.match_context);
+            let facts = self.facts(&call.tool_name, None);
+            let decision =
+                self.policy.decide_call(&call.tool_name, &call.input, &self.match_context, &facts);
             match (&call.verdict, decision.behavior, decision.rule) {
                 (CallVerdict::Unheard, Behavior::Deny, Some(rule)) => SessionEvent::decided(
                     &request_id,
@@ -496,7 +512,10 @@ impl SessionCore {
                 _ => return,
             }
         };
-        effects.push(Effect::Emit(event.with_tool_use_id(Some(tool_use_id.to_owned()))));
+        let origin = self.open_turns.origin().cloned();
+        effects.push(Effect::Emit(
+            event.with_tool_use_id(Some(tool_use_id.to_owned())).with_origin(origin),
+        ));
     }
 
     pub(super) fn on_cancel(&mut self, request_id: &str, effects: &mut Vec<Effect>) {
@@ -597,6 +616,42 @@ impl SessionCore {
 const MAX_HINT_CHARS: usize = 300;
 
 /// Claude Code's hints on a request, as the session keeps them.
+impl SessionCore {
+    /// What a rule may know of a call of `tool_name` beyond its input: who started the turns
+    /// now open, if they share it, and where its MCP server was configured (the CLI's word on
+    /// this request, `server`, else what its `init` listed).
+    pub(super) fn facts(&self, tool_name: &str, server: Option<&McpServer>) -> CallFacts {
+        let mcp_source = match server {
+            Some(server) => Some(server.source.clone()),
+            None => crate::policy::when::mcp_server_of(tool_name)
+                .and_then(|name| self.mcp_sources.get(name))
+                .cloned(),
+        };
+        CallFacts { origin: self.open_turns.origin().cloned(), mcp_source }
+    }
+
+    /// Learns where each MCP server `init` lists was configured, by the name its tools carry.
+    pub(super) fn learn_mcp_sources(&mut self, init: &switchboard_protocol::system::SystemInit) {
+        for server in init.mcp_server_list() {
+            let Some(source) = server.source else { continue };
+            let name = tool_name_part(&server.name);
+            if self.mcp_sources.len() >= MAX_MCP_SERVERS && !self.mcp_sources.contains_key(&name) {
+                break;
+            }
+            self.mcp_sources.insert(name, source.chars().take(MAX_HINT_CHARS).collect());
+        }
+    }
+}
+
+/// The most MCP servers whose sources a session keeps.
+const MAX_MCP_SERVERS: usize = 256;
+
+/// A server's name as its tools' names carry it (`mcp__my_server__tool` for `my server`):
+/// Claude Code puts `_` for each character but letters, digits, `_` and `-`.
+fn tool_name_part(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
 fn hints_of(request: &CanUseToolRequest) -> PermissionHints {
     let cut = |text: &String| text.chars().take(MAX_HINT_CHARS).collect::<String>();
     PermissionHints {

@@ -3,6 +3,7 @@
 //! `impl SessionCore` block of its own, as `core/permissions.rs` is.
 
 use super::*;
+use crate::origin::Sender;
 
 impl SessionCore {
     /// Sends a user message (queued behind `initialize` if that is still unanswered). One sent
@@ -15,11 +16,19 @@ impl SessionCore {
         self.send_user_from(message, None)
     }
 
-    /// [`SessionCore::send_user`] from `by` (`token NAME (CHANNEL)`, say): a permission request
-    /// asked from now on records `by` as who started its turn, once, here.
-    pub fn send_user_from(&mut self, mut message: UserMessage, by: Option<String>) -> Vec<Effect> {
+    /// [`SessionCore::send_user`] from `by` (`token NAME (CHANNEL)`, say, and its origin): a
+    /// permission request asked from now on records `by` as who started its turn, once, here;
+    /// a rule on origin holds while every open turn has the same one ([`OpenTurns`]).
+    ///
+    /// [`OpenTurns`]: crate::OpenTurns
+    pub fn send_user_from(&mut self, mut message: UserMessage, by: Option<Sender>) -> Vec<Effect> {
         self.changed = true;
-        self.snapshot.sender = by;
+        let (who, origin) = match by {
+            Some(Sender { who, origin }) => (Some(who), origin),
+            None => (None, None),
+        };
+        self.snapshot.sender = who;
+        self.open_turns.sent(origin);
         if message.uuid.is_none() {
             message.uuid = Some(uuid::Uuid::new_v4().to_string());
         }

@@ -221,27 +221,79 @@ fn a_request_records_who_sent_the_latest_message_once() {
     let asked = |effects: &[Effect]| {
         effects.iter().find_map(|effect| match effect {
             Effect::Emit(SessionEvent::PermissionRequested(pending)) => {
-                Some(pending.started_by.clone())
+                Some((pending.started_by.clone(), pending.origin.clone()))
             }
             _ => None,
         })
     };
+    let api = Some(crate::TurnOrigin::Api { token: "phone".into() });
+    let sender =
+        |who: &str, origin: Option<crate::TurnOrigin>| Some(crate::Sender::new(who, origin));
     let effects = core.on_line(can_use_tool("r0", "touch a"));
-    assert_eq!(asked(&effects), Some(None), "no message yet: nobody started it");
-    core.send_user_from(UserMessage::prompt("go"), Some("token phone (api)".into()));
+    assert_eq!(asked(&effects), Some((None, None)), "no message yet: nobody started it");
+    core.send_user_from(UserMessage::prompt("go"), sender("token phone (api)", api.clone()));
     let effects = core.on_line(can_use_tool("r1", "touch x"));
-    assert_eq!(asked(&effects), Some(Some("token phone (api)".into())));
+    assert_eq!(asked(&effects), Some((Some("token phone (api)".into()), api.clone())));
     assert_eq!(core.snapshot().sender.as_deref(), Some("token phone (api)"));
-    // The next message's sender starts the next requests; one without a name, nobody.
-    core.send_user_from(UserMessage::prompt("more"), Some("relay frontend (relay)".into()));
+    // The next message's sender starts the next requests; while both turns are open, which
+    // one a call is in is the CLI's to know: its origin is unknown.
+    let relay = Some(crate::TurnOrigin::Relay);
+    core.send_user_from(
+        UserMessage::prompt("more"),
+        sender("relay frontend (relay)", relay.clone()),
+    );
     let effects = core.on_line(can_use_tool("r2", "touch y"));
-    assert_eq!(asked(&effects), Some(Some("relay frontend (relay)".into())));
+    assert_eq!(asked(&effects), Some((Some("relay frontend (relay)".into()), None)));
     core.send_user(UserMessage::prompt("anon"));
     let effects = core.on_line(can_use_tool("r3", "touch z"));
-    assert_eq!(asked(&effects), Some(None));
+    assert_eq!(asked(&effects), Some((None, None)));
     let waiting: Vec<Option<String>> =
         core.snapshot().pending_permissions.into_iter().map(|p| p.started_by).collect();
     assert_eq!(waiting.len(), 4);
+}
+
+#[test]
+fn once_every_turn_has_ended_the_next_prompts_origin_is_the_calls() {
+    let mut core = core("[permissions]\nallow = [\"Bash\"]\n[[permissions.when]]\norigin = [\"agent\"]\nask = [\"Bash\"]");
+    started(&mut core);
+    let result =
+        r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s1"}"#;
+    let agent = Some(crate::Sender::new("token planner (mcp)", Some(crate::TurnOrigin::Agent)));
+    let person = Some(crate::Sender::new("token admin (web UI)", Some(crate::TurnOrigin::Person)));
+    let decided = |effects: &[Effect]| {
+        effects.iter().find_map(|effect| match effect {
+            Effect::Emit(SessionEvent::PermissionRequested(pending)) => {
+                Some((Behavior::Ask, pending.rule.clone(), pending.origin.clone()))
+            }
+            Effect::Emit(SessionEvent::PermissionDecided { behavior, by, origin, .. }) => {
+                let rule = match by {
+                    DecidedBy::Policy { rule } => rule.clone(),
+                    _ => None,
+                };
+                Some((*behavior, rule, origin.clone()))
+            }
+            _ => None,
+        })
+    };
+    core.send_user_from(UserMessage::prompt("agent's"), agent);
+    let effects = core.on_line(can_use_tool("r1", "make deploy"));
+    assert_eq!(
+        decided(&effects),
+        Some((
+            Behavior::Ask,
+            Some("Bash (when origin agent)".into()),
+            Some(crate::TurnOrigin::Agent)
+        ))
+    );
+    core.answer_permission("r1", PermissionAnswer::allow(), "alice").unwrap();
+    core.on_line(line(result));
+    assert_eq!(core.state(), SessionState::Idle);
+    core.send_user_from(UserMessage::prompt("person's"), person);
+    let effects = core.on_line(can_use_tool("r2", "make deploy"));
+    assert_eq!(
+        decided(&effects),
+        Some((Behavior::Allow, Some("Bash".into()), Some(crate::TurnOrigin::Person)))
+    );
 }
 
 #[test]
@@ -1358,6 +1410,7 @@ fn a_parked_answer_asked_about_by_can_use_tool_with_another_input_is_ended_and_a
         asked_at_ms: 1,
         always_allows: String::new(),
         started_by: None,
+        origin: None,
         rule: None,
         cli_reason: None,
         hints: Default::default(),

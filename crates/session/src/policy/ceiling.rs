@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use super::{Behavior, Content, Decision, MatchContext, Policy, PolicyError, Rule};
+use super::{Behavior, CallFacts, Content, Decision, MatchContext, Policy, PolicyError, Rule};
 
 /// A token's ceiling: its name and the policy that bounds its sessions.
 #[derive(Debug, Clone)]
@@ -56,8 +56,9 @@ impl Ceiling {
         tool_name: &str,
         input: &Value,
         context: &MatchContext,
+        facts: &CallFacts,
     ) -> Decision {
-        let ceiling = self.policy.decide_own(tool_name, input, context);
+        let ceiling = self.policy.decide_own(tool_name, input, context, facts);
         if strictness(ceiling.behavior) <= strictness(own.behavior) {
             return own;
         }
@@ -84,7 +85,12 @@ impl Ceiling {
                 self.policy.default.as_str()
             ));
         }
-        policy.allow.iter().try_for_each(|rule| self.check_rule(rule))
+        // A conditional allow is within the ceiling when its rule would be on its own.
+        policy
+            .allow
+            .iter()
+            .chain(policy.when.iter().flat_map(|block| &block.allow))
+            .try_for_each(|rule| self.check_rule(rule))
     }
 
     /// Whether a session under this ceiling may be given the allow rule `text` (`allowed_tools`,
@@ -153,7 +159,8 @@ impl Ceiling {
         input: &Value,
         context: &MatchContext,
     ) -> Result<(), String> {
-        let decision = self.policy.decide_own(tool_name, input, context);
+        // What the token's program answers is judged as a call of which nothing more is known.
+        let decision = self.policy.decide_own(tool_name, input, context, &CallFacts::default());
         match decision.behavior {
             Behavior::Allow => Ok(()),
             _ => Err(format!(

@@ -422,6 +422,7 @@ fn the_view_follows_model_mode_and_permissions() {
         cli_reason: None,
         hints: Default::default(),
         started_by: None,
+        origin: None,
         parked_at_ms: None,
         park_expires_at_ms: None,
     };
@@ -497,6 +498,7 @@ fn every_stored_event_reads_back_as_it_was() {
             cli_reason: None,
             hints: Default::default(),
             started_by: None,
+            origin: None,
             parked_at_ms: None,
             park_expires_at_ms: None,
         }),
