@@ -59,7 +59,8 @@ seeds() {
     policy)
       for call in 'Bash\0{"command":"rm -rf /"}' 'Bash\0{"command":"git status && curl x"}' \
         'Read\0{"file_path":"../.env"}' 'Edit\0{"file_path":"src/main.rs"}' \
-        'WebFetch\0{"url":"https://example.com/"}' 'Grep\0{"path":"secrets"}\0/work'; do
+        'WebFetch\0{"url":"https://example.com/"}' 'Grep\0{"path":"secrets"}\0/work' \
+        'Bash\0{"command":"cat < .env 2>&1 > src/x; grep -r K . | xargs rm; sh -c \x27cd ~/s && sed -i s/a/b/ $F\x27"}'; do
         n=$((n + 1))
         { cat examples/policy.toml; printf '\0'; printf "$call"; } >"$dir/$n"
       done ;;

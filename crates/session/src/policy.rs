@@ -366,9 +366,37 @@ impl Policy {
         }
     }
 
-    /// Whether it has rules that hold only for some calls.
-    pub fn has_conditions(&self) -> bool {
-        !self.when.is_empty() || self.ceiling.as_ref().is_some_and(|c| c.policy().has_conditions())
+    /// The Read and Edit path rules to hold against a shell command's words: its own deny and
+    /// ask rules, those of the blocks that hold, and, asking, those of the blocks that may.
+    fn path_rules(&self, tool_name: &str, facts: &CallFacts) -> Vec<words::PathRule<'_>> {
+        fn add<'a>(
+            rules: &mut Vec<words::PathRule<'a>>,
+            block: Option<&when::When>,
+            list: &'a [Rule],
+            effect: Behavior,
+        ) {
+            for rule in list.iter().filter(|rule| words::is_path_rule(rule)) {
+                let name = block.map_or_else(|| rule.text.clone(), |block| block.name(rule));
+                rules.push(words::PathRule { rule, name, effect });
+            }
+        }
+        let mut rules = Vec::new();
+        add(&mut rules, None, &self.deny, Behavior::Deny);
+        add(&mut rules, None, &self.ask, Behavior::Ask);
+        for block in &self.when {
+            match block.holds(tool_name, facts) {
+                when::Holds::Yes => {
+                    add(&mut rules, Some(block), &block.deny, Behavior::Deny);
+                    add(&mut rules, Some(block), &block.ask, Behavior::Ask);
+                }
+                when::Holds::Unknown => {
+                    add(&mut rules, Some(block), &block.deny, Behavior::Ask);
+                    add(&mut rules, Some(block), &block.ask, Behavior::Ask);
+                }
+                when::Holds::No => {}
+            }
+        }
+        rules
     }
 
     /// Decides one tool call by its own rules alone.
@@ -379,14 +407,6 @@ impl Policy {
         context: &MatchContext,
         facts: &CallFacts,
     ) -> Decision {
-        if tool_name == "AskUserQuestion" {
-            // Only a person can answer questions; a rule cannot.
-            return Decision {
-                behavior: Behavior::Ask,
-                rule: None,
-                reason: "AskUserQuestion needs a person's answers".to_owned(),
-            };
-        }
         let call = ToolCall::new(tool_name, input, context);
         // The blocks whose conditions hold, and those that cannot be decided for this call.
         let holding: Vec<&when::When> = self
@@ -414,11 +434,40 @@ impl Policy {
                 rule: Some(rule),
             };
         }
+        // Read and Edit path rules, held against what a shell command's words touch.
+        let words = call.bash.as_ref().and_then(|bash| {
+            let rules = self.path_rules(tool_name, facts);
+            words::judge(bash, &rules, context)
+        });
+        if let Some(verdict) = &words {
+            if verdict.behavior == Behavior::Deny {
+                return Decision {
+                    behavior: Behavior::Deny,
+                    rule: Some(verdict.rule.clone()),
+                    reason: verdict.reason.clone(),
+                };
+            }
+        }
+        if tool_name == "AskUserQuestion" {
+            // Only a person can answer questions; no rule can (a deny may refuse to ask them).
+            return Decision {
+                behavior: Behavior::Ask,
+                rule: None,
+                reason: "AskUserQuestion needs a person's answers".to_owned(),
+            };
+        }
         if let Some(rule) = hit(|block| &block.ask, &self.ask) {
             return Decision {
                 behavior: Behavior::Ask,
                 reason: format!("policy rule {rule} asks a person"),
                 rule: Some(rule),
+            };
+        }
+        if let Some(verdict) = words {
+            return Decision {
+                behavior: Behavior::Ask,
+                rule: Some(verdict.rule),
+                reason: verdict.reason,
             };
         }
         // A deny or ask rule that might hold: a person decides what the rule cannot.
@@ -904,6 +953,7 @@ fn strip_assignments(mut command: &str) -> &str {
 
 pub mod ceiling;
 pub mod when;
+mod words;
 
 pub use when::CallFacts;
 #[cfg(test)]
