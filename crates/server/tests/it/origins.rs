@@ -2,7 +2,8 @@
 //! fake API: the same Bash call runs unasked in a person's turn and waits for a person in a
 //! trigger's; an MCP server the session configured is trusted and one the repository
 //! configured is denied, by the source the CLI reports; a CLI that reports no source is never
-//! allowed what a source rule would decide.
+//! allowed what a source rule would decide; a `Read(.env)` deny holds for the shell command
+//! that reads it.
 
 use std::sync::Arc;
 
@@ -250,5 +251,43 @@ async fn a_cli_that_reports_no_source_gets_no_source_rules_allow() {
     assert_eq!(asked["tool_name"], "mcp__probe__echo");
     assert_eq!(asked["rule"], "mcp__* (when mcp_source project)", "{asked}");
     assert!(asked["origin"].is_string(), "whose turn is still said: {asked}");
+    server.stop().await;
+}
+
+/// A `Read(.env)` deny holds for a shell command that reads the file, with Bash allowed: the
+/// real CLI's call is refused at the policy's hook, the model told the rule, the file unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_deny_holds_for_the_shell_command_that_reads_the_file() {
+    let api = FakeApi::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_use("Bash", json!({"command": "grep -rn TOKEN ."})).when_prompt("FIND"),
+            )
+            .reply(Reply::text("refused").when_tool_result_contains("Read(.env)")),
+    )
+    .await
+    .unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    std::fs::write(sandbox.workdir().join(".env"), "TOKEN=s3cr3t-from-env\n").unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let policy = "[permissions]\nallow = [\"Bash\"]\ndeny = [\"Read(.env)\"]";
+    let (status, made) = server
+        .post(
+            "/api/sessions",
+            json!({"cwd": sandbox.workdir(), "prompt": "FIND it", "policy": policy}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let id = made["id"].as_str().unwrap().to_owned();
+    let mut ws = server.ws(&format!("/api/sessions/{id}/subscribe?after=0")).await;
+    let frames = ws.until(crate::is_result).await;
+    assert_eq!(frames.last().unwrap()["event"]["line"]["result"], "refused");
+    let decided = events_of(&server, &id, "permission_decided").await;
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(decided[0]["behavior"], "deny");
+    assert_eq!(decided[0]["by"]["rule"], "Read(.env)");
+    let everything = serde_json::to_string(&frames).unwrap();
+    assert!(!everything.contains("s3cr3t-from-env"), "the file was never read");
     server.stop().await;
 }
