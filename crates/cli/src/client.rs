@@ -287,6 +287,27 @@ impl Client {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, String> {
+        let response = self.send(method, path, body).await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            Ok(body)
+        } else {
+            // The API's one error shape; anything else (a proxy's page) says its status.
+            Err(serde_json::from_value::<ErrorAnswer>(body)
+                .map_or_else(|_| status.to_string(), |answer| answer.error.message))
+        }
+    }
+}
+
+impl Client {
+    /// Sends a request; the response as it comes, whatever its status.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<reqwest::Response, String> {
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
@@ -297,19 +318,42 @@ impl Client {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
+        request
             .send()
             .await
-            .map_err(|error| format!("cannot reach the daemon at {}: {error}", self.base))?;
+            .map_err(|error| format!("cannot reach the daemon at {}: {error}", self.base))
+    }
+
+    /// A request whose answer is NDJSON: each line, read as it comes, handed to `line`; an
+    /// error status is the API's error, as [`Client::request`] says it.
+    pub(crate) async fn lines(
+        &self,
+        path: &str,
+        body: Value,
+        mut line: impl FnMut(Value) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut response = self.send(reqwest::Method::POST, path, Some(body)).await?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            Ok(body)
-        } else {
-            // The API's one error shape; anything else (a proxy's page) says its status.
-            Err(serde_json::from_value::<ErrorAnswer>(body)
-                .map_or_else(|_| status.to_string(), |answer| answer.error.message))
+        if !status.is_success() {
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            return Err(serde_json::from_value::<ErrorAnswer>(body)
+                .map_or_else(|_| status.to_string(), |answer| answer.error.message));
         }
+        let mut pending = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|error| format!("the daemon's answer broke off: {error}"))?
+        {
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
+                let text: Vec<u8> = pending.drain(..=end).collect();
+                let value = serde_json::from_slice(&text)
+                    .map_err(|error| format!("the daemon sent a line that is not JSON: {error}"))?;
+                line(value)?;
+            }
+        }
+        Ok(())
     }
 }
 

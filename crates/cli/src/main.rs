@@ -19,6 +19,7 @@ mod hook;
 mod hooks;
 mod install;
 mod pair;
+mod policy;
 mod run;
 mod schedule;
 mod serve;
@@ -93,6 +94,9 @@ enum Command {
     Trigger(schedule::TriggerArgs),
     /// Deny a pending permission request.
     Deny(client::AnswerArgs),
+    /// Try a policy on what already happened: replay the stored sessions' tool calls through a
+    /// policy file and see, per rule, what it would have allowed, denied and asked.
+    Policy(policy::PolicyArgs),
     /// Check this machine: the `claude` it finds (path, version, whether the version is in
     /// the tested range and can use --sdk-url), whether the CLI looks logged in, whether the
     /// data directory is writable and the port free. Each problem comes with its fix.
@@ -200,6 +204,7 @@ fn main() -> ExitCode {
         Command::Acp(args) => block_on(acp::acp(args)),
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
+        Command::Policy(args) => block_on(policy::policy(args)),
         Command::Token(args) => block_on(client::token(args)),
         Command::Schedule(args) => block_on(schedule::schedule(args)),
         Command::Trigger(args) => block_on(schedule::trigger(args)),

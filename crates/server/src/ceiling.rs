@@ -46,7 +46,7 @@ impl TokenCeiling {
 pub const MAX_CEILING_BYTES: usize = 64 * 1024;
 
 /// The ceiling a session was started under, if any.
-fn of(launch: &Launch) -> Result<Option<Ceiling>, String> {
+pub fn of_launch(launch: &Launch) -> Result<Option<Ceiling>, String> {
     let Some(Origin { token, ceiling: Some(text), .. }) = &launch.origin else {
         return Ok(None);
     };
@@ -58,7 +58,7 @@ fn of(launch: &Launch) -> Result<Option<Ceiling>, String> {
 /// `policy` for a launch: as it is, or, for a session started under a ceiling, bounded by it,
 /// once the launch's own policy, `allowed_tools` and permission mode are found within it.
 pub fn bound(launch: &Launch, policy: Policy) -> Result<Policy, String> {
-    let Some(ceiling) = of(launch)? else {
+    let Some(ceiling) = of_launch(launch)? else {
         return Ok(policy);
     };
     // The daemon's default policy is not the token's choice: only one the request gave is
@@ -75,7 +75,7 @@ pub fn bound(launch: &Launch, policy: Policy) -> Result<Policy, String> {
 
 /// Whether a session launched as `launch` may be put in permission mode `mode`.
 pub fn check_mode(launch: &Launch, mode: &str) -> Result<(), String> {
-    match of(launch)? {
+    match of_launch(launch)? {
         Some(ceiling) => ceiling.check_mode(mode),
         None => Ok(()),
     }

@@ -7,6 +7,8 @@
 //! - [`policy::Policy`] is the permission engine's pure core.
 //! - [`pool::WarmPool`] keeps CLIs started ahead of their sessions.
 //! - [`origin::TurnOrigin`] is who started a turn, typed (what a policy rule will name).
+//! - [`replay::Replay`] reads a stored session's tool calls back with what decided each;
+//!   [`policy::trial::Trial`] decides them again by another policy and counts the difference.
 //! - [`projection::Projector`] turns a session's events into the one typed stream of what they
 //!   mean ([`Update`]) and one snapshot ([`View`]): every face reads that, never the lines.
 
@@ -19,6 +21,7 @@ pub mod origin;
 pub mod policy;
 pub mod pool;
 pub mod projection;
+pub mod replay;
 
 pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,

@@ -952,6 +952,7 @@ fn strip_assignments(mut command: &str) -> &str {
 }
 
 pub mod ceiling;
+pub mod trial;
 pub mod when;
 mod words;
 

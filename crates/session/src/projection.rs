@@ -252,6 +252,7 @@ impl Projector {
                 message,
                 decided_at_ms,
                 tool_use_id,
+                origin,
                 ..
             } => {
                 self.view.pending_permissions.retain(|p| &p.request_id != request_id);
@@ -263,6 +264,7 @@ impl Projector {
                     message: message.clone(),
                     tool_use_id: tool_use_id.clone(),
                     decided_at_ms: *decided_at_ms,
+                    origin: origin.clone(),
                 });
             }
             SessionEvent::ControlTimedOut { subtype, .. } => emit(notice(
@@ -468,6 +470,19 @@ impl Projector {
                 SystemMessage::Init(init) => {
                     if init.cwd.is_some() {
                         self.view.cwd = init.cwd.clone();
+                    }
+                    if init.mcp_servers.is_some() {
+                        let cut = |text: String| text.chars().take(200).collect::<String>();
+                        self.view.mcp_servers = init
+                            .mcp_server_list()
+                            .into_iter()
+                            .take(MAX_MCP_SERVERS)
+                            .map(|server| McpServerInfo {
+                                name: cut(server.name),
+                                status: server.status.map(cut),
+                                source: server.source.map(cut),
+                            })
+                            .collect();
                     }
                     self.view.cli_version =
                         init.claude_code_version.clone().or(self.view.cli_version.take());

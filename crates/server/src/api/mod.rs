@@ -28,6 +28,7 @@ use crate::faces::{permission_mode, replay, user_message, view, viewer_at, Sessi
 pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 
 mod account;
+mod policy;
 mod workspace;
 
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
@@ -87,6 +88,7 @@ pub fn routes() -> Vec<Route> {
         ),
         route("GET", "/api/budget", Guard::Api(Scope::Read), get(account::budget)),
         route("GET", "/api/usage", Guard::Api(Scope::Read), get(account::usage)),
+        route("POST", "/api/policy/test", Guard::Api(Scope::Read), post(policy::test_policy)),
         route("GET", "/api/nodes", Guard::Api(Scope::Read), get(account::nodes)),
         route("PATCH", "/api/budget", Guard::Api(Scope::Admin), patch(account::change_budget)),
         route("GET", "/api/push/key", Guard::Api(Scope::Approve), get(account::push_key)),

@@ -59,6 +59,7 @@ mod runs;
 mod schedules;
 mod subscription;
 mod terminal;
+mod trial;
 mod triggers;
 mod usage;
 mod waiting;
@@ -77,6 +78,7 @@ pub use record::Amend;
 pub use record::*;
 pub use schedules::{QueueEntry, RunSession, ScheduleList, ScheduleView, WaitingRun};
 pub use subscription::*;
+pub use trial::{TrialFilter, TrialProgress, TrialSlot};
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
 pub use workspace::Rewind;
 
@@ -187,6 +189,8 @@ pub struct Daemon {
     observers: Vec<Box<dyn Observer>>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
+    /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
+    trials: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -276,6 +280,7 @@ impl Daemon {
             budgets,
             usage,
             books,
+            trials: Arc::new(tokio::sync::Mutex::new(())),
             link_key,
             notifier,
             _notifying: notifying,

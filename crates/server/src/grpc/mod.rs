@@ -1017,6 +1017,7 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
             message,
             tool_use_id,
             decided_at_ms,
+            origin,
         } => Event::PermissionDecision(pb::PermissionDecision {
             request_id,
             tool_name,
@@ -1029,6 +1030,7 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
             message,
             tool_use_id,
             decided_at_ms: i64::try_from(decided_at_ms).unwrap_or(i64::MAX),
+            origin: origin.map(|origin| origin.to_string()),
         }),
         Update::TurnEnded {
             parent_tool_use_id,
@@ -1180,6 +1182,7 @@ fn permission_request(pending: PendingPermission) -> pb::PermissionRequest {
         asked_at_ms: i64::try_from(pending.asked_at_ms).unwrap_or(i64::MAX),
         always_allows: pending.always_allows,
         started_by: pending.started_by,
+        origin: pending.origin.map(|origin| origin.to_string()),
         rule: pending.rule,
         cli_reason: pending.cli_reason,
         hints: (!pending.hints.is_empty()).then(|| permission_hints(&pending.hints)),

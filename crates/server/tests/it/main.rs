@@ -27,6 +27,7 @@ mod push;
 mod schedules;
 mod scopes;
 mod terminal;
+mod trial;
 mod ui;
 mod warm;
 mod workbench;

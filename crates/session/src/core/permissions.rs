@@ -634,7 +634,7 @@ impl SessionCore {
     pub(super) fn learn_mcp_sources(&mut self, init: &switchboard_protocol::system::SystemInit) {
         for server in init.mcp_server_list() {
             let Some(source) = server.source else { continue };
-            let name = tool_name_part(&server.name);
+            let name = crate::policy::when::server_in_tool_names(&server.name);
             if self.mcp_sources.len() >= MAX_MCP_SERVERS && !self.mcp_sources.contains_key(&name) {
                 break;
             }
@@ -645,12 +645,6 @@ impl SessionCore {
 
 /// The most MCP servers whose sources a session keeps.
 const MAX_MCP_SERVERS: usize = 256;
-
-/// A server's name as its tools' names carry it (`mcp__my_server__tool` for `my server`):
-/// Claude Code puts `_` for each character but letters, digits, `_` and `-`.
-fn tool_name_part(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
-}
 
 fn hints_of(request: &CanUseToolRequest) -> PermissionHints {
     let cut = |text: &String| text.chars().take(MAX_HINT_CHARS).collect::<String>();

@@ -204,6 +204,12 @@ fn is_source_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-".contains(&b))
 }
 
+/// A server's name as its tools' names carry it (`mcp__my_server__tool` for `my server`):
+/// Claude Code puts `_` for each character but letters, digits, `_` and `-`.
+pub fn server_in_tool_names(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
 /// The server an MCP tool's name names (`mcp__github__create_issue` → `github`).
 pub fn mcp_server_of(tool_name: &str) -> Option<&str> {
     let rest = tool_name.strip_prefix("mcp__")?;

@@ -142,6 +142,9 @@ pub enum Update {
         tool_use_id: Option<String>,
         /// When (Unix milliseconds).
         decided_at_ms: u64,
+        /// Who started the turn, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<crate::TurnOrigin>,
     },
     /// A turn ended.
     TurnEnded {
@@ -471,6 +474,26 @@ pub struct View {
     /// What the person might type next, until a prompt is sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_suggestion: Option<String>,
+    /// The MCP servers the CLI's `init` listed, with where each was configured (2.1.330 on);
+    /// at most [`MAX_MCP_SERVERS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServerInfo>,
+}
+
+/// The most MCP servers a view lists.
+pub const MAX_MCP_SERVERS: usize = 64;
+
+/// An MCP server as the CLI's `init` listed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerInfo {
+    /// Its name, as configured.
+    pub name: String,
+    /// `connected`, `failed`, `needs-auth`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Where it was configured (`user`, `project`, `dynamic`, `plugin`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn is_zero(count: &u64) -> bool {
