@@ -1,7 +1,7 @@
 // Switchboard's web UI. Plain ES modules, no build step; it uses only the daemon's public API
 // (docs/api.md) with the cookie the sign-in URL set, and draws the daemon's projection of each
 // session (`…/view`, `…/usage`): it reads no protocol line itself.
-// This module holds the routes (`#/`, `#/new`, `#/s/{id}`, `#/schedules`), the new-session form
+// This module holds the routes (`#/`, `#/new`, `#/s/{id}`, `#/schedules`, `#/policy`), the new-session form
 // and the overview, and starts the page;
 // every other part is a module of its own beside it.
 import { $, el } from './dom.js';
@@ -14,6 +14,7 @@ import { setupPair } from './pair.js';
 import { loadSessions, renderList, renderOverview, sessions, watchDashboard } from './list.js';
 import { SessionView } from './session.js';
 import { renderSchedules } from './schedules.js';
+import { renderPolicy } from './policy.js';
 
 /// The directories sessions ran in, most recent first (the last one used leads).
 function recentDirectories() {
@@ -93,7 +94,7 @@ function route() {
   const hash = location.hash;
   const match = hash.match(/^#\/s\/([^/]+)$/);
   document.body.classList.toggle('in-session', Boolean(match));
-  document.body.classList.toggle('in-form', hash === '#/new' || hash === '#/schedules');
+  document.body.classList.toggle('in-form', hash === '#/new' || hash === '#/schedules' || hash === '#/policy');
   if (match) {
     showing.view = new SessionView(match[1]);
     showing.view.open().catch((error) => toast(error.message));
@@ -102,6 +103,8 @@ function route() {
     $('#main [name=cwd]').focus();
   } else if (hash === '#/schedules') {
     renderSchedules();
+  } else if (hash === '#/policy') {
+    renderPolicy();
   } else {
     renderOverview();
   }

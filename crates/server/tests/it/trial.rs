@@ -3,7 +3,8 @@
 //! at the web UI, a token of its own, a trigger, and in another directory), then a candidate
 //! policy (`tests/fixtures/policy-trial/candidate.toml`) is replayed over them through
 //! `POST /api/policy/test`, and every call's count and cell is held against the replay done by
-//! hand (`tests/fixtures/policy-trial/expected.tsv`).
+//! hand (`tests/fixtures/policy-trial/expected.tsv`); then the same in the web UI's dry-run
+//! page, in a browser (`e2e/policy.test.mjs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -311,6 +312,14 @@ async fn a_dry_run_agrees_call_by_call_with_the_replay_done_by_hand() {
         assert_eq!(status, 400, "{lines:?}");
         assert!(lines[0]["error"]["message"].as_str().unwrap().contains(why), "{lines:?}");
     }
+    // The page: the same report in a browser, a call a link to its session.
+    let (ok, log) = crate::ui::run_script(
+        "e2e/policy.test.mjs",
+        &server.base,
+        &[("CANDIDATE", candidate.clone())],
+    )
+    .await;
+    assert!(ok, "the dry-run page's browser test failed:\n{log}");
     let held = server.daemon.trial_slot().unwrap();
     let (status, lines) = dry_run(&server, json!({"policy": ""})).await;
     assert_eq!(status, 409, "one dry run at a time: {lines:?}");
