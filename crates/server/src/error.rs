@@ -119,6 +119,7 @@ fn known_code(code: &str) -> &'static str {
         "cli_too_old",
         "held_elsewhere",
         "parked",
+        "unsettled",
         "budget_reached",
         "cli_refused",
         "store_error",
@@ -203,6 +204,7 @@ impl From<DaemonError> for ApiError {
                 ApiError::conflict("held_elsewhere", error.to_string())
             }
             DaemonError::Parked(_) => ApiError::conflict("parked", error.to_string()),
+            DaemonError::Unsettled(_) => ApiError::conflict("unsettled", error.to_string()),
             DaemonError::Forwarded { status, code, message } => ApiError {
                 // Only a refusal passes as it is: another node's answer is never taken for a
                 // success or a redirect.

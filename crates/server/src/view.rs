@@ -31,6 +31,21 @@ pub enum DaemonUpdate {
         /// Why.
         reason: String,
     },
+    /// A tool call the last run left unsettled (its CLI ended while it ran) was settled before
+    /// the session ran again.
+    CallSettled {
+        /// The call.
+        tool_use_id: String,
+        /// Its tool.
+        tool_name: String,
+        /// `interrupted` or `done`.
+        settle: switchboard_session::unsettled::Settle,
+        /// What the person noted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+        /// Who settled it.
+        by: String,
+    },
     /// A stored event that could not be read back.
     Unreadable {
         /// Why.
@@ -104,6 +119,30 @@ impl Viewer {
     pub fn apply(&mut self, record: &EventRecord, emit: &mut impl FnMut(ViewUpdate)) {
         if record.dir == "switchboard" && record.kind == "parked_answered" {
             // An answer a resumed run starts with: its decision comes when the CLI hears it.
+            return;
+        }
+        if record.dir == "switchboard" && record.kind == "call_settled" {
+            #[derive(Deserialize)]
+            struct Settled {
+                tool_use_id: String,
+                tool_name: String,
+                settle: switchboard_session::unsettled::Settle,
+                #[serde(default)]
+                note: Option<String>,
+                by: String,
+            }
+            match serde_json::from_str::<Settled>(&record.payload) {
+                Ok(s) => emit(ViewUpdate::Daemon(DaemonUpdate::CallSettled {
+                    tool_use_id: s.tool_use_id,
+                    tool_name: s.tool_name,
+                    settle: s.settle,
+                    note: s.note,
+                    by: s.by,
+                })),
+                Err(error) => emit(ViewUpdate::Daemon(DaemonUpdate::Unreadable {
+                    reason: format!("call_settled: {error}"),
+                })),
+            }
             return;
         }
         let mut daemon = |update| emit(ViewUpdate::Daemon(update));

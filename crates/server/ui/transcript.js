@@ -89,6 +89,9 @@ export class Transcript {
       case 'rotated': return chunk.append(el('div', { class: 'notice info' }, 'The CLI moved on to another Claude session: ', el('a', { href: `#/s/${update.to}` }, 'continue there'), '.'));
       case 'lost': return this.notice(chunk, 'error', `${update.count} events could not be stored and are missing here: ${update.reason}`);
       case 'unreadable': return this.notice(chunk, 'error', `An event could not be read back: ${update.reason}`);
+      case 'call_settled': return this.notice(chunk, 'info', update.settle === 'done'
+        ? `${update.tool_name} call ${update.tool_use_id}, cut off when its CLI ended, settled as done by ${update.by}${update.note ? `: ${update.note}` : ''}.`
+        : `${update.tool_name} call ${update.tool_use_id}, cut off when its CLI ended, settled as interrupted (its outcome unknown) by ${update.by}.`);
       // Claude Code took these back (a refusal retried on another model): out of the page, as
       // out of the view; the notice that follows says so, and the log keeps them.
       case 'retracted': return this.retract(update.uuids ?? []);

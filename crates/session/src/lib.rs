@@ -9,6 +9,8 @@
 //! - [`origin::TurnOrigin`] is who started a turn, typed (what a policy rule will name).
 //! - [`replay::Replay`] reads a stored session's tool calls back with what decided each;
 //!   [`policy::trial::Trial`] decides them again by another policy and counts the difference.
+//! - [`unsettled::OpenCalls`] finds the calls a run started and never answered (its CLI ended
+//!   under them), which are settled before the session runs again.
 //! - [`projection::Projector`] turns a session's events into the one typed stream of what they
 //!   mean ([`Update`]) and one snapshot ([`View`]): every face reads that, never the lines.
 
@@ -22,6 +24,7 @@ pub mod policy;
 pub mod pool;
 pub mod projection;
 pub mod replay;
+pub mod unsettled;
 
 pub use actor::{
     spawn_session, spawn_session_on, EventSink, SessionConfig, SessionError, SessionEvents,
@@ -39,7 +42,8 @@ pub use event::{
 pub use origin::{OpenTurns, Sender, TurnOrigin};
 pub use policy::ceiling::Ceiling;
 pub use policy::{
-    Behavior, CallFacts, Decision, EscalationStep, MatchContext, NotifyRoute, Policy, PolicyError,
+    Behavior, CallFacts, Decision, EscalationStep, MatchContext, NotifyRoute, OnUnsettled, Policy,
+    PolicyError,
 };
 pub use pool::{WarmCli, WarmPool, WarmStatus};
 pub use projection::{Projector, Update, View};

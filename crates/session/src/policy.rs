@@ -101,6 +101,9 @@ pub struct Policy {
     pub park_expires: Option<Duration>,
     /// Who hears of its sessions (`[notify]`).
     pub notify: NotifyRoute,
+    /// What a resume does with calls the last run left unsettled (`on_unsettled`): `ask` (the
+    /// default: a person settles each first), or settle each `interrupted` or `done` itself.
+    pub on_unsettled: OnUnsettled,
     /// The ceiling of the token that started the session, if it has one: no call is allowed
     /// that it would not allow ([`ceiling`]).
     ceiling: Option<std::sync::Arc<ceiling::Ceiling>>,
@@ -188,9 +191,23 @@ impl Default for Policy {
             park_after: None,
             park_expires: None,
             notify: NotifyRoute::default(),
+            on_unsettled: OnUnsettled::Ask,
             ceiling: None,
         }
     }
+}
+
+/// A policy's `on_unsettled` ([`crate::unsettled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnsettled {
+    /// A person settles each call before the session runs again.
+    #[default]
+    Ask,
+    /// Each is settled as interrupted (its outcome unknown).
+    Interrupted,
+    /// Each is settled as done.
+    Done,
 }
 
 /// A policy file that could not be used.
@@ -260,6 +277,7 @@ struct PermissionsSection {
     on_timeout: Option<Behavior>,
     park_after_secs: Option<u64>,
     park_expires_secs: Option<u64>,
+    on_unsettled: Option<OnUnsettled>,
     #[serde(default)]
     when: Vec<when::WhenSection>,
 }
@@ -306,6 +324,7 @@ impl Policy {
             park_after,
             park_expires,
             notify,
+            on_unsettled: section.on_unsettled.unwrap_or_default(),
             ceiling: None,
         })
     }

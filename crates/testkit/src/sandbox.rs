@@ -121,6 +121,23 @@ impl CliSandbox {
         Ok(CliSandbox { root })
     }
 
+    /// Whether a Claude Code transcript in the sandbox's home holds `needle` (a CLI killed
+    /// before it wrote its transcript has no conversation to resume).
+    pub fn transcripts_contain(&self, needle: &str) -> bool {
+        fn walk(dir: &std::path::Path, needle: &str) -> bool {
+            let Ok(entries) = std::fs::read_dir(dir) else { return false };
+            entries.filter_map(Result::ok).any(|entry| {
+                let path = entry.path();
+                if path.is_dir() {
+                    return walk(&path, needle);
+                }
+                path.extension().is_some_and(|ext| ext == "jsonl")
+                    && std::fs::read_to_string(&path).is_ok_and(|text| text.contains(needle))
+            })
+        }
+        walk(&self.home().join(".claude/projects"), needle)
+    }
+
     /// The scratch HOME.
     pub fn home(&self) -> PathBuf {
         self.root.path().join("home")

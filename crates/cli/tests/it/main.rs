@@ -15,6 +15,7 @@ mod schedule;
 mod serve;
 mod soak;
 mod tidy;
+mod unsettled;
 
 /// An HTTP client whose every request has a deadline: a daemon that stops answering fails the
 /// test in minutes rather than hanging it.

@@ -29,6 +29,7 @@ pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 
 mod account;
 mod policy;
+mod unsettled;
 mod workspace;
 
 use crate::frames::{event_frame, ClientFrame, PermissionBody, ServerFrame};
@@ -259,6 +260,13 @@ pub fn routes() -> Vec<Route> {
             post(set_permission_mode),
         ),
         route("POST", "/api/sessions/{id}/resume", Guard::Api(Scope::Operate), post(resume)),
+        route("GET", "/api/sessions/{id}/unsettled", Guard::Api(Scope::Read), get(unsettled::list)),
+        route(
+            "POST",
+            "/api/sessions/{id}/unsettled/{call}",
+            Guard::Api(Scope::Operate),
+            post(unsettled::settle),
+        ),
         route(
             "GET",
             "/api/sessions/{id}/permissions",

@@ -67,6 +67,9 @@ pub enum DaemonError {
     /// The session is parked: its request is answered first (which resumes it).
     #[error("{0}")]
     Parked(String),
+    /// The session's last run left tool calls unsettled: each is settled first.
+    #[error("{0}")]
+    Unsettled(String),
     /// The session's CLI is too old for a control (the message names the version that has it).
     #[error("{0}")]
     CliTooOld(String),

@@ -61,6 +61,7 @@ mod subscription;
 mod terminal;
 mod trial;
 mod triggers;
+mod unsettled;
 mod usage;
 mod waiting;
 mod workspace;

@@ -98,13 +98,18 @@ impl Daemon {
         self.daily_limit(None)?;
         let (mut config, transport) =
             self.session_config(&launch, Some(claude_session_id), false, None).await?;
+        // Calls the last run left unsettled are settled first, and the model is told of them:
+        // the run's first prompt (the real 2.1.330 takes no new --append-system-prompt on a
+        // resume, and 2.1.37 and 2.1.120 drop the cut-off call from the conversation).
+        let told = self.unsettled_note(id, config.policy.on_unsettled).await?;
         config.parked_answers = parked;
         self.check_transport(&config, &transport).await?;
         // Taken from its node: of two nodes taking it at once, one wins, and the node it was
         // taken from can no longer write its record.
         let taken_from = record.node.clone();
         self.claim(&mut record, self.config.node.clone()).await?;
-        let began = self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport);
+        let began =
+            self.begin_resumed(&mut record, lost, taken_from.as_deref(), config, transport, told);
         if let Err(error) = began.await {
             // Claimed but not started (the log moved under it: the node it was taken from
             // still wrote): it is this node's now, and stopped, so that it can be resumed again
@@ -129,6 +134,7 @@ impl Daemon {
         taken_from: Option<&str>,
         config: SessionConfig,
         transport: Transport,
+        told: Option<String>,
     ) -> Result<(), DaemonError> {
         let id = record.id.clone();
         let id = id.as_str();
@@ -156,6 +162,13 @@ impl Daemon {
         record.state = RecordState::Starting;
         record.updated_ms = now_ms();
         self.store.update_session(record).await?;
-        self.start(record.clone(), config, transport, None, last + 1, None).await
+        let prompt = told.map(|note| {
+            let by = switchboard_session::Sender::new(
+                "Switchboard (calls a crash left unsettled)",
+                None,
+            );
+            (note, Some(by))
+        });
+        self.start(record.clone(), config, transport, None, last + 1, prompt).await
     }
 }

@@ -911,6 +911,24 @@ fn events_of(update: ViewUpdate) -> Vec<pb::session_event::Event> {
         ViewUpdate::Daemon(DaemonUpdate::Lost { count, reason }) => {
             return vec![Event::Lost(pb::Lost { count, reason })];
         }
+        ViewUpdate::Daemon(DaemonUpdate::CallSettled {
+            tool_use_id,
+            tool_name,
+            settle,
+            note,
+            by,
+        }) => {
+            let how = match settle {
+                switchboard_session::unsettled::Settle::Done => "done",
+                switchboard_session::unsettled::Settle::Interrupted => "interrupted",
+            };
+            let note = note.map(|note| format!(": {note}")).unwrap_or_default();
+            return vec![Event::Notice(pb::Notice {
+                level: "info".into(),
+                kind: "call_settled".into(),
+                text: format!("{tool_name} call {tool_use_id} settled as {how} by {by}{note}"),
+            })];
+        }
         ViewUpdate::Daemon(DaemonUpdate::Unreadable { reason }) => {
             return vec![Event::Notice(pb::Notice {
                 level: "error".into(),

@@ -29,6 +29,7 @@ mod scopes;
 mod terminal;
 mod trial;
 mod ui;
+mod unsettled;
 mod warm;
 mod workbench;
 mod workbench_ui;
