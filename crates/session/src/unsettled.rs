@@ -9,7 +9,8 @@
 //!
 //! Pure: a run's stored events in ([`OpenCalls::read`]), read through the projection; the
 //! calls started and not answered out. A call the policy or a person denied never ran, nor
-//! did one parked for a person's answer.
+//! did one parked for a person's answer or one whose request was still waiting for a person
+//! when its CLI ended.
 
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -51,6 +52,8 @@ pub enum Settle {
 pub struct OpenCalls {
     projector: Projector,
     open: IndexMap<String, UnsettledCall>,
+    /// Calls put to a person and not answered: they never ran.
+    waiting: std::collections::HashSet<String>,
 }
 
 impl Default for OpenCalls {
@@ -62,7 +65,11 @@ impl Default for OpenCalls {
 impl OpenCalls {
     /// A reader of a run from its start.
     pub fn new() -> OpenCalls {
-        OpenCalls { projector: Projector::without_partial_inputs(), open: IndexMap::new() }
+        OpenCalls {
+            projector: Projector::without_partial_inputs(),
+            open: IndexMap::new(),
+            waiting: std::collections::HashSet::new(),
+        }
     }
 
     /// Reads event `seq`.
@@ -92,17 +99,24 @@ impl OpenCalls {
                 Update::ToolResult { tool_use_id, .. } => {
                     self.open.shift_remove(&tool_use_id);
                 }
-                Update::PermissionDecided {
-                    tool_use_id: Some(id),
-                    behavior: Behavior::Deny,
-                    ..
-                } => {
-                    self.open.shift_remove(&id);
+                Update::PermissionDecided { tool_use_id: Some(id), behavior, .. } => {
+                    self.waiting.remove(&id);
+                    if behavior == Behavior::Deny {
+                        self.open.shift_remove(&id);
+                    }
                 }
                 // Parked: it never ran, and waits for a person's answer with no process.
                 Update::PermissionAsked(pending) if pending.parked_at_ms.is_some() => {
                     if let Some(id) = &pending.tool_use_id {
                         self.open.shift_remove(id);
+                    }
+                }
+                // Put to a person: it runs only once they allow it.
+                Update::PermissionAsked(pending) => {
+                    if let Some(id) = pending.tool_use_id {
+                        if self.waiting.len() < MAX_OPEN {
+                            self.waiting.insert(id);
+                        }
                     }
                 }
                 _ => {}
@@ -115,9 +129,14 @@ impl OpenCalls {
         self.open.shift_remove(tool_use_id);
     }
 
-    /// The calls still open.
+    /// The calls still open: started, never answered, and not waiting for a person (a call
+    /// whose request died with its CLI or daemon never ran).
     pub fn open(&self) -> Vec<UnsettledCall> {
-        self.open.values().cloned().collect()
+        self.open
+            .values()
+            .filter(|call| !self.waiting.contains(&call.tool_use_id))
+            .cloned()
+            .collect()
     }
 }
 
@@ -144,4 +163,106 @@ pub fn note_for_model(settled: &[(UnsettledCall, Settle, Option<String>)]) -> Op
         ));
     }
     Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{json, Value};
+    use switchboard_protocol::Message;
+
+    use super::*;
+    use crate::event::{DecidedBy, LineDirection, PendingPermission, WireLine};
+
+    fn line(direction: LineDirection, value: Value) -> SessionEvent {
+        let raw = value.to_string();
+        let message = Message::decode_str(&raw).expect("a protocol line");
+        SessionEvent::Line(WireLine {
+            direction,
+            raw: Arc::from(raw.as_str()),
+            message: Arc::new(message),
+        })
+    }
+
+    fn call(id: &str) -> SessionEvent {
+        line(
+            LineDirection::FromCli,
+            json!({"type":"assistant","message":{"id":format!("m-{id}"),"type":"message","role":"assistant",
+                "model":"m","content":[{"type":"tool_use","id":id,"name":"Bash","input":{"command":format!("deploy {id}")}}]},
+                "parent_tool_use_id":null,"session_id":"s","uuid":format!("a-{id}")}),
+        )
+    }
+
+    fn result(id: &str) -> SessionEvent {
+        line(
+            LineDirection::FromCli,
+            json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":id,"content":"ok"}]},
+                "parent_tool_use_id":null,"session_id":"s","uuid":format!("u-{id}")}),
+        )
+    }
+
+    fn asked(id: &str, parked: bool) -> SessionEvent {
+        SessionEvent::PermissionRequested(PendingPermission {
+            request_id: format!("r-{id}"),
+            tool_name: "Bash".into(),
+            input: json!({}),
+            tool_use_id: Some(id.into()),
+            suggestions: Vec::new(),
+            reason: String::new(),
+            agent_id: None,
+            timeout_secs: 600,
+            asked_at_ms: 0,
+            always_allows: String::new(),
+            started_by: None,
+            origin: None,
+            rule: None,
+            cli_reason: None,
+            hints: Default::default(),
+            parked_at_ms: parked.then_some(1),
+            park_expires_at_ms: None,
+        })
+    }
+
+    fn decided(id: &str, behavior: Behavior) -> SessionEvent {
+        SessionEvent::decided(
+            &format!("r-{id}"),
+            "Bash",
+            behavior,
+            DecidedBy::Person { who: "a".into() },
+            String::new(),
+        )
+        .with_tool_use_id(Some(id.into()))
+    }
+
+    #[test]
+    fn only_calls_that_may_have_run_and_have_no_result_are_unsettled() {
+        let mut calls = OpenCalls::new();
+        let events = [
+            call("done"),
+            result("done"),
+            call("ran-unasked"),
+            call("allowed"),
+            asked("allowed", false),
+            decided("allowed", Behavior::Allow),
+            call("denied"),
+            asked("denied", false),
+            decided("denied", Behavior::Deny),
+            call("waiting"),
+            asked("waiting", false),
+            call("parked"),
+            asked("parked", true),
+            call("settled"),
+        ];
+        for (seq, event) in events.iter().enumerate() {
+            calls.read(seq as u64 + 1, event);
+        }
+        calls.settled("settled");
+        let open: Vec<String> = calls.open().into_iter().map(|call| call.tool_use_id).collect();
+        assert_eq!(open, ["ran-unasked", "allowed"]);
+        let note =
+            note_for_model(&[(calls.open()[1].clone(), Settle::Done, Some("shipped".into()))])
+                .unwrap();
+        assert!(note.ends_with("- Bash `deploy allowed` (call allowed): it took effect (a person confirmed: shipped); do not run it again."), "{note}");
+    }
 }
