@@ -201,7 +201,8 @@ impl Caller {
     /// is the daemon's own word for the face the request came in by (`api`, `grpc`,
     /// `websocket`, `mcp`, `relay`, `transcript`), never the client's: an agent is an agent
     /// whatever it calls itself. A person is the page's cookie (the web UI) or an editor
-    /// (`switchboard acp`, which names itself); any other program is `api:TOKEN`.
+    /// (`switchboard acp`, which names itself); any other program is `api:TOKEN`. The token is
+    /// the credential: whoever holds it can present it either way (docs/policy.md).
     pub fn starter(&self, channel: &str) -> switchboard_session::TurnOrigin {
         use switchboard_session::TurnOrigin;
         match channel {

@@ -760,6 +760,11 @@ impl SessionCore {
             }
             _ => {}
         }
+        // Every turn of ours has ended, however the CLI said so (a result, `idle`, a cancelled
+        // prompt, a transcript's turn end): a turn it starts next is no prompt's of ours.
+        if self.snapshot.queued_turns == 0 {
+            self.open_turns.idle();
+        }
         effects
     }
 

@@ -73,10 +73,14 @@ impl TurnOrigin {
         let token =
             head.rsplit_once("token ").map(|(_, name)| name).filter(|name| is_token_name(name));
         Some(match channel {
-            "web UI" | "acp" | "transcript" | "terminal" => TurnOrigin::Person,
+            // As `Caller::starter` reads the faces: a transcript taken over from the page says
+            // `web UI`; through a program, `transcript`.
+            "web UI" | "acp" | "terminal" => TurnOrigin::Person,
             "mcp" => TurnOrigin::Agent,
             "relay" => TurnOrigin::Relay,
-            "api" | "grpc" | "websocket" => TurnOrigin::Api { token: token?.to_owned() },
+            "api" | "grpc" | "websocket" | "transcript" => {
+                TurnOrigin::Api { token: token?.to_owned() }
+            }
             _ => return None,
         })
     }
@@ -229,6 +233,7 @@ mod tests {
             ("editor, token admin (acp)", Some(TurnOrigin::Person)),
             ("token planner (mcp)", Some(TurnOrigin::Agent)),
             ("token admin (relay)", Some(TurnOrigin::Relay)),
+            ("token admin (transcript)", Some(TurnOrigin::Api { token: "admin".into() })),
             ("schedule nightly, token admin (api)", Some(TurnOrigin::Schedule)),
             ("trigger ci, token admin (api)", Some(TurnOrigin::Trigger)),
             // A channel this release does not know, or a sentence of no face: not guessed.

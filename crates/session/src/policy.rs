@@ -393,24 +393,25 @@ impl Policy {
             block: Option<&when::When>,
             list: &'a [Rule],
             effect: Behavior,
+            sure: bool,
         ) {
             for rule in list.iter().filter(|rule| words::is_path_rule(rule)) {
                 let name = block.map_or_else(|| rule.text.clone(), |block| block.name(rule));
-                rules.push(words::PathRule { rule, name, effect });
+                rules.push(words::PathRule { rule, name, effect, sure });
             }
         }
         let mut rules = Vec::new();
-        add(&mut rules, None, &self.deny, Behavior::Deny);
-        add(&mut rules, None, &self.ask, Behavior::Ask);
+        add(&mut rules, None, &self.deny, Behavior::Deny, true);
+        add(&mut rules, None, &self.ask, Behavior::Ask, true);
         for block in &self.when {
             match block.holds(tool_name, facts) {
                 when::Holds::Yes => {
-                    add(&mut rules, Some(block), &block.deny, Behavior::Deny);
-                    add(&mut rules, Some(block), &block.ask, Behavior::Ask);
+                    add(&mut rules, Some(block), &block.deny, Behavior::Deny, true);
+                    add(&mut rules, Some(block), &block.ask, Behavior::Ask, true);
                 }
                 when::Holds::Unknown => {
-                    add(&mut rules, Some(block), &block.deny, Behavior::Ask);
-                    add(&mut rules, Some(block), &block.ask, Behavior::Ask);
+                    add(&mut rules, Some(block), &block.deny, Behavior::Ask, false);
+                    add(&mut rules, Some(block), &block.ask, Behavior::Ask, false);
                 }
                 when::Holds::No => {}
             }
@@ -482,14 +483,20 @@ impl Policy {
                 rule: Some(rule),
             };
         }
+        // An ask rule's path the words surely touch asks, as an ask rule does.
+        let mut unsure = None;
         if let Some(verdict) = words {
-            return Decision {
-                behavior: Behavior::Ask,
-                rule: Some(verdict.rule),
-                reason: verdict.reason,
-            };
+            if verdict.certain {
+                return Decision {
+                    behavior: Behavior::Ask,
+                    rule: Some(verdict.rule),
+                    reason: verdict.reason,
+                };
+            }
+            unsure = Some((verdict.rule, verdict.reason));
         }
-        // A deny or ask rule that might hold: a person decides what the rule cannot.
+        // A deny or ask rule that might hold: a person decides what the rule cannot, unless
+        // the policy would deny the call anyway (what is unknown never makes it looser).
         let undecided = self
             .when
             .iter()
@@ -502,16 +509,18 @@ impl Policy {
                     .find(|rule| rule.matches_any_part(&call))
                     .map(|rule| block.name(rule))
             });
-        if let Some(rule) = undecided {
-            return Decision {
-                behavior: Behavior::Ask,
-                reason: format!(
-                    "policy rule {rule} may apply, and {} is not known: asking a person",
-                    unknown_of(tool_name, facts)
-                ),
-                rule: Some(rule),
-            };
+        if let (None, Some(rule)) = (&unsure, undecided) {
+            let reason = format!(
+                "policy rule {rule} may apply, and {} is not known: asking a person",
+                unknown_of(tool_name, facts)
+            );
+            unsure = Some((rule, reason));
         }
+        let unsure_ask = |(rule, reason): (String, String)| Decision {
+            behavior: Behavior::Ask,
+            rule: Some(rule),
+            reason,
+        };
         let allow: Vec<(Option<&when::When>, &Rule)> = self
             .allow
             .iter()
@@ -519,11 +528,17 @@ impl Policy {
             .chain(holding.iter().flat_map(|block| block.allow.iter().map(|r| (Some(*block), r))))
             .collect();
         if let Some(rules) = allowed_by(&allow, &call) {
+            if let Some(unsure) = unsure {
+                return unsure_ask(unsure);
+            }
             return Decision {
                 behavior: Behavior::Allow,
                 rule: Some(rules.join(", ")),
                 reason: format!("allowed by policy rule {}", rules.join(", ")),
             };
+        }
+        if let (Some(unsure), Behavior::Allow | Behavior::Ask) = (unsure, self.default) {
+            return unsure_ask(unsure);
         }
         Decision {
             behavior: self.default,

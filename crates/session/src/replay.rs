@@ -34,6 +34,8 @@ pub struct ReplayedCall {
     pub input: Value,
     /// The log's sequence number of the event that showed it.
     pub seq: u64,
+    /// When that event was stored (Unix milliseconds).
+    pub at_ms: u64,
     /// Who started its turn, when the log says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<TurnOrigin>,
@@ -159,12 +161,12 @@ impl Replay {
         self.projector.view().cwd.as_deref()
     }
 
-    /// Reads event `seq`; gives back the calls it decided.
-    pub fn read(&mut self, seq: u64, event: &SessionEvent) -> Vec<ReplayedCall> {
+    /// Reads event `seq`, stored at `at_ms`; gives back the calls it decided.
+    pub fn read(&mut self, seq: u64, at_ms: u64, event: &SessionEvent) -> Vec<ReplayedCall> {
         let mut updates = Vec::new();
         self.projector.apply(event, &mut |update| updates.push(update));
         for update in updates {
-            self.update(seq, update);
+            self.update(seq, at_ms, update);
         }
         std::mem::take(&mut self.settled)
     }
@@ -175,7 +177,7 @@ impl Replay {
         open.into_values().collect()
     }
 
-    fn update(&mut self, seq: u64, update: Update) {
+    fn update(&mut self, seq: u64, at_ms: u64, update: Update) {
         match update {
             Update::Block { block: Block::ToolUse { tool_use_id, name, input, .. }, .. } => {
                 if self.done.contains(&tool_use_id) {
@@ -192,6 +194,7 @@ impl Replay {
                     tool_name: name,
                     input,
                     seq,
+                    at_ms,
                     origin: None,
                     mcp_source,
                     actual: Actual::Undecided,
@@ -260,13 +263,20 @@ impl Replay {
 
     /// Where an MCP tool's server was configured, as the session's `init` said.
     fn source_of(&self, tool_name: &str) -> Option<String> {
-        let server = crate::policy::when::mcp_server_of(tool_name)?;
-        self.projector
+        let servers: Vec<(String, &str)> = self
+            .projector
             .view()
             .mcp_servers
             .iter()
-            .find(|known| crate::policy::when::server_in_tool_names(&known.name) == server)
-            .and_then(|known| known.source.clone())
+            .filter_map(|known| {
+                let source = known.source.as_deref()?;
+                Some((crate::policy::when::server_in_tool_names(&known.name), source))
+            })
+            .collect();
+        crate::policy::when::source_of_tool(
+            tool_name,
+            servers.iter().map(|(name, source)| (name.as_str(), *source)),
+        )
     }
 }
 
@@ -338,7 +348,7 @@ mod tests {
         let mut replay = Replay::new();
         let mut calls = Vec::new();
         for (seq, event) in events.iter().enumerate() {
-            calls.extend(replay.read(seq as u64 + 1, event));
+            calls.extend(replay.read(seq as u64 + 1, 0, event));
         }
         calls.extend(replay.finish());
         calls
@@ -431,7 +441,7 @@ mod tests {
         let mut given = 0;
         for n in 0..(MAX_OPEN_CALLS + 10) {
             given += replay
-                .read(n as u64, &call(&format!("t{n}"), "Bash", json!({"command": "x"})))
+                .read(n as u64, 0, &call(&format!("t{n}"), "Bash", json!({"command": "x"})))
                 .len();
         }
         assert_eq!(given, 10, "the oldest given back undecided");

@@ -1068,6 +1068,18 @@ async fn tool_api(sleeper: &str) -> FakeApi {
 /// Resumes session `id` and sends it `AFTER`; returns once that turn's result is stored (the
 /// subscription follows from `after`, the last event before the resume).
 async fn resume_and_use_again(url: &str, token: &str, id: &str, after: u64) {
+    // The call the kill cut off is unsettled: settled (its outcome unknown) before a resume.
+    let path = format!("/api/sessions/{id}/unsettled");
+    let open = http(url, token, reqwest::Method::GET, &path, None).await;
+    assert_eq!(open.as_array().map(Vec::len), Some(1), "the cut-off call: {open}");
+    let refused =
+        http(url, token, reqwest::Method::POST, &format!("/api/sessions/{id}/resume"), None).await;
+    assert_eq!(refused["error"]["code"], "unsettled", "{refused}");
+    let call = open[0]["tool_use_id"].as_str().unwrap();
+    let settle = json!({"settle": "interrupted"});
+    let left =
+        http(url, token, reqwest::Method::POST, &format!("{path}/{call}"), Some(settle)).await;
+    assert_eq!(left, json!([]));
     let resumed = http(
         url,
         token,

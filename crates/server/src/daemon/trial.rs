@@ -78,9 +78,17 @@ impl TrialFilter {
                     ))
                 }
             };
+            if slot.is_some() {
+                return Err(format!("{key}= is given twice; each key once (ids: any of them)"));
+            }
             *slot = Some(value);
         }
         Ok(filter)
+    }
+
+    /// Whether a call of a picked session counts: made since `since_ms`, if given.
+    fn counts(&self, call: &switchboard_session::replay::ReplayedCall) -> bool {
+        self.since_ms.is_none_or(|since| call.at_ms >= since)
     }
 
     /// Whether it picks `record`.
@@ -174,14 +182,11 @@ impl Daemon {
                     let Ok(event) = SessionEvent::from_stored(&stored.kind, &stored.payload) else {
                         continue;
                     };
-                    let calls = replay.read(stored.seq, &event);
+                    let calls = replay.read(stored.seq, stored.ts_ms, &event);
                     if let Some(cwd) = replay.cwd() {
                         context.cwd = PathBuf::from(cwd);
                     }
-                    if filter.since_ms.is_some_and(|since| stored.ts_ms < since) {
-                        continue;
-                    }
-                    for call in &calls {
+                    for call in calls.iter().filter(|call| filter.counts(call)) {
                         trial.add_under(&policy, &record.id, call, &context);
                     }
                 }
@@ -193,8 +198,8 @@ impl Daemon {
                     break;
                 }
             }
-            for call in replay.finish() {
-                trial.add_under(&policy, &record.id, &call, &context);
+            for call in replay.finish().iter().filter(|call| filter.counts(call)) {
+                trial.add_under(&policy, &record.id, call, &context);
             }
             trial.session_read();
             let _ = progress.send(tell(&trial, index as u64 + 1)).await;

@@ -87,7 +87,16 @@ impl Daemon {
         if self.handle(id).is_ok() {
             return Ok(Vec::new());
         }
-        self.store.get_session(id).await?.ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        let record = self
+            .store
+            .get_session(id)
+            .await?
+            .ok_or_else(|| DaemonError::NotFound(id.to_owned()))?;
+        // Running somewhere (another node, a terminal's or a followed session's own process):
+        // its calls are in flight, not cut off.
+        if !record.state.is_final() && !self.node_lost(&record) {
+            return Ok(Vec::new());
+        }
         Ok(self.run_calls(id).await?.0)
     }
 

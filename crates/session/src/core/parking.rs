@@ -167,7 +167,11 @@ impl SessionCore {
         let (result, behavior, message, input_changed) = match answer.behavior {
             AnswerBehavior::Allow => {
                 let run = answer.updated_input.clone().unwrap_or_else(|| input.clone());
-                let facts = self.facts(tool_name, pending.hints.mcp_server.as_ref());
+                // Judged as the request was: its turn's origin, not the resumed run's.
+                let facts = CallFacts {
+                    origin: pending.origin.clone(),
+                    ..self.facts(tool_name, pending.hints.mcp_server.as_ref())
+                };
                 let ruled = self.policy.decide_call(tool_name, &run, &self.match_context, &facts);
                 if ruled.behavior == Behavior::Deny {
                     (

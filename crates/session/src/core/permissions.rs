@@ -623,9 +623,10 @@ impl SessionCore {
     pub(super) fn facts(&self, tool_name: &str, server: Option<&McpServer>) -> CallFacts {
         let mcp_source = match server {
             Some(server) => Some(server.source.clone()),
-            None => crate::policy::when::mcp_server_of(tool_name)
-                .and_then(|name| self.mcp_sources.get(name))
-                .cloned(),
+            None => crate::policy::when::source_of_tool(
+                tool_name,
+                self.mcp_sources.iter().map(|(name, source)| (name.as_str(), source.as_str())),
+            ),
         };
         CallFacts { origin: self.open_turns.origin().cloned(), mcp_source }
     }
@@ -635,16 +636,15 @@ impl SessionCore {
         for server in init.mcp_server_list() {
             let Some(source) = server.source else { continue };
             let name = crate::policy::when::server_in_tool_names(&server.name);
-            if self.mcp_sources.len() >= MAX_MCP_SERVERS && !self.mcp_sources.contains_key(&name) {
+            if self.mcp_sources.len() >= crate::policy::when::MAX_MCP_SERVERS
+                && !self.mcp_sources.contains_key(&name)
+            {
                 break;
             }
             self.mcp_sources.insert(name, source.chars().take(MAX_HINT_CHARS).collect());
         }
     }
 }
-
-/// The most MCP servers whose sources a session keeps.
-const MAX_MCP_SERVERS: usize = 256;
 
 fn hints_of(request: &CanUseToolRequest) -> PermissionHints {
     let cut = |text: &String| text.chars().take(MAX_HINT_CHARS).collect::<String>();

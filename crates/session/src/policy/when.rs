@@ -28,6 +28,9 @@ use serde::Deserialize;
 use super::{PolicyError, Rule};
 use crate::origin::TurnOrigin;
 
+/// The most MCP servers whose sources a session keeps.
+pub const MAX_MCP_SERVERS: usize = 256;
+
 /// The most `[[permissions.when]]` blocks a policy has.
 pub const MAX_WHEN_BLOCKS: usize = 64;
 
@@ -210,11 +213,27 @@ pub fn server_in_tool_names(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
 }
 
-/// The server an MCP tool's name names (`mcp__github__create_issue` → `github`).
-pub fn mcp_server_of(tool_name: &str) -> Option<&str> {
+/// Where the server an MCP tool belongs to was configured, among `servers` (each server's
+/// name as its tools carry it, and its source): every server whose tools' names could start
+/// so (`mcp__a__b__c` could be server `a`'s tool `b__c` or server `a__b`'s tool `c`) must agree,
+/// or the source is unknown.
+pub fn source_of_tool<'a>(
+    tool_name: &str,
+    servers: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
     let rest = tool_name.strip_prefix("mcp__")?;
-    let (server, _) = rest.split_once("__")?;
-    (!server.is_empty()).then_some(server)
+    let mut found: Option<&str> = None;
+    for (name, source) in servers {
+        let carries = rest.strip_prefix(name).is_some_and(|tool| tool.starts_with("__"));
+        if !carries {
+            continue;
+        }
+        match found {
+            Some(known) if known != source => return None,
+            _ => found = Some(source),
+        }
+    }
+    found.map(str::to_owned)
 }
 
 #[cfg(test)]
@@ -380,10 +399,44 @@ mod tests {
     }
 
     #[test]
-    fn a_tools_server_is_read_from_its_name() {
-        assert_eq!(mcp_server_of("mcp__github__create_issue"), Some("github"));
-        assert_eq!(mcp_server_of("mcp__a-b__x__y"), Some("a-b"));
-        assert_eq!(mcp_server_of("mcp____x"), None);
-        assert_eq!(mcp_server_of("Bash"), None);
+    fn what_is_unknown_never_loosens_a_policy_that_denies_by_default() {
+        let policy = Policy::from_toml(
+            "[permissions]\ndefault = \"deny\"\nallow = [\"Read\"]\n[[permissions.when]]\norigin = [\"agent\"]\ndeny = [\"Bash\"]\n[[permissions.when]]\norigin = [\"agent\"]\ndeny = [\"Read(secret)\"]",
+        )
+        .unwrap();
+        let bash =
+            policy.decide_call("Bash", &json!({"command": "ls"}), &context(), &facts(None, None));
+        assert_eq!(bash.behavior, Behavior::Deny, "the default denies it anyway: {}", bash.reason);
+        let read = |path: &str| {
+            policy.decide_call("Read", &json!({"file_path": path}), &context(), &facts(None, None))
+        };
+        assert_eq!(
+            read("/work/project/secret").behavior,
+            Behavior::Ask,
+            "allowed, but a deny may hold"
+        );
+        assert_eq!(read("/work/project/other").behavior, Behavior::Allow);
+        let words = Policy::from_toml("[permissions]\ndefault = \"deny\"\ndeny = [\"Read(.env)\"]")
+            .unwrap();
+        let cat = words.decide_call(
+            "Bash",
+            &json!({"command": "cat $F"}),
+            &context(),
+            &facts(None, None),
+        );
+        assert_eq!(cat.behavior, Behavior::Deny, "{}", cat.reason);
+    }
+
+    #[test]
+    fn a_tools_source_is_unknown_when_two_servers_could_own_it() {
+        let servers = [("github", "user"), ("github__x", "project"), ("docs", "user")];
+        assert_eq!(source_of_tool("mcp__docs__read", servers), Some("user".into()));
+        assert_eq!(
+            source_of_tool("mcp__github__x__issue", servers),
+            None,
+            "github's x__issue or github__x's issue"
+        );
+        assert_eq!(source_of_tool("mcp__github__issue", servers), Some("user".into()));
+        assert_eq!(source_of_tool("mcp__other__a", servers), None);
     }
 }

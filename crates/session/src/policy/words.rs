@@ -32,6 +32,8 @@ pub(super) struct PathRule<'a> {
     pub(super) name: String,
     /// Deny, or ask (an ask rule, or a deny rule whose block's condition is unknown).
     pub(super) effect: Behavior,
+    /// Whether the rule surely applies (its block's condition is not unknown).
+    pub(super) sure: bool,
 }
 
 /// What the words decide: the strictest hit, with the rule's name and why.
@@ -43,6 +45,9 @@ pub(super) struct WordsVerdict {
     pub(super) rule: String,
     /// Why, in words: `the command reads .env`.
     pub(super) reason: String,
+    /// The words surely touch what the rule names (else they cannot tell, and a policy that
+    /// denies the call anyway still does).
+    pub(super) certain: bool,
 }
 
 /// The largest command whose words are read; a longer one asks, if rules could hold.
@@ -73,9 +78,10 @@ pub(super) fn judge(
             behavior: Behavior::Ask,
             rule: first.name.clone(),
             reason: "the command is too long to read its words".to_owned(),
+            certain: false,
         });
     }
-    judge_parts(bash, rules, context, 0, &mut verdicts);
+    judge_parts(bash, rules, context, Some(context.cwd.clone()), 0, &mut verdicts);
     // Deny beats ask; the first of each, in the command's order.
     verdicts
         .iter()
@@ -88,35 +94,56 @@ fn judge_parts(
     bash: &BashCommand,
     rules: &[PathRule<'_>],
     context: &MatchContext,
+    start: Option<PathBuf>,
     depth: usize,
     verdicts: &mut Vec<WordsVerdict>,
 ) {
-    // Where relative words resolve: the session's directory, until a `cd` moves it.
-    let mut cwd = Some(context.cwd.clone());
-    for part in bash.parts.iter().chain(&bash.hidden) {
-        let Some(command) = Command::parse(part) else {
-            ask_any(rules, "a command's quotes do not close", verdicts);
-            continue;
+    // Where relative words resolve: where the command starts, until a `cd` moves it.
+    let mut cwd = start.clone();
+    let mut moved = false;
+    for part in &bash.parts {
+        judge_part(part, rules, context, &mut cwd, &mut moved, depth, verdicts);
+    }
+    // What runs inside `$(…)` runs where it stands, which the parts do not tell apart once a
+    // `cd` moved them: then its relative words are undecided.
+    let mut cwd = if moved { None } else { start };
+    for part in &bash.hidden {
+        judge_part(part, rules, context, &mut cwd, &mut moved, depth, verdicts);
+    }
+}
+
+fn judge_part(
+    part: &str,
+    rules: &[PathRule<'_>],
+    context: &MatchContext,
+    cwd: &mut Option<PathBuf>,
+    moved: &mut bool,
+    depth: usize,
+    verdicts: &mut Vec<WordsVerdict>,
+) {
+    let Some(command) = Command::parse(part) else {
+        ask_any(rules, "a command's quotes do not close", verdicts);
+        return;
+    };
+    if let Some(target) = command.changes_directory() {
+        *moved = true;
+        *cwd = match (target, cwd.as_ref()) {
+            (Some(word), Some(from)) if !word.expands => Some(normalize(&from.join(&word.text))),
+            _ => None,
         };
-        if let Some(target) = command.changes_directory() {
-            cwd = match (target, &cwd) {
-                (Some(word), Some(from)) if !word.expands => {
-                    Some(normalize(&from.join(&word.text)))
-                }
-                _ => None,
-            };
-            continue;
+        return;
+    }
+    if let Some(inner) = command.shell_script() {
+        if depth < MAX_DEPTH {
+            // A shell started here starts where the command stands.
+            let inner = BashCommand::parse(&inner);
+            judge_parts(&inner, rules, context, cwd.clone(), depth + 1, verdicts);
+        } else {
+            ask_any(rules, "shells nest too deep to read", verdicts);
         }
-        if let Some(inner) = command.shell_script() {
-            if depth < MAX_DEPTH {
-                judge_parts(&BashCommand::parse(&inner), rules, context, depth + 1, verdicts);
-            } else {
-                ask_any(rules, "shells nest too deep to read", verdicts);
-            }
-        }
-        for touch in command.touches() {
-            hold(rules, &touch, cwd.as_deref(), context, verdicts);
-        }
+    }
+    for touch in command.touches() {
+        hold(rules, &touch, cwd.as_deref(), context, verdicts);
     }
 }
 
@@ -200,6 +227,7 @@ fn hold(
                         "policy rule {} may hold for {shown}, which the command {verb} and its words do not decide: asking a person",
                         path_rule.name
                     ),
+                    certain: false,
                 });
             }
             continue;
@@ -225,7 +253,8 @@ fn hold(
             ),
             _ => format!("policy rule {} asks a person: {what}", path_rule.name),
         };
-        verdicts.push(WordsVerdict { behavior, rule: path_rule.name.clone(), reason });
+        let certain = !unsure && path_rule.sure;
+        verdicts.push(WordsVerdict { behavior, rule: path_rule.name.clone(), reason, certain });
     }
 }
 
@@ -236,6 +265,7 @@ fn ask_any(rules: &[PathRule<'_>], why: &str, verdicts: &mut Vec<WordsVerdict>) 
             behavior: Behavior::Ask,
             rule: first.name.clone(),
             reason: format!("{why}, so policy rule {} may hold: asking a person", first.name),
+            certain: false,
         });
     }
 }
@@ -445,7 +475,8 @@ impl Command {
                         started = true;
                     }
                 }
-                ' ' | '\t' | '\n' => {
+                // A subshell's parentheses and a group's braces part words, as blanks do.
+                ' ' | '\t' | '\n' | '(' | ')' => {
                     finish(&mut command, &mut word, &mut expands, &mut started, &mut target)
                 }
                 '<' | '>' => {
@@ -600,11 +631,13 @@ impl Command {
                 w.text == long || (!w.text.starts_with("--") && w.text[1..].contains(short))
             })
         };
-        // Whether one of these options is given as a word of its own.
-        let given = |names: &[&str]| options.iter().any(|w| names.contains(&w.text.as_str()));
         // Non-option words, `--` ends options.
         let valued = options_with_values(&name);
         let mut operands: Vec<Word> = Vec::new();
+        // `cp -t DIR` / `--target-directory=DIR`: every operand is a source.
+        let mut target: Option<Word> = None;
+        // A pattern or script given as an option (`-e X`, `-eX`, `--regexp=X`, `-f FILE`).
+        let mut pattern_option = false;
         let mut after_dashes = false;
         let mut words = args.iter();
         while let Some(word) = words.next() {
@@ -617,21 +650,52 @@ impl Command {
                 // (`sort -o FILE`), or no path at all (`-e PATTERN`, `-n 5`).
                 let Some(value) = words.next() else { break };
                 match word.text.as_str() {
-                    "-f" | "--file" => out.push(touch(value, Access::Read, false, false)),
+                    "-f" | "--file" => {
+                        pattern_option = true;
+                        out.push(touch(value, Access::Read, false, false));
+                    }
+                    "-e" | "-E" | "--regexp" | "--expression" => pattern_option = true,
                     "-o" | "--output" => out.push(touch(value, Access::Write, false, false)),
+                    "-t" | "--target-directory" if is_copier(&name) => target = Some(value.clone()),
                     _ => {}
                 }
-            } else if let Some((_, value)) = word.text.split_once('=') {
-                // `--file=PATH`: its value may be a path.
-                if name_is_unknown(&name) {
-                    operands.push(Word { text: value.to_owned(), expands: word.expands });
+            } else if let Some((key, value)) = word.text.split_once('=') {
+                let value = Word { text: value.to_owned(), expands: word.expands };
+                match key {
+                    "--regexp" | "--expression" => pattern_option = true,
+                    "--file" if !name_is_unknown(&name) => {
+                        pattern_option = true;
+                        out.push(touch(&value, Access::Read, false, false));
+                    }
+                    "--target-directory" if is_copier(&name) => target = Some(value),
+                    // `--file=PATH`: its value may be a path.
+                    _ if name_is_unknown(&name) => operands.push(value),
+                    _ => {}
+                }
+            } else if !word.text.starts_with("--") && word.text.len() > 2 {
+                // A short option with its value attached: `-eKEY`, `-fPATTERNS`, `-tDIR`.
+                let (option, value) = word.text.split_at(2);
+                let value = Word { text: value.to_owned(), expands: word.expands };
+                if valued.contains(&option) {
+                    match option {
+                        "-e" | "-E" => pattern_option = true,
+                        "-f" => {
+                            pattern_option = true;
+                            out.push(touch(&value, Access::Read, false, false));
+                        }
+                        "-o" => out.push(touch(&value, Access::Write, false, false)),
+                        "-t" if is_copier(&name) => target = Some(value),
+                        _ => {}
+                    }
                 }
             }
         }
         match name.as_str() {
             n if NO_FILES.contains(&n) => {}
             n if READERS.contains(&n) => {
-                out.extend(operands.iter().map(|w| touch(w, Access::Read, false, false)));
+                // `diff -r` reads every file under the directories it compares.
+                let recursive = n == "diff" && flag('r', "--recursive");
+                out.extend(operands.iter().map(|w| touch(w, Access::Read, recursive, false)));
             }
             n if WRITERS.contains(&n) => {
                 let recursive = matches!(n, "rm" | "chmod" | "chown" | "chgrp")
@@ -640,7 +704,7 @@ impl Command {
                 out.extend(operands.iter().map(|w| touch(w, Access::Write, recursive, false)));
             }
             "grep" | "egrep" | "fgrep" | "zgrep" => {
-                let pattern_given = given(&["-e", "-f", "--regexp", "--file"]);
+                let pattern_given = pattern_option;
                 let recursive = flag('r', "--recursive") || flag('R', "--dereference-recursive");
                 let files: Vec<&Word> = operands.iter().skip(usize::from(!pattern_given)).collect();
                 if recursive && files.is_empty() {
@@ -654,7 +718,7 @@ impl Command {
                 out.extend(files.iter().map(|w| touch(w, Access::Read, recursive, false)));
             }
             "rg" | "ag" | "ack" | "ugrep" | "git-grep" => {
-                let pattern_given = given(&["-e", "-f", "--regexp", "--file"]);
+                let pattern_given = pattern_option;
                 let files: Vec<&Word> = operands.iter().skip(usize::from(!pattern_given)).collect();
                 if files.is_empty() {
                     out.push(touch(
@@ -707,13 +771,13 @@ impl Command {
                     || options
                         .iter()
                         .any(|w| w.text.starts_with("--in-place") || w.text.starts_with("-i"));
-                let script_given = given(&["-e", "-E", "-f", "--expression", "--file"]);
+                let script_given = pattern_option;
                 let files = operands.iter().skip(usize::from(!script_given));
                 let access = if in_place { Access::Write } else { Access::Read };
                 out.extend(files.map(|w| touch(w, access, false, false)));
             }
             "awk" | "gawk" | "mawk" | "jq" | "yq" => {
-                let program_given = name.ends_with("awk") && given(&["-f", "--file"]);
+                let program_given = name.ends_with("awk") && pattern_option;
                 let files = operands.iter().skip(usize::from(!program_given));
                 out.extend(files.map(|w| touch(w, Access::Read, false, false)));
             }
@@ -721,7 +785,11 @@ impl Command {
                 let recursive =
                     flag('r', "--recursive") || flag('R', "--recursive") || flag('a', "--archive");
                 let source_access = if name == "mv" { Access::Either } else { Access::Read };
-                if let Some((dest, sources)) = operands.split_last() {
+                let split = match &target {
+                    Some(dir) => Some((dir, operands.as_slice())),
+                    None => operands.split_last(),
+                };
+                if let Some((dest, sources)) = split {
                     for source in sources {
                         out.push(touch(source, source_access, recursive || name == "mv", false));
                         // Into a directory: the file it makes there.
@@ -823,6 +891,11 @@ fn options_with_values(name: &str) -> &'static [&'static str] {
     }
 }
 
+/// Whether `name` copies or moves files (its `-t DIR` is where they go).
+fn is_copier(name: &str) -> bool {
+    matches!(name, "cp" | "mv" | "install")
+}
+
 /// Whether `name` is no command of the table.
 fn name_is_unknown(name: &str) -> bool {
     !(NO_FILES.contains(&name) || READERS.contains(&name) || WRITERS.contains(&name))
@@ -901,6 +974,17 @@ mod tests {
             ("cat docs/*.md", Behavior::Allow),
             ("python3 tools/x.py", Behavior::Allow),
             ("git status", Behavior::Allow),
+            // What the first reading missed (a review's findings).
+            ("(cat .env)", Behavior::Deny),
+            ("cp -t /tmp .env", Behavior::Deny),
+            ("cp --target-directory=/tmp .env", Behavior::Deny),
+            ("cp -t src README.md", Behavior::Deny),
+            ("grep -eKEY .env", Behavior::Deny),
+            ("grep --regexp=KEY .env", Behavior::Deny),
+            ("diff -r . /tmp/x", Behavior::Deny),
+            ("cd docs && sh -c 'cat ../.env'", Behavior::Deny),
+            ("echo $(cat .env); cd /tmp", Behavior::Ask),
+            ("echo $(cat README.md); cd /tmp", Behavior::Ask),
             // Undecidable from the words: a person decides.
             ("cat $FILE", Behavior::Ask),
             ("cat *.env", Behavior::Ask),

@@ -480,8 +480,8 @@ pub struct View {
     pub mcp_servers: Vec<McpServerInfo>,
 }
 
-/// The most MCP servers a view lists.
-pub const MAX_MCP_SERVERS: usize = 64;
+/// The most MCP servers a view lists (as many as a session's policy tells apart).
+pub const MAX_MCP_SERVERS: usize = crate::policy::when::MAX_MCP_SERVERS;
 
 /// An MCP server as the CLI's `init` listed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
