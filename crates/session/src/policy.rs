@@ -772,10 +772,17 @@ impl Rule {
     }
 }
 
-/// Turns a rule's path pattern into an absolute glob: `//abs` is absolute, `~/x` is under the
-/// home, `/x` and `x` are under the session's cwd.
+/// Turns a rule's path pattern into an absolute glob ([`absolute_pattern`]).
 fn resolve_pattern(pattern: &str, context: &MatchContext) -> Option<GlobMatcher> {
-    let absolute = if let Some(rest) = pattern.strip_prefix("//") {
+    let absolute = absolute_pattern(pattern, context)?;
+    let glob = globset::GlobBuilder::new(&absolute).literal_separator(true).build().ok()?;
+    Some(glob.compile_matcher())
+}
+
+/// A rule's path pattern made absolute: `//abs` is absolute, `~/x` is under the home, `/x` and
+/// `x` are under the session's cwd.
+fn absolute_pattern(pattern: &str, context: &MatchContext) -> Option<String> {
+    Some(if let Some(rest) = pattern.strip_prefix("//") {
         format!("/{rest}")
     } else if let Some(rest) = pattern.strip_prefix("~/") {
         format!("{}/{rest}", context.home.as_ref()?.display())
@@ -787,9 +794,7 @@ fn resolve_pattern(pattern: &str, context: &MatchContext) -> Option<GlobMatcher>
             context.cwd.display().to_string().trim_end_matches('/'),
             relative.trim_start_matches('/')
         )
-    };
-    let glob = globset::GlobBuilder::new(&absolute).literal_separator(true).build().ok()?;
-    Some(glob.compile_matcher())
+    })
 }
 
 /// A tool call, prepared for matching.

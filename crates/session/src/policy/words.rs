@@ -21,7 +21,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{normalize, resolve_pattern, BashCommand, Behavior, Content, MatchContext, Rule};
+use super::{
+    absolute_pattern, normalize, resolve_pattern, BashCommand, Behavior, Content, MatchContext,
+    Rule,
+};
 use super::{FILE_EDIT_TOOLS, FILE_READ_TOOLS};
 
 /// A path rule to hold against the words, and what it does when it holds.
@@ -303,22 +306,6 @@ fn could_hold_under(pattern: &str, root: &Path, context: &MatchContext) -> bool 
     let literal = &absolute[..end];
     let literal = Path::new(literal.rsplit_once('/').map_or(literal, |(dir, _)| dir));
     literal.starts_with(root) || (root.starts_with(literal) && absolute.contains("**"))
-}
-
-/// A rule's pattern as an absolute path pattern (as [`resolve_pattern`] makes it).
-fn absolute_pattern(pattern: &str, context: &MatchContext) -> Option<String> {
-    Some(if let Some(rest) = pattern.strip_prefix("//") {
-        format!("/{rest}")
-    } else if let Some(rest) = pattern.strip_prefix("~/") {
-        format!("{}/{rest}", context.home.as_ref()?.display())
-    } else {
-        let relative = pattern.strip_prefix("./").unwrap_or(pattern);
-        format!(
-            "{}/{}",
-            context.cwd.display().to_string().trim_end_matches('/'),
-            relative.trim_start_matches('/')
-        )
-    })
 }
 
 /// A shell word: its text with quotes taken off, and whether the shell would change it (an
