@@ -10,6 +10,7 @@ mod install;
 mod matrix;
 mod pair;
 mod parked;
+mod policy;
 mod run;
 mod schedule;
 mod serve;
