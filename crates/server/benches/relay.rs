@@ -2,7 +2,10 @@
 //! shapes, each relay in a process of its own, measured side by side in one run:
 //!
 //! - Switchboard (every line stored in SQLite, an auto-approve policy);
-//! - a minimal Rust forwarder that stores and parses nothing (the practical limit);
+//! - the store-and-forward floor: a minimal Rust forwarder that decodes each line's routing
+//!   fields once and appends the line to one journal file before any frontend sees it (the
+//!   least a durable, decoding relay can do);
+//! - the bare forwarder, which stores and parses nothing (the practical limit);
 //! - a Node `ws` relay (`benches/node-relay/relay.mjs`), the shape of the relays other Claude
 //!   Code web UIs ship.
 //!
@@ -12,7 +15,13 @@
 //! delivery, divided by the lines delivered, and its peak RSS (`VmHWM`) are what is compared.
 //!
 //! `cargo bench -p switchboard-server --bench relay -- [--shapes abcd] [--passes 2]
-//!  [--seconds 10] [--flat-lines 100000] [--relays switchboard,forwarder,node] [--json]`
+//!  [--seconds 10] [--flat-lines 100000] [--relays switchboard,floor,forwarder,node] [--json]
+//!  [--callgrind]`
+//!
+//! `--callgrind` counts each relay's instructions (valgrind's callgrind, switched on at the
+//! start signal and dumped at the last delivery) over a fixed number of lines per shape,
+//! instead of its CPU time: deterministic enough to see a 1 % step that CPU time's noise hides.
+//! Each dump is kept as `target/callgrind/RELAY-SHAPE.out` for `callgrind_annotate`.
 //! (`npm ci --prefix crates/server/benches/node-relay` first for the Node relay.)
 
 #![allow(
@@ -72,6 +81,8 @@ struct Options {
     flat_lines: u64,
     relays: Vec<String>,
     json: bool,
+    /// Count instructions under callgrind instead of CPU time, over a fixed number of lines.
+    callgrind: bool,
 }
 
 fn parse_args() -> (Option<String>, Options) {
@@ -80,8 +91,9 @@ fn parse_args() -> (Option<String>, Options) {
         passes: 2,
         seconds: 10.0,
         flat_lines: 100_000,
-        relays: vec!["switchboard".into(), "forwarder".into(), "node".into()],
+        relays: vec!["switchboard".into(), "floor".into(), "forwarder".into(), "node".into()],
         json: false,
+        callgrind: false,
     };
     let mut serve = None;
     let mut args = std::env::args().skip(1);
@@ -95,13 +107,24 @@ fn parse_args() -> (Option<String>, Options) {
             "--flat-lines" => options.flat_lines = value().parse().unwrap_or(options.flat_lines),
             "--relays" => options.relays = value().split(',').map(str::to_owned).collect(),
             "--json" => options.json = true,
+            "--callgrind" => options.callgrind = true,
             _ => {} // `--bench` and friends from cargo
         }
+    }
+    if options.callgrind {
+        // Instruction counts hardly move from pass to pass; Node's JIT is not run under it.
+        if !std::env::args().any(|arg| arg == "--passes") {
+            options.passes = 1;
+        }
+        options.relays.retain(|relay| relay != "node");
     }
     (serve, options)
 }
 
 fn shape(key: char, options: &Options) -> Option<Shape> {
+    if options.callgrind {
+        return callgrind_shape(key);
+    }
     let paced = |rate: f64| (rate * options.seconds).round() as u64;
     Some(match key {
         'a' => Shape { key, clis: 1, rate: None, frontends: 1, lines_per_cli: options.flat_lines },
@@ -116,6 +139,19 @@ fn shape(key: char, options: &Options) -> Option<Shape> {
             frontends: 100,
             lines_per_cli: (options.flat_lines / 5).max(1),
         },
+        _ => return None,
+    })
+}
+
+/// The shapes under callgrind: a fixed number of lines each, paced shapes slowed so that a
+/// relay running some fifty times slower still reads them one line at a time, as it does at
+/// full speed.
+fn callgrind_shape(key: char) -> Option<Shape> {
+    Some(match key {
+        'a' => Shape { key, clis: 1, rate: None, frontends: 1, lines_per_cli: 20_000 },
+        'b' => Shape { key, clis: 100, rate: Some(1.0), frontends: 10, lines_per_cli: 20 },
+        'c' => Shape { key, clis: 1000, rate: Some(0.25), frontends: 1, lines_per_cli: 5 },
+        'd' => Shape { key, clis: 1, rate: None, frontends: 100, lines_per_cli: 2_000 },
         _ => return None,
     })
 }
@@ -155,38 +191,57 @@ fn sent_at(text: &str) -> Option<u128> {
 // `/proc`'s 10 ms ticks are too coarse for a short run), runs until its standard input closes,
 // then prints a JSON line (Switchboard: the lines it stored).
 
-fn serve_child(name: &str) {
+fn serve_child(name: &str, options: &Options) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let result = runtime.block_on(async {
         match name {
-            "switchboard" => serve_switchboard().await,
-            "forwarder" => serve_forwarder().await,
+            "switchboard" => serve_switchboard(options.callgrind).await,
+            "forwarder" => serve_forwarder(false).await,
+            "floor" => serve_forwarder(true).await,
             other => json!({"error": format!("unknown relay {other}")}),
         }
     });
     println!("{result}");
 }
 
-/// Answers the benchmark's `cpu` questions until it closes our standard input.
-async fn until_stdin_closes() {
-    let _ = tokio::task::spawn_blocking(|| {
+/// Answers the benchmark's questions until it closes our standard input: `cpu` (this
+/// process's CPU time so far) and `fold` (the store's journal folded into its database now,
+/// where there is a store; answered `folded`).
+async fn until_stdin_closes(store: Option<Arc<switchboard_store::SqliteStore>>) {
+    let runtime = tokio::runtime::Handle::current();
+    let _ = tokio::task::spawn_blocking(move || {
         let mut line = String::new();
         while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
-            if line.trim() == "cpu" {
-                println!("cpu {}", own_cpu_micros());
-                let _ = std::io::stdout().flush();
+            match line.trim() {
+                "cpu" => println!("cpu {}", own_cpu_micros()),
+                "fold" => {
+                    if let Some(store) = &store {
+                        let _ = runtime.block_on(store.flush());
+                    }
+                    println!("folded");
+                }
+                _ => {}
             }
+            let _ = std::io::stdout().flush();
             line.clear();
         }
     })
     .await;
 }
 
-async fn serve_switchboard() -> Value {
+/// Switchboard's daemon on SQLite. Under callgrind its store folds only when the bench asks
+/// (once, before the count is read), as it would fold a second of lines at full speed.
+async fn serve_switchboard(callgrind: bool) -> Value {
     use switchboard_server::{AuthConfig, Daemon, DaemonConfig};
-    use switchboard_store::{SqliteStore, Store};
+    use switchboard_store::{SqliteOptions, SqliteStore, Store};
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+    let mut store_options = SqliteOptions::default();
+    if callgrind {
+        store_options.fold_interval = Duration::from_secs(3600);
+        store_options.checkpoint_interval = Duration::from_secs(3600);
+    }
+    let sqlite = Arc::new(SqliteStore::open_with(dir.path().join("db"), store_options).unwrap());
+    let store: Arc<dyn Store> = sqlite.clone();
     let policy = switchboard_session::Policy::allow_all();
     let config = DaemonConfig {
         default_policy: Some(policy),
@@ -202,7 +257,7 @@ async fn serve_switchboard() -> Value {
     tokio::spawn(async move {
         switchboard_server::serve(listener, served, auth, std::future::pending()).await.unwrap()
     });
-    until_stdin_closes().await;
+    until_stdin_closes(Some(sqlite)).await;
     let mut stored = 0u64;
     for session in store.list_sessions().await.unwrap() {
         stored += store
@@ -216,10 +271,74 @@ async fn serve_switchboard() -> Value {
     json!({"stored": stored})
 }
 
+/// The routing fields the store-and-forward floor reads from each line, borrowed where the text
+/// has no escapes.
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct Routing<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    subtype: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    session_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    uuid: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    request_id: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The store-and-forward floor's journal: one append-only file for every session, a record
+/// (length, sequence, session id, bytes) a line, one `write(2)` a batch; `fdatasync` once a
+/// second on a thread of its own, off the lines' path.
+struct Journal {
+    file: std::sync::Mutex<(std::fs::File, u64)>,
+}
+
+impl Journal {
+    fn open(path: &std::path::Path) -> Arc<Journal> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        let syncing = file.try_clone().unwrap();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_secs(1));
+            if syncing.sync_data().is_err() {
+                return;
+            }
+        });
+        Arc::new(Journal { file: std::sync::Mutex::new((file, 0)) })
+    }
+
+    /// Decodes each line's routing fields and appends the batch with one write (a line that is
+    /// not JSON is stored with no session).
+    fn append(&self, lines: &[&str], record: &mut Vec<u8>) {
+        record.clear();
+        let mut guard = self.file.lock().unwrap();
+        let (file, sequence) = &mut *guard;
+        for line in lines {
+            let routing = serde_json::from_str::<Routing<'_>>(line).ok();
+            let session = routing.as_ref().and_then(|r| r.session_id.as_deref()).unwrap_or("");
+            *sequence += 1;
+            record.extend_from_slice(&(line.len() as u32).to_le_bytes());
+            record.extend_from_slice(&sequence.to_le_bytes());
+            record.extend_from_slice(&(session.len() as u16).to_le_bytes());
+            record.extend_from_slice(session.as_bytes());
+            record.extend_from_slice(line.as_bytes());
+        }
+        std::io::Write::write_all(file, record).unwrap();
+    }
+}
+
 /// The minimal forwarder: each CLI's lines go out on one broadcast whose sender waits for room
 /// (a frontend that lags holds the CLIs back, so nothing is lost), each frontend writes what
 /// waits in one flush. Nothing is parsed or stored.
-async fn serve_forwarder() -> Value {
+///
+/// With `store`, the store-and-forward floor: the least a durable, decoding relay can do. Each
+/// batch of lines a CLI's socket has ready is decoded (its routing fields, once) and appended
+/// to one journal file with one `write(2)` **before** any of it is broadcast, so a `SIGKILL`
+/// loses nothing a frontend saw.
+async fn serve_forwarder(store: bool) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = store.then(|| Journal::open(&dir.path().join("journal")));
     let (mut sender, receiver) = async_broadcast::broadcast::<Arc<str>>(1024);
     sender.set_await_active(false);
     // Keeps the channel open while no frontend listens.
@@ -229,7 +348,7 @@ async fn serve_forwarder() -> Value {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let _ = stream.set_nodelay(true);
-            let (frontends, sender) = (frontends.clone(), sender.clone());
+            let (frontends, sender, journal) = (frontends.clone(), sender.clone(), journal.clone());
             tokio::spawn(async move {
                 let mut path = String::new();
                 let callback = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
@@ -263,9 +382,31 @@ async fn serve_forwarder() -> Value {
                 } else {
                     let init = json!({"type": "control_request", "request_id": "i", "request": {"subtype": "initialize"}});
                     let _ = sink.send(WsMessage::Text(format!("{init}\n").into())).await;
+                    let mut record = Vec::new();
                     while let Some(Ok(frame)) = incoming.next().await {
                         let WsMessage::Text(text) = frame else { continue };
-                        for line in text.split('\n').filter(|line| !line.is_empty()) {
+                        let Some(journal) = &journal else {
+                            for line in text.split('\n').filter(|line| !line.is_empty()) {
+                                let _ = sender.broadcast_direct(Arc::from(line)).await;
+                            }
+                            continue;
+                        };
+                        // The batch: this frame and every frame the socket already holds.
+                        let mut frames = vec![text];
+                        while frames.len() < 64 {
+                            match futures::FutureExt::now_or_never(incoming.next()) {
+                                Some(Some(Ok(WsMessage::Text(text)))) => frames.push(text),
+                                Some(Some(Ok(_))) => {}
+                                _ => break,
+                            }
+                        }
+                        let lines: Vec<&str> = frames
+                            .iter()
+                            .flat_map(|text| text.split('\n'))
+                            .filter(|line| !line.is_empty())
+                            .collect();
+                        journal.append(&lines, &mut record);
+                        for line in lines {
                             let _ = sender.broadcast_direct(Arc::from(line)).await;
                         }
                     }
@@ -273,7 +414,7 @@ async fn serve_forwarder() -> Value {
             });
         }
     });
-    until_stdin_closes().await;
+    until_stdin_closes(None).await;
     json!({})
 }
 
@@ -283,6 +424,10 @@ struct Relay {
     stdin: std::process::ChildStdin,
     stdout: std::io::BufReader<std::process::ChildStdout>,
     address: String,
+    /// Under callgrind: the directory its dumps go to (kept until the relay ends).
+    callgrind: Option<tempfile::TempDir>,
+    /// Where a callgrind dump is copied to.
+    keep_as: Option<PathBuf>,
 }
 
 impl Relay {
@@ -294,10 +439,83 @@ impl Relay {
         let _ = self.stdout.read_line(&mut line);
         line.trim().strip_prefix("cpu ").and_then(|n| n.parse().ok()).unwrap_or(0)
     }
+
+    /// Under callgrind, starts counting (`callgrind_control -i on`); else the CPU time so far.
+    fn start_measuring(&mut self) -> Result<u64, String> {
+        if self.callgrind.is_none() {
+            return Ok(self.cpu_micros());
+        }
+        callgrind_control(self.child.id(), "-i", "on")?;
+        Ok(0)
+    }
+
+    /// Under callgrind, the instructions counted since `start_measuring` (a dump, read back);
+    /// else the CPU time so far.
+    fn measured(&mut self) -> Result<u64, String> {
+        let Some(dir) = &self.callgrind else { return Ok(self.cpu_micros()) };
+        // The lines' fold into the database is counted, as at full speed.
+        let _ = writeln!(self.stdin, "fold");
+        let _ = self.stdin.flush();
+        let mut line = String::new();
+        let _ = self.stdout.read_line(&mut line);
+        callgrind_control(self.child.id(), "-d", "")?;
+        let dump = dir.path().join("callgrind.1");
+        let text = std::fs::read_to_string(&dump)
+            .map_err(|error| format!("no callgrind dump at {}: {error}", dump.display()))?;
+        // Kept for `callgrind_annotate`, named by relay and shape.
+        if let Some(keep) = &self.keep_as {
+            let _ = std::fs::create_dir_all(keep.parent().unwrap());
+            let _ = std::fs::copy(&dump, keep);
+            eprint!("[{}] ", keep.display());
+        }
+        text.lines()
+            .find_map(|line| line.strip_prefix("totals: "))
+            .and_then(|totals| totals.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| format!("no totals in {}", dump.display()))
+    }
 }
 
-fn start_relay(name: &str) -> Result<Relay, String> {
-    let mut command = if name == "node" {
+fn callgrind_control(pid: u32, option: &str, value: &str) -> Result<(), String> {
+    let mut command = std::process::Command::new("callgrind_control");
+    command.arg(option);
+    if !value.is_empty() {
+        command.arg(value);
+    }
+    let output = command
+        .arg(pid.to_string())
+        .output()
+        .map_err(|error| format!("cannot run callgrind_control (valgrind's): {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "callgrind_control {option} {value} {pid}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn start_relay(name: &str, options: &Options) -> Result<Relay, String> {
+    let callgrind = if options.callgrind {
+        if name == "node" {
+            return Err("not under callgrind (Node's JIT)".into());
+        }
+        Some(tempfile::tempdir().map_err(|error| error.to_string())?)
+    } else {
+        None
+    };
+    let mut command = if let Some(dir) = &callgrind {
+        let mut command = std::process::Command::new("valgrind");
+        command
+            .arg("--tool=callgrind")
+            .arg("--instr-atstart=no")
+            .arg(format!("--callgrind-out-file={}", dir.path().join("callgrind").display()))
+            .arg("--log-file=/dev/null")
+            .arg(std::env::current_exe().unwrap())
+            .arg("--serve")
+            .arg(name)
+            .arg("--callgrind");
+        command
+    } else if name == "node" {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/node-relay/relay.mjs");
         let modules = script.with_file_name("node_modules").join("ws");
         if !modules.exists() {
@@ -333,7 +551,7 @@ fn start_relay(name: &str) -> Result<Relay, String> {
         .strip_prefix("listening ")
         .ok_or_else(|| format!("the {name} relay said {line:?}"))?
         .to_owned();
-    Ok(Relay { child, stdin, stdout, address })
+    Ok(Relay { child, stdin, stdout, address, callgrind, keep_as: None })
 }
 
 /// Ends a relay and reads what it printed last.
@@ -377,7 +595,7 @@ async fn simulated_cli(
     });
     let session = format!("00000000-0000-4000-8000-{index:012x}");
     if let Ok(Some(request_id)) =
-        tokio::time::timeout(Duration::from_secs(30), init_rx.recv()).await
+        tokio::time::timeout(Duration::from_secs(120), init_rx.recv()).await
     {
         let reply = json!({"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": {}}});
         sink.send(WsMessage::Text(format!("{reply}\n").into())).await.unwrap();
@@ -446,13 +664,18 @@ impl Measured {
 }
 
 async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measured {
-    let relay = match start_relay(relay_name) {
+    let relay = match start_relay(relay_name, options) {
         Ok(relay) => relay,
         Err(error) => return Measured { error: Some(error), ..Measured::default() },
     };
     let mut relay = relay;
+    if options.callgrind {
+        let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/callgrind");
+        relay.keep_as = Some(target.join(format!("{relay_name}-{}.out", shape.key)));
+    }
     let pid = relay.child.id();
-    let deadline = Instant::now() + Duration::from_secs_f64(options.seconds * 3.0 + 60.0);
+    let patience = if options.callgrind { 600.0 } else { options.seconds * 3.0 + 60.0 };
+    let deadline = Instant::now() + Duration::from_secs_f64(patience);
     let expected_per_frontend = shape.clis as u64 * shape.lines_per_cli;
     let delivered = Arc::new(AtomicU64::new(0));
     let last_arrival = Arc::new(std::sync::Mutex::new(Instant::now()));
@@ -513,17 +736,27 @@ async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measure
     }
     ready.wait().await;
     // Let the relay settle what the connections started (session records, first lines).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settle = if options.callgrind { 5_000 } else { 500 };
+    tokio::time::sleep(Duration::from_millis(settle)).await;
     // Said, so that a profiler can be started on the relay now (`perf record -p PID`).
     eprint!("[measuring pid {pid}] ");
-    let cpu_start = relay.cpu_micros();
+    let cpu_start = match relay.start_measuring() {
+        Ok(start) => start,
+        Err(error) => {
+            stop_relay(relay);
+            return Measured { error: Some(error), ..Measured::default() };
+        }
+    };
     let started = Instant::now();
     go.notify_waiters();
     let mut latencies = Vec::new();
     for frontend in frontends {
         latencies.extend(frontend.await.unwrap_or_default());
     }
-    let cpu_micros = relay.cpu_micros().saturating_sub(cpu_start);
+    let (cpu_micros, measure_error) = match relay.measured() {
+        Ok(total) => (total.saturating_sub(cpu_start), None),
+        Err(error) => (0, Some(error)),
+    };
     let last = last_arrival.lock().map(|last| *last).unwrap_or_else(|_| Instant::now());
     let peak_rss_kib = process_status_kib(pid, "VmHWM:");
     done.notify_waiters();
@@ -545,7 +778,7 @@ async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measure
         p50_ms: percentile(0.5),
         p99_ms: percentile(0.99),
         stored: finished["stored"].as_u64(),
-        error: finished["error"].as_str().map(str::to_owned),
+        error: measure_error.or_else(|| finished["error"].as_str().map(str::to_owned)),
     }
 }
 
@@ -561,7 +794,7 @@ fn median(values: &mut [f64]) -> f64 {
 fn main() {
     let (serve, options) = parse_args();
     if let Some(name) = serve {
-        serve_child(&name);
+        serve_child(&name, &options);
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -581,8 +814,9 @@ fn main() {
                 let _ = std::io::stderr().flush();
                 let result = runtime.block_on(run_shape(name, shape, &options));
                 eprintln!(
-                    "{:.2} µs/line, {} lost, {:.0} MiB{}",
+                    "{:.2} {}/line, {} lost, {:.0} MiB{}",
                     result.cpu_per_line(),
+                    if options.callgrind { "instructions" } else { "µs" },
                     result.expected.saturating_sub(result.delivered),
                     result.peak_rss_kib as f64 / 1024.0,
                     result.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
@@ -592,37 +826,28 @@ fn main() {
         }
         let cpu = |name: &str| -> Option<f64> {
             let (_, measured) = runs.iter().find(|(relay, _)| relay == name)?;
-            if measured.iter().any(|m| m.error.is_some()) {
+            if measured.is_empty() || measured.iter().any(|m| m.error.is_some()) {
                 return None;
             }
             Some(median(&mut measured.iter().map(Measured::cpu_per_line).collect::<Vec<_>>()))
         };
         let rss = |name: &str| -> Option<f64> {
             let (_, measured) = runs.iter().find(|(relay, _)| relay == name)?;
+            if options.callgrind {
+                return None; // valgrind's own
+            }
             measured.iter().map(|m| m.peak_rss_kib as f64 / 1024.0).reduce(f64::max)
         };
         let lost: u64 = runs
             .iter()
             .flat_map(|(_, measured)| measured)
+            .filter(|m| m.error.is_none())
             .map(|m| m.expected.saturating_sub(m.delivered))
             .sum();
-        let (switchboard, forwarder, node) = (cpu("switchboard"), cpu("forwarder"), cpu("node"));
-        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
-        rows.push((
-            shape,
-            switchboard,
-            forwarder,
-            node,
-            ratio(switchboard, forwarder),
-            ratio(node, switchboard),
-            [rss("switchboard"), rss("forwarder"), rss("node")],
-            lost,
-        ));
+        rows.push(Row { shape, cpu: RELAYS.map(cpu), rss: RELAYS.map(rss), lost });
         report.push(json!({
             "shape": shape.describe(),
+            "unit": if options.callgrind { "instructions per line" } else { "cpu µs per line" },
             "runs": runs.iter().map(|(name, measured)| json!({
                 "relay": name, "passes": measured.iter().map(Measured::to_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
@@ -632,28 +857,59 @@ fn main() {
         println!("{}", Value::Array(report));
         return;
     }
-    let show = |value: Option<f64>, suffix: &str| match value {
-        Some(value) => format!("{value:.2}{suffix}"),
+    print_table(&rows, &options);
+}
+
+/// The relays a table has a column for, in its order.
+const RELAYS: [&str; 4] = ["forwarder", "floor", "switchboard", "node"];
+
+/// One shape's medians, per relay in `RELAYS`' order.
+struct Row {
+    shape: Shape,
+    cpu: [Option<f64>; 4],
+    rss: [Option<f64>; 4],
+    lost: u64,
+}
+
+fn print_table(rows: &[Row], options: &Options) {
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "–".into(),
+    };
+    let digits = if options.callgrind { 0 } else { 2 };
+    let show = |value: Option<f64>| match value {
+        Some(value) => format!("{value:.digits$}"),
         None => "–".into(),
     };
-    println!(
-        "CPU µs per delivered line, median of {} passes (each relay in its own process; lines of ~300 bytes):\n",
-        options.passes
-    );
-    println!("| load shape | Switchboard | minimal forwarder | Node `ws` | Switchboard / forwarder | Node / Switchboard | peak RSS MiB (S / f / N) | lost |");
-    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
-    for (shape, switchboard, forwarder, node, ratio, node_ratio, rss, lost) in rows {
-        let rss: Vec<String> =
-            rss.iter().map(|value| value.map_or("–".into(), |v| format!("{v:.0}"))).collect();
+    if options.callgrind {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {lost} |",
-            shape.describe(),
-            show(switchboard, ""),
-            show(forwarder, ""),
-            show(node, ""),
-            show(ratio, "x"),
-            show(node_ratio, "x"),
+            "Instructions per delivered line under callgrind, a fixed number of lines (median of {} passes; Node is not run under it):\n",
+            options.passes
+        );
+    } else {
+        println!(
+            "CPU µs per delivered line, median of {} passes (each relay in its own process; lines of ~300 bytes):\n",
+            options.passes
+        );
+    }
+    println!("| load shape | bare forwarder | store-and-forward floor | Switchboard | Node `ws` | Switchboard / floor | Switchboard / forwarder | Node / Switchboard | peak RSS MiB (f / floor / S / N) | lost |");
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for row in rows {
+        let [forwarder, floor, switchboard, node] = row.cpu;
+        let rss: Vec<String> =
+            row.rss.iter().map(|value| value.map_or("–".into(), |v| format!("{v:.0}"))).collect();
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.shape.describe(),
+            show(forwarder),
+            show(floor),
+            show(switchboard),
+            show(node),
+            ratio(switchboard, floor),
+            ratio(switchboard, forwarder),
+            ratio(node, switchboard),
             rss.join(" / "),
+            row.lost,
         );
     }
 }

@@ -16,6 +16,7 @@ pub mod budget;
 pub mod bus;
 pub mod ceiling;
 pub mod changes;
+pub mod checkpoints;
 mod compat;
 pub mod create;
 pub mod daemon;

@@ -2,8 +2,9 @@
 //! [`Projector`](switchboard_session::Projector), plus the daemon's own notes (a run started,
 //! the CLI moved to another session, events were lost). The web UI and every API client that
 //! wants meaning rather than lines read this (`GET …/view`, `…/subscribe?view=true`, one frame
-//! per event). The daemon's notes are `run`, `rotated` and `lost`. A page is projected from
-//! the log's start, silently up to where it begins.
+//! per event). The daemon's notes are `run`, `rotated` and `lost`. A page is projected silently
+//! up to where it begins, from the nearest checkpoint of the view (`checkpoints.rs`) or the
+//! log's start.
 
 use serde::{Deserialize, Serialize};
 use switchboard_session::projection::settle;
@@ -98,7 +99,7 @@ pub enum ViewFrameKind {
 }
 
 /// Projects a session's stored events, in order.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Viewer {
     projector: Projector,
 }
@@ -113,6 +114,11 @@ impl Viewer {
     /// A viewer at the start of a session's log.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// About how many bytes it holds ([`Projector::approximate_bytes`]).
+    pub fn approximate_bytes(&self) -> usize {
+        self.projector.approximate_bytes()
     }
 
     /// Projects one stored event; its updates go to `emit`.

@@ -48,7 +48,7 @@ pub const PARTIAL_INPUT_STEP: usize = 16;
 const OPEN_MESSAGES: usize = 64;
 
 /// Streaming state of one content block.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct OpenBlock {
     tool_use_id: Option<String>,
     name: String,
@@ -65,7 +65,7 @@ struct OpenBlock {
 }
 
 /// Streaming state of one assistant message.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct OpenMessage {
     /// Blocks by index.
     blocks: HashMap<u64, OpenBlock>,
@@ -74,7 +74,7 @@ struct OpenMessage {
 }
 
 /// Turns a session's events into [`Update`]s and keeps its [`View`].
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Projector {
     view: View,
     messages: HashMap<String, OpenMessage>,
@@ -190,6 +190,36 @@ impl Projector {
         // What a CLI that is gone was asked never gets its answer.
         self.rewinds = std::collections::HashSet::new();
         self.touching = HashMap::new();
+    }
+
+    /// About how many bytes this projector holds (what it remembers grows with a run's tool
+    /// calls and open messages): for a cache of projectors that keeps its memory bounded.
+    pub fn approximate_bytes(&self) -> usize {
+        const ENTRY: usize = 64;
+        let strings =
+            |set: &mut dyn Iterator<Item = usize>| set.map(|len| len + ENTRY).sum::<usize>();
+        let open_messages: usize = self
+            .messages
+            .values()
+            .flat_map(|message| message.blocks.values())
+            // Its input's text, and as much again while it is rebuilt as a value.
+            .map(|block| 2 * block.json.len() + block.name.len() + 4 * ENTRY)
+            .sum();
+        std::mem::size_of::<Self>()
+            + strings(&mut self.tools.iter().map(|(id, name)| id.len() + name.len()))
+            + strings(&mut self.touching.iter().map(|(id, file)| id.len() + file.len()))
+            + strings(&mut self.view.touched_files.iter().map(String::len))
+            + strings(&mut self.waiting_prompts.iter().map(String::len))
+            + strings(&mut self.message_order.iter().map(String::len))
+            + open_messages
+            + (self.view.pending_permissions.len()
+                + self.view.subagents.len()
+                + self.view.background_tasks.len()
+                + self.unlisted_tasks.len()
+                + self.drifts_told.len()
+                + self.rewinds.len())
+                * 4
+                * ENTRY
     }
 
     /// The session as the updates so far leave it.

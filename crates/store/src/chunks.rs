@@ -14,7 +14,8 @@
 //! Bodies are compressed (LZ4 blocks, `lz4_flex`) when that makes them smaller: a session's
 //! lines repeat their keys, ids and framing, and every byte that reaches SQLite is written
 //! twice more (its WAL, then the database file at a checkpoint), so the bytes saved cost less
-//! than the compression.
+//! than the compression. A body under [`MIN_COMPRESSED`] bytes is stored as it is, and a
+//! fold's chunks share one compressor table.
 //!
 //! Table `chunks`: `session` (the key from `session_keys`), `first_seq`, `last_seq`, `count`,
 //! `codec` (0: the body as it is, 1: an LZ4 block), `size` (the body's bytes before any
@@ -50,6 +51,10 @@ pub const CHUNK_BYTES: usize = 64 * 1024;
 const PLAIN: i64 = 0;
 /// `codec` of a body stored as an LZ4 block.
 const LZ4: i64 = 1;
+
+/// A body smaller than this is stored as it is: compressing it costs more (a hash table
+/// cleared, its output buffer sized) than the few bytes it could save.
+const MIN_COMPRESSED: usize = 512;
 
 /// No chunk is larger than this before compression (the journal's largest record): a damaged
 /// `size` is refused before anything is allocated for it.
@@ -119,6 +124,9 @@ pub(crate) struct Chunker<'c> {
     body: Vec<u8>,
     /// The body compressed.
     packed: Vec<u8>,
+    /// The compressor's hash table, made once a chunker (a fold), not once a chunk: a fold
+    /// of many sessions' few lines each closes a chunk for each.
+    table: lz4_flex::block::CompressTable,
 }
 
 impl<'c> Chunker<'c> {
@@ -134,6 +142,7 @@ impl<'c> Chunker<'c> {
             count: 0,
             body: Vec::new(),
             packed: Vec::new(),
+            table: lz4_flex::block::CompressTable::default(),
         })
     }
 
@@ -194,10 +203,18 @@ impl<'c> Chunker<'c> {
         if self.count == 0 {
             return Ok(());
         }
-        self.packed.resize(lz4_flex::block::get_maximum_output_size(self.body.len()), 0);
-        let (codec, stored) = match lz4_flex::block::compress_into(&self.body, &mut self.packed) {
-            Ok(packed) if packed < self.body.len() => (LZ4, &self.packed[..packed]),
-            _ => (PLAIN, &self.body[..]),
+        let (codec, stored) = if self.body.len() < MIN_COMPRESSED {
+            (PLAIN, &self.body[..])
+        } else {
+            self.packed.resize(lz4_flex::block::get_maximum_output_size(self.body.len()), 0);
+            match lz4_flex::block::compress_into_with_table(
+                &self.body,
+                &mut self.packed,
+                &mut self.table,
+            ) {
+                Ok(packed) if packed < self.body.len() => (LZ4, &self.packed[..packed]),
+                _ => (PLAIN, &self.body[..]),
+            }
         };
         self.insert.execute(params![
             self.key,

@@ -131,6 +131,8 @@ pub struct Daemon {
     cli_version: std::sync::OnceLock<String>,
     /// Claude Code's own transcripts.
     transcripts: crate::transcripts::Transcripts,
+    /// Checkpoints of sessions' views, for pages of long sessions.
+    view_checkpoints: crate::checkpoints::Checkpoints,
     /// Where `--sdk-url` CLIs connect, by slot id.
     ingress: Arc<Mutex<HashMap<String, Arc<switchboard_transport::sdk_url::IngressSlot>>>>,
     /// The agents-ui relay protocol's relay: raw lines of relay-connected CLIs and status lines, for `/ws`.
@@ -292,6 +294,7 @@ impl Daemon {
             started: Notify::new(),
             cli_version: std::sync::OnceLock::new(),
             transcripts,
+            view_checkpoints: Default::default(),
             ingress: Arc::new(Mutex::new(HashMap::new())),
             relay,
             relay_frontends: relay_frontends.deactivate(),
@@ -441,6 +444,11 @@ impl Daemon {
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Checkpoints of sessions' views ([`crate::checkpoints`]).
+    pub fn view_checkpoints(&self) -> &crate::checkpoints::Checkpoints {
+        &self.view_checkpoints
     }
 
     /// Sends a person's message to a running session, on whichever node runs it. One typed
@@ -1284,6 +1292,7 @@ impl Daemon {
         if purge {
             self.sessions.lock().remove(id);
             self.store.delete_session(id).await?;
+            self.view_checkpoints.forget(id);
             self.tell_dashboards(Change::SessionDeleted { session_id: id.to_owned() });
         }
         Ok(())

@@ -26,6 +26,7 @@ mod parked;
 mod push;
 mod schedules;
 mod scopes;
+mod seed;
 mod terminal;
 mod trial;
 mod ui;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use switchboard_store::{EventRecord, MemoryStore, SessionRecord, Store};
+use switchboard_store::{MemoryStore, Store};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
 use crate::{Server, TOKEN};
@@ -203,6 +203,54 @@ async fn the_view_pages_either_way_and_keeps_its_state() {
     server.stop().await;
 }
 
+/// A long session's pages start from checkpoints of its view: each is the page a replay from
+/// the log's start gives, and a log that is not the one a checkpoint was taken from (the
+/// session deleted, its id used again) is replayed from its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_of_a_long_session_start_from_checkpoints_of_its_view() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    seed_long_session(&store, "long", 1000).await;
+    let server = Server::start(store.clone(), &api, &sandbox).await;
+    let checkpoints = server.daemon.view_checkpoints();
+    assert!(checkpoints.is_empty());
+    // Back from the end, 700 events a page: pages cut turns, and cross checkpoints' places.
+    let mut before = 9_007_199_254_740_991u64;
+    let mut pages = 0;
+    loop {
+        let path = format!("/api/sessions/long/view?before={before}&limit=700");
+        checkpoints.forget("long");
+        let (status, from_start) = server.get(&path).await;
+        assert_eq!(status, 200, "{from_start}");
+        if pages == 0 {
+            // 9,300 events replayed to reach the last page: one checkpoint each 2,048.
+            assert_eq!(checkpoints.len(), 4);
+        }
+        let (_, from_checkpoint) = server.get(&path).await;
+        assert_eq!(from_checkpoint, from_start, "{path}");
+        pages += 1;
+        if from_start["more"] == false {
+            break;
+        }
+        before = from_start["first_seq"].as_u64().unwrap();
+    }
+    assert_eq!(pages, 15);
+    // The session's log replaced under the daemon (not through it): other events, stored at
+    // other times, where its checkpoints were taken.
+    server.get("/api/sessions/long/view?before=9007199254740991&limit=10").await;
+    assert_eq!(checkpoints.len(), 4);
+    store.delete_session("long").await.unwrap();
+    seed_long_session_at(&store, "long", 900, 1_796_000_000_000).await;
+    let path = "/api/sessions/long/view?before=8500&limit=10";
+    let (_, after_checkpoints) = server.get(path).await;
+    checkpoints.forget("long");
+    let (_, from_start) = server.get(path).await;
+    assert_eq!(after_checkpoints, from_start);
+    assert_eq!(after_checkpoints["updates"][0]["ts"], 1_796_000_000_000u64 + 8490);
+    server.stop().await;
+}
+
 /// The usage of a whole session, whatever page the UI holds: every turn, from the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_counts_every_turn_of_the_log() {
@@ -315,83 +363,12 @@ async fn directories_complete_a_prefix() {
 
 /// A finished session of `turns` turns (prompt, streamed answer, result): 10 events a turn.
 async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
-    let now = 1_795_000_000_000u64;
-    store
-        .create_session(&SessionRecord {
-            archived: false,
-            node: None,
-            id: id.into(),
-            claude_session_id: Some(format!("claude-{id}")),
-            cwd: "/tmp/long-project".into(),
-            model: Some("claude-opus-5-5".into()),
-            permission_mode: Some("default".into()),
-            state: switchboard_store::RecordState::Exited,
-            title: Some("A long session".into()),
-            cost_usd: 0.0,
-            spent_usd: 0.0,
-            created_ms: now,
-            updated_ms: now,
-            launch: switchboard_store::Launch {
-                cwd: "/tmp/long-project".into(),
-                ..Default::default()
-            },
-        })
-        .await
-        .unwrap();
-    let mut seq = 0;
-    let mut events = Vec::new();
-    let mut push = |dir: &str, line: Value| {
-        seq += 1;
-        let direction = if dir == "to_cli" { "to_cli" } else { "from_cli" };
-        events.push(EventRecord {
-            session_id: id.into(),
-            seq,
-            ts_ms: now + seq,
-            dir: direction.into(),
-            kind: "line".into(),
-            payload: json!({"event": "line", "direction": direction, "line": line}).to_string(),
-        });
-    };
-    for turn in 1..=turns {
-        let message = format!("msg_{turn}");
-        push(
-            "to_cli",
-            json!({"type": "user", "message": {"role": "user", "content": format!("Question number {turn}")}, "parent_tool_use_id": null, "session_id": ""}),
-        );
-        push(
-            "from_cli",
-            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_start", "message": {"id": message, "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 100 + turn, "output_tokens": 1}}}}),
-        );
-        push(
-            "from_cli",
-            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}}),
-        );
-        for word in ["Answer ", "number ", &format!("{turn} ")] {
-            push(
-                "from_cli",
-                json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": word}}}),
-            );
-        }
-        push(
-            "from_cli",
-            json!({"type": "assistant", "uuid": format!("uuid-{turn}"), "message": {"id": message, "role": "assistant", "content": [{"type": "text", "text": format!("Answer number **{turn}**, with `code`.")}], "usage": {"input_tokens": 100 + turn, "output_tokens": 10}}}),
-        );
-        push(
-            "from_cli",
-            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "content_block_stop", "index": 0}}),
-        );
-        push(
-            "from_cli",
-            json!({"type": "stream_event", "api_message_id": message, "event": {"type": "message_stop"}}),
-        );
-        push(
-            "from_cli",
-            json!({"type": "result", "subtype": "success", "is_error": false, "duration_ms": 1200, "total_cost_usd": 0.001 * turn as f64, "usage": {"input_tokens": 100 + turn, "output_tokens": 10}, "modelUsage": {"claude-opus-5-5": {"inputTokens": 100 * turn, "outputTokens": 10 * turn, "costUSD": 0.001 * turn as f64, "contextWindow": 200000}}}),
-        );
-    }
-    for page in events.chunks(500) {
-        store.append(page).await.unwrap();
-    }
+    seed_long_session_at(store, id, turns, 1_795_000_000_000).await;
+}
+
+/// As [`seed_long_session`], its events stored from `now` (Unix ms) on.
+async fn seed_long_session_at(store: &Arc<dyn Store>, id: &str, turns: usize, now: u64) {
+    crate::seed::long_session(store.as_ref(), id, turns, now).await;
 }
 
 /// A session an agent started through MCP, with a token that has a ceiling.
