@@ -34,6 +34,8 @@ pub const MAX_KEPT_BYTES: usize = 32 * 1024 * 1024;
 
 /// One session's projector at one event.
 struct Checkpoint {
+    /// The event it stands after.
+    seq: u64,
     viewer: Viewer,
     /// Its [`Viewer::approximate_bytes`].
     bytes: usize,
@@ -79,22 +81,19 @@ impl Checkpoints {
     pub fn nearest(&self, id: &str, at: u64) -> Option<Start> {
         let mut inner = self.inner.lock();
         let Inner { kept, clock, .. } = &mut *inner;
-        let mut seq = at / EVERY * EVERY;
-        let mut key = (id.to_owned(), seq);
-        while seq > 0 {
-            key.1 = seq;
-            if let Some(checkpoint) = kept.get_mut(&key) {
-                *clock += 1;
-                checkpoint.used = *clock;
-                return Some(Start {
-                    viewer: checkpoint.viewer.clone(),
-                    seq,
-                    ts_ms: checkpoint.ts_ms,
-                });
-            }
-            seq -= EVERY;
-        }
-        None
+        // At most [`MAX_KEPT`] to look through (`at` may be far past any event: a subscription
+        // from the end of the numbers).
+        let (_, checkpoint) = kept
+            .iter_mut()
+            .filter(|((session, seq), _)| session == id && *seq <= at)
+            .max_by_key(|((_, seq), _)| *seq)?;
+        *clock += 1;
+        checkpoint.used = *clock;
+        Some(Start {
+            viewer: checkpoint.viewer.clone(),
+            seq: checkpoint.seq,
+            ts_ms: checkpoint.ts_ms,
+        })
     }
 
     /// Keeps `viewer` as session `id` stands after event `seq` (stored at `ts_ms`), if `seq` is
@@ -124,7 +123,7 @@ impl Checkpoints {
         }
         *clock += 1;
         *held += bytes;
-        kept.insert(key, Checkpoint { viewer: viewer.clone(), bytes, ts_ms, used: *clock });
+        kept.insert(key, Checkpoint { seq, viewer: viewer.clone(), bytes, ts_ms, used: *clock });
     }
 
     /// Drops session `id`'s checkpoints (its log is not the one they were taken from).
@@ -169,6 +168,8 @@ mod tests {
         assert_eq!((start.seq, start.ts_ms), (EVERY, 10));
         assert_eq!(checkpoints.nearest("s", 10 * EVERY).map(|start| start.seq), Some(3 * EVERY));
         assert!(checkpoints.nearest("other", 10 * EVERY).is_none());
+        // From the end of the numbers, at once.
+        assert_eq!(checkpoints.nearest("s", u64::MAX).map(|start| start.seq), Some(3 * EVERY));
         checkpoints.forget("s");
         assert!(checkpoints.is_empty());
     }
