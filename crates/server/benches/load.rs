@@ -16,8 +16,11 @@
 //! bus; against one daemon on the same PostgreSQL with its subscribers on itself. The nodes
 //! share one process (the CPU per line is all of theirs); NATS's own CPU is counted apart.
 //!
+//! With `--stores`, one daemon under the same load on SQLite, then on PostgreSQL (a real
+//! server started by the bench), with the CPU per line of each and PostgreSQL's own.
+//!
 //! `cargo bench -p switchboard-server --bench load -- [--sessions N] [--rate R]
-//!  [--subscribers M] [--seconds S] [--idle K] [--faces] [--fleet [--nodes N]]`
+//!  [--subscribers M] [--seconds S] [--idle K] [--faces] [--fleet [--nodes N]] [--stores]`
 //! (build fake-claude first: `cargo build --release -p switchboard-testkit --bins`).
 
 #![allow(
@@ -490,6 +493,26 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
 }
 
 /// A process's CPU time so far (µs), from `/proc` (for a server the bench started).
+/// The CPU time of process `pid` and of its children now running, in µs (PostgreSQL's: the
+/// postmaster and its backends).
+fn tree_cpu_micros(pid: u32) -> u64 {
+    let mut total = process_cpu_micros(pid);
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if parent == Some(pid) {
+            total += process_cpu_micros(child);
+        }
+    }
+    total
+}
+
 fn process_cpu_micros(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // After the command's `(...)`: state is field 3, utime 14, stime 15.
@@ -567,6 +590,7 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
         }
     };
     let nats_before = nats.as_ref().map(|nats| process_cpu_micros(nats.pid()));
+    let postgres_before = tree_cpu_micros(database.pid());
     let all = Params { sessions: ids.len(), ..params.clone() };
     let (delivered, latencies, cpu, wall) = drive(urls, &all, true, start).await;
     let name = if nodes == 1 {
@@ -575,6 +599,10 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
         format!("{nodes} nodes on PostgreSQL + NATS, subscribers on the next node")
     };
     let mut result = report(&name, &all, delivered, latencies, cpu, wall);
+    result["postgres_cpu_us_per_message"] = json!(
+        tree_cpu_micros(database.pid()).saturating_sub(postgres_before) as f64
+            / delivered.max(1) as f64
+    );
     if let (Some(nats), Some(before)) = (&nats, nats_before) {
         let used = process_cpu_micros(nats.pid()).saturating_sub(before);
         result["nats_cpu_us_per_message"] = json!(used as f64 / delivered.max(1) as f64);
@@ -874,9 +902,33 @@ fn main() {
         );
         let ratio = print_table(&single, &fleet, &[]);
         println!(
-            "\nCPU per delivered line, {} nodes / 1 node: {ratio:.2}x (the nodes' process; NATS's own: {:.1} µs a line)",
+            "\nCPU per delivered line, {} nodes / 1 node: {ratio:.2}x (the nodes' process; NATS's own: {:.1} µs a line; PostgreSQL's own: {:.1} µs a line on one node, {:.1} on {})",
             params.nodes,
-            fleet["nats_cpu_us_per_message"].as_f64().unwrap_or(0.0)
+            fleet["nats_cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            single["postgres_cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            fleet["postgres_cpu_us_per_message"].as_f64().unwrap_or(0.0),
+            params.nodes,
+        );
+        let p99 = |result: &Value| result["p99_ms"].as_f64().unwrap_or(0.0);
+        println!(
+            "Latency p99, across nodes / one node: {:.2}x ({:.2} ms / {:.2} ms)",
+            p99(&fleet) / p99(&single).max(0.001),
+            p99(&fleet),
+            p99(&single)
+        );
+        return;
+    }
+    if std::env::args().any(|arg| arg == "--stores") {
+        let sqlite = run_child("daemon", &params);
+        let postgres = run_child("fleet-1", &params);
+        println!(
+            "{} sessions × {} lines/s for {} s, {} subscriber(s) per session, one daemon: on SQLite, then on PostgreSQL\n",
+            params.sessions, params.rate, params.seconds, params.subscribers
+        );
+        let ratio = print_table(&sqlite, &postgres, &[]);
+        println!(
+            "\nCPU per delivered line, PostgreSQL / SQLite: {ratio:.2}x (the daemon's process; PostgreSQL's own server processes: {:.1} µs a line more)",
+            postgres["postgres_cpu_us_per_message"].as_f64().unwrap_or(0.0)
         );
         return;
     }

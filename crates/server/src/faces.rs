@@ -107,12 +107,14 @@ pub(crate) async fn viewer_at(
 ) -> Result<crate::view::Viewer, ApiError> {
     if let Some(start) = daemon.view_checkpoints().nearest(id, after) {
         // The checkpoint's own event is read again, to see that this log is the one it was
-        // taken from.
+        // taken from (a log without it, or with another event there, is not).
         let mut viewer = Some(start.viewer);
+        let mut confirmed = false;
         let resumed =
             project(daemon, id, start.seq - 1, after, &mut viewer, &mut |record, viewer| {
                 if record.seq == start.seq {
-                    if record.ts_ms != start.ts_ms {
+                    confirmed = record.ts_ms == start.ts_ms;
+                    if !confirmed {
                         *viewer = None;
                     }
                     return false;
@@ -120,7 +122,7 @@ pub(crate) async fn viewer_at(
                 true
             })
             .await?;
-        if let Some(viewer) = resumed {
+        if let (Some(viewer), true) = (resumed, confirmed) {
             return Ok(viewer);
         }
         daemon.view_checkpoints().forget(id);

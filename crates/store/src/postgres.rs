@@ -109,12 +109,239 @@ pub struct PostgresStore {
     pool: Pool,
     /// Where it connects, without the password (for `Debug` and errors).
     shown: String,
+    /// Appends waiting for the group writer (see [`group_writer`]).
+    appends: tokio::sync::mpsc::UnboundedSender<Waiting>,
 }
+
+/// One append waiting for the group writer, and where its outcome goes.
+struct Waiting {
+    events: Vec<std::sync::Arc<EventRecord>>,
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The most events one group transaction carries.
+const MAX_GROUP_EVENTS: usize = 4096;
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore").field("database", &self.shown).finish_non_exhaustive()
     }
+}
+
+/// The group writer: appends from every session of this node, as they wait, go to the
+/// database together in one statement (up to [`MAX_GROUP_EVENTS`] events, [`GROUP_APPEND`]):
+/// one round trip and one commit for all of them, where an append alone paid a `BEGIN`, a
+/// compare-and-set, an insert and a `COMMIT` for its few lines. Each append still returns
+/// only once its events are committed. If the group is refused (a session out of sequence,
+/// say), each append in it is written again on its own, in a transaction that says why, so
+/// that only the one at fault is refused.
+async fn group_writer(pool: Pool, mut queue: tokio::sync::mpsc::UnboundedReceiver<Waiting>) {
+    while let Some(first) = queue.recv().await {
+        let mut count = first.events.len();
+        let mut group = vec![first];
+        while count < MAX_GROUP_EVENTS {
+            let Ok(next) = queue.try_recv() else { break };
+            count += next.events.len();
+            group.push(next);
+        }
+        let all: Vec<&EventRecord> =
+            group.iter().flat_map(|waiting| waiting.events.iter().map(|event| &**event)).collect();
+        let outcome = write_group(&pool, &all).await;
+        drop(all);
+        match outcome {
+            Ok(()) => {
+                for waiting in group {
+                    let _ = waiting.done.send(Ok(()));
+                }
+            }
+            Err(_) => {
+                for waiting in group {
+                    let events: Vec<&EventRecord> =
+                        waiting.events.iter().map(|event| &**event).collect();
+                    let outcome = write_events(&pool, &events).await;
+                    let _ = waiting.done.send(outcome);
+                }
+            }
+        }
+    }
+}
+
+/// Each session's events in a batch must follow one another; the batch then moves each
+/// session's head from `first - 1` to `last`. Sessions in id order, so that two batches lock
+/// heads in one order (no deadlock).
+fn runs<'e>(events: &[&'e EventRecord]) -> Result<BTreeMap<&'e str, (u64, u64)>, StoreError> {
+    let mut runs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for event in events.iter().copied() {
+        match runs.get_mut(event.session_id.as_str()) {
+            Some((_, last)) if event.seq == *last + 1 => *last = event.seq,
+            Some((_, last)) => {
+                return Err(StoreError::OutOfSequence {
+                    session_id: event.session_id.clone(),
+                    seq: event.seq,
+                    last: *last,
+                })
+            }
+            None => {
+                if event.seq == 0 {
+                    return Err(StoreError::OutOfSequence {
+                        session_id: event.session_id.clone(),
+                        seq: 0,
+                        last: 0,
+                    });
+                }
+                runs.insert(&event.session_id, (event.seq, event.seq));
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// A whole group in one statement (so one round trip, and a transaction of its own without
+/// `BEGIN` and `COMMIT`): the heads of new sessions inserted, the others moved by
+/// compare-and-set, every event inserted; if any head did not move, a division by zero
+/// aborts the statement and nothing of it is written.
+const GROUP_APPEND: &str = "WITH v AS (
+    SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::BIGINT[]) AS v(session_id, expected, last)
+), started AS (
+    INSERT INTO switchboard.heads (session_id, last_seq)
+    SELECT session_id, last FROM v WHERE expected = 0 ORDER BY session_id
+    ON CONFLICT (session_id) DO NOTHING RETURNING 1
+), advanced AS (
+    UPDATE switchboard.heads AS h SET last_seq = v.last FROM v
+    WHERE v.expected > 0 AND h.session_id = v.session_id AND h.last_seq = v.expected
+    RETURNING 1
+), inserted AS (
+    INSERT INTO switchboard.events (session_id, seq, ts_ms, dir, kind, payload)
+    SELECT * FROM UNNEST($4::TEXT[], $5::BIGINT[], $6::BIGINT[], $7::TEXT[], $8::TEXT[], $9::BYTEA[])
+)
+SELECT 1 / (CASE WHEN (SELECT count(*) FROM started) + (SELECT count(*) FROM advanced)
+    = cardinality($1::TEXT[]) THEN 1 ELSE 0 END)";
+
+/// Writes `events` with [`GROUP_APPEND`]. Any refusal comes back without saying whose: the
+/// group writer then writes each append on its own ([`write_events`]), which says.
+async fn write_group(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreError> {
+    let runs = runs(events)?;
+    if pool.is_closed() {
+        return Err(StoreError::Closed);
+    }
+    let client = pool.get().await.map_err(pool_error)?;
+    let mut heads = Vec::with_capacity(runs.len());
+    let mut expected = Vec::with_capacity(runs.len());
+    let mut lasts = Vec::with_capacity(runs.len());
+    for (session_id, (first, last)) in &runs {
+        heads.push(*session_id);
+        expected.push(big(first - 1, "seq")?);
+        lasts.push(big(*last, "seq")?);
+    }
+    let mut session_ids = Vec::with_capacity(events.len());
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut times = Vec::with_capacity(events.len());
+    let mut dirs = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut payloads = Vec::with_capacity(events.len());
+    for event in events.iter().copied() {
+        session_ids.push(event.session_id.as_str());
+        seqs.push(big(event.seq, "seq")?);
+        times.push(big(event.ts_ms, "ts_ms")?);
+        dirs.push(&*event.dir);
+        kinds.push(&*event.kind);
+        payloads.push(event.payload.as_bytes());
+    }
+    let statement = client.prepare_cached(GROUP_APPEND).await.map_err(db)?;
+    client
+        .execute(
+            &statement,
+            &[&heads, &expected, &lasts, &session_ids, &seqs, &times, &dirs, &kinds, &payloads],
+        )
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Writes `events` (each session's continuing its sequence) in one transaction: each
+/// session's head moved by compare-and-set, then every event in one `INSERT … UNNEST`.
+async fn write_events(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreError> {
+    let runs = runs(events)?;
+    if pool.is_closed() {
+        return Err(StoreError::Closed);
+    }
+    let mut client = pool.get().await.map_err(pool_error)?;
+    let transaction = client.transaction().await.map_err(db)?;
+    let advance = transaction
+        .prepare_cached(
+            "UPDATE switchboard.heads SET last_seq = $3 WHERE session_id = $1 AND last_seq = $2",
+        )
+        .await
+        .map_err(db)?;
+    let start = transaction
+        .prepare_cached(
+            "INSERT INTO switchboard.heads (session_id, last_seq) VALUES ($1, $2) ON CONFLICT (session_id) DO NOTHING",
+        )
+        .await
+        .map_err(db)?;
+    let head = transaction
+        .prepare_cached("SELECT last_seq FROM switchboard.heads WHERE session_id = $1")
+        .await
+        .map_err(db)?;
+    // Every session's head moved at once: the statements go out together on the connection
+    // (tokio-postgres pipelines what is awaited together), one round trip for the lot.
+    let moves = runs.iter().map(|(session_id, (first, last))| {
+        let (transaction, start, advance) = (&transaction, &start, &advance);
+        async move {
+            let expected = first - 1;
+            let moved = if expected == 0 {
+                transaction.execute(start, &[session_id, &big(*last, "seq")?]).await
+            } else {
+                transaction
+                    .execute(advance, &[session_id, &big(expected, "seq")?, &big(*last, "seq")?])
+                    .await
+            }
+            .map_err(db)?;
+            Ok::<_, StoreError>((*session_id, *first, moved))
+        }
+    });
+    for (session_id, first, moved) in futures::future::try_join_all(moves).await? {
+        if moved == 0 {
+            let stored = transaction
+                .query_opt(&head, &[&session_id])
+                .await
+                .map_err(db)?
+                .map(|row| unsigned(row.get(0)))
+                .unwrap_or(0);
+            // Dropping the transaction rolls it back: nothing of the batch is written.
+            return Err(StoreError::OutOfSequence {
+                session_id: session_id.to_owned(),
+                seq: first,
+                last: stored,
+            });
+        }
+    }
+    let mut session_ids = Vec::with_capacity(events.len());
+    let mut seqs = Vec::with_capacity(events.len());
+    let mut times = Vec::with_capacity(events.len());
+    let mut dirs = Vec::with_capacity(events.len());
+    let mut kinds = Vec::with_capacity(events.len());
+    let mut payloads = Vec::with_capacity(events.len());
+    for event in events.iter().copied() {
+        session_ids.push(event.session_id.as_str());
+        seqs.push(big(event.seq, "seq")?);
+        times.push(big(event.ts_ms, "ts_ms")?);
+        dirs.push(&*event.dir);
+        kinds.push(&*event.kind);
+        payloads.push(event.payload.as_bytes());
+    }
+    let insert = transaction
+        .prepare_cached(&format!(
+            "INSERT INTO switchboard.events ({EVENT_COLUMNS})
+             SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::BYTEA[])"
+        ))
+        .await
+        .map_err(db)?;
+    transaction
+        .execute(&insert, &[&session_ids, &seqs, &times, &dirs, &kinds, &payloads])
+        .await
+        .map_err(db)?;
+    transaction.commit().await.map_err(db)
 }
 
 /// A tokio-postgres error as one readable line: the server's message (and its detail) when it
@@ -208,7 +435,9 @@ impl PostgresStore {
             .recycle_timeout(Some(CONNECT_LIMIT))
             .build()
             .map_err(|error| StoreError::Database(error.to_string()))?;
-        let store = PostgresStore { pool, shown };
+        let (appends, queue) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(group_writer(pool.clone(), queue));
+        let store = PostgresStore { pool, shown, appends };
         store.migrate().await.map_err(|error| match error {
             StoreError::Database(message) => {
                 StoreError::Database(format!("PostgreSQL at {}: {message}", store.shown))
@@ -508,104 +737,25 @@ impl Store for PostgresStore {
     }
 
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let shared: Vec<_> = events.iter().cloned().map(std::sync::Arc::new).collect();
+        self.append_shared(&shared).await
+    }
+
+    async fn append_shared(
+        &self,
+        events: &[std::sync::Arc<EventRecord>],
+    ) -> Result<(), StoreError> {
         if events.is_empty() {
             return Ok(());
         }
-        // Each session's events in the batch must follow one another; the batch then moves
-        // each session's head from `first - 1` to `last`. Sessions in id order, so that two
-        // batches lock heads in one order (no deadlock).
-        let mut runs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-        for event in events {
-            match runs.get_mut(event.session_id.as_str()) {
-                Some((_, last)) if event.seq == *last + 1 => *last = event.seq,
-                Some((_, last)) => {
-                    return Err(StoreError::OutOfSequence {
-                        session_id: event.session_id.clone(),
-                        seq: event.seq,
-                        last: *last,
-                    })
-                }
-                None => {
-                    if event.seq == 0 {
-                        return Err(StoreError::OutOfSequence {
-                            session_id: event.session_id.clone(),
-                            seq: 0,
-                            last: 0,
-                        });
-                    }
-                    runs.insert(&event.session_id, (event.seq, event.seq));
-                }
-            }
+        if self.pool.is_closed() {
+            return Err(StoreError::Closed);
         }
-        let mut client = self.client().await?;
-        let transaction = client.transaction().await.map_err(db)?;
-        let advance = transaction
-            .prepare_cached(
-                "UPDATE switchboard.heads SET last_seq = $3 WHERE session_id = $1 AND last_seq = $2",
-            )
-            .await
-            .map_err(db)?;
-        let start = transaction
-            .prepare_cached(
-                "INSERT INTO switchboard.heads (session_id, last_seq) VALUES ($1, $2) ON CONFLICT (session_id) DO NOTHING",
-            )
-            .await
-            .map_err(db)?;
-        let head = transaction
-            .prepare_cached("SELECT last_seq FROM switchboard.heads WHERE session_id = $1")
-            .await
-            .map_err(db)?;
-        for (session_id, (first, last)) in &runs {
-            let expected = first - 1;
-            let moved = if expected == 0 {
-                transaction.execute(&start, &[session_id, &big(*last, "seq")?]).await
-            } else {
-                transaction
-                    .execute(&advance, &[session_id, &big(expected, "seq")?, &big(*last, "seq")?])
-                    .await
-            }
-            .map_err(db)?;
-            if moved == 0 {
-                let stored = transaction
-                    .query_opt(&head, &[session_id])
-                    .await
-                    .map_err(db)?
-                    .map(|row| unsigned(row.get(0)))
-                    .unwrap_or(0);
-                // Dropping the transaction rolls it back: nothing of the batch is written.
-                return Err(StoreError::OutOfSequence {
-                    session_id: (*session_id).to_owned(),
-                    seq: *first,
-                    last: stored,
-                });
-            }
-        }
-        let mut session_ids = Vec::with_capacity(events.len());
-        let mut seqs = Vec::with_capacity(events.len());
-        let mut times = Vec::with_capacity(events.len());
-        let mut dirs = Vec::with_capacity(events.len());
-        let mut kinds = Vec::with_capacity(events.len());
-        let mut payloads = Vec::with_capacity(events.len());
-        for event in events {
-            session_ids.push(event.session_id.as_str());
-            seqs.push(big(event.seq, "seq")?);
-            times.push(big(event.ts_ms, "ts_ms")?);
-            dirs.push(&*event.dir);
-            kinds.push(&*event.kind);
-            payloads.push(event.payload.as_bytes());
-        }
-        let insert = transaction
-            .prepare_cached(&format!(
-                "INSERT INTO switchboard.events ({EVENT_COLUMNS})
-                 SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::BIGINT[], $4::TEXT[], $5::TEXT[], $6::BYTEA[])"
-            ))
-            .await
-            .map_err(db)?;
-        transaction
-            .execute(&insert, &[&session_ids, &seqs, &times, &dirs, &kinds, &payloads])
-            .await
-            .map_err(db)?;
-        transaction.commit().await.map_err(db)
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.appends
+            .send(Waiting { events: events.to_vec(), done })
+            .map_err(|_| StoreError::Closed)?;
+        outcome.await.map_err(|_| StoreError::Closed)?
     }
 
     async fn events_after(

@@ -185,6 +185,11 @@ impl Postgres {
         Some(Postgres { child, socket_dir, _dir: dir })
     }
 
+    /// The server's (the postmaster's) process id; its backends are its children.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The URL of database `postgres` as superuser `switchboard`, through the socket.
     pub fn url(&self) -> String {
         self.url_of("postgres")

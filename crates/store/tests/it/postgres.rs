@@ -58,6 +58,41 @@ async fn two_nodes_appending_to_one_session_never_both_win() {
     assert_eq!(b.last_seq("s").await.unwrap(), next - 1);
 }
 
+/// Appends of many sessions at once go to PostgreSQL together (the group writer); one that
+/// is out of sequence among them is refused alone, and every other is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_made_together_commit_together_and_a_bad_one_is_refused_alone() {
+    let Some(server) = Postgres::start() else { return };
+    let store = Arc::new(PostgresStore::connect(&server.url()).await.unwrap());
+    for round in 0..3u64 {
+        let mut appends = Vec::new();
+        for session in 0..40 {
+            let store = store.clone();
+            appends.push(tokio::spawn(async move {
+                let id = format!("s{session}");
+                let batch: Vec<EventRecord> =
+                    (1..=2).map(|seq| event(&id, round * 2 + seq)).collect();
+                store.append(&batch).await
+            }));
+        }
+        // A gap in session s7's log, among the others.
+        let bad = {
+            let store = store.clone();
+            tokio::spawn(async move { store.append(&[event("s7", 1000)]).await })
+        };
+        for append in appends {
+            append.await.unwrap().unwrap();
+        }
+        let refused = bad.await.unwrap();
+        assert!(matches!(refused, Err(StoreError::OutOfSequence { seq: 1000, .. })), "{refused:?}");
+    }
+    for session in 0..40 {
+        let log = store.events_after(&format!("s{session}"), 0, 100).await.unwrap();
+        let seqs: Vec<u64> = log.iter().map(|event| event.seq).collect();
+        assert_eq!(seqs, (1..=6).collect::<Vec<_>>(), "session s{session}");
+    }
+}
+
 /// Writers racing on many sessions from two nodes, each retrying from the head it reads:
 /// every session's log is 1..=N, each seq once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
