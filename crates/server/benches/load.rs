@@ -492,11 +492,10 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
     result
 }
 
-/// A process's CPU time so far (µs), from `/proc` (for a server the bench started).
-/// The CPU time of process `pid` and of its children now running, in µs (PostgreSQL's: the
-/// postmaster and its backends).
+/// The CPU time of process `pid`, of its children now running and of those that ended, in
+/// µs (PostgreSQL's: the postmaster and its backends).
 fn tree_cpu_micros(pid: u32) -> u64 {
-    let mut total = process_cpu_micros(pid);
+    let mut total = process_cpu_micros(pid) + ended_children_cpu_micros(pid);
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(child) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok())
         else {
@@ -513,14 +512,25 @@ fn tree_cpu_micros(pid: u32) -> u64 {
     total
 }
 
+/// The CPU time of `pid`'s children that ended and were waited for (`cutime` + `cstime`).
+fn ended_children_cpu_micros(pid: u32) -> u64 {
+    stat_micros(pid, [13, 14])
+}
+
+/// A process's CPU time so far (µs), from `/proc` (for a server the bench started).
 fn process_cpu_micros(pid: u32) -> u64 {
+    stat_micros(pid, [11, 12])
+}
+
+/// The sum of `/proc/PID/stat`'s clock-tick fields `fields` (counted after the command's
+/// `(...)`: state is 0, utime 11, stime 12, cutime 13, cstime 14), in µs.
+fn stat_micros(pid: u32, fields_wanted: [usize; 2]) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command's `(...)`: state is field 3, utime 14, stime 15.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let ticks: u64 = fields_wanted.iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
     let per_second =
         nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as u64;
     ticks * 1_000_000 / per_second.max(1)

@@ -14,6 +14,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods, missing_docs)]
 
 #[path = "../tests/it/seed.rs"]
+#[allow(dead_code)]
 mod seed;
 
 use std::io::BufRead;

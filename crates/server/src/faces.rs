@@ -114,12 +114,12 @@ pub(crate) async fn viewer_at(
             project(daemon, id, start.seq - 1, after, &mut viewer, &mut |record, viewer| {
                 if record.seq == start.seq {
                     confirmed = record.ts_ms == start.ts_ms;
-                    if !confirmed {
-                        *viewer = None;
-                    }
-                    return false;
                 }
-                true
+                if !confirmed {
+                    // Not the log it was taken from, or the checkpoint's event is missing.
+                    *viewer = None;
+                }
+                record.seq != start.seq
             })
             .await?;
         if let (Some(viewer), true) = (resumed, confirmed) {

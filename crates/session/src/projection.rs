@@ -212,6 +212,13 @@ impl Projector {
             + strings(&mut self.waiting_prompts.iter().map(String::len))
             + strings(&mut self.message_order.iter().map(String::len))
             + open_messages
+            // A request's input can be large (a file to write): counted as written.
+            + self
+                .view
+                .pending_permissions
+                .iter()
+                .map(|pending| serde_json::to_string(&pending.input).map_or(0, |text| text.len()))
+                .sum::<usize>()
             + (self.view.pending_permissions.len()
                 + self.view.subagents.len()
                 + self.view.background_tasks.len()

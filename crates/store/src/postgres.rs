@@ -129,24 +129,39 @@ impl fmt::Debug for PostgresStore {
 }
 
 /// The group writer: appends from every session of this node, as they wait, go to the
-/// database together in one statement (up to [`MAX_GROUP_EVENTS`] events, [`GROUP_APPEND`]):
-/// one round trip and one commit for all of them, where an append alone paid a `BEGIN`, a
-/// compare-and-set, an insert and a `COMMIT` for its few lines. Each append still returns
-/// only once its events are committed. If the group is refused (a session out of sequence,
-/// say), each append in it is written again on its own, in a transaction that says why, so
-/// that only the one at fault is refused.
+/// database together in one statement (up to [`MAX_GROUP_EVENTS`] events or
+/// [`MAX_GROUP_BYTES`], [`GROUP_APPEND`]): one round trip and one commit for all of them,
+/// where an append alone paid a `BEGIN`, a compare-and-set, an insert and a `COMMIT` for its
+/// few lines. Each append still returns only once its events are committed.
+///
+/// - **Refused** (a head that did not move, a seq stored already, a deadlock with another
+///   node): each append of the group is written again on its own, in a transaction that
+///   says why, so that only the one at fault is refused.
+/// - **Failed** (the database unreachable, no connection, [`WRITE_LIMIT`] passed): every
+///   append of the group is told, at once; none is tried again here (the caller retries).
+/// - An append whose caller stopped waiting before its group was made is dropped unwritten.
 async fn group_writer(pool: Pool, mut queue: tokio::sync::mpsc::UnboundedReceiver<Waiting>) {
     while let Some(first) = queue.recv().await {
-        let mut count = first.events.len();
-        let mut group = vec![first];
-        while count < MAX_GROUP_EVENTS {
-            let Ok(next) = queue.try_recv() else { break };
-            count += next.events.len();
-            group.push(next);
+        let mut group = Vec::new();
+        let (mut count, mut bytes) = (0, 0);
+        let mut next = Some(first);
+        while let Some(waiting) = next.take() {
+            if !waiting.done.is_closed() {
+                count += waiting.events.len();
+                bytes += waiting.events.iter().map(|event| event.payload.len()).sum::<usize>();
+                group.push(waiting);
+            }
+            if count >= MAX_GROUP_EVENTS || bytes >= MAX_GROUP_BYTES {
+                break;
+            }
+            next = queue.try_recv().ok();
+        }
+        if group.is_empty() {
+            continue;
         }
         let all: Vec<&EventRecord> =
             group.iter().flat_map(|waiting| waiting.events.iter().map(|event| &**event)).collect();
-        let outcome = write_group(&pool, &all).await;
+        let outcome = limited(write_group(&pool, &all)).await;
         drop(all);
         match outcome {
             Ok(()) => {
@@ -154,16 +169,61 @@ async fn group_writer(pool: Pool, mut queue: tokio::sync::mpsc::UnboundedReceive
                     let _ = waiting.done.send(Ok(()));
                 }
             }
-            Err(_) => {
+            Err(GroupError::Refused) => {
                 for waiting in group {
                     let events: Vec<&EventRecord> =
                         waiting.events.iter().map(|event| &**event).collect();
-                    let outcome = write_events(&pool, &events).await;
+                    let outcome = tokio::time::timeout(WRITE_LIMIT, write_events(&pool, &events))
+                        .await
+                        .unwrap_or_else(|_| Err(too_long()));
                     let _ = waiting.done.send(outcome);
+                }
+            }
+            Err(GroupError::Failed(error)) => {
+                let said = error.to_string();
+                for waiting in group {
+                    let error = match &error {
+                        StoreError::Closed => StoreError::Closed,
+                        _ => StoreError::Database(said.clone()),
+                    };
+                    let _ = waiting.done.send(Err(error));
                 }
             }
         }
     }
+}
+
+/// The longest one write of the group writer may take (waiting for a connection, or for a
+/// head another node's transaction holds): past it, the appends are told it failed, and the
+/// node's other sessions are not held up behind it.
+const WRITE_LIMIT: Duration = Duration::from_secs(10);
+
+/// A group's payloads stop growing past this many bytes (and [`MAX_GROUP_EVENTS`] events).
+const MAX_GROUP_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a group's write did not commit.
+enum GroupError {
+    /// What was written was refused as it stands (a session out of sequence, a seq stored
+    /// already, a deadlock): written again append by append, it may pass, or says whose.
+    Refused,
+    /// The write could not be done (the database, the connection, the time limit).
+    Failed(StoreError),
+}
+
+/// `write` within [`WRITE_LIMIT`].
+async fn limited(
+    write: impl std::future::Future<Output = Result<(), GroupError>>,
+) -> Result<(), GroupError> {
+    tokio::time::timeout(WRITE_LIMIT, write)
+        .await
+        .unwrap_or_else(|_| Err(GroupError::Failed(too_long())))
+}
+
+fn too_long() -> StoreError {
+    StoreError::Database(format!(
+        "PostgreSQL did not finish an append within {} s",
+        WRITE_LIMIT.as_secs()
+    ))
 }
 
 /// Each session's events in a batch must follow one another; the batch then moves each
@@ -219,19 +279,21 @@ SELECT 1 / (CASE WHEN (SELECT count(*) FROM started) + (SELECT count(*) FROM adv
 
 /// Writes `events` with [`GROUP_APPEND`]. Any refusal comes back without saying whose: the
 /// group writer then writes each append on its own ([`write_events`]), which says.
-async fn write_group(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreError> {
-    let runs = runs(events)?;
+async fn write_group(pool: &Pool, events: &[&EventRecord]) -> Result<(), GroupError> {
+    // A group whose own events do not follow one another (two appends of a session out of
+    // order) is written append by append, which says which.
+    let runs = runs(events).map_err(|_| GroupError::Refused)?;
     if pool.is_closed() {
-        return Err(StoreError::Closed);
+        return Err(GroupError::Failed(StoreError::Closed));
     }
-    let client = pool.get().await.map_err(pool_error)?;
+    let client = pool.get().await.map_err(|error| GroupError::Failed(pool_error(error)))?;
     let mut heads = Vec::with_capacity(runs.len());
     let mut expected = Vec::with_capacity(runs.len());
     let mut lasts = Vec::with_capacity(runs.len());
     for (session_id, (first, last)) in &runs {
         heads.push(*session_id);
-        expected.push(big(first - 1, "seq")?);
-        lasts.push(big(*last, "seq")?);
+        expected.push(big(first - 1, "seq").map_err(GroupError::Failed)?);
+        lasts.push(big(*last, "seq").map_err(GroupError::Failed)?);
     }
     let mut session_ids = Vec::with_capacity(events.len());
     let mut seqs = Vec::with_capacity(events.len());
@@ -241,20 +303,33 @@ async fn write_group(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreEr
     let mut payloads = Vec::with_capacity(events.len());
     for event in events.iter().copied() {
         session_ids.push(event.session_id.as_str());
-        seqs.push(big(event.seq, "seq")?);
-        times.push(big(event.ts_ms, "ts_ms")?);
+        seqs.push(big(event.seq, "seq").map_err(GroupError::Failed)?);
+        times.push(big(event.ts_ms, "ts_ms").map_err(GroupError::Failed)?);
         dirs.push(&*event.dir);
         kinds.push(&*event.kind);
         payloads.push(event.payload.as_bytes());
     }
-    let statement = client.prepare_cached(GROUP_APPEND).await.map_err(db)?;
+    let statement =
+        client.prepare_cached(GROUP_APPEND).await.map_err(|error| GroupError::Failed(db(error)))?;
     client
         .execute(
             &statement,
             &[&heads, &expected, &lasts, &session_ids, &seqs, &times, &dirs, &kinds, &payloads],
         )
         .await
-        .map_err(db)?;
+        .map_err(|error| {
+            use tokio_postgres::error::SqlState;
+            let refused = [
+                SqlState::DIVISION_BY_ZERO,
+                SqlState::UNIQUE_VIOLATION,
+                SqlState::T_R_DEADLOCK_DETECTED,
+                SqlState::T_R_SERIALIZATION_FAILURE,
+            ];
+            match error.code() {
+                Some(code) if refused.contains(code) => GroupError::Refused,
+                _ => GroupError::Failed(db(error)),
+            }
+        })?;
     Ok(())
 }
 

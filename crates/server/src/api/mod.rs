@@ -879,8 +879,8 @@ async fn list_events(
 /// The view of a session: what one page of its events means (`{"updates", "first_seq",
 /// "last_seq", "more"}`). `after` pages forward (ask again with `after=last_seq` while `more`),
 /// `before` pages back (ask again with `before=first_seq` while `more`). Streamed pieces whose
-/// block is complete within the page are left out. The projection is rebuilt from the start of
-/// the log for each page.
+/// block is complete within the page are left out. The projection up to the page starts from
+/// the nearest checkpoint of the view (`checkpoints.rs`), or the log's start.
 async fn session_view(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,

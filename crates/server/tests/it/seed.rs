@@ -8,6 +8,17 @@ use switchboard_store::{EventRecord, SessionRecord, Store};
 /// message, a result whose cost grows by $0.001 a turn), stored from `now` (Unix ms) on, one
 /// millisecond apart.
 pub(crate) async fn long_session(store: &dyn Store, id: &str, turns: usize, now: u64) {
+    long_session_costing(store, id, turns, now, 0.001).await;
+}
+
+/// As [`long_session`], each turn costing `step` dollars.
+pub(crate) async fn long_session_costing(
+    store: &dyn Store,
+    id: &str,
+    turns: usize,
+    now: u64,
+    step: f64,
+) {
     store
         .create_session(&SessionRecord {
             archived: false,
@@ -78,7 +89,7 @@ pub(crate) async fn long_session(store: &dyn Store, id: &str, turns: usize, now:
         );
         push(
             "from_cli",
-            json!({"type": "result", "subtype": "success", "is_error": false, "duration_ms": 1200, "total_cost_usd": 0.001 * turn as f64, "usage": {"input_tokens": 100 + turn, "output_tokens": 10}, "modelUsage": {"claude-opus-5-5": {"inputTokens": 100 * turn, "outputTokens": 10 * turn, "costUSD": 0.001 * turn as f64, "contextWindow": 200000}}}),
+            json!({"type": "result", "subtype": "success", "is_error": false, "duration_ms": 1200, "total_cost_usd": step * turn as f64, "usage": {"input_tokens": 100 + turn, "output_tokens": 10}, "modelUsage": {"claude-opus-5-5": {"inputTokens": 100 * turn, "outputTokens": 10 * turn, "costUSD": step * turn as f64, "contextWindow": 200000}}}),
         );
     }
     for page in events.chunks(500) {

@@ -236,18 +236,28 @@ async fn pages_of_a_long_session_start_from_checkpoints_of_its_view() {
         before = from_start["first_seq"].as_u64().unwrap();
     }
     assert_eq!(pages, 15);
-    // The session's log replaced under the daemon (not through it): other events, stored at
-    // other times, where its checkpoints were taken.
+    // The session's log replaced under the daemon (not through it): other events (turns that
+    // cost twice as much), stored at other times, where its checkpoints were taken. A stale
+    // checkpoint would count the page's turn from the old costs.
     server.get("/api/sessions/long/view?before=9007199254740991&limit=10").await;
     assert_eq!(checkpoints.len(), 4);
     store.delete_session("long").await.unwrap();
-    seed_long_session_at(&store, "long", 900, 1_796_000_000_000).await;
-    let path = "/api/sessions/long/view?before=8500&limit=10";
+    crate::seed::long_session_costing(store.as_ref(), "long", 900, 1_796_000_000_000, 0.002).await;
+    // Just past the checkpoint at 8,192: the page's turn ends before any result of the new
+    // log could have set the cost right.
+    let path = "/api/sessions/long/view?after=8192&limit=10";
     let (_, after_checkpoints) = server.get(path).await;
     checkpoints.forget("long");
     let (_, from_start) = server.get(path).await;
     assert_eq!(after_checkpoints, from_start);
-    assert_eq!(after_checkpoints["updates"][0]["ts"], 1_796_000_000_000u64 + 8490);
+    assert!(after_checkpoints["updates"][0]["ts"].as_u64().unwrap() > 1_796_000_000_000 + 8192);
+    let ended = after_checkpoints["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|update| update["update"] == "turn_ended")
+        .unwrap();
+    assert!((ended["cost_usd"].as_f64().unwrap() - 0.002).abs() < 1e-9, "{ended}");
     server.stop().await;
 }
 
@@ -363,12 +373,7 @@ async fn directories_complete_a_prefix() {
 
 /// A finished session of `turns` turns (prompt, streamed answer, result): 10 events a turn.
 async fn seed_long_session(store: &Arc<dyn Store>, id: &str, turns: usize) {
-    seed_long_session_at(store, id, turns, 1_795_000_000_000).await;
-}
-
-/// As [`seed_long_session`], its events stored from `now` (Unix ms) on.
-async fn seed_long_session_at(store: &Arc<dyn Store>, id: &str, turns: usize, now: u64) {
-    crate::seed::long_session(store.as_ref(), id, turns, now).await;
+    crate::seed::long_session(store.as_ref(), id, turns, 1_795_000_000_000).await;
 }
 
 /// A session an agent started through MCP, with a token that has a ceiling.
