@@ -256,6 +256,43 @@ fn runs<'e>(events: &[&'e EventRecord]) -> Result<BTreeMap<&'e str, (u64, u64)>,
     Ok(runs)
 }
 
+/// Events as the columns an `INSERT … SELECT * FROM UNNEST(…)` takes, one array a column, in
+/// [`EVENT_COLUMNS`]' order.
+struct EventColumns<'e> {
+    session_ids: Vec<&'e str>,
+    seqs: Vec<i64>,
+    times: Vec<i64>,
+    dirs: Vec<&'e str>,
+    kinds: Vec<&'e str>,
+    payloads: Vec<&'e [u8]>,
+}
+
+impl<'e> EventColumns<'e> {
+    fn of(events: &[&'e EventRecord]) -> Result<EventColumns<'e>, StoreError> {
+        let mut columns = EventColumns {
+            session_ids: Vec::with_capacity(events.len()),
+            seqs: Vec::with_capacity(events.len()),
+            times: Vec::with_capacity(events.len()),
+            dirs: Vec::with_capacity(events.len()),
+            kinds: Vec::with_capacity(events.len()),
+            payloads: Vec::with_capacity(events.len()),
+        };
+        for event in events.iter().copied() {
+            columns.session_ids.push(event.session_id.as_str());
+            columns.seqs.push(big(event.seq, "seq")?);
+            columns.times.push(big(event.ts_ms, "ts_ms")?);
+            columns.dirs.push(&*event.dir);
+            columns.kinds.push(&*event.kind);
+            columns.payloads.push(event.payload.as_bytes());
+        }
+        Ok(columns)
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 6] {
+        [&self.session_ids, &self.seqs, &self.times, &self.dirs, &self.kinds, &self.payloads]
+    }
+}
+
 /// A whole group in one statement (so one round trip, and a transaction of its own without
 /// `BEGIN` and `COMMIT`): the heads of new sessions inserted, the others moved by
 /// compare-and-set, every event inserted; if any head did not move, a division by zero
@@ -295,41 +332,25 @@ async fn write_group(pool: &Pool, events: &[&EventRecord]) -> Result<(), GroupEr
         expected.push(big(first - 1, "seq").map_err(GroupError::Failed)?);
         lasts.push(big(*last, "seq").map_err(GroupError::Failed)?);
     }
-    let mut session_ids = Vec::with_capacity(events.len());
-    let mut seqs = Vec::with_capacity(events.len());
-    let mut times = Vec::with_capacity(events.len());
-    let mut dirs = Vec::with_capacity(events.len());
-    let mut kinds = Vec::with_capacity(events.len());
-    let mut payloads = Vec::with_capacity(events.len());
-    for event in events.iter().copied() {
-        session_ids.push(event.session_id.as_str());
-        seqs.push(big(event.seq, "seq").map_err(GroupError::Failed)?);
-        times.push(big(event.ts_ms, "ts_ms").map_err(GroupError::Failed)?);
-        dirs.push(&*event.dir);
-        kinds.push(&*event.kind);
-        payloads.push(event.payload.as_bytes());
-    }
+    let columns = EventColumns::of(events).map_err(GroupError::Failed)?;
+    // `$1`–`$3` the heads, `$4`–`$9` the events.
+    let moves: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&heads, &expected, &lasts];
+    let params: Vec<_> = moves.into_iter().chain(columns.params()).collect();
     let statement =
         client.prepare_cached(GROUP_APPEND).await.map_err(|error| GroupError::Failed(db(error)))?;
-    client
-        .execute(
-            &statement,
-            &[&heads, &expected, &lasts, &session_ids, &seqs, &times, &dirs, &kinds, &payloads],
-        )
-        .await
-        .map_err(|error| {
-            use tokio_postgres::error::SqlState;
-            let refused = [
-                SqlState::DIVISION_BY_ZERO,
-                SqlState::UNIQUE_VIOLATION,
-                SqlState::T_R_DEADLOCK_DETECTED,
-                SqlState::T_R_SERIALIZATION_FAILURE,
-            ];
-            match error.code() {
-                Some(code) if refused.contains(code) => GroupError::Refused,
-                _ => GroupError::Failed(db(error)),
-            }
-        })?;
+    client.execute(&statement, &params).await.map_err(|error| {
+        use tokio_postgres::error::SqlState;
+        let refused = [
+            SqlState::DIVISION_BY_ZERO,
+            SqlState::UNIQUE_VIOLATION,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+        ];
+        match error.code() {
+            Some(code) if refused.contains(code) => GroupError::Refused,
+            _ => GroupError::Failed(db(error)),
+        }
+    })?;
     Ok(())
 }
 
@@ -391,20 +412,7 @@ async fn write_events(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreE
             });
         }
     }
-    let mut session_ids = Vec::with_capacity(events.len());
-    let mut seqs = Vec::with_capacity(events.len());
-    let mut times = Vec::with_capacity(events.len());
-    let mut dirs = Vec::with_capacity(events.len());
-    let mut kinds = Vec::with_capacity(events.len());
-    let mut payloads = Vec::with_capacity(events.len());
-    for event in events.iter().copied() {
-        session_ids.push(event.session_id.as_str());
-        seqs.push(big(event.seq, "seq")?);
-        times.push(big(event.ts_ms, "ts_ms")?);
-        dirs.push(&*event.dir);
-        kinds.push(&*event.kind);
-        payloads.push(event.payload.as_bytes());
-    }
+    let columns = EventColumns::of(events)?;
     let insert = transaction
         .prepare_cached(&format!(
             "INSERT INTO switchboard.events ({EVENT_COLUMNS})
@@ -412,10 +420,7 @@ async fn write_events(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreE
         ))
         .await
         .map_err(db)?;
-    transaction
-        .execute(&insert, &[&session_ids, &seqs, &times, &dirs, &kinds, &payloads])
-        .await
-        .map_err(db)?;
+    transaction.execute(&insert, &columns.params()).await.map_err(db)?;
     transaction.commit().await.map_err(db)
 }
 
