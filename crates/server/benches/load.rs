@@ -31,6 +31,9 @@
     missing_docs
 )]
 
+#[path = "support.rs"]
+mod support;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -133,25 +136,6 @@ fn script(dir: &std::path::Path, params: &Params) -> PathBuf {
 
 fn now_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-}
-
-fn cpu_micros() -> u64 {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let user = usage.user_time();
-    let system = usage.system_time();
-    (user.tv_sec() as u64 + system.tv_sec() as u64) * 1_000_000
-        + user.tv_usec() as u64
-        + system.tv_usec() as u64
-}
-
-fn rss_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
 }
 
 /// How long each decision on a permission request took to reach a subscriber, from the CLI
@@ -266,12 +250,12 @@ async fn drive(
     ));
     // Start once every subscriber is connected.
     connected.wait().await;
-    let cpu_start = cpu_micros();
+    let cpu_start = support::own_cpu_micros();
     let started = Instant::now();
     start.await;
     let (delivered, latencies, last) = subscribers.await.unwrap();
     let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
-    (delivered, latencies, cpu_micros() - cpu_start, wall)
+    (delivered, latencies, support::own_cpu_micros() - cpu_start, wall)
 }
 
 fn report(
@@ -306,7 +290,7 @@ fn report(
         "p50_ms": percentile(0.50) as f64 / 1000.0,
         "p99_ms": percentile(0.99) as f64 / 1000.0,
         "cpu_us_per_message": cpu as f64 / delivered.max(1) as f64,
-        "peak_rss_mib": rss_kib("VmHWM:") as f64 / 1024.0,
+        "peak_rss_mib": support::status_kib("self", "VmHWM:") as f64 / 1024.0,
     })
 }
 
@@ -454,12 +438,12 @@ async fn child_face(params: Params, memory: bool, face: Face) -> Value {
             connected.clone(),
         ));
         connected.wait().await;
-        let cpu_start = cpu_micros();
+        let cpu_start = support::own_cpu_micros();
         let started = Instant::now();
         start.await;
         let (delivered, latencies, last) = subscribers.await.unwrap();
         let wall = last.saturating_duration_since(started).as_secs_f64().max(0.001);
-        (delivered, latencies, cpu_micros() - cpu_start, wall)
+        (delivered, latencies, support::own_cpu_micros() - cpu_start, wall)
     } else {
         let query = if face == Face::View { "&view=true" } else { "" };
         let urls: Vec<String> = ids
@@ -733,7 +717,7 @@ async fn child_idle(params: Params) -> Value {
     // Warm up allocator and runtime with one session first.
     let warm = daemon.create(CreateSession::new(dir.path())).await.unwrap();
     wait_idle(&daemon, &warm.id).await;
-    let before = rss_kib("VmRSS:");
+    let before = support::status_kib("self", "VmRSS:");
     let started = Instant::now();
     let mut ids = Vec::new();
     for _ in 0..params.idle {
@@ -743,7 +727,7 @@ async fn child_idle(params: Params) -> Value {
     for id in &ids {
         wait_idle(&daemon, id).await;
     }
-    let after = rss_kib("VmRSS:");
+    let after = support::status_kib("self", "VmRSS:");
     let result = json!({
         "idle_sessions": params.idle,
         "start_seconds": started.elapsed().as_secs_f64(),
@@ -808,7 +792,7 @@ async fn child_finished(params: Params) -> Value {
         }
     };
     wave(50).await;
-    let before = rss_kib("VmRSS:");
+    let before = support::status_kib("self", "VmRSS:");
     let started = Instant::now();
     let mut done = 0;
     while done < params.idle {
@@ -818,7 +802,7 @@ async fn child_finished(params: Params) -> Value {
     }
     // Let the store fold what waits (its memory is the journal's, not the sessions').
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = rss_kib("VmRSS:");
+    let after = support::status_kib("self", "VmRSS:");
     json!({
         "finished_sessions": done,
         "seconds": started.elapsed().as_secs_f64(),

@@ -13,6 +13,9 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods, missing_docs)]
 
+#[path = "support.rs"]
+mod support;
+
 #[path = "../tests/it/seed.rs"]
 #[allow(dead_code)]
 mod seed;
@@ -45,26 +48,6 @@ fn parse_args() -> Options {
         }
     }
     options
-}
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 fn main() {
@@ -131,12 +114,12 @@ fn main() {
                     ("long", _) => long.push(ms),
                     _ => short.push(ms),
                 }
-                before_paging.set(Some(rss_mib()));
+                before_paging.set(Some(support::status_kib("self", "VmRSS:") as f64 / 1024.0));
             }
             ["page", pages, first_seq] => paging.push((
                 pages.parse::<usize>().unwrap_or(0),
                 first_seq.parse::<u64>().unwrap_or(0),
-                rss_mib(),
+                support::status_kib("self", "VmRSS:") as f64 / 1024.0,
             )),
             ["pages", "end", pages, ms] => {
                 pages_end = Some((pages.parse::<usize>().unwrap_or(0), ms.parse().unwrap_or(0.0)))
@@ -150,7 +133,7 @@ fn main() {
         eprintln!("open: the browser script failed ({status})");
         std::process::exit(1);
     }
-    let (short_ms, long_ms) = (median(&mut short), median(&mut long));
+    let (short_ms, long_ms) = (support::median(&mut short), support::median(&mut long));
     println!(
         "Opening a stored session in the web UI until its last answer is on screen (median of {} rounds; Chromium):\n",
         options.rounds

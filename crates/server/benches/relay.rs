@@ -32,6 +32,9 @@
     missing_docs
 )]
 
+#[path = "support.rs"]
+mod support;
+
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -160,24 +163,6 @@ fn now_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
 }
 
-/// This process's CPU time so far, in µs (user + system, every thread's, exited ones too).
-fn own_cpu_micros() -> u64 {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let micros =
-        |time: nix::sys::time::TimeVal| time.tv_sec() as u64 * 1_000_000 + time.tv_usec() as u64;
-    micros(usage.user_time()) + micros(usage.system_time())
-}
-
-fn process_status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The `t=` stamp of a streamed line, if it is one.
 fn sent_at(text: &str) -> Option<u128> {
     let start = text.find("\"t=")? + 3;
@@ -213,7 +198,7 @@ async fn until_stdin_closes(store: Option<Arc<switchboard_store::SqliteStore>>) 
         let mut line = String::new();
         while std::io::stdin().read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
             match line.trim() {
-                "cpu" => println!("cpu {}", own_cpu_micros()),
+                "cpu" => println!("cpu {}", support::own_cpu_micros()),
                 "fold" => {
                     if let Some(store) = &store {
                         let _ = runtime.block_on(store.flush());
@@ -758,7 +743,7 @@ async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measure
         Err(error) => (0, Some(error)),
     };
     let last = last_arrival.lock().map(|last| *last).unwrap_or_else(|_| Instant::now());
-    let peak_rss_kib = process_status_kib(pid, "VmHWM:");
+    let peak_rss_kib = support::status_kib(&pid.to_string(), "VmHWM:");
     done.notify_waiters();
     for cli in clis {
         let _ = cli.await;
@@ -779,15 +764,6 @@ async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measure
         p99_ms: percentile(0.99),
         stored: finished["stored"].as_u64(),
         error: measure_error.or_else(|| finished["error"].as_str().map(str::to_owned)),
-    }
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 
@@ -829,7 +805,9 @@ fn main() {
             if measured.is_empty() || measured.iter().any(|m| m.error.is_some()) {
                 return None;
             }
-            Some(median(&mut measured.iter().map(Measured::cpu_per_line).collect::<Vec<_>>()))
+            Some(support::median(
+                &mut measured.iter().map(Measured::cpu_per_line).collect::<Vec<_>>(),
+            ))
         };
         let rss = |name: &str| -> Option<f64> {
             let (_, measured) = runs.iter().find(|(relay, _)| relay == name)?;

@@ -14,6 +14,9 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods, missing_docs)]
 
+#[path = "support.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,25 +39,6 @@ default = "ask"
 origin = ["agent", "trigger"]
 ask = ["Bash"]
 "#;
-
-fn cpu_micros() -> u64 {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).unwrap();
-    let user = usage.user_time();
-    let system = usage.system_time();
-    (user.tv_sec() as u64 + system.tv_sec() as u64) * 1_000_000
-        + user.tv_usec() as u64
-        + system.tv_usec() as u64
-}
-
-fn rss_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
-}
 
 fn line(session: &str, seq: u64, value: serde_json::Value) -> EventRecord {
     EventRecord {
@@ -163,7 +147,7 @@ async fn measure(calls: usize) -> Row {
     let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
     let (progress, mut told) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move { while told.recv().await.is_some() {} });
-    let rss_before = rss_kib("VmRSS:");
+    let rss_before = support::status_kib("self", "VmRSS:");
     // The most the process holds while the dry run goes, sampled every 5 ms.
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(rss_before));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -171,17 +155,20 @@ async fn measure(calls: usize) -> Row {
         let (peak, done) = (peak.clone(), done.clone());
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                peak.fetch_max(rss_kib("VmRSS:"), std::sync::atomic::Ordering::Relaxed);
+                peak.fetch_max(
+                    support::status_kib("self", "VmRSS:"),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         })
     };
-    let cpu = cpu_micros();
+    let cpu = support::own_cpu_micros();
     let started = Instant::now();
     let slot = daemon.trial_slot().unwrap();
     let report = daemon.trial(slot, CANDIDATE, &TrialFilter::default(), &progress).await.unwrap();
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = cpu_micros() - cpu;
+    let cpu = support::own_cpu_micros() - cpu;
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     sampler.join().unwrap();
     let rss_after = peak.load(std::sync::atomic::Ordering::Relaxed);
