@@ -107,7 +107,7 @@ pub(crate) async fn add_schedule_as(
     schedule.created_by = caller.who(channel, None);
     schedule.task.started_by = None;
     schedule.task.origin = None;
-    daemon.books().add_schedule(schedule.clone()).await.map_err(refused)?;
+    daemon.books().add_schedule(schedule.clone(), daemon.clock_ms()).await.map_err(refused)?;
     tracing::info!(schedule = %schedule.name, by = %caller.name, "schedule added");
     let entry = daemon.books().get().schedules.get(&schedule.name).cloned();
     let entry =

@@ -52,14 +52,16 @@ impl Daemon {
     ) -> Result<Delivered, DaemonError> {
         let trigger =
             self.trigger(name).ok_or_else(|| DaemonError::Missing(format!("no trigger {name}")))?;
+        // A delivery not signed with the trigger's secret is logged (it may be someone
+        // probing) but not noted among the trigger's runs: only a signed one is.
         crate::schedules::signature::check(&trigger.secret, body, delivery.signature.as_deref())
-            .map_err(DaemonError::Forbidden)?;
+            .map_err(|why| {
+                tracing::warn!(trigger = %name, delivery = ?delivery.id, "a delivery was refused: {why}");
+                DaemonError::Forbidden(why)
+            })?;
         if trigger.paused {
             return Err(DaemonError::Conflict(format!("trigger {name} is paused")));
         }
-        let payload: Value = serde_json::from_slice(body).map_err(|error| {
-            DaemonError::Invalid(format!("the delivery's body is not JSON: {error}"))
-        })?;
         let mut keys =
             vec![format!("body:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body)))];
         if let Some(id) = &delivery.id {
@@ -79,7 +81,14 @@ impl Daemon {
                 detail: Some("this delivery was seen before; it runs once".into()),
             });
         }
-        let delivered = Box::pin(self.route(&trigger, delivery, body, &payload)).await;
+        // A signed body that is not JSON is refused as a payload that does not fit is: with
+        // a 400, logged, and noted.
+        let delivered = match serde_json::from_slice::<Value>(body) {
+            Ok(payload) => Box::pin(self.route(&trigger, delivery, body, &payload)).await,
+            Err(error) => {
+                Err(DaemonError::Invalid(format!("the delivery's body is not JSON: {error}")))
+            }
+        };
         let run = match &delivered {
             Ok(delivered) => TriggerRun {
                 at_ms: self.clock_ms(),

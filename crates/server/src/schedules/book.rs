@@ -72,9 +72,10 @@ impl Books {
         self.doc.watch()
     }
 
-    /// Adds `schedule` (checked): refused if its name is taken or the book is full.
-    pub async fn add_schedule(&self, schedule: Schedule) -> Result<(), String> {
-        schedule.check()?;
+    /// Adds `schedule` (checked against `now_ms`, the daemon's clock): refused if its name is
+    /// taken or the book is full.
+    pub async fn add_schedule(&self, schedule: Schedule, now_ms: u64) -> Result<(), String> {
+        schedule.check(now_ms)?;
         self.doc
             .update(|book| {
                 if book.schedules.contains_key(&schedule.name) {

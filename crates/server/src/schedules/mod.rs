@@ -201,11 +201,12 @@ impl Schedule {
         }
     }
 
-    /// Checks what a request gives: its name, timing, caps and task.
-    pub fn check(&self) -> Result<(), String> {
+    /// Checks what a request gives: its name, timing, caps and task. `now_ms` is the
+    /// daemon's clock (a one-time schedule's moment must be after it).
+    pub fn check(&self, now_ms: u64) -> Result<(), String> {
         check_name("schedule", &self.name)?;
         if let Timing::Once { at_ms } = self.timing()? {
-            if at_ms <= now_ms() {
+            if at_ms <= now_ms {
                 return Err(format!(
                     "`at` {} has passed; a schedule runs once in the future",
                     when::rfc3339(at_ms)
@@ -474,21 +475,21 @@ mod tests {
             assert!(error.contains("is not one"), "{error}");
         }
         let mut schedule = Schedule::example("n", "0 3 * * *");
-        assert!(schedule.check().is_ok());
+        assert!(schedule.check(now_ms()).is_ok());
         schedule.task.prompt = None;
-        assert!(schedule.check().unwrap_err().contains("needs a prompt"));
+        assert!(schedule.check(now_ms()).unwrap_err().contains("needs a prompt"));
         schedule.task.prompt = Some("p".into());
         schedule.task.resume = Some("abc".into());
-        assert!(schedule.check().unwrap_err().contains("resumes no conversation"));
+        assert!(schedule.check(now_ms()).unwrap_err().contains("resumes no conversation"));
         schedule.task.resume = None;
         schedule.max_window_utilization = Some(1.5);
-        assert!(schedule.check().unwrap_err().contains("max_window_utilization"));
+        assert!(schedule.check(now_ms()).unwrap_err().contains("max_window_utilization"));
         schedule.max_window_utilization = Some(0.5);
         schedule.at = Some(jiff::Timestamp::UNIX_EPOCH);
-        assert!(schedule.check().unwrap_err().contains("not both"));
+        assert!(schedule.check(now_ms()).unwrap_err().contains("not both"));
         schedule.cron = None;
         schedule.time_zone = Some("UTC".into());
-        assert!(schedule.check().unwrap_err().contains("time_zone goes with cron"));
+        assert!(schedule.check(now_ms()).unwrap_err().contains("time_zone goes with cron"));
     }
 
     #[test]

@@ -268,6 +268,11 @@ async fn a_signed_webhook_starts_its_task_and_a_forged_or_replayed_one_does_not(
     let push = json!({"ref": "x"}).to_string();
     let (status, ignored) = deliver(&server, "issues", &push, Some(&secret), "d4", "push").await;
     assert_eq!((status, ignored["outcome"].as_str()), (200, Some("ignored")), "{ignored}");
+    // A signed body that is not JSON: 400, saying so, and noted as refused.
+    let (status, refused) =
+        deliver(&server, "issues", "{not json", Some(&secret), "d5", "issues").await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("not JSON"), "{refused}");
     let (_, listed) = server.get("/api/triggers").await;
     let outcomes: Vec<&str> = listed[0]["runs"]
         .as_array()
@@ -275,7 +280,7 @@ async fn a_signed_webhook_starts_its_task_and_a_forged_or_replayed_one_does_not(
         .iter()
         .map(|run| run["outcome"].as_str().unwrap())
         .collect();
-    assert_eq!(outcomes, ["ignored", "refused", "started"], "{listed}");
+    assert_eq!(outcomes, ["refused", "ignored", "refused", "started"], "{listed}");
     // Exactly one session was made.
     let frames = feed.until(|frame| frame["event"] == "session_created").await;
     assert_eq!(frames.iter().filter(|f| f["event"] == "session_created").count(), 1);
@@ -704,8 +709,23 @@ async fn by_its_clock_the_scheduler_runs_each_due_run_once_and_a_missed_run_as_t
         ("hourly-once", "0 0 * * * *", Missed::RunOnce),
         ("hourly-skip", "0 0 * * * *", Missed::Skip),
     ] {
-        daemon.books().add_schedule(schedule(name, cron, missed)).await.unwrap();
+        daemon.books().add_schedule(schedule(name, cron, missed), daemon.clock_ms()).await.unwrap();
     }
+    // A one-time schedule, by the daemon's clock (the machine's is hours past it): a moment
+    // before the clock's is refused, one after it runs once.
+    let at = |name: &str, at: &str| {
+        let mut schedule = schedule(name, "* * * * *", Missed::Skip);
+        schedule.cron = None;
+        schedule.at = Some(at.parse().unwrap());
+        schedule
+    };
+    let passed = daemon.books().add_schedule(at("once", "2026-11-30T05:59:00Z"), daemon.clock_ms());
+    assert!(passed.await.unwrap_err().contains("has passed"));
+    daemon
+        .books()
+        .add_schedule(at("once", "2026-11-30T06:01:05Z"), daemon.clock_ms())
+        .await
+        .unwrap();
     // Two minutes and a half go by.
     tokio::time::sleep(std::time::Duration::from_millis(150_000)).await;
     let book = daemon.books().get();
@@ -715,6 +735,7 @@ async fn by_its_clock_the_scheduler_runs_each_due_run_once_and_a_missed_run_as_t
     let minute = 60_000;
     assert_eq!(dues("minutely"), [T0 + 10_000, T0 + 10_000 + minute, T0 + 10_000 + 2 * minute]);
     assert_eq!(dues("hourly-once"), [T0 + 10_000]);
+    assert_eq!(dues("once"), [T0 + 75_000]);
     let run = &book.schedules["minutely"].state.runs[0];
     let json = serde_json::to_value(run).unwrap();
     assert_eq!(json["outcome"], "failed", "{json}");
@@ -738,6 +759,7 @@ async fn by_its_clock_the_scheduler_runs_each_due_run_once_and_a_missed_run_as_t
         (Some(last), Some("skipped"), Some("missed")),
         "{skipped}"
     );
+    assert_eq!(book.schedules["once"].state.runs.len(), 1, "a one-time schedule ran once");
     // The minutely schedule's last minute was on time: it ran, once.
     let minutely = &book.schedules["minutely"].state.runs;
     assert_eq!(minutely.len(), 4, "three before, one on return: {minutely:?}");
@@ -834,7 +856,7 @@ async fn a_run_a_lost_node_started_is_adopted_not_run_again() {
     let mut schedule: Schedule = serde_json::from_value(value).unwrap();
     schedule.created_ms = T0 - 3_600_000;
     schedule.created_by = "test".into();
-    daemon.books().add_schedule(schedule).await.unwrap();
+    daemon.books().add_schedule(schedule, daemon.clock_ms()).await.unwrap();
     // Node b claimed the 06:00 run, started its session, and was lost before it noted it.
     daemon
         .books()
