@@ -11,6 +11,7 @@
 //! public_url = "https://sb.example" # SWITCHBOARD_PUBLIC_URL (serve --public-url)
 //! daily_budget_usd = 20             # SWITCHBOARD_DAILY_BUDGET_USD (serve --daily-budget-usd)
 //! database_url = "postgres://sb@db.internal/switchboard" # SWITCHBOARD_DATABASE_URL (serve --database-url)
+//! database_group_wait = 5          # SWITCHBOARD_DATABASE_GROUP_WAIT, ms (serve --database-group-wait)
 //! node = "build-01"                 # SWITCHBOARD_NODE     (serve --node)
 //! nats_url = "nats://bus.internal:4222" # SWITCHBOARD_NATS_URL (serve --nats-url)
 //! roots = ["/srv/repos"]            # SWITCHBOARD_ROOTS, ':' between (serve --root)
@@ -37,6 +38,7 @@ struct Config {
     public_url: Option<String>,
     daily_budget_usd: Option<f64>,
     database_url: Option<String>,
+    database_group_wait: Option<u64>,
     node: Option<String>,
     nats_url: Option<String>,
     roots: Option<Vec<PathBuf>>,
@@ -97,6 +99,10 @@ pub(crate) fn apply() -> Result<(), String> {
         ("SWITCHBOARD_NOTIFY", anchored(config.notify)),
         ("SWITCHBOARD_PUBLIC_URL", config.public_url.map(PathBuf::from)),
         ("SWITCHBOARD_DATABASE_URL", config.database_url.map(PathBuf::from)),
+        (
+            "SWITCHBOARD_DATABASE_GROUP_WAIT",
+            config.database_group_wait.map(|ms| PathBuf::from(ms.to_string())),
+        ),
         ("SWITCHBOARD_NODE", config.node.map(PathBuf::from)),
         ("SWITCHBOARD_NATS_URL", config.nats_url.map(PathBuf::from)),
         ("SWITCHBOARD_ROOTS", roots),

@@ -9,13 +9,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use switchboard_server::links::LinkConfig;
 use switchboard_server::notify::NotifyConfig;
 use switchboard_server::{AuthConfig, Daemon, DaemonConfig, DaemonInfo, DataDir, Tokens, WarmSpec};
 use switchboard_session::Policy;
-use switchboard_store::{Documents, PostgresStore, SqliteStore, Store};
+use switchboard_store::{Documents, PostgresOptions, PostgresStore, SqliteStore, Store};
 
 /// Where the daemon listens unless told otherwise: loopback only.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
@@ -105,6 +106,18 @@ pub(crate) struct ServeArgs {
     /// postgres://USER:PASSWORD@HOST:PORT/DBNAME. The schema is created or migrated at start.
     #[arg(long, value_name = "URL", env = "SWITCHBOARD_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// With --database-url: while several sessions are writing, how long (in milliseconds) a
+    /// line waits for others to be committed with it (0: never waits). A commit costs
+    /// PostgreSQL about the same for one line as for twenty, so under load this saves most of
+    /// PostgreSQL's work a line for a few milliseconds of latency (docs/fleet.md).
+    #[arg(
+        long,
+        value_name = "MS",
+        env = "SWITCHBOARD_DATABASE_GROUP_WAIT",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u64).range(0..=1000)
+    )]
+    database_group_wait: u64,
     /// This daemon's name among those sharing the --database-url (default: the host's name).
     /// Sessions show the node that runs them; at start a daemon ends only its own node's
     /// leftover sessions, so two daemons must never share a name.
@@ -262,7 +275,11 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     // The data directory's SQLite file, or a PostgreSQL shared with other daemons.
     let (store, node): (OpenStore, Option<String>) = match &args.database_url {
         Some(url) => {
-            let postgres = PostgresStore::connect(url)
+            let options = PostgresOptions {
+                group_wait: Duration::from_millis(args.database_group_wait),
+                ..PostgresOptions::default()
+            };
+            let postgres = PostgresStore::connect_with(url, options)
                 .await
                 .map_err(|error| (1, format!("cannot open the database: {error}")))?;
             let node = args.node.clone().unwrap_or_else(host_name);

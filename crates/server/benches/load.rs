@@ -55,6 +55,8 @@ struct Params {
     seconds: f64,
     idle: usize,
     nodes: usize,
+    /// The PostgreSQL store's group wait in ms (`None`: its default).
+    group_wait_ms: Option<u64>,
 }
 
 impl Params {
@@ -77,12 +79,27 @@ impl Params {
             "--nodes".into(),
             self.nodes.to_string(),
         ]
+        .into_iter()
+        .chain(
+            self.group_wait_ms
+                .map(|ms| ["--group-wait".into(), ms.to_string()])
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
     }
 }
 
 fn parse_args() -> (Option<String>, Params) {
-    let mut params =
-        Params { sessions: 100, rate: 50.0, subscribers: 10, seconds: 10.0, idle: 1000, nodes: 3 };
+    let mut params = Params {
+        sessions: 100,
+        rate: 50.0,
+        subscribers: 10,
+        seconds: 10.0,
+        idle: 1000,
+        nodes: 3,
+        group_wait_ms: None,
+    };
     let mut child = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -95,6 +112,7 @@ fn parse_args() -> (Option<String>, Params) {
             "--seconds" => params.seconds = value().parse().unwrap_or(params.seconds),
             "--idle" => params.idle = value().parse().unwrap_or(params.idle),
             "--nodes" => params.nodes = value().parse().unwrap_or(params.nodes).max(1),
+            "--group-wait" => params.group_wait_ms = value().parse().ok(),
             _ => {} // `--bench` and friends from cargo
         }
     }
@@ -535,8 +553,13 @@ async fn child_fleet(params: Params, nodes: usize) -> Value {
     let mut addresses = Vec::new();
     for index in 0..nodes {
         let node = format!("n{index}");
-        let store: Arc<dyn Store> =
-            Arc::new(switchboard_store::PostgresStore::connect(&database.url()).await.unwrap());
+        let mut options = switchboard_store::PostgresOptions::default();
+        if let Some(ms) = params.group_wait_ms {
+            options.group_wait = Duration::from_millis(ms);
+        }
+        let store: Arc<dyn Store> = Arc::new(
+            switchboard_store::PostgresStore::connect_with(&database.url(), options).await.unwrap(),
+        );
         let (store, bus): (Arc<dyn Store>, _) = match &nats {
             Some(nats) => {
                 let bus = Bus::connect(nats.url(), &node).await.unwrap();
@@ -914,16 +937,36 @@ fn main() {
     }
     if std::env::args().any(|arg| arg == "--stores") {
         let sqlite = run_child("daemon", &params);
-        let postgres = run_child("fleet-1", &params);
+        let no_wait = Params { group_wait_ms: Some(0), ..params.clone() };
+        let mut unwaited = run_child("fleet-1", &no_wait);
+        unwaited["name"] = json!("1 node on PostgreSQL, no group wait");
+        let mut postgres = run_child("fleet-1", &params);
+        let wait =
+            params.group_wait_ms.map_or(switchboard_store::GROUP_WAIT, Duration::from_millis);
+        postgres["name"] =
+            json!(format!("1 node on PostgreSQL, group wait {} ms", wait.as_millis()));
         println!(
-            "{} sessions × {} lines/s for {} s, {} subscriber(s) per session, one daemon: on SQLite, then on PostgreSQL\n",
+            "{} sessions × {} lines/s for {} s, {} subscriber(s) per session, one daemon: on SQLite, then on PostgreSQL without and with the group wait\n",
             params.sessions, params.rate, params.seconds, params.subscribers
         );
-        let ratio = print_table(&sqlite, &postgres, &[]);
-        println!(
-            "\nCPU per delivered line, PostgreSQL / SQLite: {ratio:.2}x (the daemon's process; PostgreSQL's own server processes: {:.1} µs a line more)",
-            postgres["postgres_cpu_us_per_message"].as_f64().unwrap_or(0.0)
-        );
+        print_table(&sqlite, &unwaited, &[&postgres]);
+        let cpu = |result: &Value| result["cpu_us_per_message"].as_f64().unwrap_or(0.0);
+        let server = |result: &Value| result["postgres_cpu_us_per_message"].as_f64().unwrap_or(0.0);
+        println!("\n| CPU µs a line | the daemon | PostgreSQL's own | both | / SQLite, the daemon | / SQLite, both |");
+        println!("|---|--:|--:|--:|--:|--:|");
+        println!("| SQLite | {:.1} | | {:.1} | 1.00x | 1.00x |", cpu(&sqlite), cpu(&sqlite));
+        for result in [&unwaited, &postgres] {
+            let both = cpu(result) + server(result);
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.2}x | {:.2}x |",
+                result["name"].as_str().unwrap_or("?"),
+                cpu(result),
+                server(result),
+                both,
+                cpu(result) / cpu(&sqlite).max(0.001),
+                both / cpu(&sqlite).max(0.001),
+            );
+        }
         return;
     }
     if std::env::args().any(|arg| arg == "--faces") {

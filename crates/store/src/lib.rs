@@ -42,7 +42,9 @@ pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use launch::{Face, Launch, Origin, RunKind, RunOf, TransportKind, Worktree, HIDDEN};
 pub use memory::MemoryStore;
-pub use postgres::{PostgresStore, CONNECT_LIMIT, POOL_SIZE, STATEMENT_LIMIT};
+pub use postgres::{
+    PostgresOptions, PostgresStore, CONNECT_LIMIT, GROUP_WAIT, POOL_SIZE, STATEMENT_LIMIT,
+};
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
     SEGMENT_BYTES, WAL_RESTART_BYTES,

@@ -2,8 +2,11 @@
 //! where PostgreSQL is not installed).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use switchboard_store::{conformance, EventRecord, PostgresStore, Store, StoreError};
+use switchboard_store::{
+    conformance, EventRecord, PostgresOptions, PostgresStore, Store, StoreError,
+};
 use switchboard_testkit::servers::Postgres;
 
 fn event(session_id: &str, seq: u64) -> EventRecord {
@@ -91,6 +94,48 @@ async fn appends_made_together_commit_together_and_a_bad_one_is_refused_alone() 
         let seqs: Vec<u64> = log.iter().map(|event| event.seq).collect();
         assert_eq!(seqs, (1..=6).collect::<Vec<_>>(), "session s{session}");
     }
+}
+
+/// While the node is busy, the group writer waits for more appends to commit with the one it
+/// holds: two appends made apart land in one transaction (PostgreSQL's `xmin`, the
+/// transaction that inserted a row, is the same for both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_busy_the_writer_waits_to_commit_later_appends_with_the_first() {
+    let Some(server) = Postgres::start() else { return };
+    let options = PostgresOptions { group_wait: Duration::from_secs(2), ..Default::default() };
+    let store = Arc::new(PostgresStore::connect_with(&server.url(), options).await.unwrap());
+    // Busy: forty sessions' appends at once, which the writer takes more than one at a time.
+    let burst: Vec<_> = (0..40)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move { store.append(&[event(&format!("b{n}"), 1)]).await })
+        })
+        .collect();
+    for append in burst {
+        append.await.unwrap().unwrap();
+    }
+    let append = |session: &'static str| {
+        let store = store.clone();
+        tokio::spawn(async move { store.append(&[event(session, 1)]).await })
+    };
+    let mut first = append("x");
+    // Held for the wait: not committed yet a moment later, when the second is made.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut first).await;
+    assert!(early.is_err(), "committed at once: {early:?}");
+    let second = append("y");
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let (client, connection) =
+        tokio_postgres::connect(&server.url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT DISTINCT xmin::text FROM switchboard.events WHERE session_id IN ('x', 'y')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one transaction for both");
 }
 
 /// Writers racing on many sessions from two nodes, each retrying from the head it reads:
