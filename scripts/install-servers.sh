@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The servers the fleet's tests run (docs/fleet.md): Debian's PostgreSQL and NATS packages.
+# The servers the fleet's and the metrics' tests run (docs/fleet.md, docs/observability.md):
+# Debian's PostgreSQL, NATS and Prometheus packages.
 # Each test starts its own instance in a temporary directory and stops it; nothing here starts
 # a service. Without them those tests are skipped with a message, unless
 # SWITCHBOARD_REQUIRE_SERVERS=1 (CI sets it), where they fail.
@@ -11,6 +12,9 @@ if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && ! command -v in
 fi
 if ! command -v nats-server >/dev/null; then
   missing+=(nats-server)
+fi
+if ! command -v prometheus >/dev/null && [[ ! -x /usr/bin/prometheus ]]; then
+  missing+=(prometheus)
 fi
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0

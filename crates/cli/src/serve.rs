@@ -53,6 +53,12 @@ pub(crate) struct ServeArgs {
     /// Serve without a token. Refused unless listening on loopback.
     #[arg(long)]
     no_auth: bool,
+    /// Also serve Prometheus metrics (`GET /metrics`, docs/observability.md) on this address,
+    /// with no token, for a Prometheus that holds none. The main port serves them too, to the
+    /// API token. They name projects' directories, tools and models: keep the address on
+    /// loopback or a private network.
+    #[arg(long, value_name = "ADDR", env = "SWITCHBOARD_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// The token externally launched CLIs present at the relay endpoint `/` (as
     /// `CLAUDE_CODE_SESSION_ACCESS_TOKEN`); default: one of its own, kept in the data
     /// directory (`ingress-token`), never the API token: a CLI's environment is its tools'.
@@ -435,6 +441,25 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     // events are stored; a second signal ends the daemon at once.
     // One signal stops both ports.
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let Some(address) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|error| (1, format!("cannot listen for metrics on {address}: {error}")))?;
+        let bound = listener.local_addr().map_err(|error| (1, error.to_string()))?;
+        println!("  metrics: http://{bound}/metrics (no token)");
+        let _ = std::io::stdout().flush();
+        let mut stopped = stopped.clone();
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            };
+            if let Err(error) = switchboard_server::serve_metrics(listener, daemon, shutdown).await
+            {
+                tracing::error!(%error, "the metrics port failed");
+            }
+        });
+    }
     if let Some((first, last)) = args.relay_ports {
         let mut relay = None;
         for port in first..=last {

@@ -36,6 +36,7 @@ pub mod hook_keys;
 pub mod hooks;
 pub mod links;
 pub mod mcp;
+pub mod metrics;
 pub mod notify;
 pub mod pacing;
 pub mod pair_codes;
@@ -72,7 +73,8 @@ pub use daemon::{
 pub use data_dir::{DaemonInfo, DataDir};
 pub use error::ApiError;
 pub use serve::{
-    serve, serve_relay, serve_with, ServeOptions, H2_IDLE, HEADER_READ_TIMEOUT, MAX_CONNECTIONS,
+    serve, serve_metrics, serve_relay, serve_with, ServeOptions, H2_IDLE, HEADER_READ_TIMEOUT,
+    MAX_CONNECTIONS,
 };
 pub use socket::CLOSE_GRACE;
 pub use tokens::{Caller, Scope, Tokens};

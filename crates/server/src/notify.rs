@@ -458,6 +458,8 @@ impl std::fmt::Debug for Notifier {
 /// What the notifier and its senders share.
 struct Shared {
     store: Arc<dyn Store>,
+    /// Counts each delivery's outcome.
+    metrics: Arc<crate::metrics::Metrics>,
     closed: watch::Receiver<bool>,
     retry_initial: Duration,
     retry_max: Duration,
@@ -515,6 +517,7 @@ impl Notifier {
         store: Arc<dyn Store>,
         closed: watch::Receiver<bool>,
         public_url: Option<&str>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Notifier, String> {
         let subscriptions = match (&config.shared, &config.push_file) {
             (Some(shared), file) => {
@@ -530,6 +533,7 @@ impl Notifier {
         });
         let shared = Arc::new(Shared {
             store: store.clone(),
+            metrics,
             closed,
             retry_initial: config.retry_initial,
             retry_max: config.retry_max,
@@ -854,6 +858,20 @@ impl Sender {
             for item in waiting {
                 loop {
                     let outcome = self.deliver(&item).await;
+                    // Every browser's push channel counts as one (`push`).
+                    let channel = match self.channel.kind {
+                        ChannelKind::WebPush => "push",
+                        _ => self.channel.name.as_str(),
+                    };
+                    shared.metrics.notified(
+                        channel,
+                        match &outcome {
+                            Ok(()) => "delivered",
+                            Err(Failure::Refused(_)) => "refused",
+                            Err(Failure::Gone) => "gone",
+                            Err(Failure::Retry(_)) => "retry",
+                        },
+                    );
                     let done = match &outcome {
                         Ok(()) => true,
                         Err(Failure::Refused(why)) => {

@@ -105,6 +105,17 @@ pub async fn serve_relay(
     accept(listener, daemon, app, ServeOptions::default(), shutdown, false).await
 }
 
+/// Serves `GET /metrics` alone, with no token, on `listener` (`switchboard serve
+/// --metrics-listen`) until `shutdown` resolves. It stops nothing.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let app = Routers { rest: crate::api::metrics_router(daemon.clone()), grpc: None };
+    accept(listener, daemon, app, ServeOptions::default(), shutdown, false).await
+}
+
 /// What a port serves: its HTTP routes, and gRPC's (for requests of its content type).
 #[derive(Clone)]
 struct Routers {

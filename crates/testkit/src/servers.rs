@@ -1,6 +1,7 @@
 //! Real servers for the fleet's tests, each test's own and stopped when dropped: a PostgreSQL
 //! in a temporary directory, reached only through a Unix socket in that directory (no port,
-//! nothing another user can reach), and a NATS server on a free loopback port.
+//! nothing another user can reach), a NATS server on a free loopback port, and a Prometheus
+//! (for the metrics' test) on another.
 //!
 //! `scripts/install-servers.sh` installs Debian's packages. Where a server is not installed,
 //! [`Postgres::start`] prints why the test is skipped and returns `None`; with
@@ -330,6 +331,111 @@ impl Nats {
 }
 
 impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where `prometheus` is: `SWITCHBOARD_PROMETHEUS`, else on PATH or in `/usr/bin`.
+fn prometheus_program() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("SWITCHBOARD_PROMETHEUS") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("prometheus"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A Prometheus server of this test's own (Debian's `prometheus`), on a free loopback port,
+/// its data in a temporary directory.
+pub struct Prometheus {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Prometheus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prometheus").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Prometheus {
+    /// Starts `prometheus` with `scrape_configs` (YAML, the list under that key), scraping
+    /// every second. `None` (with a message) when it is not installed.
+    pub fn start(scrape_configs: &str) -> Option<Prometheus> {
+        let Some(program) = prometheus_program() else {
+            skip("prometheus is not installed");
+            return None;
+        };
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        if is_root() {
+            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY))
+                .expect("the directory given to nobody");
+        }
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}\n"
+            ),
+        )
+        .expect("the config written");
+        if is_root() {
+            std::os::unix::fs::chown(&config, Some(NOBODY), Some(NOBODY))
+                .expect("the config given to nobody");
+        }
+        let mut child = server_command(&program)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg("--web.listen-address=127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("prometheus starts");
+        let mut log = BufReader::new(child.stderr.take().expect("prometheus's stderr"));
+        let deadline = Instant::now() + START_LIMIT;
+        let mut seen = String::new();
+        let mut url = None;
+        loop {
+            let mut line = String::new();
+            let read = log.read_line(&mut line).unwrap_or(0);
+            if read == 0 || Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("prometheus did not start:\n{seen}");
+            }
+            seen.push_str(&line);
+            // `msg="Listening on" address=127.0.0.1:PORT`: the port it picked.
+            if line.contains("msg=\"Listening on\"") {
+                if let Some(address) = line.split("address=").nth(1) {
+                    url = Some(format!("http://{}", address.trim()));
+                }
+            }
+            if line.contains("Server is ready to receive web requests") {
+                break;
+            }
+        }
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while log.read_line(&mut line).unwrap_or(0) > 0 {
+                line.clear();
+            }
+        });
+        let url = url.unwrap_or_else(|| panic!("prometheus did not say its port:\n{seen}"));
+        Some(Prometheus { child, url, _dir: dir })
+    }
+
+    /// `http://127.0.0.1:PORT`: its web UI and HTTP API.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

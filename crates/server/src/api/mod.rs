@@ -74,6 +74,7 @@ pub fn routes() -> Vec<Route> {
     let mcp = crate::mcp::service();
     vec![
         route("GET", "/api/health", Guard::Api(Scope::Read), get(health)),
+        route("GET", "/metrics", Guard::Api(Scope::Read), get(metrics)),
         // The MCP face: each tool asks its own scope (crate::mcp).
         route("POST", "/mcp", Guard::Api(Scope::Read), axum::routing::post_service(mcp.clone())),
         route("GET", "/mcp", Guard::Api(Scope::Read), axum::routing::get_service(mcp.clone())),
@@ -425,6 +426,19 @@ async fn ingress(
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
+}
+
+/// `GET /metrics`: every metric, its gauges read now, in the OpenMetrics text format
+/// (docs/observability.md).
+async fn metrics(State(daemon): State<Arc<Daemon>>) -> Response {
+    ([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], daemon.scrape())
+        .into_response()
+}
+
+/// `/metrics` alone, with no token: what `serve --metrics-listen` serves on an address of its
+/// own, for a Prometheus that holds no token.
+pub fn metrics_router(daemon: Arc<Daemon>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(daemon)
 }
 
 async fn health(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {

@@ -48,6 +48,7 @@ mod external;
 mod fleet;
 mod launch;
 mod live;
+mod measures;
 mod notices;
 mod observers;
 mod parked;
@@ -190,6 +191,8 @@ pub struct Daemon {
     pair_codes: crate::pair_codes::PairCodes,
     /// Told of each stored batch, in order ([`observers`]).
     observers: Vec<Box<dyn Observer>>,
+    /// What `/metrics` shows ([`crate::metrics`], [`measures`]).
+    metrics: Arc<crate::metrics::Metrics>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
     /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
@@ -233,11 +236,13 @@ impl Daemon {
         let link_key = config.links.key.clone().unwrap_or_default();
         config.notify.check().map_err(DaemonError::Invalid)?;
         let (notifying, notifying_watch) = watch::channel(false);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let notifier = crate::notify::Notifier::start(
             &config.notify,
             store.clone(),
             notifying_watch,
             config.links.public_url.as_deref(),
+            metrics.clone(),
         )
         .await
         .map_err(DaemonError::Invalid)?;
@@ -278,8 +283,10 @@ impl Daemon {
                 Box::new(relay::RelayFrontends),
                 Box::new(parked::Parking),
                 Box::new(schedules::RunEnds),
+                Box::new(measures::Measures),
                 Box::new(pump::Records),
             ],
+            metrics,
             budgets,
             usage,
             books,

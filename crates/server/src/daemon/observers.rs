@@ -2,7 +2,8 @@
 //!
 //! The pump stores and numbers a batch and projects it, then gives one [`Stored`] to each
 //! observer the daemon registered when it opened (`Daemon::open`), in order: the notices, the
-//! budgets, the usage windows, the relay's frontends, parked requests, a run's end (`schedules::RunEnds`), the record writer; then it hands the batch to the session's
+//! budgets, the usage windows, the relay's frontends, parked requests, a run's end (`schedules::RunEnds`), the metrics
+//! (`measures::Measures`), the record writer; then it hands the batch to the session's
 //! subscribers (the live tail), so that a budget the batch reached has paused the session
 //! before anyone sees the turn end. An observer sees only what is stored, so the
 //! store-before-seen invariant holds for it as for a subscriber. A new "once it is stored"
@@ -42,6 +43,8 @@ pub(super) struct Stored<'a> {
     pub changed: bool,
     /// Whether the session's lines go to the relay's frontends.
     pub relayed: bool,
+    /// What the metrics count of it, as the projection read it.
+    pub measured: &'a crate::metrics::Measured,
 }
 
 /// What an observer still has to wait for (the relay, on its slowest frontend).

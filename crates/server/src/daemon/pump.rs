@@ -350,18 +350,31 @@ pub(super) async fn publish(
             Arc::new(event_record(id, seq, dir, event.kind(), event.to_json_text()))
         })
         .collect();
+    let appending = std::time::Instant::now();
     if !store_with_retries(daemon, id, live, &records).await {
         return false;
     }
+    let handing = std::time::Instant::now();
+    daemon.metrics.stored((handing - appending).as_secs_f64());
     let mut turn_ends = Vec::new();
     let mut spent = 0.0;
-    let changed = project(live, batch, &mut turn_ends, &mut spent);
+    let mut measured = crate::metrics::Measured::default();
+    let changed = project(live, batch, &mut turn_ends, &mut spent, &mut measured);
     let before = *seq;
     *seq += records.len() as u64;
     // The observers first (a budget reached pauses the session before a subscriber sees the
     // turn's end), then the subscribers.
-    let stored =
-        Stored { id, live, batch, before, turn_ends: &turn_ends, spent, changed, relayed: relay };
+    let stored = Stored {
+        id,
+        live,
+        batch,
+        before,
+        turn_ends: &turn_ends,
+        spent,
+        changed,
+        relayed: relay,
+        measured: &measured,
+    };
     for observer in &daemon.observers {
         if let Some(waiting) = observer.stored(daemon, &stored) {
             waiting.await;
@@ -372,6 +385,7 @@ pub(super) async fn publish(
             let _ = tail.send(record);
         }
     }
+    daemon.metrics.published(handing.elapsed().as_secs_f64());
     true
 }
 
@@ -521,6 +535,7 @@ pub(super) fn project(
     batch: &[SessionEvent],
     turn_ends: &mut Vec<TurnEnd>,
     spent: &mut f64,
+    measured: &mut crate::metrics::Measured,
 ) -> bool {
     let mut projector = live.projector.lock();
     let mut changed = false;
@@ -535,6 +550,7 @@ pub(super) fn project(
         );
         projector.apply(event, &mut |update| {
             changed |= update.changes_summary();
+            measured.note(&update);
             // What the batch's turns (a subagent's too) cost, for the budgets.
             if let switchboard_session::Update::TurnEnded { cost_usd, .. } = &update {
                 if cost_usd.is_finite() && *cost_usd > 0.0 {

@@ -86,6 +86,7 @@ impl Subscription {
                 if let Some(attached) = self.tail.as_mut() {
                     if attached.tail.len() >= LIVE_BUFFER {
                         attached.tail = attached.tail.resubscribe();
+                        self.daemon.metrics.lagged();
                         return Some(Ok(Subscribed::Lagged));
                     }
                 }
@@ -179,6 +180,7 @@ impl Subscription {
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         self.need_history = true;
+                        self.daemon.metrics.lagged();
                         return Some(Ok(Subscribed::Lagged));
                     }
                     Err(broadcast::error::RecvError::Closed) => {

@@ -20,6 +20,7 @@ mod hostile;
 mod links;
 mod matrix;
 mod mcp;
+mod metrics;
 mod notify;
 mod origins;
 mod parked;
