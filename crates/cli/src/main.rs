@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod acp;
+mod audit;
 mod claude;
 mod client;
 mod config;
@@ -97,6 +98,11 @@ enum Command {
     /// Try a policy on what already happened: replay the stored sessions' tool calls through a
     /// policy file and see, per rule, what it would have allowed, denied and asked.
     Policy(policy::PolicyArgs),
+    /// The audit trail: every decision, every session's start and end, every token made or
+    /// revoked, every budget changed, each record chained by its hash to the one before.
+    /// `export` writes it (JSON lines or CSV); `verify` checks the daemon's, or an export's,
+    /// and names the first record altered or removed. Needs an admin token.
+    Audit(audit::AuditArgs),
     /// Check this machine: the `claude` it finds (path, version, whether the version is in
     /// the tested range and can use --sdk-url), whether the CLI looks logged in, whether the
     /// data directory is writable and the port free. Each problem comes with its fix.
@@ -205,6 +211,7 @@ fn main() -> ExitCode {
         Command::Approve(args) => block_on(client::answer(args, true)),
         Command::Deny(args) => block_on(client::answer(args, false)),
         Command::Policy(args) => block_on(policy::policy(args)),
+        Command::Audit(args) => block_on(audit::audit(args)),
         Command::Token(args) => block_on(client::token(args)),
         Command::Schedule(args) => block_on(schedule::schedule(args)),
         Command::Trigger(args) => block_on(schedule::trigger(args)),

@@ -53,10 +53,10 @@ pub(crate) struct ServeArgs {
     /// Serve without a token. Refused unless listening on loopback.
     #[arg(long)]
     no_auth: bool,
-    /// Also serve Prometheus metrics (`GET /metrics`, docs/observability.md) on this address,
-    /// with no token, for a Prometheus that holds none. The main port serves them too, to the
-    /// API token. They name projects' directories, tools and models: keep the address on
-    /// loopback or a private network.
+    /// Also serve Prometheus metrics (`GET /metrics`, docs/observability.md) on this loopback
+    /// address, with no token, for a Prometheus on this machine. The main port serves them
+    /// too, to any API token (a Prometheus elsewhere uses that, with a read token): they name
+    /// projects' directories, tools and models.
     #[arg(long, value_name = "ADDR", env = "SWITCHBOARD_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
     /// The token externally launched CLIs present at the relay endpoint `/` (as
@@ -442,6 +442,14 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
     // One signal stops both ports.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     if let Some(address) = args.metrics_listen {
+        if !address.ip().is_loopback() {
+            return Err((
+                2,
+                format!(
+                    "--metrics-listen serves without a token, so only on a loopback address, not {address}; a Prometheus elsewhere scrapes the main port with a read token (docs/observability.md)"
+                ),
+            ));
+        }
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|error| (1, format!("cannot listen for metrics on {address}: {error}")))?;

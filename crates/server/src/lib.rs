@@ -10,6 +10,7 @@ pub mod addresses;
 pub mod agents;
 pub mod api;
 mod approval;
+pub mod audit;
 pub mod auth;
 pub mod browse;
 pub mod budget;

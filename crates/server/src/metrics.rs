@@ -96,6 +96,9 @@ pub struct Metrics {
     seen: Mutex<HashMap<&'static str, HashSet<String>>>,
     /// When each request now asked of a person was asked (Unix ms), by request id.
     asked: Mutex<HashMap<String, u64>>,
+    /// Held by a scrape while it sets the gauges and writes (two at once would each clear
+    /// what the other set).
+    scraping: Mutex<()>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -110,7 +113,7 @@ impl Default for Metrics {
     }
 }
 
-/// Seconds, from a millisecond to about a minute (store and hand-over times).
+/// Seconds, from half a millisecond to about half a minute (store and hand-over times).
 fn quick_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.000_5, 2.0, 17))
 }
@@ -207,13 +210,26 @@ impl Metrics {
             node_silent,
             seen: Mutex::default(),
             asked: Mutex::default(),
+            scraping: Mutex::default(),
         }
     }
 
-    /// `value` as label `label` may hold it: cut to [`MAX_LABEL_CHARS`], and `other` once the
-    /// label has taken [`MAX_LABEL_VALUES`] others.
+    /// `value` as label `label` may hold it: cut to [`MAX_LABEL_CHARS`], escaped as the
+    /// OpenMetrics text says (`\\`, `\"`, `\n`; other control characters are spaces: the
+    /// encoder writes a label value as it is given), and `other` once the label has taken
+    /// [`MAX_LABEL_VALUES`] others.
     fn bounded(&self, label: &'static str, value: &str) -> String {
-        let value: String = value.chars().take(MAX_LABEL_CHARS).collect();
+        let mut escaped = String::with_capacity(value.len());
+        for c in value.chars().take(MAX_LABEL_CHARS) {
+            match c {
+                '\\' => escaped.push_str("\\\\"),
+                '"' => escaped.push_str("\\\""),
+                '\n' => escaped.push_str("\\n"),
+                c if c.is_control() => escaped.push(' '),
+                c => escaped.push(c),
+            }
+        }
+        let value = escaped;
         let mut seen = self.seen.lock();
         let values = seen.entry(label).or_default();
         if values.contains(&value) {
@@ -235,10 +251,18 @@ impl Metrics {
         for tool in &measured.tool_calls {
             self.tool_calls.get_or_create(&ToolLabel { tool: self.bounded("tool", tool) }).inc();
         }
-        for asked in &measured.asked {
+        if !measured.asked.is_empty() {
             let mut waiting = self.asked.lock();
-            if waiting.len() < MAX_ASKED {
-                waiting.insert(asked.0.clone(), asked.1);
+            for (request, at) in &measured.asked {
+                if waiting.len() >= MAX_ASKED {
+                    // Requests decided elsewhere (another node, a parked one answered after a
+                    // restart) are never removed here: the older half goes.
+                    let mut times: Vec<u64> = waiting.values().copied().collect();
+                    times.sort_unstable();
+                    let cut = times[times.len() / 2];
+                    waiting.retain(|_, asked| *asked > cut);
+                }
+                waiting.insert(request.clone(), *at);
             }
         }
         for decision in &measured.decisions {
@@ -249,15 +273,24 @@ impl Metrics {
             };
             self.decisions.get_or_create(&labels).inc();
             let asked_at = self.asked.lock().remove(&decision.request_id);
-            if let (Some(asked_at), "person" | "terminal") = (asked_at, decision.by) {
+            // Only a person's answer from afar: a terminal's allow is logged when the tool
+            // has run, so its time would hold the tool's too.
+            if let (Some(asked_at), "person") = (asked_at, decision.by) {
                 let waited = decision.decided_at_ms.saturating_sub(asked_at);
                 self.approval_wait.observe(waited as f64 / 1000.0);
             }
         }
         if measured.cost_usd > 0.0 {
-            let labels = CostLabels {
-                model: self.bounded("model", model.unwrap_or("unknown")),
-                project: self.bounded("project", project),
+            let (model, project) = (model.unwrap_or("unknown"), project);
+            // The pairs are bounded too, not only each label: else up to 200 × 200 series.
+            let pair = self.bounded("model and project", &format!("{model}\n{project}"));
+            let labels = if pair == "other" {
+                CostLabels { model: "other".into(), project: "other".into() }
+            } else {
+                CostLabels {
+                    model: self.bounded("model", model),
+                    project: self.bounded("project", project),
+                }
             };
             self.cost.get_or_create(&labels).inc_by(measured.cost_usd);
         }
@@ -287,33 +320,36 @@ impl Metrics {
         self.notifications.get_or_create(&labels).inc();
     }
 
-    /// Sets the sessions gauge to `counts` (state → sessions), every other state to none.
-    pub fn set_sessions<'a>(&self, counts: impl IntoIterator<Item = (&'a str, i64)>) {
+    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]), the gauges set first
+    /// from `gauges`: sessions by state (every state given is written, at 0 too), and the
+    /// fleet's nodes (each, whether it is lost, and how long it has been silent).
+    pub fn render(&self, gauges: Gauges<'_>) -> String {
+        let _one = self.scraping.lock();
         self.sessions.clear();
-        for (state, count) in counts {
+        for (state, count) in gauges.sessions {
             self.sessions.get_or_create(&StateLabel { state: state.to_owned() }).set(count);
         }
-    }
-
-    /// Sets the fleet's gauges: each node, whether it is lost, and how long it has been
-    /// silent.
-    pub fn set_nodes<'a>(&self, nodes: impl IntoIterator<Item = (&'a str, bool, f64)>) {
         self.node_up.clear();
         self.node_silent.clear();
-        for (node, lost, silent) in nodes {
+        for (node, lost, silent) in gauges.nodes {
             let label = NodeLabel { node: self.bounded("node", node) };
             self.node_up.get_or_create(&label).set(i64::from(!lost));
             self.node_silent.get_or_create(&label).set(silent);
         }
-    }
-
-    /// Every metric in the OpenMetrics text format ([`CONTENT_TYPE`]).
-    pub fn render(&self) -> String {
         let mut text = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+}
+
+/// What a scrape reads off the daemon ([`Metrics::render`]).
+#[derive(Debug, Default)]
+pub struct Gauges<'a> {
+    /// Sessions by state.
+    pub sessions: Vec<(&'static str, i64)>,
+    /// Each node: its name, whether it is lost, seconds since it was heard.
+    pub nodes: Vec<(&'a str, bool, f64)>,
 }
 
 /// What the projection told of one stored batch that the metrics count, gathered as the pump
@@ -417,7 +453,19 @@ mod tests {
         }
         measured.tool_calls.push("x".repeat(1000));
         metrics.measured(&measured, None, "/p");
-        let text = metrics.render();
+        // Someone else's text, escaped: it cannot end the value or add a series.
+        let other = Metrics::new();
+        let mut hostile = Measured::default();
+        hostile.tool_calls.push("a\"} 1e9\nswitchboard_x{y=\"\\".into());
+        other.measured(&hostile, None, "/p");
+        let text = other.render(Gauges::default());
+        assert!(
+            text.contains(
+                "switchboard_tool_calls_total{tool=\"a\\\"} 1e9\\nswitchboard_x{y=\\\"\\\\\"} 1"
+            ),
+            "{text}"
+        );
+        let text = metrics.render(Gauges::default());
         let series =
             text.lines().filter(|line| line.starts_with("switchboard_tool_calls_total{")).count();
         assert_eq!(series, MAX_LABEL_VALUES + 1, "the first 200 and other");
@@ -446,11 +494,10 @@ mod tests {
         });
         measured.cost_usd = 0.5;
         metrics.measured(&measured, Some("m"), "/p");
-        metrics.set_sessions([("idle", 1)]);
-        metrics.set_nodes([("n1", false, 0.5)]);
         metrics.notified("ops", "delivered");
         metrics.lagged();
-        let text = metrics.render();
+        let text =
+            metrics.render(Gauges { sessions: vec![("idle", 1)], nodes: vec![("n1", false, 0.5)] });
         let families: Vec<(&str, &str)> = text
             .lines()
             .filter_map(|line| line.strip_prefix("# TYPE "))
@@ -499,7 +546,7 @@ mod tests {
         });
         decided.cost_usd = 0.25;
         metrics.measured(&decided, Some("claude-sonnet-4-5"), "/work/app");
-        let text = metrics.render();
+        let text = metrics.render(Gauges::default());
         assert!(text.contains("switchboard_approval_wait_seconds_sum 3.0"), "{text}");
         assert!(text.contains("switchboard_approval_wait_seconds_count 1"), "{text}");
         assert!(

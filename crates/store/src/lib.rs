@@ -43,7 +43,7 @@ pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
 pub use launch::{Face, Launch, Origin, RunKind, RunOf, TransportKind, Worktree, HIDDEN};
 pub use memory::MemoryStore;
 pub use postgres::{
-    PostgresOptions, PostgresStore, CONNECT_LIMIT, GROUP_WAIT, POOL_SIZE, STATEMENT_LIMIT,
+    PostgresOptions, PostgresStore, BUSY_FOR, CONNECT_LIMIT, GROUP_WAIT, POOL_SIZE, STATEMENT_LIMIT,
 };
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,

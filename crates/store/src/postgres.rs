@@ -46,7 +46,7 @@ pub const POOL_SIZE: usize = 16;
 pub const GROUP_WAIT: Duration = Duration::from_millis(5);
 
 /// The node counts as busy for this long after a group that held two appends or more.
-const BUSY_FOR: Duration = Duration::from_secs(1);
+pub const BUSY_FOR: Duration = Duration::from_secs(1);
 
 /// How a [`PostgresStore`] connects and writes.
 #[derive(Debug, Clone, Copy)]
@@ -58,13 +58,16 @@ pub struct PostgresOptions {
     /// zero: never). A commit costs PostgreSQL about the same whether it holds one line or
     /// twenty, so under load this trades a few milliseconds of a line's latency (a line is
     /// seen only once it is committed) for most of PostgreSQL's work per line. A node with a
-    /// single busy session never waits: its appends come one at a time.
+    /// single busy session does not wait (once [`PostgresOptions::busy_for`] has passed since
+    /// a group of two): its appends come one at a time.
     pub group_wait: Duration,
+    /// How long the node counts as busy after a group of two appends or more ([`BUSY_FOR`]).
+    pub busy_for: Duration,
 }
 
 impl Default for PostgresOptions {
     fn default() -> Self {
-        PostgresOptions { pool_size: POOL_SIZE, group_wait: GROUP_WAIT }
+        PostgresOptions { pool_size: POOL_SIZE, group_wait: GROUP_WAIT, busy_for: BUSY_FOR }
     }
 }
 
@@ -172,8 +175,9 @@ impl fmt::Debug for PostgresStore {
 async fn group_writer(
     pool: Pool,
     mut queue: tokio::sync::mpsc::UnboundedReceiver<Waiting>,
-    wait: Duration,
+    options: PostgresOptions,
 ) {
+    let (wait, busy_for) = (options.group_wait, options.busy_for);
     let mut busy_until: Option<tokio::time::Instant> = None;
     while let Some(first) = queue.recv().await {
         let now = tokio::time::Instant::now();
@@ -199,7 +203,11 @@ async fn group_writer(
             };
         }
         if group.len() >= 2 && !wait.is_zero() {
-            busy_until = Some(tokio::time::Instant::now() + BUSY_FOR);
+            busy_until = Some(tokio::time::Instant::now() + busy_for);
+        }
+        // A caller that stopped waiting while the group gathered: not written.
+        if linger.is_some() {
+            group.retain(|waiting| !waiting.done.is_closed());
         }
         if group.is_empty() {
             continue;
@@ -564,7 +572,7 @@ impl PostgresStore {
             .build()
             .map_err(|error| StoreError::Database(error.to_string()))?;
         let (appends, queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(group_writer(pool.clone(), queue, options.group_wait));
+        tokio::spawn(group_writer(pool.clone(), queue, options));
         let store = PostgresStore { pool, shown, appends };
         store.migrate().await.map_err(|error| match error {
             StoreError::Database(message) => {

@@ -397,18 +397,28 @@ impl Prometheus {
             .stderr(Stdio::piped())
             .spawn()
             .expect("prometheus starts");
-        let mut log = BufReader::new(child.stderr.take().expect("prometheus's stderr"));
+        // Its log is read on a thread of its own, so that a server that says nothing fails the
+        // test at the deadline rather than blocking it.
+        let log = BufReader::new(child.stderr.take().expect("prometheus's stderr"));
+        let (lines, said) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in log.lines() {
+                let Ok(line) = line else { return };
+                // After it is ready nobody listens: the rest is drained.
+                let _ = lines.send(line);
+            }
+        });
         let deadline = Instant::now() + START_LIMIT;
         let mut seen = String::new();
         let mut url = None;
         loop {
-            let mut line = String::new();
-            let read = log.read_line(&mut line).unwrap_or(0);
-            if read == 0 || Instant::now() > deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = said.recv_timeout(left) else {
                 let _ = child.kill();
                 panic!("prometheus did not start:\n{seen}");
-            }
+            };
             seen.push_str(&line);
+            seen.push('\n');
             // `msg="Listening on" address=127.0.0.1:PORT`: the port it picked.
             if line.contains("msg=\"Listening on\"") {
                 if let Some(address) = line.split("address=").nth(1) {
@@ -419,12 +429,6 @@ impl Prometheus {
                 break;
             }
         }
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while log.read_line(&mut line).unwrap_or(0) > 0 {
-                line.clear();
-            }
-        });
         let url = url.unwrap_or_else(|| panic!("prometheus did not say its port:\n{seen}"));
         Some(Prometheus { child, url, _dir: dir })
     }

@@ -1,6 +1,7 @@
 //! Integration tests of the `switchboard` binary.
 
 mod acp;
+mod audit;
 mod claude;
 mod decode;
 mod demo;

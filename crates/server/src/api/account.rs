@@ -62,12 +62,21 @@ pub(super) struct CreateToken {
 }
 
 pub(super) async fn create_token(
+    State(daemon): State<Arc<Daemon>>,
     Extension(auth): Extension<AuthConfig>,
     Extension(caller): Extension<Caller>,
     Body(body): Body<CreateToken>,
 ) -> Result<Response, ApiError> {
     let made = tokens(&auth)?.create_with(&body.name, body.scope, body.ceiling.as_deref()).await?;
     tracing::info!(name = %body.name, scope = %body.scope, by = %caller.name, "token created");
+    daemon
+        .audit(crate::audit::AuditEntry::TokenCreated {
+            name: body.name.clone(),
+            scope: body.scope.to_string(),
+            ceiling: body.ceiling.is_some(),
+            by: caller.who("rest", None),
+        })
+        .await;
     Ok((StatusCode::CREATED, Json(made)).into_response())
 }
 
@@ -83,6 +92,9 @@ pub(super) async fn revoke_token(
     // What it made would go on starting sessions as it.
     let paused = daemon.pause_made_by(&name).await;
     tracing::info!(%name, by = %caller.name, devices, paused, "token revoked");
+    daemon
+        .audit(crate::audit::AuditEntry::TokenRevoked { name, by: caller.who("rest", None) })
+        .await;
     Ok(Json(revoked))
 }
 
@@ -108,6 +120,14 @@ pub(super) async fn change_budget(
 ) -> Result<Json<crate::budget::Spend>, ApiError> {
     let spend = daemon.change_budget(&change).await?;
     tracing::info!(by = %caller.name, daily_usd = ?spend.daily_usd, "daily budgets changed");
+    daemon
+        .audit(crate::audit::AuditEntry::BudgetChanged {
+            session: None,
+            limit: "daily_usd".into(),
+            usd: spend.daily_usd,
+            by: caller.who("rest", None),
+        })
+        .await;
     Ok(Json(spend))
 }
 

@@ -28,6 +28,7 @@ use crate::faces::{permission_mode, replay, user_message, view, viewer_at, Sessi
 pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 
 mod account;
+mod audit;
 mod policy;
 mod unsettled;
 mod workspace;
@@ -88,6 +89,8 @@ pub fn routes() -> Vec<Route> {
             Guard::Api(Scope::Admin),
             delete(account::revoke_token),
         ),
+        route("GET", "/api/audit", Guard::Api(Scope::Admin), get(audit::page)),
+        route("GET", "/api/audit/verify", Guard::Api(Scope::Admin), get(audit::verify)),
         route("GET", "/api/budget", Guard::Api(Scope::Read), get(account::budget)),
         route("GET", "/api/usage", Guard::Api(Scope::Read), get(account::usage)),
         route("POST", "/api/policy/test", Guard::Api(Scope::Read), post(policy::test_policy)),
@@ -521,10 +524,21 @@ async fn delete_session(
 /// `{"archived"}`, `{"max_budget_usd"}`, `{"max_window_utilization"}`, or several).
 async fn amend_session(
     State(daemon): State<Arc<Daemon>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Body(body): Body<crate::daemon::Amend>,
 ) -> Result<Json<SessionView>, ApiError> {
     let record = daemon.amend(&id, &body).await?;
+    if body.max_budget_usd.is_some() {
+        daemon
+            .audit(crate::audit::AuditEntry::BudgetChanged {
+                session: Some(id.clone()),
+                limit: "max_budget_usd".into(),
+                usd: record.launch.max_budget_usd,
+                by: caller.who("rest", None),
+            })
+            .await;
+    }
     // The CLI hears of the new title too, where it can (2.1.330 on): its own transcript list
     // then shows it. The title is the record's either way.
     if let (Some(title), true) = (body.title.as_deref(), daemon.handle(&id).is_ok()) {

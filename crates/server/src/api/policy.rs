@@ -97,7 +97,7 @@ fn line(value: &serde_json::Value) -> Bytes {
 }
 
 /// `since`: an RFC 3339 time, or an age before now (`7d`, `24h`, `90m`, `30s`).
-fn since_ms(text: &str) -> Result<u64, String> {
+pub(super) fn since_ms(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let unit = |suffix: char| match suffix {
         'd' => Some(86_400_000u64),

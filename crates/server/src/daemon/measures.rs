@@ -30,19 +30,22 @@ impl Daemon {
     /// Every metric, its gauges read now, in the OpenMetrics text format
     /// ([`crate::metrics::CONTENT_TYPE`]).
     pub fn scrape(&self) -> String {
-        let mut counts: HashMap<&'static str, i64> = HashMap::new();
+        // Every state, at 0 too: a daemon with nothing live still shows (its `instance`).
+        let mut sessions: Vec<(&'static str, i64)> =
+            RecordState::ALL.iter().map(|state| (state.as_str(), 0)).collect();
         for live in self.sessions.lock().values() {
-            *counts.entry(live.record.lock().state.as_str()).or_default() += 1;
+            let state = live.record.lock().state.as_str();
+            if let Some(count) = sessions.iter_mut().find(|(named, _)| *named == state) {
+                count.1 += 1;
+            }
         }
-        self.metrics.set_sessions(counts);
-        if let Some(bus) = self.bus() {
-            let nodes = bus.nodes();
-            self.metrics.set_nodes(
-                nodes.iter().map(|node| {
-                    (node.info.node.as_str(), node.lost, node.silent_ms as f64 / 1000.0)
-                }),
-            );
-        }
-        self.metrics.render()
+        let nodes = self.bus().map(|bus| bus.nodes()).unwrap_or_default();
+        self.metrics.render(crate::metrics::Gauges {
+            sessions,
+            nodes: nodes
+                .iter()
+                .map(|node| (node.info.node.as_str(), node.lost, node.silent_ms as f64 / 1000.0))
+                .collect(),
+        })
     }
 }

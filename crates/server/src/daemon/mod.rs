@@ -40,6 +40,7 @@ use tokio::sync::{broadcast, mpsc, watch, Notify};
 use crate::changes::Change;
 use crate::text::invisible;
 
+mod audit;
 mod budget;
 mod channels;
 mod controls;
@@ -193,6 +194,8 @@ pub struct Daemon {
     observers: Vec<Box<dyn Observer>>,
     /// What `/metrics` shows ([`crate::metrics`], [`measures`]).
     metrics: Arc<crate::metrics::Metrics>,
+    /// The audit trail's last record as this node wrote it: its place and hash ([`audit`]).
+    audit_head: tokio::sync::Mutex<Option<(u64, String)>>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
     /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
@@ -284,9 +287,11 @@ impl Daemon {
                 Box::new(parked::Parking),
                 Box::new(schedules::RunEnds),
                 Box::new(measures::Measures),
+                Box::new(audit::Audits),
                 Box::new(pump::Records),
             ],
             metrics,
+            audit_head: tokio::sync::Mutex::new(None),
             budgets,
             usage,
             books,
@@ -935,6 +940,7 @@ impl Daemon {
         }
         let record = event_record(id, last + 1, "switchboard", "started", payload.to_string());
         self.store.append(std::slice::from_ref(&record)).await?;
+        self.audit_started(id, resumed).await;
         Ok(())
     }
 

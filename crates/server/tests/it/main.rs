@@ -11,6 +11,7 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scen
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+mod audit;
 mod budget;
 mod bus;
 mod cli_now;

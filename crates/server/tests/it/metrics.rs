@@ -24,8 +24,9 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|value| value.split(' ').next()?.parse().ok())
 }
 
-/// Asks `prometheus` for `query` until it gives a value, or [`WAIT`] passes.
-async fn scraped(prometheus: &Prometheus, query: &str) -> f64 {
+/// Asks `prometheus` for `query` until it answers `expected` (within a billionth), or
+/// [`WAIT`] passes (a scrape may fail, or not have come yet).
+async fn scraped(prometheus: &Prometheus, query: &str, expected: f64) {
     let client = reqwest::Client::builder().timeout(WAIT).build().unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -35,11 +36,12 @@ async fn scraped(prometheus: &Prometheus, query: &str) -> f64 {
         )
         .unwrap();
         let answer: Value = client.get(url).send().await.unwrap().json().await.unwrap();
-        let value = answer["data"]["result"][0]["value"][1].as_str().and_then(|v| v.parse().ok());
-        if let Some(value) = value {
-            return value;
+        let value: Option<f64> =
+            answer["data"]["result"][0]["value"][1].as_str().and_then(|v| v.parse().ok());
+        if value.is_some_and(|value| (value - expected).abs() < 1e-9) {
+            return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no value for {query}: {answer}");
+        assert!(tokio::time::Instant::now() < deadline, "{query} is not {expected}: {answer}");
         // Prometheus scrapes once a second.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -131,15 +133,17 @@ async fn a_real_prometheus_scrapes_what_sessions_did() {
         return;
     };
     for job in ["main", "metrics-port"] {
-        assert_eq!(scraped(&prometheus, &format!("up{{job=\"{job}\"}}")).await, 1.0, "{job}");
+        scraped(&prometheus, &format!("up{{job=\"{job}\"}}"), 1.0).await;
         let turns = format!("switchboard_turns_total{{job=\"{job}\",outcome=\"success\"}}");
-        assert_eq!(scraped(&prometheus, &turns).await, 2.0, "{job}");
+        scraped(&prometheus, &turns, 2.0).await;
         let denied = format!(
             "switchboard_permission_decisions_total{{job=\"{job}\",decision=\"deny\",by=\"person\"}}"
         );
-        assert_eq!(scraped(&prometheus, &denied).await, 1.0, "{job}");
+        scraped(&prometheus, &denied, 1.0).await;
         let spent = format!("sum(switchboard_cost_usd_total{{job=\"{job}\"}})");
-        assert!((scraped(&prometheus, &spent).await - cost).abs() < 1e-9, "{job}");
+        scraped(&prometheus, &spent, cost).await;
+        let idle = format!("switchboard_sessions{{job=\"{job}\",state=\"idle\"}}");
+        scraped(&prometheus, &idle, 1.0).await;
     }
     server.stop().await;
 }

@@ -102,7 +102,12 @@ async fn appends_made_together_commit_together_and_a_bad_one_is_refused_alone() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_busy_the_writer_waits_to_commit_later_appends_with_the_first() {
     let Some(server) = Postgres::start() else { return };
-    let options = PostgresOptions { group_wait: Duration::from_secs(2), ..Default::default() };
+    // Busy for a minute after the burst: a slow machine still makes the next append in time.
+    let options = PostgresOptions {
+        group_wait: Duration::from_secs(2),
+        busy_for: Duration::from_secs(60),
+        ..Default::default()
+    };
     let store = Arc::new(PostgresStore::connect_with(&server.url(), options).await.unwrap());
     // Busy: forty sessions' appends at once, which the writer takes more than one at a time.
     let burst: Vec<_> = (0..40)

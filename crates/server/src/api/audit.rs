@@ -1,0 +1,70 @@
+//! The audit trail over REST (admin scope): `GET /api/audit` pages it, `GET /api/audit/verify`
+//! checks it whole (`crate::audit`, docs/observability.md).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::audit::AuditRecord;
+use crate::daemon::Daemon;
+use crate::error::ApiError;
+use crate::extract::Params;
+
+/// The most records one page holds.
+pub(super) const MAX_AUDIT_PAGE: usize = 1000;
+
+/// `GET /api/audit?after=SEQ&since=T&limit=N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuditQuery {
+    /// Records after this one (default: from the first).
+    #[serde(default)]
+    after: u64,
+    /// Only records written since this time (RFC 3339) or age (`7d`, `24h`).
+    #[serde(default)]
+    since: Option<String>,
+    /// At most this many (default and most: [`MAX_AUDIT_PAGE`]).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// A page of the trail: `{"records": [...], "last_seq", "more"}`; ask again with
+/// `after=last_seq` while `more`.
+pub(super) async fn page(
+    State(daemon): State<Arc<Daemon>>,
+    Params(query): Params<AuditQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = query.limit.unwrap_or(MAX_AUDIT_PAGE).clamp(1, MAX_AUDIT_PAGE);
+    let since = query
+        .since
+        .as_deref()
+        .map(super::policy::since_ms)
+        .transpose()
+        .map_err(ApiError::invalid)?;
+    let read = daemon.audit_page(query.after, limit).await?;
+    let more = read.len() == limit;
+    let last_seq = read.last().map_or(query.after, |record| record.seq);
+    let records: Vec<AuditRecord> =
+        read.into_iter().filter(|record| since.is_none_or(|since| record.at_ms >= since)).collect();
+    Ok(Json(json!({"records": records, "last_seq": last_seq, "more": more})))
+}
+
+/// The whole trail checked: `{"ok": true, "records", "head_seq", "head_hash"}`, or
+/// `{"ok": false, "seq", "problem"}` naming the first record that does not follow.
+pub(super) async fn verify(State(daemon): State<Arc<Daemon>>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(match daemon.audit_verify().await? {
+        Ok(verified) => {
+            let mut value = serde_json::to_value(verified).unwrap_or_default();
+            value["ok"] = json!(true);
+            value
+        }
+        Err(broken) => {
+            let mut value = serde_json::to_value(broken).unwrap_or_default();
+            value["ok"] = json!(false);
+            value
+        }
+    }))
+}
