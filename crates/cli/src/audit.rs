@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -105,7 +105,8 @@ async fn export(
     let mut written = 0u64;
     loop {
         let mut path = format!("/api/audit?after={after}");
-        if let Some(since) = &since {
+        // `since` finds where the export starts; the pages after it follow on from there.
+        if let (Some(since), 0) = (&since, written) {
             path.push_str("&since=");
             path.push_str(&url_escape(since));
         }
@@ -160,10 +161,20 @@ fn verify_file(file: &std::path::Path, json: bool) -> Result<bool, String> {
                 .map_err(|error| format!("cannot read {}: {error}", file.display()))?,
         ))
     };
+    let mut reader = reader;
     let mut chain = Chain::default();
     let mut first = None;
-    for (index, line) in reader.split(b'\n').enumerate() {
-        let line = line.map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+    let mut line = Vec::new();
+    for index in 0.. {
+        line.clear();
+        // At most a line's bound read into memory, whatever the file holds.
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+        if read == 0 {
+            break;
+        }
         if line.len() > MAX_LINE_BYTES {
             return Err(format!("line {} is longer than {MAX_LINE_BYTES} bytes", index + 1));
         }

@@ -59,6 +59,9 @@ pub enum AuditEntry {
         /// Not its first run (a resume).
         #[serde(default)]
         resumed: bool,
+        /// Its own budget as it started, US dollars.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_budget_usd: Option<f64>,
     },
     /// A session's CLI ended.
     SessionEnded {
@@ -218,12 +221,26 @@ pub fn verify<'a>(records: impl IntoIterator<Item = &'a AuditRecord>) -> Result<
 pub struct Chain {
     head: Option<(u64, String)>,
     count: u64,
+    /// The run must start at record 1 (a whole trail, not an export `--since`).
+    whole: bool,
 }
 
 impl Chain {
+    /// A chain for a whole trail: its first record must be record 1, following [`GENESIS`]
+    /// (records removed from the start show).
+    pub fn whole() -> Chain {
+        Chain { whole: true, ..Chain::default() }
+    }
+
     /// Checks that `record` follows the records before it.
     pub fn follow(&mut self, record: &AuditRecord) -> Result<(), Broken> {
         match &self.head {
+            None if self.whole && record.seq != 1 => {
+                return Err(Broken {
+                    seq: 1,
+                    problem: format!("records 1 to {} are missing", record.seq.saturating_sub(1)),
+                });
+            }
             None if record.seq == 1 && record.prev != GENESIS => {
                 return Err(Broken { seq: 1, problem: "the first record follows nothing".into() });
             }
@@ -358,6 +375,17 @@ mod tests {
         first[0].prev = "f".repeat(64);
         first[0].hash = first[0].digest();
         assert_eq!(verify(&first).unwrap_err().seq, 1);
+    }
+
+    #[test]
+    fn a_whole_trail_starts_at_its_first_record() {
+        let records = trail(4);
+        let mut whole = Chain::whole();
+        let broken = records[1..].iter().try_for_each(|record| whole.follow(record)).unwrap_err();
+        assert_eq!((broken.seq, broken.problem.as_str()), (1, "records 1 to 1 are missing"));
+        let mut whole = Chain::whole();
+        records.iter().try_for_each(|record| whole.follow(record)).unwrap();
+        assert_eq!(whole.verified().records, 4);
     }
 
     #[test]

@@ -825,7 +825,10 @@ impl Store for BusStore {
     }
     async fn append(&self, events: &[EventRecord]) -> Result<(), StoreError> {
         self.inner.append(events).await?;
-        self.bus.publish_events(&events.iter().collect::<Vec<_>>());
+        // The audit trail is no session's: nobody follows it live.
+        if events.first().is_some_and(|event| event.session_id != crate::audit::AUDIT_LOG) {
+            self.bus.publish_events(&events.iter().collect::<Vec<_>>());
+        }
         Ok(())
     }
     async fn append_shared(&self, events: &[Arc<EventRecord>]) -> Result<(), StoreError> {

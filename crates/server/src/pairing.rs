@@ -152,6 +152,14 @@ pub(crate) async fn redeem(
         }
     };
     tracing::info!(%name, "a device signed in with a pairing code");
+    daemon
+        .audit(crate::audit::AuditEntry::TokenCreated {
+            name: name.clone(),
+            scope: Scope::Approve.to_string(),
+            ceiling: false,
+            by: "a pairing code".into(),
+        })
+        .await;
     let mut response = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
     let cookie = format!(
         "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age=31536000",

@@ -120,14 +120,25 @@ pub(super) async fn change_budget(
 ) -> Result<Json<crate::budget::Spend>, ApiError> {
     let spend = daemon.change_budget(&change).await?;
     tracing::info!(by = %caller.name, daily_usd = ?spend.daily_usd, "daily budgets changed");
-    daemon
-        .audit(crate::audit::AuditEntry::BudgetChanged {
+    let by = caller.who("rest", None);
+    if let Some(daily) = change.daily_usd {
+        let entry = crate::audit::AuditEntry::BudgetChanged {
             session: None,
             limit: "daily_usd".into(),
-            usd: spend.daily_usd,
-            by: caller.who("rest", None),
-        })
-        .await;
+            usd: daily,
+            by: by.clone(),
+        };
+        daemon.audit(entry).await;
+    }
+    for (token, daily) in &change.token_daily_usd {
+        let entry = crate::audit::AuditEntry::BudgetChanged {
+            session: None,
+            limit: format!("token_daily_usd:{token}"),
+            usd: *daily,
+            by: by.clone(),
+        };
+        daemon.audit(entry).await;
+    }
     Ok(Json(spend))
 }
 

@@ -32,7 +32,9 @@ pub(super) struct AuditQuery {
 }
 
 /// A page of the trail: `{"records": [...], "last_seq", "more"}`; ask again with
-/// `after=last_seq` while `more`.
+/// `after=last_seq` (and no `since`) while `more`. With `since`, the page starts at the first
+/// record written since then, and every record after it follows, without a hole (the nodes'
+/// clocks, and a clock's steps, do not go one way: a later record may say earlier).
 pub(super) async fn page(
     State(daemon): State<Arc<Daemon>>,
     Params(query): Params<AuditQuery>,
@@ -44,12 +46,27 @@ pub(super) async fn page(
         .map(super::policy::since_ms)
         .transpose()
         .map_err(ApiError::invalid)?;
-    let read = daemon.audit_page(query.after, limit).await?;
-    let more = read.len() == limit;
-    let last_seq = read.last().map_or(query.after, |record| record.seq);
-    let records: Vec<AuditRecord> =
-        read.into_iter().filter(|record| since.is_none_or(|since| record.at_ms >= since)).collect();
-    Ok(Json(json!({"records": records, "last_seq": last_seq, "more": more})))
+    let mut after = query.after;
+    loop {
+        let read = daemon.audit_page(after, limit).await?;
+        let more = read.len() == limit;
+        let last_seq = read.last().map_or(after, |record| record.seq);
+        let start = match since {
+            Some(since) => read.iter().position(|record| record.at_ms >= since),
+            None => Some(0),
+        };
+        match start {
+            Some(start) => {
+                let records: Vec<AuditRecord> = read.into_iter().skip(start).collect();
+                return Ok(Json(json!({"records": records, "last_seq": last_seq, "more": more})));
+            }
+            // Nothing on this page is that recent: on to the next.
+            None if more => after = last_seq,
+            None => {
+                return Ok(Json(json!({"records": [], "last_seq": last_seq, "more": false})));
+            }
+        }
+    }
 }
 
 /// The whole trail checked: `{"ok": true, "records", "head_seq", "head_hash"}`, or

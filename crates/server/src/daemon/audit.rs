@@ -64,74 +64,103 @@ impl Daemon {
         // The record is in the store before the run's `started` event is written.
         let record = self.store.get_session(id).await.ok().flatten();
         let cwd = record.as_ref().map(|record| record.cwd.clone()).unwrap_or_default();
+        let max_budget_usd = record.as_ref().and_then(|record| record.launch.max_budget_usd);
         let started_by = record
             .and_then(|record| record.launch.origin)
             .map(|origin| format!("token {} ({})", origin.token, origin.face.as_str()));
-        let entry = AuditEntry::SessionStarted { session: id.to_owned(), cwd, started_by, resumed };
+        let entry = AuditEntry::SessionStarted {
+            session: id.to_owned(),
+            cwd,
+            started_by,
+            resumed,
+            max_budget_usd,
+        };
         self.audit(entry).await;
     }
 
-    /// Writes `entry` at the end of the trail, chained to the record before. One at a time on
-    /// this node; a place another node took first is read again and the record placed after
-    /// it. A trail the store cannot take is logged (the action it records went on).
+    /// Writes `entry` at the end of the trail, chained to the record before, and returns once
+    /// it is written (or could not be: that is logged; the action it records went on). The
+    /// trail's one writer ([`write_audit`]) does the writing, so a caller that goes away (a
+    /// client that hung up) does not take the record with it.
     pub async fn audit(&self, entry: AuditEntry) {
-        let mut head = self.audit_head.lock().await;
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.audit_queue.send(AuditWaiting { entry, done }).is_ok() {
+            let _ = written.await;
+        }
+    }
+
+    /// Writes `batch` at the end of the trail, in one append, after `head` (the last record
+    /// this node wrote, or read when `None`). A place another node took first is read again.
+    async fn write_audit_batch(&self, head: &mut Option<(u64, String)>, batch: &[AuditEntry]) {
         for _ in 0..AUDIT_RETRIES {
             let (seq, prev) = match head.clone() {
                 Some(known) => known,
-                None => match self.audit_tail().await {
-                    Ok(tail) => tail,
-                    Err(error) => {
-                        tracing::error!(%error, kind = entry.kind(), "cannot read the audit trail's end; the record is not written");
-                        return;
-                    }
-                },
+                None => self.audit_tail().await,
             };
-            let record = AuditRecord::new(
-                seq + 1,
-                self.clock_ms(),
-                self.config.node.clone(),
-                entry.clone(),
-                prev,
-            );
-            let payload = match serde_json::to_string(&record) {
-                Ok(payload) => payload,
-                Err(error) => {
-                    tracing::error!(%error, "cannot write an audit record");
+            let (mut at, mut prev_hash) = (seq, prev);
+            let mut records = Vec::with_capacity(batch.len());
+            for entry in batch {
+                at += 1;
+                let record = AuditRecord::new(
+                    at,
+                    self.clock_ms(),
+                    self.config.node.clone(),
+                    entry.clone(),
+                    prev_hash,
+                );
+                prev_hash = record.hash.clone();
+                let Ok(payload) = serde_json::to_string(&record) else {
+                    tracing::error!(kind = entry.kind(), "cannot write an audit record");
                     return;
-                }
-            };
-            let event = pump::event_record(AUDIT_LOG, record.seq, "switchboard", "audit", payload);
-            match self.store.append(std::slice::from_ref(&event)).await {
+                };
+                records.push(pump::event_record(AUDIT_LOG, at, "switchboard", "audit", payload));
+            }
+            match self.store.append(&records).await {
                 Ok(()) => {
-                    *head = Some((record.seq, record.hash));
+                    *head = Some((at, prev_hash));
                     return;
                 }
                 // Another node wrote first: read the end again.
                 Err(StoreError::OutOfSequence { .. }) => *head = None,
                 Err(error) => {
                     *head = None;
-                    tracing::error!(%error, kind = entry.kind(), "cannot write an audit record");
+                    tracing::error!(%error, records = batch.len(), "cannot write audit records; they are lost");
                     return;
                 }
             }
         }
-        tracing::error!(
-            kind = entry.kind(),
-            "the audit trail's end kept moving; the record is not written"
-        );
+        tracing::error!(records = batch.len(), "the audit trail's end kept moving; records lost");
     }
 
-    /// The trail's last record's place and hash (`0` and [`GENESIS`] when it is empty).
-    async fn audit_tail(&self) -> Result<(u64, String), DaemonError> {
-        let last = self.store.last_seq(AUDIT_LOG).await?;
+    /// The trail's last record's place and hash (`0` and [`GENESIS`] when it is empty). A
+    /// last record that cannot be read (removed, or not a record) is followed by the next
+    /// record with a `prev` that names the problem (`broken:…`), so the break shows where it
+    /// is and the trail goes on.
+    async fn audit_tail(&self) -> (u64, String) {
+        let last = match self.store.last_seq(AUDIT_LOG).await {
+            Ok(last) => last,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the audit trail's end");
+                return (0, GENESIS.to_owned());
+            }
+        };
         if last == 0 {
-            return Ok((0, GENESIS.to_owned()));
+            return (0, GENESIS.to_owned());
         }
-        let record = self.audit_page(last - 1, 1).await?.pop().ok_or_else(|| {
-            DaemonError::Internal(format!("audit record {last} is not in the store"))
-        })?;
-        Ok((record.seq, record.hash))
+        match self.audit_page(last - 1, 1).await {
+            Ok(mut page) if page.last().is_some_and(|record| record.seq == last) => {
+                let record = page.pop().unwrap_or_else(|| unreachable!());
+                (record.seq, record.hash)
+            }
+            other => {
+                let problem = match other {
+                    Err(error) => error.to_string(),
+                    Ok(_) => format!("record {last} is not in the store"),
+                };
+                tracing::error!(%problem, "the audit trail's last record cannot be read");
+                (last, format!("broken:{problem}"))
+            }
+        }
     }
 
     /// Up to `limit` records of the trail after record `after`, in order.
@@ -158,10 +187,14 @@ impl Daemon {
             .collect()
     }
 
-    /// Checks the whole trail as the store holds it, page by page.
+    /// Checks the whole trail as the store holds it, page by page: from record 1 (records
+    /// removed from the start show), to the last place the store has given (records removed
+    /// from the end show, where the store keeps its sequences' heads apart from their events,
+    /// as PostgreSQL does).
     pub async fn audit_verify(&self) -> Result<Result<Verified, Broken>, DaemonError> {
         const PAGE: usize = 1000;
-        let mut chain = crate::audit::Chain::default();
+        let last = self.store.last_seq(AUDIT_LOG).await?;
+        let mut chain = crate::audit::Chain::whole();
         let mut after = 0;
         loop {
             let page = self.audit_page(after, PAGE).await?;
@@ -171,9 +204,53 @@ impl Daemon {
                 }
             }
             match page.last() {
-                Some(last) if page.len() == PAGE => after = last.seq,
-                _ => return Ok(Ok(chain.verified())),
+                Some(end) if page.len() == PAGE => after = end.seq,
+                _ => break,
             }
+        }
+        let verified = chain.verified();
+        if verified.head_seq < last {
+            return Ok(Err(Broken {
+                seq: verified.head_seq + 1,
+                problem: format!(
+                    "records {} to {last} are missing (the store has given places up to {last})",
+                    verified.head_seq + 1
+                ),
+            }));
+        }
+        Ok(Ok(verified))
+    }
+}
+
+/// One record waiting for the trail's writer, and who waits for it.
+pub(super) struct AuditWaiting {
+    entry: AuditEntry,
+    done: tokio::sync::oneshot::Sender<()>,
+}
+
+/// The most records one append of the trail carries.
+const AUDIT_BATCH: usize = 256;
+
+/// The trail's one writer a node: whatever waits goes in one append, in order.
+pub(super) async fn write_audit(
+    daemon: std::sync::Weak<Daemon>,
+    mut queue: mpsc::UnboundedReceiver<AuditWaiting>,
+) {
+    let mut head = None;
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < AUDIT_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let Some(daemon) = daemon.upgrade() else { return };
+        let entries: Vec<AuditEntry> = batch.iter().map(|waiting| waiting.entry.clone()).collect();
+        daemon.write_audit_batch(&mut head, &entries).await;
+        drop(daemon);
+        for waiting in batch {
+            let _ = waiting.done.send(());
         }
     }
 }

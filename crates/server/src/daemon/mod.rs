@@ -194,8 +194,8 @@ pub struct Daemon {
     observers: Vec<Box<dyn Observer>>,
     /// What `/metrics` shows ([`crate::metrics`], [`measures`]).
     metrics: Arc<crate::metrics::Metrics>,
-    /// The audit trail's last record as this node wrote it: its place and hash ([`audit`]).
-    audit_head: tokio::sync::Mutex<Option<(u64, String)>>,
+    /// Records waiting for the audit trail's writer ([`audit::write_audit`]).
+    audit_queue: mpsc::UnboundedSender<audit::AuditWaiting>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
     /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
@@ -221,6 +221,7 @@ impl Daemon {
         let transcripts =
             config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
         let (record_queue, records) = mpsc::unbounded_channel();
+        let (audit_queue, audit_waiting) = mpsc::unbounded_channel();
         let warm_total: usize = config.warm.iter().map(|spec| spec.count).sum();
         let max_running = config.placement.max_running();
         if max_running == 0 {
@@ -291,7 +292,7 @@ impl Daemon {
                 Box::new(pump::Records),
             ],
             metrics,
-            audit_head: tokio::sync::Mutex::new(None),
+            audit_queue,
             budgets,
             usage,
             books,
@@ -334,6 +335,7 @@ impl Daemon {
                 .map_err(|error| DaemonError::Invalid(format!("the daemon's policy: {error}")))?;
         }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
+        tokio::spawn(audit::write_audit(Arc::downgrade(&daemon), audit_waiting));
         if let (Some(bus), Some(node)) = (&daemon.config.bus, &daemon.config.node) {
             share_changes(&daemon, bus).await?;
             // Its CLI's version, as a session here would run it.
@@ -428,7 +430,14 @@ impl Daemon {
             let note =
                 event_record(&record.id, last + 1, "switchboard", "exited", payload.to_string());
             match daemon.store.append(&[note]).await {
-                Ok(()) => ended.push(record.id.clone()),
+                Ok(()) => {
+                    ended.push(record.id.clone());
+                    let entry = crate::audit::AuditEntry::SessionEnded {
+                        session: record.id.clone(),
+                        state: "exited".into(),
+                    };
+                    daemon.audit(entry).await;
+                }
                 // Another node appended first (it took the session over just now): its log.
                 Err(StoreError::OutOfSequence { .. }) => {}
                 Err(error) => return Err(error.into()),

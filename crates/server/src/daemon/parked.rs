@@ -304,6 +304,18 @@ impl Daemon {
             .collect();
         self.store.append(&notes).await?;
         for pending in &over {
+            self.audit(crate::audit::AuditEntry::Decision {
+                session: id.to_owned(),
+                origin: None,
+                tool: pending.tool_name.clone(),
+                tool_use_id: pending.tool_use_id.clone(),
+                decision: "deny".into(),
+                by: switchboard_session::DecidedBy::Timeout,
+                request_id: pending.request_id.clone(),
+            })
+            .await;
+        }
+        for pending in &over {
             let decision = crate::decisions::Decision {
                 behavior: switchboard_session::Behavior::Deny,
                 by: switchboard_session::DecidedBy::Timeout,

@@ -1,7 +1,8 @@
 //! The audit trail on PostgreSQL with the real CLI: a person's allow and deny, a session
 //! started and ended, a token made and revoked, the daily and a session's budget changed, each
-//! recorded in order with who did it and chained; then the store altered under the daemon (a
-//! record's field changed, then a record deleted): `GET /api/audit/verify` names the record.
+//! recorded in order with who did it and chained; then the store altered under the daemon (the
+//! last record deleted, a record's field changed, a record deleted, the first deleted):
+//! `GET /api/audit/verify` names the record each time.
 
 use std::sync::Arc;
 
@@ -113,13 +114,41 @@ async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted
         (later["records"][0]["seq"].as_u64(), later["more"].as_bool()),
         (Some(7), Some(true))
     );
+    let (_, recent) = server.get("/api/audit?since=1h").await;
+    assert_eq!(recent["records"].as_array().map(Vec::len), Some(8), "{recent}");
+    let (_, none) = server.get("/api/audit?since=2100-01-01T00:00:00Z").await;
+    assert_eq!((&none["records"], &none["more"]), (&json!([]), &json!(false)), "{none}");
     let (status, refused) = server.get("/api/audit?since=yesterday").await;
     assert_eq!(status, 400, "{refused}");
 
-    // Someone with the database's password changes the deny to an allow.
+    // Someone with the database's password cuts the last record off.
     let (client, connection) =
         tokio_postgres::connect(&database.url(), tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(connection);
+    let delete = |seq: i64| {
+        let client = &client;
+        async move {
+            client
+                .execute(
+                    "DELETE FROM switchboard.events WHERE session_id = 'audit' AND seq = $1",
+                    &[&seq],
+                )
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(delete(8).await, 1);
+    let (_, verified) = server.get("/api/audit/verify").await;
+    assert_eq!(
+        (verified["ok"].as_bool(), verified["seq"].as_u64()),
+        (Some(false), Some(8)),
+        "{verified}"
+    );
+    assert!(
+        verified["problem"].as_str().unwrap().contains("records 8 to 8 are missing"),
+        "{verified}"
+    );
+    // Changes the deny to an allow.
     let changed = client
         .execute(
             "UPDATE switchboard.events SET payload = convert_to(replace(convert_from(payload, 'UTF8'),
@@ -137,12 +166,8 @@ async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted
         "{verified}"
     );
     assert!(verified["problem"].as_str().unwrap().contains("altered"), "{verified}");
-    // Then record 2 deleted outright.
-    let deleted = client
-        .execute("DELETE FROM switchboard.events WHERE session_id = 'audit' AND seq = 2", &[])
-        .await
-        .unwrap();
-    assert_eq!(deleted, 1);
+    // Deletes record 2 outright.
+    assert_eq!(delete(2).await, 1);
     let (_, verified): (u16, Value) = server.get("/api/audit/verify").await;
     assert_eq!(
         (verified["ok"].as_bool(), verified["seq"].as_u64()),
@@ -150,5 +175,17 @@ async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted
         "{verified}"
     );
     assert!(verified["problem"].as_str().unwrap().contains("missing"), "{verified}");
+    // And the first: the trail now starts at record 3, which a whole trail may not.
+    assert_eq!(delete(1).await, 1);
+    let (_, verified): (u16, Value) = server.get("/api/audit/verify").await;
+    assert_eq!(
+        (verified["ok"].as_bool(), verified["seq"].as_u64()),
+        (Some(false), Some(1)),
+        "{verified}"
+    );
+    assert!(
+        verified["problem"].as_str().unwrap().contains("records 1 to 2 are missing"),
+        "{verified}"
+    );
     server.stop().await;
 }
