@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 use switchboard_server::audit::{csv_row, AuditRecord, Broken, Chain, Verified, CSV_HEADER};
 
-use crate::client::{typed, Connection};
+use crate::client::{query_escape, typed, Connection};
 
 /// The longest line of an export `verify` reads.
 const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -108,7 +108,7 @@ async fn export(
         // `since` finds where the export starts; the pages after it follow on from there.
         if let (Some(since), 0) = (&since, written) {
             path.push_str("&since=");
-            path.push_str(&url_escape(since));
+            path.push_str(&query_escape(since));
         }
         let page = client.request(reqwest::Method::GET, &path, None).await?;
         let records: Vec<AuditRecord> = typed(page["records"].clone())?;
@@ -137,19 +137,6 @@ async fn export(
         eprintln!("{written} records written to {}", path.display());
     }
     Ok(true)
-}
-
-/// `since` as a query value: the characters an RFC 3339 time or an age may hold pass, the rest
-/// percent-escaped.
-fn url_escape(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b':' => {
-                (byte as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }
 
 fn verify_file(file: &std::path::Path, json: bool) -> Result<bool, String> {

@@ -9,48 +9,19 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use switchboard_store::{PostgresStore, Store};
 use switchboard_testkit::servers::Postgres;
-use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
+use switchboard_testkit::{CliSandbox, FakeApi};
 
 use crate::Server;
-
-const ASKING: &str = "[permissions]\nask = [\"Bash\"]\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted_record() {
     let Some(database) = Postgres::start() else { return };
-    let api = FakeApi::start(
-        Scenario::new()
-            .reply(Reply::tool_use("Bash", json!({"command": "echo kept"})).when_prompt("RUN"))
-            .reply(Reply::text("ran it").when_tool_result_contains("kept"))
-            .reply(Reply::tool_use("Bash", json!({"command": "echo dropped"})).when_prompt("DENY"))
-            .reply(Reply::text("not then").when_tool_result_contains("not today")),
-    )
-    .await
-    .unwrap();
+    let api = FakeApi::start(crate::metrics::allow_then_deny()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&database.url()).await.unwrap());
     let server = Server::start(store, &api, &sandbox).await;
 
-    let (id, mut ws) = server
-        .open_session(json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "policy": ASKING}))
-        .await;
-    for (answer, result) in [
-        (json!({"behavior": "allow"}), "ran it"),
-        (json!({"behavior": "deny", "message": "not today"}), "not then"),
-    ] {
-        let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
-        let request = frames.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
-        let path = format!("/api/sessions/{id}/permissions/{request}");
-        let (status, answered) = server.post(&path, answer).await;
-        assert_eq!(status, 200, "{answered}");
-        let frames = ws.until(crate::is_result).await;
-        assert_eq!(frames.last().unwrap()["event"]["line"]["result"], result);
-        if result == "ran it" {
-            let path = format!("/api/sessions/{id}/messages");
-            let (status, sent) = server.post(&path, json!({"content": "DENY it"})).await;
-            assert_eq!(status, 202, "{sent}");
-        }
-    }
+    let (id, mut ws) = crate::metrics::allowed_then_denied(&server, &sandbox).await;
     let (status, made) =
         server.post("/api/tokens", json!({"name": "ops", "scope": "operate"})).await;
     assert_eq!(status, 201, "{made}");

@@ -12,7 +12,7 @@ use switchboard_store::{MemoryStore, Store};
 use switchboard_testkit::servers::Prometheus;
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
 
-use crate::{Server, TOKEN, WAIT};
+use crate::{Server, Ws, TOKEN, WAIT};
 
 const ASKING: &str = "[permissions]\nask = [\"Bash\"]\n";
 
@@ -47,29 +47,18 @@ async fn scraped(prometheus: &Prometheus, query: &str, expected: f64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_prometheus_scrapes_what_sessions_did() {
-    let api = FakeApi::start(
-        Scenario::new()
-            .reply(Reply::tool_use("Bash", json!({"command": "echo metered"})).when_prompt("RUN"))
-            .reply(Reply::text("ran it").when_tool_result_contains("metered"))
-            .reply(Reply::tool_use("Bash", json!({"command": "echo refused"})).when_prompt("DENY"))
-            .reply(Reply::text("not then").when_tool_result_contains("not today")),
-    )
-    .await
-    .unwrap();
-    let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let server = Server::start(store, &api, &sandbox).await;
-    let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let metrics_address = metrics_listener.local_addr().unwrap();
-    let daemon = server.daemon.clone();
-    tokio::spawn(async move {
-        switchboard_server::serve_metrics(metrics_listener, daemon, std::future::pending())
-            .await
-            .unwrap();
-    });
+/// Claude Code asking twice to run Bash, under a policy that asks: see [`allowed_then_denied`].
+pub(crate) fn allow_then_deny() -> Scenario {
+    Scenario::new()
+        .reply(Reply::tool_use("Bash", json!({"command": "echo metered"})).when_prompt("RUN"))
+        .reply(Reply::text("ran it").when_tool_result_contains("metered"))
+        .reply(Reply::tool_use("Bash", json!({"command": "echo refused"})).when_prompt("DENY"))
+        .reply(Reply::text("not then").when_tool_result_contains("not today"))
+}
 
+/// A session (against [`allow_then_deny`]) in which a person allows the first Bash call and,
+/// in a second turn, denies the next; its id and its feed, once both turns ended.
+pub(crate) async fn allowed_then_denied(server: &Server, sandbox: &CliSandbox) -> (String, Ws) {
     let (id, mut ws) = server
         .open_session(json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "policy": ASKING}))
         .await;
@@ -85,12 +74,30 @@ async fn a_real_prometheus_scrapes_what_sessions_did() {
         let frames = ws.until(crate::is_result).await;
         assert_eq!(frames.last().unwrap()["event"]["line"]["result"], result);
         if result == "ran it" {
-            let (status, sent) = server
-                .post(&format!("/api/sessions/{id}/messages"), json!({"content": "DENY it"}))
-                .await;
+            let path = format!("/api/sessions/{id}/messages");
+            let (status, sent) = server.post(&path, json!({"content": "DENY it"})).await;
             assert_eq!(status, 202, "{sent}");
         }
     }
+    (id, ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_what_sessions_did() {
+    let api = FakeApi::start(allow_then_deny()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let server = Server::start(store, &api, &sandbox).await;
+    let metrics_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_address = metrics_listener.local_addr().unwrap();
+    let daemon = server.daemon.clone();
+    tokio::spawn(async move {
+        switchboard_server::serve_metrics(metrics_listener, daemon, std::future::pending())
+            .await
+            .unwrap();
+    });
+
+    let (id, _) = allowed_then_denied(&server, &sandbox).await;
 
     // The main port: the token, or nothing.
     let client = reqwest::Client::builder().timeout(WAIT).build().unwrap();
