@@ -123,9 +123,11 @@ pub(super) fn since_ms(text: &str) -> Result<u64, String> {
 mod tests {
     #[test]
     fn since_is_a_time_or_an_age() {
-        let now = switchboard_store::now_ms();
+        // The age is counted back from the clock as it reads it: between these two readings.
+        let before = switchboard_store::now_ms();
         let week = super::since_ms("7d").unwrap();
-        assert!(now - week >= 7 * 86_400_000 && now - week < 7 * 86_400_000 + 60_000);
+        let after = switchboard_store::now_ms();
+        assert!((before - 7 * 86_400_000..=after - 7 * 86_400_000).contains(&week), "{week}");
         assert_eq!(super::since_ms("2026-11-01T00:00:00Z").unwrap(), 1_793_491_200_000);
         assert!(super::since_ms("yesterday").unwrap_err().contains("neither a time"));
         assert!(super::since_ms("-3d").is_err());
