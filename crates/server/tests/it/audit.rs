@@ -6,12 +6,23 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use switchboard_store::{PostgresStore, Store};
 use switchboard_testkit::servers::Postgres;
 use switchboard_testkit::{CliSandbox, FakeApi};
 
 use crate::Server;
+
+/// Checks that `GET /api/audit/verify` finds the trail broken at record `seq`, saying `says`.
+async fn broken_at(server: &Server, seq: u64, says: &str) {
+    let (_, verified) = server.get("/api/audit/verify").await;
+    assert_eq!(
+        (verified["ok"].as_bool(), verified["seq"].as_u64()),
+        (Some(false), Some(seq)),
+        "{verified}"
+    );
+    assert!(verified["problem"].as_str().unwrap().contains(says), "{verified}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted_record() {
@@ -109,16 +120,7 @@ async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted
         }
     };
     assert_eq!(delete(8).await, 1);
-    let (_, verified) = server.get("/api/audit/verify").await;
-    assert_eq!(
-        (verified["ok"].as_bool(), verified["seq"].as_u64()),
-        (Some(false), Some(8)),
-        "{verified}"
-    );
-    assert!(
-        verified["problem"].as_str().unwrap().contains("records 8 to 8 are missing"),
-        "{verified}"
-    );
+    broken_at(&server, 8, "records 8 to 8 are missing").await;
     // Changes the deny to an allow.
     let changed = client
         .execute(
@@ -130,33 +132,12 @@ async fn the_trail_records_who_did_what_in_order_and_shows_an_altered_or_deleted
         .await
         .unwrap();
     assert_eq!(changed, 1);
-    let (_, verified) = server.get("/api/audit/verify").await;
-    assert_eq!(
-        (verified["ok"].as_bool(), verified["seq"].as_u64()),
-        (Some(false), Some(3)),
-        "{verified}"
-    );
-    assert!(verified["problem"].as_str().unwrap().contains("altered"), "{verified}");
+    broken_at(&server, 3, "altered").await;
     // Deletes record 2 outright.
     assert_eq!(delete(2).await, 1);
-    let (_, verified): (u16, Value) = server.get("/api/audit/verify").await;
-    assert_eq!(
-        (verified["ok"].as_bool(), verified["seq"].as_u64()),
-        (Some(false), Some(2)),
-        "{verified}"
-    );
-    assert!(verified["problem"].as_str().unwrap().contains("missing"), "{verified}");
+    broken_at(&server, 2, "missing").await;
     // And the first: the trail now starts at record 3, which a whole trail may not.
     assert_eq!(delete(1).await, 1);
-    let (_, verified): (u16, Value) = server.get("/api/audit/verify").await;
-    assert_eq!(
-        (verified["ok"].as_bool(), verified["seq"].as_u64()),
-        (Some(false), Some(1)),
-        "{verified}"
-    );
-    assert!(
-        verified["problem"].as_str().unwrap().contains("records 1 to 2 are missing"),
-        "{verified}"
-    );
+    broken_at(&server, 1, "records 1 to 2 are missing").await;
     server.stop().await;
 }
