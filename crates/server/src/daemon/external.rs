@@ -200,6 +200,7 @@ impl Daemon {
         let made = async {
             let (handle, events) = switchboard_session::spawn_session_on(config, link);
             self.store.create_session(&record).await?;
+            self.tell_created(&record);
             self.note_started(&id, 0, false, false, true).await?;
             self.run(record.clone(), handle, events, 1, None, Default::default()).await
         };
@@ -207,7 +208,6 @@ impl Daemon {
             self.externals.remove(&claude, false);
             return Err(error);
         }
-        self.tell_dashboards(Change::SessionCreated { session: public_record(record) });
         tracing::info!(session = %id, %claude, pid, "following a Claude Code session through its hooks");
         let follow = Following {
             daemon: self.clone(),

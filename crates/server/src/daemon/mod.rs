@@ -754,6 +754,7 @@ impl Daemon {
         };
         let warmed = warm.is_some();
         self.store.create_session(&record).await?;
+        self.tell_created(&record);
         // The log's first event, before any CLI runs: a log that cannot be written refuses the
         // session here, not after it started.
         let started = async {
@@ -763,9 +764,9 @@ impl Daemon {
         };
         if let Err(error) = started.await {
             let _ = self.store.delete_session(&id).await;
+            self.tell_dashboards(Change::SessionDeleted { session_id: id });
             return Err(error);
         }
-        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         Ok(self.record(&id).await?.unwrap_or(record))
     }
 
@@ -1118,6 +1119,12 @@ impl Daemon {
     /// Tells the dashboards (and, in a fleet, the other nodes) of `change`.
     pub(super) fn tell_dashboards(&self, change: Change) {
         let _ = self.dashboard.send(change.into());
+    }
+
+    /// Tells the dashboards a session was made, once the store has its record and before its
+    /// CLI runs: a dashboard hears `session_created` before any `session_changed` of it.
+    pub(super) fn tell_created(&self, record: &SessionRecord) {
+        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
     }
 
     /// A person renames a session, puts it away, or changes its budget (`None`: unchanged;

@@ -30,9 +30,9 @@ impl Daemon {
         let (link, slot) = switchboard_transport::sdk_url::external(&id);
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;
+        self.tell_created(&record);
         let route = self.known_route(route_of(&config_policy, &record));
         self.run(record.clone(), handle, events, 0, None, route).await?;
-        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         Ok((record, slot))
     }
 
@@ -212,6 +212,7 @@ impl Daemon {
                 ..old
             };
             self.store.create_session(&record).await?;
+            self.tell_created(&record);
             (record, 0)
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
@@ -228,8 +229,6 @@ impl Daemon {
         }
         if existing {
             self.record_changed(&next);
-        } else {
-            self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         }
         self.started.notify_waiters();
         if old_stored {

@@ -73,9 +73,9 @@ impl Daemon {
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         let snapshot = handle.watch();
         self.store.create_session(&record).await?;
+        self.tell_created(&record);
         self.note_started(&id, 0, false, false, true).await?;
         self.run(record.clone(), handle, events, 1, None, Default::default()).await?;
-        self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
         let hook_key = self.hook_keys.register(&id, gate);
         Ok((record, lines, keys, snapshot, hook_key))
     }
