@@ -23,6 +23,7 @@ mod pair;
 mod policy;
 mod run;
 mod schedule;
+mod search;
 mod serve;
 mod tasks;
 
@@ -103,6 +104,18 @@ enum Command {
     /// `export` writes it (JSON lines or CSV); `verify` checks the daemon's, or an export's,
     /// and names the first record altered or removed. Needs an admin token.
     Audit(audit::AuditArgs),
+    /// Search every session: its tool calls (by tool, by a file touched or written, by a
+    /// shell command's word), permission decisions (allowed, denied, who answered), prompts,
+    /// answers and turns' costs, by origin, schedule, model, project, node and time.
+    /// `group:project` (or model, day, ...) adds the entries and their cost up. Each hit names
+    /// its session and event: `switchboard open ID` shows it.
+    Search(search::SearchArgs),
+    /// Which session, turn and tool call last wrote a line of a file: through Edit, Write,
+    /// MultiEdit and shell redirects, in the session's own folder or its worktree (a merged
+    /// branch's file is found by its path in the repository).
+    ///
+    /// Exit status: 0 a session wrote it; 1 none did (or the daemon could not be asked).
+    Blame(search::BlameArgs),
     /// Check this machine: the `claude` it finds (path, version, whether the version is in
     /// the tested range and can use --sdk-url), whether the CLI looks logged in, whether the
     /// data directory is writable and the port free. Each problem comes with its fix.
@@ -212,6 +225,8 @@ fn main() -> ExitCode {
         Command::Deny(args) => block_on(client::answer(args, false)),
         Command::Policy(args) => block_on(policy::policy(args)),
         Command::Audit(args) => block_on(audit::audit(args)),
+        Command::Search(args) => block_on(search::search(args)),
+        Command::Blame(args) => block_on(search::blame(args)),
         Command::Token(args) => block_on(client::token(args)),
         Command::Schedule(args) => block_on(schedule::schedule(args)),
         Command::Trigger(args) => block_on(schedule::trigger(args)),

@@ -870,4 +870,7 @@ impl Store for BusStore {
     async fn outbox_channels(&self) -> Result<Vec<String>, StoreError> {
         self.inner.outbox_channels().await
     }
+    fn search_index(&self) -> Option<&dyn switchboard_store::Search> {
+        self.inner.search_index()
+    }
 }

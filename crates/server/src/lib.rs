@@ -49,6 +49,7 @@ mod refusals;
 mod relay;
 pub mod relay_limits;
 pub mod schedules;
+pub mod search;
 mod serve;
 pub mod shared;
 mod shell;

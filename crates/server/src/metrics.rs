@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 use switchboard_session::projection::Block;
-use switchboard_session::{Behavior, DecidedBy, Update};
+use switchboard_session::Update;
 
 /// The most distinct values one label takes; past it, `other`.
 pub const MAX_LABEL_VALUES: usize = 200;
@@ -409,20 +409,8 @@ impl Measured {
                 self.decisions.push(MeasuredDecision {
                     request_id: request_id.clone(),
                     tool: tool_name.clone(),
-                    decision: match behavior {
-                        Behavior::Allow => "allow",
-                        Behavior::Deny => "deny",
-                        Behavior::Ask => "ask",
-                    },
-                    by: match by {
-                        DecidedBy::Policy { .. } => "policy",
-                        DecidedBy::Person { .. } => "person",
-                        DecidedBy::Timeout => "timeout",
-                        DecidedBy::Cancelled => "cancelled",
-                        DecidedBy::LinkClosed => "link_closed",
-                        DecidedBy::Cli => "cli",
-                        DecidedBy::Terminal => "terminal",
-                    },
+                    decision: behavior.as_str(),
+                    by: by.kind(),
                     decided_at_ms: *decided_at_ms,
                 });
             }

@@ -104,6 +104,21 @@ pub enum DecidedBy {
     Terminal,
 }
 
+impl DecidedBy {
+    /// Its kind's word, as its JSON's `kind` says it (`policy`, `person`, `link_closed`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DecidedBy::Policy { .. } => "policy",
+            DecidedBy::Person { .. } => "person",
+            DecidedBy::Timeout => "timeout",
+            DecidedBy::Cancelled => "cancelled",
+            DecidedBy::LinkClosed => "link_closed",
+            DecidedBy::Cli => "cli",
+            DecidedBy::Terminal => "terminal",
+        }
+    }
+}
+
 /// A permission request waiting for a person.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingPermission {
@@ -730,4 +745,24 @@ fn lenient_origin<'de, D: serde::Deserializer<'de>>(
 ) -> Result<Option<TurnOrigin>, D::Error> {
     let text = Option::<String>::deserialize(deserializer)?;
     Ok(text.and_then(|text| TurnOrigin::parse(&text).ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecidedBy;
+
+    #[test]
+    fn a_decider_kind_is_its_json_kind() {
+        for by in [
+            DecidedBy::Policy { rule: Some("r".into()) },
+            DecidedBy::Person { who: "ana".into() },
+            DecidedBy::Timeout,
+            DecidedBy::Cancelled,
+            DecidedBy::LinkClosed,
+            DecidedBy::Cli,
+            DecidedBy::Terminal,
+        ] {
+            assert_eq!(serde_json::to_value(&by).unwrap()["kind"], by.kind());
+        }
+    }
 }

@@ -46,6 +46,7 @@ pub async fn run(store: &dyn Store) {
     sequence_is_enforced(store).await;
     delete_removes_events(store).await;
     outbox(store).await;
+    search(store).await;
 }
 
 /// The checks of a store's shared [`crate::Documents`]: written from version 0, then only
@@ -215,4 +216,270 @@ async fn delete_removes_events(store: &dyn Store) {
     assert!(store.events_after("b", 0, 10).await.unwrap().is_empty());
     assert_eq!(store.last_seq("b").await.unwrap(), 0);
     assert!(store.get_session("a").await.unwrap().is_some(), "others stay");
+}
+
+fn entry(session: &str, seq: u64, kind: crate::EntryKind) -> crate::SearchEntry {
+    crate::SearchEntry {
+        session_id: session.to_owned(),
+        seq,
+        place: 0,
+        ts_ms: 1_000 + seq,
+        kind,
+        tool: None,
+        tool_use_id: None,
+        paths: Vec::new(),
+        command: None,
+        decision: None,
+        decided_by: None,
+        who: None,
+        origin: Some("api".into()),
+        token: Some("admin".into()),
+        run: None,
+        model: Some("claude-a".into()),
+        project: "/work/app".into(),
+        node: None,
+        worktree: false,
+        cost_usd: 0.0,
+        text: String::new(),
+        written: None,
+    }
+}
+
+/// The search index: every filter, pages, groups, marks, an entry written twice kept once, and
+/// a deleted session's entries gone.
+async fn search(store: &dyn Store) {
+    use crate::{EntryKind, GroupBy, SearchQuery, Touched};
+    let index = store.search_index().expect("a search index");
+    let (a, b) = ("search-a", "search-b");
+    store.create_session(&session(a, 1)).await.unwrap();
+    store.create_session(&session(b, 1)).await.unwrap();
+    let prompt = crate::SearchEntry {
+        text: "Tidy the deploy script, then say \"done\"".into(),
+        ..entry(a, 1, EntryKind::Prompt)
+    };
+    let edit = crate::SearchEntry {
+        tool: Some("Edit".into()),
+        tool_use_id: Some("t1".into()),
+        paths: vec![Touched { path: "/work/app/scripts/deploy.sh".into(), wrote: true }],
+        text: "/work/app/scripts/deploy.sh set -eu".into(),
+        written: Some("set -eu\n".into()),
+        ..entry(a, 2, EntryKind::ToolCall)
+    };
+    let shell = crate::SearchEntry {
+        tool: Some("Bash".into()),
+        tool_use_id: Some("t2".into()),
+        command: Some("rm -rf build && cat deploy.sh".into()),
+        paths: vec![Touched { path: "/work/other/deploy.sh".into(), wrote: false }],
+        text: "rm -rf build && cat deploy.sh".into(),
+        origin: Some("schedule".into()),
+        run: Some("schedule:nightly".into()),
+        worktree: true,
+        project: "/work/other".into(),
+        ..entry(b, 1, EntryKind::ToolCall)
+    };
+    let denied = crate::SearchEntry {
+        tool: Some("Bash".into()),
+        tool_use_id: Some("t2".into()),
+        decision: Some("deny".into()),
+        decided_by: Some("person".into()),
+        who: Some("ana (web)".into()),
+        text: "not the build folder".into(),
+        place: 1,
+        ..shell.clone()
+    };
+    let turn = crate::SearchEntry { cost_usd: 0.5, ..entry(a, 3, EntryKind::Turn) };
+    let other_turn = crate::SearchEntry {
+        cost_usd: 0.25,
+        model: Some("claude-b".into()),
+        project: "/work/other".into(),
+        ts_ms: 1_000 + 2 * 86_400_000,
+        ..entry(b, 2, EntryKind::Turn)
+    };
+    index
+        .index(
+            &[prompt.clone(), edit.clone(), shell.clone(), denied.clone(), turn.clone()],
+            &[(a.to_owned(), 3), (b.to_owned(), 1)],
+        )
+        .await
+        .unwrap();
+    // Again, and one more: each kept once, the marks only move on.
+    index
+        .index(&[edit.clone(), other_turn.clone()], &[(a.to_owned(), 2), (b.to_owned(), 2)])
+        .await
+        .unwrap();
+    let marks = index.marks().await.unwrap();
+    assert_eq!((marks.get(a), marks.get(b)), (Some(&3), Some(&2)), "{marks:?}");
+    let find = |query: SearchQuery| async move {
+        let hits = index.search(&SearchQuery { limit: 50, ..query }).await.unwrap();
+        hits.iter()
+            .map(|hit| (hit.entry.session_id.clone(), hit.entry.seq, hit.entry.place))
+            .collect::<Vec<_>>()
+    };
+    let all = find(SearchQuery::default()).await;
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert_eq!(all[0], (b.to_owned(), 2, 0), "newest first");
+    assert_eq!(
+        find(SearchQuery { tool: Some("Edit".into()), ..Default::default() }).await,
+        [(a.to_owned(), 2, 0)]
+    );
+    // A file by name, by a path's tail, by its whole path; only what wrote it.
+    let by_name = find(SearchQuery { path: Some("deploy.sh".into()), ..Default::default() }).await;
+    assert_eq!(by_name.len(), 3, "{by_name:?}");
+    let tail =
+        find(SearchQuery { path: Some("scripts/deploy.sh".into()), ..Default::default() }).await;
+    assert_eq!(tail, [(a.to_owned(), 2, 0)]);
+    let whole =
+        find(SearchQuery { path: Some("/work/other/deploy.sh".into()), ..Default::default() })
+            .await;
+    assert_eq!(whole.len(), 2, "{whole:?}");
+    assert!(
+        find(SearchQuery { path: Some("ripts/deploy.sh".into()), ..Default::default() })
+            .await
+            .is_empty(),
+        "a tail is whole names"
+    );
+    let wrote =
+        find(SearchQuery { path: Some("deploy.sh".into()), wrote: true, ..Default::default() })
+            .await;
+    assert_eq!(wrote, [(a.to_owned(), 2, 0)]);
+    // A command's word (not part of one), decisions, who, origin, runs, worktrees, projects.
+    assert_eq!(
+        find(SearchQuery {
+            command: Some("rm".into()),
+            kind: Some(EntryKind::ToolCall),
+            ..Default::default()
+        })
+        .await,
+        [(b.to_owned(), 1, 0)]
+    );
+    assert!(find(SearchQuery { command: Some("r".into()), ..Default::default() }).await.is_empty());
+    let denials = SearchQuery {
+        decision: Some("deny".into()),
+        decided_by: Some("person".into()),
+        ..Default::default()
+    };
+    assert_eq!(find(denials.clone()).await, [(b.to_owned(), 1, 1)]);
+    assert_eq!(find(SearchQuery { who: Some("ana".into()), ..denials.clone() }).await.len(), 1);
+    assert!(
+        find(SearchQuery { who: Some("bo%".into()), ..denials.clone() }).await.is_empty(),
+        "LIKE's signs are plain"
+    );
+    assert_eq!(
+        find(SearchQuery { run: Some("schedule".into()), ..denials.clone() }).await.len(),
+        1
+    );
+    assert_eq!(
+        find(SearchQuery { run: Some("schedule:nightly".into()), ..denials.clone() }).await.len(),
+        1
+    );
+    assert!(find(SearchQuery { run: Some("schedule:weekly".into()), ..denials.clone() })
+        .await
+        .is_empty());
+    assert_eq!(
+        find(SearchQuery { origin: Some("schedule".into()), ..Default::default() }).await.len(),
+        2
+    );
+    assert_eq!(find(SearchQuery { worktree: Some(true), ..Default::default() }).await.len(), 2);
+    assert_eq!(
+        find(SearchQuery { project: Some("/work/app/".into()), ..Default::default() }).await.len(),
+        3
+    );
+    assert_eq!(
+        find(SearchQuery { project: Some("/work".into()), ..Default::default() }).await.len(),
+        6
+    );
+    assert!(find(SearchQuery { project: Some("/work/ap".into()), ..Default::default() })
+        .await
+        .is_empty());
+    // Words, any case, every one; a phrase's words in order; signs alone find nothing to look up.
+    assert_eq!(
+        find(SearchQuery { words: vec!["DEPLOY".into(), "tidy".into()], ..Default::default() })
+            .await,
+        [(a.to_owned(), 1, 0)]
+    );
+    assert_eq!(
+        find(SearchQuery { words: vec!["say done".into()], ..Default::default() }).await.len(),
+        1
+    );
+    assert!(find(SearchQuery { words: vec!["done say".into()], ..Default::default() })
+        .await
+        .is_empty());
+    assert_eq!(find(SearchQuery { words: vec!["\"".into()], ..Default::default() }).await.len(), 6);
+    // Time, cost, session, model.
+    assert_eq!(
+        find(SearchQuery { since_ms: Some(1_003), until_ms: Some(2_000), ..Default::default() })
+            .await,
+        [(a.to_owned(), 3, 0)]
+    );
+    assert_eq!(
+        find(SearchQuery { min_cost_usd: Some(0.3), ..Default::default() }).await,
+        [(a.to_owned(), 3, 0)]
+    );
+    assert_eq!(
+        find(SearchQuery {
+            session_id: Some(b.into()),
+            model: Some("claude-b".into()),
+            ..Default::default()
+        })
+        .await,
+        [(b.to_owned(), 2, 0)]
+    );
+    // Pages: from the last hit on, none twice.
+    let first = index.search(&SearchQuery { limit: 4, ..Default::default() }).await.unwrap();
+    let rest = index
+        .search(&SearchQuery {
+            limit: 4,
+            before: Some(first.last().unwrap().cursor()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((first.len(), rest.len()), (4, 2));
+    assert!(rest.iter().all(|hit| first.iter().all(|seen| seen.id != hit.id)));
+    // A hit shows what was written only when asked (blame), and its text cut.
+    assert_eq!(
+        first.iter().find(|hit| hit.entry.tool.as_deref() == Some("Edit")).unwrap().entry.written,
+        None
+    );
+    let blamed = index
+        .search(&SearchQuery {
+            path: Some("deploy.sh".into()),
+            wrote: true,
+            limit: 5,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(blamed[0].entry.written.as_deref(), Some("set -eu\n"));
+    assert_eq!(blamed[0].entry.paths, edit.paths);
+    // Groups: cost by project, by day; entries by tool.
+    let turns = SearchQuery { kind: Some(EntryKind::Turn), ..Default::default() };
+    let projects = index.group(&turns, GroupBy::Project).await.unwrap();
+    assert_eq!(
+        projects.iter().map(|g| (g.key.clone(), g.entries, g.cost_usd)).collect::<Vec<_>>(),
+        [(Some("/work/app".into()), 1, 0.5), (Some("/work/other".into()), 1, 0.25)]
+    );
+    let days = index.group(&turns, GroupBy::Day).await.unwrap();
+    assert_eq!(
+        days.iter().map(|g| g.key.clone().unwrap()).collect::<Vec<_>>(),
+        ["1970-01-01", "1970-01-03"]
+    );
+    let tools = index.group(&SearchQuery::default(), GroupBy::Tool).await.unwrap();
+    assert_eq!(
+        tools.iter().map(|g| (g.key.clone(), g.entries)).collect::<Vec<_>>(),
+        [(None, 3), (Some("Bash".into()), 2), (Some("Edit".into()), 1)]
+    );
+    // A deleted session's entries and mark go with it.
+    store.delete_session(a).await.unwrap();
+    assert!(find(SearchQuery { session_id: Some(a.into()), ..Default::default() })
+        .await
+        .is_empty());
+    assert!(find(SearchQuery { words: vec!["tidy".into()], ..Default::default() })
+        .await
+        .is_empty());
+    assert!(find(SearchQuery { path: Some("scripts/deploy.sh".into()), ..Default::default() })
+        .await
+        .is_empty());
+    assert_eq!(index.marks().await.unwrap().get(a), None);
+    store.delete_session(b).await.unwrap();
 }

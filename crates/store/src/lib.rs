@@ -14,6 +14,8 @@
 //! - `append` enforces each session's sequence (`last + 1`, atomically per batch);
 //!   `append_shared` takes records the caller keeps (the daemon's pump hands the same `Arc`s
 //!   to its live tail).
+//! - The search index ([`search`]) is kept beside the log: entries the daemon made from the
+//!   events it stored, found by what they did (a tool, a file, a decision, words).
 //! - The notifications' outbox (`enqueue_outbox`, `outbox`, `outbox_done`: per channel, in
 //!   order, a key queued once while it waits) is a plain table, written as records are.
 //! - **Nodes.** A record carries the `node` that runs it (`None` on a daemon of its own). Only
@@ -36,6 +38,7 @@ mod journal;
 mod launch;
 mod memory;
 mod postgres;
+pub mod search;
 mod sqlite;
 
 pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
@@ -44,6 +47,9 @@ pub use launch::{Face, Launch, Origin, RunKind, RunOf, TransportKind, Worktree, 
 pub use memory::MemoryStore;
 pub use postgres::{
     PostgresOptions, PostgresStore, BUSY_FOR, CONNECT_LIMIT, GROUP_WAIT, POOL_SIZE, STATEMENT_LIMIT,
+};
+pub use search::{
+    Cursor, EntryKind, GroupBy, Search, SearchEntry, SearchGroup, SearchHit, SearchQuery, Touched,
 };
 pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
@@ -328,6 +334,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn outbox_forget(&self, channel: &str) -> Result<(), StoreError>;
     /// The channels that have notifications waiting.
     async fn outbox_channels(&self) -> Result<Vec<String>, StoreError>;
+    /// Its search index, if it keeps one. Every store here does; a wrapper forwards
+    /// its inner store's.
+    fn search_index(&self) -> Option<&dyn Search> {
+        None
+    }
 }
 
 /// A session taken over by a node ([`Store::claim_session`]): it moves to `to` and is stamped

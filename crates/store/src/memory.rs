@@ -18,6 +18,7 @@ struct Inner {
     outbox: Vec<crate::OutboxItem>,
     next_outbox_id: u64,
     documents: HashMap<String, crate::Document>,
+    search: crate::search::memory::Index,
 }
 
 impl MemoryStore {
@@ -88,6 +89,7 @@ impl Store for MemoryStore {
         let mut inner = self.lock()?;
         inner.sessions.remove(id);
         inner.events.remove(id);
+        inner.search.forget(id);
         Ok(())
     }
 
@@ -213,6 +215,10 @@ impl Store for MemoryStore {
             self.lock()?.outbox.iter().map(|item| item.channel.clone()).collect();
         Ok(channels.into_iter().collect())
     }
+
+    fn search_index(&self) -> Option<&dyn crate::Search> {
+        Some(self)
+    }
 }
 
 #[async_trait::async_trait]
@@ -230,5 +236,36 @@ impl crate::Documents for MemoryStore {
         let document = crate::Document { text: text.to_owned(), version: version + 1 };
         inner.documents.insert(name.to_owned(), document);
         Ok(true)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Search for MemoryStore {
+    async fn index(
+        &self,
+        entries: &[crate::SearchEntry],
+        marks: &[(String, u64)],
+    ) -> Result<(), StoreError> {
+        self.lock()?.search.write(entries, marks);
+        Ok(())
+    }
+
+    async fn marks(&self) -> Result<HashMap<String, u64>, StoreError> {
+        Ok(self.lock()?.search.marks())
+    }
+
+    async fn search(
+        &self,
+        query: &crate::SearchQuery,
+    ) -> Result<Vec<crate::SearchHit>, StoreError> {
+        Ok(self.lock()?.search.search(query))
+    }
+
+    async fn group(
+        &self,
+        query: &crate::SearchQuery,
+        by: crate::GroupBy,
+    ) -> Result<Vec<crate::SearchGroup>, StoreError> {
+        Ok(self.lock()?.search.group(query, by))
     }
 }

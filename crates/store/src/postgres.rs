@@ -131,6 +131,8 @@ const MIGRATIONS: &[&str] = &[
     UPDATE switchboard.sessions SET
         spent_usd = COALESCE((config::jsonb ->> 'spent_usd')::double precision, cost_usd),
         config = (config::jsonb - 'spent_usd')::text;",
+    // The search index (`search::postgres`).
+    crate::search::postgres::SCHEMA,
 ];
 
 /// The store on a PostgreSQL database.
@@ -479,7 +481,7 @@ async fn write_events(pool: &Pool, events: &[&EventRecord]) -> Result<(), StoreE
 
 /// A tokio-postgres error as one readable line: the server's message (and its detail) when it
 /// sent one, the client's otherwise. Neither carries the connection's password.
-fn db(error: tokio_postgres::Error) -> StoreError {
+pub(crate) fn db(error: tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
         Some(server) => StoreError::Database(match server.detail() {
             Some(detail) => format!("{} ({detail})", server.message()),
@@ -865,6 +867,7 @@ impl Store for PostgresStore {
                 .await
                 .map_err(db)?;
         }
+        crate::search::postgres::forget(&transaction, id).await?;
         transaction
             .execute("DELETE FROM switchboard.sessions WHERE id = $1", &[&id])
             .await
@@ -1031,6 +1034,10 @@ impl Store for PostgresStore {
             .map(|row| row.get(0))
             .collect())
     }
+
+    fn search_index(&self) -> Option<&dyn crate::Search> {
+        Some(self)
+    }
 }
 
 #[async_trait::async_trait]
@@ -1063,5 +1070,36 @@ impl crate::Documents for PostgresStore {
                 .await
         };
         Ok(written.map_err(db)? == 1)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Search for PostgresStore {
+    async fn index(
+        &self,
+        entries: &[crate::SearchEntry],
+        marks: &[(String, u64)],
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        crate::search::postgres::write(&mut client, entries, marks).await
+    }
+
+    async fn marks(&self) -> Result<std::collections::HashMap<String, u64>, StoreError> {
+        crate::search::postgres::marks(&self.client().await?).await
+    }
+
+    async fn search(
+        &self,
+        query: &crate::SearchQuery,
+    ) -> Result<Vec<crate::SearchHit>, StoreError> {
+        crate::search::postgres::search(&self.client().await?, query).await
+    }
+
+    async fn group(
+        &self,
+        query: &crate::SearchQuery,
+        by: crate::GroupBy,
+    ) -> Result<Vec<crate::SearchGroup>, StoreError> {
+        crate::search::postgres::group(&self.client().await?, query, by).await
     }
 }

@@ -195,6 +195,8 @@ const MIGRATIONS: &[Migration] = &[
             config = json_remove(config, '$.spent_usd')
             WHERE json_valid(config);",
     ),
+    // The search index (`search::sqlite`).
+    Migration::Sql(crate::search::sqlite::SCHEMA),
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
@@ -221,6 +223,7 @@ enum WriteOp {
     EnqueueOutbox(Vec<crate::NewOutboxItem>),
     OutboxDone(u64),
     OutboxForget(String),
+    Index(Vec<crate::SearchEntry>, Vec<(String, u64)>),
 }
 
 struct Write {
@@ -701,6 +704,7 @@ fn fold(
 
 /// Deletes a session's record, key and events.
 fn delete_session_rows(connection: &Connection, session_id: &str) -> rusqlite::Result<()> {
+    crate::search::sqlite::forget(connection, session_id)?;
     for statement in [
         "DELETE FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
         "DELETE FROM session_keys WHERE id = ?1",
@@ -799,6 +803,7 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
         WriteOp::OutboxForget(channel) => {
             connection.execute("DELETE FROM outbox WHERE channel = ?1", params![channel])?;
         }
+        WriteOp::Index(entries, marks) => crate::search::sqlite::write(connection, entries, marks)?,
     }
     Ok(())
 }
@@ -1062,6 +1067,42 @@ impl Store for SqliteStore {
             Ok(rows.collect::<Result<Vec<String>, _>>()?)
         })
         .await
+    }
+
+    fn search_index(&self) -> Option<&dyn crate::Search> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::Search for SqliteStore {
+    async fn index(
+        &self,
+        entries: &[crate::SearchEntry],
+        marks: &[(String, u64)],
+    ) -> Result<(), StoreError> {
+        self.write(WriteOp::Index(entries.to_vec(), marks.to_vec())).await
+    }
+
+    async fn marks(&self) -> Result<std::collections::HashMap<String, u64>, StoreError> {
+        self.read(crate::search::sqlite::marks).await
+    }
+
+    async fn search(
+        &self,
+        query: &crate::SearchQuery,
+    ) -> Result<Vec<crate::SearchHit>, StoreError> {
+        let query = query.clone();
+        self.read(move |connection| crate::search::sqlite::search(connection, &query)).await
+    }
+
+    async fn group(
+        &self,
+        query: &crate::SearchQuery,
+        by: crate::GroupBy,
+    ) -> Result<Vec<crate::SearchGroup>, StoreError> {
+        let query = query.clone();
+        self.read(move |connection| crate::search::sqlite::group(connection, &query, by)).await
     }
 }
 

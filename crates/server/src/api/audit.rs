@@ -43,7 +43,7 @@ pub(super) async fn page(
     let since = query
         .since
         .as_deref()
-        .map(super::policy::since_ms)
+        .map(crate::search::query::since_ms)
         .transpose()
         .map_err(ApiError::invalid)?;
     let mut after = query.after;

@@ -30,6 +30,7 @@ pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 mod account;
 mod audit;
 mod policy;
+mod search;
 mod unsettled;
 mod workspace;
 
@@ -91,6 +92,8 @@ pub fn routes() -> Vec<Route> {
         ),
         route("GET", "/api/audit", Guard::Api(Scope::Admin), get(audit::page)),
         route("GET", "/api/audit/verify", Guard::Api(Scope::Admin), get(audit::verify)),
+        route("GET", "/api/search", Guard::Api(Scope::Read), get(search::search)),
+        route("GET", "/api/blame", Guard::Api(Scope::Read), get(search::blame)),
         route("GET", "/api/budget", Guard::Api(Scope::Read), get(account::budget)),
         route("GET", "/api/usage", Guard::Api(Scope::Read), get(account::usage)),
         route("POST", "/api/policy/test", Guard::Api(Scope::Read), post(policy::test_policy)),

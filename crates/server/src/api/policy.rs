@@ -52,7 +52,7 @@ pub(super) async fn test_policy(
     filter.since_ms = body
         .since
         .as_deref()
-        .map(since_ms)
+        .map(crate::search::query::since_ms)
         .transpose()
         .map_err(|error| ApiError::invalid(format!("since: {error}")))?;
     // A token with a ceiling sees only the sessions started under it.
@@ -94,42 +94,4 @@ fn line(value: &serde_json::Value) -> Bytes {
     let mut text = value.to_string();
     text.push('\n');
     Bytes::from(text)
-}
-
-/// `since`: an RFC 3339 time, or an age before now (`7d`, `24h`, `90m`, `30s`).
-pub(super) fn since_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let unit = |suffix: char| match suffix {
-        'd' => Some(86_400_000u64),
-        'h' => Some(3_600_000),
-        'm' => Some(60_000),
-        's' => Some(1000),
-        _ => None,
-    };
-    if let Some((number, suffix)) =
-        text.char_indices().last().and_then(|(at, c)| Some((text[..at].parse::<u64>().ok()?, c)))
-    {
-        if let Some(ms) = unit(suffix) {
-            return Ok(switchboard_store::now_ms().saturating_sub(number.saturating_mul(ms)));
-        }
-    }
-    let at: jiff::Timestamp = text.parse().map_err(|_| {
-        format!("{text:?} is neither a time (2026-11-01T00:00:00Z) nor an age (7d, 24h, 90m)")
-    })?;
-    u64::try_from(at.as_millisecond()).map_err(|_| "a time before 1970".to_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn since_is_a_time_or_an_age() {
-        // The age is counted back from the clock as it reads it: between these two readings.
-        let before = switchboard_store::now_ms();
-        let week = super::since_ms("7d").unwrap();
-        let after = switchboard_store::now_ms();
-        assert!((before - 7 * 86_400_000..=after - 7 * 86_400_000).contains(&week), "{week}");
-        assert_eq!(super::since_ms("2026-11-01T00:00:00Z").unwrap(), 1_793_491_200_000);
-        assert!(super::since_ms("yesterday").unwrap_err().contains("neither a time"));
-        assert!(super::since_ms("-3d").is_err());
-    }
 }

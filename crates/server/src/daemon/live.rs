@@ -151,6 +151,9 @@ pub(super) struct LiveSession {
     pub(super) route: Mutex<switchboard_session::NotifyRoute>,
     /// Held while its budget is checked and its pause changed (by its pump, a person's raise).
     pub(super) budget_check: Mutex<()>,
+    /// What the search index keeps of its updates, read as the pump projects them
+    /// ([`crate::search::finder`]).
+    pub(super) finder: Mutex<crate::search::finder::Finder>,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -170,7 +173,9 @@ impl LiveSession {
             projector.set_transcript();
         }
         projector.continue_from_cost(record.cost_usd);
+        let finder = crate::search::finder::Finder::new(record.model.clone());
         LiveSession {
+            finder: Mutex::new(finder),
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
             projector: Mutex::new(projector),

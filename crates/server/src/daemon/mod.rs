@@ -59,6 +59,7 @@ mod relay;
 mod resume;
 mod runs;
 mod schedules;
+mod search;
 mod subscription;
 mod terminal;
 mod trial;
@@ -196,6 +197,8 @@ pub struct Daemon {
     metrics: Arc<crate::metrics::Metrics>,
     /// Records waiting for the audit trail's writer ([`audit::write_audit`]).
     audit_queue: mpsc::UnboundedSender<audit::AuditWaiting>,
+    /// What waits for the search index's writer ([`search::write_index`]).
+    indexer: search::Indexer,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
     /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
@@ -289,10 +292,12 @@ impl Daemon {
                 Box::new(schedules::RunEnds),
                 Box::new(measures::Measures),
                 Box::new(audit::Audits),
+                Box::new(search::Indexing),
                 Box::new(pump::Records),
             ],
             metrics,
             audit_queue,
+            indexer: search::Indexer::default(),
             budgets,
             usage,
             books,
@@ -336,6 +341,8 @@ impl Daemon {
         }
         tokio::spawn(write_records(Arc::downgrade(&daemon), records));
         tokio::spawn(audit::write_audit(Arc::downgrade(&daemon), audit_waiting));
+        tokio::spawn(search::write_index(Arc::downgrade(&daemon)));
+        tokio::spawn(search::rebuild_index(Arc::downgrade(&daemon)));
         if let (Some(bus), Some(node)) = (&daemon.config.bus, &daemon.config.node) {
             share_changes(&daemon, bus).await?;
             // Its CLI's version, as a session here would run it.

@@ -3,7 +3,8 @@
 //! The pump stores and numbers a batch and projects it, then gives one [`Stored`] to each
 //! observer the daemon registered when it opened (`Daemon::open`), in order: the notices, the
 //! budgets, the usage windows, the relay's frontends, parked requests, a run's end (`schedules::RunEnds`), the metrics
-//! (`measures::Measures`), the record writer; then it hands the batch to the session's
+//! (`measures::Measures`), the audit trail, the search index (`search::Indexing`), the record
+//! writer; then it hands the batch to the session's
 //! subscribers (the live tail), so that a budget the batch reached has paused the session
 //! before anyone sees the turn end. An observer sees only what is stored, so the
 //! store-before-seen invariant holds for it as for a subscriber. A new "once it is stored"
@@ -45,6 +46,9 @@ pub(super) struct Stored<'a> {
     pub relayed: bool,
     /// What the metrics count of it, as the projection read it.
     pub measured: &'a crate::metrics::Measured,
+    /// What the search index keeps of it, as the projection read it (the session's facts
+    /// not in them yet: `search::Indexing` adds them).
+    pub found: Vec<switchboard_store::SearchEntry>,
 }
 
 /// What an observer still has to wait for (the relay, on its slowest frontend).

@@ -359,8 +359,9 @@ pub(super) async fn publish(
     let mut turn_ends = Vec::new();
     let mut spent = 0.0;
     let mut measured = crate::metrics::Measured::default();
-    let changed = project(live, batch, &mut turn_ends, &mut spent, &mut measured);
     let before = *seq;
+    let mut found = Finding { before, ts_ms: records[0].ts_ms, entries: Vec::new() };
+    let changed = project(live, batch, &mut turn_ends, &mut spent, &mut measured, &mut found);
     *seq += records.len() as u64;
     // The observers first (a budget reached pauses the session before a subscriber sees the
     // turn's end), then the subscribers.
@@ -374,6 +375,7 @@ pub(super) async fn publish(
         changed,
         relayed: relay,
         measured: &measured,
+        found: found.entries,
     };
     for observer in &daemon.observers {
         if let Some(waiting) = observer.stored(daemon, &stored) {
@@ -524,6 +526,16 @@ pub(super) async fn ended(finished: &mut watch::Receiver<bool>) {
     let _ = finished.wait_for(|finished| *finished).await.map(|_| ());
 }
 
+/// What the search index keeps of a batch: read from its updates by the session's finder.
+pub(super) struct Finding {
+    /// The last seq before the batch (its events follow it, one seq each).
+    before: u64,
+    /// When the batch was stored.
+    ts_ms: u64,
+    /// What was found.
+    entries: Vec<switchboard_store::SearchEntry>,
+}
+
 /// Projects a batch of events and updates the record from the view; whether anything a
 /// dashboard shows changed.
 ///
@@ -536,8 +548,10 @@ pub(super) fn project(
     turn_ends: &mut Vec<TurnEnd>,
     spent: &mut f64,
     measured: &mut crate::metrics::Measured,
+    found: &mut Finding,
 ) -> bool {
     let mut projector = live.projector.lock();
+    let mut finder = live.finder.lock();
     let mut changed = false;
     for (index, event) in batch.iter().enumerate() {
         // The cost follows a result, and may land in the next batch; a dropped or restored
@@ -551,6 +565,7 @@ pub(super) fn project(
         projector.apply(event, &mut |update| {
             changed |= update.changes_summary();
             measured.note(&update);
+            finder.note(found.before + 1 + index as u64, found.ts_ms, &update, &mut found.entries);
             // What the batch's turns (a subagent's too) cost, for the budgets.
             if let switchboard_session::Update::TurnEnded { cost_usd, .. } = &update {
                 if cost_usd.is_finite() && *cost_usd > 0.0 {

@@ -53,6 +53,7 @@ pub mod pb {
 use pb::switchboard_server::{Switchboard, SwitchboardServer};
 
 mod schedules;
+mod search;
 
 /// Events a subscriber's stream holds before its task waits (the daemon's subscription reads
 /// the store when it falls behind, so nothing is lost meanwhile).
@@ -98,6 +99,8 @@ pub const METHOD_SCOPES: &[(&str, Scope)] = &[
     ("PauseSchedule", Scope::Operate),
     ("RemoveSchedule", Scope::Operate),
     ("RunSchedule", Scope::Operate),
+    ("Search", Scope::Read),
+    ("Blame", Scope::Read),
 ];
 
 /// A create request as gRPC sends it, read as the daemon's.
@@ -482,6 +485,20 @@ impl Switchboard for Api {
         request: tonic::Request<pb::RunScheduleRequest>,
     ) -> Result<tonic::Response<pb::Session>, Status> {
         schedules::run(self, request).await
+    }
+
+    async fn search(
+        &self,
+        request: tonic::Request<pb::SearchRequest>,
+    ) -> Result<tonic::Response<pb::SearchResponse>, Status> {
+        search::search(self, request).await
+    }
+
+    async fn blame(
+        &self,
+        request: tonic::Request<pb::BlameRequest>,
+    ) -> Result<tonic::Response<pb::BlameResponse>, Status> {
+        search::blame(self, request).await
     }
 
     async fn stop_task(

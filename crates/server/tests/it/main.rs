@@ -28,6 +28,7 @@ mod parked;
 mod push;
 mod schedules;
 mod scopes;
+mod search;
 mod seed;
 mod terminal;
 mod trial;
