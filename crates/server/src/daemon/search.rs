@@ -4,9 +4,11 @@
 //!
 //! - **As events are stored**, the pump's finder reads their updates ([`super::pump`]), and
 //!   [`Indexing`] adds the session's facts and queues the entries with the session's mark (its
-//!   last event read). The writer takes whatever waits, in one write. A write never holds the
-//!   pump: what waits is bounded ([`MAX_WAITING`]); past that, and when a write fails, a
-//!   session's entries are left to the next rebuild and its mark stays where it was.
+//!   last event read); a run's end moves the mark to its last event ([`run_ended`]). The writer
+//!   takes whatever waits, in one write. A write never holds the pump: what waits is bounded
+//!   ([`MAX_WAITING`]); past that, and when a write fails, a session's entries are left to the
+//!   next rebuild and its mark stays where it was. A session whose mark is behind its log (its
+//!   daemon killed while it ran) is read again at the next start.
 //! - **At start**, every session this node may write whose mark is behind its log is read
 //!   again from the log, one at a time, in the background: entries already kept are kept once.
 //!   The store's own sessions only: one another node runs is that node's to index.
@@ -32,14 +34,22 @@ pub(super) struct Indexing;
 
 impl Observer for Indexing {
     fn stored<'a>(&'a self, daemon: &'a Arc<Daemon>, s: &'a Stored<'a>) -> Option<Waiting<'a>> {
-        let mark = s.before + s.batch.len() as u64;
-        let mut entries = s.found.clone();
-        if !entries.is_empty() {
-            Facts::of(&s.live.record.lock()).apply(&mut entries);
+        // A batch with nothing to find costs nothing here (most: a text delta, a state); the
+        // session's mark moves with its next entries, or when its run ends.
+        if s.found.is_empty() {
+            return None;
         }
-        daemon.indexer.add(s.id, entries, mark);
+        let mut entries = s.found.clone();
+        Facts::of(&s.live.record.lock()).apply(&mut entries);
+        daemon.indexer.add(s.id, entries, s.before + s.batch.len() as u64);
         None
     }
+}
+
+/// A run's pump ended with its log read up to `last`: the session's mark moves there (its
+/// index is whole, and a start need not read it again).
+pub(super) fn run_ended(daemon: &Daemon, id: &str, last: u64) {
+    daemon.indexer.add(id, Vec::new(), last);
 }
 
 /// What waits for the index's writer.

@@ -45,7 +45,8 @@ pub(crate) const SCHEMA: &str = "
     CREATE INDEX search_by_time ON switchboard.search_entries (ts_ms);
     CREATE INDEX search_by_tool ON switchboard.search_entries (tool, ts_ms);
     CREATE INDEX search_by_decision ON switchboard.search_entries (decision, ts_ms);
-    CREATE INDEX search_by_words ON switchboard.search_entries USING GIN (words);
+    CREATE INDEX search_by_words ON switchboard.search_entries USING GIN (words)
+        WITH (fastupdate = off);
     CREATE TABLE switchboard.search_paths (
         entry BIGINT NOT NULL,
         name TEXT NOT NULL,
@@ -98,84 +99,104 @@ fn schema(sql: &str) -> String {
     sql.replace("FROM search_paths", "FROM switchboard.search_paths")
 }
 
-/// Writes entries and marks in one transaction.
+/// Writes entries and marks in one transaction: three statements whatever their number (each
+/// column an array, unnested), as the event log's group writer does.
 pub(crate) async fn write(
     client: &mut deadpool_postgres::Client,
     entries: &[SearchEntry],
     marks: &[(String, u64)],
 ) -> Result<(), StoreError> {
+    let column = |get: &dyn Fn(&SearchEntry) -> Option<String>| -> Vec<Option<String>> {
+        entries.iter().map(get).collect()
+    };
+    let sessions: Vec<&str> = entries.iter().map(|entry| entry.session_id.as_str()).collect();
+    let seqs = entries.iter().map(|entry| super::big(entry.seq)).collect::<Result<Vec<_>, _>>()?;
+    let places: Vec<i32> =
+        entries.iter().map(|entry| i32::try_from(entry.place).unwrap_or(i32::MAX)).collect();
+    let times =
+        entries.iter().map(|entry| super::big(entry.ts_ms)).collect::<Result<Vec<_>, _>>()?;
+    let kinds: Vec<&str> = entries.iter().map(|entry| entry.kind.as_str()).collect();
+    let tools = column(&|entry| entry.tool.clone());
+    let calls = column(&|entry| entry.tool_use_id.clone());
+    let commands = column(&|entry| entry.command.clone());
+    let decisions = column(&|entry| entry.decision.clone());
+    let deciders = column(&|entry| entry.decided_by.clone());
+    let whos = column(&|entry| entry.who.clone());
+    let origins = column(&|entry| entry.origin.clone());
+    let tokens = column(&|entry| entry.token.clone());
+    let runs = column(&|entry| entry.run.clone());
+    let models = column(&|entry| entry.model.clone());
+    let projects: Vec<&str> = entries.iter().map(|entry| entry.project.as_str()).collect();
+    let nodes = column(&|entry| entry.node.clone());
+    let worktrees: Vec<bool> = entries.iter().map(|entry| entry.worktree).collect();
+    let costs: Vec<f64> = entries.iter().map(|entry| entry.cost_usd).collect();
+    let texts: Vec<&str> = entries.iter().map(|entry| entry.text.as_str()).collect();
+    let written = column(&|entry| entry.written.clone());
+    let paths = entries
+        .iter()
+        .map(|entry| serde_json::to_string(&entry.paths))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| StoreError::Database(error.to_string()))?;
     let transaction = client.transaction().await.map_err(db)?;
-    let insert = transaction
-        .prepare_cached(
+    let inserted = transaction
+        .query(
             "INSERT INTO switchboard.search_entries (session_id, seq, place, ts_ms, kind, tool,
              tool_use_id, command, decision, decided_by, who, origin, token, run, model, project,
              node, worktree, cost_usd, text, written, paths, words)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-             $18, $19, $20, $21, $22, to_tsvector('simple', $20))
-             ON CONFLICT (session_id, seq, place) DO NOTHING RETURNING id",
+             SELECT e.*, to_tsvector('simple', e.text) FROM UNNEST($1::text[], $2::bigint[],
+             $3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+             $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
+             $16::text[], $17::text[], $18::bool[], $19::float8[], $20::text[], $21::text[],
+             $22::text[]) AS e(session_id, seq, place, ts_ms, kind, tool, tool_use_id, command,
+             decision, decided_by, who, origin, token, run, model, project, node, worktree,
+             cost_usd, text, written, paths)
+             ON CONFLICT (session_id, seq, place) DO NOTHING
+             RETURNING id, session_id, seq, place",
+            &[
+                &sessions, &seqs, &places, &times, &kinds, &tools, &calls, &commands, &decisions,
+                &deciders, &whos, &origins, &tokens, &runs, &models, &projects, &nodes, &worktrees,
+                &costs, &texts, &written, &paths,
+            ],
         )
         .await
         .map_err(db)?;
-    let path = transaction
-        .prepare_cached(
-            "INSERT INTO switchboard.search_paths (entry, name, path, wrote) VALUES ($1, $2, $3, $4)",
-        )
-        .await
-        .map_err(db)?;
-    for entry in entries {
-        let paths = serde_json::to_string(&entry.paths)
-            .map_err(|error| StoreError::Database(error.to_string()))?;
-        let place = i32::try_from(entry.place).unwrap_or(i32::MAX);
-        let row = transaction
-            .query_opt(
-                &insert,
-                &[
-                    &entry.session_id,
-                    &super::big(entry.seq)?,
-                    &place,
-                    &super::big(entry.ts_ms)?,
-                    &entry.kind.as_str(),
-                    &entry.tool,
-                    &entry.tool_use_id,
-                    &entry.command,
-                    &entry.decision,
-                    &entry.decided_by,
-                    &entry.who,
-                    &entry.origin,
-                    &entry.token,
-                    &entry.run,
-                    &entry.model,
-                    &entry.project,
-                    &entry.node,
-                    &entry.worktree,
-                    &entry.cost_usd,
-                    &entry.text,
-                    &entry.written,
-                    &paths,
-                ],
+    // Entries kept already (a rebuild of what was indexed) return no row: their paths are in.
+    let ids: HashMap<(String, i64, i32), i64> = inserted
+        .iter()
+        .map(|row| ((row.get::<_, String>(1), row.get(2), row.get(3)), row.get(0)))
+        .collect();
+    let (mut owners, mut names, mut whole, mut wrote) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (entry, (seq, place)) in entries.iter().zip(seqs.iter().zip(&places)) {
+        let Some(id) = ids.get(&(entry.session_id.clone(), *seq, *place)) else { continue };
+        for touched in &entry.paths {
+            owners.push(*id);
+            names.push(super::file_name(&touched.path));
+            whole.push(touched.path.as_str());
+            wrote.push(touched.wrote);
+        }
+    }
+    if !owners.is_empty() {
+        transaction
+            .execute(
+                "INSERT INTO switchboard.search_paths (entry, name, path, wrote)
+                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bool[])",
+                &[&owners, &names, &whole, &wrote],
             )
             .await
             .map_err(db)?;
-        // No row: kept already (a rebuild of what was indexed).
-        let Some(row) = row else { continue };
-        let id: i64 = row.get(0);
-        for touched in &entry.paths {
-            transaction
-                .execute(
-                    &path,
-                    &[&id, &super::file_name(&touched.path), &touched.path, &touched.wrote],
-                )
-                .await
-                .map_err(db)?;
-        }
     }
-    for (session_id, seq) in marks {
+    if !marks.is_empty() {
+        let sessions: Vec<&str> = marks.iter().map(|(session, _)| session.as_str()).collect();
+        let seqs = marks.iter().map(|(_, seq)| super::big(*seq)).collect::<Result<Vec<_>, _>>()?;
         transaction
             .execute(
-                "INSERT INTO switchboard.search_marks (session_id, seq) VALUES ($1, $2)
+                "INSERT INTO switchboard.search_marks (session_id, seq)
+                 SELECT session_id, max(seq) FROM UNNEST($1::text[], $2::bigint[])
+                     AS m(session_id, seq) GROUP BY session_id
                  ON CONFLICT (session_id) DO UPDATE
                  SET seq = GREATEST(switchboard.search_marks.seq, excluded.seq)",
-                &[session_id, &super::big(*seq)?],
+                &[&sessions, &seqs],
             )
             .await
             .map_err(db)?;
@@ -220,11 +241,20 @@ pub(crate) async fn search(
 ) -> Result<Vec<SearchHit>, StoreError> {
     let at = conditions::<Postgres>(query);
     let written = if query.wrote { "written" } else { "NULL::text" };
+    // With words to look up, the words' index leads: ordered by an expression, the time's
+    // index cannot serve the order, so the planner does not walk it back from the newest entry
+    // testing every row for a rare word (a hundred thousand rows for a word of five). What the
+    // words find is sorted then: the cost follows what they find.
+    let order = if query.words.is_empty() && query.command.is_none() {
+        "ts_ms DESC, id DESC"
+    } else {
+        "ts_ms + 0 DESC, id DESC"
+    };
     let sql = schema(&format!(
         "SELECT id, session_id, seq, place, ts_ms, kind, tool, tool_use_id, command, decision,
          decided_by, who, origin, token, run, model, project, node, worktree, cost_usd,
          substr(text, 1, {snippet}), {written}, paths
-         FROM switchboard.search_entries WHERE {clause} ORDER BY ts_ms DESC, id DESC LIMIT {limit}",
+         FROM switchboard.search_entries WHERE {clause} ORDER BY {order} LIMIT {limit}",
         snippet = super::SNIPPET_CHARS,
         clause = at.clause(),
         limit = query.limit.min(super::MAX_HITS),
