@@ -14,6 +14,7 @@ mod parked;
 mod policy;
 mod run;
 mod schedule;
+mod search;
 mod serve;
 mod soak;
 mod tidy;
