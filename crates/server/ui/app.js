@@ -1,7 +1,8 @@
 // Switchboard's web UI. Plain ES modules, no build step; it uses only the daemon's public API
 // (docs/api.md) with the cookie the sign-in URL set, and draws the daemon's projection of each
 // session (`…/view`, `…/usage`): it reads no protocol line itself.
-// This module holds the routes (`#/`, `#/new`, `#/s/{id}`, `#/schedules`, `#/policy`), the new-session form
+// This module holds the routes (`#/`, `#/new`, `#/s/{id}` (`?at=SEQ`: at that event), `#/schedules`,
+// `#/policy`, `#/search?q=…`), the new-session form
 // and the overview, and starts the page;
 // every other part is a module of its own beside it.
 import { $, el } from './dom.js';
@@ -15,6 +16,7 @@ import { loadSessions, renderList, renderOverview, sessions, watchDashboard } fr
 import { SessionView } from './session.js';
 import { renderSchedules } from './schedules.js';
 import { renderPolicy } from './policy.js';
+import { renderSearch } from './search.js';
 
 /// The directories sessions ran in, most recent first (the last one used leads).
 function recentDirectories() {
@@ -92,11 +94,12 @@ function route() {
   showing.view?.close();
   showing.view = null;
   const hash = location.hash;
-  const match = hash.match(/^#\/s\/([^/]+)$/);
+  const match = hash.match(/^#\/s\/([^/?]+)(?:\?at=(\d+))?$/);
+  const searching = hash === '#/search' || hash.startsWith('#/search?');
   document.body.classList.toggle('in-session', Boolean(match));
-  document.body.classList.toggle('in-form', hash === '#/new' || hash === '#/schedules' || hash === '#/policy');
+  document.body.classList.toggle('in-form', hash === '#/new' || hash === '#/schedules' || hash === '#/policy' || searching);
   if (match) {
-    showing.view = new SessionView(match[1]);
+    showing.view = new SessionView(match[1], match[2] ? Number(match[2]) : null);
     showing.view.open().catch((error) => toast(error.message));
   } else if (hash === '#/new') {
     $('#main').replaceChildren(newSessionForm());
@@ -105,6 +108,8 @@ function route() {
     renderSchedules();
   } else if (hash === '#/policy') {
     renderPolicy();
+  } else if (searching) {
+    renderSearch();
   } else {
     renderOverview();
   }

@@ -22,8 +22,9 @@ import { usageMethods } from './usage.js';
 const PAGE = 300; // events per page when opening a session or paging back
 
 export class SessionView {
-  constructor(id) {
+  constructor(id, at = null) {
     this.id = id;
+    this.at = at; // the event to open at (a search's hit), or null: the end
     this.firstSeq = null; // the oldest seq drawn
     this.lastSeq = 0; // the newest seq drawn
     this.seqs = []; // the seq of every live frame drawn, in arrival order (the tests read it)
@@ -97,7 +98,8 @@ export class SessionView {
     if (!page.more) this.older.replaceChildren(el('div', { class: 'start' }, 'Start of the session'));
     // Requests asked before the loaded page are still waiting: draw them too.
     for (const request of session.pending_permissions ?? []) this.transcript.permissionRequested(request, this.live);
-    this.scrollToEnd();
+    if (this.at === null) this.scrollToEnd();
+    else await this.showEvent(this.at);
     this.subscribe();
     this.buildStats();
     this.loadUsage();
@@ -117,8 +119,31 @@ export class SessionView {
     if (this.shellPanel) this.toggleShell();
   }
 
-  draw(updates, chunk) {
-    for (const update of updates) this.transcript.apply(update, chunk);
+  draw(updates, chunk, seq = null) {
+    for (const update of updates) {
+      const last = chunk.lastElementChild;
+      this.transcript.apply(update, chunk);
+      // What an event drew is marked with it, for opening the session at an event.
+      const drawn = chunk.lastElementChild;
+      const at = typeof update.seq === 'number' ? update.seq : seq;
+      if (drawn && drawn !== last && at !== null && !drawn.dataset.seq) drawn.dataset.seq = String(at);
+    }
+  }
+
+  /// Opens the session at event `seq`: pages back until it is drawn, then shows what it drew
+  /// (or what the events before it drew), marked.
+  async showEvent(seq) {
+    this.follow = false;
+    while (this.firstSeq !== null && this.firstSeq > seq && this.firstSeq > 1) {
+      const before = this.firstSeq;
+      await this.loadOlder();
+      if (this.firstSeq === before) break;
+    }
+    const marked = [...this.scroller.querySelectorAll('[data-seq]')].filter((node) => Number(node.dataset.seq) <= seq);
+    const target = marked.sort((a, b) => Number(a.dataset.seq) - Number(b.dataset.seq)).pop();
+    if (!target) return;
+    target.classList.add('found');
+    target.scrollIntoView({ block: 'center' });
   }
 
   subscribe() {
@@ -137,7 +162,7 @@ export class SessionView {
         if (frame.type === 'error') { toast(frame.error?.message ?? 'error'); return; }
         // One event's updates come in one frame: an event is drawn whole, once.
         if (frame.type !== 'view' || typeof frame.seq !== 'number' || frame.seq <= this.lastSeq) return;
-        this.draw(frame.updates, this.live);
+        this.draw(frame.updates, this.live, frame.seq);
         this.lastSeq = frame.seq;
         this.seqs.push(frame.seq);
         if (frame.updates.some((update) => update.update === 'turn_ended' && !update.parent_tool_use_id)) this.loadUsage();

@@ -3,8 +3,9 @@
 //! a nightly schedule whose `rm` the policy denies, calls a person denies, and questions
 //! answered, in two projects and two models. Each of the questions docs/search.md starts with
 //! is asked and answered; blame finds the session of a line written by Edit, by Write and by a
-//! shell redirect (in a worktree too); then the index is removed under the daemon, rebuilt from
-//! the log at the next start, and answers the same.
+//! shell redirect (in a worktree too); the web UI's Search page finds and opens hits in a
+//! browser; then the index is removed under the daemon, rebuilt from the log at the next start,
+//! and answers the same.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -432,6 +433,10 @@ async fn search_answers_the_questions_over_fifty_real_sessions_and_blame_finds_t
         .get(&format!("/api/blame?path={}&line=%20", alpha.join("deploy.sh").display()))
         .await;
     assert_eq!(status, 400, "{blank}");
+
+    // The web UI's Search page, in a browser.
+    let (ok, log) = crate::ui::run_script("e2e/search.test.mjs", &server.base, &[]).await;
+    assert!(ok, "the Search page's browser test failed:\n{log}");
 
     // The index removed under the daemon: the next start reads it again from the log.
     let before = answers(&server).await;
