@@ -1,12 +1,13 @@
 // The Search page in a browser. Started by `cargo test` (crates/server/tests/it/search.rs,
 // test `search_answers_the_questions_over_fifty_real_sessions_and_blame_finds_the_writer`),
 // once its fifty real-CLI sessions are indexed; it passes SWITCHBOARD_URL, SWITCHBOARD_TOKEN,
-// CHROMIUM, SCREENSHOTS.
+// CHROMIUM, SCREENSHOTS, and REVIEW_SESSION: the last session that edited deploy.sh, whose
+// Review shows the lines the five edits wrote.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { assertFits, launch, stepper } from './lib.mjs';
 
-const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, CHROMIUM: executablePath, SCREENSHOTS: screenshots } = process.env;
+const { SWITCHBOARD_URL: base, SWITCHBOARD_TOKEN: token, CHROMIUM: executablePath, SCREENSHOTS: screenshots, REVIEW_SESSION: reviewed } = process.env;
 
 const browser = await launch(executablePath);
 const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
@@ -72,7 +73,26 @@ try {
     await page.screenshot({ path: path.join(screenshots, 'search-groups.png') });
   });
 
+  await step("a line in Review says who wrote it, and opens that session at the call", async () => {
+    await page.goto(`${base}/#/s/${reviewed}`);
+    await page.locator('.session-head').waitFor();
+    await page.locator('.session-tabs .review-open').click();
+    const line = page.locator('.review-file', { hasText: 'deploy.sh' }).locator('.line.add', { hasText: 'echo deployed by edit 3' });
+    await line.click();
+    await page.getByRole('button', { name: 'Who wrote this?' }).click();
+    const answer = page.locator('.line-comment .blame');
+    await answer.locator('a', { hasText: 'DEPLOY-3 please' }).waitFor();
+    await answer.getByText(/with Edit \(event \d+/).waitFor();
+    await answer.getByText('in the turn of “DEPLOY-3 please”').waitFor();
+    await page.screenshot({ path: path.join(screenshots, 'blame.png') });
+    await answer.locator('a').click();
+    await page.locator('.transcript .found').waitFor();
+    assert.match(new URL(page.url()).hash, /\?at=\d+$/);
+  });
+
   await step('a query that does not read says why', async () => {
+    await page.goto(`${base}/#/search`);
+    await page.locator('.search-page h1').waitFor();
     await search('colour:red');
     await page.locator('.results .form-error', { hasText: 'colour: is not a key' }).waitFor();
     problems.splice(0); // the 400 above is expected

@@ -2,7 +2,8 @@
 // session's is its whole change against the commit it started from: a line's comment goes to
 // Claude as a message; commit, merge into the branch it started from, push, or discard. Any
 // other session's is its repository against HEAD, read-only (a line's comment still goes to
-// Claude). `reviewAt` opens it at a file (an Edit card's counts).
+// Claude). A line also says who wrote it (blame). `reviewAt` opens it at a file (an Edit card's
+// counts).
 import { el, icon } from './dom.js';
 import { api, can, toast } from './api.js';
 import { sessions } from './list.js';
@@ -119,8 +120,8 @@ export const reviewMethods = {
         const row = el('div', { class: `line ${kind}` }, el('span', { class: 'no' }, number ?? ''), el('code', {}, text));
         if (number !== null) {
           row.classList.add('commentable');
-          row.title = 'Comment on this line: it goes to Claude';
-          row.addEventListener('click', () => this.commentOn(row, file.path, number));
+          row.title = can('operate') ? 'Comment on this line (it goes to Claude), or see who wrote it' : 'See who wrote this line';
+          row.addEventListener('click', () => this.commentOn(row, file.path, number, text.slice(1)));
         }
         body.append(row);
       }
@@ -128,20 +129,39 @@ export const reviewMethods = {
     return el('details', { class: 'review-file', open: true, dataset: { path: file.path } }, summary, body);
   },
 
-  commentOn(row, path, line) {
-    if (row.nextElementSibling?.classList.contains('line-comment') || !can('operate')) return;
-    const input = el('textarea', { rows: 2, placeholder: `A note on ${path}:${line} for Claude`, 'aria-label': 'Comment' });
-    const form = el('div', { class: 'line-comment' }, input,
-      el('button', { type: 'button', class: 'primary', onclick: async () => {
-        const text = input.value.trim();
-        if (!text) return;
-        try {
-          await api('POST', `/api/sessions/${this.id}/messages`, { content: `${path}:${line}: ${text}` });
-          form.replaceWith(el('div', { class: 'line-comment sent' }, `Sent to Claude: ${path}:${line}: ${text}`));
-        } catch (error) { toast(error.message); }
-      } }, 'Send to Claude'),
-      el('button', { type: 'button', class: 'ghost', onclick: () => form.remove() }, 'Cancel'));
+  /// A line's actions: who wrote it (blame: the session, turn and call, `GET /api/blame`),
+  /// and, to an operate token, a comment that goes to Claude.
+  commentOn(row, path, line, text) {
+    if (row.nextElementSibling?.classList.contains('line-comment')) return;
+    const answer = el('div', { class: 'blame', hidden: true });
+    const blame = el('button', { type: 'button', class: 'ghost blame-ask', onclick: async () => {
+      blame.disabled = true;
+      const query = new URLSearchParams({ path: `${this.reviewPath}/${path}`, line: text, tail: path });
+      try {
+        const { found } = await api('GET', `/api/blame?${query}`);
+        answer.replaceChildren(...(found
+          ? ['Written by ', el('a', { href: `#/s/${found.call.session_id}?at=${found.call.seq}` }, found.title ?? found.call.session_id.slice(0, 8)),
+            ` with ${found.call.tool} (event ${found.call.seq}, ${new Date(found.call.ts_ms).toLocaleString()})`,
+            found.prompt ? el('span', { class: 'muted' }, ` in the turn of “${found.prompt.text.slice(0, 120)}”`) : '']
+          : [el('span', { class: 'muted' }, 'No session wrote this line (a person, or a program a session ran, may have).')]));
+        answer.hidden = false;
+      } catch (error) { toast(error.message); blame.disabled = false; }
+    } }, icon('search'), 'Who wrote this?');
+    const form = el('div', { class: 'line-comment' });
+    if (can('operate')) {
+      const input = el('textarea', { rows: 2, placeholder: `A note on ${path}:${line} for Claude`, 'aria-label': 'Comment' });
+      form.append(input,
+        el('button', { type: 'button', class: 'primary', onclick: async () => {
+          const note = input.value.trim();
+          if (!note) return;
+          try {
+            await api('POST', `/api/sessions/${this.id}/messages`, { content: `${path}:${line}: ${note}` });
+            form.replaceWith(el('div', { class: 'line-comment sent' }, `Sent to Claude: ${path}:${line}: ${note}`));
+          } catch (error) { toast(error.message); }
+        } }, 'Send to Claude'));
+      setTimeout(() => input.focus());
+    }
+    form.append(blame, el('button', { type: 'button', class: 'ghost', onclick: () => form.remove() }, 'Cancel'), answer);
     row.after(form);
-    input.focus();
   },
 };

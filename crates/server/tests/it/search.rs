@@ -4,7 +4,7 @@
 //! answered, in two projects and two models. Each of the questions docs/search.md starts with
 //! is asked and answered; blame finds the session of a line written by Edit, by Write and by a
 //! shell redirect (in a worktree too); the web UI's Search page finds and opens hits in a
-//! browser; then the index is removed under the daemon, rebuilt from the log at the next start,
+//! browser, and Review says who wrote a line; then the index is removed under the daemon, rebuilt from the log at the next start,
 //! and answers the same.
 
 use std::collections::BTreeSet;
@@ -435,7 +435,12 @@ async fn search_answers_the_questions_over_fifty_real_sessions_and_blame_finds_t
     assert_eq!(status, 400, "{blank}");
 
     // The web UI's Search page, in a browser.
-    let (ok, log) = crate::ui::run_script("e2e/search.test.mjs", &server.base, &[]).await;
+    let (ok, log) = crate::ui::run_script(
+        "e2e/search.test.mjs",
+        &server.base,
+        &[("REVIEW_SESSION", edits[4].clone())],
+    )
+    .await;
     assert!(ok, "the Search page's browser test failed:\n{log}");
 
     // The index removed under the daemon: the next start reads it again from the log.
