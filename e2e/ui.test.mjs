@@ -589,8 +589,12 @@ try {
       await page.waitForFunction((seq) => window.__switchboard.view.firstSeq < seq || document.querySelector('.transcript .start'), before);
     }
     const from = page.url();
-    await first.hover();
-    await first.locator('.fork-here').click();
+    // From the keyboard (the message's actions show while focus is within it): a click aimed
+    // at the button could land on the turn's end below it while the page still settles after
+    // paging back (seen once in CI).
+    await first.locator('.fork-here').focus();
+    await first.locator('.msg-actions').waitFor({ state: 'visible' });
+    await page.keyboard.press('Enter');
     await page.waitForURL((url) => url.href !== from && /#\/s\//.test(url.href));
     await page.locator('.composer-input').waitFor();
     await send('AFTER FORK');

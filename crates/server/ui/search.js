@@ -32,8 +32,8 @@ function what(hit) {
       return [toolIcon(hit.tool), el('strong', {}, hit.tool ?? '?'), ' ',
         el('code', {}, hit.command ?? hit.paths?.[0]?.path ?? hit.text)];
     case 'decision':
-      return [el('span', { class: `badge decision-${hit.decision}` }, hit.decision === 'deny' ? 'denied' : 'allowed'), ' ',
-        el('strong', {}, hit.tool ?? '?'), ' by ', hit.decided_by, hit.who ? ` (${hit.who})` : '',
+      return [el('span', { class: `badge decision-${hit.decision}` }, { deny: 'denied', allow: 'allowed', ask: 'asked' }[hit.decision] ?? hit.decision), ' ',
+        el('strong', {}, hit.tool ?? '?'), hit.decided_by ? ` by ${hit.decided_by}` : '', hit.who ? ` (${hit.who})` : '',
         hit.command ? [' · ', el('code', {}, hit.command)] : '',
         hit.text ? el('span', { class: 'muted' }, ` · ${hit.text}`) : ''];
     case 'turn':

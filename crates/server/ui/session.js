@@ -134,7 +134,9 @@ export class SessionView {
   /// (or what the events before it drew), marked.
   async showEvent(seq) {
     this.follow = false;
-    while (this.firstSeq !== null && this.firstSeq > seq && this.firstSeq > 1) {
+    // At most 40 pages back (12,000 events): past that, the page says where it stopped.
+    for (let pages = 0; this.firstSeq !== null && this.firstSeq > seq && this.firstSeq > 1; pages += 1) {
+      if (pages === 40) { toast(`Event ${seq} is further back: scroll up to reach it.`, 'ok'); return; }
       const before = this.firstSeq;
       await this.loadOlder();
       if (this.firstSeq === before) break;

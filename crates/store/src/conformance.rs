@@ -404,6 +404,23 @@ async fn search(store: &dyn Store) {
     assert!(find(SearchQuery { words: vec!["done say".into()], ..Default::default() })
         .await
         .is_empty());
+    // A word of a path or a file's name is a word, as in a prompt; text comparisons are exact
+    // in case.
+    assert_eq!(
+        find(SearchQuery { words: vec!["deploy".into()], ..Default::default() }).await.len(),
+        3
+    );
+    assert_eq!(
+        find(SearchQuery { words: vec!["deploy.sh".into()], ..Default::default() }).await.len(),
+        2
+    );
+    assert!(find(SearchQuery { who: Some("ANA".into()), ..Default::default() }).await.is_empty());
+    assert!(find(SearchQuery { project: Some("/Work".into()), ..Default::default() })
+        .await
+        .is_empty());
+    assert!(find(SearchQuery { command: Some("RM".into()), ..Default::default() })
+        .await
+        .is_empty());
     assert_eq!(find(SearchQuery { words: vec!["\"".into()], ..Default::default() }).await.len(), 6);
     // Time, cost, session, model.
     assert_eq!(
@@ -441,15 +458,11 @@ async fn search(store: &dyn Store) {
         first.iter().find(|hit| hit.entry.tool.as_deref() == Some("Edit")).unwrap().entry.written,
         None
     );
-    let blamed = index
-        .search(&SearchQuery {
-            path: Some("deploy.sh".into()),
-            wrote: true,
-            limit: 5,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let asked =
+        SearchQuery { path: Some("deploy.sh".into()), wrote: true, limit: 5, ..Default::default() };
+    let searched = index.search(&asked).await.unwrap();
+    assert_eq!(searched[0].entry.written, None, "a search never carries what a call wrote");
+    let blamed = index.search(&SearchQuery { with_written: true, ..asked }).await.unwrap();
     assert_eq!(blamed[0].entry.written.as_deref(), Some("set -eu\n"));
     assert_eq!(blamed[0].entry.paths, edit.paths);
     // Groups: cost by project, by day; entries by tool.

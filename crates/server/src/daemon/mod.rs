@@ -1131,6 +1131,8 @@ impl Daemon {
     /// Tells the dashboards a session was made, once the store has its record and before its
     /// CLI runs: a dashboard hears `session_created` before any `session_changed` of it.
     pub(super) fn tell_created(&self, record: &SessionRecord) {
+        // Its log starts here: its search index is whole from its first event.
+        self.indexer.made(&record.id);
         self.tell_dashboards(Change::SessionCreated { session: public_record(record.clone()) });
     }
 
@@ -1327,6 +1329,7 @@ impl Daemon {
         }
         if purge {
             self.sessions.lock().remove(id);
+            search::forget(self, id);
             self.store.delete_session(id).await?;
             self.view_checkpoints.forget(id);
             self.tell_dashboards(Change::SessionDeleted { session_id: id.to_owned() });

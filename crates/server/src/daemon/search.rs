@@ -23,8 +23,16 @@ use crate::search::finder::{Facts, Finder};
 /// Entries waiting for the writer at most; past it a session's new entries wait for a rebuild.
 const MAX_WAITING: usize = 50_000;
 
-/// Entries a rebuild writes at once.
-const REBUILD_CHUNK: usize = 500;
+/// Bytes of entries waiting for the writer at most (their texts, what they wrote, their
+/// commands and paths), likewise.
+const MAX_WAITING_BYTES: usize = 64 * 1024 * 1024;
+
+/// Entries one write holds at most (the rebuild's and the live writer's): a write never holds
+/// the store's writer for long.
+const WRITE_CHUNK: usize = 500;
+
+/// The longest path, line or tail blame reads (bytes).
+const MAX_BLAME_INPUT: usize = 4096;
 
 /// Events a rebuild reads from the log at once.
 const REBUILD_PAGE: usize = 1000;
@@ -46,6 +54,12 @@ impl Observer for Indexing {
     }
 }
 
+/// Session `id` was deleted: what waits of it is dropped (its entries in the index go with
+/// it in the store).
+pub(super) fn forget(daemon: &Daemon, id: &str) {
+    daemon.indexer.forget(id);
+}
+
 /// A run's pump ended with its log read up to `last`: the session's mark moves there (its
 /// index is whole, and a start need not read it again).
 pub(super) fn run_ended(daemon: &Daemon, id: &str, last: u64) {
@@ -56,10 +70,26 @@ pub(super) fn run_ended(daemon: &Daemon, id: &str, last: u64) {
 #[derive(Default)]
 struct Pending {
     entries: Vec<SearchEntry>,
+    /// The entries' bytes ([`size_of`]).
+    bytes: usize,
     marks: HashMap<String, u64>,
     /// Sessions whose entries were left out (too many waited, or a write failed): their marks
     /// stay until a rebuild.
     behind: HashSet<String>,
+    /// Sessions whose index is whole up to the events this node stores of them: made on this
+    /// node, or read again by the rebuild here. Only their marks move as events are stored; a
+    /// session resumed here before the rebuild read it (or taken over from a lost node, whose
+    /// last entries may never have been written) keeps its mark where it was, for the next
+    /// rebuild to read from.
+    whole: HashSet<String>,
+}
+
+/// What an entry holds, about.
+fn size_of(entry: &SearchEntry) -> usize {
+    256 + entry.text.len()
+        + entry.written.as_ref().map_or(0, String::len)
+        + entry.command.as_ref().map_or(0, String::len)
+        + entry.paths.iter().map(|touched| touched.path.len()).sum::<usize>()
 }
 
 /// The index's queue and its state (one a daemon).
@@ -86,23 +116,43 @@ impl Default for Indexer {
 }
 
 impl Indexer {
-    /// Queues a batch's entries and its session's mark.
+    /// Queues a batch's entries and (for a session whose index is whole) its session's mark.
     fn add(&self, id: &str, entries: Vec<SearchEntry>, mark: u64) {
         let mut pending = self.pending.lock();
         if pending.behind.contains(id) {
             return;
         }
-        if pending.entries.len() + entries.len() > MAX_WAITING {
+        let bytes: usize = entries.iter().map(size_of).sum();
+        if pending.entries.len() + entries.len() > MAX_WAITING
+            || pending.bytes + bytes > MAX_WAITING_BYTES
+        {
             tracing::warn!(session = %id, "the search index falls behind; this session's entries wait for a rebuild at the next start");
-            pending.behind.insert(id.to_owned());
-            pending.marks.remove(id);
+            pending.left_behind(id);
             return;
         }
         pending.entries.extend(entries);
-        pending.marks.insert(id.to_owned(), mark);
+        pending.bytes += bytes;
+        if pending.whole.contains(id) {
+            pending.marks.insert(id.to_owned(), mark);
+        }
         self.settled.send_if_modified(|settled| std::mem::replace(settled, false));
         drop(pending);
         self.wake.notify_one();
+    }
+
+    /// Session `id` was made on this node: its index is whole from its first event.
+    pub(super) fn made(&self, id: &str) {
+        self.pending.lock().whole.insert(id.to_owned());
+    }
+
+    /// Session `id` was deleted: nothing of it is written any more.
+    pub(super) fn forget(&self, id: &str) {
+        let mut pending = self.pending.lock();
+        pending.entries.retain(|entry| entry.session_id != id);
+        pending.bytes = pending.entries.iter().map(size_of).sum();
+        pending.marks.remove(id);
+        pending.whole.remove(id);
+        pending.behind.remove(id);
     }
 
     /// How many sessions the index misses a part of now: the rebuild's still to read, and
@@ -113,12 +163,23 @@ impl Indexer {
     }
 }
 
-/// The index's one writer a node: whatever waits goes in one write.
+impl Pending {
+    /// Session `id` misses entries now: its mark stays where it was, for the next rebuild.
+    fn left_behind(&mut self, id: &str) {
+        self.behind.insert(id.to_owned());
+        self.marks.remove(id);
+        self.whole.remove(id);
+    }
+}
+
+/// The index's one writer a node: whatever waits goes in, [`WRITE_CHUNK`] entries a write, the
+/// marks with the last.
 pub(super) async fn write_index(daemon: std::sync::Weak<Daemon>) {
     loop {
         let Some(me) = daemon.upgrade() else { return };
         let (entries, marks) = {
             let mut pending = me.indexer.pending.lock();
+            pending.bytes = 0;
             let taken = (std::mem::take(&mut pending.entries), std::mem::take(&mut pending.marks));
             if taken.0.is_empty()
                 && taken.1.is_empty()
@@ -138,12 +199,27 @@ pub(super) async fn write_index(daemon: std::sync::Weak<Daemon>) {
         }
         let Some(index) = me.store.search_index() else { return };
         let marks: Vec<(String, u64)> = marks.into_iter().collect();
-        if let Err(error) = index.index(&entries, &marks).await {
-            tracing::warn!(%error, "the search index could not be written; its sessions wait for a rebuild at the next start");
-            let mut pending = me.indexer.pending.lock();
-            for (id, _) in marks {
-                pending.marks.remove(&id);
-                pending.behind.insert(id);
+        let mut chunks: Vec<&[SearchEntry]> = entries.chunks(WRITE_CHUNK).collect();
+        if chunks.is_empty() {
+            // Marks alone.
+            chunks.push(&[]);
+        }
+        let last = chunks.len() - 1;
+        for (number, chunk) in chunks.iter().enumerate() {
+            let with = if number == last { &marks[..] } else { &[] };
+            if let Err(error) = index.index(chunk, with).await {
+                tracing::warn!(%error, "the search index could not be written; its sessions wait for a rebuild at the next start");
+                let mut pending = me.indexer.pending.lock();
+                let missed = chunks[number..]
+                    .iter()
+                    .flat_map(|chunk| chunk.iter())
+                    .map(|entry| entry.session_id.as_str());
+                for id in
+                    missed.chain(marks.iter().map(|(id, _)| id.as_str())).collect::<HashSet<_>>()
+                {
+                    pending.left_behind(id);
+                }
+                break;
             }
         }
     }
@@ -174,10 +250,13 @@ pub(super) async fn rebuild_index(daemon: std::sync::Weak<Daemon>) {
         let Some(me) = daemon.upgrade() else { return };
         let mark = marks.get(&record.id).copied().unwrap_or(0);
         match me.rebuild_session(&record, mark).await {
-            Ok(0) => {}
-            Ok(events) => read += events,
+            Ok(events) => {
+                read += events;
+                me.indexer.pending.lock().whole.insert(record.id.clone());
+            }
             Err(error) => {
                 tracing::warn!(session = %record.id, %error, "the search index of a session could not be rebuilt");
+                me.indexer.pending.lock().left_behind(&record.id);
             }
         }
         me.indexer.rebuilding.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -233,7 +312,7 @@ impl Daemon {
                 });
             }
             position = end;
-            if entries.len() >= REBUILD_CHUNK || position >= last {
+            if entries.len() >= WRITE_CHUNK || position >= last {
                 facts.apply(&mut entries);
                 let read_to = position.min(last);
                 index.index(&entries, &[(record.id.clone(), read_to)]).await?;
@@ -311,6 +390,17 @@ impl Daemon {
         line: &str,
         tail: Option<&str>,
     ) -> Result<crate::search::BlameAnswer, DaemonError> {
+        for (name, text) in [("path", path), ("line", line), ("tail", tail.unwrap_or_default())] {
+            if text.len() > MAX_BLAME_INPUT {
+                return Err(DaemonError::Invalid(format!(
+                    "{name} is {} bytes; at most {MAX_BLAME_INPUT}",
+                    text.len()
+                )));
+            }
+            if text.chars().any(|c| c.is_control() && c != '\t') {
+                return Err(DaemonError::Invalid(format!("{name} holds a control character")));
+            }
+        }
         if !path.starts_with('/') {
             return Err(DaemonError::Invalid(format!("path: {path:?} is not an absolute path")));
         }

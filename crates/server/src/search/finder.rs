@@ -76,7 +76,20 @@ impl Facts {
     /// resolved against its directory (and in a worktree session, the same path in the
     /// repository too).
     pub fn apply(&self, entries: &mut [SearchEntry]) {
+        // No NUL reaches a database (PostgreSQL's text cannot hold one): the CLI's own output
+        // is hostile input too.
+        let clean = |text: &mut String| {
+            if text.contains('\0') {
+                *text = text.replace('\0', "");
+            }
+        };
         for entry in entries {
+            clean(&mut entry.text);
+            for text in
+                [&mut entry.written, &mut entry.command, &mut entry.who].into_iter().flatten()
+            {
+                clean(text);
+            }
             entry.session_id.clone_from(&self.session_id);
             entry.origin.clone_from(&self.origin);
             entry.token.clone_from(&self.token);
@@ -86,6 +99,9 @@ impl Facts {
             entry.worktree = self.worktree.is_some();
             let mut paths = Vec::with_capacity(entry.paths.len());
             for touched in std::mem::take(&mut entry.paths) {
+                if touched.path.contains('\0') {
+                    continue;
+                }
                 for path in resolved(self, &touched.path) {
                     touch(&mut paths, path, touched.wrote);
                 }
@@ -181,6 +197,22 @@ impl Finder {
                 });
                 Some(found)
             }
+            // A person was asked (whatever the answer): `decision:ask`.
+            Update::PermissionAsked(pending) => {
+                let mut found = entry(EntryKind::Decision, &pending.reason);
+                found.tool = Some(pending.tool_name.clone());
+                found.tool_use_id.clone_from(&pending.tool_use_id);
+                found.decision = Some("ask".into());
+                let call = pending
+                    .tool_use_id
+                    .as_ref()
+                    .and_then(|id| self.calls.iter().rev().find(|call| call.tool_use_id == *id));
+                if let Some(call) = call {
+                    found.paths.clone_from(&call.paths);
+                    found.command.clone_from(&call.command);
+                }
+                Some(found)
+            }
             Update::PermissionDecided { tool_name, behavior, by, message, tool_use_id, .. } => {
                 let mut found = entry(EntryKind::Decision, message);
                 found.tool = Some(tool_name.clone());
@@ -269,7 +301,7 @@ fn read_call(tool: &str, input: &Value) -> ReadCall {
         if shell.iter().any(|(_, wrote)| *wrote) {
             call.written = Some(command.to_owned());
         }
-        call.command = Some(command.to_owned());
+        call.command = Some(cut(command, MAX_TEXT_BYTES).to_owned());
         words.push(command);
     }
     for name in ["pattern", "glob", "description", "url", "query", "prompt"] {

@@ -40,32 +40,47 @@ pub struct BlameAnswer {
     pub found: Option<Blamed>,
 }
 
-/// The last tool call that wrote `line` into `path` (an absolute path, or a path's tail), newest
-/// first among the calls that wrote that file, through edits, writes and shell redirects; and
-/// the prompt of its turn. `None` when no call the index holds wrote it.
+/// The last tool call that wrote `line` into `path`, newest first among the calls that wrote
+/// that file, through edits, writes and shell redirects; and the prompt of its turn. `None`
+/// when no call the index holds wrote it. `path` is absolute, or a file's path in its
+/// repository (a clone elsewhere, a worktree's branch merged): one of a single name (a file at
+/// the top) must be that, in the call's own project. A call the policy or a person denied wrote
+/// nothing, and is passed by.
 pub async fn blame(
     index: &dyn Search,
     path: &str,
     line: &str,
 ) -> Result<Option<Blamed>, StoreError> {
     let needle = line.trim();
+    let top_level = !path.contains('/');
     let mut query = SearchQuery {
         kind: Some(EntryKind::ToolCall),
         path: Some(path.to_owned()),
         wrote: true,
+        with_written: true,
         limit: BLAME_PAGE,
         ..SearchQuery::default()
     };
     for _ in 0..BLAME_PAGES {
         let page = index.search(&query).await?;
-        let found = page.iter().find(|hit| {
-            hit.entry
+        for hit in &page {
+            let entry = &hit.entry;
+            let in_project = |path: &str| {
+                path == format!("{}/{}", entry.project.trim_end_matches('/'), query_path(&query))
+            };
+            if top_level
+                && !entry.paths.iter().any(|touched| touched.wrote && in_project(&touched.path))
+            {
+                continue;
+            }
+            let wrote = entry
                 .written
                 .as_deref()
-                .is_some_and(|written| wrote_line(written, hit.entry.command.is_some(), needle))
-        });
-        if let Some(call) = found {
-            let mut call = call.clone();
+                .is_some_and(|written| wrote_line(written, entry.command.is_some(), needle));
+            if !wrote || denied(index, hit).await? {
+                continue;
+            }
+            let mut call = hit.clone();
             // What it wrote stays in the index; the answer names the call.
             call.entry.written = None;
             let prompt = index
@@ -88,13 +103,38 @@ pub async fn blame(
     Ok(None)
 }
 
-/// Whether text a call wrote holds `line` (trimmed): one of an edit's or a file's lines, or
-/// within a shell command's text (its redirect's words, a here-document's lines) where
-/// neither end of it is in the middle of a word.
+fn query_path(query: &SearchQuery) -> &str {
+    query.path.as_deref().unwrap_or_default()
+}
+
+/// Whether the call of `hit` was denied (by the policy or a person): it never ran.
+async fn denied(index: &dyn Search, hit: &SearchHit) -> Result<bool, StoreError> {
+    let Some(call) = hit.entry.tool_use_id.as_deref() else { return Ok(false) };
+    let denials = index
+        .search(&SearchQuery {
+            kind: Some(EntryKind::Decision),
+            decision: Some("deny".into()),
+            session_id: Some(hit.entry.session_id.clone()),
+            tool: hit.entry.tool.clone(),
+            limit: switchboard_store::search::MAX_HITS,
+            ..SearchQuery::default()
+        })
+        .await?;
+    Ok(denials.iter().any(|denial| denial.entry.tool_use_id.as_deref() == Some(call)))
+}
+
+/// Whether text a call wrote holds `line` (trimmed):
+/// - an edit's or a file's: one of its lines, whole; or, when it wrote a part of a line (an
+///   edit's new text of one line, at least 8 characters), that part within the line;
+/// - a shell command's (its redirect's words, a here-document's lines; `\n` and `\t` read as
+///   the line break and tab they print): the line where neither end is in the middle of a word.
 fn wrote_line(written: &str, shell: bool, line: &str) -> bool {
     if !shell {
-        return written.lines().any(|written| written.trim() == line);
+        let part = written.trim();
+        return written.lines().any(|written| written.trim() == line)
+            || (!part.contains('\n') && part.chars().count() >= 8 && line.contains(part));
     }
+    let written = written.replace("\\n", "\n").replace("\\t", "\t");
     let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
     written.match_indices(line).any(|(at, _)| {
         let before = written[..at].chars().next_back();
@@ -147,5 +187,14 @@ mod tests {
         assert!(!wrote_line(command, true, "generated lin"), "ends inside a word");
         assert!(!wrote_line(command, true, "enerated line 2"), "starts inside a word");
         assert!(wrote_line("cat > a.py <<'EOF'\nimport os\nEOF", true, "import os"));
+        assert!(
+            wrote_line("printf 'a\\nsecond line\\n' > f", true, "second line"),
+            "a printed escape"
+        );
+        assert!(
+            wrote_line("timeout_ms: 500", false, "let config = Config { timeout_ms: 500 };"),
+            "a part of a line"
+        );
+        assert!(!wrote_line(")", false, "call(a)"), "too small a part says nothing");
     }
 }

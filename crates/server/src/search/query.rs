@@ -79,10 +79,21 @@ fn terms(text: &str) -> Vec<(String, bool)> {
     terms
 }
 
+/// Sets `slot` to `value`, or says `key` is given twice.
+fn once<T>(slot: &mut Option<T>, value: T, key: &str) -> Result<(), String> {
+    match slot.replace(value) {
+        Some(_) => Err(format!("{key}: is given twice")),
+        None => Ok(()),
+    }
+}
+
 /// Reads a query (see the module's notes); the error names the term at fault.
 pub fn parse(text: &str) -> Result<Asked, String> {
     if text.len() > MAX_QUERY_BYTES {
         return Err(format!("the query is {} bytes; at most {MAX_QUERY_BYTES}", text.len()));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control() && !c.is_whitespace()) {
+        return Err(format!("the query holds a control character ({:?})", c));
     }
     let mut query = SearchQuery::default();
     let mut group = None;
@@ -107,19 +118,22 @@ pub fn parse(text: &str) -> Result<Asked, String> {
         };
         match key.to_ascii_lowercase().as_str() {
             "tool" => set(&mut query.tool)?,
-            "file" | "path" => set(&mut query.path)?,
-            "wrote" => {
-                set(&mut query.path)?;
-                query.wrote = true;
+            "file" | "path" | "wrote" => {
+                if query.path.is_some() {
+                    return Err(format!("{key}:{value}: one file a query (file: or wrote:)"));
+                }
+                query.path = Some(value.clone());
+                query.wrote = key.eq_ignore_ascii_case("wrote");
             }
             "command" | "cmd" => set(&mut query.command)?,
             "decision" => {
                 let decision = match value.as_str() {
                     "allow" | "allowed" => "allow",
                     "deny" | "denied" => "deny",
-                    other => return Err(format!("decision:{other}: say allow or deny")),
+                    "ask" | "asked" => "ask",
+                    other => return Err(format!("decision:{other}: say allow, deny or ask")),
                 };
-                query.decision = Some(decision.into());
+                once(&mut query.decision, decision.into(), key)?;
             }
             "by" => {
                 const BY: [&str; 7] =
@@ -147,19 +161,27 @@ pub fn parse(text: &str) -> Result<Asked, String> {
                     "call" | "tool" => Some(EntryKind::ToolCall),
                     other => EntryKind::parse(other),
                 };
-                query.kind = Some(kind.ok_or_else(|| {
+                let kind = kind.ok_or_else(|| {
                     format!("kind:{value}: say tool_call, decision, prompt, answer or turn")
-                })?);
+                })?;
+                once(&mut query.kind, kind, key)?;
             }
             "worktree" => {
-                query.worktree = Some(match value.as_str() {
+                let worktree = match value.as_str() {
                     "yes" | "true" => true,
                     "no" | "false" => false,
                     other => return Err(format!("worktree:{other}: say yes or no")),
-                });
+                };
+                once(&mut query.worktree, worktree, key)?;
             }
-            "since" => query.since_ms = Some(since_ms(&value).map_err(|e| format!("since: {e}"))?),
-            "until" => query.until_ms = Some(since_ms(&value).map_err(|e| format!("until: {e}"))?),
+            "since" => {
+                let at = since_ms(&value).map_err(|e| format!("since: {e}"))?;
+                once(&mut query.since_ms, at, key)?;
+            }
+            "until" => {
+                let at = since_ms(&value).map_err(|e| format!("until: {e}"))?;
+                once(&mut query.until_ms, at, key)?;
+            }
             "cost" => {
                 let cost: f64 = value
                     .trim_start_matches(">=")
@@ -171,12 +193,13 @@ pub fn parse(text: &str) -> Result<Asked, String> {
                     .ok_or_else(|| {
                         format!("cost:{value}: say a number of US dollars, such as cost:0.5")
                     })?;
-                query.min_cost_usd = Some(cost);
+                once(&mut query.min_cost_usd, cost, key)?;
             }
             "group" => {
-                group = Some(GroupBy::parse(&value).ok_or_else(|| {
+                let by = GroupBy::parse(&value).ok_or_else(|| {
                     format!("group:{value}: say project, model, session, tool, origin, node or day")
-                })?);
+                })?;
+                once(&mut group, by, key)?;
             }
             _ => {
                 return Err(format!(
@@ -258,7 +281,7 @@ mod tests {
     fn a_bad_term_is_named() {
         for (query, says) in [
             ("colour:red", "colour: is not a key"),
-            ("decision:maybe", "say allow or deny"),
+            ("decision:maybe", "say allow, deny or ask"),
             ("by:someone", "by:someone"),
             ("kind:file", "kind:file"),
             ("since:soon", "since:"),
@@ -266,6 +289,10 @@ mod tests {
             ("cost:NaN", "cost:NaN"),
             ("group:colour", "group:colour"),
             ("tool:a tool:b", "tool: is given twice"),
+            ("since:1d since:2d", "since: is given twice"),
+            ("group:day group:model", "group: is given twice"),
+            ("file:a wrote:b", "one file a query"),
+            ("rm\u{0}x", "control character"),
             ("worktree:maybe", "say yes or no"),
         ] {
             let error = parse(query).unwrap_err();

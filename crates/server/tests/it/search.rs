@@ -344,6 +344,7 @@ async fn search_answers_the_questions_over_fifty_real_sessions_and_blame_finds_t
         groups.iter().find(|group| group["key"] == alpha.display().to_string()).unwrap();
     assert_eq!(alpha_turns["entries"], 35, "{groups:?}");
     // Who denied what, words in answers, a model, a prompt, pages.
+    assert_eq!(sessions_of(&server, "decision:ask").await, set(&asked), "a person was asked");
     let by_person = search(&server, "by:person who:admin decision:denied").await;
     assert_eq!(by_person["hits"].as_array().unwrap().len(), 5, "{by_person}");
     assert!(by_person["hits"][0]["text"].as_str().unwrap().contains("not from here"));
@@ -429,6 +430,25 @@ async fn search_answers_the_questions_over_fifty_real_sessions_and_blame_finds_t
         Value::Null,
         "a line no session wrote"
     );
+    // A clone elsewhere: the file at the top of its repository, found in the call's own
+    // project by its name; a line of a file no session wrote in that project finds nothing.
+    let found =
+        blame(&server, Path::new("/elsewhere/deploy.sh"), "echo deployed by edit 3", "deploy.sh")
+            .await;
+    assert_eq!(found["call"]["session_id"], edits[2].as_str(), "{found}");
+    assert_eq!(
+        blame(
+            &server,
+            Path::new("/elsewhere/n7.md"),
+            "the release train 7 leaves on Tuesday",
+            "n7.md"
+        )
+        .await,
+        Value::Null,
+        "notes/n7.md is not the top-level n7.md"
+    );
+    let (status, long) = server.get(&format!("/api/blame?path=/{}&line=x", "a".repeat(5000))).await;
+    assert_eq!(status, 400, "{long}");
     let (status, blank) = server
         .get(&format!("/api/blame?path={}&line=%20", alpha.join("deploy.sh").display()))
         .await;

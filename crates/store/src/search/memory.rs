@@ -14,12 +14,9 @@ pub(crate) struct Index {
     next: u64,
 }
 
-/// A text's words, lowercased (letters and digits; anything else parts them).
+/// A text's words, as every store cuts them ([`super::words_of`]).
 fn tokens(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .map(str::to_lowercase)
-        .collect()
+    super::words_of(text).split(' ').filter(|word| !word.is_empty()).map(str::to_owned).collect()
 }
 
 /// Whether `text` holds the words of `phrase` one after another.
@@ -120,7 +117,7 @@ impl Index {
             .map(|(id, entry)| {
                 let mut entry = entry.clone();
                 entry.text = entry.text.chars().take(SNIPPET_CHARS).collect();
-                if !query.wrote {
+                if !query.with_written {
                     entry.written = None;
                 }
                 SearchHit { id, entry }

@@ -11,7 +11,12 @@
 //!   [`Search::group`] adds them up (entries and cost) by a [`GroupBy`].
 //! - SQLite keeps the words in an FTS5 table, PostgreSQL in a `tsvector` with a GIN index, the
 //!   paths in a table of their own indexed by name; [`MemoryStore`](crate::MemoryStore) scans.
-//!   Every filter is an index's: a query's cost follows what it finds, not how much is kept.
+//!   The filters that narrow most (a tool, a decision, a file, words, a time) are an index's;
+//!   the others narrow what those find.
+//! - **Words are cut once, here** ([`words_of`]: lowercase runs of letters and digits), for
+//!   every store: each keeps and looks up the same words, so `deploy` finds `deploy.sh` in
+//!   SQLite, PostgreSQL and memory alike. Text comparisons (`who`, a command, a project, a
+//!   path's tail) are exact in case, in all three.
 
 use std::collections::HashMap;
 
@@ -123,7 +128,8 @@ pub struct SearchEntry {
     /// Its words: a prompt's or an answer's text, a call's input, a decision's message.
     pub text: String,
     /// What a call wrote (an edit's new text, a file's content, a shell command that wrote a
-    /// file), for blame.
+    /// file), for blame; a search's hit never carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written: Option<String>,
 }
 
@@ -138,6 +144,10 @@ pub struct SearchQuery {
     pub path: Option<String>,
     /// Only entries that wrote the file (with `path`).
     pub wrote: bool,
+    /// Hits carry what their call wrote (blame's look-up; never a query's: a search answer
+    /// does not carry it).
+    #[serde(skip)]
+    pub with_written: bool,
     /// A shell command with this word.
     pub command: Option<String>,
     /// `allow` or `deny`.
@@ -378,27 +388,29 @@ pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// The query's words as an FTS5 query: each a phrase (quotes doubled), all required; `None`
+/// A text's words as every store keeps and looks them up: its runs of letters and digits,
+/// lowercased, joined by spaces.
+pub fn words_of(text: &str) -> String {
+    let mut words = String::with_capacity(text.len());
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()) {
+        if !words.is_empty() {
+            words.push(' ');
+        }
+        words.extend(word.chars().flat_map(char::to_lowercase));
+    }
+    words
+}
+
+/// The query's words as an FTS5 query: each a phrase of its [`words_of`], all required; `None`
 /// when no word has a letter or a digit (nothing to look up).
 pub(crate) fn fts5_match(words: &[String]) -> Option<String> {
     let phrases: Vec<String> = words
         .iter()
-        .filter(|word| word.chars().any(char::is_alphanumeric))
-        .map(|word| format!("\"{}\"", word.replace('"', "\"\"")))
+        .map(|word| words_of(word))
+        .filter(|word| !word.is_empty())
+        .map(|word| format!("\"{word}\""))
         .collect();
     (!phrases.is_empty()).then(|| phrases.join(" "))
-}
-
-/// `text` with `%`, `_` and `\` escaped for a `LIKE … ESCAPE '\'`.
-pub(crate) fn like_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
 }
 
 /// A value a query binds.
@@ -440,6 +452,16 @@ pub(crate) trait Dialect {
     /// A condition: the entry's words hold every one of `words` (each a phrase), or `None`
     /// when there is nothing to look up.
     fn words(at: &mut Where, words: &[String]) -> Option<String>;
+    /// A condition: text `column` holds parameter `p` (exact in case).
+    fn contains(column: &str, p: &str) -> String;
+    /// A condition: text `column` ends with parameter `p` (exact in case).
+    fn ends_with(column: &str, p: &str) -> String;
+}
+
+/// A condition: text `column` starts with parameter `p` (exact in case; the same SQL in both
+/// databases).
+fn starts_with(column: &str, p: &str) -> String {
+    format!("substr({column}, 1, length({p})) = {p}")
 }
 
 fn clamp(value: u64) -> i64 {
@@ -471,20 +493,19 @@ pub(crate) fn conditions<D: Dialect>(query: &SearchQuery) -> Where {
         let clause = if run.contains(':') {
             format!("run = {}", at.bind(Bound::Text(run.clone())))
         } else {
-            let p = at.bind(Bound::Text(format!("{}:%", like_escape(run))));
-            format!("run LIKE {p} ESCAPE '\\'")
+            starts_with("run", &at.bind(Bound::Text(format!("{run}:"))))
         };
         at.clauses.push(clause);
     }
     if let Some(who) = &query.who {
-        let p = at.bind(Bound::Text(format!("%{}%", like_escape(who))));
-        at.clauses.push(format!("who LIKE {p} ESCAPE '\\'"));
+        let p = at.bind(Bound::Text(who.clone()));
+        at.clauses.push(D::contains("who", &p));
     }
     if let Some(project) = &query.project {
         let project = project.trim_end_matches('/');
         let exact = at.bind(Bound::Text(project.to_owned()));
-        let under = at.bind(Bound::Text(format!("{}/%", like_escape(project))));
-        at.clauses.push(format!("project = {exact} OR project LIKE {under} ESCAPE '\\'"));
+        let under = at.bind(Bound::Text(format!("{project}/")));
+        at.clauses.push(format!("project = {exact} OR {}", starts_with("project", &under)));
     }
     if let Some(worktree) = query.worktree {
         let p = at.bind(Bound::Bool(worktree));
@@ -507,8 +528,8 @@ pub(crate) fn conditions<D: Dialect>(query: &SearchQuery) -> Where {
         if let Some(clause) = D::words(&mut at, std::slice::from_ref(command)) {
             at.clauses.push(clause);
         }
-        let p = at.bind(Bound::Text(format!("%{}%", like_escape(command))));
-        at.clauses.push(format!("command LIKE {p} ESCAPE '\\'"));
+        let p = at.bind(Bound::Text(command.clone()));
+        at.clauses.push(D::contains("command", &p));
     }
     if let Some(clause) = D::words(&mut at, &query.words) {
         at.clauses.push(clause);
@@ -523,8 +544,9 @@ pub(crate) fn conditions<D: Dialect>(query: &SearchQuery) -> Where {
             // An absolute path, or a path's tail: `src/deploy.sh` is `/…/src/deploy.sh`.
             let tail = path.trim_start_matches('/');
             let whole = at.bind(Bound::Text(format!("/{tail}")));
-            let ending = at.bind(Bound::Text(format!("%/{}", like_escape(tail))));
-            clause.push_str(&format!(" AND (path = {whole} OR path LIKE {ending} ESCAPE '\\')"));
+            let ending = at.bind(Bound::Text(format!("/{tail}")));
+            let ends = D::ends_with("path", &ending);
+            clause.push_str(&format!(" AND (path = {whole} OR {ends})"));
         }
         clause.push(')');
         at.clauses.push(clause);
@@ -550,12 +572,9 @@ mod tests {
 
     #[test]
     fn words_become_phrases_and_nothing_else() {
-        assert_eq!(
-            fts5_match(&["rm".into(), "say \"hi\"".into()]).unwrap(),
-            "\"rm\" \"say \"\"hi\"\"\""
-        );
+        assert_eq!(words_of("Tidy deploy.sh, SAY \"hi\"—café 2"), "tidy deploy sh say hi café 2");
+        assert_eq!(fts5_match(&["rm".into(), "say \"hi\"".into()]).unwrap(), "\"rm\" \"say hi\"");
         assert_eq!(fts5_match(&["--".into(), "*".into()]), None);
-        assert_eq!(like_escape("50%_a\\b"), "50\\%\\_a\\\\b");
         assert_eq!(cut("héllo", 2), "h");
         assert_eq!(file_name("/a/b/deploy.sh"), "deploy.sh");
         assert_eq!(

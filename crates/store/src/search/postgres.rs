@@ -72,11 +72,19 @@ impl Dialect for Postgres {
             .iter()
             .filter(|word| word.chars().any(char::is_alphanumeric))
             .map(|word| {
-                let p = at.bind(Bound::Text(word.clone()));
+                let p = at.bind(Bound::Text(super::words_of(word)));
                 format!("phraseto_tsquery('simple', {p})")
             })
             .collect();
         (!phrases.is_empty()).then(|| format!("words @@ ({})", phrases.join(" && ")))
+    }
+
+    fn contains(column: &str, p: &str) -> String {
+        format!("strpos({column}, {p}) > 0")
+    }
+
+    fn ends_with(column: &str, p: &str) -> String {
+        format!("right({column}, length({p})) = {p}")
     }
 }
 
@@ -131,6 +139,7 @@ pub(crate) async fn write(
     let worktrees: Vec<bool> = entries.iter().map(|entry| entry.worktree).collect();
     let costs: Vec<f64> = entries.iter().map(|entry| entry.cost_usd).collect();
     let texts: Vec<&str> = entries.iter().map(|entry| entry.text.as_str()).collect();
+    let words: Vec<String> = entries.iter().map(|entry| super::words_of(&entry.text)).collect();
     let written = column(&|entry| entry.written.clone());
     let paths = entries
         .iter()
@@ -143,19 +152,21 @@ pub(crate) async fn write(
             "INSERT INTO switchboard.search_entries (session_id, seq, place, ts_ms, kind, tool,
              tool_use_id, command, decision, decided_by, who, origin, token, run, model, project,
              node, worktree, cost_usd, text, written, paths, words)
-             SELECT e.*, to_tsvector('simple', e.text) FROM UNNEST($1::text[], $2::bigint[],
+             SELECT session_id, seq, place, ts_ms, kind, tool, tool_use_id, command, decision,
+             decided_by, who, origin, token, run, model, project, node, worktree, cost_usd, text,
+             written, paths, to_tsvector('simple', words) FROM UNNEST($1::text[], $2::bigint[],
              $3::int[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
              $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
              $16::text[], $17::text[], $18::bool[], $19::float8[], $20::text[], $21::text[],
-             $22::text[]) AS e(session_id, seq, place, ts_ms, kind, tool, tool_use_id, command,
-             decision, decided_by, who, origin, token, run, model, project, node, worktree,
-             cost_usd, text, written, paths)
+             $22::text[], $23::text[]) AS e(session_id, seq, place, ts_ms, kind, tool,
+             tool_use_id, command, decision, decided_by, who, origin, token, run, model, project,
+             node, worktree, cost_usd, text, written, paths, words)
              ON CONFLICT (session_id, seq, place) DO NOTHING
              RETURNING id, session_id, seq, place",
             &[
                 &sessions, &seqs, &places, &times, &kinds, &tools, &calls, &commands, &decisions,
                 &deciders, &whos, &origins, &tokens, &runs, &models, &projects, &nodes, &worktrees,
-                &costs, &texts, &written, &paths,
+                &costs, &texts, &written, &paths, &words,
             ],
         )
         .await
@@ -240,7 +251,7 @@ pub(crate) async fn search(
     query: &SearchQuery,
 ) -> Result<Vec<SearchHit>, StoreError> {
     let at = conditions::<Postgres>(query);
-    let written = if query.wrote { "written" } else { "NULL::text" };
+    let written = if query.with_written { "written" } else { "NULL::text" };
     // With words to look up, the words' index leads: ordered by an expression, the time's
     // index cannot serve the order, so the planner does not walk it back from the newest entry
     // testing every row for a rare word (a hundred thousand rows for a word of five). What the
@@ -314,7 +325,7 @@ pub(crate) async fn group(
     };
     let sql = schema(&format!(
         "SELECT {key}, count(*), COALESCE(sum(cost_usd), 0) FROM switchboard.search_entries
-         WHERE {clause} GROUP BY 1 ORDER BY 3 DESC, 2 DESC, 1 LIMIT {limit}",
+         WHERE {clause} GROUP BY 1 ORDER BY 3 DESC, 2 DESC, 1 NULLS FIRST LIMIT {limit}",
         clause = at.clause(),
         limit = super::MAX_GROUPS,
     ));

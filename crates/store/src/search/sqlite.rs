@@ -52,7 +52,8 @@ pub(crate) const SCHEMA: &str = "
     );
     CREATE INDEX search_paths_by_name ON search_paths (name, entry);
     CREATE INDEX search_paths_by_entry ON search_paths (entry);
-    CREATE VIRTUAL TABLE search_words USING fts5(words, content='', contentless_delete=1);
+    CREATE VIRTUAL TABLE search_words USING fts5(words, content='', contentless_delete=1,
+        tokenize = 'unicode61 remove_diacritics 0');
     CREATE TABLE search_marks (session_id TEXT PRIMARY KEY, seq INTEGER NOT NULL);";
 
 struct Sqlite;
@@ -66,6 +67,14 @@ impl Dialect for Sqlite {
         let matched = super::fts5_match(words)?;
         let p = at.bind(Bound::Text(matched));
         Some(format!("id IN (SELECT rowid FROM search_words WHERE search_words MATCH {p})"))
+    }
+
+    fn contains(column: &str, p: &str) -> String {
+        format!("instr({column}, {p}) > 0")
+    }
+
+    fn ends_with(column: &str, p: &str) -> String {
+        format!("substr({column}, -length({p})) = {p}")
     }
 }
 
@@ -143,7 +152,7 @@ pub(crate) fn write(
                     touched.wrote
                 ])?;
             }
-            words.execute(params![id, entry.text])?;
+            words.execute(params![id, super::words_of(&entry.text)])?;
         }
         let mut mark = connection.prepare_cached(
             "INSERT INTO search_marks (session_id, seq) VALUES (?1, ?2)
@@ -193,7 +202,7 @@ pub(crate) fn search(
     query: &SearchQuery,
 ) -> Result<Vec<SearchHit>, StoreError> {
     let at = conditions::<Sqlite>(query);
-    let written = if query.wrote { "written" } else { "NULL" };
+    let written = if query.with_written { "written" } else { "NULL" };
     let sql = format!(
         "SELECT id, session_id, seq, place, ts_ms, kind, tool, tool_use_id, command, decision,
          decided_by, who, origin, token, run, model, project, node, worktree, cost_usd,
@@ -257,7 +266,7 @@ pub(crate) fn group(
     };
     let sql = format!(
         "SELECT {key}, count(*), total(cost_usd) FROM search_entries WHERE {clause}
-         GROUP BY 1 ORDER BY 3 DESC, 2 DESC, 1 LIMIT {limit}",
+         GROUP BY 1 ORDER BY 3 DESC, 2 DESC, 1 NULLS FIRST LIMIT {limit}",
         clause = at.clause(),
         limit = super::MAX_GROUPS,
     );
