@@ -34,8 +34,9 @@ const WRITE_CHUNK: usize = 500;
 /// The longest path, line or tail blame reads (bytes).
 const MAX_BLAME_INPUT: usize = 4096;
 
-/// Events a rebuild reads from the log at once.
-const REBUILD_PAGE: usize = 1000;
+/// Events a rebuild reads from the log at once: few, as a rebuild runs beside everything else
+/// at start and an event may be large (an image).
+const REBUILD_PAGE: usize = 100;
 
 /// Hands each stored batch's entries to the index.
 pub(super) struct Indexing;

@@ -305,6 +305,11 @@ async fn subscribers_that_never_read_a_large_event_hold_bounded_memory() {
     let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
     let id = session_with_a_large_event(&store, 5 * 1024 * 1024).await;
     let (address, daemon) = serve(store, DaemonConfig::default(), Default::default()).await;
+    // The search index reads the session's log at start (nothing indexed it yet): measured
+    // from when that is done, the growth is the subscribers'.
+    tokio::time::timeout(Duration::from_secs(30), daemon.search_settled())
+        .await
+        .expect("the index's rebuild at start ends");
     let before = rss();
     let path = format!("/api/sessions/{id}/subscribe");
     // 48 non-reading subscribers (the owner's token has no count of places).
