@@ -14,22 +14,8 @@ use std::time::{Duration, Instant};
 
 use switchboard_store::{EventRecord, MemoryStore, SessionRecord, SqliteStore, Store};
 
-/// CPU time (ns) of this process (Linux; user + system of every thread).
-fn process_cpu_ns() -> u64 {
-    stat_cpu_ns(std::path::Path::new("/proc/self/stat"))
-}
-
-/// CPU time (ns), user + system, in a `/proc` `stat` file (0 if unreadable).
-fn stat_cpu_ns(path: &std::path::Path) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(path) else { return 0 };
-    // Fields after the command name (which may hold spaces) start at `)`.
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |times| times.iter().filter_map(|value| value.parse::<u64>().ok()).sum());
-    // Clock ticks are 1/100 s on Linux.
-    ticks * 10_000_000
-}
+mod common;
+use common::{arg, process_cpu_ns, stat_cpu_ns};
 
 /// CPU time (ns) of this process's threads whose name starts with `prefix` (the kernel keeps
 /// the first 15 bytes of a name: the store's writer and checkpointer both show as
@@ -45,15 +31,6 @@ fn threads_cpu_ns(prefix: &str) -> u64 {
         total += stat_cpu_ns(&task.path().join("stat"));
     }
     total
-}
-
-fn arg(name: &str, default: f64) -> f64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|arg| arg == name)
-        .and_then(|index| args.get(index + 1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
 }
 
 /// One row: the appends' CPU and round trips on `store`.

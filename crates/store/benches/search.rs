@@ -22,24 +22,8 @@ use switchboard_store::{
     SqliteStore, Store, Touched,
 };
 
-/// CPU time (ns) of this process (Linux; user + system of every thread).
-fn process_cpu_ns() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map_or(0, |times| times.iter().filter_map(|value| value.parse::<u64>().ok()).sum());
-    ticks * 10_000_000
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|arg| arg == name)
-        .and_then(|index| args.get(index + 1))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::{arg, process_cpu_ns};
 
 /// Events a session holds in the made-up log.
 const PER_SESSION: usize = 100;
@@ -53,32 +37,19 @@ fn entries(events: usize, now_ms: u64) -> Vec<SearchEntry> {
         let seq = (n % PER_SESSION) as u64 + 1;
         // Spread over the last 30 days, newest last.
         let ts_ms = now_ms - 30 * 86_400_000 + (n as u64 * 30 * 86_400_000 / events as u64);
+        let model = if session.is_multiple_of(2) { "claude-opus-5-5" } else { "claude-sonnet-4-5" };
         let mut entry = SearchEntry {
             session_id: format!("0198a3f2-7c1e-7d3a-9f00-{session:012}"),
-            seq,
-            place: 0,
-            ts_ms,
-            kind: EntryKind::Answer,
-            tool: None,
-            tool_use_id: None,
-            paths: Vec::new(),
-            command: None,
-            decision: None,
-            decided_by: None,
-            who: None,
             origin: Some("api".into()),
             token: Some("admin".into()),
-            run: None,
-            model: Some(
-                if session.is_multiple_of(2) { "claude-opus-5-5" } else { "claude-sonnet-4-5" }
-                    .into(),
-            ),
+            model: Some(model.into()),
             project: format!("/src/project-{}", session % 7),
-            node: None,
-            worktree: false,
-            cost_usd: 0.0,
-            text: format!("Looked at module {n}; the tests pass and the change is small."),
-            written: None,
+            ..SearchEntry::new(
+                EntryKind::Answer,
+                seq,
+                ts_ms,
+                format!("Looked at module {n}; the tests pass and the change is small."),
+            )
         };
         let special = session < 5 && seq <= 3;
         match (n % 10, special) {

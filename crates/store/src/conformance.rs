@@ -221,27 +221,11 @@ async fn delete_removes_events(store: &dyn Store) {
 fn entry(session: &str, seq: u64, kind: crate::EntryKind) -> crate::SearchEntry {
     crate::SearchEntry {
         session_id: session.to_owned(),
-        seq,
-        place: 0,
-        ts_ms: 1_000 + seq,
-        kind,
-        tool: None,
-        tool_use_id: None,
-        paths: Vec::new(),
-        command: None,
-        decision: None,
-        decided_by: None,
-        who: None,
         origin: Some("api".into()),
         token: Some("admin".into()),
-        run: None,
         model: Some("claude-a".into()),
         project: "/work/app".into(),
-        node: None,
-        worktree: false,
-        cost_usd: 0.0,
-        text: String::new(),
-        written: None,
+        ..crate::SearchEntry::new(kind, seq, 1_000 + seq, String::new())
     }
 }
 

@@ -140,28 +140,9 @@ impl Finder {
     pub fn note(&mut self, seq: u64, ts_ms: u64, update: &Update, out: &mut Vec<SearchEntry>) {
         let place = out.iter().rev().take_while(|entry| entry.seq == seq).count() as u32;
         let entry = |kind: EntryKind, text: &str| SearchEntry {
-            session_id: String::new(),
-            seq,
             place,
-            ts_ms,
-            kind,
-            tool: None,
-            tool_use_id: None,
-            paths: Vec::new(),
-            command: None,
-            decision: None,
-            decided_by: None,
-            who: None,
-            origin: None,
-            token: None,
-            run: None,
             model: self.model.clone(),
-            project: String::new(),
-            node: None,
-            worktree: false,
-            cost_usd: 0.0,
-            text: cut(text, MAX_TEXT_BYTES).to_owned(),
-            written: None,
+            ..SearchEntry::new(kind, seq, ts_ms, cut(text, MAX_TEXT_BYTES).to_owned())
         };
         let found = match update {
             Update::Started { model: Some(model), .. } | Update::Model { model } => {

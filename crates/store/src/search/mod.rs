@@ -133,6 +133,37 @@ pub struct SearchEntry {
     pub written: Option<String>,
 }
 
+impl SearchEntry {
+    /// An entry of `kind` read from event `seq` (stored at `ts_ms`) with `text`, and nothing
+    /// else yet: no session, tool, file or decision.
+    pub fn new(kind: EntryKind, seq: u64, ts_ms: u64, text: String) -> SearchEntry {
+        SearchEntry {
+            session_id: String::new(),
+            seq,
+            place: 0,
+            ts_ms,
+            kind,
+            tool: None,
+            tool_use_id: None,
+            paths: Vec::new(),
+            command: None,
+            decision: None,
+            decided_by: None,
+            who: None,
+            origin: None,
+            token: None,
+            run: None,
+            model: None,
+            project: String::new(),
+            node: None,
+            worktree: false,
+            cost_usd: 0.0,
+            text,
+            written: None,
+        }
+    }
+}
+
 /// What to look for: every filter given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SearchQuery {
