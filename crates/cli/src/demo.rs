@@ -107,6 +107,7 @@ async fn run(mut args: DemoArgs) -> Result<(), (u8, String)> {
         notify: Default::default(),
         budget: Default::default(),
         node: None,
+        traces: None,
         bus: None,
         placement: Default::default(),
         clock: Default::default(),

@@ -59,6 +59,12 @@ pub(crate) struct ServeArgs {
     /// projects' directories, tools and models.
     #[arg(long, value_name = "ADDR", env = "SWITCHBOARD_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Send OpenTelemetry traces (a span per turn, a child per tool call and per wait for a
+    /// person; docs/observability.md) to this OTLP/gRPC collector: http://HOST:4317. Off by
+    /// default. A collector's key goes in SWITCHBOARD_OTLP_HEADERS (name=value,...), never on
+    /// the command line.
+    #[arg(long, value_name = "URL", env = "SWITCHBOARD_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// The token externally launched CLIs present at the relay endpoint `/` (as
     /// `CLAUDE_CODE_SESSION_ACCESS_TOKEN`); default: one of its own, kept in the data
     /// directory (`ingress-token`), never the API token: a CLI's environment is its tools'.
@@ -246,6 +252,21 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             "--no-auth cannot be used with --public-url: behind a proxy or a tunnel every request would look local".to_owned(),
         ));
     }
+    let traces = match &args.otlp_endpoint {
+        Some(endpoint) => {
+            let mut options = switchboard_server::traces::TraceOptions::new(endpoint.clone());
+            if let Some(headers) = std::env::var_os("SWITCHBOARD_OTLP_HEADERS") {
+                let headers = headers
+                    .into_string()
+                    .map_err(|_| (2, "SWITCHBOARD_OTLP_HEADERS is not UTF-8".to_owned()))?;
+                options.headers = switchboard_server::traces::TraceOptions::parse_headers(&headers)
+                    .map_err(|error| (2, format!("SWITCHBOARD_OTLP_HEADERS: {error}")))?;
+            }
+            options.check().map_err(|error| (2, error))?;
+            Some(options)
+        }
+        None => None,
+    };
     let data_dir = DataDir::new(args.data.resolve());
     data_dir
         .create()
@@ -401,6 +422,7 @@ async fn run(args: ServeArgs) -> Result<(), (u8, String)> {
             }
         },
         node,
+        traces,
         bus,
         placement: switchboard_server::daemon::Placement {
             roots: args

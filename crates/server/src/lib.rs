@@ -57,6 +57,7 @@ pub mod socket;
 pub mod terminal;
 mod text;
 pub mod tokens;
+pub mod traces;
 pub mod transcripts;
 mod ui;
 pub mod unattended;

@@ -414,6 +414,32 @@ async fn no_auth_is_refused_off_loopback_and_clients_without_a_daemon_say_so() {
     assert!(err.contains("no running daemon found"), "{err}");
 }
 
+/// A bad OTLP endpoint or header is refused at start, naming it, and a header's value never
+/// shows in the error.
+#[tokio::test]
+#[allow(clippy::disallowed_methods)] // tests run our own binary
+async fn bad_trace_settings_are_refused_at_start() {
+    let data = tempfile::tempdir().unwrap();
+    for (endpoint, headers, says) in [
+        ("localhost:4317", None, "is not http://HOST:PORT"),
+        ("ftp://127.0.0.1:4317", None, "is not http://HOST:PORT"),
+        ("http://127.0.0.1:4317", Some("authorization"), "is name=value"),
+        ("http://127.0.0.1:4317", Some("bad name=secret-value"), "is not a header's name"),
+    ] {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--otlp-endpoint", endpoint]);
+        command.arg("--data-dir").arg(data.path());
+        if let Some(headers) = headers {
+            command.env("SWITCHBOARD_OTLP_HEADERS", headers);
+        }
+        let output = command.output().await.unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{endpoint} {headers:?}: {stderr}");
+        assert!(stderr.contains(says), "{endpoint} {headers:?}: {stderr}");
+        assert!(!stderr.contains("secret-value"), "{stderr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_explicit_token_is_required_and_the_wrong_one_is_refused() {
     let api = FakeApi::start(Scenario::new()).await.unwrap();

@@ -59,6 +59,8 @@ pub struct DaemonConfig {
     /// records carry it, and at start it ends only the sessions it ran itself. `None` on a
     /// daemon of its own.
     pub node: Option<String>,
+    /// Where the turns' spans go (`serve --otlp-endpoint`); `None`: no traces.
+    pub traces: Option<crate::traces::TraceOptions>,
     /// The bus between daemons sharing the database (`serve --nats-url`): the live tail of
     /// sessions that run on other nodes, and commands forwarded to them ([`crate::bus`]).
     pub bus: Option<Arc<crate::bus::Bus>>,

@@ -154,6 +154,9 @@ pub(super) struct LiveSession {
     /// What the search index keeps of its updates, read as the pump projects them
     /// ([`crate::search::finder`]).
     pub(super) finder: Mutex<crate::search::finder::Finder>,
+    /// The spans of its turns, fed as the pump projects them while traces are sent
+    /// ([`crate::traces::tracer`]).
+    pub(super) tracer: Mutex<crate::traces::tracer::SessionTracer>,
 }
 
 /// A session's current run (see [`LiveSession::run`]).
@@ -174,8 +177,14 @@ impl LiveSession {
         }
         projector.continue_from_cost(record.cost_usd);
         let finder = crate::search::finder::Finder::new(record.model.clone());
+        let tracer = crate::traces::tracer::SessionTracer::new(
+            &record.id,
+            &record.cwd,
+            record.model.clone(),
+        );
         LiveSession {
             finder: Mutex::new(finder),
+            tracer: Mutex::new(tracer),
             run: Mutex::new(Run::default()),
             record: Mutex::new(record),
             projector: Mutex::new(projector),

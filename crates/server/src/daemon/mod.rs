@@ -62,6 +62,7 @@ mod schedules;
 mod search;
 mod subscription;
 mod terminal;
+mod traces;
 mod trial;
 mod triggers;
 mod unsettled;
@@ -199,6 +200,8 @@ pub struct Daemon {
     audit_queue: mpsc::UnboundedSender<audit::AuditWaiting>,
     /// What waits for the search index's writer ([`search::write_index`]).
     indexer: search::Indexer,
+    /// Where the turns' spans go, when they are sent ([`crate::traces`]).
+    traces: Option<crate::traces::Traces>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
     books: crate::schedules::book::Books,
     /// Held by the dry run going on ([`Daemon::trial`]): one at a time.
@@ -271,6 +274,13 @@ impl Daemon {
         let books = crate::schedules::book::Books::open(book_store, config.budget.shared.is_some())
             .await
             .map_err(DaemonError::Invalid)?;
+        let traces = match &config.traces {
+            Some(options) => Some(
+                crate::traces::Traces::start(options, config.node.as_deref())
+                    .map_err(DaemonError::Invalid)?,
+            ),
+            None => None,
+        };
         let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| Daemon {
             worktree_ops: tokio::sync::Mutex::new(()),
             watchers: Arc::default(),
@@ -293,11 +303,13 @@ impl Daemon {
                 Box::new(measures::Measures),
                 Box::new(audit::Audits),
                 Box::new(search::Indexing),
+                Box::new(traces::Tracing),
                 Box::new(pump::Records),
             ],
             metrics,
             audit_queue,
             indexer: search::Indexer::default(),
+            traces,
             budgets,
             usage,
             books,
@@ -1430,6 +1442,10 @@ impl Daemon {
             }
         });
         futures::future::join(self.warm.close(), futures::future::join_all(stops)).await;
+        // The turns the stops ended are sent before the daemon goes.
+        if let Some(traces) = &self.traces {
+            traces.close().await;
+        }
     }
 }
 

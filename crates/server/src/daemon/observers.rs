@@ -3,7 +3,7 @@
 //! The pump stores and numbers a batch and projects it, then gives one [`Stored`] to each
 //! observer the daemon registered when it opened (`Daemon::open`), in order: the notices, the
 //! budgets, the usage windows, the relay's frontends, parked requests, a run's end (`schedules::RunEnds`), the metrics
-//! (`measures::Measures`), the audit trail, the search index (`search::Indexing`), the record
+//! (`measures::Measures`), the audit trail, the search index (`search::Indexing`), the traces (`traces::Tracing`), the record
 //! writer; then it hands the batch to the session's
 //! subscribers (the live tail), so that a budget the batch reached has paused the session
 //! before anyone sees the turn end. An observer sees only what is stored, so the
@@ -49,6 +49,8 @@ pub(super) struct Stored<'a> {
     /// What the search index keeps of it, as the projection read it (the session's facts
     /// not in them yet: `search::Indexing` adds them).
     pub found: Vec<switchboard_store::SearchEntry>,
+    /// The spans that ended in it, when traces are sent (`traces::Tracing` sends them).
+    pub traced: Vec<crate::traces::tracer::Finished>,
 }
 
 /// What an observer still has to wait for (the relay, on its slowest frontend).

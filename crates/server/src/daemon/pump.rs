@@ -361,7 +361,12 @@ pub(super) async fn publish(
     let mut spent = 0.0;
     let mut measured = crate::metrics::Measured::default();
     let before = *seq;
-    let mut found = Finding { before, ts_ms: records[0].ts_ms, entries: Vec::new() };
+    let mut found = Finding {
+        before,
+        ts_ms: records[0].ts_ms,
+        entries: Vec::new(),
+        traced: daemon.traces.is_some().then(Vec::new),
+    };
     let changed = project(live, batch, &mut turn_ends, &mut spent, &mut measured, &mut found);
     *seq += records.len() as u64;
     // The observers first (a budget reached pauses the session before a subscriber sees the
@@ -377,6 +382,7 @@ pub(super) async fn publish(
         relayed: relay,
         measured: &measured,
         found: found.entries,
+        traced: found.traced.unwrap_or_default(),
     };
     for observer in &daemon.observers {
         if let Some(waiting) = observer.stored(daemon, &stored) {
@@ -535,6 +541,9 @@ pub(super) struct Finding {
     ts_ms: u64,
     /// What was found.
     entries: Vec<switchboard_store::SearchEntry>,
+    /// The spans that ended in the batch, when traces are sent (`None`: they are not, and the
+    /// session's tracer is not fed).
+    traced: Option<Vec<crate::traces::tracer::Finished>>,
 }
 
 /// Projects a batch of events and updates the record from the view; whether anything a
@@ -553,6 +562,7 @@ pub(super) fn project(
 ) -> bool {
     let mut projector = live.projector.lock();
     let mut finder = live.finder.lock();
+    let mut tracer = found.traced.is_some().then(|| live.tracer.lock());
     let mut changed = false;
     for (index, event) in batch.iter().enumerate() {
         // The cost follows a result, and may land in the next batch; a dropped or restored
@@ -566,7 +576,11 @@ pub(super) fn project(
         projector.apply(event, &mut |update| {
             changed |= update.changes_summary();
             measured.note(&update);
-            finder.note(found.before + 1 + index as u64, found.ts_ms, &update, &mut found.entries);
+            let seq = found.before + 1 + index as u64;
+            finder.note(seq, found.ts_ms, &update, &mut found.entries);
+            if let (Some(tracer), Some(traced)) = (tracer.as_mut(), found.traced.as_mut()) {
+                tracer.note(seq, found.ts_ms, &update, traced);
+            }
             // What the batch's turns (a subagent's too) cost, for the budgets.
             if let switchboard_session::Update::TurnEnded { cost_usd, .. } = &update {
                 if cost_usd.is_finite() && *cost_usd > 0.0 {

@@ -14,7 +14,7 @@ use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scen
 
 use crate::{seqs, Server};
 
-const NO_SAFETY_NET: BusOptions = BusOptions {
+pub(crate) const NO_SAFETY_NET: BusOptions = BusOptions {
     quiet_check: None,
     heartbeat: std::time::Duration::from_millis(100),
     lost_after: std::time::Duration::from_millis(1500),
@@ -32,7 +32,7 @@ fn event(seq: u64, payload: String) -> EventRecord {
 }
 
 /// A daemon on the test's PostgreSQL and NATS, as node `name` (`configure` changes the rest).
-async fn node(
+pub(crate) async fn node(
     database: &Postgres,
     nats: &Nats,
     name: &str,

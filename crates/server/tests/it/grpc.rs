@@ -500,7 +500,7 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
 }
 
 /// The Python with grpcio-tools that `scripts/install-python.sh` sets up.
-fn python() -> std::path::PathBuf {
+pub(crate) fn python() -> std::path::PathBuf {
     let venv = std::env::var_os("SWITCHBOARD_PYTHON_VENV")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {

@@ -31,6 +31,7 @@ mod scopes;
 mod search;
 mod seed;
 mod terminal;
+mod traces;
 mod trial;
 mod ui;
 mod unsettled;
@@ -95,6 +96,7 @@ impl Server {
             notify: Default::default(),
             budget: Default::default(),
             node: None,
+            traces: None,
             bus: None,
             placement: Default::default(),
             clock: Default::default(),
