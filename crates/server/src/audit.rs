@@ -69,6 +69,10 @@ pub enum AuditEntry {
         session: String,
         /// `exited` or `crashed`.
         state: String,
+        /// Why, when the CLI's own end does not say: the daemon stopped, its node was lost,
+        /// or a relay CLI moved on to another session.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
     },
     /// A named token made.
     TokenCreated {

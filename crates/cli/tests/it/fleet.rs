@@ -517,6 +517,19 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
         "a turn ran on beta"
     );
     assert!(!sandbox.file("never.txt").exists(), "the unanswered call never ran");
+    // The audit trail says the run ended with its node, and the session started again.
+    let trail = http(&beta.url, &beta_token, reqwest::Method::GET, "/api/audit", None).await;
+    let of_it: Vec<&serde_json::Value> = trail["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| &record["entry"])
+        .filter(|entry| entry["session"] == id.as_str())
+        .collect();
+    let kinds: Vec<&str> = of_it.iter().map(|entry| entry["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["session_started", "session_ended", "session_started"], "{trail}");
+    assert_eq!(of_it[1]["why"], "node alpha was lost while it ran");
+    assert_eq!(of_it[2]["resumed"], true);
 }
 
 /// A second daemon under a name a live node already beats with is refused at start, saying

@@ -42,6 +42,7 @@ impl Observer for Audits {
                     entries.push(AuditEntry::SessionEnded {
                         session: s.id.to_owned(),
                         state: to.as_str().to_owned(),
+                        why: None,
                     });
                 }
                 _ => {}
@@ -65,15 +66,32 @@ impl Daemon {
         let record = self.store.get_session(id).await.ok().flatten();
         let cwd = record.as_ref().map(|record| record.cwd.clone()).unwrap_or_default();
         let max_budget_usd = record.as_ref().and_then(|record| record.launch.max_budget_usd);
-        let started_by = record
-            .and_then(|record| record.launch.origin)
-            .map(|origin| format!("token {} ({})", origin.token, origin.face.as_str()));
+        let relayed = record
+            .as_ref()
+            .is_some_and(|record| record.launch.transport == Some(TransportKind::Relay));
+        let started_by = match record.and_then(|record| record.launch.origin) {
+            Some(origin) => Some(format!("token {} ({})", origin.token, origin.face.as_str())),
+            // A CLI that connected to the relay endpoint on its own, with the ingress token.
+            None if relayed => Some("relay CLI (ingress token)".to_owned()),
+            None => None,
+        };
         let entry = AuditEntry::SessionStarted {
             session: id.to_owned(),
             cwd,
             started_by,
             resumed,
             max_budget_usd,
+        };
+        self.audit(entry).await;
+    }
+
+    /// Records that session `id` ended for `why`, where no `exited` or `crashed` state of its
+    /// CLI says so (the daemon stopped, its node was lost, a relay CLI moved on).
+    pub(super) async fn audit_ended(&self, id: &str, why: String) {
+        let entry = AuditEntry::SessionEnded {
+            session: id.to_owned(),
+            state: "exited".into(),
+            why: Some(why),
         };
         self.audit(entry).await;
     }

@@ -448,6 +448,7 @@ impl Daemon {
         record.updated_ms = now_ms();
         self.store.update_session(record).await?;
         self.announce(record);
+        self.audit_ended(&record.id, format!("node {node} was lost while it ran")).await;
         Ok(())
     }
 }

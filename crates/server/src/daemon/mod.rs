@@ -451,11 +451,7 @@ impl Daemon {
             match daemon.store.append(&[note]).await {
                 Ok(()) => {
                     ended.push(record.id.clone());
-                    let entry = crate::audit::AuditEntry::SessionEnded {
-                        session: record.id.clone(),
-                        state: "exited".into(),
-                    };
-                    daemon.audit(entry).await;
+                    daemon.audit_ended(&record.id, "the daemon stopped while it ran".into()).await;
                 }
                 // Another node appended first (it took the session over just now): its log.
                 Err(StoreError::OutOfSequence { .. }) => {}

@@ -31,6 +31,7 @@ impl Daemon {
         let (handle, events) = switchboard_session::spawn_session_on(config, link);
         self.store.create_session(&record).await?;
         self.tell_created(&record);
+        self.audit_started(&id, false).await;
         let route = self.known_route(route_of(&config_policy, &record));
         self.run(record.clone(), handle, events, 0, None, route).await?;
         Ok((record, slot))
@@ -234,6 +235,9 @@ impl Daemon {
         if old_stored {
             self.forget_if_finished(id, live);
         }
+        // The old session ended, the CLI's next one started (or went on: a resume).
+        self.audit_ended(id, format!("its relay CLI moved on to session {next_id}")).await;
+        self.audit_started(&next_id, existing).await;
         Ok((next_id, next, number, last))
     }
 }

@@ -150,6 +150,7 @@ impl Daemon {
             let note = event_record(id, last + 1, "switchboard", "exited", payload.to_string());
             self.store.append(std::slice::from_ref(&note)).await?;
             last += 1;
+            self.audit_ended(id, format!("node {node} was lost while it ran")).await;
         }
         // The answers it resumes with, before its start: a daemon killed before the CLI heard
         // them has its successor resume with them again ([`Daemon::resume_answered`]).

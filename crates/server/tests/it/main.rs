@@ -1701,6 +1701,39 @@ async fn a_relay_cli_gets_a_session_per_claude_session_id() {
     let (_, b_session) = server.get(&format!("/api/sessions/{b}")).await;
     assert_eq!(a_session["running"], true, "{a_session}");
     assert_eq!(b_session["state"], "exited", "{b_session}");
+    // The audit trail: A started by the relay CLI, ended when its CLI moved on to B, B
+    // started, B ended when it went back, A started again (a resume).
+    let deadline = std::time::Instant::now() + WAIT;
+    let records = loop {
+        let (_, page) = server.get("/api/audit").await;
+        let records = page["records"].as_array().unwrap().clone();
+        if records.len() >= 5 {
+            break records;
+        }
+        assert!(std::time::Instant::now() < deadline, "{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let trail: Vec<(&str, &str, bool)> = records
+        .iter()
+        .map(|record| {
+            let entry = &record["entry"];
+            let session = entry["session"].as_str().unwrap();
+            (entry["kind"].as_str().unwrap(), session, entry["resumed"] == true)
+        })
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("session_started", a.as_str(), false),
+            ("session_ended", a.as_str(), false),
+            ("session_started", b.as_str(), false),
+            ("session_ended", b.as_str(), false),
+            ("session_started", a.as_str(), true),
+        ]
+    );
+    assert_eq!(records[0]["entry"]["started_by"], "relay CLI (ingress token)");
+    let moved = format!("its relay CLI moved on to session {b}");
+    assert_eq!(records[1]["entry"]["why"], moved.as_str());
     drop(cli);
     reader.abort();
     server.stop().await;
