@@ -1,9 +1,10 @@
 """An OTLP trace receiver for the traces test: a gRPC server built on the `opentelemetry-proto`
 package from PyPI (the OpenTelemetry project's own generated messages and service).
 
-It listens on 127.0.0.1 at a port of the system's choosing, prints `listening PORT`, then one
-JSON line per span it is sent, with its resource's attributes, and answers every export with
-success. It stops when its standard input closes (the test that started it is gone).
+It listens on 127.0.0.1 at a port of the system's choosing, prints `listening PORT`, then for
+each export a JSON line `{"export": {"headers": {...}}}` and a line `{"span": {...}}` per span
+it holds, with its resource's attributes, and answers every export with success. It stops when
+its standard input closes (the test that started it is gone).
 """
 
 import json
@@ -38,14 +39,15 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
         self.lock = threading.Lock()
 
     def Export(self, request, context):
-        lines = []
+        headers = {key: value for key, value in context.invocation_metadata()}
+        lines = [json.dumps({"export": {"headers": headers}})]
         for resource_spans in request.resource_spans:
             resource = attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     lines.append(
                         json.dumps(
-                            {
+                            {"span": {
                                 "resource": resource,
                                 "scope": scope_spans.scope.name,
                                 "trace_id": span.trace_id.hex(),
@@ -68,7 +70,7 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                                     "code": span.status.code,
                                     "message": span.status.message,
                                 },
-                            }
+                            }}
                         )
                     )
         with self.lock:

@@ -158,6 +158,15 @@ fn queries(now_ms: u64) -> Vec<(&'static str, SearchQuery, Option<GroupBy>)> {
             None,
         ),
         (
+            "decision:deny schedule:nightly group:project (adds up the same few)",
+            SearchQuery {
+                decision: Some("deny".into()),
+                run: Some("schedule:nightly".into()),
+                ..base.clone()
+            },
+            Some(GroupBy::Project),
+        ),
+        (
             "kind:turn since:7d group:project (adds up)",
             SearchQuery { kind: Some(EntryKind::Turn), since_ms: Some(week), ..base.clone() },
             Some(GroupBy::Project),

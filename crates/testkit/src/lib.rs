@@ -10,6 +10,7 @@
 //!   script, for failure paths the real CLI cannot be made to produce on demand.
 //! - [`servers`]: a real PostgreSQL per test, for the fleet's tests.
 
+pub mod otlp;
 pub mod sandbox;
 pub mod servers;
 pub mod ws_proxy;

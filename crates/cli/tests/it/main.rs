@@ -18,6 +18,7 @@ mod search;
 mod serve;
 mod soak;
 mod tidy;
+mod traces;
 mod unsettled;
 
 /// An HTTP client whose every request has a deadline: a daemon that stops answering fails the

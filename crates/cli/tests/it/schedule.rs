@@ -38,7 +38,7 @@ fn started(view: &Value) -> usize {
         .count()
 }
 
-async fn sigterm(mut daemon: Daemon) {
+pub(crate) async fn sigterm(mut daemon: Daemon) {
     let pid = nix::unistd::Pid::from_raw(daemon.child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status =

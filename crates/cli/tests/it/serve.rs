@@ -423,8 +423,9 @@ async fn bad_trace_settings_are_refused_at_start() {
     for (endpoint, headers, says) in [
         ("localhost:4317", None, "is not http://HOST:PORT"),
         ("ftp://127.0.0.1:4317", None, "is not http://HOST:PORT"),
-        ("http://127.0.0.1:4317", Some("authorization"), "is name=value"),
-        ("http://127.0.0.1:4317", Some("bad name=secret-value"), "is not a header's name"),
+        ("https://127.0.0.1:4317", None, "forwards over TLS"),
+        ("http://127.0.0.1:4317", Some("authorization"), "is not name=value"),
+        ("http://127.0.0.1:4317", Some("authorization:secret-value="), "is not a header's name"),
     ] {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"));
         command.args(["serve", "--listen", "127.0.0.1:0", "--otlp-endpoint", endpoint]);

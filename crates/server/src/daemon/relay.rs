@@ -169,6 +169,8 @@ impl Daemon {
         if let Some(tail) = live.tail() {
             let _ = tail.send(Arc::new(rotated));
         }
+        // Ended as soon as its log says so, whatever befalls the rest of the rotation.
+        self.audit_ended(id, format!("its relay CLI moved on to session {next_id}")).await;
         let state = std::mem::replace(&mut old.state, RecordState::Exited);
         old.updated_ms = now_ms();
         *live.record.lock() = old.clone();
@@ -197,6 +199,7 @@ impl Daemon {
             record.updated_ms = now;
             self.store.update_session(&record).await?;
             let last = self.store.last_seq(&next_id).await?;
+            self.audit_started(&next_id, true).await;
             (record, last)
         } else {
             let record = SessionRecord {
@@ -214,6 +217,7 @@ impl Daemon {
             };
             self.store.create_session(&record).await?;
             self.tell_created(&record);
+            self.audit_started(&next_id, false).await;
             (record, 0)
         };
         let (next, number) = self.go_live(record.clone(), handle)?;
@@ -235,9 +239,6 @@ impl Daemon {
         if old_stored {
             self.forget_if_finished(id, live);
         }
-        // The old session ended, the CLI's next one started (or went on: a resume).
-        self.audit_ended(id, format!("its relay CLI moved on to session {next_id}")).await;
-        self.audit_started(&next_id, existing).await;
         Ok((next_id, next, number, last))
     }
 }

@@ -28,9 +28,11 @@ pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HEADER_BYTES: usize = 8192;
 
 /// Where and how traces go.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TraceOptions {
-    /// The collector's OTLP/gRPC address: `http://HOST:4317` (or `https://`).
+    /// The collector's OTLP/gRPC address: `http://HOST:4317`. Plain gRPC only: a collector
+    /// elsewhere is reached through an OpenTelemetry Collector on this machine or network,
+    /// which forwards over TLS.
     pub endpoint: String,
     /// Headers sent with every export (a collector's key): from `SWITCHBOARD_OTLP_HEADERS`,
     /// never from the command line, and never given to the CLIs a session runs.
@@ -49,27 +51,29 @@ impl TraceOptions {
         }
     }
 
-    /// Reads `name=value,name=value` (the OpenTelemetry `OTEL_EXPORTER_OTLP_HEADERS` form; a
-    /// value may be percent-encoded) into [`TraceOptions::headers`].
+    /// Reads `name=value,name=value` (the OpenTelemetry `OTEL_EXPORTER_OTLP_HEADERS` form: a
+    /// value's `%XX` escapes are decoded, nothing else) into [`TraceOptions::headers`]. An
+    /// error names a header by its place, never by its text: a slip may have put a key there.
     pub fn parse_headers(text: &str) -> Result<Vec<(String, String)>, String> {
         if text.len() > MAX_HEADER_BYTES {
             return Err(format!("the OTLP headers are over {MAX_HEADER_BYTES} bytes"));
         }
         let mut headers = Vec::new();
-        for pair in text.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let pairs = text.split(',').map(str::trim).filter(|pair| !pair.is_empty());
+        for (place, pair) in pairs.enumerate().map(|(n, pair)| (n + 1, pair)) {
             let Some((name, value)) = pair.split_once('=') else {
-                return Err(format!("an OTLP header is name=value, not {:?}", cut_name(pair)));
+                return Err(format!("OTLP header {place} is not name=value"));
             };
             let name = name.trim().to_ascii_lowercase();
-            let value: String = form_urlencoded::parse(format!("v={}", value.trim()).as_bytes())
-                .next()
-                .map(|(_, value)| value.into_owned())
-                .unwrap_or_default();
+            let value = percent_encoding::percent_decode_str(value.trim())
+                .decode_utf8()
+                .map_err(|_| format!("OTLP header {place}'s value is not UTF-8 once decoded"))?
+                .into_owned();
             if name.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>().is_err() {
-                return Err(format!("{:?} is not a header's name", cut_name(&name)));
+                return Err(format!("OTLP header {place}'s name is not a header's name"));
             }
             if value.parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>().is_err() {
-                return Err(format!("the OTLP header {name:?} has a value no header can carry"));
+                return Err(format!("OTLP header {place} has a value no header can carry"));
             }
             headers.push((name, value));
         }
@@ -82,11 +86,14 @@ impl TraceOptions {
             .endpoint
             .parse()
             .map_err(|_| format!("--otlp-endpoint {:?} is not an address", self.endpoint))?;
-        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        if uri.scheme_str() == Some("https") {
             return Err(format!(
-                "--otlp-endpoint {:?} is not http://HOST:PORT or https://HOST:PORT",
+                "--otlp-endpoint {:?}: only plain http://HOST:PORT is spoken; send to an OpenTelemetry Collector on this machine or network, which forwards over TLS",
                 self.endpoint
             ));
+        }
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            return Err(format!("--otlp-endpoint {:?} is not http://HOST:PORT", self.endpoint));
         }
         if self.every.is_zero() {
             return Err("the OTLP export interval is 0".into());
@@ -95,15 +102,40 @@ impl TraceOptions {
     }
 }
 
-/// The part of a text shown in an error: at most 40 characters.
-fn cut_name(text: &str) -> String {
-    text.chars().take(40).collect()
+impl std::fmt::Debug for TraceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A header's value is a collector's key: only the names show.
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("TraceOptions")
+            .field("endpoint", &self.endpoint)
+            .field("headers", &names)
+            .field("every", &self.every)
+            .finish()
+    }
+}
+
+/// Puts the daemon's headers on every export, in place of any the OpenTelemetry exporter took
+/// from `OTEL_EXPORTER_OTLP_HEADERS` (set on a machine for Claude Code's own telemetry, and
+/// meant for another collector).
+#[derive(Clone)]
+struct Headers(tonic::metadata::MetadataMap);
+
+impl tonic::service::Interceptor for Headers {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        *request.metadata_mut() = self.0.clone();
+        Ok(request)
+    }
 }
 
 /// The exporter: spans in, OTLP out.
 pub struct Traces {
     provider: SdkTracerProvider,
     tracer: opentelemetry_sdk::trace::SdkTracer,
+    /// Set once the exporter is stopped.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Traces {
@@ -121,15 +153,15 @@ impl Traces {
         let mut metadata = tonic::metadata::MetadataMap::new();
         for (name, value) in &options.headers {
             let name: tonic::metadata::MetadataKey<tonic::metadata::Ascii> =
-                name.parse().map_err(|_| format!("{name:?} is not a header's name"))?;
-            let value = value.parse().map_err(|_| format!("the OTLP header {name:?} is bad"))?;
+                name.parse().map_err(|_| "an OTLP header's name is bad".to_owned())?;
+            let value = value.parse().map_err(|_| "an OTLP header's value is bad".to_owned())?;
             metadata.insert(name, value);
         }
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(options.endpoint.clone())
             .with_timeout(EXPORT_TIMEOUT)
-            .with_metadata(metadata)
+            .with_interceptor(Headers(metadata))
             .build()
             .map_err(|error| format!("the OTLP exporter to {}: {error}", options.endpoint))?;
         let batches = BatchSpanProcessor::builder(exporter)
@@ -148,11 +180,13 @@ impl Traces {
                 resource.with_attribute(KeyValue::new("service.instance.id", node.to_owned()));
         }
         let provider = SdkTracerProvider::builder()
+            // Every span: a sampler from OTEL_TRACES_SAMPLER could keep a call and drop its turn.
+            .with_sampler(opentelemetry_sdk::trace::Sampler::AlwaysOn)
             .with_span_processor(batches)
             .with_resource(resource.build())
             .build();
         let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "switchboard");
-        Ok(Traces { provider, tracer })
+        Ok(Traces { provider, tracer, closed: std::sync::atomic::AtomicBool::new(false) })
     }
 
     /// Hands `spans` to the exporter's queue.
@@ -184,8 +218,11 @@ impl Traces {
     }
 
     /// Sends what waits, and stops the exporter (for shutting the daemon down): on a thread
-    /// that may block, for at most [`EXPORT_TIMEOUT`].
+    /// that may block, for at most [`EXPORT_TIMEOUT`]. Once.
     pub async fn close(&self) {
+        if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let provider = self.provider.clone();
         let closed =
             tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(EXPORT_TIMEOUT));
@@ -194,8 +231,11 @@ impl Traces {
         }
     }
 
-    /// Sends what waits now (the tests', and a daemon's before it stops).
+    /// Sends what waits now, not at the next interval (what a test waits on).
     pub async fn flush(&self) {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let provider = self.provider.clone();
         let flushed = tokio::task::spawn_blocking(move || provider.force_flush());
         if let Ok(Err(error)) = flushed.await {
@@ -221,21 +261,28 @@ mod tests {
             headers,
             [("authorization".into(), "Bearer k1".into()), ("x-team".into(), "ops".into())]
         );
+        // A base64 key keeps its `+` and `=`.
+        let basic = TraceOptions::parse_headers("authorization=Basic a+b/c==").unwrap();
+        assert_eq!(basic, [("authorization".into(), "Basic a+b/c==".into())]);
         for (bad, says) in [
-            ("authorization", "is name=value"),
-            ("bad name=v", "is not a header's name"),
+            ("authorization", "1 is not name=value"),
+            ("x-team=ops,authorization:Bearer sk-secret=", "2's name is not a header's name"),
             ("x=a%0Ab", "no header can carry"),
         ] {
             let error = TraceOptions::parse_headers(bad).unwrap_err();
             assert!(error.contains(says), "{bad}: {error}");
+            assert!(!error.contains("secret"), "{error}");
         }
+        let options = TraceOptions { headers: basic, ..TraceOptions::new("http://h:1") };
+        assert!(!format!("{options:?}").contains("a+b"), "a key never shows in a log");
         assert!(TraceOptions::parse_headers(&"x".repeat(MAX_HEADER_BYTES + 1)).is_err());
     }
 
     #[test]
     fn an_endpoint_is_an_http_address() {
         assert!(TraceOptions::new("http://127.0.0.1:4317").check().is_ok());
-        assert!(TraceOptions::new("https://collector.example:4317").check().is_ok());
+        let refused = TraceOptions::new("https://collector.example:4317").check().unwrap_err();
+        assert!(refused.contains("forwards over TLS"), "{refused}");
         for bad in ["127.0.0.1:4317", "ftp://h:1", "http://", "not an address"] {
             assert!(TraceOptions::new(bad).check().is_err(), "{bad}");
         }

@@ -24,6 +24,8 @@ pub const MAX_OPEN: usize = 1024;
 pub const MAX_EVENTS: usize = 16;
 /// An attribute's text is cut to this many bytes.
 pub const MAX_TEXT: usize = 256;
+/// The longest a turn begun before this node read it is taken to have run.
+const DAY_MS: u64 = 86_400_000;
 
 /// A span that ended, with everything it is exported with.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,11 +117,15 @@ impl Open {
 #[derive(Debug)]
 struct Turn {
     trace_id: TraceId,
+    /// Whether its span names the model (else it is named when the turn ends, once the CLI
+    /// has said it).
+    model_named: bool,
     span: Open,
-    /// Its tool calls by `tool_use_id`.
-    calls: HashMap<String, Open>,
-    /// Its waits for a person by request id.
-    waits: HashMap<String, Open>,
+    /// Its tool calls, by their spans' ids (made from their `tool_use_id`s: a CLI's long id
+    /// is not kept).
+    calls: HashMap<SpanId, Open>,
+    /// Its waits for a person, by their spans' ids (made from their request ids).
+    waits: HashMap<SpanId, Open>,
 }
 
 /// One session's spans, fed its projection's updates in order.
@@ -132,6 +138,8 @@ pub struct SessionTracer {
     /// Prompts sent while a turn ran, each with its seq and uuid: the next turn begins with
     /// the first of them.
     queued: VecDeque<(u64, Option<String>)>,
+    /// The queued prompt that runs once the turn going on has ended (its seq).
+    next: Option<u64>,
 }
 
 impl SessionTracer {
@@ -143,6 +151,7 @@ impl SessionTracer {
             model,
             turn: None,
             queued: VecDeque::new(),
+            next: None,
         }
     }
 
@@ -168,15 +177,21 @@ impl SessionTracer {
             }
             Update::Prompt { queued: false, .. } => {
                 self.end_turn(ts_ms, Ending::Superseded, out);
+                self.next = None;
                 self.begin_turn(seq, ts_ms);
             }
             Update::Dequeued => {
-                self.end_turn(ts_ms, Ending::Superseded, out);
+                // Told just before the result of the turn it follows: that turn ends first,
+                // then this one begins (with its prompt's seq).
                 let begun = self.queued.pop_front().map_or(seq, |(seq, _)| seq);
-                self.begin_turn(begun, ts_ms);
+                if self.turn.is_some() {
+                    self.next = Some(begun);
+                } else {
+                    self.begin_turn(begun, ts_ms);
+                }
             }
-            Update::MessageStarted { parent_tool_use_id, model, .. } => {
-                if model.is_some() && parent_tool_use_id.is_none() {
+            Update::MessageStarted { parent_tool_use_id: None, model, .. } => {
+                if model.is_some() {
                     self.model.clone_from(model);
                 }
                 self.turn_at(seq, ts_ms);
@@ -192,23 +207,27 @@ impl SessionTracer {
                 self.begin_call(seq, ts_ms, tool_use_id, name, parent_tool_use_id.as_deref());
             }
             Update::ToolResult { tool_use_id, is_error, interrupted, .. } => {
+                let key = span_id(&self.session, "tool", tool_use_id);
                 let Some(turn) = &mut self.turn else { return };
-                let Some(mut call) = turn.calls.remove(tool_use_id) else { return };
+                let Some(mut call) = turn.calls.remove(&key) else { return };
                 call.attributes.push(KeyValue::new("switchboard.tool.interrupted", *interrupted));
                 let status = if *is_error { Status::error("the tool failed") } else { Status::Ok };
                 out.push(finish(turn.trace_id, call, ts_ms, status));
             }
             Update::PermissionAsked(pending) => {
                 let session = self.session.clone();
+                let key = span_id(&session, "permission", &pending.request_id);
+                let call = pending.tool_use_id.as_deref().map(|id| span_id(&session, "tool", id));
                 let turn = self.turn_at(seq, ts_ms);
-                if turn.waits.len() >= MAX_OPEN || turn.waits.contains_key(&pending.request_id) {
+                if turn.waits.len() >= MAX_OPEN || turn.waits.contains_key(&key) {
                     return;
                 }
-                let parent = pending
-                    .tool_use_id
-                    .as_ref()
-                    .and_then(|id| turn.calls.get(id))
-                    .map_or(turn.span.span_id, |call| call.span_id);
+                // Under its call (the turn when the CLI names none), never begun before it: the
+                // request's time is the actor's, its call's the store's.
+                let (parent, begun) = match call.and_then(|call| turn.calls.get(&call)) {
+                    Some(call) => (call.span_id, call.start_ms),
+                    None => (turn.span.span_id, turn.span.start_ms),
+                };
                 let mut attributes = vec![
                     KeyValue::new("session.id", session.clone()),
                     KeyValue::new("gen_ai.tool.name", cut(&pending.tool_name)),
@@ -217,14 +236,14 @@ impl SessionTracer {
                 if let Some(rule) = &pending.rule {
                     attributes.push(KeyValue::new("switchboard.permission.rule", cut(rule)));
                 }
-                let start_ms = if pending.asked_at_ms > 0 { pending.asked_at_ms } else { ts_ms };
+                let asked = if pending.asked_at_ms > 0 { pending.asked_at_ms } else { ts_ms };
                 turn.waits.insert(
-                    pending.request_id.clone(),
+                    key,
                     Open {
-                        span_id: span_id(&session, "permission", &pending.request_id),
+                        span_id: key,
                         parent: Some(parent),
                         name: format!("permission {}", cut(&pending.tool_name)),
-                        start_ms,
+                        start_ms: asked.max(begun),
                         attributes,
                         events: Vec::new(),
                     },
@@ -239,10 +258,12 @@ impl SessionTracer {
                 decided_at_ms,
                 ..
             } => {
+                let key = span_id(&self.session, "permission", request_id);
+                let call = tool_use_id.as_deref().map(|id| span_id(&self.session, "tool", id));
                 let Some(turn) = &mut self.turn else { return };
                 let at = if *decided_at_ms > 0 { *decided_at_ms } else { ts_ms };
                 let decided = decided(behavior, by);
-                if let Some(mut wait) = turn.waits.remove(request_id) {
+                if let Some(mut wait) = turn.waits.remove(&key) {
                     wait.attributes.extend(decided);
                     let status = match behavior {
                         Behavior::Allow => Status::Ok,
@@ -255,13 +276,11 @@ impl SessionTracer {
                     // batch), else on the turn.
                     let mut attributes = decided;
                     attributes.push(KeyValue::new("gen_ai.tool.name", cut(tool_name)));
-                    let call =
-                        tool_use_id.as_deref().map(|id| (id, span_id(&self.session, "tool", id)));
-                    if let Some(open) = call.and_then(|(id, _)| turn.calls.get_mut(id)) {
+                    if let Some(open) = call.and_then(|call| turn.calls.get_mut(&call)) {
                         open.event("permission", at, attributes);
-                    } else if let Some(ended) = call.and_then(|(_, span)| {
-                        out.iter_mut().rev().find(|ended| ended.span_id == span)
-                    }) {
+                    } else if let Some(ended) = call
+                        .and_then(|call| out.iter_mut().rev().find(|ended| ended.span_id == call))
+                    {
                         if ended.events.len() < MAX_EVENTS {
                             ended.events.push(("permission".to_owned(), at, attributes));
                         }
@@ -282,8 +301,9 @@ impl SessionTracer {
                 ..
             } => {
                 if self.turn.is_none() {
-                    // Begun before this node read the session: from its reported length.
-                    self.begin_turn(seq, ts_ms.saturating_sub(*duration_ms));
+                    // Begun before this node read the session: from its reported length (a
+                    // day at most: a CLI's number is not trusted to date a span).
+                    self.begin_turn(seq, ts_ms.saturating_sub((*duration_ms).min(DAY_MS)));
                 }
                 let turn = self.turn.as_mut().expect("a turn was begun above");
                 let span = &mut turn.span.attributes;
@@ -294,12 +314,18 @@ impl SessionTracer {
                 if cost_usd.is_finite() {
                     span.push(KeyValue::new("switchboard.cost_usd", *cost_usd));
                 }
-                let ending = if *failed { Ending::Failed(subtype.clone()) } else { Ending::Ended };
+                let ending = if *failed { Ending::Failed(cut(subtype)) } else { Ending::Ended };
                 self.end_turn(ts_ms, ending, out);
+                if let Some(next) = self.next.take() {
+                    self.begin_turn(next, ts_ms);
+                }
             }
-            Update::State { to: SessionState::Exited | SessionState::Crashed, .. } => {
-                self.end_turn(ts_ms, Ending::Gone, out);
+            Update::State { to: to @ (SessionState::Exited | SessionState::Crashed), .. } => {
+                let ending =
+                    if *to == SessionState::Crashed { Ending::Crashed } else { Ending::Exited };
+                self.end_turn(ts_ms, ending, out);
                 self.queued.clear();
+                self.next = None;
             }
             _ => {}
         }
@@ -320,10 +346,12 @@ impl SessionTracer {
             KeyValue::new("switchboard.turn.seq", seq as i64),
             KeyValue::new("switchboard.project", cut(&self.project)),
         ];
+        let model_named = self.model.is_some();
         if let Some(model) = &self.model {
             attributes.push(KeyValue::new("gen_ai.request.model", cut(model)));
         }
         self.turn = Some(Turn {
+            model_named,
             trace_id: turn_trace_id(&self.session, seq),
             span: Open {
                 span_id: span_id(&self.session, "turn", &seq.to_string()),
@@ -346,19 +374,25 @@ impl SessionTracer {
         name: &str,
         subagent: Option<&str>,
     ) {
+        // A subagent's (or a background task's) call after its turn ended begins no turn.
+        if subagent.is_some() && self.turn.is_none() {
+            return;
+        }
         let session = self.session.clone();
+        let key = span_id(&session, "tool", tool_use_id);
+        let task = subagent.map(|id| span_id(&session, "tool", id));
         let turn = self.turn_at(seq, ts_ms);
-        if turn.calls.len() >= MAX_OPEN || turn.calls.contains_key(tool_use_id) {
+        if turn.calls.len() >= MAX_OPEN || turn.calls.contains_key(&key) {
             return;
         }
         // A subagent's call is its Task/Agent call's child.
-        let parent = subagent
-            .and_then(|id| turn.calls.get(id))
+        let parent = task
+            .and_then(|task| turn.calls.get(&task))
             .map_or(turn.span.span_id, |call| call.span_id);
         turn.calls.insert(
-            tool_use_id.to_owned(),
+            key,
             Open {
-                span_id: span_id(&session, "tool", tool_use_id),
+                span_id: key,
                 parent: Some(parent),
                 name: format!("execute_tool {}", cut(name)),
                 start_ms: ts_ms,
@@ -386,13 +420,24 @@ impl SessionTracer {
         left.extend(turn.calls.into_values());
         left.sort_by_key(|open| open.start_ms);
         out.extend(left.into_iter().map(unfinished));
+        let mut span = turn.span;
         let status = match ending {
             Ending::Ended => Status::Ok,
             Ending::Failed(subtype) => Status::error(subtype),
             Ending::Superseded => Status::Unset,
-            Ending::Gone => Status::error("the CLI went away during the turn"),
+            // A CLI let go with a request parked for a person exits too: not an error.
+            Ending::Exited => {
+                span.attributes.push(KeyValue::new("switchboard.turn.ended_by", "exit"));
+                Status::Unset
+            }
+            Ending::Crashed => Status::error("the CLI died during the turn"),
         };
-        out.push(finish(turn.trace_id, turn.span, ts_ms, status));
+        if !turn.model_named {
+            if let Some(model) = &self.model {
+                span.attributes.push(KeyValue::new("gen_ai.request.model", cut(model)));
+            }
+        }
+        out.push(finish(turn.trace_id, span, ts_ms, status));
     }
 }
 
@@ -404,8 +449,10 @@ enum Ending {
     Failed(String),
     /// The next turn began without a result for this one.
     Superseded,
-    /// The CLI exited or died.
-    Gone,
+    /// The CLI exited (or was let go, a request parked for a person).
+    Exited,
+    /// The CLI died.
+    Crashed,
 }
 
 /// A decision's attributes.
@@ -419,7 +466,7 @@ fn decided(behavior: &Behavior, by: &DecidedBy) -> Vec<KeyValue> {
             attributes.push(KeyValue::new("switchboard.permission.who", cut(who)));
         }
         DecidedBy::Policy { rule: Some(rule) } => {
-            attributes.push(KeyValue::new("switchboard.permission.rule", cut(rule)));
+            attributes.push(KeyValue::new("switchboard.permission.decided_rule", cut(rule)));
         }
         _ => {}
     }
@@ -568,6 +615,7 @@ mod tests {
         tracer.note(2, 110, &call("c", "Bash", None), &mut out);
         tracer.note(3, 120, &asked("r", "c", 0), &mut out);
         let gone = Update::State { from: SessionState::Working, to: SessionState::Crashed };
+        // (An exit, as when a request is parked for a person, is no error: status unset.)
         tracer.note(4, 500, &gone, &mut out);
         assert_eq!(out.len(), 3, "{out:#?}");
         let turn = by_name(&out, "turn");
@@ -578,6 +626,69 @@ mod tests {
             assert!(span.attributes.contains(&KeyValue::new("switchboard.unfinished", true)));
         }
         assert_eq!(by_name(&out, "permission Bash").start_ms, 120, "asked with no time: stored");
+    }
+
+    #[test]
+    fn a_queued_prompt_begins_its_turn_once_the_one_before_has_ended() {
+        let mut tracer = SessionTracer::new("s", "/p", None);
+        let mut out = Vec::new();
+        tracer.note(1, 100, &prompt(), &mut out);
+        let queued = Update::Prompt {
+            text: "then".into(),
+            images: Vec::new(),
+            uuid: Some("u2".into()),
+            queued: true,
+        };
+        tracer.note(5, 150, &queued, &mut out);
+        // The projection says it runs just before the first turn's result.
+        tracer.note(9, 200, &Update::Dequeued, &mut out);
+        tracer.note(9, 200, &ended(100), &mut out);
+        assert_eq!(out.len(), 1, "{out:#?}");
+        assert_eq!((out[0].trace_id, out[0].status.clone()), (turn_trace_id("s", 1), Status::Ok));
+        tracer.note(12, 300, &call("c", "Bash", None), &mut out);
+        tracer.note(13, 310, &result("c", false), &mut out);
+        tracer.note(14, 400, &ended(200), &mut out);
+        let second = &out[2];
+        assert_eq!(second.name, "turn");
+        assert_eq!(second.trace_id, turn_trace_id("s", 5), "named by the queued prompt's seq");
+        assert_eq!((second.start_ms, second.end_ms), (200, 400));
+        assert_eq!(out[1].trace_id, second.trace_id, "its call is its own");
+        assert!(second.attributes.contains(&KeyValue::new("gen_ai.usage.input_tokens", 10)));
+    }
+
+    #[test]
+    fn a_subagents_message_after_its_turn_ended_begins_no_turn() {
+        let mut tracer = SessionTracer::new("s", "/p", None);
+        let mut out = Vec::new();
+        tracer.note(1, 100, &prompt(), &mut out);
+        tracer.note(2, 200, &ended(100), &mut out);
+        let late = Update::MessageStarted {
+            message_id: "m".into(),
+            parent_tool_use_id: Some("task".into()),
+            model: None,
+            context_tokens: None,
+        };
+        tracer.note(3, 300, &late, &mut out);
+        tracer.note(4, 310, &call("late", "Bash", Some("task")), &mut out);
+        tracer.note(5, 320, &result("late", false), &mut out);
+        tracer.note(6, 400, &prompt(), &mut out);
+        tracer.note(7, 500, &ended(100), &mut out);
+        let turns: Vec<&Finished> = out.iter().filter(|span| span.name == "turn").collect();
+        assert_eq!(out.len(), 2, "two turns and nothing else: {out:#?}");
+        assert_eq!(turns[1].start_ms, 400);
+    }
+
+    #[test]
+    fn a_wait_never_begins_before_its_call() {
+        let mut tracer = SessionTracer::new("s", "/p", None);
+        let mut out = Vec::new();
+        tracer.note(1, 100, &prompt(), &mut out);
+        tracer.note(2, 150, &call("c", "Bash", None), &mut out);
+        // Asked by the actor's clock just before the store stamped the call.
+        tracer.note(3, 150, &asked("r", "c", 149), &mut out);
+        let person = DecidedBy::Person { who: "ann".into() };
+        tracer.note(4, 160, &decided("r", "c", 160, person), &mut out);
+        assert_eq!((out[0].start_ms, out[0].end_ms), (150, 160));
     }
 
     #[test]

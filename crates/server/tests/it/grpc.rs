@@ -499,26 +499,6 @@ async fn grpc_errors_are_status_codes_with_readable_messages() {
     server.stop().await;
 }
 
-/// The Python with grpcio-tools that `scripts/install-python.sh` sets up.
-pub(crate) fn python() -> std::path::PathBuf {
-    let venv = std::env::var_os("SWITCHBOARD_PYTHON_VENV")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache =
-                std::env::var_os("XDG_CACHE_HOME").map(std::path::PathBuf::from).unwrap_or_else(
-                    || std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"),
-                );
-            cache.join("switchboard/python-grpc")
-        });
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "the Python gRPC client needs grpcio-tools in {}: run scripts/install-python.sh",
-        venv.display()
-    );
-    python
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::disallowed_methods)] // runs Python (not the Claude CLI)
 async fn a_python_client_generated_from_the_proto_creates_subscribes_and_approves() {
@@ -540,7 +520,7 @@ async fn a_python_client_generated_from_the_proto_creates_subscribes_and_approve
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let output = tokio::time::timeout(
         WAIT,
-        tokio::process::Command::new(python())
+        tokio::process::Command::new(switchboard_testkit::otlp::python())
             .arg(root.join("e2e/grpc_client.py"))
             .env("SWITCHBOARD_GRPC", server.base.trim_start_matches("http://"))
             .env("SWITCHBOARD_TOKEN", TOKEN)

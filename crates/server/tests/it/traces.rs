@@ -6,80 +6,41 @@
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use serde_json::{json, Value};
 use switchboard_server::traces::tracer::turn_trace_id;
 use switchboard_server::traces::TraceOptions;
 use switchboard_store::{SqliteStore, Store};
+use switchboard_testkit::otlp::OtlpReceiver;
 use switchboard_testkit::{CliSandbox, FakeApi, Reply, Scenario};
-use tokio::io::AsyncBufReadExt;
 
 use crate::{Server, WAIT};
 
 /// Asks for Bash, allows Read.
 const POLICY: &str = "[permissions]\nallow = [\"Read\"]\nask = [\"Bash\"]\n";
 
-/// The receiver, and every span it was sent.
-struct Receiver {
-    endpoint: String,
-    spans: Arc<Mutex<Vec<Value>>>,
-    _child: tokio::process::Child,
-}
-
-impl Receiver {
-    #[allow(clippy::disallowed_methods)] // runs Python (not the Claude CLI)
-    async fn start() -> Receiver {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let mut child = tokio::process::Command::new(crate::grpc::python())
-            .arg(root.join("e2e/otlp_receiver.py"))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(WAIT, lines.next_line())
-            .await
-            .expect("the receiver listens in time")
-            .unwrap()
-            .expect("the receiver says where it listens");
-        let port = first.strip_prefix("listening ").expect("listening PORT").to_owned();
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let heard = spans.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                heard.lock().push(serde_json::from_str::<Value>(&line).unwrap());
-            }
-        });
-        Receiver { endpoint: format!("http://127.0.0.1:{port}"), spans, _child: child }
-    }
-
-    /// The spans of `session`, once `done` holds of them (the daemons are flushed first, and
-    /// again while it does not), within [`WAIT`].
-    async fn spans_of(
-        &self,
-        servers: &[&Server],
-        session: &str,
-        done: impl Fn(&[Value]) -> bool,
-    ) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            for server in servers {
-                server.daemon.flush_traces().await;
-            }
-            let spans: Vec<Value> = self
-                .spans
-                .lock()
-                .iter()
-                .filter(|span| span["attributes"]["session.id"] == session)
-                .cloned()
-                .collect();
-            if done(&spans) {
-                return spans;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "spans of {session}: {spans:#?}");
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+/// The spans of `session` that `receiver` was sent, once `done` holds of them (the daemons
+/// are flushed first, and again while it does not), within [`WAIT`].
+async fn spans_of(
+    receiver: &OtlpReceiver,
+    servers: &[&Server],
+    session: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        for server in servers {
+            server.daemon.flush_traces().await;
         }
+        let spans: Vec<Value> = receiver
+            .spans()
+            .into_iter()
+            .filter(|span| span["attributes"]["session.id"] == session)
+            .collect();
+        if done(&spans) {
+            return spans;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "spans of {session}: {spans:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
@@ -111,7 +72,7 @@ const ERROR: i64 = 2;
 /// in the second, a Bash a person denies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_is_a_trace_with_its_tool_calls_and_a_persons_waits() {
-    let receiver = Receiver::start().await;
+    let receiver = OtlpReceiver::start().await;
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::tool_use("Read", json!({"file_path": "notes.txt"})).when_prompt("RUN"))
@@ -130,7 +91,7 @@ async fn a_turn_is_a_trace_with_its_tool_calls_and_a_persons_waits() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
     let server = Server::start_with(store, &api, &sandbox, |config| {
-        config.traces = Some(traced(&receiver.endpoint));
+        config.traces = Some(traced(receiver.endpoint()));
     })
     .await;
     let (id, mut ws) = server
@@ -153,11 +114,10 @@ async fn a_turn_is_a_trace_with_its_tool_calls_and_a_persons_waits() {
             assert_eq!(status, 202, "{sent}");
         }
     }
-    let spans = receiver
-        .spans_of(&[&server], &id, |spans| {
-            named(spans, "turn").len() == 2 && named(spans, "permission Bash").len() == 2
-        })
-        .await;
+    let spans = spans_of(&receiver, &[&server], &id, |spans| {
+        named(spans, "turn").len() == 2 && named(spans, "permission Bash").len() == 2
+    })
+    .await;
     // Nothing twice: a span per turn, per call, per wait.
     assert_eq!(spans.len(), 2 + 3 + 2, "{spans:#?}");
     let turns = named(&spans, "turn");
@@ -257,7 +217,7 @@ async fn a_collector_that_is_away_holds_nothing_up() {
 async fn a_fleets_nodes_each_send_the_turns_they_run() {
     let Some(database) = switchboard_testkit::servers::Postgres::start() else { return };
     let Some(nats) = switchboard_testkit::servers::Nats::start() else { return };
-    let receiver = Receiver::start().await;
+    let receiver = OtlpReceiver::start().await;
     let api = FakeApi::start(
         Scenario::new()
             .reply(Reply::tool_use("Bash", json!({"command": "echo fleet"})).when_prompt("RUN"))
@@ -269,7 +229,7 @@ async fn a_fleets_nodes_each_send_the_turns_they_run() {
     let sandbox = CliSandbox::new().unwrap();
     let mut nodes = Vec::new();
     for name in ["a", "b"] {
-        let endpoint = receiver.endpoint.clone();
+        let endpoint = receiver.endpoint().to_owned();
         nodes.push(
             crate::bus::node(
                 &database,
@@ -310,7 +270,7 @@ async fn a_fleets_nodes_each_send_the_turns_they_run() {
     ws.until(crate::is_result).await;
 
     let servers = [a, b];
-    let spans = receiver.spans_of(&servers, &on_a, |spans| named(spans, "turn").len() == 1).await;
+    let spans = spans_of(&receiver, &servers, &on_a, |spans| named(spans, "turn").len() == 1).await;
     assert_eq!(spans.len(), 3, "a turn, its call, its wait: {spans:#?}");
     for span in &spans {
         assert_eq!(span["resource"]["service.instance.id"], "a", "sent by the node that ran it");
@@ -319,7 +279,7 @@ async fn a_fleets_nodes_each_send_the_turns_they_run() {
     let wait = named(&spans, "permission Bash")[0];
     assert_eq!(wait["attributes"]["switchboard.permission.decided_by"], "person");
     assert_eq!(wait["attributes"]["switchboard.permission.decision"], "allow");
-    let spans = receiver.spans_of(&servers, &on_b, |spans| named(spans, "turn").len() == 1).await;
+    let spans = spans_of(&receiver, &servers, &on_b, |spans| named(spans, "turn").len() == 1).await;
     assert_eq!(spans.len(), 1, "{spans:#?}");
     assert_eq!(spans[0]["resource"]["service.instance.id"], "b");
     for node in nodes {
