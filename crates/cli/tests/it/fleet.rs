@@ -485,6 +485,17 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
     assert_eq!(alpha_status["lost"], true, "{nodes:?}");
     let store = PostgresStore::connect(&url).await.unwrap();
     let before = store.events_after(&id, 0, 100_000).await.unwrap();
+    // As if alpha died before its index writer wrote what it stored of the session.
+    let (sql, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    sql.batch_execute(&format!(
+        "DELETE FROM switchboard.search_paths WHERE entry IN
+             (SELECT id FROM switchboard.search_entries WHERE session_id = '{id}');
+         DELETE FROM switchboard.search_entries WHERE session_id = '{id}';
+         DELETE FROM switchboard.search_marks WHERE session_id = '{id}';"
+    ))
+    .await
+    .unwrap();
 
     let resumed = http(
         &beta.url,
@@ -530,6 +541,23 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
     assert_eq!(kinds, ["session_started", "session_ended", "session_started"], "{trail}");
     assert_eq!(of_it[1]["why"], "node alpha was lost while it ran");
     assert_eq!(of_it[2]["resumed"], true);
+    // Beta read again what alpha stored and never indexed, naming alpha; its own turn names it.
+    let query = format!("/api/search?q=session:{id}%20kind:prompt");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let prompts = loop {
+        let found = http(&beta.url, &beta_token, reqwest::Method::GET, &query, None).await;
+        let hits = found["hits"].as_array().cloned().unwrap_or_default();
+        if hits.len() == 2 && found["behind"] == 0 {
+            break hits;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{found}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let seen: Vec<(&str, &str)> = prompts
+        .iter()
+        .map(|hit| (hit["text"].as_str().unwrap(), hit["node"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen, [("AGAIN", "beta"), ("FIRST", "alpha")]);
 }
 
 /// A second daemon under a name a live node already beats with is refused at start, saying

@@ -140,6 +140,10 @@ impl Daemon {
         let id = id.as_str();
         let mut last = self.store.last_seq(id).await?;
         if lost {
+            // What the lost node stored and may never have indexed is read again here, its
+            // entries naming that node.
+            let theirs = SessionRecord { node: taken_from.map(str::to_owned), ..record.clone() };
+            self.reindex_taken_over(theirs, last);
             // Its run ended with its node: said in the log, as a daemon's restart says it.
             let node = taken_from.unwrap_or_default();
             let here = self.config.node.as_deref().unwrap_or_default();

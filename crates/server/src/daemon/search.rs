@@ -12,6 +12,8 @@
 //! - **At start**, every session this node may write whose mark is behind its log is read
 //!   again from the log, one at a time, in the background: entries already kept are kept once.
 //!   The store's own sessions only: one another node runs is that node's to index.
+//! - **A session taken over** from a lost node is read again the same way as it resumes here
+//!   ([`Daemon::reindex_taken_over`]): the lost node may have stored events it never indexed.
 
 use std::collections::HashSet;
 
@@ -99,6 +101,8 @@ pub(super) struct Indexer {
     wake: Arc<Notify>,
     /// Sessions the rebuild at start has still to read.
     rebuilding: std::sync::atomic::AtomicUsize,
+    /// Sessions taken over from a lost node being read again ([`Daemon::reindex_taken_over`]).
+    rereading: std::sync::atomic::AtomicUsize,
     /// Whether the rebuild is done and nothing waits or is being written: the index holds
     /// every stored event's entries (but those left behind). Changed under `pending`'s lock.
     settled: watch::Sender<bool>,
@@ -111,6 +115,7 @@ impl Default for Indexer {
             wake: Arc::new(Notify::new()),
             // The rebuild at start has not counted its sessions yet.
             rebuilding: std::sync::atomic::AtomicUsize::new(1),
+            rereading: std::sync::atomic::AtomicUsize::new(0),
             settled: watch::channel(false).0,
         }
     }
@@ -160,6 +165,7 @@ impl Indexer {
     /// those left behind since.
     pub(super) fn behind(&self) -> usize {
         self.rebuilding.load(std::sync::atomic::Ordering::Relaxed)
+            + self.rereading.load(std::sync::atomic::Ordering::Relaxed)
             + self.pending.lock().behind.len()
     }
 }
@@ -185,6 +191,7 @@ pub(super) async fn write_index(daemon: std::sync::Weak<Daemon>) {
             if taken.0.is_empty()
                 && taken.1.is_empty()
                 && me.indexer.rebuilding.load(std::sync::atomic::Ordering::Relaxed) == 0
+                && me.indexer.rereading.load(std::sync::atomic::Ordering::Relaxed) == 0
             {
                 me.indexer.settled.send_if_modified(|settled| !std::mem::replace(settled, true));
             }
@@ -250,7 +257,7 @@ pub(super) async fn rebuild_index(daemon: std::sync::Weak<Daemon>) {
     for record in mine {
         let Some(me) = daemon.upgrade() else { return };
         let mark = marks.get(&record.id).copied().unwrap_or(0);
-        match me.rebuild_session(&record, mark).await {
+        match me.rebuild_session(&record, mark, None).await {
             Ok(events) => {
                 read += events;
                 me.indexer.pending.lock().whole.insert(record.id.clone());
@@ -267,6 +274,18 @@ pub(super) async fn rebuild_index(daemon: std::sync::Weak<Daemon>) {
     }
 }
 
+/// Counts a session taken over as read once dropped (read, or failed), and wakes the writer.
+struct Reread(std::sync::Weak<Daemon>);
+
+impl Drop for Reread {
+    fn drop(&mut self) {
+        if let Some(daemon) = self.0.upgrade() {
+            daemon.indexer.rereading.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            daemon.indexer.wake.notify_one();
+        }
+    }
+}
+
 /// Wakes the index's writer when dropped (the rebuild ends, or fails).
 struct WakeOnDrop(std::sync::Weak<Daemon>);
 
@@ -280,6 +299,43 @@ impl Drop for WakeOnDrop {
 }
 
 impl Daemon {
+    /// Reads again, in the background, what the index misses of session `record`, taken over
+    /// from a lost node as it resumes here, up to `last`, the last event that node stored (its
+    /// entries name that node); its index is whole on this node after.
+    pub(super) fn reindex_taken_over(self: &Arc<Self>, record: SessionRecord, last: u64) {
+        {
+            // Not settled again until it is read (the writer says when, under this lock).
+            let _pending = self.indexer.pending.lock();
+            self.indexer.rereading.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.indexer.settled.send_replace(false);
+        }
+        let daemon = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let _done = Reread(daemon.clone());
+            let Some(me) = daemon.upgrade() else { return };
+            let Some(index) = me.store.search_index() else { return };
+            let read = match index.marks().await {
+                Ok(marks) => {
+                    let mark = marks.get(&record.id).copied().unwrap_or(0);
+                    me.rebuild_session(&record, mark, Some(last)).await
+                }
+                Err(error) => Err(error.into()),
+            };
+            match read {
+                Ok(events) => {
+                    me.indexer.pending.lock().whole.insert(record.id.clone());
+                    if events > 0 {
+                        tracing::info!(session = %record.id, events, "a session taken over was indexed again from its log");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(session = %record.id, %error, "the search index of a session taken over could not be read again");
+                    me.indexer.pending.lock().left_behind(&record.id);
+                }
+            }
+        });
+    }
+
     /// Returns once the index is settled: the rebuild at start is done, and every stored
     /// event's entries are written (but those left behind; see the module's notes).
     pub async fn search_settled(&self) {
@@ -287,10 +343,18 @@ impl Daemon {
         let _ = settled.wait_for(|settled| *settled).await;
     }
 
-    /// Reads session `record`'s log again from its start, indexing what follows `mark`; how
-    /// many events it read (0: its index was whole).
-    async fn rebuild_session(&self, record: &SessionRecord, mark: u64) -> Result<u64, DaemonError> {
-        let last = self.store.last_seq(&record.id).await?;
+    /// Reads session `record`'s log again from its start, indexing what follows `mark` up to
+    /// `last` (`None`: its last event now); how many events it read (0: its index was whole).
+    async fn rebuild_session(
+        &self,
+        record: &SessionRecord,
+        mark: u64,
+        last: Option<u64>,
+    ) -> Result<u64, DaemonError> {
+        let last = match last {
+            Some(last) => last,
+            None => self.store.last_seq(&record.id).await?,
+        };
         if last <= mark {
             return Ok(0);
         }
