@@ -87,7 +87,7 @@ fn the_example_policy_parses() {
 
 /// The code of one of the server's modules, without comments and without its trailing
 /// `#[cfg(test)] mod tests`: `NAME.rs`, or every file of the folder `NAME/` (a module split into
-/// parts of its own).
+/// parts of its own) but its `tests.rs` (its tests, in a file of their own).
 fn module_code(dir: &Path, module: &str) -> String {
     let file = dir.join(format!("{module}.rs"));
     let files: Vec<std::path::PathBuf> = if file.exists() {
@@ -97,6 +97,7 @@ fn module_code(dir: &Path, module: &str) -> String {
             .unwrap()
             .map(|entry| entry.unwrap().path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+            .filter(|path| !path.ends_with("tests.rs"))
             .collect();
         parts.sort();
         parts

@@ -59,8 +59,18 @@ pub(crate) fn allow_then_deny() -> Scenario {
 /// A session (against [`allow_then_deny`]) in which a person allows the first Bash call and,
 /// in a second turn, denies the next; its id and its feed, once both turns ended.
 pub(crate) async fn allowed_then_denied(server: &Server, sandbox: &CliSandbox) -> (String, Ws) {
+    allowed_then_denied_under(server, sandbox, ASKING).await
+}
+
+/// [`allowed_then_denied`] under `policy`, against a scenario whose first turn ends `ran it`
+/// and whose second (`DENY it`) ends `not then` once denied with `not today`.
+pub(crate) async fn allowed_then_denied_under(
+    server: &Server,
+    sandbox: &CliSandbox,
+    policy: &str,
+) -> (String, Ws) {
     let (id, mut ws) = server
-        .open_session(json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "policy": ASKING}))
+        .open_session(json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "policy": policy}))
         .await;
     for (answer, result) in [
         (json!({"behavior": "allow"}), "ran it"),

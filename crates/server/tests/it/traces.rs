@@ -94,26 +94,7 @@ async fn a_turn_is_a_trace_with_its_tool_calls_and_a_persons_waits() {
         config.traces = Some(traced(receiver.endpoint()));
     })
     .await;
-    let (id, mut ws) = server
-        .open_session(json!({"cwd": sandbox.workdir(), "prompt": "RUN it", "policy": POLICY}))
-        .await;
-    for (answer, result) in [
-        (json!({"behavior": "allow"}), "ran it"),
-        (json!({"behavior": "deny", "message": "not today"}), "not then"),
-    ] {
-        let frames = ws.until(|frame| frame["event"]["event"] == "permission_requested").await;
-        let request = frames.last().unwrap()["event"]["request_id"].as_str().unwrap().to_owned();
-        let path = format!("/api/sessions/{id}/permissions/{request}");
-        let (status, answered) = server.post(&path, answer).await;
-        assert_eq!(status, 200, "{answered}");
-        let frames = ws.until(crate::is_result).await;
-        assert_eq!(frames.last().unwrap()["event"]["line"]["result"], result);
-        if result == "ran it" {
-            let path = format!("/api/sessions/{id}/messages");
-            let (status, sent) = server.post(&path, json!({"content": "DENY it"})).await;
-            assert_eq!(status, 202, "{sent}");
-        }
-    }
+    let (id, _) = crate::metrics::allowed_then_denied_under(&server, &sandbox, POLICY).await;
     let spans = spans_of(&receiver, &[&server], &id, |spans| {
         named(spans, "turn").len() == 2 && named(spans, "permission Bash").len() == 2
     })
