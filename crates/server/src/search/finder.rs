@@ -134,6 +134,16 @@ impl Finder {
         Finder { model, calls: VecDeque::new() }
     }
 
+    /// Gives `found` (a decision, or a request) the files and command of the call it is
+    /// about, when that call is among those remembered.
+    fn with_call(&self, tool_use_id: Option<&str>, found: &mut SearchEntry) {
+        let Some(id) = tool_use_id else { return };
+        if let Some(call) = self.calls.iter().rev().find(|call| call.tool_use_id == id) {
+            found.paths.clone_from(&call.paths);
+            found.command.clone_from(&call.command);
+        }
+    }
+
     /// Reads `update`, of the event `seq` stored at `ts_ms`; its entries go to `out` (placed
     /// after those of the same event already there), their paths as the call gave them and
     /// nothing of the session in them yet: [`Facts::apply`] adds that.
@@ -184,14 +194,7 @@ impl Finder {
                 found.tool = Some(pending.tool_name.clone());
                 found.tool_use_id.clone_from(&pending.tool_use_id);
                 found.decision = Some("ask".into());
-                let call = pending
-                    .tool_use_id
-                    .as_ref()
-                    .and_then(|id| self.calls.iter().rev().find(|call| call.tool_use_id == *id));
-                if let Some(call) = call {
-                    found.paths.clone_from(&call.paths);
-                    found.command.clone_from(&call.command);
-                }
+                self.with_call(pending.tool_use_id.as_deref(), &mut found);
                 Some(found)
             }
             Update::PermissionDecided { tool_name, behavior, by, message, tool_use_id, .. } => {
@@ -205,13 +208,7 @@ impl Finder {
                     DecidedBy::Policy { rule } => rule.clone(),
                     _ => None,
                 };
-                let call = tool_use_id
-                    .as_ref()
-                    .and_then(|id| self.calls.iter().rev().find(|call| call.tool_use_id == *id));
-                if let Some(call) = call {
-                    found.paths.clone_from(&call.paths);
-                    found.command.clone_from(&call.command);
-                }
+                self.with_call(tool_use_id.as_deref(), &mut found);
                 Some(found)
             }
             Update::TurnEnded { cost_usd, failed, result, .. } => {

@@ -52,46 +52,35 @@ pub struct Finished {
 
 /// The trace of a session's turn that began with the event at `seq`.
 pub fn turn_trace_id(session: &str, seq: u64) -> TraceId {
-    let digest = Sha256::new()
-        .chain_update(b"switchboard trace\0")
-        .chain_update(session.as_bytes())
-        .chain_update([0])
-        .chain_update(seq.to_be_bytes())
-        .finalize();
-    let mut id = [0u8; 16];
-    id.copy_from_slice(&digest[..16]);
-    // An all-zero id is invalid; one in 2^128 is made valid.
-    if id == [0; 16] {
-        id[15] = 1;
-    }
-    TraceId::from_bytes(id)
+    let parts: [&[u8]; 4] = [b"switchboard trace\0", session.as_bytes(), &[0], &seq.to_be_bytes()];
+    TraceId::from_bytes(digest(&parts))
 }
 
 /// A span's id: of a session's `what` (`turn`, `tool`, `permission`) named `key`.
 fn span_id(session: &str, what: &str, key: &str) -> SpanId {
-    let digest = Sha256::new()
-        .chain_update(b"switchboard span\0")
-        .chain_update(session.as_bytes())
-        .chain_update([0])
-        .chain_update(what.as_bytes())
-        .chain_update([0])
-        .chain_update(key.as_bytes())
-        .finalize();
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&digest[..8]);
-    if id == [0; 8] {
-        id[7] = 1;
+    let parts: [&[u8]; 6] =
+        [b"switchboard span\0", session.as_bytes(), &[0], what.as_bytes(), &[0], key.as_bytes()];
+    SpanId::from_bytes(digest(&parts))
+}
+
+/// The first `N` bytes of SHA-256 over `parts`, one after the other; never all zero (an
+/// all-zero id is invalid: one in 2^64 is made valid).
+fn digest<const N: usize>(parts: &[&[u8]]) -> [u8; N] {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update(part);
     }
-    SpanId::from_bytes(id)
+    let mut id = [0u8; N];
+    id.copy_from_slice(&hash.finalize()[..N]);
+    if id == [0; N] {
+        id[N - 1] = 1;
+    }
+    id
 }
 
 /// `text` cut to [`MAX_TEXT`] bytes, at a character's boundary.
 fn cut(text: &str) -> String {
-    let mut end = text.len().min(MAX_TEXT);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    switchboard_store::search::cut(text, MAX_TEXT).to_owned()
 }
 
 /// A span begun and not ended yet.
@@ -689,6 +678,17 @@ mod tests {
         let person = DecidedBy::Person { who: "ann".into() };
         tracer.note(4, 160, &decided("r", "c", 160, person), &mut out);
         assert_eq!((out[0].start_ms, out[0].end_ms), (150, 160));
+    }
+
+    #[test]
+    fn ids_are_the_documented_digests() {
+        // docs/observability.md: SHA-256 over `switchboard trace\0`, the session, a 0 byte and
+        // the seq (8 bytes, big-endian); the first 16 bytes.
+        let mut text = b"switchboard trace\0s\0".to_vec();
+        text.extend_from_slice(&7u64.to_be_bytes());
+        let whole = Sha256::digest(&text);
+        assert_eq!(turn_trace_id("s", 7).to_bytes(), whole[..16]);
+        assert_ne!(span_id("s", "tool", "a"), span_id("s", "permission", "a"));
     }
 
     #[test]
