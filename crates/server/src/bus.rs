@@ -873,4 +873,7 @@ impl Store for BusStore {
     fn search_index(&self) -> Option<&dyn switchboard_store::Search> {
         self.inner.search_index()
     }
+    fn view_checkpoints(&self) -> Option<&dyn switchboard_store::ViewCheckpoints> {
+        self.inner.view_checkpoints()
+    }
 }

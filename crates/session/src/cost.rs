@@ -7,7 +7,7 @@
 //! into steps and adds them up, for the projection's view and the core's snapshot alike.
 
 /// Running totals in, the session's sum out.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostCounter {
     /// The CLI's last running total.
     last_total: f64,

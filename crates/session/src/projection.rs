@@ -48,7 +48,7 @@ pub const PARTIAL_INPUT_STEP: usize = 16;
 const OPEN_MESSAGES: usize = 64;
 
 /// Streaming state of one content block.
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 struct OpenBlock {
     tool_use_id: Option<String>,
     name: String,
@@ -65,7 +65,7 @@ struct OpenBlock {
 }
 
 /// Streaming state of one assistant message.
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 struct OpenMessage {
     /// Blocks by index.
     blocks: HashMap<u64, OpenBlock>,
@@ -74,13 +74,20 @@ struct OpenMessage {
 }
 
 /// Turns a session's events into [`Update`]s and keeps its [`View`].
-#[derive(Default, Clone)]
+///
+/// Its state is plain data and serialises whole ([`Serialize`], [`Deserialize`]): a projector
+/// read back from what it wrote goes on exactly as the one that wrote it (the daemon stores
+/// checkpoints of a session's view this way, beside its log). The written form is not a wire
+/// format: a reader of another version's may fail, and starts from the log instead.
+#[derive(Default, Clone, Serialize, Deserialize)]
 pub struct Projector {
     view: View,
     messages: HashMap<String, OpenMessage>,
     message_order: VecDeque<String>,
     /// The message streaming now, per parent (`None`: the main conversation), for lines that
-    /// do not name theirs (`stream_event` before 2.1.330 has no `api_message_id`).
+    /// do not name theirs (`stream_event` before 2.1.330 has no `api_message_id`). Written as
+    /// pairs: a key may be `None`, which a JSON object cannot hold.
+    #[serde(with = "pairs")]
     current: HashMap<Option<String>, String>,
     /// Tool names by call id, for results.
     tools: HashMap<String, String>,
@@ -95,19 +102,44 @@ pub struct Projector {
     main_model: Option<String>,
     /// The drifts noticed so far (type/subtype and the part left out): each is told once, not
     /// once per line (a changed stream event would otherwise be thousands of notices a turn).
-    drifts_told: std::collections::HashSet<(String, String)>,
+    drifts_told: std::collections::BTreeSet<(String, String)>,
     /// Leave [`Update::ToolInputDelta`]'s `partial_input` out (a projector whose updates no
     /// one reads one by one: the daemon's own, for the record).
     no_partial_inputs: bool,
     /// The lines are an interactive CLI's transcript ([`Projector::set_transcript`]).
     transcript: bool,
     /// `rewind_files` requests sent (not dry runs) whose answer has not come: request id.
-    rewinds: std::collections::HashSet<String>,
+    rewinds: std::collections::BTreeSet<String>,
     /// File-changing tool calls whose result has not come: call id → the file.
     touching: HashMap<String, String>,
     /// Background tasks off the list whose end has not been told yet, newest last (2.1.250
     /// lists the set without a task before it says how the task ended).
     unlisted_tasks: VecDeque<tasks::BackgroundTask>,
+}
+
+/// A map written as a list of pairs, in its keys' order (its keys need not be strings).
+mod pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::HashMap;
+    use std::hash::Hash;
+
+    pub(super) fn serialize<K: Serialize + Ord, V: Serialize, S: Serializer>(
+        map: &HashMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut pairs: Vec<(&K, &V)> = map.iter().collect();
+        pairs.sort_by(|a, b| a.0.cmp(b.0));
+        serializer.collect_seq(pairs)
+    }
+
+    pub(super) fn deserialize<'de, K, V, D>(deserializer: D) -> Result<HashMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Eq + Hash,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?.into_iter().collect())
+    }
 }
 
 impl std::fmt::Debug for Projector {
@@ -185,10 +217,10 @@ impl Projector {
         self.message_order = VecDeque::new();
         self.current = HashMap::new();
         self.tools = HashMap::new();
-        self.drifts_told = std::collections::HashSet::new();
+        self.drifts_told = std::collections::BTreeSet::new();
         self.interrupting = false;
         // What a CLI that is gone was asked never gets its answer.
-        self.rewinds = std::collections::HashSet::new();
+        self.rewinds = std::collections::BTreeSet::new();
         self.touching = HashMap::new();
     }
 

@@ -47,6 +47,7 @@ pub async fn run(store: &dyn Store) {
     delete_removes_events(store).await;
     outbox(store).await;
     search(store).await;
+    view_checkpoints(store).await;
 }
 
 /// The checks of a store's shared [`crate::Documents`]: written from version 0, then only
@@ -478,5 +479,39 @@ async fn search(store: &dyn Store) {
         .await
         .is_empty());
     assert_eq!(index.marks().await.unwrap().get(a), None);
+    store.delete_session(b).await.unwrap();
+}
+
+/// Checkpoints of a view: the nearest at or before a place, one written twice kept once (the
+/// second), none for a session that is gone, each session's latest, and a deleted session's
+/// gone with it.
+async fn view_checkpoints(store: &dyn Store) {
+    use crate::ViewCheckpoint;
+    let kept = store.view_checkpoints().expect("view checkpoints");
+    let (a, b) = ("views-a", "views-b");
+    store.create_session(&session(a, 1)).await.unwrap();
+    store.create_session(&session(b, 1)).await.unwrap();
+    let at =
+        |seq: u64, state: &[u8]| ViewCheckpoint { seq, ts_ms: 100 + seq, state: state.to_vec() };
+    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), None);
+    kept.put_view_checkpoint(a, &at(2048, b"one")).await.unwrap();
+    kept.put_view_checkpoint(a, &at(4096, &[0, 255, 1])).await.unwrap();
+    kept.put_view_checkpoint(b, &at(2048, b"b")).await.unwrap();
+    kept.put_view_checkpoint(a, &at(2048, b"again")).await.unwrap();
+    kept.put_view_checkpoint("views-gone", &at(2048, b"x")).await.unwrap();
+    assert_eq!(kept.view_checkpoint(a, 2047).await.unwrap(), None);
+    assert_eq!(kept.view_checkpoint(a, 2048).await.unwrap(), Some(at(2048, b"again")));
+    assert_eq!(kept.view_checkpoint(a, 4095).await.unwrap(), Some(at(2048, b"again")));
+    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), Some(at(4096, &[0, 255, 1])));
+    assert_eq!(kept.view_checkpoint("views-gone", u64::MAX).await.unwrap(), None);
+    let marks = kept.view_checkpoint_marks().await.unwrap();
+    assert_eq!(
+        (marks.get(a), marks.get(b), marks.get("views-gone")),
+        (Some(&4096), Some(&2048), None)
+    );
+    store.delete_session(a).await.unwrap();
+    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), None);
+    assert_eq!(kept.view_checkpoint(b, u64::MAX).await.unwrap(), Some(at(2048, b"b")));
+    assert_eq!(kept.view_checkpoint_marks().await.unwrap().get(a), None);
     store.delete_session(b).await.unwrap();
 }

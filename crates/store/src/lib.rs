@@ -40,6 +40,7 @@ mod memory;
 mod postgres;
 pub mod search;
 mod sqlite;
+mod view_checkpoints;
 
 pub use chunks::{CHUNK_BYTES, CHUNK_EVENTS};
 pub use journal::{FOLD_BYTES, FOLD_EVENTS, MAX_UNFOLDED, MAX_UNFOLDED_BYTES};
@@ -55,6 +56,7 @@ pub use sqlite::{
     SqliteOptions, SqliteStore, CHECKPOINT_INTERVAL, FOLD_INTERVAL, MAX_BATCH, READ_CONNECTIONS,
     SEGMENT_BYTES, WAL_RESTART_BYTES,
 };
+pub use view_checkpoints::{ViewCheckpoint, ViewCheckpoints};
 
 /// The `dir` and `kind` most events carry, read back without an allocation each.
 const COMMON_WORDS: &[&str] = &[
@@ -337,6 +339,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Its search index, if it keeps one. Every store here does; a wrapper forwards
     /// its inner store's.
     fn search_index(&self) -> Option<&dyn Search> {
+        None
+    }
+    /// Its checkpoints of sessions' views, if it keeps them. Every store here does; a wrapper
+    /// forwards its inner store's.
+    fn view_checkpoints(&self) -> Option<&dyn ViewCheckpoints> {
         None
     }
 }

@@ -19,6 +19,7 @@ struct Inner {
     next_outbox_id: u64,
     documents: HashMap<String, crate::Document>,
     search: crate::search::memory::Index,
+    view_checkpoints: crate::view_checkpoints::Memory,
 }
 
 impl MemoryStore {
@@ -90,6 +91,7 @@ impl Store for MemoryStore {
         inner.sessions.remove(id);
         inner.events.remove(id);
         inner.search.forget(id);
+        inner.view_checkpoints.forget(id);
         Ok(())
     }
 
@@ -218,6 +220,37 @@ impl Store for MemoryStore {
 
     fn search_index(&self) -> Option<&dyn crate::Search> {
         Some(self)
+    }
+
+    fn view_checkpoints(&self) -> Option<&dyn crate::ViewCheckpoints> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ViewCheckpoints for MemoryStore {
+    async fn put_view_checkpoint(
+        &self,
+        session_id: &str,
+        checkpoint: &crate::ViewCheckpoint,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock()?;
+        if inner.sessions.contains_key(session_id) {
+            inner.view_checkpoints.put(session_id, checkpoint);
+        }
+        Ok(())
+    }
+
+    async fn view_checkpoint(
+        &self,
+        session_id: &str,
+        at: u64,
+    ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
+        Ok(self.lock()?.view_checkpoints.nearest(session_id, at))
+    }
+
+    async fn view_checkpoint_marks(&self) -> Result<HashMap<String, u64>, StoreError> {
+        Ok(self.lock()?.view_checkpoints.marks())
     }
 }
 

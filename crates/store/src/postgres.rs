@@ -133,6 +133,8 @@ const MIGRATIONS: &[&str] = &[
         config = (config::jsonb - 'spent_usd')::text;",
     // The search index (`search::postgres`).
     crate::search::postgres::SCHEMA,
+    // Checkpoints of sessions' views (`view_checkpoints`).
+    crate::view_checkpoints::postgres::SCHEMA,
 ];
 
 /// The store on a PostgreSQL database.
@@ -499,13 +501,13 @@ fn pool_error(error: deadpool_postgres::PoolError) -> StoreError {
 }
 
 /// A seq or a time as PostgreSQL's `BIGINT`; beyond it is refused, not wrapped.
-fn big(value: u64, what: &str) -> Result<i64, StoreError> {
+pub(crate) fn big(value: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(value)
         .map_err(|_| StoreError::Database(format!("{what} {value} is beyond PostgreSQL's BIGINT")))
 }
 
 /// A `BIGINT` read back; a negative one (written by something else) reads as 0.
-fn unsigned(value: i64) -> u64 {
+pub(crate) fn unsigned(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
@@ -868,6 +870,7 @@ impl Store for PostgresStore {
                 .map_err(db)?;
         }
         crate::search::postgres::forget(&transaction, id).await?;
+        crate::view_checkpoints::postgres::forget(&transaction, id).await?;
         transaction
             .execute("DELETE FROM switchboard.sessions WHERE id = $1", &[&id])
             .await
@@ -1037,6 +1040,35 @@ impl Store for PostgresStore {
 
     fn search_index(&self) -> Option<&dyn crate::Search> {
         Some(self)
+    }
+
+    fn view_checkpoints(&self) -> Option<&dyn crate::ViewCheckpoints> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ViewCheckpoints for PostgresStore {
+    async fn put_view_checkpoint(
+        &self,
+        session_id: &str,
+        checkpoint: &crate::ViewCheckpoint,
+    ) -> Result<(), StoreError> {
+        crate::view_checkpoints::postgres::put(&*self.client().await?, session_id, checkpoint).await
+    }
+
+    async fn view_checkpoint(
+        &self,
+        session_id: &str,
+        at: u64,
+    ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
+        crate::view_checkpoints::postgres::nearest(&*self.client().await?, session_id, at).await
+    }
+
+    async fn view_checkpoint_marks(
+        &self,
+    ) -> Result<std::collections::HashMap<String, u64>, StoreError> {
+        crate::view_checkpoints::postgres::marks(&*self.client().await?).await
     }
 }
 

@@ -197,6 +197,8 @@ const MIGRATIONS: &[Migration] = &[
     ),
     // The search index (`search::sqlite`).
     Migration::Sql(crate::search::sqlite::SCHEMA),
+    // Checkpoints of sessions' views (`view_checkpoints`).
+    Migration::Sql(crate::view_checkpoints::sqlite::SCHEMA),
 ];
 
 /// How often the writer folds the journal into the database (a fold also starts early once
@@ -224,6 +226,7 @@ enum WriteOp {
     OutboxDone(u64),
     OutboxForget(String),
     Index(Vec<crate::SearchEntry>, Vec<(String, u64)>),
+    PutViewCheckpoint(String, crate::ViewCheckpoint),
 }
 
 struct Write {
@@ -705,6 +708,7 @@ fn fold(
 /// Deletes a session's record, key and events.
 fn delete_session_rows(connection: &Connection, session_id: &str) -> rusqlite::Result<()> {
     crate::search::sqlite::forget(connection, session_id)?;
+    crate::view_checkpoints::sqlite::forget(connection, session_id)?;
     for statement in [
         "DELETE FROM chunks WHERE session = (SELECT key FROM session_keys WHERE id = ?1)",
         "DELETE FROM session_keys WHERE id = ?1",
@@ -804,6 +808,9 @@ fn apply(connection: &Connection, op: &WriteOp) -> Result<(), StoreError> {
             connection.execute("DELETE FROM outbox WHERE channel = ?1", params![channel])?;
         }
         WriteOp::Index(entries, marks) => crate::search::sqlite::write(connection, entries, marks)?,
+        WriteOp::PutViewCheckpoint(id, checkpoint) => {
+            crate::view_checkpoints::sqlite::put(connection, id, checkpoint)?
+        }
     }
     Ok(())
 }
@@ -1071,6 +1078,39 @@ impl Store for SqliteStore {
 
     fn search_index(&self) -> Option<&dyn crate::Search> {
         Some(self)
+    }
+
+    fn view_checkpoints(&self) -> Option<&dyn crate::ViewCheckpoints> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ViewCheckpoints for SqliteStore {
+    async fn put_view_checkpoint(
+        &self,
+        session_id: &str,
+        checkpoint: &crate::ViewCheckpoint,
+    ) -> Result<(), StoreError> {
+        self.write(WriteOp::PutViewCheckpoint(session_id.to_owned(), checkpoint.clone())).await
+    }
+
+    async fn view_checkpoint(
+        &self,
+        session_id: &str,
+        at: u64,
+    ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
+        let session_id = session_id.to_owned();
+        self.read(move |connection| {
+            crate::view_checkpoints::sqlite::nearest(connection, &session_id, at)
+        })
+        .await
+    }
+
+    async fn view_checkpoint_marks(
+        &self,
+    ) -> Result<std::collections::HashMap<String, u64>, StoreError> {
+        self.read(crate::view_checkpoints::sqlite::marks).await
     }
 }
 

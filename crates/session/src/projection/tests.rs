@@ -1096,3 +1096,67 @@ fn a_prompt_suggestion_is_offered_until_a_prompt_is_sent() {
     run(&mut projector, &[prompt("something else")]);
     assert_eq!(projector.view().prompt_suggestion, None);
 }
+
+/// Every real CLI transcript in the protocol's fixtures, projected once straight through and
+/// once with the projector written out and read back before every event: it writes the same
+/// again, and gives the same updates and the same view, so a checkpoint stored anywhere in a session goes on as if never stored.
+#[test]
+fn a_projector_read_back_from_what_it_wrote_goes_on_the_same() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/fixtures");
+    let mut files = Vec::new();
+    for folder in std::fs::read_dir(&root).unwrap() {
+        let folder = folder.unwrap().path();
+        if folder.is_dir() {
+            for file in std::fs::read_dir(&folder).unwrap() {
+                files.push(file.unwrap().path());
+            }
+        }
+    }
+    files.sort();
+    let mut projected = 0;
+    for file in files.iter().filter(|file| file.extension().is_some_and(|ext| ext == "ndjson")) {
+        let text = std::fs::read_to_string(file).unwrap();
+        let events: Vec<SessionEvent> = text
+            .lines()
+            .filter_map(|entry| {
+                let entry: Value = serde_json::from_str(entry).ok()?;
+                // `in`: written by the CLI; `out`: by the capture client.
+                let direction = match entry.get("dir")?.as_str()? {
+                    "in" => LineDirection::FromCli,
+                    "out" => LineDirection::ToCli,
+                    _ => return None,
+                };
+                let raw = entry.get("msg")?.to_string();
+                let message = Message::decode_str(&raw).ok()?;
+                Some(SessionEvent::Line(WireLine {
+                    direction,
+                    raw: Arc::from(raw.as_str()),
+                    message: Arc::new(message),
+                }))
+            })
+            .collect();
+        for mut straight in [Projector::new(), Projector::without_partial_inputs()] {
+            let mut stored = straight.clone();
+            for (n, event) in events.iter().enumerate() {
+                let written = serde_json::to_value(&stored).unwrap();
+                stored = serde_json::from_value(written.clone()).unwrap();
+                // Objects compare whatever their order (a map's is its hasher's).
+                assert_eq!(
+                    serde_json::to_value(&stored).unwrap(),
+                    written,
+                    "{}: read back before event {n}, it writes otherwise",
+                    file.display()
+                );
+                assert_eq!(
+                    stored.updates(event),
+                    straight.updates(event),
+                    "{}: event {n}",
+                    file.display()
+                );
+            }
+            assert_eq!(stored.view(), straight.view(), "{}", file.display());
+            projected += events.len();
+        }
+    }
+    assert!(projected > 1000, "the fixtures hold {projected} events");
+}
