@@ -17,7 +17,8 @@
 //! - **Checked before use:** a checkpoint remembers the time its event was stored; a replay
 //!   from it reads that event again first, and a log that does not have it (the session was
 //!   deleted and its id used again) is replayed from its start, and its checkpoints dropped.
-//! - Held in memory only: a daemon's first replay of a session passes through all of it once.
+//! - Held here in memory; stored beside the log too ([`crate::daemon`]'s `view_checkpoints`),
+//!   so that a daemon's first read of a session starts from the stored checkpoint nearest it.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -33,6 +34,15 @@ pub const MAX_KEPT: usize = 256;
 /// The most bytes their projectors hold together, about ([`Viewer::approximate_bytes`]); a
 /// projector larger than an eighth of this is not kept.
 pub const MAX_KEPT_BYTES: usize = 32 * 1024 * 1024;
+
+/// The most bytes one checkpoint's projector may hold, about ([`Viewer::approximate_bytes`]):
+/// a larger one is neither kept nor stored.
+pub const MAX_VIEWER_BYTES: usize = MAX_KEPT_BYTES / 8;
+
+/// Whether event `seq` is a checkpoint's place: every [`EVERY`]th.
+pub fn is_place(seq: u64) -> bool {
+    seq != 0 && seq.is_multiple_of(EVERY)
+}
 
 /// One session's projector at one event.
 struct Checkpoint {
@@ -99,20 +109,20 @@ impl Checkpoints {
     }
 
     /// Keeps `viewer` as session `id` stands after event `seq` (stored at `ts_ms`), if `seq` is
-    /// a checkpoint's place and none is kept there.
-    pub fn keep(&self, id: &str, seq: u64, ts_ms: u64, viewer: &Viewer) {
-        if seq == 0 || !seq.is_multiple_of(EVERY) {
-            return;
+    /// a checkpoint's place ([`is_place`]) and none is kept there; whether it was kept now.
+    pub fn keep(&self, id: &str, seq: u64, ts_ms: u64, viewer: &Viewer) -> bool {
+        if !is_place(seq) {
+            return false;
         }
         let bytes = viewer.approximate_bytes();
-        if bytes > MAX_KEPT_BYTES / 8 {
-            return;
+        if bytes > MAX_VIEWER_BYTES {
+            return false;
         }
         let mut inner = self.inner.lock();
         let Inner { kept, bytes: held, clock } = &mut *inner;
         let key = (id.to_owned(), seq);
         if kept.contains_key(&key) {
-            return;
+            return false;
         }
         while !kept.is_empty() && (kept.len() >= MAX_KEPT || *held + bytes > MAX_KEPT_BYTES) {
             let oldest = kept
@@ -126,6 +136,7 @@ impl Checkpoints {
         *clock += 1;
         *held += bytes;
         kept.insert(key, Checkpoint { seq, viewer: viewer.clone(), bytes, ts_ms, used: *clock });
+        true
     }
 
     /// Drops session `id`'s checkpoints (its log is not the one they were taken from).

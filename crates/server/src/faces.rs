@@ -12,8 +12,7 @@ use switchboard_store::SessionRecord;
 use crate::daemon::Daemon;
 use crate::error::ApiError;
 
-/// The most events one page of a session's log holds (`GET …/events`, a replay's page).
-pub const MAX_EVENTS_PAGE: usize = 5000;
+pub use crate::daemon::MAX_EVENTS_PAGE;
 
 /// The largest request body accepted (prompts may carry base64 images).
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -97,91 +96,25 @@ pub(crate) fn permission_mode(name: &str) -> Result<PermissionMode, ApiError> {
 }
 
 /// A viewer that has projected a session's events up to `after`, silently: the state they
-/// leave, for updates from there on. It starts from the nearest checkpoint of the session's
-/// view at or before `after` ([`crate::checkpoints`]), so a page of a long session costs the
-/// events since that checkpoint, not the whole log before it.
+/// leave, for updates from there on, from the nearest checkpoint of the session's view
+/// ([`Daemon::viewer_at`]).
 pub(crate) async fn viewer_at(
     daemon: &Daemon,
     id: &str,
     after: u64,
 ) -> Result<crate::view::Viewer, ApiError> {
-    if let Some(start) = daemon.view_checkpoints().nearest(id, after) {
-        // The checkpoint's own event is read again, to see that this log is the one it was
-        // taken from (a log without it, or with another event there, is not).
-        let mut viewer = Some(start.viewer);
-        let mut confirmed = false;
-        let resumed =
-            project(daemon, id, start.seq - 1, after, &mut viewer, &mut |record, viewer| {
-                if record.seq == start.seq {
-                    confirmed = record.ts_ms == start.ts_ms;
-                }
-                if !confirmed {
-                    // Not the log it was taken from, or the checkpoint's event is missing.
-                    *viewer = None;
-                }
-                record.seq != start.seq
-            })
-            .await?;
-        if let (Some(viewer), true) = (resumed, confirmed) {
-            return Ok(viewer);
-        }
-        daemon.view_checkpoints().forget(id);
-    }
-    replay(daemon, id, after, &mut |_, _| {}).await
+    Ok(daemon.viewer_at(id, after, crate::daemon::Keeping::Read).await?)
 }
 
-/// Projects a session's events up to `after` from its start, page by page, each update to
-/// `visit`; keeps checkpoints of the view on the way.
+/// Projects a session's events up to `after` from its start, each update to `visit`
+/// ([`Daemon::replay_view`]).
 pub(crate) async fn replay(
     daemon: &Daemon,
     id: &str,
     after: u64,
     visit: &mut impl FnMut(&switchboard_store::EventRecord, crate::view::ViewUpdate),
 ) -> Result<crate::view::Viewer, ApiError> {
-    let mut viewer = Some(crate::view::Viewer::new());
-    let projected = project(daemon, id, 0, after, &mut viewer, &mut |record, viewer| {
-        if let Some(viewer) = viewer {
-            viewer.apply(record, &mut |update| visit(record, update));
-        }
-        false
-    })
-    .await?;
-    Ok(projected.unwrap_or_default())
-}
-
-/// Reads session `id`'s events after `from` up to `after`, page by page; each goes to `each`
-/// first (which projects it itself and answers false, or answers true for it to be applied
-/// silently, or drops the viewer to stop), and the view is kept at each checkpoint's place.
-async fn project(
-    daemon: &Daemon,
-    id: &str,
-    from: u64,
-    after: u64,
-    viewer: &mut Option<crate::view::Viewer>,
-    each: &mut impl FnMut(&switchboard_store::EventRecord, &mut Option<crate::view::Viewer>) -> bool,
-) -> Result<Option<crate::view::Viewer>, ApiError> {
-    let checkpoints = daemon.view_checkpoints();
-    let mut position = from;
-    while position < after {
-        let want = usize::try_from(after - position).unwrap_or(usize::MAX).min(MAX_EVENTS_PAGE);
-        let page = daemon
-            .store()
-            .events_after(id, position, want)
-            .await
-            .map_err(crate::daemon::DaemonError::from)?;
-        let Some(last) = page.last() else { break };
-        for record in page.iter().filter(|record| record.seq <= after) {
-            if each(record, viewer) {
-                if let Some(viewer) = viewer.as_mut() {
-                    viewer.apply(record, &mut |_| {});
-                }
-            }
-            let Some(viewer) = viewer.as_ref() else { return Ok(None) };
-            checkpoints.keep(id, record.seq, record.ts_ms, viewer);
-        }
-        position = last.seq;
-    }
-    Ok(viewer.take())
+    Ok(daemon.replay_view(id, after, visit).await?)
 }
 
 /// Whether `caller` may answer request `request_id` of session `id` with `answer`: a token

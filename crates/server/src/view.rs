@@ -198,6 +198,35 @@ impl Viewer {
     pub fn view(&self) -> &switchboard_session::View {
         self.projector.view()
     }
+
+    /// Its state, to store beside the log ([`Viewer::from_state`] reads it back).
+    pub fn to_state(&self) -> Vec<u8> {
+        let state = StateOut { format: STATE_FORMAT, projector: &self.projector };
+        serde_json::to_vec(&state).unwrap_or_default()
+    }
+
+    /// A viewer as [`Viewer::to_state`] wrote it; `None` for a state of another format (or
+    /// none), which a reader replaces by replaying the log.
+    pub fn from_state(state: &[u8]) -> Option<Viewer> {
+        let state: StateIn = serde_json::from_slice(state).ok()?;
+        (state.format == STATE_FORMAT).then_some(Viewer { projector: state.projector })
+    }
+}
+
+/// The format of a stored [`Viewer::to_state`]. Raise it when the projector's state comes to
+/// mean something else: a stored state of another format is not read.
+pub const STATE_FORMAT: u32 = 1;
+
+#[derive(Serialize)]
+struct StateOut<'a> {
+    format: u32,
+    projector: &'a Projector,
+}
+
+#[derive(Deserialize)]
+struct StateIn {
+    format: u32,
+    projector: Projector,
 }
 
 /// History settles: streamed pieces whose whole block is in the same stretch are dropped.

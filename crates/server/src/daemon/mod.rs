@@ -67,6 +67,7 @@ mod trial;
 mod triggers;
 mod unsettled;
 mod usage;
+mod view_checkpoints;
 mod waiting;
 mod workspace;
 
@@ -85,6 +86,7 @@ pub use schedules::{QueueEntry, RunSession, ScheduleList, ScheduleView, WaitingR
 pub use subscription::*;
 pub use trial::{TrialFilter, TrialProgress, TrialSlot};
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
+pub use view_checkpoints::{Keeping, MAX_EVENTS_PAGE};
 pub use workspace::Rewind;
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they
@@ -200,6 +202,9 @@ pub struct Daemon {
     audit_queue: mpsc::UnboundedSender<audit::AuditWaiting>,
     /// What waits for the search index's writer ([`search::write_index`]).
     indexer: search::Indexer,
+    /// The checkpoints of sessions' views stored beside their logs: their writer's queue and
+    /// the catch-ups ([`view_checkpoints`]).
+    stored_checkpoints: view_checkpoints::StoredCheckpoints,
     /// Where the turns' spans go, when they are sent ([`crate::traces`]).
     traces: Option<crate::traces::Traces>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
@@ -228,6 +233,7 @@ impl Daemon {
             config.transcripts.clone().unwrap_or_else(crate::transcripts::Transcripts::from_env);
         let (record_queue, records) = mpsc::unbounded_channel();
         let (audit_queue, audit_waiting) = mpsc::unbounded_channel();
+        let (stored_checkpoints, checkpoint_receivers) = view_checkpoints::StoredCheckpoints::new();
         let warm_total: usize = config.warm.iter().map(|spec| spec.count).sum();
         let max_running = config.placement.max_running();
         if max_running == 0 {
@@ -309,6 +315,7 @@ impl Daemon {
             metrics,
             audit_queue,
             indexer: search::Indexer::default(),
+            stored_checkpoints,
             traces,
             budgets,
             usage,
@@ -355,6 +362,7 @@ impl Daemon {
         tokio::spawn(audit::write_audit(Arc::downgrade(&daemon), audit_waiting));
         tokio::spawn(search::write_index(Arc::downgrade(&daemon)));
         tokio::spawn(search::rebuild_index(Arc::downgrade(&daemon)));
+        view_checkpoints::StoredCheckpoints::start(&daemon, checkpoint_receivers);
         if let (Some(bus), Some(node)) = (&daemon.config.bus, &daemon.config.node) {
             share_changes(&daemon, bus).await?;
             // Its CLI's version, as a session here would run it.

@@ -222,6 +222,7 @@ impl Pump {
             live.lost.fetch_add(lost, std::sync::atomic::Ordering::SeqCst);
         }
         super::search::run_ended(daemon, id, seq);
+        super::view_checkpoints::run_ended(daemon, id, seq);
         // This run is over: its record is stored (exited or crashed) and the run ends, unless
         // a resume began the next run meanwhile (then the record and the end are that run's).
         let mut record_stored = true;

@@ -1485,6 +1485,39 @@ async fn a_relay_frontend_that_falls_behind_misses_no_line() {
     server.stop().await;
 }
 
+/// A run that ends brings its session's stored view checkpoints up to its log: a relay CLI's
+/// 3,000 lines, then its session stopped; the store holds the checkpoint at 2,048 (what a
+/// daemon that never read the session starts a page from), memory none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_stores_its_sessions_view_checkpoints() {
+    const LINES: usize = 3_000;
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let store: Arc<dyn Store> = Arc::new(switchboard_store::MemoryStore::new());
+    let server = Server::start(store.clone(), &api, &sandbox).await;
+    let mut frontend = server.ws(&format!("/ws?token={TOKEN}")).await;
+    let (sent, _progress) = tokio::sync::mpsc::unbounded_channel();
+    let ((_cli, reader), ()) =
+        tokio::join!(flood_relay(&server, LINES, sent), read_flood(&mut frontend, LINES));
+    let sessions = store.list_sessions().await.unwrap();
+    let [session] = sessions.as_slice() else { panic!("one relay session: {sessions:?}") };
+    let kept = store.view_checkpoints().unwrap();
+    assert_eq!(
+        kept.view_checkpoint(&session.id, u64::MAX).await.unwrap(),
+        None,
+        "none while it runs"
+    );
+    tokio::time::timeout(WAIT, server.daemon.stop(&session.id, false)).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, server.daemon.view_checkpoints_settled()).await.unwrap();
+    let stored = kept.view_checkpoint(&session.id, u64::MAX).await.unwrap().unwrap();
+    assert_eq!(stored.seq, 2048);
+    let event = store.events_after(&session.id, 2047, 1).await.unwrap();
+    assert_eq!(event[0].ts_ms, stored.ts_ms, "the checkpoint names its event's time");
+    assert!(server.daemon.view_checkpoints().is_empty(), "a catch-up keeps none in memory");
+    reader.abort();
+    server.stop().await;
+}
+
 /// A relay frontend that stops reading is dropped after the stall limit, and the CLI and the
 /// other frontends go on: the one that reads gets every line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use switchboard_store::{MemoryStore, Store};
+use switchboard_store::{MemoryStore, Store, ViewCheckpoint};
 use switchboard_testkit::{real_cli, CliSandbox, CliVersion, FakeApi, Reply, Scenario};
 
 use crate::{Server, TOKEN};
@@ -210,7 +210,9 @@ async fn the_view_pages_either_way_and_keeps_its_state() {
 async fn pages_of_a_long_session_start_from_checkpoints_of_its_view() {
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // A store that keeps no checkpoints of its own (the wrapper forwards none): the daemon's
+    // memory alone, here.
+    let store: Arc<dyn Store> = Arc::new(crate::FailingStore::default());
     seed_long_session(&store, "long", 1000).await;
     let server = Server::start(store.clone(), &api, &sandbox).await;
     let checkpoints = server.daemon.view_checkpoints();
@@ -259,6 +261,78 @@ async fn pages_of_a_long_session_start_from_checkpoints_of_its_view() {
         .unwrap();
     assert!((ended["cost_usd"].as_f64().unwrap() - 0.002).abs() < 1e-9, "{ended}");
     server.stop().await;
+}
+
+/// A daemon that has never read a long session pages it from the checkpoints of its view
+/// stored beside its log. A daemon brings them up to the log at start (this log was stored
+/// without them, as an older version stores), and the next daemon's first page starts from the
+/// stored checkpoint nearest it, not from the log's start; each page is the one a replay from
+/// the start gives. A stored checkpoint of another log (its event stored at another time), or
+/// of another format, is passed by, and written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_pages_a_long_session_it_never_read_from_checkpoints_stored_beside_its_log() {
+    let api = FakeApi::start(Scenario::new()).await.unwrap();
+    let sandbox = CliSandbox::new().unwrap();
+    let paths = [
+        "/api/sessions/long/view?before=9007199254740991&limit=700",
+        "/api/sessions/long/view?after=5000&limit=300",
+        "/api/sessions/long/view?before=2100&limit=300",
+    ];
+    // The pages as a replay from the log's start gives them (a store that keeps no
+    // checkpoints, and memory's forgotten before each).
+    let plain: Arc<dyn Store> = Arc::new(crate::FailingStore::default());
+    seed_long_session(&plain, "long", 1000).await;
+    let reference = Server::start(plain, &api, &sandbox).await;
+    let mut expected = Vec::new();
+    for path in paths {
+        reference.daemon.view_checkpoints().forget("long");
+        let (status, page) = reference.get(path).await;
+        assert_eq!(status, 200, "{page}");
+        expected.push(page);
+    }
+    reference.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(switchboard_store::SqliteStore::open(dir.path().join("db")).unwrap());
+    seed_long_session(&store, "long", 1000).await;
+    let kept = store.view_checkpoints().unwrap();
+    assert!(kept.view_checkpoint_marks().await.unwrap().is_empty());
+    let first = Server::start(store.clone(), &api, &sandbox).await;
+    tokio::time::timeout(crate::WAIT, first.daemon.view_checkpoints_settled()).await.unwrap();
+    assert_eq!(kept.view_checkpoint_marks().await.unwrap().get("long"), Some(&8192));
+    assert!(first.daemon.view_checkpoints().is_empty(), "a catch-up keeps none in memory");
+    first.stop().await;
+
+    let second = Server::start(store.clone(), &api, &sandbox).await;
+    let memory = second.daemon.view_checkpoints();
+    for (path, expected) in paths.iter().zip(&expected) {
+        memory.forget("long");
+        let (status, page) = second.get(path).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(&page, expected, "{path}");
+        // The stored checkpoint it started from, now in memory too; a replay from the start
+        // would have kept one at each place it passed (four, for the last page). A page before
+        // the first place has none to start from.
+        let starts_after = page["first_seq"].as_u64().unwrap() > 2048;
+        assert_eq!(memory.len(), usize::from(starts_after), "{path}");
+    }
+    let real = kept.view_checkpoint("long", 8192).await.unwrap().unwrap();
+    let other_log = ViewCheckpoint { ts_ms: real.ts_ms + 1, ..real.clone() };
+    let other_format = ViewCheckpoint { state: br#"{"format":999}"#.to_vec(), ..real.clone() };
+    for tampered in [other_log, other_format] {
+        kept.put_view_checkpoint("long", &tampered).await.unwrap();
+        memory.forget("long");
+        let (_, page) = second.get(paths[0]).await;
+        assert_eq!(page, expected[0]);
+        // Replayed from the start, keeping each place it passed, and stored again.
+        assert_eq!(memory.len(), 4);
+        tokio::time::timeout(crate::WAIT, second.daemon.view_checkpoints_settled()).await.unwrap();
+        let again = kept.view_checkpoint("long", 8192).await.unwrap().unwrap();
+        assert_eq!(again.ts_ms, real.ts_ms);
+        assert_ne!(again.state, tampered.state);
+    }
+    second.stop().await;
 }
 
 /// The usage of a whole session, whatever page the UI holds: every turn, from the log.
