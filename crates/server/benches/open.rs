@@ -3,7 +3,8 @@
 //! browser run (Playwright driving Debian's Chromium, `e2e/open.bench.mjs`).
 //!
 //! The daemon runs in this process on SQLite with both sessions stored; a daemon before it has
-//! stored the checkpoints of their views beside their logs, and stopped. Each round opens each
+//! stored the checkpoints of their views beside their logs, and stopped, and the store is
+//! opened again. Each round opens each
 //! session from the home page and times it until its last answer is on screen. The first
 //! round's long session is the serving daemon's first read of it (from the stored checkpoints;
 //! none in its memory yet); the rounds after it are reported apart. Then the long session is paged back from its end, as a
@@ -75,7 +76,7 @@ fn main() {
         seed::long_session(sqlite.as_ref(), "short", options.short_turns, now).await;
         seed::long_session(sqlite.as_ref(), "long", options.long_turns, now).await;
         sqlite.flush().await.unwrap();
-        let store: Arc<dyn Store> = sqlite;
+        let store: Arc<dyn Store> = sqlite.clone();
         // A daemon brings the checkpoints of the sessions' views stored beside their logs up to
         // them (as at any start after a version that stored none), and stops; the daemon that
         // serves the browser has then never read either session.
@@ -87,7 +88,12 @@ fn main() {
             started.elapsed().as_millis()
         );
         first.stop_all().await;
-        drop(first);
+        drop((first, store));
+        // The store opened again, as a restarted daemon opens it (its read connections'
+        // caches empty).
+        sqlite.close();
+        drop(sqlite);
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
         let daemon = Daemon::open(store, DaemonConfig::default()).await.unwrap();
         let token = switchboard_server::auth::generate_token();
         let auth = AuthConfig::with_token(&token);

@@ -9,7 +9,7 @@
 //! starts from the nearest one at or before where it must stop: at most [`EVERY`] events a
 //! page, whatever the session's length, once the daemon has read the session and while its
 //! checkpoints are kept (a session of more than [`MAX_KEPT`] × [`EVERY`] events cannot keep
-//! all of them, and its early pages replay from the start again).
+//! all of them here; its early pages start from those stored beside the log).
 //!
 //! - **Bounded:** at most [`MAX_KEPT`] checkpoints, of about [`MAX_KEPT_BYTES`] in all, are
 //!   held, the least recently used dropped first, so a daemon's memory stays flat however

@@ -199,35 +199,23 @@ impl Viewer {
         self.projector.view()
     }
 
-    /// Its state, to store beside the log ([`Viewer::from_state`] reads it back).
+    /// Its state, to store beside the log in [`STATE_FORMAT`] ([`Viewer::from_state`] reads
+    /// it back).
     pub fn to_state(&self) -> Vec<u8> {
-        let state = StateOut { format: STATE_FORMAT, projector: &self.projector };
-        serde_json::to_vec(&state).unwrap_or_default()
+        serde_json::to_vec(&self.projector).unwrap_or_default()
     }
 
-    /// A viewer as [`Viewer::to_state`] wrote it; `None` for a state of another format (or
-    /// none), which a reader replaces by replaying the log.
+    /// A viewer as [`Viewer::to_state`] of this build wrote it; `None` for a state it cannot
+    /// read, which a reader replaces by replaying the log.
     pub fn from_state(state: &[u8]) -> Option<Viewer> {
-        let state: StateIn = serde_json::from_slice(state).ok()?;
-        (state.format == STATE_FORMAT).then_some(Viewer { projector: state.projector })
+        Some(Viewer { projector: serde_json::from_slice(state).ok()? })
     }
 }
 
-/// The format of a stored [`Viewer::to_state`]. Raise it when the projector's state comes to
-/// mean something else: a stored state of another format is not read.
-pub const STATE_FORMAT: u32 = 1;
-
-#[derive(Serialize)]
-struct StateOut<'a> {
-    format: u32,
-    projector: &'a Projector,
-}
-
-#[derive(Deserialize)]
-struct StateIn {
-    format: u32,
-    projector: Projector,
-}
+/// The format of a [`Viewer::to_state`]: the projection's source fingerprint
+/// ([`switchboard_session::projection::SOURCE_FINGERPRINT`]). A state stored by a build of
+/// other source is not read (its place is written again as a read or a catch-up passes it).
+pub const STATE_FORMAT: &str = switchboard_session::projection::SOURCE_FINGERPRINT;
 
 /// History settles: streamed pieces whose whole block is in the same stretch are dropped.
 pub fn settle_history(items: &mut Vec<ViewItem>) {

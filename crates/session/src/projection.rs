@@ -44,6 +44,12 @@ pub const MAX_REBUILT_INPUT_BYTES: usize = 4 * 1024 * 1024;
 /// [`Update::ToolInputDelta`]s that carry it parsed.
 pub const PARTIAL_INPUT_STEP: usize = 16;
 
+/// A fingerprint of the source a session's view is projected by (this crate's, the protocol
+/// crate's, and the daemon's viewer): a [`Projector`]'s state written by one build is read back
+/// only by a build whose fingerprint is the same (the daemon stores it with its checkpoints of
+/// a session's view, and a fix to the projection leaves no state of the old one in use).
+pub const SOURCE_FINGERPRINT: &str = env!("SWITCHBOARD_PROJECTION_SOURCE");
+
 /// How many assistant messages' streaming state is kept (older ones are finished).
 const OPEN_MESSAGES: usize = 64;
 
@@ -78,7 +84,7 @@ struct OpenMessage {
 /// Its state is plain data and serialises whole ([`Serialize`], [`Deserialize`]): a projector
 /// read back from what it wrote goes on exactly as the one that wrote it (the daemon stores
 /// checkpoints of a session's view this way, beside its log). The written form is not a wire
-/// format: a reader of another version's may fail, and starts from the log instead.
+/// format: it is read back only by a build of the same source ([`SOURCE_FINGERPRINT`]).
 #[derive(Default, Clone, Serialize, Deserialize)]
 pub struct Projector {
     view: View,

@@ -482,36 +482,54 @@ async fn search(store: &dyn Store) {
     store.delete_session(b).await.unwrap();
 }
 
-/// Checkpoints of a view: the nearest at or before a place, one written twice kept once (the
-/// second), none for a session that is gone, each session's latest, and a deleted session's
-/// gone with it.
+/// Checkpoints of a view: the nearest at or before a place in the format asked, a place
+/// written again kept as it was unless its event time or format differs, none for a session
+/// that is gone, each session's latest in a format, and a deleted session's gone with it.
 async fn view_checkpoints(store: &dyn Store) {
     use crate::ViewCheckpoint;
     let kept = store.view_checkpoints().expect("view checkpoints");
     let (a, b) = ("views-a", "views-b");
     store.create_session(&session(a, 1)).await.unwrap();
     store.create_session(&session(b, 1)).await.unwrap();
-    let at =
-        |seq: u64, state: &[u8]| ViewCheckpoint { seq, ts_ms: 100 + seq, state: state.to_vec() };
-    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), None);
+    let at = |seq: u64, state: &[u8]| ViewCheckpoint {
+        seq,
+        ts_ms: 100 + seq,
+        format: "f1".into(),
+        state: state.to_vec(),
+    };
+    assert_eq!(kept.view_checkpoint(a, u64::MAX, "f1").await.unwrap(), None);
     kept.put_view_checkpoint(a, &at(2048, b"one")).await.unwrap();
     kept.put_view_checkpoint(a, &at(4096, &[0, 255, 1])).await.unwrap();
     kept.put_view_checkpoint(b, &at(2048, b"b")).await.unwrap();
-    kept.put_view_checkpoint(a, &at(2048, b"again")).await.unwrap();
     kept.put_view_checkpoint("views-gone", &at(2048, b"x")).await.unwrap();
-    assert_eq!(kept.view_checkpoint(a, 2047).await.unwrap(), None);
-    assert_eq!(kept.view_checkpoint(a, 2048).await.unwrap(), Some(at(2048, b"again")));
-    assert_eq!(kept.view_checkpoint(a, 4095).await.unwrap(), Some(at(2048, b"again")));
-    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), Some(at(4096, &[0, 255, 1])));
-    assert_eq!(kept.view_checkpoint("views-gone", u64::MAX).await.unwrap(), None);
-    let marks = kept.view_checkpoint_marks().await.unwrap();
+    // Written again as it was kept: left as it is.
+    kept.put_view_checkpoint(a, &at(2048, b"same place, same time")).await.unwrap();
+    assert_eq!(kept.view_checkpoint(a, 2047, "f1").await.unwrap(), None);
+    assert_eq!(kept.view_checkpoint(a, 2048, "f1").await.unwrap(), Some(at(2048, b"one")));
+    assert_eq!(kept.view_checkpoint(a, 4095, "f1").await.unwrap(), Some(at(2048, b"one")));
+    assert_eq!(
+        kept.view_checkpoint(a, u64::MAX, "f1").await.unwrap(),
+        Some(at(4096, &[0, 255, 1]))
+    );
+    assert_eq!(kept.view_checkpoint("views-gone", u64::MAX, "f1").await.unwrap(), None);
+    // Another event time, or another format, at a place: replaced.
+    let later = ViewCheckpoint { ts_ms: 7, ..at(2048, b"another log") };
+    kept.put_view_checkpoint(a, &later).await.unwrap();
+    assert_eq!(kept.view_checkpoint(a, 4095, "f1").await.unwrap(), Some(later));
+    let other = ViewCheckpoint { format: "f2".into(), ..at(4096, b"another build") };
+    kept.put_view_checkpoint(a, &other).await.unwrap();
+    assert_eq!(kept.view_checkpoint(a, u64::MAX, "f2").await.unwrap(), Some(other));
+    assert_eq!(kept.view_checkpoint(a, u64::MAX, "f1").await.unwrap().map(|c| c.seq), Some(2048));
+    let marks = kept.view_checkpoint_marks("f1").await.unwrap();
     assert_eq!(
         (marks.get(a), marks.get(b), marks.get("views-gone")),
-        (Some(&4096), Some(&2048), None)
+        (Some(&2048), Some(&2048), None)
     );
+    assert_eq!(kept.view_checkpoint_marks("f2").await.unwrap().get(a), Some(&4096));
     store.delete_session(a).await.unwrap();
-    assert_eq!(kept.view_checkpoint(a, u64::MAX).await.unwrap(), None);
-    assert_eq!(kept.view_checkpoint(b, u64::MAX).await.unwrap(), Some(at(2048, b"b")));
-    assert_eq!(kept.view_checkpoint_marks().await.unwrap().get(a), None);
+    assert_eq!(kept.view_checkpoint(a, u64::MAX, "f1").await.unwrap(), None);
+    assert_eq!(kept.view_checkpoint(a, u64::MAX, "f2").await.unwrap(), None);
+    assert_eq!(kept.view_checkpoint(b, u64::MAX, "f1").await.unwrap(), Some(at(2048, b"b")));
+    assert_eq!(kept.view_checkpoint_marks("f1").await.unwrap().get(a), None);
     store.delete_session(b).await.unwrap();
 }

@@ -245,12 +245,16 @@ impl crate::ViewCheckpoints for MemoryStore {
         &self,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
-        Ok(self.lock()?.view_checkpoints.nearest(session_id, at))
+        Ok(self.lock()?.view_checkpoints.nearest(session_id, at, format))
     }
 
-    async fn view_checkpoint_marks(&self) -> Result<HashMap<String, u64>, StoreError> {
-        Ok(self.lock()?.view_checkpoints.marks())
+    async fn view_checkpoint_marks(
+        &self,
+        format: &str,
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        Ok(self.lock()?.view_checkpoints.marks(format))
     }
 }
 

@@ -1061,14 +1061,17 @@ impl crate::ViewCheckpoints for PostgresStore {
         &self,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
-        crate::view_checkpoints::postgres::nearest(&*self.client().await?, session_id, at).await
+        let client = self.client().await?;
+        crate::view_checkpoints::postgres::nearest(&client, session_id, at, format).await
     }
 
     async fn view_checkpoint_marks(
         &self,
+        format: &str,
     ) -> Result<std::collections::HashMap<String, u64>, StoreError> {
-        crate::view_checkpoints::postgres::marks(&*self.client().await?).await
+        crate::view_checkpoints::postgres::marks(&*self.client().await?, format).await
     }
 }
 

@@ -1099,18 +1099,22 @@ impl crate::ViewCheckpoints for SqliteStore {
         &self,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<crate::ViewCheckpoint>, StoreError> {
-        let session_id = session_id.to_owned();
+        let (session_id, format) = (session_id.to_owned(), format.to_owned());
         self.read(move |connection| {
-            crate::view_checkpoints::sqlite::nearest(connection, &session_id, at)
+            crate::view_checkpoints::sqlite::nearest(connection, &session_id, at, &format)
         })
         .await
     }
 
     async fn view_checkpoint_marks(
         &self,
+        format: &str,
     ) -> Result<std::collections::HashMap<String, u64>, StoreError> {
-        self.read(crate::view_checkpoints::sqlite::marks).await
+        let format = format.to_owned();
+        self.read(move |connection| crate::view_checkpoints::sqlite::marks(connection, &format))
+            .await
     }
 }
 

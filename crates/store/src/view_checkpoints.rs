@@ -4,9 +4,12 @@
 //! page, not from the log's first event.
 //!
 //! One row per session and event (`view_checkpoints`: session, seq, the event's time, the
-//! state), in every store; deleted with the session. A checkpoint of a session that is gone is
-//! not written. The store checks nothing else: the reader compares the checkpoint's event time
-//! with its log's, and a state it cannot read back is no checkpoint to it.
+//! state's format, the state), in every store; deleted with the session. A checkpoint of a
+//! session that is gone is not written. A reader asks for its own format alone (a build of
+//! other source wrote the others): a row of another format, or of another event time, is
+//! replaced when its place is written again; one just as kept is left as it is. The store
+//! checks nothing else: the reader compares the checkpoint's event time with its log's, and a
+//! state it cannot read back is no checkpoint to it.
 
 use std::collections::HashMap;
 
@@ -19,6 +22,8 @@ pub struct ViewCheckpoint {
     pub seq: u64,
     /// When that event was stored (Unix milliseconds).
     pub ts_ms: u64,
+    /// What wrote the state, and so what can read it back (opaque here).
+    pub format: String,
     /// The projection's state, as its writer wrote it.
     pub state: Vec<u8>,
 }
@@ -26,21 +31,25 @@ pub struct ViewCheckpoint {
 /// The checkpoints of sessions' views a store keeps ([`crate::Store::view_checkpoints`]).
 #[async_trait::async_trait]
 pub trait ViewCheckpoints: Send + Sync {
-    /// Keeps `checkpoint` for session `session_id` (replacing one kept at its seq), if the
-    /// session is still there.
+    /// Keeps `checkpoint` for session `session_id`, if the session is still there: in place of
+    /// one kept at its seq in another format or of another event time (one kept the same is
+    /// left).
     async fn put_view_checkpoint(
         &self,
         session_id: &str,
         checkpoint: &ViewCheckpoint,
     ) -> Result<(), StoreError>;
-    /// Session `session_id`'s latest checkpoint at or before event `at`.
+    /// Session `session_id`'s latest checkpoint in `format` at or before event `at`.
     async fn view_checkpoint(
         &self,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<ViewCheckpoint>, StoreError>;
-    /// Each session's latest checkpoint's seq (sessions without one are not listed).
-    async fn view_checkpoint_marks(&self) -> Result<HashMap<String, u64>, StoreError>;
+    /// Each session's latest checkpoint's seq in `format` (sessions without one are not
+    /// listed).
+    async fn view_checkpoint_marks(&self, format: &str)
+        -> Result<HashMap<String, u64>, StoreError>;
 }
 
 /// SQLite: the schema (one migration) and the statements, run on the store's writer thread
@@ -50,14 +59,17 @@ pub(crate) mod sqlite {
 
     use super::*;
 
+    /// A table with row ids (a state may be megabytes: too large for a `WITHOUT ROWID` row).
     pub(crate) const SCHEMA: &str = "
         CREATE TABLE view_checkpoints (
+            id INTEGER PRIMARY KEY,
             session_id TEXT NOT NULL,
             seq INTEGER NOT NULL,
             ts_ms INTEGER NOT NULL,
-            state BLOB NOT NULL,
-            PRIMARY KEY (session_id, seq)
-        ) WITHOUT ROWID;";
+            format TEXT NOT NULL,
+            state BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX view_checkpoints_by_place ON view_checkpoints (session_id, seq);";
 
     pub(crate) fn put(
         connection: &Connection,
@@ -66,13 +78,17 @@ pub(crate) mod sqlite {
     ) -> rusqlite::Result<()> {
         connection
             .prepare_cached(
-                "INSERT OR REPLACE INTO view_checkpoints (session_id, seq, ts_ms, state)
-                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+                "INSERT INTO view_checkpoints (session_id, seq, ts_ms, format, state)
+                 SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?1)
+                 ON CONFLICT (session_id, seq) DO UPDATE
+                 SET ts_ms = excluded.ts_ms, format = excluded.format, state = excluded.state
+                 WHERE ts_ms <> excluded.ts_ms OR format <> excluded.format",
             )?
             .execute(params![
                 session_id,
                 checkpoint.seq as i64,
                 checkpoint.ts_ms as i64,
+                checkpoint.format,
                 checkpoint.state
             ])?;
         Ok(())
@@ -82,28 +98,34 @@ pub(crate) mod sqlite {
         connection: &Connection,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<ViewCheckpoint>, StoreError> {
         let at = i64::try_from(at).unwrap_or(i64::MAX);
         Ok(connection
             .prepare_cached(
                 "SELECT seq, ts_ms, state FROM view_checkpoints
-                 WHERE session_id = ?1 AND seq <= ?2 ORDER BY seq DESC LIMIT 1",
+                 WHERE session_id = ?1 AND seq <= ?2 AND format = ?3 ORDER BY seq DESC LIMIT 1",
             )?
-            .query_row(params![session_id, at], |row| {
+            .query_row(params![session_id, at, format], |row| {
                 Ok(ViewCheckpoint {
                     seq: row.get::<_, i64>(0)?.max(0) as u64,
                     ts_ms: row.get::<_, i64>(1)?.max(0) as u64,
+                    format: format.to_owned(),
                     state: row.get(2)?,
                 })
             })
             .optional()?)
     }
 
-    pub(crate) fn marks(connection: &Connection) -> Result<HashMap<String, u64>, StoreError> {
+    pub(crate) fn marks(
+        connection: &Connection,
+        format: &str,
+    ) -> Result<HashMap<String, u64>, StoreError> {
         let mut statement = connection.prepare_cached(
-            "SELECT session_id, MAX(seq) FROM view_checkpoints GROUP BY session_id",
+            "SELECT session_id, MAX(seq) FROM view_checkpoints WHERE format = ?1
+             GROUP BY session_id",
         )?;
-        let rows = statement.query_map([], |row| {
+        let rows = statement.query_map(params![format], |row| {
             Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?.max(0) as u64))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -124,61 +146,80 @@ pub(crate) mod postgres {
 
     pub(crate) const SCHEMA: &str = "
         CREATE TABLE switchboard.view_checkpoints (
-            session_id TEXT NOT NULL,
+            session_id TEXT NOT NULL
+                REFERENCES switchboard.sessions (id) ON DELETE CASCADE,
             seq BIGINT NOT NULL,
             ts_ms BIGINT NOT NULL,
+            format TEXT NOT NULL,
             state BYTEA NOT NULL,
             PRIMARY KEY (session_id, seq)
         );";
 
+    /// The session's row is locked against a deletion while the checkpoint is written (the
+    /// foreign key's share lock): a session deleted meanwhile takes its checkpoints with it.
     pub(crate) async fn put(
         client: &tokio_postgres::Client,
         session_id: &str,
         checkpoint: &ViewCheckpoint,
     ) -> Result<(), StoreError> {
         let (seq, ts_ms) = (big(checkpoint.seq, "seq")?, big(checkpoint.ts_ms, "ts_ms")?);
-        client
+        let written = client
             .execute(
-                "INSERT INTO switchboard.view_checkpoints (session_id, seq, ts_ms, state)
-                 SELECT $1, $2, $3, $4
+                "INSERT INTO switchboard.view_checkpoints (session_id, seq, ts_ms, format, state)
+                 SELECT $1, $2, $3, $4, $5
                  WHERE EXISTS (SELECT 1 FROM switchboard.sessions WHERE id = $1)
                  ON CONFLICT (session_id, seq) DO UPDATE
-                 SET ts_ms = EXCLUDED.ts_ms, state = EXCLUDED.state",
-                &[&session_id, &seq, &ts_ms, &checkpoint.state],
+                 SET ts_ms = EXCLUDED.ts_ms, format = EXCLUDED.format, state = EXCLUDED.state
+                 WHERE view_checkpoints.ts_ms <> EXCLUDED.ts_ms
+                    OR view_checkpoints.format <> EXCLUDED.format",
+                &[&session_id, &seq, &ts_ms, &checkpoint.format, &checkpoint.state],
             )
-            .await
-            .map_err(db)?;
-        Ok(())
+            .await;
+        match written {
+            Ok(_) => Ok(()),
+            // Deleted between the look and the write: nothing to keep.
+            Err(error)
+                if error.code()
+                    == Some(&tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION) =>
+            {
+                Ok(())
+            }
+            Err(error) => Err(db(error)),
+        }
     }
 
     pub(crate) async fn nearest(
         client: &tokio_postgres::Client,
         session_id: &str,
         at: u64,
+        format: &str,
     ) -> Result<Option<ViewCheckpoint>, StoreError> {
         let at = i64::try_from(at).unwrap_or(i64::MAX);
         let row = client
             .query_opt(
                 "SELECT seq, ts_ms, state FROM switchboard.view_checkpoints
-                 WHERE session_id = $1 AND seq <= $2 ORDER BY seq DESC LIMIT 1",
-                &[&session_id, &at],
+                 WHERE session_id = $1 AND seq <= $2 AND format = $3 ORDER BY seq DESC LIMIT 1",
+                &[&session_id, &at, &format],
             )
             .await
             .map_err(db)?;
         Ok(row.map(|row| ViewCheckpoint {
             seq: unsigned(row.get(0)),
             ts_ms: unsigned(row.get(1)),
+            format: format.to_owned(),
             state: row.get(2),
         }))
     }
 
     pub(crate) async fn marks(
         client: &tokio_postgres::Client,
+        format: &str,
     ) -> Result<HashMap<String, u64>, StoreError> {
         Ok(client
             .query(
-                "SELECT session_id, MAX(seq) FROM switchboard.view_checkpoints GROUP BY session_id",
-                &[],
+                "SELECT session_id, MAX(seq) FROM switchboard.view_checkpoints WHERE format = $1
+                 GROUP BY session_id",
+                &[&format],
             )
             .await
             .map_err(db)?
@@ -210,21 +251,36 @@ pub(crate) struct Memory {
 
 impl Memory {
     pub(crate) fn put(&mut self, session_id: &str, checkpoint: &ViewCheckpoint) {
-        self.kept
-            .entry(session_id.to_owned())
-            .or_default()
-            .insert(checkpoint.seq, checkpoint.clone());
+        let kept = self.kept.entry(session_id.to_owned()).or_default();
+        let same = kept
+            .get(&checkpoint.seq)
+            .is_some_and(|old| old.ts_ms == checkpoint.ts_ms && old.format == checkpoint.format);
+        if !same {
+            kept.insert(checkpoint.seq, checkpoint.clone());
+        }
     }
 
-    pub(crate) fn nearest(&self, session_id: &str, at: u64) -> Option<ViewCheckpoint> {
+    pub(crate) fn nearest(
+        &self,
+        session_id: &str,
+        at: u64,
+        format: &str,
+    ) -> Option<ViewCheckpoint> {
         let kept = self.kept.get(session_id)?;
-        kept.range(..=at).next_back().map(|(_, checkpoint)| checkpoint.clone())
+        kept.range(..=at)
+            .rev()
+            .map(|(_, checkpoint)| checkpoint)
+            .find(|checkpoint| checkpoint.format == format)
+            .cloned()
     }
 
-    pub(crate) fn marks(&self) -> HashMap<String, u64> {
+    pub(crate) fn marks(&self, format: &str) -> HashMap<String, u64> {
         self.kept
             .iter()
-            .filter_map(|(id, kept)| Some((id.clone(), *kept.keys().next_back()?)))
+            .filter_map(|(id, kept)| {
+                let seq = kept.values().rev().find(|checkpoint| checkpoint.format == format)?.seq;
+                Some((id.clone(), seq))
+            })
             .collect()
     }
 

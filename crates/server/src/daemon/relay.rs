@@ -171,6 +171,7 @@ impl Daemon {
         }
         // Ended as soon as its log says so, whatever befalls the rest of the rotation.
         self.audit_ended(id, format!("its relay CLI moved on to session {next_id}")).await;
+        super::view_checkpoints::run_ended(self, id, seq + 1);
         let state = std::mem::replace(&mut old.state, RecordState::Exited);
         old.updated_ms = now_ms();
         *live.record.lock() = old.clone();

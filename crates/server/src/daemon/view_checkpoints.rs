@@ -8,17 +8,25 @@
 //!
 //! - **Read:** a page that memory has no checkpoint near (none within 2,048 events of it)
 //!   asks the store for its nearest, and holds it in memory from then on. Its event is read
-//!   again first, as for one in memory: one of another log, or of another format, is replayed
-//!   past from the log's start (and written again).
+//!   again first, as for one in memory: one of another log is passed by, the page replayed
+//!   from the log's start (and its places written again). A state is stored in
+//!   [`crate::view::STATE_FORMAT`], the fingerprint of the projection's source: one a build of
+//!   other source stored is never read (a fix to the projection leaves none of the old one's
+//!   states in use), and its place is written again as a read or a catch-up passes it.
 //! - **Written** by two background tasks, never on a line's path:
 //!   - a read that passes a place memory had no checkpoint at hands it to a writer (at most
-//!     [`MAX_WAITING`] wait; past that a read's are dropped, for a later read or catch-up);
+//!     [`MAX_WAITING`] wait; past that, the session is left to a catch-up); a place already
+//!     stored the same is left as it is;
 //!   - a **catch-up** brings a session's stored checkpoints up to its log, one session at a
 //!     time, a hundred events a read: each session of this node with 2,048 events or more
-//!     since its last stored checkpoint at start (one an older version stored, or a run the
-//!     daemon was killed in), and each session whose run ends here.
+//!     since its last stored checkpoint at start (a log an older version stored, or a run the
+//!     daemon was killed in), and each session whose run ends here (a relay CLI's rotation
+//!     ends one).
 //! - A live session's checkpoints past its run's start are written when its run ends (or a
 //!   read passes them): a session read while it runs projects from the last one stored.
+//! - Not stored: a projector larger than [`MAX_VIEWER_BYTES`] (its places are projected from
+//!   the one before); a state of the right format that cannot be read back is passed by at
+//!   every read (only a damaged database holds one).
 
 use std::collections::HashSet;
 
@@ -224,7 +232,7 @@ impl Daemon {
             return memory;
         }
         let kept = self.store.view_checkpoints()?;
-        let stored = match kept.view_checkpoint(id, at).await {
+        let stored = match kept.view_checkpoint(id, at, crate::view::STATE_FORMAT).await {
             Ok(Some(stored)) => stored,
             Ok(None) => return memory,
             Err(error) => {
@@ -258,13 +266,14 @@ impl Daemon {
         if self.store.view_checkpoints().is_none() {
             return;
         }
-        let later = Later { id: id.to_owned(), seq, ts_ms, viewer: viewer.clone() };
-        let busy = &self.stored_checkpoints.busy;
-        busy.send_modify(|busy| *busy += 1);
-        if self.stored_checkpoints.later.try_send(later).is_err() {
-            busy.send_modify(|busy| *busy -= 1);
-            tracing::debug!(session = %id, seq, "the checkpoint writer is behind; a read's checkpoint is left for later");
-        }
+        let Ok(room) = self.stored_checkpoints.later.try_reserve() else {
+            // Left to a catch-up (queued once, whatever the number left).
+            tracing::debug!(session = %id, seq, "the checkpoint writer is behind; a read's checkpoint is left to a catch-up");
+            self.catch_up_view_checkpoints(id);
+            return;
+        };
+        self.stored_checkpoints.busy.send_modify(|busy| *busy += 1);
+        room.send(Later { id: id.to_owned(), seq, ts_ms, viewer: viewer.clone() });
     }
 
     /// Stores `viewer` as session `id`'s view after event `seq` (stored at `ts_ms`) now; one
@@ -280,11 +289,16 @@ impl Daemon {
         if viewer.approximate_bytes() > MAX_VIEWER_BYTES {
             return Ok(());
         }
-        let state = viewer.to_state();
+        // Written off the runtime's threads (a state may be megabytes).
+        let viewer = viewer.clone();
+        let state = tokio::task::spawn_blocking(move || viewer.to_state())
+            .await
+            .map_err(|error| DaemonError::Internal(format!("a checkpoint's state: {error}")))?;
         if state.is_empty() || state.len() > MAX_STATE_BYTES {
             return Ok(());
         }
-        let checkpoint = switchboard_store::ViewCheckpoint { seq, ts_ms, state };
+        let format = crate::view::STATE_FORMAT.to_owned();
+        let checkpoint = switchboard_store::ViewCheckpoint { seq, ts_ms, format, state };
         Ok(kept.put_view_checkpoint(id, &checkpoint).await?)
     }
 
@@ -340,7 +354,7 @@ async fn catch_up(daemon: std::sync::Weak<Daemon>, mut queue: mpsc::UnboundedRec
 async fn catch_up_session(daemon: &Daemon, id: &str) -> Result<(), DaemonError> {
     let last = daemon.store.last_seq(id).await?;
     let Some(kept) = daemon.store.view_checkpoints() else { return Ok(()) };
-    let stored = kept.view_checkpoint(id, last).await?;
+    let stored = kept.view_checkpoint(id, last, crate::view::STATE_FORMAT).await?;
     if last < stored.map_or(0, |stored| stored.seq) + EVERY {
         return Ok(());
     }
@@ -355,7 +369,7 @@ async fn scan_at_start(daemon: std::sync::Weak<Daemon>) {
     let _settle = Settle(daemon.clone());
     let Some(kept) = me.store.view_checkpoints() else { return };
     let (marks, sessions) = match (
-        kept.view_checkpoint_marks().await,
+        kept.view_checkpoint_marks(crate::view::STATE_FORMAT).await,
         me.store.list_sessions().await,
     ) {
         (Ok(marks), Ok(sessions)) => (marks, sessions),

@@ -1502,14 +1502,12 @@ async fn a_run_that_ends_stores_its_sessions_view_checkpoints() {
     let sessions = store.list_sessions().await.unwrap();
     let [session] = sessions.as_slice() else { panic!("one relay session: {sessions:?}") };
     let kept = store.view_checkpoints().unwrap();
-    assert_eq!(
-        kept.view_checkpoint(&session.id, u64::MAX).await.unwrap(),
-        None,
-        "none while it runs"
-    );
+    let format = switchboard_server::view::STATE_FORMAT;
+    let stored = kept.view_checkpoint(&session.id, u64::MAX, format).await.unwrap();
+    assert_eq!(stored, None, "none while it runs");
     tokio::time::timeout(WAIT, server.daemon.stop(&session.id, false)).await.unwrap().unwrap();
     tokio::time::timeout(WAIT, server.daemon.view_checkpoints_settled()).await.unwrap();
-    let stored = kept.view_checkpoint(&session.id, u64::MAX).await.unwrap().unwrap();
+    let stored = kept.view_checkpoint(&session.id, u64::MAX, format).await.unwrap().unwrap();
     assert_eq!(stored.seq, 2048);
     let event = store.events_after(&session.id, 2047, 1).await.unwrap();
     assert_eq!(event[0].ts_ms, stored.ts_ms, "the checkpoint names its event's time");
