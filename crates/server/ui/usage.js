@@ -1,7 +1,7 @@
 // The stats panel, a part of the session view: every turn's cost, the context gauge, per-model
-// totals. It reads `GET …/usage` (every turn of the log, replayed by the daemon per request and
-// kept nowhere) when it opens and after each turn; the context gauge follows `message_started`
-// between turns.
+// totals. It reads `GET …/usage` (every turn of the log; the daemon goes on from where the last
+// request stopped) when it opens and after each turn; the context gauge follows
+// `message_started` between turns.
 import uPlot from './vendor/uPlot.esm.js';
 import { $, el } from './dom.js';
 import { compact, compactMoney, money, plural, tokens } from './words.js';

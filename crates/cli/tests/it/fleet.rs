@@ -515,8 +515,20 @@ async fn a_lost_nodes_session_resumes_on_another_node() {
         Some(json!({"content": "AGAIN"})),
     )
     .await;
-    wait_session(&beta.url, &beta_token, &id, |s| s["state"] == "idle").await;
-    let after = store.events_after(&id, 0, 100_000).await.unwrap();
+    // The turn's end (idle alone may be the resumed CLI's, before the prompt reached it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let after = loop {
+        let after = store.events_after(&id, 0, 100_000).await.unwrap();
+        if after.iter().any(|event| {
+            event.kind == "line"
+                && event.payload.contains("\"type\":\"result\"")
+                && event.seq > before.len() as u64
+        }) {
+            break after;
+        }
+        assert!(std::time::Instant::now() < deadline, "the turn on beta never ended: {after:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     let seqs: Vec<u64> = after.iter().map(|event| event.seq).collect();
     assert_eq!(seqs, (1..=after.len() as u64).collect::<Vec<_>>(), "no gap, no repeat");
     assert_eq!(&after[..before.len()], &before[..], "what alpha stored stays as it was");

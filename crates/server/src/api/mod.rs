@@ -24,7 +24,7 @@ use crate::auth::{require_auth, require_scope, AuthConfig};
 use crate::daemon::{CreateSession, Daemon, Subscribed};
 use crate::error::ApiError;
 use crate::extract::{Body, OptionalBody, Params, Upgrade};
-use crate::faces::{permission_mode, replay, user_message, view, viewer_at, SessionView};
+use crate::faces::{permission_mode, user_message, view, viewer_at, SessionView};
 pub use crate::faces::{MAX_BODY_BYTES, MAX_EVENTS_PAGE};
 
 mod account;
@@ -588,56 +588,14 @@ async fn stop_task(
     Ok(Json(daemon.ask_cli(&id, control).await?))
 }
 
-/// The most turns `GET …/usage` lists (the newest); the totals count them all.
-pub const MAX_USAGE_TURNS: usize = 10_000;
+pub use crate::daemon::MAX_USAGE_TURNS;
 
-/// What a session's turns cost, from the start of its log: the one projection, replayed.
+/// What a session's turns cost, from its log ([`Daemon::session_usage`]).
 async fn session_usage(
     State(daemon): State<Arc<Daemon>>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    use switchboard_session::Update;
-    if daemon.record(&id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no session {id}")));
-    }
-    let mut turns = std::collections::VecDeque::new();
-    let mut count = 0u64;
-    let mut models = Value::Array(Vec::new());
-    let viewer = replay(&daemon, &id, u64::MAX, &mut |record, update| {
-        let crate::view::ViewUpdate::Session(Update::TurnEnded {
-            parent_tool_use_id: None,
-            cost_usd,
-            input_tokens,
-            output_tokens,
-            duration_ms,
-            interrupted,
-            failed,
-            models: totals,
-            context_tokens,
-            ..
-        }) = update
-        else {
-            return;
-        };
-        count += 1;
-        if turns.len() == MAX_USAGE_TURNS {
-            turns.pop_front();
-        }
-        turns.push_back(json!({
-            "turn": count, "seq": record.seq, "ts": record.ts_ms, "cost_usd": cost_usd,
-            "input_tokens": input_tokens, "output_tokens": output_tokens,
-            "duration_ms": duration_ms, "interrupted": interrupted, "failed": failed,
-            "context_tokens": context_tokens,
-        }));
-        models = serde_json::to_value(totals).unwrap_or_default();
-    })
-    .await?;
-    let view = viewer.view();
-    Ok(Json(json!({
-        "turns": turns, "turn_count": count, "models": models,
-        "total_cost_usd": view.cost_usd, "context_tokens": view.context_tokens,
-        "context_window": view.context_window,
-    })))
+) -> Result<Json<crate::daemon::SessionUsage>, ApiError> {
+    Ok(Json(daemon.session_usage(&id).await?))
 }
 
 #[derive(Debug, Deserialize)]

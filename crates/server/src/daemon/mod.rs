@@ -65,6 +65,7 @@ mod terminal;
 mod traces;
 mod trial;
 mod triggers;
+mod turn_usage;
 mod unsettled;
 mod usage;
 mod view_checkpoints;
@@ -86,6 +87,7 @@ pub use schedules::{QueueEntry, RunSession, ScheduleList, ScheduleView, WaitingR
 pub use subscription::*;
 pub use trial::{TrialFilter, TrialProgress, TrialSlot};
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
+pub use turn_usage::{SessionUsage, TurnUsage, MAX_USAGE_TURNS};
 pub use view_checkpoints::{Keeping, MAX_EVENTS_PAGE};
 pub use workspace::Rewind;
 
@@ -205,6 +207,8 @@ pub struct Daemon {
     /// The checkpoints of sessions' views stored beside their logs: their writer's queue and
     /// the catch-ups ([`view_checkpoints`]).
     stored_checkpoints: view_checkpoints::StoredCheckpoints,
+    /// The last few sessions' turns read for `GET …/usage` ([`turn_usage`]).
+    usage_digests: turn_usage::Digests,
     /// Where the turns' spans go, when they are sent ([`crate::traces`]).
     traces: Option<crate::traces::Traces>,
     /// The schedules and triggers, with their state ([`crate::schedules::book`]).
@@ -316,6 +320,7 @@ impl Daemon {
             audit_queue,
             indexer: search::Indexer::default(),
             stored_checkpoints,
+            usage_digests: turn_usage::Digests::default(),
             traces,
             budgets,
             usage,
@@ -1348,6 +1353,7 @@ impl Daemon {
             search::forget(self, id);
             self.store.delete_session(id).await?;
             self.view_checkpoints.forget(id);
+            self.usage_digests.forget(id);
             self.tell_dashboards(Change::SessionDeleted { session_id: id.to_owned() });
         }
         Ok(())

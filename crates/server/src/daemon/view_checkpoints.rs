@@ -159,9 +159,22 @@ impl Daemon {
         after: u64,
         visit: &mut impl FnMut(&EventRecord, crate::view::ViewUpdate),
     ) -> Result<Viewer, DaemonError> {
-        let mut viewer = Some(Viewer::new());
+        self.replay_view_from(id, 0, Viewer::new(), after, visit).await
+    }
+
+    /// [`Daemon::replay_view`] from `viewer`, the view after event `from`: the events after
+    /// it up to `after`.
+    pub(crate) async fn replay_view_from(
+        &self,
+        id: &str,
+        from: u64,
+        viewer: Viewer,
+        after: u64,
+        visit: &mut impl FnMut(&EventRecord, crate::view::ViewUpdate),
+    ) -> Result<Viewer, DaemonError> {
+        let mut viewer = Some(viewer);
         let projected = self
-            .project(id, 0, after, &mut viewer, Keeping::Read, &mut |record, viewer| {
+            .project(id, from, after, &mut viewer, Keeping::Read, &mut |record, viewer| {
                 if let Some(viewer) = viewer {
                     viewer.apply(record, &mut |update| visit(record, update));
                 }

@@ -41,7 +41,19 @@ pub(crate) async fn long_session_costing(
         })
         .await
         .unwrap();
-    let mut seq = 0;
+    add_turns(store, id, 1..=turns, now, step).await;
+}
+
+/// Stores turns `turns` more of session `id` (as [`long_session_costing`] stores them), after
+/// its last event.
+pub(crate) async fn add_turns(
+    store: &dyn Store,
+    id: &str,
+    turns: std::ops::RangeInclusive<usize>,
+    now: u64,
+    step: f64,
+) {
+    let mut seq = store.last_seq(id).await.unwrap();
     let mut events = Vec::new();
     let mut push = |dir: &str, line: Value| {
         seq += 1;
@@ -55,7 +67,7 @@ pub(crate) async fn long_session_costing(
             payload: json!({"event": "line", "direction": direction, "line": line}).to_string(),
         });
     };
-    for turn in 1..=turns {
+    for turn in turns {
         let message = format!("msg_{turn}");
         push(
             "to_cli",

@@ -344,14 +344,15 @@ async fn a_daemon_pages_a_long_session_it_never_read_from_checkpoints_stored_bes
     second.stop().await;
 }
 
-/// The usage of a whole session, whatever page the UI holds: every turn, from the log.
+/// The usage of a whole session, whatever page the UI holds: every turn, from the log; a call
+/// after more turns goes on from the last one, and a log replaced is read from its start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_counts_every_turn_of_the_log() {
     let api = FakeApi::start(Scenario::new()).await.unwrap();
     let sandbox = CliSandbox::new().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     seed_long_session(&store, "long", 1000).await;
-    let server = Server::start(store, &api, &sandbox).await;
+    let server = Server::start(store.clone(), &api, &sandbox).await;
     let (status, usage) = server.get("/api/sessions/long/usage").await;
     assert_eq!(status, 200, "{usage}");
     assert_eq!(usage["turn_count"], 1000);
@@ -365,6 +366,29 @@ async fn usage_counts_every_turn_of_the_log() {
     assert_eq!(usage["context_window"], 200_000);
     assert_eq!(usage["models"][0]["model"], "claude-opus-5-5");
     assert_eq!(server.get("/api/sessions/nope/usage").await.0, 404);
+    // A hundred turns more: the next call goes on from where the last one stopped.
+    crate::seed::add_turns(store.as_ref(), "long", 1001..=1100, 1_795_000_000_000, 0.001).await;
+    let (_, usage) = server.get("/api/sessions/long/usage").await;
+    assert_eq!(usage["turn_count"], 1100);
+    let turns = usage["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1100);
+    assert_eq!(
+        (turns[1099]["turn"].as_u64(), turns[1099]["seq"].as_u64()),
+        (Some(1100), Some(11_000))
+    );
+    assert!(turns.iter().all(|t| (t["cost_usd"].as_f64().unwrap() - 0.001).abs() < 1e-9));
+    assert!((usage["total_cost_usd"].as_f64().unwrap() - 1.1).abs() < 1e-9, "{usage}");
+    let (_, again) = server.get("/api/sessions/long/usage").await;
+    assert_eq!(again, usage, "nothing new, the same answer");
+    // The log replaced under the daemon (turns that cost twice as much, stored at other
+    // times): read from its start, not from where the last call stopped.
+    store.delete_session("long").await.unwrap();
+    crate::seed::long_session_costing(store.as_ref(), "long", 1200, 1_796_000_000_000, 0.002).await;
+    let (_, usage) = server.get("/api/sessions/long/usage").await;
+    assert_eq!(usage["turn_count"], 1200);
+    let turns = usage["turns"].as_array().unwrap();
+    assert!(turns.iter().all(|t| (t["cost_usd"].as_f64().unwrap() - 0.002).abs() < 1e-9));
+    assert!((usage["total_cost_usd"].as_f64().unwrap() - 2.4).abs() < 1e-9, "{usage}");
     server.stop().await;
 }
 
