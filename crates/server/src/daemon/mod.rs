@@ -88,7 +88,8 @@ pub use subscription::*;
 pub use trial::{TrialFilter, TrialProgress, TrialSlot};
 pub use triggers::{Delivered, Delivery, DELIVERY_WITHIN, MAX_DELIVERY_BYTES};
 pub use turn_usage::{SessionUsage, TurnUsage, MAX_USAGE_TURNS};
-pub use view_checkpoints::{Keeping, MAX_EVENTS_PAGE};
+pub(crate) use view_checkpoints::Keeping;
+pub use view_checkpoints::MAX_EVENTS_PAGE;
 pub use workspace::Rewind;
 
 /// Live events kept per session for subscribers that fall behind; past that they are told they

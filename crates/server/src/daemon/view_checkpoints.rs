@@ -22,6 +22,8 @@
 //!     since its last stored checkpoint at start (a log an older version stored, or a run the
 //!     daemon was killed in), and each session whose run ends here (a relay CLI's rotation
 //!     ends one).
+//! - Both end with the daemon's serving: once it stops, nothing more is written (its store
+//!   closes after it); what was not written is caught up at the next start.
 //! - A live session's checkpoints past its run's start are written when its run ends (or a
 //!   read passes them): a session read while it runs projects from the last one stored.
 //! - Not stored: a projector larger than [`MAX_VIEWER_BYTES`] (its places are projected from
@@ -43,7 +45,7 @@ const CATCH_UP_PAGE: usize = 100;
 
 /// How a projection keeps the checkpoints it passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keeping {
+pub(crate) enum Keeping {
     /// A read: in memory, and stored in the background (dropped if the writer is behind).
     Read,
     /// Bringing the stored checkpoints up to the log, in the background: each stored before
@@ -124,7 +126,20 @@ impl Daemon {
         after: u64,
         keeping: Keeping,
     ) -> Result<Viewer, DaemonError> {
-        if let Some(start) = self.nearest_view_checkpoint(id, after, keeping).await {
+        let start = self.nearest_view_checkpoint(id, after, keeping).await;
+        self.viewer_from(id, after, keeping, start).await
+    }
+
+    /// [`Daemon::viewer_at`] from `start` (a checkpoint at or before `after`), or from the
+    /// log's start.
+    async fn viewer_from(
+        &self,
+        id: &str,
+        after: u64,
+        keeping: Keeping,
+        start: Option<Start>,
+    ) -> Result<Viewer, DaemonError> {
+        if let Some(start) = start {
             // The checkpoint's own event is read again, to see that this log is the one it was
             // taken from (a log without it, or with another event there, is not).
             let mut viewer = Some(start.viewer);
@@ -203,6 +218,10 @@ impl Daemon {
         };
         let mut position = from;
         while position < after {
+            // A catch-up ends with the daemon's serving (its store closes after it).
+            if keeping == Keeping::CatchUp {
+                self.check_serving()?;
+            }
             let want = usize::try_from(after - position).unwrap_or(usize::MAX).min(page_size);
             let page = self.store.events_after(id, position, want).await?;
             let Some(last) = page.last() else { break };
@@ -253,19 +272,33 @@ impl Daemon {
                 return memory;
             }
         };
+        if memory.as_ref().is_some_and(|m| m.seq >= stored.seq) {
+            return memory;
+        }
+        self.read_stored(id, stored, at, keeping).await.or(memory)
+    }
+
+    /// The start a stored checkpoint gives a projection up to `at` (held in memory too for a
+    /// read): none for one out of place, too large, or that cannot be read back.
+    async fn read_stored(
+        &self,
+        id: &str,
+        stored: switchboard_store::ViewCheckpoint,
+        at: u64,
+        keeping: Keeping,
+    ) -> Option<Start> {
         if !crate::checkpoints::is_place(stored.seq)
             || stored.seq > at
             || stored.state.len() > MAX_STATE_BYTES
-            || memory.as_ref().is_some_and(|m| m.seq >= stored.seq)
         {
-            return memory;
+            return None;
         }
         let state = stored.state;
         let viewer =
             tokio::task::spawn_blocking(move || Viewer::from_state(&state)).await.ok().flatten();
         let Some(viewer) = viewer else {
-            tracing::debug!(session = %id, seq = stored.seq, "a stored checkpoint of another format is passed by");
-            return memory;
+            tracing::debug!(session = %id, seq = stored.seq, "a stored checkpoint that cannot be read back is passed by");
+            return None;
         };
         if keeping == Keeping::Read {
             self.view_checkpoints.keep(id, stored.seq, stored.ts_ms, &viewer);
@@ -343,8 +376,11 @@ impl Daemon {
 async fn write_later(daemon: std::sync::Weak<Daemon>, mut later: mpsc::Receiver<Later>) {
     while let Some(Later { id, seq, ts_ms, viewer }) = later.recv().await {
         let Some(daemon) = daemon.upgrade() else { return };
-        if let Err(error) = daemon.store_view_checkpoint(&id, seq, ts_ms, &viewer).await {
-            tracing::warn!(session = %id, %error, "cannot store a checkpoint of a session's view");
+        // A daemon that stops writes no more (its store closes after it).
+        if daemon.check_serving().is_ok() {
+            if let Err(error) = daemon.store_view_checkpoint(&id, seq, ts_ms, &viewer).await {
+                tracing::warn!(session = %id, %error, "cannot store a checkpoint of a session's view");
+            }
         }
         daemon.stored_checkpoints.busy.send_modify(|busy| *busy -= 1);
     }
@@ -355,8 +391,11 @@ async fn catch_up(daemon: std::sync::Weak<Daemon>, mut queue: mpsc::UnboundedRec
     while let Some(id) = queue.recv().await {
         let Some(me) = daemon.upgrade() else { return };
         me.stored_checkpoints.queued.lock().remove(&id);
-        if let Err(error) = catch_up_session(&me, &id).await {
-            tracing::warn!(session = %id, %error, "cannot bring a session's stored view checkpoints up to its log");
+        match catch_up_session(&me, &id).await {
+            Ok(()) | Err(DaemonError::ShuttingDown) => {}
+            Err(error) => {
+                tracing::warn!(session = %id, %error, "cannot bring a session's stored view checkpoints up to its log")
+            }
         }
         me.stored_checkpoints.busy.send_modify(|busy| *busy -= 1);
     }
@@ -365,13 +404,19 @@ async fn catch_up(daemon: std::sync::Weak<Daemon>, mut queue: mpsc::UnboundedRec
 /// Brings session `id`'s stored checkpoints up to its log: from its last stored checkpoint,
 /// if a place has passed since.
 async fn catch_up_session(daemon: &Daemon, id: &str) -> Result<(), DaemonError> {
+    daemon.check_serving()?;
     let last = daemon.store.last_seq(id).await?;
     let Some(kept) = daemon.store.view_checkpoints() else { return Ok(()) };
     let stored = kept.view_checkpoint(id, last, crate::view::STATE_FORMAT).await?;
-    if last < stored.map_or(0, |stored| stored.seq) + EVERY {
+    if last < stored.as_ref().map_or(0, |stored| stored.seq) + EVERY {
         return Ok(());
     }
-    daemon.viewer_at(id, last, Keeping::CatchUp).await?;
+    // Goes on from the checkpoint just read (not read again).
+    let start = match stored {
+        Some(stored) => daemon.read_stored(id, stored, last, Keeping::CatchUp).await,
+        None => None,
+    };
+    daemon.viewer_from(id, last, Keeping::CatchUp, start).await?;
     Ok(())
 }
 
