@@ -58,8 +58,13 @@ pub(crate) async fn cli(
         .max_message_size(switchboard_protocol::MAX_LINE_BYTES)
         .read_buffer_size(crate::socket::CLI_WS_READ_BUFFER_BYTES)
         .on_upgrade(move |mut socket| async move {
-            let (record, slot) = match daemon.attach_external().await {
-                Ok(attached) => attached,
+            // The attach and the first publish run once, boxed: held inline, their futures
+            // would size this task (which lives as long as the CLI's socket) at their largest,
+            // about 7 KiB a connected CLI where the socket's own loop needs a fraction of it.
+            // Only the session's id is kept: a record held here would weigh on the task for
+            // as long as the socket lives.
+            let (id, slot) = match Box::pin(daemon.attach_external()).await {
+                Ok((record, slot)) => (record.id, slot),
                 Err(error) => {
                     let close = axum::extract::ws::CloseFrame {
                         code: axum::extract::ws::close_code::AGAIN,
@@ -69,8 +74,8 @@ pub(crate) async fn cli(
                     return;
                 }
             };
-            daemon.set_relay_current(Some(record.id.clone()));
-            daemon.relay_publish(&status("claude code connected")).await;
+            daemon.set_relay_current(Some(id));
+            Box::pin(daemon.relay_publish(&status("claude code connected"))).await;
             // The CLI's lines reach the frontends from the session's pump, once stored (and
             // de-duplicated); so does "disconnected", after the last of them.
             crate::socket::pipe(socket, slot, daemon.ping_interval()).await;

@@ -257,87 +257,94 @@ impl Silence {
 /// cost as much as the frame in the relay benchmark. When the writing side ends first, the
 /// reader finishes the frame it is on (every line that reached us goes to the session) and
 /// stops; the session hears of the disconnection after that frame's lines.
-pub(crate) async fn pipe(
+///
+/// Not an `async fn`, which would keep the socket twice for the connection's life (its
+/// argument and the local it is moved into): an `async move` block holds what it captured once.
+#[allow(clippy::manual_async_fn)] // deliberately not one: see above
+pub(crate) fn pipe(
     socket: axum::extract::ws::WebSocket,
     slot: Arc<switchboard_transport::sdk_url::IngressSlot>,
     ping_every: std::time::Duration,
-) {
-    let Some((mut reader, mut writer)) = slot.connect().await else { return };
-    let (mut sink, mut incoming) = socket.split();
-    let shared = Arc::new(Reading::default());
-    let reading_shared = shared.clone();
-    // However this ends (a panic, the connection's future dropped), the reader stops after the
-    // frame it is on, and lets go of the connection.
-    let _stop = StopReading(shared.clone());
-    let mut reading = tokio::spawn(async move {
-        let shared = reading_shared;
-        while let Some(frame) = shared.next_frame(&mut incoming).await {
-            match frame {
-                Ok(WsMessage::Text(text)) => reader.incoming(text.as_bytes()).await,
-                Ok(WsMessage::Binary(bytes)) => reader.incoming(&bytes).await,
-                Ok(WsMessage::Close(_)) | Err(_) => break,
-                Ok(_) => {}
+) -> impl std::future::Future<Output = ()> + Send {
+    async move {
+        let Some((mut reader, mut writer)) = slot.connect().await else { return };
+        let (mut sink, mut incoming) = socket.split();
+        let shared = Arc::new(Reading::default());
+        let reading_shared = shared.clone();
+        // However this ends (a panic, the connection's future dropped), the reader stops after the
+        // frame it is on, and lets go of the connection.
+        let _stop = StopReading(shared.clone());
+        let mut reading = tokio::spawn(async move {
+            let shared = reading_shared;
+            while let Some(frame) = shared.next_frame(&mut incoming).await {
+                match frame {
+                    Ok(WsMessage::Text(text)) => reader.incoming(text.as_bytes()).await,
+                    Ok(WsMessage::Binary(bytes)) => reader.incoming(&bytes).await,
+                    Ok(WsMessage::Close(_)) | Err(_) => break,
+                    Ok(_) => {}
+                }
             }
-        }
-    });
-    // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
-    // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
-    let mut ping = tokio::time::interval(ping_every);
-    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ping.tick().await;
-    // Made once: it hears a request from the moment it exists (one made per loop turn would
-    // miss a request made while the loop was busy).
-    let disconnect = writer.replaced();
-    tokio::pin!(disconnect);
-    let mut read_all = false;
-    let mut silence = Silence::default();
-    loop {
-        tokio::select! {
-            _ = &mut reading => {
-                // The CLI closed the socket, or it failed.
-                read_all = true;
-                break;
-            }
-            line = writer.next_outgoing() => match line {
-                Some(line) => {
-                    let text = String::from_utf8_lossy(&line.line).into_owned();
-                    // A socket that died with a full send buffer must not keep a newer
-                    // connection waiting: the send gives way to a takeover.
-                    let sent = tokio::select! {
-                        sent = sink.send(WsMessage::Text(text.into())) => sent.is_ok(),
-                        () = &mut disconnect => false,
-                    };
-                    if !sent {
-                        // Taken and maybe not delivered: the slot sends it again or says so.
-                        writer.undelivered(line);
+        });
+
+        // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
+        // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
+        let mut ping = tokio::time::interval(ping_every);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ping.tick().await;
+        // Made once: it hears a request from the moment it exists (one made per loop turn would
+        // miss a request made while the loop was busy).
+        let disconnect = writer.replaced();
+        tokio::pin!(disconnect);
+        let mut read_all = false;
+        let mut silence = Silence::default();
+        loop {
+            tokio::select! {
+                _ = &mut reading => {
+                    // The CLI closed the socket, or it failed.
+                    read_all = true;
+                    break;
+                }
+                line = writer.next_outgoing() => match line {
+                    Some(line) => {
+                        let text = String::from_utf8_lossy(&line.line).into_owned();
+                        // A socket that died with a full send buffer must not keep a newer
+                        // connection waiting: the send gives way to a takeover.
+                        let sent = tokio::select! {
+                            sent = sink.send(WsMessage::Text(text.into())) => sent.is_ok(),
+                            () = &mut disconnect => false,
+                        };
+                        if !sent {
+                            // Taken and maybe not delivered: the slot sends it again or says so.
+                            writer.undelivered(line);
+                            break;
+                        }
+                        writer.sent(line);
+                    }
+                    None => {
+                        let _ = sink.send(WsMessage::Close(None)).await;
                         break;
                     }
-                    writer.sent(line);
+                },
+                _ = ping.tick() => {
+                    if silence.tick(shared.frames.load(std::sync::atomic::Ordering::Relaxed)) {
+                        tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
+                        break;
+                    }
+                    if sink.send(WsMessage::Ping(Vec::new().into())).await.is_err() {
+                        break;
+                    }
                 }
-                None => {
-                    let _ = sink.send(WsMessage::Close(None)).await;
-                    break;
-                }
-            },
-            _ = ping.tick() => {
-                if silence.tick(shared.frames.load(std::sync::atomic::Ordering::Relaxed)) {
-                    tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
-                    break;
-                }
-                if sink.send(WsMessage::Ping(Vec::new().into())).await.is_err() {
-                    break;
-                }
+                () = &mut disconnect => break,
             }
-            () = &mut disconnect => break,
         }
+        if !read_all {
+            shared.stop();
+            let _ = reading.await;
+        }
+        // Last, so that the session hears of this connection's end (its reader is done) before a
+        // newer connection can take the slot and say it connected.
+        drop(writer);
     }
-    if !read_all {
-        shared.stop();
-        let _ = reading.await;
-    }
-    // Last, so that the session hears of this connection's end (its reader is done) before a
-    // newer connection can take the slot and say it connected.
-    drop(writer);
 }
 
 /// Writes frames to a follower's socket and flushes them, their bytes counted against the

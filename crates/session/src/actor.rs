@@ -422,9 +422,32 @@ impl Actor {
         exited
     }
 
-    async fn run(mut self, initialize: Option<ControlRequestPayload>, warm: Option<WarmStart>) {
-        // Boxed, as each wake-up's work is (see below).
-        let mut exited = Box::pin(self.start(initialize, warm)).await;
+    /// The actor's life, as its task's future. Not an `async fn`: one keeps a copy of its
+    /// arguments beside the locals they are moved into for the whole future's life (the actor
+    /// twice, about 2 KiB a session), where an `async move` block uses what it captured in
+    /// place. The start's arguments, read once, are boxed for the same reason.
+    fn run(
+        mut self,
+        initialize: Option<ControlRequestPayload>,
+        warm: Option<WarmStart>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        let start = Box::new((initialize, warm));
+        async move {
+            // Taken out of its box in a scope of its own, which frees the box at once (a
+            // captured box emptied in place is freed only when the whole future ends).
+            let (initialize, warm) = {
+                let start = start;
+                *start
+            };
+            // Boxed, as each wake-up's work is (see below).
+            let exited = Box::pin(self.start(initialize, warm)).await;
+            self.live(exited).await;
+        }
+    }
+
+    /// The actor's wake-ups until its CLI exits, then its end.
+    async fn live(&mut self, exited: bool) {
+        let mut exited = exited;
         let mut shutdown_waiters: Vec<oneshot::Sender<ShutdownStep>> = Vec::new();
         let mut commands_open = true;
         while !exited {
