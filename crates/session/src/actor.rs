@@ -339,6 +339,7 @@ pub(crate) fn start_actor(
         out: Out::Queue(events_tx),
         handover: Some(handover_rx),
         pending: Vec::new(),
+        last_batch: 0,
         observers: observers.clone(),
         snapshot: snapshot_tx,
         control_replies: HashMap::new(),
@@ -369,6 +370,10 @@ struct Actor {
     handover: Option<oneshot::Receiver<Handover>>,
     /// Events of this wake-up, handed on together by [`Actor::flush`].
     pending: Vec<SessionEvent>,
+    /// How many events the last batch had: the next one's first event makes room for as
+    /// many, where growing from empty moved a flat-out CLI's batch of 32 events (over 500
+    /// bytes each) four times. An idle session holds no room.
+    last_batch: usize,
     observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
     control_replies: HashMap<String, oneshot::Sender<Result<ControlSuccess, ControlFailure>>>,
@@ -619,6 +624,9 @@ impl Actor {
                     if let Some(observers) = self.observers.get() {
                         let _ = observers.send(Arc::new(event.clone()));
                     }
+                    if self.pending.capacity() == 0 {
+                        self.pending.reserve(self.last_batch.clamp(1, 2 * TRANSPORT_BATCH));
+                    }
                     self.pending.push(event);
                 }
                 Effect::StartTimer(timer, after) => {
@@ -652,6 +660,7 @@ impl Actor {
             return;
         }
         let batch = std::mem::take(&mut self.pending);
+        self.last_batch = batch.len();
         loop {
             let arrived = match (&mut self.out, self.handover.as_mut()) {
                 (Out::Sink(sink), _) => return sink.take(batch).await,
