@@ -372,7 +372,8 @@ struct Actor {
     pending: Vec<SessionEvent>,
     /// How many events the last batch had: the next one's first event makes room for as
     /// many, where growing from empty moved a flat-out CLI's batch of 32 events (over 500
-    /// bytes each) four times. An idle session holds no room.
+    /// bytes each) three times. An idle actor holds no room (a reader of its batches keeps
+    /// the last one until the next: at most 64 places).
     last_batch: usize,
     observers: Observers,
     snapshot: watch::Sender<SessionSnapshot>,
