@@ -1280,6 +1280,20 @@ impl Daemon {
             .ok_or_else(|| DaemonError::NotRunning(id.to_owned()))
     }
 
+    /// Waits, while session `id`'s CLI has ended but its run has not (its pump is still
+    /// storing the run's last events), until the run has ended too, at most [`STOP_GRACE`]. A
+    /// client that saw `exited` and at once asks what the run left open, settles it or resumes
+    /// it gets the stopped session's answer, not "still running".
+    pub(super) async fn run_ending(&self, id: &str) {
+        let Some(live) = self.live(id) else { return };
+        // The actor publishes its snapshot before the events of the same step: whoever saw
+        // `exited` sees a final state here.
+        if !live.handle().is_some_and(|handle| handle.snapshot().state.is_final()) {
+            return;
+        }
+        let _ = tokio::time::timeout(STOP_GRACE, ended(&mut live.finished.subscribe())).await;
+    }
+
     /// A session's record (the live projection when running).
     pub async fn record(&self, id: &str) -> Result<Option<SessionRecord>, DaemonError> {
         match self.live_record(id) {

@@ -27,6 +27,7 @@ impl Daemon {
         parked: Vec<switchboard_session::ParkedAnswer>,
     ) -> Result<SessionRecord, DaemonError> {
         self.check_serving()?;
+        self.run_ending(id).await;
         if self.live(id).is_some_and(|live| live.handle().is_some()) {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }

@@ -84,6 +84,7 @@ impl Daemon {
     /// The calls session `id`'s last run started and never answered, not yet settled; none
     /// while it runs (its calls are in flight, not cut off).
     pub async fn unsettled(&self, id: &str) -> Result<Vec<UnsettledCall>, DaemonError> {
+        self.run_ending(id).await;
         if self.handle(id).is_ok() {
             return Ok(Vec::new());
         }
@@ -110,6 +111,7 @@ impl Daemon {
         note: Option<String>,
         by: &str,
     ) -> Result<Vec<UnsettledCall>, DaemonError> {
+        self.run_ending(id).await;
         if self.handle(id).is_ok() {
             return Err(DaemonError::AlreadyRunning(id.to_owned()));
         }
