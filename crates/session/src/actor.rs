@@ -149,16 +149,17 @@ pub enum SessionError {
     Payload(String),
 }
 
-/// What a handle asks of the actor. The payloads are boxed: a queue holds its slots from the
-/// start (tokio allocates them 32 at a time), and this keeps an idle session's at 24 bytes each.
+/// What a handle asks of the actor. The payloads are boxed (a timer's id too): a queue holds
+/// its slots from the start (tokio allocates them 32 at a time), and this keeps an idle
+/// session's at 24 bytes each.
 enum Command {
-    SendUser(Box<UserMessage>, Option<crate::origin::Sender>),
+    SendUser(Box<(UserMessage, Option<crate::origin::Sender>)>),
     Control(Box<ControlRequestPayload>, oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     InterruptAll(oneshot::Sender<Result<ControlSuccess, ControlFailure>>),
     AnswerPermission(Box<Answer<PermissionAnswer>>, oneshot::Sender<Result<(), AnswerError>>),
     AnswerHook(Box<Answer<Value>>, oneshot::Sender<Result<(), AnswerError>>),
     Shutdown(Duration, oneshot::Sender<ShutdownStep>),
-    Timer(Timer),
+    Timer(Box<Timer>),
 }
 
 /// An answer to a request of the CLI's, and who gave it.
@@ -522,8 +523,9 @@ impl Actor {
                 woken = Woken::CommandsClosed;
             }
             Wake::Command(Some(command)) => match command {
-                Command::SendUser(message, by) => {
-                    let effects = self.core.send_user_from(*message, by);
+                Command::SendUser(message) => {
+                    let (message, by) = *message;
+                    let effects = self.core.send_user_from(message, by);
                     self.apply(effects).await;
                 }
                 Command::Control(payload, reply) => {
@@ -551,7 +553,7 @@ impl Actor {
                     self.begin_shutdown(grace).await;
                 }
                 Command::Timer(timer) => {
-                    let effects = self.core.on_timer(timer);
+                    let effects = self.core.on_timer(*timer);
                     self.apply(effects).await;
                 }
             },
@@ -565,7 +567,7 @@ impl Actor {
         let effects = match event {
             TransportEvent::Line(received) => self.core.on_line(*received),
             TransportEvent::BadLine(error) => self.core.on_bad_line(*error),
-            TransportEvent::Stderr(line) => self.core.on_stderr(line),
+            TransportEvent::Stderr(line) => self.core.on_stderr(*line),
             TransportEvent::Connected { reconnect } => self.core.on_connected(reconnect),
             TransportEvent::Disconnected => self.core.on_disconnected(),
             TransportEvent::Undelivered(line) => self.core.on_undelivered(&line),
@@ -637,7 +639,7 @@ impl Actor {
                     self.timers.spawn(async move {
                         tokio::time::sleep(after).await;
                         if let Some(commands) = commands.upgrade() {
-                            let _ = commands.send(Command::Timer(timer)).await;
+                            let _ = commands.send(Command::Timer(Box::new(timer))).await;
                         }
                     });
                 }
@@ -814,7 +816,7 @@ impl SessionHandle {
         message: UserMessage,
         by: Option<crate::origin::Sender>,
     ) -> Result<(), SessionError> {
-        let command = Command::SendUser(Box::new(message), by);
+        let command = Command::SendUser(Box::new((message, by)));
         self.commands.send(command).await.map_err(|_| SessionError::Ended)
     }
 
@@ -991,5 +993,14 @@ fn decode_payload<T: serde::de::DeserializeOwned>(
         None => {
             serde_json::from_str("{}").map_err(|error| SessionError::Payload(error.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_command_slot_is_small() {
+        // Every session's command queue holds a block of 32 of these from the start.
+        assert_eq!(std::mem::size_of::<super::Command>(), 24);
     }
 }

@@ -239,7 +239,8 @@ impl IngressSlot {
             lines.extend(delivery.retry.drain(..));
             lines
         };
-        while let Ok(WriterCommand::Line(line, done)) = outgoing.try_recv() {
+        while let Ok(WriterCommand::Line(command)) = outgoing.try_recv() {
+            let (line, done) = *command;
             let _ = done.send(Ok(()));
             lines.push(line);
         }
@@ -498,7 +499,8 @@ impl IngressWriter {
             }
         }
         match self.outgoing.recv().await {
-            Some(WriterCommand::Line(line, done)) => {
+            Some(WriterCommand::Line(command)) => {
+                let (line, done) = *command;
                 let _ = done.send(Ok(()));
                 let given_up = {
                     let mut delivery = self.end.slot.delivery();
@@ -508,7 +510,7 @@ impl IngressWriter {
                     }
                 };
                 for old in given_up {
-                    self.end.slot.stamp(TransportEvent::Undelivered(old));
+                    self.end.slot.stamp(TransportEvent::Undelivered(Box::new(old)));
                 }
                 Some(Outgoing { line, again: false })
             }
@@ -539,9 +541,9 @@ impl IngressWriter {
                 if let Some(at) = delivery.retry.iter().position(|old| *old == line.line) {
                     delivery.retry.remove(at);
                 }
-                TransportEvent::Resent(line.line)
+                TransportEvent::Resent(Box::new(line.line))
             }
-            false => TransportEvent::Sent(line.line),
+            false => TransportEvent::Sent(Box::new(line.line)),
         };
         self.end.slot.stamp(event);
     }
@@ -566,7 +568,7 @@ impl IngressWriter {
                 return;
             }
         }
-        self.end.slot.stamp(TransportEvent::Undelivered(line));
+        self.end.slot.stamp(TransportEvent::Undelivered(Box::new(line)));
     }
 }
 
@@ -656,7 +658,7 @@ pub fn spawn(
         let slot = slot.clone();
         async move {
             let lines = slot.take_undelivered().await;
-            lines.into_iter().map(TransportEvent::Undelivered).collect()
+            lines.into_iter().map(|line| TransportEvent::Undelivered(Box::new(line))).collect()
         }
     };
     tokio::spawn(stdio::supervise(
@@ -786,7 +788,7 @@ mod tests {
     async fn queue(writer: &mpsc::Sender<WriterCommand>, line: &str) {
         let (done, _) = tokio::sync::oneshot::channel();
         let line = Bytes::from(format!("{line}\n"));
-        writer.send(WriterCommand::Line(line, done)).await.unwrap();
+        writer.send(WriterCommand::Line(Box::new((line, done)))).await.unwrap();
     }
 
     fn text(line: &Outgoing) -> &str {
@@ -971,7 +973,7 @@ mod tests {
         assert_eq!(lines, [PROMPT_A, PROMPT_B]);
         assert!(slot.connect().await.is_none(), "the slot is closed");
         let (done, _) = tokio::sync::oneshot::channel();
-        let late = WriterCommand::Line(Bytes::from_static(b"{}\n"), done);
+        let late = WriterCommand::Line(Box::new((Bytes::from_static(b"{}\n"), done)));
         assert!(writer.send(late).await.is_err(), "a line sent later is refused at once");
     }
 

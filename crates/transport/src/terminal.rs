@@ -267,7 +267,7 @@ impl TranscriptIn {
 
     /// One of the session's lines that will never be typed.
     pub async fn undelivered(&self, line: Bytes) {
-        let _ = self.events.send(TransportEvent::Undelivered(line)).await;
+        let _ = self.events.send(TransportEvent::Undelivered(Box::new(line))).await;
     }
 
     /// The CLI ended (`code`/`signal` as its terminal saw them; both `None` when the terminal
@@ -280,7 +280,7 @@ impl TranscriptIn {
         untyped: Vec<Bytes>,
     ) {
         for line in untyped {
-            let _ = self.events.send(TransportEvent::Undelivered(line)).await;
+            let _ = self.events.send(TransportEvent::Undelivered(Box::new(line))).await;
         }
         let exit =
             ExitInfo { code, signal, stderr_tail: note.to_owned(), wrote_output: self.lines > 0 };
@@ -296,10 +296,11 @@ impl KeysOut {
     /// nothing taken is lost when the future is dropped between lines.
     pub async fn next_keys(&mut self) -> Option<Keys> {
         loop {
-            let Some(WriterCommand::Line(line, done)) = self.writer.recv().await else {
+            let Some(WriterCommand::Line(command)) = self.writer.recv().await else {
                 self.hooks.close();
                 return None;
             };
+            let (line, done) = *command;
             let _ = done.send(Ok(()));
             let keys = match Message::decode(&line) {
                 Ok(Message::ControlResponse(response)) => match self.hooks.answer(response) {
@@ -317,7 +318,7 @@ impl KeysOut {
                     // On a task of its own: this future may be dropped at any await.
                     let events = self.events.clone();
                     tokio::spawn(async move {
-                        let _ = events.send(TransportEvent::Undelivered(line)).await;
+                        let _ = events.send(TransportEvent::Undelivered(Box::new(line))).await;
                     });
                 }
             }

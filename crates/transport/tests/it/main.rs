@@ -119,7 +119,7 @@ async fn a_crash_mid_turn_reports_the_signal_and_stderr() {
     let events = until_exit(&mut link).await;
     let stderr: Vec<&String> = events
         .iter()
-        .filter_map(|e| if let TransportEvent::Stderr(s) = e { Some(s) } else { None })
+        .filter_map(|e| if let TransportEvent::Stderr(s) = e { Some(&**s) } else { None })
         .collect();
     assert_eq!(stderr, ["fatal: something broke"], "ANSI codes stripped");
     let TransportEvent::Exited(exit) = events.last().unwrap() else { panic!() };
