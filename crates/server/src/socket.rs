@@ -30,9 +30,12 @@ pub const WS_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// The read buffer of a CLI's WebSocket (`--sdk-url`, the relay's `/`). tungstenite zeroes the
 /// buffer's whole capacity before every read, including the read that finds the socket empty:
 /// with its default of 128 KiB that was 14% of the relay's CPU in the load benchmark, and at
-/// 16 KiB still most of the relay's `memset` (two reads per line). A long line takes more
-/// reads at 4 KiB, each as cheap.
-pub const CLI_WS_READ_BUFFER_BYTES: usize = 4 * 1024;
+/// 16 KiB still most of the relay's `memset` (two reads per line). Every connected CLI holds
+/// it: at 2 KiB rather than 4, 1,000 CLIs hold 2 MB less, and a CLI's line (a few hundred
+/// bytes) costs fewer instructions (under callgrind, the relay bench's shape of 1,000 slow
+/// CLIs 45,459 → 38,852 a line; one CLI flat out 22,961 → 22,657; 1 KiB was no better). A
+/// long line takes more reads, each as cheap.
+pub const CLI_WS_READ_BUFFER_BYTES: usize = 2 * 1024;
 
 /// Frames written to a subscriber per flush at most (a busy socket gets them in one write).
 pub const MAX_FRAMES_PER_FLUSH: usize = 64;

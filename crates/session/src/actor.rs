@@ -999,6 +999,7 @@ fn decode_payload<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     #[test]
+    #[cfg(target_pointer_width = "64")]
     fn a_command_slot_is_small() {
         // Every session's command queue holds a block of 32 of these from the start.
         assert_eq!(std::mem::size_of::<super::Command>(), 24);

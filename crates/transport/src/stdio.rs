@@ -381,9 +381,9 @@ pub enum TransportEvent {
     /// A line that could not be decoded (oversize, malformed); the stream goes on. (Boxed,
     /// as `Exited` is, to keep the queue's slots small.)
     BadLine(Box<LineError>),
-    /// A line the CLI wrote to stderr, ANSI codes stripped. (Boxed like the lines for and
-    /// from the CLI below: with every variant a pointer at most, a slot is 16 bytes, and an
-    /// idle session's queue block of 32 slots about 0.6 KB, not 1.3.)
+    /// A line the CLI wrote to stderr, ANSI codes stripped. (Boxed, as the lines from the CLI
+    /// above and for it below are: with every variant a pointer at most, a slot is 16 bytes,
+    /// and an idle session's queue block of 32 slots about 0.6 KB, not 1.3.)
     Stderr(Box<String>),
     /// `--sdk-url`: the CLI's WebSocket is up (`reconnect`: not for the first time).
     Connected {
@@ -1016,6 +1016,7 @@ mod tests {
     use super::{BoundedLines, TransportEvent, WriterCommand, MAX_STDERR_LINE_BYTES};
 
     #[test]
+    #[cfg(target_pointer_width = "64")]
     fn a_sessions_queues_hold_small_slots() {
         // Each session's two queues hold a block of 32 slots from the start (1,000 relay CLIs
         // hold 2,000 blocks): a variant with its payload inline would make every slot its size.

@@ -521,6 +521,9 @@ impl Daemon {
         answer: switchboard_session::PermissionAnswer,
         by: &str,
     ) -> Result<(), DaemonError> {
+        // An answer in the moment a CLI that parked the request has gone (its run not yet
+        // ended) finds the request parked once the run's last events are stored.
+        self.run_ending(id).await;
         if let Some(pending) = self.parked(id, request_id).await? {
             return self.answer_parked(id, pending, answer, by).await;
         }
@@ -1255,9 +1258,14 @@ impl Daemon {
     }
 
     /// The handle of a running session: `NotRunning` for a session that exists but is not
-    /// running, `NotFound` for one that does not exist.
+    /// running, `NotFound` for one that does not exist. A session whose CLI has ended is not
+    /// running, though its run may not have ended yet (its last events being stored): a prompt
+    /// queued to its actor then would be taken and never read.
     pub async fn running(&self, id: &str) -> Result<SessionHandle, DaemonError> {
         match self.handle(id) {
+            Ok(handle) if handle.snapshot().state.is_final() => {
+                Err(DaemonError::NotRunning(id.to_owned()))
+            }
             Ok(handle) => {
                 self.check_still_ours(id).await?;
                 Ok(handle)

@@ -170,8 +170,7 @@ impl Pump {
             };
             let Pump { id, live, seq, lost, relayed, .. } = self;
             // What is rare (a loss to note, a rotation) is boxed where it happens: this future
-            // is made for every batch, and carried them all inline (4.3 KB where a batch needs
-            // a few hundred bytes).
+            // is made for every batch, and carried them all inline (4,272 bytes; 744 without).
             let stored = (*lost == 0 || Box::pin(note_lost(&daemon, id, live, seq, lost)).await)
                 && publish(&daemon, id, live, now, seq, *relayed).await;
             if !stored {

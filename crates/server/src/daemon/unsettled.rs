@@ -85,6 +85,12 @@ impl Daemon {
     /// while it runs (its calls are in flight, not cut off).
     pub async fn unsettled(&self, id: &str) -> Result<Vec<UnsettledCall>, DaemonError> {
         self.run_ending(id).await;
+        self.unsettled_now(id).await
+    }
+
+    /// [`Daemon::unsettled`] as things are, with no wait for a run that is ending: for callers
+    /// holding `record_writes`, which that run's end takes.
+    async fn unsettled_now(&self, id: &str) -> Result<Vec<UnsettledCall>, DaemonError> {
         if self.handle(id).is_ok() {
             return Ok(Vec::new());
         }
@@ -119,7 +125,7 @@ impl Daemon {
             return Err(DaemonError::Invalid(format!("note: at most {MAX_NOTE_CHARS} characters")));
         }
         let _writing = self.record_writes.lock().await;
-        let open = self.unsettled(id).await?;
+        let open = self.unsettled_now(id).await?;
         let Some(call) = open.iter().find(|call| call.tool_use_id == tool_use_id) else {
             return Err(DaemonError::NotFound(format!(
                 "session {id} has no unsettled call {tool_use_id}"
