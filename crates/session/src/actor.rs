@@ -960,6 +960,13 @@ impl SessionHandle {
         self.snapshot.borrow().clone()
     }
 
+    /// Whether the CLI has ended (the state is final), without copying the snapshot. Whoever
+    /// has seen the session's `exited` event sees it true: the actor publishes its snapshot
+    /// before the events of the same step.
+    pub fn cli_ended(&self) -> bool {
+        self.snapshot.borrow().state.is_final()
+    }
+
     /// A receiver of snapshot changes.
     pub fn watch(&self) -> watch::Receiver<SessionSnapshot> {
         self.snapshot.clone()

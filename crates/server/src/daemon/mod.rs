@@ -1263,9 +1263,7 @@ impl Daemon {
     /// queued to its actor then would be taken and never read.
     pub async fn running(&self, id: &str) -> Result<SessionHandle, DaemonError> {
         match self.handle(id) {
-            Ok(handle) if handle.snapshot().state.is_final() => {
-                Err(DaemonError::NotRunning(id.to_owned()))
-            }
+            Ok(handle) if handle.cli_ended() => Err(DaemonError::NotRunning(id.to_owned())),
             Ok(handle) => {
                 self.check_still_ours(id).await?;
                 Ok(handle)
@@ -1294,9 +1292,7 @@ impl Daemon {
     /// it gets the stopped session's answer, not "still running".
     pub(super) async fn run_ending(&self, id: &str) {
         let Some(live) = self.live(id) else { return };
-        // The actor publishes its snapshot before the events of the same step: whoever saw
-        // `exited` sees a final state here.
-        if !live.handle().is_some_and(|handle| handle.snapshot().state.is_final()) {
+        if !live.handle().is_some_and(|handle| handle.cli_ended()) {
             return;
         }
         let _ = tokio::time::timeout(STOP_GRACE, ended(&mut live.finished.subscribe())).await;
