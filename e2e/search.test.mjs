@@ -64,7 +64,8 @@ try {
 
   await step('a file touched, and what a grouping adds up', async () => {
     await search('file:deploy.sh since:7d');
-    await page.locator('.hits .hit').first().waitFor();
+    // The previous query's hits stay on screen until this one's come: wait for the tenth.
+    await page.locator('.hits .hit').nth(9).waitFor();
     assert.ok(await page.locator('.hits .hit').count() >= 10);
     await search('kind:turn since:30d group:project');
     await page.locator('table.groups tbody tr').nth(1).waitFor();

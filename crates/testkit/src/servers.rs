@@ -411,6 +411,7 @@ impl Prometheus {
         let deadline = Instant::now() + START_LIMIT;
         let mut seen = String::new();
         let mut url = None;
+        let mut ready = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let Ok(line) = said.recv_timeout(left) else {
@@ -425,7 +426,12 @@ impl Prometheus {
                     url = Some(format!("http://{}", address.trim()));
                 }
             }
+            // Ready, and the port said: its web listener logs the port from a goroutine of
+            // its own, sometimes after the ready line.
             if line.contains("Server is ready to receive web requests") {
+                ready = true;
+            }
+            if ready && url.is_some() {
                 break;
             }
         }
