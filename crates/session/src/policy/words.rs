@@ -660,8 +660,9 @@ impl Command {
                     _ => {}
                 }
             } else if !word.text.starts_with("--") && word.text.len() > 2 {
-                // A short option with its value attached: `-eKEY`, `-fPATTERNS`, `-tDIR`.
-                let (option, value) = word.text.split_at(2);
+                // A short option with its value attached: `-eKEY`, `-fPATTERNS`, `-tDIR`. A
+                // word whose second character is not one byte (`-é…`) names no such option.
+                let Some((option, value)) = word.text.split_at_checked(2) else { continue };
                 let value = Word { text: value.to_owned(), expands: word.expands };
                 if valued.contains(&option) {
                     match option {
@@ -967,6 +968,9 @@ mod tests {
             ("cp --target-directory=/tmp .env", Behavior::Deny),
             ("cp -t src README.md", Behavior::Deny),
             ("grep -eKEY .env", Behavior::Deny),
+            // An option whose letter is not ASCII (the fuzzer's find: it split inside it).
+            ("grep -é KEY .env", Behavior::Deny),
+            ("cat -éx README.md", Behavior::Allow),
             ("grep --regexp=KEY .env", Behavior::Deny),
             ("diff -r . /tmp/x", Behavior::Deny),
             ("cd docs && sh -c 'cat ../.env'", Behavior::Deny),
