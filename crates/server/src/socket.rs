@@ -5,8 +5,8 @@
 //! - `spawn_frame_reader`: a client's frames are read on a task of their own; tungstenite
 //!   zeroes its read buffer on every read poll, so a writing loop must not poll for reads on
 //!   every frame it sends.
-//! - `pipe`: frames between a CLI's socket and its slot. A reading task feeds the slot; the
-//!   loop writes the session's lines and pings, and ends the socket on a disconnect request,
+//! - `pipe`: frames between a CLI's socket and its slot. The session's own task reads the
+//!   socket's frames (handed to it with the connection); the loop writes the session's lines and pings, and ends the socket on a disconnect request,
 //!   a silent peer or the session's end.
 //! - `next_drain`: a socket's part in a graceful shutdown.
 
@@ -173,8 +173,9 @@ impl Drop for FrameReader {
     }
 }
 
-/// What a CLI socket's reading task shares with its writing loop, in one place (the reading
-/// task touches it once a frame, and a line of each of 1,000 quiet sessions is a cold read):
+/// What a CLI socket's reading (in its session's task) shares with its writing loop, in one
+/// place (the reading touches it once a frame, and a line of each of 1,000 quiet sessions is a
+/// cold read):
 /// how many frames it has read (anything, pongs included; the pings look for silence), and the
 /// loop's request that it stop after the frame it is on.
 #[derive(Default)]
@@ -185,43 +186,62 @@ struct Reading {
 }
 
 impl Reading {
-    /// The next frame, or `None` at the socket's end or once [`Reading::stop`] was called
-    /// (looked at before each frame: a frame being handed on is finished first).
-    async fn next_frame<S>(&self, incoming: &mut S) -> Option<S::Item>
-    where
-        S: futures::Stream + Unpin,
-    {
-        use std::sync::atomic::Ordering;
-        let frame = std::future::poll_fn(|cx| {
-            if self.stopped.load(Ordering::Acquire) {
-                return std::task::Poll::Ready(None);
-            }
-            match incoming.poll_next_unpin(cx) {
-                std::task::Poll::Ready(frame) => std::task::Poll::Ready(frame),
-                std::task::Poll::Pending => {
-                    self.waker.register(cx.waker());
-                    // A stop between the first look and the registration is seen here.
-                    if self.stopped.load(Ordering::Acquire) {
-                        return std::task::Poll::Ready(None);
-                    }
-                    std::task::Poll::Pending
-                }
-            }
-        })
-        .await?;
-        // Only the reading task counts: no locked add needed.
-        self.frames.store(self.frames.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        Some(frame)
-    }
-
-    /// Asks the reading task to stop after the frame it is on.
+    /// Asks the reading to stop after the frame it is on.
     fn stop(&self) {
         self.stopped.store(true, std::sync::atomic::Ordering::Release);
         self.waker.wake();
     }
 }
 
-/// Stops a socket's reading task when dropped.
+/// A CLI socket's incoming frames as its session reads them ([`switchboard_transport::events`]):
+/// text and binary frames' payloads, each frame counted (pongs too), until the socket's end
+/// or a stop ([`Reading::stop`], looked at before each frame: a frame handed on is finished
+/// first).
+struct SocketFrames<S> {
+    incoming: S,
+    shared: Arc<Reading>,
+}
+
+impl<S> switchboard_transport::events::Frames for SocketFrames<S>
+where
+    S: futures::Stream<Item = Result<WsMessage, axum::Error>> + Unpin + Send,
+{
+    fn poll_frame(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<bytes::Bytes>> {
+        use std::sync::atomic::Ordering;
+        use std::task::Poll;
+        loop {
+            if self.shared.stopped.load(Ordering::Acquire) {
+                return Poll::Ready(None);
+            }
+            let frame = match self.incoming.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(frame))) => frame,
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(None),
+                Poll::Pending => {
+                    self.shared.waker.register(cx.waker());
+                    // A stop between the first look and the registration is seen here.
+                    if self.shared.stopped.load(Ordering::Acquire) {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Pending;
+                }
+            };
+            // Only this reading counts: no locked add needed.
+            let frames = &self.shared.frames;
+            frames.store(frames.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            match frame {
+                WsMessage::Text(text) => return Poll::Ready(Some(text.into())),
+                WsMessage::Binary(bytes) => return Poll::Ready(Some(bytes)),
+                WsMessage::Close(_) => return Poll::Ready(None),
+                WsMessage::Ping(_) | WsMessage::Pong(_) => {}
+            }
+        }
+    }
+}
+
+/// Stops a socket's reading when dropped.
 struct StopReading(Arc<Reading>);
 
 impl Drop for StopReading {
@@ -255,11 +275,12 @@ impl Silence {
 
 /// Moves frames between a CLI's socket and its slot until either side ends.
 ///
-/// The CLI's frames are read by a task of their own: a frame read needs no poll of the
-/// writing side's futures (the session's queue, the ping timer, the disconnect request), which
-/// cost as much as the frame in the relay benchmark. When the writing side ends first, the
-/// reader finishes the frame it is on (every line that reached us goes to the session) and
-/// stops; the session hears of the disconnection after that frame's lines.
+/// The CLI's frames are read by its session's own task ([`switchboard_transport::events`]):
+/// a line goes from the socket to the session with no task or queue between them, and a
+/// frame read needs no poll of the writing side's futures (the session's queue, the ping
+/// timer, the disconnect request). When the writing side ends first, the reading finishes the
+/// frame it is on (every line that reached us goes to the session) and stops; the session
+/// hears of the disconnection after that frame's lines.
 ///
 /// Not an `async fn`, which would keep the socket twice for the connection's life (its
 /// argument and the local it is moved into): an `async move` block holds what it captured once.
@@ -270,24 +291,14 @@ pub(crate) fn pipe(
     ping_every: std::time::Duration,
 ) -> impl std::future::Future<Output = ()> + Send {
     async move {
-        let Some((mut reader, mut writer)) = slot.connect().await else { return };
-        let (mut sink, mut incoming) = socket.split();
+        let Some((reader, mut writer)) = slot.connect().await else { return };
+        let (mut sink, incoming) = socket.split();
         let shared = Arc::new(Reading::default());
-        let reading_shared = shared.clone();
-        // However this ends (a panic, the connection's future dropped), the reader stops after the
-        // frame it is on, and lets go of the connection.
+        // However this ends (a panic, the connection's future dropped), the reading stops
+        // after the frame it is on, and lets go of the connection.
         let _stop = StopReading(shared.clone());
-        let mut reading = tokio::spawn(async move {
-            let shared = reading_shared;
-            while let Some(frame) = shared.next_frame(&mut incoming).await {
-                match frame {
-                    Ok(WsMessage::Text(text)) => reader.incoming(text.as_bytes()).await,
-                    Ok(WsMessage::Binary(bytes)) => reader.incoming(&bytes).await,
-                    Ok(WsMessage::Close(_)) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            }
-        });
+        let frames = SocketFrames { incoming, shared: shared.clone() };
+        let mut reading = reader.attach(Box::new(frames)).await;
 
         // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
         // and its socket is dropped so that the CLI's reconnect (or its end) can follow.
@@ -342,7 +353,21 @@ pub(crate) fn pipe(
         }
         if !read_all {
             shared.stop();
-            let _ = reading.await;
+            // Until the session has read past the frame it is on. It may be waiting for room in
+            // the queue toward the CLI, reading nothing until it has it: what it queues meanwhile
+            // waits for the next connection.
+            loop {
+                tokio::select! {
+                    () = &mut reading => break,
+                    line = writer.next_outgoing() => match line {
+                        Some(line) => writer.hold(line),
+                        None => {
+                            (&mut reading).await;
+                            break;
+                        }
+                    },
+                }
+            }
         }
         // Last, so that the session hears of this connection's end (its reader is done) before a
         // newer connection can take the slot and say it connected.
@@ -399,7 +424,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::future::Future;
 
     /// Two intervals without a frame are silence, counted from the connection; a frame in
     /// either of the last two intervals is not.
@@ -435,34 +459,50 @@ mod tests {
         }
     }
 
-    /// Frames pass and are counted; a stop asked while the reader waits wakes it, and it reads
-    /// nothing more; one asked before a waiting frame is read keeps that frame unread.
+    /// Frames pass and are counted (a ping too, which is not handed on); a stop asked while
+    /// the reading waits wakes it, and it reads nothing more; one asked before a waiting frame
+    /// is read keeps that frame unread.
     #[test]
     fn a_stop_wakes_a_waiting_reader_and_ends_its_reading() {
+        use std::sync::atomic::Ordering;
         use std::task::{Context, Poll};
+        use switchboard_transport::events::Frames;
         let wakes = Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0)));
         let waker = futures::task::waker(wakes.clone());
         let mut cx = Context::from_waker(&waker);
-        let (mut sender, mut frames) = futures::channel::mpsc::channel::<u32>(8);
-        let reading = Reading::default();
-        sender.try_send(1).unwrap();
-        {
-            let mut next = std::pin::pin!(reading.next_frame(&mut frames));
-            assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(Some(1)));
-        }
-        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
+        let (mut sender, incoming) =
+            futures::channel::mpsc::channel::<Result<WsMessage, axum::Error>>(8);
+        let shared = Arc::new(Reading::default());
+        let mut frames = SocketFrames { incoming, shared: shared.clone() };
+        sender.try_send(Ok(WsMessage::Ping(Vec::new().into()))).unwrap();
+        sender.try_send(Ok(WsMessage::Text("one".into()))).unwrap();
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(Some(bytes::Bytes::from("one"))));
+        assert_eq!(shared.frames.load(Ordering::Relaxed), 2);
         // Waiting: the stop wakes it, and it ends.
-        {
-            let mut next = std::pin::pin!(reading.next_frame(&mut frames));
-            assert_eq!(next.as_mut().poll(&mut cx), Poll::Pending);
-            reading.stop();
-            assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-            assert_eq!(next.as_mut().poll(&mut cx), Poll::Ready(None));
-        }
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Pending);
+        shared.stop();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
         // A frame that comes after the stop is not read.
-        sender.try_send(2).unwrap();
-        let next = std::pin::pin!(reading.next_frame(&mut frames));
-        assert_eq!(futures::FutureExt::now_or_never(next), Some(None));
-        assert_eq!(reading.frames.load(std::sync::atomic::Ordering::Relaxed), 1);
+        sender.try_send(Ok(WsMessage::Text("two".into()))).unwrap();
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
+        assert_eq!(shared.frames.load(Ordering::Relaxed), 2);
+    }
+
+    /// The socket's close, or its failure, ends the frames.
+    #[test]
+    fn a_close_or_an_error_ends_the_frames() {
+        use std::task::{Context, Poll};
+        use switchboard_transport::events::Frames;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for last in [Ok(WsMessage::Close(None)), Err(axum::Error::new("reset"))] {
+            let (mut sender, incoming) =
+                futures::channel::mpsc::channel::<Result<WsMessage, axum::Error>>(8);
+            let mut frames = SocketFrames { incoming, shared: Arc::default() };
+            sender.try_send(Ok(WsMessage::Binary(bytes::Bytes::from("b")))).unwrap();
+            sender.try_send(last).unwrap();
+            assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(Some(bytes::Bytes::from("b"))));
+            assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
+        }
     }
 }

@@ -6,10 +6,13 @@
 //!   (CLIs up to 2.1.120).
 //! - [`terminal`]: an interactive CLI in a person's terminal: its transcript's lines in, keys
 //!   out (`switchboard claude`).
+//! - [`events`]: what a session hears from its CLI: one queue, and a WebSocket CLI's frames
+//!   read in the session's own task.
 //! - [`procs`]: no process outlives its session (run ids, the sweep, leftovers of a killed
 //!   daemon).
 //! - [`random`]: tokens and ids from the OS's random source.
 
+pub mod events;
 pub mod procs;
 pub mod random;
 pub mod sdk_url;

@@ -27,8 +27,9 @@
 //!
 //! The details the session relies on:
 //!
-//! - [`IngressSlot::connect`] gives an [`IngressReader`] and an [`IngressWriter`], so that
-//!   frames are read by a task of their own. The session hears `Connected { reconnect }`, per
+//! - [`IngressSlot::connect`] gives an [`IngressReader`] and an [`IngressWriter`]; the server
+//!   hands the socket's frames to the session with [`IngressReader::attach`], and its task reads
+//!   them ([`crate::events`]). The session hears `Connected { reconnect }`, per
 //!   line it writes `Sent` (or `Resent`), and `Disconnected` once both halves are gone, after
 //!   the last frame's lines, in queue room reserved when the connection began, so a full queue
 //!   cannot lose it.
@@ -51,10 +52,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use std::task::{Context, Poll};
 use switchboard_protocol::codec::{Decoder, LineError, LineErrorKind, Position};
 use switchboard_protocol::{Envelope, Received};
-use tokio::sync::{mpsc, watch, OwnedMutexGuard};
+use tokio::sync::{mpsc, oneshot, watch, OwnedMutexGuard};
 
+use crate::events::{Events, Frames};
 use crate::stdio::{
     self, CliLink, CliOptions, CliProcess, TransportError, TransportEvent, WriterCommand,
 };
@@ -83,6 +86,8 @@ pub struct IngressSlot {
     /// Lines for the CLI, written by the session, taken by whichever connection is up.
     outgoing: OutgoingQueue,
     events: mpsc::Sender<TransportEvent>,
+    /// Where connections hand their frames to the session's [`Events`].
+    connections: mpsc::Sender<Box<Connection>>,
     /// Whether a connection came before (the next one is a reconnect).
     connected_before: AtomicBool,
     /// The session closed its input: refuse new connections.
@@ -116,6 +121,9 @@ struct Delivery {
     /// What the current connection sends before the queue: on a reconnect, the unconfirmed
     /// prompts and the lines to retry, in the order they were first sent.
     replay: VecDeque<Bytes>,
+    /// Lines a connection took from the queue while it was let go, never written
+    /// ([`IngressWriter::hold`]): the next connection takes them first, as from the queue.
+    held: VecDeque<Bytes>,
 }
 
 /// Prompts kept unconfirmed at most: past it (or past [`UNCONFIRMED_BYTES`]) the oldest is
@@ -169,6 +177,7 @@ impl IngressSlot {
         token: String,
         outgoing: mpsc::Receiver<WriterCommand>,
         events: mpsc::Sender<TransportEvent>,
+        connections: mpsc::Sender<Box<Connection>>,
         external_exit: Option<watch::Sender<bool>>,
     ) -> Arc<IngressSlot> {
         Arc::new(IngressSlot {
@@ -176,6 +185,7 @@ impl IngressSlot {
             token,
             outgoing: Arc::new(tokio::sync::Mutex::new(outgoing)),
             events,
+            connections,
             connected_before: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             seen: Mutex::new(SeenLines::default()),
@@ -237,6 +247,7 @@ impl IngressSlot {
             let mut lines: Vec<Bytes> =
                 std::mem::take(&mut delivery.unconfirmed).into_values().collect();
             lines.extend(delivery.retry.drain(..));
+            lines.extend(delivery.held.drain(..));
             lines
         };
         while let Ok(WriterCommand::Line(command)) = outgoing.try_recv() {
@@ -282,7 +293,7 @@ impl IngressSlot {
             return None;
         }
         let reconnect = self.connected_before.swap(true, Ordering::SeqCst);
-        {
+        let held_ahead = {
             // Sent again first, in the order first sent: what this CLI may not have. (Built
             // afresh each time: what an earlier connection did not get to stays in
             // `unconfirmed` and `retry` until written.)
@@ -291,7 +302,8 @@ impl IngressSlot {
             let mut replay: VecDeque<Bytes> = delivery.unconfirmed.values().cloned().collect();
             replay.extend(delivery.retry.iter().cloned());
             delivery.replay = replay;
-        }
+            delivery.held.len()
+        };
         let _ = self.events.send(TransportEvent::Connected { reconnect }).await;
         // Room for the end of the connection is taken now: a queue that is full when the
         // socket goes cannot lose the news (it was sent with `try_send`, and could).
@@ -307,7 +319,7 @@ impl IngressSlot {
         });
         Some((
             IngressReader { end: end.clone(), decoder: Decoder::default(), reconnect },
-            IngressWriter { end, outgoing, ticket },
+            IngressWriter { end, outgoing, ticket, held_ahead },
         ))
     }
 
@@ -346,15 +358,23 @@ impl IngressSlot {
     /// false when the session is gone. `again` says whether this line may be one the CLI sent
     /// before (see [`IngressSlot::is_new`]).
     async fn deliver(&self, item: Result<Received, LineError>, again: bool) -> bool {
-        let event = match item {
-            Ok(received) if !self.is_new(&received, again) => return true,
+        match self.accept(item, again) {
+            Some(event) => self.events.send(event).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// One decoded line (or bad line) as the session hears it; `None` for a line the CLI sent
+    /// before.
+    fn accept(&self, item: Result<Received, LineError>, again: bool) -> Option<TransportEvent> {
+        match item {
+            Ok(received) if !self.is_new(&received, again) => None,
             Ok(received) => {
                 self.note_incoming(&received);
-                TransportEvent::Line(Box::new(received))
+                Some(TransportEvent::Line(Box::new(received)))
             }
-            Err(error) => TransportEvent::BadLine(Box::new(error)),
-        };
-        self.events.send(event).await.is_ok()
+            Err(error) => Some(TransportEvent::BadLine(Box::new(error))),
+        }
     }
 
     /// Whether a line was not seen before, by its `uuid`; lines without one always are.
@@ -457,6 +477,8 @@ pub struct IngressWriter {
     outgoing: OwnedMutexGuard<mpsc::Receiver<WriterCommand>>,
     /// This connection's claim on the slot.
     ticket: u64,
+    /// How many of the slot's held lines came before this connection (it takes those first).
+    held_ahead: usize,
 }
 
 /// Dropped when the connection's last half is: the session hears that the CLI disconnected
@@ -470,7 +492,9 @@ struct ConnectionEnd {
 }
 
 impl IngressReader {
-    /// A frame from the CLI: its lines go to the session (lines seen before are dropped).
+    /// A frame from the CLI, read by the caller's task: its lines go to the session through
+    /// its queue (lines seen before are dropped). The server hands its sockets over with
+    /// [`IngressReader::attach`] instead.
     pub async fn incoming(&mut self, payload: &[u8]) {
         self.decoder.push(payload);
         while let Some(item) = self.decoder.next_item() {
@@ -478,6 +502,127 @@ impl IngressReader {
                 return;
             }
         }
+    }
+
+    /// Hands the connection's frames to the session: its [`Events`] read them, in the
+    /// session's own task, after whatever was queued before (see [`crate::events`]). What
+    /// this returns resolves once they are done with them: the frames ended (the socket's end,
+    /// or a stop the caller asked of them, after the frame they were on), or the session is
+    /// gone. Drop the connection's writer after that, so that its end follows its last line.
+    pub async fn attach(self, frames: Box<dyn Frames>) -> Attached {
+        let (done, attached) = oneshot::channel();
+        let slot = self.end.slot.clone();
+        let nudge = Arc::new(Nudge::default());
+        let connection = Box::new(Connection {
+            frames,
+            reader: self,
+            ready: VecDeque::new(),
+            waker: std::task::Waker::from(nudge.clone()),
+            nudge,
+            waiting: false,
+            _done: done,
+        });
+        // A session gone drops it at once, and the caller hears that at once.
+        let _ = slot.connections.send(connection).await;
+        Attached(attached)
+    }
+}
+
+/// A connection handed to the session's [`Events`] ([`IngressReader::attach`]), read there.
+pub(crate) struct Connection {
+    // Fields drop in order: the socket's half, then the reader (its share of the connection's
+    // end), then the holder is told.
+    frames: Box<dyn Frames>,
+    reader: IngressReader,
+    /// Lines of a frame read, not yet heard.
+    ready: VecDeque<TransportEvent>,
+    /// What the frames are polled with ([`Nudge`]).
+    waker: std::task::Waker,
+    nudge: Arc<Nudge>,
+    /// The frames said pending when last polled, and have not woken since.
+    waiting: bool,
+    _done: oneshot::Sender<()>,
+}
+
+/// The waker a connection's frames are polled with: it notes that they woke, then wakes the
+/// session's task. The session's task is polled for many reasons (its commands, its other
+/// queues, its own batch's next event) and a socket polled each time reads it each time
+/// (tungstenite prepares its read buffer for every read, found empty or not); with this, a
+/// connection's frames are polled again only once they woke.
+#[derive(Default)]
+struct Nudge {
+    woken: AtomicBool,
+    task: Mutex<Option<std::task::Waker>>,
+}
+
+impl std::task::Wake for Nudge {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        if let Some(task) = &*self.task.lock() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("ready", &self.ready.len()).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// The connection's next event: a line of a frame read, or of the next frame; `None` once
+    /// its frames ended. `task`: the waker to wake when the frames do (none: the one given
+    /// last).
+    pub(crate) fn poll_event(
+        &mut self,
+        task: Option<&std::task::Waker>,
+    ) -> Poll<Option<TransportEvent>> {
+        if let Some(task) = task {
+            let mut registered = self.nudge.task.lock();
+            if !registered.as_ref().is_some_and(|old| old.will_wake(task)) {
+                *registered = Some(task.clone());
+            }
+        }
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Poll::Ready(Some(event));
+            }
+            // Taken before the poll: a wake during it is not lost.
+            let woken = self.nudge.woken.swap(false, Ordering::AcqRel);
+            if self.waiting && !woken {
+                return Poll::Pending;
+            }
+            let polled = self.frames.poll_frame(&mut Context::from_waker(&self.waker));
+            self.waiting = polled.is_pending();
+            let Some(payload) = std::task::ready!(polled) else {
+                return Poll::Ready(None);
+            };
+            let reader = &mut self.reader;
+            reader.decoder.push(&payload);
+            while let Some(item) = reader.decoder.next_item() {
+                if let Some(event) = reader.end.slot.accept(item, reader.reconnect) {
+                    self.ready.push_back(event);
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once the session is done with a connection's frames ([`IngressReader::attach`]).
+#[derive(Debug)]
+pub struct Attached(oneshot::Receiver<()>);
+
+impl std::future::Future for Attached {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Nothing is ever sent: the sender's drop is the news.
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|_| ())
     }
 }
 
@@ -495,6 +640,14 @@ impl IngressWriter {
                     .is_some_and(|uuid| !delivery.unconfirmed.contains_key(&uuid));
                 if !confirmed {
                     return Some(Outgoing { line, again: true });
+                }
+            }
+            // Only what was held before this connection began: what it holds itself is for
+            // the next one.
+            if self.held_ahead > 0 {
+                self.held_ahead -= 1;
+                if let Some(line) = delivery.held.pop_front() {
+                    return Some(Outgoing { line, again: false });
                 }
             }
         }
@@ -546,6 +699,21 @@ impl IngressWriter {
             false => TransportEvent::Sent(Box::new(line.line)),
         };
         self.end.slot.stamp(event);
+    }
+
+    /// `line` (taken with [`Self::next_outgoing`]) was not written: this connection is being
+    /// let go. It waits for the next connection, which takes it before the queue's lines (a
+    /// prompt the CLI confirms, and a line to send again, wait as they do anyway); at the CLI's
+    /// end it is undelivered. The server takes the queue's lines this way while the session
+    /// reads past the connection's last frame: the session may be waiting for room in that
+    /// queue, and reads nothing until it has it.
+    pub fn hold(&mut self, line: Outgoing) {
+        let mut delivery = self.end.slot.delivery();
+        let tracked = delivery.confirms
+            && prompt_uuid(&line.line).is_some_and(|uuid| delivery.unconfirmed.contains_key(&uuid));
+        if !tracked && !delivery.retry.contains(&line.line) {
+            delivery.held.push_back(line.line);
+        }
     }
 
     /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]). A prompt
@@ -619,8 +787,16 @@ pub fn external(slot_id: &str) -> (CliLink, Arc<IngressSlot>) {
     let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
-    let slot =
-        IngressSlot::new(slot_id.to_owned(), random_hex(), writer_rx, events_tx, Some(exited_tx));
+    let (connections_tx, connections) = mpsc::channel(1);
+    let slot = IngressSlot::new(
+        slot_id.to_owned(),
+        random_hex(),
+        writer_rx,
+        events_tx,
+        connections_tx,
+        Some(exited_tx),
+    );
+    let events = Events::with_connections(events, connections);
     (CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) }, slot)
 }
 
@@ -651,8 +827,10 @@ pub fn spawn(
     let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
     let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
     let (exited_tx, exited) = watch::channel(false);
-    let slot = IngressSlot::new(slot_id, token, writer_rx, events_tx.clone(), None);
+    let (connections_tx, connections) = mpsc::channel(1);
+    let slot = IngressSlot::new(slot_id, token, writer_rx, events_tx.clone(), connections_tx, None);
     slot.delivery().confirms = true;
+    let events = Events::with_connections(events, connections);
     // Before the exit: every line that never reached the CLI.
     let last_words = {
         let slot = slot.clone();
@@ -692,6 +870,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::events::{Events, Frames};
 
     #[test]
     fn a_connection_remembers_its_last_line_uuids_in_bounded_memory() {
@@ -772,7 +951,7 @@ mod tests {
         let (events_tx, mut events) = mpsc::channel(stdio::EVENT_QUEUE);
         let (_writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
         tokio::spawn(async move { while events.recv().await.is_some() {} });
-        IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, None)
+        IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, mpsc::channel(1).0, None)
     }
 
     /// A slot whose CLI echoes prompts, with the session's ends: its queue and its events.
@@ -780,7 +959,14 @@ mod tests {
     ) -> (Arc<IngressSlot>, mpsc::Sender<WriterCommand>, mpsc::Receiver<TransportEvent>) {
         let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
         let (writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
-        let slot = IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, None);
+        let slot = IngressSlot::new(
+            "t".into(),
+            random_hex(),
+            writer_rx,
+            events_tx,
+            mpsc::channel(1).0,
+            None,
+        );
         slot.delivery().confirms = true;
         (slot, writer_tx, events)
     }
@@ -799,23 +985,66 @@ mod tests {
     fn drain(events: &mut mpsc::Receiver<TransportEvent>) -> Vec<String> {
         let mut seen = Vec::new();
         while let Ok(event) = events.try_recv() {
-            seen.push(match event {
-                TransportEvent::Connected { reconnect } => format!("connected {reconnect}"),
-                TransportEvent::Disconnected => "disconnected".to_owned(),
-                TransportEvent::Sent(line) => {
-                    format!("sent {}", String::from_utf8_lossy(&line).trim_end())
-                }
-                TransportEvent::Resent(line) => {
-                    format!("resent {}", String::from_utf8_lossy(&line).trim_end())
-                }
-                TransportEvent::Undelivered(line) => {
-                    format!("undelivered {}", String::from_utf8_lossy(&line).trim_end())
-                }
-                TransportEvent::Line(line) => format!("line {}", line.raw),
-                other => format!("{other:?}"),
-            });
+            seen.push(describe(event));
         }
         seen
+    }
+
+    /// An event as `kind: line`.
+    fn describe(event: TransportEvent) -> String {
+        match event {
+            TransportEvent::Connected { reconnect } => format!("connected {reconnect}"),
+            TransportEvent::Disconnected => "disconnected".to_owned(),
+            TransportEvent::Sent(line) => {
+                format!("sent {}", String::from_utf8_lossy(&line).trim_end())
+            }
+            TransportEvent::Resent(line) => {
+                format!("resent {}", String::from_utf8_lossy(&line).trim_end())
+            }
+            TransportEvent::Undelivered(line) => {
+                format!("undelivered {}", String::from_utf8_lossy(&line).trim_end())
+            }
+            TransportEvent::Line(line) => format!("line {}", line.raw),
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// Frames that are all there at once, then end.
+    struct Sent(VecDeque<Bytes>);
+
+    impl Frames for Sent {
+        fn poll_frame(&mut self, _: &mut Context<'_>) -> Poll<Option<Bytes>> {
+            Poll::Ready(self.0.pop_front())
+        }
+    }
+
+    /// A connection as the server makes one, whose CLI sends `lines` (a frame each) and goes:
+    /// the events it makes, through its `Disconnected`.
+    async fn one_connection(
+        slot: &Arc<IngressSlot>,
+        events: &mut Events,
+        lines: &[String],
+    ) -> Vec<String> {
+        let (reader, writer) = slot.connect().await.unwrap();
+        let frames = lines.iter().map(|line| Bytes::from(format!("{line}\n"))).collect();
+        let attached = reader.attach(Box::new(Sent(frames))).await;
+        let mut seen = Vec::new();
+        let mut attached = std::pin::pin!(attached);
+        loop {
+            tokio::select! {
+                () = &mut attached => break,
+                event = events.recv() => seen.push(describe(event.unwrap())),
+            }
+        }
+        drop(writer);
+        loop {
+            let event = describe(events.recv().await.unwrap());
+            let end = event == "disconnected";
+            seen.push(event);
+            if end {
+                return seen;
+            }
+        }
     }
 
     const PROMPT_A: &str = r#"{"type":"user","message":{"role":"user","content":"A"},"uuid":"a"}"#;
@@ -826,7 +1055,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_reconnected_cli_sending_its_lines_again_is_heard_once() {
-        let (slot, _writer, mut events) = confirming_slot();
+        // Its connections read where its events are, as the server's are.
+        let (events_tx, events) = mpsc::channel(stdio::EVENT_QUEUE);
+        let (_writer_tx, writer_rx) = mpsc::channel(stdio::WRITE_QUEUE);
+        let (connections_tx, connections) = mpsc::channel(1);
+        let slot =
+            IngressSlot::new("t".into(), random_hex(), writer_rx, events_tx, connections_tx, None);
+        slot.delivery().confirms = true;
+        let mut events = Events::with_connections(events, connections);
         let line = |uuid: &str| {
             format!(r#"{{"type":"stream_event","event":{{"type":"ping"}},"uuid":"{uuid}"}}"#)
         };
@@ -834,25 +1070,24 @@ mod tests {
             |uuid: &str| format!(r#"{{"type":"system","subtype":"status","uuid":"{uuid}"}}"#);
         // A prompt sent twice with one uuid runs once, and is echoed twice: on a first socket too.
         let echo = r#"{"type":"user","message":{"role":"user","content":"hi"},"isReplay":true,"uuid":"e"}"#;
-        let (mut reader, writer) = slot.connect().await.unwrap();
-        for sent in [line("1"), echo.to_owned(), system("2"), echo.to_owned(), line("3")] {
-            reader.incoming(format!("{sent}\n").as_bytes()).await;
-        }
-        drop((reader, writer));
-        let (mut reader, writer) = slot.connect().await.unwrap();
+        let first = [line("1"), echo.to_owned(), system("2"), echo.to_owned(), line("3")];
+        let mut heard = one_connection(&slot, &mut events, &first).await;
         // The CLI replays from its buffer: what we had, then what we did not.
-        for sent in [system("2"), line("3"), line("4"), system("5")] {
-            reader.incoming(format!("{sent}\n").as_bytes()).await;
-        }
+        let second = [system("2"), line("3"), line("4"), system("5")];
+        heard.extend(one_connection(&slot, &mut events, &second).await);
         // A hybrid CLI's POST that went again.
         let posted = serde_json::value::RawValue::from_string(line("4")).unwrap();
         slot.post_events(&[&posted]).await;
-        drop((reader, writer));
-        let lines: Vec<String> =
-            drain(&mut events).into_iter().filter(|event| event.starts_with("line")).collect();
-        let expected = [line("1"), echo.to_owned(), system("2"), line("3"), line("4"), system("5")];
-        let expected: Vec<String> = expected.iter().map(|line| format!("line {line}")).collect();
-        assert_eq!(lines, expected);
+        assert!(events.try_recv().is_err(), "heard once");
+        let expected = [line("1"), echo.to_owned(), system("2"), line("3")];
+        let mut expected: Vec<String> =
+            expected.iter().map(|line| format!("line {line}")).collect();
+        expected.insert(0, "connected false".to_owned());
+        expected.push("disconnected".to_owned());
+        expected.push("connected true".to_owned());
+        expected.extend([line("4"), system("5")].iter().map(|line| format!("line {line}")));
+        expected.push("disconnected".to_owned());
+        assert_eq!(heard, expected);
     }
 
     #[tokio::test]
@@ -936,6 +1171,47 @@ mod tests {
         third.sent(again);
         assert!(slot.delivery().retry.is_empty(), "written: no longer to retry");
         assert!(!drain(&mut events).iter().any(|event| event.starts_with("undelivered")));
+    }
+
+    /// Lines a connection took while it was let go go first on the next one, as from the
+    /// queue (written once, `Sent`); a prompt waits as unconfirmed; at the CLI's end what no
+    /// connection wrote is undelivered.
+    #[tokio::test]
+    async fn what_a_connection_took_while_let_go_goes_first_on_the_next() {
+        let (slot, writer, mut events) = confirming_slot();
+        let (reader, mut first) = slot.connect().await.unwrap();
+        for line in [INTERRUPT, PROMPT_A, ANSWER] {
+            queue(&writer, line).await;
+        }
+        for _ in 0..3 {
+            let line = first.next_outgoing().await.unwrap();
+            first.hold(line);
+        }
+        queue(&writer, PROMPT_B).await;
+        drop((reader, first));
+        let (reader, mut second) = slot.connect().await.unwrap();
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            let line = second.next_outgoing().await.unwrap();
+            order.push((text(&line).to_owned(), line.again));
+            second.sent(line);
+        }
+        let expected = [(PROMPT_A, true), (INTERRUPT, false), (ANSWER, false), (PROMPT_B, false)];
+        let expected: Vec<(String, bool)> =
+            expected.iter().map(|(line, again)| ((*line).to_owned(), *again)).collect();
+        assert_eq!(order, expected);
+        let stamps = drain(&mut events);
+        assert!(stamps.contains(&format!("sent {INTERRUPT}")), "{stamps:?}");
+        assert!(!stamps.iter().any(|event| event.starts_with("undelivered")), "{stamps:?}");
+        // Taken and held again, then the CLI ends: reported, not lost.
+        queue(&writer, INTERRUPT).await;
+        let line = second.next_outgoing().await.unwrap();
+        second.hold(line);
+        drop((reader, second));
+        let left = slot.take_undelivered().await;
+        let left: Vec<&str> =
+            left.iter().map(|line| std::str::from_utf8(line).unwrap().trim_end()).collect();
+        assert_eq!(left, [PROMPT_A, PROMPT_B, INTERRUPT]);
     }
 
     #[tokio::test]

@@ -503,7 +503,7 @@ pub(crate) enum WriterCommand {
 #[derive(Debug)]
 pub struct CliLink {
     /// Events from the CLI; ends after `Exited`.
-    pub events: mpsc::Receiver<TransportEvent>,
+    pub events: crate::events::Events,
     /// The process.
     pub process: CliProcess,
 }
@@ -529,7 +529,7 @@ pub fn spawn(options: &CliOptions) -> Result<CliLink, TransportError> {
         std::future::ready(Vec::new()),
     ));
     Ok(CliLink {
-        events,
+        events: crate::events::Events::new(events),
         process: CliProcess { pid, writer: Some(writer_tx), exited, run: Some(run) },
     })
 }

@@ -241,6 +241,7 @@ pub fn attached() -> (CliLink, TranscriptIn, KeysOut, HookGate) {
     let lines = TranscriptIn { events: events_tx.clone(), exited: exited_tx, lines: 0 };
     let hooks = HookGate { events: events_tx.clone(), waiting: Arc::default() };
     let keys = KeysOut { events: events_tx, writer: writer_rx, hooks: hooks.clone() };
+    let events = crate::events::Events::new(events);
     let link = CliLink { events, process: CliProcess::new(None, writer_tx, exited, None) };
     (link, lines, keys, hooks)
 }
