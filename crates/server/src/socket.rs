@@ -196,11 +196,20 @@ impl Reading {
 /// A CLI socket's incoming frames as its session reads them ([`switchboard_transport::events`]):
 /// text and binary frames' payloads, each frame counted (pongs too), until the socket's end
 /// or a stop ([`Reading::stop`], looked at before each frame: a frame handed on is finished
-/// first).
+/// first). After a stop, the frames that had already arrived are still read, up to
+/// [`FRAMES_AFTER_STOP`]: a CLI that wrote its last lines and exited (its exit is what stops
+/// the reading) is heard to its end, even when its session was busy elsewhere as they came.
 struct SocketFrames<S> {
     incoming: S,
     shared: Arc<Reading>,
+    /// Frames still read after a stop, while they are there at once.
+    after_stop: u16,
 }
+
+/// What a stopped CLI socket still reads of what had arrived (a peer that keeps sending is
+/// not read for ever): the events queue's bound, what the reading task before the session
+/// read its sockets could hold.
+const FRAMES_AFTER_STOP: u16 = 256;
 
 impl<S> switchboard_transport::events::Frames for SocketFrames<S>
 where
@@ -213,17 +222,24 @@ where
         use std::sync::atomic::Ordering;
         use std::task::Poll;
         loop {
-            if self.shared.stopped.load(Ordering::Acquire) {
-                return Poll::Ready(None);
+            let stopped = self.shared.stopped.load(Ordering::Acquire);
+            if stopped {
+                if self.after_stop == 0 {
+                    return Poll::Ready(None);
+                }
+                self.after_stop -= 1;
             }
             let frame = match self.incoming.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(frame))) => frame,
                 Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(None),
+                // Stopped, and nothing more has arrived.
+                Poll::Pending if stopped => return Poll::Ready(None),
                 Poll::Pending => {
                     self.shared.waker.register(cx.waker());
-                    // A stop between the first look and the registration is seen here.
+                    // A stop between the first look and the registration is seen here: one more
+                    // look for what arrived meanwhile.
                     if self.shared.stopped.load(Ordering::Acquire) {
-                        return Poll::Ready(None);
+                        continue;
                     }
                     return Poll::Pending;
                 }
@@ -297,7 +313,8 @@ pub(crate) fn pipe(
         // However this ends (a panic, the connection's future dropped), the reading stops
         // after the frame it is on, and lets go of the connection.
         let _stop = StopReading(shared.clone());
-        let frames = SocketFrames { incoming, shared: shared.clone() };
+        let frames =
+            SocketFrames { incoming, shared: shared.clone(), after_stop: FRAMES_AFTER_STOP };
         let mut reading = reader.attach(Box::new(frames)).await;
 
         // Our pings: a peer that sends nothing at all (not even a pong) for two intervals is dead,
@@ -340,7 +357,10 @@ pub(crate) fn pipe(
                     }
                 },
                 _ = ping.tick() => {
-                    if silence.tick(shared.frames.load(std::sync::atomic::Ordering::Relaxed)) {
+                    let frames = shared.frames.load(std::sync::atomic::Ordering::Relaxed);
+                    // Silent only if the session read all the socket had: a session busy
+                    // elsewhere (storing a batch, say) has not read even the CLI's pongs.
+                    if silence.tick(frames) && !reading.behind() {
                         tracing::warn!(slot = %slot.id, "the CLI's socket went silent; dropping it");
                         break;
                     }
@@ -359,12 +379,9 @@ pub(crate) fn pipe(
             loop {
                 tokio::select! {
                     () = &mut reading => break,
-                    line = writer.next_outgoing() => match line {
-                        Some(line) => writer.hold(line),
-                        None => {
-                            (&mut reading).await;
-                            break;
-                        }
+                    queued = writer.hold_next() => if !queued {
+                        (&mut reading).await;
+                        break;
                     },
                 }
             }
@@ -460,8 +477,8 @@ mod tests {
     }
 
     /// Frames pass and are counted (a ping too, which is not handed on); a stop asked while
-    /// the reading waits wakes it, and it reads nothing more; one asked before a waiting frame
-    /// is read keeps that frame unread.
+    /// the reading waits wakes it, and it ends; frames there when a stop comes are still read
+    /// (a CLI's last words before it exited), up to the first wait and to `FRAMES_AFTER_STOP`.
     #[test]
     fn a_stop_wakes_a_waiting_reader_and_ends_its_reading() {
         use std::sync::atomic::Ordering;
@@ -473,7 +490,8 @@ mod tests {
         let (mut sender, incoming) =
             futures::channel::mpsc::channel::<Result<WsMessage, axum::Error>>(8);
         let shared = Arc::new(Reading::default());
-        let mut frames = SocketFrames { incoming, shared: shared.clone() };
+        let mut frames =
+            SocketFrames { incoming, shared: shared.clone(), after_stop: FRAMES_AFTER_STOP };
         sender.try_send(Ok(WsMessage::Ping(Vec::new().into()))).unwrap();
         sender.try_send(Ok(WsMessage::Text("one".into()))).unwrap();
         assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(Some(bytes::Bytes::from("one"))));
@@ -483,10 +501,33 @@ mod tests {
         shared.stop();
         assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
         assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
-        // A frame that comes after the stop is not read.
-        sender.try_send(Ok(WsMessage::Text("two".into()))).unwrap();
-        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
         assert_eq!(shared.frames.load(Ordering::Relaxed), 2);
+
+        // What had arrived when the stop came is read; the first wait ends it.
+        let (sender, incoming) = futures::channel::mpsc::unbounded();
+        let shared = Arc::new(Reading::default());
+        let mut frames =
+            SocketFrames { incoming, shared: shared.clone(), after_stop: FRAMES_AFTER_STOP };
+        sender.unbounded_send(Ok(WsMessage::Text("last words".into()))).unwrap();
+        shared.stop();
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(Some(bytes::Bytes::from("last words"))));
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
+
+        // A peer that keeps sending is read no further than the bound.
+        let (sender, incoming) = futures::channel::mpsc::unbounded();
+        let shared = Arc::new(Reading::default());
+        let mut frames =
+            SocketFrames { incoming, shared: shared.clone(), after_stop: FRAMES_AFTER_STOP };
+        for _ in 0..usize::from(FRAMES_AFTER_STOP) + 10 {
+            sender.unbounded_send(Ok(WsMessage::Text("more".into()))).unwrap();
+        }
+        shared.stop();
+        let mut read = 0;
+        while let Poll::Ready(Some(_)) = frames.poll_frame(&mut cx) {
+            read += 1;
+        }
+        assert_eq!(read, usize::from(FRAMES_AFTER_STOP));
+        assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(None));
     }
 
     /// The socket's close, or its failure, ends the frames.
@@ -498,7 +539,8 @@ mod tests {
         for last in [Ok(WsMessage::Close(None)), Err(axum::Error::new("reset"))] {
             let (mut sender, incoming) =
                 futures::channel::mpsc::channel::<Result<WsMessage, axum::Error>>(8);
-            let mut frames = SocketFrames { incoming, shared: Arc::default() };
+            let mut frames =
+                SocketFrames { incoming, shared: Arc::default(), after_stop: FRAMES_AFTER_STOP };
             sender.try_send(Ok(WsMessage::Binary(bytes::Bytes::from("b")))).unwrap();
             sender.try_send(last).unwrap();
             assert_eq!(frames.poll_frame(&mut cx), Poll::Ready(Some(bytes::Bytes::from("b"))));

@@ -13,9 +13,11 @@
 //!
 //! The order the session hears things in is the queue's order, with a connection's lines
 //! where its reader used to queue them:
-//! - the queue is looked at first, every time: what was queued before a connection was handed
-//!   over (its `Connected`, its predecessor's `Disconnected`) comes before its lines, and the
-//!   writer's stamps and an exit are not held back by a CLI that talks without pause;
+//! - the queue is looked at first: what was queued before a connection was handed over (its
+//!   `Connected`, its predecessor's `Disconnected`) comes before its lines, and the writer's
+//!   stamps and an exit are not held back by a CLI that talks without pause; once a
+//!   connection's first line was heard, it gets a turn after every 32 of the queue's events in
+//!   a row, so that a flood of the CLI's standard error does not keep its socket unread;
 //! - one connection is read at a time; the next is taken once the current one's frames ended
 //!   (its socket closed, or its holder stopped it after the frame it was on), and every line
 //!   of a frame read is heard before that;
@@ -51,12 +53,18 @@ pub struct Events {
     connections: Option<mpsc::Receiver<Box<Connection>>>,
     /// The connection being read.
     current: Option<Box<Connection>>,
+    /// Queue events heard in a row while the connection being read had started giving lines.
+    streak: u8,
 }
+
+/// At most this many queue events in a row while a connection has lines to give: a CLI that
+/// floods its standard error (queued by the transport) does not keep its socket from being read.
+const QUEUE_STREAK: u8 = 32;
 
 impl Events {
     /// Events that all come through `queue` (a CLI on stdio, in a terminal).
     pub fn new(queue: mpsc::Receiver<TransportEvent>) -> Events {
-        Events { queue, connections: None, current: None }
+        Events { queue, connections: None, current: None, streak: 0 }
     }
 
     /// Events from `queue` and from the sockets a WebSocket slot hands over.
@@ -64,7 +72,7 @@ impl Events {
         queue: mpsc::Receiver<TransportEvent>,
         connections: mpsc::Receiver<Box<Connection>>,
     ) -> Events {
-        Events { queue, connections: Some(connections), current: None }
+        Events { queue, connections: Some(connections), current: None, streak: 0 }
     }
 
     /// The next event; `None` once the transport is gone. Cancel-safe: an event is taken only
@@ -105,15 +113,39 @@ impl Events {
     /// socket (not for `try_recv`'s).
     fn poll_next(&mut self, cx: &mut Context<'_>, register: bool) -> Poll<Option<TransportEvent>> {
         loop {
+            // The connection's turn after a long run of the queue's, once its own first line
+            // was heard (its `Connected`, queued before it was handed over, came before that).
+            if self.streak >= QUEUE_STREAK {
+                self.streak = 0;
+                if let Some(current) = &mut self.current {
+                    match current.poll_event(register.then(|| cx.waker())) {
+                        Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                        Poll::Ready(None) => self.current = None,
+                        Poll::Pending => {}
+                    }
+                }
+            }
             let queue_closed = match self.queue.poll_recv(cx) {
-                Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                Poll::Ready(Some(event)) => {
+                    if self.current.as_ref().is_some_and(|current| current.started()) {
+                        self.streak += 1;
+                    }
+                    return Poll::Ready(Some(event));
+                }
                 Poll::Ready(None) => true,
                 Poll::Pending => false,
             };
             if self.current.is_none() {
                 if let Some(connections) = &mut self.connections {
                     match connections.poll_recv(cx) {
-                        Poll::Ready(Some(connection)) => self.current = Some(connection),
+                        Poll::Ready(Some(connection)) => {
+                            self.current = Some(connection);
+                            self.streak = 0;
+                            // The queue again first: what was queued while this connection was
+                            // handed over (its `Connected`, the last one's `Disconnected`) comes
+                            // before its lines.
+                            continue;
+                        }
                         Poll::Ready(None) => self.connections = None,
                         Poll::Pending => {}
                     }
@@ -123,7 +155,10 @@ impl Events {
                 return if queue_closed { Poll::Ready(None) } else { Poll::Pending };
             };
             match current.poll_event(register.then(|| cx.waker())) {
-                Poll::Ready(Some(event)) => return Poll::Ready(Some(event)),
+                Poll::Ready(Some(event)) => {
+                    self.streak = 0;
+                    return Poll::Ready(Some(event));
+                }
                 Poll::Ready(None) => {
                     // Its reader goes (and the holder hears so); if its writer went first,
                     // its `Disconnected` is in the queue now, after its last line.
@@ -212,6 +247,52 @@ mod tests {
         drop(writer);
         assert_eq!(next(&mut link.events).await, "disconnected");
         assert_eq!(next(&mut link.events).await, "exited");
+    }
+
+    /// A flood of the queue's events (a CLI's standard error) does not keep a connection that
+    /// has started giving lines unread: it gets a turn after every `QUEUE_STREAK` of them.
+    #[tokio::test]
+    async fn a_flooded_queue_leaves_the_socket_its_turn() {
+        let (mut link, slot) = crate::sdk_url::external("t");
+        let (reader, _writer) = slot.connect().await.unwrap();
+        let (frames, handed) = fed();
+        let _attached = reader.attach(handed).await;
+        frames.send(Bytes::from(output("a"))).await.unwrap();
+        assert_eq!(next(&mut link.events).await, "connected false");
+        assert_eq!(next(&mut link.events).await, "line a");
+        let streak = usize::from(QUEUE_STREAK);
+        for _ in 0..2 * streak {
+            slot.stamp(TransportEvent::Stderr(Box::new("noise".to_owned())));
+        }
+        frames.send(Bytes::from(output("b"))).await.unwrap();
+        frames.send(Bytes::from(output("c"))).await.unwrap();
+        let mut heard = Vec::new();
+        for _ in 0..2 * streak + 2 {
+            heard.push(next(&mut link.events).await);
+        }
+        let lines: Vec<usize> =
+            (0..heard.len()).filter(|at| heard[*at].starts_with("line")).collect();
+        assert_eq!(lines, [streak, 2 * streak + 1], "{heard:?}");
+        assert_eq!(heard[streak], "line b");
+    }
+
+    /// Whoever holds a connection can tell whether the session has read all its socket gave
+    /// (a socket's silence means something only then).
+    #[tokio::test]
+    async fn the_holder_sees_whether_the_session_is_behind() {
+        let (mut link, slot) = crate::sdk_url::external("t");
+        let (reader, _writer) = slot.connect().await.unwrap();
+        let (frames, handed) = fed();
+        let attached = reader.attach(handed).await;
+        assert!(attached.behind(), "not read at all yet");
+        assert_eq!(next(&mut link.events).await, "connected false");
+        assert!(matches!(link.events.try_recv(), Err(TryRecvError::Empty)));
+        assert!(!attached.behind(), "read to the socket's wait");
+        frames.send(Bytes::from(output("a"))).await.unwrap();
+        assert!(attached.behind(), "the socket woke, the session has not read it");
+        assert_eq!(next(&mut link.events).await, "line a");
+        assert!(matches!(link.events.try_recv(), Err(TryRecvError::Empty)));
+        assert!(!attached.behind());
     }
 
     /// A session that is gone lets go of a connection handed to it at once.

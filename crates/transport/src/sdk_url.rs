@@ -122,7 +122,7 @@ struct Delivery {
     /// prompts and the lines to retry, in the order they were first sent.
     replay: VecDeque<Bytes>,
     /// Lines a connection took from the queue while it was let go, never written
-    /// ([`IngressWriter::hold`]): the next connection takes them first, as from the queue.
+    /// ([`IngressWriter::hold_next`]): the next connection takes them first, as from the queue.
     held: VecDeque<Bytes>,
 }
 
@@ -200,7 +200,7 @@ impl IngressSlot {
     /// for the session's queue, whose reader may itself be waiting to queue a line for this
     /// writer. When the queue is full the news goes on a task of its own (one per line
     /// written, so bounded by the write queue).
-    fn stamp(&self, event: TransportEvent) {
+    pub(crate) fn stamp(&self, event: TransportEvent) {
         match self.events.try_send(event) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(event)) => {
@@ -516,15 +516,14 @@ impl IngressReader {
         let connection = Box::new(Connection {
             frames,
             reader: self,
-            ready: VecDeque::new(),
             waker: std::task::Waker::from(nudge.clone()),
-            nudge,
-            waiting: false,
+            nudge: nudge.clone(),
+            started: false,
             _done: done,
         });
         // A session gone drops it at once, and the caller hears that at once.
         let _ = slot.connections.send(connection).await;
-        Attached(attached)
+        Attached { done: attached, nudge }
     }
 }
 
@@ -533,14 +532,14 @@ pub(crate) struct Connection {
     // Fields drop in order: the socket's half, then the reader (its share of the connection's
     // end), then the holder is told.
     frames: Box<dyn Frames>,
+    /// Its decoder holds the rest of the last frame read: its lines are decoded one at a time,
+    /// as they are heard (a 64 MiB frame of short lines is never millions of events at once).
     reader: IngressReader,
-    /// Lines of a frame read, not yet heard.
-    ready: VecDeque<TransportEvent>,
     /// What the frames are polled with ([`Nudge`]).
     waker: std::task::Waker,
     nudge: Arc<Nudge>,
-    /// The frames said pending when last polled, and have not woken since.
-    waiting: bool,
+    /// A line of it was heard.
+    started: bool,
     _done: oneshot::Sender<()>,
 }
 
@@ -552,6 +551,9 @@ pub(crate) struct Connection {
 #[derive(Default)]
 struct Nudge {
     woken: AtomicBool,
+    /// The frames said pending when last polled (they have nothing the session has not read,
+    /// unless they woke since).
+    waiting: AtomicBool,
     task: Mutex<Option<std::task::Waker>>,
 }
 
@@ -570,7 +572,7 @@ impl std::task::Wake for Nudge {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("ready", &self.ready.len()).finish_non_exhaustive()
+        f.debug_struct("Connection").field("started", &self.started).finish_non_exhaustive()
     }
 }
 
@@ -589,40 +591,60 @@ impl Connection {
             }
         }
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Poll::Ready(Some(event));
+            let reader = &mut self.reader;
+            while let Some(item) = reader.decoder.next_item() {
+                if let Some(event) = reader.end.slot.accept(item, reader.reconnect) {
+                    self.started = true;
+                    return Poll::Ready(Some(event));
+                }
             }
             // Taken before the poll: a wake during it is not lost.
             let woken = self.nudge.woken.swap(false, Ordering::AcqRel);
-            if self.waiting && !woken {
+            if self.nudge.waiting.load(Ordering::Relaxed) && !woken {
                 return Poll::Pending;
             }
             let polled = self.frames.poll_frame(&mut Context::from_waker(&self.waker));
-            self.waiting = polled.is_pending();
+            self.nudge.waiting.store(polled.is_pending(), Ordering::Relaxed);
             let Some(payload) = std::task::ready!(polled) else {
                 return Poll::Ready(None);
             };
-            let reader = &mut self.reader;
-            reader.decoder.push(&payload);
-            while let Some(item) = reader.decoder.next_item() {
-                if let Some(event) = reader.end.slot.accept(item, reader.reconnect) {
-                    self.ready.push_back(event);
-                }
-            }
+            self.reader.decoder.push(&payload);
         }
+    }
+
+    /// A line of it was heard.
+    pub(crate) fn started(&self) -> bool {
+        self.started
     }
 }
 
 /// Resolves once the session is done with a connection's frames ([`IngressReader::attach`]).
-#[derive(Debug)]
-pub struct Attached(oneshot::Receiver<()>);
+pub struct Attached {
+    done: oneshot::Receiver<()>,
+    nudge: Arc<Nudge>,
+}
+
+impl Attached {
+    /// Whether the session may not have read all the socket has for it: it has not polled the
+    /// frames since they woke, or since they last gave a frame (it is busy elsewhere, storing a
+    /// batch, say). A socket's silence then says nothing about the CLI.
+    pub fn behind(&self) -> bool {
+        self.nudge.woken.load(Ordering::Acquire) || !self.nudge.waiting.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for Attached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attached").field("behind", &self.behind()).finish_non_exhaustive()
+    }
+}
 
 impl std::future::Future for Attached {
     type Output = ();
 
     fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         // Nothing is ever sent: the sender's drop is the news.
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|_| ())
+        std::pin::Pin::new(&mut self.done).poll(cx).map(|_| ())
     }
 }
 
@@ -642,36 +664,61 @@ impl IngressWriter {
                     return Some(Outgoing { line, again: true });
                 }
             }
-            // Only what was held before this connection began: what it holds itself is for
-            // the next one.
+            // Only what was held before this connection began (in the queue's order): what it
+            // holds itself is for the next one.
             if self.held_ahead > 0 {
                 self.held_ahead -= 1;
                 if let Some(line) = delivery.held.pop_front() {
-                    return Some(Outgoing { line, again: false });
+                    drop(delivery);
+                    return Some(self.taken(line));
                 }
             }
         }
+        let line = self.next_queued().await?;
+        Some(self.taken(line))
+    }
+
+    /// The session's next queued line (its sender hears it was taken); `None` once the session
+    /// closed its input.
+    async fn next_queued(&mut self) -> Option<Bytes> {
         match self.outgoing.recv().await {
             Some(WriterCommand::Line(command)) => {
                 let (line, done) = *command;
                 let _ = done.send(Ok(()));
-                let given_up = {
-                    let mut delivery = self.end.slot.delivery();
-                    match prompt_uuid(&line) {
-                        Some(uuid) if delivery.confirms => delivery.keep(uuid, line.clone()),
-                        _ => Vec::new(),
-                    }
-                };
-                for old in given_up {
-                    self.end.slot.stamp(TransportEvent::Undelivered(Box::new(old)));
-                }
-                Some(Outgoing { line, again: false })
+                Some(line)
             }
             None => {
                 self.end.slot.closed.store(true, Ordering::SeqCst);
                 None
             }
         }
+    }
+
+    /// A line taken to be written: a prompt the CLI confirms is kept until it does.
+    fn taken(&self, line: Bytes) -> Outgoing {
+        let given_up = {
+            let mut delivery = self.end.slot.delivery();
+            match prompt_uuid(&line) {
+                Some(uuid) if delivery.confirms => delivery.keep(uuid, line.clone()),
+                _ => Vec::new(),
+            }
+        };
+        for old in given_up {
+            self.end.slot.stamp(TransportEvent::Undelivered(Box::new(old)));
+        }
+        Outgoing { line, again: false }
+    }
+
+    /// Takes the session's next queued line without writing it, for the next connection: this
+    /// one is being let go, and its session may be waiting for room in that queue, reading
+    /// nothing until it has it (the server takes the queue's lines this way while the session
+    /// reads past the connection's last frame). The next connection writes what is held after
+    /// what it sends again and before the queue, in the order the session queued it; at the
+    /// CLI's end it is undelivered. `false` once the session closed its input.
+    pub async fn hold_next(&mut self) -> bool {
+        let Some(line) = self.next_queued().await else { return false };
+        self.end.slot.delivery().held.push_back(line);
+        true
     }
 
     /// Resolves when this connection must let go of the slot: a newer connection came, or
@@ -699,21 +746,6 @@ impl IngressWriter {
             false => TransportEvent::Sent(Box::new(line.line)),
         };
         self.end.slot.stamp(event);
-    }
-
-    /// `line` (taken with [`Self::next_outgoing`]) was not written: this connection is being
-    /// let go. It waits for the next connection, which takes it before the queue's lines (a
-    /// prompt the CLI confirms, and a line to send again, wait as they do anyway); at the CLI's
-    /// end it is undelivered. The server takes the queue's lines this way while the session
-    /// reads past the connection's last frame: the session may be waiting for room in that
-    /// queue, and reads nothing until it has it.
-    pub fn hold(&mut self, line: Outgoing) {
-        let mut delivery = self.end.slot.delivery();
-        let tracked = delivery.confirms
-            && prompt_uuid(&line.line).is_some_and(|uuid| delivery.unconfirmed.contains_key(&uuid));
-        if !tracked && !delivery.retry.contains(&line.line) {
-            delivery.held.push_back(line.line);
-        }
     }
 
     /// The socket failed while sending `line` (taken with [`Self::next_outgoing`]). A prompt
@@ -1173,41 +1205,48 @@ mod tests {
         assert!(!drain(&mut events).iter().any(|event| event.starts_with("undelivered")));
     }
 
-    /// Lines a connection took while it was let go go first on the next one, as from the
-    /// queue (written once, `Sent`); a prompt waits as unconfirmed; at the CLI's end what no
-    /// connection wrote is undelivered.
+    /// Lines a connection took from the queue while it was let go go to the next one in the
+    /// queue's order, after what was held before it and before the queue (written once,
+    /// `Sent`; a prompt among them kept until confirmed only once written); at the CLI's end
+    /// what no connection wrote is undelivered.
     #[tokio::test]
     async fn what_a_connection_took_while_let_go_goes_first_on_the_next() {
         let (slot, writer, mut events) = confirming_slot();
         let (reader, mut first) = slot.connect().await.unwrap();
-        for line in [INTERRUPT, PROMPT_A, ANSWER] {
+        for line in [INTERRUPT, PROMPT_A] {
             queue(&writer, line).await;
         }
-        for _ in 0..3 {
-            let line = first.next_outgoing().await.unwrap();
-            first.hold(line);
+        for _ in 0..2 {
+            assert!(first.hold_next().await);
         }
-        queue(&writer, PROMPT_B).await;
+        assert!(slot.delivery().unconfirmed.is_empty(), "held, not written: nothing to confirm");
         drop((reader, first));
+        // Let go before it wrote anything held: the next keeps their order, then the queue's.
         let (reader, mut second) = slot.connect().await.unwrap();
+        queue(&writer, ANSWER).await;
+        assert!(second.hold_next().await);
+        queue(&writer, PROMPT_B).await;
+        drop((reader, second));
+        let (reader, mut third) = slot.connect().await.unwrap();
         let mut order = Vec::new();
         for _ in 0..4 {
-            let line = second.next_outgoing().await.unwrap();
+            let line = third.next_outgoing().await.unwrap();
             order.push((text(&line).to_owned(), line.again));
-            second.sent(line);
+            third.sent(line);
         }
-        let expected = [(PROMPT_A, true), (INTERRUPT, false), (ANSWER, false), (PROMPT_B, false)];
+        let expected = [(INTERRUPT, false), (PROMPT_A, false), (ANSWER, false), (PROMPT_B, false)];
         let expected: Vec<(String, bool)> =
             expected.iter().map(|(line, again)| ((*line).to_owned(), *again)).collect();
         assert_eq!(order, expected);
         let stamps = drain(&mut events);
-        assert!(stamps.contains(&format!("sent {INTERRUPT}")), "{stamps:?}");
+        for line in [INTERRUPT, PROMPT_A, ANSWER, PROMPT_B] {
+            assert!(stamps.contains(&format!("sent {line}")), "{stamps:?}");
+        }
         assert!(!stamps.iter().any(|event| event.starts_with("undelivered")), "{stamps:?}");
         // Taken and held again, then the CLI ends: reported, not lost.
         queue(&writer, INTERRUPT).await;
-        let line = second.next_outgoing().await.unwrap();
-        second.hold(line);
-        drop((reader, second));
+        assert!(third.hold_next().await);
+        drop((reader, third));
         let left = slot.take_undelivered().await;
         let left: Vec<&str> =
             left.iter().map(|line| std::str::from_utf8(line).unwrap().trim_end()).collect();
