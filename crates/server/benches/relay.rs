@@ -10,18 +10,20 @@
 //!   Code web UIs ship.
 //!
 //! This process is the load: simulated CLIs (they answer `initialize`, announce a session,
-//! then send ~300-byte `stream_event` lines stamped with their send time) and frontends that
-//! count every line. The relay's own CPU (`/proc/PID/stat`) from the start signal to the last
+//! then send ~300-byte `stream_event` lines stamped with their send time, each object's `type`
+//! first as the CLI writes it) and frontends that count every line. The relay's own CPU (`/proc/PID/stat`) from the start signal to the last
 //! delivery, divided by the lines delivered, and its peak RSS (`VmHWM`) are what is compared.
 //!
 //! `cargo bench -p switchboard-server --bench relay -- [--shapes abcd] [--passes 2]
 //!  [--seconds 10] [--flat-lines 100000] [--relays switchboard,floor,forwarder,node] [--json]
-//!  [--callgrind]`
+//!  [--callgrind] [--type-last]`
 //!
 //! `--callgrind` counts each relay's instructions (valgrind's callgrind, switched on at the
 //! start signal and dumped at the last delivery) over a fixed number of lines per shape,
 //! instead of its CPU time: deterministic enough to see a 1 % step that CPU time's noise hides.
 //! Each dump is kept as `target/callgrind/RELAY-SHAPE.out` for `callgrind_annotate`.
+//! `--type-last` sends each object's keys sorted (as `serde_json::json!` writes them), which
+//! puts `type` after the fields it decides: the decoder's slower path, kept to compare.
 //! (`npm ci --prefix crates/server/benches/node-relay` first for the Node relay.)
 
 #![allow(
@@ -86,6 +88,8 @@ struct Options {
     json: bool,
     /// Count instructions under callgrind instead of CPU time, over a fixed number of lines.
     callgrind: bool,
+    /// Each object's keys sorted, `type` last (`--type-last`), instead of the CLI's order.
+    type_last: bool,
 }
 
 fn parse_args() -> (Option<String>, Options) {
@@ -97,6 +101,7 @@ fn parse_args() -> (Option<String>, Options) {
         relays: vec!["switchboard".into(), "floor".into(), "forwarder".into(), "node".into()],
         json: false,
         callgrind: false,
+        type_last: false,
     };
     let mut serve = None;
     let mut args = std::env::args().skip(1);
@@ -111,6 +116,7 @@ fn parse_args() -> (Option<String>, Options) {
             "--relays" => options.relays = value().split(',').map(str::to_owned).collect(),
             "--json" => options.json = true,
             "--callgrind" => options.callgrind = true,
+            "--type-last" => options.type_last = true,
             _ => {} // `--bench` and friends from cargo
         }
     }
@@ -157,6 +163,27 @@ fn callgrind_shape(key: char) -> Option<Shape> {
         'd' => Shape { key, clis: 1, rate: None, frontends: 100, lines_per_cli: 2_000 },
         _ => return None,
     })
+}
+
+/// One streamed line, stamped with its send time: a text delta in the CLI's own key order
+/// (`type` first in each object, the fields after it as the CLI writes them), or with each
+/// object's keys sorted (`type_last`).
+fn stream_line(session: &str, index: usize, line: u64, type_last: bool) -> String {
+    let text = format!("t={} {}", now_ns(), "lorem ipsum dolor sit amet ".repeat(4));
+    // Shaped like the real CLI's (v4 UUIDs).
+    let uuid = format!("{index:08x}-0000-4000-8000-{line:012x}");
+    if type_last {
+        let value = json!({"type": "stream_event", "event": {"type": "content_block_delta",
+            "index": 0, "delta": {"type": "text_delta", "text": text}},
+            "session_id": session, "parent_tool_use_id": null, "uuid": uuid});
+        return format!("{value}\n");
+    }
+    let text = Value::String(text);
+    format!(
+        "{{\"type\":\"stream_event\",\"event\":{{\"type\":\"content_block_delta\",\"index\":0,\
+         \"delta\":{{\"type\":\"text_delta\",\"text\":{text}}}}},\"session_id\":\"{session}\",\
+         \"parent_tool_use_id\":null,\"uuid\":\"{uuid}\"}}\n"
+    )
 }
 
 fn now_ns() -> u128 {
@@ -558,6 +585,7 @@ fn stop_relay(relay: Relay) -> Value {
 async fn simulated_cli(
     url: String,
     shape: Shape,
+    type_last: bool,
     index: usize,
     ready: Arc<tokio::sync::Barrier>,
     go: Arc<tokio::sync::Notify>,
@@ -592,12 +620,7 @@ async fn simulated_cli(
     started.await;
     let start = Instant::now();
     for line in 0..shape.lines_per_cli {
-        let frame = json!({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
-            "delta": {"type": "text_delta", "text": format!("t={} {}", now_ns(), "lorem ipsum dolor sit amet ".repeat(4))}},
-            "session_id": session, "parent_tool_use_id": null,
-            // Shaped like the real CLI's (v4 UUIDs).
-            "uuid": format!("{index:08x}-0000-4000-8000-{line:012x}")});
-        let frame = WsMessage::Text(format!("{frame}\n").into());
+        let frame = WsMessage::Text(stream_line(&session, index, line, type_last).into());
         let sent = match shape.rate {
             Some(rate) => {
                 let due = start + Duration::from_secs_f64(line as f64 / rate);
@@ -713,6 +736,7 @@ async fn run_shape(relay_name: &str, shape: Shape, options: &Options) -> Measure
         clis.push(tokio::spawn(simulated_cli(
             url,
             shape,
+            options.type_last,
             index,
             ready.clone(),
             go.clone(),
