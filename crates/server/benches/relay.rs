@@ -11,8 +11,9 @@
 //!
 //! This process is the load: simulated CLIs (they answer `initialize`, announce a session,
 //! then send ~300-byte `stream_event` lines stamped with their send time, each object's `type`
-//! first as the CLI writes it) and frontends that count every line. The relay's own CPU (`/proc/PID/stat`) from the start signal to the last
-//! delivery, divided by the lines delivered, and its peak RSS (`VmHWM`) are what is compared.
+//! first as the CLI writes it) and frontends that count every line. The relay's own CPU
+//! (`/proc/PID/stat`) from the start signal to the last delivery, divided by the lines
+//! delivered, and its peak RSS (`VmHWM`) are what is compared.
 //!
 //! `cargo bench -p switchboard-server --bench relay -- [--shapes abcd] [--passes 2]
 //!  [--seconds 10] [--flat-lines 100000] [--relays switchboard,floor,forwarder,node] [--json]
@@ -22,8 +23,8 @@
 //! start signal and dumped at the last delivery) over a fixed number of lines per shape,
 //! instead of its CPU time: deterministic enough to see a 1 % step that CPU time's noise hides.
 //! Each dump is kept as `target/callgrind/RELAY-SHAPE.out` for `callgrind_annotate`.
-//! `--type-last` sends each object's keys sorted (as `serde_json::json!` writes them), which
-//! puts `type` after the fields it decides: the decoder's slower path, kept to compare.
+//! `--type-last` sends each object's keys sorted (as `serde_json::json!` writes them, and as
+//! the bench sent them before), which puts `type` after the fields it decides; kept to compare.
 //! (`npm ci --prefix crates/server/benches/node-relay` first for the Node relay.)
 
 #![allow(
